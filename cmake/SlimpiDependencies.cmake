@@ -1,0 +1,69 @@
+# Every external dependency of slimpi, found once. A missing required package stops
+# the configure step with the Debian package that provides it.
+function(slimpi_require found what package)
+  if(NOT ${found})
+    message(FATAL_ERROR "slimpi needs ${what}: install it with `apt-get install ${package}` "
+                        "(or run scripts/install_deps.sh)")
+  endif()
+endfunction()
+
+set(MPI_CXX_SKIP_MPICXX TRUE)  # Open MPI's old C++ bindings break the link
+find_package(MPI COMPONENTS C CXX)
+slimpi_require(MPI_FOUND "MPI (Open MPI)" "libopenmpi-dev openmpi-bin")
+
+set(HDF5_PREFER_PARALLEL TRUE)
+find_package(HDF5 COMPONENTS C)
+slimpi_require(HDF5_FOUND "HDF5" "libhdf5-openmpi-dev")
+if(NOT HDF5_IS_PARALLEL)
+  message(FATAL_ERROR "slimpi needs HDF5 with parallel (MPI-IO) support, found a serial "
+                      "HDF5 at ${HDF5_INCLUDE_DIRS}: `apt-get install libhdf5-openmpi-dev`")
+endif()
+
+find_package(Torch QUIET)
+slimpi_require(Torch_FOUND "LibTorch" "libtorch-dev")
+
+find_package(Kokkos QUIET)
+slimpi_require(Kokkos_FOUND "Kokkos" "libtrilinos-kokkos-dev")
+# Debian's Kokkos target carries a wrong include path (/usr/lib/include).
+set_target_properties(Kokkos::kokkos PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "${Kokkos_INCLUDE_DIRS}")
+
+find_package(tomlplusplus QUIET)
+slimpi_require(tomlplusplus_FOUND "toml++" "libtomlplusplus-dev")
+find_package(nlohmann_json QUIET)
+slimpi_require(nlohmann_json_FOUND "nlohmann-json" "nlohmann-json3-dev")
+find_package(fmt QUIET)
+slimpi_require(fmt_FOUND "fmt" "libfmt-dev")
+find_package(spdlog QUIET)
+slimpi_require(spdlog_FOUND "spdlog" "libspdlog-dev")
+find_package(CLI11 QUIET)
+slimpi_require(CLI11_FOUND "CLI11" "libcli11-dev")
+if(SLIMPI_BUILD_TESTS)
+  find_package(GTest QUIET)
+  slimpi_require(GTest_FOUND "GoogleTest" "libgtest-dev libgmock-dev")
+endif()
+if(SLIMPI_BUILD_PERF)
+  find_package(benchmark QUIET)
+  slimpi_require(benchmark_FOUND "Google Benchmark" "libbenchmark-dev")
+endif()
+
+# OpenBLAS is what torch's CPU matmuls run on; Debian's default libblas is the
+# reference BLAS. It is a run-time choice (alternatives); here we only check it exists.
+find_library(SLIMPI_OPENBLAS NAMES openblas PATHS /usr/lib/x86_64-linux-gnu/openblas-openmp)
+slimpi_require(SLIMPI_OPENBLAS "OpenBLAS (OpenMP build)" "libopenblas0-openmp libopenblas-openmp-dev")
+
+# Optional: CUDA toolkit + NCCL for the GPU collective backend.
+set(SLIMPI_HAVE_NCCL OFF)
+if(NOT SLIMPI_WITH_CUDA STREQUAL "OFF")
+  find_package(CUDAToolkit QUIET)
+  find_path(SLIMPI_NCCL_INCLUDE nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
+  find_library(SLIMPI_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64)
+  if(CUDAToolkit_FOUND AND SLIMPI_NCCL_INCLUDE AND SLIMPI_NCCL_LIBRARY)
+    set(SLIMPI_HAVE_NCCL ON)
+    message(STATUS "slimpi: NCCL backend ON (CUDA ${CUDAToolkit_VERSION}, ${SLIMPI_NCCL_LIBRARY})")
+  elseif(SLIMPI_WITH_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "SLIMPI_WITH_CUDA=ON but the CUDA toolkit or NCCL was not found "
+                        "(looked in /usr/local/cuda): set CUDAToolkit_ROOT or use AUTO/OFF")
+  else()
+    message(STATUS "slimpi: NCCL backend OFF (no CUDA toolkit + NCCL found)")
+  endif()
+endif()

@@ -1,0 +1,27 @@
+# Test helpers.
+#   slimpi_add_test(NAME SOURCES...)                       a serial GoogleTest program
+#   slimpi_add_mpi_test(NAME NP 1 2 4 SOURCES ... [LABELS ...])
+#     one GoogleTest program, registered as NAME_np1, NAME_np2, ... each run under
+#     mpirun with that many ranks (--oversubscribe so 4 ranks run on 2 cores,
+#     --allow-run-as-root for CI containers). Launch flags live here, not in slimpi.
+set(SLIMPI_MPIRUN_FLAGS --oversubscribe --allow-run-as-root --bind-to none)
+
+function(slimpi_add_test name)
+  add_executable(${name} ${ARGN})
+  target_link_libraries(${name} PRIVATE slimpi_core GTest::gtest GTest::gtest_main)
+  add_test(NAME ${name} COMMAND ${name})
+  set_tests_properties(${name} PROPERTIES LABELS unit TIMEOUT 300)
+endfunction()
+
+function(slimpi_add_mpi_test name)
+  cmake_parse_arguments(T "" "" "NP;SOURCES;LABELS" ${ARGN})
+  add_executable(${name} ${T_SOURCES} ${PROJECT_SOURCE_DIR}/tests/mpi/mpi_gtest_main.cpp)
+  target_link_libraries(${name} PRIVATE slimpi_core GTest::gtest)
+  foreach(np ${T_NP})
+    add_test(NAME ${name}_np${np}
+             COMMAND ${MPIEXEC_EXECUTABLE} ${SLIMPI_MPIRUN_FLAGS} ${MPIEXEC_NUMPROC_FLAG} ${np}
+                     $<TARGET_FILE:${name}>)
+    set_tests_properties(${name}_np${np} PROPERTIES LABELS "mpi;${T_LABELS}" TIMEOUT 300
+                         ENVIRONMENT "OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE")
+  endforeach()
+endfunction()

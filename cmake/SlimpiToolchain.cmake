@@ -1,0 +1,23 @@
+# Compiler launcher and linker choices that keep rebuilds cheap (DESIGN.md §6):
+# ccache makes a rebuild ~48x faster; lld/gold link in ~0.3 s against ~1.6 s for bfd.
+find_program(SLIMPI_CCACHE ccache)
+if(SLIMPI_CCACHE)
+  set(CMAKE_CXX_COMPILER_LAUNCHER ${SLIMPI_CCACHE})
+  set(CMAKE_C_COMPILER_LAUNCHER ${SLIMPI_CCACHE})
+  set(CMAKE_CUDA_COMPILER_LAUNCHER ${SLIMPI_CCACHE})
+endif()
+
+include(CheckCXXSourceCompiles)
+foreach(linker lld gold)
+  set(CMAKE_REQUIRED_LINK_OPTIONS -fuse-ld=${linker})
+  check_cxx_source_compiles("int main(){return 0;}" SLIMPI_HAS_LD_${linker})
+  unset(CMAKE_REQUIRED_LINK_OPTIONS)
+  if(SLIMPI_HAS_LD_${linker})
+    add_link_options(-fuse-ld=${linker})
+    set(SLIMPI_LINKER ${linker})
+    break()
+  endif()
+endforeach()
+if(NOT SLIMPI_LINKER)
+  set(SLIMPI_LINKER default)
+endif()

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The README's test command: installs what is missing, builds, runs the whole ctest suite.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+"$root/scripts/install_deps.sh"
+"$root/scripts/build.sh"
+cd "${BUILD_DIR:-$root/build}"
+ctest --output-on-failure --timeout 600 "$@"

@@ -1,0 +1,74 @@
+#include "cli/commands.h"
+
+#include <mpi.h>
+#include <slimpi/error.h>
+#include <slimpi/version.h>
+
+#include <fmt/ranges.h>
+
+#include <iostream>
+
+#include "config/schema.h"
+#include "core/driver.h"
+#include "core/log.h"
+#include "io/inspect.h"
+
+namespace slimpi::cli {
+
+Commands::Commands(CLI::App& app) {
+  run_ = app.add_subcommand("run", "run an RL job described by a deck (under mpirun/srun)");
+  run_->add_option("deck", deck_path_, "the input deck (TOML)")->required();
+  run_->add_option("--set", overrides_, "override a deck key: --set table.key=value (repeatable)")
+      ->type_name("KEY=VALUE")
+      ->allow_extra_args(false);
+
+  keys_ = app.add_subcommand("keys", "print every deck key with its type, default, range, unit and help");
+  keys_->add_option("prefix", key_prefix_, "only keys starting with this (e.g. 'rollout' or 'run.seed')");
+
+  inspect_ = app.add_subcommand("inspect", "summarise a slimpi HDF5 file (rollouts.h5, metrics.h5, ...)");
+  inspect_->add_option("file", h5_path_, "the HDF5 file")->required()->check(CLI::ExistingFile);
+}
+
+int Commands::run_selected() {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (*keys_) {
+    std::string text = describe_keys(key_prefix_);
+    if (text.empty()) SLIMPI_FAIL_ALL("no deck key starts with '{}'; `slimpi keys` lists them all", key_prefix_);
+    if (rank == 0) std::cout << text;
+    return 0;
+  }
+  if (*inspect_) {
+    if (rank == 0) std::cout << inspect_h5(h5_path_);
+    return 0;
+  }
+  log::info("{}", build_description());
+  RunContext ctx = set_up_run(MPI_COMM_WORLD, deck_path_, overrides_);
+  Driver driver(ctx);
+  driver.run();
+  return 0;
+}
+
+std::string describe_keys(const std::string& prefix) {
+  std::string out;
+  std::string table;
+  for (const auto& spec : Schema::instance().keys()) {
+    if (spec.key.compare(0, prefix.size(), prefix) != 0) continue;
+    std::string t = spec.key.substr(0, spec.key.rfind('.'));
+    if (t != table) {
+      out += fmt::format("{}[{}]\n", out.empty() ? "" : "\n", t);
+      table = t;
+    }
+    std::string constraint;
+    if (!spec.choices.empty()) constraint = fmt::format("one of {}", fmt::join(spec.choices, " | "));
+    else if (spec.min || spec.max)
+      constraint = fmt::format("range [{}, {}]", spec.min ? fmt::format("{:g}", *spec.min) : "-inf",
+                               spec.max ? fmt::format("{:g}", *spec.max) : "inf");
+    out += fmt::format("  {:<28} {:<8} default {:<10} {}{}\n      {}\n", spec.key, key_type_name(spec.type),
+                       format_deck_value(spec.default_value), constraint,
+                       spec.unit.empty() ? "" : " (" + spec.unit + ")", spec.help);
+  }
+  return out;
+}
+
+}  // namespace slimpi::cli

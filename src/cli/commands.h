@@ -1,0 +1,34 @@
+// The subcommands of the slimpi executable (registered on a CLI11 app in main):
+//   run DECK [--set key=value ...]   an RL job (collective over MPI_COMM_WORLD)
+//   keys [prefix]                    every deck key: type, default, range, unit, help
+//   inspect FILE.h5                  a short summary of a run file
+// `--version` is handled by the app itself.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+#include <vector>
+
+namespace slimpi::cli {
+
+class Commands {
+ public:
+  explicit Commands(CLI::App& app);
+  // Runs the subcommand the command line chose; returns the exit code.
+  int run_selected();
+
+ private:
+  CLI::App* run_ = nullptr;
+  CLI::App* keys_ = nullptr;
+  CLI::App* inspect_ = nullptr;
+  std::string deck_path_;
+  std::vector<std::string> overrides_;
+  std::string key_prefix_;
+  std::string h5_path_;
+};
+
+// The text of `slimpi keys [prefix]`.
+std::string describe_keys(const std::string& prefix);
+
+}  // namespace slimpi::cli

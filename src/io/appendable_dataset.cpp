@@ -1,0 +1,187 @@
+#include "io/appendable_dataset.h"
+
+#include <slimpi/error.h>
+
+#include <numeric>
+
+#include "parallel/watchdog.h"
+
+namespace slimpi::h5 {
+
+template <class T>
+AppendableDataset<T> AppendableDataset<T>::create(const File& file, hid_t loc, const std::string& name,
+                                                  std::vector<hsize_t> row_shape, hsize_t chunk_rows,
+                                                  std::optional<T> fill) {
+  AppendableDataset d;
+  d.comm_ = file.comm();
+  d.name_ = name;
+  d.row_shape_ = std::move(row_shape);
+  std::vector<hsize_t> dims{0}, max_dims{H5S_UNLIMITED}, chunk{chunk_rows};
+  for (hsize_t s : d.row_shape_) {
+    dims.push_back(s);
+    max_dims.push_back(s);
+    chunk.push_back(s);
+  }
+  Handle space(check(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), max_dims.data()), "H5Screate"),
+               H5Sclose);
+  Handle dcpl(check(H5Pcreate(H5P_DATASET_CREATE), "H5Pcreate(dcpl)"), H5Pclose);
+  check_status(H5Pset_chunk(dcpl.id(), static_cast<int>(chunk.size()), chunk.data()), "H5Pset_chunk");
+  if (fill) {
+    check_status(H5Pset_fill_value(dcpl.id(), native_type<T>(), &*fill), "H5Pset_fill_value");
+    check_status(H5Pset_fill_time(dcpl.id(), H5D_FILL_TIME_ALLOC), "H5Pset_fill_time");
+  } else {
+    check_status(H5Pset_fill_time(dcpl.id(), H5D_FILL_TIME_NEVER), "H5Pset_fill_time");
+  }
+  // Names with '/' ("train/loss") make their groups on the way.
+  Handle lcpl(check(H5Pcreate(H5P_LINK_CREATE), "H5Pcreate(lcpl)"), H5Pclose);
+  check_status(H5Pset_create_intermediate_group(lcpl.id(), 1), "H5Pset_create_intermediate_group");
+  d.dset_ = Handle(check(H5Dcreate2(loc, name.c_str(), native_type<T>(), space.id(), lcpl.id(), dcpl.id(),
+                                    H5P_DEFAULT),
+                         ("create dataset " + name).c_str()),
+                   H5Dclose);
+  d.dxpl_ = transfer_list(file);
+  return d;
+}
+
+template <class T>
+AppendableDataset<T> AppendableDataset<T>::open(const File& file, hid_t loc, const std::string& name) {
+  AppendableDataset d;
+  d.comm_ = file.comm();
+  d.name_ = name;
+  d.dset_ = Handle(check(H5Dopen2(loc, name.c_str(), H5P_DEFAULT), ("open dataset " + name).c_str()), H5Dclose);
+  Handle space(check(H5Dget_space(d.dset_.id()), "H5Dget_space"), H5Sclose);
+  int rank = H5Sget_simple_extent_ndims(space.id());
+  std::vector<hsize_t> dims(rank);
+  H5Sget_simple_extent_dims(space.id(), dims.data(), nullptr);
+  d.n_rows_ = dims[0];
+  d.row_shape_.assign(dims.begin() + 1, dims.end());
+  d.dxpl_ = transfer_list(file);
+  return d;
+}
+
+template <class T>
+uint64_t AppendableDataset<T>::row_size() const {
+  return std::accumulate(row_shape_.begin(), row_shape_.end(), uint64_t(1), std::multiplies<>());
+}
+
+template <class T>
+void AppendableDataset<T>::grow_to(uint64_t n) {
+  std::vector<hsize_t> dims{n};
+  dims.insert(dims.end(), row_shape_.begin(), row_shape_.end());
+  check_status(H5Dset_extent(dset_.id(), dims.data()), ("H5Dset_extent " + name_).c_str());
+  n_rows_ = n;
+}
+
+template <class T>
+uint64_t AppendableDataset<T>::append(const T* rows, uint64_t n_local) {
+  uint64_t before = 0, total = n_local;
+  if (comm_ != MPI_COMM_NULL) {
+    WaitGuard guard("HDF5 collective append to dataset '" + name_ + "'");
+    int rank = 0;
+    MPI_Comm_rank(comm_, &rank);
+    MPI_Exscan(&n_local, &before, 1, MPI_UINT64_T, MPI_SUM, comm_);
+    if (rank == 0) before = 0;  // MPI_Exscan leaves rank 0's result undefined
+    MPI_Allreduce(&n_local, &total, 1, MPI_UINT64_T, MPI_SUM, comm_);
+  }
+  const uint64_t first = n_rows_ + before;
+  if (total == 0) return first;
+  grow_to(n_rows_ + total);
+
+  std::vector<hsize_t> start{first}, count{n_local};
+  for (hsize_t s : row_shape_) {
+    start.push_back(0);
+    count.push_back(s);
+  }
+  Handle file_space(check(H5Dget_space(dset_.id()), "H5Dget_space"), H5Sclose);
+  std::vector<hsize_t> mem_dims = count;
+  mem_dims[0] = std::max<hsize_t>(n_local, 1);
+  Handle mem_space(check(H5Screate_simple(static_cast<int>(mem_dims.size()), mem_dims.data(), nullptr), "H5Screate"),
+                   H5Sclose);
+  if (n_local == 0) {
+    H5Sselect_none(file_space.id());
+    H5Sselect_none(mem_space.id());
+  } else {
+    check_status(H5Sselect_hyperslab(file_space.id(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr),
+                 "H5Sselect_hyperslab");
+  }
+  T dummy{};
+  WaitGuard guard("HDF5 collective write to dataset '" + name_ + "'");
+  check_status(H5Dwrite(dset_.id(), native_type<T>(), mem_space.id(), file_space.id(), dxpl_.id(),
+                        n_local ? rows : &dummy),
+               ("H5Dwrite " + name_).c_str());
+  return first;
+}
+
+template <class T>
+std::vector<T> AppendableDataset<T>::read(uint64_t first, std::optional<uint64_t> count) const {
+  uint64_t n = count.value_or(n_rows_ - std::min(first, n_rows_));
+  SLIMPI_CHECK(first + n <= n_rows_, "read of rows [{}, {}) beyond the {} rows of '{}'", first, first + n, n_rows_,
+               name_);
+  std::vector<T> out(n * row_size());
+  if (n == 0) return out;
+  std::vector<hsize_t> start{first}, cnt{n};
+  for (hsize_t s : row_shape_) {
+    start.push_back(0);
+    cnt.push_back(s);
+  }
+  Handle file_space(check(H5Dget_space(dset_.id()), "H5Dget_space"), H5Sclose);
+  check_status(H5Sselect_hyperslab(file_space.id(), H5S_SELECT_SET, start.data(), nullptr, cnt.data(), nullptr),
+               "H5Sselect_hyperslab");
+  Handle mem_space(check(H5Screate_simple(static_cast<int>(cnt.size()), cnt.data(), nullptr), "H5Screate"), H5Sclose);
+  check_status(H5Dread(dset_.id(), native_type<T>(), mem_space.id(), file_space.id(), H5P_DEFAULT, out.data()),
+               ("H5Dread " + name_).c_str());
+  return out;
+}
+
+template <class T>
+CsrDataset<T> CsrDataset<T>::create(const File& file, hid_t loc, const std::string& name, hsize_t chunk_values) {
+  CsrDataset d;
+  d.group_ = create_group(loc, name);
+  write_attr(d.group_.id(), "layout", std::string("csr: row i = values[offsets[i]:offsets[i+1]]"));
+  d.values_ = AppendableDataset<T>::create(file, d.group_.id(), "values", {}, chunk_values);
+  d.offsets_ = AppendableDataset<int64_t>::create(file, d.group_.id(), "offsets", {}, 4096);
+  int rank = 0;
+  if (file.parallel()) MPI_Comm_rank(file.comm(), &rank);
+  const int64_t zero = 0;
+  d.offsets_.append(&zero, rank == 0 ? 1 : 0);
+  return d;
+}
+
+template <class T>
+CsrDataset<T> CsrDataset<T>::open(const File& file, hid_t loc, const std::string& name) {
+  CsrDataset d;
+  d.group_ = open_group(loc, name);
+  d.values_ = AppendableDataset<T>::open(file, d.group_.id(), "values");
+  d.offsets_ = AppendableDataset<int64_t>::open(file, d.group_.id(), "offsets");
+  SLIMPI_CHECK(d.offsets_.n_rows() >= 1, "CSR group '{}' has an empty offsets dataset", name);
+  return d;
+}
+
+template <class T>
+uint64_t CsrDataset<T>::append(const T* values, const int64_t* lengths, uint64_t n_local_rows) {
+  const uint64_t n_values = std::accumulate(lengths, lengths + n_local_rows, uint64_t(0));
+  const uint64_t first_value = values_.append(values, n_values);
+  std::vector<int64_t> ends(n_local_rows);  // [n_local_rows] exclusive end of each row
+  int64_t end = static_cast<int64_t>(first_value);
+  for (uint64_t r = 0; r < n_local_rows; ++r) ends[r] = end += lengths[r];
+  return offsets_.append(ends.data(), n_local_rows) - 1;
+}
+
+template <class T>
+std::vector<T> CsrDataset<T>::read_row(uint64_t row) const {
+  std::vector<int64_t> bounds = offsets_.read(row, 2);
+  return values_.read(bounds[0], bounds[1] - bounds[0]);
+}
+
+#define SLIMPI_INSTANTIATE(T)          \
+  template class AppendableDataset<T>; \
+  template class CsrDataset<T>;
+SLIMPI_INSTANTIATE(float)
+SLIMPI_INSTANTIATE(double)
+SLIMPI_INSTANTIATE(int8_t)
+SLIMPI_INSTANTIATE(uint8_t)
+SLIMPI_INSTANTIATE(int32_t)
+SLIMPI_INSTANTIATE(int64_t)
+#undef SLIMPI_INSTANTIATE
+
+}  // namespace slimpi::h5

@@ -1,0 +1,75 @@
+// AppendableDataset<T> — an HDF5 dataset whose first dimension grows by appends from
+// every rank at once (chunked, unlimited first dimension; fixed trailing `row_shape`).
+//
+// append() is collective over the file's communicator: the ranks' rows land in rank
+// order after the current end (offsets by MPI_Exscan, one set_extent, one collective
+// write). Every rank keeps the same n_rows(). In a serial file it is a plain append.
+// Instantiated for float, double, int8, uint8, int32, int64.
+#pragma once
+
+#include <optional>
+
+#include "io/h5.h"
+
+namespace slimpi::h5 {
+
+template <class T>
+class AppendableDataset {
+ public:
+  // Collective in a parallel file. A `name` with '/' creates the groups on its path.
+  // `fill` is what rows hold before they are written
+  // (e.g. NaN for a metric column that appears late).
+  static AppendableDataset create(const File& file, hid_t loc, const std::string& name,
+                                  std::vector<hsize_t> row_shape = {}, hsize_t chunk_rows = 8192,
+                                  std::optional<T> fill = std::nullopt);
+  static AppendableDataset open(const File& file, hid_t loc, const std::string& name);
+
+  uint64_t n_rows() const { return n_rows_; }
+  // Elements per row (product of row_shape; 1 for a scalar row).
+  uint64_t row_size() const;
+  hid_t id() const { return dset_.id(); }
+
+  // Appends n_local rows (n_local * row_size() elements at `rows`) from this rank.
+  // Collective. Returns the global index of this rank's first new row.
+  uint64_t append(const T* rows, uint64_t n_local);
+  // Collective: grows to `n` rows without writing them (they read as the fill value).
+  void grow_to(uint64_t n);
+  // Reads rows [first, first + count) (all rows by default). Independent, any rank.
+  std::vector<T> read(uint64_t first = 0, std::optional<uint64_t> count = std::nullopt) const;
+
+ private:
+  Handle dset_;
+  Handle dxpl_;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  std::string name_;
+  std::vector<hsize_t> row_shape_;
+  uint64_t n_rows_ = 0;
+};
+
+// CsrDataset<T> — variable-length rows as two appendable datasets in a group `name`:
+// `values` (all rows back to back) and `offsets` (n_rows + 1 entries; row i is
+// values[offsets[i] : offsets[i+1]]). Parallel HDF5 cannot write variable-length types;
+// this layout is what h5py users slice directly.
+template <class T>
+class CsrDataset {
+ public:
+  static CsrDataset create(const File& file, hid_t loc, const std::string& name, hsize_t chunk_values = 65536);
+  static CsrDataset open(const File& file, hid_t loc, const std::string& name);
+
+  uint64_t n_rows() const { return offsets_.n_rows() - 1; }
+  uint64_t n_values() const { return values_.n_rows(); }
+  // Collective: appends this rank's rows (row r has lengths[r] values, back to back in
+  // `values`). Rows of lower ranks come first. Returns this rank's first row index.
+  uint64_t append(const T* values, const int64_t* lengths, uint64_t n_local_rows);
+  // Independent reads.
+  std::vector<int64_t> read_offsets() const { return offsets_.read(); }
+  std::vector<T> read_values() const { return values_.read(); }
+  std::vector<T> read_row(uint64_t row) const;
+
+ private:
+  Handle group_;
+  AppendableDataset<T> values_;
+  AppendableDataset<int64_t> offsets_;
+};
+
+}  // namespace slimpi::h5

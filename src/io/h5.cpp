@@ -1,0 +1,156 @@
+#include "io/h5.h"
+
+#include <slimpi/error.h>
+
+#include <mutex>
+
+namespace slimpi::h5 {
+namespace {
+
+herr_t collect_frame(unsigned n, const H5E_error2_t* err, void* data) {
+  auto* text = static_cast<std::string*>(data);
+  if (n > 0) *text += " <- ";
+  *text += fmt::format("{} ({})", err->desc ? err->desc : "?", err->func_name ? err->func_name : "?");
+  return 0;
+}
+
+// HDF5 prints its error stack to stderr by default; slimpi reports it in exceptions.
+void silence_auto_printing() {
+  static std::once_flag once;
+  std::call_once(once, [] { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); });
+}
+
+Handle file_access(MPI_Comm comm) {
+  Handle fapl(check(H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate(fapl)"), H5Pclose);
+  if (comm != MPI_COMM_NULL) {
+    check_status(H5Pset_fapl_mpio(fapl.id(), comm, MPI_INFO_NULL), "H5Pset_fapl_mpio");
+    check_status(H5Pset_all_coll_metadata_ops(fapl.id(), true), "H5Pset_all_coll_metadata_ops");
+    check_status(H5Pset_coll_metadata_write(fapl.id(), true), "H5Pset_coll_metadata_write");
+  }
+  return fapl;
+}
+
+Handle string_type(size_t n) {
+  Handle type(check(H5Tcopy(H5T_C_S1), "H5Tcopy"), H5Tclose);
+  check_status(H5Tset_size(type.id(), n == 0 ? 1 : n), "H5Tset_size");
+  check_status(H5Tset_strpad(type.id(), H5T_STR_NULLPAD), "H5Tset_strpad");
+  return type;
+}
+
+template <class T>
+void write_scalar_attr(hid_t loc, const std::string& name, T value) {
+  if (has_attr(loc, name)) check_status(H5Adelete(loc, name.c_str()), "H5Adelete");
+  Handle space(check(H5Screate(H5S_SCALAR), "H5Screate"), H5Sclose);
+  Handle attr(check(H5Acreate2(loc, name.c_str(), native_type<T>(), space.id(), H5P_DEFAULT, H5P_DEFAULT),
+                    ("H5Acreate " + name).c_str()),
+              H5Aclose);
+  check_status(H5Awrite(attr.id(), native_type<T>(), &value), "H5Awrite");
+}
+
+template <class T>
+T read_scalar_attr(hid_t loc, const std::string& name) {
+  Handle attr(check(H5Aopen(loc, name.c_str(), H5P_DEFAULT), ("H5Aopen " + name).c_str()), H5Aclose);
+  T value{};
+  check_status(H5Aread(attr.id(), native_type<T>(), &value), "H5Aread");
+  return value;
+}
+
+}  // namespace
+
+void fail(const std::string& what) {
+  std::string stack;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, collect_frame, &stack);
+  H5Eclear2(H5E_DEFAULT);
+  SLIMPI_FAIL("HDF5: {} failed{}{}", what, stack.empty() ? "" : ": ", stack);
+}
+
+template <> hid_t native_type<float>() { return H5T_NATIVE_FLOAT; }
+template <> hid_t native_type<double>() { return H5T_NATIVE_DOUBLE; }
+template <> hid_t native_type<int8_t>() { return H5T_NATIVE_INT8; }
+template <> hid_t native_type<uint8_t>() { return H5T_NATIVE_UINT8; }
+template <> hid_t native_type<int32_t>() { return H5T_NATIVE_INT32; }
+template <> hid_t native_type<int64_t>() { return H5T_NATIVE_INT64; }
+template <> hid_t native_type<uint64_t>() { return H5T_NATIVE_UINT64; }
+
+File File::create(const std::string& path, MPI_Comm comm) {
+  silence_auto_printing();
+  File f;
+  f.comm_ = comm;
+  f.path_ = path;
+  Handle fapl = file_access(comm);
+  f.handle_ = Handle(check(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.id()),
+                           ("create file " + path).c_str()),
+                     H5Fclose);
+  return f;
+}
+
+File File::open(const std::string& path, bool writable, MPI_Comm comm) {
+  silence_auto_printing();
+  File f;
+  f.comm_ = comm;
+  f.path_ = path;
+  Handle fapl = file_access(comm);
+  f.handle_ = Handle(check(H5Fopen(path.c_str(), writable ? H5F_ACC_RDWR : H5F_ACC_RDONLY, fapl.id()),
+                           ("open file " + path).c_str()),
+                     H5Fclose);
+  return f;
+}
+
+void File::flush() { check_status(H5Fflush(id(), H5F_SCOPE_GLOBAL), "H5Fflush"); }
+
+Handle create_group(hid_t loc, const std::string& name) {
+  return Handle(check(H5Gcreate2(loc, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                      ("create group " + name).c_str()),
+                H5Gclose);
+}
+
+Handle open_group(hid_t loc, const std::string& name) {
+  return Handle(check(H5Gopen2(loc, name.c_str(), H5P_DEFAULT), ("open group " + name).c_str()), H5Gclose);
+}
+
+bool exists(hid_t loc, const std::string& name) {
+  htri_t r = H5Lexists(loc, name.c_str(), H5P_DEFAULT);
+  if (r < 0) fail("H5Lexists " + name);
+  return r > 0;
+}
+
+void write_attr(hid_t loc, const std::string& name, const std::string& value) {
+  if (has_attr(loc, name)) check_status(H5Adelete(loc, name.c_str()), "H5Adelete");
+  Handle type = string_type(value.size());
+  Handle space(check(H5Screate(H5S_SCALAR), "H5Screate"), H5Sclose);
+  Handle attr(check(H5Acreate2(loc, name.c_str(), type.id(), space.id(), H5P_DEFAULT, H5P_DEFAULT),
+                    ("H5Acreate " + name).c_str()),
+              H5Aclose);
+  check_status(H5Awrite(attr.id(), type.id(), value.empty() ? "" : value.data()), "H5Awrite");
+}
+void write_attr(hid_t loc, const std::string& name, double value) { write_scalar_attr(loc, name, value); }
+void write_attr(hid_t loc, const std::string& name, int64_t value) { write_scalar_attr(loc, name, value); }
+
+bool has_attr(hid_t loc, const std::string& name) {
+  htri_t r = H5Aexists(loc, name.c_str());
+  if (r < 0) fail("H5Aexists " + name);
+  return r > 0;
+}
+
+std::string read_attr_string(hid_t loc, const std::string& name) {
+  Handle attr(check(H5Aopen(loc, name.c_str(), H5P_DEFAULT), ("H5Aopen " + name).c_str()), H5Aclose);
+  Handle type(check(H5Aget_type(attr.id()), "H5Aget_type"), H5Tclose);
+  SLIMPI_CHECK(H5Tget_class(type.id()) == H5T_STRING, "HDF5 attribute '{}' is not a string", name);
+  SLIMPI_CHECK(!H5Tis_variable_str(type.id()), "HDF5 attribute '{}' is a variable-length string", name);
+  size_t n = H5Tget_size(type.id());
+  std::string value(n, '\0');
+  Handle mem = string_type(n);
+  check_status(H5Aread(attr.id(), mem.id(), value.data()), "H5Aread");
+  value.erase(value.find_last_not_of('\0') + 1);
+  return value;
+}
+double read_attr_double(hid_t loc, const std::string& name) { return read_scalar_attr<double>(loc, name); }
+int64_t read_attr_int(hid_t loc, const std::string& name) { return read_scalar_attr<int64_t>(loc, name); }
+
+Handle transfer_list(const File& file) {
+  Handle dxpl(check(H5Pcreate(H5P_DATASET_XFER), "H5Pcreate(dxpl)"), H5Pclose);
+  if (file.parallel()) check_status(H5Pset_dxpl_mpio(dxpl.id(), H5FD_MPIO_COLLECTIVE), "H5Pset_dxpl_mpio");
+  return dxpl;
+}
+
+}  // namespace slimpi::h5

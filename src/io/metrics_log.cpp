@@ -1,0 +1,149 @@
+#include "io/metrics_log.h"
+
+#include <slimpi/error.h>
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+
+#include "io/h5_meta.h"
+#include "parallel/mpi_bytes.h"
+
+namespace slimpi {
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+std::string join_lines(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += n + "\n";
+  return out;
+}
+
+std::vector<std::string> split_lines(const std::string& text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (size_t end; (end = text.find('\n', start)) != std::string::npos; start = end + 1)
+    out.push_back(text.substr(start, end - start));
+  return out;
+}
+
+// Rank 0's names and values, the same on every rank afterwards.
+void broadcast_row(MPI_Comm comm, std::vector<std::string>& names, std::vector<double>& values) {
+  std::string text = join_lines(names);
+  if (comm == MPI_COMM_NULL) return;
+  broadcast_string(comm, text, 0);
+  names = split_lines(text);
+  values.resize(names.size());
+  MPI_Bcast(values.data(), static_cast<int>(values.size()), MPI_DOUBLE, 0, comm);
+}
+
+std::string csv_number(double v) { return std::isnan(v) ? "" : fmt::format("{}", v); }
+
+}  // namespace
+
+MetricsLog::MetricsLog(const std::string& dir, MPI_Comm comm, const std::string& deck_text)
+    : file_(h5::File::create(dir + "/metrics.h5", comm)), csv_path_(dir + "/metrics.csv") {
+  if (comm != MPI_COMM_NULL) {
+    MPI_Comm_rank(comm, &rank_);
+    MPI_Comm_size(comm, &size_);
+  }
+  h5::write_file_meta(file_, "slimpi metrics", deck_text);
+  steps_group_ = h5::create_group(file_.id(), "steps");
+  ranks_group_ = h5::create_group(file_.id(), "ranks");
+  step_ = h5::AppendableDataset<int64_t>::create(file_, steps_group_.id(), "step", {}, 1024);
+  rank_step_ = h5::AppendableDataset<int64_t>::create(file_, ranks_group_.id(), "step", {}, 1024);
+  rank_rank_ = h5::AppendableDataset<int64_t>::create(file_, ranks_group_.id(), "rank", {}, 1024);
+  h5::write_attr(steps_group_.id(), "columns", std::string());
+  if (rank_ == 0) write_csv(/*rewrite=*/true);
+}
+
+h5::AppendableDataset<double>& MetricsLog::column(const std::string& name) {
+  auto it = columns_.find(name);
+  if (it != columns_.end()) return it->second;
+  // A new column: collective creation (every rank reaches here for the same names in
+  // the same order), backfilled with NaN for the rows logged before it existed.
+  SLIMPI_CHECK(!name.empty() && name != "step" && name.front() != '/' && name.back() != '/',
+               "metric name '{}' cannot be a metrics.h5 column", name);
+  auto col = h5::AppendableDataset<double>::create(file_, steps_group_.id(), name, {}, 1024, kNaN);
+  col.grow_to(step_.n_rows());
+  names_.push_back(name);
+  h5::write_attr(steps_group_.id(), "columns", join_lines(names_));
+  return columns_.emplace(name, std::move(col)).first->second;
+}
+
+void MetricsLog::log_step(int64_t step, const std::map<std::string, double>& values) {
+  std::vector<std::string> names;
+  std::vector<double> vals;
+  for (const auto& [k, v] : values) {
+    names.push_back(k);
+    vals.push_back(v);
+  }
+  broadcast_row(file_.comm(), names, vals);
+  const size_t old_columns = names_.size();
+  for (const auto& n : names) column(n);
+
+  const bool root = rank_ == 0;
+  step_.append(&step, root ? 1 : 0);
+  std::map<std::string, double> row;
+  for (size_t i = 0; i < names.size(); ++i) row[names[i]] = vals[i];
+  for (const auto& n : names_) {
+    auto it = row.find(n);
+    double v = it == row.end() ? kNaN : it->second;
+    columns_.at(n).append(&v, root ? 1 : 0);
+  }
+  file_.flush();
+  if (root) {
+    rows_.emplace_back(step, std::move(row));
+    write_csv(/*rewrite=*/names_.size() != old_columns);
+  }
+}
+
+void MetricsLog::log_ranks(int64_t step, const std::map<std::string, double>& mine) {
+  std::vector<std::string> names, local_names;
+  std::vector<double> unused;
+  for (const auto& [k, v] : mine) names.push_back(k);
+  local_names = names;
+  broadcast_row(file_.comm(), names, unused);
+  SLIMPI_CHECK(names == local_names, "log_ranks: rank {} has metrics [{}], rank 0 has [{}]", rank_,
+               join_lines(local_names), join_lines(names));
+  int64_t rank = rank_;
+  rank_step_.append(&step, 1);
+  rank_rank_.append(&rank, 1);
+  for (const auto& [k, v] : mine) {
+    auto it = rank_columns_.find(k);
+    if (it == rank_columns_.end()) {
+      // A late column: the rows of earlier steps read NaN.
+      auto col = h5::AppendableDataset<double>::create(file_, ranks_group_.id(), k, {}, 1024, kNaN);
+      col.grow_to(rank_step_.n_rows() - static_cast<uint64_t>(size_));
+      it = rank_columns_.emplace(k, std::move(col)).first;
+    }
+    it->second.append(&v, 1);
+  }
+  file_.flush();
+}
+
+void MetricsLog::write_csv(bool rewrite) {
+  std::ofstream out(csv_path_, rewrite ? std::ios::trunc : std::ios::app);
+  SLIMPI_CHECK(out, "cannot write {}", csv_path_);
+  auto write_row = [&](int64_t step, const std::map<std::string, double>& row) {
+    out << step;
+    for (const auto& n : names_) {
+      auto it = row.find(n);
+      out << ',' << (it == row.end() ? "" : csv_number(it->second));
+    }
+    out << '\n';
+  };
+  if (rewrite) {
+    out << "step";
+    for (const auto& n : names_) out << ',' << n;
+    out << '\n';
+    for (const auto& [step, row] : rows_) write_row(step, row);
+  } else {
+    write_row(rows_.back().first, rows_.back().second);
+  }
+  out.flush();
+  SLIMPI_CHECK(out, "write to {} failed", csv_path_);
+}
+
+}  // namespace slimpi

@@ -1,0 +1,47 @@
+// RolloutLog — the run's rollouts.h5: one row per sample, appended every step by all
+// ranks of the file's communicator at once (collective; a rank with no samples still
+// calls append). Owned by the driver. Layout (every dataset under /samples):
+//   step, group_index, index, weight_version  int64 [n]
+//   prompt_length, response_length            int32 [n]
+//   reward, raw_reward, advantage             float32 [n]
+//   status                                    int8 [n]   (attribute status_names)
+//   tokens/{values,offsets}                   int32 CSR: prompt + response token ids
+//   rollout_log_probs/{values,offsets}        float32 CSR: one per response token
+// Row i of every dataset is the same sample; rows of lower ranks come first in a step.
+// Root attributes: slimpi_version, created_utc, kind = "slimpi rollouts", deck (text).
+#pragma once
+
+#include <slimpi/sample.h>
+
+#include "io/appendable_dataset.h"
+
+namespace slimpi {
+
+class RolloutLog {
+ public:
+  // Creates (truncates) `path`, collectively over `comm` (MPI_COMM_NULL: serial).
+  static RolloutLog create(const std::string& path, MPI_Comm comm, const std::string& deck_text);
+  // Opens an existing log for appending (same communicator rules).
+  static RolloutLog open(const std::string& path, MPI_Comm comm);
+
+  // Collective: appends this rank's samples. Returns the global row of the first one.
+  uint64_t append(const std::vector<Sample>& local);
+  uint64_t n_samples() const { return step_.n_rows(); }
+  void flush() { file_.flush(); }
+  // Reads every sample back (independent; any rank). For tests and tools.
+  std::vector<Sample> read_all() const;
+
+ private:
+  void bind(bool create);
+
+  h5::File file_;
+  h5::Handle group_;
+  h5::AppendableDataset<int64_t> step_, group_index_, index_, weight_version_;
+  h5::AppendableDataset<int32_t> prompt_length_, response_length_;
+  h5::AppendableDataset<float> reward_, raw_reward_, advantage_;
+  h5::AppendableDataset<int8_t> status_;
+  h5::CsrDataset<int32_t> tokens_;
+  h5::CsrDataset<float> log_probs_;
+};
+
+}  // namespace slimpi

@@ -1,0 +1,45 @@
+// Comm — the collective interface every slimpi component talks through.
+//
+// Implementations: MpiComm (host memory; always available) and NcclComm (CUDA device
+// memory; compiled when the CUDA toolkit + NCCL are found, chosen at run time only when
+// every rank has a GPU). Callers own their buffers; operations are blocking and
+// in place where the name says so. Counts are in elements of `dtype`, any size (large
+// MPI messages are chunked). Every call is watched by the Watchdog (parallel.timeout_s).
+// Torch tensors go through the helpers of parallel/comm_tensor.h.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace slimpi {
+
+enum class DType : uint8_t { F32, F64, BF16, F16, I32, I64, U8 };
+enum class ReduceOp : uint8_t { Sum, Max, Min };
+
+size_t dtype_size(DType dtype);
+const char* dtype_name(DType dtype);
+
+class Comm {
+ public:
+  virtual ~Comm() = default;
+
+  virtual const std::string& name() const = 0;  // "trainer", "sync", ...
+  virtual const char* backend() const = 0;      // "mpi" | "nccl"
+  virtual bool device_memory() const = 0;       // true: buffers must be CUDA memory
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // data[i] = op over ranks of data[i], on every rank.
+  virtual void allreduce(void* data, size_t count, DType dtype, ReduceOp op) = 0;
+  // data on every rank = data on `root`.
+  virtual void broadcast(void* data, size_t count, DType dtype, int root) = 0;
+  // recv[r * count + i] = send[i] of rank r; recv holds size() * count elements.
+  virtual void allgather(const void* send, void* recv, size_t count, DType dtype) = 0;
+  virtual void send(const void* data, size_t count, DType dtype, int peer) = 0;
+  virtual void recv(void* data, size_t count, DType dtype, int peer) = 0;
+  virtual void barrier() = 0;
+};
+
+}  // namespace slimpi

@@ -1,0 +1,92 @@
+#include "parallel/comm_tensor.h"
+
+#include <ATen/ATen.h>
+#include <slimpi/error.h>
+
+namespace slimpi {
+namespace {
+
+// The tensor the backend can touch: `t` itself, or a staged copy on the backend's side.
+at::Tensor backend_view(const Comm& comm, const at::Tensor& t) {
+  SLIMPI_CHECK(t.is_contiguous(), "comm '{}': tensor of shape {} is not contiguous", comm.name(),
+               fmt::format("{}", fmt::join(t.sizes(), "x")));
+  if (comm.device_memory() == t.is_cuda()) return t;
+  return comm.device_memory() ? t.to(at::kCUDA) : t.cpu();
+}
+
+void copy_back(const at::Tensor& staged, const at::Tensor& t) {
+  if (!staged.is_same(t)) t.copy_(staged);
+}
+
+}  // namespace
+
+DType dtype_of(const at::Tensor& t) {
+  switch (t.scalar_type()) {
+    case at::kFloat: return DType::F32;
+    case at::kDouble: return DType::F64;
+    case at::kBFloat16: return DType::BF16;
+    case at::kHalf: return DType::F16;
+    case at::kInt: return DType::I32;
+    case at::kLong: return DType::I64;
+    case at::kByte: case at::kBool: case at::kChar: return DType::U8;
+    default: SLIMPI_FAIL("no collective dtype for torch dtype {}", std::string(c10::toString(t.scalar_type())));
+  }
+}
+
+void allreduce(Comm& comm, const at::Tensor& t, ReduceOp op) {
+  at::Tensor b = backend_view(comm, t);
+  comm.allreduce(b.data_ptr(), b.numel(), dtype_of(b), op);
+  copy_back(b, t);
+}
+
+void broadcast(Comm& comm, const at::Tensor& t, int root) {
+  at::Tensor b = backend_view(comm, t);
+  comm.broadcast(b.data_ptr(), b.numel(), dtype_of(b), root);
+  copy_back(b, t);
+}
+
+at::Tensor allgather(Comm& comm, const at::Tensor& t) {
+  at::Tensor b = backend_view(comm, t);
+  std::vector<int64_t> shape{comm.size()};
+  shape.insert(shape.end(), b.sizes().begin(), b.sizes().end());
+  at::Tensor out = at::empty(shape, b.options());  // [size, *t.shape]
+  comm.allgather(b.data_ptr(), out.data_ptr(), b.numel(), dtype_of(b));
+  return out.to(t.device());
+}
+
+void send(Comm& comm, const at::Tensor& t, int peer) {
+  at::Tensor b = backend_view(comm, t);
+  comm.send(b.data_ptr(), b.numel(), dtype_of(b), peer);
+}
+
+void recv(Comm& comm, const at::Tensor& t, int peer) {
+  at::Tensor b = backend_view(comm, t);
+  comm.recv(b.data_ptr(), b.numel(), dtype_of(b), peer);
+  copy_back(b, t);
+}
+
+void broadcast_bytes(Comm& comm, std::string& bytes, int root) {
+  at::Tensor n = at::full({1}, static_cast<int64_t>(bytes.size()), at::kLong);  // [1]
+  broadcast(comm, n, root);
+  bytes.resize(n.item<int64_t>());
+  at::Tensor data = at::from_blob(bytes.data(), {static_cast<int64_t>(bytes.size())}, at::kByte);
+  broadcast(comm, data, root);
+}
+
+void send_bytes(Comm& comm, const std::string& bytes, int peer) {
+  at::Tensor n = at::full({1}, static_cast<int64_t>(bytes.size()), at::kLong);
+  send(comm, n, peer);
+  // send() only reads: the const_cast lets from_blob wrap the caller's bytes without a copy.
+  send(comm, at::from_blob(const_cast<char*>(bytes.data()), {static_cast<int64_t>(bytes.size())}, at::kByte),
+       peer);
+}
+
+std::string recv_bytes(Comm& comm, int peer) {
+  at::Tensor n = at::empty({1}, at::kLong);
+  recv(comm, n, peer);
+  std::string bytes(n.item<int64_t>(), '\0');
+  recv(comm, at::from_blob(bytes.data(), {static_cast<int64_t>(bytes.size())}, at::kByte), peer);
+  return bytes;
+}
+
+}  // namespace slimpi

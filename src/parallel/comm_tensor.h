@@ -1,0 +1,33 @@
+// Torch-tensor and byte-string front end of Comm (parallel/comm.h).
+//
+// Tensors are reduced/broadcast in place and must be contiguous (no hidden copies of
+// big buffers: gradient and weight buckets are flat tensors allocated once). A tensor
+// on the wrong side of the backend (CUDA tensor on MPI, CPU tensor on NCCL) is staged
+// through a copy on the other device and copied back: correct, but slower, and meant
+// for small control data only. Byte strings travel the same way.
+#pragma once
+
+#include <string>
+
+#include "parallel/comm.h"
+
+namespace at {
+class Tensor;
+}
+
+namespace slimpi {
+
+DType dtype_of(const at::Tensor& t);
+
+void allreduce(Comm& comm, const at::Tensor& t, ReduceOp op = ReduceOp::Sum);
+void broadcast(Comm& comm, const at::Tensor& t, int root);
+// Returns [comm.size(), *t.sizes()]: every rank's tensor, stacked in rank order.
+at::Tensor allgather(Comm& comm, const at::Tensor& t);
+void send(Comm& comm, const at::Tensor& t, int peer);
+void recv(Comm& comm, const at::Tensor& t, int peer);
+
+void broadcast_bytes(Comm& comm, std::string& bytes, int root);
+void send_bytes(Comm& comm, const std::string& bytes, int peer);
+std::string recv_bytes(Comm& comm, int peer);
+
+}  // namespace slimpi

@@ -1,0 +1,179 @@
+#include "parallel/mpi_comm.h"
+
+#include <slimpi/error.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "parallel/mpi_bytes.h"
+#include "parallel/watchdog.h"
+
+namespace slimpi {
+namespace {
+
+constexpr size_t kMaxChunk = size_t(1) << 30;  // elements per MPI call
+
+MPI_Datatype mpi_type(DType dtype) {
+  switch (dtype) {
+    case DType::F32: return MPI_FLOAT;
+    case DType::F64: return MPI_DOUBLE;
+    case DType::I32: return MPI_INT32_T;
+    case DType::I64: return MPI_INT64_T;
+    case DType::U8: return MPI_UINT8_T;
+    case DType::BF16:
+    case DType::F16: return MPI_UINT16_T;  // moved as bits; reductions need bf16_sum_op
+  }
+  return MPI_BYTE;
+}
+
+// bf16 = the top 16 bits of an IEEE float; sum in fp32, round to nearest even.
+float bf16_to_float(uint16_t v) {
+  uint32_t bits = uint32_t(v) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+uint16_t float_to_bf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return uint16_t((bits >> 16) | 0x40);  // NaN stays NaN
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return uint16_t(bits >> 16);
+}
+void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  auto* a = static_cast<const uint16_t*>(in);
+  auto* b = static_cast<uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = float_to_bf16(bf16_to_float(a[i]) + bf16_to_float(b[i]));
+}
+
+MPI_Op bf16_sum_op() {
+  static MPI_Op op = [] {
+    MPI_Op o;
+    MPI_Op_create(&bf16_sum, /*commute=*/1, &o);
+    return o;
+  }();
+  return op;
+}
+
+MPI_Op mpi_op(ReduceOp op, DType dtype) {
+  if (dtype == DType::BF16) {
+    SLIMPI_CHECK(op == ReduceOp::Sum, "MPI backend: bf16 allreduce supports only sum");
+    return bf16_sum_op();
+  }
+  SLIMPI_CHECK(dtype != DType::F16, "MPI backend: fp16 allreduce is not supported; use fp32 or bf16");
+  switch (op) {
+    case ReduceOp::Sum: return MPI_SUM;
+    case ReduceOp::Max: return MPI_MAX;
+    case ReduceOp::Min: return MPI_MIN;
+  }
+  return MPI_SUM;
+}
+
+// Calls fn(offset, n) over [0, count) in chunks of at most kMaxChunk.
+template <class Fn>
+void chunked(size_t count, Fn fn) {
+  for (size_t off = 0; off < count; off += kMaxChunk) fn(off, static_cast<int>(std::min(kMaxChunk, count - off)));
+}
+
+}  // namespace
+
+size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::F32: case DType::I32: return 4;
+    case DType::F64: case DType::I64: return 8;
+    case DType::BF16: case DType::F16: return 2;
+    case DType::U8: return 1;
+  }
+  return 1;
+}
+
+const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::F32: return "f32";
+    case DType::F64: return "f64";
+    case DType::BF16: return "bf16";
+    case DType::F16: return "f16";
+    case DType::I32: return "i32";
+    case DType::I64: return "i64";
+    case DType::U8: return "u8";
+  }
+  return "?";
+}
+
+MpiComm::MpiComm(MPI_Comm comm, std::string name) : name_(std::move(name)) {
+  SLIMPI_CHECK(comm != MPI_COMM_NULL, "MpiComm '{}' made from MPI_COMM_NULL", name_);
+  check_mpi(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup");
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+}
+
+MpiComm::~MpiComm() {
+  if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+std::string MpiComm::describe(const char* op, size_t count, DType dtype) const {
+  return fmt::format("[rank {} of comm '{}' ({} ranks, mpi)] {} of {} x {}", rank_, name_, size_, op,
+                     count, dtype_name(dtype));
+}
+
+void MpiComm::allreduce(void* data, size_t count, DType dtype, ReduceOp op) {
+  WaitGuard guard(describe("allreduce", count, dtype));
+  MPI_Op mop = mpi_op(op, dtype);
+  auto* bytes = static_cast<char*>(data);
+  chunked(count, [&](size_t off, int n) {
+    check_mpi(MPI_Allreduce(MPI_IN_PLACE, bytes + off * dtype_size(dtype), n, mpi_type(dtype), mop, comm_),
+              "MPI_Allreduce");
+  });
+}
+
+void MpiComm::broadcast(void* data, size_t count, DType dtype, int root) {
+  WaitGuard guard(describe("broadcast", count, dtype));
+  auto* bytes = static_cast<char*>(data);
+  chunked(count, [&](size_t off, int n) {
+    check_mpi(MPI_Bcast(bytes + off * dtype_size(dtype), n, mpi_type(dtype), root, comm_), "MPI_Bcast");
+  });
+}
+
+void MpiComm::allgather(const void* send, void* recv, size_t count, DType dtype) {
+  WaitGuard guard(describe("allgather", count, dtype));
+  if (count <= kMaxChunk) {
+    check_mpi(MPI_Allgather(send, static_cast<int>(count), mpi_type(dtype), recv, static_cast<int>(count),
+                            mpi_type(dtype), comm_),
+              "MPI_Allgather");
+    return;
+  }
+  // Beyond int counts: each rank broadcasts its part in turn.
+  const size_t bytes = count * dtype_size(dtype);
+  auto* out = static_cast<char*>(recv);
+  std::memcpy(out + rank_ * bytes, send, bytes);
+  for (int r = 0; r < size_; ++r)
+    chunked(count, [&](size_t off, int n) {
+      check_mpi(MPI_Bcast(out + r * bytes + off * dtype_size(dtype), n, mpi_type(dtype), r, comm_),
+                "MPI_Bcast(allgather)");
+    });
+}
+
+void MpiComm::send(const void* data, size_t count, DType dtype, int peer) {
+  WaitGuard guard(describe("send", count, dtype) + fmt::format(" to rank {}", peer));
+  auto* bytes = static_cast<const char*>(data);
+  chunked(count, [&](size_t off, int n) {
+    check_mpi(MPI_Send(bytes + off * dtype_size(dtype), n, mpi_type(dtype), peer, 0, comm_), "MPI_Send");
+  });
+}
+
+void MpiComm::recv(void* data, size_t count, DType dtype, int peer) {
+  WaitGuard guard(describe("recv", count, dtype) + fmt::format(" from rank {}", peer));
+  auto* bytes = static_cast<char*>(data);
+  chunked(count, [&](size_t off, int n) {
+    check_mpi(MPI_Recv(bytes + off * dtype_size(dtype), n, mpi_type(dtype), peer, 0, comm_, MPI_STATUS_IGNORE),
+              "MPI_Recv");
+  });
+}
+
+void MpiComm::barrier() {
+  WaitGuard guard(describe("barrier", 0, DType::U8));
+  check_mpi(MPI_Barrier(comm_), "MPI_Barrier");
+}
+
+}  // namespace slimpi

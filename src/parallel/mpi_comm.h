@@ -1,0 +1,41 @@
+// MpiComm — Comm over an MPI communicator, for host memory.
+// Owns a duplicate of the communicator it was given (so its traffic never matches
+// another component's) and the user-defined reduction for bf16 sums. Large counts are
+// sent in chunks of at most 2^30 elements (MPI counts are int).
+#pragma once
+
+#include <mpi.h>
+
+#include "parallel/comm.h"
+
+namespace slimpi {
+
+class MpiComm final : public Comm {
+ public:
+  MpiComm(MPI_Comm comm, std::string name);
+  ~MpiComm() override;
+
+  const std::string& name() const override { return name_; }
+  const char* backend() const override { return "mpi"; }
+  bool device_memory() const override { return false; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  MPI_Comm mpi_comm() const { return comm_; }
+
+  void allreduce(void* data, size_t count, DType dtype, ReduceOp op) override;
+  void broadcast(void* data, size_t count, DType dtype, int root) override;
+  void allgather(const void* send, void* recv, size_t count, DType dtype) override;
+  void send(const void* data, size_t count, DType dtype, int peer) override;
+  void recv(void* data, size_t count, DType dtype, int peer) override;
+  void barrier() override;
+
+ private:
+  std::string describe(const char* op, size_t count, DType dtype) const;
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  std::string name_;
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+}  // namespace slimpi

@@ -1,0 +1,117 @@
+#include "parallel/nccl_comm.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <slimpi/error.h>
+
+#include "parallel/mpi_bytes.h"
+#include "parallel/watchdog.h"
+
+namespace slimpi {
+namespace {
+
+void check_cuda(cudaError_t code, const char* what) {
+  if (code != cudaSuccess) SLIMPI_FAIL("{} failed: {}", what, cudaGetErrorString(code));
+}
+void check_nccl(ncclResult_t code, const char* what) {
+  if (code != ncclSuccess) SLIMPI_FAIL("{} failed: {}", what, ncclGetErrorString(code));
+}
+
+ncclDataType_t nccl_type(DType dtype) {
+  switch (dtype) {
+    case DType::F32: return ncclFloat32;
+    case DType::F64: return ncclFloat64;
+    case DType::BF16: return ncclBfloat16;
+    case DType::F16: return ncclFloat16;
+    case DType::I32: return ncclInt32;
+    case DType::I64: return ncclInt64;
+    case DType::U8: return ncclUint8;
+  }
+  return ncclUint8;
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return ncclSum;
+    case ReduceOp::Max: return ncclMax;
+    case ReduceOp::Min: return ncclMin;
+  }
+  return ncclSum;
+}
+
+}  // namespace
+
+struct NcclComm::Handles {
+  ncclComm_t comm = nullptr;
+  cudaStream_t stream = nullptr;
+  float* barrier_word = nullptr;  // [1] on the device
+};
+
+NcclComm::NcclComm(MPI_Comm comm, std::string name, int device)
+    : h_(std::make_unique<Handles>()), name_(std::move(name)) {
+  MPI_Comm_rank(comm, &rank_);
+  MPI_Comm_size(comm, &size_);
+  check_cuda(cudaSetDevice(device), "cudaSetDevice");
+  ncclUniqueId id;
+  if (rank_ == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  check_mpi(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, comm), "MPI_Bcast(ncclUniqueId)");
+  {
+    WaitGuard guard(fmt::format("[rank {} of comm '{}' ({} ranks, nccl)] ncclCommInitRank", rank_, name_, size_));
+    check_nccl(ncclCommInitRank(&h_->comm, size_, id, rank_), "ncclCommInitRank");
+  }
+  check_cuda(cudaStreamCreateWithFlags(&h_->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  check_cuda(cudaMalloc(&h_->barrier_word, sizeof(float)), "cudaMalloc(barrier)");
+}
+
+NcclComm::~NcclComm() {
+  if (h_->barrier_word) cudaFree(h_->barrier_word);
+  if (h_->stream) cudaStreamDestroy(h_->stream);
+  if (h_->comm) ncclCommDestroy(h_->comm);
+}
+
+std::string NcclComm::describe(const char* op, size_t count, DType dtype) const {
+  return fmt::format("[rank {} of comm '{}' ({} ranks, nccl)] {} of {} x {}", rank_, name_, size_, op,
+                     count, dtype_name(dtype));
+}
+
+void NcclComm::finish(const char* what) { check_cuda(cudaStreamSynchronize(h_->stream), what); }
+
+void NcclComm::allreduce(void* data, size_t count, DType dtype, ReduceOp op) {
+  WaitGuard guard(describe("allreduce", count, dtype));
+  check_nccl(ncclAllReduce(data, data, count, nccl_type(dtype), nccl_op(op), h_->comm, h_->stream),
+             "ncclAllReduce");
+  finish("ncclAllReduce");
+}
+
+void NcclComm::broadcast(void* data, size_t count, DType dtype, int root) {
+  WaitGuard guard(describe("broadcast", count, dtype));
+  check_nccl(ncclBroadcast(data, data, count, nccl_type(dtype), root, h_->comm, h_->stream), "ncclBroadcast");
+  finish("ncclBroadcast");
+}
+
+void NcclComm::allgather(const void* send, void* recv, size_t count, DType dtype) {
+  WaitGuard guard(describe("allgather", count, dtype));
+  check_nccl(ncclAllGather(send, recv, count, nccl_type(dtype), h_->comm, h_->stream), "ncclAllGather");
+  finish("ncclAllGather");
+}
+
+void NcclComm::send(const void* data, size_t count, DType dtype, int peer) {
+  WaitGuard guard(describe("send", count, dtype) + fmt::format(" to rank {}", peer));
+  check_nccl(ncclSend(data, count, nccl_type(dtype), peer, h_->comm, h_->stream), "ncclSend");
+  finish("ncclSend");
+}
+
+void NcclComm::recv(void* data, size_t count, DType dtype, int peer) {
+  WaitGuard guard(describe("recv", count, dtype) + fmt::format(" from rank {}", peer));
+  check_nccl(ncclRecv(data, count, nccl_type(dtype), peer, h_->comm, h_->stream), "ncclRecv");
+  finish("ncclRecv");
+}
+
+void NcclComm::barrier() {
+  WaitGuard guard(describe("barrier", 1, DType::F32));
+  check_nccl(ncclAllReduce(h_->barrier_word, h_->barrier_word, 1, ncclFloat32, ncclSum, h_->comm, h_->stream),
+             "ncclAllReduce(barrier)");
+  finish("ncclAllReduce(barrier)");
+}
+
+}  // namespace slimpi

@@ -1,0 +1,97 @@
+#include "parallel/watchdog.h"
+
+#include <mpi.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "core/log.h"
+
+namespace slimpi {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct WatchState {
+  std::mutex mutex;
+  std::condition_variable wake;
+  std::thread thread;
+  bool running = false;
+  double timeout_s = 0.0;
+  bool waiting = false;
+  std::string what;
+  Clock::time_point since;
+};
+
+WatchState& state() {
+  static WatchState s;
+  return s;
+}
+
+void watch_loop() {
+  WatchState& s = state();
+  std::unique_lock<std::mutex> lock(s.mutex);
+  const auto poll = std::chrono::duration<double>(std::min(1.0, s.timeout_s / 4));
+  while (s.running) {
+    s.wake.wait_for(lock, poll);
+    if (!s.running || !s.waiting) continue;
+    double waited = std::chrono::duration<double>(Clock::now() - s.since).count();
+    if (waited > s.timeout_s) {
+      log::error("{} has waited {:.0f} s (parallel.timeout_s = {}): a peer rank is dead, stuck "
+                 "or not calling it; aborting the job",
+                 s.what, waited, s.timeout_s);
+      MPI_Abort(MPI_COMM_WORLD, 3);
+    }
+  }
+}
+
+}  // namespace
+
+Watchdog& Watchdog::instance() {
+  static Watchdog w;
+  return w;
+}
+
+Watchdog::~Watchdog() { stop(); }
+
+void Watchdog::start(double timeout_s) {
+  stop();
+  WatchState& s = state();
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.timeout_s = timeout_s;
+    s.running = true;
+  }
+  s.thread = std::thread(watch_loop);
+}
+
+void Watchdog::stop() {
+  WatchState& s = state();
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (!s.running) return;
+    s.running = false;
+  }
+  s.wake.notify_all();
+  if (s.thread.joinable()) s.thread.join();
+}
+
+double Watchdog::timeout_s() const { return state().timeout_s; }
+
+void Watchdog::begin_wait(const std::string& what) {
+  WatchState& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.waiting = true;
+  s.what = what;
+  s.since = Clock::now();
+}
+
+void Watchdog::end_wait() {
+  WatchState& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.waiting = false;
+}
+
+}  // namespace slimpi

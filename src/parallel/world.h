@@ -1,0 +1,80 @@
+// World — the roles of the ranks and the communicators made from them (DESIGN.md §1).
+//
+// Split placement: world ranks [0, n_trainer) train, [n_trainer, size) roll out; each
+// rollout rank is one engine. Colocate: every rank trains and rolls out.
+// Communicators (made once, collectively, in the constructor; freed in the destructor):
+//   trainer  — the trainer ranks (MPI_COMM_NULL on pure rollout ranks)
+//   rollout  — the rollout ranks (MPI_COMM_NULL on pure trainer ranks)
+//   sync     — split only: trainer rank 0 (sync rank 0) + every engine's first rank;
+//              the weight-broadcast path. MPI_COMM_NULL elsewhere and in colocate.
+// WorldLayout is the pure arithmetic (testable without MPI); World owns the MPI handles.
+#pragma once
+
+#include <mpi.h>
+
+#include <string>
+#include <vector>
+
+namespace slimpi {
+
+class Deck;
+
+enum class Placement { Split, Colocate };
+
+struct WorldLayout {
+  Placement placement = Placement::Split;
+  int world_size = 1;
+  int n_trainer = 1;  // ranks that train
+  int n_rollout = 1;  // ranks that roll out (= engines: one rank per engine for now)
+
+  bool is_trainer(int rank) const;
+  bool is_rollout(int rank) const;
+  // Engine index of a rollout rank, -1 for others.
+  int engine_of(int rank) const;
+  // Whether `rank` is a member of the sync communicator.
+  bool in_sync(int rank) const;
+};
+
+// Resolves parallel.placement / trainer_ranks / rollout_ranks for `world_size` ranks.
+// Throws a collective slimpi::Error naming every key involved when they cannot hold.
+WorldLayout resolve_layout(const Deck& deck, int world_size);
+
+class World {
+ public:
+  World(MPI_Comm world, const WorldLayout& layout);
+  ~World();
+  World(const World&) = delete;
+  World& operator=(const World&) = delete;
+
+  const WorldLayout& layout() const { return layout_; }
+  MPI_Comm world() const { return world_; }
+  MPI_Comm trainer() const { return trainer_; }
+  MPI_Comm rollout() const { return rollout_; }
+  MPI_Comm sync() const { return sync_; }
+  int rank() const { return rank_; }
+  int size() const { return layout_.world_size; }
+  bool is_trainer() const { return layout_.is_trainer(rank_); }
+  bool is_rollout() const { return layout_.is_rollout(rank_); }
+  const std::string& hostname() const { return hostname_; }
+
+  // The rank table (rank, host, role, rank in each communicator). Collective over the
+  // world; the text is complete on rank 0.
+  std::string describe() const;
+
+ private:
+  WorldLayout layout_;
+  MPI_Comm world_;
+  MPI_Comm trainer_ = MPI_COMM_NULL;
+  MPI_Comm rollout_ = MPI_COMM_NULL;
+  MPI_Comm sync_ = MPI_COMM_NULL;
+  int rank_ = 0;
+  std::string hostname_;
+};
+
+const char* placement_name(Placement p);
+// Rank of this process in `comm`, or -1 for MPI_COMM_NULL.
+int rank_in(MPI_Comm comm);
+// Size of `comm`, or 0 for MPI_COMM_NULL.
+int size_of(MPI_Comm comm);
+
+}  // namespace slimpi
