@@ -153,8 +153,16 @@ class DeckReader {
   }
 
   void read_table(const toml::table& table, const std::string& prefix, const std::string& file) {
-    for (const auto& [k, node] : table) {
-      std::string key = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
+    // toml++ iterates keys alphabetically; visit them in file order so that problems
+    // are reported top to bottom.
+    std::vector<std::pair<std::string, const toml::node*>> items;
+    for (const auto& [k, node] : table) items.emplace_back(std::string(k.str()), &node);
+    std::stable_sort(items.begin(), items.end(), [](const auto& a, const auto& b) {
+      return a.second->source().begin.line < b.second->source().begin.line;
+    });
+    for (const auto& [k, node_ptr] : items) {
+      const toml::node& node = *node_ptr;
+      std::string key = prefix.empty() ? k : prefix + "." + k;
       std::string where = fmt::format("{}:{}", file, node.source().begin.line);
       if (prefix.empty() && key == "include") continue;
       if (const toml::table* sub = node.as_table()) {

@@ -18,9 +18,9 @@ RolloutLog RolloutLog::create(const std::string& path, MPI_Comm comm, const std:
   return log;
 }
 
-RolloutLog RolloutLog::open(const std::string& path, MPI_Comm comm) {
+RolloutLog RolloutLog::open(const std::string& path, MPI_Comm comm, bool writable) {
   RolloutLog log;
-  log.file_ = h5::File::open(path, /*writable=*/true, comm);
+  log.file_ = h5::File::open(path, writable, comm);
   log.group_ = h5::open_group(log.file_.id(), "samples");
   log.bind(/*create=*/false);
   return log;

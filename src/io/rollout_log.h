@@ -21,8 +21,8 @@ class RolloutLog {
  public:
   // Creates (truncates) `path`, collectively over `comm` (MPI_COMM_NULL: serial).
   static RolloutLog create(const std::string& path, MPI_Comm comm, const std::string& deck_text);
-  // Opens an existing log for appending (same communicator rules).
-  static RolloutLog open(const std::string& path, MPI_Comm comm);
+  // Opens an existing log, for appending when `writable` (same communicator rules).
+  static RolloutLog open(const std::string& path, MPI_Comm comm, bool writable);
 
   // Collective: appends this rank's samples. Returns the global row of the first one.
   uint64_t append(const std::vector<Sample>& local);

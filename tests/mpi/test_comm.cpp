@@ -1,0 +1,108 @@
+// Comm (MPI backend) collectives at np 1, 2, 4: raw buffers, every dtype the backend
+// reduces, tensors through comm_tensor.h, and byte strings.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <slimpi/error.h>
+
+#include <cstring>
+#include <numeric>
+
+#include "parallel/comm_tensor.h"
+#include "parallel/mpi_comm.h"
+
+namespace slimpi {
+namespace {
+
+class CommTest : public ::testing::Test {
+ protected:
+  MpiComm comm{MPI_COMM_WORLD, "test"};
+  int r = comm.rank();
+  int n = comm.size();
+};
+
+TEST_F(CommTest, AllreduceSumMaxMinF32F64I64) {
+  std::vector<float> f(1000);
+  std::vector<double> d(1000);
+  std::vector<int64_t> i(1000);
+  for (int k = 0; k < 1000; ++k) {
+    f[k] = float(k + r);
+    d[k] = 0.5 * k * (r + 1);
+    i[k] = int64_t(k) * 1000000000LL + r;
+  }
+  comm.allreduce(f.data(), f.size(), DType::F32, ReduceOp::Sum);
+  comm.allreduce(d.data(), d.size(), DType::F64, ReduceOp::Max);
+  comm.allreduce(i.data(), i.size(), DType::I64, ReduceOp::Min);
+  const int rank_sum = n * (n - 1) / 2;
+  for (int k = 0; k < 1000; ++k) {
+    ASSERT_EQ(f[k], float(n * k + rank_sum));
+    ASSERT_EQ(d[k], 0.5 * k * n);
+    ASSERT_EQ(i[k], int64_t(k) * 1000000000LL);
+  }
+}
+
+TEST_F(CommTest, AllreduceBf16SumsInFloatAndRounds) {
+  at::Tensor t = at::full({64}, 0.5 + r, at::kBFloat16);  // exactly representable
+  allreduce(comm, t);
+  const float expected = 0.5f * n + n * (n - 1) / 2.0f;
+  EXPECT_TRUE(at::equal(t, at::full({64}, expected, at::kBFloat16)));
+  at::Tensor h = at::ones({4}, at::kHalf);
+  EXPECT_THROW(allreduce(comm, h), Error);  // fp16 sums are not supported on MPI
+}
+
+TEST_F(CommTest, BroadcastFromEveryRoot) {
+  for (int root = 0; root < n; ++root) {
+    at::Tensor t = r == root ? at::arange(100, at::kFloat) * (root + 1) : at::zeros({100}, at::kFloat);
+    broadcast(comm, t, root);
+    EXPECT_TRUE(at::equal(t, at::arange(100, at::kFloat) * (root + 1))) << "root " << root;
+  }
+}
+
+TEST_F(CommTest, AllgatherStacksInRankOrder) {
+  at::Tensor mine = at::full({2, 3}, r, at::kLong);
+  at::Tensor all = allgather(comm, mine);  // [n, 2, 3]
+  ASSERT_EQ(all.sizes(), (std::vector<int64_t>{n, 2, 3}));
+  for (int k = 0; k < n; ++k) EXPECT_TRUE(at::equal(all[k], at::full({2, 3}, k, at::kLong)));
+}
+
+TEST_F(CommTest, SendRecvRing) {
+  if (n < 2) GTEST_SKIP() << "needs a peer";
+  const int next = (r + 1) % n, prev = (r + n - 1) % n;
+  at::Tensor out = at::full({1000}, float(r), at::kFloat);
+  at::Tensor in = at::empty({1000}, at::kFloat);
+  // Even ranks send first, odd ranks receive first: no deadlock with blocking calls.
+  if (r % 2 == 0) {
+    send(comm, out, next);
+    recv(comm, in, prev);
+  } else {
+    recv(comm, in, prev);
+    send(comm, out, next);
+  }
+  EXPECT_TRUE(at::equal(in, at::full({1000}, float(prev), at::kFloat)));
+}
+
+TEST_F(CommTest, ByteStrings) {
+  std::string text = r == 0 ? std::string("deck text with \0 inside", 23) : "";
+  broadcast_bytes(comm, text, 0);
+  EXPECT_EQ(text, std::string("deck text with \0 inside", 23));
+  if (n < 2) return;
+  if (r == 0) send_bytes(comm, std::string(100000, 'x'), 1);
+  if (r == 1) EXPECT_EQ(recv_bytes(comm, 0), std::string(100000, 'x'));
+}
+
+TEST_F(CommTest, NonContiguousTensorsAreRefused) {
+  at::Tensor t = at::zeros({4, 4}, at::kFloat).t();
+  EXPECT_THROW(allreduce(comm, t), Error);
+}
+
+TEST_F(CommTest, BarrierAndBigBuffersReuseTheCallersMemory) {
+  comm.barrier();
+  // 16 MB in place: the result lands in the caller's buffer, no copy is returned.
+  at::Tensor big = at::ones({4 << 20}, at::kFloat);
+  void* before = big.data_ptr();
+  allreduce(comm, big);
+  EXPECT_EQ(big.data_ptr(), before);
+  EXPECT_EQ(big[12345].item<float>(), float(n));
+}
+
+}  // namespace
+}  // namespace slimpi

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# A bad deck stops every rank cleanly: non-zero exit, the message printed once (by
+# rank 0), no hang, no MPI_Abort. Usage: bad_deck.sh SLIMPI ROOT "MPIRUN FLAGS"
+set -uo pipefail
+slimpi=$1; root=$2; mpirun=$3
+out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
+
+expect_clean_failure() {  # NP LOG PATTERN ARGS...
+  local np=$1 log=$2 pattern=$3; shift 3
+  timeout 120 $mpirun -np "$np" "$slimpi" "$@" >"$log" 2>&1
+  local rc=$?
+  if [ $rc -eq 0 ] || [ $rc -eq 124 ]; then echo "expected a clean failure, got rc=$rc"; cat "$log"; exit 1; fi
+  if [ "$(grep -c -- "$pattern" "$log")" != 1 ]; then echo "expected '$pattern' exactly once:"; cat "$log"; exit 1; fi
+  if grep -q "MPI_ABORT" "$log"; then echo "a deck error must not abort:"; cat "$log"; exit 1; fi
+}
+
+printf '[run]\nn_stepz = 3\n[parallel]\nplacement = "split"\ntimeout_s = "soon"\n' >"$out/bad.toml"
+expect_clean_failure 4 "$out/a.log" "did you mean run.n_steps?" run "$out/bad.toml"
+grep -q "bad.toml:5: key 'parallel.timeout_s' must be a float, got string \"soon\"" "$out/a.log" \
+  || { cat "$out/a.log"; exit 1; }
+
+printf '[run]\nn_steps = 1\n' >"$out/ok.toml"
+expect_clean_failure 1 "$out/b.log" "needs at least 2 ranks" run "$out/ok.toml"
+expect_clean_failure 4 "$out/c.log" "parallel.trainer_ranks = 3 (--set)" run "$out/ok.toml" \
+  --set parallel.trainer_ranks=3 --set parallel.rollout_ranks=3
+expect_clean_failure 2 "$out/d.log" "cannot open deck file" run "$out/missing.toml"
+expect_clean_failure 2 "$out/e.log" "run.device = \"cuda\" but" run "$out/ok.toml" --set run.device=cuda
+expect_clean_failure 2 "$out/f.log" "no deck key starts with 'zzz'" keys zzz
+echo "bad_deck: ok"
