@@ -4,38 +4,14 @@
 // are printed once and every rank exits 1; an error on one rank aborts the job.
 #include <malloc.h>
 #include <mpi.h>
-#include <slimpi/error.h>
 #include <slimpi/version.h>
 
 #include <CLI/CLI.hpp>
 #include <Kokkos_Core.hpp>
-#include <iostream>
-
 #include "cli/commands.h"
+#include "core/exit_guard.h"
 #include "core/log.h"
 #include "parallel/watchdog.h"
-
-namespace {
-
-// Runs `body`, turning every failure into the right kind of exit. Returns the exit code.
-template <class Body>
-int guarded(int rank, Body body) {
-  try {
-    return body();
-  } catch (const slimpi::Error& e) {
-    if (e.collective()) {
-      if (rank == 0) std::cerr << "slimpi: error: " << e.what() << std::endl;
-      return 1;
-    }
-    slimpi::log::error("{}\n  (raised at {}; aborting every rank)", e.what(), e.where());
-  } catch (const std::exception& e) {
-    slimpi::log::error("{} (aborting every rank)", e.what());
-  }
-  MPI_Abort(MPI_COMM_WORLD, 2);
-  return 2;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   // glibc hands big frees back to the OS; re-faulting them costs 1.4-2x on torch steps
@@ -66,7 +42,7 @@ int main(int argc, char** argv) {
       MPI_Bcast(&code, 1, MPI_INT, 0, MPI_COMM_WORLD);
     }
     if (!app.get_subcommands().empty() && code == 0)
-      code = guarded(rank, [&] { return commands.run_selected(); });
+      code = slimpi::run_guarded([&] { return commands.run_selected(); });
     slimpi::Watchdog::instance().stop();
   }
   MPI_Finalize();
