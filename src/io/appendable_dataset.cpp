@@ -76,7 +76,7 @@ template <class T>
 uint64_t AppendableDataset<T>::append(const T* rows, uint64_t n_local) {
   uint64_t before = 0, total = n_local;
   if (comm_ != MPI_COMM_NULL) {
-    WaitGuard guard("HDF5 collective append to dataset '" + name_ + "'");
+    WaitGuard guard({&name_, "(HDF5 dataset): row counts for a collective append"});
     int rank = 0;
     MPI_Comm_rank(comm_, &rank);
     MPI_Exscan(&n_local, &before, 1, MPI_UINT64_T, MPI_SUM, comm_);
@@ -105,7 +105,7 @@ uint64_t AppendableDataset<T>::append(const T* rows, uint64_t n_local) {
                  "H5Sselect_hyperslab");
   }
   T dummy{};
-  WaitGuard guard("HDF5 collective write to dataset '" + name_ + "'");
+  WaitGuard guard({&name_, "(HDF5 dataset): collective write"});
   check_status(H5Dwrite(dset_.id(), native_type<T>(), mem_space.id(), file_space.id(), dxpl_.id(),
                         n_local ? rows : &dummy),
                ("H5Dwrite " + name_).c_str());

@@ -106,19 +106,15 @@ MpiComm::MpiComm(MPI_Comm comm, std::string name) : name_(std::move(name)) {
   check_mpi(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup");
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
+  context_ = fmt::format("[rank {} of comm '{}' ({} ranks, mpi)]", rank_, name_, size_);
 }
 
 MpiComm::~MpiComm() {
   if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 
-std::string MpiComm::describe(const char* op, size_t count, DType dtype) const {
-  return fmt::format("[rank {} of comm '{}' ({} ranks, mpi)] {} of {} x {}", rank_, name_, size_, op,
-                     count, dtype_name(dtype));
-}
-
 void MpiComm::allreduce(void* data, size_t count, DType dtype, ReduceOp op) {
-  WaitGuard guard(describe("allreduce", count, dtype));
+  WaitGuard guard({&context_, "allreduce", count, dtype_name(dtype)});
   MPI_Op mop = mpi_op(op, dtype);
   auto* bytes = static_cast<char*>(data);
   chunked(count, [&](size_t off, int n) {
@@ -128,7 +124,7 @@ void MpiComm::allreduce(void* data, size_t count, DType dtype, ReduceOp op) {
 }
 
 void MpiComm::broadcast(void* data, size_t count, DType dtype, int root) {
-  WaitGuard guard(describe("broadcast", count, dtype));
+  WaitGuard guard({&context_, "broadcast", count, dtype_name(dtype)});
   auto* bytes = static_cast<char*>(data);
   chunked(count, [&](size_t off, int n) {
     check_mpi(MPI_Bcast(bytes + off * dtype_size(dtype), n, mpi_type(dtype), root, comm_), "MPI_Bcast");
@@ -136,7 +132,7 @@ void MpiComm::broadcast(void* data, size_t count, DType dtype, int root) {
 }
 
 void MpiComm::allgather(const void* send, void* recv, size_t count, DType dtype) {
-  WaitGuard guard(describe("allgather", count, dtype));
+  WaitGuard guard({&context_, "allgather", count, dtype_name(dtype)});
   if (count <= kMaxChunk) {
     check_mpi(MPI_Allgather(send, static_cast<int>(count), mpi_type(dtype), recv, static_cast<int>(count),
                             mpi_type(dtype), comm_),
@@ -155,7 +151,7 @@ void MpiComm::allgather(const void* send, void* recv, size_t count, DType dtype)
 }
 
 void MpiComm::send(const void* data, size_t count, DType dtype, int peer) {
-  WaitGuard guard(describe("send", count, dtype) + fmt::format(" to rank {}", peer));
+  WaitGuard guard({&context_, "send", count, dtype_name(dtype), peer});
   auto* bytes = static_cast<const char*>(data);
   chunked(count, [&](size_t off, int n) {
     check_mpi(MPI_Send(bytes + off * dtype_size(dtype), n, mpi_type(dtype), peer, 0, comm_), "MPI_Send");
@@ -163,7 +159,7 @@ void MpiComm::send(const void* data, size_t count, DType dtype, int peer) {
 }
 
 void MpiComm::recv(void* data, size_t count, DType dtype, int peer) {
-  WaitGuard guard(describe("recv", count, dtype) + fmt::format(" from rank {}", peer));
+  WaitGuard guard({&context_, "recv", count, dtype_name(dtype), peer});
   auto* bytes = static_cast<char*>(data);
   chunked(count, [&](size_t off, int n) {
     check_mpi(MPI_Recv(bytes + off * dtype_size(dtype), n, mpi_type(dtype), peer, 0, comm_, MPI_STATUS_IGNORE),
@@ -172,7 +168,7 @@ void MpiComm::recv(void* data, size_t count, DType dtype, int peer) {
 }
 
 void MpiComm::barrier() {
-  WaitGuard guard(describe("barrier", 0, DType::U8));
+  WaitGuard guard({&context_, "barrier"});
   check_mpi(MPI_Barrier(comm_), "MPI_Barrier");
 }
 

@@ -30,10 +30,10 @@ class MpiComm final : public Comm {
   void barrier() override;
 
  private:
-  std::string describe(const char* op, size_t count, DType dtype) const;
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   std::string name_;
+  std::string context_;  // "[rank r of comm 'name' (n ranks, backend)]", for the watchdog
   int rank_ = 0;
   int size_ = 1;
 };

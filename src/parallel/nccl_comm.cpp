@@ -51,12 +51,13 @@ NcclComm::NcclComm(MPI_Comm comm, std::string name, int device)
     : h_(std::make_unique<Handles>()), name_(std::move(name)) {
   MPI_Comm_rank(comm, &rank_);
   MPI_Comm_size(comm, &size_);
+  context_ = fmt::format("[rank {} of comm '{}' ({} ranks, nccl)]", rank_, name_, size_);
   check_cuda(cudaSetDevice(device), "cudaSetDevice");
   ncclUniqueId id;
   if (rank_ == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
   check_mpi(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, comm), "MPI_Bcast(ncclUniqueId)");
   {
-    WaitGuard guard(fmt::format("[rank {} of comm '{}' ({} ranks, nccl)] ncclCommInitRank", rank_, name_, size_));
+    WaitGuard guard({&context_, "ncclCommInitRank"});
     check_nccl(ncclCommInitRank(&h_->comm, size_, id, rank_), "ncclCommInitRank");
   }
   check_cuda(cudaStreamCreateWithFlags(&h_->stream, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -69,46 +70,41 @@ NcclComm::~NcclComm() {
   if (h_->comm) ncclCommDestroy(h_->comm);
 }
 
-std::string NcclComm::describe(const char* op, size_t count, DType dtype) const {
-  return fmt::format("[rank {} of comm '{}' ({} ranks, nccl)] {} of {} x {}", rank_, name_, size_, op,
-                     count, dtype_name(dtype));
-}
-
 void NcclComm::finish(const char* what) { check_cuda(cudaStreamSynchronize(h_->stream), what); }
 
 void NcclComm::allreduce(void* data, size_t count, DType dtype, ReduceOp op) {
-  WaitGuard guard(describe("allreduce", count, dtype));
+  WaitGuard guard({&context_, "allreduce", count, dtype_name(dtype)});
   check_nccl(ncclAllReduce(data, data, count, nccl_type(dtype), nccl_op(op), h_->comm, h_->stream),
              "ncclAllReduce");
   finish("ncclAllReduce");
 }
 
 void NcclComm::broadcast(void* data, size_t count, DType dtype, int root) {
-  WaitGuard guard(describe("broadcast", count, dtype));
+  WaitGuard guard({&context_, "broadcast", count, dtype_name(dtype)});
   check_nccl(ncclBroadcast(data, data, count, nccl_type(dtype), root, h_->comm, h_->stream), "ncclBroadcast");
   finish("ncclBroadcast");
 }
 
 void NcclComm::allgather(const void* send, void* recv, size_t count, DType dtype) {
-  WaitGuard guard(describe("allgather", count, dtype));
+  WaitGuard guard({&context_, "allgather", count, dtype_name(dtype)});
   check_nccl(ncclAllGather(send, recv, count, nccl_type(dtype), h_->comm, h_->stream), "ncclAllGather");
   finish("ncclAllGather");
 }
 
 void NcclComm::send(const void* data, size_t count, DType dtype, int peer) {
-  WaitGuard guard(describe("send", count, dtype) + fmt::format(" to rank {}", peer));
+  WaitGuard guard({&context_, "send", count, dtype_name(dtype), peer});
   check_nccl(ncclSend(data, count, nccl_type(dtype), peer, h_->comm, h_->stream), "ncclSend");
   finish("ncclSend");
 }
 
 void NcclComm::recv(void* data, size_t count, DType dtype, int peer) {
-  WaitGuard guard(describe("recv", count, dtype) + fmt::format(" from rank {}", peer));
+  WaitGuard guard({&context_, "recv", count, dtype_name(dtype), peer});
   check_nccl(ncclRecv(data, count, nccl_type(dtype), peer, h_->comm, h_->stream), "ncclRecv");
   finish("ncclRecv");
 }
 
 void NcclComm::barrier() {
-  WaitGuard guard(describe("barrier", 1, DType::F32));
+  WaitGuard guard({&context_, "barrier"});
   check_nccl(ncclAllReduce(h_->barrier_word, h_->barrier_word, 1, ncclFloat32, ncclSum, h_->comm, h_->stream),
              "ncclAllReduce(barrier)");
   finish("ncclAllReduce(barrier)");

@@ -35,11 +35,11 @@ class NcclComm final : public Comm {
 
  private:
   struct Handles;  // NCCL/CUDA types stay out of this header
-  std::string describe(const char* op, size_t count, DType dtype) const;
   void finish(const char* what);
 
   std::unique_ptr<Handles> h_;
   std::string name_;
+  std::string context_;  // "[rank r of comm 'name' (n ranks, backend)]", for the watchdog
   int rank_ = 0;
   int size_ = 1;
 };

@@ -21,7 +21,7 @@ struct WatchState {
   bool running = false;
   double timeout_s = 0.0;
   bool waiting = false;
-  std::string what;
+  WaitInfo what;
   Clock::time_point since;
 };
 
@@ -41,13 +41,20 @@ void watch_loop() {
     if (waited > s.timeout_s) {
       log::error("{} has waited {:.0f} s (parallel.timeout_s = {}): a peer rank is dead, stuck "
                  "or not calling it; aborting the job",
-                 s.what, waited, s.timeout_s);
+                 s.what.describe(), waited, s.timeout_s);
       MPI_Abort(MPI_COMM_WORLD, 3);
     }
   }
 }
 
 }  // namespace
+
+std::string WaitInfo::describe() const {
+  std::string text = fmt::format("{} {}", context ? *context : std::string("?"), op);
+  if (count > 0) text += fmt::format(" of {} x {}", count, dtype);
+  if (peer >= 0) text += fmt::format(" {} rank {}", std::string(op) == "send" ? "to" : "from", peer);
+  return text;
+}
 
 Watchdog& Watchdog::instance() {
   static Watchdog w;
@@ -80,11 +87,11 @@ void Watchdog::stop() {
 
 double Watchdog::timeout_s() const { return state().timeout_s; }
 
-void Watchdog::begin_wait(const std::string& what) {
+void Watchdog::begin_wait(const WaitInfo& info) {
   WatchState& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   s.waiting = true;
-  s.what = what;
+  s.what = info;
   s.since = Clock::now();
 }
 

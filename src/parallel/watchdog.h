@@ -1,7 +1,7 @@
 // Watchdog — turns a silent hang in a blocking wait into a job abort that names it.
 //
 // Role: every blocking collective or receive holds a WaitGuard naming the operation,
-// the communicator and its ranks. A background thread, started once by main with the
+// the communicator and its ranks (WaitInfo). A background thread, started once by main with the
 // deck's parallel.timeout_s, checks the guard in flight; past the limit it prints the
 // operation and how long it waited, and calls MPI_Abort so no rank hangs forever.
 // Before start() (and in tests that never start it) guards cost one mutex and nothing
@@ -12,6 +12,18 @@
 
 namespace slimpi {
 
+// What a blocking wait is, kept as pointers and numbers so that marking a wait costs
+// no formatting; the text is made only if the watchdog fires. `context` (e.g. "[rank
+// 0 of comm 'trainer' (2 ranks, mpi)]") and `detail` must outlive the wait.
+struct WaitInfo {
+  const std::string* context = nullptr;
+  const char* op = "";
+  size_t count = 0;          // elements, 0 = not shown
+  const char* dtype = "";
+  int peer = -1;             // send/recv peer, -1 = none
+  std::string describe() const;
+};
+
 class Watchdog {
  public:
   static Watchdog& instance();
@@ -20,7 +32,7 @@ class Watchdog {
   double timeout_s() const;
 
   // Used by WaitGuard.
-  void begin_wait(const std::string& what);
+  void begin_wait(const WaitInfo& info);
   void end_wait();
 
  private:
@@ -28,10 +40,10 @@ class Watchdog {
   ~Watchdog();
 };
 
-// RAII marker of a blocking wait: `WaitGuard g("allreduce on comm 'trainer' ...");`
+// RAII marker of a blocking wait: `WaitGuard g({&context_, "allreduce", n, "f32"});`
 class WaitGuard {
  public:
-  explicit WaitGuard(const std::string& what) { Watchdog::instance().begin_wait(what); }
+  explicit WaitGuard(const WaitInfo& info) { Watchdog::instance().begin_wait(info); }
   ~WaitGuard() { Watchdog::instance().end_wait(); }
   WaitGuard(const WaitGuard&) = delete;
   WaitGuard& operator=(const WaitGuard&) = delete;

@@ -1,0 +1,71 @@
+// Comm (MPI backend) allreduce and broadcast of 1-256 MB fp32 tensors against the raw
+// MPI call on the same buffer, in the same run. Each iteration runs both, in
+// alternating order, so that drift and noise hit both alike. Run under mpirun:
+//   mpirun -np 2 build/perf/bench_comm
+// Counters: comm_ms and mpi_ms (slowest rank, mean per call), comm_vs_mpi (mpi time /
+// comm time: 1.0 = slimpi's path costs nothing over raw MPI).
+#include <ATen/ATen.h>
+
+#include "mpi_bench_main.h"
+#include "parallel/comm_tensor.h"
+#include "parallel/mpi_comm.h"
+
+namespace slimpi::perf {
+namespace {
+
+constexpr int64_t kMB = 1 << 20;
+
+template <class CommFn, class RawFn>
+void compare(benchmark::State& state, CommFn via_comm, RawFn via_mpi) {
+  MpiComm comm(MPI_COMM_WORLD, "bench");
+  const int64_t mb = state.range(0);
+  at::Tensor t = at::ones({mb * kMB / 4}, at::kFloat);  // [mb MB / 4], allocated once
+  via_comm(comm, t);  // warm-up both paths
+  via_mpi(t);
+  double comm_s = 0, mpi_s = 0;
+  int64_t i = 0;
+  for (auto _ : state) {
+    double a, b;
+    if (i++ % 2 == 0) {
+      a = timed_max([&] { via_comm(comm, t); });
+      b = timed_max([&] { via_mpi(t); });
+    } else {
+      b = timed_max([&] { via_mpi(t); });
+      a = timed_max([&] { via_comm(comm, t); });
+    }
+    state.SetIterationTime(a);
+    comm_s += a;
+    mpi_s += b;
+  }
+  const double n = double(state.iterations());
+  state.SetBytesProcessed(state.iterations() * mb * kMB);
+  state.counters["comm_ms"] = 1e3 * comm_s / n;
+  state.counters["mpi_ms"] = 1e3 * mpi_s / n;
+  state.counters["comm_vs_mpi"] = mpi_s / comm_s;
+}
+
+void BM_Allreduce(benchmark::State& state) {
+  compare(
+      state, [](Comm& c, at::Tensor& t) { allreduce(c, t); },
+      [](at::Tensor& t) {
+        MPI_Allreduce(MPI_IN_PLACE, t.data_ptr(), static_cast<int>(t.numel()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      });
+}
+
+void BM_Broadcast(benchmark::State& state) {
+  compare(
+      state, [](Comm& c, at::Tensor& t) { broadcast(c, t, 0); },
+      [](at::Tensor& t) { MPI_Bcast(t.data_ptr(), static_cast<int>(t.numel()), MPI_FLOAT, 0, MPI_COMM_WORLD); });
+}
+
+void sizes(benchmark::internal::Benchmark* b) {
+  for (int64_t mb : {1, 4, 16, 64, 256}) b->Arg(mb);
+  b->Iterations(10)->UseManualTime()->Unit(benchmark::kMillisecond);
+}
+BENCHMARK(BM_Allreduce)->Apply(sizes);
+BENCHMARK(BM_Broadcast)->Apply(sizes);
+
+}  // namespace
+}  // namespace slimpi::perf
+
+int main(int argc, char** argv) { return slimpi::perf::run_mpi_benchmarks(argc, argv); }
