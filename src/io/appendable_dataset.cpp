@@ -51,8 +51,9 @@ AppendableDataset<T> AppendableDataset<T>::open(const File& file, hid_t loc, con
   d.dset_ = Handle(check(H5Dopen2(loc, name.c_str(), H5P_DEFAULT), ("open dataset " + name).c_str()), H5Dclose);
   Handle space(check(H5Dget_space(d.dset_.id()), "H5Dget_space"), H5Sclose);
   int rank = H5Sget_simple_extent_ndims(space.id());
+  SLIMPI_CHECK(rank >= 1, "HDF5 dataset '{}' is a scalar, not an appendable dataset", name);
   std::vector<hsize_t> dims(rank);
-  H5Sget_simple_extent_dims(space.id(), dims.data(), nullptr);
+  check_status(H5Sget_simple_extent_dims(space.id(), dims.data(), nullptr), "H5Sget_simple_extent_dims");
   d.n_rows_ = dims[0];
   d.row_shape_.assign(dims.begin() + 1, dims.end());
   d.dxpl_ = transfer_list(file);
@@ -98,8 +99,8 @@ uint64_t AppendableDataset<T>::append(const T* rows, uint64_t n_local) {
   Handle mem_space(check(H5Screate_simple(static_cast<int>(mem_dims.size()), mem_dims.data(), nullptr), "H5Screate"),
                    H5Sclose);
   if (n_local == 0) {
-    H5Sselect_none(file_space.id());
-    H5Sselect_none(mem_space.id());
+    check_status(H5Sselect_none(file_space.id()), "H5Sselect_none");
+    check_status(H5Sselect_none(mem_space.id()), "H5Sselect_none");
   } else {
     check_status(H5Sselect_hyperslab(file_space.id(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr),
                  "H5Sselect_hyperslab");

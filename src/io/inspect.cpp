@@ -71,7 +71,7 @@ herr_t visit_object(hid_t root, const char* name, const H5O_info_t* info, void* 
       std::vector<hsize_t> dims;
       shape_text(off.id(), dims);
       std::vector<int64_t> o(dims[0]);
-      H5Dread(off.id(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, o.data());
+      h5::check_status(H5Dread(off.id(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, o.data()), "H5Dread offsets");
       int64_t longest = 0;
       for (size_t i = 1; i < o.size(); ++i) longest = std::max(longest, o[i] - o[i - 1]);
       size_t rows = o.empty() ? 0 : o.size() - 1;
