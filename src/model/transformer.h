@@ -1,0 +1,87 @@
+// Transformer — the decoder-only policy (Llama/Qwen2 family) that the trainer and the
+// rollout engine both run: one implementation, so their log-probs agree.
+//
+// The model is a fixed, ordered list of named parameters (Hugging Face names, e.g.
+// "model.layers.0.self_attn.q_proj.weight") and two forwards over *packed* sequences
+// (no padding: the tokens of B sequences back to back, T in all):
+//   forward_packed       full sequences, positions from 0, block-diagonal causal
+//                        attention (training, log-prob recomputation)
+//   forward_incremental  new tokens of B sequences that attend to their cached past;
+//                        writes the new keys/values into a KvCache at given slots
+//                        (prefill chunks and decode steps of the rollout engine)
+// Both run the same layer code; attention differs only in where keys/values come from.
+// Invariant: parameters are created in name order from one generator seeded by the
+// run seed, so the same config and seed give bit-identical weights on any device.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <string>
+#include <vector>
+
+#include "model/model_config.h"
+
+namespace slimpi {
+
+struct NamedTensor {
+  std::string name;
+  at::Tensor tensor;
+};
+
+// Keys and values of every layer, addressed by slot (a slot holds one token's K and V
+// for all KV heads). Slot assignment (contiguous per sequence, or paged blocks) is
+// the caller's business.
+struct KvCache {
+  std::vector<at::Tensor> k;  // n_layers x [n_slots, n_kv_heads, D]
+  std::vector<at::Tensor> v;  // n_layers x [n_slots, n_kv_heads, D]
+  static KvCache allocate(const ModelConfig& cfg, int64_t n_slots, const at::TensorOptions& options);
+  int64_t n_slots() const { return k.empty() ? 0 : k[0].size(0); }
+};
+
+// One sequence of an incremental batch: n_new tokens after n_past cached ones.
+struct CachedSequence {
+  int64_t n_past = 0;
+  int64_t n_new = 0;
+  at::Tensor slots;  // [n_past + n_new] int64: the cache slot of every position 0..n_past+n_new-1
+};
+
+class Transformer {
+ public:
+  // The tensors of one block (views of parameters(); bias tensors undefined when off).
+  struct LayerParams {
+    at::Tensor input_norm, q, k, v, q_bias, k_bias, v_bias, o, post_norm, gate, up, down;
+  };
+
+  Transformer(const ModelConfig& cfg, uint64_t seed, const at::Device& device);
+
+  const ModelConfig& config() const { return cfg_; }
+  const std::vector<NamedTensor>& parameters() const { return params_; }
+  at::Tensor& parameter(const std::string& name);
+  int64_t n_params() const;
+  at::Device device() const { return device_; }
+
+  // Where a layer's keys/values come from (fresh: packed; cache: incremental).
+  class KvSource;
+
+  // tokens [T] int64 (B sequences back to back, lengths seq_lens) -> logits [T, V] fp32.
+  at::Tensor forward_packed(const at::Tensor& tokens, const std::vector<int64_t>& seq_lens) const;
+
+  // tokens [T_new] int64, the new tokens of each sequence back to back -> logits
+  // [T_new, V] fp32. Writes the new tokens' keys/values into `cache` at their slots.
+  at::Tensor forward_incremental(const at::Tensor& tokens, const std::vector<CachedSequence>& seqs,
+                                 KvCache& cache) const;
+
+ private:
+  at::Tensor forward(const at::Tensor& tokens, const at::Tensor& positions, const std::vector<int64_t>& new_lens,
+                     KvSource& kv) const;
+  void add(const std::string& name, at::Tensor t);
+
+  ModelConfig cfg_;
+  at::Device device_;
+  std::vector<NamedTensor> params_;
+  std::vector<LayerParams> layers_;
+  at::Tensor embed_, final_norm_, lm_head_;
+  at::Tensor rope_cos_, rope_sin_;  // [max_seq_len, D]
+};
+
+}  // namespace slimpi

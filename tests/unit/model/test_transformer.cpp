@@ -1,0 +1,137 @@
+// The policy model: packed forward == per-sequence forward; incremental (KV cache)
+// forward == full forward; deterministic init; HF parameter names and counts.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <slimpi/error.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "model/transformer.h"
+#include "train/log_probs.h"
+
+namespace slimpi {
+namespace {
+
+ModelConfig tiny(bool gqa, bool bias, bool tied) {
+  ModelConfig c;
+  c.vocab_size = 50;
+  c.hidden_size = 32;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = gqa ? 2 : 4;
+  c.intermediate_size = 48;
+  c.max_seq_len = 64;
+  c.qkv_bias = bias;
+  c.tie_word_embeddings = tied;
+  c.init_std = 0.2;  // larger than usual: makes attention patterns matter in the checks
+  return c;
+}
+
+at::Tensor random_tokens(int64_t n, int64_t vocab, uint64_t seed) {
+  at::Generator g = at::detail::createCPUGenerator(seed);
+  return at::randint(vocab, {n}, g, at::kLong);
+}
+
+class TransformerShapes : public ::testing::TestWithParam<std::tuple<bool, bool, bool>> {};
+
+TEST_P(TransformerShapes, PackedEqualsPerSequence) {
+  auto [gqa, bias, tied] = GetParam();
+  Transformer m(tiny(gqa, bias, tied), 7, at::kCPU);
+  if (bias)  // biases start at zero; make them matter
+    for (auto& p : m.parameters())
+      if (p.name.find("bias") != std::string::npos) p.tensor.data().normal_(0, 0.5);
+  std::vector<int64_t> lens{5, 1, 17, 9};
+  at::Tensor tokens = random_tokens(32, 50, 1);
+  at::NoGradGuard no_grad;
+  at::Tensor packed = m.forward_packed(tokens, lens);  // [32, V]
+  int64_t start = 0;
+  for (int64_t n : lens) {
+    at::Tensor alone = m.forward_packed(tokens.narrow(0, start, n), {n});
+    EXPECT_TRUE(at::allclose(packed.narrow(0, start, n), alone, 1e-5, 1e-5)) << "sequence at " << start;
+    start += n;
+  }
+}
+
+TEST_P(TransformerShapes, IncrementalEqualsFull) {
+  auto [gqa, bias, tied] = GetParam();
+  ModelConfig cfg = tiny(gqa, bias, tied);
+  Transformer m(cfg, 11, at::kCPU);
+  at::NoGradGuard no_grad;
+  // Two sequences, prefilled in chunks of different sizes, then decoded one token at
+  // a time, in a cache with scattered (non-contiguous) slots.
+  std::vector<int64_t> lens{13, 8};
+  at::Tensor a = random_tokens(13, 50, 2), b = random_tokens(8, 50, 3);
+  at::Tensor full_a = m.forward_packed(a, {13}), full_b = m.forward_packed(b, {8});
+  KvCache cache = KvCache::allocate(cfg, 64, at::kFloat);
+  at::Tensor slots_a = at::arange(0, 26, 2, at::kLong), slots_b = at::arange(40, 56, 2, at::kLong);
+  std::vector<std::pair<int64_t, int64_t>> steps{{5, 3}, {4, 2}, {1, 1}, {1, 1}, {1, 1}, {1, 0}};  // (new a, new b)
+  int64_t pa = 0, pb = 0;
+  for (auto [na, nb] : steps) {
+    std::vector<CachedSequence> seqs;
+    std::vector<at::Tensor> toks;
+    if (na) {
+      seqs.push_back({pa, na, slots_a.narrow(0, 0, pa + na)});
+      toks.push_back(a.narrow(0, pa, na));
+    }
+    if (nb) {
+      seqs.push_back({pb, nb, slots_b.narrow(0, 0, pb + nb)});
+      toks.push_back(b.narrow(0, pb, nb));
+    }
+    at::Tensor logits = m.forward_incremental(at::cat(toks), seqs, cache);
+    EXPECT_TRUE(at::allclose(logits.narrow(0, 0, na), full_a.narrow(0, pa, na), 1e-5, 1e-5)) << "a at " << pa;
+    if (nb) EXPECT_TRUE(at::allclose(logits.narrow(0, na, nb), full_b.narrow(0, pb, nb), 1e-5, 1e-5)) << "b at " << pb;
+    pa += na;
+    pb += nb;
+  }
+  EXPECT_EQ(pa, 13);
+  EXPECT_EQ(pb, 8);
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, TransformerShapes,
+                         ::testing::Combine(::testing::Bool(), ::testing::Bool(), ::testing::Bool()));
+
+TEST(Transformer, DeterministicInitAndHuggingFaceNames) {
+  ModelConfig cfg = tiny(true, true, false);
+  Transformer a(cfg, 5, at::kCPU), b(cfg, 5, at::kCPU), c(cfg, 6, at::kCPU);
+  ASSERT_EQ(a.parameters().size(), b.parameters().size());
+  for (size_t i = 0; i < a.parameters().size(); ++i) {
+    EXPECT_TRUE(at::equal(a.parameters()[i].tensor, b.parameters()[i].tensor)) << a.parameters()[i].name;
+  }
+  EXPECT_FALSE(at::equal(a.parameter("model.layers.0.self_attn.q_proj.weight"),
+                         c.parameter("model.layers.0.self_attn.q_proj.weight")));
+  EXPECT_EQ(a.parameters().front().name, "model.embed_tokens.weight");
+  EXPECT_EQ(a.parameters().back().name, "lm_head.weight");
+  EXPECT_EQ(a.parameter("model.layers.1.self_attn.k_proj.weight").sizes(), (std::vector<int64_t>{16, 32}));
+  EXPECT_EQ(a.parameter("model.layers.1.mlp.down_proj.weight").sizes(), (std::vector<int64_t>{32, 48}));
+  EXPECT_EQ(a.n_params(), cfg.n_params());
+  Transformer tied(tiny(false, false, true), 5, at::kCPU);
+  EXPECT_EQ(tied.n_params(), tiny(false, false, true).n_params());
+  EXPECT_THROW(tied.parameter("lm_head.weight"), Error);
+}
+
+TEST(LogProbs, MatchANaiveReferenceOnSmallLogits) {
+  // 2 sequences: lengths 4 (prompt 2) and 3 (prompt 1) -> 2 + 2 response tokens.
+  at::Tensor tokens = at::tensor(std::vector<int64_t>{3, 1, 4, 0, 2, 2, 1}, at::kLong);
+  at::Generator g = at::detail::createCPUGenerator(3);
+  at::Tensor logits = at::randn({7, 5}, g, at::kFloat) * 3;
+  ScoredPositions pos = response_positions(tokens, {4, 3}, {2, 1});
+  EXPECT_TRUE(at::equal(pos.logit_rows, at::tensor(std::vector<int64_t>{1, 2, 4, 5}, at::kLong)));
+  EXPECT_TRUE(at::equal(pos.targets, at::tensor(std::vector<int64_t>{4, 0, 2, 1}, at::kLong)));
+  const double temperature = 0.7;
+  TokenLogProbs lp = score_tokens(logits, pos, temperature, true);
+  std::vector<int64_t> rows{1, 2, 4, 5}, targets{4, 0, 2, 1};
+  for (size_t i = 0; i < rows.size(); ++i) {
+    // naive: log(exp(z_t) / sum exp(z)), entropy -sum p log p, in double
+    double denom = 0, ent = 0;
+    for (int v = 0; v < 5; ++v) denom += std::exp(logits[rows[i]][v].item<double>() / temperature);
+    for (int v = 0; v < 5; ++v) {
+      double p = std::exp(logits[rows[i]][v].item<double>() / temperature) / denom;
+      ent -= p * std::log(p);
+    }
+    double logp = logits[rows[i]][targets[i]].item<double>() / temperature - std::log(denom);
+    EXPECT_NEAR(lp.logp[i].item<double>(), logp, 1e-6);
+    EXPECT_NEAR(lp.entropy[i].item<double>(), ent, 1e-6);
+  }
+}
+
+}  // namespace
+}  // namespace slimpi
