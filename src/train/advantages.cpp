@@ -1,0 +1,101 @@
+#include "train/advantages.h"
+
+#include <ATen/ATen.h>
+#include <slimpi/error.h>
+
+#include <fmt/ranges.h>
+
+#include <cmath>
+#include <functional>
+#include <map>
+
+namespace slimpi {
+namespace {
+
+using Estimator = std::function<at::Tensor(const AdvantageInputs&)>;
+
+at::Tensor kl_or_zeros(const AdvantageInputs& in) {
+  return in.kl.defined() ? in.kl : at::zeros_like(in.mask);
+}
+
+at::Tensor constant_advantage(const AdvantageInputs& in) { return at::full_like(in.mask, in.reward); }
+
+at::Tensor reinforce_plus_plus(const AdvantageInputs& in) {
+  at::Tensor token_reward = -in.kl_coef * kl_or_zeros(in) * in.mask;  // [R]
+  at::Tensor masked = at::nonzero(in.mask).flatten();
+  if (masked.numel() > 0) {
+    int64_t last = masked[-1].item<int64_t>();
+    token_reward[last] += in.reward;
+  }
+  return discounted_returns(token_reward, in.gamma);
+}
+
+at::Tensor reinforce_plus_plus_baseline(const AdvantageInputs& in) {
+  return in.reward - in.kl_coef * kl_or_zeros(in);
+}
+
+const std::map<std::string, Estimator>& registry() {
+  static const std::map<std::string, Estimator> r{
+      {"grpo", constant_advantage},
+      {"gspo", constant_advantage},
+      {"cispo", constant_advantage},
+      {"reinforce_plus_plus", reinforce_plus_plus},
+      {"reinforce_plus_plus_baseline", reinforce_plus_plus_baseline},
+  };
+  return r;
+}
+
+}  // namespace
+
+const std::vector<std::string>& advantage_estimators() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> n;
+    for (const auto& [k, v] : registry()) n.push_back(k);
+    return n;
+  }();
+  return names;
+}
+
+at::Tensor compute_advantages(const std::string& estimator, const AdvantageInputs& in) {
+  auto it = registry().find(estimator);
+  SLIMPI_CHECK(it != registry().end(), "unknown advantage estimator '{}'; valid: {}", estimator,
+               fmt::join(advantage_estimators(), ", "));
+  return it->second(in);
+}
+
+at::Tensor discounted_returns(const at::Tensor& x, double gamma) {
+  at::Tensor xd = x.to(at::kDouble).cpu().contiguous();
+  at::Tensor out = at::empty_like(xd);
+  const double* in = xd.data_ptr<double>();
+  double* g = out.data_ptr<double>();
+  double running = 0;
+  for (int64_t t = xd.numel() - 1; t >= 0; --t) g[t] = running = in[t] + gamma * running;
+  return out.to(x.options());
+}
+
+std::vector<float> postprocess_rewards(const std::string& estimator, const std::vector<float>& rewards,
+                                       int64_t n_per_group, const RewardNormalization& norm) {
+  SLIMPI_CHECK(n_per_group >= 1 && rewards.size() % n_per_group == 0,
+               "{} rewards do not split into groups of {}", rewards.size(), n_per_group);
+  const bool centred = norm.enabled && (estimator == "grpo" || estimator == "gspo" || estimator == "cispo" ||
+                                        estimator == "reinforce_plus_plus_baseline");
+  const bool scaled = centred && norm.std_enabled && n_per_group > 1 && estimator != "reinforce_plus_plus_baseline";
+  std::vector<float> out(rewards);
+  if (!centred) return out;
+  for (size_t g = 0; g < rewards.size(); g += n_per_group) {
+    double mean = 0;
+    for (int64_t i = 0; i < n_per_group; ++i) mean += rewards[g + i];
+    mean /= n_per_group;
+    double var = 0;
+    for (int64_t i = 0; i < n_per_group; ++i) var += (rewards[g + i] - mean) * (rewards[g + i] - mean);
+    const double std_dev = n_per_group > 1 ? std::sqrt(var / (n_per_group - 1)) : 0.0;
+    for (int64_t i = 0; i < n_per_group; ++i) {
+      double r = rewards[g + i] - mean;
+      if (scaled) r /= (std_dev + 1e-6);
+      out[g + i] = static_cast<float>(r);
+    }
+  }
+  return out;
+}
+
+}  // namespace slimpi

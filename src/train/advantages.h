@@ -1,0 +1,48 @@
+// Reward post-processing and advantage estimators (slime's definitions), each
+// estimator a registry entry keyed by the deck's train.advantage_estimator string.
+//
+// Reward post-processing, per group of n samples of one prompt (grpo, gspo, cispo,
+// reinforce_plus_plus_baseline, unless disable_rewards_normalization):
+//   r = R − mean_group(R); for grpo/gspo/cispo also r /= (std_group + 1e-6), std
+//   unbiased (N−1), unless disable_grpo_std_normalization; forced off when n = 1.
+// Estimators (per response token t of a sample, mask m_t, kl_t vs the reference):
+//   grpo, gspo, cispo:             A_t = r
+//   reinforce_plus_plus:           reward_t = −kl_coef·kl_t·m_t (+ R at the last masked
+//                                  token); A_t = G_t = Σ_k γ^k reward_{t+k}
+//   reinforce_plus_plus_baseline:  A_t = r − kl_coef·kl_t
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <string>
+#include <vector>
+
+namespace slimpi {
+
+struct RewardNormalization {
+  bool enabled = true;       // !disable_rewards_normalization
+  bool std_enabled = true;   // !disable_grpo_std_normalization
+};
+
+// rewards of a whole step, `n_per_group` consecutive samples per prompt -> r.
+std::vector<float> postprocess_rewards(const std::string& estimator, const std::vector<float>& rewards,
+                                       int64_t n_per_group, const RewardNormalization& norm);
+
+struct AdvantageInputs {
+  float reward = 0;    // after post-processing (r), or raw R for reinforce_plus_plus
+  at::Tensor mask;     // [R] float loss mask
+  at::Tensor kl;       // [R] kl_t to the reference; undefined = zeros
+  double kl_coef = 0;  // reward-KL coefficient
+  double gamma = 1.0;  // discount (reinforce_plus_plus)
+};
+
+// Per-token advantages [R] of one sample.
+at::Tensor compute_advantages(const std::string& estimator, const AdvantageInputs& in);
+
+// The registered estimator names (deck choices).
+const std::vector<std::string>& advantage_estimators();
+
+// G_t = Σ_k γ^k x_{t+k}, the serial scan. x [R] -> [R].
+at::Tensor discounted_returns(const at::Tensor& x, double gamma);
+
+}  // namespace slimpi

@@ -1,0 +1,58 @@
+// Per-token policy-gradient losses and the quantities logged with them, slime's
+// definitions (reference/slime.md, "Formulas"). All tensors are [N] over response
+// tokens unless noted; reduction to a scalar is the Reducer's job (train/reducer.h).
+//
+//   ppo_kl = logp_old − logp,  ρ = exp(−ppo_kl)
+//   PPO clip:  L = max(−ρA, −clip(ρ, 1−ε, 1+ε_high)·A);  clipfrac = [clipped term larger]
+//   dual clip (c > 1):  for A < 0, L = min(L, −c·A)
+//   GSPO:      ρ per sequence = exp(mean over its tokens of (logp − logp_old)), same clip
+//   CISPO:     L = −stopgrad(clip(ρ, 1−ε, 1+ε_high))·A·logp
+//   KL (d = logp − logp_ref): k1 = d, k2 = d²/2, k3 = low_var_kl = e^(−d) − 1 + d,
+//              low_var_kl alone clamped to [−10, 10]
+//   TIS:       w = clamp(exp(logp_old − logp_rollout), tis_clip_low, tis_clip); L ← L·w
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <string>
+#include <vector>
+
+namespace slimpi {
+
+struct PolicyLossTerms {
+  at::Tensor loss;      // [N] per-token loss
+  at::Tensor clipfrac;  // [N] 1.0 where the clip acted, else 0.0
+  at::Tensor ppo_kl;    // [N] logp_old − logp (per sequence for GSPO, broadcast to tokens)
+};
+
+// eps_clip_c <= 1 turns the dual clip off.
+PolicyLossTerms ppo_clip_loss(const at::Tensor& logp, const at::Tensor& old_logp, const at::Tensor& advantages,
+                              double eps_clip, double eps_clip_high, double eps_clip_c);
+
+// GSPO: `sample_of_token` [N] int64 (0..n_samples-1) says which sequence a token is in.
+PolicyLossTerms gspo_loss(const at::Tensor& logp, const at::Tensor& old_logp, const at::Tensor& advantages,
+                          const at::Tensor& sample_of_token, int64_t n_samples, double eps_clip,
+                          double eps_clip_high, double eps_clip_c);
+
+PolicyLossTerms cispo_loss(const at::Tensor& logp, const at::Tensor& old_logp, const at::Tensor& advantages,
+                           double eps_clip, double eps_clip_high);
+
+// The clamp CISPO applies to ρ (exposed for tests): clip(ρ, 1−ε, 1+ε_high).
+at::Tensor cispo_clamped_ratio(const at::Tensor& ratio, double eps_clip, double eps_clip_high);
+
+// kl_type: "k1" | "k2" | "k3" | "low_var_kl" (k3 is unclamped, low_var_kl clamped).
+at::Tensor kl_estimate(const at::Tensor& logp, const at::Tensor& ref_logp, const std::string& kl_type);
+const std::vector<std::string>& kl_types();
+
+struct TisWeights {
+  at::Tensor weight;    // [N] clamped importance weight (no gradient)
+  at::Tensor clipfrac;  // [N] 1.0 where the clamp acted
+  at::Tensor abs_dev;   // [N] |w_raw − 1|
+};
+TisWeights tis_weights(const at::Tensor& old_logp, const at::Tensor& rollout_logp, double tis_clip_low,
+                       double tis_clip);
+
+// Segment mean: out[i] = mean of values[j] over j with segment[j] == i. [N] -> [n_segments]
+at::Tensor segment_mean(const at::Tensor& values, const at::Tensor& segment, int64_t n_segments);
+
+}  // namespace slimpi

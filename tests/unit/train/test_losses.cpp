@@ -1,0 +1,149 @@
+// The RL math against the numbers slime's own CPU tests pin (reference/slime.md).
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <slimpi/error.h>
+
+#include <cmath>
+
+#include "train/advantages.h"
+#include "train/policy_loss.h"
+
+namespace slimpi {
+namespace {
+
+at::Tensor vec(std::vector<float> v) { return at::tensor(v, at::kFloat); }
+
+void expect_near(const at::Tensor& got, std::vector<float> want, double tol = 1e-6) {
+  ASSERT_EQ(got.numel(), int64_t(want.size()));
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i].item<double>(), want[i], tol) << "element " << i;
+}
+
+TEST(PolicyLoss, DualClipPinnedBySlime) {
+  // ρ = [2, 2, 0.5], A = [2, −2, 2], ε = 0.2, c = 1.5 -> [−2.4, 3.0, −1.0]
+  at::Tensor ratio = vec({2, 2, 0.5});
+  at::Tensor logp = at::log(ratio), old = at::zeros({3});
+  PolicyLossTerms t = ppo_clip_loss(logp, old, vec({2, -2, 2}), 0.2, 0.2, 1.5);
+  expect_near(t.loss, {-2.4f, 3.0f, -1.0f}, 1e-5);
+  expect_near(t.clipfrac, {1, 0, 0});  // only where the clipped term is the larger
+  expect_near(t.ppo_kl, {-std::log(2.0f), -std::log(2.0f), -std::log(0.5f)});
+}
+
+TEST(PolicyLoss, WithoutDualClipTheNegativeAdvantageTermIsUnbounded) {
+  at::Tensor ratio = vec({2});
+  PolicyLossTerms t = ppo_clip_loss(at::log(ratio), at::zeros({1}), vec({-2}), 0.2, 0.2, 0.0);
+  expect_near(t.loss, {4.0f}, 1e-5);
+}
+
+TEST(PolicyLoss, RatioOneGivesReinforceGradient) {
+  // logp == old: ρ = 1, loss = −A, dL/dlogp = −A, ppo_kl = 0.
+  at::Tensor logp = vec({-1, -2, -0.5}).requires_grad_(true);
+  PolicyLossTerms t = ppo_clip_loss(logp, logp.detach(), vec({0.5, -1, 2}), 0.2, 0.28, 3.0);
+  t.loss.sum().backward();
+  expect_near(t.loss, {-0.5f, 1.0f, -2.0f});
+  expect_near(logp.grad(), {-0.5f, 1.0f, -2.0f});
+  EXPECT_EQ(t.ppo_kl.abs().max().item<float>(), 0.0f);
+}
+
+TEST(Cispo, ClampPinnedBySlime) {
+  expect_near(cispo_clamped_ratio(vec({1, 1.14, 1.56, 0.4}), 0.2, 0.28), {1, 1.14f, 1.28f, 0.8f}, 1e-6);
+  expect_near(cispo_clamped_ratio(vec({1, 3, 9, 0.4}), 1.0, 4.0), {1, 3, 5, 0.4f}, 1e-6);
+}
+
+TEST(Cispo, GradientFlowsOnlyThroughLogpAndEqualsMinusClampedTimesA) {
+  std::vector<float> ratios{1, 1.14f, 1.56f, 0.4f};
+  at::Tensor old = vec({-1, -1.5, -0.7, -2});
+  at::Tensor logp = (old + at::log(vec(ratios))).detach().requires_grad_(true);
+  at::Tensor adv = vec({1, -2, 0.5, 3});
+  PolicyLossTerms t = cispo_loss(logp, old, adv, 0.2, 0.28);
+  t.loss.sum().backward();
+  std::vector<float> clamped{1, 1.14f, 1.28f, 0.8f}, a{1, -2, 0.5f, 3}, want;
+  for (int i = 0; i < 4; ++i) want.push_back(-clamped[i] * a[i]);
+  expect_near(logp.grad(), want, 1e-5);
+  expect_near(t.clipfrac, {0, 0, 1, 1});
+}
+
+TEST(Gspo, RatioIsPerSequenceMeanOfLogRatios) {
+  // Two sequences: tokens 0-1 and 2-4. Log-ratios 0.1, 0.3 | −0.2, 0, 0.2.
+  at::Tensor old = at::zeros({5});
+  at::Tensor logp = vec({0.1, 0.3, -0.2, 0, 0.2});
+  at::Tensor seg = at::tensor(std::vector<int64_t>{0, 0, 1, 1, 1}, at::kLong);
+  PolicyLossTerms t = gspo_loss(logp, old, at::ones({5}), seg, 2, 0.5, 0.5, 0.0);  // no clip at ε 0.5
+  const float r0 = std::exp(0.2f), r1 = 1.0f;
+  expect_near(t.loss, {-r0, -r0, -r1, -r1, -r1}, 1e-6);
+  expect_near(t.ppo_kl, {-0.2f, -0.2f, 0, 0, 0}, 1e-6);
+}
+
+TEST(Kl, EstimatorsPinnedBySlime) {
+  at::Tensor logp = vec({0.5, 0.7, 0.9}), ref = vec({0.4, 0.5, 0.6});
+  expect_near(kl_estimate(logp, ref, "k1"), {0.1f, 0.2f, 0.3f}, 1e-6);
+  expect_near(kl_estimate(logp, ref, "k2"), {0.005f, 0.02f, 0.045f}, 1e-6);
+  std::vector<float> k3;
+  for (float d : {0.1f, 0.2f, 0.3f}) k3.push_back(std::exp(-d) - 1 + d);
+  expect_near(kl_estimate(logp, ref, "k3"), k3, 1e-6);
+  expect_near(kl_estimate(logp, ref, "low_var_kl"), k3, 1e-6);
+  // Only low_var_kl is clamped to [−10, 10]: d = −20 gives e^20 − 21 unclamped.
+  at::Tensor far = vec({-20}), zero = vec({0});
+  EXPECT_NEAR(kl_estimate(far, zero, "low_var_kl").item<float>(), 10.0f, 1e-6);
+  EXPECT_GT(kl_estimate(far, zero, "k3").item<float>(), 1e8f);
+  EXPECT_THROW(kl_estimate(far, zero, "k4"), Error);
+}
+
+TEST(Tis, WeightsClampAndReport) {
+  at::Tensor old = vec({0, 0, 0}), rollout = vec({0, -1, 1});  // raw w = 1, e, 1/e
+  TisWeights w = tis_weights(old, rollout, 0.3, 2.0);
+  expect_near(w.weight, {1.0f, 2.0f, std::exp(-1.0f)}, 1e-6);
+  expect_near(w.clipfrac, {0, 1, 0});
+  expect_near(w.abs_dev, {0, std::exp(1.0f) - 1, 1 - std::exp(-1.0f)}, 1e-6);
+}
+
+TEST(Rewards, GrpoNormalisationUsesUnbiasedStdPlusEpsilon) {
+  std::vector<float> r{1, 0, 0, 1, 0.5, 0.5, 0.5, 0.5};
+  std::vector<float> got = postprocess_rewards("grpo", r, 4, {});
+  const double sd = std::sqrt(1.0 / 3.0);  // unbiased std of {1, 0, 0, 1}
+  EXPECT_NEAR(got[0], 0.5 / (sd + 1e-6), 1e-6);
+  EXPECT_NEAR(got[1], -0.5 / (sd + 1e-6), 1e-6);
+  for (int i = 4; i < 8; ++i) EXPECT_EQ(got[i], 0.0f);  // zero std: centred only
+  // std normalisation off: centred only; normalisation off: unchanged.
+  EXPECT_NEAR(postprocess_rewards("grpo", r, 4, {true, false})[0], 0.5, 1e-7);
+  EXPECT_EQ(postprocess_rewards("grpo", r, 4, {false, true}), r);
+  // reinforce_plus_plus_baseline: centred, never scaled; reinforce_plus_plus: raw.
+  EXPECT_NEAR(postprocess_rewards("reinforce_plus_plus_baseline", r, 4, {})[0], 0.5, 1e-7);
+  EXPECT_EQ(postprocess_rewards("reinforce_plus_plus", r, 4, {}), r);
+}
+
+TEST(Rewards, OneSamplePerGroupTurnsStdNormalisationOff) {
+  std::vector<float> got = postprocess_rewards("grpo", {3.0f, -1.0f}, 1, {});
+  EXPECT_EQ(got, (std::vector<float>{0.0f, 0.0f}));  // r − mean of a group of one
+}
+
+TEST(Advantages, EstimatorsPerToken) {
+  AdvantageInputs in;
+  in.reward = 1.5f;
+  in.mask = vec({1, 1, 1, 0});
+  in.kl = vec({0.1, 0.2, 0.3, 0.4});
+  in.kl_coef = 0.5;
+  in.gamma = 0.5;
+  expect_near(compute_advantages("grpo", in), {1.5f, 1.5f, 1.5f, 1.5f});
+  expect_near(compute_advantages("reinforce_plus_plus_baseline", in), {1.45f, 1.4f, 1.35f, 1.3f}, 1e-6);
+  // token rewards: [−0.05, −0.1, −0.15 + 1.5, 0] ; G = serial discounted sums
+  const float r2 = 1.35f, r1 = -0.1f + 0.5f * r2, r0 = -0.05f + 0.5f * r1;
+  expect_near(compute_advantages("reinforce_plus_plus", in), {r0, r1, r2, 0.0f}, 1e-6);
+  EXPECT_THROW(compute_advantages("ppo_with_critic", in), Error);
+}
+
+TEST(Advantages, DiscountedReturnsMatchTheDefinition) {
+  for (double gamma : {0.0, 0.5, 0.99, 1.0})
+    for (int64_t T : {1, 127, 128, 129, 1000}) {
+      at::Tensor x = at::sin(at::arange(T, at::kDouble));
+      at::Tensor g = discounted_returns(x, gamma);
+      // check a few positions against the direct sum Σ_k γ^k x_{t+k}
+      for (int64_t t : {int64_t(0), T / 2, T - 1}) {
+        double direct = 0, w = 1;
+        for (int64_t k = t; k < T; ++k, w *= gamma) direct += w * x[k].item<double>();
+        EXPECT_NEAR(g[t].item<double>(), direct, 1e-9) << "gamma " << gamma << " T " << T << " t " << t;
+      }
+    }
+}
+
+}  // namespace
+}  // namespace slimpi
