@@ -22,6 +22,9 @@ KeySpec float_key(std::string key, double def, double lo, double hi, std::string
 KeySpec string_key(std::string key, std::string def, std::string help) {
   return {std::move(key), KeyType::String, std::move(def), {}, {}, {}, "", std::move(help)};
 }
+KeySpec bool_key(std::string key, bool def, std::string help) {
+  return {std::move(key), KeyType::Bool, def, {}, {}, {}, "", std::move(help)};
+}
 KeySpec choice_key(std::string key, std::string def, std::vector<std::string> choices,
                    std::string help) {
   return {std::move(key), KeyType::String, std::move(def), {}, {}, std::move(choices), "",
@@ -53,6 +56,59 @@ std::vector<KeySpec> declare_keys() {
                  "collective backend; auto = NCCL when every rank has a GPU, else MPI"),
       float_key("parallel.timeout_s", 600.0, 1.0, 1e7, "s",
                 "a blocking collective waiting longer than this aborts the job, naming it"),
+      // [model]
+      int_key("model.vocab_size", 260, 2, 1e7, "tokens", "vocabulary size (the byte tokenizer needs 259)"),
+      int_key("model.hidden_size", 128, 2, 1e6, "", "model width d"),
+      int_key("model.n_layers", 4, 1, 1e4, "", "transformer blocks L"),
+      int_key("model.n_heads", 4, 1, 1e4, "", "query heads H (hidden_size / n_heads = head dim D)"),
+      int_key("model.n_kv_heads", 0, 0, 1e4, "", "key/value heads (grouped-query attention; 0 = n_heads)"),
+      int_key("model.intermediate_size", 344, 1, 1e7, "", "SwiGLU MLP width"),
+      int_key("model.max_seq_len", 512, 2, 1e7, "tokens", "longest prompt + response the model accepts"),
+      float_key("model.rope_theta", 10000.0, 1.0, 1e12, "", "RoPE base"),
+      float_key("model.rms_norm_eps", 1e-6, 0.0, 1.0, "", "RMSNorm epsilon"),
+      float_key("model.init_std", 0.02, 0.0, 10.0, "", "std of the normal initialisation of weights"),
+      bool_key("model.tie_word_embeddings", false, "LM head shares the embedding matrix"),
+      bool_key("model.qkv_bias", false, "biases on the q/k/v projections (Qwen2)"),
+      // [data]
+      string_key("data.path", "", "JSONL training file (relative paths: to the working directory)"),
+      string_key("data.input_key", "prompt", "JSONL key of the prompt text"),
+      string_key("data.response_key", "response", "JSONL key of the response text (SFT)"),
+      // [train]
+      choice_key("train.mode", "rl", {"rl", "sft"},
+                 "rl: policy-gradient steps on rollouts; sft: supervised steps on data.path"),
+      int_key("train.global_batch_size", 64, 1, 1e9, "samples", "samples per optimizer step, over all trainer ranks"),
+      int_key("train.n_micro_batches", 1, 1, 1e6, "", "micro-batches per rank per step (gradient accumulation)"),
+      int_key("train.max_tokens_per_micro_batch", 0, 0, 1e9, "tokens",
+              "> 0: dynamic micro-batches packed first-fit up to this many tokens (overrides n_micro_batches)"),
+      float_key("train.lr", 1e-4, 0.0, 10.0, "", "peak learning rate"),
+      float_key("train.min_lr", 0.0, 0.0, 10.0, "", "cosine schedule floor"),
+      choice_key("train.lr_schedule", "constant", {"constant", "cosine"}, "learning-rate schedule after warm-up"),
+      int_key("train.warmup_steps", 0, 0, 1e9, "steps", "linear warm-up steps"),
+      int_key("train.lr_decay_steps", 0, 0, 1e9, "steps", "cosine: step at which min_lr is reached (0 = run.n_steps)"),
+      float_key("train.weight_decay", 0.0, 0.0, 10.0, "", "AdamW decoupled weight decay (matrices only)"),
+      float_key("train.adam_beta1", 0.9, 0.0, 1.0, "", "AdamW beta1"),
+      float_key("train.adam_beta2", 0.999, 0.0, 1.0, "", "AdamW beta2"),
+      float_key("train.adam_eps", 1e-8, 0.0, 1.0, "", "AdamW epsilon"),
+      float_key("train.clip_grad", 1.0, 0.0, 1e9, "", "clip gradients to this global L2 norm (0 = off)"),
+      int_key("train.grad_bucket_mb", 32, 1, 1e5, "MB", "size of the buckets the gradients are all-reduced in"),
+      choice_key("train.advantage_estimator", "grpo",
+                 {"grpo", "gspo", "cispo", "reinforce_plus_plus", "reinforce_plus_plus_baseline"},
+                 "advantage estimator (and policy loss: gspo and cispo have their own)"),
+      float_key("train.eps_clip", 0.2, 0.0, 10.0, "", "PPO clip: lower bound 1 - eps_clip"),
+      float_key("train.eps_clip_high", 0.0, 0.0, 10.0, "", "PPO clip: upper bound 1 + eps_clip_high (0 = eps_clip)"),
+      float_key("train.eps_clip_c", 0.0, 0.0, 1e6, "", "dual-clip constant c > 1 for negative advantages (0 = off)"),
+      bool_key("train.use_kl_loss", false, "add a KL loss to a frozen reference policy"),
+      float_key("train.kl_loss_coef", 0.0, 0.0, 1e6, "", "weight of the KL loss"),
+      choice_key("train.kl_loss_type", "low_var_kl", {"k1", "k2", "k3", "low_var_kl"}, "KL estimator"),
+      float_key("train.entropy_coef", 0.0, -1e6, 1e6, "", "entropy bonus weight (loss -= coef * entropy)"),
+      bool_key("train.use_tis", false, "truncated importance sampling against the rollout log-probs"),
+      float_key("train.tis_clip", 2.0, 0.0, 1e6, "", "TIS upper clamp"),
+      float_key("train.tis_clip_low", 0.0, 0.0, 1e6, "", "TIS lower clamp"),
+      bool_key("train.disable_rewards_normalization", false, "use raw rewards (no group centring)"),
+      bool_key("train.disable_grpo_std_normalization", false, "centre group rewards but do not divide by std"),
+      bool_key("train.normalize_advantages", false, "whiten advantages over all trainer ranks"),
+      bool_key("train.calculate_per_token_loss", false,
+               "token mean over the step instead of the mean over samples of each sample's token mean"),
   };
 }
 

@@ -1,0 +1,88 @@
+#include "io/tensor_io.h"
+
+#include <ATen/ATen.h>
+#include <slimpi/error.h>
+
+#include <fmt/ranges.h>
+
+namespace slimpi {
+namespace {
+
+struct StoredType {
+  const char* name;
+  at::ScalarType torch;
+  hid_t h5;
+};
+
+const std::vector<StoredType>& stored_types() {
+  static const std::vector<StoredType> t{
+      {"float32", at::kFloat, H5T_NATIVE_FLOAT}, {"float64", at::kDouble, H5T_NATIVE_DOUBLE},
+      {"bfloat16", at::kBFloat16, H5T_NATIVE_UINT16}, {"float16", at::kHalf, H5T_NATIVE_UINT16},
+      {"int64", at::kLong, H5T_NATIVE_INT64}, {"int32", at::kInt, H5T_NATIVE_INT32},
+      {"uint8", at::kByte, H5T_NATIVE_UINT8},
+  };
+  return t;
+}
+
+const StoredType& stored_type_of(at::ScalarType s) {
+  for (const auto& t : stored_types())
+    if (t.torch == s) return t;
+  SLIMPI_FAIL("cannot store tensors of dtype {} in HDF5", std::string(c10::toString(s)));
+}
+
+}  // namespace
+
+void write_tensor(hid_t loc, const std::string& name, const at::Tensor& tensor) {
+  at::Tensor t = tensor.detach().cpu().contiguous();
+  const StoredType& st = stored_type_of(t.scalar_type());
+  std::vector<hsize_t> dims(t.sizes().begin(), t.sizes().end());
+  h5::Handle space(h5::check(dims.empty() ? H5Screate(H5S_SCALAR)
+                                          : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
+                             "H5Screate"),
+                   H5Sclose);
+  h5::Handle lcpl(h5::check(H5Pcreate(H5P_LINK_CREATE), "H5Pcreate(lcpl)"), H5Pclose);
+  h5::check_status(H5Pset_create_intermediate_group(lcpl.id(), 1), "H5Pset_create_intermediate_group");
+  h5::Handle d(h5::check(H5Dcreate2(loc, name.c_str(), st.h5, space.id(), lcpl.id(), H5P_DEFAULT, H5P_DEFAULT),
+                         ("create tensor dataset " + name).c_str()),
+               H5Dclose);
+  if (t.numel() > 0)
+    h5::check_status(H5Dwrite(d.id(), st.h5, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data_ptr()),
+                     ("write tensor " + name).c_str());
+  h5::write_attr(d.id(), "dtype", std::string(st.name));
+}
+
+at::Tensor read_tensor(hid_t loc, const std::string& name) {
+  h5::Handle d(h5::check(H5Dopen2(loc, name.c_str(), H5P_DEFAULT), ("open tensor " + name).c_str()), H5Dclose);
+  std::string dtype = h5::read_attr_string(d.id(), "dtype");
+  const StoredType* st = nullptr;
+  for (const auto& t : stored_types())
+    if (dtype == t.name) st = &t;
+  SLIMPI_CHECK(st, "tensor {} has unknown dtype attribute '{}'", name, dtype);
+  h5::Handle space(h5::check(H5Dget_space(d.id()), "H5Dget_space"), H5Sclose);
+  std::vector<hsize_t> dims(H5Sget_simple_extent_ndims(space.id()));
+  h5::check_status(H5Sget_simple_extent_dims(space.id(), dims.data(), nullptr), "H5Sget_simple_extent_dims");
+  at::Tensor t = at::empty(std::vector<int64_t>(dims.begin(), dims.end()), st->torch);
+  if (t.numel() > 0)
+    h5::check_status(H5Dread(d.id(), st->h5, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data_ptr()),
+                     ("read tensor " + name).c_str());
+  return t;
+}
+
+void write_tensors(hid_t loc, const std::vector<NamedTensor>& tensors) {
+  for (const auto& t : tensors) write_tensor(loc, t.name, t.tensor);
+}
+
+std::vector<NamedTensor> read_tensors_like(hid_t loc, const std::vector<NamedTensor>& like) {
+  std::vector<NamedTensor> out;
+  for (const auto& l : like) {
+    at::Tensor t = read_tensor(loc, l.name);
+    SLIMPI_CHECK(t.sizes() == l.tensor.sizes() && t.scalar_type() == l.tensor.scalar_type(),
+                 "stored tensor {} is {} {}, expected {} {}", l.name, fmt::format("{}", fmt::join(t.sizes(), "x")),
+                 std::string(c10::toString(t.scalar_type())), fmt::format("{}", fmt::join(l.tensor.sizes(), "x")),
+                 std::string(c10::toString(l.tensor.scalar_type())));
+    out.push_back({l.name, t.to(l.tensor.device())});
+  }
+  return out;
+}
+
+}  // namespace slimpi

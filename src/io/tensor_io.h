@@ -1,0 +1,25 @@
+// Tensors in HDF5 files: one dataset per tensor, named by the tensor's name (a name
+// with '/' nests groups), shape kept, dtype kept (attribute "dtype": float32, float64,
+// bfloat16, float16, int64, int32, uint8; bf16/fp16 are stored as their raw 16-bit
+// patterns). Used by checkpoints and model export. Serial files only: in data-parallel
+// training one rank writes, since every rank holds the same tensors.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <string>
+#include <vector>
+
+#include "io/h5.h"
+#include "model/transformer.h"
+
+namespace slimpi {
+
+void write_tensor(hid_t loc, const std::string& name, const at::Tensor& tensor);
+at::Tensor read_tensor(hid_t loc, const std::string& name);
+
+void write_tensors(hid_t loc, const std::vector<NamedTensor>& tensors);
+// Reads the tensors named like `like` (same order), checking each shape.
+std::vector<NamedTensor> read_tensors_like(hid_t loc, const std::vector<NamedTensor>& like);
+
+}  // namespace slimpi

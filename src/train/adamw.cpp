@@ -1,0 +1,56 @@
+#include "train/adamw.h"
+
+#include <ATen/ATen.h>
+#include <slimpi/error.h>
+
+#include <cmath>
+
+namespace slimpi {
+
+AdamW::AdamW(const std::vector<NamedTensor>& params, const Options& options) : params_(params), options_(options) {
+  for (const auto& p : params_) {
+    exp_avg_.push_back(at::zeros_like(p.tensor).detach());
+    exp_avg_sq_.push_back(at::zeros_like(p.tensor).detach());
+  }
+}
+
+void AdamW::step(double lr) {
+  at::NoGradGuard no_grad;
+  ++t_;
+  const double bias1 = 1.0 - std::pow(options_.beta1, double(t_));
+  const double bias2 = 1.0 - std::pow(options_.beta2, double(t_));
+  for (size_t i = 0; i < params_.size(); ++i) {
+    at::Tensor p = params_[i].tensor;
+    const at::Tensor& g = p.grad();
+    SLIMPI_CHECK(g.defined(), "AdamW: parameter {} has no gradient", params_[i].name);
+    if (options_.weight_decay != 0.0 && p.dim() >= 2) p.mul_(1.0 - lr * options_.weight_decay);
+    exp_avg_[i].mul_(options_.beta1).add_(g, 1.0 - options_.beta1);
+    exp_avg_sq_[i].mul_(options_.beta2).addcmul_(g, g, 1.0 - options_.beta2);
+    at::Tensor denom = (exp_avg_sq_[i].sqrt() / std::sqrt(bias2)).add_(options_.eps);
+    p.addcdiv_(exp_avg_[i], denom, -lr / bias1);
+  }
+}
+
+std::vector<NamedTensor> AdamW::state() const {
+  std::vector<NamedTensor> out;
+  for (size_t i = 0; i < params_.size(); ++i) out.push_back({"exp_avg/" + params_[i].name, exp_avg_[i]});
+  for (size_t i = 0; i < params_.size(); ++i) out.push_back({"exp_avg_sq/" + params_[i].name, exp_avg_sq_[i]});
+  return out;
+}
+
+void AdamW::load_state(int64_t n_steps, const std::vector<NamedTensor>& state) {
+  SLIMPI_CHECK(state.size() == 2 * params_.size(), "optimizer state has {} tensors, expected {}", state.size(),
+               2 * params_.size());
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    for (auto [target, entry] : {std::pair{&exp_avg_[i], &state[i]}, std::pair{&exp_avg_sq_[i], &state[params_.size() + i]}}) {
+      SLIMPI_CHECK(entry->tensor.sizes() == target->sizes(), "optimizer state {} has shape {} for parameter shape {}",
+                   entry->name, fmt::format("{}", fmt::join(entry->tensor.sizes(), "x")),
+                   fmt::format("{}", fmt::join(target->sizes(), "x")));
+      target->copy_(entry->tensor);
+    }
+  }
+  t_ = n_steps;
+}
+
+}  // namespace slimpi

@@ -1,0 +1,44 @@
+// AdamW — the trainer's optimizer, on the model's named parameters, state kept as
+// named tensors so that checkpoints store it under the parameters' own names.
+// Update (PyTorch's AdamW, decoupled weight decay), with t = steps taken:
+//   p ← p·(1 − lr·wd)                               (matrices only: dim ≥ 2)
+//   m ← β1·m + (1−β1)·g,   v ← β2·v + (1−β2)·g²
+//   p ← p − lr/(1−β1^t) · m / (sqrt(v)/sqrt(1−β2^t) + eps)
+// Owned by the Trainer; reads p.grad(), which must be defined for every parameter.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <vector>
+
+#include "model/transformer.h"
+
+namespace slimpi {
+
+class AdamW {
+ public:
+  struct Options {
+    double beta1 = 0.9;
+    double beta2 = 0.999;
+    double eps = 1e-8;
+    double weight_decay = 0.0;
+  };
+
+  AdamW(const std::vector<NamedTensor>& params, const Options& options);
+
+  void step(double lr);
+  int64_t n_steps() const { return t_; }
+
+  // "exp_avg/<param name>" and "exp_avg_sq/<param name>", in parameter order.
+  std::vector<NamedTensor> state() const;
+  // Restores what state() gave (same names and shapes) and the step count.
+  void load_state(int64_t n_steps, const std::vector<NamedTensor>& state);
+
+ private:
+  std::vector<NamedTensor> params_;
+  std::vector<at::Tensor> exp_avg_, exp_avg_sq_;
+  Options options_;
+  int64_t t_ = 0;
+};
+
+}  // namespace slimpi

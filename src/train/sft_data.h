@@ -1,0 +1,35 @@
+// SftData — the supervised set: (prompt, response) pairs from a JSONL file, tokenized
+// (BOS + prompt bytes | response bytes + EOS), and the order steps take them in.
+// Epoch e is a permutation drawn from (seed, e); step s takes global_batch_size
+// consecutive entries of that order (crossing into the next epoch as needed); dp rank
+// r takes its contiguous share. The order is a pure function of (seed, step), so a
+// resumed run sees exactly the samples it would have seen. Immutable after loading.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "train/trainer.h"
+
+namespace slimpi {
+
+class SftData {
+ public:
+  SftData(const std::string& path, const std::string& input_key, const std::string& response_key,
+          int64_t max_seq_len, uint64_t seed);
+
+  size_t size() const { return samples_.size(); }
+  // This rank's share of step `step`'s global batch.
+  std::vector<TrainSample> batch(int64_t step, int64_t global_batch_size, int dp_rank, int dp_size) const;
+  // Global sample index of entry `k` of the endless epoch-by-epoch order.
+  int64_t order(int64_t k) const;
+
+ private:
+  std::vector<TrainSample> samples_;
+  uint64_t seed_;
+  mutable std::map<int64_t, std::vector<int64_t>> epochs_;  // epoch -> permutation (cache)
+};
+
+}  // namespace slimpi

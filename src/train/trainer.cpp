@@ -1,0 +1,290 @@
+#include "train/trainer.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <slimpi/deck.h>
+#include <slimpi/error.h>
+
+#include "core/timer.h"
+#include "io/h5.h"
+#include "io/tensor_io.h"
+#include "parallel/comm_tensor.h"
+#include "train/log_probs.h"
+#include "train/micro_batches.h"
+#include "train/policy_loss.h"
+#include "train/whitening.h"
+
+namespace slimpi {
+namespace {
+
+at::Tensor as_tensor(const std::vector<float>& v, int64_t n, float fill, const at::Device& device) {
+  if (v.empty()) return at::full({n}, fill, at::TensorOptions().dtype(at::kFloat).device(device));
+  SLIMPI_CHECK(int64_t(v.size()) == n, "per-token vector of {} entries for {} response tokens", v.size(), n);
+  return at::tensor(v, at::kFloat).to(device);
+}
+
+// One micro-batch packed for the model.
+struct PackedBatch {
+  at::Tensor tokens;  // [T]
+  std::vector<int64_t> seq_lens, prompt_lens;
+  at::Tensor sample_of_token;  // [N] index within the micro-batch
+};
+
+PackedBatch pack(const std::vector<TrainSample>& samples, const std::vector<int64_t>& which, const at::Device& device) {
+  PackedBatch b;
+  std::vector<int64_t> tokens, owner;
+  for (size_t j = 0; j < which.size(); ++j) {
+    const TrainSample& s = samples[which[j]];
+    tokens.insert(tokens.end(), s.tokens.begin(), s.tokens.end());
+    b.seq_lens.push_back(static_cast<int64_t>(s.tokens.size()));
+    b.prompt_lens.push_back(s.prompt_length);
+    owner.insert(owner.end(), s.response_length(), static_cast<int64_t>(j));
+  }
+  b.tokens = at::tensor(tokens, at::kLong).to(device);
+  b.sample_of_token = at::tensor(owner, at::kLong).to(device);
+  return b;
+}
+
+// Concatenates a per-token field of the micro-batch's samples: [N].
+template <class Field>
+at::Tensor gather_field(const std::vector<TrainSample>& samples, const std::vector<int64_t>& which, Field field,
+                        float fill, const at::Device& device) {
+  std::vector<at::Tensor> parts;
+  for (int64_t i : which) parts.push_back(as_tensor(field(samples[i]), samples[i].response_length(), fill, device));
+  return at::cat(parts);
+}
+
+// Sums of weighted per-token metrics over the step (this rank), reduced later.
+class MetricSums {
+ public:
+  void add(const std::string& name, const at::Tensor& per_token, const at::Tensor& weight) {
+    sums_[name] += (per_token.detach().to(at::kDouble) * weight.to(at::kDouble)).sum().item<double>();
+  }
+  void add_value(const std::string& name, double v) { sums_[name] += v; }
+  // Sums over dp ranks; returns name -> value.
+  std::map<std::string, double> reduce(Comm* dp) {
+    at::Tensor t = at::zeros({int64_t(sums_.size())}, at::kDouble);
+    int64_t i = 0;
+    for (const auto& [k, v] : sums_) t[i++] = v;
+    if (dp) allreduce(*dp, t);
+    std::map<std::string, double> out;
+    i = 0;
+    for (const auto& [k, v] : sums_) out[k] = t[i++].item<double>();
+    return out;
+  }
+
+ private:
+  std::map<std::string, double> sums_;
+};
+
+}  // namespace
+
+TrainerConfig TrainerConfig::from_deck(const Deck& deck) {
+  TrainerConfig c;
+  c.mode = deck.get_string("train.mode");
+  c.advantage_estimator = deck.get_string("train.advantage_estimator");
+  c.eps_clip = deck.get_float("train.eps_clip");
+  c.eps_clip_high = deck.get_float("train.eps_clip_high");
+  if (c.eps_clip_high == 0.0) c.eps_clip_high = c.eps_clip;
+  c.eps_clip_c = deck.get_float("train.eps_clip_c");
+  c.use_kl_loss = deck.get_bool("train.use_kl_loss");
+  c.kl_loss_coef = deck.get_float("train.kl_loss_coef");
+  c.kl_loss_type = deck.get_string("train.kl_loss_type");
+  c.entropy_coef = deck.get_float("train.entropy_coef");
+  c.use_tis = deck.get_bool("train.use_tis");
+  c.tis_clip = deck.get_float("train.tis_clip");
+  c.tis_clip_low = deck.get_float("train.tis_clip_low");
+  c.calculate_per_token_loss = deck.get_bool("train.calculate_per_token_loss");
+  c.normalize_advantages = deck.get_bool("train.normalize_advantages");
+  c.n_micro_batches = deck.get_int("train.n_micro_batches");
+  c.max_tokens_per_micro_batch = deck.get_int("train.max_tokens_per_micro_batch");
+  c.clip_grad = deck.get_float("train.clip_grad");
+  c.grad_bucket_bytes = deck.get_int("train.grad_bucket_mb") << 20;
+  c.adam.beta1 = deck.get_float("train.adam_beta1");
+  c.adam.beta2 = deck.get_float("train.adam_beta2");
+  c.adam.eps = deck.get_float("train.adam_eps");
+  c.adam.weight_decay = deck.get_float("train.weight_decay");
+  c.lr.style = deck.get_string("train.lr_schedule");
+  c.lr.lr = deck.get_float("train.lr");
+  c.lr.min_lr = deck.get_float("train.min_lr");
+  c.lr.warmup_steps = deck.get_int("train.warmup_steps");
+  c.lr.decay_steps = deck.get_int("train.lr_decay_steps");
+  if (c.lr.decay_steps == 0) c.lr.decay_steps = deck.get_int("run.n_steps");
+  if (c.eps_clip_c != 0.0 && c.eps_clip_c <= 1.0)
+    SLIMPI_FAIL_ALL("train.eps_clip_c = {} ({}): the dual clip needs c > 1 (or 0 for off)", c.eps_clip_c,
+                    deck.source("train.eps_clip_c"));
+  if (c.use_tis && c.tis_clip_low > c.tis_clip)
+    SLIMPI_FAIL_ALL("train.tis_clip_low = {} exceeds train.tis_clip = {}", c.tis_clip_low, c.tis_clip);
+  return c;
+}
+
+Trainer::Trainer(const TrainerConfig& cfg, Transformer& policy, Comm* dp, const Transformer* reference)
+    : cfg_(cfg),
+      policy_(policy),
+      dp_(dp),
+      reference_(reference),
+      optimizer_(policy.parameters(), cfg.adam),
+      grads_(policy.parameters(), cfg.grad_bucket_bytes) {
+  SLIMPI_CHECK(!(cfg_.use_kl_loss && !reference_), "the KL loss needs a reference model");
+}
+
+void Trainer::compute_log_probs(std::vector<TrainSample>& samples, bool reference) const {
+  const Transformer& model = reference ? *reference_ : policy_;
+  SLIMPI_CHECK(!reference || reference_, "no reference model");
+  at::NoGradGuard no_grad;
+  std::vector<int64_t> lengths;
+  for (const auto& s : samples) lengths.push_back(static_cast<int64_t>(s.tokens.size()));
+  for (const auto& which : plan_micro_batches(lengths, cfg_.n_micro_batches, cfg_.max_tokens_per_micro_batch)) {
+    PackedBatch b = pack(samples, which, model.device());
+    at::Tensor logits = model.forward_packed(b.tokens, b.seq_lens);
+    at::Tensor logp = score_tokens(logits, response_positions(b.tokens, b.seq_lens, b.prompt_lens),
+                                   cfg_.temperature, false).logp.cpu();
+    int64_t start = 0;
+    for (int64_t i : which) {
+      const int64_t n = samples[i].response_length();
+      const float* p = logp.data_ptr<float>() + start;
+      (reference ? samples[i].ref_log_probs : samples[i].old_log_probs).assign(p, p + n);
+      start += n;
+    }
+  }
+}
+
+std::map<std::string, double> Trainer::train_step(const std::vector<TrainSample>& local) {
+  Stopwatch clock;
+  const at::Device device = policy_.device();
+  const bool rl = cfg_.mode == "rl";
+
+  // Step-wide counts: the reducer's denominators (every rank the same).
+  std::vector<at::Tensor> masks, advantages;
+  at::Tensor counts = at::zeros({3}, at::kDouble);  // [samples, masked tokens, all tokens]
+  for (const auto& s : local) {
+    masks.push_back(as_tensor(s.loss_mask, s.response_length(), 1.0f, device));
+    if (rl) advantages.push_back(as_tensor(s.advantages, s.response_length(), 0.0f, device));
+    counts[0] += 1;
+    counts[1] += masks.back().sum().item<double>();
+    counts[2] += static_cast<double>(s.tokens.size());
+  }
+  if (dp_) allreduce(*dp_, counts);
+  const double n_samples = counts[0].item<double>(), n_masked = counts[1].item<double>();
+  SLIMPI_CHECK(n_samples > 0, "train_step with no samples on any rank");
+  if (rl && cfg_.normalize_advantages) whiten_advantages(advantages, masks, dp_);
+
+  grads_.zero();
+  MetricSums sums;
+  std::vector<int64_t> lengths;
+  for (const auto& s : local) lengths.push_back(static_cast<int64_t>(s.tokens.size()));
+  for (const auto& which : plan_micro_batches(lengths, cfg_.n_micro_batches, cfg_.max_tokens_per_micro_batch)) {
+    PackedBatch b = pack(local, which, device);
+    at::Tensor logits = policy_.forward_packed(b.tokens, b.seq_lens);  // [T, V]
+    TokenLogProbs lp = score_tokens(logits, response_positions(b.tokens, b.seq_lens, b.prompt_lens),
+                                    cfg_.temperature, /*with_entropy=*/true);
+    // Reducer weights [N]: m / (D_i · n_samples) per rollout, or m / n_masked per token.
+    std::vector<at::Tensor> mask_parts, adv_parts;
+    std::vector<double> denominators;
+    for (int64_t i : which) {
+      mask_parts.push_back(masks[i]);
+      if (rl) adv_parts.push_back(advantages[i]);
+      denominators.push_back(std::max(masks[i].sum().item<double>(), 1.0));
+    }
+    at::Tensor mask = at::cat(mask_parts);
+    at::Tensor weight = cfg_.calculate_per_token_loss
+                            ? mask / n_masked
+                            : mask / (at::tensor(denominators, at::kDouble).to(device).to(at::kFloat)
+                                          .index_select(0, b.sample_of_token) * n_samples);
+
+    at::Tensor loss;
+    if (!rl) {
+      at::Tensor nll = -lp.logp;
+      loss = (nll * weight).sum();
+      sums.add("train/loss", nll, weight);
+    } else {
+      at::Tensor adv = at::cat(adv_parts);
+      at::Tensor old = gather_field(local, which, [](const TrainSample& s) { return s.old_log_probs; }, 0.0f, device);
+      bool have_old = true;
+      for (int64_t i : which) have_old = have_old && !local[i].old_log_probs.empty();
+      if (!have_old) old = lp.logp.detach();  // one step per rollout: ρ = 1
+      PolicyLossTerms pg;
+      if (cfg_.advantage_estimator == "gspo")
+        pg = gspo_loss(lp.logp, old, adv, b.sample_of_token, int64_t(which.size()), cfg_.eps_clip,
+                       cfg_.eps_clip_high, cfg_.eps_clip_c);
+      else if (cfg_.advantage_estimator == "cispo")
+        pg = cispo_loss(lp.logp, old, adv, cfg_.eps_clip, cfg_.eps_clip_high);
+      else
+        pg = ppo_clip_loss(lp.logp, old, adv, cfg_.eps_clip, cfg_.eps_clip_high, cfg_.eps_clip_c);
+      at::Tensor pg_tokens = pg.loss;
+      const bool have_rollout = !local[which[0]].rollout_log_probs.empty();
+      at::Tensor rollout_logp;
+      if (have_rollout) {
+        rollout_logp =
+            gather_field(local, which, [](const TrainSample& s) { return s.rollout_log_probs; }, 0.0f, device);
+        sums.add("train/train_rollout_logprob_abs_diff", (lp.logp.detach() - rollout_logp).abs(), weight);
+      }
+      if (cfg_.use_tis) {
+        SLIMPI_CHECK(have_rollout, "train.use_tis needs the rollout log-probs of every sample");
+        TisWeights tis = tis_weights(old, rollout_logp, cfg_.tis_clip_low, cfg_.tis_clip);
+        pg_tokens = pg_tokens * tis.weight;
+        sums.add("train/tis", tis.weight, weight);
+        sums.add("train/tis_clipfrac", tis.clipfrac, weight);
+        sums.add("train/tis_abs", tis.abs_dev, weight);
+      }
+      at::Tensor pg_loss = (pg_tokens * weight).sum();
+      at::Tensor entropy_loss = (lp.entropy * weight).sum();
+      loss = pg_loss - cfg_.entropy_coef * entropy_loss;
+      sums.add("train/pg_loss", pg_tokens, weight);
+      sums.add("train/pg_clipfrac", pg.clipfrac, weight);
+      sums.add("train/ppo_kl", pg.ppo_kl, weight);
+      if (cfg_.use_kl_loss) {
+        at::Tensor ref = gather_field(local, which, [](const TrainSample& s) { return s.ref_log_probs; }, 0.0f, device);
+        at::Tensor kl = kl_estimate(lp.logp, ref, cfg_.kl_loss_type);
+        loss = loss + cfg_.kl_loss_coef * (kl * weight).sum();
+        sums.add("train/kl_loss", kl, weight);
+      }
+      sums.add_value("train/loss", loss.item<double>());
+    }
+    sums.add("train/entropy_loss", lp.entropy, weight);
+    loss.backward();
+  }
+  SLIMPI_CHECK(grads_.grads_alias_buffer(), "autograd replaced a gradient outside the flat gradient buffer");
+
+  grads_.all_reduce(dp_);
+  const double grad_norm = grads_.global_norm();
+  grads_.clip(grad_norm, cfg_.clip_grad);
+  const double lr = cfg_.lr.at(optimizer_.n_steps());
+  optimizer_.step(lr);
+
+  std::map<std::string, double> metrics = sums.reduce(dp_);
+  metrics["train/grad_norm"] = grad_norm;
+  metrics["train/lr"] = lr;
+  const double seconds = clock.seconds();
+  metrics["perf/actor_train_time"] = seconds;
+  metrics["perf/train_tokens_per_s"] = counts[2].item<double>() / seconds;
+  return metrics;
+}
+
+void Trainer::save(const std::string& path) const {
+  h5::File f = h5::File::create(path, MPI_COMM_NULL);
+  h5::Handle model = h5::create_group(f.id(), "model");
+  write_tensors(model.id(), policy_.parameters());
+  h5::Handle opt = h5::create_group(f.id(), "optimizer");
+  write_tensors(opt.id(), optimizer_.state());
+  h5::write_attr(opt.id(), "n_steps", optimizer_.n_steps());
+  h5::Handle rng = h5::create_group(f.id(), "rng");
+  write_tensor(rng.id(), "torch_cpu", at::detail::getDefaultCPUGenerator().get_state());
+}
+
+void Trainer::load(const std::string& path) {
+  h5::File f = h5::File::open(path, false, MPI_COMM_NULL);
+  h5::Handle model = h5::open_group(f.id(), "model");
+  std::vector<NamedTensor> params = read_tensors_like(model.id(), policy_.parameters());
+  {
+    at::NoGradGuard no_grad;
+    for (size_t i = 0; i < params.size(); ++i) policy_.parameters()[i].tensor.copy_(params[i].tensor);
+  }
+  h5::Handle opt = h5::open_group(f.id(), "optimizer");
+  optimizer_.load_state(h5::read_attr_int(opt.id(), "n_steps"), read_tensors_like(opt.id(), optimizer_.state()));
+  h5::Handle rng = h5::open_group(f.id(), "rng");
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  gen.set_state(read_tensor(rng.id(), "torch_cpu"));
+}
+
+}  // namespace slimpi
