@@ -1,0 +1,143 @@
+// Data-parallel invariance at np 1, 2, 4: the same step split over dp ranks and
+// micro-batches gives the same loss, metrics and gradients as one rank with the whole
+// batch in one micro-batch (to fp32 round-off); whitening gives the same advantages,
+// including on a rank that holds no tokens.
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <gtest/gtest.h>
+
+#include "parallel/comm_tensor.h"
+#include "parallel/mpi_comm.h"
+#include "train/trainer.h"
+#include "train/whitening.h"
+
+namespace slimpi {
+namespace {
+
+ModelConfig model_config() {
+  ModelConfig c;
+  c.vocab_size = 40;
+  c.hidden_size = 32;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.intermediate_size = 48;
+  c.max_seq_len = 32;
+  c.init_std = 0.1;
+  return c;
+}
+
+// A step of n RL samples with uneven lengths, masks with holes, and old/ref/rollout
+// log-probs near the policy's so that clipping, KL and TIS all act.
+std::vector<TrainSample> rl_batch(int n, const Trainer& trainer) {
+  at::Generator g = at::detail::createCPUGenerator(42);
+  std::vector<TrainSample> out;
+  for (int i = 0; i < n; ++i) {
+    TrainSample s;
+    const int64_t len = 5 + at::randint(14, {1}, g, at::kLong).item<int64_t>();
+    at::Tensor t = at::randint(40, {len}, g, at::kLong);
+    s.tokens.assign(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + len);
+    s.prompt_length = 1 + i % 4;
+    const int64_t r = s.response_length();
+    for (int64_t j = 0; j < r; ++j) {
+      s.loss_mask.push_back((i + j) % 5 == 4 ? 0.0f : 1.0f);
+      s.advantages.push_back(at::randn({1}, g).item<float>());
+    }
+    out.push_back(s);
+  }
+  trainer.compute_log_probs(out, false);
+  for (auto& s : out) {
+    for (auto& x : s.old_log_probs) x += 0.3f * at::randn({1}, g).item<float>();
+    s.rollout_log_probs = s.old_log_probs;
+    for (auto& x : s.rollout_log_probs) x += 0.1f * at::randn({1}, g).item<float>();
+  }
+  trainer.compute_log_probs(out, true);
+  return out;
+}
+
+TrainerConfig rl_config(bool per_token, int64_t micro) {
+  TrainerConfig c;
+  c.mode = "rl";
+  c.eps_clip = 0.1;
+  c.eps_clip_high = 0.15;
+  c.eps_clip_c = 2.0;
+  c.use_kl_loss = true;
+  c.kl_loss_coef = 0.1;
+  c.kl_loss_type = "low_var_kl";
+  c.entropy_coef = 0.01;
+  c.use_tis = true;
+  c.tis_clip = 1.1;
+  c.tis_clip_low = 0.9;
+  c.normalize_advantages = true;
+  c.calculate_per_token_loss = per_token;
+  c.n_micro_batches = micro;
+  c.clip_grad = 0.0;  // compare raw gradients
+  c.lr.lr = 0.0;      // and leave the weights alone
+  c.grad_bucket_bytes = 1 << 12;
+  return c;
+}
+
+class DataParallel : public ::testing::TestWithParam<std::tuple<bool, int64_t>> {};
+
+TEST_P(DataParallel, SameLossMetricsAndGradientsAsOneRank) {
+  auto [per_token, micro] = GetParam();
+  MpiComm world(MPI_COMM_WORLD, "trainer");
+  const int r = world.rank(), n = world.size();
+  Transformer policy(model_config(), 1, at::kCPU), ref_a(model_config(), 2, at::kCPU);
+  Transformer single_policy(model_config(), 1, at::kCPU), ref_b(model_config(), 2, at::kCPU);
+
+  Trainer single(rl_config(per_token, 1), single_policy, nullptr, &ref_b);
+  std::vector<TrainSample> all = rl_batch(10, single);
+  auto want = single.train_step(all);
+  at::Tensor want_grads = single.grads().flat().clone();
+
+  Trainer dp(rl_config(per_token, micro), policy, &world, &ref_a);
+  std::vector<TrainSample> mine(all.begin() + all.size() * r / n, all.begin() + all.size() * (r + 1) / n);
+  auto got = dp.train_step(mine);
+
+  for (const auto& [k, v] : want) {
+    if (k.rfind("perf/", 0) == 0) continue;
+    EXPECT_NEAR(got.at(k), v, 1e-5 * std::max(1.0, std::abs(v))) << k;
+  }
+  EXPECT_GT(want.at("train/pg_clipfrac"), 0.0);  // the clip did act
+  EXPECT_GT(want.at("train/tis_clipfrac"), 0.0);
+  EXPECT_TRUE(at::allclose(dp.grads().flat(), want_grads, 1e-4, 1e-6))
+      << "max |diff| " << (dp.grads().flat() - want_grads).abs().max().item<float>();
+}
+
+INSTANTIATE_TEST_SUITE_P(Splits, DataParallel,
+                         ::testing::Combine(::testing::Bool(), ::testing::Values(int64_t{1}, 2, 4)));
+
+TEST(Whitening, SameAdvantagesAtAnyDpIncludingAnEmptyRank) {
+  MpiComm world(MPI_COMM_WORLD, "trainer");
+  const int r = world.rank(), n = world.size();
+  at::Generator g = at::detail::createCPUGenerator(5);
+  std::vector<at::Tensor> adv, masks;
+  for (int i = 0; i < 3; ++i) {  // 3 samples: at np 4 the last rank holds none
+    adv.push_back(at::randn({4 + i}, g));
+    masks.push_back((at::rand({4 + i}, g) > 0.3).to(at::kFloat));
+  }
+  std::vector<at::Tensor> whole = adv;
+  for (auto& a : whole) a = a.clone();
+  whiten_advantages(whole, masks, nullptr);
+
+  std::vector<at::Tensor> mine, my_masks;
+  std::vector<int> index;
+  for (int i = 3 * r / n; i < 3 * (r + 1) / n; ++i) {
+    mine.push_back(adv[i].clone());
+    my_masks.push_back(masks[i]);
+    index.push_back(i);
+  }
+  whiten_advantages(mine, my_masks, &world);
+  for (size_t j = 0; j < mine.size(); ++j)
+    EXPECT_TRUE(at::allclose(mine[j], whole[index[j]], 1e-6, 1e-6)) << "sample " << index[j];
+  // Whitened over the masked tokens: mean 0 and unbiased variance 1.
+  at::Tensor flat = at::cat(whole).to(at::kDouble), m = at::cat(masks).to(at::kDouble);
+  const double cnt = m.sum().item<double>();
+  const double mean = (flat * m).sum().item<double>() / cnt;
+  EXPECT_NEAR(mean, 0.0, 1e-6);
+  EXPECT_NEAR(((flat - mean).pow(2) * m).sum().item<double>() / (cnt - 1), 1.0, 1e-5);
+}
+
+}  // namespace
+}  // namespace slimpi
