@@ -43,14 +43,18 @@ void Driver::set_up_training() {
     SLIMPI_FAIL_ALL("model.vocab_size = {} ({}) is smaller than the byte tokenizer's {} tokens", model_cfg.vocab_size,
                     deck.source("model.vocab_size"), ByteTokenizer::kVocabSize);
   TrainerConfig train_cfg = TrainerConfig::from_deck(deck);
-  if (!ctx_.world->is_trainer()) return;
+  // Every rank reads the data, so that a bad file is an error all ranks raise alike.
+  sft_data_ = std::make_unique<SftData>(deck.get_string("data.path"), deck.get_string("data.input_key"),
+                                        deck.get_string("data.response_key"), model_cfg.max_seq_len,
+                                        static_cast<uint64_t>(deck.get_int("run.seed")));
+  if (!ctx_.world->is_trainer()) {
+    sft_data_.reset();
+    return;
+  }
   const at::Device device = ctx_.device.use_cuda ? at::Device(at::kCUDA, ctx_.device.gpu) : at::Device(at::kCPU);
   policy_ = std::make_unique<Transformer>(model_cfg, static_cast<uint64_t>(deck.get_int("run.seed")), device);
   trainer_comm_ = make_comm(ctx_.world->trainer(), "trainer", ctx_.device);
   trainer_ = std::make_unique<Trainer>(train_cfg, *policy_, trainer_comm_.get());
-  sft_data_ = std::make_unique<SftData>(deck.get_string("data.path"), deck.get_string("data.input_key"),
-                                        deck.get_string("data.response_key"), model_cfg.max_seq_len,
-                                        static_cast<uint64_t>(deck.get_int("run.seed")));
   log::info("policy: {} parameters ({} layers, d {}, {} heads / {} kv heads), on {}; SFT data: {} samples from {}",
             policy_->n_params(), model_cfg.n_layers, model_cfg.hidden_size, model_cfg.n_heads, model_cfg.n_kv_heads,
             device.str(), sft_data_->size(), deck.get_string("data.path"));

@@ -26,4 +26,13 @@ expect_clean_failure 4 "$out/c.log" "parallel.trainer_ranks = 3 (--set)" run "$o
 expect_clean_failure 2 "$out/d.log" "cannot open deck file" run "$out/missing.toml"
 expect_clean_failure 2 "$out/e.log" "run.device = \"cuda\" but" run "$out/ok.toml" --set run.device=cuda
 expect_clean_failure 2 "$out/f.log" "no deck key starts with 'zzz'" keys zzz
+# SFT: no data file named; a malformed dataset line (named by file:line and key).
+printf '[parallel]\nplacement = "colocate"\n[train]\nmode = "sft"\n' >"$out/sft.toml"
+expect_clean_failure 2 "$out/g.log" "needs a training file: set data.path" run "$out/sft.toml"
+printf '{"prompt": "1+1=", "response": "2"}\n{"prompt": "2+2="}\n' >"$out/bad.jsonl"
+expect_clean_failure 2 "$out/h.log" "bad.jsonl:2: missing key 'response'" run "$out/sft.toml" --set data.path="$out/bad.jsonl"
+expect_clean_failure 4 "$out/h2.log" "bad.jsonl:2: missing key 'response'" run "$out/sft.toml" \
+  --set data.path="$out/bad.jsonl" --set parallel.placement=split
+expect_clean_failure 2 "$out/i.log" "model.n_heads = 4 must be a multiple of model.n_kv_heads = 3" run "$out/sft.toml" \
+  --set data.path="$out/bad.jsonl" --set model.n_kv_heads=3
 echo "bad_deck: ok"
