@@ -1,0 +1,158 @@
+// Training throughput of the policy on one rank, against the bound the same machine
+// gives in the same run:
+//   BM_TrainStep/<model>   one optimizer step (forward, backward, AdamW) on packed
+//                          sequences of 256 tokens. Counters: tokens_per_s, model
+//                          TFLOP/s (6·N·tokens / time, N = dense parameters), and
+//                          mfu_vs_matmul = that / the FLOP/s torch's matmul reaches on
+//                          the model's own GEMM shapes (forward and both backward
+//                          products of every linear layer), measured right before.
+//   BM_PackedVsPadded      a step on 16 sequences of lengths 32..256 packed, against
+//                          the same sequences padded to 256 (what a padded batch
+//                          computes). Counter padded_over_packed_time.
+// Models: "10M" (d 320, 8 layers) and "50M" (d 640, 10 layers). Threads: $SLIMPI_THREADS
+// (default 1). Run: build/perf/bench_train [--benchmark_filter=10M]
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
+#include <benchmark/benchmark.h>
+#include <malloc.h>
+
+#include <chrono>
+#include <cstdlib>
+
+#include "train/trainer.h"
+
+namespace slimpi::perf {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+ModelConfig model(int64_t which) {
+  ModelConfig c;
+  c.vocab_size = 260;
+  c.max_seq_len = 256;
+  if (which == 10) {
+    c.hidden_size = 320, c.n_layers = 8, c.n_heads = 8, c.n_kv_heads = 8, c.intermediate_size = 864;
+  } else {
+    c.hidden_size = 640, c.n_layers = 10, c.n_heads = 10, c.n_kv_heads = 10, c.intermediate_size = 1728;
+  }
+  return c;
+}
+
+std::vector<TrainSample> batch(const std::vector<int64_t>& lengths, uint64_t seed) {
+  at::Generator g = at::detail::createCPUGenerator(seed);
+  std::vector<TrainSample> out;
+  for (int64_t len : lengths) {
+    TrainSample s;
+    at::Tensor t = at::randint(259, {len}, g, at::kLong);
+    s.tokens.assign(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + len);
+    s.prompt_length = 16;
+    out.push_back(s);
+  }
+  return out;
+}
+
+// FLOP/s of torch matmul on the GEMMs one training step of `c` runs for T tokens:
+// for every linear layer [out, in]: forward [T,in]x[in,out], and the backward
+// products [T,out]x[out,in] (input grad) and [out,T]x[T,in] (weight grad).
+double matmul_bound(const ModelConfig& c, int64_t T) {
+  const int64_t d = c.hidden_size, kv = c.n_kv_heads * c.head_dim(), f = c.intermediate_size;
+  std::vector<std::pair<int64_t, int64_t>> layers;  // (out, in)
+  for (int64_t l = 0; l < c.n_layers; ++l)
+    for (auto s : {std::pair{d, d}, std::pair{kv, d}, std::pair{kv, d}, std::pair{d, d}, std::pair{f, d},
+                   std::pair{f, d}, std::pair{d, f}})
+      layers.push_back(s);
+  layers.push_back({c.vocab_size, d});
+  std::vector<std::array<at::Tensor, 6>> ops;
+  for (auto [o, i] : layers)
+    ops.push_back({at::randn({T, i}), at::randn({i, o}), at::randn({T, o}), at::randn({o, i}), at::randn({o, T}),
+                   at::randn({T, i})});
+  double flops = 0;
+  for (auto [o, i] : layers) flops += 3.0 * 2.0 * double(T) * double(o) * double(i);
+  double best = 1e30;
+  for (int rep = 0; rep < 3; ++rep) {
+    auto t0 = Clock::now();
+    for (auto& x : ops) {
+      at::mm(x[0], x[1]);
+      at::mm(x[2], x[3]);
+      at::mm(x[4], x[5]);
+    }
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  return flops / best;
+}
+
+TrainerConfig config() {
+  TrainerConfig c;
+  c.mode = "sft";
+  c.lr.lr = 1e-4;
+  return c;
+}
+
+void BM_TrainStep(benchmark::State& state) {
+  const ModelConfig c = model(state.range(0));
+  const int64_t n_seq = state.range(0) == 10 ? 8 : 4, T = n_seq * 256;
+  const double bound = matmul_bound(c, T);
+  Transformer m(c, 1, at::kCPU);
+  Trainer trainer(config(), m, nullptr);
+  auto samples = batch(std::vector<int64_t>(n_seq, 256), 3);
+  trainer.train_step(samples);  // warm-up
+  double seconds = 0;
+  for (auto _ : state) {
+    auto t0 = Clock::now();
+    trainer.train_step(samples);
+    double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    state.SetIterationTime(s);
+    seconds += s;
+  }
+  const double per_step = seconds / state.iterations();
+  const double model_flops = 6.0 * double(c.matmul_params()) * double(T) / per_step;
+  state.counters["params_M"] = double(m.n_params()) / 1e6;
+  state.counters["tokens_per_s"] = double(T) / per_step;
+  state.counters["model_TFLOPs"] = model_flops / 1e12;
+  state.counters["matmul_TFLOPs"] = bound / 1e12;
+  state.counters["mfu_vs_matmul"] = model_flops / bound;
+}
+
+void BM_PackedVsPadded(benchmark::State& state) {
+  const ModelConfig c = model(10);
+  Transformer m(c, 1, at::kCPU);
+  Trainer trainer(config(), m, nullptr);
+  std::vector<int64_t> lengths;
+  for (int i = 0; i < 16; ++i) lengths.push_back(32 + (i * 97) % 225);  // 32..256
+  auto packed = batch(lengths, 5);
+  auto padded = packed;
+  for (auto& s : padded) s.tokens.resize(256, 256);  // PAD to the longest; the extra tokens are computed too
+  trainer.train_step(packed);
+  double packed_s = 0, padded_s = 0;
+  for (auto _ : state) {
+    auto t0 = Clock::now();
+    trainer.train_step(packed);
+    auto t1 = Clock::now();
+    trainer.train_step(padded);
+    auto t2 = Clock::now();
+    packed_s += std::chrono::duration<double>(t1 - t0).count();
+    padded_s += std::chrono::duration<double>(t2 - t1).count();
+    state.SetIterationTime(std::chrono::duration<double>(t1 - t0).count());
+  }
+  state.counters["packed_ms"] = 1e3 * packed_s / state.iterations();
+  state.counters["padded_ms"] = 1e3 * padded_s / state.iterations();
+  state.counters["padded_over_packed_time"] = padded_s / packed_s;
+}
+
+BENCHMARK(BM_TrainStep)->Arg(10)->Arg(50)->Iterations(3)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_PackedVsPadded)->Iterations(3)->UseManualTime()->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace slimpi::perf
+
+int main(int argc, char** argv) {
+  mallopt(M_MMAP_THRESHOLD, 1 << 30);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  const char* threads = std::getenv("SLIMPI_THREADS");
+  at::set_num_threads(threads ? std::atoi(threads) : 1);
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
