@@ -1,0 +1,117 @@
+#include "kernels/sampling.h"
+
+#include <Kokkos_Core.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <utility>
+#include <vector>
+
+namespace slimpi {
+namespace {
+
+using HostSpace = Kokkos::DefaultHostExecutionSpace;
+
+// Candidate order: z descending, then index ascending.
+struct ByLogitDesc {
+  const float* z;
+  bool operator()(int32_t a, int32_t b) const { return z[a] > z[b] || (z[a] == z[b] && a < b); }
+};
+
+// One row, using `idx` (vocab entries) and `p` (vocab entries) as scratch.
+int64_t sample_row(const float* z, int64_t vocab, const SamplingRow& r, int32_t* idx, double* p) {
+  if (r.temperature <= 0) {
+    int64_t best = 0;
+    for (int64_t v = 1; v < vocab; ++v)
+      if (z[v] > z[best]) best = v;
+    return best;
+  }
+  const bool sorted = r.top_k > 0 || r.top_p < 1.0;
+  int64_t n = vocab;
+  for (int64_t v = 0; v < vocab; ++v) idx[v] = static_cast<int32_t>(v);
+  if (sorted) {
+    if (r.top_k > 0 && r.top_k < vocab) {
+      n = r.top_k;
+      std::partial_sort(idx, idx + n, idx + vocab, ByLogitDesc{z});
+    } else {
+      std::sort(idx, idx + vocab, ByLogitDesc{z});
+    }
+  }
+  double zmax = z[idx[0]];
+  if (!sorted)
+    for (int64_t v = 1; v < vocab; ++v) zmax = std::max(zmax, double(z[v]));
+  double total = 0;
+  for (int64_t i = 0; i < n; ++i) total += p[i] = std::exp((double(z[idx[i]]) - zmax) / r.temperature);
+  if (r.top_p < 1.0) {
+    double mass = 0;
+    int64_t keep = 0;
+    while (keep < n) {
+      mass += p[keep++];
+      if (mass >= r.top_p * total) break;
+    }
+    n = keep;
+    total = mass;
+  }
+  double cumulative = 0;
+  const double target = r.uniform * total;
+  for (int64_t i = 0; i < n; ++i) {
+    cumulative += p[i];
+    if (cumulative > target) return idx[i];
+  }
+  return idx[n - 1];
+}
+
+}  // namespace
+
+void sample_tokens(const float* logits, int64_t n_rows, int64_t vocab, const SamplingRow* rows, int64_t* tokens_out) {
+  Kokkos::View<int32_t**, Kokkos::LayoutRight, Kokkos::HostSpace> idx("sampling_idx", n_rows, vocab);
+  Kokkos::View<double**, Kokkos::LayoutRight, Kokkos::HostSpace> p("sampling_p", n_rows, vocab);
+  Kokkos::parallel_for(
+      "slimpi::sample_tokens", Kokkos::RangePolicy<HostSpace>(0, n_rows), [=](const int64_t b) {
+        tokens_out[b] = sample_row(logits + b * vocab, vocab, rows[b], &idx(b, 0), &p(b, 0));
+      });
+  Kokkos::fence();
+}
+
+void sample_tokens_reference(const float* logits, int64_t n_rows, int64_t vocab, const SamplingRow* rows,
+                             int64_t* tokens_out) {
+  for (int64_t b = 0; b < n_rows; ++b) {
+    const float* z = logits + b * vocab;
+    const SamplingRow& r = rows[b];
+    std::vector<std::pair<double, int64_t>> c;  // (z, token)
+    for (int64_t v = 0; v < vocab; ++v) c.emplace_back(z[v], v);
+    if (r.temperature <= 0) {
+      tokens_out[b] = std::max_element(c.begin(), c.end(), [](auto& a, auto& x) { return a.first < x.first; })->second;
+      continue;
+    }
+    if (r.top_k > 0 || r.top_p < 1.0)
+      std::stable_sort(c.begin(), c.end(), [](const auto& a, const auto& x) { return a.first > x.first; });
+    if (r.top_k > 0 && r.top_k < vocab) c.resize(r.top_k);
+    double zmax = -INFINITY;
+    for (auto& [zz, v] : c) zmax = std::max(zmax, zz);
+    std::vector<double> w;
+    for (auto& [zz, v] : c) w.push_back(std::exp((zz - zmax) / r.temperature));
+    double total = std::accumulate(w.begin(), w.end(), 0.0);
+    if (r.top_p < 1.0) {
+      double mass = 0;
+      size_t keep = 0;
+      while (keep < w.size() && mass < r.top_p * total) mass += w[keep++];
+      w.resize(keep);
+      c.resize(keep);
+      total = mass;
+    }
+    double cumulative = 0;
+    int64_t chosen = c.back().second;
+    for (size_t i = 0; i < w.size(); ++i) {
+      cumulative += w[i];
+      if (cumulative > r.uniform * total) {
+        chosen = c[i].second;
+        break;
+      }
+    }
+    tokens_out[b] = chosen;
+  }
+}
+
+}  // namespace slimpi

@@ -1,0 +1,31 @@
+// Token sampling for a batch of rows of logits (the rollout engine's per-token loop).
+//
+// Per row b with temperature T, top_k, top_p and a uniform u in [0, 1):
+//   T <= 0: greedy, the arg-max (lowest index among equal maxima).
+//   else:   p ∝ exp(z / T). Candidates: all tokens in index order when top_k = 0 and
+//           top_p = 1; otherwise tokens sorted by z descending (ties: lower index
+//           first), cut to the top_k first (top_k > 0), then to the shortest prefix
+//           whose probability (renormalised over the cut) reaches top_p. The token is
+//           the first candidate whose cumulative renormalised probability exceeds u.
+// sample_tokens is a Kokkos kernel (one row per work item, scratch allocated once per
+// call); sample_tokens_reference is the plain twin, written independently (full sort
+// of every row), that the tests compare it against.
+#pragma once
+
+#include <cstdint>
+
+namespace slimpi {
+
+struct SamplingRow {
+  double temperature = 1.0;
+  int64_t top_k = 0;     // 0 = off
+  double top_p = 1.0;    // 1 = off
+  double uniform = 0.5;  // in [0, 1)
+};
+
+// logits: [n_rows, vocab] row-major fp32 (host). tokens_out: [n_rows].
+void sample_tokens(const float* logits, int64_t n_rows, int64_t vocab, const SamplingRow* rows, int64_t* tokens_out);
+void sample_tokens_reference(const float* logits, int64_t n_rows, int64_t vocab, const SamplingRow* rows,
+                             int64_t* tokens_out);
+
+}  // namespace slimpi

@@ -1,0 +1,361 @@
+#include "rollout/engine.h"
+
+#include <ATen/ATen.h>
+#include <slimpi/error.h>
+
+#include <algorithm>
+
+#include "core/timer.h"
+#include "kernels/counter_rng.h"
+#include "kernels/sampling.h"
+#include "tokenizer/byte_tokenizer.h"
+
+namespace slimpi {
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::Stop: return "stop";
+    case FinishReason::Length: return "length";
+    case FinishReason::Abort: return "abort";
+  }
+  return "?";
+}
+
+// A sequence in the engine. Before its group forks, the group's prompt is one
+// Sequence with sample_index = -1 that holds the blocks the fork will need.
+struct Engine::Sequence {
+  std::shared_ptr<const GenerationRequest> request;
+  int64_t sample_index = -1;
+  std::vector<int64_t> tokens;  // prompt + response so far
+  int64_t prompt_length = 0;
+  int64_t n_computed = 0;       // leading tokens whose K/V are in `blocks`
+  std::vector<int32_t> blocks;  // block table: position p lives in blocks[p / block_size]
+  std::vector<int32_t> fork_blocks;  // group prompt: partial-block copies for samples 1..n-1
+  std::vector<float> log_probs;
+  std::vector<int64_t> versions;
+  int64_t arrival = 0;  // admission order; the largest is the youngest
+  FinishReason finish = FinishReason::Length;
+
+  bool is_group() const { return sample_index < 0; }
+  int64_t n_response() const { return static_cast<int64_t>(tokens.size()) - prompt_length; }
+  int64_t pending() const { return static_cast<int64_t>(tokens.size()) - n_computed; }
+};
+
+Engine::Engine(const EngineConfig& cfg, const Transformer& model)
+    : cfg_(cfg),
+      model_(model),
+      allocator_(cfg.kv_cache_tokens / cfg.block_size),
+      prefix_(allocator_, cfg.block_size),
+      cache_(KvCache::allocate(model.config(), (cfg.kv_cache_tokens / cfg.block_size) * cfg.block_size,
+                               at::TensorOptions().dtype(at::kFloat).device(model.device()))) {
+  SLIMPI_CHECK(cfg.block_size >= 1 && cfg.max_running >= 1 && cfg.max_batch_tokens >= cfg.max_running,
+               "engine limits: block_size {}, max_running {}, max_batch_tokens {} (needs >= max_running)",
+               cfg.block_size, cfg.max_running, cfg.max_batch_tokens);
+}
+
+Engine::~Engine() {
+  for (auto& s : running_) free_blocks(*s);
+  for (auto& s : waiting_) free_blocks(*s);
+  prefix_.clear();
+}
+
+void Engine::add_request(const GenerationRequest& request) {
+  const int64_t bs = cfg_.block_size, p = static_cast<int64_t>(request.prompt.size());
+  SLIMPI_CHECK(p >= 1, "group {}: empty prompt", request.group_index);
+  SLIMPI_CHECK(p + request.params.max_new_tokens <= model_.config().max_seq_len,
+               "group {}: prompt of {} tokens + max_new_tokens {} exceeds model.max_seq_len = {}",
+               request.group_index, p, request.params.max_new_tokens, model_.config().max_seq_len);
+  SLIMPI_CHECK(request.n_samples >= 1 && request.n_samples <= cfg_.max_running,
+               "group {}: {} samples but the engine runs at most {} sequences", request.group_index,
+               request.n_samples, cfg_.max_running);
+  const int64_t group_blocks = (p + bs - 1) / bs + (p % bs ? request.n_samples - 1 : 0);
+  const int64_t longest = (p + request.params.max_new_tokens + bs - 1) / bs;
+  SLIMPI_CHECK(std::max(group_blocks, longest) <= allocator_.n_blocks(),
+               "group {}: needs {} KV blocks but the cache has {} (raise rollout.kv_cache_tokens)",
+               request.group_index, std::max(group_blocks, longest), allocator_.n_blocks());
+  auto seq = std::make_unique<Sequence>();
+  seq->request = std::make_shared<const GenerationRequest>(request);
+  seq->tokens = request.prompt;
+  seq->prompt_length = p;
+  waiting_.push_back(std::move(seq));
+}
+
+void Engine::free_blocks(Sequence& seq) {
+  for (int32_t b : seq.blocks) allocator_.unref(b);
+  for (int32_t b : seq.fork_blocks) allocator_.unref(b);
+  seq.blocks.clear();
+  seq.fork_blocks.clear();
+  seq.n_computed = 0;
+}
+
+// Takes blocks for every token of `seq` now (prefix-cache hits first), and for a group
+// prompt the partial-block copies its fork will need. False (nothing held) if the
+// cache cannot hold it even after evicting unreferenced prefix blocks.
+bool Engine::admit(Sequence& seq) {
+  const int64_t bs = cfg_.block_size, n = static_cast<int64_t>(seq.tokens.size());
+  std::vector<int32_t> matched;
+  if (cfg_.prefix_cache) {
+    matched = prefix_.match_prefix(seq.tokens, n - 1);  // the last token is always computed: its logits are needed
+    if (seq.is_group()) {
+      stats_.prefix_query_tokens += seq.prompt_length;
+      stats_.prefix_hit_tokens += static_cast<int64_t>(matched.size()) * bs;
+    }
+  }
+  const int64_t forks = seq.is_group() && seq.prompt_length % bs ? seq.request->n_samples - 1 : 0;
+  const int64_t need = (n + bs - 1) / bs - static_cast<int64_t>(matched.size()) + forks;
+  if (allocator_.n_free() < need) prefix_.evict(need - allocator_.n_free());
+  if (allocator_.n_free() < need) {
+    for (int32_t b : matched) allocator_.unref(b);
+    return false;
+  }
+  seq.blocks = matched;
+  seq.n_computed = static_cast<int64_t>(matched.size()) * bs;
+  while (static_cast<int64_t>(seq.blocks.size()) * bs < n) seq.blocks.push_back(*allocator_.allocate());
+  for (int64_t i = 0; i < forks; ++i) seq.fork_blocks.push_back(*allocator_.allocate());
+  return true;
+}
+
+// Makes sure seq's blocks cover n_positions, evicting then preempting younger
+// sequences. False when seq itself had to be preempted.
+bool Engine::reserve_slots(Sequence& seq, int64_t n_positions) {
+  while (static_cast<int64_t>(seq.blocks.size()) * cfg_.block_size < n_positions) {
+    if (allocator_.n_free() == 0) prefix_.evict(1);
+    if (auto b = allocator_.allocate()) {
+      seq.blocks.push_back(*b);
+      continue;
+    }
+    auto youngest = std::max_element(running_.begin(), running_.end(),
+                                     [](const auto& a, const auto& b) { return a->arrival < b->arrival; });
+    Sequence* victim = youngest->get();
+    preempt(*victim);
+    if (victim == &seq) return false;
+  }
+  return true;
+}
+
+void Engine::preempt(Sequence& victim) {
+  ++stats_.preemptions;
+  free_blocks(victim);
+  auto it = std::find_if(running_.begin(), running_.end(), [&](const auto& s) { return s.get() == &victim; });
+  waiting_.push_front(std::move(*it));  // first in line to be recomputed
+  running_.erase(it);
+}
+
+std::vector<std::unique_ptr<Engine::Sequence>> Engine::fork(std::unique_ptr<Sequence> leader) {
+  const int64_t bs = cfg_.block_size, p = leader->prompt_length, full = p / bs;
+  std::vector<std::unique_ptr<Sequence>> out;
+  for (int64_t i = 1; i < leader->request->n_samples; ++i) {
+    auto s = std::make_unique<Sequence>();
+    s->request = leader->request;
+    s->sample_index = i;
+    s->tokens = leader->tokens;
+    s->prompt_length = p;
+    s->n_computed = p;
+    s->arrival = leader->arrival;
+    for (int64_t b = 0; b < full; ++b) {
+      allocator_.ref(leader->blocks[b]);
+      s->blocks.push_back(leader->blocks[b]);
+    }
+    if (p % bs) {  // copy-on-write of the shared partial block, done at the fork
+      const int32_t src = leader->blocks[full], dst = leader->fork_blocks[i - 1];
+      for (size_t l = 0; l < cache_.k.size(); ++l) {
+        cache_.k[l].narrow(0, int64_t(dst) * bs, bs).copy_(cache_.k[l].narrow(0, int64_t(src) * bs, bs));
+        cache_.v[l].narrow(0, int64_t(dst) * bs, bs).copy_(cache_.v[l].narrow(0, int64_t(src) * bs, bs));
+      }
+      s->blocks.push_back(dst);
+    }
+    out.push_back(std::move(s));
+  }
+  leader->fork_blocks.clear();  // handed to the samples
+  leader->sample_index = 0;
+  out.insert(out.begin(), std::move(leader));
+  return out;
+}
+
+bool Engine::finished(Sequence& seq) const {
+  const SamplingParams& p = seq.request->params;
+  const int64_t last = seq.tokens.back();
+  if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), last) != p.stop_token_ids.end()) {
+    seq.finish = FinishReason::Stop;
+    return true;
+  }
+  if (!p.stop_strings.empty()) {
+    std::string text = ByteTokenizer().decode({seq.tokens.begin() + seq.prompt_length, seq.tokens.end()});
+    for (const auto& stop : p.stop_strings)
+      if (!stop.empty() && text.size() >= stop.size() && text.compare(text.size() - stop.size(), stop.size(), stop) == 0) {
+        seq.finish = FinishReason::Stop;
+        return true;
+      }
+  }
+  if (seq.n_response() >= p.max_new_tokens || int64_t(seq.tokens.size()) >= model_.config().max_seq_len) {
+    seq.finish = FinishReason::Length;
+    return true;
+  }
+  return false;
+}
+
+GeneratedSample Engine::to_sample(Sequence& seq) const {
+  GeneratedSample s;
+  s.group_index = seq.request->group_index;
+  s.sample_index = seq.sample_index;
+  s.prompt = seq.request->prompt;
+  s.response.assign(seq.tokens.begin() + seq.prompt_length, seq.tokens.end());
+  s.log_probs = seq.log_probs;
+  s.weight_versions = seq.versions;
+  s.finish = seq.finish;
+  return s;
+}
+
+std::vector<GeneratedSample> Engine::step() {
+  std::vector<GeneratedSample> done;
+  if (!has_work()) return done;
+  ++stats_.iterations;
+  const int64_t bs = cfg_.block_size;
+
+  // 1. Admission, first come first served.
+  while (!waiting_.empty()) {
+    Sequence& s = *waiting_.front();
+    const int64_t slots = s.is_group() ? s.request->n_samples : 1;
+    if (int64_t(running_.size()) + slots > cfg_.max_running || !admit(s)) break;
+    s.arrival = arrivals_++;
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+  }
+
+  // 2. Room for one more token of every decoding sequence, oldest first.
+  std::vector<Sequence*> order;
+  for (auto& s : running_) order.push_back(s.get());
+  std::sort(order.begin(), order.end(), [](auto* a, auto* b) { return a->arrival < b->arrival; });
+  for (Sequence* s : order) {
+    bool still_running = std::any_of(running_.begin(), running_.end(), [&](const auto& r) { return r.get() == s; });
+    if (still_running && s->pending() == 1) reserve_slots(*s, static_cast<int64_t>(s->tokens.size()));
+  }
+  SLIMPI_CHECK(!running_.empty(), "engine: no sequence fits in the KV cache ({} blocks of {} tokens)",
+               allocator_.n_blocks(), bs);
+
+  // 3. The batch: decode tokens first, then prefill chunks, within max_batch_tokens.
+  std::vector<std::pair<Sequence*, int64_t>> batch;
+  int64_t budget = cfg_.max_batch_tokens;
+  std::sort(running_.begin(), running_.end(), [](const auto& a, const auto& b) { return a->arrival < b->arrival; });
+  for (auto& s : running_)
+    if (s->pending() == 1 && budget > 0) {
+      batch.emplace_back(s.get(), 1);
+      --budget;
+    }
+  for (auto& s : running_)
+    if (s->pending() > 1 && budget > 0) {
+      int64_t n = std::min(s->pending(), budget);
+      batch.emplace_back(s.get(), n);
+      budget -= n;
+    }
+
+  // 4. One forward over the batch.
+  std::vector<int64_t> flat;
+  std::vector<CachedSequence> seqs;
+  const auto long_opts = at::TensorOptions().dtype(at::kLong);
+  for (auto [s, n] : batch) {
+    flat.insert(flat.end(), s->tokens.begin() + s->n_computed, s->tokens.begin() + s->n_computed + n);
+    at::Tensor blocks = at::tensor(std::vector<int64_t>(s->blocks.begin(), s->blocks.end()), long_opts);
+    at::Tensor pos = at::arange(s->n_computed + n, long_opts);
+    at::Tensor slots = blocks.index_select(0, at::floor_divide(pos, bs)) * bs + at::remainder(pos, bs);
+    seqs.push_back({s->n_computed, n, slots.to(model_.device())});
+    const bool decode = n == 1 && s->n_computed >= s->prompt_length;
+    if (!decode) stats_.prefill_tokens_computed += n;  // prompts, and recomputation after preemption
+  }
+  Stopwatch forward_clock;
+  at::Tensor logits;
+  {
+    at::NoGradGuard no_grad;
+    logits = model_.forward_incremental(at::tensor(flat, long_opts).to(model_.device()), seqs, cache_);  // [T, V]
+  }
+  stats_.forward_s += forward_clock.seconds();
+  stats_.forward_tokens += static_cast<int64_t>(flat.size());
+
+  // 5. Sequences whose every token is now computed sample their next token; a group
+  //    prompt that finished prefilling forks first (all its samples read one row).
+  Stopwatch sample_clock;
+  std::vector<Sequence*> samplers;
+  std::vector<int64_t> rows;
+  int64_t row = 0;
+  std::vector<std::unique_ptr<Sequence>> forked;
+  for (auto [s, n] : batch) {
+    s->n_computed += n;
+    row += n;
+    if (s->pending() != 0) continue;
+    if (s->is_group()) {
+      if (cfg_.prefix_cache) prefix_.insert(s->tokens, s->blocks, s->prompt_length);
+      auto it = std::find_if(running_.begin(), running_.end(), [&](const auto& r) { return r.get() == s; });
+      std::unique_ptr<Sequence> leader = std::move(*it);
+      running_.erase(it);
+      for (auto& f : fork(std::move(leader))) {
+        samplers.push_back(f.get());
+        rows.push_back(row - 1);
+        forked.push_back(std::move(f));
+      }
+    } else {
+      samplers.push_back(s);
+      rows.push_back(row - 1);
+    }
+  }
+  for (auto& f : forked) running_.push_back(std::move(f));
+
+  if (!samplers.empty()) {
+    at::Tensor z = logits.index_select(0, at::tensor(rows, long_opts).to(logits.device())).to(at::kFloat).cpu();
+    std::vector<SamplingRow> params;
+    at::Tensor temps = at::empty({int64_t(samplers.size()), 1}, at::kFloat);  // [R, 1]
+    for (size_t i = 0; i < samplers.size(); ++i) {
+      const Sequence& s = *samplers[i];
+      const SamplingParams& p = s.request->params;
+      params.push_back({p.temperature, p.top_k, p.top_p,
+                        counter_uniform(s.request->seed, uint64_t(s.sample_index), uint64_t(s.n_response()))});
+      temps[i][0] = p.temperature > 0 ? float(p.temperature) : 1.0f;
+    }
+    z = z.contiguous();
+    std::vector<int64_t> next(samplers.size());
+    sample_tokens(z.data_ptr<float>(), z.size(0), z.size(1), params.data(), next.data());
+    // Log-probs exactly as the trainer computes them: log_softmax(fp32 logits / T).
+    at::Tensor logp = at::log_softmax(z / temps, -1)
+                          .gather(1, at::tensor(next, long_opts).unsqueeze(1))
+                          .squeeze(1)
+                          .contiguous();  // [R]
+    for (size_t i = 0; i < samplers.size(); ++i) {
+      Sequence& s = *samplers[i];
+      s.tokens.push_back(next[i]);
+      s.log_probs.push_back(logp[i].item<float>());
+      s.versions.push_back(weight_version_);
+      ++stats_.generated_tokens;
+    }
+  }
+  stats_.sample_s += sample_clock.seconds();
+
+  // 6. Retire finished sequences at once.
+  for (auto it = running_.begin(); it != running_.end();) {
+    Sequence& s = **it;
+    if (!s.is_group() && s.pending() == 1 && s.n_response() > 0 && finished(s)) {
+      stats_.prompt_tokens_served += s.prompt_length;
+      done.push_back(to_sample(s));
+      free_blocks(s);
+      it = running_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return done;
+}
+
+std::vector<GeneratedSample> Engine::run_to_completion() {
+  std::vector<GeneratedSample> out;
+  while (has_work())
+    for (auto& s : step()) out.push_back(std::move(s));
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.group_index, a.sample_index) < std::tie(b.group_index, b.sample_index);
+  });
+  return out;
+}
+
+void Engine::on_weights_updated(int64_t new_version) {
+  prefix_.clear();
+  weight_version_ = new_version;
+}
+
+}  // namespace slimpi

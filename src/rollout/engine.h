@@ -1,0 +1,94 @@
+// Engine — one rollout rank's generator: continuous batching over a paged KV cache
+// with prefix sharing (what SGLang does), running the policy's incremental forward.
+//
+// Each step(): admit waiting work while sequences and KV blocks allow; build one batch
+// of up to max_batch_tokens tokens (one decode token per running sequence, then
+// prefill chunks of admitted prompts); make room for it (evict unreferenced prefix-
+// cache blocks, then preempt the youngest sequences, which are re-queued and later
+// recomputed); run one forward; sample; retire finished sequences at once.
+// A group's prompt is prefilled once: when its prefill completes it forks into n
+// sequences that share the prompt's full blocks and copy its partial last block.
+// Tokens depend only on (group seed, sample index, position) and the weights, never
+// on batch composition or preemption (counter-based RNG, kernels/counter_rng.h).
+// Owned by the rollout driver; single-threaded; the model is shared, not owned.
+#pragma once
+
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/transformer.h"
+#include "rollout/block_allocator.h"
+#include "rollout/prefix_cache.h"
+#include "rollout/request.h"
+
+namespace slimpi {
+
+struct EngineConfig {
+  int64_t block_size = 16;          // tokens per KV block
+  int64_t kv_cache_tokens = 65536;  // KV capacity (rounded down to whole blocks)
+  int64_t max_running = 64;         // sequences decoding at once
+  int64_t max_batch_tokens = 2048;  // tokens per forward (decode + prefill chunks)
+  bool prefix_cache = true;
+};
+
+struct EngineStats {
+  int64_t iterations = 0;
+  int64_t generated_tokens = 0;
+  int64_t prompt_tokens_served = 0;     // prompt tokens of every sample returned
+  int64_t prefill_tokens_computed = 0;  // prompt (and recompute) tokens actually run
+  int64_t prefix_hit_tokens = 0;        // prompt tokens found in the prefix cache
+  int64_t prefix_query_tokens = 0;
+  int64_t preemptions = 0;
+  int64_t forward_tokens = 0;
+  double forward_s = 0;
+  double sample_s = 0;
+};
+
+class Engine {
+ public:
+  Engine(const EngineConfig& cfg, const Transformer& model);
+  ~Engine();
+
+  // Queues a group. Throws if it can never fit (prompt + max_new_tokens beyond the
+  // model or the cache, n_samples beyond max_running).
+  void add_request(const GenerationRequest& request);
+  bool has_work() const { return !waiting_.empty() || !running_.empty(); }
+  // One iteration; returns the samples that finished in it.
+  std::vector<GeneratedSample> step();
+  // Steps until every queued request is done; samples in (group, sample) order.
+  std::vector<GeneratedSample> run_to_completion();
+
+  // The weights changed (weight sync): cached prefixes are stale. Only between steps.
+  void on_weights_updated(int64_t new_version);
+  int64_t weight_version() const { return weight_version_; }
+  const EngineStats& stats() const { return stats_; }
+  int64_t n_free_blocks() const { return allocator_.n_free(); }
+  int64_t n_blocks() const { return allocator_.n_blocks(); }
+  int64_t n_running() const { return static_cast<int64_t>(running_.size()); }
+  PrefixCache& prefix_cache() { return prefix_; }
+
+ private:
+  struct Sequence;
+  bool admit(Sequence& seq);
+  bool reserve_slots(Sequence& seq, int64_t n_new);
+  void preempt(Sequence& victim);
+  void free_blocks(Sequence& seq);
+  std::vector<std::unique_ptr<Sequence>> fork(std::unique_ptr<Sequence> leader);
+  bool finished(Sequence& seq) const;
+  GeneratedSample to_sample(Sequence& seq) const;
+
+  EngineConfig cfg_;
+  const Transformer& model_;
+  BlockAllocator allocator_;
+  PrefixCache prefix_;
+  KvCache cache_;
+  std::deque<std::unique_ptr<Sequence>> waiting_;
+  std::vector<std::unique_ptr<Sequence>> running_;
+  int64_t weight_version_ = 0;
+  int64_t arrivals_ = 0;
+  EngineStats stats_;
+};
+
+}  // namespace slimpi

@@ -1,0 +1,216 @@
+// The rollout engine: greedy equals a plain no-cache loop; a group's prompt is
+// prefilled once; seeded samples do not depend on batch size, prefix caching or
+// preemption; stop conditions; engine log-probs equal the trainer's; no block leaks.
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <gtest/gtest.h>
+#include <slimpi/error.h>
+
+#include "kernels/counter_rng.h"
+#include "rollout/engine.h"
+#include "tokenizer/byte_tokenizer.h"
+#include "train/log_probs.h"
+
+namespace slimpi {
+namespace {
+
+ModelConfig model_config() {
+  ModelConfig c;
+  c.vocab_size = 260;
+  c.hidden_size = 32;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.intermediate_size = 64;
+  c.max_seq_len = 96;
+  c.init_std = 0.2;  // a peaky random model: varied, non-trivial samples
+  return c;
+}
+
+std::vector<int64_t> prompt_of(int64_t group, int64_t length) {
+  std::vector<int64_t> p{ByteTokenizer::kBos};
+  for (int64_t i = 1; i < length; ++i) p.push_back((group * 31 + i * 7) % 256);
+  return p;
+}
+
+std::vector<GenerationRequest> requests(int n_groups, int64_t n_samples, double temperature, int64_t max_new,
+                                        int64_t shared_prefix = 0) {
+  std::vector<GenerationRequest> out;
+  for (int g = 0; g < n_groups; ++g) {
+    GenerationRequest r;
+    r.group_index = g;
+    r.prompt = prompt_of(g, 5 + (g * 7) % 13);
+    if (shared_prefix > 0) {  // a common header, as a system prompt would be
+      std::vector<int64_t> header = prompt_of(99, shared_prefix);
+      r.prompt.insert(r.prompt.begin(), header.begin(), header.end());
+    }
+    r.n_samples = n_samples;
+    r.params.temperature = temperature;
+    r.params.max_new_tokens = max_new;
+    r.params.stop_token_ids = {ByteTokenizer::kEos};
+    r.seed = mix_seed(1234, 0, uint64_t(g));
+    out.push_back(r);
+  }
+  return out;
+}
+
+std::vector<GeneratedSample> generate(const Transformer& m, EngineConfig cfg, const std::vector<GenerationRequest>& reqs,
+                                      EngineStats* stats = nullptr) {
+  Engine e(cfg, m);
+  for (const auto& r : reqs) e.add_request(r);
+  auto out = e.run_to_completion();
+  EXPECT_EQ(e.n_free_blocks() + e.prefix_cache().n_nodes(), e.n_blocks()) << "KV blocks leaked";
+  if (stats) *stats = e.stats();
+  return out;
+}
+
+void expect_same_tokens(const std::vector<GeneratedSample>& a, const std::vector<GeneratedSample>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].group_index, b[i].group_index);
+    EXPECT_EQ(a[i].sample_index, b[i].sample_index);
+    EXPECT_EQ(a[i].response, b[i].response) << "group " << a[i].group_index << " sample " << a[i].sample_index;
+  }
+}
+
+TEST(Engine, GreedyEqualsANoCacheGreedyLoop) {
+  Transformer m(model_config(), 3, at::kCPU);
+  auto reqs = requests(6, 1, 0.0, 20);
+  auto out = generate(m, EngineConfig{4, 4096, 8, 64, true}, reqs);
+  ASSERT_EQ(out.size(), 6u);
+  at::NoGradGuard no_grad;
+  for (const auto& s : out) {
+    std::vector<int64_t> tokens = reqs[s.group_index].prompt;
+    std::vector<int64_t> response;
+    while (int64_t(response.size()) < 20) {
+      at::Tensor logits = m.forward_packed(at::tensor(tokens, at::kLong), {int64_t(tokens.size())});
+      int64_t next = logits[-1].argmax().item<int64_t>();
+      tokens.push_back(next);
+      response.push_back(next);
+      if (next == ByteTokenizer::kEos) break;
+    }
+    EXPECT_EQ(s.response, response) << "group " << s.group_index;
+    EXPECT_EQ(s.finish, response.back() == ByteTokenizer::kEos ? FinishReason::Stop : FinishReason::Length);
+  }
+}
+
+TEST(Engine, AGroupPrefillsItsPromptOnce) {
+  Transformer m(model_config(), 3, at::kCPU);
+  auto reqs = requests(1, 8, 1.0, 12);
+  EngineStats stats;
+  auto out = generate(m, EngineConfig{4, 4096, 16, 256, false}, reqs, &stats);
+  ASSERT_EQ(out.size(), 8u);
+  EXPECT_EQ(stats.prefill_tokens_computed, int64_t(reqs[0].prompt.size()));
+  EXPECT_EQ(stats.prompt_tokens_served, 8 * int64_t(reqs[0].prompt.size()));
+  std::set<std::vector<int64_t>> distinct;
+  for (const auto& s : out) distinct.insert(s.response);
+  EXPECT_GT(distinct.size(), 4u);  // the samples differ: each has its own stream
+}
+
+TEST(Engine, SeededSamplesDoNotDependOnBatchSizeOrPrefixCache) {
+  Transformer m(model_config(), 4, at::kCPU);
+  auto reqs = requests(10, 4, 1.0, 24, /*shared_prefix=*/9);
+  auto wide = generate(m, EngineConfig{4, 8192, 64, 512, true}, reqs);
+  auto narrow = generate(m, EngineConfig{4, 8192, 4, 4, false}, reqs);  // one group at a time, tiny batches
+  expect_same_tokens(wide, narrow);
+  ASSERT_EQ(wide.size(), 40u);
+  for (size_t i = 0; i < wide.size(); ++i)
+    for (size_t t = 0; t < wide[i].log_probs.size(); ++t)
+      EXPECT_NEAR(wide[i].log_probs[t], narrow[i].log_probs[t], 1e-5);
+}
+
+TEST(Engine, PrefixCacheServesASharedHeaderAcrossGroups) {
+  Transformer m(model_config(), 4, at::kCPU);
+  auto reqs = requests(8, 2, 1.0, 8, /*shared_prefix=*/24);
+  EngineStats on, off;
+  auto a = generate(m, EngineConfig{4, 8192, 2, 512, true}, reqs, &on);  // groups one after another
+  auto b = generate(m, EngineConfig{4, 8192, 2, 512, false}, reqs, &off);
+  expect_same_tokens(a, b);
+  EXPECT_GE(on.prefix_hit_tokens, 7 * 24);  // every group after the first finds the header
+  EXPECT_LE(on.prefill_tokens_computed, off.prefill_tokens_computed - 7 * 24);
+}
+
+TEST(Engine, PreemptionUnderATinyKvBudgetKeepsEveryToken) {
+  Transformer m(model_config(), 5, at::kCPU);
+  auto reqs = requests(6, 3, 1.0, 40);
+  EngineStats roomy_stats, tight_stats;
+  auto roomy = generate(m, EngineConfig{4, 8192, 32, 512, true}, reqs, &roomy_stats);
+  auto tight = generate(m, EngineConfig{4, 4 * 16, 32, 512, true}, reqs, &tight_stats);  // 16 blocks of 4
+  EXPECT_EQ(roomy_stats.preemptions, 0);
+  EXPECT_GT(tight_stats.preemptions, 0);
+  expect_same_tokens(roomy, tight);
+  for (size_t i = 0; i < roomy.size(); ++i)
+    for (size_t t = 0; t < roomy[i].log_probs.size(); ++t) EXPECT_NEAR(roomy[i].log_probs[t], tight[i].log_probs[t], 1e-5);
+}
+
+TEST(Engine, StopStringsAndMaxTokens) {
+  Transformer m(model_config(), 6, at::kCPU);
+  auto reqs = requests(4, 2, 1.0, 30);
+  auto free_run = generate(m, EngineConfig{}, reqs);
+  // Stop on a string that the free run produced: every sample that contains it ends there.
+  ByteTokenizer tok;
+  std::string text = tok.decode(free_run[0].response);
+  ASSERT_GE(text.size(), 3u);
+  std::string stop = text.substr(1, 2);
+  for (auto& r : reqs) r.params.stop_strings = {stop};
+  auto stopped = generate(m, EngineConfig{}, reqs);
+  int n_stopped = 0;
+  for (size_t i = 0; i < stopped.size(); ++i) {
+    std::string s = tok.decode(stopped[i].response);
+    size_t at = s.find(stop);
+    if (at != std::string::npos) {
+      EXPECT_EQ(at + stop.size(), s.size()) << "continued past the stop string";
+      EXPECT_EQ(stopped[i].finish, FinishReason::Stop);
+      ++n_stopped;
+    }
+    // up to the stop, the same tokens as the free run (same stream)
+    EXPECT_TRUE(std::equal(stopped[i].response.begin(), stopped[i].response.end(), free_run[i].response.begin()));
+  }
+  EXPECT_GE(n_stopped, 1);
+  for (auto& r : reqs) {
+    r.params.stop_strings.clear();
+    r.params.stop_token_ids.clear();
+    r.params.max_new_tokens = 7;
+  }
+  for (const auto& s : generate(m, EngineConfig{}, reqs)) {
+    EXPECT_EQ(s.response.size(), 7u);
+    EXPECT_EQ(s.finish, FinishReason::Length);
+  }
+}
+
+TEST(Engine, LogProbsEqualTheTrainersRecomputation) {
+  Transformer m(model_config(), 7, at::kCPU);
+  auto reqs = requests(8, 3, 0.8, 30, /*shared_prefix=*/6);
+  auto out = generate(m, EngineConfig{4, 4 * 24, 32, 64, true}, reqs);  // preemptions, prefixes, chunked prefill
+  at::NoGradGuard no_grad;
+  std::vector<int64_t> tokens, seq_lens, prompt_lens;
+  std::vector<float> engine_logp;
+  for (const auto& s : out) {
+    tokens.insert(tokens.end(), s.prompt.begin(), s.prompt.end());
+    tokens.insert(tokens.end(), s.response.begin(), s.response.end());
+    seq_lens.push_back(int64_t(s.prompt.size() + s.response.size()));
+    prompt_lens.push_back(int64_t(s.prompt.size()));
+    engine_logp.insert(engine_logp.end(), s.log_probs.begin(), s.log_probs.end());
+  }
+  at::Tensor t = at::tensor(tokens, at::kLong);
+  at::Tensor logits = m.forward_packed(t, seq_lens);
+  at::Tensor trainer_logp = score_tokens(logits, response_positions(t, seq_lens, prompt_lens), 0.8, false).logp;
+  at::Tensor diff = (trainer_logp - at::tensor(engine_logp)).abs();
+  EXPECT_LT(diff.max().item<float>(), 1e-5);
+  EXPECT_LT(diff.mean().item<float>(), 2e-6);
+}
+
+TEST(Engine, RefusesWhatCanNeverFit) {
+  Transformer m(model_config(), 1, at::kCPU);
+  Engine e(EngineConfig{4, 32, 4, 64, true}, m);  // 8 blocks
+  auto r = requests(1, 1, 1.0, 90)[0];
+  EXPECT_THROW(e.add_request(r), Error);  // past max_seq_len
+  r.params.max_new_tokens = 40;
+  EXPECT_THROW(e.add_request(r), Error);  // needs more than 8 blocks
+  r.params.max_new_tokens = 10;
+  r.n_samples = 5;
+  EXPECT_THROW(e.add_request(r), Error);  // more samples than max_running
+}
+
+}  // namespace
+}  // namespace slimpi

@@ -1,0 +1,73 @@
+// The sampling kernel against its reference twin; the counter RNG.
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <gtest/gtest.h>
+
+#include "kernels/counter_rng.h"
+#include "kernels/sampling.h"
+
+namespace slimpi {
+namespace {
+
+TEST(Sampling, KernelMatchesReferenceForEverySetting) {
+  const int64_t rows = 64, vocab = 300;
+  at::Generator g = at::detail::createCPUGenerator(9);
+  at::Tensor logits = (at::randn({rows, vocab}, g) * 3).contiguous();
+  // A few ties, which both must break towards the lower index.
+  logits[0][10] = 50.0f;
+  logits[0][20] = 50.0f;
+  for (double temperature : {0.0, 0.7, 1.0, 1.3})
+    for (int64_t top_k : {int64_t(0), int64_t(1), int64_t(5), int64_t(50), vocab + 5})
+      for (double top_p : {1.0, 0.9, 0.5, 0.01}) {
+        std::vector<SamplingRow> params;
+        for (int64_t b = 0; b < rows; ++b)
+          params.push_back({temperature, top_k, top_p, counter_uniform(42, uint64_t(b), uint64_t(top_k))});
+        std::vector<int64_t> kernel(rows), reference(rows);
+        sample_tokens(logits.data_ptr<float>(), rows, vocab, params.data(), kernel.data());
+        sample_tokens_reference(logits.data_ptr<float>(), rows, vocab, params.data(), reference.data());
+        EXPECT_EQ(kernel, reference) << "T " << temperature << " top_k " << top_k << " top_p " << top_p;
+        if (temperature == 0.0 || top_k == 1 || top_p == 0.01) {
+          EXPECT_EQ(kernel[0], 10);  // greedy-like settings pick the lower of the tied maxima
+          EXPECT_EQ(kernel[1], logits[1].argmax().item<int64_t>());
+        }
+      }
+}
+
+TEST(Sampling, FrequenciesFollowTheDistribution) {
+  // 3 tokens with p = 0.5, 0.3, 0.2; top_k 2 renormalises to 0.625 / 0.375.
+  std::vector<float> z{std::log(0.5f), std::log(0.3f), std::log(0.2f)};
+  const int n = 20000;
+  std::vector<int> counts(3, 0), counts_k(3, 0);
+  for (int i = 0; i < n; ++i) {
+    SamplingRow r{1.0, 0, 1.0, counter_uniform(7, 0, uint64_t(i))};
+    int64_t t;
+    sample_tokens(z.data(), 1, 3, &r, &t);
+    ++counts[t];
+    r.top_k = 2;
+    sample_tokens(z.data(), 1, 3, &r, &t);
+    ++counts_k[t];
+  }
+  EXPECT_NEAR(counts[0] / double(n), 0.5, 0.015);
+  EXPECT_NEAR(counts[1] / double(n), 0.3, 0.015);
+  EXPECT_NEAR(counts[2] / double(n), 0.2, 0.015);
+  EXPECT_NEAR(counts_k[0] / double(n), 0.625, 0.015);
+  EXPECT_EQ(counts_k[2], 0);
+}
+
+TEST(CounterRng, PureFunctionOfItsCoordinates) {
+  EXPECT_EQ(counter_uniform(1, 2, 3), counter_uniform(1, 2, 3));
+  EXPECT_NE(counter_uniform(1, 2, 3), counter_uniform(1, 2, 4));
+  EXPECT_NE(counter_uniform(1, 2, 3), counter_uniform(1, 3, 3));
+  EXPECT_NE(mix_seed(1, 2, 3), mix_seed(1, 3, 2));
+  double sum = 0;
+  for (uint64_t i = 0; i < 10000; ++i) {
+    double u = counter_uniform(5, 0, i);
+    ASSERT_GE(u, 0.0);
+    ASSERT_LT(u, 1.0);
+    sum += u;
+  }
+  EXPECT_NEAR(sum / 10000, 0.5, 0.01);
+}
+
+}  // namespace
+}  // namespace slimpi
