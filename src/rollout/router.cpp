@@ -1,0 +1,236 @@
+#include "rollout/router.h"
+
+#include <slimpi/error.h>
+
+#include <cstring>
+#include <map>
+
+#include "parallel/mpi_bytes.h"
+#include "parallel/watchdog.h"
+
+namespace slimpi {
+namespace {
+
+constexpr int kTagAssign = 101;  // router -> engine: int64 group indices ([] = done)
+constexpr int kTagResult = 102;  // engine -> router: encoded samples of finished groups
+
+class ByteWriter {
+ public:
+  template <class T>
+  void put(const T& v) {
+    const char* p = reinterpret_cast<const char*>(&v);
+    bytes_.append(p, sizeof(T));
+  }
+  template <class T>
+  void put_vector(const std::vector<T>& v) {
+    put<uint64_t>(v.size());
+    bytes_.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+  }
+  std::string take() { return std::move(bytes_); }
+
+ private:
+  std::string bytes_;
+};
+
+class ByteReader {
+ public:
+  explicit ByteReader(const std::string& b) : bytes_(b) {}
+  template <class T>
+  T get() {
+    SLIMPI_CHECK(pos_ + sizeof(T) <= bytes_.size(), "truncated sample message");
+    T v;
+    std::memcpy(&v, bytes_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return v;
+  }
+  template <class T>
+  std::vector<T> get_vector() {
+    const uint64_t n = get<uint64_t>();
+    SLIMPI_CHECK(pos_ + n * sizeof(T) <= bytes_.size(), "truncated sample message");
+    std::vector<T> v(n);
+    std::memcpy(v.data(), bytes_.data() + pos_, n * sizeof(T));
+    pos_ += n * sizeof(T);
+    return v;
+  }
+  bool done() const { return pos_ == bytes_.size(); }
+
+ private:
+  const std::string& bytes_;
+  size_t pos_ = 0;
+};
+
+void send_bytes_to(MPI_Comm comm, const std::string& bytes, int dest, int tag) {
+  check_mpi(MPI_Send(bytes.data(), static_cast<int>(bytes.size()), MPI_BYTE, dest, tag, comm), "MPI_Send");
+}
+
+std::string recv_bytes_from(MPI_Comm comm, int source, int tag, int* actual_source) {
+  MPI_Status status;
+  static const std::string context = "[router] wait for an engine or the router";
+  {
+    WaitGuard guard({&context, "MPI_Probe"});
+    check_mpi(MPI_Probe(source, tag, comm, &status), "MPI_Probe");
+  }
+  int n = 0;
+  MPI_Get_count(&status, MPI_BYTE, &n);
+  std::string bytes(n, '\0');
+  check_mpi(MPI_Recv(bytes.data(), n, MPI_BYTE, status.MPI_SOURCE, tag, comm, MPI_STATUS_IGNORE), "MPI_Recv");
+  if (actual_source) *actual_source = status.MPI_SOURCE;
+  return bytes;
+}
+
+bool message_waiting(MPI_Comm comm, int source, int tag) {
+  int flag = 0;
+  MPI_Iprobe(source, tag, comm, &flag, MPI_STATUS_IGNORE);
+  return flag != 0;
+}
+
+int64_t request_tokens(const GenerationRequest& r) {
+  return r.n_samples * (static_cast<int64_t>(r.prompt.size()) + r.params.max_new_tokens);
+}
+
+// Collects an engine's finished samples until their group is complete.
+class GroupAssembler {
+ public:
+  explicit GroupAssembler(const std::vector<GenerationRequest>& requests) {
+    for (size_t i = 0; i < requests.size(); ++i) size_[requests[i].group_index] = requests[i].n_samples;
+  }
+  // Returns the groups completed by `samples`, whole.
+  std::vector<std::vector<GeneratedSample>> add(std::vector<GeneratedSample> samples) {
+    std::vector<std::vector<GeneratedSample>> complete;
+    for (auto& s : samples) {
+      auto& g = partial_[s.group_index];
+      const int64_t group = s.group_index;
+      g.push_back(std::move(s));
+      if (int64_t(g.size()) == size_.at(group)) {
+        complete.push_back(std::move(g));
+        partial_.erase(group);
+      }
+    }
+    return complete;
+  }
+
+ private:
+  std::map<int64_t, int64_t> size_;
+  std::map<int64_t, std::vector<GeneratedSample>> partial_;
+};
+
+}  // namespace
+
+std::string encode_samples(const std::vector<GeneratedSample>& samples) {
+  ByteWriter w;
+  w.put<uint64_t>(samples.size());
+  for (const auto& s : samples) {
+    w.put(s.group_index);
+    w.put(s.sample_index);
+    w.put(static_cast<int32_t>(s.finish));
+    w.put_vector(s.prompt);
+    w.put_vector(s.response);
+    w.put_vector(s.log_probs);
+    w.put_vector(s.weight_versions);
+  }
+  return w.take();
+}
+
+std::vector<GeneratedSample> decode_samples(const std::string& bytes) {
+  ByteReader r(bytes);
+  std::vector<GeneratedSample> out(r.get<uint64_t>());
+  for (auto& s : out) {
+    s.group_index = r.get<int64_t>();
+    s.sample_index = r.get<int64_t>();
+    s.finish = static_cast<FinishReason>(r.get<int32_t>());
+    s.prompt = r.get_vector<int64_t>();
+    s.response = r.get_vector<int64_t>();
+    s.log_probs = r.get_vector<float>();
+    s.weight_versions = r.get_vector<int64_t>();
+  }
+  SLIMPI_CHECK(r.done(), "sample message has trailing bytes");
+  return out;
+}
+
+std::vector<GeneratedSample> route_rollout(Engine& engine, MPI_Comm rollout, int64_t max_running,
+                                           const std::vector<GenerationRequest>& requests,
+                                           const std::function<void(const RouterProgress&)>& on_progress) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(rollout, &rank);
+  MPI_Comm_size(rollout, &size);
+  std::map<int64_t, size_t> by_group;
+  for (size_t i = 0; i < requests.size(); ++i) by_group[requests[i].group_index] = i;
+  GroupAssembler assembler(requests);
+
+  if (rank != 0) {
+    // An engine: take assignments, run, send back whole groups; stop on an empty assignment.
+    bool done = false;
+    while (!done || engine.has_work()) {
+      while (!done && (message_waiting(rollout, 0, kTagAssign) || !engine.has_work())) {
+        std::string msg = recv_bytes_from(rollout, 0, kTagAssign, nullptr);
+        std::vector<int64_t> groups(msg.size() / sizeof(int64_t));
+        std::memcpy(groups.data(), msg.data(), msg.size());
+        if (groups.empty()) done = true;
+        for (int64_t g : groups) engine.add_request(requests.at(by_group.at(g)));
+      }
+      if (!engine.has_work()) continue;
+      for (auto& group : assembler.add(engine.step())) send_bytes_to(rollout, encode_samples(group), 0, kTagResult);
+    }
+    return {};
+  }
+
+  // The router (also an engine).
+  std::vector<int64_t> outstanding_tokens(size, 0), outstanding_seqs(size, 0);
+  std::map<int64_t, int> owner;  // group -> engine
+  std::vector<GeneratedSample> results;
+  RouterProgress progress;
+  progress.groups_total = static_cast<int64_t>(requests.size());
+  size_t next = 0;
+  auto finish_group = [&](std::vector<GeneratedSample>&& group) {
+    const GenerationRequest& r = requests.at(by_group.at(group.front().group_index));
+    const int e = owner.at(r.group_index);
+    outstanding_tokens[e] -= request_tokens(r);
+    outstanding_seqs[e] -= r.n_samples;
+    for (auto& s : group) {
+      progress.tokens_generated += static_cast<int64_t>(s.response.size());
+      results.push_back(std::move(s));
+    }
+    ++progress.groups_done;
+  };
+  while (progress.groups_done < progress.groups_total) {
+    // Hand out groups while some engine is under its cap.
+    std::vector<std::vector<int64_t>> assign(size);
+    while (next < requests.size()) {
+      int best = -1;
+      for (int e = 0; e < size; ++e)
+        if (outstanding_seqs[e] + requests[next].n_samples <= 2 * max_running &&
+            (best < 0 || outstanding_tokens[e] < outstanding_tokens[best]))
+          best = e;
+      if (best < 0) break;
+      owner[requests[next].group_index] = best;
+      outstanding_tokens[best] += request_tokens(requests[next]);
+      outstanding_seqs[best] += requests[next].n_samples;
+      assign[best].push_back(requests[next].group_index);
+      ++next;
+    }
+    for (int64_t g : assign[0]) engine.add_request(requests.at(by_group.at(g)));
+    for (int e = 1; e < size; ++e)
+      if (!assign[e].empty())
+        send_bytes_to(rollout, std::string(reinterpret_cast<const char*>(assign[e].data()), assign[e].size() * 8), e,
+                      kTagAssign);
+
+    const int64_t before = progress.groups_done;
+    if (engine.has_work())
+      for (auto& group : assembler.add(engine.step())) finish_group(std::move(group));
+    // Results from other engines; block for one only when there is nothing to run here.
+    while (message_waiting(rollout, MPI_ANY_SOURCE, kTagResult) ||
+           (!engine.has_work() && progress.groups_done < progress.groups_total && next >= requests.size())) {
+      auto group = decode_samples(recv_bytes_from(rollout, MPI_ANY_SOURCE, kTagResult, nullptr));
+      finish_group(std::move(group));
+      if (next < requests.size()) break;  // go hand out more
+    }
+    if (on_progress && progress.groups_done != before) on_progress(progress);
+  }
+  for (int e = 1; e < size; ++e) send_bytes_to(rollout, std::string(), e, kTagAssign);  // done
+  std::sort(results.begin(), results.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.group_index, a.sample_index) < std::tie(b.group_index, b.sample_index);
+  });
+  return results;
+}
+
+}  // namespace slimpi

@@ -1,0 +1,39 @@
+// Router — serves one step's prompt groups with every engine of the rollout
+// communicator, handing groups out as engines have room, and gathers the samples.
+//
+// Rollout rank 0 routes (and runs an engine too). Every rank holds the same list of
+// requests, so an assignment is just a group index. Dispatch is dynamic: the next
+// group goes to the engine with the fewest outstanding tokens (Σ n·(prompt +
+// max_new_tokens) of its unfinished groups) among those under the cap of
+// 2·max_running outstanding sequences, so a slow engine never holds the step. Engines
+// return whole groups; the result, on rollout rank 0 only, is ordered by (group,
+// sample) whatever the assignment was, so the same deck gives the same rollouts with
+// any number of engines. Collective over the rollout communicator.
+#pragma once
+
+#include <mpi.h>
+
+#include <functional>
+#include <vector>
+
+#include "rollout/engine.h"
+
+namespace slimpi {
+
+struct RouterProgress {
+  int64_t groups_done = 0;
+  int64_t groups_total = 0;
+  int64_t tokens_generated = 0;  // by all engines so far
+};
+
+// Returns every sample on rollout rank 0, nothing elsewhere. `on_progress` runs on
+// rank 0 each time groups come back.
+std::vector<GeneratedSample> route_rollout(Engine& engine, MPI_Comm rollout, int64_t max_running,
+                                           const std::vector<GenerationRequest>& requests,
+                                           const std::function<void(const RouterProgress&)>& on_progress = {});
+
+// Samples to bytes and back (the router's wire format).
+std::string encode_samples(const std::vector<GeneratedSample>& samples);
+std::vector<GeneratedSample> decode_samples(const std::string& bytes);
+
+}  // namespace slimpi

@@ -1,0 +1,103 @@
+#include "rollout/weight_sync.h"
+
+#include <ATen/ATen.h>
+#include <slimpi/error.h>
+
+#include <fmt/ranges.h>
+
+#include "core/timer.h"
+#include "parallel/comm_tensor.h"
+
+namespace slimpi {
+namespace {
+
+std::string describe(const std::vector<NamedTensor>& params) {
+  std::string h;
+  for (const auto& p : params)
+    h += fmt::format("{} {} {}\n", p.name, std::string(c10::toString(p.tensor.scalar_type())),
+                     fmt::join(p.tensor.sizes(), "x"));
+  return h;
+}
+
+uint64_t fnv1a(uint64_t h, const uint8_t* data, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) h = (h ^ data[i]) * 0x100000001b3ULL;
+  return h;
+}
+
+}  // namespace
+
+WeightSync::WeightSync(Comm& sync, int64_t bucket_bytes) : comm_(sync) {
+  SLIMPI_CHECK(bucket_bytes > 0, "weight sync bucket of {} bytes", bucket_bytes);
+  bucket_ = at::empty({bucket_bytes}, at::TensorOptions().dtype(at::kByte).device(
+                                          sync.device_memory() ? at::Device(at::kCUDA) : at::Device(at::kCPU)));
+}
+
+WeightSyncStats WeightSync::sync(const std::vector<NamedTensor>& params, int64_t* version, bool checksum) {
+  Stopwatch clock;
+  const bool root = comm_.rank() == 0;
+  // Header: version + the tensor list; receivers must agree with it exactly.
+  std::string header = root ? fmt::format("{}\n{}", *version, describe(params)) : std::string();
+  broadcast_bytes(comm_, header, 0);
+  const size_t newline = header.find('\n');
+  const std::string mine = describe(params);
+  const bool matches = root || header.substr(newline + 1) == mine;
+  // Agree before any bucket moves, so that a mismatch stops every rank, none waits.
+  at::Tensor ok = at::full({1}, matches ? 1 : 0, at::kInt);
+  allreduce(comm_, ok, ReduceOp::Min);
+  if (!matches)
+    SLIMPI_FAIL("weight sync: the trainer's tensors differ from this engine's model:\ntrainer:\n{}engine:\n{}",
+                header.substr(newline + 1), mine);
+  if (ok.item<int>() == 0)
+    SLIMPI_FAIL("weight sync (comm '{}') refused by an engine whose model differs from the trainer's "
+                "(its error names the tensors)", comm_.name());
+  if (!root) *version = std::stoll(header.substr(0, newline));
+
+  WeightSyncStats stats;
+  const int64_t capacity = bucket_.numel();
+  uint64_t hash = 0xcbf29ce484222325ULL;
+  at::NoGradGuard no_grad;
+  // Walk the tensors as one byte stream cut into buckets.
+  size_t tensor = 0;
+  int64_t offset_in_tensor = 0;
+  while (tensor < params.size()) {
+    // Plan this bucket: (tensor index, byte offset in tensor, bytes, offset in bucket).
+    struct Piece { size_t t; int64_t from, n, at; };
+    std::vector<Piece> pieces;
+    int64_t used = 0;
+    while (tensor < params.size() && used < capacity) {
+      const at::Tensor& p = params[tensor].tensor;
+      const int64_t total = p.numel() * static_cast<int64_t>(p.element_size());
+      const int64_t n = std::min(total - offset_in_tensor, capacity - used);
+      pieces.push_back({tensor, offset_in_tensor, n, used});
+      used += n;
+      offset_in_tensor += n;
+      if (offset_in_tensor == total) {
+        ++tensor;
+        offset_in_tensor = 0;
+      }
+    }
+    at::Tensor bucket = bucket_.narrow(0, 0, used);
+    if (root)
+      for (const auto& pc : pieces) {
+        at::Tensor bytes = params[pc.t].tensor.detach().contiguous().view({-1}).view(at::kByte);
+        bucket.narrow(0, pc.at, pc.n).copy_(bytes.narrow(0, pc.from, pc.n));
+      }
+    broadcast(comm_, bucket, 0);
+    if (!root)
+      for (const auto& pc : pieces) {
+        at::Tensor dst = params[pc.t].tensor.detach().view({-1}).view(at::kByte);  // aliases the parameter
+        dst.narrow(0, pc.from, pc.n).copy_(bucket.narrow(0, pc.at, pc.n));
+      }
+    if (checksum) {
+      at::Tensor host = bucket.cpu();
+      hash = fnv1a(hash, host.data_ptr<uint8_t>(), used);
+    }
+    stats.bytes += used;
+    ++stats.n_buckets;
+  }
+  stats.checksum = checksum ? hash : 0;
+  stats.seconds = clock.seconds();
+  return stats;
+}
+
+}  // namespace slimpi

@@ -1,0 +1,42 @@
+// Weight sync — trainer rank 0 (sync rank 0) broadcasts the policy's weights to every
+// engine over the `sync` communicator (DESIGN.md §2 step 6).
+//
+// Header first (version, then every tensor's name, dtype and shape, as bytes); each
+// receiver checks it against its own model, so a mismatch is an error naming the
+// tensor. Then the tensors travel packed back to back in fixed-size buckets through
+// one byte buffer allocated once per WeightSync (a tensor larger than a bucket spans
+// several). Receivers copy into their parameters in place. Collective over `sync`.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <string>
+#include <vector>
+
+#include "model/transformer.h"
+#include "parallel/comm.h"
+
+namespace slimpi {
+
+struct WeightSyncStats {
+  int64_t bytes = 0;
+  int64_t n_buckets = 0;
+  double seconds = 0;
+  uint64_t checksum = 0;  // FNV-1a of every byte sent, computed on every rank
+};
+
+class WeightSync {
+ public:
+  WeightSync(Comm& sync, int64_t bucket_bytes);
+
+  // Root (sync rank 0): sends `params` and `version`. Others: receive into `params`
+  // (their own model's, same names/shapes/dtypes) and return the root's version in
+  // *version. With `checksum`, every rank hashes the bytes it sent/received.
+  WeightSyncStats sync(const std::vector<NamedTensor>& params, int64_t* version, bool checksum);
+
+ private:
+  Comm& comm_;
+  at::Tensor bucket_;  // [bucket_bytes] uint8, host or device as the backend wants
+};
+
+}  // namespace slimpi

@@ -1,0 +1,171 @@
+// The rollout side across ranks: the router returns every group exactly once with the
+// same samples however many engines serve it (np 1, 2, and 3 as 1 trainer + 2
+// engines); weight sync makes every engine's weights equal the trainer's.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <slimpi/error.h>
+
+
+#include "kernels/counter_rng.h"
+#include "parallel/mpi_comm.h"
+#include "parallel/world.h"
+#include "rollout/router.h"
+#include "rollout/weight_sync.h"
+#include "tokenizer/byte_tokenizer.h"
+
+namespace slimpi {
+namespace {
+
+ModelConfig model_config() {
+  ModelConfig c;
+  c.vocab_size = 260;
+  c.hidden_size = 32;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.intermediate_size = 64;
+  c.max_seq_len = 64;
+  c.init_std = 0.2;
+  return c;
+}
+
+std::vector<GenerationRequest> requests() {
+  std::vector<GenerationRequest> out;
+  for (int g = 0; g < 12; ++g) {
+    GenerationRequest r;
+    r.group_index = g;
+    r.prompt = {ByteTokenizer::kBos};
+    for (int i = 0; i < 3 + g % 5; ++i) r.prompt.push_back((g * 13 + i * 5) % 256);
+    r.n_samples = 4;
+    r.params.max_new_tokens = 6 + (g * 7) % 20;  // uneven lengths: dynamic dispatch matters
+    r.params.stop_token_ids = {ByteTokenizer::kEos};
+    r.seed = mix_seed(7, 3, uint64_t(g));
+    out.push_back(r);
+  }
+  return out;
+}
+
+int world_rank() {
+  int r;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+int world_size() {
+  int n;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+TEST(Router, EveryGroupOnceAndTheSameSamplesAsOneEngine) {
+  // np 3: 1 trainer + 2 engines (split); otherwise every rank is an engine.
+  const int n = world_size();
+  WorldLayout layout = n == 3 ? WorldLayout{Placement::Split, 3, 1, 2} : WorldLayout{Placement::Colocate, n, n, n};
+  World world(MPI_COMM_WORLD, layout);
+  Transformer model(model_config(), 11, at::kCPU);
+  EngineConfig cfg{4, 2048, 8, 128, true};
+  std::vector<GeneratedSample> routed;
+  if (world.is_rollout()) {
+    Engine engine(cfg, model);
+    routed = route_rollout(engine, world.rollout(), cfg.max_running, requests());
+  }
+  if (rank_in(world.rollout()) != 0) {
+    EXPECT_TRUE(routed.empty());
+    return;
+  }
+  Engine alone(cfg, model);
+  for (const auto& r : requests()) alone.add_request(r);
+  std::vector<GeneratedSample> single = alone.run_to_completion();
+  ASSERT_EQ(routed.size(), 48u);
+  ASSERT_EQ(single.size(), 48u);
+  for (size_t i = 0; i < routed.size(); ++i) {
+    EXPECT_EQ(routed[i].group_index, int64_t(i / 4));
+    EXPECT_EQ(routed[i].sample_index, int64_t(i % 4));
+    EXPECT_EQ(routed[i].response, single[i].response) << "group " << i / 4;
+    EXPECT_EQ(routed[i].prompt, requests()[i / 4].prompt);
+  }
+}
+
+TEST(Router, SampleWireFormatRoundTrips) {
+  GeneratedSample s;
+  s.group_index = 3;
+  s.sample_index = 1;
+  s.prompt = {257, 1, 2};
+  s.response = {5, 6, 258};
+  s.log_probs = {-0.5f, -1.25f, -3.0f};
+  s.weight_versions = {4, 4, 5};
+  s.finish = FinishReason::Stop;
+  auto back = decode_samples(encode_samples({s, s}));
+  ASSERT_EQ(back.size(), 2u);
+  EXPECT_EQ(back[1].response, s.response);
+  EXPECT_EQ(back[1].log_probs, s.log_probs);
+  EXPECT_EQ(back[1].weight_versions, s.weight_versions);
+  EXPECT_EQ(back[1].finish, FinishReason::Stop);
+}
+
+TEST(WeightSync, EnginesReceiveTheTrainersWeightsAndGenerateAccordingly) {
+  const int r = world_rank();
+  MpiComm sync(MPI_COMM_WORLD, "sync");
+  Transformer trainer_model(model_config(), 1, at::kCPU);
+  Transformer mine(model_config(), r == 0 ? 1 : 2, at::kCPU);  // engines start from other weights
+  EngineConfig cfg{4, 1024, 8, 128, true};
+  auto greedy = [&](const Transformer& m) {
+    Engine e(cfg, m);
+    auto reqs = requests();
+    for (auto& q : reqs) {
+      q.params.temperature = 0;
+      q.n_samples = 1;
+      e.add_request(q);
+    }
+    return e.run_to_completion();
+  };
+  Engine engine(cfg, mine);
+  int64_t version = r == 0 ? 7 : -1;
+  WeightSync ws(sync, 1000);  // small buckets: tensors span several
+  WeightSyncStats stats = ws.sync(mine.parameters(), &version, /*checksum=*/true);
+  engine.on_weights_updated(version);
+  EXPECT_EQ(version, 7);
+  EXPECT_EQ(engine.weight_version(), 7);
+  EXPECT_EQ(stats.bytes, mine.n_params() * 4);
+  EXPECT_GT(stats.n_buckets, 100);
+  for (size_t i = 0; i < mine.parameters().size(); ++i)
+    EXPECT_TRUE(at::equal(mine.parameters()[i].tensor, trainer_model.parameters()[i].tensor))
+        << mine.parameters()[i].name;
+  // Every rank hashed the same bytes.
+  uint64_t lo = stats.checksum, hi = stats.checksum;
+  MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+  EXPECT_EQ(lo, hi);
+  // Generation follows the new weights.
+  auto after = greedy(mine), expected = greedy(trainer_model);
+  for (size_t i = 0; i < after.size(); ++i) EXPECT_EQ(after[i].response, expected[i].response);
+  if (r != 0) {
+    Transformer old(model_config(), 2, at::kCPU);
+    auto before = greedy(old);
+    bool any_differs = false;
+    for (size_t i = 0; i < before.size(); ++i) any_differs |= before[i].response != after[i].response;
+    EXPECT_TRUE(any_differs);
+  }
+}
+
+TEST(WeightSync, AMismatchedModelIsRefusedNamingTheTensors) {
+  if (world_size() < 2) GTEST_SKIP() << "needs a receiver";
+  MpiComm sync(MPI_COMM_WORLD, "sync");
+  ModelConfig other = model_config();
+  if (world_rank() != 0) other.intermediate_size = 48;
+  Transformer m(other, 1, at::kCPU);
+  int64_t version = 1;
+  WeightSync ws(sync, 1 << 16);
+  // Every rank fails (no rank is left waiting for buckets); the engines name tensors.
+  try {
+    ws.sync(m.parameters(), &version, false);
+    ADD_FAILURE() << "accepted a different model";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    if (world_rank() == 0) EXPECT_NE(what.find("refused by"), std::string::npos) << what;
+    else EXPECT_NE(what.find("mlp.gate_proj.weight Float 48x32"), std::string::npos) << what;
+  }
+}
+
+}  // namespace
+}  // namespace slimpi
+
