@@ -12,6 +12,7 @@
 #include "core/driver.h"
 #include "core/log.h"
 #include "io/inspect.h"
+#include "rollout/generate.h"
 
 namespace slimpi::cli {
 
@@ -19,6 +20,12 @@ Commands::Commands(CLI::App& app) {
   run_ = app.add_subcommand("run", "run an RL job described by a deck (under mpirun/srun)");
   run_->add_option("deck", deck_path_, "the input deck (TOML)")->required();
   run_->add_option("--set", overrides_, "override a deck key: --set table.key=value (repeatable)")
+      ->type_name("KEY=VALUE")
+      ->allow_extra_args(false);
+
+  generate_ = app.add_subcommand("generate", "generate rollouts for the prompts of data.path (rollout side only)");
+  generate_->add_option("deck", deck_path_, "the input deck (TOML)")->required();
+  generate_->add_option("--set", overrides_, "override a deck key: --set table.key=value (repeatable)")
       ->type_name("KEY=VALUE")
       ->allow_extra_args(false);
 
@@ -43,7 +50,8 @@ int Commands::run_selected() {
     return 0;
   }
   log::info("{}", build_description());
-  RunContext ctx = set_up_run(MPI_COMM_WORLD, deck_path_, overrides_);
+  RunContext ctx = set_up_run(MPI_COMM_WORLD, deck_path_, overrides_, /*every_rank_rolls_out=*/bool(*generate_));
+  if (*generate_) return run_generate(ctx);
   Driver driver(ctx);
   driver.run();
   return 0;

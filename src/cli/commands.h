@@ -1,5 +1,6 @@
 // The subcommands of the slimpi executable (registered on a CLI11 app in main):
 //   run DECK [--set key=value ...]   an RL job (collective over MPI_COMM_WORLD)
+//   generate DECK [--set ...]        the rollout side alone: prompts -> rollouts.h5
 //   keys [prefix]                    every deck key: type, default, range, unit, help
 //   inspect FILE.h5                  a short summary of a run file
 // `--version` is handled by the app itself.
@@ -20,6 +21,7 @@ class Commands {
 
  private:
   CLI::App* run_ = nullptr;
+  CLI::App* generate_ = nullptr;
   CLI::App* keys_ = nullptr;
   CLI::App* inspect_ = nullptr;
   std::string deck_path_;

@@ -7,6 +7,7 @@
 #include "core/timer.h"
 #include "io/metrics_log.h"
 #include "io/rollout_log.h"
+#include "io/tensor_io.h"
 #include "model/transformer.h"
 #include "parallel/comm.h"
 #include "tokenizer/byte_tokenizer.h"
@@ -53,6 +54,7 @@ void Driver::set_up_training() {
   }
   const at::Device device = ctx_.device.use_cuda ? at::Device(at::kCUDA, ctx_.device.gpu) : at::Device(at::kCPU);
   policy_ = std::make_unique<Transformer>(model_cfg, static_cast<uint64_t>(deck.get_int("run.seed")), device);
+  if (!deck.get_string("model.init_from").empty()) load_model_weights(*policy_, deck.get_string("model.init_from"));
   trainer_comm_ = make_comm(ctx_.world->trainer(), "trainer", ctx_.device);
   trainer_ = std::make_unique<Trainer>(train_cfg, *policy_, trainer_comm_.get());
   log::info("policy: {} parameters ({} layers, d {}, {} heads / {} kv heads), on {}; SFT data: {} samples from {}",

@@ -30,14 +30,18 @@ void make_run_dir(MPI_Comm world, const std::string& dir) {
 
 }  // namespace
 
-RunContext set_up_run(MPI_Comm world, const std::string& deck_path, const std::vector<std::string>& overrides) {
+RunContext set_up_run(MPI_Comm world, const std::string& deck_path, const std::vector<std::string>& overrides,
+                      bool every_rank_rolls_out) {
   RunContext ctx;
   ctx.deck = load_deck_collective(world, deck_path, overrides);
   Watchdog::instance().start(ctx.deck.get_float("parallel.timeout_s"));
 
   int size = 0;
   MPI_Comm_size(world, &size);
-  WorldLayout layout = resolve_layout(ctx.deck, size);
+  WorldLayout layout = every_rank_rolls_out ? WorldLayout{Placement::Colocate, size, size, size}
+                                            : resolve_layout(ctx.deck, size);
+  if (every_rank_rolls_out)
+    log::info("every rank is a rollout engine for this command (parallel.placement and the rank counts are ignored)");
 
   const std::string& dir = ctx.deck.get_string("run.dir");
   ctx.run_dir = dir.empty() ? "runs/" + ctx.deck.get_string("run.name") : dir;

@@ -23,6 +23,9 @@ struct RunContext {
 // Loads the deck collectively, checks the world layout, chooses the device, creates
 // the run directory and writes deck.resolved.toml there; prints the resolved deck, the
 // runtime settings and the rank layout on rank 0. Collective over `world`.
-RunContext set_up_run(MPI_Comm world, const std::string& deck_path, const std::vector<std::string>& overrides);
+// every_rank_rolls_out: the command uses every rank as an engine (slimpi generate);
+// the deck's placement is then ignored (logged) and the layout is colocated.
+RunContext set_up_run(MPI_Comm world, const std::string& deck_path, const std::vector<std::string>& overrides,
+                      bool every_rank_rolls_out = false);
 
 }  // namespace slimpi

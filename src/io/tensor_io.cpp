@@ -85,4 +85,12 @@ std::vector<NamedTensor> read_tensors_like(hid_t loc, const std::vector<NamedTen
   return out;
 }
 
+void load_model_weights(Transformer& model, const std::string& path, const std::string& group) {
+  h5::File f = h5::File::open(path, false, MPI_COMM_NULL);
+  h5::Handle g = h5::open_group(f.id(), group);
+  std::vector<NamedTensor> stored = read_tensors_like(g.id(), model.parameters());
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < stored.size(); ++i) model.parameters()[i].tensor.copy_(stored[i].tensor);
+}
+
 }  // namespace slimpi

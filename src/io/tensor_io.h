@@ -22,4 +22,8 @@ void write_tensors(hid_t loc, const std::vector<NamedTensor>& tensors);
 // Reads the tensors named like `like` (same order), checking each shape.
 std::vector<NamedTensor> read_tensors_like(hid_t loc, const std::vector<NamedTensor>& like);
 
+// Copies the tensors of group `group` of HDF5 file `path` into `model`'s parameters
+// (names, shapes and dtypes must match; the error names the first that does not).
+void load_model_weights(Transformer& model, const std::string& path, const std::string& group = "model");
+
 }  // namespace slimpi

@@ -273,13 +273,8 @@ void Trainer::save(const std::string& path) const {
 }
 
 void Trainer::load(const std::string& path) {
+  load_model_weights(policy_, path, "model");
   h5::File f = h5::File::open(path, false, MPI_COMM_NULL);
-  h5::Handle model = h5::open_group(f.id(), "model");
-  std::vector<NamedTensor> params = read_tensors_like(model.id(), policy_.parameters());
-  {
-    at::NoGradGuard no_grad;
-    for (size_t i = 0; i < params.size(); ++i) policy_.parameters()[i].tensor.copy_(params[i].tensor);
-  }
   h5::Handle opt = h5::open_group(f.id(), "optimizer");
   optimizer_.load_state(h5::read_attr_int(opt.id(), "n_steps"), read_tensors_like(opt.id(), optimizer_.state()));
   h5::Handle rng = h5::open_group(f.id(), "rng");

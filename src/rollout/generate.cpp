@@ -1,0 +1,134 @@
+#include "rollout/generate.h"
+
+#include <ATen/ATen.h>
+#include <slimpi/error.h>
+#include <slimpi/sample.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "buffer/jsonl_file.h"
+#include "core/log.h"
+#include "core/timer.h"
+#include "io/metrics_log.h"
+#include "io/rollout_log.h"
+#include "io/tensor_io.h"
+#include "kernels/counter_rng.h"
+#include "rollout/rollout_config.h"
+#include "rollout/router.h"
+#include "tokenizer/byte_tokenizer.h"
+
+namespace slimpi {
+namespace {
+
+Sample to_rollout_row(const GeneratedSample& g) {
+  Sample s;
+  s.step = 0;
+  s.group_index = g.group_index;
+  s.index = g.sample_index;
+  s.prompt_tokens.assign(g.prompt.begin(), g.prompt.end());
+  s.response_tokens.assign(g.response.begin(), g.response.end());
+  s.rollout_log_probs = g.log_probs;
+  s.status = g.finish == FinishReason::Stop ? SampleStatus::Completed
+             : g.finish == FinishReason::Length ? SampleStatus::Truncated
+                                                : SampleStatus::Aborted;
+  s.weight_version = g.weight_versions.empty() ? 0 : g.weight_versions.front();
+  return s;
+}
+
+}  // namespace
+
+int run_generate(RunContext& ctx) {
+  const Deck& deck = ctx.deck;
+  if (deck.get_string("data.path").empty())
+    SLIMPI_FAIL_ALL("slimpi generate needs prompts: set data.path (JSONL, prompt text under data.input_key)");
+  RolloutConfig rc = RolloutConfig::from_deck(deck);
+  ModelConfig mc = ModelConfig::from_deck(deck);
+  ByteTokenizer tok;
+  std::vector<GenerationRequest> requests;
+  const uint64_t seed = static_cast<uint64_t>(deck.get_int("run.seed"));
+  for (const auto& rec : read_jsonl(deck.get_string("data.path"), {deck.get_string("data.input_key")})) {
+    GenerationRequest r;
+    r.group_index = static_cast<int64_t>(requests.size());
+    r.prompt = tok.encode_prompt(rec.fields[0]);
+    r.n_samples = rc.n_samples_per_prompt;
+    r.params = rc.sampling;
+    r.seed = mix_seed(seed, 0, uint64_t(r.group_index));
+    if (int64_t(r.prompt.size()) + r.params.max_new_tokens > mc.max_seq_len)
+      SLIMPI_FAIL_ALL("{}:{}: prompt of {} tokens + rollout.max_new_tokens = {} exceeds model.max_seq_len = {}",
+                      deck.get_string("data.path"), rec.line, r.prompt.size(), r.params.max_new_tokens, mc.max_seq_len);
+    requests.push_back(std::move(r));
+  }
+
+  const at::Device device = ctx.device.use_cuda ? at::Device(at::kCUDA, ctx.device.gpu) : at::Device(at::kCPU);
+  Transformer model(mc, seed, device);
+  const std::string& init_from = deck.get_string("model.init_from");
+  if (!init_from.empty()) load_model_weights(model, init_from);
+  log::info("generate: {} prompts x {} samples on {} engine(s); policy {} parameters from {}", requests.size(),
+            rc.n_samples_per_prompt, ctx.world->size(), model.n_params(),
+            init_from.empty() ? "the seeded init" : init_from);
+
+  Engine engine(rc.engine, model);
+  Stopwatch clock;
+  const bool tty = isatty(fileno(stdout));
+  int64_t last_reported = -1;
+  auto progress = [&](const RouterProgress& p) {
+    const int64_t percent = 100 * p.groups_done / std::max<int64_t>(1, p.groups_total);
+    const std::string line = fmt::format("generate: groups {}/{}  tokens {}  {:.0f} tokens/s", p.groups_done,
+                                         p.groups_total, p.tokens_generated, p.tokens_generated / clock.seconds());
+    if (tty) {
+      std::printf("\r%s", line.c_str());
+      std::fflush(stdout);
+      if (p.groups_done == p.groups_total) std::printf("\n");
+    } else if (percent / 10 != last_reported / 10 || p.groups_done == p.groups_total) {
+      log::info("{}", line);
+    }
+    last_reported = percent;
+  };
+  std::vector<GeneratedSample> samples =
+      route_rollout(engine, ctx.world->world(), rc.engine.max_running, requests, progress);
+  const double seconds = clock.seconds();
+
+  // rollouts.h5: rank 0 holds every sample, in group order.
+  std::vector<Sample> rows;
+  for (const auto& g : samples) rows.push_back(to_rollout_row(g));
+  const std::string deck_text = deck.to_toml();
+  RolloutLog rollouts = RolloutLog::create(ctx.run_dir + "/rollouts.h5", ctx.world->world(), deck_text);
+  rollouts.append(rows);
+  rollouts.flush();
+
+  // Metrics: engine counters summed over ranks; response statistics from rank 0's samples.
+  const EngineStats& st = engine.stats();
+  std::vector<double> counters{double(st.generated_tokens), double(st.prefill_tokens_computed),
+                               double(st.prompt_tokens_served), double(st.prefix_hit_tokens),
+                               double(st.prefix_query_tokens), double(st.preemptions), st.forward_s};
+  MPI_Allreduce(MPI_IN_PLACE, counters.data(), int(counters.size()), MPI_DOUBLE, MPI_SUM, ctx.world->world());
+  std::map<std::string, double> row;
+  double total_len = 0, max_len = 0, truncated = 0;
+  for (const auto& g : samples) {
+    total_len += double(g.response.size());
+    max_len = std::max(max_len, double(g.response.size()));
+    truncated += g.finish == FinishReason::Length;
+  }
+  const double n = std::max<double>(1, double(samples.size()));
+  row["rollout/response_len/mean"] = total_len / n;
+  row["rollout/response_len/max"] = max_len;
+  row["rollout/truncated_ratio"] = truncated / n;
+  row["rollout/n_samples"] = double(samples.size());
+  row["rollout/generated_tokens"] = counters[0];
+  row["rollout/prefill_tokens_computed"] = counters[1];
+  row["rollout/prompt_tokens_served"] = counters[2];
+  row["rollout/prefix_cache_hit_rate"] = counters[4] > 0 ? counters[3] / counters[4] : 0.0;
+  row["rollout/preemptions"] = counters[5];
+  row["perf/rollout_time"] = seconds;
+  row["perf/rollout_tokens_per_s"] = counters[0] / seconds;
+  MetricsLog metrics(ctx.run_dir, ctx.world->world(), deck_text);
+  metrics.log_step(0, row);
+  log::info("generate: {} samples in {:.2f} s, {:.0f} tokens/s; prefill computed {} of {} prompt tokens served "
+            "({:.1f}x sharing), {} preemptions; rollouts in {}/rollouts.h5",
+            samples.size(), seconds, row["perf/rollout_tokens_per_s"], counters[1], counters[2],
+            counters[2] / std::max(1.0, counters[1]), counters[5], ctx.run_dir);
+  return 0;
+}
+
+}  // namespace slimpi

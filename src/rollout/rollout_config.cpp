@@ -1,0 +1,40 @@
+#include "rollout/rollout_config.h"
+
+#include <slimpi/deck.h>
+#include <slimpi/error.h>
+
+#include "tokenizer/byte_tokenizer.h"
+
+namespace slimpi {
+
+RolloutConfig RolloutConfig::from_deck(const Deck& deck) {
+  RolloutConfig c;
+  c.engine.block_size = deck.get_int("rollout.block_size");
+  c.engine.kv_cache_tokens = deck.get_int("rollout.kv_cache_tokens");
+  c.engine.max_running = deck.get_int("rollout.max_running");
+  c.engine.max_batch_tokens = deck.get_int("rollout.max_batch_tokens");
+  c.engine.prefix_cache = deck.get_bool("rollout.prefix_cache");
+  c.sampling.temperature = deck.get_float("rollout.temperature");
+  c.sampling.top_k = deck.get_int("rollout.top_k");
+  c.sampling.top_p = deck.get_float("rollout.top_p");
+  c.sampling.max_new_tokens = deck.get_int("rollout.max_new_tokens");
+  c.sampling.stop_strings = deck.get_strings("rollout.stop_strings");
+  c.sampling.stop_token_ids = {ByteTokenizer::kEos};
+  c.n_samples_per_prompt = deck.get_int("rollout.n_samples_per_prompt");
+  if (c.n_samples_per_prompt > c.engine.max_running)
+    SLIMPI_FAIL_ALL("rollout.n_samples_per_prompt = {} ({}) exceeds rollout.max_running = {} ({}): a group decodes "
+                    "at once on one engine",
+                    c.n_samples_per_prompt, deck.source("rollout.n_samples_per_prompt"), c.engine.max_running,
+                    deck.source("rollout.max_running"));
+  if (c.engine.max_batch_tokens < c.engine.max_running)
+    SLIMPI_FAIL_ALL("rollout.max_batch_tokens = {} ({}) must be at least rollout.max_running = {} ({}): every "
+                    "running sequence decodes one token per iteration",
+                    c.engine.max_batch_tokens, deck.source("rollout.max_batch_tokens"), c.engine.max_running,
+                    deck.source("rollout.max_running"));
+  if (c.engine.kv_cache_tokens < c.engine.block_size)
+    SLIMPI_FAIL_ALL("rollout.kv_cache_tokens = {} is smaller than one block (rollout.block_size = {})",
+                    c.engine.kv_cache_tokens, c.engine.block_size);
+  return c;
+}
+
+}  // namespace slimpi

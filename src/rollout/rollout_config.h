@@ -1,0 +1,21 @@
+// The [rollout] table as the engine and the router want it.
+#pragma once
+
+#include "rollout/engine.h"
+#include "rollout/request.h"
+
+namespace slimpi {
+
+class Deck;
+
+struct RolloutConfig {
+  EngineConfig engine;
+  SamplingParams sampling;  // stop_token_ids holds the tokenizer's EOS
+  int64_t n_samples_per_prompt = 1;
+
+  // Reads [rollout]; cross-key errors (a group larger than max_running, a batch token
+  // budget below max_running) name the keys.
+  static RolloutConfig from_deck(const Deck& deck);
+};
+
+}  // namespace slimpi
