@@ -119,6 +119,14 @@ TEST(Engine, SeededSamplesDoNotDependOnBatchSizeOrPrefixCache) {
       EXPECT_NEAR(wide[i].log_probs[t], narrow[i].log_probs[t], 1e-5);
 }
 
+TEST(Engine, SeededSamplesAreTheSameAtMaxBatchOneAndSixtyFour) {
+  Transformer m(model_config(), 8, at::kCPU);
+  auto reqs = requests(64, 1, 1.0, 16);
+  auto one = generate(m, EngineConfig{4, 8192, 1, 16, true}, reqs);   // one sequence at a time
+  auto many = generate(m, EngineConfig{4, 8192, 64, 2048, true}, reqs);
+  expect_same_tokens(one, many);
+}
+
 TEST(Engine, PrefixCacheServesASharedHeaderAcrossGroups) {
   Transformer m(model_config(), 4, at::kCPU);
   auto reqs = requests(8, 2, 1.0, 8, /*shared_prefix=*/24);

@@ -1,0 +1,184 @@
+// The rollout engine against the bounds named in the Rollout-engine issue, same run:
+//   BM_KvCacheVsRecompute  64 sequences x 128 new tokens, greedy, on the quickstart-size
+//                          model (0.86M): the engine (paged KV cache) against a loop that
+//                          recomputes every sequence from scratch for each new token.
+//                          Counter kv_over_recompute_speed.
+//   BM_DecodeShare/50M     decode iterations with 64 running sequences on a ~50M model:
+//                          decode FLOP/s (2 x dense params per token) over the FLOP/s of
+//                          torch matmul on the same [64, d] x [d, out] shapes.
+//                          Counter decode_share_of_matmul.
+//   BM_GroupPrefill        32 prompts x 8 samples: prompt tokens computed / served.
+// Threads: $SLIMPI_THREADS (default 1). Run: build/perf/bench_engine
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <benchmark/benchmark.h>
+#include <malloc.h>
+
+#include <Kokkos_Core.hpp>
+#include <chrono>
+#include <cstdlib>
+
+#include "kernels/counter_rng.h"
+#include "rollout/engine.h"
+#include "tokenizer/byte_tokenizer.h"
+
+namespace slimpi::perf {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+ModelConfig quickstart_model() {
+  ModelConfig c;
+  c.vocab_size = 260, c.hidden_size = 128, c.n_layers = 4, c.n_heads = 4, c.n_kv_heads = 4;
+  c.intermediate_size = 344, c.max_seq_len = 512;
+  return c;
+}
+
+ModelConfig model_50m() {
+  ModelConfig c;
+  c.vocab_size = 260, c.hidden_size = 640, c.n_layers = 10, c.n_heads = 10, c.n_kv_heads = 10;
+  c.intermediate_size = 1728, c.max_seq_len = 512;
+  return c;
+}
+
+std::vector<GenerationRequest> requests(int n_groups, int64_t n_samples, int64_t prompt_len, int64_t new_tokens,
+                                        double temperature) {
+  std::vector<GenerationRequest> out;
+  for (int g = 0; g < n_groups; ++g) {
+    GenerationRequest r;
+    r.group_index = g;
+    r.prompt.push_back(ByteTokenizer::kBos);
+    for (int64_t i = 1; i < prompt_len; ++i) r.prompt.push_back((g * 17 + i * 3) % 256);
+    r.n_samples = n_samples;
+    r.params.temperature = temperature;
+    r.params.max_new_tokens = new_tokens;  // no stop tokens: exactly new_tokens each
+    r.seed = mix_seed(1, 0, uint64_t(g));
+    out.push_back(r);
+  }
+  return out;
+}
+
+void BM_KvCacheVsRecompute(benchmark::State& state) {
+  Transformer m(quickstart_model(), 1, at::kCPU);
+  const int64_t n_seq = 64, new_tokens = 128, prompt = 16;
+  auto reqs = requests(int(n_seq), 1, prompt, new_tokens, 0.0);
+  double engine_s = 0, recompute_s = 0;
+  for (auto _ : state) {
+    auto t0 = Clock::now();
+    Engine e(EngineConfig{16, 64 * 160, 64, 4096, false}, m);
+    for (const auto& r : reqs) e.add_request(r);
+    auto out = e.run_to_completion();
+    double a = since(t0);
+    // The no-cache loop: every step re-runs every sequence in full, one packed forward.
+    at::NoGradGuard no_grad;
+    t0 = Clock::now();
+    std::vector<std::vector<int64_t>> seqs;
+    for (const auto& r : reqs) seqs.push_back(r.prompt);
+    for (int64_t t = 0; t < new_tokens; ++t) {
+      std::vector<int64_t> flat, lens;
+      for (const auto& s : seqs) {
+        flat.insert(flat.end(), s.begin(), s.end());
+        lens.push_back(int64_t(s.size()));
+      }
+      at::Tensor logits = m.forward_packed(at::tensor(flat, at::kLong), lens);
+      int64_t end = 0;
+      for (size_t i = 0; i < seqs.size(); ++i) {
+        end += lens[i];
+        seqs[i].push_back(logits[end - 1].argmax().item<int64_t>());
+      }
+    }
+    double b = since(t0);
+    for (size_t i = 0; i < seqs.size(); ++i)  // both loops produced the same greedy tokens
+      if (std::vector<int64_t>(seqs[i].begin() + prompt, seqs[i].end()) != out[i].response)
+        state.SkipWithError("engine and recompute loop disagree");
+    state.SetIterationTime(a);
+    engine_s += a;
+    recompute_s += b;
+  }
+  const double tokens = double(n_seq * new_tokens);
+  state.counters["engine_tokens_per_s"] = tokens * state.iterations() / engine_s;
+  state.counters["recompute_tokens_per_s"] = tokens * state.iterations() / recompute_s;
+  state.counters["kv_over_recompute_speed"] = recompute_s / engine_s;
+}
+
+// FLOP/s of torch matmul for one decode iteration's dense GEMMs with B rows.
+double decode_matmul_bound(const ModelConfig& c, int64_t B) {
+  const int64_t d = c.hidden_size, kv = c.n_kv_heads * c.head_dim(), f = c.intermediate_size;
+  std::vector<std::pair<at::Tensor, at::Tensor>> ops;
+  double flops = 0;
+  for (int64_t l = 0; l < c.n_layers; ++l)
+    for (auto [o, i] : {std::pair{d, d}, std::pair{kv, d}, std::pair{kv, d}, std::pair{d, d}, std::pair{f, d},
+                        std::pair{f, d}, std::pair{d, f}}) {
+      ops.emplace_back(at::randn({B, i}), at::randn({o, i}));
+      flops += 2.0 * B * o * i;
+    }
+  ops.emplace_back(at::randn({B, d}), at::randn({c.vocab_size, d}));
+  flops += 2.0 * B * c.vocab_size * d;
+  double best = 1e30;
+  for (int rep = 0; rep < 5; ++rep) {
+    auto t0 = Clock::now();
+    for (auto& [x, w] : ops) at::linear(x, w);  // the op the model itself calls
+    best = std::min(best, since(t0));
+  }
+  return flops / best;
+}
+
+void BM_DecodeShare(benchmark::State& state) {
+  const ModelConfig c = model_50m();
+  Transformer m(c, 1, at::kCPU);
+  const int64_t B = 64;
+  const double bound = decode_matmul_bound(c, B);
+  Engine e(EngineConfig{16, 64 * 80, B, 4096, false}, m);
+  for (const auto& r : requests(int(B), 1, 16, 48, 1.0)) e.add_request(r);
+  e.step();  // prefill every prompt (and the first token)
+  for (int i = 0; i < 2; ++i) e.step();  // warm-up decode
+  double seconds = 0;
+  int64_t tokens = 0;
+  for (auto _ : state) {
+    const int64_t before = e.stats().generated_tokens;
+    auto t0 = Clock::now();
+    e.step();
+    double s = since(t0);
+    state.SetIterationTime(s);
+    seconds += s;
+    tokens += e.stats().generated_tokens - before;
+  }
+  const double flops = 2.0 * double(c.matmul_params()) * double(tokens) / seconds;
+  state.counters["decode_tokens_per_s"] = double(tokens) / seconds;
+  state.counters["decode_TFLOPs"] = flops / 1e12;
+  state.counters["matmul_TFLOPs"] = bound / 1e12;
+  state.counters["decode_share_of_matmul"] = flops / bound;
+}
+
+void BM_GroupPrefill(benchmark::State& state) {
+  Transformer m(quickstart_model(), 1, at::kCPU);
+  for (auto _ : state) {
+    auto t0 = Clock::now();
+    Engine e(EngineConfig{16, 1 << 15, 64, 2048, true}, m);
+    for (const auto& r : requests(32, 8, 24, 16, 1.0)) e.add_request(r);
+    e.run_to_completion();
+    state.SetIterationTime(since(t0));
+    state.counters["prefill_computed_over_served"] =
+        double(e.stats().prefill_tokens_computed) / double(e.stats().prompt_tokens_served);
+  }
+}
+
+BENCHMARK(BM_KvCacheVsRecompute)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_DecodeShare)->Iterations(20)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_GroupPrefill)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace slimpi::perf
+
+int main(int argc, char** argv) {
+  mallopt(M_MMAP_THRESHOLD, 1 << 30);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  Kokkos::ScopeGuard kokkos(argc, argv);
+  const char* threads = std::getenv("SLIMPI_THREADS");
+  at::set_num_threads(threads ? std::atoi(threads) : 1);
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
