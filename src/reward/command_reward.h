@@ -1,0 +1,17 @@
+// The `command` reward style: one external process per batch (run as /bin/sh -c
+// COMMAND) reads JSON lines {prompt, response, label} on stdin and writes one number
+// per line to stdout. Input and output are pumped with poll() so neither side can
+// block the other; past `timeout_s` the process is killed. Errors name the sample:
+// a time-out, a process that exits early or fails, a line that is not a number.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "reward/reward.h"
+
+namespace slimpi {
+
+std::vector<float> command_rewards(const std::string& command, double timeout_s, const std::vector<RewardInput>& batch);
+
+}  // namespace slimpi
