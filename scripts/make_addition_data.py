@@ -3,7 +3,8 @@
 
 Task: a+b with 1-3 digit operands; the answer is written with its digits reversed
 (least significant first), which a small causal model learns far more easily.
-  {"prompt": "57+468=", "response": "525"}      # 57 + 468 = 525 -> reversed "525"
+  {"prompt": "57+468=", "response": "525", "label": "525"}   # 57 + 468 = 525 -> reversed "525"
+"response" is the SFT target, "label" what the RL reward (exact_match) compares with.
 Usage: scripts/make_addition_data.py OUT.jsonl N SEED
 """
 import json
@@ -18,7 +19,8 @@ def main() -> None:
         for _ in range(n):
             a = rng.randint(0, 10 ** rng.randint(1, 3) - 1)
             b = rng.randint(0, 10 ** rng.randint(1, 3) - 1)
-            f.write(json.dumps({"prompt": f"{a}+{b}=", "response": str(a + b)[::-1]}) + "\n")
+            answer = str(a + b)[::-1]
+            f.write(json.dumps({"prompt": f"{a}+{b}=", "response": answer, "label": answer}) + "\n")
 
 
 if __name__ == "__main__":

@@ -4,35 +4,61 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <fstream>
 
 namespace slimpi {
 
-std::vector<JsonlRecord> read_jsonl(const std::string& path, const std::vector<std::string>& keys) {
+std::vector<JsonlRecord> read_jsonl(const std::string& path, const std::vector<std::string>& keys,
+                                    bool skip_bad_lines, int64_t* n_skipped,
+                                    const std::vector<std::string>& optional_keys) {
   std::ifstream in(path);
-  if (!in) SLIMPI_FAIL_ALL("cannot open data file '{}' (data.path)", path);
+  if (!in) SLIMPI_FAIL_ALL("cannot open data file '{}'", path);
   std::vector<JsonlRecord> out;
   std::string text;
+  int64_t skipped = 0;
+  auto bad = [&](const std::string& message) {
+    if (!skip_bad_lines) SLIMPI_FAIL_ALL("{}", message);
+    ++skipped;
+  };
   for (int64_t line = 1; std::getline(in, text); ++line) {
     if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::parse_error& e) {
-      SLIMPI_FAIL_ALL("{}:{}: not valid JSON ({})", path, line, e.what());
+    nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) {
+      bad(fmt::format("{}:{}: not valid JSON", path, line));
+      continue;
     }
-    if (!j.is_object()) SLIMPI_FAIL_ALL("{}:{}: expected a JSON object per line, got {}", path, line, j.type_name());
+    if (!j.is_object()) {
+      bad(fmt::format("{}:{}: expected a JSON object per line, got {}", path, line, j.type_name()));
+      continue;
+    }
     JsonlRecord r;
     r.line = line;
+    std::string problem;
     for (const auto& key : keys) {
       auto it = j.find(key);
-      if (it == j.end()) SLIMPI_FAIL_ALL("{}:{}: missing key '{}'", path, line, key);
-      if (!it->is_string())
-        SLIMPI_FAIL_ALL("{}:{}: key '{}' must be a string, got {}", path, line, key, it->type_name());
-      r.fields.push_back(it->get<std::string>());
+      const bool optional = std::find(optional_keys.begin(), optional_keys.end(), key) != optional_keys.end();
+      if (it == j.end() && optional) {
+        r.fields.emplace_back();
+      } else if (it == j.end()) {
+        problem = fmt::format("{}:{}: missing key '{}'", path, line, key);
+        break;
+      } else if (it->is_string()) {
+        r.fields.push_back(it->get<std::string>());
+      } else if (optional) {
+        r.fields.push_back(it->dump());  // metadata may be any JSON value
+      } else {
+        problem = fmt::format("{}:{}: key '{}' must be a string, got {}", path, line, key, it->type_name());
+        break;
+      }
+    }
+    if (!problem.empty()) {
+      bad(problem);
+      continue;
     }
     out.push_back(std::move(r));
   }
+  if (n_skipped) *n_skipped = skipped;
   if (out.empty()) SLIMPI_FAIL_ALL("data file '{}' has no records", path);
   return out;
 }

@@ -2,7 +2,8 @@
 // Every rank may call it on the same file and gets the same records or the same
 // collective error, which names file:line and the key: a missing file, a line that is
 // not a JSON object, a missing key, a value that is not a string. Blank lines are
-// skipped.
+// skipped; with skip_bad_lines, bad lines are skipped too and counted in *n_skipped.
+// A key listed in `optional_keys` may be missing (its field is then "").
 #pragma once
 
 #include <string>
@@ -15,6 +16,8 @@ struct JsonlRecord {
   std::vector<std::string> fields;  // in the order of `keys`
 };
 
-std::vector<JsonlRecord> read_jsonl(const std::string& path, const std::vector<std::string>& keys);
+std::vector<JsonlRecord> read_jsonl(const std::string& path, const std::vector<std::string>& keys,
+                                    bool skip_bad_lines = false, int64_t* n_skipped = nullptr,
+                                    const std::vector<std::string>& optional_keys = {});
 
 }  // namespace slimpi

@@ -1,76 +1,193 @@
 #include "core/driver.h"
 
+#include <ATen/ATen.h>
 #include <slimpi/error.h>
 #include <slimpi/sample.h>
 
+#include <cmath>
+
+#include "buffer/prompt_source.h"
+#include "buffer/sample_transport.h"
+#include "core/byte_codec.h"
 #include "core/log.h"
-#include "core/timer.h"
 #include "io/metrics_log.h"
 #include "io/rollout_log.h"
 #include "io/tensor_io.h"
-#include "model/transformer.h"
 #include "parallel/comm.h"
+#include "parallel/mpi_bytes.h"
+#include "reward/reward.h"
+#include "rollout/rollout_side.h"
+#include "rollout/weight_sync.h"
 #include "tokenizer/byte_tokenizer.h"
+#include "train/advantages.h"
 #include "train/sft_data.h"
 #include "train/trainer.h"
 
 namespace slimpi {
 
-Driver::Driver(RunContext& ctx) : ctx_(ctx) {
-  const bool sft = ctx_.deck.get_string("train.mode") == "sft";
+// Everything one RL step carries from phase to phase (on the router unless noted).
+struct Driver::StepState {
+  std::vector<GeneratedSample> samples;  // kept groups, group order
+  std::vector<Prompt> group_prompts;     // prompt of each kept group
+  std::vector<float> raw_rewards;        // per kept sample
+  std::vector<float> rewards;            // after group post-processing
+  std::vector<TrainSample> batch;        // router: the whole batch; trainers: their share
+  EngineStats engine_stats;
+  int64_t groups_generated = 0, groups_dropped = 0, rounds = 0;
+  double reward_s = 0;
+};
+
+namespace {
+
+uint64_t run_seed(const Deck& deck) { return static_cast<uint64_t>(deck.get_int("run.seed")); }
+
+// Streams of group seeds: training rollouts use the step; evaluation its own range.
+constexpr uint64_t kEvalStream = uint64_t(1) << 40;
+
+RewardConfig reward_config(const Deck& deck) {
+  RewardConfig c;
+  c.style = deck.get_string("reward.style");
+  c.command = deck.get_string("reward.command");
+  c.command_timeout_s = deck.get_float("reward.command_timeout_s");
+  if (c.style == "command" && c.command.empty())
+    SLIMPI_FAIL_ALL("reward.style = \"command\" ({}) needs reward.command", deck.source("reward.style"));
+  return c;
+}
+
+std::string encode_metrics(const std::map<std::string, double>& m) {
+  ByteWriter w;
+  w.put<uint64_t>(m.size());
+  for (const auto& [k, v] : m) {
+    w.put_string(k);
+    w.put(v);
+  }
+  return w.take();
+}
+
+std::map<std::string, double> decode_metrics(const std::string& bytes) {
+  ByteReader r(bytes);
+  std::map<std::string, double> m;
+  for (uint64_t n = r.get<uint64_t>(); n > 0; --n) {
+    std::string k = r.get_string();
+    m[k] = r.get<double>();
+  }
+  return m;
+}
+
+}  // namespace
+
+Driver::Driver(RunContext& ctx) : ctx_(ctx), step_(std::make_unique<StepState>()) {
+  const Deck& deck = ctx_.deck;
+  rl_ = deck.get_string("train.mode") == "rl";
+  const bool eval_on = !deck.get_string("eval.path").empty();
   phases_ = {
-      {"prompts", false, &Driver::prompts},         {"rollout", false, &Driver::rollout},
-      {"reward", false, &Driver::reward},           {"buffer", true, &Driver::buffer},
-      {"train", sft, &Driver::train},               {"weight_sync", false, &Driver::weight_sync},
-      {"metrics", true, &Driver::metrics},          {"checkpoint", false, &Driver::checkpoint},
+      {"eval", eval_on, &Driver::eval},           {"prompts", rl_, &Driver::prompts},
+      {"rollout", rl_, &Driver::rollout},         {"reward", rl_, &Driver::reward},
+      {"buffer", true, &Driver::buffer},          {"train", true, &Driver::train},
+      {"weight_sync", rl_, &Driver::weight_sync}, {"metrics", true, &Driver::metrics},
+      {"checkpoint", false, &Driver::checkpoint},
   };
-  if (sft) set_up_training();
-  const std::string deck_text = ctx_.deck.to_toml();
+  const WorldLayout& layout = ctx_.world->layout();
+  for (int r = 0; r < layout.world_size; ++r)
+    if (layout.is_trainer(r)) trainer_world_ranks_.push_back(r);
+  router_world_rank_ = rl_ && layout.placement == Placement::Split ? layout.n_trainer : 0;
+
+  if (deck.get_string("data.path").empty())
+    SLIMPI_FAIL_ALL("train.mode = \"{}\" ({}) needs a data file: set data.path", deck.get_string("train.mode"),
+                    deck.source("train.mode"));
+  if (eval_on) {
+    // Every rank reads the files, so that a bad file is an error all ranks raise alike.
+    PromptSourceSpec spec{deck.get_string("eval.path"), deck.get_string("data.input_key"),
+                          deck.get_string("data.label_key"), "", false};
+    eval_prompts_ = PromptSource(spec, run_seed(deck)).records();
+  }
+  set_up_model_and_trainer();
+  set_up_rollout();
+
+  const std::string deck_text = deck.to_toml();
   rollouts_ = std::make_unique<RolloutLog>(RolloutLog::create(ctx_.run_dir + "/rollouts.h5", ctx_.world->world(),
                                                               deck_text));
   metrics_ = std::make_unique<MetricsLog>(ctx_.run_dir, ctx_.world->world(), deck_text);
   for (const auto& p : phases_)
-    if (!p.built) log::info("step table: phase '{}' is not built yet and is skipped every step", p.name);
+    if (!p.built) log::info("step table: phase '{}' is not {} and is skipped every step", p.name,
+                            std::string(p.name) == "checkpoint" ? "built yet" : "used in this mode");
 }
 
 Driver::~Driver() = default;
 
-void Driver::set_up_training() {
+void Driver::set_up_model_and_trainer() {
   const Deck& deck = ctx_.deck;
-  if (deck.get_string("data.path").empty())
-    SLIMPI_FAIL_ALL("train.mode = \"sft\" ({}) needs a training file: set data.path", deck.source("train.mode"));
   ModelConfig model_cfg = ModelConfig::from_deck(deck);
   if (model_cfg.vocab_size < ByteTokenizer::kVocabSize)
     SLIMPI_FAIL_ALL("model.vocab_size = {} ({}) is smaller than the byte tokenizer's {} tokens", model_cfg.vocab_size,
                     deck.source("model.vocab_size"), ByteTokenizer::kVocabSize);
   TrainerConfig train_cfg = TrainerConfig::from_deck(deck);
-  // Every rank reads the data, so that a bad file is an error all ranks raise alike.
-  sft_data_ = std::make_unique<SftData>(deck.get_string("data.path"), deck.get_string("data.input_key"),
-                                        deck.get_string("data.response_key"), model_cfg.max_seq_len,
-                                        static_cast<uint64_t>(deck.get_int("run.seed")));
-  if (!ctx_.world->is_trainer()) {
-    sft_data_.reset();
-    return;
+  if (!rl_) {
+    sft_data_ = std::make_unique<SftData>(deck.get_string("data.path"), deck.get_string("data.input_key"),
+                                          deck.get_string("data.response_key"), model_cfg.max_seq_len,
+                                          run_seed(deck));
+  } else {
+    PromptSourceSpec spec{deck.get_string("data.path"), deck.get_string("data.input_key"),
+                          deck.get_string("data.label_key"), deck.get_string("data.metadata_key"),
+                          deck.get_bool("data.skip_bad_lines")};
+    prompt_source_ = std::make_unique<PromptSource>(spec, run_seed(deck));
   }
   const at::Device device = ctx_.device.use_cuda ? at::Device(at::kCUDA, ctx_.device.gpu) : at::Device(at::kCPU);
-  policy_ = std::make_unique<Transformer>(model_cfg, static_cast<uint64_t>(deck.get_int("run.seed")), device);
-  if (!deck.get_string("model.init_from").empty()) load_model_weights(*policy_, deck.get_string("model.init_from"));
-  trainer_comm_ = make_comm(ctx_.world->trainer(), "trainer", ctx_.device);
-  trainer_ = std::make_unique<Trainer>(train_cfg, *policy_, trainer_comm_.get());
-  log::info("policy: {} parameters ({} layers, d {}, {} heads / {} kv heads), on {}; SFT data: {} samples from {}",
-            policy_->n_params(), model_cfg.n_layers, model_cfg.hidden_size, model_cfg.n_heads, model_cfg.n_kv_heads,
-            device.str(), sft_data_->size(), deck.get_string("data.path"));
+  const std::string& init_from = deck.get_string("model.init_from");
+  auto make_model = [&] {
+    auto m = std::make_unique<Transformer>(model_cfg, run_seed(deck), device);
+    if (!init_from.empty()) load_model_weights(*m, init_from);
+    return m;
+  };
+  if (ctx_.world->is_trainer()) {
+    policy_ = make_model();
+    trainer_comm_ = make_comm(ctx_.world->trainer(), "trainer", ctx_.device);
+    if (train_cfg.use_kl_loss) {
+      reference_ = make_model();
+      for (auto& p : reference_->parameters()) p.tensor.set_requires_grad(false);
+    }
+    trainer_ = std::make_unique<Trainer>(train_cfg, *policy_, trainer_comm_.get(), reference_.get());
+    log::info("policy: {} parameters ({} layers, d {}, {} heads / {} kv heads) on {}, from {}", policy_->n_params(),
+              model_cfg.n_layers, model_cfg.hidden_size, model_cfg.n_heads, model_cfg.n_kv_heads, device.str(),
+              init_from.empty() ? "the seeded init" : init_from);
+  }
+  if (rl_ && ctx_.world->is_rollout() && !ctx_.world->is_trainer()) engine_model_ = make_model();
+  if (sft_data_) {
+    if (!ctx_.world->is_trainer()) sft_data_.reset();
+    else log::info("SFT data: {} samples from {}", sft_data_->size(), deck.get_string("data.path"));
+  }
+  if (prompt_source_)
+    log::info("prompts: {} from {} ({} bad lines skipped)", prompt_source_->size(), deck.get_string("data.path"),
+              prompt_source_->n_skipped_lines());
+}
+
+void Driver::set_up_rollout() {
+  const Deck& deck = ctx_.deck;
+  RolloutConfig rc = RolloutConfig::from_deck(deck);
+  reward_config(deck);  // checked on every rank
+  const bool eval_on = !eval_prompts_.empty();
+  if (rl_ && ctx_.world->is_rollout()) {
+    const Transformer& model = engine_model_ ? *engine_model_ : *policy_;
+    rollout_side_ = std::make_unique<RolloutSide>(rc, model, ctx_.world->rollout(), run_seed(deck));
+  } else if (!rl_ && eval_on && ctx_.world->is_trainer()) {
+    rollout_side_ = std::make_unique<RolloutSide>(rc, *policy_, ctx_.world->trainer(), run_seed(deck));
+  }
+  if (rl_ && ctx_.world->sync() != MPI_COMM_NULL) {
+    sync_comm_ = make_comm(ctx_.world->sync(), "sync", ctx_.device);
+    weight_sync_ = std::make_unique<WeightSync>(*sync_comm_, deck.get_int("rollout.weight_sync_bucket_mb") << 20);
+  }
 }
 
 int64_t Driver::run() {
   const int64_t n_steps = ctx_.deck.get_int("run.n_steps");
-  log::info("starting {} step(s)", n_steps);
+  log::info("starting {} step(s) ({})", n_steps, rl_ ? "rl" : "sft");
   Stopwatch total;
-  for (int64_t step = 0; step < n_steps; ++step) {
+  int64_t step = 0;
+  for (; step < n_steps && !stop_; ++step) {
     step_clock_.restart();
     phase_times_.clear();
-    step_samples_.clear();
     step_metrics_.clear();
+    *step_ = StepState();
     for (const auto& p : phases_) {
       if (!p.built) continue;
       Stopwatch clock;
@@ -78,33 +195,266 @@ int64_t Driver::run() {
       phase_times_[fmt::format("time/{}_s", p.name)] = clock.seconds();
     }
   }
+  if (!eval_prompts_.empty()) {  // the final evaluation: row n_steps
+    step_metrics_.clear();
+    run_eval(step);
+    metrics_->log_step(step, step_metrics_);
+    if (step_metrics_.count("eval/pass@1"))
+      log::info("final eval (after {} steps): pass@1 {:.3f}", step, step_metrics_.at("eval/pass@1"));
+  }
   if (trainer_ && rank_in(ctx_.world->trainer()) == 0) {
     const std::string path = ctx_.run_dir + "/trainer_state.h5";
     trainer_->save(path);
     log::info("trainer state (model, optimizer, RNG) written to {}", path);
   }
-  log::info("finished {} step(s) in {:.3f} s; outputs in {}", n_steps, total.seconds(), ctx_.run_dir);
-  return n_steps;
+  log::info("finished {} step(s) in {:.3f} s; outputs in {}", step, total.seconds(), ctx_.run_dir);
+  return step;
 }
 
-// Phases whose subsystem is not built yet: called by nobody (Phase::built is false).
-void Driver::prompts(int64_t) {}
-void Driver::rollout(int64_t) {}
-void Driver::reward(int64_t) {}
-void Driver::weight_sync(int64_t) {}
-void Driver::checkpoint(int64_t) {}
+void Driver::share_metrics(int root, std::map<std::string, double> values) {
+  std::string bytes = ctx_.world->rank() == root ? encode_metrics(values) : std::string();
+  broadcast_string(ctx_.world->world(), bytes, root);
+  for (const auto& [k, v] : decode_metrics(bytes)) step_metrics_[k] = v;
+}
+
+void Driver::run_eval(int64_t row) {
+  std::map<std::string, double> m;
+  if (rollout_side_)
+    m = rollout_side_->evaluate(eval_prompts_, reward_config(ctx_.deck), ctx_.deck.get_int("eval.n_samples"),
+                                kEvalStream + uint64_t(row) * 2);
+  share_metrics(router_world_rank_, m);
+  const double target = ctx_.deck.get_float("eval.stop_at_pass1");
+  if (target > 0 && step_metrics_.count("eval/pass@1") && step_metrics_.at("eval/pass@1") >= target) {
+    stop_ = true;
+    log::info("eval/pass@1 = {:.3f} reached eval.stop_at_pass1 = {}: the run ends after this step",
+              step_metrics_.at("eval/pass@1"), target);
+  }
+}
+
+void Driver::eval(int64_t step) {
+  const int64_t interval = ctx_.deck.get_int("eval.interval");
+  if (step == 0 || (interval > 0 && step % interval == 0)) run_eval(step);
+}
+
+void Driver::prompts(int64_t) {}  // drawn round by round in rollout(): the filter decides how many
+
+void Driver::rollout(int64_t step) {
+  if (!rollout_side_) return;
+  const Deck& deck = ctx_.deck;
+  const RolloutConfig& rc = rollout_side_->config();
+  const int64_t want = deck.get_int("rollout.rollout_batch_size");
+  const int64_t per_round = deck.get_int("rollout.over_sampling_batch_size") > 0
+                                ? deck.get_int("rollout.over_sampling_batch_size")
+                                : want;
+  const bool filter = deck.get_string("rollout.dynamic_filter") == "nonzero_std";
+  const int64_t max_rounds = filter ? deck.get_int("rollout.max_sampling_rounds") : 1;
+  const RewardConfig reward = reward_config(deck);
+  const int64_t n = rc.n_samples_per_prompt;
+  ByteTokenizer tok;
+  StepState& st = *step_;
+  int kept = 0;
+  for (int64_t round = 0; round < max_rounds && kept < want; ++round) {
+    std::vector<Prompt> prompts = prompt_source_->next(per_round);
+    std::vector<GeneratedSample> samples =
+        rollout_side_->generate(prompts, st.groups_generated, uint64_t(step), n, rc.sampling, &st.engine_stats);
+    st.groups_generated += per_round;
+    ++st.rounds;
+    if (rollout_side_->is_router()) {
+      Stopwatch clock;
+      std::vector<RewardInput> batch;
+      for (const auto& s : samples) {
+        const Prompt& p = prompts[s.group_index - (st.groups_generated - per_round)];
+        batch.push_back({p.text, tok.decode(s.response), p.label});
+      }
+      std::vector<float> r = compute_rewards(reward, batch);
+      st.reward_s += clock.seconds();
+      for (size_t g = 0; g * n < samples.size(); ++g) {
+        double mean = 0, var = 0;
+        for (int64_t i = 0; i < n; ++i) mean += r[g * n + i] / double(n);
+        for (int64_t i = 0; i < n; ++i) var += (r[g * n + i] - mean) * (r[g * n + i] - mean);
+        const bool varied = n > 1 && std::sqrt(var / double(n - 1)) > 1e-6;
+        if ((filter && !varied) || kept >= want) {
+          st.groups_dropped += filter && !varied ? 1 : 0;
+          continue;  // dropped by the filter, or beyond the batch (over-sampling surplus)
+        }
+        ++kept;
+        st.group_prompts.push_back(prompts[g]);
+        for (int64_t i = 0; i < n; ++i) {
+          st.samples.push_back(samples[g * n + i]);
+          st.raw_rewards.push_back(r[g * n + i]);
+        }
+      }
+    }
+    MPI_Bcast(&kept, 1, MPI_INT, 0, ctx_.world->rollout());
+  }
+  if (rollout_side_->is_router() && kept < want)
+    log::warn("step {}: the dynamic filter kept {} of {} groups after {} rounds; training on those", step, kept, want,
+              st.rounds);
+}
+
+void Driver::reward(int64_t) {
+  if (!rollout_side_ || !rollout_side_->is_router()) return;
+  const Deck& deck = ctx_.deck;
+  StepState& st = *step_;
+  const int64_t n = rollout_side_->config().n_samples_per_prompt;
+  const std::string estimator = deck.get_string("train.advantage_estimator");
+  RewardNormalization norm{!deck.get_bool("train.disable_rewards_normalization"),
+                           !deck.get_bool("train.disable_grpo_std_normalization")};
+  st.rewards = st.samples.empty() ? std::vector<float>() : postprocess_rewards(estimator, st.raw_rewards, n, norm);
+  for (size_t i = 0; i < st.samples.size(); ++i) {
+    const GeneratedSample& g = st.samples[i];
+    TrainSample t;
+    t.tokens = g.prompt;
+    t.tokens.insert(t.tokens.end(), g.response.begin(), g.response.end());
+    t.prompt_length = static_cast<int64_t>(g.prompt.size());
+    t.rollout_log_probs = g.log_probs;
+    AdvantageInputs in;
+    in.reward = st.rewards[i];
+    in.mask = at::ones({static_cast<int64_t>(g.response.size())}, at::kFloat);
+    in.kl_coef = deck.get_float("train.kl_coef");
+    in.gamma = deck.get_float("train.gamma");
+    at::Tensor adv = compute_advantages(estimator, in).contiguous();
+    t.advantages.assign(adv.data_ptr<float>(), adv.data_ptr<float>() + adv.numel());
+    st.batch.push_back(std::move(t));
+  }
+}
+
+void Driver::buffer(int64_t step) {
+  StepState& st = *step_;
+  static const std::string waiting_for_rollouts = "[buffer] trainers waiting for the step's rollouts";
+  if (rl_) idle_barrier(ctx_.world->world(), waiting_for_rollouts);
+  if (!rl_) {  // SFT: the step's samples come from the data set, nothing to buffer
+    rollouts_->append({});
+    return;
+  }
+  const bool router = ctx_.world->rank() == router_world_rank_;
+  // rollouts.h5: every trained sample, with its rewards and advantage (collective).
+  std::vector<Sample> rows;
+  std::map<std::string, double> m;
+  if (router) {
+    for (size_t i = 0; i < st.samples.size(); ++i) {
+      const GeneratedSample& g = st.samples[i];
+      Sample s;
+      s.step = step;
+      s.group_index = g.group_index;
+      s.index = g.sample_index;
+      s.prompt_tokens.assign(g.prompt.begin(), g.prompt.end());
+      s.response_tokens.assign(g.response.begin(), g.response.end());
+      s.rollout_log_probs = g.log_probs;
+      s.raw_reward = st.raw_rewards[i];
+      s.reward = st.rewards[i];
+      s.advantage = st.batch[i].advantages.empty() ? 0.0f : st.batch[i].advantages.front();
+      s.status = g.finish == FinishReason::Stop ? SampleStatus::Completed : SampleStatus::Truncated;
+      s.weight_version = g.weight_versions.empty() ? 0 : g.weight_versions.front();
+      rows.push_back(std::move(s));
+    }
+    // Rollout metrics (slime's names).
+    const double n = std::max<double>(1, double(st.samples.size()));
+    double raw = 0, rew = 0, len = 0, max_len = 0, truncated = 0, adv = 0;
+    for (size_t i = 0; i < st.samples.size(); ++i) {
+      raw += st.raw_rewards[i];
+      rew += st.rewards[i];
+      len += double(st.samples[i].response.size());
+      max_len = std::max(max_len, double(st.samples[i].response.size()));
+      truncated += st.samples[i].finish == FinishReason::Length;
+      adv += rows[i].advantage;
+    }
+    const int64_t k = rollout_side_->config().n_samples_per_prompt;
+    int64_t zero_std = 0;
+    for (size_t g = 0; (g + 1) * k <= st.raw_rewards.size(); ++g) {
+      bool same = true;
+      for (int64_t i = 1; i < k; ++i) same &= st.raw_rewards[g * k + i] == st.raw_rewards[g * k];
+      zero_std += same;
+    }
+    const EngineStats& es = st.engine_stats;
+    m["rollout/raw_reward"] = raw / n;
+    m["rollout/rewards"] = rew / n;
+    m["rollout/advantages"] = adv / n;
+    m["rollout/response_len/mean"] = len / n;
+    m["rollout/response_len/max"] = max_len;
+    m["rollout/truncated_ratio"] = truncated / n;
+    m["rollout/zero_std/count"] = double(zero_std);
+    m["rollout/dynamic_filter/drop_zero_std"] = double(st.groups_dropped);
+    m["rollout/groups_generated"] = double(st.groups_generated);
+    m["rollout/sampling_rounds"] = double(st.rounds);
+    m["rollout/generated_tokens"] = double(es.generated_tokens);
+    m["rollout/prefill_tokens_computed"] = double(es.prefill_tokens_computed);
+    m["rollout/prompt_tokens_served"] = double(es.prompt_tokens_served);
+    m["rollout/prefix_cache_hit_rate"] =
+        es.prefix_query_tokens ? double(es.prefix_hit_tokens) / double(es.prefix_query_tokens) : 0.0;
+    m["rollout/preemptions"] = double(es.preemptions);
+    m["rollout/skipped_lines"] = double(prompt_source_->n_skipped_lines());
+    m["rollout/prompt_cursor"] = double(prompt_source_->cursor());
+    m["rollout/epoch"] = double(prompt_source_->epoch());
+    m["perf/reward_time"] = st.reward_s;
+  }
+  rollouts_->append(rows);
+  rollouts_->flush();
+  share_metrics(router_world_rank_, m);
+  // Every rank follows the router's prompt cursor (it drew as many rounds as needed).
+  if (prompt_source_) prompt_source_->set_cursor(int64_t(step_metrics_.at("rollout/prompt_cursor")));
+  st.batch = scatter_train_samples(ctx_.world->world(), router_world_rank_, trainer_world_ranks_, st.batch);
+}
 
 void Driver::train(int64_t step) {
-  if (!trainer_) return;  // not a trainer rank
-  const int64_t batch = ctx_.deck.get_int("train.global_batch_size");
-  step_metrics_ = trainer_->train_step(sft_data_->batch(step, batch, trainer_comm_->rank(), trainer_comm_->size()));
+  if (!trainer_) return;
+  const Deck& deck = ctx_.deck;
+  if (!rl_) {
+    const int64_t batch = deck.get_int("train.global_batch_size");
+    auto m = trainer_->train_step(sft_data_->batch(step, batch, trainer_comm_->rank(), trainer_comm_->size()));
+    for (const auto& [k, v] : m) step_metrics_[k] = v;
+    return;
+  }
+  std::vector<TrainSample>& local = step_->batch;
+  int64_t n_global = static_cast<int64_t>(local.size());
+  MPI_Allreduce(MPI_IN_PLACE, &n_global, 1, MPI_INT64_T, MPI_SUM, ctx_.world->trainer());
+  if (n_global == 0) {
+    log::warn("step {}: no samples to train on (every group was filtered out)", step);
+    return;
+  }
+  int64_t n_steps = deck.get_int("train.num_steps_per_rollout");
+  if (n_steps == 0) n_steps = std::max<int64_t>(1, n_global / deck.get_int("train.global_batch_size"));
+  if (reference_) trainer_->compute_log_probs(local, /*reference=*/true);
+  if (n_steps > 1) trainer_->compute_log_probs(local, /*reference=*/false);  // ρ is measured against these
+  std::map<std::string, double> sums;
+  const size_t n_local = local.size();
+  for (int64_t s = 0; s < n_steps; ++s) {
+    std::vector<TrainSample> part(local.begin() + n_local * s / n_steps, local.begin() + n_local * (s + 1) / n_steps);
+    auto m = trainer_->train_step(part);
+    if (s == 0) step_metrics_["train/ppo_kl_first_step"] = m["train/ppo_kl"];
+    for (const auto& [k, v] : m) sums[k] += v / double(n_steps);
+  }
+  for (const auto& [k, v] : sums) step_metrics_[k] = v;
+  step_metrics_["train/optimizer_steps"] = double(n_steps);
 }
 
-void Driver::buffer(int64_t) {
-  // Every rank appends its finished samples of the step (collective, rank order).
-  rollouts_->append(step_samples_);
-  rollouts_->flush();
+void Driver::weight_sync(int64_t step) {
+  const int64_t version = step + 1;
+  if (ctx_.world->layout().placement == Placement::Colocate) {
+    if (rollout_side_) rollout_side_->set_weight_version(version);  // the engines run the trainer's model
+    return;
+  }
+  static const std::string waiting_for_training = "[weight_sync] engines waiting for the trainers";
+  idle_barrier(ctx_.world->world(), waiting_for_training);
+  if (!weight_sync_) return;
+  Transformer& model = policy_ ? *policy_ : *engine_model_;
+  int64_t v = version;
+  const bool check = ctx_.deck.get_bool("rollout.check_weight_update");
+  WeightSyncStats s = weight_sync_->sync(model.parameters(), &v, check);
+  if (check) {
+    uint64_t trainer_sum = s.checksum;
+    MPI_Bcast(&trainer_sum, 1, MPI_UINT64_T, 0, ctx_.world->sync());
+    SLIMPI_CHECK(trainer_sum == s.checksum, "weight update {} arrived corrupted: checksum {:016x}, trainer's {:016x}",
+                 v, s.checksum, trainer_sum);
+  }
+  if (rollout_side_) rollout_side_->set_weight_version(v);
+  if (rank_in(ctx_.world->sync()) == 0) {
+    step_metrics_["perf/weight_sync_bytes"] = double(s.bytes);
+    step_metrics_["perf/weight_sync_gbps"] = double(s.bytes) / s.seconds / 1e9;
+  }
 }
+
+void Driver::checkpoint(int64_t) {}
 
 void Driver::metrics(int64_t step) {
   // Per-rank phase times as rows of /ranks; their max over ranks as the step's perf/*.
@@ -112,30 +462,32 @@ void Driver::metrics(int64_t step) {
   std::map<std::string, double> mine = phase_times_;
   mine["time/step_s"] = step_clock_.seconds();
   metrics_->log_ranks(step, mine);
-
   std::vector<double> local, max_over_ranks(mine.size());
   for (const auto& [k, v] : mine) local.push_back(v);
   MPI_Reduce(local.data(), max_over_ranks.data(), static_cast<int>(local.size()), MPI_DOUBLE, MPI_MAX, 0,
              ctx_.world->world());
-  uint64_t n_local = step_samples_.size(), n_samples = 0;
-  MPI_Reduce(&n_local, &n_samples, 1, MPI_UINT64_T, MPI_SUM, 0, ctx_.world->world());
-
-  std::map<std::string, double> row;
+  std::map<std::string, double> row = step_metrics_;
   size_t i = 0;
   for (const auto& [k, v] : mine) {
-    // "time/buffer_s" -> "perf/buffer_time"; "time/step_s" -> "perf/step_time"
-    std::string phase = k.substr(5, k.size() - 7);
+    std::string phase = k.substr(5, k.size() - 7);  // "time/buffer_s" -> "buffer"
     row["perf/" + phase + "_time"] = max_over_ranks[i++];
   }
-  row["rollout/n_samples"] = static_cast<double>(n_samples);
-  for (const auto& [k, v] : step_metrics_) row[k] = v;
+  if (ctx_.world->rank() == 0 && trainer_) {
+    // World rank 0 is trainer rank 0: the share of its step not spent training or syncing.
+    const double busy = phase_times_["time/train_s"] + phase_times_["time/weight_sync_s"];
+    row["perf/trainer_idle_fraction"] = std::max(0.0, 1.0 - busy / mine["time/step_s"]);
+  }
   metrics_->log_step(step, row);
-  std::string train_text;
-  if (step_metrics_.count("train/loss"))
-    train_text = fmt::format("  loss {:.4f}  grad_norm {:.3f}  lr {:.2e}", step_metrics_["train/loss"],
-                             step_metrics_["train/grad_norm"], step_metrics_["train/lr"]);
-  log::info("step {}/{}  step_time {:.4f} s  samples {}{}", step + 1, ctx_.deck.get_int("run.n_steps"),
-            row["perf/step_time"], n_samples, train_text);
+  std::string text;
+  auto add = [&](const char* key, const char* label, const char* format) {
+    if (row.count(key)) text += fmt::format(fmt::runtime(std::string("  ") + label + " " + format), row.at(key));
+  };
+  add("train/loss", "loss", "{:.4f}");
+  add("rollout/raw_reward", "reward", "{:.3f}");
+  add("eval/pass@1", "eval_pass@1", "{:.3f}");
+  add("rollout/response_len/mean", "resp_len", "{:.1f}");
+  add("train/grad_norm", "grad_norm", "{:.3f}");
+  log::info("step {}/{}  {:.3f} s{}", step + 1, ctx_.deck.get_int("run.n_steps"), row["perf/step_time"], text);
 }
 
 }  // namespace slimpi

@@ -1,17 +1,22 @@
 // Driver — `slimpi run`: walks the step table of DESIGN.md §2 for run.n_steps steps.
 //
-//   1 prompts  2 rollout  3 reward  4 buffer  5 train  6 weight_sync  7 metrics  8 checkpoint
+//   0 eval  1 prompts  2 rollout  3 reward  4 buffer  5 train  6 weight_sync  7 metrics  8 checkpoint
 //
-// Owns the run's output files (rollouts.h5, metrics.h5/.csv) and, on trainer ranks,
-// the policy and its Trainer. Every rank runs every phase call (a phase a rank has no
-// part in costs it nothing); phases whose subsystem is not built yet are logged once
-// as skipped. train.mode = "sft" fills the train phase with supervised steps on
-// data.path (trainer ranks) and saves <run dir>/trainer_state.h5 at the end. Each
-// phase is timed per rank; the metrics phase reduces the timings to rank 0 (max over
-// ranks) and writes one row with them and the phases' metrics.
+// train.mode = "rl": rollout ranks generate each step's groups (rounds until the
+// dynamic filter has rollout_batch_size groups), rollout rank 0 (the router) scores
+// them, normalises rewards into advantages, appends them to rollouts.h5 and sends
+// each trainer its share; trainers take num_steps_per_rollout optimizer steps; the
+// weights then go to the engines (split: bucketed broadcast over `sync`; colocate:
+// the engines run the trainer's own model). train.mode = "sft": supervised steps on
+// data.path; the rollout phases are idle. [eval] runs on held-out prompts before the
+// first step and every eval.interval steps, and once more after the last (its row is
+// step n_steps). Every rank calls every phase (a rank with no part returns at once),
+// so world-collective calls line up. Checkpointing is not built yet (logged).
+// Owns the run's output files and every per-rank component below.
 #pragma once
 
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -22,16 +27,21 @@ namespace slimpi {
 
 class Comm;
 class MetricsLog;
+class PromptSource;
 class RolloutLog;
+class RolloutSide;
 class SftData;
 class Trainer;
 class Transformer;
+class WeightSync;
+struct Prompt;
+struct TrainSample;
 
 class Driver {
  public:
   explicit Driver(RunContext& ctx);
   ~Driver();
-  // Runs every step; returns the number of steps done.
+  // Runs every step (or until eval.stop_at_pass1 is reached); returns the steps done.
   int64_t run();
 
  private:
@@ -40,6 +50,7 @@ class Driver {
     bool built;
     void (Driver::*body)(int64_t step);
   };
+  void eval(int64_t step);
   void prompts(int64_t step);
   void rollout(int64_t step);
   void reward(int64_t step);
@@ -49,20 +60,40 @@ class Driver {
   void metrics(int64_t step);
   void checkpoint(int64_t step);
 
+  void set_up_model_and_trainer();
+  void set_up_rollout();
+  void run_eval(int64_t row);
+  // Sends `values` from world rank `root` to every rank (merged into step_metrics_).
+  void share_metrics(int root, std::map<std::string, double> values);
+
   RunContext& ctx_;
+  bool rl_ = false;
   std::vector<Phase> phases_;
+  int router_world_rank_ = 0;            // rollout rank 0 (RL) or trainer rank 0 (SFT eval)
+  std::vector<int> trainer_world_ranks_;
+
+  std::unique_ptr<Transformer> policy_;        // trainer ranks
+  std::unique_ptr<Transformer> reference_;     // trainer ranks, with the KL loss
+  std::unique_ptr<Transformer> engine_model_;  // split rollout ranks (colocate: policy_)
+  std::unique_ptr<Comm> trainer_comm_;         // trainer ranks
+  std::unique_ptr<Comm> sync_comm_;            // split: the weight-broadcast path
+  std::unique_ptr<Trainer> trainer_;           // trainer ranks
+  std::unique_ptr<WeightSync> weight_sync_;    // sync members
+  std::unique_ptr<RolloutSide> rollout_side_;  // ranks that generate (RL rollout ranks; SFT eval: trainers)
+  std::unique_ptr<SftData> sft_data_;          // trainer ranks, sft mode
+  std::unique_ptr<PromptSource> prompt_source_;  // every rank, rl mode
+  std::vector<Prompt> eval_prompts_;           // every rank, when eval.path is set
+
   std::unique_ptr<RolloutLog> rollouts_;
   std::unique_ptr<MetricsLog> metrics_;
-  void set_up_training();
 
-  std::unique_ptr<Transformer> policy_;   // trainer ranks
-  std::unique_ptr<Comm> trainer_comm_;    // trainer ranks: data-parallel communicator
-  std::unique_ptr<Trainer> trainer_;      // trainer ranks
-  std::unique_ptr<SftData> sft_data_;     // trainer ranks, sft mode
-  std::vector<struct Sample> step_samples_;  // this rank's finished samples of the step
-  std::map<std::string, double> step_metrics_;  // the phases' metrics of the step (world rank 0's count)
-  std::map<std::string, double> phase_times_;  // "time/<phase>_s" of this rank, this step
-  Stopwatch step_clock_;                       // since the start of the current step
+  // The step in flight.
+  struct StepState;
+  std::unique_ptr<StepState> step_;
+  std::map<std::string, double> step_metrics_;   // the phases' metrics (world rank 0's count)
+  std::map<std::string, double> phase_times_;    // "time/<phase>_s" of this rank
+  Stopwatch step_clock_;
+  bool stop_ = false;                            // eval.stop_at_pass1 reached
 };
 
 }  // namespace slimpi

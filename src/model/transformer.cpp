@@ -24,68 +24,76 @@ at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tens
   return x * cos + rotated * sin;
 }
 
-// Causal attention of one sequence's n_new queries over its n_past + n_new keys.
-// q [n_new, H, D], k/v [n_total, Hkv, D] -> [n_new, H, D]. Query i sits at position
-// n_past + i and sees keys 0..n_past+i. Grouped-query: head h reads kv head h / (H/Hkv).
-at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t n_past) {
-  const int64_t n_new = q.size(0), heads = q.size(1), d = q.size(2);
-  const int64_t n_total = k.size(0), kv_heads = k.size(1), group = heads / kv_heads;
-  at::Tensor qh = q.reshape({n_new, kv_heads, group, d}).permute({1, 2, 0, 3});  // [Hkv, g, n_new, D]
-  at::Tensor kh = k.permute({1, 2, 0}).unsqueeze(1);                              // [Hkv, 1, D, n_total]
-  at::Tensor vh = v.permute({1, 0, 2}).unsqueeze(1);                              // [Hkv, 1, n_total, D]
-  at::Tensor scores = at::matmul(qh, kh) * (1.0 / std::sqrt(double(d)));          // [Hkv, g, n_new, n_total]
-  if (n_new > 1) {
-    // key j is hidden from query i when j > n_past + i
-    at::Tensor qi = at::arange(n_new, scores.options().dtype(at::kLong)).unsqueeze(1) + n_past;
-    at::Tensor kj = at::arange(n_total, scores.options().dtype(at::kLong)).unsqueeze(0);
-    scores = scores.masked_fill(kj > qi, -std::numeric_limits<float>::infinity());
-  }
+// Batched causal attention over padded sequences.
+// q [B, Lq, H, D], k/v [B, Lk, Hkv, D]; query j of sequence b sits at position
+// q_pos[b][j] and sees keys 0..q_pos[b][j] that exist (key index < n_keys[b]).
+// Grouped-query: head h reads kv head h / (H / Hkv). Returns [B, Lq, H, D].
+at::Tensor attend_padded(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& q_pos,
+                         const at::Tensor& n_keys) {
+  const int64_t B = q.size(0), Lq = q.size(1), H = q.size(2), D = q.size(3);
+  const int64_t Lk = k.size(1), Hkv = k.size(2), g = H / Hkv;
+  at::Tensor qh = q.reshape({B, Lq, Hkv, g, D}).permute({0, 2, 3, 1, 4});  // [B, Hkv, g, Lq, D]
+  at::Tensor kh = k.permute({0, 2, 3, 1}).unsqueeze(2);                    // [B, Hkv, 1, D, Lk]
+  at::Tensor vh = v.permute({0, 2, 1, 3}).unsqueeze(2);                    // [B, Hkv, 1, Lk, D]
+  at::Tensor scores = at::matmul(qh, kh) * (1.0 / std::sqrt(double(D)));  // [B, Hkv, g, Lq, Lk]
+  at::Tensor key = at::arange(Lk, q_pos.options()).view({1, 1, Lk});       // [1, 1, Lk]
+  at::Tensor hidden = (key > q_pos.unsqueeze(2)) | (key >= n_keys.view({B, 1, 1}));  // [B, Lq, Lk]
+  scores = scores.masked_fill(hidden.view({B, 1, 1, Lq, Lk}), -std::numeric_limits<float>::infinity());
   at::Tensor probs = at::softmax(scores.to(at::kFloat), -1).to(v.scalar_type());
-  return at::matmul(probs, vh).permute({2, 0, 1, 3}).reshape({n_new, heads, d});  // [n_new, H, D]
+  return at::matmul(probs, vh).permute({0, 3, 1, 2, 4}).reshape({B, Lq, H, D});  // [B, Lq, H, D]
 }
 
 }  // namespace
 
-// Where a sequence's keys/values come from in a layer: the fresh ones (packed) or the
-// cache after the fresh ones are written into it (incremental).
-class Transformer::KvSource {
- public:
-  virtual ~KvSource() = default;
-  // k_new/v_new [n_new, Hkv, D] of sequence b in `layer`; returns (k, v) [n_total, Hkv, D].
-  virtual std::pair<at::Tensor, at::Tensor> keys_values(int64_t layer, size_t b, const at::Tensor& k_new,
-                                                        const at::Tensor& v_new) = 0;
-  virtual int64_t n_past(size_t b) const = 0;
+// Token t of the packed input is query row (b_of_t[t], j_of_t[t]) of the padded batch.
+struct Transformer::AttentionLayout {
+  int64_t n_seqs = 0, max_new = 0, max_keys = 0;
+  at::Tensor b_of_t, j_of_t;  // [T]
+  at::Tensor positions;       // [T] absolute position of every token
+  at::Tensor q_pos;           // [B, max_new] absolute position of every padded query
+  at::Tensor n_keys;          // [B] keys each sequence attends to (past + new)
+  at::Tensor new_slots;       // cached: [T] cache slot of every new token
+  at::Tensor key_slots;       // cached: [B * max_keys] slot of every padded key (0 where padding)
 };
 
 namespace {
 
-class FreshKv : public Transformer::KvSource {
- public:
-  std::pair<at::Tensor, at::Tensor> keys_values(int64_t, size_t, const at::Tensor& k_new,
-                                                const at::Tensor& v_new) override {
-    return {k_new, v_new};
+// The layout of B sequences with n_past[b] cached and n_new[b] new tokens.
+// slots: the cache slots of every position of each sequence (empty: packed, no cache).
+Transformer::AttentionLayout make_layout(const std::vector<int64_t>& n_past, const std::vector<int64_t>& n_new,
+                                         const std::vector<at::Tensor>& slots, const at::Device& device) {
+  Transformer::AttentionLayout a;
+  a.n_seqs = static_cast<int64_t>(n_new.size());
+  std::vector<int64_t> b_of_t, j_of_t, pos, n_keys;
+  for (int64_t b = 0; b < a.n_seqs; ++b) {
+    a.max_new = std::max(a.max_new, n_new[b]);
+    a.max_keys = std::max(a.max_keys, n_past[b] + n_new[b]);
+    n_keys.push_back(n_past[b] + n_new[b]);
+    for (int64_t j = 0; j < n_new[b]; ++j) {
+      b_of_t.push_back(b);
+      j_of_t.push_back(j);
+      pos.push_back(n_past[b] + j);
+    }
   }
-  int64_t n_past(size_t) const override { return 0; }
-};
-
-class CachedKv : public Transformer::KvSource {
- public:
-  CachedKv(const std::vector<CachedSequence>& seqs, KvCache& cache) : seqs_(seqs), cache_(cache) {}
-  std::pair<at::Tensor, at::Tensor> keys_values(int64_t layer, size_t b, const at::Tensor& k_new,
-                                                const at::Tensor& v_new) override {
-    const CachedSequence& s = seqs_[b];
-    at::Tensor new_slots = s.slots.narrow(0, s.n_past, s.n_new);
-    cache_.k[layer].index_copy_(0, new_slots, k_new.to(cache_.k[layer].scalar_type()));
-    cache_.v[layer].index_copy_(0, new_slots, v_new.to(cache_.v[layer].scalar_type()));
-    return {cache_.k[layer].index_select(0, s.slots).to(k_new.scalar_type()),
-            cache_.v[layer].index_select(0, s.slots).to(v_new.scalar_type())};
+  const auto opts = at::TensorOptions().dtype(at::kLong);
+  a.b_of_t = at::tensor(b_of_t, opts).to(device);
+  a.j_of_t = at::tensor(j_of_t, opts).to(device);
+  a.positions = at::tensor(pos, opts).to(device);
+  a.n_keys = at::tensor(n_keys, opts).to(device);
+  at::Tensor past = at::tensor(n_past, opts).view({a.n_seqs, 1});
+  a.q_pos = (past + at::arange(a.max_new, opts).view({1, a.max_new})).to(device);
+  if (!slots.empty()) {
+    std::vector<at::Tensor> fresh, padded;
+    for (int64_t b = 0; b < a.n_seqs; ++b) {
+      at::Tensor s = slots[b].to(at::kCPU);
+      fresh.push_back(s.narrow(0, n_past[b], n_new[b]));
+      padded.push_back(at::constant_pad_nd(s, {0, a.max_keys - s.size(0)}, 0));
+    }
+    a.new_slots = at::cat(fresh).to(device);
+    a.key_slots = at::cat(padded).to(device);
   }
-  int64_t n_past(size_t b) const override { return seqs_[b].n_past; }
-
- private:
-  const std::vector<CachedSequence>& seqs_;
-  KvCache& cache_;
-};
+  return a;
+}
 
 }  // namespace
 
@@ -176,28 +184,35 @@ int64_t Transformer::n_params() const {
   return n;
 }
 
-at::Tensor Transformer::forward(const at::Tensor& tokens, const at::Tensor& positions,
-                                const std::vector<int64_t>& new_lens, KvSource& kv) const {
+at::Tensor Transformer::forward(const at::Tensor& tokens, const AttentionLayout& a, KvCache* cache) const {
   const int64_t T = tokens.size(0), H = cfg_.n_heads, Hkv = cfg_.n_kv_heads, D = cfg_.head_dim();
-  at::Tensor cos = rope_cos_.index_select(0, positions).unsqueeze(1);  // [T, 1, D]
-  at::Tensor sin = rope_sin_.index_select(0, positions).unsqueeze(1);  // [T, 1, D]
-  at::Tensor x = at::embedding(embed_, tokens);                         // [T, d]
+  const int64_t B = a.n_seqs, Lq = a.max_new, Lk = a.max_keys;
+  at::Tensor cos = rope_cos_.index_select(0, a.positions).unsqueeze(1);  // [T, 1, D]
+  at::Tensor sin = rope_sin_.index_select(0, a.positions).unsqueeze(1);  // [T, 1, D]
+  // Scatter [T, heads, D] rows into a zero-padded [B, Lq, heads, D] batch.
+  auto pad = [&](const at::Tensor& x) {
+    return at::zeros({B, Lq, x.size(1), D}, x.options()).index_put({a.b_of_t, a.j_of_t}, x);
+  };
+  at::Tensor x = at::embedding(embed_, tokens);  // [T, d]
   for (size_t l = 0; l < layers_.size(); ++l) {
     const LayerParams& p = layers_[l];
     at::Tensor h = rms_norm(x, p.input_norm, cfg_.rms_norm_eps);
-    at::Tensor q = apply_rope(at::linear(h, p.q, p.q_bias).view({T, H, D}), cos, sin);      // [T, H, D]
-    at::Tensor k = apply_rope(at::linear(h, p.k, p.k_bias).view({T, Hkv, D}), cos, sin);    // [T, Hkv, D]
-    at::Tensor v = at::linear(h, p.v, p.v_bias).view({T, Hkv, D});                          // [T, Hkv, D]
-    std::vector<at::Tensor> outs;
-    outs.reserve(new_lens.size());
-    int64_t start = 0;
-    for (size_t b = 0; b < new_lens.size(); ++b) {
-      const int64_t n = new_lens[b];
-      auto [kb, vb] = kv.keys_values(static_cast<int64_t>(l), b, k.narrow(0, start, n), v.narrow(0, start, n));
-      outs.push_back(attend(q.narrow(0, start, n), kb, vb, kv.n_past(b)));
-      start += n;
+    at::Tensor q = apply_rope(at::linear(h, p.q, p.q_bias).view({T, H, D}), cos, sin);    // [T, H, D]
+    at::Tensor k = apply_rope(at::linear(h, p.k, p.k_bias).view({T, Hkv, D}), cos, sin);  // [T, Hkv, D]
+    at::Tensor v = at::linear(h, p.v, p.v_bias).view({T, Hkv, D});                        // [T, Hkv, D]
+    at::Tensor k_pad, v_pad;  // [B, Lk, Hkv, D]
+    if (cache) {
+      cache->k[l].index_copy_(0, a.new_slots, k.to(cache->k[l].scalar_type()));
+      cache->v[l].index_copy_(0, a.new_slots, v.to(cache->v[l].scalar_type()));
+      k_pad = cache->k[l].index_select(0, a.key_slots).view({B, Lk, Hkv, D}).to(k.scalar_type());
+      v_pad = cache->v[l].index_select(0, a.key_slots).view({B, Lk, Hkv, D}).to(v.scalar_type());
+    } else {
+      k_pad = pad(k);
+      v_pad = pad(v);
     }
-    at::Tensor attn = at::cat(outs, 0).view({T, H * D});  // [T, d]
+    at::Tensor attn = attend_padded(pad(q), k_pad, v_pad, a.q_pos, a.n_keys)  // [B, Lq, H, D]
+                          .index({a.b_of_t, a.j_of_t})                          // [T, H, D]
+                          .reshape({T, H * D});
     x = x + at::linear(attn, p.o);
     h = rms_norm(x, p.post_norm, cfg_.rms_norm_eps);
     x = x + at::linear(at::silu(at::linear(h, p.gate)) * at::linear(h, p.up), p.down);
@@ -207,33 +222,30 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const at::Tensor& posi
 }
 
 at::Tensor Transformer::forward_packed(const at::Tensor& tokens, const std::vector<int64_t>& seq_lens) const {
-  std::vector<at::Tensor> pos;
   int64_t total = 0;
   for (int64_t n : seq_lens) {
     SLIMPI_CHECK(n > 0 && n <= cfg_.max_seq_len, "sequence of {} tokens (model.max_seq_len = {})", n,
                  cfg_.max_seq_len);
-    pos.push_back(at::arange(n, at::TensorOptions().dtype(at::kLong).device(device_)));
     total += n;
   }
   SLIMPI_CHECK(total == tokens.size(0), "forward_packed: {} tokens but lengths sum to {}", tokens.size(0), total);
-  FreshKv kv;
-  return forward(tokens, at::cat(pos), seq_lens, kv);
+  return forward(tokens, make_layout(std::vector<int64_t>(seq_lens.size(), 0), seq_lens, {}, device_), nullptr);
 }
 
 at::Tensor Transformer::forward_incremental(const at::Tensor& tokens, const std::vector<CachedSequence>& seqs,
                                             KvCache& cache) const {
-  std::vector<at::Tensor> pos;
-  std::vector<int64_t> new_lens;
+  std::vector<int64_t> n_past, n_new;
+  std::vector<at::Tensor> slots;
   for (const auto& s : seqs) {
     SLIMPI_CHECK(s.n_new > 0 && s.n_past + s.n_new <= cfg_.max_seq_len,
                  "cached sequence of {} + {} tokens (model.max_seq_len = {})", s.n_past, s.n_new, cfg_.max_seq_len);
     SLIMPI_CHECK(s.slots.numel() == s.n_past + s.n_new, "sequence has {} slots for {} positions", s.slots.numel(),
                  s.n_past + s.n_new);
-    pos.push_back(at::arange(s.n_past, s.n_past + s.n_new, at::TensorOptions().dtype(at::kLong).device(device_)));
-    new_lens.push_back(s.n_new);
+    n_past.push_back(s.n_past);
+    n_new.push_back(s.n_new);
+    slots.push_back(s.slots);
   }
-  CachedKv kv(seqs, cache);
-  return forward(tokens, at::cat(pos), new_lens, kv);
+  return forward(tokens, make_layout(n_past, n_new, slots, device_), &cache);
 }
 
 }  // namespace slimpi

@@ -10,6 +10,9 @@
 //                        writes the new keys/values into a KvCache at given slots
 //                        (prefill chunks and decode steps of the rollout engine)
 // Both run the same layer code; attention differs only in where keys/values come from.
+// Attention runs batched: the sequences' queries and keys are scattered into padded
+// [B, L, heads, D] tensors, masked (causal and past each sequence's end), and
+// gathered back, so its cost is a few large ops rather than a few per sequence.
 // Invariant: parameters are created in name order from one generator seeded by the
 // run seed, so the same config and seed give bit-identical weights on any device.
 #pragma once
@@ -60,8 +63,8 @@ class Transformer {
   int64_t n_params() const;
   at::Device device() const { return device_; }
 
-  // Where a layer's keys/values come from (fresh: packed; cache: incremental).
-  class KvSource;
+  // Where each token sits in the padded attention batch and where its keys come from.
+  struct AttentionLayout;
 
   // tokens [T] int64 (B sequences back to back, lengths seq_lens) -> logits [T, V] fp32.
   at::Tensor forward_packed(const at::Tensor& tokens, const std::vector<int64_t>& seq_lens) const;
@@ -72,8 +75,7 @@ class Transformer {
                                  KvCache& cache) const;
 
  private:
-  at::Tensor forward(const at::Tensor& tokens, const at::Tensor& positions, const std::vector<int64_t>& new_lens,
-                     KvSource& kv) const;
+  at::Tensor forward(const at::Tensor& tokens, const AttentionLayout& layout, KvCache* cache) const;
   void add(const std::string& name, at::Tensor t);
 
   ModelConfig cfg_;

@@ -27,3 +27,26 @@ void broadcast_string(MPI_Comm comm, std::string& text, int root) {
 }
 
 }  // namespace slimpi
+
+#include <chrono>
+#include <thread>
+
+#include "parallel/watchdog.h"
+
+namespace slimpi {
+
+void idle_barrier(MPI_Comm comm, const std::string& what) {
+  WaitGuard guard({&what, "idle barrier"});
+  MPI_Request request;
+  check_mpi(MPI_Ibarrier(comm, &request), "MPI_Ibarrier");
+  int done = 0;
+  for (int spin = 0; spin < 200 && !done; ++spin) MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+  auto nap = std::chrono::microseconds(50);
+  while (!done) {
+    std::this_thread::sleep_for(nap);
+    nap = std::min(nap * 2, std::chrono::microseconds(1000));
+    check_mpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+  }
+}
+
+}  // namespace slimpi

@@ -14,3 +14,14 @@ void check_mpi(int code, const char* what);
 void broadcast_string(MPI_Comm comm, std::string& text, int root);
 
 }  // namespace slimpi
+
+namespace slimpi {
+
+// A barrier that sleeps while it waits: MPI_Ibarrier, then MPI_Test with a short spin
+// and growing sleeps (up to 1 ms). Placed where one side of the job waits for the
+// other to finish a long phase (trainers for rollouts, engines for training), so a
+// waiting rank leaves its core to the ranks that work - blocking MPI calls spin, and
+// on an oversubscribed node the spinning steals the workers' cores.
+void idle_barrier(MPI_Comm comm, const std::string& what);
+
+}  // namespace slimpi

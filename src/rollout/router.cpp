@@ -5,6 +5,7 @@
 #include <cstring>
 #include <map>
 
+#include "core/byte_codec.h"
 #include "parallel/mpi_bytes.h"
 #include "parallel/watchdog.h"
 
@@ -13,51 +14,6 @@ namespace {
 
 constexpr int kTagAssign = 101;  // router -> engine: int64 group indices ([] = done)
 constexpr int kTagResult = 102;  // engine -> router: encoded samples of finished groups
-
-class ByteWriter {
- public:
-  template <class T>
-  void put(const T& v) {
-    const char* p = reinterpret_cast<const char*>(&v);
-    bytes_.append(p, sizeof(T));
-  }
-  template <class T>
-  void put_vector(const std::vector<T>& v) {
-    put<uint64_t>(v.size());
-    bytes_.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
-  }
-  std::string take() { return std::move(bytes_); }
-
- private:
-  std::string bytes_;
-};
-
-class ByteReader {
- public:
-  explicit ByteReader(const std::string& b) : bytes_(b) {}
-  template <class T>
-  T get() {
-    SLIMPI_CHECK(pos_ + sizeof(T) <= bytes_.size(), "truncated sample message");
-    T v;
-    std::memcpy(&v, bytes_.data() + pos_, sizeof(T));
-    pos_ += sizeof(T);
-    return v;
-  }
-  template <class T>
-  std::vector<T> get_vector() {
-    const uint64_t n = get<uint64_t>();
-    SLIMPI_CHECK(pos_ + n * sizeof(T) <= bytes_.size(), "truncated sample message");
-    std::vector<T> v(n);
-    std::memcpy(v.data(), bytes_.data() + pos_, n * sizeof(T));
-    pos_ += n * sizeof(T);
-    return v;
-  }
-  bool done() const { return pos_ == bytes_.size(); }
-
- private:
-  const std::string& bytes_;
-  size_t pos_ = 0;
-};
 
 void send_bytes_to(MPI_Comm comm, const std::string& bytes, int dest, int tag) {
   check_mpi(MPI_Send(bytes.data(), static_cast<int>(bytes.size()), MPI_BYTE, dest, tag, comm), "MPI_Send");

@@ -1,7 +1,5 @@
 #include "train/sft_data.h"
 
-#include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
 #include <slimpi/error.h>
 
 #include "buffer/jsonl_file.h"
@@ -11,7 +9,7 @@ namespace slimpi {
 
 SftData::SftData(const std::string& path, const std::string& input_key, const std::string& response_key,
                  int64_t max_seq_len, uint64_t seed)
-    : seed_(seed) {
+    : order_(0, seed) {
   ByteTokenizer tok;
   for (const auto& r : read_jsonl(path, {input_key, response_key})) {
     TrainSample s;
@@ -24,18 +22,7 @@ SftData::SftData(const std::string& path, const std::string& input_key, const st
                       s.tokens.size(), max_seq_len);
     samples_.push_back(std::move(s));
   }
-}
-
-int64_t SftData::order(int64_t k) const {
-  const int64_t n = static_cast<int64_t>(samples_.size());
-  const int64_t epoch = k / n;
-  auto it = epochs_.find(epoch);
-  if (it == epochs_.end()) {
-    at::Generator gen = at::detail::createCPUGenerator(seed_ * 1000003ULL + static_cast<uint64_t>(epoch));
-    at::Tensor perm = at::randperm(n, gen, at::kLong);
-    it = epochs_.emplace(epoch, std::vector<int64_t>(perm.data_ptr<int64_t>(), perm.data_ptr<int64_t>() + n)).first;
-  }
-  return it->second[k % n];
+  order_ = EpochOrder(static_cast<int64_t>(samples_.size()), seed);
 }
 
 std::vector<TrainSample> SftData::batch(int64_t step, int64_t global_batch_size, int dp_rank, int dp_size) const {

@@ -7,10 +7,10 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <string>
 #include <vector>
 
+#include "buffer/epoch_order.h"
 #include "train/trainer.h"
 
 namespace slimpi {
@@ -24,12 +24,11 @@ class SftData {
   // This rank's share of step `step`'s global batch.
   std::vector<TrainSample> batch(int64_t step, int64_t global_batch_size, int dp_rank, int dp_size) const;
   // Global sample index of entry `k` of the endless epoch-by-epoch order.
-  int64_t order(int64_t k) const;
+  int64_t order(int64_t k) const { return order_.order(k); }
 
  private:
   std::vector<TrainSample> samples_;
-  uint64_t seed_;
-  mutable std::map<int64_t, std::vector<int64_t>> epochs_;  // epoch -> permutation (cache)
+  EpochOrder order_;
 };
 
 }  // namespace slimpi

@@ -1,0 +1,58 @@
+#include "buffer/prompt_source.h"
+
+#include <slimpi/error.h>
+
+#include <regex>
+
+#include "buffer/jsonl_file.h"
+
+namespace slimpi {
+
+PathSlice parse_path_slice(const std::string& spec) {
+  PathSlice s;
+  static const std::regex with_slice(R"((.*)@\[(-?\d*):(-?\d*)\])");
+  std::smatch m;
+  if (!std::regex_match(spec, m, with_slice)) {
+    if (spec.find("@[") != std::string::npos)
+      SLIMPI_FAIL_ALL("data path '{}': a slice is written file.jsonl@[a:b] with integer bounds", spec);
+    s.file = spec;
+    return s;
+  }
+  s.file = m[1];
+  s.begin = m[2].length() ? std::stoll(m[2]) : 0;
+  s.end = m[3].length() ? std::stoll(m[3]) : INT64_MAX;
+  return s;
+}
+
+PromptSource::PromptSource(const PromptSourceSpec& spec, uint64_t seed) : order_(1, seed) {
+  PathSlice slice = parse_path_slice(spec.path);
+  std::vector<std::string> keys{spec.input_key, spec.label_key};
+  std::vector<std::string> optional;
+  if (!spec.metadata_key.empty()) {
+    keys.push_back(spec.metadata_key);
+    optional.push_back(spec.metadata_key);
+  }
+  std::vector<JsonlRecord> all = read_jsonl(slice.file, keys, spec.skip_bad_lines, &skipped_, optional);
+  const int64_t n = static_cast<int64_t>(all.size());
+  auto clamp_index = [n](int64_t i) { return i < 0 ? std::max<int64_t>(0, n + i) : std::min(i, n); };
+  const int64_t begin = clamp_index(slice.begin), end = slice.end == INT64_MAX ? n : clamp_index(slice.end);
+  if (begin >= end)
+    SLIMPI_FAIL_ALL("data path '{}' selects no records (the file has {})", spec.path, n);
+  for (int64_t i = begin; i < end; ++i) {
+    Prompt p;
+    p.index = i - begin;
+    p.text = all[i].fields[0];
+    p.label = all[i].fields[1];
+    if (!spec.metadata_key.empty()) p.metadata = all[i].fields[2];
+    records_.push_back(std::move(p));
+  }
+  order_ = EpochOrder(static_cast<int64_t>(records_.size()), seed);
+}
+
+std::vector<Prompt> PromptSource::next(int64_t n) {
+  std::vector<Prompt> out;
+  for (int64_t i = 0; i < n; ++i) out.push_back(records_[order_.order(cursor_++)]);
+  return out;
+}
+
+}  // namespace slimpi

@@ -1,0 +1,63 @@
+// PromptSource — the RL prompts: JSONL records (prompt text under data.input_key, its
+// label under data.label_key, optional metadata under data.metadata_key) from a path
+// spec "file.jsonl" or "file.jsonl@[a:b]" (records a..b-1, Python slice rules, either
+// bound optional), handed out in an order reshuffled every epoch from the run seed.
+// The cursor is the number of prompts handed out so far: the checkpoint keeps it, and
+// the next prompts are a pure function of (seed, cursor). Every rank holds the same
+// PromptSource and agrees on the cursor (the driver broadcasts it).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "buffer/epoch_order.h"
+
+namespace slimpi {
+
+struct Prompt {
+  int64_t index = 0;  // record index within the (sliced) file
+  std::string text;
+  std::string label;
+  std::string metadata;  // JSON text, "" when absent
+};
+
+struct PromptSourceSpec {
+  std::string path;  // "file.jsonl" or "file.jsonl@[a:b]"
+  std::string input_key = "prompt";
+  std::string label_key = "label";
+  std::string metadata_key;  // "" = none
+  bool skip_bad_lines = false;
+};
+
+class PromptSource {
+ public:
+  PromptSource(const PromptSourceSpec& spec, uint64_t seed);
+
+  // The next n prompts; advances the cursor.
+  std::vector<Prompt> next(int64_t n);
+  int64_t cursor() const { return cursor_; }
+  void set_cursor(int64_t c) { cursor_ = c; }
+  int64_t epoch() const { return cursor_ / static_cast<int64_t>(records_.size()); }
+  size_t size() const { return records_.size(); }
+  int64_t n_skipped_lines() const { return skipped_; }
+  // Every record in file order (evaluation sets).
+  const std::vector<Prompt>& records() const { return records_; }
+
+ private:
+  std::vector<Prompt> records_;
+  EpochOrder order_;
+  int64_t cursor_ = 0;
+  int64_t skipped_ = 0;
+};
+
+// Splits "file@[a:b]" into the file and the record range (negative bounds count from
+// the end as in Python; end = INT64_MAX: to the end).
+struct PathSlice {
+  std::string file;
+  int64_t begin = 0;
+  int64_t end = INT64_MAX;
+};
+PathSlice parse_path_slice(const std::string& spec);
+
+}  // namespace slimpi

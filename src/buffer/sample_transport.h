@@ -1,0 +1,26 @@
+// Moving a step's training samples from the router (rollout rank 0) to the trainer
+// ranks: trainer i of T receives samples [i·N/T, (i+1)·N/T) of the router's batch (in
+// group order), so the data-parallel split is fixed by the batch alone. Point-to-point
+// over the world communicator; the router may itself be a trainer (colocated).
+#pragma once
+
+#include <mpi.h>
+
+#include <string>
+#include <vector>
+
+#include "train/trainer.h"
+
+namespace slimpi {
+
+// Called by the router and by every trainer (the router passes the whole batch;
+// trainers pass nothing). Returns this rank's share (empty on a router that does not
+// train). trainer_world_ranks: the trainers' ranks in `world`, in trainer-rank order.
+std::vector<TrainSample> scatter_train_samples(MPI_Comm world, int router_world_rank,
+                                               const std::vector<int>& trainer_world_ranks,
+                                               const std::vector<TrainSample>& batch);
+
+std::string encode_train_samples(const std::vector<TrainSample>& samples);
+std::vector<TrainSample> decode_train_samples(const std::string& bytes);
+
+}  // namespace slimpi

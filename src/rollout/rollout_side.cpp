@@ -1,0 +1,88 @@
+#include "rollout/rollout_side.h"
+
+#include <slimpi/error.h>
+
+#include "kernels/counter_rng.h"
+#include "rollout/evaluation.h"
+#include "tokenizer/byte_tokenizer.h"
+
+namespace slimpi {
+
+RolloutSide::RolloutSide(const RolloutConfig& cfg, const Transformer& model, MPI_Comm engines, uint64_t run_seed)
+    : cfg_(cfg), model_(model), engines_(engines), run_seed_(run_seed) {
+  MPI_Comm_rank(engines_, &rank_);
+}
+
+std::vector<GeneratedSample> RolloutSide::generate(const std::vector<Prompt>& prompts, int64_t first_group,
+                                                   uint64_t stream, int64_t n_samples, const SamplingParams& params,
+                                                   EngineStats* stats) {
+  ByteTokenizer tok;
+  std::vector<GenerationRequest> requests;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    GenerationRequest r;
+    r.group_index = first_group + static_cast<int64_t>(i);
+    r.prompt = tok.encode_prompt(prompts[i].text);
+    r.n_samples = n_samples;
+    r.params = params;
+    r.seed = mix_seed(run_seed_, stream, uint64_t(r.group_index));
+    requests.push_back(std::move(r));
+  }
+  Engine engine(cfg_.engine, model_);
+  engine.on_weights_updated(weight_version_);
+  std::vector<GeneratedSample> out = route_rollout(engine, engines_, cfg_.engine.max_running, requests);
+  if (stats) {
+    const EngineStats& s = engine.stats();
+    std::vector<double> v{double(s.generated_tokens), double(s.prefill_tokens_computed), double(s.prompt_tokens_served),
+                          double(s.prefix_hit_tokens), double(s.prefix_query_tokens), double(s.preemptions)};
+    MPI_Allreduce(MPI_IN_PLACE, v.data(), int(v.size()), MPI_DOUBLE, MPI_SUM, engines_);
+    stats->generated_tokens += int64_t(v[0]);
+    stats->prefill_tokens_computed += int64_t(v[1]);
+    stats->prompt_tokens_served += int64_t(v[2]);
+    stats->prefix_hit_tokens += int64_t(v[3]);
+    stats->prefix_query_tokens += int64_t(v[4]);
+    stats->preemptions += int64_t(v[5]);
+  }
+  return out;
+}
+
+std::map<std::string, double> RolloutSide::evaluate(const std::vector<Prompt>& prompts, const RewardConfig& reward,
+                                                    int64_t n_samples, uint64_t stream) {
+  std::map<std::string, double> metrics;
+  ByteTokenizer tok;
+  auto score = [&](const std::vector<GeneratedSample>& samples) {
+    std::vector<RewardInput> batch;
+    for (const auto& s : samples)
+      batch.push_back({prompts[s.group_index].text, tok.decode(s.response), prompts[s.group_index].label});
+    return compute_rewards(reward, batch);
+  };
+  SamplingParams greedy = cfg_.sampling;
+  greedy.temperature = 0.0;
+  std::vector<GeneratedSample> g = generate(prompts, 0, stream, 1, greedy, nullptr);
+  if (is_router()) {
+    std::vector<float> r = score(g);
+    double correct = 0, total = 0;
+    for (float x : r) {
+      correct += x >= 1.0f;
+      total += x;
+    }
+    metrics["eval/pass@1"] = correct / double(r.size());
+    metrics["eval/mean_reward"] = total / double(r.size());
+    metrics["eval/n_prompts"] = double(r.size());
+  }
+  if (n_samples > 1) {
+    std::vector<GeneratedSample> s = generate(prompts, 0, stream + 1, n_samples, cfg_.sampling, nullptr);
+    if (is_router()) {
+      std::vector<float> r = score(s);
+      std::vector<int64_t> correct(prompts.size(), 0);
+      for (size_t i = 0; i < s.size(); ++i) correct[s[i].group_index] += r[i] >= 1.0f;
+      for (int64_t k = 1; k <= n_samples; k *= 2) {
+        double sum = 0;
+        for (int64_t c : correct) sum += pass_at_k(n_samples, c, k);
+        metrics[fmt::format("eval/pass@{}/sampled", k)] = sum / double(prompts.size());
+      }
+    }
+  }
+  return metrics;
+}
+
+}  // namespace slimpi

@@ -1,0 +1,49 @@
+// RolloutSide — the generation half of the RL step as the driver sees it: an engine
+// model, the communicator its engines span, the [rollout] settings. It makes an
+// Engine per call (the KV cache exists only while generating: in colocated placement
+// training gets the memory back) and routes prompts through every engine.
+// Group seeds are mix_seed(run seed, stream, group index): the driver uses the step as
+// the stream for training rollouts and a separate range for evaluation.
+// Owned by the driver on rollout ranks; collective over the engines' communicator.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "buffer/prompt_source.h"
+#include "reward/reward.h"
+#include "rollout/rollout_config.h"
+#include "rollout/router.h"
+
+namespace slimpi {
+
+class RolloutSide {
+ public:
+  RolloutSide(const RolloutConfig& cfg, const Transformer& model, MPI_Comm engines, uint64_t run_seed);
+
+  // Generates n_samples per prompt; group g = first_group + i for prompts[i]. Returns
+  // every sample on engine rank 0 (the router), nothing elsewhere. `stats` gets the
+  // engine counters summed over the engines.
+  std::vector<GeneratedSample> generate(const std::vector<Prompt>& prompts, int64_t first_group, uint64_t stream,
+                                        int64_t n_samples, const SamplingParams& params, EngineStats* stats);
+
+  // Held-out evaluation (see rollout/evaluation.h): eval/* metrics on the router.
+  std::map<std::string, double> evaluate(const std::vector<Prompt>& prompts, const RewardConfig& reward,
+                                         int64_t n_samples, uint64_t stream);
+
+  bool is_router() const { return rank_ == 0; }
+  const RolloutConfig& config() const { return cfg_; }
+  int64_t weight_version() const { return weight_version_; }
+  void set_weight_version(int64_t v) { weight_version_ = v; }
+
+ private:
+  RolloutConfig cfg_;
+  const Transformer& model_;
+  MPI_Comm engines_;
+  uint64_t run_seed_;
+  int rank_ = 0;
+  int64_t weight_version_ = 0;
+};
+
+}  // namespace slimpi
