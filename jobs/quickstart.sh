@@ -8,8 +8,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/install_deps.sh"
 "$root/scripts/build.sh"
 cd "$root"
-jobs/run_local.sh 4 inputs/platform_smoke.toml
-run_dir=runs/platform_smoke
+jobs/run_local.sh 4 inputs/smoke_rl.toml
+run_dir=runs/smoke_rl
 for f in "$run_dir"/metrics.h5 "$run_dir"/rollouts.h5; do
   build/slimpi inspect "$f"
 done

@@ -65,6 +65,9 @@ h5::AppendableDataset<double>& MetricsLog::column(const std::string& name) {
   // the same order), backfilled with NaN for the rows logged before it existed.
   SLIMPI_CHECK(!name.empty() && name != "step" && name.front() != '/' && name.back() != '/',
                "metric name '{}' cannot be a metrics.h5 column", name);
+  for (const auto& other : names_)  // "a/b" nests under "a": a column cannot also be a group
+    SLIMPI_CHECK(name.rfind(other + "/", 0) != 0 && other.rfind(name + "/", 0) != 0,
+                 "metric names '{}' and '{}' collide in metrics.h5 (one would be a group of the other)", name, other);
   auto col = h5::AppendableDataset<double>::create(file_, steps_group_.id(), name, {}, 1024, kNaN);
   col.grow_to(step_.n_rows());
   names_.push_back(name);

@@ -78,7 +78,7 @@ std::map<std::string, double> RolloutSide::evaluate(const std::vector<Prompt>& p
       for (int64_t k = 1; k <= n_samples; k *= 2) {
         double sum = 0;
         for (int64_t c : correct) sum += pass_at_k(n_samples, c, k);
-        metrics[fmt::format("eval/pass@{}/sampled", k)] = sum / double(prompts.size());
+        metrics[fmt::format("eval/sampled_pass@{}", k)] = sum / double(prompts.size());
       }
     }
   }

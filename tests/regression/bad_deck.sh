@@ -28,7 +28,7 @@ expect_clean_failure 2 "$out/e.log" "run.device = \"cuda\" but" run "$out/ok.tom
 expect_clean_failure 2 "$out/f.log" "no deck key starts with 'zzz'" keys zzz
 # SFT: no data file named; a malformed dataset line (named by file:line and key).
 printf '[parallel]\nplacement = "colocate"\n[train]\nmode = "sft"\n' >"$out/sft.toml"
-expect_clean_failure 2 "$out/g.log" "needs a training file: set data.path" run "$out/sft.toml"
+expect_clean_failure 2 "$out/g.log" "needs a data file: set data.path" run "$out/sft.toml"
 printf '{"prompt": "1+1=", "response": "2"}\n{"prompt": "2+2="}\n' >"$out/bad.jsonl"
 expect_clean_failure 2 "$out/h.log" "bad.jsonl:2: missing key 'response'" run "$out/sft.toml" --set data.path="$out/bad.jsonl"
 expect_clean_failure 4 "$out/h2.log" "bad.jsonl:2: missing key 'response'" run "$out/sft.toml" \
