@@ -6,8 +6,10 @@
 
 #include <fmt/ranges.h>
 
+#include <fstream>
 #include <iostream>
 
+#include "cli/make_data.h"
 #include "config/schema.h"
 #include "core/driver.h"
 #include "core/log.h"
@@ -29,6 +31,12 @@ Commands::Commands(CLI::App& app) {
       ->type_name("KEY=VALUE")
       ->allow_extra_args(false);
 
+  make_data_ = app.add_subcommand("make-data", "write JSONL for a built-in task (addition, multiplication, countdown)");
+  make_data_->add_option("task", task_, "the task")->required();
+  make_data_->add_option("--out", data_out_, "the JSONL file to write")->required();
+  make_data_->add_option("--n", data_n_, "number of records")->capture_default_str();
+  make_data_->add_option("--seed", data_seed_, "seed of the draws")->capture_default_str();
+
   keys_ = app.add_subcommand("keys", "print every deck key with its type, default, range, unit and help");
   keys_->add_option("prefix", key_prefix_, "only keys starting with this (e.g. 'rollout' or 'run.seed')");
 
@@ -43,6 +51,17 @@ int Commands::run_selected() {
     std::string text = describe_keys(key_prefix_);
     if (text.empty()) SLIMPI_FAIL_ALL("no deck key starts with '{}'; `slimpi keys` lists them all", key_prefix_);
     if (rank == 0) std::cout << text;
+    return 0;
+  }
+  if (*make_data_) {
+    std::vector<std::string> lines = make_task_data(task_, data_n_, static_cast<uint64_t>(data_seed_));
+    if (rank == 0) {
+      std::ofstream out(data_out_);
+      SLIMPI_CHECK(out, "make-data: cannot write {}", data_out_);
+      for (const auto& l : lines) out << l << '\n';
+      SLIMPI_CHECK(out.flush(), "make-data: write to {} failed", data_out_);
+      std::cout << fmt::format("make-data: {} {} records (seed {}) -> {}\n", lines.size(), task_, data_seed_, data_out_);
+    }
     return 0;
   }
   if (*inspect_) {

@@ -1,6 +1,7 @@
 // The subcommands of the slimpi executable (registered on a CLI11 app in main):
 //   run DECK [--set key=value ...]   an RL job (collective over MPI_COMM_WORLD)
 //   generate DECK [--set ...]        the rollout side alone: prompts -> rollouts.h5
+//   make-data TASK --out FILE        JSONL for a built-in verifiable task
 //   keys [prefix]                    every deck key: type, default, range, unit, help
 //   inspect FILE.h5                  a short summary of a run file
 // `--version` is handled by the app itself.
@@ -22,6 +23,10 @@ class Commands {
  private:
   CLI::App* run_ = nullptr;
   CLI::App* generate_ = nullptr;
+  CLI::App* make_data_ = nullptr;
+  std::string task_, data_out_;
+  int64_t data_n_ = 1000;
+  int64_t data_seed_ = 1;
   CLI::App* keys_ = nullptr;
   CLI::App* inspect_ = nullptr;
   std::string deck_path_;

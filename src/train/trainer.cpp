@@ -95,6 +95,8 @@ TrainerConfig TrainerConfig::from_deck(const Deck& deck) {
   c.tis_clip = deck.get_float("train.tis_clip");
   c.tis_clip_low = deck.get_float("train.tis_clip_low");
   c.calculate_per_token_loss = deck.get_bool("train.calculate_per_token_loss");
+  // Log-probs are taken at the sampling temperature (greedy rollouts: 1).
+  c.temperature = deck.get_float("rollout.temperature") > 0 ? deck.get_float("rollout.temperature") : 1.0;
   c.normalize_advantages = deck.get_bool("train.normalize_advantages");
   c.n_micro_batches = deck.get_int("train.n_micro_batches");
   c.max_tokens_per_micro_batch = deck.get_int("train.max_tokens_per_micro_batch");

@@ -1,0 +1,91 @@
+#include "cli/make_data.h"
+
+#include <slimpi/error.h>
+
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+
+#include "kernels/counter_rng.h"
+
+namespace slimpi {
+namespace {
+
+// Draw `field` of record `i`: uniform in [lo, hi] (modulo bias < 2^-40 for these ranges).
+int64_t draw(uint64_t seed, int64_t i, uint64_t field, int64_t lo, int64_t hi) {
+  return lo + int64_t(mix_seed(seed, uint64_t(i), field) % uint64_t(hi - lo + 1));
+}
+
+int64_t pow10(int64_t k) {
+  int64_t p = 1;
+  while (k-- > 0) p *= 10;
+  return p;
+}
+
+std::string reversed(int64_t v) {
+  std::string s = std::to_string(v);
+  std::reverse(s.begin(), s.end());
+  return s;
+}
+
+std::string arithmetic_line(const std::string& op, int64_t a, int64_t b, int64_t result) {
+  const std::string answer = reversed(result);
+  return nlohmann::json{{"prompt", fmt::format("{}{}{}=", a, op, b)}, {"response", answer}, {"label", answer}}.dump();
+}
+
+std::string countdown_line(uint64_t seed, int64_t i) {
+  const int64_t count = draw(seed, i, 0, 3, 4);
+  std::vector<int64_t> numbers;
+  for (int64_t k = 0; k < count; ++k) numbers.push_back(draw(seed, i, 1 + k, 1, 20));
+  // The target: numbers combined left to right with random + - * (kept positive).
+  int64_t target = numbers[0];
+  std::string expression = std::to_string(numbers[0]);
+  for (int64_t k = 1; k < count; ++k) {
+    const int64_t op = draw(seed, i, 10 + k, 0, 2), x = numbers[k];
+    if (op == 0 || (op == 1 && target - x <= 0)) {
+      target += x;
+      expression = fmt::format("({} + {})", expression, x);
+    } else if (op == 1) {
+      target -= x;
+      expression = fmt::format("({} - {})", expression, x);
+    } else {
+      target *= x;
+      expression = fmt::format("({} * {})", expression, x);
+    }
+  }
+  nlohmann::json label{{"target", target}, {"numbers", numbers}};
+  const std::string prompt = fmt::format("Using the numbers [{}] once each with + - * /, make {}. Answer with the expression.",
+                                         fmt::join(numbers, ", "), target);
+  return nlohmann::json{{"prompt", prompt}, {"response", expression}, {"label", label.dump()}}.dump();
+}
+
+}  // namespace
+
+const std::vector<std::string>& data_tasks() {
+  static const std::vector<std::string> tasks{"addition", "multiplication", "countdown"};
+  return tasks;
+}
+
+std::vector<std::string> make_task_data(const std::string& task, int64_t n, uint64_t seed) {
+  SLIMPI_CHECK(n >= 1, "make-data: --n must be at least 1, got {}", n);
+  std::vector<std::string> lines;
+  for (int64_t i = 0; i < n; ++i) {
+    if (task == "addition") {
+      const int64_t a = draw(seed, i, 1, 0, pow10(draw(seed, i, 0, 1, 3)) - 1);
+      const int64_t b = draw(seed, i, 3, 0, pow10(draw(seed, i, 2, 1, 3)) - 1);
+      lines.push_back(arithmetic_line("+", a, b, a + b));
+    } else if (task == "multiplication") {
+      const int64_t a = draw(seed, i, 1, 0, pow10(draw(seed, i, 0, 1, 2)) - 1);
+      const int64_t b = draw(seed, i, 3, 0, pow10(draw(seed, i, 2, 1, 2)) - 1);
+      lines.push_back(arithmetic_line("*", a, b, a * b));
+    } else if (task == "countdown") {
+      lines.push_back(countdown_line(seed, i));
+    } else {
+      SLIMPI_FAIL_ALL("make-data: unknown task '{}'; valid: {}", task, fmt::join(data_tasks(), ", "));
+    }
+  }
+  return lines;
+}
+
+}  // namespace slimpi

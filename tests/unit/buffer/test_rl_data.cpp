@@ -1,0 +1,122 @@
+// RL data plumbing on one rank: task data from make-data, the prompt source (slices,
+// per-epoch shuffle, cursor, bad lines), pass@k, and the train-sample wire format.
+#include <gtest/gtest.h>
+#include <slimpi/error.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "buffer/prompt_source.h"
+#include "buffer/sample_transport.h"
+#include "cli/make_data.h"
+#include "reward/reward.h"
+#include "rollout/evaluation.h"
+
+namespace slimpi {
+namespace {
+
+std::string write_file(const std::string& name, const std::vector<std::string>& lines) {
+  const std::string path = (std::filesystem::temp_directory_path() / name).string();
+  std::ofstream out(path);
+  for (const auto& l : lines) out << l << "\n";
+  return path;
+}
+
+TEST(MakeData, DeterministicAndSelfConsistent) {
+  auto a = make_task_data("addition", 200, 7), b = make_task_data("addition", 200, 7);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, make_task_data("addition", 200, 8));
+  for (const auto& line : a) {
+    auto j = nlohmann::json::parse(line);
+    std::string p = j["prompt"];
+    int64_t x = std::stoll(p.substr(0, p.find('+'))), y = std::stoll(p.substr(p.find('+') + 1));
+    std::string sum = std::to_string(x + y);
+    EXPECT_EQ(j["label"], std::string(sum.rbegin(), sum.rend()));
+    EXPECT_EQ(j["response"], j["label"]);
+    EXPECT_LT(x, 1000);
+    EXPECT_EQ(exact_match_reward(j["response"], j["label"]), 1.0f);
+  }
+  for (const auto& line : make_task_data("multiplication", 50, 1)) {
+    auto j = nlohmann::json::parse(line);
+    EXPECT_NE(std::string(j["prompt"]).find('*'), std::string::npos);
+  }
+  // Every countdown record's own expression solves it under the countdown verifier.
+  for (const auto& line : make_task_data("countdown", 200, 3)) {
+    auto j = nlohmann::json::parse(line);
+    EXPECT_EQ(countdown_reward(j["response"], j["label"]), 1.0f) << line;
+  }
+  EXPECT_THROW(make_task_data("sorting", 5, 1), Error);
+}
+
+TEST(PromptSource, SlicesShufflesPerEpochAndKeepsACursor) {
+  std::vector<std::string> lines;
+  for (int i = 0; i < 10; ++i) lines.push_back(nlohmann::json{{"q", std::to_string(i)}, {"a", "x"}}.dump());
+  const std::string path = write_file("slimpi_prompts.jsonl", lines);
+  PromptSource all({path, "q", "a", "", false}, 1);
+  EXPECT_EQ(all.size(), 10u);
+  PromptSource slice({path + "@[2:5]", "q", "a", "", false}, 1);
+  ASSERT_EQ(slice.size(), 3u);
+  EXPECT_EQ(slice.records()[0].text, "2");
+  EXPECT_EQ(PromptSource({path + "@[-3:]", "q", "a", "", false}, 1).records()[0].text, "7");
+  // Each epoch visits every record once; epochs are shuffled differently.
+  std::vector<Prompt> e0 = all.next(10), e1 = all.next(10);
+  std::set<std::string> seen;
+  for (const auto& p : e0) seen.insert(p.text);
+  EXPECT_EQ(seen.size(), 10u);
+  bool differ = false;
+  for (size_t i = 0; i < 10; ++i) differ |= e0[i].text != e1[i].text;
+  EXPECT_TRUE(differ);
+  EXPECT_EQ(all.cursor(), 20);
+  EXPECT_EQ(all.epoch(), 2);
+  // The cursor is the whole state: a fresh source set to it continues identically.
+  PromptSource again({path, "q", "a", "", false}, 1);
+  again.set_cursor(13);
+  all.set_cursor(13);
+  EXPECT_EQ(again.next(4)[3].text, all.next(4)[3].text);
+  EXPECT_THROW(PromptSource({path + "@[5:5]", "q", "a", "", false}, 1), Error);
+  EXPECT_THROW(PromptSource({path + "@[x:y]", "q", "a", "", false}, 1), Error);
+}
+
+TEST(PromptSource, BadLinesStopOrAreSkippedAndCounted) {
+  const std::string path = write_file("slimpi_bad_prompts.jsonl",
+                                      {R"({"q": "1", "a": "x"})", "not json", R"({"q": "3"})", R"({"q": "4", "a": "y"})"});
+  try {
+    PromptSource s({path, "q", "a", "", false}, 1);
+    FAIL() << "accepted a malformed line";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), path + ":2: not valid JSON");
+    EXPECT_TRUE(e.collective());
+  }
+  PromptSource skip({path, "q", "a", "", true}, 1);
+  EXPECT_EQ(skip.size(), 2u);
+  EXPECT_EQ(skip.n_skipped_lines(), 2);
+}
+
+TEST(PassAtK, UnbiasedEstimator) {
+  EXPECT_DOUBLE_EQ(pass_at_k(8, 0, 1), 0.0);
+  EXPECT_DOUBLE_EQ(pass_at_k(8, 8, 4), 1.0);
+  EXPECT_NEAR(pass_at_k(8, 2, 1), 0.25, 1e-12);
+  // 1 - C(6,4)/C(8,4) = 1 - 15/70
+  EXPECT_NEAR(pass_at_k(8, 2, 4), 1.0 - 15.0 / 70.0, 1e-12);
+  EXPECT_DOUBLE_EQ(pass_at_k(8, 5, 4), 1.0);  // fewer than k wrong samples
+}
+
+TEST(SampleTransport, TrainSamplesRoundTrip) {
+  TrainSample s;
+  s.tokens = {257, 1, 2, 3, 258};
+  s.prompt_length = 3;
+  s.advantages = {0.5f, 0.5f};
+  s.rollout_log_probs = {-0.1f, -2.0f};
+  auto back = decode_train_samples(encode_train_samples({s, s}));
+  ASSERT_EQ(back.size(), 2u);
+  EXPECT_EQ(back[1].tokens, s.tokens);
+  EXPECT_EQ(back[1].prompt_length, 3);
+  EXPECT_EQ(back[1].advantages, s.advantages);
+  EXPECT_EQ(back[1].rollout_log_probs, s.rollout_log_probs);
+  EXPECT_TRUE(back[1].old_log_probs.empty());
+}
+
+}  // namespace
+}  // namespace slimpi
