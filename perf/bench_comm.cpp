@@ -6,11 +6,15 @@
 // comm time: 1.0 = slimpi's path costs nothing over raw MPI).
 // BM_GradientAllreduce/<MB>: the trainer's GradBuffer::all_reduce (32 MB buckets) of a
 // ~10M-parameter model's gradients (40 MB) against one MPI_Allreduce of the same bytes.
+// BM_WeightSync/<bucket MB>: WeightSync of the ~50M model (200 MB: header check, pack
+// into buckets, broadcast, unpack into the receivers' parameters) against one
+// MPI_Bcast of the same bytes. Counter sync_vs_bcast.
 #include <ATen/ATen.h>
 
 #include "mpi_bench_main.h"
 #include "parallel/comm_tensor.h"
 #include "parallel/mpi_comm.h"
+#include "rollout/weight_sync.h"
 #include "train/grad_buffer.h"
 
 namespace slimpi::perf {
@@ -89,6 +93,34 @@ void BM_GradientAllreduce(benchmark::State& state) {
   state.counters["grad_vs_mpi"] = mpi_s / comm_s;
 }
 BENCHMARK(BM_GradientAllreduce)->Arg(32)->Arg(8)->Iterations(10)->UseManualTime()->Unit(benchmark::kMillisecond);
+
+void BM_WeightSync(benchmark::State& state) {
+  MpiComm comm(MPI_COMM_WORLD, "sync");
+  ModelConfig c;  // the "50M" model of bench_train
+  c.hidden_size = 640, c.n_layers = 10, c.n_heads = 10, c.n_kv_heads = 10, c.intermediate_size = 1728;
+  c.max_seq_len = 256;
+  Transformer model(c, comm.rank() == 0 ? 1 : 2, at::kCPU);
+  WeightSync sync(comm, state.range(0) << 20);
+  const int64_t bytes = model.n_params() * 4;
+  at::Tensor raw = at::zeros({bytes}, at::kByte);
+  int64_t version = 1;
+  sync.sync(model.parameters(), &version, false);  // warm-up both paths
+  MPI_Bcast(raw.data_ptr(), static_cast<int>(bytes), MPI_BYTE, 0, MPI_COMM_WORLD);
+  double sync_s = 0, bcast_s = 0;
+  for (auto _ : state) {
+    double a = timed_max([&] { sync.sync(model.parameters(), &version, false); });
+    double b = timed_max([&] { MPI_Bcast(raw.data_ptr(), static_cast<int>(bytes), MPI_BYTE, 0, MPI_COMM_WORLD); });
+    state.SetIterationTime(a);
+    sync_s += a;
+    bcast_s += b;
+  }
+  state.SetBytesProcessed(state.iterations() * bytes);
+  state.counters["MB"] = double(bytes) / (1 << 20);
+  state.counters["sync_GBps"] = double(bytes) * state.iterations() / sync_s / 1e9;
+  state.counters["bcast_GBps"] = double(bytes) * state.iterations() / bcast_s / 1e9;
+  state.counters["sync_vs_bcast"] = bcast_s / sync_s;
+}
+BENCHMARK(BM_WeightSync)->Arg(256)->Arg(32)->Iterations(5)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 void sizes(benchmark::internal::Benchmark* b) {
   for (int64_t mb : {1, 4, 16, 64, 256}) b->Arg(mb);

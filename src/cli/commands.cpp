@@ -12,6 +12,7 @@
 #include "cli/make_data.h"
 #include "config/schema.h"
 #include "core/driver.h"
+#include "core/exit_guard.h"
 #include "core/log.h"
 #include "io/inspect.h"
 #include "rollout/generate.h"
@@ -70,9 +71,13 @@ int Commands::run_selected() {
   }
   log::info("{}", build_description());
   RunContext ctx = set_up_run(MPI_COMM_WORLD, deck_path_, overrides_, /*every_rank_rolls_out=*/bool(*generate_));
-  if (*generate_) return run_generate(ctx);
+  int code = 0;
+  if (*generate_) {
+    abort_on_local_error([&] { code = run_generate(ctx); });
+    return code;
+  }
   Driver driver(ctx);
-  driver.run();
+  abort_on_local_error([&] { driver.run(); });
   return 0;
 }
 

@@ -472,6 +472,8 @@ void Driver::metrics(int64_t step) {
     std::string phase = k.substr(5, k.size() - 7);  // "time/buffer_s" -> "buffer"
     row["perf/" + phase + "_time"] = max_over_ranks[i++];
   }
+  if (row.count("rollout/generated_tokens") && row["perf/rollout_time"] > 0)
+    row["perf/rollout_tokens_per_s"] = row["rollout/generated_tokens"] / row["perf/rollout_time"];
   if (ctx_.world->rank() == 0 && trainer_) {
     // World rank 0 is trainer rank 0: the share of its step not spent training or syncing.
     const double busy = phase_times_["time/train_s"] + phase_times_["time/weight_sync_s"];

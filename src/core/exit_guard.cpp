@@ -25,4 +25,17 @@ int run_guarded(const std::function<int()>& body) {
   return 2;
 }
 
+void abort_on_local_error(const std::function<void()>& body) {
+  try {
+    body();
+  } catch (const Error& e) {
+    if (e.collective()) throw;
+    log::error("{}\n  (raised at {}; aborting every rank)", e.what(), e.where());
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  } catch (const std::exception& e) {
+    log::error("{} (aborting every rank)", e.what());
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+}
+
 }  // namespace slimpi

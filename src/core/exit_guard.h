@@ -12,4 +12,10 @@ namespace slimpi {
 // Runs `body` and returns its exit code, or 1 after a collective error.
 int run_guarded(const std::function<int()>& body);
 
+// For code that holds objects whose destructors are collective (HDF5 files, MPI
+// communicators): runs `body`, and on an error that is not collective aborts the job
+// right here, before unwinding would run those destructors on this rank alone and
+// leave it waiting for ranks that never come. Collective errors propagate.
+void abort_on_local_error(const std::function<void()>& body);
+
 }  // namespace slimpi

@@ -60,7 +60,10 @@ std::vector<float> command_rewards(const std::string& command, double timeout_s,
   SLIMPI_CHECK(!command.empty(), "reward.style = \"command\" needs reward.command");
   std::string input;
   for (const auto& b : batch)
-    input += nlohmann::json{{"prompt", b.prompt}, {"response", b.response}, {"label", b.label}}.dump() + "\n";
+    // Responses are raw bytes from the model: invalid UTF-8 is replaced (U+FFFD), not fatal.
+    input += nlohmann::json{{"prompt", b.prompt}, {"response", b.response}, {"label", b.label}}.dump(
+                 -1, ' ', false, nlohmann::json::error_handler_t::replace) +
+             "\n";
 
   signal(SIGPIPE, SIG_IGN);  // a child that exits early must not kill us
   Child c = spawn(command);

@@ -94,8 +94,8 @@ TEST(Rewards, CommandStyleReadsOneNumberPerLine) {
   // Scores the response length via python-free shell tools: one line per JSON line.
   cfg.command = "while IFS= read -r line; do case \"$line\" in *'\"response\": \"yes\"'*|*'\"response\":\"yes\"'*) echo 1;; *) echo 0.25;; esac; done";
   cfg.command_timeout_s = 20;
-  std::vector<RewardInput> batch{{"q", "yes", "l"}, {"q", "no", "l"}, {"q", "yes", "l"}};
-  EXPECT_EQ(compute_rewards(cfg, batch), (std::vector<float>{1.0f, 0.25f, 1.0f}));
+  std::vector<RewardInput> batch{{"q", "yes", "l"}, {"q", "no", "l"}, {"q", "yes", "l"}, {"q", "\x86\xff", "l"}};
+  EXPECT_EQ(compute_rewards(cfg, batch), (std::vector<float>{1.0f, 0.25f, 1.0f, 0.25f}));  // invalid UTF-8 is fine
 }
 
 TEST(Rewards, CommandTimeOutAndBadAnswersNameTheSample) {
