@@ -4,7 +4,6 @@
 
 #include "core/byte_codec.h"
 #include "parallel/mpi_bytes.h"
-#include "parallel/watchdog.h"
 
 namespace slimpi {
 namespace {
@@ -57,26 +56,13 @@ std::vector<TrainSample> scatter_train_samples(MPI_Comm world, int router_world_
         mine = std::move(share);
         continue;
       }
-      std::string bytes = encode_train_samples(share);
-      check_mpi(MPI_Send(bytes.data(), static_cast<int>(bytes.size()), MPI_BYTE, trainer_world_ranks[i],
-                         kTagTrainBatch, world),
-                "MPI_Send(train samples)");
+      send_message(world, encode_train_samples(share), trainer_world_ranks[i], kTagTrainBatch);
     }
     return mine;
   }
   if (std::find(trainer_world_ranks.begin(), trainer_world_ranks.end(), me) == trainer_world_ranks.end()) return mine;
   static const std::string context = "[trainer] wait for the step's samples from the router";
-  MPI_Status status;
-  {
-    WaitGuard guard({&context, "MPI_Probe"});
-    check_mpi(MPI_Probe(router_world_rank, kTagTrainBatch, world, &status), "MPI_Probe(train samples)");
-  }
-  int n = 0;
-  MPI_Get_count(&status, MPI_BYTE, &n);
-  std::string bytes(n, '\0');
-  check_mpi(MPI_Recv(bytes.data(), n, MPI_BYTE, router_world_rank, kTagTrainBatch, world, MPI_STATUS_IGNORE),
-            "MPI_Recv(train samples)");
-  return decode_train_samples(bytes);
+  return decode_train_samples(recv_message(world, router_world_rank, kTagTrainBatch, context));
 }
 
 }  // namespace slimpi

@@ -35,6 +35,23 @@ void broadcast_string(MPI_Comm comm, std::string& text, int root) {
 
 namespace slimpi {
 
+void send_message(MPI_Comm comm, const std::string& bytes, int dest, int tag) {
+  check_mpi(MPI_Send(bytes.data(), static_cast<int>(bytes.size()), MPI_BYTE, dest, tag, comm), "MPI_Send");
+}
+
+std::string recv_message(MPI_Comm comm, int source, int tag, const std::string& context) {
+  MPI_Status status;
+  {
+    WaitGuard guard({&context, "MPI_Probe"});
+    check_mpi(MPI_Probe(source, tag, comm, &status), "MPI_Probe");
+  }
+  int n = 0;
+  MPI_Get_count(&status, MPI_BYTE, &n);
+  std::string bytes(n, '\0');
+  check_mpi(MPI_Recv(bytes.data(), n, MPI_BYTE, status.MPI_SOURCE, tag, comm, MPI_STATUS_IGNORE), "MPI_Recv");
+  return bytes;
+}
+
 void idle_barrier(MPI_Comm comm, const std::string& what) {
   WaitGuard guard({&what, "idle barrier"});
   MPI_Request request;

@@ -13,6 +13,12 @@ void check_mpi(int code, const char* what);
 // Broadcasts a string of any length from `root` (length first, then the bytes).
 void broadcast_string(MPI_Comm comm, std::string& text, int root);
 
+// Point-to-point messages of any size (< 2 GiB) as byte strings. recv_message probes
+// for the size first, under the watchdog with `context` naming the wait; `source` may
+// be MPI_ANY_SOURCE.
+void send_message(MPI_Comm comm, const std::string& bytes, int dest, int tag);
+std::string recv_message(MPI_Comm comm, int source, int tag, const std::string& context);
+
 }  // namespace slimpi
 
 namespace slimpi {

@@ -7,7 +7,6 @@
 
 #include "core/byte_codec.h"
 #include "parallel/mpi_bytes.h"
-#include "parallel/watchdog.h"
 
 namespace slimpi {
 namespace {
@@ -15,24 +14,8 @@ namespace {
 constexpr int kTagAssign = 101;  // router -> engine: int64 group indices ([] = done)
 constexpr int kTagResult = 102;  // engine -> router: encoded samples of finished groups
 
-void send_bytes_to(MPI_Comm comm, const std::string& bytes, int dest, int tag) {
-  check_mpi(MPI_Send(bytes.data(), static_cast<int>(bytes.size()), MPI_BYTE, dest, tag, comm), "MPI_Send");
-}
-
-std::string recv_bytes_from(MPI_Comm comm, int source, int tag, int* actual_source) {
-  MPI_Status status;
-  static const std::string context = "[router] wait for an engine or the router";
-  {
-    WaitGuard guard({&context, "MPI_Probe"});
-    check_mpi(MPI_Probe(source, tag, comm, &status), "MPI_Probe");
-  }
-  int n = 0;
-  MPI_Get_count(&status, MPI_BYTE, &n);
-  std::string bytes(n, '\0');
-  check_mpi(MPI_Recv(bytes.data(), n, MPI_BYTE, status.MPI_SOURCE, tag, comm, MPI_STATUS_IGNORE), "MPI_Recv");
-  if (actual_source) *actual_source = status.MPI_SOURCE;
-  return bytes;
-}
+const std::string kEngineWait = "[router] an engine waiting for work";
+const std::string kRouterWait = "[router] waiting for an engine's results";
 
 bool message_waiting(MPI_Comm comm, int source, int tag) {
   int flag = 0;
@@ -118,14 +101,14 @@ std::vector<GeneratedSample> route_rollout(Engine& engine, MPI_Comm rollout, int
     bool done = false;
     while (!done || engine.has_work()) {
       while (!done && (message_waiting(rollout, 0, kTagAssign) || !engine.has_work())) {
-        std::string msg = recv_bytes_from(rollout, 0, kTagAssign, nullptr);
+        std::string msg = recv_message(rollout, 0, kTagAssign, kEngineWait);
         std::vector<int64_t> groups(msg.size() / sizeof(int64_t));
         std::memcpy(groups.data(), msg.data(), msg.size());
         if (groups.empty()) done = true;
         for (int64_t g : groups) engine.add_request(requests.at(by_group.at(g)));
       }
       if (!engine.has_work()) continue;
-      for (auto& group : assembler.add(engine.step())) send_bytes_to(rollout, encode_samples(group), 0, kTagResult);
+      for (auto& group : assembler.add(engine.step())) send_message(rollout, encode_samples(group), 0, kTagResult);
     }
     return {};
   }
@@ -167,8 +150,8 @@ std::vector<GeneratedSample> route_rollout(Engine& engine, MPI_Comm rollout, int
     for (int64_t g : assign[0]) engine.add_request(requests.at(by_group.at(g)));
     for (int e = 1; e < size; ++e)
       if (!assign[e].empty())
-        send_bytes_to(rollout, std::string(reinterpret_cast<const char*>(assign[e].data()), assign[e].size() * 8), e,
-                      kTagAssign);
+        send_message(rollout, std::string(reinterpret_cast<const char*>(assign[e].data()), assign[e].size() * 8), e,
+                     kTagAssign);
 
     const int64_t before = progress.groups_done;
     if (engine.has_work())
@@ -176,13 +159,13 @@ std::vector<GeneratedSample> route_rollout(Engine& engine, MPI_Comm rollout, int
     // Results from other engines; block for one only when there is nothing to run here.
     while (message_waiting(rollout, MPI_ANY_SOURCE, kTagResult) ||
            (!engine.has_work() && progress.groups_done < progress.groups_total && next >= requests.size())) {
-      auto group = decode_samples(recv_bytes_from(rollout, MPI_ANY_SOURCE, kTagResult, nullptr));
+      auto group = decode_samples(recv_message(rollout, MPI_ANY_SOURCE, kTagResult, kRouterWait));
       finish_group(std::move(group));
       if (next < requests.size()) break;  // go hand out more
     }
     if (on_progress && progress.groups_done != before) on_progress(progress);
   }
-  for (int e = 1; e < size; ++e) send_bytes_to(rollout, std::string(), e, kTagAssign);  // done
+  for (int e = 1; e < size; ++e) send_message(rollout, std::string(), e, kTagAssign);  // done
   std::sort(results.begin(), results.end(), [](const auto& a, const auto& b) {
     return std::tie(a.group_index, a.sample_index) < std::tie(b.group_index, b.sample_index);
   });
