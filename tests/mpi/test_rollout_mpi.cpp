@@ -12,22 +12,12 @@
 #include "rollout/router.h"
 #include "rollout/weight_sync.h"
 #include "tokenizer/byte_tokenizer.h"
+#include "../support/tiny_model.h"
 
 namespace slimpi {
 namespace {
 
-ModelConfig model_config() {
-  ModelConfig c;
-  c.vocab_size = 260;
-  c.hidden_size = 32;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.intermediate_size = 64;
-  c.max_seq_len = 64;
-  c.init_std = 0.2;
-  return c;
-}
+ModelConfig model_config() { return testing::tiny_model_config(64, 0.2); }
 
 std::vector<GenerationRequest> requests() {
   std::vector<GenerationRequest> out;

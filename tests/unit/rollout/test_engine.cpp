@@ -10,22 +10,12 @@
 #include "rollout/engine.h"
 #include "tokenizer/byte_tokenizer.h"
 #include "train/log_probs.h"
+#include "../../support/tiny_model.h"
 
 namespace slimpi {
 namespace {
 
-ModelConfig model_config() {
-  ModelConfig c;
-  c.vocab_size = 260;
-  c.hidden_size = 32;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.intermediate_size = 64;
-  c.max_seq_len = 96;
-  c.init_std = 0.2;  // a peaky random model: varied, non-trivial samples
-  return c;
-}
+ModelConfig model_config() { return testing::tiny_model_config(96, 0.2); }  // peaky: varied samples
 
 std::vector<int64_t> prompt_of(int64_t group, int64_t length) {
   std::vector<int64_t> p{ByteTokenizer::kBos};

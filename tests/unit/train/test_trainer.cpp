@@ -15,21 +15,12 @@
 #include "train/micro_batches.h"
 #include "train/sft_data.h"
 #include "train/trainer.h"
+#include "../../support/tiny_model.h"
 
 namespace slimpi {
 namespace {
 
-ModelConfig small_model() {
-  ModelConfig c;
-  c.vocab_size = 260;
-  c.hidden_size = 32;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.intermediate_size = 64;
-  c.max_seq_len = 32;
-  return c;
-}
+ModelConfig small_model() { return testing::tiny_model_config(32, 0.02); }
 
 // Reproducible random SFT-like samples.
 std::vector<TrainSample> random_samples(int n, uint64_t seed) {
