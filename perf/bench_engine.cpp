@@ -10,13 +10,9 @@
 //   BM_GroupPrefill        32 prompts x 8 samples: prompt tokens computed / served.
 // Threads: $SLIMPI_THREADS (default 1). Run: build/perf/bench_engine
 #include <ATen/ATen.h>
-#include <ATen/Parallel.h>
 #include <benchmark/benchmark.h>
-#include <malloc.h>
 
-#include <Kokkos_Core.hpp>
 #include <chrono>
-#include <cstdlib>
 
 #include "kernels/counter_rng.h"
 #include "rollout/engine.h"
@@ -170,15 +166,3 @@ BENCHMARK(BM_GroupPrefill)->Iterations(1)->UseManualTime()->Unit(benchmark::kMil
 
 }  // namespace
 }  // namespace slimpi::perf
-
-int main(int argc, char** argv) {
-  mallopt(M_MMAP_THRESHOLD, 1 << 30);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
-  Kokkos::ScopeGuard kokkos(argc, argv);
-  const char* threads = std::getenv("SLIMPI_THREADS");
-  at::set_num_threads(threads ? std::atoi(threads) : 1);
-  benchmark::Initialize(&argc, argv);
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
-}

@@ -13,12 +13,9 @@
 // (default 1). Run: build/perf/bench_train [--benchmark_filter=10M]
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
-#include <ATen/Parallel.h>
 #include <benchmark/benchmark.h>
-#include <malloc.h>
 
 #include <chrono>
-#include <cstdlib>
 
 #include "train/trainer.h"
 
@@ -145,14 +142,3 @@ BENCHMARK(BM_PackedVsPadded)->Iterations(3)->UseManualTime()->Unit(benchmark::kM
 
 }  // namespace
 }  // namespace slimpi::perf
-
-int main(int argc, char** argv) {
-  mallopt(M_MMAP_THRESHOLD, 1 << 30);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
-  const char* threads = std::getenv("SLIMPI_THREADS");
-  at::set_num_threads(threads ? std::atoi(threads) : 1);
-  benchmark::Initialize(&argc, argv);
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
-}
