@@ -46,6 +46,11 @@ if(SLIMPI_BUILD_PERF)
   slimpi_require(benchmark_FOUND "Google Benchmark" "libbenchmark-dev")
 endif()
 
+# xxHash: checksums of checkpoint files (manifest.json).
+find_path(SLIMPI_XXHASH_INCLUDE xxhash.h)
+find_library(SLIMPI_XXHASH_LIBRARY xxhash)
+slimpi_require(SLIMPI_XXHASH_LIBRARY "xxHash" "libxxhash-dev")
+
 # OpenBLAS is what torch's CPU matmuls run on; Debian's default libblas is the
 # reference BLAS. It is a run-time choice (alternatives); here we only check it exists.
 find_library(SLIMPI_OPENBLAS NAMES openblas PATHS /usr/lib/x86_64-linux-gnu/openblas-openmp)

@@ -11,7 +11,8 @@ packages=(
   libtomlplusplus-dev nlohmann-json3-dev libfmt-dev libspdlog-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas0-openmp libopenblas-openmp-dev
-  python3-h5py python3-numpy
+  libxxhash-dev
+  python3-h5py python3-numpy python3-matplotlib
 )
 
 missing=()

@@ -29,7 +29,8 @@ struct Sample {
   std::vector<float> rollout_log_probs;  // [response length], fp32, logits / temperature
   float reward = 0.0f;                   // after group post-processing
   float raw_reward = 0.0f;               // as the reward style returned it
-  float advantage = 0.0f;                // per-sample advantage once computed (GRPO-style)
+  float advantage = 0.0f;                // the first response token's advantage (GRPO: every token's)
+  std::vector<float> advantages;         // [response length] per-token advantages (empty: not computed)
   SampleStatus status = SampleStatus::Pending;
   int64_t weight_version = 0;            // weights that produced the response
 };

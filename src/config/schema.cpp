@@ -43,6 +43,8 @@ std::vector<KeySpec> declare_keys() {
       int_key("run.n_steps", 1, 0, 1e9, "steps", "number of RL steps (one rollout + training each)"),
       choice_key("run.device", "auto", {"auto", "cpu", "cuda"},
                  "where tensors live; auto takes the rank's GPU when every rank has one"),
+      int_key("run.job_steps", 0, 0, 1e9, "steps",
+              "steps this job runs at most before it checkpoints and exits 0 (0 = to run.n_steps); for job chains"),
       int_key("run.threads", 0, 0, 1024, "threads",
               "torch/OpenMP threads per rank (0 = cores on the node / ranks on the node)"),
       // [parallel]
@@ -110,6 +112,19 @@ std::vector<KeySpec> declare_keys() {
       int_key("eval.interval", 0, 0, 1e9, "steps", "evaluate every this many steps (0 = before the first and at the end)"),
       int_key("eval.n_samples", 1, 1, 1e6, "samples", "samples per prompt for pass@k at rollout.temperature (1 = greedy only)"),
       float_key("eval.stop_at_pass1", 0.0, 0.0, 1.0, "", "end the run once greedy eval pass@1 reaches this (0 = never)"),
+      // [checkpoint]
+      string_key("checkpoint.dir", "", "checkpoint root (\"\" = <run dir>/ckpt); step_XXXXXXXX/ directories inside"),
+      int_key("checkpoint.interval", 0, 0, 1e9, "steps",
+              "checkpoint every this many steps (0 = only at the end, at run.job_steps and on SIGTERM/SIGUSR1)"),
+      int_key("checkpoint.keep_last", 2, 0, 1e9, "", "complete checkpoints kept (0 = all)"),
+      int_key("checkpoint.keep_every", 0, 0, 1e9, "steps", "also keep checkpoints whose step is a multiple of this"),
+      string_key("checkpoint.resume", "auto",
+                 "auto: newest verified checkpoint (none = fresh start); never: fresh start; or a checkpoint directory"),
+      // [debug]
+      bool_key("debug.rollout_only", false, "generate and score rollouts but never train (slime's debug_rollout_only)"),
+      bool_key("debug.train_only", false,
+               "train on the samples recorded in debug.load_rollouts instead of generating (slime's debug_train_only)"),
+      string_key("debug.load_rollouts", "", "debug.train_only: a rollouts.h5 whose step s samples train step s"),
       // [train]
       choice_key("train.mode", "rl", {"rl", "sft"},
                  "rl: policy-gradient steps on rollouts; sft: supervised steps on data.path"),

@@ -5,9 +5,11 @@
 #include <slimpi/sample.h>
 
 #include <cmath>
+#include <fstream>
 
 #include "buffer/prompt_source.h"
 #include "buffer/sample_transport.h"
+#include "ckpt/checkpoint_dir.h"
 #include "core/byte_codec.h"
 #include "core/log.h"
 #include "io/metrics_log.h"
@@ -80,12 +82,18 @@ Driver::Driver(RunContext& ctx) : ctx_(ctx), step_(std::make_unique<StepState>()
   const Deck& deck = ctx_.deck;
   rl_ = deck.get_string("train.mode") == "rl";
   const bool eval_on = !deck.get_string("eval.path").empty();
+  const bool rollout_only = deck.get_bool("debug.rollout_only");
+  const bool train_only = deck.get_bool("debug.train_only");
   phases_ = {
-      {"eval", eval_on, &Driver::eval},           {"prompts", rl_, &Driver::prompts},
-      {"rollout", rl_, &Driver::rollout},         {"reward", rl_, &Driver::reward},
-      {"buffer", true, &Driver::buffer},          {"train", true, &Driver::train},
-      {"weight_sync", rl_, &Driver::weight_sync}, {"metrics", true, &Driver::metrics},
-      {"checkpoint", false, &Driver::checkpoint},
+      {"eval", eval_on, &Driver::eval},
+      {"prompts", rl_ && !train_only, &Driver::prompts},
+      {"rollout", rl_ && !train_only, &Driver::rollout},
+      {"reward", rl_ && !train_only, &Driver::reward},
+      {"buffer", true, &Driver::buffer},
+      {"train", !rollout_only, &Driver::train},
+      {"weight_sync", rl_ && !rollout_only, &Driver::weight_sync},
+      {"metrics", true, &Driver::metrics},
+      {"checkpoint", true, &Driver::checkpoint},
   };
   const WorldLayout& layout = ctx_.world->layout();
   for (int r = 0; r < layout.world_size; ++r)
@@ -101,16 +109,12 @@ Driver::Driver(RunContext& ctx) : ctx_(ctx), step_(std::make_unique<StepState>()
                           deck.get_string("data.label_key"), "", false};
     eval_prompts_ = PromptSource(spec, run_seed(deck)).records();
   }
+  check_debug_modes();
   set_up_model_and_trainer();
   set_up_rollout();
-
-  const std::string deck_text = deck.to_toml();
-  rollouts_ = std::make_unique<RolloutLog>(RolloutLog::create(ctx_.run_dir + "/rollouts.h5", ctx_.world->world(),
-                                                              deck_text));
-  metrics_ = std::make_unique<MetricsLog>(ctx_.run_dir, ctx_.world->world(), deck_text);
+  resume_and_open_files();
   for (const auto& p : phases_)
-    if (!p.built) log::info("step table: phase '{}' is not {} and is skipped every step", p.name,
-                            std::string(p.name) == "checkpoint" ? "built yet" : "used in this mode");
+    if (!p.built) log::info("step table: phase '{}' is not used in this mode and is skipped every step", p.name);
 }
 
 Driver::~Driver() = default;
@@ -180,10 +184,10 @@ void Driver::set_up_rollout() {
 
 int64_t Driver::run() {
   const int64_t n_steps = ctx_.deck.get_int("run.n_steps");
-  log::info("starting {} step(s) ({})", n_steps, rl_ ? "rl" : "sft");
+  log::info("running steps {}..{} of {} ({})", start_step_ + 1, n_steps, n_steps, rl_ ? "rl" : "sft");
   Stopwatch total;
-  int64_t step = 0;
-  for (; step < n_steps && !stop_; ++step) {
+  int64_t step = start_step_;
+  for (; step < n_steps && !stop_ && !halt_; ++step) {
     step_clock_.restart();
     phase_times_.clear();
     step_metrics_.clear();
@@ -194,6 +198,12 @@ int64_t Driver::run() {
       (this->*p.body)(step);
       phase_times_[fmt::format("time/{}_s", p.name)] = clock.seconds();
     }
+  }
+  if (halt_) {
+    log::info("stopped at the step boundary after step {} of {} in {:.3f} s; run the same command again to continue "
+              "from {}/{}",
+              step, n_steps, total.seconds(), ckpt_root_, ckpt::step_dir_name(step));
+    return step;
   }
   if (!eval_prompts_.empty()) {  // the final evaluation: row n_steps
     step_metrics_.clear();
@@ -207,7 +217,8 @@ int64_t Driver::run() {
     trainer_->save(path);
     log::info("trainer state (model, optimizer, RNG) written to {}", path);
   }
-  log::info("finished {} step(s) in {:.3f} s; outputs in {}", step, total.seconds(), ctx_.run_dir);
+  if (ctx_.world->rank() == 0) std::ofstream(ctx_.run_dir + "/COMPLETE") << "run complete: " << step << " steps\n";
+  log::info("finished: step {} of {} in {:.3f} s; outputs in {}", step, n_steps, total.seconds(), ctx_.run_dir);
   return step;
 }
 
@@ -327,6 +338,11 @@ void Driver::buffer(int64_t step) {
     rollouts_->append({});
     return;
   }
+  if (ctx_.deck.get_bool("debug.train_only")) {  // replay: nothing generated, nothing logged
+    rollouts_->append({});
+    st.batch = recorded_batch(step);
+    return;
+  }
   const bool router = ctx_.world->rank() == router_world_rank_;
   // rollouts.h5: every trained sample, with its rewards and advantage (collective).
   std::vector<Sample> rows;
@@ -343,7 +359,8 @@ void Driver::buffer(int64_t step) {
       s.rollout_log_probs = g.log_probs;
       s.raw_reward = st.raw_rewards[i];
       s.reward = st.rewards[i];
-      s.advantage = st.batch[i].advantages.empty() ? 0.0f : st.batch[i].advantages.front();
+      s.advantages = st.batch[i].advantages;
+      s.advantage = s.advantages.empty() ? 0.0f : s.advantages.front();
       s.status = g.finish == FinishReason::Stop ? SampleStatus::Completed : SampleStatus::Truncated;
       s.weight_version = g.weight_versions.empty() ? 0 : g.weight_versions.front();
       rows.push_back(std::move(s));
@@ -393,7 +410,8 @@ void Driver::buffer(int64_t step) {
   share_metrics(router_world_rank_, m);
   // Every rank follows the router's prompt cursor (it drew as many rounds as needed).
   if (prompt_source_) prompt_source_->set_cursor(int64_t(step_metrics_.at("rollout/prompt_cursor")));
-  st.batch = scatter_train_samples(ctx_.world->world(), router_world_rank_, trainer_world_ranks_, st.batch);
+  if (!ctx_.deck.get_bool("debug.rollout_only"))
+    st.batch = scatter_train_samples(ctx_.world->world(), router_world_rank_, trainer_world_ranks_, st.batch);
 }
 
 void Driver::train(int64_t step) {
@@ -453,8 +471,6 @@ void Driver::weight_sync(int64_t step) {
     step_metrics_["perf/weight_sync_gbps"] = double(s.bytes) / s.seconds / 1e9;
   }
 }
-
-void Driver::checkpoint(int64_t) {}
 
 void Driver::metrics(int64_t step) {
   // Per-rank phase times as rows of /ranks; their max over ranks as the step's perf/*.

@@ -11,7 +11,17 @@
 // data.path; the rollout phases are idle. [eval] runs on held-out prompts before the
 // first step and every eval.interval steps, and once more after the last (its row is
 // step n_steps). Every rank calls every phase (a rank with no part returns at once),
-// so world-collective calls line up. Checkpointing is not built yet (logged).
+// so world-collective calls line up.
+//
+// Checkpoint/restart (driver_checkpoint.cpp): the `checkpoint` phase writes
+// ckpt/step_XXXXXXXX/ (ckpt/checkpoint_dir.h) every checkpoint.interval steps, at the
+// last step, at run.job_steps, and when a SIGTERM/SIGUSR1 arrived during the step
+// (the job then stops at this step boundary and exits 0). At start-up the driver
+// resumes from checkpoint.resume: it loads the trainer state, the engines' weights,
+// the prompt cursor and every rank's RNG, and cuts rollouts.h5 and metrics.h5 back to
+// the checkpoint's step, so that a resumed run continues bit for bit.
+// Debug modes (driver_replay.cpp): debug.rollout_only never trains; debug.train_only
+// trains step s on the samples of step s recorded in debug.load_rollouts.
 // Owns the run's output files and every per-rank component below.
 #pragma once
 
@@ -62,6 +72,12 @@ class Driver {
 
   void set_up_model_and_trainer();
   void set_up_rollout();
+  void check_debug_modes() const;
+  // Resumes from a checkpoint (or not) and opens or creates rollouts.h5 / metrics.h5.
+  void resume_and_open_files();
+  void write_checkpoint(int64_t next_step);
+  // debug.train_only: this trainer's share of the recorded samples of `step`.
+  std::vector<TrainSample> recorded_batch(int64_t step);
   void run_eval(int64_t row);
   // Sends `values` from world rank `root` to every rank (merged into step_metrics_).
   void share_metrics(int root, std::map<std::string, double> values);
@@ -94,6 +110,10 @@ class Driver {
   std::map<std::string, double> phase_times_;    // "time/<phase>_s" of this rank
   Stopwatch step_clock_;
   bool stop_ = false;                            // eval.stop_at_pass1 reached
+  bool halt_ = false;                            // stop signal or run.job_steps: checkpoint and exit 0
+  int64_t start_step_ = 0;                       // 0, or the step a checkpoint resumes at
+  std::string ckpt_root_;                        // checkpoint.dir or <run dir>/ckpt
+  std::unique_ptr<RolloutLog> recorded_;         // debug.train_only: debug.load_rollouts (trainer ranks)
 };
 
 }  // namespace slimpi

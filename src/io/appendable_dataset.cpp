@@ -74,6 +74,12 @@ void AppendableDataset<T>::grow_to(uint64_t n) {
 }
 
 template <class T>
+void AppendableDataset<T>::truncate_to(uint64_t n) {
+  SLIMPI_CHECK(n <= n_rows_, "cannot truncate '{}' to {} rows: it has {}", name_, n, n_rows_);
+  grow_to(n);
+}
+
+template <class T>
 uint64_t AppendableDataset<T>::append(const T* rows, uint64_t n_local) {
   uint64_t before = 0, total = n_local;
   if (comm_ != MPI_COMM_NULL) {
@@ -166,6 +172,13 @@ uint64_t CsrDataset<T>::append(const T* values, const int64_t* lengths, uint64_t
   int64_t end = static_cast<int64_t>(first_value);
   for (uint64_t r = 0; r < n_local_rows; ++r) ends[r] = end += lengths[r];
   return offsets_.append(ends.data(), n_local_rows) - 1;
+}
+
+template <class T>
+void CsrDataset<T>::truncate_to(uint64_t n_rows) {
+  const int64_t end = offsets_.read(n_rows, 1).front();
+  values_.truncate_to(static_cast<uint64_t>(end));
+  offsets_.truncate_to(n_rows + 1);
 }
 
 template <class T>

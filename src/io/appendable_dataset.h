@@ -34,6 +34,8 @@ class AppendableDataset {
   uint64_t append(const T* rows, uint64_t n_local);
   // Collective: grows to `n` rows without writing them (they read as the fill value).
   void grow_to(uint64_t n);
+  // Collective: drops every row from `n` on (resuming from a checkpoint). n <= n_rows().
+  void truncate_to(uint64_t n);
   // Reads rows [first, first + count) (all rows by default). Independent, any rank.
   std::vector<T> read(uint64_t first = 0, std::optional<uint64_t> count = std::nullopt) const;
 
@@ -61,6 +63,8 @@ class CsrDataset {
   // Collective: appends this rank's rows (row r has lengths[r] values, back to back in
   // `values`). Rows of lower ranks come first. Returns this rank's first row index.
   uint64_t append(const T* values, const int64_t* lengths, uint64_t n_local_rows);
+  // Collective: keeps rows [0, n) and their values.
+  void truncate_to(uint64_t n_rows);
   // Independent reads.
   std::vector<int64_t> read_offsets() const { return offsets_.read(); }
   std::vector<T> read_values() const { return values_.read(); }

@@ -2,6 +2,7 @@
 
 #include <slimpi/error.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -56,6 +57,52 @@ MetricsLog::MetricsLog(const std::string& dir, MPI_Comm comm, const std::string&
   rank_rank_ = h5::AppendableDataset<int64_t>::create(file_, ranks_group_.id(), "rank", {}, 1024);
   h5::write_attr(steps_group_.id(), "columns", std::string());
   if (rank_ == 0) write_csv(/*rewrite=*/true);
+}
+
+MetricsLog::MetricsLog(const std::string& dir, MPI_Comm comm, ResumeAt resume)
+    : file_(h5::File::open(dir + "/metrics.h5", /*writable=*/true, comm)), csv_path_(dir + "/metrics.csv") {
+  if (comm != MPI_COMM_NULL) {
+    MPI_Comm_rank(comm, &rank_);
+    MPI_Comm_size(comm, &size_);
+  }
+  steps_group_ = h5::open_group(file_.id(), "steps");
+  ranks_group_ = h5::open_group(file_.id(), "ranks");
+  step_ = h5::AppendableDataset<int64_t>::open(file_, steps_group_.id(), "step");
+  rank_step_ = h5::AppendableDataset<int64_t>::open(file_, ranks_group_.id(), "step");
+  rank_rank_ = h5::AppendableDataset<int64_t>::open(file_, ranks_group_.id(), "rank");
+  names_ = split_lines(h5::read_attr_string(steps_group_.id(), "columns"));
+  for (const auto& n : names_) columns_.emplace(n, h5::AppendableDataset<double>::open(file_, steps_group_.id(), n));
+  if (h5::has_attr(ranks_group_.id(), "columns"))
+    for (const auto& n : split_lines(h5::read_attr_string(ranks_group_.id(), "columns")))
+      rank_columns_.emplace(n, h5::AppendableDataset<double>::open(file_, ranks_group_.id(), n));
+
+  // Rows are in step order: keep those before the resume step.
+  auto first_at = [&](const h5::AppendableDataset<int64_t>& steps) {
+    const std::vector<int64_t> v = steps.read();
+    return uint64_t(std::lower_bound(v.begin(), v.end(), resume.step) - v.begin());
+  };
+  const uint64_t keep = first_at(step_);
+  const uint64_t keep_ranks = first_at(rank_step_);
+  std::vector<int64_t> kept_steps = step_.read(0, keep);
+  step_.truncate_to(keep);
+  std::vector<std::vector<double>> values;
+  for (const auto& n : names_) {
+    values.push_back(columns_.at(n).read(0, keep));
+    columns_.at(n).truncate_to(keep);
+  }
+  rank_step_.truncate_to(keep_ranks);
+  rank_rank_.truncate_to(keep_ranks);
+  for (auto& [n, col] : rank_columns_) col.truncate_to(keep_ranks);
+  file_.flush();
+  if (rank_ == 0) {
+    for (uint64_t i = 0; i < keep; ++i) {
+      std::map<std::string, double> row;
+      for (size_t c = 0; c < names_.size(); ++c)
+        if (!std::isnan(values[c][i])) row[names_[c]] = values[c][i];
+      rows_.emplace_back(kept_steps[i], std::move(row));
+    }
+    write_csv(/*rewrite=*/true);
+  }
 }
 
 h5::AppendableDataset<double>& MetricsLog::column(const std::string& name) {
@@ -120,6 +167,9 @@ void MetricsLog::log_ranks(int64_t step, const std::map<std::string, double>& mi
       auto col = h5::AppendableDataset<double>::create(file_, ranks_group_.id(), k, {}, 1024, kNaN);
       col.grow_to(rank_step_.n_rows() - static_cast<uint64_t>(size_));
       it = rank_columns_.emplace(k, std::move(col)).first;
+      std::string names;
+      for (const auto& [name, unused_col] : rank_columns_) names += name + "\n";
+      h5::write_attr(ranks_group_.id(), "columns", names);
     }
     it->second.append(&v, 1);
   }

@@ -7,7 +7,8 @@
 //   /steps/<metric name>        float64 [n_steps]; names with '/' nest ("train/loss")
 //   /steps attribute `columns`  the metric names in order of first use, one per line
 //   /ranks/{step,rank,<name>}   one row per rank per step: each rank's own values
-//                               (phase timings), for stragglers and scaling studies
+//                               (phase timings), for stragglers and scaling studies;
+//                               attribute `columns` as on /steps
 // metrics.csv: header "step,<metric>,...", one line per step (rank 0 writes it; the
 // file is rewritten whole when a column appears, else appended and flushed).
 #pragma once
@@ -24,6 +25,12 @@ class MetricsLog {
  public:
   // Creates (truncates) dir/metrics.h5 and dir/metrics.csv.
   MetricsLog(const std::string& dir, MPI_Comm comm, const std::string& deck_text);
+  // Reopens the files of a run that resumes at step `resume_step`: rows of that step
+  // and later (written after the checkpoint) are dropped, metrics.csv is rewritten.
+  struct ResumeAt {
+    int64_t step;
+  };
+  MetricsLog(const std::string& dir, MPI_Comm comm, ResumeAt resume);
 
   // Row `step` with rank 0's values (other ranks' `values` are ignored: reduce first).
   void log_step(int64_t step, const std::map<std::string, double>& values);

@@ -7,6 +7,7 @@
 //   status                                    int8 [n]   (attribute status_names)
 //   tokens/{values,offsets}                   int32 CSR: prompt + response token ids
 //   rollout_log_probs/{values,offsets}        float32 CSR: one per response token
+//   advantages/{values,offsets}               float32 CSR: per-token advantages (as trained)
 // Row i of every dataset is the same sample; rows of lower ranks come first in a step.
 // Root attributes: slimpi_version, created_utc, kind = "slimpi rollouts", deck (text).
 #pragma once
@@ -27,12 +28,20 @@ class RolloutLog {
   // Collective: appends this rank's samples. Returns the global row of the first one.
   uint64_t append(const std::vector<Sample>& local);
   uint64_t n_samples() const { return step_.n_rows(); }
+  // Collective: drops every row of step >= `step` (rows are in step order). Returns
+  // the rows kept.
+  uint64_t truncate_to_step(int64_t step);
+  // Independent: the rows of one step, in file order (debug replay).
+  std::vector<Sample> read_step(int64_t step) const;
   void flush() { file_.flush(); }
   // Reads every sample back (independent; any rank). For tests and tools.
   std::vector<Sample> read_all() const;
 
  private:
   void bind(bool create);
+  std::vector<Sample> read_rows(uint64_t first, uint64_t count) const;
+  // Rows [first, last) holding step `step` (first == last: none).
+  std::pair<uint64_t, uint64_t> step_rows(int64_t step) const;
 
   h5::File file_;
   h5::Handle group_;
@@ -41,7 +50,7 @@ class RolloutLog {
   h5::AppendableDataset<float> reward_, raw_reward_, advantage_;
   h5::AppendableDataset<int8_t> status_;
   h5::CsrDataset<int32_t> tokens_;
-  h5::CsrDataset<float> log_probs_;
+  h5::CsrDataset<float> log_probs_, advantages_;
 };
 
 }  // namespace slimpi

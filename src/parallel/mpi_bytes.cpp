@@ -67,3 +67,28 @@ void idle_barrier(MPI_Comm comm, const std::string& what) {
 }
 
 }  // namespace slimpi
+
+namespace slimpi {
+
+void run_on_all_and_agree(MPI_Comm comm, const std::string& context, const std::function<void()>& body) {
+  std::string problem;
+  bool failed = false;
+  try {
+    body();
+  } catch (const std::exception& e) {
+    problem = e.what();
+    failed = true;
+  }
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  int mine = failed ? rank : INT32_MAX, first = INT32_MAX;
+  {
+    WaitGuard guard({&context, "(agreeing whether any rank failed)"});
+    MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm);
+  }
+  if (first == INT32_MAX) return;
+  broadcast_string(comm, problem, first);
+  SLIMPI_FAIL_ALL("{} (rank {}): {}", context, first, problem);
+}
+
+}  // namespace slimpi

@@ -3,6 +3,7 @@
 
 #include <mpi.h>
 
+#include <functional>
 #include <string>
 
 namespace slimpi {
@@ -29,5 +30,11 @@ namespace slimpi {
 // waiting rank leaves its core to the ranks that work - blocking MPI calls spin, and
 // on an oversubscribed node the spinning steals the workers' cores.
 void idle_barrier(MPI_Comm comm, const std::string& what);
+
+// Runs `body` on every rank of `comm` (each rank decides inside what it has to do),
+// then agrees: if any rank's body threw, every rank throws one collective
+// slimpi::Error "<context>: <the lowest failing rank's message> (rank r)". For work
+// where one rank's failure (a full disk) must stop all ranks cleanly, not abort them.
+void run_on_all_and_agree(MPI_Comm comm, const std::string& context, const std::function<void()>& body);
 
 }  // namespace slimpi

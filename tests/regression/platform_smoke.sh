@@ -13,7 +13,7 @@ cd "$root"
 $mpirun -np 4 "$slimpi" run inputs/smoke_rl.toml --set run.dir="$out/split" >"$out/split.log" 2>&1 \
   || { cat "$out/split.log"; exit 1; }
 grep -q "rank layout: placement split, 4 ranks (2 trainer, 2 rollout" "$out/split.log"
-grep -q "finished 3 step(s)" "$out/split.log"
+grep -q "finished: step 3 of 3" "$out/split.log"
 
 $mpirun -np 3 "$slimpi" run inputs/smoke_rl.toml --set run.dir="$out/split3" --set parallel.trainer_ranks=1 \
   >"$out/split3.log" 2>&1 || { cat "$out/split3.log"; exit 1; }

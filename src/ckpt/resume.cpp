@@ -1,0 +1,53 @@
+#include "ckpt/resume.h"
+
+#include <slimpi/error.h>
+
+#include "ckpt/checkpoint_dir.h"
+#include "config/schema.h"
+#include "core/log.h"
+
+namespace slimpi::ckpt {
+
+std::string choose_checkpoint(const Deck& deck, const std::string& root) {
+  const std::string& mode = deck.get_string("checkpoint.resume");
+  if (mode == "never") return "";
+  if (mode != "auto") {
+    if (auto problem = verify_checkpoint(mode))
+      SLIMPI_FAIL("checkpoint.resume = \"{}\" ({}) cannot be resumed from: {}", mode,
+                  deck.source("checkpoint.resume"), *problem);
+    return mode;
+  }
+  for (int64_t step : list_step_dirs(root)) {
+    const std::string dir = root + "/" + step_dir_name(step);
+    auto problem = verify_checkpoint(dir);
+    if (!problem) return dir;
+    log::warn("checkpoint {} skipped: {}", dir, *problem);
+  }
+  return "";
+}
+
+bool is_structural_key(const std::string& key) {
+  if (key.rfind("model.", 0) == 0) return key != "model.init_from";
+  return key == "run.seed" || key == "train.mode" || key == "data.path";
+}
+
+DeckDifferences compare_decks(const Deck& stored, const Deck& now) {
+  DeckDifferences d;
+  for (const auto& [key, entry] : now.entries()) {
+    auto it = stored.entries().find(key);
+    if (key.rfind("checkpoint.resume", 0) == 0) continue;  // how to resume is not a property of the run
+    const std::string before = it == stored.entries().end() ? "(absent)" : format_deck_value(it->second.value);
+    const std::string after = format_deck_value(entry.value);
+    if (before == after) continue;
+    std::string line = fmt::format("{}: {} in the checkpoint, {} now ({})", key, before, after, entry.source);
+    (is_structural_key(key) ? d.structural : d.other).push_back(std::move(line));
+  }
+  return d;
+}
+
+std::string describe_layout(const WorldLayout& l) {
+  if (l.placement == Placement::Colocate) return fmt::format("colocate: {} ranks", l.world_size);
+  return fmt::format("split: {} ranks, {} trainer + {} rollout", l.world_size, l.n_trainer, l.n_rollout);
+}
+
+}  // namespace slimpi::ckpt

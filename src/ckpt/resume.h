@@ -1,0 +1,36 @@
+// Choosing the checkpoint a job continues from, and checking that it fits the deck.
+//
+// checkpoint.resume = "never": start fresh. "auto": the newest step_* directory under
+// the checkpoint root whose DONE marker exists and whose manifest checksums verify
+// (a corrupt or unfinished one is skipped with a warning; none = start fresh).
+// Anything else is a checkpoint directory that must verify, or the job stops.
+// Called on world rank 0 only; the driver broadcasts the outcome.
+#pragma once
+
+#include <slimpi/deck.h>
+
+#include <string>
+#include <vector>
+
+#include "parallel/world.h"
+
+namespace slimpi::ckpt {
+
+// The checkpoint directory to resume from, or "" to start fresh. Throws slimpi::Error
+// when checkpoint.resume names a directory that is missing, unfinished or corrupt.
+std::string choose_checkpoint(const Deck& deck, const std::string& root);
+
+// Deck keys that must equal the checkpoint's: the model's shape, the seed, the
+// training mode and data file. (The world layout is compared separately.)
+bool is_structural_key(const std::string& key);
+
+struct DeckDifferences {
+  std::vector<std::string> structural;  // "model.hidden_size: 128 in the checkpoint, 256 now (--set)"
+  std::vector<std::string> other;       // changes that are allowed (logged)
+};
+DeckDifferences compare_decks(const Deck& stored, const Deck& now);
+
+// A one-line description of a layout ("split: 4 ranks, 2 trainer + 2 rollout").
+std::string describe_layout(const WorldLayout& layout);
+
+}  // namespace slimpi::ckpt

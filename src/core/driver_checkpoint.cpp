@@ -1,0 +1,190 @@
+// Driver: the checkpoint phase, resuming, and the run files (see driver.h).
+#include <slimpi/error.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "buffer/prompt_source.h"
+#include "ckpt/checkpoint_dir.h"
+#include "ckpt/resume.h"
+#include "ckpt/run_state.h"
+#include "core/driver.h"
+#include "core/log.h"
+#include "core/stop_signal.h"
+#include "io/metrics_log.h"
+#include "io/rollout_log.h"
+#include "io/tensor_io.h"
+#include "parallel/mpi_bytes.h"
+#include "rollout/rollout_side.h"
+#include "train/trainer.h"
+
+namespace slimpi {
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream in(path);
+  SLIMPI_CHECK(in, "cannot read {}", path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Test hook (fault injection): SLIMPI_FAULT_CHECKPOINT_PAUSE_AT=<step> makes rank 0
+// sleep 60 s inside the write of checkpoint step_<step>, after its data files and
+// before its manifest and DONE, so that a test can kill the job mid-checkpoint.
+bool fault_pause_at(int64_t step) {
+  const char* v = std::getenv("SLIMPI_FAULT_CHECKPOINT_PAUSE_AT");
+  return v && std::atoll(v) == step;
+}
+
+}  // namespace
+
+void Driver::resume_and_open_files() {
+  const Deck& deck = ctx_.deck;
+  MPI_Comm world = ctx_.world->world();
+  const bool root = ctx_.world->rank() == 0;
+  ckpt_root_ = deck.get_string("checkpoint.dir").empty() ? ctx_.run_dir + "/ckpt" : deck.get_string("checkpoint.dir");
+  const std::string layout = ckpt::describe_layout(ctx_.world->layout());
+
+  // Rank 0 picks the checkpoint and checks it against this deck and world.
+  std::string chosen;
+  bool have_files = false;
+  run_on_all_and_agree(world, "cannot resume", [&] {
+    if (!root) return;
+    fs::remove(ctx_.run_dir + "/COMPLETE");
+    chosen = ckpt::choose_checkpoint(deck, ckpt_root_);
+    if (chosen.empty()) return;
+    const Deck stored = Deck::from_json(read_text_file(chosen + "/deck.json"));
+    const ckpt::DeckDifferences diff = ckpt::compare_decks(stored, deck);
+    const std::string stored_layout = ckpt::read_run_state(chosen + "/run_state.h5").layout;
+    std::vector<std::string> problems = diff.structural;
+    if (stored_layout != layout)
+      problems.push_back(fmt::format("world layout: {} in the checkpoint, {} now", stored_layout, layout));
+    if (!problems.empty())
+      SLIMPI_FAIL("checkpoint {} does not fit this job; these must not change:\n  {}", chosen,
+                  fmt::join(problems, "\n  "));
+    for (const auto& line : diff.other) log::info("resume: changed since the checkpoint: {}", line);
+    have_files = fs::exists(ctx_.run_dir + "/rollouts.h5") && fs::exists(ctx_.run_dir + "/metrics.h5");
+  });
+  broadcast_string(world, chosen, 0);
+  int files_flag = have_files;
+  MPI_Bcast(&files_flag, 1, MPI_INT, 0, world);
+
+  if (!chosen.empty()) {
+    run_on_all_and_agree(world, fmt::format("cannot load checkpoint {}", chosen), [&] {
+      const ckpt::RunState rs = ckpt::read_run_state(chosen + "/run_state.h5");
+      start_step_ = rs.step;
+      if (trainer_) trainer_->load(chosen + "/trainer_state.h5");
+      if (engine_model_) load_model_weights(*engine_model_, chosen + "/trainer_state.h5");
+      if (prompt_source_) prompt_source_->set_cursor(rs.prompt_cursor);
+      if (rollout_side_) rollout_side_->set_weight_version(rs.step);
+      ckpt::restore_local_rng_state(rs.rng_per_rank.at(static_cast<size_t>(ctx_.world->rank())));
+    });
+    log::info("resuming at step {} from {} (prompt cursor {})", start_step_, chosen,
+              prompt_source_ ? prompt_source_->cursor() : 0);
+  } else {
+    log::info("starting fresh (checkpoint.resume = \"{}\"; checkpoints go to {})",
+              deck.get_string("checkpoint.resume"), ckpt_root_);
+  }
+
+  const std::string deck_text = deck.to_toml();
+  const std::string rollouts_path = ctx_.run_dir + "/rollouts.h5";
+  if (!chosen.empty() && files_flag) {
+    // Rank 0 cuts the files back alone (serial HDF5): a job killed while writing them
+    // can leave the file's end of allocation and its size apart, which a serial open
+    // repairs on close but which makes ranks of a parallel open disagree.
+    run_on_all_and_agree(world, "cannot cut the run's files back to the checkpoint", [&] {
+      if (!root) return;
+      try {
+        RolloutLog::open(rollouts_path, MPI_COMM_NULL, /*writable=*/true).truncate_to_step(start_step_);
+        MetricsLog(ctx_.run_dir, MPI_COMM_NULL, MetricsLog::ResumeAt{start_step_});
+      } catch (const Error& e) {
+        SLIMPI_FAIL("{}\n(a job killed while writing can leave rollouts.h5 or metrics.h5 damaged; move them away "
+                    "to continue with new files, which then start at step {})",
+                    e.what(), start_step_);
+      }
+    });
+    rollouts_ = std::make_unique<RolloutLog>(RolloutLog::open(rollouts_path, world, /*writable=*/true));
+    metrics_ = std::make_unique<MetricsLog>(ctx_.run_dir, world, MetricsLog::ResumeAt{start_step_});
+    log::info("rollouts.h5 and metrics.h5 cut back to step {} ({} samples, {} metric rows kept)", start_step_,
+              rollouts_->n_samples(), metrics_->n_rows());
+  } else {
+    if (!chosen.empty())
+      log::warn("resuming without the run's rollouts.h5/metrics.h5 in {}: new files hold steps {} on only",
+                ctx_.run_dir, start_step_);
+    rollouts_ = std::make_unique<RolloutLog>(RolloutLog::create(rollouts_path, world, deck_text));
+    metrics_ = std::make_unique<MetricsLog>(ctx_.run_dir, world, deck_text);
+  }
+  install_stop_signal_handlers();
+}
+
+void Driver::checkpoint(int64_t step) {
+  const Deck& deck = ctx_.deck;
+  const int64_t next = step + 1;
+  // Every rank agrees on whether a stop signal reached any of them during this step.
+  int sig = pending_stop_signal();
+  MPI_Allreduce(MPI_IN_PLACE, &sig, 1, MPI_INT, MPI_MAX, ctx_.world->world());
+  const int64_t interval = deck.get_int("checkpoint.interval");
+  const int64_t job_steps = deck.get_int("run.job_steps");
+  const bool last = next >= deck.get_int("run.n_steps") || stop_;
+  if (!last && sig != 0) {
+    halt_ = true;
+    log::info("{} received: stopping after step {} with a checkpoint", signal_name(sig), next);
+  } else if (!last && job_steps > 0 && next - start_step_ >= job_steps) {
+    halt_ = true;
+    log::info("run.job_steps = {} reached: stopping after step {} with a checkpoint", job_steps, next);
+  }
+  if (last || halt_ || (interval > 0 && next % interval == 0)) write_checkpoint(next);
+}
+
+void Driver::write_checkpoint(int64_t next_step) {
+  Stopwatch clock;
+  MPI_Comm world = ctx_.world->world();
+  const bool root = ctx_.world->rank() == 0;  // also trainer rank 0 in both placements
+  const std::string dir = ckpt_root_ + "/" + ckpt::step_dir_name(next_step);
+  const std::string context = "checkpoint " + dir;
+  run_on_all_and_agree(world, context, [&] {
+    if (!root) return;
+    fs::remove_all(dir);  // an unfinished write of the same step, from a killed job
+    fs::create_directories(dir);
+  });
+  rollouts_->flush();
+  run_on_all_and_agree(world, context, [&] {
+    if (root && trainer_) trainer_->save(dir + "/trainer_state.h5");
+  });
+  ckpt::RunState rs;
+  rs.step = next_step;
+  rs.prompt_cursor = prompt_source_ ? prompt_source_->cursor() : 0;
+  rs.prompt_epoch = prompt_source_ ? prompt_source_->epoch() : 0;
+  rs.layout = ckpt::describe_layout(ctx_.world->layout());
+  run_on_all_and_agree(world, context, [&] { ckpt::write_run_state(world, dir + "/run_state.h5", rs); });
+  if (root && fault_pause_at(next_step)) {
+    log::info("fault injection: pausing 60 s inside {} before its manifest", dir);
+    std::this_thread::sleep_for(std::chrono::seconds(60));
+  }
+  run_on_all_and_agree(world, context, [&] {
+    if (!root) return;
+    std::ofstream(dir + "/deck.json") << ctx_.deck.to_json();
+    std::ofstream(dir + "/deck.toml") << ctx_.deck.to_toml();
+    std::vector<std::string> files = {"run_state.h5", "deck.json", "deck.toml"};
+    if (trainer_) files.insert(files.begin(), "trainer_state.h5");
+    ckpt::write_manifest(dir, files);
+  });
+  // Every rank has finished its part (the agreement above is a barrier): mark it done.
+  run_on_all_and_agree(world, context, [&] {
+    if (!root) return;
+    ckpt::write_done_marker(dir, next_step);
+    for (const auto& old : ckpt::prune_checkpoints(ckpt_root_, ctx_.deck.get_int("checkpoint.keep_last"),
+                                                   ctx_.deck.get_int("checkpoint.keep_every")))
+      log::info("checkpoint {} removed (checkpoint.keep_last / keep_every)", old);
+  });
+  log::info("checkpoint {} written in {:.3f} s (resumes at step {})", dir, clock.seconds(), next_step);
+}
+
+}  // namespace slimpi

@@ -1,0 +1,62 @@
+// Driver: slime's debug modes (see driver.h).
+//   debug.rollout_only: rollouts and rewards are produced and logged, nothing trains
+//     (the train and weight_sync phases are off; the engines keep their weights).
+//   debug.train_only: no generation; training step s replays the samples of step s in
+//     debug.load_rollouts (a rollouts.h5), split over the trainers exactly as the
+//     router split them (trainer i of T: rows [i·N/T, (i+1)·N/T) of the step), with
+//     the recorded per-token advantages and rollout log-probs. With the same deck and
+//     trainer count it reproduces the recorded run's train/* metrics exactly.
+#include <slimpi/error.h>
+
+#include "core/driver.h"
+#include "io/rollout_log.h"
+#include "parallel/mpi_bytes.h"
+#include "train/trainer.h"
+
+namespace slimpi {
+
+void Driver::check_debug_modes() const {
+  const Deck& deck = ctx_.deck;
+  const bool rollout_only = deck.get_bool("debug.rollout_only"), train_only = deck.get_bool("debug.train_only");
+  if ((rollout_only || train_only) && !rl_)
+    SLIMPI_FAIL_ALL("debug.{} ({}) needs train.mode = \"rl\" ({})", rollout_only ? "rollout_only" : "train_only",
+                    deck.source(rollout_only ? "debug.rollout_only" : "debug.train_only"), deck.source("train.mode"));
+  if (rollout_only && train_only)
+    SLIMPI_FAIL_ALL("debug.rollout_only ({}) and debug.train_only ({}) exclude each other",
+                    deck.source("debug.rollout_only"), deck.source("debug.train_only"));
+  if (train_only && deck.get_string("debug.load_rollouts").empty())
+    SLIMPI_FAIL_ALL("debug.train_only ({}) needs debug.load_rollouts: the rollouts.h5 to replay",
+                    deck.source("debug.train_only"));
+  if (!train_only && !deck.get_string("debug.load_rollouts").empty())
+    SLIMPI_FAIL_ALL("debug.load_rollouts ({}) is only read with debug.train_only = true",
+                    deck.source("debug.load_rollouts"));
+}
+
+std::vector<TrainSample> Driver::recorded_batch(int64_t step) {
+  std::vector<TrainSample> batch;
+  const std::string& path = ctx_.deck.get_string("debug.load_rollouts");
+  run_on_all_and_agree(ctx_.world->world(), "debug.train_only: " + path, [&] {
+    if (!trainer_) return;
+    if (!recorded_) recorded_ = std::make_unique<RolloutLog>(RolloutLog::open(path, MPI_COMM_NULL, false));
+    const std::vector<Sample> rows = recorded_->read_step(step);
+    SLIMPI_CHECK(!rows.empty(), "{} has no samples of step {}", path, step);
+    const size_t T = trainer_world_ranks_.size(), N = rows.size();
+    const size_t me = static_cast<size_t>(rank_in(ctx_.world->trainer()));
+    for (size_t i = me * N / T; i < (me + 1) * N / T; ++i) {
+      const Sample& s = rows[i];
+      SLIMPI_CHECK(s.advantages.size() == s.response_tokens.size(),
+                   "{}: step {} sample (group {}, index {}) has {} advantages for {} response tokens", path, step,
+                   s.group_index, s.index, s.advantages.size(), s.response_tokens.size());
+      TrainSample t;
+      t.tokens.assign(s.prompt_tokens.begin(), s.prompt_tokens.end());
+      t.tokens.insert(t.tokens.end(), s.response_tokens.begin(), s.response_tokens.end());
+      t.prompt_length = static_cast<int64_t>(s.prompt_tokens.size());
+      t.rollout_log_probs = s.rollout_log_probs;
+      t.advantages = s.advantages;
+      batch.push_back(std::move(t));
+    }
+  });
+  return batch;
+}
+
+}  // namespace slimpi
