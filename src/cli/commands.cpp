@@ -15,6 +15,8 @@
 #include "core/exit_guard.h"
 #include "core/log.h"
 #include "io/inspect.h"
+#include "model/hf_export.h"
+#include "parallel/mpi_bytes.h"
 #include "rollout/generate.h"
 
 namespace slimpi::cli {
@@ -41,6 +43,10 @@ Commands::Commands(CLI::App& app) {
   keys_ = app.add_subcommand("keys", "print every deck key with its type, default, range, unit and help");
   keys_->add_option("prefix", key_prefix_, "only keys starting with this (e.g. 'rollout' or 'run.seed')");
 
+  export_ = app.add_subcommand("export", "write a checkpoint as a Hugging Face model (safetensors + config.json)");
+  export_->add_option("checkpoint", ckpt_dir_, "a checkpoint directory (ckpt/step_XXXXXXXX)")->required();
+  export_->add_option("out", export_dir_, "the output directory")->required();
+
   inspect_ = app.add_subcommand("inspect", "summarise a slimpi HDF5 file (rollouts.h5, metrics.h5, ...)");
   inspect_->add_option("file", h5_path_, "the HDF5 file")->required()->check(CLI::ExistingFile);
 }
@@ -63,6 +69,20 @@ int Commands::run_selected() {
       SLIMPI_CHECK(out.flush(), "make-data: write to {} failed", data_out_);
       std::cout << fmt::format("make-data: {} {} records (seed {}) -> {}\n", lines.size(), task_, data_seed_, data_out_);
     }
+    return 0;
+  }
+  if (*export_) {
+    std::string summary, problem;
+    if (rank == 0) {  // one writer; other ranks (if any) only learn the outcome
+      try {
+        summary = export_checkpoint_to_hf(ckpt_dir_, export_dir_);
+      } catch (const Error& e) {
+        problem = e.what();
+      }
+    }
+    broadcast_string(MPI_COMM_WORLD, problem, 0);
+    if (!problem.empty()) SLIMPI_FAIL_ALL("{}", problem);
+    if (rank == 0) std::cout << summary << "\n";
     return 0;
   }
   if (*inspect_) {

@@ -29,10 +29,12 @@ class Commands {
   int64_t data_seed_ = 1;
   CLI::App* keys_ = nullptr;
   CLI::App* inspect_ = nullptr;
+  CLI::App* export_ = nullptr;
   std::string deck_path_;
   std::vector<std::string> overrides_;
   std::string key_prefix_;
   std::string h5_path_;
+  std::string ckpt_dir_, export_dir_;
 };
 
 // The text of `slimpi keys [prefix]`.

@@ -72,7 +72,8 @@ std::vector<KeySpec> declare_keys() {
       bool_key("model.tie_word_embeddings", false, "LM head shares the embedding matrix"),
       bool_key("model.qkv_bias", false, "biases on the q/k/v projections (Qwen2)"),
       string_key("model.init_from", "",
-                 "start from these weights: a trainer_state.h5 (group /model) instead of the seeded init"),
+                 "start from these weights instead of the seeded init: a trainer_state.h5 (group /model), "
+                 "a checkpoint's trainer_state.h5, or a Hugging Face export (directory or .safetensors)"),
       // [data]
       string_key("data.path", "", "JSONL training file (relative paths: to the working directory)"),
       string_key("data.input_key", "prompt", "JSONL key of the prompt text"),

@@ -5,6 +5,11 @@
 
 #include <fmt/ranges.h>
 
+#include <filesystem>
+#include <map>
+
+#include "io/safetensors.h"
+
 namespace slimpi {
 namespace {
 
@@ -85,10 +90,41 @@ std::vector<NamedTensor> read_tensors_like(hid_t loc, const std::vector<NamedTen
   return out;
 }
 
+namespace {
+
+// The tensors of a Hugging Face export (a .safetensors file, or a directory holding
+// model.safetensors), in the order of `like`, checked by name, shape and dtype.
+std::vector<NamedTensor> read_hf_tensors_like(const std::string& path, const std::vector<NamedTensor>& like) {
+  const std::string file = std::filesystem::is_directory(path) ? path + "/model.safetensors" : path;
+  std::map<std::string, at::Tensor> stored;
+  for (auto& t : read_safetensors(file)) stored[t.name] = t.tensor;
+  std::vector<NamedTensor> out;
+  for (const auto& l : like) {
+    auto it = stored.find(l.name);
+    SLIMPI_CHECK(it != stored.end(), "{} has no tensor {} (the model needs it)", file, l.name);
+    const at::Tensor& t = it->second;
+    SLIMPI_CHECK(t.sizes() == l.tensor.sizes() && t.scalar_type() == l.tensor.scalar_type(),
+                 "{}: tensor {} is {} {}, the model needs {} {}", file, l.name,
+                 fmt::format("{}", fmt::join(t.sizes(), "x")), std::string(c10::toString(t.scalar_type())),
+                 fmt::format("{}", fmt::join(l.tensor.sizes(), "x")), std::string(c10::toString(l.tensor.scalar_type())));
+    out.push_back({l.name, t});
+  }
+  return out;
+}
+
+}  // namespace
+
 void load_model_weights(Transformer& model, const std::string& path, const std::string& group) {
-  h5::File f = h5::File::open(path, false, MPI_COMM_NULL);
-  h5::Handle g = h5::open_group(f.id(), group);
-  std::vector<NamedTensor> stored = read_tensors_like(g.id(), model.parameters());
+  std::vector<NamedTensor> stored;
+  const bool hf = std::filesystem::is_directory(path) ||
+                  (path.size() > 12 && path.compare(path.size() - 12, 12, ".safetensors") == 0);
+  if (hf) {
+    stored = read_hf_tensors_like(path, model.parameters());
+  } else {
+    h5::File f = h5::File::open(path, false, MPI_COMM_NULL);
+    h5::Handle g = h5::open_group(f.id(), group);
+    stored = read_tensors_like(g.id(), model.parameters());
+  }
   at::NoGradGuard no_grad;
   for (size_t i = 0; i < stored.size(); ++i) model.parameters()[i].tensor.copy_(stored[i].tensor);
 }

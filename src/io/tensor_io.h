@@ -24,6 +24,8 @@ std::vector<NamedTensor> read_tensors_like(hid_t loc, const std::vector<NamedTen
 
 // Copies the tensors of group `group` of HDF5 file `path` into `model`'s parameters
 // (names, shapes and dtypes must match; the error names the first that does not).
+// A `path` ending in .safetensors, or a directory (a Hugging Face export holding
+// model.safetensors), is read as safetensors instead, tensors matched by name.
 void load_model_weights(Transformer& model, const std::string& path, const std::string& group = "model");
 
 }  // namespace slimpi

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# slime's debug modes, np 4 (split 2+2):
+#  * debug.rollout_only: rollouts.h5 gets every step's samples, all from the initial
+#    weights (weight_version 0), and nothing trains (no train/* metrics);
+#  * debug.train_only with debug.load_rollouts = a recorded run's rollouts.h5: the
+#    train/* metrics of every step and the final weights equal the recorded run's,
+#    bit for bit, without generating anything;
+#  * asking to replay a step the file does not have, or train_only without a file,
+#    stops the job with the reason.
+# Usage: debug_replay.sh SLIMPI ROOT "MPIRUN FLAGS"
+set -euo pipefail
+slimpi=$1; root=$2; mpirun=$3
+out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
+cd "$root"
+run() {
+  local name=$1; shift
+  $mpirun -np 4 "$slimpi" run inputs/smoke_rl.toml --set run.n_steps=4 --set run.dir="$out/$name" "$@" \
+    >"$out/$name.log" 2>&1 || { cat "$out/$name.log"; exit 1; }
+}
+run recorded
+run rollout_only --set debug.rollout_only=true
+run replay --set debug.train_only=true --set debug.load_rollouts="$out/recorded/rollouts.h5"
+grep -q "phase 'rollout' is not used in this mode" "$out/replay.log"
+grep -q "phase 'train' is not used in this mode" "$out/rollout_only.log"
+
+/usr/bin/python3 - "$out" <<'PY'
+import sys
+import h5py
+import numpy as np
+out = sys.argv[1]
+with h5py.File(f"{out}/rollout_only/rollouts.h5") as f:
+    s = f["samples"]
+    assert list(np.unique(s["step"][:])) == [0, 1, 2, 3], np.unique(s["step"][:])
+    assert np.all(s["weight_version"][:] == 0), "rollout_only changed the weights"
+with h5py.File(f"{out}/rollout_only/metrics.h5") as f:
+    cols = f["steps"].attrs["columns"].decode().split()
+    assert not [c for c in cols if c.startswith("train/")], cols
+    assert "rollout/raw_reward" in cols
+with h5py.File(f"{out}/recorded/metrics.h5") as a, h5py.File(f"{out}/replay/metrics.h5") as b:
+    train = [c for c in a["steps"].attrs["columns"].decode().split() if c.startswith("train/")]
+    assert len(train) >= 8, train
+    for c in train:
+        x, y = a["steps/" + c][:], b["steps/" + c][:]
+        assert np.array_equal(x, y, equal_nan=True), (c, x, y)
+    assert not [c for c in b["steps"].attrs["columns"].decode().split() if c.startswith("rollout/")]
+with h5py.File(f"{out}/recorded/trainer_state.h5") as a, h5py.File(f"{out}/replay/trainer_state.h5") as b:
+    for name in a["model"]:
+        assert np.array_equal(a["model"][name][:], b["model"][name][:]), name
+print(f"debug_replay: {len(train)} train/* columns and the final weights reproduced")
+PY
+
+if $mpirun -np 4 "$slimpi" run inputs/smoke_rl.toml --set run.n_steps=5 --set run.dir="$out/short" \
+  --set debug.train_only=true --set debug.load_rollouts="$out/recorded/rollouts.h5" >"$out/short.log" 2>&1; then
+  echo "FAIL: replayed a step that was never recorded"; exit 1
+fi
+grep -q "rollouts.h5 has no samples of step 4" "$out/short.log" || { cat "$out/short.log"; exit 1; }
+if $mpirun -np 2 "$slimpi" run inputs/smoke_rl.toml --set run.dir="$out/bad" --set debug.train_only=true \
+  >"$out/bad.log" 2>&1; then
+  echo "FAIL: train_only ran without a file"; exit 1
+fi
+grep -q "debug.train_only (--set) needs debug.load_rollouts" "$out/bad.log" || { cat "$out/bad.log"; exit 1; }
+echo "debug_replay: OK"
