@@ -12,6 +12,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas0-openmp libopenblas-openmp-dev
   libxxhash-dev
+  munge slurm-wlm
   python3-h5py python3-numpy python3-matplotlib
 )
 

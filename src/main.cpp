@@ -7,10 +7,12 @@
 #include <slimpi/version.h>
 
 #include <CLI/CLI.hpp>
+#include <string>
 #include <Kokkos_Core.hpp>
 #include "cli/commands.h"
 #include "core/exit_guard.h"
 #include "core/log.h"
+#include "core/stop_signal.h"
 #include "parallel/watchdog.h"
 
 int main(int argc, char** argv) {
@@ -18,6 +20,10 @@ int main(int argc, char** argv) {
   // and 10x on large MPI buffers here (DESIGN.md §7). Keep freed memory in the process.
   mallopt(M_MMAP_THRESHOLD, 1 << 30);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
+
+  // `slimpi run` stops cleanly on SIGTERM/SIGUSR1 (core/stop_signal.h). Installed before
+  // MPI starts: Slurm's --signal can arrive while the job is still starting up.
+  if (argc > 1 && std::string(argv[1]) == "run") slimpi::install_stop_signal_handlers();
 
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);

@@ -59,7 +59,16 @@ void Driver::resume_and_open_files() {
     if (!root) return;
     fs::remove(ctx_.run_dir + "/COMPLETE");
     chosen = ckpt::choose_checkpoint(deck, ckpt_root_);
-    if (chosen.empty()) return;
+    if (chosen.empty()) {
+      // A fresh start overwrites the run's files: checkpoints of the run they held
+      // would no longer match them (and "auto" must never pick one up later).
+      for (int64_t step : ckpt::list_step_dirs(ckpt_root_)) {
+        const std::string stale = ckpt_root_ + "/" + ckpt::step_dir_name(step);
+        fs::remove_all(stale);
+        log::info("fresh start: removed {} of an earlier run", stale);
+      }
+      return;
+    }
     const Deck stored = Deck::from_json(read_text_file(chosen + "/deck.json"));
     const ckpt::DeckDifferences diff = ckpt::compare_decks(stored, deck);
     const std::string stored_layout = ckpt::read_run_state(chosen + "/run_state.h5").layout;
@@ -121,7 +130,7 @@ void Driver::resume_and_open_files() {
     rollouts_ = std::make_unique<RolloutLog>(RolloutLog::create(rollouts_path, world, deck_text));
     metrics_ = std::make_unique<MetricsLog>(ctx_.run_dir, world, deck_text);
   }
-  install_stop_signal_handlers();
+  install_stop_signal_handlers();  // (again: a no-op after `slimpi run` installed them)
 }
 
 void Driver::checkpoint(int64_t step) {

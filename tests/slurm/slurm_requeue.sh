@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Real Slurm (ctest label "slurm"): starts a private single-node Slurm (munge +
+# slurmctld + slurmd from Debian's packages, as root), submits jobs/slurm_run.sbatch
+# with a 1-minute limit and --signal=USR1@30 for a run longer than one job start, and
+# checks that the run checkpoints on the signal, requeues itself, resumes, and reaches
+# run.n_steps with the same metrics, rollouts and weights as a straight mpirun run.
+# Stops the daemons it started (by PID) however the test ends.
+# Usage: slurm_requeue.sh SLIMPI ROOT "MPIRUN FLAGS"
+set -euo pipefail
+slimpi=$1; root=$2; mpirun=$3
+[ "$(id -u)" = 0 ] || { echo "slurm_requeue: needs root (slurmd runs as root)"; exit 1; }
+for b in munged slurmctld slurmd sbatch; do
+  command -v $b >/dev/null || { echo "slurm_requeue: $b missing: run scripts/install_deps.sh"; exit 1; }
+done
+out=$(mktemp -d)
+cleanup() { stop_local_slurm 2>/dev/null || true; rm -rf "$out"; }
+trap cleanup EXIT
+source "$root/tests/slurm/local_slurm.sh" "$out/slurm"
+cd "$root"
+steps=${SLIMPI_SLURM_TEST_STEPS:-240}
+args=(inputs/smoke_rl.toml --set parallel.placement=colocate --set run.n_steps=$steps --set eval.interval=60)
+
+SLIMPI="$slimpi" SLIMPI_MAX_RESTARTS=30 sbatch --parsable -n 2 --time=1 --signal=USR1@30 \
+  --output="$out/job.out" jobs/slurm_run.sbatch "${args[@]}" --set run.dir="$out/slurm_run" >"$out/jobid"
+job=$(cat "$out/jobid")
+echo "slurm_requeue: submitted job $job ($steps steps, 1-minute limit, USR1 30 s before it)"
+# The straight run for comparison, meanwhile (results do not depend on timing).
+$mpirun -np 2 "$slimpi" run "${args[@]}" --set run.dir="$out/straight" >"$out/straight.log" 2>&1 \
+  || { cat "$out/straight.log"; exit 1; }
+for _ in $(seq 900); do  # 15 minutes at most
+  grep -qE "the run is complete|not requeued|restarts already" "$out/job.out" 2>/dev/null && break
+  sleep 1
+done
+cat "$out/job.out" | grep -E "^slurm_run|SIGUSR1|resuming at|finished:|error" || true
+grep -q "slurm_run: the run is complete" "$out/job.out" || { cat "$out/job.out"; echo "FAIL: not complete"; exit 1; }
+starts=$(grep -c "^slurm_run: job $job start" "$out/job.out")
+[ "$starts" -ge 2 ] || { echo "FAIL: the job was never interrupted and requeued ($starts start)"; exit 1; }
+grep -q "SIGUSR1 received: stopping after step" "$out/job.out"
+grep -q "checkpointed before the time limit; requeueing job $job" "$out/job.out"
+grep -q "resuming at step" "$out/job.out"
+/usr/bin/python3 "$root/tests/regression/compare_runs.py" "$out/straight" "$out/slurm_run"
+echo "slurm_requeue: OK ($starts job starts)"
