@@ -6,8 +6,9 @@
 // comm time: 1.0 = slimpi's path costs nothing over raw MPI).
 // BM_GradientAllreduce/<MB>: the trainer's GradBuffer::all_reduce (32 MB buckets) of a
 // ~10M-parameter model's gradients (40 MB) against one MPI_Allreduce of the same bytes.
-// BM_WeightSync/<bucket MB>: WeightSync of the ~50M model (200 MB: header check, pack
-// into buckets, broadcast, unpack into the receivers' parameters) against one
+// BM_WeightSync/<bucket MB>/<in place>: WeightSync of the ~50M model (200 MB: header
+// check, then buckets broadcast in place from the flat parameter buffer (1), or packed
+// into a bucket buffer and unpacked into the receivers' parameters (0)) against one
 // MPI_Bcast of the same bytes. Counter sync_vs_bcast.
 #include <ATen/ATen.h>
 
@@ -104,11 +105,14 @@ void BM_WeightSync(benchmark::State& state) {
   const int64_t bytes = model.n_params() * 4;
   at::Tensor raw = at::zeros({bytes}, at::kByte);
   int64_t version = 1;
-  sync.sync(model.parameters(), &version, false);  // warm-up both paths
+  // Arg 1: 1 = in place from the model's flat parameter buffer (what slimpi run does),
+  // 0 = the packing path (models without one flat buffer).
+  const at::Tensor flat = state.range(1) ? model.flat_parameters() : at::Tensor();
+  sync.sync(model.parameters(), &version, false, flat);  // warm-up both paths
   MPI_Bcast(raw.data_ptr(), static_cast<int>(bytes), MPI_BYTE, 0, MPI_COMM_WORLD);
   double sync_s = 0, bcast_s = 0;
   for (auto _ : state) {
-    double a = timed_max([&] { sync.sync(model.parameters(), &version, false); });
+    double a = timed_max([&] { sync.sync(model.parameters(), &version, false, flat); });
     double b = timed_max([&] { MPI_Bcast(raw.data_ptr(), static_cast<int>(bytes), MPI_BYTE, 0, MPI_COMM_WORLD); });
     state.SetIterationTime(a);
     sync_s += a;
@@ -120,7 +124,14 @@ void BM_WeightSync(benchmark::State& state) {
   state.counters["bcast_GBps"] = double(bytes) * state.iterations() / bcast_s / 1e9;
   state.counters["sync_vs_bcast"] = bcast_s / sync_s;
 }
-BENCHMARK(BM_WeightSync)->Arg(256)->Arg(32)->Iterations(5)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_WeightSync)
+    ->Args({256, 1})
+    ->Args({32, 1})
+    ->Args({256, 0})
+    ->Args({32, 0})
+    ->Iterations(5)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
 
 void sizes(benchmark::internal::Benchmark* b) {
   for (int64_t mb : {1, 4, 16, 64, 256}) b->Arg(mb);

@@ -458,7 +458,7 @@ void Driver::weight_sync(int64_t step) {
   Transformer& model = policy_ ? *policy_ : *engine_model_;
   int64_t v = version;
   const bool check = ctx_.deck.get_bool("rollout.check_weight_update");
-  WeightSyncStats s = weight_sync_->sync(model.parameters(), &v, check);
+  WeightSyncStats s = weight_sync_->sync(model.parameters(), &v, check, model.flat_parameters());
   if (check) {
     uint64_t trainer_sum = s.checksum;
     MPI_Bcast(&trainer_sum, 1, MPI_UINT64_T, 0, ctx_.world->sync());

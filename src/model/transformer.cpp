@@ -110,6 +110,23 @@ void Transformer::add(const std::string& name, at::Tensor t) {
   params_.push_back({name, t.to(device_).set_requires_grad(true)});
 }
 
+void Transformer::pack_parameters() {
+  int64_t total = 0;
+  for (const auto& p : params_) {
+    SLIMPI_CHECK(p.tensor.scalar_type() == at::kFloat, "parameter {} is not fp32", p.name);
+    total += p.tensor.numel();
+  }
+  flat_ = at::empty({total}, params_.front().tensor.options().requires_grad(false));
+  at::NoGradGuard no_grad;
+  int64_t offset = 0;
+  for (auto& p : params_) {
+    at::Tensor view = flat_.narrow(0, offset, p.tensor.numel()).view(p.tensor.sizes());
+    view.copy_(p.tensor);
+    offset += p.tensor.numel();
+    p.tensor = view.detach().set_requires_grad(true);  // a leaf that shares flat_'s storage
+  }
+}
+
 Transformer::Transformer(const ModelConfig& cfg, uint64_t seed, const at::Device& device)
     : cfg_(cfg), device_(device) {
   // All parameters drawn on the CPU from one generator, in name order, then moved.
@@ -139,6 +156,7 @@ Transformer::Transformer(const ModelConfig& cfg, uint64_t seed, const at::Device
   }
   add("model.norm.weight", ones(d));
   if (!cfg.tie_word_embeddings) add("lm_head.weight", normal({cfg.vocab_size, d}));
+  pack_parameters();
 
   embed_ = parameter("model.embed_tokens.weight");
   final_norm_ = parameter("model.norm.weight");

@@ -59,6 +59,9 @@ class Transformer {
 
   const ModelConfig& config() const { return cfg_; }
   const std::vector<NamedTensor>& parameters() const { return params_; }
+  // Every parameter is a view of this one buffer [n_params] fp32 (in parameters()
+  // order, back to back): the weight sync broadcasts it in place, without packing.
+  const at::Tensor& flat_parameters() const { return flat_; }
   at::Tensor& parameter(const std::string& name);
   int64_t n_params() const;
   at::Device device() const { return device_; }
@@ -77,10 +80,13 @@ class Transformer {
  private:
   at::Tensor forward(const at::Tensor& tokens, const AttentionLayout& layout, KvCache* cache) const;
   void add(const std::string& name, at::Tensor t);
+  // Moves every parameter into flat_ (called once, before any view is taken).
+  void pack_parameters();
 
   ModelConfig cfg_;
   at::Device device_;
   std::vector<NamedTensor> params_;
+  at::Tensor flat_;  // [n_params] every parameter's storage
   std::vector<LayerParams> layers_;
   at::Tensor embed_, final_norm_, lm_head_;
   at::Tensor rope_cos_, rope_sin_;  // [max_seq_len, D]

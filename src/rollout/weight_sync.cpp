@@ -32,7 +32,8 @@ WeightSync::WeightSync(Comm& sync, int64_t bucket_bytes) : comm_(sync) {
                                           sync.device_memory() ? at::Device(at::kCUDA) : at::Device(at::kCPU)));
 }
 
-WeightSyncStats WeightSync::sync(const std::vector<NamedTensor>& params, int64_t* version, bool checksum) {
+WeightSyncStats WeightSync::sync(const std::vector<NamedTensor>& params, int64_t* version, bool checksum,
+                                 const at::Tensor& flat) {
   Stopwatch clock;
   const bool root = comm_.rank() == 0;
   // Header: version + the tensor list; receivers must agree with it exactly.
@@ -56,6 +57,26 @@ WeightSyncStats WeightSync::sync(const std::vector<NamedTensor>& params, int64_t
   const int64_t capacity = bucket_.numel();
   uint64_t hash = 0xcbf29ce484222325ULL;
   at::NoGradGuard no_grad;
+  int64_t param_bytes = 0;
+  for (const auto& p : params) param_bytes += p.tensor.numel() * static_cast<int64_t>(p.tensor.element_size());
+  const bool in_place = flat.defined() && flat.is_contiguous() && flat.device() == bucket_.device() &&
+                        flat.numel() * static_cast<int64_t>(flat.element_size()) == param_bytes;
+  if (in_place) {  // the parameters' own storage, bucket by bucket
+    at::Tensor bytes = flat.detach().view({-1}).view(at::kByte);
+    for (int64_t start = 0; start < param_bytes; start += capacity) {
+      at::Tensor bucket = bytes.narrow(0, start, std::min(capacity, param_bytes - start));
+      broadcast(comm_, bucket, 0);
+      if (checksum) {
+        at::Tensor host = bucket.cpu();
+        hash = fnv1a(hash, host.data_ptr<uint8_t>(), host.numel());
+      }
+      stats.bytes += bucket.numel();
+      ++stats.n_buckets;
+    }
+    stats.checksum = checksum ? hash : 0;
+    stats.seconds = clock.seconds();
+    return stats;
+  }
   // Walk the tensors as one byte stream cut into buckets.
   size_t tensor = 0;
   int64_t offset_in_tensor = 0;

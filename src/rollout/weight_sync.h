@@ -3,9 +3,12 @@
 //
 // Header first (version, then every tensor's name, dtype and shape, as bytes); each
 // receiver checks it against its own model, so a mismatch is an error naming the
-// tensor. Then the tensors travel packed back to back in fixed-size buckets through
-// one byte buffer allocated once per WeightSync (a tensor larger than a bucket spans
-// several). Receivers copy into their parameters in place. Collective over `sync`.
+// tensor. Then the bytes travel in fixed-size buckets. When the model keeps its
+// parameters in one flat buffer (Transformer::flat_parameters()) in the memory the
+// backend uses, the buckets are slices of that buffer, broadcast in place: no copy on
+// either side. Otherwise the tensors are packed back to back through one byte buffer
+// allocated once per WeightSync (a tensor larger than a bucket spans several) and
+// receivers copy them into their parameters. Collective over `sync`.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -32,7 +35,9 @@ class WeightSync {
   // Root (sync rank 0): sends `params` and `version`. Others: receive into `params`
   // (their own model's, same names/shapes/dtypes) and return the root's version in
   // *version. With `checksum`, every rank hashes the bytes it sent/received.
-  WeightSyncStats sync(const std::vector<NamedTensor>& params, int64_t* version, bool checksum);
+  // `flat` (optional): the buffer every tensor of `params` is a view of, in order.
+  WeightSyncStats sync(const std::vector<NamedTensor>& params, int64_t* version, bool checksum,
+                       const at::Tensor& flat = at::Tensor());
 
  private:
   Comm& comm_;

@@ -125,6 +125,16 @@ TEST(WeightSync, EnginesReceiveTheTrainersWeightsAndGenerateAccordingly) {
   MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
   MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
   EXPECT_EQ(lo, hi);
+  // The in-place path (the model's flat buffer) moves the same bytes.
+  Transformer again(model_config(), r == 0 ? 1 : 3, at::kCPU);
+  int64_t v2 = r == 0 ? 8 : -1;
+  WeightSyncStats flat_stats = ws.sync(again.parameters(), &v2, true, again.flat_parameters());
+  EXPECT_EQ(v2, 8);
+  EXPECT_EQ(flat_stats.bytes, stats.bytes);
+  EXPECT_EQ(flat_stats.checksum, stats.checksum);
+  for (size_t i = 0; i < again.parameters().size(); ++i)
+    EXPECT_TRUE(at::equal(again.parameters()[i].tensor, trainer_model.parameters()[i].tensor))
+        << again.parameters()[i].name;
   // Generation follows the new weights.
   auto after = greedy(mine), expected = greedy(trainer_model);
   for (size_t i = 0; i < after.size(); ++i) EXPECT_EQ(after[i].response, expected[i].response);
