@@ -36,25 +36,23 @@ def panel(ax, title, drawn):
         ax.text(0.5, 0.5, "not logged in this run", ha="center", va="center", transform=ax.transAxes)
 
 
+# (row, column, title, metrics) of the panels that are plain curves.
+CURVE_PANELS = [(0, 0, "reward and held-out eval", ("rollout/raw_reward", "eval/pass@1", "eval/mean_reward")),
+                (0, 1, "response length (tokens)", ("rollout/response_len/mean", "rollout/response_len/max")),
+                (1, 0, "KL and clipping", ("train/ppo_kl", "train/kl_loss", "train/pg_clipfrac")),
+                (1, 1, "entropy (nats/token) and loss", ("train/entropy_loss", "train/loss"))]
+
+
 def plot_run(run, out):
     fig, axes = plt.subplots(2, 3, figsize=(15, 8))
-    ax = axes[0, 0]
-    drawn = [curve(ax, run, m) for m in ("rollout/raw_reward", "eval/pass@1", "eval/mean_reward")]
-    panel(ax, "reward and held-out eval", any(drawn))
-    ax = axes[0, 1]
-    drawn = [curve(ax, run, m) for m in ("rollout/response_len/mean", "rollout/response_len/max")]
-    panel(ax, "response length (tokens)", any(drawn))
+    for row, col, title, metrics in CURVE_PANELS:
+        drawn = [curve(axes[row, col], run, m) for m in metrics]
+        panel(axes[row, col], title, any(drawn))
     ax = axes[0, 2]
     drawn = curve(ax, run, "train/train_rollout_logprob_abs_diff", "mean |logp_train - logp_rollout|")
     if drawn:
         ax.set_yscale("symlog", linthresh=1e-8)
     panel(ax, "log-prob mismatch", drawn)
-    ax = axes[1, 0]
-    drawn = [curve(ax, run, m) for m in ("train/ppo_kl", "train/kl_loss", "train/pg_clipfrac")]
-    panel(ax, "KL and clipping", any(drawn))
-    ax = axes[1, 1]
-    drawn = [curve(ax, run, m) for m in ("train/entropy_loss", "train/loss")]
-    panel(ax, "entropy (nats/token) and loss", any(drawn))
     ax = axes[1, 2]
     drawn = False
     if "rank" in run.ranks:  # rank 0's own phase times: they add up to its step time

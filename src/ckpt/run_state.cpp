@@ -48,6 +48,7 @@ void write_run_state(MPI_Comm world, const std::string& path, RunState state) {
   h5::write_attr(f.id(), "pending_groups", state.pending_groups);
   h5::write_attr(f.id(), "world_size", int64_t(size));
   h5::write_attr(f.id(), "layout", state.layout);
+  h5::write_attr(f.id(), "reached_target", int64_t(state.reached_target));
   h5::Handle rng = h5::create_group(f.id(), "rng");
   for (int r = 0; r < size; ++r) {
     const auto& s = state.rng_per_rank[r];
@@ -65,6 +66,7 @@ RunState read_run_state(const std::string& path) {
   s.pending_groups = h5::read_attr_int(f.id(), "pending_groups");
   const int64_t size = h5::read_attr_int(f.id(), "world_size");
   s.layout = h5::read_attr_string(f.id(), "layout");
+  s.reached_target = h5::read_attr_int(f.id(), "reached_target") != 0;
   h5::Handle rng = h5::open_group(f.id(), "rng");
   for (int64_t r = 0; r < size; ++r) {
     at::Tensor t = read_tensor(rng.id(), fmt::format("rank_{}", r)).contiguous();

@@ -6,7 +6,8 @@
 // over-sampling surplus of a step is discarded (its prompts are consumed: the cursor
 // says so), so no sampled-but-untrained group outlives a step boundary. The file
 // records pending_groups = 0 so that a reader does not have to know this.
-// Layout: attributes step, prompt_cursor, prompt_epoch, pending_groups, world_size, layout;
+// Layout: attributes step, prompt_cursor, prompt_epoch, pending_groups, world_size, layout,
+// reached_target;
 // datasets rng/rank_<r> (uint8: the rank's torch CPU generator state).
 #pragma once
 
@@ -24,6 +25,7 @@ struct RunState {
   int64_t prompt_epoch = 0;
   int64_t pending_groups = 0;  // sampled but untrained groups (always 0, see above)
   std::string layout;          // ckpt::describe_layout() of the world that wrote it
+  bool reached_target = false; // the run ended at eval.stop_at_pass1: nothing left to do
   std::vector<std::vector<uint8_t>> rng_per_rank;  // [world size] torch CPU generator states
 };
 

@@ -89,6 +89,7 @@ void Driver::resume_and_open_files() {
     run_on_all_and_agree(world, fmt::format("cannot load checkpoint {}", chosen), [&] {
       const ckpt::RunState rs = ckpt::read_run_state(chosen + "/run_state.h5");
       start_step_ = rs.step;
+      stop_ = rs.reached_target;
       if (trainer_) trainer_->load(chosen + "/trainer_state.h5");
       if (engine_model_) load_model_weights(*engine_model_, chosen + "/trainer_state.h5");
       if (prompt_source_) prompt_source_->set_cursor(rs.prompt_cursor);
@@ -97,6 +98,7 @@ void Driver::resume_and_open_files() {
     });
     log::info("resuming at step {} from {} (prompt cursor {})", start_step_, chosen,
               prompt_source_ ? prompt_source_->cursor() : 0);
+    if (stop_) log::info("that run had reached eval.stop_at_pass1: no step is left to run");
   } else {
     log::info("starting fresh (checkpoint.resume = \"{}\"; checkpoints go to {})",
               deck.get_string("checkpoint.resume"), ckpt_root_);
@@ -172,6 +174,7 @@ void Driver::write_checkpoint(int64_t next_step) {
   rs.prompt_cursor = prompt_source_ ? prompt_source_->cursor() : 0;
   rs.prompt_epoch = prompt_source_ ? prompt_source_->epoch() : 0;
   rs.layout = ckpt::describe_layout(ctx_.world->layout());
+  rs.reached_target = stop_;
   run_on_all_and_agree(world, context, [&] { ckpt::write_run_state(world, dir + "/run_state.h5", rs); });
   if (root && fault_pause_at(next_step)) {
     log::info("fault injection: pausing 60 s inside {} before its manifest", dir);

@@ -3,13 +3,13 @@
 # systemd): `source local_slurm.sh DIR` starts munged, slurmctld and slurmd with their
 # config, sockets, state and logs under DIR, exports SLURM_CONF, and defines
 # stop_local_slurm, which stops exactly the daemons it started (by PID).
-# The node is this host with CPUS=$(nproc); ports 16817/16818 unless SLURM_TEST_PORT.
+# The node is this host with CPUs=$(nproc --all) (plain nproc obeys OMP_NUM_THREADS); ports from the shell's PID unless SLURM_TEST_PORT.
 set -euo pipefail
 slurm_dir=${1:?usage: source local_slurm.sh DIR}
 mkdir -p "$slurm_dir"/{state,spool,munge}
 chmod 700 "$slurm_dir/munge"
 host=$(hostname -s)
-port=${SLURM_TEST_PORT:-16817}
+port=${SLURM_TEST_PORT:-$((20000 + ($$ % 20000) * 2))}  # per test: no clash with leftovers
 
 dd if=/dev/urandom of="$slurm_dir/munge/munge.key" bs=1024 count=1 status=none
 chmod 400 "$slurm_dir/munge/munge.key"
@@ -46,7 +46,7 @@ MpiDefault=none
 ReturnToService=2
 KillWait=10
 MinJobAge=300
-NodeName=$host CPUs=$(nproc) State=UNKNOWN
+NodeName=$host CPUs=$(nproc --all) State=UNKNOWN
 PartitionName=test Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE
 CONF
 export SLURM_CONF=$slurm_dir/slurm.conf
@@ -61,6 +61,9 @@ echo "local_slurm: slurmctld $(cat "$slurm_dir/slurmctld.pid"), slurmd $(cat "$s
 
 stop_local_slurm() {
   local f pid
+  # Jobs first: their slurmstepd processes outlive slurmd.
+  scancel --quiet --full --user=root 2>/dev/null || true
+  for _ in $(seq 100); do [ -z "$(squeue -h 2>/dev/null)" ] && break; sleep 0.2; done
   for f in "$slurm_dir/slurmd.pid" "$slurm_dir/slurmctld.pid" "$slurm_dir/munge/munged.pid"; do
     [ -f "$f" ] || continue
     pid=$(cat "$f")

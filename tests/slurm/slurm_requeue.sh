@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Real Slurm (ctest label "slurm"): starts a private single-node Slurm (munge +
 # slurmctld + slurmd from Debian's packages, as root), submits jobs/slurm_run.sbatch
-# with a 1-minute limit and --signal=USR1@30 for a run longer than one job start, and
+# with a 1-minute limit and --signal=USR1@30 for a run of ~60 s of compute (Slurm sends
+# the warning 25-60 s after the start here, so the run needs at least two starts), and
 # checks that the run checkpoints on the signal, requeues itself, resumes, and reaches
 # run.n_steps with the same metrics, rollouts and weights as a straight mpirun run.
 # Stops the daemons it started (by PID) however the test ends.
@@ -17,8 +18,8 @@ cleanup() { stop_local_slurm 2>/dev/null || true; rm -rf "$out"; }
 trap cleanup EXIT
 source "$root/tests/slurm/local_slurm.sh" "$out/slurm"
 cd "$root"
-steps=${SLIMPI_SLURM_TEST_STEPS:-240}
-args=(inputs/smoke_rl.toml --set parallel.placement=colocate --set run.n_steps=$steps --set eval.interval=60)
+steps=${SLIMPI_SLURM_TEST_STEPS:-3000}
+args=(inputs/smoke_rl.toml --set parallel.placement=colocate --set run.n_steps=$steps --set eval.interval=500)
 
 SLIMPI="$slimpi" SLIMPI_MAX_RESTARTS=30 sbatch --parsable -n 2 --time=1 --signal=USR1@30 \
   --output="$out/job.out" jobs/slurm_run.sbatch "${args[@]}" --set run.dir="$out/slurm_run" >"$out/jobid"
