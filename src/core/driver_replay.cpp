@@ -8,6 +8,8 @@
 //     trainer count it reproduces the recorded run's train/* metrics exactly.
 #include <slimpi/error.h>
 
+#include <filesystem>
+
 #include "core/driver.h"
 #include "io/rollout_log.h"
 #include "parallel/mpi_bytes.h"
@@ -27,6 +29,14 @@ void Driver::check_debug_modes() const {
   if (train_only && deck.get_string("debug.load_rollouts").empty())
     SLIMPI_FAIL_ALL("debug.train_only ({}) needs debug.load_rollouts: the rollouts.h5 to replay",
                     deck.source("debug.train_only"));
+  if (train_only) {
+    namespace fs = std::filesystem;
+    const std::string& load = deck.get_string("debug.load_rollouts");
+    if (fs::weakly_canonical(load) == fs::weakly_canonical(ctx_.run_dir + "/rollouts.h5"))
+      SLIMPI_FAIL_ALL("debug.load_rollouts = \"{}\" ({}) is this run's own rollouts.h5, which the run rewrites; "
+                      "replay into another run.dir",
+                      load, deck.source("debug.load_rollouts"));
+  }
   if (!train_only && !deck.get_string("debug.load_rollouts").empty())
     SLIMPI_FAIL_ALL("debug.load_rollouts ({}) is only read with debug.train_only = true",
                     deck.source("debug.load_rollouts"));

@@ -4,7 +4,8 @@
 #    weights (weight_version 0), and nothing trains (no train/* metrics);
 #  * debug.train_only with debug.load_rollouts = a recorded run's rollouts.h5: the
 #    train/* metrics of every step and the final weights equal the recorded run's,
-#    bit for bit, without generating anything;
+#    bit for bit, without generating anything; replaying a run into its own
+#    directory (which would overwrite the file being replayed) is refused;
 #  * asking to replay a step the file does not have, or train_only without a file,
 #    stops the job with the reason.
 # Usage: debug_replay.sh SLIMPI ROOT "MPIRUN FLAGS"
@@ -59,4 +60,9 @@ if $mpirun -np 2 "$slimpi" run inputs/smoke_rl.toml --set run.dir="$out/bad" --s
   echo "FAIL: train_only ran without a file"; exit 1
 fi
 grep -q "debug.train_only (--set) needs debug.load_rollouts" "$out/bad.log" || { cat "$out/bad.log"; exit 1; }
+if $mpirun -np 2 "$slimpi" run inputs/smoke_rl.toml --set run.dir="$out/recorded" --set debug.train_only=true \
+  --set debug.load_rollouts="$out/recorded/rollouts.h5" >"$out/self.log" 2>&1; then
+  echo "FAIL: replayed a run into itself"; exit 1
+fi
+grep -q "is this run's own rollouts.h5, which the run rewrites" "$out/self.log" || { cat "$out/self.log"; exit 1; }
 echo "debug_replay: OK"
