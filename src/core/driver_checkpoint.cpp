@@ -61,11 +61,20 @@ void Driver::resume_and_open_files() {
     chosen = ckpt::choose_checkpoint(deck, ckpt_root_);
     if (chosen.empty()) {
       // A fresh start overwrites the run's files: checkpoints of the run they held
-      // would no longer match them (and "auto" must never pick one up later).
+      // would no longer match them (and "auto" must never pick one up later). Only the
+      // run directory's own ckpt/ is cleared; a checkpoint.dir set in the deck may be
+      // shared, so its old checkpoints are only reported.
+      const bool own = deck.get_string("checkpoint.dir").empty();
       for (int64_t step : ckpt::list_step_dirs(ckpt_root_)) {
         const std::string stale = ckpt_root_ + "/" + ckpt::step_dir_name(step);
-        fs::remove_all(stale);
-        log::info("fresh start: removed {} of an earlier run", stale);
+        if (own) {
+          fs::remove_all(stale);
+          log::info("fresh start: removed {} of an earlier run", stale);
+        } else {
+          log::warn("fresh start: {} (checkpoint.dir, {}) holds {} of an earlier run; checkpoint.resume = "
+                    "\"auto\" may pick it up later",
+                    ckpt_root_, deck.source("checkpoint.dir"), stale);
+        }
       }
       return;
     }

@@ -5,7 +5,8 @@
 # at np 4 (split 2+2) and np 2 (colocated). A run with another seed differs (the check
 # can fail). A corrupt checkpoint (flipped byte, truncated file) is skipped by "auto"
 # and refused when named; a changed model shape or world layout is refused with the
-# keys named; a changed learning rate is allowed and logged.
+# keys named; a changed learning rate is allowed and logged; resume = "never" clears
+# the run directory's old checkpoints.
 # Usage: checkpoint_restart.sh SLIMPI ROOT "MPIRUN FLAGS"
 set -euo pipefail
 slimpi=$1; root=$2; mpirun=$3
@@ -83,4 +84,9 @@ run 4 chunked --set run.n_steps=7 --set train.lr=0.0005
 grep -q "resume: changed since the checkpoint: train.lr: 0.001 in the checkpoint, 0.0005 now (--set)" "$out/chunked.log"
 grep -q "resuming at step 6" "$out/chunked.log"
 grep -q "finished: step 7 of 7" "$out/chunked.log"
+
+echo "== a fresh start clears the run's old checkpoints"
+run 4 chunked --set run.n_steps=2 --set checkpoint.resume=never
+grep -q "fresh start: removed $out/chunked/ckpt/step_00000007 of an earlier run" "$out/chunked.log"
+[ "$(ls "$out/chunked/ckpt")" = "step_00000002" ] || { ls "$out/chunked/ckpt"; echo "FAIL: stale checkpoints"; exit 1; }
 echo "checkpoint_restart: OK"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Real Slurm (ctest label "slurm"): starts a private single-node Slurm (munge +
 # slurmctld + slurmd from Debian's packages, as root), submits jobs/slurm_run.sbatch
-# with a 1-minute limit and --signal=USR1@30 for a run of ~40 s of compute (Slurm sends
+# with a 1-minute limit and --signal=USR1@30 for a run of ~60 s of compute (Slurm sends
 # the warning within 30 s of the start then, so the run needs at least two starts), and
 # checks that the run checkpoints on the signal, requeues itself, resumes, and reaches
 # run.n_steps with the same metrics, rollouts and weights as a straight mpirun run.
@@ -18,7 +18,7 @@ cleanup() { stop_local_slurm 2>/dev/null || true; rm -rf "$out"; }
 trap cleanup EXIT
 source "$root/tests/slurm/local_slurm.sh" "$out/slurm"
 cd "$root"
-steps=${SLIMPI_SLURM_TEST_STEPS:-2000}
+steps=${SLIMPI_SLURM_TEST_STEPS:-3000}
 args=(inputs/smoke_rl.toml --set parallel.placement=colocate --set run.n_steps=$steps --set eval.interval=500)
 
 # The straight run for comparison first: run alongside the job, it would share the
