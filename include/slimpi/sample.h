@@ -16,8 +16,9 @@ enum class SampleStatus : int8_t {
   Pending = 0,    // not generated yet
   Completed = 1,  // stopped on a stop token/string
   Truncated = 2,  // hit max new tokens
-  Aborted = 3,    // cut off (over-sampling surplus, weight update)
+  Aborted = 3,    // generated but not used: over-sampling surplus beyond the batch
   Failed = 4,     // the engine or reward failed on it
+  Filtered = 5,   // dropped by the dynamic filter (its group's rewards all agree)
 };
 
 struct Sample {
@@ -27,7 +28,7 @@ struct Sample {
   std::vector<int32_t> prompt_tokens;
   std::vector<int32_t> response_tokens;
   std::vector<float> rollout_log_probs;  // [response length], fp32, logits / temperature
-  float reward = 0.0f;                   // after group post-processing
+  float reward = 0.0f;                   // after group post-processing (NaN: never post-processed)
   float raw_reward = 0.0f;               // as the reward style returned it
   float advantage = 0.0f;                // the first response token's advantage (GRPO: every token's)
   std::vector<float> advantages;         // [response length] per-token advantages (empty: not computed)

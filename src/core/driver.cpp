@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <limits>
 
 #include "buffer/prompt_source.h"
 #include "buffer/sample_transport.h"
@@ -33,6 +34,9 @@ struct Driver::StepState {
   std::vector<Prompt> group_prompts;     // prompt of each kept group
   std::vector<float> raw_rewards;        // per kept sample
   std::vector<float> rewards;            // after group post-processing
+  std::vector<GeneratedSample> unused;   // generated, not trained: filtered or surplus groups
+  std::vector<float> unused_raw_rewards;
+  std::vector<SampleStatus> unused_status;
   std::vector<TrainSample> batch;        // router: the whole batch; trainers: their share
   EngineStats engine_stats;
   int64_t groups_generated = 0, groups_dropped = 0, rounds = 0;
@@ -284,9 +288,15 @@ void Driver::rollout(int64_t step) {
         for (int64_t i = 0; i < n; ++i) mean += r[g * n + i] / double(n);
         for (int64_t i = 0; i < n; ++i) var += (r[g * n + i] - mean) * (r[g * n + i] - mean);
         const bool varied = n > 1 && std::sqrt(var / double(n - 1)) > 1e-6;
-        if ((filter && !varied) || kept >= want) {
-          st.groups_dropped += filter && !varied ? 1 : 0;
-          continue;  // dropped by the filter, or beyond the batch (over-sampling surplus)
+        if ((filter && !varied) || kept >= want) {  // dropped by the filter, or over-sampling surplus
+          const bool dropped = filter && !varied;
+          st.groups_dropped += dropped ? 1 : 0;
+          for (int64_t i = 0; i < n; ++i) {
+            st.unused.push_back(samples[g * n + i]);
+            st.unused_raw_rewards.push_back(r[g * n + i]);
+            st.unused_status.push_back(dropped ? SampleStatus::Filtered : SampleStatus::Aborted);
+          }
+          continue;
         }
         ++kept;
         st.group_prompts.push_back(prompts[g]);
@@ -348,8 +358,7 @@ void Driver::buffer(int64_t step) {
   std::vector<Sample> rows;
   std::map<std::string, double> m;
   if (router) {
-    for (size_t i = 0; i < st.samples.size(); ++i) {
-      const GeneratedSample& g = st.samples[i];
+    auto row = [&](const GeneratedSample& g) {
       Sample s;
       s.step = step;
       s.group_index = g.group_index;
@@ -357,12 +366,25 @@ void Driver::buffer(int64_t step) {
       s.prompt_tokens.assign(g.prompt.begin(), g.prompt.end());
       s.response_tokens.assign(g.response.begin(), g.response.end());
       s.rollout_log_probs = g.log_probs;
+      s.status = g.finish == FinishReason::Stop ? SampleStatus::Completed : SampleStatus::Truncated;
+      s.weight_version = g.weight_versions.empty() ? 0 : g.weight_versions.front();
+      return s;
+    };
+    for (size_t i = 0; i < st.samples.size(); ++i) {  // trained, in training order
+      Sample s = row(st.samples[i]);
       s.raw_reward = st.raw_rewards[i];
       s.reward = st.rewards[i];
       s.advantages = st.batch[i].advantages;
       s.advantage = s.advantages.empty() ? 0.0f : s.advantages.front();
-      s.status = g.finish == FinishReason::Stop ? SampleStatus::Completed : SampleStatus::Truncated;
-      s.weight_version = g.weight_versions.empty() ? 0 : g.weight_versions.front();
+      rows.push_back(std::move(s));
+    }
+    for (size_t i = 0; i < st.unused.size(); ++i) {  // generated, not trained
+      Sample s = row(st.unused[i]);
+      s.raw_reward = st.unused_raw_rewards[i];
+      s.status = st.unused_status[i];
+      const bool filtered = s.status == SampleStatus::Filtered;
+      s.reward = filtered ? 0.0f : std::numeric_limits<float>::quiet_NaN();
+      s.advantage = filtered ? 0.0f : std::numeric_limits<float>::quiet_NaN();
       rows.push_back(std::move(s));
     }
     // Rollout metrics (slime's names).

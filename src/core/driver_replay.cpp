@@ -48,7 +48,7 @@ std::vector<TrainSample> Driver::recorded_batch(int64_t step) {
   run_on_all_and_agree(ctx_.world->world(), "debug.train_only: " + path, [&] {
     if (!trainer_) return;
     if (!recorded_) recorded_ = std::make_unique<RolloutLog>(RolloutLog::open(path, MPI_COMM_NULL, false));
-    const std::vector<Sample> rows = recorded_->read_step(step);
+    const std::vector<Sample> rows = recorded_->read_trained(step);
     SLIMPI_CHECK(!rows.empty(), "{} has no samples of step {}", path, step);
     const size_t T = trainer_world_ranks_.size(), N = rows.size();
     const size_t me = static_cast<size_t>(rank_in(ctx_.world->trainer()));

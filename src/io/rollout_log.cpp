@@ -15,7 +15,8 @@ RolloutLog RolloutLog::create(const std::string& path, MPI_Comm comm, const std:
   h5::write_file_meta(log.file_, "slimpi rollouts", deck_text);
   log.group_ = h5::create_group(log.file_.id(), "samples");
   h5::write_attr(log.group_.id(), "status_names",
-                 std::string("0 pending, 1 completed, 2 truncated, 3 aborted, 4 failed"));
+                 std::string("0 pending, 1 completed, 2 truncated, 3 aborted (over-sampling surplus), 4 failed, "
+                             "5 filtered (dynamic filter)"));
   log.bind(/*create=*/true);
   return log;
 }
@@ -117,9 +118,13 @@ uint64_t RolloutLog::truncate_to_step(int64_t step) {
 
 std::vector<Sample> RolloutLog::read_all() const { return read_rows(0, n_samples()); }
 
-std::vector<Sample> RolloutLog::read_step(int64_t step) const {
+std::vector<Sample> RolloutLog::read_trained(int64_t step) const {
   auto [first, last] = step_rows(step);
-  return read_rows(first, last - first);
+  std::vector<Sample> rows = read_rows(first, last - first);
+  std::vector<Sample> trained;
+  for (auto& s : rows)
+    if (s.status == SampleStatus::Completed || s.status == SampleStatus::Truncated) trained.push_back(std::move(s));
+  return trained;
 }
 
 std::vector<Sample> RolloutLog::read_rows(uint64_t first, uint64_t count) const {

@@ -9,6 +9,10 @@
 //   rollout_log_probs/{values,offsets}        float32 CSR: one per response token
 //   advantages/{values,offsets}               float32 CSR: per-token advantages (as trained)
 // Row i of every dataset is the same sample; rows of lower ranks come first in a step.
+// A step's trained samples come first, in training order; then the groups it generated
+// but did not train on: status 5 (dropped by the dynamic filter; reward = 0, the group
+// post-processing of equal rewards) and status 3 (over-sampling surplus; reward and
+// advantage NaN: never post-processed). Both have no per-token advantages.
 // Root attributes: slimpi_version, created_utc, kind = "slimpi rollouts", deck (text).
 #pragma once
 
@@ -31,8 +35,9 @@ class RolloutLog {
   // Collective: drops every row of step >= `step` (rows are in step order). Returns
   // the rows kept.
   uint64_t truncate_to_step(int64_t step);
-  // Independent: the rows of one step, in file order (debug replay).
-  std::vector<Sample> read_step(int64_t step) const;
+  // Independent: the trained rows of one step (status completed or truncated), in
+  // file order = the order the step trained them in (debug replay).
+  std::vector<Sample> read_trained(int64_t step) const;
   void flush() { file_.flush(); }
   // Reads every sample back (independent; any rank). For tests and tools.
   std::vector<Sample> read_all() const;
