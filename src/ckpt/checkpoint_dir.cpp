@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 namespace slimpi::ckpt {
 namespace fs = std::filesystem;
@@ -90,6 +91,15 @@ void write_done_marker(const std::string& dir, int64_t step) {
   SLIMPI_CHECK(out, "cannot write {}", path);
   fsync_path(path);
   fsync_path(dir);
+}
+
+Deck read_checkpoint_deck(const std::string& dir) {
+  const std::string path = dir + "/deck.json";
+  std::ifstream in(path);
+  SLIMPI_CHECK(in, "cannot read {}", path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return Deck::from_json(text.str());
 }
 
 std::optional<std::string> verify_checkpoint(const std::string& dir) {

@@ -12,6 +12,8 @@
 // resumed from. Plain functions, no state; called on one rank (rank 0) only.
 #pragma once
 
+#include <slimpi/deck.h>
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -35,6 +37,9 @@ std::string file_xxh64(const std::string& path);
 void write_manifest(const std::string& dir, const std::vector<std::string>& files);
 // Writes dir/DONE and flushes it and the directory to disk (fsync).
 void write_done_marker(const std::string& dir, int64_t step);
+
+// The resolved deck a checkpoint was written with (dir/deck.json).
+Deck read_checkpoint_deck(const std::string& dir);
 
 // nullopt when dir has DONE and every file of its manifest has the recorded size and
 // checksum; otherwise what is wrong ("no DONE marker", "run_state.h5: checksum ...").

@@ -354,7 +354,8 @@ void Driver::buffer(int64_t step) {
     return;
   }
   const bool router = ctx_.world->rank() == router_world_rank_;
-  // rollouts.h5: every trained sample, with its rewards and advantage (collective).
+  // rollouts.h5: every generated sample (trained ones first, with rewards and
+  // advantages; then filtered and surplus groups), appended collectively.
   std::vector<Sample> rows;
   std::map<std::string, double> m;
   if (router) {

@@ -5,7 +5,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <thread>
 
 #include "buffer/prompt_source.h"
@@ -26,14 +25,6 @@ namespace slimpi {
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path);
-  SLIMPI_CHECK(in, "cannot read {}", path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // Test hook (fault injection): SLIMPI_FAULT_CHECKPOINT_PAUSE_AT=<step> makes rank 0
 // sleep 60 s inside the write of checkpoint step_<step>, after its data files and
@@ -78,7 +69,7 @@ void Driver::resume_and_open_files() {
       }
       return;
     }
-    const Deck stored = Deck::from_json(read_text_file(chosen + "/deck.json"));
+    const Deck stored = ckpt::read_checkpoint_deck(chosen);
     const ckpt::DeckDifferences diff = ckpt::compare_decks(stored, deck);
     const std::string stored_layout = ckpt::read_run_state(chosen + "/run_state.h5").layout;
     std::vector<std::string> problems = diff.structural;

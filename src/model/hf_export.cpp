@@ -1,12 +1,10 @@
 #include "model/hf_export.h"
 
-#include <slimpi/deck.h>
 #include <slimpi/error.h>
 
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "ckpt/checkpoint_dir.h"
 #include "io/safetensors.h"
@@ -46,10 +44,7 @@ std::string hf_config_json(const ModelConfig& cfg) {
 std::string export_checkpoint_to_hf(const std::string& ckpt_dir, const std::string& out_dir) {
   if (auto problem = ckpt::verify_checkpoint(ckpt_dir))
     SLIMPI_FAIL("export: {} is not a usable checkpoint: {}", ckpt_dir, *problem);
-  std::ifstream deck_file(ckpt_dir + "/deck.json");
-  std::stringstream text;
-  text << deck_file.rdbuf();
-  const ModelConfig cfg = ModelConfig::from_deck(Deck::from_json(text.str()));
+  const ModelConfig cfg = ModelConfig::from_deck(ckpt::read_checkpoint_deck(ckpt_dir));
   Transformer model(cfg, /*seed=*/0, at::Device(at::kCPU));
   load_model_weights(model, ckpt_dir + "/trainer_state.h5");
 

@@ -61,60 +61,55 @@ WeightSyncStats WeightSync::sync(const std::vector<NamedTensor>& params, int64_t
   for (const auto& p : params) param_bytes += p.tensor.numel() * static_cast<int64_t>(p.tensor.element_size());
   const bool in_place = flat.defined() && flat.is_contiguous() && flat.device() == bucket_.device() &&
                         flat.numel() * static_cast<int64_t>(flat.element_size()) == param_bytes;
+  auto account = [&](const at::Tensor& bucket) {  // after each bucket's broadcast
+    if (checksum) {
+      at::Tensor host = bucket.cpu();
+      hash = fnv1a(hash, host.data_ptr<uint8_t>(), host.numel());
+    }
+    stats.bytes += bucket.numel();
+    ++stats.n_buckets;
+  };
   if (in_place) {  // the parameters' own storage, bucket by bucket
     at::Tensor bytes = flat.detach().view({-1}).view(at::kByte);
     for (int64_t start = 0; start < param_bytes; start += capacity) {
       at::Tensor bucket = bytes.narrow(0, start, std::min(capacity, param_bytes - start));
       broadcast(comm_, bucket, 0);
-      if (checksum) {
-        at::Tensor host = bucket.cpu();
-        hash = fnv1a(hash, host.data_ptr<uint8_t>(), host.numel());
-      }
-      stats.bytes += bucket.numel();
-      ++stats.n_buckets;
+      account(bucket);
     }
-    stats.checksum = checksum ? hash : 0;
-    stats.seconds = clock.seconds();
-    return stats;
-  }
-  // Walk the tensors as one byte stream cut into buckets.
-  size_t tensor = 0;
-  int64_t offset_in_tensor = 0;
-  while (tensor < params.size()) {
-    // Plan this bucket: (tensor index, byte offset in tensor, bytes, offset in bucket).
-    struct Piece { size_t t; int64_t from, n, at; };
-    std::vector<Piece> pieces;
-    int64_t used = 0;
-    while (tensor < params.size() && used < capacity) {
-      const at::Tensor& p = params[tensor].tensor;
-      const int64_t total = p.numel() * static_cast<int64_t>(p.element_size());
-      const int64_t n = std::min(total - offset_in_tensor, capacity - used);
-      pieces.push_back({tensor, offset_in_tensor, n, used});
-      used += n;
-      offset_in_tensor += n;
-      if (offset_in_tensor == total) {
-        ++tensor;
-        offset_in_tensor = 0;
+  } else {  // walk the tensors as one byte stream cut into buckets, packed and unpacked
+    size_t tensor = 0;
+    int64_t offset_in_tensor = 0;
+    while (tensor < params.size()) {
+      // Plan this bucket: (tensor index, byte offset in tensor, bytes, offset in bucket).
+      struct Piece { size_t t; int64_t from, n, at; };
+      std::vector<Piece> pieces;
+      int64_t used = 0;
+      while (tensor < params.size() && used < capacity) {
+        const at::Tensor& p = params[tensor].tensor;
+        const int64_t total = p.numel() * static_cast<int64_t>(p.element_size());
+        const int64_t n = std::min(total - offset_in_tensor, capacity - used);
+        pieces.push_back({tensor, offset_in_tensor, n, used});
+        used += n;
+        offset_in_tensor += n;
+        if (offset_in_tensor == total) {
+          ++tensor;
+          offset_in_tensor = 0;
+        }
       }
+      at::Tensor bucket = bucket_.narrow(0, 0, used);
+      if (root)
+        for (const auto& pc : pieces) {
+          at::Tensor bytes = params[pc.t].tensor.detach().contiguous().view({-1}).view(at::kByte);
+          bucket.narrow(0, pc.at, pc.n).copy_(bytes.narrow(0, pc.from, pc.n));
+        }
+      broadcast(comm_, bucket, 0);
+      if (!root)
+        for (const auto& pc : pieces) {
+          at::Tensor dst = params[pc.t].tensor.detach().view({-1}).view(at::kByte);  // aliases the parameter
+          dst.narrow(0, pc.from, pc.n).copy_(bucket.narrow(0, pc.at, pc.n));
+        }
+      account(bucket);
     }
-    at::Tensor bucket = bucket_.narrow(0, 0, used);
-    if (root)
-      for (const auto& pc : pieces) {
-        at::Tensor bytes = params[pc.t].tensor.detach().contiguous().view({-1}).view(at::kByte);
-        bucket.narrow(0, pc.at, pc.n).copy_(bytes.narrow(0, pc.from, pc.n));
-      }
-    broadcast(comm_, bucket, 0);
-    if (!root)
-      for (const auto& pc : pieces) {
-        at::Tensor dst = params[pc.t].tensor.detach().view({-1}).view(at::kByte);  // aliases the parameter
-        dst.narrow(0, pc.from, pc.n).copy_(bucket.narrow(0, pc.at, pc.n));
-      }
-    if (checksum) {
-      at::Tensor host = bucket.cpu();
-      hash = fnv1a(hash, host.data_ptr<uint8_t>(), used);
-    }
-    stats.bytes += used;
-    ++stats.n_buckets;
   }
   stats.checksum = checksum ? hash : 0;
   stats.seconds = clock.seconds();
