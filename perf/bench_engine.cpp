@@ -86,7 +86,7 @@ void BM_KvCacheVsRecompute(benchmark::State& state) {
     }
     double b = since(t0);
     for (size_t i = 0; i < seqs.size(); ++i)  // both loops produced the same greedy tokens
-      if (std::vector<int64_t>(seqs[i].begin() + prompt, seqs[i].end()) != out[i].response)
+      if (std::vector<int64_t>(seqs[i].begin() + prompt, seqs[i].end()) != out[i].response())
         state.SkipWithError("engine and recompute loop disagree");
     state.SetIterationTime(a);
     engine_s += a;

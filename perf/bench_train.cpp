@@ -36,11 +36,11 @@ ModelConfig model(int64_t which) {
   return c;
 }
 
-std::vector<TrainSample> batch(const std::vector<int64_t>& lengths, uint64_t seed) {
+std::vector<Sample> batch(const std::vector<int64_t>& lengths, uint64_t seed) {
   at::Generator g = at::detail::createCPUGenerator(seed);
-  std::vector<TrainSample> out;
+  std::vector<Sample> out;
   for (int64_t len : lengths) {
-    TrainSample s;
+    Sample s;
     at::Tensor t = at::randint(259, {len}, g, at::kLong);
     s.tokens.assign(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + len);
     s.prompt_length = 16;

@@ -1,9 +1,14 @@
-// slimpi::Sample — one generated response to one prompt: what the rollout side hands
-// to the buffer and the trainer, and what rollouts.h5 stores one row of.
+// slimpi::Sample — one response to one prompt, the one sample type of the whole
+// pipeline: the engine fills the rollout fields, the router the rewards, the trainers
+// the training fields, and rollouts.h5 stores one row of it (src/io/rollout_log.h).
+// One wire codec carries it between ranks (src/buffer/sample_codec.h); SFT samples
+// are the same type with only tokens and prompt_length set.
 //
 // Fields follow slime's Sample (reference/slime.md): group_index identifies the
 // prompt group in a step, index the sample within its group (0..n_samples_per_prompt).
-// Invariant: rollout_log_probs.size() == response_tokens.size() once generated.
+// Invariants: tokens = prompt + response, prompt_length ≤ tokens.size(); every
+// per-response-token vector has R = response_length() entries or is empty (empty
+// means: not computed, or for loss_mask all ones, for sampling_support all 0).
 #pragma once
 
 #include <cstdint>
@@ -15,25 +20,45 @@ namespace slimpi {
 enum class SampleStatus : int8_t {
   Pending = 0,    // not generated yet
   Completed = 1,  // stopped on a stop token/string
-  Truncated = 2,  // hit max new tokens
+  Truncated = 2,  // hit max new tokens or the model's context
   Aborted = 3,    // generated but not used: over-sampling surplus beyond the batch
   Failed = 4,     // the engine or reward failed on it
   Filtered = 5,   // dropped by the dynamic filter (its group's rewards all agree)
 };
 
 struct Sample {
+  // Identity.
   int64_t step = 0;
   int64_t group_index = 0;
   int64_t index = 0;
-  std::vector<int32_t> prompt_tokens;
-  std::vector<int32_t> response_tokens;
-  std::vector<float> rollout_log_probs;  // [response length], fp32, logits / temperature
-  float reward = 0.0f;                   // after group post-processing (NaN: never post-processed)
-  float raw_reward = 0.0f;               // as the reward style returned it
-  float advantage = 0.0f;                // the first response token's advantage (GRPO: every token's)
-  std::vector<float> advantages;         // [response length] per-token advantages (empty: not computed)
   SampleStatus status = SampleStatus::Pending;
-  int64_t weight_version = 0;            // weights that produced the response
+
+  // Tokens.
+  std::vector<int64_t> tokens;  // prompt + response token ids
+  int64_t prompt_length = 0;
+
+  // Rollout (the engine).
+  std::vector<float> rollout_log_probs;   // [R] fp32 from logits / temperature, over the sampling support
+  std::vector<int32_t> sampling_support;  // [R] size of the top-k/top-p set the token was drawn from (0: whole vocab)
+  std::vector<int64_t> weight_versions;   // [R] weights that produced each token
+
+  // Reward (the router).
+  float raw_reward = 0.0f;  // as the reward style returned it
+  float reward = 0.0f;      // after group post-processing (NaN: never post-processed)
+
+  // Training (the trainers, after the old and reference log-probs exist).
+  std::vector<float> loss_mask;       // [R] (empty: all ones)
+  std::vector<float> old_log_probs;   // [R] the trainer's, before its first optimizer step
+  std::vector<float> ref_log_probs;   // [R] the frozen reference's (when one exists)
+  std::vector<float> kl;              // [R] reward-side KL estimate (old vs reference; when kl_coef > 0)
+  std::vector<float> raw_advantages;  // [R] the estimator's, before whitening
+  std::vector<float> advantages;      // [R] as trained (after whitening when it is on)
+
+  int64_t response_length() const { return static_cast<int64_t>(tokens.size()) - prompt_length; }
+  std::vector<int64_t> prompt() const { return {tokens.begin(), tokens.begin() + prompt_length}; }
+  std::vector<int64_t> response() const { return {tokens.begin() + prompt_length, tokens.end()}; }
+  // The version of the first response token (0 when none).
+  int64_t weight_version() const { return weight_versions.empty() ? 0 : weight_versions.front(); }
 };
 
 }  // namespace slimpi

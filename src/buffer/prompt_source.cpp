@@ -3,6 +3,7 @@
 #include <slimpi/error.h>
 
 #include <regex>
+#include <stdexcept>
 
 #include "buffer/jsonl_file.h"
 
@@ -19,8 +20,16 @@ PathSlice parse_path_slice(const std::string& spec) {
     return s;
   }
   s.file = m[1];
-  s.begin = m[2].length() ? std::stoll(m[2]) : 0;
-  s.end = m[3].length() ? std::stoll(m[3]) : INT64_MAX;
+  auto bound = [&](const std::string& text, int64_t fallback) -> int64_t {
+    if (text.empty()) return fallback;
+    try {
+      return std::stoll(text);
+    } catch (const std::out_of_range&) {
+      SLIMPI_FAIL_ALL("data path '{}': slice bound {} is out of the 64-bit range", spec, text);
+    }
+  };
+  s.begin = bound(m[2], 0);
+  s.end = bound(m[3], INT64_MAX);
   return s;
 }
 
@@ -28,6 +37,7 @@ PromptSource::PromptSource(const PromptSourceSpec& spec, uint64_t seed) : order_
   PathSlice slice = parse_path_slice(spec.path);
   std::vector<std::string> keys{spec.input_key, spec.label_key};
   std::vector<std::string> optional;
+  if (spec.label_optional) optional.push_back(spec.label_key);
   if (!spec.metadata_key.empty()) {
     keys.push_back(spec.metadata_key);
     optional.push_back(spec.metadata_key);
@@ -41,6 +51,7 @@ PromptSource::PromptSource(const PromptSourceSpec& spec, uint64_t seed) : order_
   for (int64_t i = begin; i < end; ++i) {
     Prompt p;
     p.index = i - begin;
+    p.line = all[i].line;
     p.text = all[i].fields[0];
     p.label = all[i].fields[1];
     if (!spec.metadata_key.empty()) p.metadata = all[i].fields[2];

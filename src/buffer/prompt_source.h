@@ -17,6 +17,7 @@ namespace slimpi {
 
 struct Prompt {
   int64_t index = 0;  // record index within the (sliced) file
+  int64_t line = 0;   // line number in the file (1-based), for error messages
   std::string text;
   std::string label;
   std::string metadata;  // JSON text, "" when absent
@@ -28,6 +29,7 @@ struct PromptSourceSpec {
   std::string label_key = "label";
   std::string metadata_key;  // "" = none
   bool skip_bad_lines = false;
+  bool label_optional = false;  // slimpi generate: prompts need no label
 };
 
 class PromptSource {

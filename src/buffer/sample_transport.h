@@ -9,18 +9,14 @@
 #include <string>
 #include <vector>
 
-#include "train/trainer.h"
+#include <slimpi/sample.h>
 
 namespace slimpi {
 
 // Called by the router and by every trainer (the router passes the whole batch;
 // trainers pass nothing). Returns this rank's share (empty on a router that does not
 // train). trainer_world_ranks: the trainers' ranks in `world`, in trainer-rank order.
-std::vector<TrainSample> scatter_train_samples(MPI_Comm world, int router_world_rank,
-                                               const std::vector<int>& trainer_world_ranks,
-                                               const std::vector<TrainSample>& batch);
-
-std::string encode_train_samples(const std::vector<TrainSample>& samples);
-std::vector<TrainSample> decode_train_samples(const std::string& bytes);
+std::vector<Sample> scatter_samples(MPI_Comm world, int router_world_rank, const std::vector<int>& trainer_world_ranks,
+                                    const std::vector<Sample>& batch);
 
 }  // namespace slimpi

@@ -8,6 +8,13 @@
 #include <cmath>
 #include <limits>
 
+// The extension points: the schema takes their choices from their registries.
+#include "buffer/dynamic_filter.h"
+#include "reward/reward.h"
+#include "train/advantages.h"
+#include "train/lr_schedule.h"
+#include "train/policy_loss.h"
+
 namespace slimpi {
 namespace {
 
@@ -86,7 +93,7 @@ std::vector<KeySpec> declare_keys() {
       int_key("rollout.n_samples_per_prompt", 1, 1, 1e6, "samples", "responses generated per prompt (a group)"),
       int_key("rollout.over_sampling_batch_size", 0, 0, 1e9, "prompts",
               "groups generated per round when a dynamic filter drops some (0 = rollout_batch_size)"),
-      choice_key("rollout.dynamic_filter", "none", {"none", "nonzero_std"},
+      choice_key("rollout.dynamic_filter", "none", dynamic_filters().names(),
                  "drop groups whose rewards are all equal (nonzero_std) and sample more"),
       int_key("rollout.max_sampling_rounds", 8, 1, 1e6, "rounds",
               "generation rounds per step at most while the filter keeps the batch short"),
@@ -104,7 +111,7 @@ std::vector<KeySpec> declare_keys() {
       int_key("rollout.max_batch_tokens", 2048, 1, 1e9, "tokens", "tokens per engine forward (decode + prefill chunks)"),
       bool_key("rollout.prefix_cache", true, "re-use the KV of prompt prefixes seen before (radix cache)"),
       // [reward]
-      choice_key("reward.style", "exact_match", {"exact_match", "math", "countdown", "f1", "command"},
+      choice_key("reward.style", "exact_match", reward_styles().names(),
                  "verifier that scores responses against labels"),
       string_key("reward.command", "", "style command: program reading JSON lines, answering one number per line"),
       float_key("reward.command_timeout_s", 60.0, 0.01, 1e6, "s", "style command: time limit per batch"),
@@ -139,7 +146,7 @@ std::vector<KeySpec> declare_keys() {
               "> 0: dynamic micro-batches packed first-fit up to this many tokens (overrides n_micro_batches)"),
       float_key("train.lr", 1e-4, 0.0, 10.0, "", "peak learning rate"),
       float_key("train.min_lr", 0.0, 0.0, 10.0, "", "cosine schedule floor"),
-      choice_key("train.lr_schedule", "constant", {"constant", "cosine"}, "learning-rate schedule after warm-up"),
+      choice_key("train.lr_schedule", "constant", lr_schedules().names(), "learning-rate schedule after warm-up"),
       int_key("train.warmup_steps", 0, 0, 1e9, "steps", "linear warm-up steps"),
       int_key("train.lr_decay_steps", 0, 0, 1e9, "steps", "cosine: step at which min_lr is reached (0 = run.n_steps)"),
       float_key("train.weight_decay", 0.0, 0.0, 10.0, "", "AdamW decoupled weight decay (matrices only)"),
@@ -148,15 +155,15 @@ std::vector<KeySpec> declare_keys() {
       float_key("train.adam_eps", 1e-8, 0.0, 1.0, "", "AdamW epsilon"),
       float_key("train.clip_grad", 1.0, 0.0, 1e9, "", "clip gradients to this global L2 norm (0 = off)"),
       int_key("train.grad_bucket_mb", 32, 1, 1e5, "MB", "size of the buckets the gradients are all-reduced in"),
-      choice_key("train.advantage_estimator", "grpo",
-                 {"grpo", "gspo", "cispo", "reinforce_plus_plus", "reinforce_plus_plus_baseline"},
+      choice_key("train.advantage_estimator", "grpo", advantage_estimators().names(),
                  "advantage estimator (and policy loss: gspo and cispo have their own)"),
       float_key("train.eps_clip", 0.2, 0.0, 10.0, "", "PPO clip: lower bound 1 - eps_clip"),
       float_key("train.eps_clip_high", 0.0, 0.0, 10.0, "", "PPO clip: upper bound 1 + eps_clip_high (0 = eps_clip)"),
       float_key("train.eps_clip_c", 0.0, 0.0, 1e6, "", "dual-clip constant c > 1 for negative advantages (0 = off)"),
       bool_key("train.use_kl_loss", false, "add a KL loss to a frozen reference policy"),
       float_key("train.kl_loss_coef", 0.0, 0.0, 1e6, "", "weight of the KL loss"),
-      choice_key("train.kl_loss_type", "low_var_kl", {"k1", "k2", "k3", "low_var_kl"}, "KL estimator"),
+      choice_key("train.kl_loss_type", "k1", kl_types().names(),
+                 "KL estimator of the KL loss and of the reward-side KL (slime's default k1)"),
       float_key("train.entropy_coef", 0.0, -1e6, 1e6, "", "entropy bonus weight (loss -= coef * entropy)"),
       bool_key("train.use_tis", false, "truncated importance sampling against the rollout log-probs"),
       float_key("train.tis_clip", 2.0, 0.0, 1e6, "", "TIS upper clamp"),

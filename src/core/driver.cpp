@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "buffer/prompt_source.h"
+#include "buffer/dynamic_filter.h"
 #include "buffer/sample_transport.h"
 #include "ckpt/checkpoint_dir.h"
 #include "core/byte_codec.h"
@@ -30,17 +31,12 @@ namespace slimpi {
 
 // Everything one RL step carries from phase to phase (on the router unless noted).
 struct Driver::StepState {
-  std::vector<GeneratedSample> samples;  // kept groups, group order
-  std::vector<Prompt> group_prompts;     // prompt of each kept group
-  std::vector<float> raw_rewards;        // per kept sample
-  std::vector<float> rewards;            // after group post-processing
-  std::vector<GeneratedSample> unused;   // generated, not trained: filtered or surplus groups
-  std::vector<float> unused_raw_rewards;
-  std::vector<SampleStatus> unused_status;
-  std::vector<TrainSample> batch;        // router: the whole batch; trainers: their share
+  std::vector<Sample> kept;      // generated samples of the kept groups, group order (rewards set)
+  std::vector<Sample> unused;    // generated, not trained: filtered groups and surplus (status set)
+  std::vector<Sample> batch;     // trainers: their share of `kept`, then as trained
   EngineStats engine_stats;
   int64_t groups_generated = 0, groups_dropped = 0, rounds = 0;
-  double reward_s = 0;
+  double score_s = 0;            // router: time spent in the reward style, over all rounds
 };
 
 namespace {
@@ -90,11 +86,11 @@ Driver::Driver(RunContext& ctx) : ctx_(ctx), step_(std::make_unique<StepState>()
   const bool train_only = deck.get_bool("debug.train_only");
   phases_ = {
       {"eval", eval_on, &Driver::eval},
-      {"prompts", rl_ && !train_only, &Driver::prompts},
       {"rollout", rl_ && !train_only, &Driver::rollout},
       {"reward", rl_ && !train_only, &Driver::reward},
-      {"buffer", true, &Driver::buffer},
+      {"buffer", rl_, &Driver::buffer},
       {"train", !rollout_only, &Driver::train},
+      {"record", true, &Driver::record},
       {"weight_sync", rl_ && !rollout_only, &Driver::weight_sync},
       {"metrics", true, &Driver::metrics},
       {"checkpoint", true, &Driver::checkpoint},
@@ -150,7 +146,7 @@ void Driver::set_up_model_and_trainer() {
   if (ctx_.world->is_trainer()) {
     policy_ = make_model();
     trainer_comm_ = make_comm(ctx_.world->trainer(), "trainer", ctx_.device);
-    if (train_cfg.use_kl_loss) {
+    if (Trainer::needs_reference(train_cfg)) {
       reference_ = make_model();
       for (auto& p : reference_->parameters()) p.tensor.set_requires_grad(false);
     }
@@ -251,8 +247,6 @@ void Driver::eval(int64_t step) {
   if (step == 0 || (interval > 0 && step % interval == 0)) run_eval(step);
 }
 
-void Driver::prompts(int64_t) {}  // drawn round by round in rollout(): the filter decides how many
-
 void Driver::rollout(int64_t step) {
   if (!rollout_side_) return;
   const Deck& deck = ctx_.deck;
@@ -261,160 +255,113 @@ void Driver::rollout(int64_t step) {
   const int64_t per_round = deck.get_int("rollout.over_sampling_batch_size") > 0
                                 ? deck.get_int("rollout.over_sampling_batch_size")
                                 : want;
-  const bool filter = deck.get_string("rollout.dynamic_filter") == "nonzero_std";
-  const int64_t max_rounds = filter ? deck.get_int("rollout.max_sampling_rounds") : 1;
+  const DynamicFilter& filter = dynamic_filters().get(deck.get_string("rollout.dynamic_filter"));
+  const int64_t max_rounds = filter.is_identity() ? 1 : deck.get_int("rollout.max_sampling_rounds");
   const RewardConfig reward = reward_config(deck);
   const int64_t n = rc.n_samples_per_prompt;
   ByteTokenizer tok;
   StepState& st = *step_;
   int kept = 0;
   for (int64_t round = 0; round < max_rounds && kept < want; ++round) {
+    // Draw the round's prompts, generate their groups, score them, filter the groups.
+    const int64_t first_group = st.groups_generated;
     std::vector<Prompt> prompts = prompt_source_->next(per_round);
-    std::vector<GeneratedSample> samples =
-        rollout_side_->generate(prompts, st.groups_generated, uint64_t(step), n, rc.sampling, &st.engine_stats);
+    std::vector<Sample> samples =
+        rollout_side_->generate(prompts, first_group, uint64_t(step), n, rc.sampling, &st.engine_stats);
     st.groups_generated += per_round;
     ++st.rounds;
     if (rollout_side_->is_router()) {
       Stopwatch clock;
       std::vector<RewardInput> batch;
       for (const auto& s : samples) {
-        const Prompt& p = prompts[s.group_index - (st.groups_generated - per_round)];
-        batch.push_back({p.text, tok.decode(s.response), p.label});
+        const Prompt& p = prompts[s.group_index - first_group];
+        batch.push_back({p.text, tok.decode({s.tokens.begin() + s.prompt_length, s.tokens.end()}), p.label});
       }
       std::vector<float> r = compute_rewards(reward, batch);
-      st.reward_s += clock.seconds();
+      st.score_s += clock.seconds();
       for (size_t g = 0; g * n < samples.size(); ++g) {
-        double mean = 0, var = 0;
-        for (int64_t i = 0; i < n; ++i) mean += r[g * n + i] / double(n);
-        for (int64_t i = 0; i < n; ++i) var += (r[g * n + i] - mean) * (r[g * n + i] - mean);
-        const bool varied = n > 1 && std::sqrt(var / double(n - 1)) > 1e-6;
-        if ((filter && !varied) || kept >= want) {  // dropped by the filter, or over-sampling surplus
-          const bool dropped = filter && !varied;
-          st.groups_dropped += dropped ? 1 : 0;
-          for (int64_t i = 0; i < n; ++i) {
-            st.unused.push_back(samples[g * n + i]);
-            st.unused_raw_rewards.push_back(r[g * n + i]);
-            st.unused_status.push_back(dropped ? SampleStatus::Filtered : SampleStatus::Aborted);
-          }
-          continue;
-        }
-        ++kept;
-        st.group_prompts.push_back(prompts[g]);
+        std::vector<float> group_rewards(r.begin() + g * n, r.begin() + (g + 1) * n);
+        const bool keep = filter.keep(group_rewards);
+        const bool surplus = keep && kept >= want;
+        if (!keep) ++st.groups_dropped;
+        if (keep && !surplus) ++kept;
         for (int64_t i = 0; i < n; ++i) {
-          st.samples.push_back(samples[g * n + i]);
-          st.raw_rewards.push_back(r[g * n + i]);
+          Sample s = std::move(samples[g * n + i]);
+          s.step = step;
+          s.raw_reward = r[g * n + i];
+          if (!keep || surplus) {  // dropped by the filter, or over-sampling surplus
+            s.status = keep ? SampleStatus::Aborted : SampleStatus::Filtered;
+            s.reward = keep ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
+            st.unused.push_back(std::move(s));
+          } else {
+            st.kept.push_back(std::move(s));
+          }
         }
       }
     }
     MPI_Bcast(&kept, 1, MPI_INT, 0, ctx_.world->rollout());
   }
   if (rollout_side_->is_router() && kept < want)
-    log::warn("step {}: the dynamic filter kept {} of {} groups after {} rounds; training on those", step, kept, want,
-              st.rounds);
+    log::warn("step {}: the dynamic filter kept {} of {} groups after {} rounds; training on those (rewards "
+              "normalised per group)",
+              step, kept, want, st.rounds);
 }
 
 void Driver::reward(int64_t) {
+  // Group post-processing of the kept groups' rewards (per group, also in a short
+  // batch: slime never trains one, and per group is what its normalisation means).
   if (!rollout_side_ || !rollout_side_->is_router()) return;
   const Deck& deck = ctx_.deck;
   StepState& st = *step_;
+  if (st.kept.empty()) return;
   const int64_t n = rollout_side_->config().n_samples_per_prompt;
-  const std::string estimator = deck.get_string("train.advantage_estimator");
   RewardNormalization norm{!deck.get_bool("train.disable_rewards_normalization"),
                            !deck.get_bool("train.disable_grpo_std_normalization")};
-  st.rewards = st.samples.empty() ? std::vector<float>() : postprocess_rewards(estimator, st.raw_rewards, n, norm);
-  for (size_t i = 0; i < st.samples.size(); ++i) {
-    const GeneratedSample& g = st.samples[i];
-    TrainSample t;
-    t.tokens = g.prompt;
-    t.tokens.insert(t.tokens.end(), g.response.begin(), g.response.end());
-    t.prompt_length = static_cast<int64_t>(g.prompt.size());
-    t.rollout_log_probs = g.log_probs;
-    AdvantageInputs in;
-    in.reward = st.rewards[i];
-    in.mask = at::ones({static_cast<int64_t>(g.response.size())}, at::kFloat);
-    in.kl_coef = deck.get_float("train.kl_coef");
-    in.gamma = deck.get_float("train.gamma");
-    at::Tensor adv = compute_advantages(estimator, in).contiguous();
-    t.advantages.assign(adv.data_ptr<float>(), adv.data_ptr<float>() + adv.numel());
-    st.batch.push_back(std::move(t));
-  }
+  std::vector<float> raw;
+  for (const auto& s : st.kept) raw.push_back(s.raw_reward);
+  std::vector<float> rewards = postprocess_rewards(deck.get_string("train.advantage_estimator"), raw, n, norm);
+  for (size_t i = 0; i < st.kept.size(); ++i) st.kept[i].reward = rewards[i];
 }
 
 void Driver::buffer(int64_t step) {
   StepState& st = *step_;
   static const std::string waiting_for_rollouts = "[buffer] trainers waiting for the step's rollouts";
-  if (rl_) idle_barrier(ctx_.world->world(), waiting_for_rollouts);
-  if (!rl_) {  // SFT: the step's samples come from the data set, nothing to buffer
-    rollouts_->append({});
-    return;
-  }
-  if (ctx_.deck.get_bool("debug.train_only")) {  // replay: nothing generated, nothing logged
-    rollouts_->append({});
+  idle_barrier(ctx_.world->world(), waiting_for_rollouts);
+  if (ctx_.deck.get_bool("debug.train_only")) {  // replay: the recorded samples of this step
     st.batch = recorded_batch(step);
     return;
   }
   const bool router = ctx_.world->rank() == router_world_rank_;
-  // rollouts.h5: every generated sample (trained ones first, with rewards and
-  // advantages; then filtered and surplus groups), appended collectively.
-  std::vector<Sample> rows;
   std::map<std::string, double> m;
   if (router) {
-    auto row = [&](const GeneratedSample& g) {
-      Sample s;
-      s.step = step;
-      s.group_index = g.group_index;
-      s.index = g.sample_index;
-      s.prompt_tokens.assign(g.prompt.begin(), g.prompt.end());
-      s.response_tokens.assign(g.response.begin(), g.response.end());
-      s.rollout_log_probs = g.log_probs;
-      s.status = g.finish == FinishReason::Stop ? SampleStatus::Completed : SampleStatus::Truncated;
-      s.weight_version = g.weight_versions.empty() ? 0 : g.weight_versions.front();
-      return s;
-    };
-    for (size_t i = 0; i < st.samples.size(); ++i) {  // trained, in training order
-      Sample s = row(st.samples[i]);
-      s.raw_reward = st.raw_rewards[i];
-      s.reward = st.rewards[i];
-      s.advantages = st.batch[i].advantages;
-      s.advantage = s.advantages.empty() ? 0.0f : s.advantages.front();
-      rows.push_back(std::move(s));
-    }
-    for (size_t i = 0; i < st.unused.size(); ++i) {  // generated, not trained
-      Sample s = row(st.unused[i]);
-      s.raw_reward = st.unused_raw_rewards[i];
-      s.status = st.unused_status[i];
-      const bool filtered = s.status == SampleStatus::Filtered;
-      s.reward = filtered ? 0.0f : std::numeric_limits<float>::quiet_NaN();
-      s.advantage = filtered ? 0.0f : std::numeric_limits<float>::quiet_NaN();
-      rows.push_back(std::move(s));
-    }
-    // Rollout metrics (slime's names).
-    const double n = std::max<double>(1, double(st.samples.size()));
-    double raw = 0, rew = 0, len = 0, max_len = 0, truncated = 0, adv = 0;
-    for (size_t i = 0; i < st.samples.size(); ++i) {
-      raw += st.raw_rewards[i];
-      rew += st.rewards[i];
-      len += double(st.samples[i].response.size());
-      max_len = std::max(max_len, double(st.samples[i].response.size()));
-      truncated += st.samples[i].finish == FinishReason::Length;
-      adv += rows[i].advantage;
+    // Rollout metrics (slime's names) of the kept samples.
+    const double n = std::max<double>(1, double(st.kept.size()));
+    double raw = 0, rew = 0, len = 0, max_len = 0, truncated = 0;
+    for (const Sample& s : st.kept) {
+      raw += s.raw_reward;
+      rew += s.reward;
+      len += double(s.response_length());
+      max_len = std::max(max_len, double(s.response_length()));
+      truncated += s.status == SampleStatus::Truncated;
     }
     const int64_t k = rollout_side_->config().n_samples_per_prompt;
+    const int64_t want = ctx_.deck.get_int("rollout.rollout_batch_size");
+    const int64_t kept_groups = int64_t(st.kept.size()) / k;
     int64_t zero_std = 0;
-    for (size_t g = 0; (g + 1) * k <= st.raw_rewards.size(); ++g) {
+    for (int64_t g = 0; g < kept_groups; ++g) {
       bool same = true;
-      for (int64_t i = 1; i < k; ++i) same &= st.raw_rewards[g * k + i] == st.raw_rewards[g * k];
+      for (int64_t i = 1; i < k; ++i) same &= st.kept[g * k + i].raw_reward == st.kept[g * k].raw_reward;
       zero_std += same;
     }
     const EngineStats& es = st.engine_stats;
     m["rollout/raw_reward"] = raw / n;
     m["rollout/rewards"] = rew / n;
-    m["rollout/advantages"] = adv / n;
     m["rollout/response_len/mean"] = len / n;
     m["rollout/response_len/max"] = max_len;
     m["rollout/truncated_ratio"] = truncated / n;
     m["rollout/zero_std/count"] = double(zero_std);
     m["rollout/dynamic_filter/drop_zero_std"] = double(st.groups_dropped);
+    m["rollout/short_batch_groups"] = double(std::max<int64_t>(0, want - kept_groups));
     m["rollout/groups_generated"] = double(st.groups_generated);
     m["rollout/sampling_rounds"] = double(st.rounds);
     m["rollout/generated_tokens"] = double(es.generated_tokens);
@@ -426,15 +373,16 @@ void Driver::buffer(int64_t step) {
     m["rollout/skipped_lines"] = double(prompt_source_->n_skipped_lines());
     m["rollout/prompt_cursor"] = double(prompt_source_->cursor());
     m["rollout/epoch"] = double(prompt_source_->epoch());
-    m["perf/reward_time"] = st.reward_s;
+    m["perf/reward_score_time"] = st.score_s;
   }
-  rollouts_->append(rows);
-  rollouts_->flush();
   share_metrics(router_world_rank_, m);
   // Every rank follows the router's prompt cursor (it drew as many rounds as needed).
   if (prompt_source_) prompt_source_->set_cursor(int64_t(step_metrics_.at("rollout/prompt_cursor")));
-  if (!ctx_.deck.get_bool("debug.rollout_only"))
-    st.batch = scatter_train_samples(ctx_.world->world(), router_world_rank_, trainer_world_ranks_, st.batch);
+  if (ctx_.deck.get_bool("debug.rollout_only")) {
+    if (router) st.batch = std::move(st.kept);  // logged as generated; nothing trains
+    return;
+  }
+  st.batch = scatter_samples(ctx_.world->world(), router_world_rank_, trainer_world_ranks_, st.kept);
 }
 
 void Driver::train(int64_t step) {
@@ -442,11 +390,12 @@ void Driver::train(int64_t step) {
   const Deck& deck = ctx_.deck;
   if (!rl_) {
     const int64_t batch = deck.get_int("train.global_batch_size");
-    auto m = trainer_->train_step(sft_data_->batch(step, batch, trainer_comm_->rank(), trainer_comm_->size()));
+    std::vector<Sample> local = sft_data_->batch(step, batch, trainer_comm_->rank(), trainer_comm_->size());
+    auto m = trainer_->train_step(local);
     for (const auto& [k, v] : m) step_metrics_[k] = v;
     return;
   }
-  std::vector<TrainSample>& local = step_->batch;
+  std::vector<Sample>& local = step_->batch;
   int64_t n_global = static_cast<int64_t>(local.size());
   MPI_Allreduce(MPI_IN_PLACE, &n_global, 1, MPI_INT64_T, MPI_SUM, ctx_.world->trainer());
   if (n_global == 0) {
@@ -455,18 +404,39 @@ void Driver::train(int64_t step) {
   }
   int64_t n_steps = deck.get_int("train.num_steps_per_rollout");
   if (n_steps == 0) n_steps = std::max<int64_t>(1, n_global / deck.get_int("train.global_batch_size"));
-  if (reference_) trainer_->compute_log_probs(local, /*reference=*/true);
-  if (n_steps > 1) trainer_->compute_log_probs(local, /*reference=*/false);  // ρ is measured against these
+  // Reference and old log-probs, KL, advantages and their whitening: once per rollout.
+  for (const auto& [k, v] : trainer_->prepare_rollout(local, /*recompute_old=*/n_steps > 1)) step_metrics_[k] = v;
   std::map<std::string, double> sums;
   const size_t n_local = local.size();
   for (int64_t s = 0; s < n_steps; ++s) {
-    std::vector<TrainSample> part(local.begin() + n_local * s / n_steps, local.begin() + n_local * (s + 1) / n_steps);
+    std::vector<Sample> part(std::make_move_iterator(local.begin() + n_local * s / n_steps),
+                             std::make_move_iterator(local.begin() + n_local * (s + 1) / n_steps));
     auto m = trainer_->train_step(part);
-    if (s == 0) step_metrics_["train/ppo_kl_first_step"] = m["train/ppo_kl"];
-    for (const auto& [k, v] : m) sums[k] += v / double(n_steps);
+    std::move(part.begin(), part.end(), local.begin() + n_local * s / n_steps);
+    for (const auto& [k, v] : m) {
+      sums[k] += v / double(n_steps);
+      // slime logs every optimizer step: train_step/<i>/<name> for train/<name>, i = 0..n_steps-1.
+      if (k.rfind("train/", 0) == 0) step_metrics_[fmt::format("train_step/{}/{}", s, k.substr(6))] = v;
+    }
   }
   for (const auto& [k, v] : sums) step_metrics_[k] = v;
   step_metrics_["train/optimizer_steps"] = double(n_steps);
+}
+
+void Driver::record(int64_t) {
+  // rollouts.h5: every generated sample of the step. First the trained ones, each
+  // trainer appending its share with what training used (trainer order = training
+  // order); then the router's filtered and surplus groups. Two collective appends.
+  StepState& st = *step_;
+  if (!rl_) {
+    rollouts_->append({});
+    rollouts_->append({});
+    rollouts_->flush();
+    return;
+  }
+  rollouts_->append(st.batch);
+  rollouts_->append(st.unused);
+  rollouts_->flush();
 }
 
 void Driver::weight_sync(int64_t step) {

@@ -1,17 +1,24 @@
 // Driver — `slimpi run`: walks the step table of DESIGN.md §2 for run.n_steps steps.
 //
-//   0 eval  1 prompts  2 rollout  3 reward  4 buffer  5 train  6 weight_sync  7 metrics  8 checkpoint
+//   eval  rollout  reward  buffer  train  record  weight_sync  metrics  checkpoint
 //
-// train.mode = "rl": rollout ranks generate each step's groups (rounds until the
-// dynamic filter has rollout_batch_size groups), rollout rank 0 (the router) scores
-// them, normalises rewards into advantages, appends them to rollouts.h5 and sends
-// each trainer its share; trainers take num_steps_per_rollout optimizer steps; the
-// weights then go to the engines (split: bucketed broadcast over `sync`; colocate:
-// the engines run the trainer's own model). train.mode = "sft": supervised steps on
-// data.path; the rollout phases are idle. [eval] runs on held-out prompts before the
-// first step and every eval.interval steps, and once more after the last (its row is
-// step n_steps). Every rank calls every phase (a rank with no part returns at once),
-// so world-collective calls line up.
+// train.mode = "rl":
+//   rollout      rounds of: draw prompts, generate their groups on every engine, score
+//                them (router), apply rollout.dynamic_filter — until
+//                rollout_batch_size groups are kept or max_sampling_rounds are spent
+//   reward       group post-processing of the kept groups' rewards (router)
+//   buffer       rollout metrics; each trainer gets its share of the kept samples
+//   train        reference/old log-probs, KL, advantages, whitening (once per rollout),
+//                then num_steps_per_rollout optimizer steps
+//   record       rollouts.h5: the trained samples as trained (each trainer appends its
+//                share), then the filtered and surplus ones (router)
+//   weight_sync  the weights go to the engines (split: bucketed broadcast over `sync`;
+//                colocate: the engines run the trainer's own model)
+// train.mode = "sft": supervised steps on data.path; the rollout phases are idle.
+// [eval] runs on held-out prompts before the first step and every eval.interval steps,
+// and once more after the last (its row is step n_steps). Every rank calls every
+// phase (a rank with no part returns at once), so world-collective calls line up;
+// perf/<phase>_time is the phase's time, max over ranks.
 //
 // Checkpoint/restart (driver_checkpoint.cpp): the `checkpoint` phase writes
 // ckpt/step_XXXXXXXX/ (ckpt/checkpoint_dir.h) every checkpoint.interval steps, at the
@@ -45,7 +52,7 @@ class Trainer;
 class Transformer;
 class WeightSync;
 struct Prompt;
-struct TrainSample;
+struct Sample;
 
 class Driver {
  public:
@@ -61,11 +68,11 @@ class Driver {
     void (Driver::*body)(int64_t step);
   };
   void eval(int64_t step);
-  void prompts(int64_t step);
   void rollout(int64_t step);
   void reward(int64_t step);
   void buffer(int64_t step);
   void train(int64_t step);
+  void record(int64_t step);
   void weight_sync(int64_t step);
   void metrics(int64_t step);
   void checkpoint(int64_t step);
@@ -77,7 +84,7 @@ class Driver {
   void resume_and_open_files();
   void write_checkpoint(int64_t next_step);
   // debug.train_only: this trainer's share of the recorded samples of `step`.
-  std::vector<TrainSample> recorded_batch(int64_t step);
+  std::vector<Sample> recorded_batch(int64_t step);
   void run_eval(int64_t row);
   // Sends `values` from world rank `root` to every rank (merged into step_metrics_).
   void share_metrics(int root, std::map<std::string, double> values);

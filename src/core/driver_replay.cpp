@@ -4,10 +4,13 @@
 //   debug.train_only: no generation; training step s replays the samples of step s in
 //     debug.load_rollouts (a rollouts.h5), split over the trainers exactly as the
 //     router split them (trainer i of T: rows [i·N/T, (i+1)·N/T) of the step), with
-//     the recorded per-token advantages and rollout log-probs. With the same deck and
-//     trainer count it reproduces the recorded run's train/* metrics exactly.
+//     the recorded rewards, rollout log-probs and sampling supports; the trainers
+//     recompute old/reference log-probs, KL and advantages. With the same deck and
+//     trainer count it reproduces the recorded run's train/* metrics exactly, and its
+//     rollouts.h5 holds the trained rows again with what this replay computed.
 #include <slimpi/error.h>
 
+#include <cmath>
 #include <filesystem>
 
 #include "core/driver.h"
@@ -42,8 +45,8 @@ void Driver::check_debug_modes() const {
                     deck.source("debug.load_rollouts"));
 }
 
-std::vector<TrainSample> Driver::recorded_batch(int64_t step) {
-  std::vector<TrainSample> batch;
+std::vector<Sample> Driver::recorded_batch(int64_t step) {
+  std::vector<Sample> batch;
   const std::string& path = ctx_.deck.get_string("debug.load_rollouts");
   run_on_all_and_agree(ctx_.world->world(), "debug.train_only: " + path, [&] {
     if (!trainer_) return;
@@ -53,17 +56,14 @@ std::vector<TrainSample> Driver::recorded_batch(int64_t step) {
     const size_t T = trainer_world_ranks_.size(), N = rows.size();
     const size_t me = static_cast<size_t>(rank_in(ctx_.world->trainer()));
     for (size_t i = me * N / T; i < (me + 1) * N / T; ++i) {
-      const Sample& s = rows[i];
-      SLIMPI_CHECK(s.advantages.size() == s.response_tokens.size(),
-                   "{}: step {} sample (group {}, index {}) has {} advantages for {} response tokens", path, step,
-                   s.group_index, s.index, s.advantages.size(), s.response_tokens.size());
-      TrainSample t;
-      t.tokens.assign(s.prompt_tokens.begin(), s.prompt_tokens.end());
-      t.tokens.insert(t.tokens.end(), s.response_tokens.begin(), s.response_tokens.end());
-      t.prompt_length = static_cast<int64_t>(s.prompt_tokens.size());
-      t.rollout_log_probs = s.rollout_log_probs;
-      t.advantages = s.advantages;
-      batch.push_back(std::move(t));
+      // What the router sent: the rollout fields and the post-processed reward; the
+      // trainer recomputes everything else as the recorded run did.
+      Sample s = rows[i];
+      SLIMPI_CHECK(std::isfinite(s.reward), "{}: step {} sample (group {}, index {}) has reward {}", path, step,
+                   s.group_index, s.index, s.reward);
+      for (auto* field : {&s.old_log_probs, &s.ref_log_probs, &s.kl, &s.raw_advantages, &s.advantages})
+        field->clear();
+      batch.push_back(std::move(s));
     }
   });
   return batch;

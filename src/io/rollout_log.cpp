@@ -4,6 +4,7 @@
 #include <slimpi/version.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "io/h5_meta.h"
 
@@ -46,39 +47,75 @@ void RolloutLog::bind(bool create) {
   col(advantage_, "advantage");
   col(status_, "status");
   col(tokens_, "tokens");
-  col(log_probs_, "rollout_log_probs");
-  col(advantages_, "advantages");
+  col(sampling_support_, "sampling_support");
+  col(weight_versions_, "weight_versions");
+  token_columns_.clear();
+  token_columns_.reserve(6);
+  for (auto [name, field] : {std::pair{"rollout_log_probs", &Sample::rollout_log_probs},
+                             {"old_log_probs", &Sample::old_log_probs},
+                             {"ref_log_probs", &Sample::ref_log_probs},
+                             {"kl", &Sample::kl},
+                             {"raw_advantages", &Sample::raw_advantages},
+                             {"advantages", &Sample::advantages}}) {
+    token_columns_.push_back(TokenColumn{name, field, {}});
+    col(token_columns_.back().data, name);
+  }
 }
+
+namespace {
+
+// Concatenates one per-token field of every sample (CSR values + row lengths),
+// checking that each row is empty or one value per response token.
+template <class T>
+void gather_token_field(const std::vector<Sample>& local, const std::vector<T> Sample::*field, const char* name,
+                        std::vector<T>& values, std::vector<int64_t>& lengths) {
+  for (const Sample& s : local) {
+    const std::vector<T>& v = s.*field;
+    SLIMPI_CHECK(v.empty() || int64_t(v.size()) == s.response_length(),
+                 "sample (step {}, group {}, index {}) has {} {} for {} response tokens", s.step, s.group_index,
+                 s.index, v.size(), name, s.response_length());
+    values.insert(values.end(), v.begin(), v.end());
+    lengths.push_back(static_cast<int64_t>(v.size()));
+  }
+}
+
+template <class T>
+void append_token_field(h5::CsrDataset<T>& data, const std::vector<Sample>& local,
+                        const std::vector<T> Sample::*field, const char* name) {
+  std::vector<T> values;
+  std::vector<int64_t> lengths;
+  gather_token_field(local, field, name, values, lengths);
+  data.append(values.data(), lengths.data(), local.size());
+}
+
+// Row i of a CSR dataset read whole.
+template <class T>
+std::vector<T> csr_row(const std::vector<T>& values, const std::vector<int64_t>& offsets, size_t i) {
+  return std::vector<T>(values.begin() + offsets[i], values.begin() + offsets[i + 1]);
+}
+
+}  // namespace
 
 uint64_t RolloutLog::append(const std::vector<Sample>& local) {
   const size_t n = local.size();
-  std::vector<int64_t> step(n), group(n), index(n), version(n), token_lengths(n), logp_lengths(n);
+  std::vector<int64_t> step(n), group(n), index(n), version(n), token_lengths(n);
   std::vector<int32_t> prompt_len(n), response_len(n), tokens;
-  std::vector<float> reward(n), raw(n), advantage(n), logp, adv_values;
-  std::vector<int64_t> adv_lengths(n);
+  std::vector<float> reward(n), raw(n), advantage(n);
   std::vector<int8_t> status(n);
   for (size_t i = 0; i < n; ++i) {
     const Sample& s = local[i];
-    SLIMPI_CHECK(s.rollout_log_probs.empty() || s.rollout_log_probs.size() == s.response_tokens.size(),
-                 "sample (step {}, group {}, index {}) has {} log-probs for {} response tokens", s.step,
-                 s.group_index, s.index, s.rollout_log_probs.size(), s.response_tokens.size());
     step[i] = s.step;
     group[i] = s.group_index;
     index[i] = s.index;
-    version[i] = s.weight_version;
-    prompt_len[i] = static_cast<int32_t>(s.prompt_tokens.size());
-    response_len[i] = static_cast<int32_t>(s.response_tokens.size());
+    version[i] = s.weight_version();
+    prompt_len[i] = static_cast<int32_t>(s.prompt_length);
+    response_len[i] = static_cast<int32_t>(s.response_length());
     reward[i] = s.reward;
     raw[i] = s.raw_reward;
-    advantage[i] = s.advantage;
+    advantage[i] = s.advantages.empty() ? (std::isnan(s.reward) ? NAN : 0.0f) : s.advantages.front();
     status[i] = static_cast<int8_t>(s.status);
-    tokens.insert(tokens.end(), s.prompt_tokens.begin(), s.prompt_tokens.end());
-    tokens.insert(tokens.end(), s.response_tokens.begin(), s.response_tokens.end());
-    token_lengths[i] = prompt_len[i] + response_len[i];
-    logp.insert(logp.end(), s.rollout_log_probs.begin(), s.rollout_log_probs.end());
-    logp_lengths[i] = static_cast<int64_t>(s.rollout_log_probs.size());
-    adv_values.insert(adv_values.end(), s.advantages.begin(), s.advantages.end());
-    adv_lengths[i] = static_cast<int64_t>(s.advantages.size());
+    tokens.insert(tokens.end(), s.tokens.begin(), s.tokens.end());
+    token_lengths[i] = static_cast<int64_t>(s.tokens.size());
   }
   const uint64_t first = step_.append(step.data(), n);
   group_index_.append(group.data(), n);
@@ -91,8 +128,9 @@ uint64_t RolloutLog::append(const std::vector<Sample>& local) {
   advantage_.append(advantage.data(), n);
   status_.append(status.data(), n);
   tokens_.append(tokens.data(), token_lengths.data(), n);
-  log_probs_.append(logp.data(), logp_lengths.data(), n);
-  advantages_.append(adv_values.data(), adv_lengths.data(), n);
+  append_token_field(sampling_support_, local, &Sample::sampling_support, "sampling_support");
+  append_token_field(weight_versions_, local, &Sample::weight_versions, "weight_versions");
+  for (auto& c : token_columns_) append_token_field(c.data, local, c.field, c.name);
   return first;
 }
 
@@ -110,8 +148,9 @@ uint64_t RolloutLog::truncate_to_step(int64_t step) {
   for (auto* d : {&reward_, &raw_reward_, &advantage_}) d->truncate_to(keep);
   status_.truncate_to(keep);
   tokens_.truncate_to(keep);
-  log_probs_.truncate_to(keep);
-  advantages_.truncate_to(keep);
+  sampling_support_.truncate_to(keep);
+  weight_versions_.truncate_to(keep);
+  for (auto& c : token_columns_) c.data.truncate_to(keep);
   file_.flush();
   return keep;
 }
@@ -129,15 +168,21 @@ std::vector<Sample> RolloutLog::read_trained(int64_t step) const {
 
 std::vector<Sample> RolloutLog::read_rows(uint64_t first, uint64_t count) const {
   auto step = step_.read(first, count), group = group_index_.read(first, count);
-  auto index = index_.read(first, count), version = weight_version_.read(first, count);
+  auto index = index_.read(first, count);
   auto prompt_len = prompt_length_.read(first, count), response_len = response_length_.read(first, count);
   auto reward = reward_.read(first, count), raw = raw_reward_.read(first, count);
-  auto advantage = advantage_.read(first, count);
   auto status = status_.read(first, count);
-  auto tok_off = tokens_.read_offsets(), lp_off = log_probs_.read_offsets(), adv_off = advantages_.read_offsets();
+  auto tok_off = tokens_.read_offsets(), sup_off = sampling_support_.read_offsets();
+  auto ver_off = weight_versions_.read_offsets();
   auto tok = tokens_.read_values();
-  auto lp = log_probs_.read_values();
-  auto adv = advantages_.read_values();
+  auto sup = sampling_support_.read_values();
+  auto ver = weight_versions_.read_values();
+  std::vector<std::vector<int64_t>> col_off;
+  std::vector<std::vector<float>> col_values;
+  for (const auto& c : token_columns_) {
+    col_off.push_back(c.data.read_offsets());
+    col_values.push_back(c.data.read_values());
+  }
   std::vector<Sample> out(count);
   for (size_t k = 0; k < out.size(); ++k) {
     const size_t i = first + k;
@@ -145,19 +190,18 @@ std::vector<Sample> RolloutLog::read_rows(uint64_t first, uint64_t count) const 
     s.step = step[k];
     s.group_index = group[k];
     s.index = index[k];
-    s.weight_version = version[k];
     s.reward = reward[k];
     s.raw_reward = raw[k];
-    s.advantage = advantage[k];
     s.status = static_cast<SampleStatus>(status[k]);
     SLIMPI_CHECK(tok_off[i + 1] - tok_off[i] == prompt_len[k] + response_len[k],
                  "rollouts.h5 row {}: tokens row has {} ids, lengths say {} + {}", i, tok_off[i + 1] - tok_off[i],
                  prompt_len[k], response_len[k]);
-    auto t0 = tok.begin() + tok_off[i];
-    s.prompt_tokens.assign(t0, t0 + prompt_len[k]);
-    s.response_tokens.assign(t0 + prompt_len[k], tok.begin() + tok_off[i + 1]);
-    s.rollout_log_probs.assign(lp.begin() + lp_off[i], lp.begin() + lp_off[i + 1]);
-    s.advantages.assign(adv.begin() + adv_off[i], adv.begin() + adv_off[i + 1]);
+    s.tokens.assign(tok.begin() + tok_off[i], tok.begin() + tok_off[i + 1]);
+    s.prompt_length = prompt_len[k];
+    s.sampling_support = csr_row(sup, sup_off, i);
+    s.weight_versions = csr_row(ver, ver_off, i);
+    for (size_t c = 0; c < token_columns_.size(); ++c)
+      s.*(token_columns_[c].field) = csr_row(col_values[c], col_off[c], i);
   }
   return out;
 }

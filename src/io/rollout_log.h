@@ -1,18 +1,27 @@
 // RolloutLog — the run's rollouts.h5: one row per sample, appended every step by all
 // ranks of the file's communicator at once (collective; a rank with no samples still
 // calls append). Owned by the driver. Layout (every dataset under /samples):
-//   step, group_index, index, weight_version  int64 [n]
+//   step, group_index, index, weight_version  int64 [n]  (weight_version: first response token's)
 //   prompt_length, response_length            int32 [n]
-//   reward, raw_reward, advantage             float32 [n]
+//   reward, raw_reward, advantage             float32 [n] (advantage: first response token's, as trained)
 //   status                                    int8 [n]   (attribute status_names)
 //   tokens/{values,offsets}                   int32 CSR: prompt + response token ids
-//   rollout_log_probs/{values,offsets}        float32 CSR: one per response token
-//   advantages/{values,offsets}               float32 CSR: per-token advantages (as trained)
-// Row i of every dataset is the same sample; rows of lower ranks come first in a step.
-// A step's trained samples come first, in training order; then the groups it generated
-// but did not train on: status 5 (dropped by the dynamic filter; reward = 0, the group
-// post-processing of equal rewards) and status 3 (over-sampling surplus; reward and
-// advantage NaN: never post-processed). Both have no per-token advantages.
+// and per response token, CSR {values,offsets} (a row is empty where not computed):
+//   rollout_log_probs   float32  the engine's, over the sampling support
+//   sampling_support    int32    size of the top-k/top-p set each token was drawn from
+//                                (0 = whole vocabulary; empty row: no truncation at all)
+//   weight_versions     int64    weights that produced each token
+//   old_log_probs       float32  the trainer's, before its first optimizer step
+//   ref_log_probs       float32  the reference model's (when one exists)
+//   kl                  float32  KL estimate old vs reference (train.kl_loss_type)
+//   raw_advantages      float32  the estimator's, before whitening
+//   advantages          float32  as trained (after whitening when it is on)
+// Row i of every dataset is the same sample; rows of lower ranks come first in one
+// append. A step's trained samples come first, in training order (each trainer
+// appends its share); then the groups it generated but did not train on: status 5
+// (dropped by the dynamic filter; reward = 0, the group post-processing of equal
+// rewards) and status 3 (over-sampling surplus; reward NaN: never post-processed).
+// Neither has training fields.
 // Root attributes: slimpi_version, created_utc, kind = "slimpi rollouts", deck (text).
 #pragma once
 
@@ -48,14 +57,22 @@ class RolloutLog {
   // Rows [first, last) holding step `step` (first == last: none).
   std::pair<uint64_t, uint64_t> step_rows(int64_t step) const;
 
+  // The per-response-token float columns, each with the Sample field it stores.
+  struct TokenColumn {
+    const char* name;
+    std::vector<float> Sample::*field;
+    h5::CsrDataset<float> data;
+  };
+
   h5::File file_;
   h5::Handle group_;
   h5::AppendableDataset<int64_t> step_, group_index_, index_, weight_version_;
   h5::AppendableDataset<int32_t> prompt_length_, response_length_;
   h5::AppendableDataset<float> reward_, raw_reward_, advantage_;
   h5::AppendableDataset<int8_t> status_;
-  h5::CsrDataset<int32_t> tokens_;
-  h5::CsrDataset<float> log_probs_, advantages_;
+  h5::CsrDataset<int32_t> tokens_, sampling_support_;
+  h5::CsrDataset<int64_t> weight_versions_;
+  std::vector<TokenColumn> token_columns_;
 };
 
 }  // namespace slimpi

@@ -19,8 +19,10 @@ struct ByLogitDesc {
   bool operator()(int32_t a, int32_t b) const { return z[a] > z[b] || (z[a] == z[b] && a < b); }
 };
 
-// One row, using `idx` (vocab entries) and `p` (vocab entries) as scratch.
-int64_t sample_row(const float* z, int64_t vocab, const SamplingRow& r, int32_t* idx, double* p) {
+// One row, using `idx` (vocab entries) and `p` (vocab entries) as scratch. *support:
+// the size of the candidate set when it is smaller than the vocabulary, else 0.
+int64_t sample_row(const float* z, int64_t vocab, const SamplingRow& r, int32_t* idx, double* p, int32_t* support) {
+  *support = 0;
   if (r.temperature <= 0) {
     int64_t best = 0;
     for (int64_t v = 1; v < vocab; ++v)
@@ -53,6 +55,7 @@ int64_t sample_row(const float* z, int64_t vocab, const SamplingRow& r, int32_t*
     n = keep;
     total = mass;
   }
+  if (n < vocab) *support = static_cast<int32_t>(n);
   double cumulative = 0;
   const double target = r.uniform * total;
   for (int64_t i = 0; i < n; ++i) {
@@ -64,23 +67,27 @@ int64_t sample_row(const float* z, int64_t vocab, const SamplingRow& r, int32_t*
 
 }  // namespace
 
-void sample_tokens(const float* logits, int64_t n_rows, int64_t vocab, const SamplingRow* rows, int64_t* tokens_out) {
+void sample_tokens(const float* logits, int64_t n_rows, int64_t vocab, const SamplingRow* rows, int64_t* tokens_out,
+                   int32_t* support_out) {
   Kokkos::View<int32_t**, Kokkos::LayoutRight, Kokkos::HostSpace> idx("sampling_idx", n_rows, vocab);
   Kokkos::View<double**, Kokkos::LayoutRight, Kokkos::HostSpace> p("sampling_p", n_rows, vocab);
   Kokkos::parallel_for(
       "slimpi::sample_tokens", Kokkos::RangePolicy<HostSpace>(0, n_rows), [=](const int64_t b) {
-        tokens_out[b] = sample_row(logits + b * vocab, vocab, rows[b], &idx(b, 0), &p(b, 0));
+        int32_t support = 0;
+        tokens_out[b] = sample_row(logits + b * vocab, vocab, rows[b], &idx(b, 0), &p(b, 0), &support);
+        if (support_out) support_out[b] = support;
       });
   Kokkos::fence();
 }
 
 void sample_tokens_reference(const float* logits, int64_t n_rows, int64_t vocab, const SamplingRow* rows,
-                             int64_t* tokens_out) {
+                             int64_t* tokens_out, int32_t* support_out) {
   for (int64_t b = 0; b < n_rows; ++b) {
     const float* z = logits + b * vocab;
     const SamplingRow& r = rows[b];
     std::vector<std::pair<double, int64_t>> c;  // (z, token)
     for (int64_t v = 0; v < vocab; ++v) c.emplace_back(z[v], v);
+    if (support_out) support_out[b] = 0;
     if (r.temperature <= 0) {
       tokens_out[b] = std::max_element(c.begin(), c.end(), [](auto& a, auto& x) { return a.first < x.first; })->second;
       continue;
@@ -101,6 +108,7 @@ void sample_tokens_reference(const float* logits, int64_t n_rows, int64_t vocab,
       c.resize(keep);
       total = mass;
     }
+    if (support_out && int64_t(c.size()) < vocab) support_out[b] = static_cast<int32_t>(c.size());
     double cumulative = 0;
     int64_t chosen = c.back().second;
     for (size_t i = 0; i < w.size(); ++i) {

@@ -7,6 +7,10 @@
 //           first), cut to the top_k first (top_k > 0), then to the shortest prefix
 //           whose probability (renormalised over the cut) reaches top_p. The token is
 //           the first candidate whose cumulative renormalised probability exceeds u.
+// The candidate set a token was drawn from (its "support") is reported per row: its size
+// when the top_k/top_p cut made it smaller than the vocabulary, else 0. The candidates
+// are the `support` largest logits, so the trainer recomputes the same renormalised
+// distribution from its own logits and that size alone (model/log_probs.h).
 // sample_tokens is a Kokkos kernel (one row per work item, scratch allocated once per
 // call); sample_tokens_reference is the plain twin, written independently (full sort
 // of every row), that the tests compare it against.
@@ -23,9 +27,11 @@ struct SamplingRow {
   double uniform = 0.5;  // in [0, 1)
 };
 
-// logits: [n_rows, vocab] row-major fp32 (host). tokens_out: [n_rows].
-void sample_tokens(const float* logits, int64_t n_rows, int64_t vocab, const SamplingRow* rows, int64_t* tokens_out);
+// logits: [n_rows, vocab] row-major fp32 (host). tokens_out: [n_rows]. support_out:
+// [n_rows] or null.
+void sample_tokens(const float* logits, int64_t n_rows, int64_t vocab, const SamplingRow* rows, int64_t* tokens_out,
+                   int32_t* support_out = nullptr);
 void sample_tokens_reference(const float* logits, int64_t n_rows, int64_t vocab, const SamplingRow* rows,
-                             int64_t* tokens_out);
+                             int64_t* tokens_out, int32_t* support_out = nullptr);
 
 }  // namespace slimpi

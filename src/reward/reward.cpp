@@ -2,11 +2,6 @@
 
 #include <slimpi/error.h>
 
-#include <fmt/ranges.h>
-
-#include <functional>
-#include <map>
-
 #include "reward/command_reward.h"
 
 namespace slimpi {
@@ -14,37 +9,35 @@ namespace {
 
 using SingleReward = float (*)(const std::string&, const std::string&);
 
-const std::map<std::string, SingleReward>& single_styles() {
-  static const std::map<std::string, SingleReward> r{
-      {"exact_match", exact_match_reward},
-      {"math", math_reward},
-      {"countdown", countdown_reward},
-      {"f1", f1_reward},
+// A per-sample verifier as a batch style.
+RewardStyle each_sample(SingleReward score) {
+  return [score](const RewardConfig&, const std::vector<RewardInput>& batch) {
+    std::vector<float> out;
+    out.reserve(batch.size());
+    for (const auto& b : batch) out.push_back(score(b.response, b.label));
+    return out;
   };
-  return r;
 }
 
 }  // namespace
 
-const std::vector<std::string>& reward_styles() {
-  static const std::vector<std::string> names = [] {
-    std::vector<std::string> n;
-    for (const auto& [k, v] : single_styles()) n.push_back(k);
-    n.push_back("command");
-    return n;
+const Registry<RewardStyle>& reward_styles() {
+  static const Registry<RewardStyle> r = [] {
+    Registry<RewardStyle> reg("reward.style");
+    reg.add("exact_match", each_sample(exact_match_reward));
+    reg.add("math", each_sample(math_reward));
+    reg.add("countdown", each_sample(countdown_reward));
+    reg.add("f1", each_sample(f1_reward));
+    reg.add("command", [](const RewardConfig& cfg, const std::vector<RewardInput>& batch) {
+      return command_rewards(cfg.command, cfg.command_timeout_s, batch);
+    });
+    return reg;
   }();
-  return names;
+  return r;
 }
 
 std::vector<float> compute_rewards(const RewardConfig& cfg, const std::vector<RewardInput>& batch) {
-  if (cfg.style == "command") return command_rewards(cfg.command, cfg.command_timeout_s, batch);
-  auto it = single_styles().find(cfg.style);
-  SLIMPI_CHECK(it != single_styles().end(), "unknown reward style '{}'; valid: {}", cfg.style,
-               fmt::join(reward_styles(), ", "));
-  std::vector<float> out;
-  out.reserve(batch.size());
-  for (const auto& b : batch) out.push_back(it->second(b.response, b.label));
-  return out;
+  return reward_styles().get(cfg.style)(cfg, batch);
 }
 
 }  // namespace slimpi

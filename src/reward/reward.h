@@ -16,8 +16,11 @@
 //                or a bad answer is an error naming the sample, never a silent 0
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
+
+#include "core/registry.h"
 
 namespace slimpi {
 
@@ -33,8 +36,11 @@ struct RewardConfig {
   double command_timeout_s = 60;
 };
 
+// A style scores a whole batch (one call per rollout round).
+using RewardStyle = std::function<std::vector<float>(const RewardConfig&, const std::vector<RewardInput>&)>;
+const Registry<RewardStyle>& reward_styles();
+
 std::vector<float> compute_rewards(const RewardConfig& cfg, const std::vector<RewardInput>& batch);
-const std::vector<std::string>& reward_styles();
 
 // The single-sample verifiers (exposed for tests).
 float exact_match_reward(const std::string& response, const std::string& label);

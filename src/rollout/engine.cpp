@@ -8,18 +8,10 @@
 #include "core/timer.h"
 #include "kernels/counter_rng.h"
 #include "kernels/sampling.h"
+#include "model/log_probs.h"
 #include "tokenizer/byte_tokenizer.h"
 
 namespace slimpi {
-
-const char* finish_reason_name(FinishReason r) {
-  switch (r) {
-    case FinishReason::Stop: return "stop";
-    case FinishReason::Length: return "length";
-    case FinishReason::Abort: return "abort";
-  }
-  return "?";
-}
 
 // A sequence in the engine. Before its group forks, the group's prompt is one
 // Sequence with sample_index = -1 that holds the blocks the fork will need.
@@ -32,9 +24,10 @@ struct Engine::Sequence {
   std::vector<int32_t> blocks;  // block table: position p lives in blocks[p / block_size]
   std::vector<int32_t> fork_blocks;  // group prompt: partial-block copies for samples 1..n-1
   std::vector<float> log_probs;
+  std::vector<int32_t> support;  // per response token: size of the sampling set (0: whole vocab)
   std::vector<int64_t> versions;
   int64_t arrival = 0;  // admission order; the largest is the youngest
-  FinishReason finish = FinishReason::Length;
+  SampleStatus finish = SampleStatus::Truncated;
 
   bool is_group() const { return sample_index < 0; }
   int64_t n_response() const { return static_cast<int64_t>(tokens.size()) - prompt_length; }
@@ -176,38 +169,40 @@ bool Engine::finished(Sequence& seq) const {
   const SamplingParams& p = seq.request->params;
   const int64_t last = seq.tokens.back();
   if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), last) != p.stop_token_ids.end()) {
-    seq.finish = FinishReason::Stop;
+    seq.finish = SampleStatus::Completed;
     return true;
   }
   if (!p.stop_strings.empty()) {
     std::string text = ByteTokenizer().decode({seq.tokens.begin() + seq.prompt_length, seq.tokens.end()});
     for (const auto& stop : p.stop_strings)
       if (!stop.empty() && text.size() >= stop.size() && text.compare(text.size() - stop.size(), stop.size(), stop) == 0) {
-        seq.finish = FinishReason::Stop;
+        seq.finish = SampleStatus::Completed;
         return true;
       }
   }
   if (seq.n_response() >= p.max_new_tokens || int64_t(seq.tokens.size()) >= model_.config().max_seq_len) {
-    seq.finish = FinishReason::Length;
+    seq.finish = SampleStatus::Truncated;
     return true;
   }
   return false;
 }
 
-GeneratedSample Engine::to_sample(Sequence& seq) const {
-  GeneratedSample s;
+Sample Engine::to_sample(Sequence& seq) const {
+  Sample s;
   s.group_index = seq.request->group_index;
-  s.sample_index = seq.sample_index;
-  s.prompt = seq.request->prompt;
-  s.response.assign(seq.tokens.begin() + seq.prompt_length, seq.tokens.end());
-  s.log_probs = seq.log_probs;
+  s.index = seq.sample_index;
+  s.status = seq.finish;
+  s.tokens = seq.tokens;
+  s.prompt_length = seq.prompt_length;
+  s.rollout_log_probs = seq.log_probs;
+  const bool truncated_support = std::any_of(seq.support.begin(), seq.support.end(), [](int32_t k) { return k > 0; });
+  if (truncated_support) s.sampling_support = seq.support;
   s.weight_versions = seq.versions;
-  s.finish = seq.finish;
   return s;
 }
 
-std::vector<GeneratedSample> Engine::step() {
-  std::vector<GeneratedSample> done;
+std::vector<Sample> Engine::step() {
+  std::vector<Sample> done;
   if (!has_work()) return done;
   ++stats_.iterations;
   const int64_t bs = cfg_.block_size;
@@ -312,16 +307,19 @@ std::vector<GeneratedSample> Engine::step() {
     }
     z = z.contiguous();
     std::vector<int64_t> next(samplers.size());
-    sample_tokens(z.data_ptr<float>(), z.size(0), z.size(1), params.data(), next.data());
-    // Log-probs exactly as the trainer computes them: log_softmax(fp32 logits / T).
-    at::Tensor logp = at::log_softmax(z / temps, -1)
-                          .gather(1, at::tensor(next, long_opts).unsqueeze(1))
-                          .squeeze(1)
+    std::vector<int32_t> support(samplers.size());
+    sample_tokens(z.data_ptr<float>(), z.size(0), z.size(1), params.data(), next.data(), support.data());
+    // Log-probs exactly as the trainer computes them: fp32 logits / T, renormalised over
+    // the sampling support (model/log_probs.h).
+    at::Tensor logp = log_probs_over_support(z / temps, at::tensor(next, long_opts),
+                                             at::tensor(support, at::kInt).to(at::kLong))
                           .contiguous();  // [R]
+    const float* logp_data = logp.data_ptr<float>();
     for (size_t i = 0; i < samplers.size(); ++i) {
       Sequence& s = *samplers[i];
       s.tokens.push_back(next[i]);
-      s.log_probs.push_back(logp[i].item<float>());
+      s.log_probs.push_back(logp_data[i]);
+      s.support.push_back(support[i]);
       s.versions.push_back(weight_version_);
       ++stats_.generated_tokens;
     }
@@ -343,12 +341,12 @@ std::vector<GeneratedSample> Engine::step() {
   return done;
 }
 
-std::vector<GeneratedSample> Engine::run_to_completion() {
-  std::vector<GeneratedSample> out;
+std::vector<Sample> Engine::run_to_completion() {
+  std::vector<Sample> out;
   while (has_work())
     for (auto& s : step()) out.push_back(std::move(s));
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
-    return std::tie(a.group_index, a.sample_index) < std::tie(b.group_index, b.sample_index);
+    return std::tie(a.group_index, a.index) < std::tie(b.group_index, b.index);
   });
   return out;
 }

@@ -22,6 +22,7 @@
 #include "rollout/block_allocator.h"
 #include "rollout/prefix_cache.h"
 #include "rollout/request.h"
+#include "slimpi/sample.h"
 
 namespace slimpi {
 
@@ -55,10 +56,11 @@ class Engine {
   // model or the cache, n_samples beyond max_running).
   void add_request(const GenerationRequest& request);
   bool has_work() const { return !waiting_.empty() || !running_.empty(); }
-  // One iteration; returns the samples that finished in it.
-  std::vector<GeneratedSample> step();
+  // One iteration; returns the samples that finished in it (rollout fields and status
+  // set: Completed on a stop token/string, Truncated at max_new_tokens or max_seq_len).
+  std::vector<Sample> step();
   // Steps until every queued request is done; samples in (group, sample) order.
-  std::vector<GeneratedSample> run_to_completion();
+  std::vector<Sample> run_to_completion();
 
   // The weights changed (weight sync): cached prefixes are stale. Only between steps.
   void on_weights_updated(int64_t new_version);
@@ -77,7 +79,7 @@ class Engine {
   void free_blocks(Sequence& seq);
   std::vector<std::unique_ptr<Sequence>> fork(std::unique_ptr<Sequence> leader);
   bool finished(Sequence& seq) const;
-  GeneratedSample to_sample(Sequence& seq) const;
+  Sample to_sample(Sequence& seq) const;
 
   EngineConfig cfg_;
   const Transformer& model_;

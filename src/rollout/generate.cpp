@@ -7,7 +7,7 @@
 
 #include <cstdio>
 
-#include "buffer/jsonl_file.h"
+#include "buffer/prompt_source.h"
 #include "core/log.h"
 #include "core/timer.h"
 #include "io/metrics_log.h"
@@ -19,24 +19,6 @@
 #include "tokenizer/byte_tokenizer.h"
 
 namespace slimpi {
-namespace {
-
-Sample to_rollout_row(const GeneratedSample& g) {
-  Sample s;
-  s.step = 0;
-  s.group_index = g.group_index;
-  s.index = g.sample_index;
-  s.prompt_tokens.assign(g.prompt.begin(), g.prompt.end());
-  s.response_tokens.assign(g.response.begin(), g.response.end());
-  s.rollout_log_probs = g.log_probs;
-  s.status = g.finish == FinishReason::Stop ? SampleStatus::Completed
-             : g.finish == FinishReason::Length ? SampleStatus::Truncated
-                                                : SampleStatus::Aborted;
-  s.weight_version = g.weight_versions.empty() ? 0 : g.weight_versions.front();
-  return s;
-}
-
-}  // namespace
 
 int run_generate(RunContext& ctx) {
   const Deck& deck = ctx.deck;
@@ -47,16 +29,20 @@ int run_generate(RunContext& ctx) {
   ByteTokenizer tok;
   std::vector<GenerationRequest> requests;
   const uint64_t seed = static_cast<uint64_t>(deck.get_int("run.seed"));
-  for (const auto& rec : read_jsonl(deck.get_string("data.path"), {deck.get_string("data.input_key")})) {
+  PromptSourceSpec spec{deck.get_string("data.path"), deck.get_string("data.input_key"),
+                        deck.get_string("data.label_key"), "", deck.get_bool("data.skip_bad_lines"), true};
+  const PathSlice slice = parse_path_slice(spec.path);
+  const PromptSource source(spec, seed);
+  for (const Prompt& rec : source.records()) {
     GenerationRequest r;
     r.group_index = static_cast<int64_t>(requests.size());
-    r.prompt = tok.encode_prompt(rec.fields[0]);
+    r.prompt = tok.encode_prompt(rec.text);
     r.n_samples = rc.n_samples_per_prompt;
     r.params = rc.sampling;
     r.seed = mix_seed(seed, 0, uint64_t(r.group_index));
     if (int64_t(r.prompt.size()) + r.params.max_new_tokens > mc.max_seq_len)
       SLIMPI_FAIL_ALL("{}:{}: prompt of {} tokens + rollout.max_new_tokens = {} exceeds model.max_seq_len = {}",
-                      deck.get_string("data.path"), rec.line, r.prompt.size(), r.params.max_new_tokens, mc.max_seq_len);
+                      slice.file, rec.line, r.prompt.size(), r.params.max_new_tokens, mc.max_seq_len);
     requests.push_back(std::move(r));
   }
 
@@ -85,16 +71,13 @@ int run_generate(RunContext& ctx) {
     }
     last_reported = percent;
   };
-  std::vector<GeneratedSample> samples =
-      route_rollout(engine, ctx.world->world(), rc.engine.max_running, requests, progress);
+  std::vector<Sample> samples = route_rollout(engine, ctx.world->world(), rc.engine.max_running, requests, progress);
   const double seconds = clock.seconds();
 
   // rollouts.h5: rank 0 holds every sample, in group order.
-  std::vector<Sample> rows;
-  for (const auto& g : samples) rows.push_back(to_rollout_row(g));
   const std::string deck_text = deck.to_toml();
   RolloutLog rollouts = RolloutLog::create(ctx.run_dir + "/rollouts.h5", ctx.world->world(), deck_text);
-  rollouts.append(rows);
+  rollouts.append(samples);
   rollouts.flush();
 
   // Metrics: engine counters summed over ranks; response statistics from rank 0's samples.
@@ -106,9 +89,9 @@ int run_generate(RunContext& ctx) {
   std::map<std::string, double> row;
   double total_len = 0, max_len = 0, truncated = 0;
   for (const auto& g : samples) {
-    total_len += double(g.response.size());
-    max_len = std::max(max_len, double(g.response.size()));
-    truncated += g.finish == FinishReason::Length;
+    total_len += double(g.response_length());
+    max_len = std::max(max_len, double(g.response_length()));
+    truncated += g.status == SampleStatus::Truncated;
   }
   const double n = std::max<double>(1, double(samples.size()));
   row["rollout/response_len/mean"] = total_len / n;

@@ -25,17 +25,4 @@ struct GenerationRequest {
   uint64_t seed = 0;  // the group's stream: mix_seed(run seed, step, group_index)
 };
 
-enum class FinishReason { Stop, Length, Abort };
-const char* finish_reason_name(FinishReason r);
-
-struct GeneratedSample {
-  int64_t group_index = 0;
-  int64_t sample_index = 0;
-  std::vector<int64_t> prompt;
-  std::vector<int64_t> response;
-  std::vector<float> log_probs;             // [response], fp32 from logits / temperature
-  std::vector<int64_t> weight_versions;     // [response]: weights that produced each token
-  FinishReason finish = FinishReason::Length;
-};
-
 }  // namespace slimpi

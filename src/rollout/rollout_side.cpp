@@ -13,9 +13,8 @@ RolloutSide::RolloutSide(const RolloutConfig& cfg, const Transformer& model, MPI
   MPI_Comm_rank(engines_, &rank_);
 }
 
-std::vector<GeneratedSample> RolloutSide::generate(const std::vector<Prompt>& prompts, int64_t first_group,
-                                                   uint64_t stream, int64_t n_samples, const SamplingParams& params,
-                                                   EngineStats* stats) {
+std::vector<Sample> RolloutSide::generate(const std::vector<Prompt>& prompts, int64_t first_group, uint64_t stream,
+                                          int64_t n_samples, const SamplingParams& params, EngineStats* stats) {
   ByteTokenizer tok;
   std::vector<GenerationRequest> requests;
   for (size_t i = 0; i < prompts.size(); ++i) {
@@ -29,7 +28,7 @@ std::vector<GeneratedSample> RolloutSide::generate(const std::vector<Prompt>& pr
   }
   Engine engine(cfg_.engine, model_);
   engine.on_weights_updated(weight_version_);
-  std::vector<GeneratedSample> out = route_rollout(engine, engines_, cfg_.engine.max_running, requests);
+  std::vector<Sample> out = route_rollout(engine, engines_, cfg_.engine.max_running, requests);
   if (stats) {
     const EngineStats& s = engine.stats();
     std::vector<double> v{double(s.generated_tokens), double(s.prefill_tokens_computed), double(s.prompt_tokens_served),
@@ -49,15 +48,15 @@ std::map<std::string, double> RolloutSide::evaluate(const std::vector<Prompt>& p
                                                     int64_t n_samples, uint64_t stream) {
   std::map<std::string, double> metrics;
   ByteTokenizer tok;
-  auto score = [&](const std::vector<GeneratedSample>& samples) {
+  auto score = [&](const std::vector<Sample>& samples) {
     std::vector<RewardInput> batch;
     for (const auto& s : samples)
-      batch.push_back({prompts[s.group_index].text, tok.decode(s.response), prompts[s.group_index].label});
+      batch.push_back({prompts[s.group_index].text, tok.decode({s.tokens.begin() + s.prompt_length, s.tokens.end()}), prompts[s.group_index].label});
     return compute_rewards(reward, batch);
   };
   SamplingParams greedy = cfg_.sampling;
   greedy.temperature = 0.0;
-  std::vector<GeneratedSample> g = generate(prompts, 0, stream, 1, greedy, nullptr);
+  std::vector<Sample> g = generate(prompts, 0, stream, 1, greedy, nullptr);
   if (is_router()) {
     std::vector<float> r = score(g);
     double correct = 0, total = 0;
@@ -70,7 +69,7 @@ std::map<std::string, double> RolloutSide::evaluate(const std::vector<Prompt>& p
     metrics["eval/n_prompts"] = double(r.size());
   }
   if (n_samples > 1) {
-    std::vector<GeneratedSample> s = generate(prompts, 0, stream + 1, n_samples, cfg_.sampling, nullptr);
+    std::vector<Sample> s = generate(prompts, 0, stream + 1, n_samples, cfg_.sampling, nullptr);
     if (is_router()) {
       std::vector<float> r = score(s);
       std::vector<int64_t> correct(prompts.size(), 0);

@@ -25,8 +25,8 @@ class RolloutSide {
   // Generates n_samples per prompt; group g = first_group + i for prompts[i]. Returns
   // every sample on engine rank 0 (the router), nothing elsewhere. `stats` gets the
   // engine counters summed over the engines.
-  std::vector<GeneratedSample> generate(const std::vector<Prompt>& prompts, int64_t first_group, uint64_t stream,
-                                        int64_t n_samples, const SamplingParams& params, EngineStats* stats);
+  std::vector<Sample> generate(const std::vector<Prompt>& prompts, int64_t first_group, uint64_t stream,
+                               int64_t n_samples, const SamplingParams& params, EngineStats* stats);
 
   // Held-out evaluation (see rollout/evaluation.h): eval/* metrics on the router.
   std::map<std::string, double> evaluate(const std::vector<Prompt>& prompts, const RewardConfig& reward,

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "core/byte_codec.h"
+#include "core/sample_codec.h"
 #include "parallel/mpi_bytes.h"
 
 namespace slimpi {
@@ -34,8 +35,8 @@ class GroupAssembler {
     for (size_t i = 0; i < requests.size(); ++i) size_[requests[i].group_index] = requests[i].n_samples;
   }
   // Returns the groups completed by `samples`, whole.
-  std::vector<std::vector<GeneratedSample>> add(std::vector<GeneratedSample> samples) {
-    std::vector<std::vector<GeneratedSample>> complete;
+  std::vector<std::vector<Sample>> add(std::vector<Sample> samples) {
+    std::vector<std::vector<Sample>> complete;
     for (auto& s : samples) {
       auto& g = partial_[s.group_index];
       const int64_t group = s.group_index;
@@ -50,43 +51,12 @@ class GroupAssembler {
 
  private:
   std::map<int64_t, int64_t> size_;
-  std::map<int64_t, std::vector<GeneratedSample>> partial_;
+  std::map<int64_t, std::vector<Sample>> partial_;
 };
 
 }  // namespace
 
-std::string encode_samples(const std::vector<GeneratedSample>& samples) {
-  ByteWriter w;
-  w.put<uint64_t>(samples.size());
-  for (const auto& s : samples) {
-    w.put(s.group_index);
-    w.put(s.sample_index);
-    w.put(static_cast<int32_t>(s.finish));
-    w.put_vector(s.prompt);
-    w.put_vector(s.response);
-    w.put_vector(s.log_probs);
-    w.put_vector(s.weight_versions);
-  }
-  return w.take();
-}
-
-std::vector<GeneratedSample> decode_samples(const std::string& bytes) {
-  ByteReader r(bytes);
-  std::vector<GeneratedSample> out(r.get<uint64_t>());
-  for (auto& s : out) {
-    s.group_index = r.get<int64_t>();
-    s.sample_index = r.get<int64_t>();
-    s.finish = static_cast<FinishReason>(r.get<int32_t>());
-    s.prompt = r.get_vector<int64_t>();
-    s.response = r.get_vector<int64_t>();
-    s.log_probs = r.get_vector<float>();
-    s.weight_versions = r.get_vector<int64_t>();
-  }
-  SLIMPI_CHECK(r.done(), "sample message has trailing bytes");
-  return out;
-}
-
-std::vector<GeneratedSample> route_rollout(Engine& engine, MPI_Comm rollout, int64_t max_running,
+std::vector<Sample> route_rollout(Engine& engine, MPI_Comm rollout, int64_t max_running,
                                            const std::vector<GenerationRequest>& requests,
                                            const std::function<void(const RouterProgress&)>& on_progress) {
   int rank = 0, size = 1;
@@ -116,17 +86,17 @@ std::vector<GeneratedSample> route_rollout(Engine& engine, MPI_Comm rollout, int
   // The router (also an engine).
   std::vector<int64_t> outstanding_tokens(size, 0), outstanding_seqs(size, 0);
   std::map<int64_t, int> owner;  // group -> engine
-  std::vector<GeneratedSample> results;
+  std::vector<Sample> results;
   RouterProgress progress;
   progress.groups_total = static_cast<int64_t>(requests.size());
   size_t next = 0;
-  auto finish_group = [&](std::vector<GeneratedSample>&& group) {
+  auto finish_group = [&](std::vector<Sample>&& group) {
     const GenerationRequest& r = requests.at(by_group.at(group.front().group_index));
     const int e = owner.at(r.group_index);
     outstanding_tokens[e] -= request_tokens(r);
     outstanding_seqs[e] -= r.n_samples;
     for (auto& s : group) {
-      progress.tokens_generated += static_cast<int64_t>(s.response.size());
+      progress.tokens_generated += s.response_length();
       results.push_back(std::move(s));
     }
     ++progress.groups_done;
@@ -167,7 +137,7 @@ std::vector<GeneratedSample> route_rollout(Engine& engine, MPI_Comm rollout, int
   }
   for (int e = 1; e < size; ++e) send_message(rollout, std::string(), e, kTagAssign);  // done
   std::sort(results.begin(), results.end(), [](const auto& a, const auto& b) {
-    return std::tie(a.group_index, a.sample_index) < std::tie(b.group_index, b.sample_index);
+    return std::tie(a.group_index, a.index) < std::tie(b.group_index, b.index);
   });
   return results;
 }

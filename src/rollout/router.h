@@ -28,12 +28,8 @@ struct RouterProgress {
 
 // Returns every sample on rollout rank 0, nothing elsewhere. `on_progress` runs on
 // rank 0 each time groups come back.
-std::vector<GeneratedSample> route_rollout(Engine& engine, MPI_Comm rollout, int64_t max_running,
+std::vector<Sample> route_rollout(Engine& engine, MPI_Comm rollout, int64_t max_running,
                                            const std::vector<GenerationRequest>& requests,
                                            const std::function<void(const RouterProgress&)>& on_progress = {});
-
-// Samples to bytes and back (the router's wire format).
-std::string encode_samples(const std::vector<GeneratedSample>& samples);
-std::vector<GeneratedSample> decode_samples(const std::string& bytes);
 
 }  // namespace slimpi

@@ -3,16 +3,10 @@
 #include <ATen/ATen.h>
 #include <slimpi/error.h>
 
-#include <fmt/ranges.h>
-
 #include <cmath>
-#include <functional>
-#include <map>
 
 namespace slimpi {
 namespace {
-
-using Estimator = std::function<at::Tensor(const AdvantageInputs&)>;
 
 at::Tensor kl_or_zeros(const AdvantageInputs& in) {
   return in.kl.defined() ? in.kl : at::zeros_like(in.mask);
@@ -34,33 +28,23 @@ at::Tensor reinforce_plus_plus_baseline(const AdvantageInputs& in) {
   return in.reward - in.kl_coef * kl_or_zeros(in);
 }
 
-const std::map<std::string, Estimator>& registry() {
-  static const std::map<std::string, Estimator> r{
-      {"grpo", constant_advantage},
-      {"gspo", constant_advantage},
-      {"cispo", constant_advantage},
-      {"reinforce_plus_plus", reinforce_plus_plus},
-      {"reinforce_plus_plus_baseline", reinforce_plus_plus_baseline},
-  };
+}  // namespace
+
+const Registry<AdvantageEstimator>& advantage_estimators() {
+  static const Registry<AdvantageEstimator> r = [] {
+    Registry<AdvantageEstimator> reg("train.advantage_estimator");
+    reg.add("grpo", {constant_advantage, RewardCentring::MeanStd, "ppo_clip"});
+    reg.add("gspo", {constant_advantage, RewardCentring::MeanStd, "gspo"});
+    reg.add("cispo", {constant_advantage, RewardCentring::MeanStd, "cispo"});
+    reg.add("reinforce_plus_plus", {reinforce_plus_plus, RewardCentring::None, "ppo_clip"});
+    reg.add("reinforce_plus_plus_baseline", {reinforce_plus_plus_baseline, RewardCentring::Mean, "ppo_clip"});
+    return reg;
+  }();
   return r;
 }
 
-}  // namespace
-
-const std::vector<std::string>& advantage_estimators() {
-  static const std::vector<std::string> names = [] {
-    std::vector<std::string> n;
-    for (const auto& [k, v] : registry()) n.push_back(k);
-    return n;
-  }();
-  return names;
-}
-
 at::Tensor compute_advantages(const std::string& estimator, const AdvantageInputs& in) {
-  auto it = registry().find(estimator);
-  SLIMPI_CHECK(it != registry().end(), "unknown advantage estimator '{}'; valid: {}", estimator,
-               fmt::join(advantage_estimators(), ", "));
-  return it->second(in);
+  return advantage_estimators().get(estimator).advantages(in);
 }
 
 at::Tensor discounted_returns(const at::Tensor& x, double gamma) {
@@ -77,9 +61,9 @@ std::vector<float> postprocess_rewards(const std::string& estimator, const std::
                                        int64_t n_per_group, const RewardNormalization& norm) {
   SLIMPI_CHECK(n_per_group >= 1 && rewards.size() % n_per_group == 0,
                "{} rewards do not split into groups of {}", rewards.size(), n_per_group);
-  const bool centred = norm.enabled && (estimator == "grpo" || estimator == "gspo" || estimator == "cispo" ||
-                                        estimator == "reinforce_plus_plus_baseline");
-  const bool scaled = centred && norm.std_enabled && n_per_group > 1 && estimator != "reinforce_plus_plus_baseline";
+  const RewardCentring centring = advantage_estimators().get(estimator).centring;
+  const bool centred = norm.enabled && centring != RewardCentring::None;
+  const bool scaled = centred && norm.std_enabled && n_per_group > 1 && centring == RewardCentring::MeanStd;
   std::vector<float> out(rewards);
   if (!centred) return out;
   for (size_t g = 0; g < rewards.size(); g += n_per_group) {

@@ -14,8 +14,11 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <string>
 #include <vector>
+
+#include "core/registry.h"
 
 namespace slimpi {
 
@@ -36,11 +39,21 @@ struct AdvantageInputs {
   double gamma = 1.0;  // discount (reinforce_plus_plus)
 };
 
+// How an estimator's group post-processing treats the raw rewards.
+enum class RewardCentring { None, Mean, MeanStd };
+
+// One registry entry: the per-token advantages [R] of one sample, the reward
+// post-processing it expects, and the policy loss it trains with (a name in
+// policy_losses(), train/policy_loss.h).
+struct AdvantageEstimator {
+  std::function<at::Tensor(const AdvantageInputs&)> advantages;
+  RewardCentring centring = RewardCentring::None;
+  std::string policy_loss = "ppo_clip";
+};
+const Registry<AdvantageEstimator>& advantage_estimators();
+
 // Per-token advantages [R] of one sample.
 at::Tensor compute_advantages(const std::string& estimator, const AdvantageInputs& in);
-
-// The registered estimator names (deck choices).
-const std::vector<std::string>& advantage_estimators();
 
 // G_t = Σ_k γ^k x_{t+k}, the serial scan. x [R] -> [R].
 at::Tensor discounted_returns(const at::Tensor& x, double gamma);

@@ -6,12 +6,15 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
+
+#include "core/registry.h"
 
 namespace slimpi {
 
 struct LrSchedule {
-  std::string style = "constant";  // "constant" | "cosine"
+  std::string style = "constant";  // a name in lr_schedules()
   double lr = 1e-4;
   double min_lr = 0.0;
   int64_t warmup_steps = 0;
@@ -19,5 +22,10 @@ struct LrSchedule {
 
   double at(int64_t step) const;
 };
+
+// After warm-up: the rate at decay progress p = (s − warmup) / (decay_steps − warmup)
+// clamped to [0, 1] (p = 0 when decay_steps <= warmup_steps).
+using LrDecay = std::function<double(const LrSchedule&, double progress)>;
+const Registry<LrDecay>& lr_schedules();
 
 }  // namespace slimpi

@@ -3,8 +3,6 @@
 #include <ATen/ATen.h>
 #include <slimpi/error.h>
 
-#include <fmt/ranges.h>
-
 namespace slimpi {
 namespace {
 
@@ -62,18 +60,38 @@ PolicyLossTerms cispo_loss(const at::Tensor& logp, const at::Tensor& old_logp, c
   return out;
 }
 
-const std::vector<std::string>& kl_types() {
-  static const std::vector<std::string> types{"k1", "k2", "k3", "low_var_kl"};
-  return types;
+const Registry<PolicyLoss>& policy_losses() {
+  static const Registry<PolicyLoss> r = [] {
+    Registry<PolicyLoss> reg("policy loss");
+    reg.add("ppo_clip", [](const PolicyLossInputs& in) {
+      return ppo_clip_loss(in.logp, in.old_logp, in.advantages, in.eps_clip, in.eps_clip_high, in.eps_clip_c);
+    });
+    reg.add("gspo", [](const PolicyLossInputs& in) {
+      return gspo_loss(in.logp, in.old_logp, in.advantages, in.sample_of_token, in.n_samples, in.eps_clip,
+                       in.eps_clip_high, in.eps_clip_c);
+    });
+    reg.add("cispo", [](const PolicyLossInputs& in) {
+      return cispo_loss(in.logp, in.old_logp, in.advantages, in.eps_clip, in.eps_clip_high);
+    });
+    return reg;
+  }();
+  return r;
+}
+
+const Registry<KlEstimator>& kl_types() {
+  static const Registry<KlEstimator> r = [] {
+    Registry<KlEstimator> reg("train.kl_loss_type");
+    reg.add("k1", [](const at::Tensor& d) { return d; });
+    reg.add("k2", [](const at::Tensor& d) { return d.pow(2) / 2; });
+    reg.add("k3", [](const at::Tensor& d) { return at::exp(-d) - 1 + d; });
+    reg.add("low_var_kl", [](const at::Tensor& d) { return at::clamp(at::exp(-d) - 1 + d, -10.0, 10.0); });
+    return reg;
+  }();
+  return r;
 }
 
 at::Tensor kl_estimate(const at::Tensor& logp, const at::Tensor& ref_logp, const std::string& kl_type) {
-  at::Tensor d = logp - ref_logp;
-  if (kl_type == "k1") return d;
-  if (kl_type == "k2") return d.pow(2) / 2;
-  if (kl_type == "k3") return at::exp(-d) - 1 + d;
-  if (kl_type == "low_var_kl") return at::clamp(at::exp(-d) - 1 + d, -10.0, 10.0);
-  SLIMPI_FAIL("unknown KL estimator '{}'; valid: {}", kl_type, fmt::join(kl_types(), ", "));
+  return kl_types().get(kl_type)(logp - ref_logp);
 }
 
 TisWeights tis_weights(const at::Tensor& old_logp, const at::Tensor& rollout_logp, double tis_clip_low,

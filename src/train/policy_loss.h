@@ -14,8 +14,11 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <string>
 #include <vector>
+
+#include "core/registry.h"
 
 namespace slimpi {
 
@@ -40,9 +43,22 @@ PolicyLossTerms cispo_loss(const at::Tensor& logp, const at::Tensor& old_logp, c
 // The clamp CISPO applies to ρ (exposed for tests): clip(ρ, 1−ε, 1+ε_high).
 at::Tensor cispo_clamped_ratio(const at::Tensor& ratio, double eps_clip, double eps_clip_high);
 
-// kl_type: "k1" | "k2" | "k3" | "low_var_kl" (k3 is unclamped, low_var_kl clamped).
+// The policy losses as one registry (each advantage estimator names the one it trains
+// with, train/advantages.h): "ppo_clip", "gspo", "cispo".
+struct PolicyLossInputs {
+  at::Tensor logp, old_logp, advantages;  // [N]
+  at::Tensor sample_of_token;             // [N] int64 (0..n_samples-1)
+  int64_t n_samples = 0;
+  double eps_clip = 0.2, eps_clip_high = 0.2, eps_clip_c = 0.0;
+};
+using PolicyLoss = std::function<PolicyLossTerms(const PolicyLossInputs&)>;
+const Registry<PolicyLoss>& policy_losses();
+
+// KL estimators of d = logp − logp_ref, a registry keyed by train.kl_loss_type:
+// "k1" | "k2" | "k3" | "low_var_kl" (k3 is unclamped, low_var_kl clamped).
+using KlEstimator = at::Tensor (*)(const at::Tensor& d);
+const Registry<KlEstimator>& kl_types();
 at::Tensor kl_estimate(const at::Tensor& logp, const at::Tensor& ref_logp, const std::string& kl_type);
-const std::vector<std::string>& kl_types();
 
 struct TisWeights {
   at::Tensor weight;    // [N] clamped importance weight (no gradient)

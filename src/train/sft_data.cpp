@@ -12,7 +12,7 @@ SftData::SftData(const std::string& path, const std::string& input_key, const st
     : order_(0, seed) {
   ByteTokenizer tok;
   for (const auto& r : read_jsonl(path, {input_key, response_key})) {
-    TrainSample s;
+    Sample s;
     s.tokens = tok.encode_prompt(r.fields[0]);
     s.prompt_length = static_cast<int64_t>(s.tokens.size());
     std::vector<int64_t> response = tok.encode_response(r.fields[1]);
@@ -25,10 +25,10 @@ SftData::SftData(const std::string& path, const std::string& input_key, const st
   order_ = EpochOrder(static_cast<int64_t>(samples_.size()), seed);
 }
 
-std::vector<TrainSample> SftData::batch(int64_t step, int64_t global_batch_size, int dp_rank, int dp_size) const {
+std::vector<Sample> SftData::batch(int64_t step, int64_t global_batch_size, int dp_rank, int dp_size) const {
   const int64_t first = step * global_batch_size;
   const int64_t lo = global_batch_size * dp_rank / dp_size, hi = global_batch_size * (dp_rank + 1) / dp_size;
-  std::vector<TrainSample> out;
+  std::vector<Sample> out;
   for (int64_t k = lo; k < hi; ++k) out.push_back(samples_[order(first + k)]);
   return out;
 }

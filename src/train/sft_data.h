@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "buffer/epoch_order.h"
-#include "train/trainer.h"
+#include <slimpi/sample.h>
 
 namespace slimpi {
 
@@ -22,12 +22,12 @@ class SftData {
 
   size_t size() const { return samples_.size(); }
   // This rank's share of step `step`'s global batch.
-  std::vector<TrainSample> batch(int64_t step, int64_t global_batch_size, int dp_rank, int dp_size) const;
+  std::vector<Sample> batch(int64_t step, int64_t global_batch_size, int dp_rank, int dp_size) const;
   // Global sample index of entry `k` of the endless epoch-by-epoch order.
   int64_t order(int64_t k) const { return order_.order(k); }
 
  private:
-  std::vector<TrainSample> samples_;
+  std::vector<Sample> samples_;
   EpochOrder order_;
 };
 

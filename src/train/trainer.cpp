@@ -9,7 +9,8 @@
 #include "io/h5.h"
 #include "io/tensor_io.h"
 #include "parallel/comm_tensor.h"
-#include "train/log_probs.h"
+#include "model/log_probs.h"
+#include "train/advantages.h"
 #include "train/micro_batches.h"
 #include "train/policy_loss.h"
 #include "train/whitening.h"
@@ -28,13 +29,14 @@ struct PackedBatch {
   at::Tensor tokens;  // [T]
   std::vector<int64_t> seq_lens, prompt_lens;
   at::Tensor sample_of_token;  // [N] index within the micro-batch
+  at::Tensor support;          // [N] int64 sampling-support sizes (undefined: whole vocabulary everywhere)
 };
 
-PackedBatch pack(const std::vector<TrainSample>& samples, const std::vector<int64_t>& which, const at::Device& device) {
+PackedBatch pack(const std::vector<Sample>& samples, const std::vector<int64_t>& which, const at::Device& device) {
   PackedBatch b;
   std::vector<int64_t> tokens, owner;
   for (size_t j = 0; j < which.size(); ++j) {
-    const TrainSample& s = samples[which[j]];
+    const Sample& s = samples[which[j]];
     tokens.insert(tokens.end(), s.tokens.begin(), s.tokens.end());
     b.seq_lens.push_back(static_cast<int64_t>(s.tokens.size()));
     b.prompt_lens.push_back(s.prompt_length);
@@ -42,12 +44,23 @@ PackedBatch pack(const std::vector<TrainSample>& samples, const std::vector<int6
   }
   b.tokens = at::tensor(tokens, at::kLong).to(device);
   b.sample_of_token = at::tensor(owner, at::kLong).to(device);
+  bool truncated = false;
+  for (int64_t i : which) truncated = truncated || !samples[i].sampling_support.empty();
+  if (truncated) {
+    std::vector<int64_t> support;
+    for (int64_t i : which) {
+      const Sample& s = samples[i];
+      if (s.sampling_support.empty()) support.insert(support.end(), s.response_length(), 0);
+      else support.insert(support.end(), s.sampling_support.begin(), s.sampling_support.end());
+    }
+    b.support = at::tensor(support, at::kLong).to(device);
+  }
   return b;
 }
 
 // Concatenates a per-token field of the micro-batch's samples: [N].
 template <class Field>
-at::Tensor gather_field(const std::vector<TrainSample>& samples, const std::vector<int64_t>& which, Field field,
+at::Tensor gather_field(const std::vector<Sample>& samples, const std::vector<int64_t>& which, Field field,
                         float fill, const at::Device& device) {
   std::vector<at::Tensor> parts;
   for (int64_t i : which) parts.push_back(as_tensor(field(samples[i]), samples[i].response_length(), fill, device));
@@ -90,6 +103,8 @@ TrainerConfig TrainerConfig::from_deck(const Deck& deck) {
   c.use_kl_loss = deck.get_bool("train.use_kl_loss");
   c.kl_loss_coef = deck.get_float("train.kl_loss_coef");
   c.kl_loss_type = deck.get_string("train.kl_loss_type");
+  c.kl_coef = deck.get_float("train.kl_coef");
+  c.gamma = deck.get_float("train.gamma");
   c.entropy_coef = deck.get_float("train.entropy_coef");
   c.use_tis = deck.get_bool("train.use_tis");
   c.tis_clip = deck.get_float("train.tis_clip");
@@ -115,6 +130,29 @@ TrainerConfig TrainerConfig::from_deck(const Deck& deck) {
   if (c.eps_clip_c != 0.0 && c.eps_clip_c <= 1.0)
     SLIMPI_FAIL_ALL("train.eps_clip_c = {} ({}): the dual clip needs c > 1 (or 0 for off)", c.eps_clip_c,
                     deck.source("train.eps_clip_c"));
+  // slime's rules (its arguments.py asserts both) and AdamW's ranges.
+  if (c.kl_coef != 0.0 && c.kl_loss_coef != 0.0)
+    SLIMPI_FAIL_ALL("train.kl_coef = {} ({}) and train.kl_loss_coef = {} ({}) are both non-zero: use the reward-side "
+                    "KL or the KL loss, not both (as slime)",
+                    c.kl_coef, deck.source("train.kl_coef"), c.kl_loss_coef, deck.source("train.kl_loss_coef"));
+  const bool reinforce = c.advantage_estimator.rfind("reinforce_plus_plus", 0) == 0;
+  if (c.mode == "rl" && reinforce && !c.normalize_advantages)
+    SLIMPI_FAIL_ALL("train.advantage_estimator = \"{}\" ({}) needs train.normalize_advantages = true ({}), as in slime",
+                    c.advantage_estimator, deck.source("train.advantage_estimator"),
+                    deck.source("train.normalize_advantages"));
+  if (c.kl_coef != 0.0 && !reinforce)
+    SLIMPI_FAIL_ALL("train.kl_coef = {} ({}) acts only on the reinforce_plus_plus estimators; "
+                    "train.advantage_estimator = \"{}\" ({}) would ignore it (use train.kl_loss_coef)",
+                    c.kl_coef, deck.source("train.kl_coef"), c.advantage_estimator,
+                    deck.source("train.advantage_estimator"));
+  if (!c.use_kl_loss && c.kl_loss_coef != 0.0 && c.mode == "rl")
+    SLIMPI_FAIL_ALL("train.kl_loss_coef = {} ({}) would be ignored: train.use_kl_loss = false ({})", c.kl_loss_coef,
+                    deck.source("train.kl_loss_coef"), deck.source("train.use_kl_loss"));
+  if (c.adam.beta1 >= 1.0 || c.adam.beta2 >= 1.0)
+    SLIMPI_FAIL_ALL("train.adam_beta1 = {} ({}) and train.adam_beta2 = {} ({}) must each be in [0, 1)", c.adam.beta1,
+                    deck.source("train.adam_beta1"), c.adam.beta2, deck.source("train.adam_beta2"));
+  if (c.adam.eps <= 0.0)
+    SLIMPI_FAIL_ALL("train.adam_eps = {} ({}) must be > 0", c.adam.eps, deck.source("train.adam_eps"));
   if (c.use_tis && c.tis_clip_low > c.tis_clip)
     SLIMPI_FAIL_ALL("train.tis_clip_low = {} exceeds train.tis_clip = {}", c.tis_clip_low, c.tis_clip);
   return c;
@@ -127,10 +165,14 @@ Trainer::Trainer(const TrainerConfig& cfg, Transformer& policy, Comm* dp, const 
       reference_(reference),
       optimizer_(policy.parameters(), cfg.adam),
       grads_(policy.parameters(), cfg.grad_bucket_bytes) {
-  SLIMPI_CHECK(!(cfg_.use_kl_loss && !reference_), "the KL loss needs a reference model");
+  SLIMPI_CHECK(!(needs_reference(cfg_) && !reference_), "the KL loss and the reward-side KL need a reference model");
 }
 
-void Trainer::compute_log_probs(std::vector<TrainSample>& samples, bool reference) const {
+bool Trainer::needs_reference(const TrainerConfig& cfg) {
+  return cfg.mode == "rl" && (cfg.use_kl_loss || cfg.kl_coef != 0.0);
+}
+
+void Trainer::compute_log_probs(std::vector<Sample>& samples, bool reference) const {
   const Transformer& model = reference ? *reference_ : policy_;
   SLIMPI_CHECK(!reference || reference_, "no reference model");
   at::NoGradGuard no_grad;
@@ -140,7 +182,7 @@ void Trainer::compute_log_probs(std::vector<TrainSample>& samples, bool referenc
     PackedBatch b = pack(samples, which, model.device());
     at::Tensor logits = model.forward_packed(b.tokens, b.seq_lens);
     at::Tensor logp = score_tokens(logits, response_positions(b.tokens, b.seq_lens, b.prompt_lens),
-                                   cfg_.temperature, false).logp.cpu();
+                                   cfg_.temperature, false, b.support).logp.cpu().contiguous();
     int64_t start = 0;
     for (int64_t i : which) {
       const int64_t n = samples[i].response_length();
@@ -151,7 +193,52 @@ void Trainer::compute_log_probs(std::vector<TrainSample>& samples, bool referenc
   }
 }
 
-std::map<std::string, double> Trainer::train_step(const std::vector<TrainSample>& local) {
+std::map<std::string, double> Trainer::prepare_rollout(std::vector<Sample>& local, bool recompute_old) {
+  SLIMPI_CHECK(cfg_.mode == "rl", "prepare_rollout is for RL rollouts");
+  if (reference_) compute_log_probs(local, /*reference=*/true);
+  if (recompute_old || cfg_.kl_coef != 0.0) compute_log_probs(local, /*reference=*/false);
+  std::vector<at::Tensor> advantages, masks;  // [R_i] each
+  MetricSums sums;
+  for (Sample& s : local) {
+    const int64_t R = s.response_length();
+    at::Tensor mask = as_tensor(s.loss_mask, R, 1.0f, at::kCPU);  // [R]
+    const double tokens = std::max(mask.sum().item<double>(), 1.0);
+    at::Tensor per_sample = mask / tokens;                         // each sample's token mean
+    AdvantageInputs in;
+    in.reward = s.reward;
+    in.mask = mask;
+    in.kl_coef = cfg_.kl_coef;
+    in.gamma = cfg_.gamma;
+    if (!s.ref_log_probs.empty() && !s.old_log_probs.empty()) {
+      at::Tensor kl = kl_estimate(at::tensor(s.old_log_probs), at::tensor(s.ref_log_probs), cfg_.kl_loss_type);
+      s.kl.assign(kl.data_ptr<float>(), kl.data_ptr<float>() + R);
+      if (cfg_.kl_coef != 0.0) in.kl = kl;  // slime: the KL enters the returns only when kl_coef != 0
+      sums.add("rollout/kl", kl, per_sample);
+    }
+    at::Tensor adv = compute_advantages(cfg_.advantage_estimator, in).to(at::kFloat).contiguous();  // [R]
+    s.raw_advantages.assign(adv.data_ptr<float>(), adv.data_ptr<float>() + R);
+    advantages.push_back(adv.clone());
+    masks.push_back(mask);
+    if (!s.old_log_probs.empty()) sums.add("rollout/log_probs", at::tensor(s.old_log_probs), per_sample);
+    if (!s.ref_log_probs.empty()) sums.add("rollout/ref_log_probs", at::tensor(s.ref_log_probs), per_sample);
+  }
+  // Whitening: once per rollout, over every sample of it on every dp rank (slime).
+  if (cfg_.normalize_advantages) whiten_advantages(advantages, masks, dp_);
+  for (size_t i = 0; i < local.size(); ++i) {
+    at::Tensor a = advantages[i].contiguous();
+    local[i].advantages.assign(a.data_ptr<float>(), a.data_ptr<float>() + a.numel());
+    sums.add("rollout/advantages", a, masks[i] / std::max(masks[i].sum().item<double>(), 1.0));
+  }
+  sums.add_value("rollout/n_samples", double(local.size()));
+  std::map<std::string, double> totals = sums.reduce(dp_);
+  const double n = std::max(totals["rollout/n_samples"], 1.0);
+  std::map<std::string, double> metrics;
+  for (const auto& [k, v] : totals)
+    if (k != "rollout/n_samples") metrics[k] = v / n;
+  return metrics;
+}
+
+std::map<std::string, double> Trainer::train_step(std::vector<Sample>& local) {
   Stopwatch clock;
   const at::Device device = policy_.device();
   const bool rl = cfg_.mode == "rl";
@@ -169,7 +256,6 @@ std::map<std::string, double> Trainer::train_step(const std::vector<TrainSample>
   if (dp_) allreduce(*dp_, counts);
   const double n_samples = counts[0].item<double>(), n_masked = counts[1].item<double>();
   SLIMPI_CHECK(n_samples > 0, "train_step with no samples on any rank");
-  if (rl && cfg_.normalize_advantages) whiten_advantages(advantages, masks, dp_);
 
   grads_.zero();
   MetricSums sums;
@@ -179,7 +265,7 @@ std::map<std::string, double> Trainer::train_step(const std::vector<TrainSample>
     PackedBatch b = pack(local, which, device);
     at::Tensor logits = policy_.forward_packed(b.tokens, b.seq_lens);  // [T, V]
     TokenLogProbs lp = score_tokens(logits, response_positions(b.tokens, b.seq_lens, b.prompt_lens),
-                                    cfg_.temperature, /*with_entropy=*/true);
+                                    cfg_.temperature, /*with_entropy=*/true, b.support);
     // Reducer weights [N]: m / (D_i · n_samples) per rollout, or m / n_masked per token.
     std::vector<at::Tensor> mask_parts, adv_parts;
     std::vector<double> denominators;
@@ -201,24 +287,29 @@ std::map<std::string, double> Trainer::train_step(const std::vector<TrainSample>
       sums.add("train/loss", nll, weight);
     } else {
       at::Tensor adv = at::cat(adv_parts);
-      at::Tensor old = gather_field(local, which, [](const TrainSample& s) { return s.old_log_probs; }, 0.0f, device);
+      at::Tensor old = gather_field(local, which, [](const Sample& s) { return s.old_log_probs; }, 0.0f, device);
       bool have_old = true;
       for (int64_t i : which) have_old = have_old && !local[i].old_log_probs.empty();
-      if (!have_old) old = lp.logp.detach();  // one step per rollout: ρ = 1
-      PolicyLossTerms pg;
-      if (cfg_.advantage_estimator == "gspo")
-        pg = gspo_loss(lp.logp, old, adv, b.sample_of_token, int64_t(which.size()), cfg_.eps_clip,
-                       cfg_.eps_clip_high, cfg_.eps_clip_c);
-      else if (cfg_.advantage_estimator == "cispo")
-        pg = cispo_loss(lp.logp, old, adv, cfg_.eps_clip, cfg_.eps_clip_high);
-      else
-        pg = ppo_clip_loss(lp.logp, old, adv, cfg_.eps_clip, cfg_.eps_clip_high, cfg_.eps_clip_c);
+      if (!have_old) {  // one step per rollout: this forward's policy is the old one (ρ = 1)
+        old = lp.logp.detach();
+        at::Tensor captured = old.cpu().contiguous();
+        int64_t start = 0;
+        for (int64_t i : which) {
+          const float* p = captured.data_ptr<float>() + start;
+          local[i].old_log_probs.assign(p, p + local[i].response_length());
+          start += local[i].response_length();
+        }
+      }
+      const PolicyLoss& policy_loss =
+          policy_losses().get(advantage_estimators().get(cfg_.advantage_estimator).policy_loss);
+      PolicyLossTerms pg = policy_loss({lp.logp, old, adv, b.sample_of_token, int64_t(which.size()), cfg_.eps_clip,
+                                        cfg_.eps_clip_high, cfg_.eps_clip_c});
       at::Tensor pg_tokens = pg.loss;
       const bool have_rollout = !local[which[0]].rollout_log_probs.empty();
       at::Tensor rollout_logp;
       if (have_rollout) {
         rollout_logp =
-            gather_field(local, which, [](const TrainSample& s) { return s.rollout_log_probs; }, 0.0f, device);
+            gather_field(local, which, [](const Sample& s) { return s.rollout_log_probs; }, 0.0f, device);
         sums.add("train/train_rollout_logprob_abs_diff", (lp.logp.detach() - rollout_logp).abs(), weight);
       }
       if (cfg_.use_tis) {
@@ -236,7 +327,7 @@ std::map<std::string, double> Trainer::train_step(const std::vector<TrainSample>
       sums.add("train/pg_clipfrac", pg.clipfrac, weight);
       sums.add("train/ppo_kl", pg.ppo_kl, weight);
       if (cfg_.use_kl_loss) {
-        at::Tensor ref = gather_field(local, which, [](const TrainSample& s) { return s.ref_log_probs; }, 0.0f, device);
+        at::Tensor ref = gather_field(local, which, [](const Sample& s) { return s.ref_log_probs; }, 0.0f, device);
         at::Tensor kl = kl_estimate(lp.logp, ref, cfg_.kl_loss_type);
         loss = loss + cfg_.kl_loss_coef * (kl * weight).sum();
         sums.add("train/kl_loss", kl, weight);

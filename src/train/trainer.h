@@ -3,16 +3,23 @@
 //
 // Owned by the driver on every trainer rank; holds the AdamW state, the flat gradient
 // buffer, the LR schedule and (when the KL loss is on) a frozen reference model.
-// A step: global sample/token counts (allreduce) → optional advantage whitening →
-// micro-batches (fixed count or first-fit by tokens), each: packed forward, response
-// log-probs, per-token loss terms, reduced with step-wide weights, backward → gradient
-// all-reduce in buckets → global-norm clip → AdamW. The result does not depend on how
-// the step's samples are split over ranks and micro-batches (up to fp32 round-off).
+// An RL rollout, as slime's actor does it (reference/slime.md, "Per-rollout trainer
+// pipeline"): prepare_rollout() computes the reference and old log-probs where they
+// are needed, the per-token KL, the advantages of every sample (advantage-estimator
+// registry, with the reward-side KL) and whitens them once over all the rollout's
+// samples on all data-parallel ranks; then num_steps_per_rollout train_step() calls.
+// A step: global sample/token counts (allreduce) → micro-batches (fixed count or
+// first-fit by tokens), each: packed forward, response log-probs, per-token loss
+// terms, reduced with step-wide weights, backward → gradient all-reduce in buckets →
+// global-norm clip → AdamW. The result does not depend on how the step's samples are
+// split over ranks and micro-batches (up to fp32 round-off).
 #pragma once
 
 #include <map>
 #include <string>
 #include <vector>
+
+#include <slimpi/sample.h>
 
 #include "model/transformer.h"
 #include "parallel/comm.h"
@@ -26,13 +33,15 @@ class Deck;
 
 struct TrainerConfig {
   std::string mode = "sft";                  // "sft" | "rl"
-  std::string advantage_estimator = "grpo";  // picks the policy loss: gspo, cispo, else PPO clip
+  std::string advantage_estimator = "grpo";  // also picks the policy loss (train/advantages.h)
   double eps_clip = 0.2;
   double eps_clip_high = 0.2;
   double eps_clip_c = 0.0;  // dual clip when > 1
   bool use_kl_loss = false;
   double kl_loss_coef = 0.0;
-  std::string kl_loss_type = "low_var_kl";
+  std::string kl_loss_type = "k1";
+  double kl_coef = 0.0;  // reward-side KL (reinforce_plus_plus estimators)
+  double gamma = 1.0;    // discount of reinforce_plus_plus returns
   double entropy_coef = 0.0;
   bool use_tis = false;
   double tis_clip = 2.0;
@@ -50,32 +59,32 @@ struct TrainerConfig {
   static TrainerConfig from_deck(const Deck& deck);
 };
 
-// One sample as the trainer sees it. Per-response-token vectors have R = tokens.size()
-// − prompt_length entries, or are empty (mask: all ones; old log-probs: the current
-// policy's, i.e. ρ = 1; ref/rollout: the term is skipped).
-struct TrainSample {
-  std::vector<int64_t> tokens;  // prompt + response
-  int64_t prompt_length = 1;
-  std::vector<float> loss_mask;
-  std::vector<float> advantages;  // rl
-  std::vector<float> old_log_probs;
-  std::vector<float> ref_log_probs;
-  std::vector<float> rollout_log_probs;
-  int64_t response_length() const { return static_cast<int64_t>(tokens.size()) - prompt_length; }
-};
-
 class Trainer {
  public:
   // dp: the data-parallel communicator (null = single rank). reference: frozen
-  // reference policy for the KL loss (required when use_kl_loss).
+  // reference policy (required when needs_reference(cfg)).
   Trainer(const TrainerConfig& cfg, Transformer& policy, Comm* dp, const Transformer* reference = nullptr);
+  // A reference model is needed for the KL loss and for the reward-side KL.
+  static bool needs_reference(const TrainerConfig& cfg);
 
   // Fills old_log_probs (policy) or ref_log_probs (reference) of `samples`, no grad.
-  void compute_log_probs(std::vector<TrainSample>& samples, bool reference) const;
+  void compute_log_probs(std::vector<Sample>& samples, bool reference) const;
 
-  // One optimizer step on this rank's share of the step. Collective over dp.
+  // RL, once per rollout, before its optimizer steps; collective over dp. Fills, per
+  // sample: ref_log_probs (when a reference exists), old_log_probs (when
+  // `recompute_old`, i.e. more than one optimizer step, or when kl_coef needs them), kl
+  // (old vs reference, train.kl_loss_type, when both exist), raw_advantages (the
+  // estimator on `reward`, with −kl_coef·kl) and advantages (whitened over every
+  // sample of the rollout on every dp rank when normalize_advantages, else equal).
+  // Returns rollout/advantages, rollout/log_probs, rollout/ref_log_probs, rollout/kl:
+  // means over samples of each sample's token mean, identical on every dp rank.
+  std::map<std::string, double> prepare_rollout(std::vector<Sample>& local, bool recompute_old);
+
+  // One optimizer step on this rank's share of the step. Collective over dp. In RL,
+  // samples whose old_log_probs are empty get them from this step's forward (ρ = 1:
+  // the policy before this step is the one that scored them).
   // Returns slime-named metrics (train/*, perf/*), identical on every dp rank.
-  std::map<std::string, double> train_step(const std::vector<TrainSample>& local);
+  std::map<std::string, double> train_step(std::vector<Sample>& local);
 
   int64_t n_steps() const { return optimizer_.n_steps(); }
   const GradBuffer& grads() const { return grads_; }

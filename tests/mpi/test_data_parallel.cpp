@@ -29,20 +29,18 @@ ModelConfig model_config() {
 
 // A step of n RL samples with uneven lengths, masks with holes, and old/ref/rollout
 // log-probs near the policy's so that clipping, KL and TIS all act.
-std::vector<TrainSample> rl_batch(int n, const Trainer& trainer) {
+std::vector<Sample> rl_batch(int n, const Trainer& trainer) {
   at::Generator g = at::detail::createCPUGenerator(42);
-  std::vector<TrainSample> out;
+  std::vector<Sample> out;
   for (int i = 0; i < n; ++i) {
-    TrainSample s;
+    Sample s;
     const int64_t len = 5 + at::randint(14, {1}, g, at::kLong).item<int64_t>();
     at::Tensor t = at::randint(40, {len}, g, at::kLong);
     s.tokens.assign(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + len);
     s.prompt_length = 1 + i % 4;
     const int64_t r = s.response_length();
-    for (int64_t j = 0; j < r; ++j) {
-      s.loss_mask.push_back((i + j) % 5 == 4 ? 0.0f : 1.0f);
-      s.advantages.push_back(at::randn({1}, g).item<float>());
-    }
+    for (int64_t j = 0; j < r; ++j) s.loss_mask.push_back((i + j) % 5 == 4 ? 0.0f : 1.0f);
+    s.reward = at::randn({1}, g).item<float>();
     out.push_back(s);
   }
   trainer.compute_log_probs(out, false);
@@ -51,7 +49,6 @@ std::vector<TrainSample> rl_batch(int n, const Trainer& trainer) {
     s.rollout_log_probs = s.old_log_probs;
     for (auto& x : s.rollout_log_probs) x += 0.1f * at::randn({1}, g).item<float>();
   }
-  trainer.compute_log_probs(out, true);
   return out;
 }
 
@@ -87,12 +84,21 @@ TEST_P(DataParallel, SameLossMetricsAndGradientsAsOneRank) {
   Transformer single_policy(model_config(), 1, at::kCPU), ref_b(model_config(), 2, at::kCPU);
 
   Trainer single(rl_config(per_token, 1), single_policy, nullptr, &ref_b);
-  std::vector<TrainSample> all = rl_batch(10, single);
+  std::vector<Sample> all = rl_batch(10, single);
+  std::vector<Sample> mine(all.begin() + all.size() * r / n, all.begin() + all.size() * (r + 1) / n);
+  // Reference log-probs, advantages and their whitening over the whole rollout.
+  auto want_rollout = single.prepare_rollout(all, /*recompute_old=*/false);
   auto want = single.train_step(all);
   at::Tensor want_grads = single.grads().flat().clone();
 
   Trainer dp(rl_config(per_token, micro), policy, &world, &ref_a);
-  std::vector<TrainSample> mine(all.begin() + all.size() * r / n, all.begin() + all.size() * (r + 1) / n);
+  auto got_rollout = dp.prepare_rollout(mine, /*recompute_old=*/false);
+  for (size_t j = 0; j < mine.size(); ++j) {
+    const Sample& whole = all[all.size() * r / n + j];
+    for (size_t t = 0; t < whole.advantages.size(); ++t)
+      EXPECT_NEAR(mine[j].advantages[t], whole.advantages[t], 1e-5) << "sample " << j << " token " << t;
+  }
+  for (const auto& [k, v] : want_rollout) EXPECT_NEAR(got_rollout.at(k), v, 1e-5 * std::max(1.0, std::abs(v))) << k;
   auto got = dp.train_step(mine);
 
   for (const auto& [k, v] : want) {

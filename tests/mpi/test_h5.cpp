@@ -109,14 +109,27 @@ Sample make_sample(int r, int step, int j) {
   s.step = step;
   s.group_index = r;
   s.index = j;
-  s.prompt_tokens = std::vector<int32_t>(3 + j, 7 + r);
-  s.response_tokens = std::vector<int32_t>(j + step, 11 * r + j);
-  for (size_t t = 0; t < s.response_tokens.size(); ++t) s.rollout_log_probs.push_back(-0.125f * (t + 1) - r);
+  s.tokens = std::vector<int64_t>(3 + j, 7 + r);
+  s.prompt_length = 3 + j;
+  s.tokens.insert(s.tokens.end(), j + step, 11 * r + j);
+  for (int64_t t = 0; t < s.response_length(); ++t) {
+    s.rollout_log_probs.push_back(-0.125f * (t + 1) - r);
+    s.weight_versions.push_back(step);
+    s.sampling_support.push_back(int32_t(t % 3));
+    // Training fields on some samples only (the others' rows stay empty).
+    if (j % 2 == 0) {
+      s.old_log_probs.push_back(-0.25f * t);
+      s.raw_advantages.push_back(float(r) - 1.5f);
+      s.advantages.push_back(float(r) - 1.5f + 0.5f * t);
+    }
+    if (r % 2 == 1) {
+      s.ref_log_probs.push_back(-0.5f * t);
+      s.kl.push_back(0.0625f * t);
+    }
+  }
   s.reward = 0.5f * j;
   s.raw_reward = float(j);
-  s.advantage = float(r) - 1.5f;
   s.status = j % 2 ? SampleStatus::Truncated : SampleStatus::Completed;
-  s.weight_version = step;
   return s;
 }
 
@@ -143,14 +156,20 @@ TEST(H5, RolloutLogRoundTripsEverySampleOnce) {
         EXPECT_EQ(g.step, e.step);
         EXPECT_EQ(g.group_index, e.group_index);
         EXPECT_EQ(g.index, e.index);
-        EXPECT_EQ(g.prompt_tokens, e.prompt_tokens);
-        EXPECT_EQ(g.response_tokens, e.response_tokens);
+        EXPECT_EQ(g.tokens, e.tokens);
+        EXPECT_EQ(g.prompt_length, e.prompt_length);
         EXPECT_EQ(g.rollout_log_probs, e.rollout_log_probs);
+        EXPECT_EQ(g.sampling_support, e.sampling_support);
+        EXPECT_EQ(g.weight_versions, e.weight_versions);
+        EXPECT_EQ(g.old_log_probs, e.old_log_probs);
+        EXPECT_EQ(g.ref_log_probs, e.ref_log_probs);
+        EXPECT_EQ(g.kl, e.kl);
+        EXPECT_EQ(g.raw_advantages, e.raw_advantages);
+        EXPECT_EQ(g.advantages, e.advantages);
         EXPECT_EQ(g.reward, e.reward);
         EXPECT_EQ(g.raw_reward, e.raw_reward);
-        EXPECT_EQ(g.advantage, e.advantage);
         EXPECT_EQ(g.status, e.status);
-        EXPECT_EQ(g.weight_version, e.weight_version);
+        EXPECT_EQ(g.weight_version(), e.weight_version());
       }
   EXPECT_EQ(i, all.size());
   h5::File f = h5::File::open(tmp.file("rollouts.h5"), false, MPI_COMM_NULL);

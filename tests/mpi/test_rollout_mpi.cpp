@@ -53,7 +53,7 @@ TEST(Router, EveryGroupOnceAndTheSameSamplesAsOneEngine) {
   World world(MPI_COMM_WORLD, layout);
   Transformer model(model_config(), 11, at::kCPU);
   EngineConfig cfg{4, 2048, 8, 128, true};
-  std::vector<GeneratedSample> routed;
+  std::vector<Sample> routed;
   if (world.is_rollout()) {
     Engine engine(cfg, model);
     routed = route_rollout(engine, world.rollout(), cfg.max_running, requests());
@@ -64,32 +64,15 @@ TEST(Router, EveryGroupOnceAndTheSameSamplesAsOneEngine) {
   }
   Engine alone(cfg, model);
   for (const auto& r : requests()) alone.add_request(r);
-  std::vector<GeneratedSample> single = alone.run_to_completion();
+  std::vector<Sample> single = alone.run_to_completion();
   ASSERT_EQ(routed.size(), 48u);
   ASSERT_EQ(single.size(), 48u);
   for (size_t i = 0; i < routed.size(); ++i) {
     EXPECT_EQ(routed[i].group_index, int64_t(i / 4));
-    EXPECT_EQ(routed[i].sample_index, int64_t(i % 4));
-    EXPECT_EQ(routed[i].response, single[i].response) << "group " << i / 4;
-    EXPECT_EQ(routed[i].prompt, requests()[i / 4].prompt);
+    EXPECT_EQ(routed[i].index, int64_t(i % 4));
+    EXPECT_EQ(routed[i].response(), single[i].response()) << "group " << i / 4;
+    EXPECT_EQ(routed[i].prompt(), requests()[i / 4].prompt);
   }
-}
-
-TEST(Router, SampleWireFormatRoundTrips) {
-  GeneratedSample s;
-  s.group_index = 3;
-  s.sample_index = 1;
-  s.prompt = {257, 1, 2};
-  s.response = {5, 6, 258};
-  s.log_probs = {-0.5f, -1.25f, -3.0f};
-  s.weight_versions = {4, 4, 5};
-  s.finish = FinishReason::Stop;
-  auto back = decode_samples(encode_samples({s, s}));
-  ASSERT_EQ(back.size(), 2u);
-  EXPECT_EQ(back[1].response, s.response);
-  EXPECT_EQ(back[1].log_probs, s.log_probs);
-  EXPECT_EQ(back[1].weight_versions, s.weight_versions);
-  EXPECT_EQ(back[1].finish, FinishReason::Stop);
 }
 
 TEST(WeightSync, EnginesReceiveTheTrainersWeightsAndGenerateAccordingly) {
@@ -137,12 +120,12 @@ TEST(WeightSync, EnginesReceiveTheTrainersWeightsAndGenerateAccordingly) {
         << again.parameters()[i].name;
   // Generation follows the new weights.
   auto after = greedy(mine), expected = greedy(trainer_model);
-  for (size_t i = 0; i < after.size(); ++i) EXPECT_EQ(after[i].response, expected[i].response);
+  for (size_t i = 0; i < after.size(); ++i) EXPECT_EQ(after[i].response(), expected[i].response());
   if (r != 0) {
     Transformer old(model_config(), 2, at::kCPU);
     auto before = greedy(old);
     bool any_differs = false;
-    for (size_t i = 0; i < before.size(); ++i) any_differs |= before[i].response != after[i].response;
+    for (size_t i = 0; i < before.size(); ++i) any_differs |= before[i].response() != after[i].response();
     EXPECT_TRUE(any_differs);
   }
 }

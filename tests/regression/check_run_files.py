@@ -23,8 +23,11 @@ with h5py.File(f"{run}/metrics.h5", "r") as f:
         assert col.shape == (n_steps + 1,), (name, col.shape)
     assert np.all(f["steps/perf/step_time"][:n_steps] > 0)
     assert f["steps/train/train_rollout_logprob_abs_diff"][0] < 1e-5
-    assert np.all(np.abs(f["steps/train/ppo_kl_first_step"][:n_steps]) < 1e-8), f["steps/train/ppo_kl_first_step"][:]
+    first = f["steps/train_step/0/ppo_kl"][:n_steps]  # slime's gate: the first optimizer step of a rollout
+    assert np.all(np.abs(first) < 1e-8), first
     assert np.all(f["steps/train/optimizer_steps"][:n_steps] == 2)
+    mean = (f["steps/train_step/0/pg_loss"][:n_steps] + f["steps/train_step/1/pg_loss"][:n_steps]) / 2
+    assert np.allclose(mean, f["steps/train/pg_loss"][:n_steps], rtol=1e-5, atol=1e-7)
     assert 0 <= f["steps/eval/pass@1"][0] <= 1 and not np.isnan(f["steps/eval/pass@1"][n_steps])
     ranks = f["ranks/rank"][:]
     assert list(ranks) == list(range(n_ranks)) * n_steps, ranks
@@ -50,6 +53,12 @@ with h5py.File(f"{run}/rollouts.h5", "r") as f:
     lp = g["rollout_log_probs/offsets"][:]
     assert np.array_equal(np.diff(lp), g["response_length"][:])
     assert np.all(g["rollout_log_probs/values"][:] <= 0)
+    # Trained rows hold what training used; every per-token row is empty or full.
+    trained = np.isin(g["status"][:], [1, 2])
+    for name in ["old_log_probs", "raw_advantages", "advantages"]:
+        d = np.diff(g[name + "/offsets"][:])
+        assert np.array_equal(d[trained], g["response_length"][:][trained]), name
+        assert np.all(d[~trained] == 0), name
 
 with open(f"{run}/metrics.csv") as f:
     lines = f.read().splitlines()

@@ -43,7 +43,20 @@ with h5py.File(f"{out}/recorded/metrics.h5") as a, h5py.File(f"{out}/replay/metr
     for c in train:
         x, y = a["steps/" + c][:], b["steps/" + c][:]
         assert np.array_equal(x, y, equal_nan=True), (c, x, y)
-    assert not [c for c in b["steps"].attrs["columns"].decode().split() if c.startswith("rollout/")]
+    # The replay generates nothing; the trainer-side rollout metrics (advantages,
+    # log-probs) are recomputed and equal the recorded run's.
+    replay_cols = b["steps"].attrs["columns"].decode().split()
+    assert "rollout/raw_reward" not in replay_cols and "rollout/generated_tokens" not in replay_cols, replay_cols
+    for c in ["rollout/advantages", "rollout/log_probs"]:
+        assert np.array_equal(a["steps/" + c][:], b["steps/" + c][:], equal_nan=True), c
+with h5py.File(f"{out}/recorded/rollouts.h5") as a, h5py.File(f"{out}/replay/rollouts.h5") as b:
+    # The replay's rollouts.h5 holds the trained rows again, with what it computed.
+    trained = np.isin(a["samples/status"][:], [1, 2])
+    assert b["samples/step"].shape[0] == trained.sum(), (b["samples/step"].shape, trained.sum())
+    for c in ["tokens", "rollout_log_probs", "old_log_probs", "raw_advantages", "advantages"]:
+        off = a[f"samples/{c}/offsets"][:]
+        rows = [a[f"samples/{c}/values"][off[i]:off[i + 1]] for i in np.flatnonzero(trained)]
+        assert np.array_equal(np.concatenate(rows), b[f"samples/{c}/values"][:]), c
 with h5py.File(f"{out}/recorded/trainer_state.h5") as a, h5py.File(f"{out}/replay/trainer_state.h5") as b:
     for name in a["model"]:
         assert np.array_equal(a["model"][name][:], b["model"][name][:]), name

@@ -9,7 +9,7 @@
 #include <set>
 
 #include "buffer/prompt_source.h"
-#include "buffer/sample_transport.h"
+#include "core/sample_codec.h"
 #include "cli/make_data.h"
 #include "reward/reward.h"
 #include "rollout/evaluation.h"
@@ -103,19 +103,50 @@ TEST(PassAtK, UnbiasedEstimator) {
   EXPECT_DOUBLE_EQ(pass_at_k(8, 5, 4), 1.0);  // fewer than k wrong samples
 }
 
-TEST(SampleTransport, TrainSamplesRoundTrip) {
-  TrainSample s;
+TEST(SampleCodec, EveryFieldRoundTrips) {
+  Sample s;
+  s.step = 7;
+  s.group_index = 3;
+  s.index = 1;
+  s.status = SampleStatus::Truncated;
   s.tokens = {257, 1, 2, 3, 258};
   s.prompt_length = 3;
-  s.advantages = {0.5f, 0.5f};
   s.rollout_log_probs = {-0.1f, -2.0f};
-  auto back = decode_train_samples(encode_train_samples({s, s}));
-  ASSERT_EQ(back.size(), 2u);
-  EXPECT_EQ(back[1].tokens, s.tokens);
-  EXPECT_EQ(back[1].prompt_length, 3);
-  EXPECT_EQ(back[1].advantages, s.advantages);
-  EXPECT_EQ(back[1].rollout_log_probs, s.rollout_log_probs);
-  EXPECT_TRUE(back[1].old_log_probs.empty());
+  s.sampling_support = {3, 0};
+  s.weight_versions = {4, 5};
+  s.raw_reward = 1.0f;
+  s.reward = 0.5f;
+  s.loss_mask = {1.0f, 0.0f};
+  s.old_log_probs = {-0.2f, -2.5f};
+  s.ref_log_probs = {-0.3f, -2.25f};
+  s.kl = {0.1f, -0.25f};
+  s.raw_advantages = {0.5f, 0.5f};
+  s.advantages = {0.75f, -0.25f};
+  Sample empty;
+  const std::vector<Sample> back = decode_samples(encode_samples({s, empty, s}));
+  ASSERT_EQ(back.size(), 3u);
+  const Sample& b = back[2];
+  EXPECT_EQ(b.step, s.step);
+  EXPECT_EQ(b.group_index, s.group_index);
+  EXPECT_EQ(b.index, s.index);
+  EXPECT_EQ(b.status, s.status);
+  EXPECT_EQ(b.tokens, s.tokens);
+  EXPECT_EQ(b.prompt_length, s.prompt_length);
+  EXPECT_EQ(b.rollout_log_probs, s.rollout_log_probs);
+  EXPECT_EQ(b.sampling_support, s.sampling_support);
+  EXPECT_EQ(b.weight_versions, s.weight_versions);
+  EXPECT_EQ(b.raw_reward, s.raw_reward);
+  EXPECT_EQ(b.reward, s.reward);
+  EXPECT_EQ(b.loss_mask, s.loss_mask);
+  EXPECT_EQ(b.old_log_probs, s.old_log_probs);
+  EXPECT_EQ(b.ref_log_probs, s.ref_log_probs);
+  EXPECT_EQ(b.kl, s.kl);
+  EXPECT_EQ(b.raw_advantages, s.raw_advantages);
+  EXPECT_EQ(b.advantages, s.advantages);
+  EXPECT_TRUE(back[1].tokens.empty() && back[1].advantages.empty());
+  std::string bytes = encode_samples({s});
+  bytes.pop_back();
+  EXPECT_THROW(decode_samples(bytes), Error);  // a truncated message is an error, not garbage
 }
 
 }  // namespace

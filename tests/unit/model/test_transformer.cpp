@@ -10,7 +10,7 @@
 #include "io/safetensors.h"
 #include "io/tensor_io.h"
 #include "model/transformer.h"
-#include "train/log_probs.h"
+#include "model/log_probs.h"
 
 namespace slimpi {
 namespace {

@@ -9,7 +9,7 @@
 #include "kernels/counter_rng.h"
 #include "rollout/engine.h"
 #include "tokenizer/byte_tokenizer.h"
-#include "train/log_probs.h"
+#include "model/log_probs.h"
 #include "../../support/tiny_model.h"
 
 namespace slimpi {
@@ -44,7 +44,7 @@ std::vector<GenerationRequest> requests(int n_groups, int64_t n_samples, double 
   return out;
 }
 
-std::vector<GeneratedSample> generate(const Transformer& m, EngineConfig cfg, const std::vector<GenerationRequest>& reqs,
+std::vector<Sample> generate(const Transformer& m, EngineConfig cfg, const std::vector<GenerationRequest>& reqs,
                                       EngineStats* stats = nullptr) {
   Engine e(cfg, m);
   for (const auto& r : reqs) e.add_request(r);
@@ -54,12 +54,12 @@ std::vector<GeneratedSample> generate(const Transformer& m, EngineConfig cfg, co
   return out;
 }
 
-void expect_same_tokens(const std::vector<GeneratedSample>& a, const std::vector<GeneratedSample>& b) {
+void expect_same_tokens(const std::vector<Sample>& a, const std::vector<Sample>& b) {
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) {
     EXPECT_EQ(a[i].group_index, b[i].group_index);
-    EXPECT_EQ(a[i].sample_index, b[i].sample_index);
-    EXPECT_EQ(a[i].response, b[i].response) << "group " << a[i].group_index << " sample " << a[i].sample_index;
+    EXPECT_EQ(a[i].index, b[i].index);
+    EXPECT_EQ(a[i].response(), b[i].response()) << "group " << a[i].group_index << " sample " << a[i].index;
   }
 }
 
@@ -79,8 +79,8 @@ TEST(Engine, GreedyEqualsANoCacheGreedyLoop) {
       response.push_back(next);
       if (next == ByteTokenizer::kEos) break;
     }
-    EXPECT_EQ(s.response, response) << "group " << s.group_index;
-    EXPECT_EQ(s.finish, response.back() == ByteTokenizer::kEos ? FinishReason::Stop : FinishReason::Length);
+    EXPECT_EQ(s.response(), response) << "group " << s.group_index;
+    EXPECT_EQ(s.status, response.back() == ByteTokenizer::kEos ? SampleStatus::Completed : SampleStatus::Truncated);
   }
 }
 
@@ -93,7 +93,7 @@ TEST(Engine, AGroupPrefillsItsPromptOnce) {
   EXPECT_EQ(stats.prefill_tokens_computed, int64_t(reqs[0].prompt.size()));
   EXPECT_EQ(stats.prompt_tokens_served, 8 * int64_t(reqs[0].prompt.size()));
   std::set<std::vector<int64_t>> distinct;
-  for (const auto& s : out) distinct.insert(s.response);
+  for (const auto& s : out) distinct.insert(s.response());
   EXPECT_GT(distinct.size(), 4u);  // the samples differ: each has its own stream
 }
 
@@ -105,8 +105,8 @@ TEST(Engine, SeededSamplesDoNotDependOnBatchSizeOrPrefixCache) {
   expect_same_tokens(wide, narrow);
   ASSERT_EQ(wide.size(), 40u);
   for (size_t i = 0; i < wide.size(); ++i)
-    for (size_t t = 0; t < wide[i].log_probs.size(); ++t)
-      EXPECT_NEAR(wide[i].log_probs[t], narrow[i].log_probs[t], 1e-5);
+    for (size_t t = 0; t < wide[i].rollout_log_probs.size(); ++t)
+      EXPECT_NEAR(wide[i].rollout_log_probs[t], narrow[i].rollout_log_probs[t], 1e-5);
 }
 
 TEST(Engine, SeededSamplesAreTheSameAtMaxBatchOneAndSixtyFour) {
@@ -138,7 +138,7 @@ TEST(Engine, PreemptionUnderATinyKvBudgetKeepsEveryToken) {
   EXPECT_GT(tight_stats.preemptions, 0);
   expect_same_tokens(roomy, tight);
   for (size_t i = 0; i < roomy.size(); ++i)
-    for (size_t t = 0; t < roomy[i].log_probs.size(); ++t) EXPECT_NEAR(roomy[i].log_probs[t], tight[i].log_probs[t], 1e-5);
+    for (size_t t = 0; t < roomy[i].rollout_log_probs.size(); ++t) EXPECT_NEAR(roomy[i].rollout_log_probs[t], tight[i].rollout_log_probs[t], 1e-5);
 }
 
 TEST(Engine, StopStringsAndMaxTokens) {
@@ -147,22 +147,23 @@ TEST(Engine, StopStringsAndMaxTokens) {
   auto free_run = generate(m, EngineConfig{}, reqs);
   // Stop on a string that the free run produced: every sample that contains it ends there.
   ByteTokenizer tok;
-  std::string text = tok.decode(free_run[0].response);
+  std::string text = tok.decode(free_run[0].response());
   ASSERT_GE(text.size(), 3u);
   std::string stop = text.substr(1, 2);
   for (auto& r : reqs) r.params.stop_strings = {stop};
   auto stopped = generate(m, EngineConfig{}, reqs);
   int n_stopped = 0;
   for (size_t i = 0; i < stopped.size(); ++i) {
-    std::string s = tok.decode(stopped[i].response);
+    std::string s = tok.decode(stopped[i].response());
     size_t at = s.find(stop);
     if (at != std::string::npos) {
       EXPECT_EQ(at + stop.size(), s.size()) << "continued past the stop string";
-      EXPECT_EQ(stopped[i].finish, FinishReason::Stop);
+      EXPECT_EQ(stopped[i].status, SampleStatus::Completed);
       ++n_stopped;
     }
     // up to the stop, the same tokens as the free run (same stream)
-    EXPECT_TRUE(std::equal(stopped[i].response.begin(), stopped[i].response.end(), free_run[i].response.begin()));
+    const std::vector<int64_t> stopped_response = stopped[i].response(), free_response = free_run[i].response();
+    EXPECT_TRUE(std::equal(stopped_response.begin(), stopped_response.end(), free_response.begin()));
   }
   EXPECT_GE(n_stopped, 1);
   for (auto& r : reqs) {
@@ -171,8 +172,8 @@ TEST(Engine, StopStringsAndMaxTokens) {
     r.params.max_new_tokens = 7;
   }
   for (const auto& s : generate(m, EngineConfig{}, reqs)) {
-    EXPECT_EQ(s.response.size(), 7u);
-    EXPECT_EQ(s.finish, FinishReason::Length);
+    EXPECT_EQ(s.response().size(), 7u);
+    EXPECT_EQ(s.status, SampleStatus::Truncated);
   }
 }
 
@@ -184,11 +185,10 @@ TEST(Engine, LogProbsEqualTheTrainersRecomputation) {
   std::vector<int64_t> tokens, seq_lens, prompt_lens;
   std::vector<float> engine_logp;
   for (const auto& s : out) {
-    tokens.insert(tokens.end(), s.prompt.begin(), s.prompt.end());
-    tokens.insert(tokens.end(), s.response.begin(), s.response.end());
-    seq_lens.push_back(int64_t(s.prompt.size() + s.response.size()));
-    prompt_lens.push_back(int64_t(s.prompt.size()));
-    engine_logp.insert(engine_logp.end(), s.log_probs.begin(), s.log_probs.end());
+    tokens.insert(tokens.end(), s.tokens.begin(), s.tokens.end());
+    seq_lens.push_back(int64_t(s.tokens.size()));
+    prompt_lens.push_back(s.prompt_length);
+    engine_logp.insert(engine_logp.end(), s.rollout_log_probs.begin(), s.rollout_log_probs.end());
   }
   at::Tensor t = at::tensor(tokens, at::kLong);
   at::Tensor logits = m.forward_packed(t, seq_lens);

@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "buffer/jsonl_file.h"
+#include "model/log_probs.h"
 #include "tokenizer/byte_tokenizer.h"
 #include "train/micro_batches.h"
 #include "train/sft_data.h"
@@ -23,11 +24,11 @@ namespace {
 ModelConfig small_model() { return testing::tiny_model_config(32, 0.02); }
 
 // Reproducible random SFT-like samples.
-std::vector<TrainSample> random_samples(int n, uint64_t seed) {
+std::vector<Sample> random_samples(int n, uint64_t seed) {
   at::Generator g = at::detail::createCPUGenerator(seed);
-  std::vector<TrainSample> out;
+  std::vector<Sample> out;
   for (int i = 0; i < n; ++i) {
-    TrainSample s;
+    Sample s;
     int64_t len = 4 + at::randint(12, {1}, g, at::kLong).item<int64_t>();
     at::Tensor t = at::randint(259, {len}, g, at::kLong);
     s.tokens.assign(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + len);
@@ -97,7 +98,8 @@ TrainerConfig sft_config() {
 TEST(Trainer, GradientsLiveInTheFlatBufferAndItsNormIsTheGlobalNorm) {
   Transformer model(small_model(), 3, at::kCPU);
   Trainer trainer(sft_config(), model, nullptr);
-  auto metrics = trainer.train_step(random_samples(6, 1));
+  auto samples = random_samples(6, 1);
+  auto metrics = trainer.train_step(samples);
   EXPECT_TRUE(trainer.grads().grads_alias_buffer());
   EXPECT_GT(trainer.grads().n_buckets(), 10);
   double sq = 0;
@@ -139,23 +141,54 @@ TEST(Trainer, SaveLoadThenStepIsBitIdenticalToStraightSteps) {
   std::filesystem::remove(path);
 }
 
-TEST(Trainer, RlStepWithRatioOneIsReinforceAndLogsSlimeMetrics) {
-  Transformer model(small_model(), 5, at::kCPU);
+TEST(Trainer, RlStepWithRatioOneHasTheReinforceGradientAndLogsSlimeMetrics) {
   TrainerConfig cfg;
   cfg.mode = "rl";
   cfg.lr.lr = 1e-3;
-  Trainer trainer(cfg, model, nullptr);
+  cfg.clip_grad = 0.0;  // compare raw gradients
   auto samples = random_samples(4, 7);
-  for (size_t i = 0; i < samples.size(); ++i)
-    samples[i].advantages.assign(samples[i].response_length(), i % 2 ? 1.0f : -1.0f);
-  trainer.compute_log_probs(samples, /*reference=*/false);  // old = current: ρ = 1
-  for (auto& s : samples) s.rollout_log_probs = s.old_log_probs;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    samples[i].advantages.resize(samples[i].response_length());
+    for (int64_t t = 0; t < samples[i].response_length(); ++t)
+      samples[i].advantages[t] = (i % 2 ? 1.0f : -0.5f) + 0.25f * float(t);
+  }
+
+  // The REINFORCE gradient by hand on an identical model: the reducer's objective is
+  // the mean over samples of each sample's token mean of −A_t·logp_t.
+  Transformer reference(small_model(), 5, at::kCPU);
+  for (size_t i = 0; i < samples.size(); ++i) {
+    const Sample& s = samples[i];
+    at::Tensor tokens = at::tensor(s.tokens, at::kLong);
+    at::Tensor logits = reference.forward_packed(tokens, {int64_t(s.tokens.size())});
+    at::Tensor logp = score_tokens(logits, response_positions(tokens, {int64_t(s.tokens.size())}, {s.prompt_length}),
+                                   1.0, false)
+                          .logp;
+    at::Tensor adv = at::tensor(s.advantages);
+    ((-adv * logp).mean() / double(samples.size())).backward();
+  }
+
+  Transformer model(small_model(), 5, at::kCPU);
+  Trainer trainer(cfg, model, nullptr);
+  trainer.compute_log_probs(samples, /*reference=*/false);
+  for (auto& s : samples) {  // the engine's log-probs, here off by exactly 0.01
+    s.rollout_log_probs = s.old_log_probs;
+    for (float& x : s.rollout_log_probs) x += 0.01f;
+    s.old_log_probs.clear();  // one step per rollout: the step's forward supplies them (ρ = 1)
+  }
   auto m = trainer.train_step(samples);
+  for (size_t i = 0; i < model.parameters().size(); ++i) {
+    const at::Tensor& got = model.parameters()[i].tensor.grad();
+    const at::Tensor& want = reference.parameters()[i].tensor.grad();
+    EXPECT_TRUE(at::allclose(got, want, 1e-4, 1e-6)) << model.parameters()[i].name << " max |diff| "
+                                                    << (got - want).abs().max().item<double>();
+  }
+  EXPECT_GT(m["train/grad_norm"], 1e-3);
   EXPECT_LT(std::abs(m["train/ppo_kl"]), 1e-8);
   EXPECT_EQ(m["train/pg_clipfrac"], 0.0);
-  EXPECT_LT(m["train/train_rollout_logprob_abs_diff"], 1e-6);
-  EXPECT_NEAR(m["train/pg_loss"], 0.0, 1e-6);  // advantages ±1 on equal numbers of samples: per-sample means cancel
-  for (const char* k : {"train/loss", "train/entropy_loss", "train/grad_norm", "train/lr"}) EXPECT_TRUE(m.count(k)) << k;
+  EXPECT_NEAR(m["train/train_rollout_logprob_abs_diff"], 0.01, 1e-5);
+  for (const auto& s : samples) EXPECT_EQ(int64_t(s.old_log_probs.size()), s.response_length());  // captured
+  for (const char* k : {"train/loss", "train/pg_loss", "train/entropy_loss", "train/grad_norm", "train/lr"})
+    EXPECT_TRUE(m.count(k)) << k;
 }
 
 TEST(Sft, LearnsAdditionClearlyInAFewHundredSteps) {
@@ -176,7 +209,8 @@ TEST(Sft, LearnsAdditionClearlyInAFewHundredSteps) {
   double first = 0, last = 0;
   const int steps = 200;
   for (int s = 0; s < steps; ++s) {
-    double loss = trainer.train_step(data.batch(s, 32, 0, 1))["train/loss"];
+    auto batch = data.batch(s, 32, 0, 1);
+    double loss = trainer.train_step(batch)["train/loss"];
     if (s < 5) first += loss / 5;
     if (s >= steps - 5) last += loss / 5;
   }

@@ -1,0 +1,58 @@
+#include "core/sample_codec.h"
+
+#include "core/byte_codec.h"
+
+namespace slimpi {
+
+std::string encode_samples(const std::vector<Sample>& samples) {
+  ByteWriter w;
+  w.put<uint64_t>(samples.size());
+  for (const auto& s : samples) {
+    w.put(s.step);
+    w.put(s.group_index);
+    w.put(s.index);
+    w.put(s.status);
+    w.put_vector(s.tokens);
+    w.put(s.prompt_length);
+    w.put_vector(s.rollout_log_probs);
+    w.put_vector(s.sampling_support);
+    w.put_vector(s.weight_versions);
+    w.put(s.raw_reward);
+    w.put(s.reward);
+    w.put_vector(s.loss_mask);
+    w.put_vector(s.old_log_probs);
+    w.put_vector(s.ref_log_probs);
+    w.put_vector(s.kl);
+    w.put_vector(s.raw_advantages);
+    w.put_vector(s.advantages);
+  }
+  return w.take();
+}
+
+std::vector<Sample> decode_samples(const std::string& bytes) {
+  ByteReader r(bytes);
+  std::vector<Sample> out(r.get<uint64_t>());
+  for (auto& s : out) {
+    s.step = r.get<int64_t>();
+    s.group_index = r.get<int64_t>();
+    s.index = r.get<int64_t>();
+    s.status = r.get<SampleStatus>();
+    s.tokens = r.get_vector<int64_t>();
+    s.prompt_length = r.get<int64_t>();
+    s.rollout_log_probs = r.get_vector<float>();
+    s.sampling_support = r.get_vector<int32_t>();
+    s.weight_versions = r.get_vector<int64_t>();
+    s.raw_reward = r.get<float>();
+    s.reward = r.get<float>();
+    s.loss_mask = r.get_vector<float>();
+    s.old_log_probs = r.get_vector<float>();
+    s.ref_log_probs = r.get_vector<float>();
+    s.kl = r.get_vector<float>();
+    s.raw_advantages = r.get_vector<float>();
+    s.advantages = r.get_vector<float>();
+  }
+  SLIMPI_CHECK(r.done(), "sample message has trailing bytes");
+  return out;
+}
+
+}  // namespace slimpi
