@@ -7,7 +7,11 @@
 //                          decode FLOP/s (2 x dense params per token) over the FLOP/s of
 //                          torch matmul on the same [64, d] x [d, out] shapes.
 //                          Counter decode_share_of_matmul.
-//   BM_GroupPrefill        32 prompts x 8 samples: prompt tokens computed / served.
+//   BM_GroupPrefill        32 prompts of 256 tokens x 8 samples, 1 new token each (so the
+//                          time is prefill): one group per prompt (the prompt prefilled
+//                          once, shared by its 8 samples) vs the same 256 requests as
+//                          single samples with the prefix cache off (8 prefills of each
+//                          prompt), timed in the same run. Counter unshared_over_shared.
 // Threads: $SLIMPI_THREADS (default 1). Run: build/perf/bench_engine
 #include <ATen/ATen.h>
 #include <benchmark/benchmark.h>
@@ -149,14 +153,29 @@ void BM_DecodeShare(benchmark::State& state) {
 
 void BM_GroupPrefill(benchmark::State& state) {
   Transformer m(quickstart_model(), 1, at::kCPU);
-  for (auto _ : state) {
+  auto timed = [&](const std::vector<GenerationRequest>& reqs, bool prefix_cache) {
+    Engine e(EngineConfig{16, 1 << 17, 64, 2048, prefix_cache}, m);
     auto t0 = Clock::now();
-    Engine e(EngineConfig{16, 1 << 15, 64, 2048, true}, m);
-    for (const auto& r : requests(32, 8, 24, 16, 1.0)) e.add_request(r);
+    for (const auto& r : reqs) e.add_request(r);
     e.run_to_completion();
-    state.SetIterationTime(since(t0));
-    state.counters["prefill_computed_over_served"] =
-        double(e.stats().prefill_tokens_computed) / double(e.stats().prompt_tokens_served);
+    return since(t0);
+  };
+  const std::vector<GenerationRequest> grouped = requests(32, 8, 256, 1, 1.0);
+  std::vector<GenerationRequest> single;
+  for (const auto& r : grouped)
+    for (int64_t i = 0; i < r.n_samples; ++i) {
+      GenerationRequest one = r;
+      one.n_samples = 1;
+      one.group_index = r.group_index * r.n_samples + i;
+      single.push_back(one);
+    }
+  for (auto _ : state) {
+    const double shared_s = timed(grouped, true);
+    const double unshared_s = timed(single, false);
+    state.SetIterationTime(shared_s);
+    state.counters["shared_ms"] = 1e3 * shared_s;
+    state.counters["unshared_ms"] = 1e3 * unshared_s;
+    state.counters["unshared_over_shared"] = unshared_s / shared_s;
   }
 }
 

@@ -6,9 +6,13 @@
 //                          mfu_vs_matmul = that / the FLOP/s torch's matmul reaches on
 //                          the model's own GEMM shapes (forward and both backward
 //                          products of every linear layer), measured right before.
-//   BM_PackedVsPadded      a step on 16 sequences of lengths 32..256 packed, against
-//                          the same sequences padded to 256 (what a padded batch
-//                          computes). Counter padded_over_packed_time.
+//   BM_PackedVsPadded      a step on 16 sequences of lengths 32..256 given as they are,
+//                          against the same sequences with pad tokens appended up to
+//                          256. Both go through the same attention, which pads each
+//                          micro-batch to its longest sequence internally: this measures
+//                          the cost of computing pad *tokens* (projections, MLP, head),
+//                          not of padded vs unpadded attention (no unpadded attention
+//                          exists yet). Counter padded_over_packed_time.
 // Models: "10M" (d 320, 8 layers) and "50M" (d 640, 10 layers). Threads: $SLIMPI_THREADS
 // (default 1). Run: build/perf/bench_train [--benchmark_filter=10M]
 #include <ATen/ATen.h>

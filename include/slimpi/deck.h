@@ -57,7 +57,8 @@ class Deck {
 // Reads `path` (following includes), applies `overrides` ("key=value"), fills defaults
 // and validates every key against the schema. Throws slimpi::Error listing every
 // problem found (unknown keys with the nearest valid key, wrong types, ranges) with
-// file:line. Single-process; see config/deck_loader.h for the MPI-collective version.
+// file:line. Single-process; src/config/deck_loader.cpp has the MPI-collective version
+// (load_deck_collective, declared in config/deck_broadcast.h).
 Deck load_deck(const std::string& path, const std::vector<std::string>& overrides);
 
 }  // namespace slimpi

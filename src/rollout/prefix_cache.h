@@ -1,8 +1,10 @@
 // PrefixCache — a radix tree over token ids whose edges are whole KV blocks: a path
 // from the root spells a token prefix, each node holds the block with that prefix's
 // last block_size tokens' keys/values. Lets a prompt re-use the KV of any earlier
-// prompt that shared its first blocks (a system prompt, few-shot header, the same
-// prompt in a later step), and lets the n samples of a group find the prompt prefilled.
+// prompt of the same engine run that shared its first blocks (a system prompt, a
+// few-shot header), and lets the n samples of a group find the prompt prefilled. The
+// driver builds a new Engine for every generation round, and a weight update clears
+// the cache, so nothing is reused across rounds or steps today.
 //
 // Owned by the Engine, next to the BlockAllocator it shares blocks with. The cache
 // holds one reference to each node's block; eviction takes least-recently-used leaves

@@ -35,4 +35,21 @@ expect_clean_failure 4 "$out/h2.log" "bad.jsonl:2: missing key 'response'" run "
   --set data.path="$out/bad.jsonl" --set parallel.placement=split
 expect_clean_failure 2 "$out/i.log" "model.n_heads = 4 must be a multiple of model.n_kv_heads = 3" run "$out/sft.toml" \
   --set data.path="$out/bad.jsonl" --set model.n_kv_heads=3
+# slime's rules on the KL and the reinforce_plus_plus estimators, AdamW's ranges:
+# each names the keys and where they were set.
+cd "$root"
+rl="inputs/smoke_rl.toml --set run.dir=$out/rules"
+expect_clean_failure 4 "$out/k1.log" "train.kl_coef = 0.05 (--set) and train.kl_loss_coef = 0.1 (--set) are both non-zero" \
+  run $rl --set train.advantage_estimator=reinforce_plus_plus --set train.normalize_advantages=true \
+  --set train.kl_coef=0.05 --set train.use_kl_loss=true --set train.kl_loss_coef=0.1
+expect_clean_failure 4 "$out/k2.log" "needs train.normalize_advantages = true (default), as in slime" \
+  run $rl --set train.advantage_estimator=reinforce_plus_plus_baseline
+expect_clean_failure 4 "$out/k3.log" "train.kl_coef = 0.05 (--set) acts only on the reinforce_plus_plus estimators" \
+  run $rl --set train.kl_coef=0.05
+expect_clean_failure 4 "$out/k4.log" "train.kl_loss_coef = 0.1 (--set) would be ignored: train.use_kl_loss = false" \
+  run $rl --set train.kl_loss_coef=0.1
+expect_clean_failure 4 "$out/k5.log" "train.adam_beta1 = 1 (--set) and train.adam_beta2 = 0.999 (default) must each be in .0, 1)" \
+  run $rl --set train.adam_beta1=1.0
+expect_clean_failure 4 "$out/k6.log" "train.adam_eps = 0 (--set) must be > 0" run $rl --set train.adam_eps=0.0
+"$slimpi" keys train.kl_loss_type | grep -q 'default "k1"' || { "$slimpi" keys train.kl_loss_type; exit 1; }
 echo "bad_deck: ok"

@@ -15,6 +15,16 @@ for np in 1 2 3; do
     --set rollout.max_batch_tokens=128 >"$out/np$np.log" 2>&1 || { cat "$out/np$np.log"; exit 1; }
 done
 grep -q "groups 40/40" "$out/np2.log"
+# data.path slices work as in `slimpi run`; an impossible bound is a clean error.
+$mpirun -np 2 "$slimpi" generate inputs/generate_addition.toml --set model.init_from= \
+  --set data.path="$out/prompts.jsonl@[10:20]" --set run.dir="$out/slice" >"$out/slice.log" 2>&1 \
+  || { cat "$out/slice.log"; exit 1; }
+grep -q "groups 10/10" "$out/slice.log" || { cat "$out/slice.log"; exit 1; }
+if $mpirun -np 2 "$slimpi" generate inputs/generate_addition.toml --set model.init_from= \
+  --set data.path="$out/prompts.jsonl@[99999999999999999999:]" --set run.dir="$out/huge" >"$out/huge.log" 2>&1; then
+  echo "FAIL: a slice bound past 64 bits was accepted"; exit 1
+fi
+grep -q "slice bound 99999999999999999999 is out of the 64-bit range" "$out/huge.log" || { cat "$out/huge.log"; exit 1; }
 /usr/bin/python3 - "$out" <<'PY'
 import sys
 import h5py
@@ -40,6 +50,13 @@ with h5py.File(f"{out}/np2/metrics.h5") as f:
     served = f["steps/rollout/prompt_tokens_served"][0]
     computed = f["steps/rollout/prefill_tokens_computed"][0]
     assert abs(computed / served - 1 / 8) < 1e-9, (computed, served)
+with h5py.File(f"{out}/slice/rollouts.h5") as f:  # the slice's prompts are records 10..19
+    g = f["samples"]
+    off, tok, plen = g["tokens/offsets"][:], g["tokens/values"][:], g["prompt_length"][:]
+    assert g["group_index"].shape[0] == 80
+    for i in range(0, 80, 8):
+        j = 8 * (10 + i // 8)
+        assert np.array_equal(tok[off[i]:off[i] + plen[i]], a["tokens"][a["offsets"][j]:a["offsets"][j] + plen[i]])
 print("generate_run: 320 samples identical at np 1, 2, 3; prefill", computed, "of", served)
 PY
 echo "generate_run: ok"

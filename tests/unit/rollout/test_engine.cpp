@@ -198,6 +198,38 @@ TEST(Engine, LogProbsEqualTheTrainersRecomputation) {
   EXPECT_LT(diff.mean().item<float>(), 2e-6);
 }
 
+TEST(Engine, TopKTopPLogProbsAreOverTheSamplingSupport) {
+  // slime's top-p-aware training: the engine's log-prob of a token drawn with top_k /
+  // top_p is under the renormalised truncated distribution, recomputed here from the
+  // model's own logits and the recorded support size alone.
+  Transformer m(model_config(), 7, at::kCPU);
+  auto reqs = requests(6, 3, 1.2, 12);
+  for (auto& r : reqs) {
+    r.params.top_k = 5;
+    r.params.top_p = 0.9;
+  }
+  auto out = generate(m, EngineConfig{4, 4 * 64, 32, 64, true}, reqs);
+  at::NoGradGuard no_grad;
+  double worst = 0, full_gap = 0;
+  for (const auto& s : out) {
+    ASSERT_EQ(int64_t(s.sampling_support.size()), s.response_length());
+    at::Tensor t = at::tensor(s.tokens, at::kLong);
+    at::Tensor z = m.forward_packed(t, {int64_t(s.tokens.size())}) / 1.2;  // [T, V]
+    for (int64_t j = 0; j < s.response_length(); ++j) {
+      const int64_t k = s.sampling_support[j], pos = s.prompt_length + j;
+      ASSERT_GE(k, 1);
+      ASSERT_LE(k, 5);
+      at::Tensor row = z[pos - 1];
+      at::Tensor top = std::get<0>(row.topk(k));
+      const double want = row[s.tokens[pos]].item<double>() - top.logsumexp(0).item<double>();
+      worst = std::max(worst, std::abs(want - s.rollout_log_probs[j]));
+      full_gap = std::max(full_gap, std::abs(row.log_softmax(0)[s.tokens[pos]].item<double>() - want));
+    }
+  }
+  EXPECT_LT(worst, 1e-5);
+  EXPECT_GT(full_gap, 0.05);  // the full-vocabulary log-prob would be a different number
+}
+
 TEST(Engine, RefusesWhatCanNeverFit) {
   Transformer m(model_config(), 1, at::kCPU);
   Engine e(EngineConfig{4, 32, 4, 64, true}, m);  // 8 blocks

@@ -23,9 +23,24 @@ TEST(Sampling, KernelMatchesReferenceForEverySetting) {
         for (int64_t b = 0; b < rows; ++b)
           params.push_back({temperature, top_k, top_p, counter_uniform(42, uint64_t(b), uint64_t(top_k))});
         std::vector<int64_t> kernel(rows), reference(rows);
-        sample_tokens(logits.data_ptr<float>(), rows, vocab, params.data(), kernel.data());
-        sample_tokens_reference(logits.data_ptr<float>(), rows, vocab, params.data(), reference.data());
+        std::vector<int32_t> kernel_support(rows), reference_support(rows);
+        sample_tokens(logits.data_ptr<float>(), rows, vocab, params.data(), kernel.data(), kernel_support.data());
+        sample_tokens_reference(logits.data_ptr<float>(), rows, vocab, params.data(), reference.data(),
+                                reference_support.data());
         EXPECT_EQ(kernel, reference) << "T " << temperature << " top_k " << top_k << " top_p " << top_p;
+        EXPECT_EQ(kernel_support, reference_support) << "T " << temperature << " top_k " << top_k << " top_p " << top_p;
+        for (int64_t b = 0; b < rows; ++b) {
+          const bool cut = temperature > 0 && ((top_k > 0 && top_k < vocab) || top_p < 1.0);
+          if (!cut) {
+            EXPECT_EQ(kernel_support[b], 0);
+            continue;
+          }
+          // The support is the `size` largest logits, and the sampled token is among them.
+          ASSERT_GE(kernel_support[b], 1);
+          if (top_k > 0) EXPECT_LE(kernel_support[b], top_k);
+          const float z = logits[b][kernel[b]].item<float>();
+          EXPECT_LT(logits[b].gt(z).sum().item<int64_t>(), kernel_support[b]) << "row " << b;
+        }
         if (temperature == 0.0 || top_k == 1 || top_p == 0.01) {
           EXPECT_EQ(kernel[0], 10);  // greedy-like settings pick the lower of the tied maxima
           EXPECT_EQ(kernel[1], logits[1].argmax().item<int64_t>());
