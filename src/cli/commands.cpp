@@ -11,13 +11,13 @@
 
 #include "cli/make_data.h"
 #include "config/schema.h"
-#include "core/driver.h"
+#include "driver/driver.h"
 #include "core/exit_guard.h"
 #include "core/log.h"
 #include "io/inspect.h"
-#include "model/hf_export.h"
+#include "ckpt/hf_export.h"
 #include "parallel/mpi_bytes.h"
-#include "rollout/generate.h"
+#include "driver/generate.h"
 
 namespace slimpi::cli {
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "model/transformer.h"
+#include "io/named_tensor.h"
 
 namespace slimpi {
 

@@ -114,19 +114,19 @@ std::vector<NamedTensor> read_hf_tensors_like(const std::string& path, const std
 
 }  // namespace
 
-void load_model_weights(Transformer& model, const std::string& path, const std::string& group) {
+void load_model_weights(const std::vector<NamedTensor>& params, const std::string& path, const std::string& group) {
   std::vector<NamedTensor> stored;
   const bool hf = std::filesystem::is_directory(path) ||
                   (path.size() > 12 && path.compare(path.size() - 12, 12, ".safetensors") == 0);
   if (hf) {
-    stored = read_hf_tensors_like(path, model.parameters());
+    stored = read_hf_tensors_like(path, params);
   } else {
     h5::File f = h5::File::open(path, false, MPI_COMM_NULL);
     h5::Handle g = h5::open_group(f.id(), group);
-    stored = read_tensors_like(g.id(), model.parameters());
+    stored = read_tensors_like(g.id(), params);
   }
   at::NoGradGuard no_grad;
-  for (size_t i = 0; i < stored.size(); ++i) model.parameters()[i].tensor.copy_(stored[i].tensor);
+  for (size_t i = 0; i < stored.size(); ++i) params[i].tensor.copy_(stored[i].tensor);
 }
 
 }  // namespace slimpi

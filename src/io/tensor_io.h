@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "io/h5.h"
-#include "model/transformer.h"
+#include "io/named_tensor.h"
 
 namespace slimpi {
 
@@ -22,10 +22,11 @@ void write_tensors(hid_t loc, const std::vector<NamedTensor>& tensors);
 // Reads the tensors named like `like` (same order), checking each shape.
 std::vector<NamedTensor> read_tensors_like(hid_t loc, const std::vector<NamedTensor>& like);
 
-// Copies the tensors of group `group` of HDF5 file `path` into `model`'s parameters
-// (names, shapes and dtypes must match; the error names the first that does not).
-// A `path` ending in .safetensors, or a directory (a Hugging Face export holding
-// model.safetensors), is read as safetensors instead, tensors matched by name.
-void load_model_weights(Transformer& model, const std::string& path, const std::string& group = "model");
+// Copies the tensors of group `group` of HDF5 file `path` into `params` (a model's
+// parameters; names, shapes and dtypes must match; the error names the first that
+// does not). A `path` ending in .safetensors, or a directory (a Hugging Face export
+// holding model.safetensors), is read as safetensors instead, tensors matched by name.
+void load_model_weights(const std::vector<NamedTensor>& params, const std::string& path,
+                        const std::string& group = "model");
 
 }  // namespace slimpi

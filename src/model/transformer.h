@@ -22,14 +22,10 @@
 #include <string>
 #include <vector>
 
+#include "io/named_tensor.h"
 #include "model/model_config.h"
 
 namespace slimpi {
-
-struct NamedTensor {
-  std::string name;
-  at::Tensor tensor;
-};
 
 // Keys and values of every layer, addressed by slot (a slot holds one token's K and V
 // for all KV heads). Slot assignment (contiguous per sequence, or paged blocks) is

@@ -13,6 +13,8 @@
 // Owned by the rollout driver; single-threaded; the model is shared, not owned.
 #pragma once
 
+#include <slimpi/sample.h>
+
 #include <deque>
 #include <memory>
 #include <string>
@@ -22,7 +24,6 @@
 #include "rollout/block_allocator.h"
 #include "rollout/prefix_cache.h"
 #include "rollout/request.h"
-#include "slimpi/sample.h"
 
 namespace slimpi {
 

@@ -366,7 +366,7 @@ void Trainer::save(const std::string& path) const {
 }
 
 void Trainer::load(const std::string& path) {
-  load_model_weights(policy_, path, "model");
+  load_model_weights(policy_.parameters(), path, "model");
   h5::File f = h5::File::open(path, false, MPI_COMM_NULL);
   h5::Handle opt = h5::open_group(f.id(), "optimizer");
   optimizer_.load_state(h5::read_attr_int(opt.id(), "n_steps"), read_tensors_like(opt.id(), optimizer_.state()));

@@ -125,10 +125,10 @@ TEST(HuggingFaceExport, SafetensorsRoundTripGivesIdenticalLogits) {
     at::Tensor tokens = random_tokens(20, cfg.vocab_size, 3);
     at::NoGradGuard no_grad;
     EXPECT_FALSE(at::equal(a.forward_packed(tokens, {20}), b.forward_packed(tokens, {20})));
-    load_model_weights(b, dir);
+    load_model_weights(b.parameters(), dir);
     EXPECT_TRUE(at::equal(a.forward_packed(tokens, {20}), b.forward_packed(tokens, {20})));
     Transformer c(cfg, 13, at::kCPU);
-    load_model_weights(c, dir + "/model.safetensors");
+    load_model_weights(c.parameters(), dir + "/model.safetensors");
     EXPECT_TRUE(at::equal(a.forward_packed(tokens, {20}), c.forward_packed(tokens, {20})));
   }
   at::Tensor bf = at::randn({3, 5}).to(at::kBFloat16);
@@ -141,7 +141,7 @@ TEST(HuggingFaceExport, SafetensorsRoundTripGivesIdenticalLogits) {
   other.hidden_size = 64;
   Transformer narrow_model(other, 1, at::kCPU);
   write_safetensors(dir + "/model.safetensors", wide.parameters());
-  EXPECT_THROW(load_model_weights(narrow_model, dir), Error);
+  EXPECT_THROW(load_model_weights(narrow_model.parameters(), dir), Error);
   std::filesystem::remove_all(dir);
 }
 

@@ -37,7 +37,7 @@
 #include <string>
 #include <vector>
 
-#include "core/run_context.h"
+#include "driver/run_context.h"
 #include "core/timer.h"
 
 namespace slimpi {

@@ -6,7 +6,7 @@
 // perf/* metrics) to the run directory, with a progress line on rank 0.
 #pragma once
 
-#include "core/run_context.h"
+#include "driver/run_context.h"
 
 namespace slimpi {
 

@@ -13,7 +13,7 @@
 #include <cmath>
 #include <filesystem>
 
-#include "core/driver.h"
+#include "driver/driver.h"
 #include "io/rollout_log.h"
 #include "parallel/mpi_bytes.h"
 #include "train/trainer.h"

@@ -11,7 +11,7 @@
 #include "ckpt/checkpoint_dir.h"
 #include "ckpt/resume.h"
 #include "ckpt/run_state.h"
-#include "core/driver.h"
+#include "driver/driver.h"
 #include "core/log.h"
 #include "core/stop_signal.h"
 #include "io/metrics_log.h"
@@ -91,7 +91,7 @@ void Driver::resume_and_open_files() {
       start_step_ = rs.step;
       stop_ = rs.reached_target;
       if (trainer_) trainer_->load(chosen + "/trainer_state.h5");
-      if (engine_model_) load_model_weights(*engine_model_, chosen + "/trainer_state.h5");
+      if (engine_model_) load_model_weights(engine_model_->parameters(), chosen + "/trainer_state.h5");
       if (prompt_source_) prompt_source_->set_cursor(rs.prompt_cursor);
       if (rollout_side_) rollout_side_->set_weight_version(rs.step);
       ckpt::restore_local_rng_state(rs.rng_per_rank.at(static_cast<size_t>(ctx_.world->rank())));

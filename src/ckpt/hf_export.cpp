@@ -1,4 +1,4 @@
-#include "model/hf_export.h"
+#include "ckpt/hf_export.h"
 
 #include <slimpi/error.h>
 
@@ -46,7 +46,7 @@ std::string export_checkpoint_to_hf(const std::string& ckpt_dir, const std::stri
     SLIMPI_FAIL("export: {} is not a usable checkpoint: {}", ckpt_dir, *problem);
   const ModelConfig cfg = ModelConfig::from_deck(ckpt::read_checkpoint_deck(ckpt_dir));
   Transformer model(cfg, /*seed=*/0, at::Device(at::kCPU));
-  load_model_weights(model, ckpt_dir + "/trainer_state.h5");
+  load_model_weights(model.parameters(), ckpt_dir + "/trainer_state.h5");
 
   std::filesystem::create_directories(out_dir);
   write_safetensors(out_dir + "/model.safetensors", model.parameters(), {{"format", "pt"}, {"source", ckpt_dir}});

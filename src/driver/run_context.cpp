@@ -1,4 +1,4 @@
-#include "core/run_context.h"
+#include "driver/run_context.h"
 
 #include <slimpi/error.h>
 

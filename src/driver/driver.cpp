@@ -1,4 +1,4 @@
-#include "core/driver.h"
+#include "driver/driver.h"
 
 #include <ATen/ATen.h>
 #include <slimpi/error.h>
@@ -140,7 +140,7 @@ void Driver::set_up_model_and_trainer() {
   const std::string& init_from = deck.get_string("model.init_from");
   auto make_model = [&] {
     auto m = std::make_unique<Transformer>(model_cfg, run_seed(deck), device);
-    if (!init_from.empty()) load_model_weights(*m, init_from);
+    if (!init_from.empty()) load_model_weights(m->parameters(), init_from);
     return m;
   };
   if (ctx_.world->is_trainer()) {

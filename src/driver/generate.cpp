@@ -1,4 +1,4 @@
-#include "rollout/generate.h"
+#include "driver/generate.h"
 
 #include <ATen/ATen.h>
 #include <slimpi/error.h>
@@ -49,7 +49,7 @@ int run_generate(RunContext& ctx) {
   const at::Device device = ctx.device.use_cuda ? at::Device(at::kCUDA, ctx.device.gpu) : at::Device(at::kCPU);
   Transformer model(mc, seed, device);
   const std::string& init_from = deck.get_string("model.init_from");
-  if (!init_from.empty()) load_model_weights(model, init_from);
+  if (!init_from.empty()) load_model_weights(model.parameters(), init_from);
   log::info("generate: {} prompts x {} samples on {} engine(s); policy {} parameters from {}", requests.size(),
             rc.n_samples_per_prompt, ctx.world->size(), model.n_params(),
             init_from.empty() ? "the seeded init" : init_from);
