@@ -11,7 +11,7 @@ import sys
 import h5py
 import numpy as np
 
-PHASES = ["eval", "rollout", "reward", "buffer", "train", "weight_sync", "metrics"]
+PHASES = ["eval", "rollout", "reward", "buffer", "train", "record", "weight_sync", "metrics"]
 
 
 def main() -> None:

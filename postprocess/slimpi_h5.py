@@ -51,7 +51,7 @@ class Run:
 
     def phase_times(self):
         """{phase: per-step seconds (max over ranks)} for every perf/<phase>_time column."""
-        phases = ["eval", "prompts", "rollout", "reward", "buffer", "train", "weight_sync", "metrics", "checkpoint"]
+        phases = ["eval", "rollout", "reward", "buffer", "train", "record", "weight_sync", "metrics", "checkpoint"]
         return {p: self.metric(f"perf/{p}_time") for p in phases if self.has(f"perf/{p}_time")}
 
 
