@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "buffer/jsonl_file.h"
+#include "tokenizer/byte_tokenizer.h"
 
 namespace slimpi {
 
@@ -48,15 +49,29 @@ PromptSource::PromptSource(const PromptSourceSpec& spec, uint64_t seed) : order_
   const int64_t begin = clamp_index(slice.begin), end = slice.end == INT64_MAX ? n : clamp_index(slice.end);
   if (begin >= end)
     SLIMPI_FAIL_ALL("data path '{}' selects no records (the file has {})", spec.path, n);
+  ByteTokenizer tok;
   for (int64_t i = begin; i < end; ++i) {
+    if (spec.max_prompt_tokens > 0) {
+      const int64_t n_tokens = static_cast<int64_t>(tok.encode_prompt(all[i].fields[0]).size());
+      if (n_tokens > spec.max_prompt_tokens) {
+        if (!spec.skip_bad_lines)
+          SLIMPI_FAIL_ALL("{}:{}: prompt of {} tokens; with rollout.max_new_tokens it does not fit "
+                          "model.max_seq_len (at most {} prompt tokens); data.skip_bad_lines = true skips such lines",
+                          slice.file, all[i].line, n_tokens, spec.max_prompt_tokens);
+        ++skipped_;
+        continue;
+      }
+    }
     Prompt p;
-    p.index = i - begin;
+    p.index = static_cast<int64_t>(records_.size());
     p.line = all[i].line;
     p.text = all[i].fields[0];
     p.label = all[i].fields[1];
     if (!spec.metadata_key.empty()) p.metadata = all[i].fields[2];
     records_.push_back(std::move(p));
   }
+  if (records_.empty())
+    SLIMPI_FAIL_ALL("data path '{}': every selected record was skipped as a bad line", spec.path);
   order_ = EpochOrder(static_cast<int64_t>(records_.size()), seed);
 }
 

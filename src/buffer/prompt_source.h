@@ -30,6 +30,9 @@ struct PromptSourceSpec {
   std::string metadata_key;  // "" = none
   bool skip_bad_lines = false;
   bool label_optional = false;  // slimpi generate: prompts need no label
+  // > 0: a prompt whose byte-tokenized length (BOS + bytes) exceeds this is a bad
+  // line (an error naming file:line, or skipped and counted with skip_bad_lines).
+  int64_t max_prompt_tokens = 0;
 };
 
 class PromptSource {

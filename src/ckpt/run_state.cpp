@@ -1,11 +1,13 @@
 #include "ckpt/run_state.h"
 
+
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <slimpi/error.h>
 
 #include "io/h5.h"
 #include "io/tensor_io.h"
+#include "parallel/watchdog.h"
 
 namespace slimpi::ckpt {
 
@@ -29,6 +31,8 @@ void write_run_state(MPI_Comm world, const std::string& path, RunState state) {
   std::vector<uint8_t> mine = local_rng_state();
   int n = static_cast<int>(mine.size());
   std::vector<int> counts(size), displs(size);
+  static const std::string context = "[checkpoint] every rank's run state to rank 0";
+  WaitGuard guard({&context, "MPI_Gather"});
   MPI_Gather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, world);
   std::vector<uint8_t> all;
   if (rank == 0) {

@@ -154,6 +154,9 @@ std::vector<KeySpec> declare_keys() {
       float_key("train.adam_beta2", 0.999, 0.0, 1.0, "", "AdamW beta2"),
       float_key("train.adam_eps", 1e-8, 0.0, 1.0, "", "AdamW epsilon"),
       float_key("train.clip_grad", 1.0, 0.0, 1e9, "", "clip gradients to this global L2 norm (0 = off)"),
+      bool_key("train.skip_nonfinite_steps", false,
+               "skip an optimizer step whose loss or gradient norm is NaN/inf (counted as "
+               "train/skipped_nonfinite_step) instead of stopping the job"),
       int_key("train.grad_bucket_mb", 32, 1, 1e5, "MB", "size of the buckets the gradients are all-reduced in"),
       choice_key("train.advantage_estimator", "grpo", advantage_estimators().names(),
                  "advantage estimator (and policy loss: gspo and cispo have their own)"),

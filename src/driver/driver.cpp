@@ -19,6 +19,7 @@
 #include "io/tensor_io.h"
 #include "parallel/comm.h"
 #include "parallel/mpi_bytes.h"
+#include "parallel/watchdog.h"
 #include "reward/reward.h"
 #include "rollout/rollout_side.h"
 #include "rollout/weight_sync.h"
@@ -42,6 +43,11 @@ struct Driver::StepState {
 namespace {
 
 uint64_t run_seed(const Deck& deck) { return static_cast<uint64_t>(deck.get_int("run.seed")); }
+
+// The longest prompt a response of rollout.max_new_tokens still fits behind.
+int64_t max_prompt_tokens(const Deck& deck) {
+  return deck.get_int("model.max_seq_len") - deck.get_int("rollout.max_new_tokens");
+}
 
 // Streams of group seeds: training rollouts use the step; evaluation its own range.
 constexpr uint64_t kEvalStream = uint64_t(1) << 40;
@@ -107,6 +113,7 @@ Driver::Driver(RunContext& ctx) : ctx_(ctx), step_(std::make_unique<StepState>()
     // Every rank reads the files, so that a bad file is an error all ranks raise alike.
     PromptSourceSpec spec{deck.get_string("eval.path"), deck.get_string("data.input_key"),
                           deck.get_string("data.label_key"), "", false};
+    spec.max_prompt_tokens = max_prompt_tokens(deck);
     eval_prompts_ = PromptSource(spec, run_seed(deck)).records();
   }
   check_debug_modes();
@@ -134,6 +141,7 @@ void Driver::set_up_model_and_trainer() {
     PromptSourceSpec spec{deck.get_string("data.path"), deck.get_string("data.input_key"),
                           deck.get_string("data.label_key"), deck.get_string("data.metadata_key"),
                           deck.get_bool("data.skip_bad_lines")};
+    spec.max_prompt_tokens = max_prompt_tokens(deck);
     prompt_source_ = std::make_unique<PromptSource>(spec, run_seed(deck));
   }
   const at::Device device = ctx_.device.use_cuda ? at::Device(at::kCUDA, ctx_.device.gpu) : at::Device(at::kCPU);
@@ -299,6 +307,8 @@ void Driver::rollout(int64_t step) {
         }
       }
     }
+    static const std::string kept_context = "[rollout] the router's count of kept groups";
+    WaitGuard guard({&kept_context, "MPI_Bcast", 1, "i32", 0});
     MPI_Bcast(&kept, 1, MPI_INT, 0, ctx_.world->rollout());
   }
   if (rollout_side_->is_router() && kept < want)
@@ -397,7 +407,11 @@ void Driver::train(int64_t step) {
   }
   std::vector<Sample>& local = step_->batch;
   int64_t n_global = static_cast<int64_t>(local.size());
-  MPI_Allreduce(MPI_IN_PLACE, &n_global, 1, MPI_INT64_T, MPI_SUM, ctx_.world->trainer());
+  {
+    static const std::string context = "[train] samples of the step over the trainers";
+    WaitGuard guard({&context, "MPI_Allreduce", 1, "i64"});
+    MPI_Allreduce(MPI_IN_PLACE, &n_global, 1, MPI_INT64_T, MPI_SUM, ctx_.world->trainer());
+  }
   if (n_global == 0) {
     log::warn("step {}: no samples to train on (every group was filtered out)", step);
     return;
@@ -426,16 +440,9 @@ void Driver::train(int64_t step) {
 void Driver::record(int64_t) {
   // rollouts.h5: every generated sample of the step. First the trained ones, each
   // trainer appending its share with what training used (trainer order = training
-  // order); then the router's filtered and surplus groups. Two collective appends.
+  // order); then the router's filtered and surplus groups. One collective append.
   StepState& st = *step_;
-  if (!rl_) {
-    rollouts_->append({});
-    rollouts_->append({});
-    rollouts_->flush();
-    return;
-  }
-  rollouts_->append(st.batch);
-  rollouts_->append(st.unused);
+  rollouts_->append(st.batch, st.unused);
   rollouts_->flush();
 }
 
@@ -454,6 +461,8 @@ void Driver::weight_sync(int64_t step) {
   WeightSyncStats s = weight_sync_->sync(model.parameters(), &v, check, model.flat_parameters());
   if (check) {
     uint64_t trainer_sum = s.checksum;
+    static const std::string context = "[weight_sync] the trainer's checksum";
+    WaitGuard guard({&context, "MPI_Bcast", 1, "u64", 0});
     MPI_Bcast(&trainer_sum, 1, MPI_UINT64_T, 0, ctx_.world->sync());
     SLIMPI_CHECK(trainer_sum == s.checksum, "weight update {} arrived corrupted: checksum {:016x}, trainer's {:016x}",
                  v, s.checksum, trainer_sum);
@@ -473,6 +482,8 @@ void Driver::metrics(int64_t step) {
   metrics_->log_ranks(step, mine);
   std::vector<double> local, max_over_ranks(mine.size());
   for (const auto& [k, v] : mine) local.push_back(v);
+  static const std::string reduce_context = "[metrics] phase times, max over ranks";
+  WaitGuard guard({&reduce_context, "MPI_Reduce", local.size(), "f64", 0});
   MPI_Reduce(local.data(), max_over_ranks.data(), static_cast<int>(local.size()), MPI_DOUBLE, MPI_MAX, 0,
              ctx_.world->world());
   std::map<std::string, double> row = step_metrics_;

@@ -18,6 +18,7 @@
 #include "io/rollout_log.h"
 #include "io/tensor_io.h"
 #include "parallel/mpi_bytes.h"
+#include "parallel/watchdog.h"
 #include "rollout/rollout_side.h"
 #include "train/trainer.h"
 
@@ -83,7 +84,11 @@ void Driver::resume_and_open_files() {
   });
   broadcast_string(world, chosen, 0);
   int files_flag = have_files;
-  MPI_Bcast(&files_flag, 1, MPI_INT, 0, world);
+  {
+    static const std::string context = "[resume] rank 0's view of the run files";
+    WaitGuard guard({&context, "MPI_Bcast", 1, "i32", 0});
+    MPI_Bcast(&files_flag, 1, MPI_INT, 0, world);
+  }
 
   if (!chosen.empty()) {
     run_on_all_and_agree(world, fmt::format("cannot load checkpoint {}", chosen), [&] {
@@ -140,7 +145,11 @@ void Driver::checkpoint(int64_t step) {
   const int64_t next = step + 1;
   // Every rank agrees on whether a stop signal reached any of them during this step.
   int sig = pending_stop_signal();
-  MPI_Allreduce(MPI_IN_PLACE, &sig, 1, MPI_INT, MPI_MAX, ctx_.world->world());
+  {
+    static const std::string context = "[checkpoint] agreeing on stop signals";
+    WaitGuard guard({&context, "MPI_Allreduce", 1, "i32"});
+    MPI_Allreduce(MPI_IN_PLACE, &sig, 1, MPI_INT, MPI_MAX, ctx_.world->world());
+  }
   const int64_t interval = deck.get_int("checkpoint.interval");
   const int64_t job_steps = deck.get_int("run.job_steps");
   const bool last = next >= deck.get_int("run.n_steps") || stop_;

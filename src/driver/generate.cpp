@@ -14,6 +14,7 @@
 #include "io/rollout_log.h"
 #include "io/tensor_io.h"
 #include "kernels/counter_rng.h"
+#include "parallel/watchdog.h"
 #include "rollout/rollout_config.h"
 #include "rollout/router.h"
 #include "tokenizer/byte_tokenizer.h"
@@ -30,8 +31,8 @@ int run_generate(RunContext& ctx) {
   std::vector<GenerationRequest> requests;
   const uint64_t seed = static_cast<uint64_t>(deck.get_int("run.seed"));
   PromptSourceSpec spec{deck.get_string("data.path"), deck.get_string("data.input_key"),
-                        deck.get_string("data.label_key"), "", deck.get_bool("data.skip_bad_lines"), true};
-  const PathSlice slice = parse_path_slice(spec.path);
+                        deck.get_string("data.label_key"), "", deck.get_bool("data.skip_bad_lines"), true,
+                        mc.max_seq_len - rc.sampling.max_new_tokens};
   const PromptSource source(spec, seed);
   for (const Prompt& rec : source.records()) {
     GenerationRequest r;
@@ -40,9 +41,6 @@ int run_generate(RunContext& ctx) {
     r.n_samples = rc.n_samples_per_prompt;
     r.params = rc.sampling;
     r.seed = mix_seed(seed, 0, uint64_t(r.group_index));
-    if (int64_t(r.prompt.size()) + r.params.max_new_tokens > mc.max_seq_len)
-      SLIMPI_FAIL_ALL("{}:{}: prompt of {} tokens + rollout.max_new_tokens = {} exceeds model.max_seq_len = {}",
-                      slice.file, rec.line, r.prompt.size(), r.params.max_new_tokens, mc.max_seq_len);
     requests.push_back(std::move(r));
   }
 
@@ -85,7 +83,11 @@ int run_generate(RunContext& ctx) {
   std::vector<double> counters{double(st.generated_tokens), double(st.prefill_tokens_computed),
                                double(st.prompt_tokens_served), double(st.prefix_hit_tokens),
                                double(st.prefix_query_tokens), double(st.preemptions), st.forward_s};
-  MPI_Allreduce(MPI_IN_PLACE, counters.data(), int(counters.size()), MPI_DOUBLE, MPI_SUM, ctx.world->world());
+  {
+    static const std::string context = "[generate] engine counters over the ranks";
+    WaitGuard guard({&context, "MPI_Allreduce", counters.size(), "f64"});
+    MPI_Allreduce(MPI_IN_PLACE, counters.data(), int(counters.size()), MPI_DOUBLE, MPI_SUM, ctx.world->world());
+  }
   std::map<std::string, double> row;
   double total_len = 0, max_len = 0, truncated = 0;
   for (const auto& g : samples) {

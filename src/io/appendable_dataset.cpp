@@ -8,6 +8,41 @@
 
 namespace slimpi::h5 {
 
+uint64_t AppendPlan::local() const { return std::accumulate(count.begin(), count.end(), uint64_t(0)); }
+
+std::vector<AppendPlan> plan_appends(MPI_Comm comm, const std::vector<std::vector<uint64_t>>& counts) {
+  std::vector<uint64_t> mine;  // [quantities x parts]
+  for (const auto& c : counts) mine.insert(mine.end(), c.begin(), c.end());
+  int rank = 0, size = 1;
+  std::vector<uint64_t> all = mine;  // [ranks x quantities x parts]
+  if (comm != MPI_COMM_NULL) {
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    all.resize(mine.size() * size_t(size));
+    static const std::string context = "(HDF5 file)";
+    WaitGuard guard({&context, "row counts for a collective append (allgather)"});
+    MPI_Allgather(mine.data(), int(mine.size()), MPI_UINT64_T, all.data(), int(mine.size()), MPI_UINT64_T, comm);
+  }
+  std::vector<AppendPlan> plans;
+  size_t at = 0;
+  for (const auto& c : counts) {
+    AppendPlan plan;
+    plan.count = c;
+    for (size_t p = 0; p < c.size(); ++p) {
+      uint64_t before = plan.total;  // rows of earlier parts (all ranks) and of lower ranks in this part
+      for (int r = 0; r < size; ++r) {
+        const uint64_t n = all[size_t(r) * mine.size() + at + p];
+        if (r < rank) before += n;
+        plan.total += n;
+      }
+      plan.first.push_back(before);
+    }
+    at += c.size();
+    plans.push_back(std::move(plan));
+  }
+  return plans;
+}
+
 template <class T>
 AppendableDataset<T> AppendableDataset<T>::create(const File& file, hid_t loc, const std::string& name,
                                                   std::vector<hsize_t> row_shape, hsize_t chunk_rows,
@@ -120,6 +155,39 @@ uint64_t AppendableDataset<T>::append(const T* rows, uint64_t n_local) {
 }
 
 template <class T>
+void AppendableDataset<T>::append(const T* rows, const AppendPlan& plan) {
+  if (plan.total == 0) return;
+  const uint64_t end = n_rows_;
+  grow_to(n_rows_ + plan.total);
+  Handle file_space(check(H5Dget_space(dset_.id()), "H5Dget_space"), H5Sclose);
+  const uint64_t n_local = plan.local();
+  std::vector<hsize_t> mem_dims{std::max<hsize_t>(n_local, 1)};
+  mem_dims.insert(mem_dims.end(), row_shape_.begin(), row_shape_.end());
+  Handle mem_space(check(H5Screate_simple(static_cast<int>(mem_dims.size()), mem_dims.data(), nullptr), "H5Screate"),
+                   H5Sclose);
+  bool selected = false;  // the union of this rank's parts (SET the first, OR the others)
+  for (size_t p = 0; p < plan.count.size(); ++p) {
+    if (plan.count[p] == 0) continue;
+    std::vector<hsize_t> start{end + plan.first[p]}, count{plan.count[p]};
+    for (hsize_t s : row_shape_) {
+      start.push_back(0);
+      count.push_back(s);
+    }
+    check_status(H5Sselect_hyperslab(file_space.id(), selected ? H5S_SELECT_OR : H5S_SELECT_SET, start.data(),
+                                     nullptr, count.data(), nullptr),
+                 "H5Sselect_hyperslab");
+    selected = true;
+  }
+  if (!selected) check_status(H5Sselect_none(file_space.id()), "H5Sselect_none");
+  if (n_local == 0) check_status(H5Sselect_none(mem_space.id()), "H5Sselect_none");
+  T dummy{};
+  WaitGuard guard({&name_, "(HDF5 dataset): collective write"});
+  check_status(H5Dwrite(dset_.id(), native_type<T>(), mem_space.id(), file_space.id(), dxpl_.id(),
+                        n_local ? rows : &dummy),
+               ("H5Dwrite " + name_).c_str());
+}
+
+template <class T>
 std::vector<T> AppendableDataset<T>::read(uint64_t first, std::optional<uint64_t> count) const {
   uint64_t n = count.value_or(n_rows_ - std::min(first, n_rows_));
   SLIMPI_CHECK(first + n <= n_rows_, "read of rows [{}, {}) beyond the {} rows of '{}'", first, first + n, n_rows_,
@@ -172,6 +240,20 @@ uint64_t CsrDataset<T>::append(const T* values, const int64_t* lengths, uint64_t
   int64_t end = static_cast<int64_t>(first_value);
   for (uint64_t r = 0; r < n_local_rows; ++r) ends[r] = end += lengths[r];
   return offsets_.append(ends.data(), n_local_rows) - 1;
+}
+
+template <class T>
+void CsrDataset<T>::append(const T* values, const int64_t* lengths, const AppendPlan& rows,
+                           const AppendPlan& values_plan) {
+  const uint64_t value_end = values_.n_rows();
+  values_.append(values, values_plan);
+  std::vector<int64_t> ends;  // [rows.local()] exclusive end of each row
+  uint64_t r = 0;
+  for (size_t p = 0; p < rows.count.size(); ++p) {
+    int64_t end = static_cast<int64_t>(value_end + values_plan.first[p]);
+    for (uint64_t k = 0; k < rows.count[p]; ++k, ++r) ends.push_back(end += lengths[r]);
+  }
+  offsets_.append(ends.data(), rows);
 }
 
 template <class T>

@@ -13,6 +13,23 @@
 
 namespace slimpi::h5 {
 
+// Where one rank's rows go in a collective append whose rows arrive in `parts` (e.g. a
+// step's trained samples, then its unused ones): part p of every rank, in rank order,
+// then part p + 1. Offsets are relative to the dataset's end before the append. Plans
+// for many datasets come from one exchange (plan_appends), so an append of many
+// columns costs one MPI_Allgather plus one set_extent and one write per dataset.
+struct AppendPlan {
+  std::vector<uint64_t> first;  // [parts] this rank's first row of each part
+  std::vector<uint64_t> count;  // [parts] this rank's rows of each part
+  uint64_t total = 0;           // rows all ranks append
+  uint64_t local() const;       // this rank's rows, all parts
+};
+
+// counts[k][p]: this rank's rows of part p in quantity k (e.g. k = 0 rows, k = 1 token
+// values). Collective over `comm` (MPI_COMM_NULL: this process alone). Returns one plan
+// per quantity.
+std::vector<AppendPlan> plan_appends(MPI_Comm comm, const std::vector<std::vector<uint64_t>>& counts);
+
 template <class T>
 class AppendableDataset {
  public:
@@ -32,6 +49,9 @@ class AppendableDataset {
   // Appends n_local rows (n_local * row_size() elements at `rows`) from this rank.
   // Collective. Returns the global index of this rank's first new row.
   uint64_t append(const T* rows, uint64_t n_local);
+  // Collective: appends this rank's plan.local() rows (its parts back to back at
+  // `rows`) where `plan` puts them. Every rank passes its own plan of one exchange.
+  void append(const T* rows, const AppendPlan& plan);
   // Collective: grows to `n` rows without writing them (they read as the fill value).
   void grow_to(uint64_t n);
   // Collective: drops every row from `n` on (resuming from a checkpoint). n <= n_rows().
@@ -63,6 +83,9 @@ class CsrDataset {
   // Collective: appends this rank's rows (row r has lengths[r] values, back to back in
   // `values`). Rows of lower ranks come first. Returns this rank's first row index.
   uint64_t append(const T* values, const int64_t* lengths, uint64_t n_local_rows);
+  // Collective: this rank's rows (parts back to back: `lengths` per row, `values`)
+  // placed by `rows` (a plan of rows) and `values_plan` (a plan of values, same parts).
+  void append(const T* values, const int64_t* lengths, const AppendPlan& rows, const AppendPlan& values_plan);
   // Collective: keeps rows [0, n) and their values.
   void truncate_to(uint64_t n_rows);
   // Independent reads.

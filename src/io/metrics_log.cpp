@@ -9,6 +9,7 @@
 
 #include "io/h5_meta.h"
 #include "parallel/mpi_bytes.h"
+#include "parallel/watchdog.h"
 
 namespace slimpi {
 namespace {
@@ -36,10 +37,14 @@ void broadcast_row(MPI_Comm comm, std::vector<std::string>& names, std::vector<d
   broadcast_string(comm, text, 0);
   names = split_lines(text);
   values.resize(names.size());
+  static const std::string context = "[metrics.h5] rank 0's row";
+  WaitGuard guard({&context, "MPI_Bcast", values.size(), "f64", 0});
   MPI_Bcast(values.data(), static_cast<int>(values.size()), MPI_DOUBLE, 0, comm);
 }
 
-std::string csv_number(double v) { return std::isnan(v) ? "" : fmt::format("{}", v); }
+// A logged value as text: non-finite values as nan / inf / -inf (an empty cell means
+// "not logged this step").
+std::string csv_number(double v) { return std::isnan(v) ? "nan" : fmt::format("{}", v); }
 
 }  // namespace
 

@@ -64,28 +64,26 @@ void RolloutLog::bind(bool create) {
 
 namespace {
 
-// Concatenates one per-token field of every sample (CSR values + row lengths),
-// checking that each row is empty or one value per response token.
+// One per-token field of every sample (CSR values + row lengths), checking that each
+// row is empty or holds one value per response token.
 template <class T>
-void gather_token_field(const std::vector<Sample>& local, const std::vector<T> Sample::*field, const char* name,
+void gather_token_field(const std::vector<const Sample*>& rows, const std::vector<T> Sample::*field, const char* name,
                         std::vector<T>& values, std::vector<int64_t>& lengths) {
-  for (const Sample& s : local) {
-    const std::vector<T>& v = s.*field;
-    SLIMPI_CHECK(v.empty() || int64_t(v.size()) == s.response_length(),
-                 "sample (step {}, group {}, index {}) has {} {} for {} response tokens", s.step, s.group_index,
-                 s.index, v.size(), name, s.response_length());
+  for (const Sample* s : rows) {
+    const std::vector<T>& v = s->*field;
+    SLIMPI_CHECK(v.empty() || int64_t(v.size()) == s->response_length(),
+                 "sample (step {}, group {}, index {}) has {} {} for {} response tokens", s->step, s->group_index,
+                 s->index, v.size(), name, s->response_length());
     values.insert(values.end(), v.begin(), v.end());
     lengths.push_back(static_cast<int64_t>(v.size()));
   }
 }
 
-template <class T>
-void append_token_field(h5::CsrDataset<T>& data, const std::vector<Sample>& local,
-                        const std::vector<T> Sample::*field, const char* name) {
-  std::vector<T> values;
-  std::vector<int64_t> lengths;
-  gather_token_field(local, field, name, values, lengths);
-  data.append(values.data(), lengths.data(), local.size());
+// Values of a CSR column per part: [n values of part 0, of part 1].
+std::vector<uint64_t> values_per_part(const std::vector<int64_t>& lengths, size_t n_first) {
+  std::vector<uint64_t> out(2, 0);
+  for (size_t i = 0; i < lengths.size(); ++i) out[i < n_first ? 0 : 1] += uint64_t(lengths[i]);
+  return out;
 }
 
 // Row i of a CSR dataset read whole.
@@ -96,14 +94,17 @@ std::vector<T> csr_row(const std::vector<T>& values, const std::vector<int64_t>&
 
 }  // namespace
 
-uint64_t RolloutLog::append(const std::vector<Sample>& local) {
-  const size_t n = local.size();
+void RolloutLog::append(const std::vector<Sample>& first, const std::vector<Sample>& second) {
+  std::vector<const Sample*> rows;
+  for (const Sample& s : first) rows.push_back(&s);
+  for (const Sample& s : second) rows.push_back(&s);
+  const size_t n = rows.size();
   std::vector<int64_t> step(n), group(n), index(n), version(n), token_lengths(n);
   std::vector<int32_t> prompt_len(n), response_len(n), tokens;
   std::vector<float> reward(n), raw(n), advantage(n);
   std::vector<int8_t> status(n);
   for (size_t i = 0; i < n; ++i) {
-    const Sample& s = local[i];
+    const Sample& s = *rows[i];
     step[i] = s.step;
     group[i] = s.group_index;
     index[i] = s.index;
@@ -117,21 +118,39 @@ uint64_t RolloutLog::append(const std::vector<Sample>& local) {
     tokens.insert(tokens.end(), s.tokens.begin(), s.tokens.end());
     token_lengths[i] = static_cast<int64_t>(s.tokens.size());
   }
-  const uint64_t first = step_.append(step.data(), n);
-  group_index_.append(group.data(), n);
-  index_.append(index.data(), n);
-  weight_version_.append(version.data(), n);
-  prompt_length_.append(prompt_len.data(), n);
-  response_length_.append(response_len.data(), n);
-  reward_.append(reward.data(), n);
-  raw_reward_.append(raw.data(), n);
-  advantage_.append(advantage.data(), n);
-  status_.append(status.data(), n);
-  tokens_.append(tokens.data(), token_lengths.data(), n);
-  append_token_field(sampling_support_, local, &Sample::sampling_support, "sampling_support");
-  append_token_field(weight_versions_, local, &Sample::weight_versions, "weight_versions");
-  for (auto& c : token_columns_) append_token_field(c.data, local, c.field, c.name);
-  return first;
+  std::vector<int32_t> support;
+  std::vector<int64_t> versions, support_lengths, version_lengths;
+  gather_token_field(rows, &Sample::sampling_support, "sampling_support", support, support_lengths);
+  gather_token_field(rows, &Sample::weight_versions, "weight_versions", versions, version_lengths);
+  std::vector<std::vector<float>> column_values(token_columns_.size());
+  std::vector<std::vector<int64_t>> column_lengths(token_columns_.size());
+  for (size_t c = 0; c < token_columns_.size(); ++c)
+    gather_token_field(rows, token_columns_[c].field, token_columns_[c].name, column_values[c], column_lengths[c]);
+
+  // One exchange of counts for every dataset: rows, then each CSR column's values.
+  std::vector<std::vector<uint64_t>> counts{{first.size(), second.size()},
+                                            values_per_part(token_lengths, first.size()),
+                                            values_per_part(support_lengths, first.size()),
+                                            values_per_part(version_lengths, first.size())};
+  for (const auto& l : column_lengths) counts.push_back(values_per_part(l, first.size()));
+  const std::vector<h5::AppendPlan> plan = h5::plan_appends(file_.comm(), counts);
+  const h5::AppendPlan& row_plan = plan[0];
+
+  step_.append(step.data(), row_plan);
+  group_index_.append(group.data(), row_plan);
+  index_.append(index.data(), row_plan);
+  weight_version_.append(version.data(), row_plan);
+  prompt_length_.append(prompt_len.data(), row_plan);
+  response_length_.append(response_len.data(), row_plan);
+  reward_.append(reward.data(), row_plan);
+  raw_reward_.append(raw.data(), row_plan);
+  advantage_.append(advantage.data(), row_plan);
+  status_.append(status.data(), row_plan);
+  tokens_.append(tokens.data(), token_lengths.data(), row_plan, plan[1]);
+  sampling_support_.append(support.data(), support_lengths.data(), row_plan, plan[2]);
+  weight_versions_.append(versions.data(), version_lengths.data(), row_plan, plan[3]);
+  for (size_t c = 0; c < token_columns_.size(); ++c)
+    token_columns_[c].data.append(column_values[c].data(), column_lengths[c].data(), row_plan, plan[4 + c]);
 }
 
 std::pair<uint64_t, uint64_t> RolloutLog::step_rows(int64_t step) const {

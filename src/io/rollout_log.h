@@ -16,8 +16,8 @@
 //   kl                  float32  KL estimate old vs reference (train.kl_loss_type)
 //   raw_advantages      float32  the estimator's, before whitening
 //   advantages          float32  as trained (after whitening when it is on)
-// Row i of every dataset is the same sample; rows of lower ranks come first in one
-// append. A step's trained samples come first, in training order (each trainer
+// Row i of every dataset is the same sample; rows of lower ranks come first within one
+// append (or one part of a two-part append). A step's trained samples come first, in training order (each trainer
 // appends its share); then the groups it generated but did not train on: status 5
 // (dropped by the dynamic filter; reward = 0, the group post-processing of equal
 // rewards) and status 3 (over-sampling surplus; reward NaN: never post-processed).
@@ -38,8 +38,11 @@ class RolloutLog {
   // Opens an existing log, for appending when `writable` (same communicator rules).
   static RolloutLog open(const std::string& path, MPI_Comm comm, bool writable);
 
-  // Collective: appends this rank's samples. Returns the global row of the first one.
-  uint64_t append(const std::vector<Sample>& local);
+  // Collective: appends this rank's samples (rows of lower ranks first).
+  void append(const std::vector<Sample>& local) { append(local, {}); }
+  // Collective: every rank's `first` samples (in rank order), then every rank's
+  // `second` ones, in one pass (one exchange of counts, one write per dataset).
+  void append(const std::vector<Sample>& first, const std::vector<Sample>& second);
   uint64_t n_samples() const { return step_.n_rows(); }
   // Collective: drops every row of step >= `step` (rows are in step order). Returns
   // the rows kept.

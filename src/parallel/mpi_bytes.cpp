@@ -2,7 +2,11 @@
 
 #include <slimpi/error.h>
 
+#include <chrono>
 #include <cstdint>
+#include <thread>
+
+#include "parallel/watchdog.h"
 
 namespace slimpi {
 
@@ -15,6 +19,8 @@ void check_mpi(int code, const char* what) {
 }
 
 void broadcast_string(MPI_Comm comm, std::string& text, int root) {
+  static const std::string context = "[broadcast of a byte string]";
+  WaitGuard guard({&context, "MPI_Bcast", 0, "", root});
   uint64_t n = text.size();
   check_mpi(MPI_Bcast(&n, 1, MPI_UINT64_T, root, comm), "MPI_Bcast(length)");
   text.resize(n);
@@ -26,14 +32,6 @@ void broadcast_string(MPI_Comm comm, std::string& text, int root) {
               "MPI_Bcast(bytes)");
 }
 
-}  // namespace slimpi
-
-#include <chrono>
-#include <thread>
-
-#include "parallel/watchdog.h"
-
-namespace slimpi {
 
 void send_message(MPI_Comm comm, const std::string& bytes, int dest, int tag) {
   check_mpi(MPI_Send(bytes.data(), static_cast<int>(bytes.size()), MPI_BYTE, dest, tag, comm), "MPI_Send");
@@ -66,9 +64,6 @@ void idle_barrier(MPI_Comm comm, const std::string& what) {
   }
 }
 
-}  // namespace slimpi
-
-namespace slimpi {
 
 void run_on_all_and_agree(MPI_Comm comm, const std::string& context, const std::function<void()>& body) {
   std::string problem;

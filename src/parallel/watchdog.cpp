@@ -1,8 +1,8 @@
 #include "parallel/watchdog.h"
 
-#include <mpi.h>
-
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -40,9 +40,12 @@ void watch_loop() {
     double waited = std::chrono::duration<double>(Clock::now() - s.since).count();
     if (waited > s.timeout_s) {
       log::error("{} has waited {:.0f} s (parallel.timeout_s = {}): a peer rank is dead, stuck "
-                 "or not calling it; aborting the job",
+                 "or not calling it; ending the job",
                  s.what.describe(), waited, s.timeout_s);
-      MPI_Abort(MPI_COMM_WORLD, 3);
+      // MPI was initialised with MPI_THREAD_FUNNELED: this thread may not call MPI.
+      // Exiting without MPI_Finalize makes the launcher (mpirun, srun) end every rank.
+      std::fflush(nullptr);
+      std::_Exit(3);
     }
   }
 }

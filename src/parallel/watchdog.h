@@ -3,7 +3,9 @@
 // Role: every blocking collective or receive holds a WaitGuard naming the operation,
 // the communicator and its ranks (WaitInfo). A background thread, started once by main with the
 // deck's parallel.timeout_s, checks the guard in flight; past the limit it prints the
-// operation and how long it waited, and calls MPI_Abort so no rank hangs forever.
+// operation and how long it waited, and ends the process (_Exit(3): MPI runs
+// FUNNELED, so this thread may not call MPI_Abort); the launcher then ends every rank,
+// so no rank hangs forever.
 // Before start() (and in tests that never start it) guards cost one mutex and nothing
 // else. One wait is watched at a time: slimpi ranks issue collectives from one thread.
 #pragma once

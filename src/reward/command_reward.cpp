@@ -54,6 +54,44 @@ std::string describe(const std::vector<RewardInput>& batch, size_t i) {
                      batch[i].response.size() > 60 ? "..." : "");
 }
 
+
+// The child's whole process group, killed and reaped however command_rewards ends
+// (return, error, time-out): no reward process outlives its batch.
+class ChildGuard {
+ public:
+  explicit ChildGuard(const Child& c) : c_(c) {}
+  ~ChildGuard() {
+    if (c_.in >= 0) close(c_.in);
+    if (c_.out >= 0) close(c_.out);
+    kill(-c_.pid, SIGKILL);  // the command's own children too (they share its group)
+    if (!reaped_) waitpid(c_.pid, nullptr, 0);
+  }
+  Child& child() { return c_; }
+  // Waits for the child until `deadline`; false on time-out. Sets *status.
+  bool wait_until(std::chrono::steady_clock::time_point deadline, int* status) {
+    while (true) {
+      pid_t r = waitpid(c_.pid, status, WNOHANG);
+      if (r == c_.pid || (r < 0 && errno != EINTR)) {
+        reaped_ = true;
+        return true;
+      }
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      usleep(2000);
+    }
+  }
+
+ private:
+  Child c_;
+  bool reaped_ = false;
+};
+
+std::string exit_text(int status) {
+  if (WIFEXITED(status)) return fmt::format("exit status {}", WEXITSTATUS(status));
+  if (WIFSIGNALED(status))
+    return fmt::format("killed by signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status)));
+  return fmt::format("wait status {}", status);
+}
+
 }  // namespace
 
 std::vector<float> command_rewards(const std::string& command, double timeout_s, const std::vector<RewardInput>& batch) {
@@ -64,10 +102,14 @@ std::vector<float> command_rewards(const std::string& command, double timeout_s,
     input += nlohmann::json{{"prompt", b.prompt}, {"response", b.response}, {"label", b.label}}.dump(
                  -1, ' ', false, nlohmann::json::error_handler_t::replace) +
              "\n";
+  // The answer is one number per line: anything past this is a runaway command.
+  const size_t max_output = kMaxRewardOutputBytesPerSample * std::max<size_t>(batch.size(), 1);
 
   signal(SIGPIPE, SIG_IGN);  // a child that exits early must not kill us
-  Child c = spawn(command);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  ChildGuard guard(spawn(command));
+  Child& c = guard.child();
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(timeout_s));
   size_t written = 0;
   std::string output;
   bool timed_out = false;
@@ -100,13 +142,15 @@ std::vector<float> command_rewards(const std::string& command, double timeout_s,
         close(c.out);
         c.out = -1;
       }
+      if (output.size() > max_output)
+        SLIMPI_FAIL("reward.command '{}' printed more than {} bytes for {} samples (at most {} per sample): "
+                    "expected one number per line; the command was killed",
+                    command, max_output, batch.size(), kMaxRewardOutputBytesPerSample);
     }
   }
-  if (c.in >= 0) close(c.in);
-  if (c.out >= 0) close(c.out);
-  if (timed_out) kill(-c.pid, SIGKILL);
+  // Its stdout is closed (or the time is up): it must also exit before the deadline.
   int status = 0;
-  waitpid(c.pid, &status, 0);
+  if (!timed_out && !guard.wait_until(deadline, &status)) timed_out = true;
 
   std::vector<float> rewards;
   std::istringstream lines(output);
@@ -121,11 +165,10 @@ std::vector<float> command_rewards(const std::string& command, double timeout_s,
     rewards.push_back(static_cast<float>(v));
   }
   if (timed_out)
-    SLIMPI_FAIL("reward.command timed out after {} s (reward.command_timeout_s) at {}", timeout_s,
-                describe(batch, rewards.size()));
+    SLIMPI_FAIL("reward.command '{}' timed out after {} s (reward.command_timeout_s) at {}; it was killed", command,
+                timeout_s, describe(batch, rewards.size()));
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    SLIMPI_FAIL("reward.command '{}' failed (exit status {}) at {}", command,
-                WIFEXITED(status) ? WEXITSTATUS(status) : -1, describe(batch, rewards.size()));
+    SLIMPI_FAIL("reward.command '{}' failed ({}) at {}", command, exit_text(status), describe(batch, rewards.size()));
   if (rewards.size() != batch.size())
     SLIMPI_FAIL("reward.command gave {} numbers for {} samples: missing the one for {}", rewards.size(), batch.size(),
                 describe(batch, rewards.size()));

@@ -5,6 +5,7 @@
 // a time-out, a process that exits early or fails, a line that is not a number.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,12 @@
 
 namespace slimpi {
 
+// Runs `command` once for the batch. Its process group is killed when the call ends,
+// whatever the outcome; a command that prints more than kMaxRewardOutputBytesPerSample
+// bytes per sample, does not exit within timeout_s (even after closing its stdout),
+// crashes, or answers anything but one finite number per sample is an error naming
+// the command and the sample.
+constexpr size_t kMaxRewardOutputBytesPerSample = 4096;
 std::vector<float> command_rewards(const std::string& command, double timeout_s, const std::vector<RewardInput>& batch);
 
 }  // namespace slimpi

@@ -2,6 +2,8 @@
 
 #include <slimpi/error.h>
 
+#include <cmath>
+
 #include "reward/command_reward.h"
 
 namespace slimpi {
@@ -37,7 +39,17 @@ const Registry<RewardStyle>& reward_styles() {
 }
 
 std::vector<float> compute_rewards(const RewardConfig& cfg, const std::vector<RewardInput>& batch) {
-  return reward_styles().get(cfg.style)(cfg, batch);
+  std::vector<float> rewards = reward_styles().get(cfg.style)(cfg, batch);
+  // A NaN or inf reward would train NaN weights (or pass every eval): never accepted.
+  for (size_t i = 0; i < rewards.size(); ++i)
+    if (!std::isfinite(rewards[i])) {
+      const std::string& r = batch[i].response;
+      SLIMPI_FAIL("reward.style = \"{}\" gave the non-finite reward {} to sample {} of {} (response \"{}\"{}, label "
+                  "\"{}\"); rewards must be finite numbers",
+                  cfg.style, rewards[i], i, batch.size(), r.substr(0, 60), r.size() > 60 ? "..." : "",
+                  batch[i].label.substr(0, 60));
+    }
+  return rewards;
 }
 
 }  // namespace slimpi

@@ -31,6 +31,18 @@ RolloutConfig RolloutConfig::from_deck(const Deck& deck) {
                     "running sequence decodes one token per iteration",
                     c.engine.max_batch_tokens, deck.source("rollout.max_batch_tokens"), c.engine.max_running,
                     deck.source("rollout.max_running"));
+  const int64_t eval_samples = deck.get_int("eval.n_samples");
+  if (!deck.get_string("eval.path").empty() && eval_samples > c.engine.max_running)
+    SLIMPI_FAIL_ALL("eval.n_samples = {} ({}) exceeds rollout.max_running = {} ({}): an eval group decodes at once "
+                    "on one engine",
+                    eval_samples, deck.source("eval.n_samples"), c.engine.max_running, deck.source("rollout.max_running"));
+  const int64_t max_seq_len = deck.get_int("model.max_seq_len");
+  const bool generates = deck.get_string("train.mode") == "rl" || !deck.get_string("eval.path").empty();
+  if (generates && c.sampling.max_new_tokens + 2 > max_seq_len)
+    SLIMPI_FAIL_ALL("rollout.max_new_tokens = {} ({}) leaves no room for a prompt in model.max_seq_len = {} ({}): "
+                    "BOS, at least one prompt token and the response must fit",
+                    c.sampling.max_new_tokens, deck.source("rollout.max_new_tokens"), max_seq_len,
+                    deck.source("model.max_seq_len"));
   if (c.engine.kv_cache_tokens < c.engine.block_size)
     SLIMPI_FAIL_ALL("rollout.kv_cache_tokens = {} is smaller than one block (rollout.block_size = {})",
                     c.engine.kv_cache_tokens, c.engine.block_size);

@@ -3,6 +3,7 @@
 #include <slimpi/error.h>
 
 #include "kernels/counter_rng.h"
+#include "parallel/watchdog.h"
 #include "rollout/evaluation.h"
 #include "tokenizer/byte_tokenizer.h"
 
@@ -33,6 +34,8 @@ std::vector<Sample> RolloutSide::generate(const std::vector<Prompt>& prompts, in
     const EngineStats& s = engine.stats();
     std::vector<double> v{double(s.generated_tokens), double(s.prefill_tokens_computed), double(s.prompt_tokens_served),
                           double(s.prefix_hit_tokens), double(s.prefix_query_tokens), double(s.preemptions)};
+    static const std::string context = "[rollout] engine counters over the engines";
+    WaitGuard guard({&context, "MPI_Allreduce", v.size(), "f64"});
     MPI_Allreduce(MPI_IN_PLACE, v.data(), int(v.size()), MPI_DOUBLE, MPI_SUM, engines_);
     stats->generated_tokens += int64_t(v[0]);
     stats->prefill_tokens_computed += int64_t(v[1]);

@@ -5,6 +5,8 @@
 #include <slimpi/deck.h>
 #include <slimpi/error.h>
 
+#include <cmath>
+
 #include "core/timer.h"
 #include "io/h5.h"
 #include "io/tensor_io.h"
@@ -116,6 +118,7 @@ TrainerConfig TrainerConfig::from_deck(const Deck& deck) {
   c.n_micro_batches = deck.get_int("train.n_micro_batches");
   c.max_tokens_per_micro_batch = deck.get_int("train.max_tokens_per_micro_batch");
   c.clip_grad = deck.get_float("train.clip_grad");
+  c.skip_nonfinite_steps = deck.get_bool("train.skip_nonfinite_steps");
   c.grad_bucket_bytes = deck.get_int("train.grad_bucket_mb") << 20;
   c.adam.beta1 = deck.get_float("train.adam_beta1");
   c.adam.beta2 = deck.get_float("train.adam_beta2");
@@ -195,10 +198,17 @@ void Trainer::compute_log_probs(std::vector<Sample>& samples, bool reference) co
 
 std::map<std::string, double> Trainer::prepare_rollout(std::vector<Sample>& local, bool recompute_old) {
   SLIMPI_CHECK(cfg_.mode == "rl", "prepare_rollout is for RL rollouts");
+  const bool with_old = recompute_old || cfg_.kl_coef != 0.0;
   if (reference_) compute_log_probs(local, /*reference=*/true);
-  if (recompute_old || cfg_.kl_coef != 0.0) compute_log_probs(local, /*reference=*/false);
+  if (with_old) compute_log_probs(local, /*reference=*/false);
   std::vector<at::Tensor> advantages, masks;  // [R_i] each
+  // The metric names depend on the configuration only, so that every dp rank reduces
+  // the same list, whatever samples it holds.
   MetricSums sums;
+  sums.add_value("rollout/advantages", 0.0);
+  if (with_old) sums.add_value("rollout/log_probs", 0.0);
+  if (reference_) sums.add_value("rollout/ref_log_probs", 0.0);
+  if (reference_ && with_old) sums.add_value("rollout/kl", 0.0);
   for (Sample& s : local) {
     const int64_t R = s.response_length();
     at::Tensor mask = as_tensor(s.loss_mask, R, 1.0f, at::kCPU);  // [R]
@@ -213,14 +223,14 @@ std::map<std::string, double> Trainer::prepare_rollout(std::vector<Sample>& loca
       at::Tensor kl = kl_estimate(at::tensor(s.old_log_probs), at::tensor(s.ref_log_probs), cfg_.kl_loss_type);
       s.kl.assign(kl.data_ptr<float>(), kl.data_ptr<float>() + R);
       if (cfg_.kl_coef != 0.0) in.kl = kl;  // slime: the KL enters the returns only when kl_coef != 0
-      sums.add("rollout/kl", kl, per_sample);
+      if (reference_ && with_old) sums.add("rollout/kl", kl, per_sample);
     }
     at::Tensor adv = compute_advantages(cfg_.advantage_estimator, in).to(at::kFloat).contiguous();  // [R]
     s.raw_advantages.assign(adv.data_ptr<float>(), adv.data_ptr<float>() + R);
     advantages.push_back(adv.clone());
     masks.push_back(mask);
-    if (!s.old_log_probs.empty()) sums.add("rollout/log_probs", at::tensor(s.old_log_probs), per_sample);
-    if (!s.ref_log_probs.empty()) sums.add("rollout/ref_log_probs", at::tensor(s.ref_log_probs), per_sample);
+    if (with_old) sums.add("rollout/log_probs", at::tensor(s.old_log_probs), per_sample);
+    if (reference_) sums.add("rollout/ref_log_probs", at::tensor(s.ref_log_probs), per_sample);
   }
   // Whitening: once per rollout, over every sample of it on every dp rank (slime).
   if (cfg_.normalize_advantages) whiten_advantages(advantages, masks, dp_);
@@ -258,7 +268,17 @@ std::map<std::string, double> Trainer::train_step(std::vector<Sample>& local) {
   SLIMPI_CHECK(n_samples > 0, "train_step with no samples on any rank");
 
   grads_.zero();
+  // Every metric a step can log, declared up front: the list reduced over dp must be
+  // the same on every rank, including a rank that holds no sample this step.
   MetricSums sums;
+  for (const char* k : {"train/loss", "train/entropy_loss"}) sums.add_value(k, 0.0);
+  if (rl) {
+    for (const char* k : {"train/pg_loss", "train/pg_clipfrac", "train/ppo_kl", "train/train_rollout_logprob_abs_diff"})
+      sums.add_value(k, 0.0);
+    if (cfg_.use_tis)
+      for (const char* k : {"train/tis", "train/tis_clipfrac", "train/tis_abs"}) sums.add_value(k, 0.0);
+    if (cfg_.use_kl_loss) sums.add_value("train/kl_loss", 0.0);
+  }
   std::vector<int64_t> lengths;
   for (const auto& s : local) lengths.push_back(static_cast<int64_t>(s.tokens.size()));
   for (const auto& which : plan_micro_batches(lengths, cfg_.n_micro_batches, cfg_.max_tokens_per_micro_batch)) {
@@ -341,11 +361,21 @@ std::map<std::string, double> Trainer::train_step(std::vector<Sample>& local) {
 
   grads_.all_reduce(dp_);
   const double grad_norm = grads_.global_norm();
-  grads_.clip(grad_norm, cfg_.clip_grad);
-  const double lr = cfg_.lr.at(optimizer_.n_steps());
-  optimizer_.step(lr);
-
   std::map<std::string, double> metrics = sums.reduce(dp_);
+  const double lr = cfg_.lr.at(optimizer_.n_steps());
+  // Megatron's check for NaN in loss and gradients: a non-finite step never reaches the
+  // weights. Loss and norm are reduced values, the same on every dp rank.
+  const double loss = metrics.count("train/loss") ? metrics["train/loss"] : 0.0;
+  const bool finite = std::isfinite(grad_norm) && std::isfinite(loss);
+  if (finite) {
+    grads_.clip(grad_norm, cfg_.clip_grad);
+    optimizer_.step(lr);
+  } else if (!cfg_.skip_nonfinite_steps) {
+    SLIMPI_FAIL_ALL("optimizer step {}: the loss is {} and the gradient norm {}; stopping before they reach the "
+                    "weights (train.skip_nonfinite_steps = true skips such steps instead)",
+                    optimizer_.n_steps(), loss, grad_norm);
+  }
+  metrics["train/skipped_nonfinite_step"] = finite ? 0.0 : 1.0;
   metrics["train/grad_norm"] = grad_norm;
   metrics["train/lr"] = lr;
   const double seconds = clock.seconds();
@@ -355,11 +385,17 @@ std::map<std::string, double> Trainer::train_step(std::vector<Sample>& local) {
 }
 
 void Trainer::save(const std::string& path) const {
+  // A checkpoint is never written with non-finite numbers in it.
+  const std::vector<NamedTensor> state = optimizer_.state();
+  for (const auto* list : {&policy_.parameters(), &state})
+    for (const NamedTensor& t : *list)
+      SLIMPI_CHECK(at::isfinite(t.tensor).all().item<bool>(),
+                   "refusing to write {}: tensor {} holds NaN or inf values", path, t.name);
   h5::File f = h5::File::create(path, MPI_COMM_NULL);
   h5::Handle model = h5::create_group(f.id(), "model");
   write_tensors(model.id(), policy_.parameters());
   h5::Handle opt = h5::create_group(f.id(), "optimizer");
-  write_tensors(opt.id(), optimizer_.state());
+  write_tensors(opt.id(), state);
   h5::write_attr(opt.id(), "n_steps", optimizer_.n_steps());
   h5::Handle rng = h5::create_group(f.id(), "rng");
   write_tensor(rng.id(), "torch_cpu", at::detail::getDefaultCPUGenerator().get_state());

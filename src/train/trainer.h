@@ -52,6 +52,7 @@ struct TrainerConfig {
   int64_t n_micro_batches = 1;
   int64_t max_tokens_per_micro_batch = 0;  // > 0: dynamic micro-batches
   double clip_grad = 1.0;
+  bool skip_nonfinite_steps = false;  // else a non-finite loss or gradient norm is an error
   int64_t grad_bucket_bytes = 32 << 20;
   AdamW::Options adam;
   LrSchedule lr;
