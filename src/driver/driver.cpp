@@ -442,6 +442,10 @@ void Driver::record(int64_t) {
   // trainer appending its share with what training used (trainer order = training
   // order); then the router's filtered and surplus groups. One collective append.
   StepState& st = *step_;
+  // The rollout ranks arrive while the trainers still train: they wait asleep, not
+  // spinning inside the HDF5 collectives on cores the trainers need.
+  static const std::string waiting_for_training = "[record] rollout ranks waiting for the trainers";
+  if (rl_) idle_barrier(ctx_.world->world(), waiting_for_training);
   rollouts_->append(st.batch, st.unused);
   rollouts_->flush();
 }
