@@ -6,6 +6,8 @@
 #include "config/schema.h"
 #include "core/log.h"
 
+#include <fmt/ranges.h>
+
 namespace slimpi::ckpt {
 
 std::string choose_checkpoint(const Deck& deck, const std::string& root) {
@@ -17,12 +19,21 @@ std::string choose_checkpoint(const Deck& deck, const std::string& root) {
                   deck.source("checkpoint.resume"), *problem);
     return mode;
   }
+  std::vector<std::string> rejected;
   for (int64_t step : list_step_dirs(root)) {
     const std::string dir = root + "/" + step_dir_name(step);
     auto problem = verify_checkpoint(dir);
     if (!problem) return dir;
     log::warn("checkpoint {} skipped: {}", dir, *problem);
+    rejected.push_back(dir + ": " + *problem);
   }
+  // Checkpoints exist but none can be used: never start over (and overwrite the run)
+  // on a guess.
+  if (!rejected.empty())
+    SLIMPI_FAIL("checkpoint.resume = \"auto\" ({}): no checkpoint under {} can be resumed from:\n  {}\nset "
+                "checkpoint.resume = \"never\" to start over (the earlier run's files are then moved aside), or "
+                "name a checkpoint directory",
+                deck.source("checkpoint.resume"), root, fmt::join(rejected, "\n  "));
   return "";
 }
 

@@ -2,7 +2,8 @@
 //
 // checkpoint.resume = "never": start fresh. "auto": the newest step_* directory under
 // the checkpoint root whose DONE marker exists and whose manifest checksums verify
-// (a corrupt or unfinished one is skipped with a warning; none = start fresh).
+// (a corrupt or unfinished one is skipped with a warning; no step_* at all = start
+// fresh; step_* directories of which none verifies = an error listing each).
 // Anything else is a checkpoint directory that must verify, or the job stops.
 // Called on world rank 0 only; the driver broadcasts the outcome.
 #pragma once
@@ -17,7 +18,8 @@
 namespace slimpi::ckpt {
 
 // The checkpoint directory to resume from, or "" to start fresh. Throws slimpi::Error
-// when checkpoint.resume names a directory that is missing, unfinished or corrupt.
+// when checkpoint.resume names a directory that is missing, unfinished or corrupt, or
+// when "auto" finds checkpoints and none of them verifies.
 std::string choose_checkpoint(const Deck& deck, const std::string& root);
 
 // Deck keys that must equal the checkpoint's: the model's shape, the seed, the

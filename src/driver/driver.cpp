@@ -5,6 +5,7 @@
 #include <slimpi/sample.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 
@@ -117,6 +118,7 @@ Driver::Driver(RunContext& ctx) : ctx_(ctx), step_(std::make_unique<StepState>()
     eval_prompts_ = PromptSource(spec, run_seed(deck)).records();
   }
   check_debug_modes();
+  choose_resume();
   set_up_model_and_trainer();
   set_up_rollout();
   resume_and_open_files();
@@ -146,16 +148,24 @@ void Driver::set_up_model_and_trainer() {
   }
   const at::Device device = ctx_.device.use_cuda ? at::Device(at::kCUDA, ctx_.device.gpu) : at::Device(at::kCPU);
   const std::string& init_from = deck.get_string("model.init_from");
-  auto make_model = [&] {
+  // A resumed job takes the policy from its checkpoint: model.init_from is read only
+  // for a fresh start, and for the frozen reference model (which checkpoints do not hold).
+  auto make_model = [&](bool is_reference) {
     auto m = std::make_unique<Transformer>(model_cfg, run_seed(deck), device);
-    if (!init_from.empty()) load_model_weights(m->parameters(), init_from);
+    if (!init_from.empty() && (resume_from_.empty() || is_reference)) {
+      if (!resume_from_.empty() && !std::filesystem::exists(init_from))
+        SLIMPI_FAIL_ALL("model.init_from = \"{}\" ({}) is gone: the reference model of the KL terms is those "
+                        "weights (a checkpoint holds the policy only); restore the file to resume",
+                        init_from, deck.source("model.init_from"));
+      load_model_weights(m->parameters(), init_from);
+    }
     return m;
   };
   if (ctx_.world->is_trainer()) {
-    policy_ = make_model();
+    policy_ = make_model(false);
     trainer_comm_ = make_comm(ctx_.world->trainer(), "trainer", ctx_.device);
     if (Trainer::needs_reference(train_cfg)) {
-      reference_ = make_model();
+      reference_ = make_model(true);
       for (auto& p : reference_->parameters()) p.tensor.set_requires_grad(false);
     }
     trainer_ = std::make_unique<Trainer>(train_cfg, *policy_, trainer_comm_.get(), reference_.get());
@@ -163,7 +173,7 @@ void Driver::set_up_model_and_trainer() {
               model_cfg.n_layers, model_cfg.hidden_size, model_cfg.n_heads, model_cfg.n_kv_heads, device.str(),
               init_from.empty() ? "the seeded init" : init_from);
   }
-  if (rl_ && ctx_.world->is_rollout() && !ctx_.world->is_trainer()) engine_model_ = make_model();
+  if (rl_ && ctx_.world->is_rollout() && !ctx_.world->is_trainer()) engine_model_ = make_model(false);
   if (sft_data_) {
     if (!ctx_.world->is_trainer()) sft_data_.reset();
     else log::info("SFT data: {} samples from {}", sft_data_->size(), deck.get_string("data.path"));
@@ -192,6 +202,13 @@ void Driver::set_up_rollout() {
 
 int64_t Driver::run() {
   const int64_t n_steps = ctx_.deck.get_int("run.n_steps");
+  if (start_step_ >= n_steps && !resume_from_.empty()) {
+    log::info("the run is already at step {} (checkpoint {}), run.n_steps = {} ({}): nothing to do", start_step_,
+              resume_from_, n_steps, ctx_.deck.source("run.n_steps"));
+    if (ctx_.world->rank() == 0)
+      std::ofstream(ctx_.run_dir + "/COMPLETE") << "run complete: " << start_step_ << " steps\n";
+    return start_step_;
+  }
   log::info("running steps {}..{} of {} ({})", start_step_ + 1, n_steps, n_steps, rl_ ? "rl" : "sft");
   Stopwatch total;
   int64_t step = start_step_;

@@ -80,7 +80,10 @@ class Driver {
   void set_up_model_and_trainer();
   void set_up_rollout();
   void check_debug_modes() const;
-  // Resumes from a checkpoint (or not) and opens or creates rollouts.h5 / metrics.h5.
+  // Rank 0 picks the checkpoint to resume from (checkpoint.resume), checks it fits,
+  // and on a fresh start moves the earlier run's files aside; sets resume_from_.
+  void choose_resume();
+  // Loads resume_from_ (if any) and opens or creates rollouts.h5 / metrics.h5.
   void resume_and_open_files();
   void write_checkpoint(int64_t next_step);
   // debug.train_only: this trainer's share of the recorded samples of `step`.
@@ -120,6 +123,7 @@ class Driver {
   bool halt_ = false;                            // stop signal or run.job_steps: checkpoint and exit 0
   int64_t start_step_ = 0;                       // 0, or the step a checkpoint resumes at
   std::string ckpt_root_;                        // checkpoint.dir or <run dir>/ckpt
+  std::string resume_from_;                      // the checkpoint this job continues, or "" (fresh)
   std::unique_ptr<RolloutLog> recorded_;         // debug.train_only: debug.load_rollouts (trainer ranks)
 };
 

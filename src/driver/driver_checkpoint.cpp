@@ -2,6 +2,7 @@
 #include <slimpi/error.h>
 
 #include <chrono>
+#include <ctime>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -35,9 +36,30 @@ bool fault_pause_at(int64_t step) {
   return v && std::atoll(v) == step;
 }
 
+// Moves what an earlier run left in the run directory (its HDF5 files, trainer state,
+// COMPLETE marker and, when the checkpoint root is the run's own, its checkpoints)
+// into <run dir>/previous_<UTC time>/: a fresh start never deletes data.
+void move_old_run_aside(const std::string& run_dir, const std::string& ckpt_root, bool own_ckpt_root) {
+  std::vector<std::string> names = {"rollouts.h5", "metrics.h5", "metrics.csv", "trainer_state.h5", "COMPLETE"};
+  std::vector<fs::path> old;
+  for (const auto& n : names)
+    if (fs::exists(run_dir + "/" + n)) old.push_back(run_dir + "/" + n);
+  if (own_ckpt_root && !ckpt::list_step_dirs(ckpt_root).empty()) old.push_back(ckpt_root);
+  if (old.empty()) return;
+  char stamp[32] = {0};
+  const std::time_t now = std::time(nullptr);
+  std::strftime(stamp, sizeof(stamp), "%Y%m%dT%H%M%SZ", std::gmtime(&now));
+  fs::path aside = fs::path(run_dir) / (std::string("previous_") + stamp);
+  for (int k = 1; fs::exists(aside); ++k) aside = fs::path(run_dir) / fmt::format("previous_{}_{}", stamp, k);
+  fs::create_directories(aside);
+  for (const auto& p : old) fs::rename(p, aside / p.filename());
+  log::warn("fresh start: the earlier run's files in {} were moved to {} (delete it yourself if unneeded)", run_dir,
+            aside.string());
+}
+
 }  // namespace
 
-void Driver::resume_and_open_files() {
+void Driver::choose_resume() {
   const Deck& deck = ctx_.deck;
   MPI_Comm world = ctx_.world->world();
   const bool root = ctx_.world->rank() == 0;
@@ -46,28 +68,19 @@ void Driver::resume_and_open_files() {
 
   // Rank 0 picks the checkpoint and checks it against this deck and world.
   std::string chosen;
-  bool have_files = false;
   run_on_all_and_agree(world, "cannot resume", [&] {
     if (!root) return;
-    fs::remove(ctx_.run_dir + "/COMPLETE");
+    // The checkpoint root must be writable now, not at the first checkpoint.
+    std::error_code ec;
+    fs::create_directories(ckpt_root_, ec);
+    const std::string probe = ckpt_root_ + "/.slimpi_write_test";
+    if (ec || !std::ofstream(probe) || !fs::remove(probe, ec))
+      SLIMPI_FAIL("checkpoint directory {} ({}) is not writable{}", ckpt_root_,
+                  deck.get_string("checkpoint.dir").empty() ? "run.dir/ckpt" : deck.source("checkpoint.dir"),
+                  ec ? ": " + ec.message() : std::string());
     chosen = ckpt::choose_checkpoint(deck, ckpt_root_);
     if (chosen.empty()) {
-      // A fresh start overwrites the run's files: checkpoints of the run they held
-      // would no longer match them (and "auto" must never pick one up later). Only the
-      // run directory's own ckpt/ is cleared; a checkpoint.dir set in the deck may be
-      // shared, so its old checkpoints are only reported.
-      const bool own = deck.get_string("checkpoint.dir").empty();
-      for (int64_t step : ckpt::list_step_dirs(ckpt_root_)) {
-        const std::string stale = ckpt_root_ + "/" + ckpt::step_dir_name(step);
-        if (own) {
-          fs::remove_all(stale);
-          log::info("fresh start: removed {} of an earlier run", stale);
-        } else {
-          log::warn("fresh start: {} (checkpoint.dir, {}) holds {} of an earlier run; checkpoint.resume = "
-                    "\"auto\" may pick it up later",
-                    ckpt_root_, deck.source("checkpoint.dir"), stale);
-        }
-      }
+      move_old_run_aside(ctx_.run_dir, ckpt_root_, deck.get_string("checkpoint.dir").empty());
       return;
     }
     const Deck stored = ckpt::read_checkpoint_deck(chosen);
@@ -80,14 +93,27 @@ void Driver::resume_and_open_files() {
       SLIMPI_FAIL("checkpoint {} does not fit this job; these must not change:\n  {}", chosen,
                   fmt::join(problems, "\n  "));
     for (const auto& line : diff.other) log::info("resume: changed since the checkpoint: {}", line);
-    have_files = fs::exists(ctx_.run_dir + "/rollouts.h5") && fs::exists(ctx_.run_dir + "/metrics.h5");
+    fs::remove(ctx_.run_dir + "/COMPLETE");  // the run goes on
   });
   broadcast_string(world, chosen, 0);
-  int files_flag = have_files;
+  resume_from_ = chosen;
+}
+
+void Driver::resume_and_open_files() {
+  const Deck& deck = ctx_.deck;
+  MPI_Comm world = ctx_.world->world();
+  const bool root = ctx_.world->rank() == 0;
+  const std::string& chosen = resume_from_;
+  // Which run files are there to continue (each is kept when intact, whatever the other).
+  int files[2] = {0, 0};  // rollouts.h5, metrics.h5
+  if (root && !chosen.empty()) {
+    files[0] = fs::exists(ctx_.run_dir + "/rollouts.h5");
+    files[1] = fs::exists(ctx_.run_dir + "/metrics.h5");
+  }
   {
     static const std::string context = "[resume] rank 0's view of the run files";
-    WaitGuard guard({&context, "MPI_Bcast", 1, "i32", 0});
-    MPI_Bcast(&files_flag, 1, MPI_INT, 0, world);
+    WaitGuard guard({&context, "MPI_Bcast", 2, "i32", 0});
+    MPI_Bcast(files, 2, MPI_INT, 0, world);
   }
 
   if (!chosen.empty()) {
@@ -111,32 +137,39 @@ void Driver::resume_and_open_files() {
 
   const std::string deck_text = deck.to_toml();
   const std::string rollouts_path = ctx_.run_dir + "/rollouts.h5";
-  if (!chosen.empty() && files_flag) {
+  if (!chosen.empty()) {
     // Rank 0 cuts the files back alone (serial HDF5): a job killed while writing them
     // can leave the file's end of allocation and its size apart, which a serial open
     // repairs on close but which makes ranks of a parallel open disagree.
     run_on_all_and_agree(world, "cannot cut the run's files back to the checkpoint", [&] {
       if (!root) return;
       try {
-        RolloutLog::open(rollouts_path, MPI_COMM_NULL, /*writable=*/true).truncate_to_step(start_step_);
-        MetricsLog(ctx_.run_dir, MPI_COMM_NULL, MetricsLog::ResumeAt{start_step_});
+        if (files[0]) RolloutLog::open(rollouts_path, MPI_COMM_NULL, /*writable=*/true).truncate_to_step(start_step_);
+        if (files[1]) MetricsLog(ctx_.run_dir, MPI_COMM_NULL, MetricsLog::ResumeAt{start_step_});
       } catch (const Error& e) {
         SLIMPI_FAIL("{}\n(a job killed while writing can leave rollouts.h5 or metrics.h5 damaged; move them away "
                     "to continue with new files, which then start at step {})",
                     e.what(), start_step_);
       }
     });
+  }
+  if (files[0]) {
     rollouts_ = std::make_unique<RolloutLog>(RolloutLog::open(rollouts_path, world, /*writable=*/true));
-    metrics_ = std::make_unique<MetricsLog>(ctx_.run_dir, world, MetricsLog::ResumeAt{start_step_});
-    log::info("rollouts.h5 and metrics.h5 cut back to step {} ({} samples, {} metric rows kept)", start_step_,
-              rollouts_->n_samples(), metrics_->n_rows());
   } else {
     if (!chosen.empty())
-      log::warn("resuming without the run's rollouts.h5/metrics.h5 in {}: new files hold steps {} on only",
-                ctx_.run_dir, start_step_);
+      log::warn("resuming without {}: a new one holds steps {} on", rollouts_path, start_step_);
     rollouts_ = std::make_unique<RolloutLog>(RolloutLog::create(rollouts_path, world, deck_text));
+  }
+  if (files[1]) {
+    metrics_ = std::make_unique<MetricsLog>(ctx_.run_dir, world, MetricsLog::ResumeAt{start_step_});
+  } else {
+    if (!chosen.empty())
+      log::warn("resuming without {}/metrics.h5: a new one holds steps {} on", ctx_.run_dir, start_step_);
     metrics_ = std::make_unique<MetricsLog>(ctx_.run_dir, world, deck_text);
   }
+  if (!chosen.empty())
+    log::info("run files continue from step {} ({} samples, {} metric rows kept)", start_step_,
+              rollouts_->n_samples(), metrics_->n_rows());
   install_stop_signal_handlers();  // (again: a no-op after `slimpi run` installed them)
 }
 

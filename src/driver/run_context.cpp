@@ -2,6 +2,13 @@
 
 #include <slimpi/error.h>
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 
@@ -14,7 +21,41 @@
 namespace slimpi {
 namespace {
 
-// Creates the run directory on rank 0; every rank learns whether it worked.
+std::string utc_now() {
+  char text[32] = {0};
+  const std::time_t now = std::time(nullptr);
+  std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  return text;
+}
+
+// One job per run directory: rank 0 holds an flock() on <dir>/.slimpi.lock for the
+// life of the process (the kernel releases it when the process ends, however it ends,
+// so a lock left by a killed job is simply taken over). The file says who holds it.
+// "" when locked, else why not.
+std::string lock_run_dir(const std::string& dir) {
+  static int held_fd = -1;  // kept open until exit: closing it would release the lock
+  const std::string path = dir + "/.slimpi.lock";
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return fmt::format("cannot open {}: {}", path, std::strerror(errno));
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    std::string holder(512, '\0');
+    const ssize_t n = pread(fd, holder.data(), holder.size(), 0);
+    holder.resize(n > 0 ? size_t(n) : 0);
+    while (!holder.empty() && (holder.back() == '\n' || holder.back() == '\0')) holder.pop_back();
+    close(fd);
+    return fmt::format("another slimpi job is using it ({}); wait for it to end, or set another run.dir",
+                       holder.empty() ? "holder unknown" : holder);
+  }
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  const std::string me = fmt::format("host {} pid {} since {}\n", host, getpid(), utc_now());
+  if (ftruncate(fd, 0) != 0 || pwrite(fd, me.data(), me.size(), 0) != ssize_t(me.size()))
+    return fmt::format("cannot write {}: {}", path, std::strerror(errno));
+  held_fd = fd;
+  return "";
+}
+
+// Creates and locks the run directory on rank 0; every rank learns whether it worked.
 void make_run_dir(MPI_Comm world, const std::string& dir) {
   int rank = 0;
   MPI_Comm_rank(world, &rank);
@@ -22,10 +63,12 @@ void make_run_dir(MPI_Comm world, const std::string& dir) {
   if (rank == 0) {
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
-    if (ec) problem = ec.message();
+    if (ec) problem = "cannot create it: " + ec.message();
+    else if (!std::filesystem::is_directory(dir)) problem = "it exists and is not a directory";
+    else problem = lock_run_dir(dir);
   }
   broadcast_string(world, problem, 0);
-  if (!problem.empty()) SLIMPI_FAIL_ALL("cannot create run directory '{}' (run.dir): {}", dir, problem);
+  if (!problem.empty()) SLIMPI_FAIL_ALL("run directory '{}' (run.dir): {}", dir, problem);
 }
 
 }  // namespace

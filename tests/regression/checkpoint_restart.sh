@@ -5,8 +5,12 @@
 # at np 4 (split 2+2) and np 2 (colocated). A run with another seed differs (the check
 # can fail). A corrupt checkpoint (flipped byte, truncated file) is skipped by "auto"
 # and refused when named; a changed model shape or world layout is refused with the
-# keys named; a changed learning rate is allowed and logged; resume = "never" clears
-# the run directory's old checkpoints.
+# keys named; a changed learning rate is allowed and logged. Nothing is destroyed by
+# itself: "auto" with checkpoints of which none verifies is refused (each listed);
+# resume = "never" moves the earlier run's files and checkpoints aside; a missing
+# rollouts.h5 leaves metrics.h5 as it is; a resumed run needs no model.init_from file;
+# a run already past run.n_steps says so and exits 0; an unwritable checkpoint.dir is
+# found at start.
 # Usage: checkpoint_restart.sh SLIMPI ROOT "MPIRUN FLAGS"
 set -euo pipefail
 slimpi=$1; root=$2; mpirun=$3
@@ -37,7 +41,7 @@ grep -q "run.job_steps = 3 reached: stopping after step 3 with a checkpoint" "$o
 test -f "$out/chunked/ckpt/step_00000003/DONE" && test ! -e "$out/chunked/COMPLETE"
 run 4 chunked --set run.job_steps=3
 grep -q "resuming at step 3 from $out/chunked/ckpt/step_00000003" "$out/chunked.log"
-grep -q "cut back to step 3 (96 samples, 3 metric rows kept)" "$out/chunked.log"
+grep -q "run files continue from step 3 (96 samples, 3 metric rows kept)" "$out/chunked.log"
 test -f "$out/chunked/COMPLETE"
 $compare "$out/straight" "$out/chunked"
 
@@ -85,8 +89,46 @@ grep -q "resume: changed since the checkpoint: train.lr: 0.001 in the checkpoint
 grep -q "resuming at step 6" "$out/chunked.log"
 grep -q "finished: step 7 of 7" "$out/chunked.log"
 
-echo "== a fresh start clears the run's old checkpoints"
-run 4 chunked --set run.n_steps=2 --set checkpoint.resume=never
-grep -q "fresh start: removed $out/chunked/ckpt/step_00000007 of an earlier run" "$out/chunked.log"
-[ "$(ls "$out/chunked/ckpt")" = "step_00000002" ] || { ls "$out/chunked/ckpt"; echo "FAIL: stale checkpoints"; exit 1; }
+echo "== a run past run.n_steps ends at once, exit 0"
+run 4 chunked --set run.n_steps=3
+grep -q "the run is already at step 7 (checkpoint $out/chunked/ckpt/step_00000007), run.n_steps = 3 (--set): nothing to do" \
+  "$out/chunked.log"
+
+echo "== no verifying checkpoint: refused, nothing touched"
+cp -r "$out/chunked" "$out/undone"
+rm -f "$out"/undone/ckpt/step_*/DONE
+# (the lock and deck.resolved.toml belong to the job that is running, not to the run)
+data_files() { (cd "$out/undone" && find . -type f ! -name .slimpi.lock ! -name deck.resolved.toml | sort | xargs md5sum); }
+before=$(data_files)
+refused 4 undone "no checkpoint under $out/undone/ckpt can be resumed from:"
+grep -qF "step_00000006: no DONE marker" "$out/refused.log"
+grep -qF "step_00000007: no DONE marker" "$out/refused.log"
+[ "$before" = "$(data_files)" ] \
+  || { echo "FAIL: a refused resume changed the run directory"; exit 1; }
+
+echo "== a fresh start moves the earlier run aside"
+run 4 undone --set run.n_steps=2 --set checkpoint.resume=never
+grep -q "were moved to $out/undone/previous_" "$out/undone.log"
+aside=$(ls -d "$out"/undone/previous_*)
+test -f "$aside/rollouts.h5" && test -f "$aside/metrics.h5" && test -d "$aside/ckpt/step_00000007"
+[ "$(ls "$out/undone/ckpt")" = "step_00000002" ] || { ls "$out/undone/ckpt"; echo "FAIL: stale checkpoints"; exit 1; }
+
+echo "== rollouts.h5 lost, metrics.h5 kept; model.init_from not needed to resume"
+run 4 partial --set run.job_steps=3 --set model.init_from="$out/straight/trainer_state.h5"
+rm "$out/partial/rollouts.h5" "$out/straight/trainer_state.h5"
+run 4 partial --set model.init_from="$out/straight/trainer_state.h5"
+grep -q "resuming without $out/partial/rollouts.h5: a new one holds steps 3 on" "$out/partial.log"
+/usr/bin/python3 - "$out/partial" <<'PY'
+import sys
+import h5py
+with h5py.File(f"{sys.argv[1]}/metrics.h5") as f:
+    assert list(f["steps/step"][:]) == list(range(7)), f["steps/step"][:]  # steps 0-2 kept, 3-5 + final eval
+with h5py.File(f"{sys.argv[1]}/rollouts.h5") as f:
+    assert set(f["samples/step"][:]) == {3, 4, 5}
+PY
+
+echo "== an unwritable checkpoint.dir is found before the first step"
+touch "$out/not_a_dir"
+refused 4 nockpt "is not writable" --set checkpoint.dir="$out/not_a_dir/ckpt"
+grep -q "step 1/6" "$out/refused.log" && { echo "FAIL: trained before noticing"; exit 1; }
 echo "checkpoint_restart: OK"
