@@ -39,15 +39,18 @@ int main(int argc, char** argv) {
     app.set_version_flag("--version", [] { return slimpi::build_description(); });
     app.require_subcommand(1);
     slimpi::cli::Commands commands(app);
+    bool parsed = false;
     try {
       app.parse(argc, argv);
+      parsed = true;
     } catch (const CLI::ParseError& e) {
       // Every rank parses the same argv: print once, exit the same way everywhere.
+      // --help and --version end here too (exit 0): they run nothing.
       if (rank == 0) code = app.exit(e);
       else code = e.get_exit_code();
       MPI_Bcast(&code, 1, MPI_INT, 0, MPI_COMM_WORLD);
     }
-    if (!app.get_subcommands().empty() && code == 0)
+    if (parsed && !app.get_subcommands().empty())
       code = slimpi::run_guarded([&] { return commands.run_selected(); });
     slimpi::Watchdog::instance().stop();
   }

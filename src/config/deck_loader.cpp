@@ -79,6 +79,11 @@ class DeckReader {
       problems.add("{}: include cycle: {} includes itself", included_from, path.string());
       return;
     }
+    if (fs::is_directory(path)) {
+      problems.add("{}deck file '{}' is a directory", included_from.empty() ? "" : included_from + ": ",
+                   path.string());
+      return;
+    }
     std::ifstream in(path);
     if (!in) {
       problems.add("{}cannot open deck file '{}'",

@@ -117,6 +117,13 @@ Driver::Driver(RunContext& ctx) : ctx_(ctx), step_(std::make_unique<StepState>()
     spec.max_prompt_tokens = max_prompt_tokens(deck);
     eval_prompts_ = PromptSource(spec, run_seed(deck)).records();
   }
+  if (rl_) {
+    const int64_t per_step = deck.get_int("rollout.rollout_batch_size") * deck.get_int("rollout.n_samples_per_prompt");
+    if (deck.get_int("train.num_steps_per_rollout") > per_step)
+      SLIMPI_FAIL_ALL("train.num_steps_per_rollout = {} ({}) exceeds the {} samples of a step "
+                      "(rollout.rollout_batch_size x rollout.n_samples_per_prompt): an optimizer step would get none",
+                      deck.get_int("train.num_steps_per_rollout"), deck.source("train.num_steps_per_rollout"), per_step);
+  }
   check_debug_modes();
   choose_resume();
   set_up_model_and_trainer();
@@ -435,6 +442,11 @@ void Driver::train(int64_t step) {
   }
   int64_t n_steps = deck.get_int("train.num_steps_per_rollout");
   if (n_steps == 0) n_steps = std::max<int64_t>(1, n_global / deck.get_int("train.global_batch_size"));
+  if (n_steps > n_global) {  // a short batch (the filter kept few groups): no empty optimizer step
+    log::warn("step {}: {} samples for train.num_steps_per_rollout = {}: taking {} optimizer steps", step, n_global,
+              n_steps, n_global);
+    n_steps = n_global;
+  }
   // Reference and old log-probs, KL, advantages and their whitening: once per rollout.
   for (const auto& [k, v] : trainer_->prepare_rollout(local, /*recompute_old=*/n_steps > 1)) step_metrics_[k] = v;
   std::map<std::string, double> sums;

@@ -99,7 +99,9 @@ RunContext set_up_run(MPI_Comm world, const std::string& deck_path, const std::v
   if (ctx.world->rank() == 0) {
     std::ofstream(ctx.run_dir + "/deck.resolved.toml") << "# slimpi resolved deck: " << deck_path << "\n\n"
                                                        << resolved;
-    log::info("resolved deck ({}):\n{}", deck_path, resolved);
+    // One line, not the whole deck: a 100-line dump on stdout let an error on stderr
+    // land in its middle (mpirun forwards the two streams independently).
+    log::info("resolved deck ({}) written to {}/deck.resolved.toml", deck_path, ctx.run_dir);
     log::info("{}", rt.describe());
     log::info("{}", ctx.device.reason);
   }

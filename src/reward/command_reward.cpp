@@ -49,11 +49,8 @@ Child spawn(const std::string& command) {
 
 std::string describe(const std::vector<RewardInput>& batch, size_t i) {
   if (i >= batch.size()) return fmt::format("after the last of {} samples", batch.size());
-  std::string r = batch[i].response.substr(0, 60);
-  return fmt::format("sample {} of {} (response \"{}\"{})", i, batch.size(), r,
-                     batch[i].response.size() > 60 ? "..." : "");
+  return fmt::format("sample {} of {} (response \"{}\")", i, batch.size(), printable_excerpt(batch[i].response));
 }
-
 
 // The child's whole process group, killed and reaped however command_rewards ends
 // (return, error, time-out): no reward process outlives its batch.
@@ -160,7 +157,7 @@ std::vector<float> command_rewards(const std::string& command, double timeout_s,
     double v = std::strtod(line.c_str(), &end);
     while (end && *end && std::isspace(static_cast<unsigned char>(*end))) ++end;
     if (end == line.c_str() || (end && *end))
-      SLIMPI_FAIL("reward.command answered \"{}\" for {}: expected one number per line", line,
+      SLIMPI_FAIL("reward.command answered \"{}\" for {}: expected one number per line", printable_excerpt(line),
                   describe(batch, rewards.size()));
     rewards.push_back(static_cast<float>(v));
   }

@@ -38,16 +38,26 @@ const Registry<RewardStyle>& reward_styles() {
   return r;
 }
 
+std::string printable_excerpt(const std::string& text, size_t max_bytes) {
+  std::string out;
+  for (size_t i = 0; i < std::min(text.size(), max_bytes); ++i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c < 0x7f && c != '\\') out += char(c);
+    else out += fmt::format("\\x{:02x}", c);
+  }
+  if (text.size() > max_bytes) out += "...";
+  return out;
+}
+
 std::vector<float> compute_rewards(const RewardConfig& cfg, const std::vector<RewardInput>& batch) {
   std::vector<float> rewards = reward_styles().get(cfg.style)(cfg, batch);
   // A NaN or inf reward would train NaN weights (or pass every eval): never accepted.
   for (size_t i = 0; i < rewards.size(); ++i)
     if (!std::isfinite(rewards[i])) {
-      const std::string& r = batch[i].response;
-      SLIMPI_FAIL("reward.style = \"{}\" gave the non-finite reward {} to sample {} of {} (response \"{}\"{}, label "
+      SLIMPI_FAIL("reward.style = \"{}\" gave the non-finite reward {} to sample {} of {} (response \"{}\", label "
                   "\"{}\"); rewards must be finite numbers",
-                  cfg.style, rewards[i], i, batch.size(), r.substr(0, 60), r.size() > 60 ? "..." : "",
-                  batch[i].label.substr(0, 60));
+                  cfg.style, rewards[i], i, batch.size(), printable_excerpt(batch[i].response),
+                  printable_excerpt(batch[i].label));
     }
   return rewards;
 }

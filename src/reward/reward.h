@@ -42,6 +42,11 @@ const Registry<RewardStyle>& reward_styles();
 
 std::vector<float> compute_rewards(const RewardConfig& cfg, const std::vector<RewardInput>& batch);
 
+// The first `max_bytes` of a model's text for an error message: printable ASCII kept,
+// every other byte as \xNN (responses are raw bytes; a terminal or the launcher's
+// message forwarding must not see them), "..." when cut.
+std::string printable_excerpt(const std::string& text, size_t max_bytes = 60);
+
 // The single-sample verifiers (exposed for tests).
 float exact_match_reward(const std::string& response, const std::string& label);
 float math_reward(const std::string& response, const std::string& label);

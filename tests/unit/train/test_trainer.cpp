@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "buffer/jsonl_file.h"
 #include "model/log_probs.h"
@@ -189,6 +190,53 @@ TEST(Trainer, RlStepWithRatioOneHasTheReinforceGradientAndLogsSlimeMetrics) {
   for (const auto& s : samples) EXPECT_EQ(int64_t(s.old_log_probs.size()), s.response_length());  // captured
   for (const char* k : {"train/loss", "train/pg_loss", "train/entropy_loss", "train/grad_norm", "train/lr"})
     EXPECT_TRUE(m.count(k)) << k;
+}
+
+TEST(Trainer, NonFiniteStepsNeverReachTheWeightsOrACheckpoint) {
+  TrainerConfig cfg;
+  cfg.mode = "rl";
+  cfg.lr.lr = 1e-3;
+  auto samples = random_samples(3, 8);
+  for (auto& s : samples) s.advantages.assign(s.response_length(), 1.0f);
+  samples[1].advantages[0] = std::numeric_limits<float>::quiet_NaN();
+
+  Transformer model(small_model(), 6, at::kCPU);
+  Trainer trainer(cfg, model, nullptr);
+  std::vector<at::Tensor> before;
+  for (const auto& p : model.parameters()) before.push_back(p.tensor.detach().clone());
+  auto unchanged = [&] {
+    for (size_t i = 0; i < before.size(); ++i)
+      if (!at::equal(before[i], model.parameters()[i].tensor)) return false;
+    return true;
+  };
+  try {
+    trainer.train_step(samples);
+    ADD_FAILURE() << "a NaN loss was trained";
+  } catch (const Error& e) {
+    EXPECT_TRUE(std::string(e.what()).find("nan and the gradient norm") != std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(unchanged());
+  EXPECT_EQ(trainer.n_steps(), 0);
+
+  cfg.skip_nonfinite_steps = true;
+  Trainer skipping(cfg, model, nullptr);
+  auto m = skipping.train_step(samples);
+  EXPECT_EQ(m["train/skipped_nonfinite_step"], 1.0);
+  EXPECT_TRUE(unchanged());
+  EXPECT_EQ(skipping.n_steps(), 0);
+  samples[1].advantages[0] = 1.0f;
+  m = skipping.train_step(samples);
+  EXPECT_EQ(m["train/skipped_nonfinite_step"], 0.0);
+  EXPECT_FALSE(unchanged());
+
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("slimpi_nan_" + std::to_string(::getpid()) + ".h5")).string();
+  {
+    at::NoGradGuard no_grad;
+    model.parameters()[3].tensor.view(-1)[0] = std::numeric_limits<float>::infinity();
+  }
+  EXPECT_THROW(skipping.save(path), Error);
+  EXPECT_FALSE(std::filesystem::exists(path));
 }
 
 TEST(Sft, LearnsAdditionClearlyInAFewHundredSteps) {
