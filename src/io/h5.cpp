@@ -4,6 +4,8 @@
 
 #include <mutex>
 
+#include "parallel/watchdog.h"
+
 namespace slimpi::h5 {
 namespace {
 
@@ -78,6 +80,8 @@ File File::create(const std::string& path, MPI_Comm comm) {
   f.comm_ = comm;
   f.path_ = path;
   Handle fapl = file_access(comm);
+  static const std::string context = "[HDF5 file]";
+  WaitGuard guard({&context, comm == MPI_COMM_NULL ? "create (serial)" : "collective create"});
   f.handle_ = Handle(check(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.id()),
                            ("create file " + path).c_str()),
                      H5Fclose);
@@ -90,13 +94,19 @@ File File::open(const std::string& path, bool writable, MPI_Comm comm) {
   f.comm_ = comm;
   f.path_ = path;
   Handle fapl = file_access(comm);
+  static const std::string context = "[HDF5 file]";
+  WaitGuard guard({&context, comm == MPI_COMM_NULL ? "open (serial)" : "collective open"});
   f.handle_ = Handle(check(H5Fopen(path.c_str(), writable ? H5F_ACC_RDWR : H5F_ACC_RDONLY, fapl.id()),
                            ("open file " + path).c_str()),
                      H5Fclose);
   return f;
 }
 
-void File::flush() { check_status(H5Fflush(id(), H5F_SCOPE_GLOBAL), "H5Fflush"); }
+void File::flush() {
+  static const std::string context = "[HDF5 file]";
+  WaitGuard guard({&context, parallel() ? "collective flush" : "flush"});
+  check_status(H5Fflush(id(), H5F_SCOPE_GLOBAL), "H5Fflush");
+}
 
 Handle create_group(hid_t loc, const std::string& name) {
   return Handle(check(H5Gcreate2(loc, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),

@@ -3,6 +3,8 @@
 #include <slimpi/deck.h>
 #include <slimpi/error.h>
 
+#include <algorithm>
+
 #include "tokenizer/byte_tokenizer.h"
 
 namespace slimpi {
@@ -43,6 +45,16 @@ RolloutConfig RolloutConfig::from_deck(const Deck& deck) {
                     "BOS, at least one prompt token and the response must fit",
                     c.sampling.max_new_tokens, deck.source("rollout.max_new_tokens"), max_seq_len,
                     deck.source("model.max_seq_len"));
+  // The smallest group (a 2-token prompt) must fit the cache: one response of
+  // max_new_tokens, and a block per sample for the forked partial prompt block.
+  const int64_t n_blocks = c.engine.kv_cache_tokens / c.engine.block_size;
+  const int64_t need = std::max((2 + c.sampling.max_new_tokens + c.engine.block_size - 1) / c.engine.block_size,
+                                c.n_samples_per_prompt);
+  if (generates && need > n_blocks)
+    SLIMPI_FAIL_ALL("rollout.kv_cache_tokens = {} ({}) holds {} blocks of rollout.block_size = {}; even the "
+                    "shortest prompt needs {} (rollout.max_new_tokens = {}, rollout.n_samples_per_prompt = {})",
+                    c.engine.kv_cache_tokens, deck.source("rollout.kv_cache_tokens"), n_blocks, c.engine.block_size,
+                    need, c.sampling.max_new_tokens, c.n_samples_per_prompt);
   if (c.engine.kv_cache_tokens < c.engine.block_size)
     SLIMPI_FAIL_ALL("rollout.kv_cache_tokens = {} is smaller than one block (rollout.block_size = {})",
                     c.engine.kv_cache_tokens, c.engine.block_size);

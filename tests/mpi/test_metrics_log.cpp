@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <fstream>
 #include <sstream>
 
@@ -32,8 +33,11 @@ TEST(MetricsLog, RowsColumnsCsvAndPerRankRows) {
     log.log_step(1, {{"train/loss", r == 0 ? 2.0 : -1.0}, {"perf/step_time", 0.25}});
     log.log_ranks(1, {{"time/step_s", 1.0 + r}, {"time/train_s", 2.0 * r}});
     log.log_step(2, {{"perf/step_time", 0.125}});
+    // A logged non-finite value reads as such in the CSV, unlike an unlogged one.
+    log.log_step(3, {{"train/loss", std::numeric_limits<double>::quiet_NaN()},
+                     {"perf/step_time", std::numeric_limits<double>::infinity()}});
     EXPECT_EQ(log.columns(), (std::vector<std::string>{"train/loss", "perf/step_time"}));
-    EXPECT_EQ(log.n_rows(), 3u);
+    EXPECT_EQ(log.n_rows(), 4u);
   }
   MPI_Barrier(MPI_COMM_WORLD);
   if (r == 0) {
@@ -41,14 +45,15 @@ TEST(MetricsLog, RowsColumnsCsvAndPerRankRows) {
               "step,train/loss,perf/step_time\n"
               "0,2.5,\n"
               "1,2,0.25\n"
-              "2,,0.125\n");
+              "2,,0.125\n"
+              "3,nan,inf\n");
   }
   h5::File f = h5::File::open(tmp.file("metrics.h5"), false, MPI_COMM_NULL);
   auto loss = h5::AppendableDataset<double>::open(f, f.id(), "steps/train/loss").read();
   auto step_time = h5::AppendableDataset<double>::open(f, f.id(), "steps/perf/step_time").read();
   auto steps = h5::AppendableDataset<int64_t>::open(f, f.id(), "steps/step").read();
-  EXPECT_EQ(steps, (std::vector<int64_t>{0, 1, 2}));
-  ASSERT_EQ(loss.size(), 3u);
+  EXPECT_EQ(steps, (std::vector<int64_t>{0, 1, 2, 3}));
+  ASSERT_EQ(loss.size(), 4u);
   EXPECT_EQ(loss[0], 2.5);
   EXPECT_EQ(loss[1], 2.0);
   EXPECT_TRUE(std::isnan(loss[2]));

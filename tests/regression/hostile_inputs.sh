@@ -6,7 +6,7 @@
 #  * reward commands that close stdout and keep running (during eval), print without
 #    end, or crash end the job within the time-out, are killed, and are named;
 #  * eval.n_samples > rollout.max_running, train.num_steps_per_rollout > the samples of
-#    a step, a prompt longer than the context (file:line; skipped with
+#    a step, a KV cache too small for any group, a prompt longer than the context (file:line; skipped with
 #    data.skip_bad_lines) and a deck path that is a directory are refused at load;
 #  * trainer ranks without samples (SFT global_batch_size 2 at np 4, RL 1 sample on 2
 #    trainers) train like the others;
@@ -63,6 +63,8 @@ fails eval_samples "eval.n_samples = 9 (--set) exceeds rollout.max_running = 4 (
   --set eval.n_samples=9 --set rollout.max_running=4
 fails steps_per_rollout "train.num_steps_per_rollout = 64 (--set) exceeds the 32 samples of a step" 4 run $deck \
   --set train.num_steps_per_rollout=64
+fails kv_cache "rollout.kv_cache_tokens = 8 (--set) holds 2 blocks of rollout.block_size = 4" 4 run $deck \
+  --set rollout.kv_cache_tokens=8
 head -5 inputs/data/addition_sft.jsonl >"$out/long.jsonl"
 /usr/bin/python3 -c "import json; print(json.dumps({'prompt': '1' * 100, 'label': '2'}))" >>"$out/long.jsonl"
 fails long_prompt "long.jsonl:6: prompt of 101 tokens" 2 run $deck --set eval.path= \
