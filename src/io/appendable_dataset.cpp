@@ -102,6 +102,7 @@ uint64_t AppendableDataset<T>::row_size() const {
 
 template <class T>
 void AppendableDataset<T>::grow_to(uint64_t n) {
+  WaitGuard guard({&name_, "(HDF5 dataset): collective set_extent"});
   std::vector<hsize_t> dims{n};
   dims.insert(dims.end(), row_shape_.begin(), row_shape_.end());
   check_status(H5Dset_extent(dset_.id(), dims.data()), ("H5Dset_extent " + name_).c_str());

@@ -4,6 +4,7 @@
 #include <slimpi/error.h>
 
 #include "parallel/mpi_comm.h"
+#include "parallel/watchdog.h"
 #if SLIMPI_HAVE_NCCL
 #include <cuda_runtime.h>
 
@@ -31,7 +32,11 @@ DeviceChoice choose_device(MPI_Comm world, const std::string& device, const std:
                            int local_rank) {
   int gpus = local_gpu_count();
   int min_gpus = 0;
-  MPI_Allreduce(&gpus, &min_gpus, 1, MPI_INT, MPI_MIN, world);
+  {
+    static const std::string context = "[start-up] GPUs per rank";
+    WaitGuard guard({&context, "MPI_Allreduce", 1, "i32"});
+    MPI_Allreduce(&gpus, &min_gpus, 1, MPI_INT, MPI_MIN, world);
+  }
 
   DeviceChoice c;
   if (device == "cuda" && min_gpus == 0)

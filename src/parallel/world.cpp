@@ -8,6 +8,7 @@
 #include <climits>
 
 #include "parallel/mpi_bytes.h"
+#include "parallel/watchdog.h"
 
 namespace slimpi {
 
@@ -123,6 +124,8 @@ std::string World::describe() const {
                                  fmt_rank(rank_in(sync_)));
   mine.resize(kLine, ' ');
   std::string all(static_cast<size_t>(kLine) * size(), ' ');
+  static const std::string context = "[start-up] the rank table";
+  WaitGuard guard({&context, "MPI_Gather", size_t(kLine), "char", 0});
   MPI_Gather(mine.data(), kLine, MPI_CHAR, all.data(), kLine, MPI_CHAR, 0, world_);
   std::string out = fmt::format(
       "rank layout: placement {}, {} ranks ({} trainer, {} rollout; engines of 1 rank)\n"

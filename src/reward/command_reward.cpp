@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <slimpi/error.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -31,6 +32,7 @@ Child spawn(const std::string& command) {
   SLIMPI_CHECK(pid >= 0, "reward.command: fork failed: {}", std::strerror(errno));
   if (pid == 0) {
     setpgid(0, 0);  // its own process group: a time-out kills the command's children too
+    prctl(PR_SET_PDEATHSIG, SIGKILL);  // and a rank that dies (aborted job) takes its shell with it
     dup2(to_child[0], STDIN_FILENO);
     dup2(from_child[1], STDOUT_FILENO);
     close(to_child[0]);
