@@ -102,6 +102,23 @@ File File::open(const std::string& path, bool writable, MPI_Comm comm) {
   return f;
 }
 
+File& File::operator=(File&& o) noexcept {
+  if (this != &o) {
+    close();
+    handle_ = std::move(o.handle_);
+    comm_ = o.comm_;
+    path_ = std::move(o.path_);
+  }
+  return *this;
+}
+
+void File::close() {
+  if (!handle_.valid()) return;
+  static const std::string context = "[HDF5 file]";
+  WaitGuard guard({&context, parallel() ? "collective close" : "close"});
+  handle_.reset();
+}
+
 void File::flush() {
   static const std::string context = "[HDF5 file]";
   WaitGuard guard({&context, parallel() ? "collective flush" : "flush"});

@@ -66,6 +66,10 @@ hid_t native_type();
 
 class File {
  public:
+  File() = default;
+  File(File&& o) noexcept = default;
+  File& operator=(File&& o) noexcept;
+  ~File() { close(); }
   // Creates (truncating) `path`. comm = MPI_COMM_NULL: serial file of this process.
   static File create(const std::string& path, MPI_Comm comm);
   // Opens an existing file, read-only unless `writable`.
@@ -76,7 +80,8 @@ class File {
   bool parallel() const { return comm_ != MPI_COMM_NULL; }
   const std::string& path() const { return path_; }
   void flush();
-  void close() { handle_.reset(); }
+  // Closes the file (collective in a parallel file, under the watchdog); idempotent.
+  void close();
 
  private:
   Handle handle_;
