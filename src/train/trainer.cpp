@@ -265,7 +265,9 @@ std::map<std::string, double> Trainer::train_step(std::vector<Sample>& local) {
   }
   if (dp_) allreduce(*dp_, counts);
   const double n_samples = counts[0].item<double>(), n_masked = counts[1].item<double>();
-  SLIMPI_CHECK(n_samples > 0, "train_step with no samples on any rank");
+  // An optimizer step whose share is empty on every rank (a rollout of very few
+  // samples cut into num_steps_per_rollout parts rank by rank) changes nothing.
+  if (n_samples == 0) return {{"train/optimizer_step_empty", 1.0}};
 
   grads_.zero();
   // Every metric a step can log, declared up front: the list reduced over dp must be

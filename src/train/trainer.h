@@ -84,7 +84,8 @@ class Trainer {
   // One optimizer step on this rank's share of the step. Collective over dp. In RL,
   // samples whose old_log_probs are empty get them from this step's forward (ρ = 1:
   // the policy before this step is the one that scored them).
-  // Returns slime-named metrics (train/*, perf/*), identical on every dp rank.
+  // Returns slime-named metrics (train/*, perf/*), identical on every dp rank; a step
+  // with no sample on any rank does nothing and returns train/optimizer_step_empty = 1.
   std::map<std::string, double> train_step(std::vector<Sample>& local);
 
   int64_t n_steps() const { return optimizer_.n_steps(); }

@@ -9,7 +9,7 @@
 #    a step, a KV cache too small for any group, a prompt longer than the context (file:line; skipped with
 #    data.skip_bad_lines) and a deck path that is a directory are refused at load;
 #  * trainer ranks without samples (SFT global_batch_size 2 at np 4, RL 1 sample on 2
-#    trainers) train like the others;
+#    trainers, an optimizer step empty on every rank) train like the others;
 #  * a second job into a running job's run.dir is refused naming host and pid;
 #  * `slimpi run --help` prints help, exits 0 and runs nothing.
 # Usage: hostile_inputs.sh SLIMPI ROOT "MPIRUN FLAGS"
@@ -79,6 +79,9 @@ runs sft_sparse 4 run inputs/sft_addition.toml --set run.n_steps=3 --set train.g
   --set parallel.placement=colocate
 runs rl_sparse 4 run $deck --set eval.path= --set rollout.rollout_batch_size=1 --set rollout.n_samples_per_prompt=1 \
   --set train.global_batch_size=1
+# 2 samples on 2 trainers in 2 optimizer steps: each rank's first half is empty.
+runs rl_empty_step 4 run $deck --set eval.path= --set rollout.rollout_batch_size=2 \
+  --set rollout.n_samples_per_prompt=1 --set train.num_steps_per_rollout=2
 
 # One job per run directory: the first holds it (its reward waits for a file).
 timeout 300 $mpirun -np 2 "$slimpi" run $deck --set eval.path= --set parallel.placement=colocate \
