@@ -485,8 +485,7 @@ void Driver::weight_sync(int64_t step) {
     if (rollout_side_) rollout_side_->set_weight_version(version);  // the engines run the trainer's model
     return;
   }
-  static const std::string waiting_for_training = "[weight_sync] engines waiting for the trainers";
-  idle_barrier(ctx_.world->world(), waiting_for_training);
+  // The engines already waited for the trainers (asleep) in the record phase's barrier.
   if (!weight_sync_) return;
   Transformer& model = policy_ ? *policy_ : *engine_model_;
   int64_t v = version;

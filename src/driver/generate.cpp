@@ -14,7 +14,6 @@
 #include "io/rollout_log.h"
 #include "io/tensor_io.h"
 #include "kernels/counter_rng.h"
-#include "parallel/watchdog.h"
 #include "rollout/rollout_config.h"
 #include "rollout/router.h"
 #include "tokenizer/byte_tokenizer.h"
@@ -79,15 +78,7 @@ int run_generate(RunContext& ctx) {
   rollouts.flush();
 
   // Metrics: engine counters summed over ranks; response statistics from rank 0's samples.
-  const EngineStats& st = engine.stats();
-  std::vector<double> counters{double(st.generated_tokens), double(st.prefill_tokens_computed),
-                               double(st.prompt_tokens_served), double(st.prefix_hit_tokens),
-                               double(st.prefix_query_tokens), double(st.preemptions), st.forward_s};
-  {
-    static const std::string context = "[generate] engine counters over the ranks";
-    WaitGuard guard({&context, "MPI_Allreduce", counters.size(), "f64"});
-    MPI_Allreduce(MPI_IN_PLACE, counters.data(), int(counters.size()), MPI_DOUBLE, MPI_SUM, ctx.world->world());
-  }
+  const EngineStats st = sum_engine_stats(engine.stats(), ctx.world->world());
   std::map<std::string, double> row;
   double total_len = 0, max_len = 0, truncated = 0;
   for (const auto& g : samples) {
@@ -100,19 +91,21 @@ int run_generate(RunContext& ctx) {
   row["rollout/response_len/max"] = max_len;
   row["rollout/truncated_ratio"] = truncated / n;
   row["rollout/n_samples"] = double(samples.size());
-  row["rollout/generated_tokens"] = counters[0];
-  row["rollout/prefill_tokens_computed"] = counters[1];
-  row["rollout/prompt_tokens_served"] = counters[2];
-  row["rollout/prefix_cache_hit_rate"] = counters[4] > 0 ? counters[3] / counters[4] : 0.0;
-  row["rollout/preemptions"] = counters[5];
+  row["rollout/generated_tokens"] = double(st.generated_tokens);
+  row["rollout/prefill_tokens_computed"] = double(st.prefill_tokens_computed);
+  row["rollout/prompt_tokens_served"] = double(st.prompt_tokens_served);
+  row["rollout/prefix_cache_hit_rate"] =
+      st.prefix_query_tokens > 0 ? double(st.prefix_hit_tokens) / double(st.prefix_query_tokens) : 0.0;
+  row["rollout/preemptions"] = double(st.preemptions);
   row["perf/rollout_time"] = seconds;
-  row["perf/rollout_tokens_per_s"] = counters[0] / seconds;
+  row["perf/rollout_tokens_per_s"] = double(st.generated_tokens) / seconds;
   MetricsLog metrics(ctx.run_dir, ctx.world->world(), deck_text);
   metrics.log_step(0, row);
   log::info("generate: {} samples in {:.2f} s, {:.0f} tokens/s; prefill computed {} of {} prompt tokens served "
             "({:.1f}x sharing), {} preemptions; rollouts in {}/rollouts.h5",
-            samples.size(), seconds, row["perf/rollout_tokens_per_s"], counters[1], counters[2],
-            counters[2] / std::max(1.0, counters[1]), counters[5], ctx.run_dir);
+            samples.size(), seconds, row["perf/rollout_tokens_per_s"], st.prefill_tokens_computed,
+            st.prompt_tokens_served, double(st.prompt_tokens_served) / std::max<double>(1.0, st.prefill_tokens_computed),
+            st.preemptions, ctx.run_dir);
   return 0;
 }
 

@@ -117,41 +117,9 @@ void AppendableDataset<T>::truncate_to(uint64_t n) {
 
 template <class T>
 uint64_t AppendableDataset<T>::append(const T* rows, uint64_t n_local) {
-  uint64_t before = 0, total = n_local;
-  if (comm_ != MPI_COMM_NULL) {
-    WaitGuard guard({&name_, "(HDF5 dataset): row counts for a collective append"});
-    int rank = 0;
-    MPI_Comm_rank(comm_, &rank);
-    MPI_Exscan(&n_local, &before, 1, MPI_UINT64_T, MPI_SUM, comm_);
-    if (rank == 0) before = 0;  // MPI_Exscan leaves rank 0's result undefined
-    MPI_Allreduce(&n_local, &total, 1, MPI_UINT64_T, MPI_SUM, comm_);
-  }
-  const uint64_t first = n_rows_ + before;
-  if (total == 0) return first;
-  grow_to(n_rows_ + total);
-
-  std::vector<hsize_t> start{first}, count{n_local};
-  for (hsize_t s : row_shape_) {
-    start.push_back(0);
-    count.push_back(s);
-  }
-  Handle file_space(check(H5Dget_space(dset_.id()), "H5Dget_space"), H5Sclose);
-  std::vector<hsize_t> mem_dims = count;
-  mem_dims[0] = std::max<hsize_t>(n_local, 1);
-  Handle mem_space(check(H5Screate_simple(static_cast<int>(mem_dims.size()), mem_dims.data(), nullptr), "H5Screate"),
-                   H5Sclose);
-  if (n_local == 0) {
-    check_status(H5Sselect_none(file_space.id()), "H5Sselect_none");
-    check_status(H5Sselect_none(mem_space.id()), "H5Sselect_none");
-  } else {
-    check_status(H5Sselect_hyperslab(file_space.id(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr),
-                 "H5Sselect_hyperslab");
-  }
-  T dummy{};
-  WaitGuard guard({&name_, "(HDF5 dataset): collective write"});
-  check_status(H5Dwrite(dset_.id(), native_type<T>(), mem_space.id(), file_space.id(), dxpl_.id(),
-                        n_local ? rows : &dummy),
-               ("H5Dwrite " + name_).c_str());
+  const AppendPlan plan = plan_appends(comm_, {{n_local}}).front();
+  const uint64_t first = n_rows_ + plan.first.front();
+  append(rows, plan);
   return first;
 }
 
@@ -236,11 +204,10 @@ CsrDataset<T> CsrDataset<T>::open(const File& file, hid_t loc, const std::string
 template <class T>
 uint64_t CsrDataset<T>::append(const T* values, const int64_t* lengths, uint64_t n_local_rows) {
   const uint64_t n_values = std::accumulate(lengths, lengths + n_local_rows, uint64_t(0));
-  const uint64_t first_value = values_.append(values, n_values);
-  std::vector<int64_t> ends(n_local_rows);  // [n_local_rows] exclusive end of each row
-  int64_t end = static_cast<int64_t>(first_value);
-  for (uint64_t r = 0; r < n_local_rows; ++r) ends[r] = end += lengths[r];
-  return offsets_.append(ends.data(), n_local_rows) - 1;
+  const std::vector<AppendPlan> plan = plan_appends(offsets_.comm(), {{n_local_rows}, {n_values}});
+  const uint64_t first_row = n_rows() + plan[0].first.front();
+  append(values, lengths, plan[0], plan[1]);
+  return first_row;
 }
 
 template <class T>

@@ -2,8 +2,9 @@
 // every rank at once (chunked, unlimited first dimension; fixed trailing `row_shape`).
 //
 // append() is collective over the file's communicator: the ranks' rows land in rank
-// order after the current end (offsets by MPI_Exscan, one set_extent, one collective
-// write). Every rank keeps the same n_rows(). In a serial file it is a plain append.
+// order after the current end (offsets from one exchange of counts, plan_appends; one
+// set_extent, one collective write). Every rank keeps the same n_rows(). In a serial
+// file it is a plain append.
 // Instantiated for float, double, int8, uint8, int32, int64.
 #pragma once
 
@@ -45,6 +46,7 @@ class AppendableDataset {
   // Elements per row (product of row_shape; 1 for a scalar row).
   uint64_t row_size() const;
   hid_t id() const { return dset_.id(); }
+  MPI_Comm comm() const { return comm_; }
 
   // Appends n_local rows (n_local * row_size() elements at `rows`) from this rank.
   // Collective. Returns the global index of this rank's first new row.

@@ -25,8 +25,17 @@ ScoredPositions response_positions(const at::Tensor& tokens, const std::vector<i
   return p;
 }
 
+namespace {
+
+// Whether any token was drawn from a cut candidate set (support > 0).
+bool any_truncated(const at::Tensor& support) {
+  return support.defined() && support.numel() > 0 && support.gt(0).any().item<bool>();
+}
+
+}  // namespace
+
 at::Tensor log_probs_over_support(const at::Tensor& z, const at::Tensor& targets, const at::Tensor& support) {
-  if (!support.defined() || support.numel() == 0 || !support.gt(0).any().item<bool>())
+  if (!any_truncated(support))
     return at::log_softmax(z, -1).gather(1, targets.unsqueeze(1)).squeeze(1);
   at::Tensor target_z = z.gather(1, targets.unsqueeze(1)).squeeze(1);  // [N]
   const int64_t V = z.size(1);
@@ -45,7 +54,7 @@ TokenLogProbs score_tokens(const at::Tensor& logits, const ScoredPositions& at, 
   if (with_entropy) {
     at::Tensor log_softmax = at::log_softmax(z, -1);  // [N, V]
     out.entropy = -(log_softmax.exp() * log_softmax).sum(-1);
-    if (!support.defined() || !support.gt(0).any().item<bool>()) {
+    if (!any_truncated(support)) {
       out.logp = log_softmax.gather(1, at.targets.unsqueeze(1)).squeeze(1);
       return out;
     }

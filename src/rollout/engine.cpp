@@ -13,6 +13,20 @@
 
 namespace slimpi {
 
+EngineStats& EngineStats::operator+=(const EngineStats& o) {
+  iterations += o.iterations;
+  generated_tokens += o.generated_tokens;
+  prompt_tokens_served += o.prompt_tokens_served;
+  prefill_tokens_computed += o.prefill_tokens_computed;
+  prefix_hit_tokens += o.prefix_hit_tokens;
+  prefix_query_tokens += o.prefix_query_tokens;
+  preemptions += o.preemptions;
+  forward_tokens += o.forward_tokens;
+  forward_s += o.forward_s;
+  sample_s += o.sample_s;
+  return *this;
+}
+
 // A sequence in the engine. Before its group forks, the group's prompt is one
 // Sequence with sample_index = -1 that holds the blocks the fork will need.
 struct Engine::Sequence {

@@ -46,6 +46,8 @@ struct EngineStats {
   int64_t forward_tokens = 0;
   double forward_s = 0;
   double sample_s = 0;
+
+  EngineStats& operator+=(const EngineStats& o);
 };
 
 class Engine {

@@ -3,7 +3,6 @@
 #include <slimpi/error.h>
 
 #include "kernels/counter_rng.h"
-#include "parallel/watchdog.h"
 #include "rollout/evaluation.h"
 #include "tokenizer/byte_tokenizer.h"
 
@@ -30,20 +29,7 @@ std::vector<Sample> RolloutSide::generate(const std::vector<Prompt>& prompts, in
   Engine engine(cfg_.engine, model_);
   engine.on_weights_updated(weight_version_);
   std::vector<Sample> out = route_rollout(engine, engines_, cfg_.engine.max_running, requests);
-  if (stats) {
-    const EngineStats& s = engine.stats();
-    std::vector<double> v{double(s.generated_tokens), double(s.prefill_tokens_computed), double(s.prompt_tokens_served),
-                          double(s.prefix_hit_tokens), double(s.prefix_query_tokens), double(s.preemptions)};
-    static const std::string context = "[rollout] engine counters over the engines";
-    WaitGuard guard({&context, "MPI_Allreduce", v.size(), "f64"});
-    MPI_Allreduce(MPI_IN_PLACE, v.data(), int(v.size()), MPI_DOUBLE, MPI_SUM, engines_);
-    stats->generated_tokens += int64_t(v[0]);
-    stats->prefill_tokens_computed += int64_t(v[1]);
-    stats->prompt_tokens_served += int64_t(v[2]);
-    stats->prefix_hit_tokens += int64_t(v[3]);
-    stats->prefix_query_tokens += int64_t(v[4]);
-    stats->preemptions += int64_t(v[5]);
-  }
+  if (stats) *stats += sum_engine_stats(engine.stats(), engines_);
   return out;
 }
 

@@ -7,6 +7,7 @@
 
 #include "core/byte_codec.h"
 #include "core/sample_codec.h"
+#include "parallel/watchdog.h"
 #include "parallel/mpi_bytes.h"
 
 namespace slimpi {
@@ -140,6 +141,29 @@ std::vector<Sample> route_rollout(Engine& engine, MPI_Comm rollout, int64_t max_
     return std::tie(a.group_index, a.index) < std::tie(b.group_index, b.index);
   });
   return results;
+}
+
+EngineStats sum_engine_stats(const EngineStats& mine, MPI_Comm comm) {
+  std::vector<double> v{double(mine.iterations),          double(mine.generated_tokens),
+                        double(mine.prompt_tokens_served), double(mine.prefill_tokens_computed),
+                        double(mine.prefix_hit_tokens),    double(mine.prefix_query_tokens),
+                        double(mine.preemptions),          double(mine.forward_tokens),
+                        mine.forward_s,                    mine.sample_s};
+  static const std::string context = "[rollout] engine counters over the engines";
+  WaitGuard guard({&context, "MPI_Allreduce", v.size(), "f64"});
+  MPI_Allreduce(MPI_IN_PLACE, v.data(), int(v.size()), MPI_DOUBLE, MPI_SUM, comm);
+  EngineStats sum;
+  sum.iterations = int64_t(v[0]);
+  sum.generated_tokens = int64_t(v[1]);
+  sum.prompt_tokens_served = int64_t(v[2]);
+  sum.prefill_tokens_computed = int64_t(v[3]);
+  sum.prefix_hit_tokens = int64_t(v[4]);
+  sum.prefix_query_tokens = int64_t(v[5]);
+  sum.preemptions = int64_t(v[6]);
+  sum.forward_tokens = int64_t(v[7]);
+  sum.forward_s = v[8];
+  sum.sample_s = v[9];
+  return sum;
 }
 
 }  // namespace slimpi

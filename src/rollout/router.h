@@ -32,4 +32,7 @@ std::vector<Sample> route_rollout(Engine& engine, MPI_Comm rollout, int64_t max_
                                            const std::vector<GenerationRequest>& requests,
                                            const std::function<void(const RouterProgress&)>& on_progress = {});
 
+// Collective over `comm`: every rank's engine counters summed (times too).
+EngineStats sum_engine_stats(const EngineStats& mine, MPI_Comm comm);
+
 }  // namespace slimpi

@@ -201,7 +201,7 @@ std::map<std::string, double> Trainer::prepare_rollout(std::vector<Sample>& loca
   const bool with_old = recompute_old || cfg_.kl_coef != 0.0;
   if (reference_) compute_log_probs(local, /*reference=*/true);
   if (with_old) compute_log_probs(local, /*reference=*/false);
-  std::vector<at::Tensor> advantages, masks;  // [R_i] each
+  std::vector<at::Tensor> advantages, masks, per_sample;  // [R_i] each; per_sample: m / Σm (a sample's token mean)
   // The metric names depend on the configuration only, so that every dp rank reduces
   // the same list, whatever samples it holds.
   MetricSums sums;
@@ -212,8 +212,8 @@ std::map<std::string, double> Trainer::prepare_rollout(std::vector<Sample>& loca
   for (Sample& s : local) {
     const int64_t R = s.response_length();
     at::Tensor mask = as_tensor(s.loss_mask, R, 1.0f, at::kCPU);  // [R]
-    const double tokens = std::max(mask.sum().item<double>(), 1.0);
-    at::Tensor per_sample = mask / tokens;                         // each sample's token mean
+    masks.push_back(mask);
+    per_sample.push_back(mask / std::max(mask.sum().item<double>(), 1.0));
     AdvantageInputs in;
     in.reward = s.reward;
     in.mask = mask;
@@ -223,21 +223,20 @@ std::map<std::string, double> Trainer::prepare_rollout(std::vector<Sample>& loca
       at::Tensor kl = kl_estimate(at::tensor(s.old_log_probs), at::tensor(s.ref_log_probs), cfg_.kl_loss_type);
       s.kl.assign(kl.data_ptr<float>(), kl.data_ptr<float>() + R);
       if (cfg_.kl_coef != 0.0) in.kl = kl;  // slime: the KL enters the returns only when kl_coef != 0
-      if (reference_ && with_old) sums.add("rollout/kl", kl, per_sample);
+      if (reference_ && with_old) sums.add("rollout/kl", kl, per_sample.back());
     }
     at::Tensor adv = compute_advantages(cfg_.advantage_estimator, in).to(at::kFloat).contiguous();  // [R]
     s.raw_advantages.assign(adv.data_ptr<float>(), adv.data_ptr<float>() + R);
-    advantages.push_back(adv.clone());
-    masks.push_back(mask);
-    if (with_old) sums.add("rollout/log_probs", at::tensor(s.old_log_probs), per_sample);
-    if (reference_) sums.add("rollout/ref_log_probs", at::tensor(s.ref_log_probs), per_sample);
+    advantages.push_back(adv);  // whitening replaces the tensors; raw_advantages keeps a copy
+    if (with_old) sums.add("rollout/log_probs", at::tensor(s.old_log_probs), per_sample.back());
+    if (reference_) sums.add("rollout/ref_log_probs", at::tensor(s.ref_log_probs), per_sample.back());
   }
   // Whitening: once per rollout, over every sample of it on every dp rank (slime).
   if (cfg_.normalize_advantages) whiten_advantages(advantages, masks, dp_);
   for (size_t i = 0; i < local.size(); ++i) {
     at::Tensor a = advantages[i].contiguous();
     local[i].advantages.assign(a.data_ptr<float>(), a.data_ptr<float>() + a.numel());
-    sums.add("rollout/advantages", a, masks[i] / std::max(masks[i].sum().item<double>(), 1.0));
+    sums.add("rollout/advantages", a, per_sample[i]);
   }
   sums.add_value("rollout/n_samples", double(local.size()));
   std::map<std::string, double> totals = sums.reduce(dp_);
