@@ -19,13 +19,7 @@ if(NOT HDF5_IS_PARALLEL)
                       "HDF5 at ${HDF5_INCLUDE_DIRS}: `apt-get install libhdf5-openmpi-dev`")
 endif()
 
-find_package(Torch QUIET)
-slimpi_require(Torch_FOUND "LibTorch" "libtorch-dev")
-
-find_package(Kokkos QUIET)
-slimpi_require(Kokkos_FOUND "Kokkos" "libtrilinos-kokkos-dev")
-# Debian's Kokkos target carries a wrong include path (/usr/lib/include).
-set_target_properties(Kokkos::kokkos PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "${Kokkos_INCLUDE_DIRS}")
+include(SlimpiTorch)  # LibTorch from the torch wheel, with its CUDA and NCCL when it has them
 
 find_package(tomlplusplus QUIET)
 slimpi_require(tomlplusplus_FOUND "toml++" "libtomlplusplus-dev")
@@ -50,25 +44,3 @@ endif()
 find_path(SLIMPI_XXHASH_INCLUDE xxhash.h)
 find_library(SLIMPI_XXHASH_LIBRARY xxhash)
 slimpi_require(SLIMPI_XXHASH_LIBRARY "xxHash" "libxxhash-dev")
-
-# OpenBLAS is what torch's CPU matmuls run on; Debian's default libblas is the
-# reference BLAS. It is a run-time choice (alternatives); here we only check it exists.
-find_library(SLIMPI_OPENBLAS NAMES openblas PATHS /usr/lib/x86_64-linux-gnu/openblas-openmp)
-slimpi_require(SLIMPI_OPENBLAS "OpenBLAS (OpenMP build)" "libopenblas0-openmp libopenblas-openmp-dev")
-
-# Optional: CUDA toolkit + NCCL for the GPU collective backend.
-set(SLIMPI_HAVE_NCCL OFF)
-if(NOT SLIMPI_WITH_CUDA STREQUAL "OFF")
-  find_package(CUDAToolkit QUIET)
-  find_path(SLIMPI_NCCL_INCLUDE nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
-  find_library(SLIMPI_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64)
-  if(CUDAToolkit_FOUND AND SLIMPI_NCCL_INCLUDE AND SLIMPI_NCCL_LIBRARY)
-    set(SLIMPI_HAVE_NCCL ON)
-    message(STATUS "slimpi: NCCL backend ON (CUDA ${CUDAToolkit_VERSION}, ${SLIMPI_NCCL_LIBRARY})")
-  elseif(SLIMPI_WITH_CUDA STREQUAL "ON")
-    message(FATAL_ERROR "SLIMPI_WITH_CUDA=ON but the CUDA toolkit or NCCL was not found "
-                        "(looked in /usr/local/cuda): set CUDAToolkit_ROOT or use AUTO/OFF")
-  else()
-    message(STATUS "slimpi: NCCL backend OFF (no CUDA toolkit + NCCL found)")
-  endif()
-endif()

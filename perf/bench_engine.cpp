@@ -14,6 +14,7 @@
 //                          prompt), timed in the same run. Counter unshared_over_shared.
 // Threads: $SLIMPI_THREADS (default 1). Run: build/perf/bench_engine
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <benchmark/benchmark.h>
 
 #include <chrono>

@@ -1,17 +1,15 @@
 // main() for the single-process benchmarks (bench_train, bench_engine): slimpi's
-// allocator settings (DESIGN.md §7), Kokkos around the run (the sampler is a Kokkos
-// kernel), $SLIMPI_THREADS torch threads (default 1), then Google Benchmark.
+// allocator settings (DESIGN.md §7), $SLIMPI_THREADS torch threads (default 1), then
+// Google Benchmark.
 #include <ATen/Parallel.h>
 #include <benchmark/benchmark.h>
 #include <malloc.h>
 
-#include <Kokkos_Core.hpp>
 #include <cstdlib>
 
 int main(int argc, char** argv) {
   mallopt(M_MMAP_THRESHOLD, 1 << 30);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
-  Kokkos::ScopeGuard kokkos(argc, argv);
   const char* threads = std::getenv("SLIMPI_THREADS");
   at::set_num_threads(threads ? std::atoi(threads) : 1);
   benchmark::Initialize(&argc, argv);

@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
-# Installs what slimpi needs from Debian 12's packages (apt-get only). Idempotent:
-# a second run installs nothing and only re-checks the BLAS alternatives.
+# Installs what slimpi needs: Debian 12's packages (apt-get), and LibTorch from PyPI's
+# torch wheel (the only LibTorch with CUDA the registries offer) into a virtual
+# environment outside the checkout, /opt/slimpi/torch-<version>, which every clone and
+# CI run on this machine reuses (~5 GB with the CUDA libraries the wheel depends on; the
+# CPU build runs on it too). Idempotent: a second run installs nothing.
 set -euo pipefail
 
 packages=(
   g++ make cmake pkg-config ccache lld
   openmpi-bin libopenmpi-dev
   libhdf5-openmpi-dev hdf5-tools
-  libtorch-dev libtrilinos-kokkos-dev
   libtomlplusplus-dev nlohmann-json3-dev libfmt-dev libspdlog-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libopenblas0-openmp libopenblas-openmp-dev
   libxxhash-dev
   munge slurm-wlm
-  python3-h5py python3-numpy python3-matplotlib
+  python3-h5py python3-numpy python3-matplotlib python3-venv
 )
 
 missing=()
@@ -30,13 +31,20 @@ else
   echo "install_deps: all ${#packages[@]} packages present"
 fi
 
-# Debian's default libblas is the reference BLAS (~30x slower). Point all three
-# alternatives at the OpenMP OpenBLAS: switching only one gives a mixed process.
-arch=x86_64-linux-gnu
-dir=/usr/lib/$arch/openblas-openmp
-for alt in libblas.so.3 liblapack.so.3 libopenblas.so.0; do
-  if [ -e "$dir/$alt" ] && [ "$(readlink -f /etc/alternatives/$alt-$arch 2>/dev/null)" != "$dir/$alt" ]; then
-    SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
-    $SUDO update-alternatives --set "$alt-$arch" "$dir/$alt"
-  fi
-done
+# LibTorch: the torch wheel pinned in cmake/SlimpiTorch.cmake (one place), in its own
+# venv. The marker file is written last, so an interrupted install is redone, not trusted.
+root=$(cd "$(dirname "$0")/.." && pwd)
+torch_version=$(sed -n 's/^set(SLIMPI_TORCH_PIN \(.*\))$/\1/p' "$root/cmake/SlimpiTorch.cmake")
+[ -n "$torch_version" ] || { echo "install_deps: no SLIMPI_TORCH_PIN in cmake/SlimpiTorch.cmake" >&2; exit 1; }
+venv=/opt/slimpi/torch-$torch_version
+if [ -f "$venv/.slimpi-complete" ]; then
+  echo "install_deps: torch $torch_version present in $venv"
+else
+  echo "install_deps: installing torch $torch_version (with its CUDA libraries) into $venv"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO rm -rf "$venv"
+  $SUDO mkdir -p "$(dirname "$venv")"
+  $SUDO /usr/bin/python3 -m venv "$venv"
+  $SUDO "$venv/bin/pip" install --quiet --no-cache-dir --disable-pip-version-check "torch==$torch_version"
+  $SUDO touch "$venv/.slimpi-complete"
+fi

@@ -1,6 +1,6 @@
 // slimpi — one SPMD executable: `mpirun -np N slimpi run DECK.toml [--set key=value ...]`.
-// Order of life: allocator settings -> MPI -> Kokkos -> command line -> deck -> driver,
-// then Kokkos and MPI are finalised in reverse. Errors every rank sees (a bad deck)
+// Order of life: allocator settings -> MPI -> command line -> deck -> driver, then MPI
+// is finalised. Errors every rank sees (a bad deck)
 // are printed once and every rank exits 1; an error on one rank aborts the job.
 #include <malloc.h>
 #include <mpi.h>
@@ -8,7 +8,6 @@
 
 #include <CLI/CLI.hpp>
 #include <string>
-#include <Kokkos_Core.hpp>
 #include "cli/commands.h"
 #include "core/exit_guard.h"
 #include "core/log.h"
@@ -34,7 +33,6 @@ int main(int argc, char** argv) {
 
   int code = 0;
   {
-    Kokkos::ScopeGuard kokkos;
     CLI::App app{"slimpi: RL post-training of language models as one MPI program", "slimpi"};
     app.set_version_flag("--version", [] { return slimpi::build_description(); });
     app.require_subcommand(1);

@@ -1,8 +1,9 @@
 #include <H5public.h>
-#include <Kokkos_Macros.hpp>
 #include <mpi.h>
 #include <slimpi/build_info.h>
 #include <slimpi/version.h>
+
+#include "core/gpu_info.h"
 #include <torch/csrc/api/include/torch/version.h>
 
 #include <fmt/format.h>
@@ -23,11 +24,12 @@ std::string build_description() {
       "  libtorch: {} (headers {})\n"
       "  hdf5:     {}.{}.{} (parallel)\n"
       "  mpi:      {}\n"
-      "  kokkos:   {}.{}.{}\n"
-      "  nccl:     {}",
+      "  cuda:     {}\n"
+      "  nccl:     {}\n"
+      "  gpus:     {}",
       version(), SLIMPI_BUILD_TYPE, SLIMPI_COMPILER, SLIMPI_LINKER, SLIMPI_TORCH_VERSION, TORCH_VERSION,
-      H5_VERS_MAJOR, H5_VERS_MINOR, H5_VERS_RELEASE, mpi, KOKKOS_VERSION / 10000, KOKKOS_VERSION / 100 % 100,
-      KOKKOS_VERSION % 100, SLIMPI_HAVE_NCCL ? "compiled in (used when every rank has a GPU)" : "not compiled");
+      H5_VERS_MAJOR, H5_VERS_MINOR, H5_VERS_RELEASE, mpi, cuda_description(),
+      SLIMPI_HAVE_NCCL ? "compiled in (used when every rank has a GPU)" : "not compiled", gpus_description());
 }
 
 }  // namespace slimpi

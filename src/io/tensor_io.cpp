@@ -1,6 +1,7 @@
 #include "io/tensor_io.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <slimpi/error.h>
 
 #include <fmt/ranges.h>

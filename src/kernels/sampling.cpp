@@ -1,6 +1,6 @@
 #include "kernels/sampling.h"
 
-#include <Kokkos_Core.hpp>
+#include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <cmath>
@@ -10,8 +10,6 @@
 
 namespace slimpi {
 namespace {
-
-using HostSpace = Kokkos::DefaultHostExecutionSpace;
 
 // Candidate order: z descending, then index ascending.
 struct ByLogitDesc {
@@ -69,15 +67,15 @@ int64_t sample_row(const float* z, int64_t vocab, const SamplingRow& r, int32_t*
 
 void sample_tokens(const float* logits, int64_t n_rows, int64_t vocab, const SamplingRow* rows, int64_t* tokens_out,
                    int32_t* support_out) {
-  Kokkos::View<int32_t**, Kokkos::LayoutRight, Kokkos::HostSpace> idx("sampling_idx", n_rows, vocab);
-  Kokkos::View<double**, Kokkos::LayoutRight, Kokkos::HostSpace> p("sampling_p", n_rows, vocab);
-  Kokkos::parallel_for(
-      "slimpi::sample_tokens", Kokkos::RangePolicy<HostSpace>(0, n_rows), [=](const int64_t b) {
-        int32_t support = 0;
-        tokens_out[b] = sample_row(logits + b * vocab, vocab, rows[b], &idx(b, 0), &p(b, 0), &support);
-        if (support_out) support_out[b] = support;
-      });
-  Kokkos::fence();
+  at::parallel_for(0, n_rows, 1, [&](int64_t begin, int64_t end) {
+    std::vector<int32_t> idx(vocab);  // scratch, once per chunk of rows
+    std::vector<double> p(vocab);
+    for (int64_t b = begin; b < end; ++b) {
+      int32_t support = 0;
+      tokens_out[b] = sample_row(logits + b * vocab, vocab, rows[b], idx.data(), p.data(), &support);
+      if (support_out) support_out[b] = support;
+    }
+  });
 }
 
 void sample_tokens_reference(const float* logits, int64_t n_rows, int64_t vocab, const SamplingRow* rows,

@@ -11,9 +11,11 @@
 // when the top_k/top_p cut made it smaller than the vocabulary, else 0. The candidates
 // are the `support` largest logits, so the trainer recomputes the same renormalised
 // distribution from its own logits and that size alone (model/log_probs.h).
-// sample_tokens is a Kokkos kernel (one row per work item, scratch allocated once per
-// call); sample_tokens_reference is the plain twin, written independently (full sort
-// of every row), that the tests compare it against.
+// Two executors of this one rule: sample_tokens here (host, rows in parallel on torch's
+// thread pool) and sample_tokens_tensor (kernels/sampling_tensor.h: torch ops on the
+// logits' device, what the engine runs on a GPU). sample_tokens_reference is a third,
+// plain twin, written independently (full sort of every row), that the tests compare
+// both against.
 #pragma once
 
 #include <cstdint>

@@ -5,26 +5,14 @@
 
 #include "parallel/mpi_comm.h"
 #include "parallel/watchdog.h"
+#include "core/gpu_info.h"
 #if SLIMPI_HAVE_NCCL
-#include <cuda_runtime.h>
-
 #include "parallel/nccl_comm.h"
 #endif
 
 namespace slimpi {
 
-int local_gpu_count() {
-#if SLIMPI_HAVE_NCCL
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    cudaGetLastError();  // clear the sticky "no driver" error
-    return 0;
-  }
-  return count;
-#else
-  return 0;
-#endif
-}
+int local_gpu_count() { return static_cast<int>(visible_gpus().size()); }
 
 bool nccl_compiled() { return SLIMPI_HAVE_NCCL; }
 
@@ -41,8 +29,8 @@ DeviceChoice choose_device(MPI_Comm world, const std::string& device, const std:
   DeviceChoice c;
   if (device == "cuda" && min_gpus == 0)
     SLIMPI_FAIL_ALL("run.device = \"cuda\" but {}: use run.device = \"auto\" or \"cpu\"",
-                    nccl_compiled() ? "at least one rank sees no GPU"
-                                    : "this slimpi was built without CUDA (SLIMPI_WITH_CUDA)");
+                    cuda_compiled() ? "at least one rank sees no GPU"
+                                    : "this slimpi was built against a LibTorch without CUDA");
   c.use_cuda = device == "cuda" || (device == "auto" && min_gpus > 0);
   if (c.use_cuda) c.gpu = local_rank % min_gpus;
 

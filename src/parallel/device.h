@@ -14,7 +14,7 @@
 
 namespace slimpi {
 
-// GPUs visible to this process (0 without CUDA support compiled in, or no driver).
+// GPUs visible to this process (0 without CUDA in LibTorch, or no driver).
 int local_gpu_count();
 // Whether the NCCL backend was compiled into this binary.
 bool nccl_compiled();

@@ -1,6 +1,7 @@
 #include "rollout/engine.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <slimpi/error.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include "core/timer.h"
 #include "kernels/counter_rng.h"
 #include "kernels/sampling.h"
+#include "kernels/sampling_tensor.h"
 #include "model/log_probs.h"
 #include "tokenizer/byte_tokenizer.h"
 
@@ -258,19 +260,24 @@ std::vector<Sample> Engine::step() {
       budget -= n;
     }
 
-  // 4. One forward over the batch.
-  std::vector<int64_t> flat;
-  std::vector<CachedSequence> seqs;
-  const auto long_opts = at::TensorOptions().dtype(at::kLong);
+  // 4. One forward over the batch. Tokens and the cache slot of every position each
+  //    sequence attends to (slot = block_table[p / bs] * bs + p % bs) go to the device
+  //    in one copy each.
+  std::vector<int64_t> flat, all_slots;
+  std::vector<std::pair<int64_t, int64_t>> slot_ranges;  // per sequence: offset, count
   for (auto [s, n] : batch) {
     flat.insert(flat.end(), s->tokens.begin() + s->n_computed, s->tokens.begin() + s->n_computed + n);
-    at::Tensor blocks = at::tensor(std::vector<int64_t>(s->blocks.begin(), s->blocks.end()), long_opts);
-    at::Tensor pos = at::arange(s->n_computed + n, long_opts);
-    at::Tensor slots = blocks.index_select(0, at::floor_divide(pos, bs)) * bs + at::remainder(pos, bs);
-    seqs.push_back({s->n_computed, n, slots.to(model_.device())});
+    slot_ranges.emplace_back(static_cast<int64_t>(all_slots.size()), s->n_computed + n);
+    for (int64_t p = 0; p < s->n_computed + n; ++p) all_slots.push_back(int64_t(s->blocks[p / bs]) * bs + p % bs);
     const bool decode = n == 1 && s->n_computed >= s->prompt_length;
     if (!decode) stats_.prefill_tokens_computed += n;  // prompts, and recomputation after preemption
   }
+  const auto long_opts = at::TensorOptions().dtype(at::kLong);
+  const at::Tensor device_slots = at::tensor(all_slots, long_opts).to(model_.device());
+  std::vector<CachedSequence> seqs;
+  for (size_t i = 0; i < batch.size(); ++i)
+    seqs.push_back({batch[i].first->n_computed, batch[i].second,
+                    device_slots.narrow(0, slot_ranges[i].first, slot_ranges[i].second)});
   Stopwatch forward_clock;
   at::Tensor logits;
   {
@@ -309,31 +316,46 @@ std::vector<Sample> Engine::step() {
   for (auto& f : forked) running_.push_back(std::move(f));
 
   if (!samplers.empty()) {
-    at::Tensor z = logits.index_select(0, at::tensor(rows, long_opts).to(logits.device())).to(at::kFloat).cpu();
+    const int64_t R = static_cast<int64_t>(samplers.size());
+    // [R, V] fp32, on the model's device
+    const at::Tensor z = logits.index_select(0, at::tensor(rows, long_opts).to(logits.device())).to(at::kFloat);
     std::vector<SamplingRow> params;
-    at::Tensor temps = at::empty({int64_t(samplers.size()), 1}, at::kFloat);  // [R, 1]
-    for (size_t i = 0; i < samplers.size(); ++i) {
-      const Sequence& s = *samplers[i];
-      const SamplingParams& p = s.request->params;
-      params.push_back({p.temperature, p.top_k, p.top_p,
-                        counter_uniform(s.request->seed, uint64_t(s.sample_index), uint64_t(s.n_response()))});
-      temps[i][0] = p.temperature > 0 ? float(p.temperature) : 1.0f;
+    std::vector<DrawCoordinates> draws;
+    std::vector<float> temps;
+    for (const Sequence* s : samplers) {
+      const SamplingParams& p = s->request->params;
+      draws.push_back({s->request->seed, uint64_t(s->sample_index), uint64_t(s->n_response())});
+      params.push_back({p.temperature, p.top_k, p.top_p, counter_uniform(draws.back().seed, draws.back().sample,
+                                                                          draws.back().position)});
+      temps.push_back(p.temperature > 0 ? float(p.temperature) : 1.0f);
     }
-    z = z.contiguous();
-    std::vector<int64_t> next(samplers.size());
-    std::vector<int32_t> support(samplers.size());
-    sample_tokens(z.data_ptr<float>(), z.size(0), z.size(1), params.data(), next.data(), support.data());
+    at::Tensor next, support;  // [R] int64 each, on z's device
+    if (use_tensor_sampler()) {
+      SampledTokens sampled = sample_tokens_tensor(z, params, draws);
+      next = sampled.tokens;
+      support = sampled.support;
+    } else {
+      const at::Tensor zc = z.contiguous();
+      next = at::empty({R}, long_opts);
+      at::Tensor support32 = at::empty({R}, at::kInt);
+      sample_tokens(zc.data_ptr<float>(), R, zc.size(1), params.data(), next.data_ptr<int64_t>(),
+                    support32.data_ptr<int32_t>());
+      support = support32.to(at::kLong);
+    }
     // Log-probs exactly as the trainer computes them: fp32 logits / T, renormalised over
-    // the sampling support (model/log_probs.h).
-    at::Tensor logp = log_probs_over_support(z / temps, at::tensor(next, long_opts),
-                                             at::tensor(support, at::kInt).to(at::kLong))
-                          .contiguous();  // [R]
-    const float* logp_data = logp.data_ptr<float>();
-    for (size_t i = 0; i < samplers.size(); ++i) {
+    // the sampling support (model/log_probs.h). Then tokens, supports and log-probs come
+    // to the host in one copy: [3, R] float64 holds int64 token ids exactly (< 2^53).
+    const at::Tensor scale = at::tensor(temps, at::kFloat).to(z.device()).unsqueeze(1);  // [R, 1]
+    const at::Tensor logp = log_probs_over_support(z / scale, next, support);            // [R]
+    const at::Tensor host = at::stack({next.to(at::kDouble), support.to(at::kDouble), logp.to(at::kDouble)})
+                                .cpu()
+                                .contiguous();  // [3, R]
+    const double* h = host.data_ptr<double>();
+    for (int64_t i = 0; i < R; ++i) {
       Sequence& s = *samplers[i];
-      s.tokens.push_back(next[i]);
-      s.log_probs.push_back(logp_data[i]);
-      s.support.push_back(support[i]);
+      s.tokens.push_back(static_cast<int64_t>(h[i]));
+      s.support.push_back(static_cast<int32_t>(h[R + i]));
+      s.log_probs.push_back(static_cast<float>(h[2 * R + i]));
       s.versions.push_back(weight_version_);
       ++stats_.generated_tokens;
     }
@@ -363,6 +385,11 @@ std::vector<Sample> Engine::run_to_completion() {
     return std::tie(a.group_index, a.index) < std::tie(b.group_index, b.index);
   });
   return out;
+}
+
+bool Engine::use_tensor_sampler() const {
+  if (cfg_.sampler == EngineConfig::Sampler::Auto) return !model_.device().is_cpu();
+  return cfg_.sampler == EngineConfig::Sampler::Tensor;
 }
 
 void Engine::on_weights_updated(int64_t new_version) {

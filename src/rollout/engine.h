@@ -33,6 +33,10 @@ struct EngineConfig {
   int64_t max_running = 64;         // sequences decoding at once
   int64_t max_batch_tokens = 2048;  // tokens per forward (decode + prefill chunks)
   bool prefix_cache = true;
+  // Which executor of the sampling rule runs (kernels/sampling.h): Auto = the host one
+  // for a CPU model, the tensor one (on the model's device, no logits copied to the
+  // host) otherwise. Both give the same tokens; tests force Tensor on CPU to show it.
+  enum class Sampler { Auto, Host, Tensor } sampler = Sampler::Auto;
 };
 
 struct EngineStats {
@@ -77,6 +81,7 @@ class Engine {
  private:
   struct Sequence;
   bool admit(Sequence& seq);
+  bool use_tensor_sampler() const;
   bool reserve_slots(Sequence& seq, int64_t n_new);
   void preempt(Sequence& victim);
   void free_blocks(Sequence& seq);

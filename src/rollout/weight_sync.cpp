@@ -1,6 +1,7 @@
 #include "rollout/weight_sync.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <slimpi/error.h>
 
 #include <fmt/ranges.h>

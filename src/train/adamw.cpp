@@ -1,6 +1,7 @@
 #include "train/adamw.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <slimpi/error.h>
 
 #include <cmath>

@@ -1,6 +1,7 @@
 #include "train/trainer.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <slimpi/deck.h>
 #include <slimpi/error.h>

@@ -1,11 +1,9 @@
-// main() for GoogleTest programs run under mpirun: MPI and Kokkos (for code that runs
-// Kokkos kernels) are initialised around the tests, only rank 0 prints the usual
-// report, and a failure on any rank makes every rank exit non-zero (so mpirun and
+// main() for GoogleTest programs run under mpirun: MPI is initialised around the
+// tests, only rank 0 prints the usual report, and a failure on any rank makes every rank exit non-zero (so mpirun and
 // ctest see it whichever rank failed).
 #include <gtest/gtest.h>
 #include <mpi.h>
 
-#include <Kokkos_Core.hpp>
 #include <cstdio>
 
 namespace {
@@ -42,10 +40,7 @@ int main(int argc, char** argv) {
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
   int any_failed = 0;
-  {
-    Kokkos::ScopeGuard kokkos(argc, argv);
-    any_failed = run_tests(argc, argv);
-  }
+  any_failed = run_tests(argc, argv);
   MPI_Finalize();
   return any_failed;
 }

@@ -1,6 +1,7 @@
 // The policy model: packed forward == per-sequence forward; incremental (KV cache)
 // forward == full forward; deterministic init; HF parameter names and counts.
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <gtest/gtest.h>
 #include <slimpi/error.h>
 #include <ATen/CPUGeneratorImpl.h>

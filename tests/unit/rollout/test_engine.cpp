@@ -2,6 +2,7 @@
 // prefilled once; seeded samples do not depend on batch size, prefix caching or
 // preemption; stop conditions; engine log-probs equal the trainer's; no block leaks.
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 #include <slimpi/error.h>

@@ -1,6 +1,7 @@
 // Trainer pieces on one rank: AdamW against its formula, LR schedule, micro-batch
 // plans, the gradient buffer, save -> load -> step bit-identical, SFT that learns.
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>

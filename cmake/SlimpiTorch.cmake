@@ -1,0 +1,88 @@
+# LibTorch, from the torch wheel on PyPI (the only LibTorch with CUDA the registries
+# offer). scripts/install_deps.sh installs the pinned wheel into a virtual environment
+# at /opt/slimpi/torch-<version>; this file finds it there without flags. Another torch
+# (a GPU machine's own) is taken with -DSLIMPI_TORCH_DIR=<…/site-packages/torch>.
+#
+# The wheel's own TorchConfig.cmake is not used: with a CUDA wheel it insists on a
+# system CUDA toolkit (nvcc) even for a CPU build, and links that toolkit's cudart and
+# NCCL beside the wheel's, two NCCLs in one process. One imported target instead,
+# slimpi::torch, carries the wheel's headers and libraries and, when the wheel has CUDA,
+# the wheel's cudart and NCCL (the ones torch itself loads).
+#
+# Sets: SLIMPI_TORCH_DIR, SLIMPI_TORCH_VERSION_FOUND, SLIMPI_HAVE_CUDA, SLIMPI_HAVE_NCCL.
+set(SLIMPI_TORCH_PIN 2.15.0)
+set(SLIMPI_TORCH_VENV /opt/slimpi/torch-${SLIMPI_TORCH_PIN})
+set(SLIMPI_TORCH_DIR "" CACHE PATH "The torch package directory (…/site-packages/torch). Empty: ${SLIMPI_TORCH_VENV}")
+
+if(NOT SLIMPI_TORCH_DIR)
+  file(GLOB _slimpi_torch_candidates ${SLIMPI_TORCH_VENV}/lib/python3*/site-packages/torch)
+  list(LENGTH _slimpi_torch_candidates _n)
+  if(_n EQUAL 0)
+    message(FATAL_ERROR "slimpi needs LibTorch ${SLIMPI_TORCH_PIN} from the torch wheel in "
+                        "${SLIMPI_TORCH_VENV}: run scripts/install_deps.sh (or pass "
+                        "-DSLIMPI_TORCH_DIR=<…/site-packages/torch> for another torch)")
+  endif()
+  list(GET _slimpi_torch_candidates 0 _dir)
+  set(SLIMPI_TORCH_DIR ${_dir} CACHE PATH "The torch package directory (…/site-packages/torch)" FORCE)
+endif()
+
+set(_t ${SLIMPI_TORCH_DIR})
+if(NOT EXISTS ${_t}/include/ATen/ATen.h OR NOT EXISTS ${_t}/version.py)
+  message(FATAL_ERROR "SLIMPI_TORCH_DIR=${_t} is not a torch package with C++ headers "
+                      "(no include/ATen/ATen.h or version.py)")
+endif()
+file(STRINGS ${_t}/version.py _v REGEX "^__version__ = ")  # e.g. '2.15.0+cu132'
+string(REGEX REPLACE ".*'(.*)'.*" "\\1" SLIMPI_TORCH_VERSION_FOUND "${_v}")
+
+add_library(slimpi_torch INTERFACE)
+add_library(slimpi::torch ALIAS slimpi_torch)
+# Only torch's own header trees go on the include path (links in the build tree): the
+# wheel's include/ also bundles third-party headers (fmt 12, pybind11, protobuf, ...)
+# that must not shadow Debian's (slimpi links Debian's fmt 9).
+set(_inc ${CMAKE_BINARY_DIR}/torch_include)
+file(MAKE_DIRECTORY ${_inc})
+foreach(_tree ATen c10 caffe2 torch)
+  file(CREATE_LINK ${_t}/include/${_tree} ${_inc}/${_tree} SYMBOLIC)
+endforeach()
+target_include_directories(slimpi_torch SYSTEM INTERFACE ${_inc} ${_t}/include/torch/csrc/api/include)
+target_compile_features(slimpi_torch INTERFACE cxx_std_20)  # LibTorch 2.15's headers need C++20
+
+# CUDA: the wheel's torch_cuda plus the cudart and NCCL it brings (nvidia/… beside torch/).
+set(SLIMPI_HAVE_CUDA OFF)
+set(SLIMPI_HAVE_NCCL OFF)
+set(_cuda_libs)
+if(EXISTS ${_t}/lib/libtorch_cuda.so AND NOT SLIMPI_WITH_CUDA STREQUAL "OFF")
+  file(GLOB _nv_include ${_t}/../nvidia/*/include)
+  file(GLOB _nv_lib ${_t}/../nvidia/*/lib)
+  find_path(SLIMPI_CUDART_INCLUDE cuda_runtime.h HINTS ${_nv_include} NO_DEFAULT_PATH)
+  find_library(SLIMPI_CUDART_LIBRARY NAMES cudart libcudart.so.13 libcudart.so.12 HINTS ${_nv_lib} NO_DEFAULT_PATH)
+  find_path(SLIMPI_NCCL_INCLUDE nccl.h HINTS ${_nv_include} NO_DEFAULT_PATH)
+  find_library(SLIMPI_NCCL_LIBRARY NAMES nccl libnccl.so.2 HINTS ${_nv_lib} NO_DEFAULT_PATH)
+  if(SLIMPI_CUDART_INCLUDE AND SLIMPI_CUDART_LIBRARY)
+    set(SLIMPI_HAVE_CUDA ON)
+    set(_cuda_libs -Wl,--no-as-needed ${_t}/lib/libtorch_cuda.so ${_t}/lib/libc10_cuda.so -Wl,--as-needed
+                   ${SLIMPI_CUDART_LIBRARY})
+    target_include_directories(slimpi_torch SYSTEM INTERFACE ${SLIMPI_CUDART_INCLUDE})
+    if(SLIMPI_NCCL_INCLUDE AND SLIMPI_NCCL_LIBRARY)
+      set(SLIMPI_HAVE_NCCL ON)
+      list(APPEND _cuda_libs ${SLIMPI_NCCL_LIBRARY})
+      target_include_directories(slimpi_torch SYSTEM INTERFACE ${SLIMPI_NCCL_INCLUDE})
+    endif()
+    # The linker resolves torch_cuda's own dependencies (cuBLAS, cuDNN, …) in the wheel.
+    foreach(_d ${_nv_lib} ${_t}/../nvidia/cudnn/lib)
+      target_link_options(slimpi_torch INTERFACE -Wl,-rpath-link,${_d})
+    endforeach()
+  endif()
+endif()
+if(SLIMPI_WITH_CUDA STREQUAL "ON" AND NOT SLIMPI_HAVE_CUDA)
+  message(FATAL_ERROR "SLIMPI_WITH_CUDA=ON but the torch at ${_t} has no CUDA (libtorch_cuda.so, "
+                      "and cudart beside it in nvidia/)")
+endif()
+
+# --no-as-needed: torch_cpu registers its operators at load time; the linker must not
+# drop it for having no symbol referenced directly.
+target_link_libraries(slimpi_torch INTERFACE
+  -Wl,--no-as-needed ${_t}/lib/libtorch.so ${_t}/lib/libtorch_cpu.so -Wl,--as-needed ${_t}/lib/libc10.so
+  ${_cuda_libs})
+target_link_options(slimpi_torch INTERFACE -Wl,-rpath,${_t}/lib)
+message(STATUS "slimpi: LibTorch ${SLIMPI_TORCH_VERSION_FOUND} at ${_t}; CUDA ${SLIMPI_HAVE_CUDA}, NCCL ${SLIMPI_HAVE_NCCL}")
