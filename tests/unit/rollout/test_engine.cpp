@@ -118,6 +118,28 @@ TEST(Engine, SeededSamplesAreTheSameAtMaxBatchOneAndSixtyFour) {
   expect_same_tokens(one, many);
 }
 
+TEST(Engine, HostAndTensorSamplersGiveTheSameSamples) {
+  // The tensor sampler is what runs on a GPU; on CPU it must reproduce the host one:
+  // tokens, supports and log-probs, with top-k/top-p and greedy groups mixed in a batch.
+  Transformer m(model_config(), 5, at::kCPU);
+  auto reqs = requests(8, 3, 1.0, 16);
+  for (size_t g = 0; g < reqs.size(); ++g) {
+    if (g % 4 == 1) reqs[g].params.top_k = 4;
+    if (g % 4 == 2) reqs[g].params.top_p = 0.8;
+    if (g % 4 == 3) reqs[g].params.temperature = 0.0;
+  }
+  EngineConfig host{4, 8192, 24, 256, true}, tensor = host;
+  host.sampler = EngineConfig::Sampler::Host;
+  tensor.sampler = EngineConfig::Sampler::Tensor;
+  auto a = generate(m, host, reqs), b = generate(m, tensor, reqs);
+  expect_same_tokens(a, b);
+  ASSERT_EQ(a.size(), 24u);
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].sampling_support, b[i].sampling_support);
+    EXPECT_EQ(a[i].rollout_log_probs, b[i].rollout_log_probs);
+  }
+}
+
 TEST(Engine, PrefixCacheServesASharedHeaderAcrossGroups) {
   Transformer m(model_config(), 4, at::kCPU);
   auto reqs = requests(8, 2, 1.0, 8, /*shared_prefix=*/24);
