@@ -6,6 +6,8 @@
 // comm time: 1.0 = slimpi's path costs nothing over raw MPI).
 // BM_GradientAllreduce/<MB>: the trainer's GradBuffer::all_reduce (32 MB buckets) of a
 // ~10M-parameter model's gradients (40 MB) against one MPI_Allreduce of the same bytes.
+// BM_OverlappedGradReduce/<bucket MB>: backward + gradient reduction, buckets reduced
+// from inside backward vs after it (ratio overlap_over_after).
 // BM_WeightSync/<bucket MB>/<in place>: WeightSync of the ~50M model (200 MB: header
 // check, then buckets broadcast in place from the flat parameter buffer (1), or packed
 // into a bucket buffer and unpacked into the receivers' parameters (0)) against one
@@ -94,6 +96,51 @@ void BM_GradientAllreduce(benchmark::State& state) {
   state.counters["grad_vs_mpi"] = mpi_s / comm_s;
 }
 BENCHMARK(BM_GradientAllreduce)->Arg(32)->Arg(8)->Iterations(10)->UseManualTime()->Unit(benchmark::kMillisecond);
+
+// Backward + gradient reduction of the ~10M model (2 x 256 tokens per rank), with the
+// buckets reduced from inside backward (GradBuffer::start_overlapped_reduction) or
+// after it, alternating every iteration. Counter overlap_over_after = step time with
+// overlap / without (< 1: the overlap pays).
+void BM_OverlappedGradReduce(benchmark::State& state) {
+  MpiComm comm(MPI_COMM_WORLD, "trainer");
+  ModelConfig c;
+  c.hidden_size = 320, c.n_layers = 8, c.n_heads = 8, c.n_kv_heads = 8, c.intermediate_size = 864;
+  c.max_seq_len = 256;
+  Transformer model(c, 1, at::kCPU);
+  GradBuffer grads(model.parameters(), state.range(0) << 20);
+  const at::Tensor tokens = at::remainder(at::arange(512, at::kLong) * 7919, c.vocab_size);  // [512]
+  auto step = [&](bool overlap) {
+    grads.zero();
+    at::Tensor logits = model.forward_packed(tokens, {256, 256});  // [512, V]
+    at::Tensor loss = at::log_softmax(logits, 1).select(1, 3).mean();
+    if (overlap) grads.start_overlapped_reduction(&comm);
+    loss.backward();
+    grads.all_reduce(&comm);
+  };
+  step(true);
+  step(false);
+  double overlap_s = 0, after_s = 0;
+  int64_t i = 0;
+  for (auto _ : state) {
+    double a, b;
+    if (i++ % 2 == 0) {
+      a = timed_max([&] { step(true); });
+      b = timed_max([&] { step(false); });
+    } else {
+      b = timed_max([&] { step(false); });
+      a = timed_max([&] { step(true); });
+    }
+    state.SetIterationTime(a);
+    overlap_s += a;
+    after_s += b;
+  }
+  state.counters["buckets"] = double(grads.n_buckets());
+  state.counters["in_backward"] = double(grads.n_started_in_backward());
+  state.counters["overlap_ms"] = 1e3 * overlap_s / double(state.iterations());
+  state.counters["after_ms"] = 1e3 * after_s / double(state.iterations());
+  state.counters["overlap_over_after"] = overlap_s / after_s;
+}
+BENCHMARK(BM_OverlappedGradReduce)->Arg(8)->Arg(2)->Iterations(10)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 void BM_WeightSync(benchmark::State& state) {
   MpiComm comm(MPI_COMM_WORLD, "sync");

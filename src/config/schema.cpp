@@ -158,6 +158,9 @@ std::vector<KeySpec> declare_keys() {
                "skip an optimizer step whose loss or gradient norm is NaN/inf (counted as "
                "train/skipped_nonfinite_step) instead of stopping the job"),
       int_key("train.grad_bucket_mb", 32, 1, 1e5, "MB", "size of the buckets the gradients are all-reduced in"),
+      bool_key("train.overlap_grad_reduce", true,
+               "all-reduce each gradient bucket as soon as the last backward of a step has produced it "
+               "(non-blocking, overlapping the rest of backward), as Megatron's overlap_grad_reduce"),
       choice_key("train.advantage_estimator", "grpo", advantage_estimators().names(),
                  "advantage estimator (and policy loss: gspo and cispo have their own)"),
       float_key("train.eps_clip", 0.2, 0.0, 10.0, "", "PPO clip: lower bound 1 - eps_clip"),

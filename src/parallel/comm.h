@@ -3,7 +3,8 @@
 // Implementations: MpiComm (host memory; always available) and NcclComm (CUDA device
 // memory; compiled when the CUDA toolkit + NCCL are found, chosen at run time only when
 // every rank has a GPU). Callers own their buffers; operations are blocking and
-// in place where the name says so. Counts are in elements of `dtype`, any size (large
+// in place where the name says so, except iallreduce, which returns at once with a
+// PendingCollective (the overlap of gradient reduction with backward). Counts are in elements of `dtype`, any size (large
 // MPI messages are chunked). Every call is watched by the Watchdog (parallel.timeout_s).
 // Torch tensors go through the helpers of parallel/comm_tensor.h.
 #pragma once
@@ -21,6 +22,17 @@ enum class ReduceOp : uint8_t { Sum, Max, Min };
 size_t dtype_size(DType dtype);
 const char* dtype_name(DType dtype);
 
+// A collective in flight (Comm::iallreduce). Its buffer must not be read or written
+// until wait() returns. wait() is idempotent; the destructor waits.
+class PendingCollective {
+ public:
+  virtual ~PendingCollective() = default;
+  // Lets the collective progress without blocking (MPI makes progress inside calls);
+  // true once it is complete.
+  virtual bool test() = 0;
+  virtual void wait() = 0;
+};
+
 class Comm {
  public:
   virtual ~Comm() = default;
@@ -33,6 +45,10 @@ class Comm {
 
   // data[i] = op over ranks of data[i], on every rank.
   virtual void allreduce(void* data, size_t count, DType dtype, ReduceOp op) = 0;
+  // allreduce, started now and finished by the returned handle's wait(). Every rank
+  // must start its non-blocking collectives on a comm in the same order. For NCCL the
+  // operation is ordered after the work already enqueued on torch's current stream.
+  virtual std::unique_ptr<PendingCollective> iallreduce(void* data, size_t count, DType dtype, ReduceOp op) = 0;
   // data on every rank = data on `root`.
   virtual void broadcast(void* data, size_t count, DType dtype, int root) = 0;
   // recv[r * count + i] = send[i] of rank r; recv holds size() * count elements.

@@ -123,6 +123,54 @@ void MpiComm::allreduce(void* data, size_t count, DType dtype, ReduceOp op) {
   });
 }
 
+namespace {
+
+// MPI_Iallreduce over chunks; wait() under the watchdog.
+class MpiPending final : public PendingCollective {
+ public:
+  MpiPending(const std::string* context, size_t count, DType dtype) : context_(context), count_(count), dtype_(dtype) {}
+  ~MpiPending() override {  // never leave MPI writing into a freed buffer; errors abort in MPI
+    if (!done_) MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE);
+  }
+  std::vector<MPI_Request> requests;
+
+  bool test() override {
+    if (done_) return true;
+    int flag = 0;
+    check_mpi(MPI_Testall(static_cast<int>(requests.size()), requests.data(), &flag, MPI_STATUSES_IGNORE),
+              "MPI_Testall(iallreduce)");
+    return done_ = flag != 0;
+  }
+  void wait() override {
+    if (done_) return;
+    WaitGuard guard({context_, "iallreduce", count_, dtype_name(dtype_)});
+    check_mpi(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE),
+              "MPI_Waitall(iallreduce)");
+    done_ = true;
+  }
+
+ private:
+  const std::string* context_;
+  size_t count_;
+  DType dtype_;
+  bool done_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<PendingCollective> MpiComm::iallreduce(void* data, size_t count, DType dtype, ReduceOp op) {
+  auto pending = std::make_unique<MpiPending>(&context_, count, dtype);
+  MPI_Op mop = mpi_op(op, dtype);
+  auto* bytes = static_cast<char*>(data);
+  chunked(count, [&](size_t off, int n) {
+    pending->requests.emplace_back();
+    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, bytes + off * dtype_size(dtype), n, mpi_type(dtype), mop, comm_,
+                             &pending->requests.back()),
+              "MPI_Iallreduce");
+  });
+  return pending;
+}
+
 void MpiComm::broadcast(void* data, size_t count, DType dtype, int root) {
   WaitGuard guard({&context_, "broadcast", count, dtype_name(dtype)});
   auto* bytes = static_cast<char*>(data);

@@ -1,6 +1,7 @@
 // MpiComm — Comm over an MPI communicator, for host memory.
 // Owns a duplicate of the communicator it was given (so its traffic never matches
-// another component's) and the user-defined reduction for bf16 sums. Large counts are
+// another component's) and the user-defined reduction for bf16 sums. iallreduce is
+// MPI_Iallreduce: it progresses when MPI is called (test(), wait(), other calls). Large counts are
 // sent in chunks of at most 2^30 elements (MPI counts are int).
 #pragma once
 
@@ -23,6 +24,7 @@ class MpiComm final : public Comm {
   MPI_Comm mpi_comm() const { return comm_; }
 
   void allreduce(void* data, size_t count, DType dtype, ReduceOp op) override;
+  std::unique_ptr<PendingCollective> iallreduce(void* data, size_t count, DType dtype, ReduceOp op) override;
   void broadcast(void* data, size_t count, DType dtype, int root) override;
   void allgather(const void* send, void* recv, size_t count, DType dtype) override;
   void send(const void* data, size_t count, DType dtype, int peer) override;

@@ -1,5 +1,6 @@
 #include "parallel/nccl_comm.h"
 
+#include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <slimpi/error.h>
@@ -43,15 +44,51 @@ ncclRedOp_t nccl_op(ReduceOp op) {
 
 struct NcclComm::Handles {
   ncclComm_t comm = nullptr;
-  cudaStream_t stream = nullptr;
+  int device = 0;
   float* barrier_word = nullptr;  // [1] on the device
+  // Torch's current stream on the comm's device: where every operation is enqueued.
+  cudaStream_t stream() const { return c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)).stream(); }
 };
+
+namespace {
+
+// An allreduce enqueued on torch's stream; complete when that stream has passed it.
+class NcclPending final : public PendingCollective {
+ public:
+  NcclPending(cudaStream_t stream, const std::string* context, size_t count, DType dtype)
+      : stream_(stream), context_(context), count_(count), dtype_(dtype) {
+    check_cuda(cudaEventCreateWithFlags(&done_event_, cudaEventDisableTiming), "cudaEventCreate");
+    check_cuda(cudaEventRecord(done_event_, stream_), "cudaEventRecord");
+  }
+  ~NcclPending() override {
+    if (!done_) cudaEventSynchronize(done_event_);
+    cudaEventDestroy(done_event_);
+  }
+  bool test() override { return done_ = done_ || cudaEventQuery(done_event_) == cudaSuccess; }
+  void wait() override {
+    if (done_) return;
+    WaitGuard guard({context_, "iallreduce", count_, dtype_name(dtype_)});
+    check_cuda(cudaEventSynchronize(done_event_), "cudaEventSynchronize(iallreduce)");
+    done_ = true;
+  }
+
+ private:
+  cudaStream_t stream_;
+  cudaEvent_t done_event_ = nullptr;
+  const std::string* context_;
+  size_t count_;
+  DType dtype_;
+  bool done_ = false;
+};
+
+}  // namespace
 
 NcclComm::NcclComm(MPI_Comm comm, std::string name, int device)
     : h_(std::make_unique<Handles>()), name_(std::move(name)) {
   MPI_Comm_rank(comm, &rank_);
   MPI_Comm_size(comm, &size_);
   context_ = fmt::format("[rank {} of comm '{}' ({} ranks, nccl)]", rank_, name_, size_);
+  h_->device = device;
   check_cuda(cudaSetDevice(device), "cudaSetDevice");
   ncclUniqueId id;
   if (rank_ == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
@@ -60,52 +97,56 @@ NcclComm::NcclComm(MPI_Comm comm, std::string name, int device)
     WaitGuard guard({&context_, "ncclCommInitRank"});
     check_nccl(ncclCommInitRank(&h_->comm, size_, id, rank_), "ncclCommInitRank");
   }
-  check_cuda(cudaStreamCreateWithFlags(&h_->stream, cudaStreamNonBlocking), "cudaStreamCreate");
   check_cuda(cudaMalloc(&h_->barrier_word, sizeof(float)), "cudaMalloc(barrier)");
 }
 
 NcclComm::~NcclComm() {
   if (h_->barrier_word) cudaFree(h_->barrier_word);
-  if (h_->stream) cudaStreamDestroy(h_->stream);
   if (h_->comm) ncclCommDestroy(h_->comm);
 }
 
-void NcclComm::finish(const char* what) { check_cuda(cudaStreamSynchronize(h_->stream), what); }
+void NcclComm::finish(const char* what) { check_cuda(cudaStreamSynchronize(h_->stream()), what); }
+
+std::unique_ptr<PendingCollective> NcclComm::iallreduce(void* data, size_t count, DType dtype, ReduceOp op) {
+  const cudaStream_t stream = h_->stream();
+  check_nccl(ncclAllReduce(data, data, count, nccl_type(dtype), nccl_op(op), h_->comm, stream), "ncclAllReduce");
+  return std::make_unique<NcclPending>(stream, &context_, count, dtype);
+}
 
 void NcclComm::allreduce(void* data, size_t count, DType dtype, ReduceOp op) {
   WaitGuard guard({&context_, "allreduce", count, dtype_name(dtype)});
-  check_nccl(ncclAllReduce(data, data, count, nccl_type(dtype), nccl_op(op), h_->comm, h_->stream),
+  check_nccl(ncclAllReduce(data, data, count, nccl_type(dtype), nccl_op(op), h_->comm, h_->stream()),
              "ncclAllReduce");
   finish("ncclAllReduce");
 }
 
 void NcclComm::broadcast(void* data, size_t count, DType dtype, int root) {
   WaitGuard guard({&context_, "broadcast", count, dtype_name(dtype)});
-  check_nccl(ncclBroadcast(data, data, count, nccl_type(dtype), root, h_->comm, h_->stream), "ncclBroadcast");
+  check_nccl(ncclBroadcast(data, data, count, nccl_type(dtype), root, h_->comm, h_->stream()), "ncclBroadcast");
   finish("ncclBroadcast");
 }
 
 void NcclComm::allgather(const void* send, void* recv, size_t count, DType dtype) {
   WaitGuard guard({&context_, "allgather", count, dtype_name(dtype)});
-  check_nccl(ncclAllGather(send, recv, count, nccl_type(dtype), h_->comm, h_->stream), "ncclAllGather");
+  check_nccl(ncclAllGather(send, recv, count, nccl_type(dtype), h_->comm, h_->stream()), "ncclAllGather");
   finish("ncclAllGather");
 }
 
 void NcclComm::send(const void* data, size_t count, DType dtype, int peer) {
   WaitGuard guard({&context_, "send", count, dtype_name(dtype), peer});
-  check_nccl(ncclSend(data, count, nccl_type(dtype), peer, h_->comm, h_->stream), "ncclSend");
+  check_nccl(ncclSend(data, count, nccl_type(dtype), peer, h_->comm, h_->stream()), "ncclSend");
   finish("ncclSend");
 }
 
 void NcclComm::recv(void* data, size_t count, DType dtype, int peer) {
   WaitGuard guard({&context_, "recv", count, dtype_name(dtype), peer});
-  check_nccl(ncclRecv(data, count, nccl_type(dtype), peer, h_->comm, h_->stream), "ncclRecv");
+  check_nccl(ncclRecv(data, count, nccl_type(dtype), peer, h_->comm, h_->stream()), "ncclRecv");
   finish("ncclRecv");
 }
 
 void NcclComm::barrier() {
   WaitGuard guard({&context_, "barrier"});
-  check_nccl(ncclAllReduce(h_->barrier_word, h_->barrier_word, 1, ncclFloat32, ncclSum, h_->comm, h_->stream),
+  check_nccl(ncclAllReduce(h_->barrier_word, h_->barrier_word, 1, ncclFloat32, ncclSum, h_->comm, h_->stream()),
              "ncclAllReduce(barrier)");
   finish("ncclAllReduce(barrier)");
 }

@@ -2,9 +2,13 @@
 // toolkit and NCCL are found (SLIMPI_HAVE_NCCL); made only when every rank of the
 // communicator has a GPU (see parallel/device.h).
 // Owns the ncclComm_t (rank 0 makes the unique id, broadcast over the MPI communicator
-// it is built from), a CUDA stream, and a 1-element device buffer for barrier().
-// Operations are enqueued on the stream and waited for before returning, so the
-// semantics match MpiComm: when a call returns, the buffer holds the result.
+// it is built from) and a 1-element device buffer for barrier().
+// Ordering with compute: every operation is enqueued on torch's *current* CUDA stream
+// of the comm's device, so it starts only after the kernels torch enqueued before it
+// (backward's gradients, the optimizer's weights) and torch work enqueued after it
+// sees its result; no second stream races the compute. Blocking operations then wait
+// for that stream before returning, so the semantics match MpiComm: when a call
+// returns, the buffer holds the result. iallreduce returns once enqueued.
 #pragma once
 
 #include <mpi.h>
@@ -27,6 +31,7 @@ class NcclComm final : public Comm {
   int size() const override { return size_; }
 
   void allreduce(void* data, size_t count, DType dtype, ReduceOp op) override;
+  std::unique_ptr<PendingCollective> iallreduce(void* data, size_t count, DType dtype, ReduceOp op) override;
   void broadcast(void* data, size_t count, DType dtype, int root) override;
   void allgather(const void* send, void* recv, size_t count, DType dtype) override;
   void send(const void* data, size_t count, DType dtype, int peer) override;

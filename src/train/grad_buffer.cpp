@@ -2,24 +2,49 @@
 
 #include <ATen/ATen.h>
 #include <slimpi/error.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
 
 #include "parallel/comm_tensor.h"
 
 namespace slimpi {
 
+// Runs after autograd has accumulated one parameter's gradient into its .grad.
+class GradBuffer::Hook final : public torch::autograd::PostAccumulateGradHook {
+ public:
+  Hook(GradBuffer* owner, size_t index) : owner_(owner), index_(index) {}
+  void operator()(const torch::autograd::Variable&) override { owner_->on_accumulated(index_); }
+
+ private:
+  GradBuffer* owner_;
+  size_t index_;
+};
+
 GradBuffer::GradBuffer(const std::vector<NamedTensor>& params, int64_t bucket_bytes) : params_(params) {
+  SLIMPI_CHECK(!params_.empty(), "GradBuffer of no parameters");
   int64_t total = 0;
   for (const auto& p : params_) total += p.tensor.numel();
-  SLIMPI_CHECK(!params_.empty(), "GradBuffer of no parameters");
   flat_ = at::zeros({total}, params_[0].tensor.options().dtype(at::kFloat).requires_grad(false));
+  const int64_t bucket_elems = std::max<int64_t>(1, bucket_bytes / 4);
   int64_t offset = 0;
-  for (const auto& p : params_) {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const auto& p = params_[i];
     SLIMPI_CHECK(p.tensor.scalar_type() == at::kFloat, "GradBuffer: parameter {} is not fp32", p.name);
     views_.push_back(flat_.narrow(0, offset, p.tensor.numel()).view(p.tensor.sizes()));
+    if (buckets_.empty() || buckets_.back().numel >= bucket_elems) buckets_.push_back({offset, 0, 0, 0, nullptr});
+    buckets_.back().numel += p.tensor.numel();
+    ++buckets_.back().n_params;
+    bucket_of_.push_back(static_cast<int64_t>(buckets_.size()) - 1);
     offset += p.tensor.numel();
   }
-  bucket_elems_ = std::max<int64_t>(1, bucket_bytes / 4);
+  for (size_t i = 0; i < params_.size(); ++i)
+    torch::autograd::impl::set_post_acc_grad_hooks(params_[i].tensor, std::make_unique<Hook>(this, i));
   zero();
+}
+
+GradBuffer::~GradBuffer() {
+  for (auto& b : buckets_) b.pending.reset();  // waits
+  for (auto& p : params_) torch::autograd::impl::set_post_acc_grad_hooks(p.tensor, nullptr);
 }
 
 void GradBuffer::zero() {
@@ -27,14 +52,59 @@ void GradBuffer::zero() {
   for (size_t i = 0; i < params_.size(); ++i) params_[i].tensor.mutable_grad() = views_[i];
 }
 
-int64_t GradBuffer::n_buckets() const { return (flat_.numel() + bucket_elems_ - 1) / bucket_elems_; }
+void GradBuffer::start_overlapped_reduction(Comm* comm) {
+  if (!comm || comm->size() == 1) return;
+  SLIMPI_CHECK(!armed_, "GradBuffer: an overlapped reduction is already in progress");
+  for (auto& b : buckets_) b.n_ready = 0;
+  armed_ = comm;
+  next_to_start_ = n_buckets() - 1;
+  started_in_backward_ = 0;
+}
+
+void GradBuffer::on_accumulated(size_t param_index) {
+  if (!armed_) return;
+  Bucket& b = buckets_[bucket_of_[param_index]];
+  ++b.n_ready;
+  const int64_t before = next_to_start_;
+  start_ready_buckets(/*all=*/false);
+  started_in_backward_ += before - next_to_start_;
+  for (auto& other : buckets_)  // MPI progresses inside MPI calls: give it some
+    if (other.pending) other.pending->test();
+}
+
+void GradBuffer::start(Bucket& bucket) {
+  at::Tensor range = flat_.narrow(0, bucket.offset, bucket.numel);
+  SLIMPI_CHECK(armed_->device_memory() == range.is_cuda(),
+               "GradBuffer: gradients on {} but comm '{}' ({}) works on {} memory", range.is_cuda() ? "cuda" : "cpu",
+               armed_->name(), armed_->backend(), armed_->device_memory() ? "device" : "host");
+  bucket.pending = armed_->iallreduce(range.data_ptr(), static_cast<size_t>(bucket.numel), DType::F32, ReduceOp::Sum);
+}
+
+// Starts buckets in order from next_to_start_ down, while they are complete (or all).
+void GradBuffer::start_ready_buckets(bool all) {
+  while (next_to_start_ >= 0) {
+    Bucket& b = buckets_[next_to_start_];
+    if (!all && b.n_ready < b.n_params) break;
+    start(b);
+    --next_to_start_;
+  }
+}
 
 void GradBuffer::all_reduce(Comm* comm) {
   if (!comm || comm->size() == 1) return;
-  for (int64_t start = 0; start < flat_.numel(); start += bucket_elems_) {
-    at::Tensor bucket = flat_.narrow(0, start, std::min(bucket_elems_, flat_.numel() - start));
-    allreduce(*comm, bucket, ReduceOp::Sum);
+  if (armed_) {
+    SLIMPI_CHECK(armed_ == comm, "GradBuffer: reduction armed on comm '{}' but finished on '{}'", armed_->name(),
+                 comm->name());
+    start_ready_buckets(/*all=*/true);
+    for (auto& b : buckets_) {
+      b.pending->wait();
+      b.pending.reset();
+    }
+    armed_ = nullptr;
+    return;
   }
+  for (int64_t i = n_buckets() - 1; i >= 0; --i)
+    allreduce(*comm, flat_.narrow(0, buckets_[i].offset, buckets_[i].numel), ReduceOp::Sum);
 }
 
 double GradBuffer::global_norm() const { return flat_.norm().item<double>(); }

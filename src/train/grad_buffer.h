@@ -1,12 +1,26 @@
 // GradBuffer — every parameter's gradient as a view into one flat fp32 buffer,
 // allocated once (DESIGN.md §1: communication buffers are re-used, never re-made).
-// Backward accumulates into the views in place; all_reduce() sums the buffer over the
-// data-parallel Comm in fixed-size buckets; the global norm and clipping work on it.
+// Backward accumulates into the views in place; the buffer is summed over the
+// data-parallel Comm in buckets; the global norm and clipping work on it.
+//
+// Buckets are runs of whole parameters, about bucket_bytes each, numbered in
+// parameter order. Backward produces gradients roughly from the last parameter to the
+// first, so buckets are reduced from the last to the first, the same order on every
+// rank (non-blocking collectives must be started in one order everywhere).
+// Overlap (Megatron's overlap_grad_reduce): start_overlapped_reduction() arms a
+// post-accumulate-grad hook on every parameter before the last backward of a step;
+// when a bucket's last parameter is accumulated, it and every later-numbered ready
+// bucket not yet started go out as non-blocking allreduces while backward goes on.
+// all_reduce() then starts what backward did not reach (parameters with no gradient
+// this step) and waits for all. Without overlap, all_reduce() reduces the buckets one
+// by one in the same order. The sums are the same either way: each element is summed
+// over the same ranks.
 // Owned by the Trainer. Invariant: p.grad() of every parameter aliases the buffer.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
+#include <memory>
 #include <vector>
 
 #include "model/transformer.h"
@@ -17,10 +31,18 @@ namespace slimpi {
 class GradBuffer {
  public:
   GradBuffer(const std::vector<NamedTensor>& params, int64_t bucket_bytes);
+  ~GradBuffer();
+  GradBuffer(const GradBuffer&) = delete;
+  GradBuffer& operator=(const GradBuffer&) = delete;
 
   // Zeroes the buffer and re-points every p.grad() at its view.
   void zero();
-  // Sums the buffer over `comm` (bucket by bucket). No-op for a null comm.
+  // Arms the hooks: the next backward starts each bucket's reduction over `comm` as soon
+  // as its gradients are final. Call before the last backward of a step. No-op for a
+  // null or one-rank comm.
+  void start_overlapped_reduction(Comm* comm);
+  // Sums the buffer over `comm`: finishes an overlapped reduction, or reduces every
+  // bucket now. No-op for a null or one-rank comm.
   void all_reduce(Comm* comm);
   // L2 norm of all gradients.
   double global_norm() const;
@@ -28,15 +50,33 @@ class GradBuffer {
   void clip(double norm, double max_norm);
 
   const at::Tensor& flat() const { return flat_; }
-  int64_t n_buckets() const;
+  int64_t n_buckets() const { return static_cast<int64_t>(buckets_.size()); }
+  bool reduction_armed() const { return armed_ != nullptr; }
+  // Buckets started from inside backward by the last overlapped reduction (tests).
+  int64_t n_started_in_backward() const { return started_in_backward_; }
   // Whether every p.grad() still aliases the buffer (tests; autograd could replace it).
   bool grads_alias_buffer() const;
 
  private:
+  struct Bucket {
+    int64_t offset = 0, numel = 0;  // range of flat_
+    int64_t n_params = 0;           // parameters in it
+    int64_t n_ready = 0;            // of them accumulated in the armed backward
+    std::unique_ptr<PendingCollective> pending;
+  };
+  class Hook;
+  void on_accumulated(size_t param_index);  // from the hook
+  void start_ready_buckets(bool all);
+  void start(Bucket& bucket);
+
   std::vector<NamedTensor> params_;
   at::Tensor flat_;  // [total parameter elements] fp32
   std::vector<at::Tensor> views_;
-  int64_t bucket_elems_;
+  std::vector<int64_t> bucket_of_;  // per parameter
+  std::vector<Bucket> buckets_;
+  Comm* armed_ = nullptr;           // the comm of the overlapped reduction in progress
+  int64_t next_to_start_ = -1;      // buckets start from the last down to 0
+  int64_t started_in_backward_ = 0;
 };
 
 }  // namespace slimpi

@@ -121,6 +121,7 @@ TrainerConfig TrainerConfig::from_deck(const Deck& deck) {
   c.clip_grad = deck.get_float("train.clip_grad");
   c.skip_nonfinite_steps = deck.get_bool("train.skip_nonfinite_steps");
   c.grad_bucket_bytes = deck.get_int("train.grad_bucket_mb") << 20;
+  c.overlap_grad_reduce = deck.get_bool("train.overlap_grad_reduce");
   c.adam.beta1 = deck.get_float("train.adam_beta1");
   c.adam.beta2 = deck.get_float("train.adam_beta2");
   c.adam.eps = deck.get_float("train.adam_eps");
@@ -283,7 +284,11 @@ std::map<std::string, double> Trainer::train_step(std::vector<Sample>& local) {
   }
   std::vector<int64_t> lengths;
   for (const auto& s : local) lengths.push_back(static_cast<int64_t>(s.tokens.size()));
-  for (const auto& which : plan_micro_batches(lengths, cfg_.n_micro_batches, cfg_.max_tokens_per_micro_batch)) {
+  // The same on every rank: non-blocking and blocking collectives do not match.
+  const bool overlap = cfg_.overlap_grad_reduce && dp_ && (device.is_cpu() || dp_->device_memory());
+  const auto plan = plan_micro_batches(lengths, cfg_.n_micro_batches, cfg_.max_tokens_per_micro_batch);
+  for (size_t micro = 0; micro < plan.size(); ++micro) {
+    const std::vector<int64_t>& which = plan[micro];
     PackedBatch b = pack(local, which, device);
     at::Tensor logits = policy_.forward_packed(b.tokens, b.seq_lens);  // [T, V]
     TokenLogProbs lp = score_tokens(logits, response_positions(b.tokens, b.seq_lens, b.prompt_lens),
@@ -357,10 +362,15 @@ std::map<std::string, double> Trainer::train_step(std::vector<Sample>& local) {
       sums.add_value("train/loss", loss.item<double>());
     }
     sums.add("train/entropy_loss", lp.entropy, weight);
+    // The last backward of the step reduces gradient buckets as it produces them. With
+    // MPI that needs the hooks on this thread (CPU autograd runs here; CUDA autograd
+    // runs in its own threads, where only NCCL may be called).
+    if (micro + 1 == plan.size() && overlap) grads_.start_overlapped_reduction(dp_);
     loss.backward();
   }
   SLIMPI_CHECK(grads_.grads_alias_buffer(), "autograd replaced a gradient outside the flat gradient buffer");
 
+  if (overlap && !grads_.reduction_armed()) grads_.start_overlapped_reduction(dp_);  // a rank with no micro-batch
   grads_.all_reduce(dp_);
   const double grad_norm = grads_.global_norm();
   std::map<std::string, double> metrics = sums.reduce(dp_);

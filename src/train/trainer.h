@@ -54,6 +54,7 @@ struct TrainerConfig {
   double clip_grad = 1.0;
   bool skip_nonfinite_steps = false;  // else a non-finite loss or gradient norm is an error
   int64_t grad_bucket_bytes = 32 << 20;
+  bool overlap_grad_reduce = true;  // reduce buckets from inside the last backward (GradBuffer)
   AdamW::Options adam;
   LrSchedule lr;
 

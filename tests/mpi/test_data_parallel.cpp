@@ -1,7 +1,8 @@
 // Data-parallel invariance at np 1, 2, 4: the same step split over dp ranks and
 // micro-batches gives the same loss, metrics and gradients as one rank with the whole
 // batch in one micro-batch (to fp32 round-off); whitening gives the same advantages,
-// including on a rank that holds no tokens.
+// including on a rank that holds no tokens; reducing gradient buckets from inside
+// backward (overlap) gives the gradients of reducing them after it.
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
@@ -109,6 +110,44 @@ TEST_P(DataParallel, SameLossMetricsAndGradientsAsOneRank) {
   EXPECT_GT(want.at("train/tis_clipfrac"), 0.0);
   EXPECT_TRUE(at::allclose(dp.grads().flat(), want_grads, 1e-4, 1e-6))
       << "max |diff| " << (dp.grads().flat() - want_grads).abs().max().item<float>();
+}
+
+TEST(OverlappedGradReduce, SameGradientsAsReducingAfterBackward) {
+  MpiComm world(MPI_COMM_WORLD, "trainer");
+  const int r = world.rank(), n = world.size();
+  // Rank n-1 of several holds no sample: it reduces without a backward of its own.
+  const int n_samples = 9;
+  const int holders = n > 1 ? n - 1 : 1;
+  auto run = [&](bool overlap, at::Tensor* grads, int64_t* started_in_backward) {
+    Transformer policy(model_config(), 1, at::kCPU), ref(model_config(), 2, at::kCPU);
+    TrainerConfig c = rl_config(false, 2);
+    c.overlap_grad_reduce = overlap;
+    Trainer trainer(c, policy, &world, &ref);
+    std::vector<Sample> all = rl_batch(n_samples, trainer);
+    std::vector<Sample> mine;
+    if (r < holders) mine.assign(all.begin() + n_samples * r / holders, all.begin() + n_samples * (r + 1) / holders);
+    trainer.prepare_rollout(mine, /*recompute_old=*/false);
+    trainer.train_step(mine);
+    *grads = trainer.grads().flat().clone();
+    *started_in_backward = trainer.grads().n_started_in_backward();
+    EXPECT_GT(trainer.grads().n_buckets(), 10);
+  };
+  at::Tensor blocking, overlapped;
+  int64_t started_blocking = 0, started_overlapped = 0;
+  run(false, &blocking, &started_blocking);
+  run(true, &overlapped, &started_overlapped);
+  EXPECT_GT(blocking.abs().sum().item<double>(), 0.0);
+  if (n == 1) return;  // nothing to reduce
+  if (r < holders) EXPECT_GT(started_overlapped, 0) << "no bucket was reduced during backward";
+  if (n <= 2) {  // a sum of two is the same in any order: bit for bit
+    EXPECT_TRUE(at::equal(overlapped, blocking)) << "max |diff| " << (overlapped - blocking).abs().max().item<float>();
+  } else {  // the MPI library may pick another summation order for non-blocking collectives
+    EXPECT_TRUE(at::allclose(overlapped, blocking, 1e-6, 1e-8))
+        << "max |diff| " << (overlapped - blocking).abs().max().item<float>();
+  }
+  // Every rank ends with the same sum.
+  at::Tensor gathered = allgather(world, overlapped);
+  for (int k = 1; k < n; ++k) EXPECT_TRUE(at::equal(gathered[k], gathered[0])) << "rank " << k;
 }
 
 INSTANTIATE_TEST_SUITE_P(Splits, DataParallel,
