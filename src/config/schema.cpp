@@ -99,6 +99,9 @@ std::vector<KeySpec> declare_keys() {
               "generation rounds per step at most while the filter keeps the batch short"),
       int_key("rollout.weight_sync_bucket_mb", 256, 1, 1e6, "MB", "bucket size of the trainer-to-engine weight broadcast"),
       bool_key("rollout.check_weight_update", false, "engines verify a checksum of every weight update"),
+      choice_key("rollout.precision", "fp32", {"fp32", "bf16"},
+                 "rollout engine precision: bf16 = bf16 weights, KV cache and matrix products; the weight "
+                 "sync sends bf16 (half the bytes), rounded once from the fp32 masters"),
       float_key("rollout.temperature", 1.0, 0.0, 100.0, "", "sampling temperature (0 = greedy); log-probs use it too"),
       int_key("rollout.top_k", 0, 0, 1e9, "tokens", "sample among the k most likely tokens (0 = off)"),
       float_key("rollout.top_p", 1.0, 0.0, 1.0, "", "nucleus sampling mass (1 = off)"),
@@ -158,6 +161,9 @@ std::vector<KeySpec> declare_keys() {
                "skip an optimizer step whose loss or gradient norm is NaN/inf (counted as "
                "train/skipped_nonfinite_step) instead of stopping the job"),
       int_key("train.grad_bucket_mb", 32, 1, 1e5, "MB", "size of the buckets the gradients are all-reduced in"),
+      choice_key("train.precision", "fp32", {"fp32", "bf16"},
+                 "forward precision of training: bf16 = bf16 matrix products (autocast) with fp32 master "
+                 "weights, gradients and AdamW state; log-probs and losses in fp32"),
       bool_key("train.overlap_grad_reduce", true,
                "all-reduce each gradient bucket as soon as the last backward of a step has produced it "
                "(non-blocking, overlapping the rest of backward), as Megatron's overlap_grad_reduce"),

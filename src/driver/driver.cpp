@@ -24,6 +24,7 @@
 #include "reward/reward.h"
 #include "rollout/rollout_side.h"
 #include "rollout/weight_sync.h"
+#include "model/precision.h"
 #include "tokenizer/byte_tokenizer.h"
 #include "train/advantages.h"
 #include "train/sft_data.h"
@@ -157,8 +158,10 @@ void Driver::set_up_model_and_trainer() {
   const std::string& init_from = deck.get_string("model.init_from");
   // A resumed job takes the policy from its checkpoint: model.init_from is read only
   // for a fresh start, and for the frozen reference model (which checkpoints do not hold).
-  auto make_model = [&](bool is_reference) {
-    auto m = std::make_unique<Transformer>(model_cfg, run_seed(deck), device);
+  // Weights are drawn in fp32 from the run seed whatever their dtype, so a bf16 engine
+  // model starts as the fp32 policy rounded once.
+  auto make_model = [&](bool is_reference, at::ScalarType weights) {
+    auto m = std::make_unique<Transformer>(model_cfg, run_seed(deck), device, weights);
     if (!init_from.empty() && (resume_from_.empty() || is_reference)) {
       if (!resume_from_.empty() && !std::filesystem::exists(init_from))
         SLIMPI_FAIL_ALL("model.init_from = \"{}\" ({}) is gone: the reference model of the KL terms is those "
@@ -169,10 +172,10 @@ void Driver::set_up_model_and_trainer() {
     return m;
   };
   if (ctx_.world->is_trainer()) {
-    policy_ = make_model(false);
+    policy_ = make_model(false, at::kFloat);
     trainer_comm_ = make_comm(ctx_.world->trainer(), "trainer", ctx_.device);
     if (Trainer::needs_reference(train_cfg)) {
-      reference_ = make_model(true);
+      reference_ = make_model(true, at::kFloat);
       for (auto& p : reference_->parameters()) p.tensor.set_requires_grad(false);
     }
     trainer_ = std::make_unique<Trainer>(train_cfg, *policy_, trainer_comm_.get(), reference_.get());
@@ -180,7 +183,12 @@ void Driver::set_up_model_and_trainer() {
               model_cfg.n_layers, model_cfg.hidden_size, model_cfg.n_heads, model_cfg.n_kv_heads, device.str(),
               init_from.empty() ? "the seeded init" : init_from);
   }
-  if (rl_ && ctx_.world->is_rollout() && !ctx_.world->is_trainer()) engine_model_ = make_model(false);
+  // The engines' model: their own on split rollout ranks; on colocated ranks the
+  // policy itself, or a bf16 copy of it when the rollout runs in bf16.
+  const at::ScalarType rollout_weights = weight_dtype(parse_precision(deck.get_string("rollout.precision")));
+  engine_weight_dtype_ = rollout_weights;
+  if (rl_ && ctx_.world->is_rollout() && (!ctx_.world->is_trainer() || rollout_weights != at::kFloat))
+    engine_model_ = make_model(false, rollout_weights);
   if (sft_data_) {
     if (!ctx_.world->is_trainer()) sft_data_.reset();
     else log::info("SFT data: {} samples from {}", sft_data_->size(), deck.get_string("data.path"));
@@ -482,15 +490,19 @@ void Driver::record(int64_t) {
 void Driver::weight_sync(int64_t step) {
   const int64_t version = step + 1;
   if (ctx_.world->layout().placement == Placement::Colocate) {
-    if (rollout_side_) rollout_side_->set_weight_version(version);  // the engines run the trainer's model
+    // The engines run the trainer's model, or a bf16 copy of it refreshed here.
+    if (engine_model_ && policy_) engine_model_->copy_weights_from(*policy_);
+    if (rollout_side_) rollout_side_->set_weight_version(version);
     return;
   }
   // The engines already waited for the trainers (asleep) in the record phase's barrier.
   if (!weight_sync_) return;
-  Transformer& model = policy_ ? *policy_ : *engine_model_;
+  // The sender's weights in the engines' dtype (bf16: rounded from the masters here).
+  const WeightImage image = policy_ ? weight_image(*policy_, engine_weight_dtype_)
+                                    : WeightImage{engine_model_->flat_parameters(), engine_model_->parameters()};
   int64_t v = version;
   const bool check = ctx_.deck.get_bool("rollout.check_weight_update");
-  WeightSyncStats s = weight_sync_->sync(model.parameters(), &v, check, model.flat_parameters());
+  WeightSyncStats s = weight_sync_->sync(image.params, &v, check, image.flat);
   if (check) {
     uint64_t trainer_sum = s.checksum;
     static const std::string context = "[weight_sync] the trainer's checksum";

@@ -32,6 +32,8 @@
 // Owns the run's output files and every per-rank component below.
 #pragma once
 
+#include <c10/core/ScalarType.h>
+
 #include <map>
 #include <memory>
 #include <string>
@@ -100,7 +102,8 @@ class Driver {
 
   std::unique_ptr<Transformer> policy_;        // trainer ranks
   std::unique_ptr<Transformer> reference_;     // trainer ranks, with the KL loss
-  std::unique_ptr<Transformer> engine_model_;  // split rollout ranks (colocate: policy_)
+  std::unique_ptr<Transformer> engine_model_;  // split rollout ranks; colocate: bf16 rollout only (else policy_)
+  at::ScalarType engine_weight_dtype_ = at::kFloat;  // rollout.precision's weight dtype
   std::unique_ptr<Comm> trainer_comm_;         // trainer ranks
   std::unique_ptr<Comm> sync_comm_;            // split: the weight-broadcast path
   std::unique_ptr<Trainer> trainer_;           // trainer ranks

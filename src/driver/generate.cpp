@@ -1,3 +1,4 @@
+#include "model/precision.h"
 #include "driver/generate.h"
 
 #include <ATen/ATen.h>
@@ -44,7 +45,7 @@ int run_generate(RunContext& ctx) {
   }
 
   const at::Device device = ctx.device.use_cuda ? at::Device(at::kCUDA, ctx.device.gpu) : at::Device(at::kCPU);
-  Transformer model(mc, seed, device);
+  Transformer model(mc, seed, device, weight_dtype(parse_precision(deck.get_string("rollout.precision"))));
   const std::string& init_from = deck.get_string("model.init_from");
   if (!init_from.empty()) load_model_weights(model.parameters(), init_from);
   log::info("generate: {} prompts x {} samples on {} engine(s); policy {} parameters from {}", requests.size(),

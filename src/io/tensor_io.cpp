@@ -78,11 +78,12 @@ void write_tensors(hid_t loc, const std::vector<NamedTensor>& tensors) {
   for (const auto& t : tensors) write_tensor(loc, t.name, t.tensor);
 }
 
-std::vector<NamedTensor> read_tensors_like(hid_t loc, const std::vector<NamedTensor>& like) {
+std::vector<NamedTensor> read_tensors_like(hid_t loc, const std::vector<NamedTensor>& like, bool any_float) {
   std::vector<NamedTensor> out;
   for (const auto& l : like) {
     at::Tensor t = read_tensor(loc, l.name);
-    SLIMPI_CHECK(t.sizes() == l.tensor.sizes() && t.scalar_type() == l.tensor.scalar_type(),
+    const bool same_kind = any_float && at::isFloatingType(t.scalar_type()) && at::isFloatingType(l.tensor.scalar_type());
+    SLIMPI_CHECK(t.sizes() == l.tensor.sizes() && (t.scalar_type() == l.tensor.scalar_type() || same_kind),
                  "stored tensor {} is {} {}, expected {} {}", l.name, fmt::format("{}", fmt::join(t.sizes(), "x")),
                  std::string(c10::toString(t.scalar_type())), fmt::format("{}", fmt::join(l.tensor.sizes(), "x")),
                  std::string(c10::toString(l.tensor.scalar_type())));
@@ -104,7 +105,8 @@ std::vector<NamedTensor> read_hf_tensors_like(const std::string& path, const std
     auto it = stored.find(l.name);
     SLIMPI_CHECK(it != stored.end(), "{} has no tensor {} (the model needs it)", file, l.name);
     const at::Tensor& t = it->second;
-    SLIMPI_CHECK(t.sizes() == l.tensor.sizes() && t.scalar_type() == l.tensor.scalar_type(),
+    const bool same_kind = at::isFloatingType(t.scalar_type()) && at::isFloatingType(l.tensor.scalar_type());
+    SLIMPI_CHECK(t.sizes() == l.tensor.sizes() && same_kind,  // load_model_weights converts the dtype
                  "{}: tensor {} is {} {}, the model needs {} {}", file, l.name,
                  fmt::format("{}", fmt::join(t.sizes(), "x")), std::string(c10::toString(t.scalar_type())),
                  fmt::format("{}", fmt::join(l.tensor.sizes(), "x")), std::string(c10::toString(l.tensor.scalar_type())));
@@ -124,7 +126,7 @@ void load_model_weights(const std::vector<NamedTensor>& params, const std::strin
   } else {
     h5::File f = h5::File::open(path, false, MPI_COMM_NULL);
     h5::Handle g = h5::open_group(f.id(), group);
-    stored = read_tensors_like(g.id(), params);
+    stored = read_tensors_like(g.id(), params, /*any_float=*/true);  // copy_ below converts
   }
   at::NoGradGuard no_grad;
   for (size_t i = 0; i < stored.size(); ++i) params[i].tensor.copy_(stored[i].tensor);

@@ -20,11 +20,12 @@ at::Tensor read_tensor(hid_t loc, const std::string& name);
 
 void write_tensors(hid_t loc, const std::vector<NamedTensor>& tensors);
 // Reads the tensors named like `like` (same order), checking each shape.
-std::vector<NamedTensor> read_tensors_like(hid_t loc, const std::vector<NamedTensor>& like);
+// any_float: a stored floating-point dtype may differ from like's (the caller converts).
+std::vector<NamedTensor> read_tensors_like(hid_t loc, const std::vector<NamedTensor>& like, bool any_float = false);
 
 // Copies the tensors of group `group` of HDF5 file `path` into `params` (a model's
-// parameters; names, shapes and dtypes must match; the error names the first that
-// does not). A `path` ending in .safetensors, or a directory (a Hugging Face export
+// parameters; names and shapes must match, floating dtypes are converted (an fp32
+// checkpoint into a bf16 engine model); the error names the first that does not). A `path` ending in .safetensors, or a directory (a Hugging Face export
 // holding model.safetensors), is read as safetensors instead, tensors matched by name.
 void load_model_weights(const std::vector<NamedTensor>& params, const std::string& path,
                         const std::string& group = "model");

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/autocast_mode.h>
 #include <slimpi/error.h>
 
 #include <cmath>
@@ -108,13 +109,14 @@ KvCache KvCache::allocate(const ModelConfig& cfg, int64_t n_slots, const at::Ten
 }
 
 void Transformer::add(const std::string& name, at::Tensor t) {
-  params_.push_back({name, t.to(device_).set_requires_grad(true)});
+  params_.push_back({name, t.to(device_, weights_).set_requires_grad(true)});
 }
 
 void Transformer::pack_parameters() {
   int64_t total = 0;
   for (const auto& p : params_) {
-    SLIMPI_CHECK(p.tensor.scalar_type() == at::kFloat, "parameter {} is not fp32", p.name);
+    SLIMPI_CHECK(p.tensor.scalar_type() == weights_, "parameter {} is not {}", p.name,
+                 std::string(c10::toString(weights_)));
     total += p.tensor.numel();
   }
   flat_ = at::empty({total}, params_.front().tensor.options().requires_grad(false));
@@ -128,8 +130,10 @@ void Transformer::pack_parameters() {
   }
 }
 
-Transformer::Transformer(const ModelConfig& cfg, uint64_t seed, const at::Device& device)
-    : cfg_(cfg), device_(device) {
+Transformer::Transformer(const ModelConfig& cfg, uint64_t seed, const at::Device& device, at::ScalarType weights)
+    : cfg_(cfg), device_(device), weights_(weights) {
+  SLIMPI_CHECK(weights == at::kFloat || weights == at::kBFloat16, "model weights in {}: only fp32 or bf16",
+               std::string(c10::toString(weights)));
   // All parameters drawn on the CPU from one generator, in name order, then moved.
   at::Generator gen = at::detail::createCPUGenerator(seed);
   const int64_t d = cfg.hidden_size, kv = cfg.n_kv_heads * cfg.head_dim(), f = cfg.intermediate_size;
@@ -191,6 +195,13 @@ Transformer::Transformer(const ModelConfig& cfg, uint64_t seed, const at::Device
   rope_sin_ = full.sin().to(at::kFloat).to(device_);
 }
 
+void Transformer::copy_weights_from(const Transformer& other) {
+  SLIMPI_CHECK(other.flat_.numel() == flat_.numel() && other.params_.size() == params_.size(),
+               "copy_weights_from: models of {} and {} parameters", other.flat_.numel(), flat_.numel());
+  at::NoGradGuard no_grad;
+  flat_.copy_(other.flat_);  // one pass: the layouts are the same, element for element
+}
+
 at::Tensor& Transformer::parameter(const std::string& name) {
   for (auto& p : params_)
     if (p.name == name) return p.tensor;
@@ -205,6 +216,12 @@ int64_t Transformer::n_params() const {
 
 at::Tensor Transformer::forward(const at::Tensor& tokens, const AttentionLayout& a, KvCache* cache) const {
   const int64_t T = tokens.size(0), H = cfg_.n_heads, Hkv = cfg_.n_kv_heads, D = cfg_.head_dim();
+  // In a bf16 forward every weight is used as its bf16 rounding, as autocast does for
+  // the matrix products: the embedding and the norm weights too, so fp32 masters
+  // (training) and bf16 weights (a bf16 engine) compute the same thing.
+  const bool bf16 = at::autocast::is_autocast_enabled(device_.type()) &&
+                    at::autocast::get_autocast_dtype(device_.type()) == at::kBFloat16;
+  auto as_used = [&](const at::Tensor& w) { return bf16 ? w.to(at::kBFloat16) : w; };
   const int64_t B = a.n_seqs, Lq = a.max_new, Lk = a.max_keys;
   at::Tensor cos = rope_cos_.index_select(0, a.positions).unsqueeze(1);  // [T, 1, D]
   at::Tensor sin = rope_sin_.index_select(0, a.positions).unsqueeze(1);  // [T, 1, D]
@@ -212,10 +229,10 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const AttentionLayout&
   auto pad = [&](const at::Tensor& x) {
     return at::zeros({B, Lq, x.size(1), D}, x.options()).index_put({a.b_of_t, a.j_of_t}, x);
   };
-  at::Tensor x = at::embedding(embed_, tokens);  // [T, d]
+  at::Tensor x = at::embedding(as_used(embed_), tokens).to(at::kFloat);  // [T, d]: the residual stream is fp32
   for (size_t l = 0; l < layers_.size(); ++l) {
     const LayerParams& p = layers_[l];
-    at::Tensor h = rms_norm(x, p.input_norm, cfg_.rms_norm_eps);
+    at::Tensor h = rms_norm(x, as_used(p.input_norm), cfg_.rms_norm_eps);
     at::Tensor q = apply_rope(at::linear(h, p.q, p.q_bias).view({T, H, D}), cos, sin);    // [T, H, D]
     at::Tensor k = apply_rope(at::linear(h, p.k, p.k_bias).view({T, Hkv, D}), cos, sin);  // [T, Hkv, D]
     at::Tensor v = at::linear(h, p.v, p.v_bias).view({T, Hkv, D});                        // [T, Hkv, D]
@@ -233,10 +250,10 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const AttentionLayout&
                           .index({a.b_of_t, a.j_of_t})                          // [T, H, D]
                           .reshape({T, H * D});
     x = x + at::linear(attn, p.o);
-    h = rms_norm(x, p.post_norm, cfg_.rms_norm_eps);
+    h = rms_norm(x, as_used(p.post_norm), cfg_.rms_norm_eps);
     x = x + at::linear(at::silu(at::linear(h, p.gate)) * at::linear(h, p.up), p.down);
   }
-  x = rms_norm(x, final_norm_, cfg_.rms_norm_eps);
+  x = rms_norm(x, as_used(final_norm_), cfg_.rms_norm_eps);
   return at::linear(x, lm_head_).to(at::kFloat);  // [T, V]
 }
 

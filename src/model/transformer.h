@@ -13,6 +13,10 @@
 // Attention runs batched: the sequences' queries and keys are scattered into padded
 // [B, L, heads, D] tensors, masked (causal and past each sequence's end), and
 // gathered back, so its cost is a few large ops rather than a few per sequence.
+// Precision: weights are stored in fp32 (the trainer's masters) or bf16 (a bf16 rollout
+// engine); drawn in fp32 either way and rounded once. The residual stream, RMSNorm,
+// attention softmax and the logits are fp32 whatever the weights; matrix products run
+// in the precision of the caller's ForwardPrecision (model/precision.h).
 // Invariant: parameters are created in name order from one generator seeded by the
 // run seed, so the same config and seed give bit-identical weights on any device.
 #pragma once
@@ -51,16 +55,22 @@ class Transformer {
     at::Tensor input_norm, q, k, v, q_bias, k_bias, v_bias, o, post_norm, gate, up, down;
   };
 
-  Transformer(const ModelConfig& cfg, uint64_t seed, const at::Device& device);
+  // weights: the storage dtype of the parameters (kFloat or kBFloat16).
+  Transformer(const ModelConfig& cfg, uint64_t seed, const at::Device& device,
+              at::ScalarType weights = at::kFloat);
 
   const ModelConfig& config() const { return cfg_; }
   const std::vector<NamedTensor>& parameters() const { return params_; }
-  // Every parameter is a view of this one buffer [n_params] fp32 (in parameters()
+  // Every parameter is a view of this one buffer [n_params] (weights dtype; in parameters()
   // order, back to back): the weight sync broadcasts it in place, without packing.
   const at::Tensor& flat_parameters() const { return flat_; }
   at::Tensor& parameter(const std::string& name);
   int64_t n_params() const;
   at::Device device() const { return device_; }
+  at::ScalarType weight_dtype() const { return weights_; }
+  // Sets every weight to `other`'s (same config), converting the dtype: a bf16 rollout
+  // copy of the fp32 policy on a colocated rank. No gradient is tracked.
+  void copy_weights_from(const Transformer& other);
 
   // Where each token sits in the padded attention batch and where its keys come from.
   struct AttentionLayout;
@@ -81,6 +91,7 @@ class Transformer {
 
   ModelConfig cfg_;
   at::Device device_;
+  at::ScalarType weights_;
   std::vector<NamedTensor> params_;
   at::Tensor flat_;  // [n_params] every parameter's storage
   std::vector<LayerParams> layers_;

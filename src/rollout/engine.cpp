@@ -11,6 +11,7 @@
 #include "kernels/sampling.h"
 #include "kernels/sampling_tensor.h"
 #include "model/log_probs.h"
+#include "model/precision.h"
 #include "tokenizer/byte_tokenizer.h"
 
 namespace slimpi {
@@ -56,7 +57,8 @@ Engine::Engine(const EngineConfig& cfg, const Transformer& model)
       allocator_(cfg.kv_cache_tokens / cfg.block_size),
       prefix_(allocator_, cfg.block_size),
       cache_(KvCache::allocate(model.config(), (cfg.kv_cache_tokens / cfg.block_size) * cfg.block_size,
-                               at::TensorOptions().dtype(at::kFloat).device(model.device()))) {
+                               at::TensorOptions().dtype(model.weight_dtype()).device(model.device()))),
+      precision_(model.weight_dtype() == at::kBFloat16 ? Precision::BF16 : Precision::FP32) {
   SLIMPI_CHECK(cfg.block_size >= 1 && cfg.max_running >= 1 && cfg.max_batch_tokens >= cfg.max_running,
                "engine limits: block_size {}, max_running {}, max_batch_tokens {} (needs >= max_running)",
                cfg.block_size, cfg.max_running, cfg.max_batch_tokens);
@@ -260,9 +262,9 @@ std::vector<Sample> Engine::step() {
       budget -= n;
     }
 
-  // 4. One forward over the batch. Tokens and the cache slot of every position each
-  //    sequence attends to (slot = block_table[p / bs] * bs + p % bs) go to the device
-  //    in one copy each.
+  // 4. One forward over the batch. The cache slot of every position each sequence
+  //    attends to (slot = block_table[p / bs] * bs + p % bs), built here on the host;
+  //    the model's attention layout takes them to the device in one copy.
   std::vector<int64_t> flat, all_slots;
   std::vector<std::pair<int64_t, int64_t>> slot_ranges;  // per sequence: offset, count
   for (auto [s, n] : batch) {
@@ -273,15 +275,16 @@ std::vector<Sample> Engine::step() {
     if (!decode) stats_.prefill_tokens_computed += n;  // prompts, and recomputation after preemption
   }
   const auto long_opts = at::TensorOptions().dtype(at::kLong);
-  const at::Tensor device_slots = at::tensor(all_slots, long_opts).to(model_.device());
+  const at::Tensor host_slots = at::tensor(all_slots, long_opts);
   std::vector<CachedSequence> seqs;
   for (size_t i = 0; i < batch.size(); ++i)
     seqs.push_back({batch[i].first->n_computed, batch[i].second,
-                    device_slots.narrow(0, slot_ranges[i].first, slot_ranges[i].second)});
+                    host_slots.narrow(0, slot_ranges[i].first, slot_ranges[i].second)});
   Stopwatch forward_clock;
   at::Tensor logits;
   {
     at::NoGradGuard no_grad;
+    ForwardPrecision precision(precision_, model_.device());
     logits = model_.forward_incremental(at::tensor(flat, long_opts).to(model_.device()), seqs, cache_);  // [T, V]
   }
   stats_.forward_s += forward_clock.seconds();

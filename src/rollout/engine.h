@@ -10,6 +10,8 @@
 // sequences that share the prompt's full blocks and copy its partial last block.
 // Tokens depend only on (group seed, sample index, position) and the weights, never
 // on batch composition or preemption (counter-based RNG, kernels/counter_rng.h).
+// Precision: the model's weight dtype decides it: bf16 weights run bf16 matrix products
+// and a bf16 KV cache (model/precision.h); log-probs are fp32 from fp32 logits.
 // Owned by the rollout driver; single-threaded; the model is shared, not owned.
 #pragma once
 
@@ -20,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "model/precision.h"
 #include "model/transformer.h"
 #include "rollout/block_allocator.h"
 #include "rollout/prefix_cache.h"
@@ -94,6 +97,7 @@ class Engine {
   BlockAllocator allocator_;
   PrefixCache prefix_;
   KvCache cache_;
+  Precision precision_;
   std::deque<std::unique_ptr<Sequence>> waiting_;
   std::vector<std::unique_ptr<Sequence>> running_;
   int64_t weight_version_ = 0;

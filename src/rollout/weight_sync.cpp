@@ -27,6 +27,19 @@ uint64_t fnv1a(uint64_t h, const uint8_t* data, int64_t n) {
 
 }  // namespace
 
+WeightImage weight_image(const Transformer& model, at::ScalarType dtype) {
+  if (model.weight_dtype() == dtype) return {model.flat_parameters(), model.parameters()};
+  WeightImage image;
+  at::NoGradGuard no_grad;
+  image.flat = model.flat_parameters().to(dtype);
+  int64_t offset = 0;
+  for (const auto& p : model.parameters()) {
+    image.params.push_back({p.name, image.flat.narrow(0, offset, p.tensor.numel()).view(p.tensor.sizes())});
+    offset += p.tensor.numel();
+  }
+  return image;
+}
+
 WeightSync::WeightSync(Comm& sync, int64_t bucket_bytes) : comm_(sync) {
   SLIMPI_CHECK(bucket_bytes > 0, "weight sync bucket of {} bytes", bucket_bytes);
   bucket_ = at::empty({bucket_bytes}, at::TensorOptions().dtype(at::kByte).device(

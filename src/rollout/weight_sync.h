@@ -28,6 +28,15 @@ struct WeightSyncStats {
   uint64_t checksum = 0;  // FNV-1a of every byte sent, computed on every rank
 };
 
+// The model's weights as `dtype` for sending: its own flat buffer and tensors when they
+// already are (no copy), else one converted copy made now (flat + views in the same
+// order): the fp32 masters rounded to bf16 once per sync for a bf16 rollout.
+struct WeightImage {
+  at::Tensor flat;
+  std::vector<NamedTensor> params;
+};
+WeightImage weight_image(const Transformer& model, at::ScalarType dtype);
+
 class WeightSync {
  public:
   WeightSync(Comm& sync, int64_t bucket_bytes);

@@ -122,6 +122,7 @@ TrainerConfig TrainerConfig::from_deck(const Deck& deck) {
   c.skip_nonfinite_steps = deck.get_bool("train.skip_nonfinite_steps");
   c.grad_bucket_bytes = deck.get_int("train.grad_bucket_mb") << 20;
   c.overlap_grad_reduce = deck.get_bool("train.overlap_grad_reduce");
+  c.precision = parse_precision(deck.get_string("train.precision"));
   c.adam.beta1 = deck.get_float("train.adam_beta1");
   c.adam.beta2 = deck.get_float("train.adam_beta2");
   c.adam.eps = deck.get_float("train.adam_eps");
@@ -185,7 +186,11 @@ void Trainer::compute_log_probs(std::vector<Sample>& samples, bool reference) co
   for (const auto& s : samples) lengths.push_back(static_cast<int64_t>(s.tokens.size()));
   for (const auto& which : plan_micro_batches(lengths, cfg_.n_micro_batches, cfg_.max_tokens_per_micro_batch)) {
     PackedBatch b = pack(samples, which, model.device());
-    at::Tensor logits = model.forward_packed(b.tokens, b.seq_lens);
+    at::Tensor logits;
+    {
+      ForwardPrecision precision(cfg_.precision, model.device());
+      logits = model.forward_packed(b.tokens, b.seq_lens);
+    }
     at::Tensor logp = score_tokens(logits, response_positions(b.tokens, b.seq_lens, b.prompt_lens),
                                    cfg_.temperature, false, b.support).logp.cpu().contiguous();
     int64_t start = 0;
@@ -290,7 +295,11 @@ std::map<std::string, double> Trainer::train_step(std::vector<Sample>& local) {
   for (size_t micro = 0; micro < plan.size(); ++micro) {
     const std::vector<int64_t>& which = plan[micro];
     PackedBatch b = pack(local, which, device);
-    at::Tensor logits = policy_.forward_packed(b.tokens, b.seq_lens);  // [T, V]
+    at::Tensor logits;  // [T, V] fp32
+    {
+      ForwardPrecision precision(cfg_.precision, device);
+      logits = policy_.forward_packed(b.tokens, b.seq_lens);
+    }
     TokenLogProbs lp = score_tokens(logits, response_positions(b.tokens, b.seq_lens, b.prompt_lens),
                                     cfg_.temperature, /*with_entropy=*/true, b.support);
     // Reducer weights [N]: m / (D_i · n_samples) per rollout, or m / n_masked per token.

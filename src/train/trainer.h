@@ -21,6 +21,7 @@
 
 #include <slimpi/sample.h>
 
+#include "model/precision.h"
 #include "model/transformer.h"
 #include "parallel/comm.h"
 #include "train/adamw.h"
@@ -54,7 +55,8 @@ struct TrainerConfig {
   double clip_grad = 1.0;
   bool skip_nonfinite_steps = false;  // else a non-finite loss or gradient norm is an error
   int64_t grad_bucket_bytes = 32 << 20;
-  bool overlap_grad_reduce = true;  // reduce buckets from inside the last backward (GradBuffer)
+  bool overlap_grad_reduce = true;
+  Precision precision = Precision::FP32;  // of the forward; masters, gradients, AdamW stay fp32  // reduce buckets from inside the last backward (GradBuffer)
   AdamW::Options adam;
   LrSchedule lr;
 

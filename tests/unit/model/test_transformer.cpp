@@ -10,6 +10,7 @@
 
 #include "io/safetensors.h"
 #include "io/tensor_io.h"
+#include "model/precision.h"
 #include "model/transformer.h"
 #include "model/log_probs.h"
 
@@ -111,6 +112,51 @@ TEST(Transformer, DeterministicInitAndHuggingFaceNames) {
   Transformer tied(tiny(false, false, true), 5, at::kCPU);
   EXPECT_EQ(tied.n_params(), tiny(false, false, true).n_params());
   EXPECT_THROW(tied.parameter("lm_head.weight"), Error);
+}
+
+// bf16 (model/precision.h): a bf16 forward stays close to the fp32 one; fp32 masters in a
+// bf16 forward compute exactly what a bf16-weight copy computes (what lets a bf16 engine
+// match bf16 training); gradients still reach the fp32 masters in fp32.
+TEST(Transformer, Bf16ForwardOfMastersEqualsBf16Weights) {
+  ModelConfig cfg = tiny(true, true, false);
+  Transformer masters(cfg, 5, at::kCPU), bf16_weights(cfg, 5, at::kCPU, at::kBFloat16);
+  EXPECT_EQ(bf16_weights.flat_parameters().scalar_type(), at::kBFloat16);
+  EXPECT_EQ(bf16_weights.flat_parameters().numel(), masters.flat_parameters().numel());
+  EXPECT_TRUE(at::equal(bf16_weights.flat_parameters(), masters.flat_parameters().to(at::kBFloat16)));
+  const at::Tensor tokens = random_tokens(40, cfg.vocab_size, 3);
+  at::Tensor fp32, from_masters, from_bf16;
+  {
+    at::NoGradGuard no_grad;
+    fp32 = masters.forward_packed(tokens, {25, 15});
+    ForwardPrecision bf16(Precision::BF16, at::kCPU);
+    from_masters = masters.forward_packed(tokens, {25, 15});
+    from_bf16 = bf16_weights.forward_packed(tokens, {25, 15});
+  }
+  EXPECT_EQ(from_masters.scalar_type(), at::kFloat);  // logits are fp32
+  EXPECT_TRUE(at::equal(from_masters, from_bf16));
+  const double gap = (from_masters - fp32).abs().max().item<double>();
+  EXPECT_GT(gap, 1e-4);  // bf16 did act
+  EXPECT_LT(gap, 0.1 * fp32.abs().max().item<double>());
+  // Outside the guard the precision is fp32 again.
+  at::NoGradGuard no_grad;
+  EXPECT_TRUE(at::equal(masters.forward_packed(tokens, {25, 15}), fp32));
+}
+
+TEST(Transformer, Bf16TrainingGradientsAreFp32OnTheMasters) {
+  ModelConfig cfg = tiny(true, false, false);
+  Transformer m(cfg, 5, at::kCPU);
+  const at::Tensor tokens = random_tokens(30, cfg.vocab_size, 4);
+  at::Tensor loss;
+  {
+    ForwardPrecision bf16(Precision::BF16, at::kCPU);
+    loss = at::log_softmax(m.forward_packed(tokens, {30}), 1).select(1, 2).mean();
+  }
+  loss.backward();
+  for (const auto& p : m.parameters()) {
+    ASSERT_TRUE(p.tensor.grad().defined()) << p.name;
+    EXPECT_EQ(p.tensor.grad().scalar_type(), at::kFloat) << p.name;
+    EXPECT_GT(p.tensor.grad().abs().sum().item<double>(), 0.0) << p.name;
+  }
 }
 
 // Hugging Face export round trip: safetensors written from one model and loaded into
