@@ -6,6 +6,7 @@
 // comm time: 1.0 = slimpi's path costs nothing over raw MPI).
 // BM_GradientAllreduce/<MB>: the trainer's GradBuffer::all_reduce (32 MB buckets) of a
 // ~10M-parameter model's gradients (40 MB) against one MPI_Allreduce of the same bytes.
+// BM_WeightSyncBf16VsFp32: the sync of a bf16 rollout (rounding included) vs fp32.
 // BM_OverlappedGradReduce/<bucket MB>: backward + gradient reduction, buckets reduced
 // from inside backward vs after it (ratio overlap_over_after).
 // BM_WeightSync/<bucket MB>/<in place>: WeightSync of the ~50M model (200 MB: header
@@ -179,6 +180,51 @@ BENCHMARK(BM_WeightSync)
     ->Iterations(5)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
+
+// The weight sync of a bf16 rollout (rank 0 rounds its fp32 masters to bf16, then the
+// bf16 image is broadcast into the engines' bf16 models) against the fp32 sync, the
+// ~50M model, 32 MB buckets, alternating. Counters bytes_bf16_over_fp32 and
+// time_bf16_over_fp32 (the bf16 time includes the rounding).
+void BM_WeightSyncBf16VsFp32(benchmark::State& state) {
+  MpiComm comm(MPI_COMM_WORLD, "sync");
+  ModelConfig c;
+  c.hidden_size = 640, c.n_layers = 10, c.n_heads = 10, c.n_kv_heads = 10, c.intermediate_size = 1728;
+  c.max_seq_len = 256;
+  const bool root = comm.rank() == 0;
+  Transformer masters(c, 1, at::kCPU), engine16(c, 2, at::kCPU, at::kBFloat16), engine32(c, 2, at::kCPU);
+  WeightSync sync(comm, 32 << 20);
+  int64_t version = 1;
+  auto fp32 = [&] {
+    Transformer& m = root ? masters : engine32;
+    return sync.sync(m.parameters(), &version, false, m.flat_parameters());
+  };
+  auto bf16 = [&] {
+    const WeightImage image = root ? weight_image(masters, at::kBFloat16)
+                                   : WeightImage{engine16.flat_parameters(), engine16.parameters()};
+    return sync.sync(image.params, &version, false, image.flat);
+  };
+  fp32();
+  bf16();
+  double s32 = 0, s16 = 0;
+  int64_t b32 = 0, b16 = 0, i = 0;
+  for (auto _ : state) {
+    double a, b;
+    if (i++ % 2 == 0) {
+      a = timed_max([&] { b16 = bf16().bytes; });
+      b = timed_max([&] { b32 = fp32().bytes; });
+    } else {
+      b = timed_max([&] { b32 = fp32().bytes; });
+      a = timed_max([&] { b16 = bf16().bytes; });
+    }
+    state.SetIterationTime(a);
+    s16 += a;
+    s32 += b;
+  }
+  state.counters["MB_bf16"] = double(b16) / (1 << 20);
+  state.counters["bytes_bf16_over_fp32"] = double(b16) / double(b32);
+  state.counters["time_bf16_over_fp32"] = s16 / s32;
+}
+BENCHMARK(BM_WeightSyncBf16VsFp32)->Iterations(6)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 void sizes(benchmark::internal::Benchmark* b) {
   for (int64_t mb : {1, 4, 16, 64, 256}) b->Arg(mb);

@@ -7,6 +7,8 @@
 //                          decode FLOP/s (2 x dense params per token) over the FLOP/s of
 //                          torch matmul on the same [64, d] x [d, out] shapes.
 //                          Counter decode_share_of_matmul.
+//   BM_DecodeBf16VsFp32    decode steps at 64 sequences on the ~50M model, bf16 weights and
+//                          KV cache vs fp32, alternating. Counter bf16_over_fp32 (time).
 //   BM_GroupPrefill        32 prompts of 256 tokens x 8 samples, 1 new token each (so the
 //                          time is prefill): one group per prompt (the prompt prefilled
 //                          once, shared by its 8 samples) vs the same 256 requests as
@@ -152,6 +154,43 @@ void BM_DecodeShare(benchmark::State& state) {
   state.counters["decode_share_of_matmul"] = flops / bound;
 }
 
+// Decode steps at 64 running sequences on the ~50M model: an engine on bf16 weights
+// and KV cache (rollout.precision = bf16) against one on fp32, alternating steps.
+// Counter bf16_over_fp32 = bf16 decode-step time / fp32 decode-step time.
+void BM_DecodeBf16VsFp32(benchmark::State& state) {
+  const ModelConfig c = model_50m();
+  Transformer m32(c, 1, at::kCPU), m16(c, 1, at::kCPU, at::kBFloat16);
+  const int64_t B = 64;
+  Engine e32(EngineConfig{16, 64 * 80, B, 4096, false}, m32), e16(EngineConfig{16, 64 * 80, B, 4096, false}, m16);
+  for (Engine* e : {&e32, &e16}) {
+    for (const auto& r : requests(int(B), 1, 16, 48, 1.0)) e->add_request(r);
+    for (int i = 0; i < 3; ++i) e->step();  // prefill, then warm-up decode
+  }
+  auto timed = [](Engine& e) {
+    auto t0 = Clock::now();
+    e.step();
+    return since(t0);
+  };
+  double s32 = 0, s16 = 0;
+  int64_t i = 0;
+  for (auto _ : state) {
+    double a, b;
+    if (i++ % 2 == 0) {
+      a = timed(e16);
+      b = timed(e32);
+    } else {
+      b = timed(e32);
+      a = timed(e16);
+    }
+    state.SetIterationTime(a);
+    s16 += a;
+    s32 += b;
+  }
+  state.counters["bf16_ms"] = 1e3 * s16 / double(state.iterations());
+  state.counters["fp32_ms"] = 1e3 * s32 / double(state.iterations());
+  state.counters["bf16_over_fp32"] = s16 / s32;
+}
+
 void BM_GroupPrefill(benchmark::State& state) {
   Transformer m(quickstart_model(), 1, at::kCPU);
   auto timed = [&](const std::vector<GenerationRequest>& reqs, bool prefix_cache) {
@@ -182,6 +221,7 @@ void BM_GroupPrefill(benchmark::State& state) {
 
 BENCHMARK(BM_KvCacheVsRecompute)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DecodeShare)->Iterations(20)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_DecodeBf16VsFp32)->Iterations(20)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_GroupPrefill)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace
