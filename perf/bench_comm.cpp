@@ -15,6 +15,7 @@
 // MPI_Bcast of the same bytes. Counter sync_vs_bcast.
 #include <ATen/ATen.h>
 
+#include "alternate.h"
 #include "mpi_bench_main.h"
 #include "parallel/comm_tensor.h"
 #include "parallel/mpi_comm.h"
@@ -33,21 +34,8 @@ void compare(benchmark::State& state, CommFn via_comm, RawFn via_mpi) {
   at::Tensor t = at::ones({mb * kMB / 4}, at::kFloat);  // [mb MB / 4], allocated once
   via_comm(comm, t);  // warm-up both paths
   via_mpi(t);
-  double comm_s = 0, mpi_s = 0;
-  int64_t i = 0;
-  for (auto _ : state) {
-    double a, b;
-    if (i++ % 2 == 0) {
-      a = timed_max([&] { via_comm(comm, t); });
-      b = timed_max([&] { via_mpi(t); });
-    } else {
-      b = timed_max([&] { via_mpi(t); });
-      a = timed_max([&] { via_comm(comm, t); });
-    }
-    state.SetIterationTime(a);
-    comm_s += a;
-    mpi_s += b;
-  }
+  const auto [comm_s, mpi_s] = alternate(state, [](auto fn) { return timed_max(fn); },
+                                         [&] { via_comm(comm, t); }, [&] { via_mpi(t); });
   const double n = double(state.iterations());
   state.SetBytesProcessed(state.iterations() * mb * kMB);
   state.counters["comm_ms"] = 1e3 * comm_s / n;
@@ -120,21 +108,8 @@ void BM_OverlappedGradReduce(benchmark::State& state) {
   };
   step(true);
   step(false);
-  double overlap_s = 0, after_s = 0;
-  int64_t i = 0;
-  for (auto _ : state) {
-    double a, b;
-    if (i++ % 2 == 0) {
-      a = timed_max([&] { step(true); });
-      b = timed_max([&] { step(false); });
-    } else {
-      b = timed_max([&] { step(false); });
-      a = timed_max([&] { step(true); });
-    }
-    state.SetIterationTime(a);
-    overlap_s += a;
-    after_s += b;
-  }
+  const auto [overlap_s, after_s] =
+      alternate(state, [](auto fn) { return timed_max(fn); }, [&] { step(true); }, [&] { step(false); });
   state.counters["buckets"] = double(grads.n_buckets());
   state.counters["in_backward"] = double(grads.n_started_in_backward());
   state.counters["overlap_ms"] = 1e3 * overlap_s / double(state.iterations());
@@ -205,21 +180,9 @@ void BM_WeightSyncBf16VsFp32(benchmark::State& state) {
   };
   fp32();
   bf16();
-  double s32 = 0, s16 = 0;
-  int64_t b32 = 0, b16 = 0, i = 0;
-  for (auto _ : state) {
-    double a, b;
-    if (i++ % 2 == 0) {
-      a = timed_max([&] { b16 = bf16().bytes; });
-      b = timed_max([&] { b32 = fp32().bytes; });
-    } else {
-      b = timed_max([&] { b32 = fp32().bytes; });
-      a = timed_max([&] { b16 = bf16().bytes; });
-    }
-    state.SetIterationTime(a);
-    s16 += a;
-    s32 += b;
-  }
+  int64_t b32 = 0, b16 = 0;
+  const auto [s16, s32] = alternate(state, [](auto fn) { return timed_max(fn); }, [&] { b16 = bf16().bytes; },
+                                    [&] { b32 = fp32().bytes; });
   state.counters["MB_bf16"] = double(b16) / (1 << 20);
   state.counters["bytes_bf16_over_fp32"] = double(b16) / double(b32);
   state.counters["time_bf16_over_fp32"] = s16 / s32;

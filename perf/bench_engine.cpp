@@ -21,6 +21,7 @@
 
 #include <chrono>
 
+#include "alternate.h"
 #include "kernels/counter_rng.h"
 #include "rollout/engine.h"
 #include "tokenizer/byte_tokenizer.h"
@@ -166,29 +167,15 @@ void BM_DecodeBf16VsFp32(benchmark::State& state) {
     for (const auto& r : requests(int(B), 1, 16, 48, 1.0)) e->add_request(r);
     for (int i = 0; i < 3; ++i) e->step();  // prefill, then warm-up decode
   }
-  auto timed = [](Engine& e) {
+  auto timed = [](auto fn) {
     auto t0 = Clock::now();
-    e.step();
+    fn();
     return since(t0);
   };
-  double s32 = 0, s16 = 0;
-  int64_t i = 0;
-  for (auto _ : state) {
-    double a, b;
-    if (i++ % 2 == 0) {
-      a = timed(e16);
-      b = timed(e32);
-    } else {
-      b = timed(e32);
-      a = timed(e16);
-    }
-    state.SetIterationTime(a);
-    s16 += a;
-    s32 += b;
-  }
-  state.counters["bf16_ms"] = 1e3 * s16 / double(state.iterations());
-  state.counters["fp32_ms"] = 1e3 * s32 / double(state.iterations());
-  state.counters["bf16_over_fp32"] = s16 / s32;
+  const AbSeconds s = alternate(state, timed, [&] { e16.step(); }, [&] { e32.step(); });
+  state.counters["bf16_ms"] = 1e3 * s.a / double(state.iterations());
+  state.counters["fp32_ms"] = 1e3 * s.b / double(state.iterations());
+  state.counters["bf16_over_fp32"] = s.a / s.b;
 }
 
 void BM_GroupPrefill(benchmark::State& state) {

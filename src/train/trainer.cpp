@@ -70,28 +70,55 @@ at::Tensor gather_field(const std::vector<Sample>& samples, const std::vector<in
   return at::cat(parts);
 }
 
-// Sums of weighted per-token metrics over the step (this rank), reduced later.
+// Sums of weighted per-token metrics over the step (this rank), reduced later. Tensor
+// terms accumulate where they live (on a GPU: no host round trip per micro-batch);
+// reduce() brings them to the host in one copy.
 class MetricSums {
  public:
   void add(const std::string& name, const at::Tensor& per_token, const at::Tensor& weight) {
-    sums_[name] += (per_token.detach().to(at::kDouble) * weight.to(at::kDouble)).sum().item<double>();
+    add_tensor(name, (per_token.detach().to(at::kDouble) * weight.detach().to(at::kDouble)).sum());
+  }
+  // A 0-dim tensor term (e.g. the loss), detached.
+  void add_tensor(const std::string& name, const at::Tensor& value) {
+    at::Tensor v = value.detach().to(at::kDouble);
+    auto it = tensor_sums_.find(name);
+    if (it == tensor_sums_.end()) tensor_sums_.emplace(name, v);
+    else it->second = it->second + v;
   }
   void add_value(const std::string& name, double v) { sums_[name] += v; }
-  // Sums over dp ranks; returns name -> value.
+  // Sums over dp ranks; returns name -> value. Every rank must hold the same names
+  // (declare them with add_value(name, 0)).
   std::map<std::string, double> reduce(Comm* dp) {
-    at::Tensor t = at::zeros({int64_t(sums_.size())}, at::kDouble);
-    int64_t i = 0;
-    for (const auto& [k, v] : sums_) t[i++] = v;
+    if (!tensor_sums_.empty()) {
+      std::vector<at::Tensor> parts;
+      for (const auto& [k, v] : tensor_sums_) parts.push_back(v.reshape({1}));
+      const at::Tensor host = at::cat(parts).cpu();  // [n] f64, one copy
+      int64_t i = 0;
+      for (const auto& [k, v] : tensor_sums_) sums_[k] += host.data_ptr<double>()[i++];
+      tensor_sums_.clear();
+    }
+    std::vector<double> values;
+    for (const auto& [k, v] : sums_) values.push_back(v);
+    at::Tensor t = at::tensor(values, at::kDouble);
     if (dp) allreduce(*dp, t);
     std::map<std::string, double> out;
-    i = 0;
-    for (const auto& [k, v] : sums_) out[k] = t[i++].item<double>();
+    int64_t i = 0;
+    for (const auto& [k, v] : sums_) out[k] = t.data_ptr<double>()[i++];
     return out;
   }
 
  private:
   std::map<std::string, double> sums_;
+  std::map<std::string, at::Tensor> tensor_sums_;  // 0-dim f64, on the model's device
 };
+
+// Sum of a sample's loss mask (all ones when it has none): host data, no device sync.
+double mask_sum(const Sample& s) {
+  if (s.loss_mask.empty()) return static_cast<double>(s.response_length());
+  double sum = 0;
+  for (float m : s.loss_mask) sum += m;
+  return sum;
+}
 
 }  // namespace
 
@@ -220,7 +247,7 @@ std::map<std::string, double> Trainer::prepare_rollout(std::vector<Sample>& loca
     const int64_t R = s.response_length();
     at::Tensor mask = as_tensor(s.loss_mask, R, 1.0f, at::kCPU);  // [R]
     masks.push_back(mask);
-    per_sample.push_back(mask / std::max(mask.sum().item<double>(), 1.0));
+    per_sample.push_back(mask / std::max(mask_sum(s), 1.0));
     AdvantageInputs in;
     in.reward = s.reward;
     in.mask = mask;
@@ -261,16 +288,18 @@ std::map<std::string, double> Trainer::train_step(std::vector<Sample>& local) {
 
   // Step-wide counts: the reducer's denominators (every rank the same).
   std::vector<at::Tensor> masks, advantages;
-  at::Tensor counts = at::zeros({3}, at::kDouble);  // [samples, masked tokens, all tokens]
+  std::vector<double> local_counts{0, 0, 0};  // samples, masked tokens, all tokens
   for (const auto& s : local) {
     masks.push_back(as_tensor(s.loss_mask, s.response_length(), 1.0f, device));
     if (rl) advantages.push_back(as_tensor(s.advantages, s.response_length(), 0.0f, device));
-    counts[0] += 1;
-    counts[1] += masks.back().sum().item<double>();
-    counts[2] += static_cast<double>(s.tokens.size());
+    local_counts[0] += 1;
+    local_counts[1] += mask_sum(s);
+    local_counts[2] += static_cast<double>(s.tokens.size());
   }
+  at::Tensor counts = at::tensor(local_counts, at::kDouble);  // [3]
   if (dp_) allreduce(*dp_, counts);
-  const double n_samples = counts[0].item<double>(), n_masked = counts[1].item<double>();
+  const double* totals = counts.data_ptr<double>();
+  const double n_samples = totals[0], n_masked = totals[1], n_tokens = totals[2];
   // An optimizer step whose share is empty on every rank (a rollout of very few
   // samples cut into num_steps_per_rollout parts rank by rank) changes nothing.
   if (n_samples == 0) return {{"train/optimizer_step_empty", 1.0}};
@@ -308,7 +337,7 @@ std::map<std::string, double> Trainer::train_step(std::vector<Sample>& local) {
     for (int64_t i : which) {
       mask_parts.push_back(masks[i]);
       if (rl) adv_parts.push_back(advantages[i]);
-      denominators.push_back(std::max(masks[i].sum().item<double>(), 1.0));
+      denominators.push_back(std::max(mask_sum(local[i]), 1.0));
     }
     at::Tensor mask = at::cat(mask_parts);
     at::Tensor weight = cfg_.calculate_per_token_loss
@@ -368,7 +397,7 @@ std::map<std::string, double> Trainer::train_step(std::vector<Sample>& local) {
         loss = loss + cfg_.kl_loss_coef * (kl * weight).sum();
         sums.add("train/kl_loss", kl, weight);
       }
-      sums.add_value("train/loss", loss.item<double>());
+      sums.add_tensor("train/loss", loss);
     }
     sums.add("train/entropy_loss", lp.entropy, weight);
     // The last backward of the step reduces gradient buckets as it produces them. With
@@ -401,7 +430,7 @@ std::map<std::string, double> Trainer::train_step(std::vector<Sample>& local) {
   metrics["train/lr"] = lr;
   const double seconds = clock.seconds();
   metrics["perf/actor_train_time"] = seconds;
-  metrics["perf/train_tokens_per_s"] = counts[2].item<double>() / seconds;
+  metrics["perf/train_tokens_per_s"] = n_tokens / seconds;
   return metrics;
 }
 
