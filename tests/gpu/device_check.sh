@@ -45,10 +45,7 @@ if [ -x "$usr/bin/mpicxx.openmpi" ]; then
   cmake_args+=(-DCMAKE_PREFIX_PATH="$usr;$lib/cmake"
     -DMPI_C_COMPILER="$usr/bin/mpicc.openmpi" -DMPI_CXX_COMPILER="$usr/bin/mpicxx.openmpi"
     -DMPIEXEC_EXECUTABLE="$usr/bin/mpirun.openmpi"
-    -DHDF5_C_COMPILER_EXECUTABLE=IGNORE -DHDF5_C_INCLUDE_DIR="$usr/include/hdf5/openmpi"
-    -DHDF5_C_LIBRARY_hdf5="$lib/hdf5/openmpi/libhdf5.so"
-    -DHDF5_INCLUDE_DIRS="$usr/include/hdf5/openmpi" -DHDF5_C_LIBRARIES="$lib/hdf5/openmpi/libhdf5.so"
-    -DHDF5_IS_PARALLEL=ON -DHDF5_FOUND=ON)
+    -DSLIMPI_HDF5_INCLUDE_DIR="$usr/include/hdf5/openmpi" -DSLIMPI_HDF5_LIBRARY="$lib/hdf5/openmpi/libhdf5.so")
 fi
 
 # 2. This machine's torch (its CUDA and NCCL come with it).

@@ -13,7 +13,7 @@ packages=(
   librdmacm1 ibverbs-providers libnl-3-200 libnl-route-3-200 libpsm2-2 libpsm-infinipath1 libmunge2
   libnuma1 libpciaccess0 libltdl7
   libhdf5-openmpi-dev libhdf5-openmpi-103-1 libhdf5-openmpi-hl-100 libaec0 libsz2 libcurl3-gnutls
-  libtomlplusplus-dev nlohmann-json3-dev libfmt-dev libfmt9 libspdlog-dev libspdlog1.10 libcli11-dev
+  libtomlplusplus-dev libtomlplusplus3 nlohmann-json3-dev libfmt-dev libfmt9 libspdlog-dev libspdlog1.10 libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev libbenchmark1debian libxxhash-dev libxxhash0
 )
 mkdir -p "$dest"
