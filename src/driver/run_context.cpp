@@ -33,7 +33,8 @@ std::string utc_now() {
 // so a lock left by a killed job is simply taken over). The file says who holds it.
 // "" when locked, else why not.
 std::string lock_run_dir(const std::string& dir) {
-  static int held_fd = -1;  // kept open until exit: closing it would release the lock
+  // The descriptor stays open (never closed, deliberately) until the process exits:
+  // closing it would release the lock.
   const std::string path = dir + "/.slimpi.lock";
   const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) return fmt::format("cannot open {}: {}", path, std::strerror(errno));
@@ -51,7 +52,6 @@ std::string lock_run_dir(const std::string& dir) {
   const std::string me = fmt::format("host {} pid {} since {}\n", host, getpid(), utc_now());
   if (ftruncate(fd, 0) != 0 || pwrite(fd, me.data(), me.size(), 0) != ssize_t(me.size()))
     return fmt::format("cannot write {}: {}", path, std::strerror(errno));
-  held_fd = fd;
   return "";
 }
 
