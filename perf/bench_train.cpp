@@ -8,18 +8,26 @@
 //                          products of every linear layer), measured right before.
 //   BM_PackedVsPadded      a step on 16 sequences of lengths 32..256 given as they are,
 //                          against the same sequences with pad tokens appended up to
-//                          256. Both go through the same attention, which pads each
-//                          micro-batch to its longest sequence internally: this measures
-//                          the cost of computing pad *tokens* (projections, MLP, head),
-//                          not of padded vs unpadded attention (no unpadded attention
-//                          exists yet). Counter padded_over_packed_time.
+//                          256. Both take the same attention path (same count, heads
+//                          and longest length): this measures the cost of computing pad
+//                          *tokens* (projections, MLP, head). Counter
+//                          padded_over_packed_time.
+//   BM_PackedAttentionUnpaddedVsPadded  16 sequences of 32..2048 tokens, a small model:
+//                          packed attention without padding vs the padded batch (time
+//                          and peak memory ratios).
 // Models: "10M" (d 320, 8 layers) and "50M" (d 640, 10 layers). Threads: $SLIMPI_THREADS
 // (default 1). Run: build/perf/bench_train [--benchmark_filter=10M]
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <benchmark/benchmark.h>
 
+#include <malloc.h>
+
 #include <chrono>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <functional>
 
 #include "alternate.h"
 #include "train/trainer.h"
@@ -208,9 +216,60 @@ void BM_GpuTrainStepBf16(benchmark::State& state) {
   time_steps(state, trainer, samples, c, m.n_params(), T, bound);
 }
 
+// Peak resident memory growth of `fn` (bytes): freed heap is handed back first
+// (malloc_trim) and the kernel's high-water mark reset (/proc/self/clear_refs = 5).
+int64_t peak_rss_growth(const std::function<void()>& fn) {
+  auto status_kb = [](const char* key) {
+    std::ifstream in("/proc/self/status");
+    std::string line;
+    while (std::getline(in, line))
+      if (line.rfind(key, 0) == 0) return std::stoll(line.substr(std::strlen(key)));
+    return 0LL;
+  };
+  malloc_trim(0);
+  std::ofstream("/proc/self/clear_refs") << "5";
+  const int64_t before = status_kb("VmRSS:");
+  fn();
+  return (status_kb("VmHWM:") - before) * 1024;
+}
+
+// Training on mixed lengths, packed attention without padding (per-sequence flash
+// attention) against the padded batch: a small model (d 64, 2 layers, 4 heads over 2
+// KV heads) on 16 sequences of 32..2048 tokens (geometric), one optimizer step each
+// way, alternating. Counters padded_over_unpadded_time and padded_over_unpadded_peak
+// (peak RSS growth of one step; the padded scores are 16 x 4 x 2048² fp32 per tensor).
+void BM_PackedAttentionUnpaddedVsPadded(benchmark::State& state) {
+  ModelConfig c;
+  c.vocab_size = 260, c.hidden_size = 64, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 2;
+  c.intermediate_size = 128, c.max_seq_len = 2048;
+  std::vector<int64_t> lengths;
+  for (int i = 0; i < 16; ++i) lengths.push_back(int64_t(std::llround(32.0 * std::pow(64.0, i / 15.0))));
+  Transformer m_pad(c, 1, at::kCPU), m_unpad(c, 1, at::kCPU);
+  m_pad.set_padded_attention_budget(int64_t(1) << 50);
+  m_unpad.set_padded_attention_budget(0);
+  Trainer padded(config(), m_pad, nullptr), unpadded(config(), m_unpad, nullptr);
+  auto samples = batch(lengths, 5);
+  const int64_t unpadded_peak = peak_rss_growth([&] { unpadded.train_step(samples); });
+  const int64_t padded_peak = peak_rss_growth([&] { padded.train_step(samples); });
+  auto timed = [](auto fn) {
+    auto t0 = Clock::now();
+    fn();
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  };
+  const AbSeconds s =
+      alternate(state, timed, [&] { unpadded.train_step(samples); }, [&] { padded.train_step(samples); });
+  state.counters["unpadded_ms"] = 1e3 * s.a / double(state.iterations());
+  state.counters["padded_ms"] = 1e3 * s.b / double(state.iterations());
+  state.counters["padded_over_unpadded_time"] = s.b / s.a;
+  state.counters["unpadded_peak_MB"] = double(unpadded_peak) / (1 << 20);
+  state.counters["padded_peak_MB"] = double(padded_peak) / (1 << 20);
+  state.counters["padded_over_unpadded_peak"] = double(padded_peak) / double(std::max<int64_t>(unpadded_peak, 1));
+}
+
 BENCHMARK(BM_TrainStep)->Arg(10)->Arg(50)->Iterations(3)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_TrainStepBf16VsFp32)->Arg(50)->Iterations(4)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_GpuTrainStepBf16)->Iterations(3)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_PackedAttentionUnpaddedVsPadded)->Iterations(2)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_PackedVsPadded)->Iterations(3)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace

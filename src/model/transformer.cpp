@@ -7,6 +7,7 @@
 #include <slimpi/error.h>
 
 #include <cmath>
+#include <ATen/ops/scaled_dot_product_attention.h>
 
 namespace slimpi {
 namespace {
@@ -45,6 +46,31 @@ at::Tensor attend_padded(const at::Tensor& q, const at::Tensor& k, const at::Ten
   return at::matmul(probs, vh).permute({0, 3, 1, 2, 4}).reshape({B, Lq, H, D});  // [B, Lq, H, D]
 }
 
+// Causal attention of B packed sequences without padding: each sequence alone through
+// torch's scaled_dot_product_attention (a flash kernel on CPU and GPU: score memory
+// O(L) per block, never O(B · longest²)). q [T, H, D], k/v [T, Hkv, D], sequences back
+// to back with lengths seq_lens. Grouped-query: head h reads kv head h / (H / Hkv).
+// Returns [T, H, D].
+at::Tensor attend_unpadded(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                           const std::vector<int64_t>& seq_lens) {
+  const int64_t H = q.size(1), g = H / k.size(1);
+  std::vector<at::Tensor> out;
+  int64_t start = 0;
+  for (int64_t L : seq_lens) {
+    auto heads_first = [&](const at::Tensor& x) { return x.narrow(0, start, L).transpose(0, 1).unsqueeze(0); };
+    at::Tensor kh = heads_first(k), vh = heads_first(v);  // [1, Hkv, L, D]
+    if (g > 1) {
+      kh = kh.repeat_interleave(g, 1);  // [1, H, L, D]
+      vh = vh.repeat_interleave(g, 1);
+    }
+    out.push_back(at::scaled_dot_product_attention(heads_first(q), kh, vh, {}, 0.0, /*is_causal=*/true)
+                      .squeeze(0)
+                      .transpose(0, 1));  // [L, H, D]
+    start += L;
+  }
+  return at::cat(out);
+}
+
 }  // namespace
 
 // Token t of the packed input is query row (b_of_t[t], j_of_t[t]) of the padded batch.
@@ -56,6 +82,7 @@ struct Transformer::AttentionLayout {
   at::Tensor n_keys;          // [B] keys each sequence attends to (past + new)
   at::Tensor new_slots;       // cached: [T] cache slot of every new token
   at::Tensor key_slots;       // cached: [B * max_keys] slot of every padded key (0 where padding)
+  std::vector<int64_t> seq_lens;  // packed (no cache): each sequence's length
 };
 
 namespace {
@@ -223,6 +250,9 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const AttentionLayout&
                     at::autocast::get_autocast_dtype(device_.type()) == at::kBFloat16;
   auto as_used = [&](const at::Tensor& w) { return bf16 ? w.to(at::kBFloat16) : w; };
   const int64_t B = a.n_seqs, Lq = a.max_new, Lk = a.max_keys;
+  // Packed sequences attend without padding once the padded scores would outgrow the
+  // budget; below it the padded batch (a few large ops) is faster for many short ones.
+  const bool unpadded = !cache && B * H * Lq * Lk > padded_attention_budget_;
   at::Tensor cos = rope_cos_.index_select(0, a.positions).unsqueeze(1);  // [T, 1, D]
   at::Tensor sin = rope_sin_.index_select(0, a.positions).unsqueeze(1);  // [T, 1, D]
   // Scatter [T, heads, D] rows into a zero-padded [B, Lq, heads, D] batch.
@@ -236,6 +266,12 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const AttentionLayout&
     at::Tensor q = apply_rope(at::linear(h, p.q, p.q_bias).view({T, H, D}), cos, sin);    // [T, H, D]
     at::Tensor k = apply_rope(at::linear(h, p.k, p.k_bias).view({T, Hkv, D}), cos, sin);  // [T, Hkv, D]
     at::Tensor v = at::linear(h, p.v, p.v_bias).view({T, Hkv, D});                        // [T, Hkv, D]
+    if (unpadded) {
+      x = x + at::linear(attend_unpadded(q, k, v, a.seq_lens).reshape({T, H * D}), p.o);
+      h = rms_norm(x, as_used(p.post_norm), cfg_.rms_norm_eps);
+      x = x + at::linear(at::silu(at::linear(h, p.gate)) * at::linear(h, p.up), p.down);
+      continue;
+    }
     at::Tensor k_pad, v_pad;  // [B, Lk, Hkv, D]
     if (cache) {
       cache->k[l].index_copy_(0, a.new_slots, k.to(cache->k[l].scalar_type()));
@@ -265,7 +301,9 @@ at::Tensor Transformer::forward_packed(const at::Tensor& tokens, const std::vect
     total += n;
   }
   SLIMPI_CHECK(total == tokens.size(0), "forward_packed: {} tokens but lengths sum to {}", tokens.size(0), total);
-  return forward(tokens, make_layout(std::vector<int64_t>(seq_lens.size(), 0), seq_lens, {}, device_), nullptr);
+  AttentionLayout layout = make_layout(std::vector<int64_t>(seq_lens.size(), 0), seq_lens, {}, device_);
+  layout.seq_lens = seq_lens;
+  return forward(tokens, layout, nullptr);
 }
 
 at::Tensor Transformer::forward_incremental(const at::Tensor& tokens, const std::vector<CachedSequence>& seqs,

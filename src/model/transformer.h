@@ -10,9 +10,14 @@
 //                        writes the new keys/values into a KvCache at given slots
 //                        (prefill chunks and decode steps of the rollout engine)
 // Both run the same layer code; attention differs only in where keys/values come from.
-// Attention runs batched: the sequences' queries and keys are scattered into padded
-// [B, L, heads, D] tensors, masked (causal and past each sequence's end), and
-// gathered back, so its cost is a few large ops rather than a few per sequence.
+// Attention of packed sequences (training, log-prob recomputation) runs each sequence
+// alone through torch's scaled_dot_product_attention (flash kernels: no padding, no
+// O(B · longest²) scores) once a padded batch's scores would exceed
+// padded_attention_budget() elements; below that, and always for the incremental
+// forward, the sequences' queries and keys are scattered into padded [B, L, heads, D]
+// tensors, masked (causal and past each sequence's end) and gathered back: a few large
+// ops, faster for many short sequences. Both give the same outputs and gradients to
+// fp32 round-off (tested).
 // Precision: weights are stored in fp32 (the trainer's masters) or bf16 (a bf16 rollout
 // engine); drawn in fp32 either way and rounded once. The residual stream, RMSNorm,
 // attention softmax and the logits are fp32 whatever the weights; matrix products run
@@ -68,6 +73,11 @@ class Transformer {
   int64_t n_params() const;
   at::Device device() const { return device_; }
   at::ScalarType weight_dtype() const { return weights_; }
+  // Padded-attention scores (B · heads · longest²) above which packed sequences attend
+  // without padding. Default kPaddedAttentionBudget; 0 = always unpadded.
+  static constexpr int64_t kPaddedAttentionBudget = int64_t(1) << 22;
+  int64_t padded_attention_budget() const { return padded_attention_budget_; }
+  void set_padded_attention_budget(int64_t elements) { padded_attention_budget_ = elements; }
   // Sets every weight to `other`'s (same config), converting the dtype: a bf16 rollout
   // copy of the fp32 policy on a colocated rank. No gradient is tracked.
   void copy_weights_from(const Transformer& other);
@@ -92,6 +102,7 @@ class Transformer {
   ModelConfig cfg_;
   at::Device device_;
   at::ScalarType weights_;
+  int64_t padded_attention_budget_ = kPaddedAttentionBudget;
   std::vector<NamedTensor> params_;
   at::Tensor flat_;  // [n_params] every parameter's storage
   std::vector<LayerParams> layers_;
