@@ -12,6 +12,13 @@ PrefixCache::PrefixCache(BlockAllocator& allocator, int64_t block_size)
 
 PrefixCache::~PrefixCache() { clear(); }
 
+void PrefixCache::touch(Node* n) {
+  const bool leaf = n->children.empty();
+  if (leaf) leaves_.erase({n->last_used, n});
+  n->last_used = clock_;
+  if (leaf) leaves_.insert({n->last_used, n});
+}
+
 std::vector<int32_t> PrefixCache::match_prefix(const std::vector<int64_t>& tokens, int64_t max_tokens) {
   std::vector<int32_t> out;
   Node* node = &root_;
@@ -21,7 +28,7 @@ std::vector<int32_t> PrefixCache::match_prefix(const std::vector<int64_t>& token
     auto it = node->children.find(key);
     if (it == node->children.end()) break;
     node = it->second.get();
-    node->last_used = clock_;
+    touch(node);
     allocator_.ref(node->block);
     out.push_back(node->block);
   }
@@ -41,20 +48,12 @@ void PrefixCache::insert(const std::vector<int64_t>& tokens, const std::vector<i
       child->parent = node;
       allocator_.ref(child->block);
       ++n_nodes_;
+      if (node != &root_ && node->children.empty()) leaves_.erase({node->last_used, node});  // no longer a leaf
       it = node->children.emplace(key, std::move(child)).first;
+      leaves_.insert({0, it->second.get()});  // touched just below
     }
     node = it->second.get();
-    node->last_used = clock_;
-  }
-}
-
-void PrefixCache::collect_evictable(Node* n, std::vector<Node*>& out) const {
-  for (auto& [k, c] : n->children) {
-    if (c->children.empty()) {
-      if (allocator_.refcount(c->block) == 1) out.push_back(c.get());
-    } else {
-      collect_evictable(c.get(), out);
-    }
+    touch(node);
   }
 }
 
@@ -77,18 +76,25 @@ int64_t PrefixCache::n_evictable() const {
 
 int64_t PrefixCache::evict(int64_t n) {
   int64_t freed = 0;
-  while (freed < n) {
-    std::vector<Node*> leaves;
-    collect_evictable(&root_, leaves);
-    if (leaves.empty()) break;
-    std::sort(leaves.begin(), leaves.end(), [](const Node* a, const Node* b) { return a->last_used < b->last_used; });
-    for (Node* leaf : leaves) {
-      if (freed >= n) break;
-      Node* parent = leaf->parent;
-      allocator_.unref(leaf->block);
-      --n_nodes_;
-      ++freed;
-      parent->children.erase(leaf->key);  // destroys leaf
+  auto it = leaves_.begin();
+  while (freed < n && it != leaves_.end()) {
+    Node* leaf = const_cast<Node*>(it->second);
+    if (allocator_.refcount(leaf->block) != 1) {  // a running sequence still reads it
+      ++it;
+      continue;
+    }
+    it = leaves_.erase(it);
+    Node* parent = leaf->parent;
+    allocator_.unref(leaf->block);
+    --n_nodes_;
+    ++freed;
+    parent->children.erase(leaf->key);  // destroys leaf
+    if (parent != &root_ && parent->children.empty()) {
+      // The parent is a leaf now; its last use is no older than the child's, so it sorts
+      // at or after the position just left, unless it ties on last_used with a smaller
+      // address: then continue from it.
+      auto inserted = leaves_.insert({parent->last_used, parent}).first;
+      if (it == leaves_.end() || *inserted < *it) it = inserted;
     }
   }
   return freed;
@@ -103,6 +109,9 @@ void PrefixCache::release_subtree(Node* n) {
   n->children.clear();
 }
 
-void PrefixCache::clear() { release_subtree(&root_); }
+void PrefixCache::clear() {
+  release_subtree(&root_);
+  leaves_.clear();
+}
 
 }  // namespace slimpi

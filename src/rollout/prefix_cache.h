@@ -8,12 +8,19 @@
 //
 // Owned by the Engine, next to the BlockAllocator it shares blocks with. The cache
 // holds one reference to each node's block; eviction takes least-recently-used leaves
-// whose block nobody else references. Invariant: a node's block is never free.
+// whose block nobody else references. The leaves are kept in a set ordered by last use
+// (SGLang's approach), so eviction walks them oldest first and never rescans or sorts
+// the tree; a leaf still referenced by a running sequence is stepped over. A node's
+// last use is never older than any of its descendants' (a lookup touches the whole
+// path), so a parent that becomes a leaf sorts after the child just evicted.
+// Invariants: a node's block is never free; leaves_ holds exactly the childless nodes.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
+#include <utility>
 #include <vector>
 
 #include "rollout/block_allocator.h"
@@ -48,12 +55,14 @@ class PrefixCache {
     Node* parent = nullptr;
     std::map<std::vector<int64_t>, std::unique_ptr<Node>> children;
   };
-  void collect_evictable(Node* n, std::vector<Node*>& out) const;
+  using LeafKey = std::pair<uint64_t, const Node*>;  // (last_used, node): oldest first
+  void touch(Node* n);                                // last_used = now, keeping leaves_ ordered
   void release_subtree(Node* n);
 
   BlockAllocator& allocator_;
   int64_t block_size_;
   Node root_;
+  std::set<LeafKey> leaves_;
   uint64_t clock_ = 0;
   int64_t n_nodes_ = 0;
 };

@@ -1,5 +1,7 @@
 // Block allocator and prefix cache invariants.
 #include <gtest/gtest.h>
+
+#include <map>
 #include <slimpi/error.h>
 
 #include "rollout/prefix_cache.h"
@@ -65,6 +67,62 @@ TEST(PrefixCache, EvictsOnlyUnreferencedLeavesLeastRecentlyUsedFirst) {
   for (int32_t b : held) a.unref(b);
   cache.clear();
   EXPECT_EQ(a.n_free(), 8);  // no leak
+}
+
+TEST(PrefixCache, EvictionOrderIsLeastRecentlyUsedLeafFirstAcrossATree) {
+  // A tree: [1 2 3], [1 2 4], [1 5], [6 7], [8] (block size 1). Touch order after the
+  // inserts makes the expected order: leaf 4, then 3, then 2 (became a leaf, touched with
+  // them), then 8, then 7 and 6; [1 5] is held by a "running sequence" and so is 1.
+  BlockAllocator a(16);
+  PrefixCache cache(a, 1);
+  std::map<std::vector<int64_t>, std::vector<int32_t>> blocks;
+  auto put = [&](std::vector<int64_t> tokens) {
+    std::vector<int32_t> b;
+    for (size_t i = 0; i < tokens.size(); ++i) b.push_back(*a.allocate());
+    cache.insert(tokens, b, int64_t(tokens.size()));
+    for (int32_t x : b) a.unref(x);  // only the cache holds new blocks (shared ones stay)
+    blocks[tokens] = b;
+  };
+  put({1, 2, 3});
+  put({1, 2, 4});
+  put({1, 5});
+  put({6, 7});
+  put({8});
+  auto touch = [&](std::vector<int64_t> t) {
+    for (int32_t b : cache.match_prefix(t, int64_t(t.size()))) a.unref(b);
+  };
+  touch({1, 2, 4});  // 4 older than 3 after the next touch
+  touch({1, 2, 3});
+  touch({8});
+  touch({6, 7});
+  auto held = cache.match_prefix({1, 5}, 2);  // holds 1 and 5
+  auto freed_block = [&]() -> int32_t {
+    std::vector<int> before(16);
+    for (int32_t b = 0; b < 16; ++b) before[b] = a.refcount(b);
+    EXPECT_EQ(cache.evict(1), 1);
+    for (int32_t b = 0; b < 16; ++b)
+      if (before[b] == 1 && a.refcount(b) == 0) return b;
+    return -1;
+  };
+  const int32_t block_of_4 = blocks[{1, 2, 4}][2];
+  const int32_t block_of_3 = blocks[{1, 2, 3}][2];
+  const int32_t block_of_2 = blocks[{1, 2, 3}][1];
+  const int32_t block_of_8 = blocks[{8}][0];
+  const int32_t block_of_7 = blocks[{6, 7}][1];
+  const int32_t block_of_6 = blocks[{6, 7}][0];
+  // Last uses, oldest first: {1 2 4}, {1 2 3}, {8}, {6 7}.
+  EXPECT_EQ(freed_block(), block_of_4);
+  EXPECT_EQ(freed_block(), block_of_3);
+  EXPECT_EQ(freed_block(), block_of_2);  // 2 became a leaf, last used with 3
+  EXPECT_EQ(freed_block(), block_of_8);
+  EXPECT_EQ(freed_block(), block_of_7);
+  EXPECT_EQ(freed_block(), block_of_6);
+  EXPECT_EQ(cache.evict(5), 0);  // what is left is held: 1 and 5
+  EXPECT_EQ(cache.n_nodes(), 2);
+  for (int32_t b : held) a.unref(b);
+  EXPECT_EQ(cache.evict(5), 2);  // 5, then 1
+  EXPECT_EQ(cache.n_nodes(), 0);
+  EXPECT_EQ(a.n_free(), 16);
 }
 
 }  // namespace
