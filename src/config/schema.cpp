@@ -110,6 +110,9 @@ std::vector<KeySpec> declare_keys() {
        "a response ends when it ends with one of these (EOS always ends it)"},
       int_key("rollout.block_size", 16, 1, 4096, "tokens", "tokens per paged KV-cache block"),
       int_key("rollout.kv_cache_tokens", 65536, 1, 1e10, "tokens", "KV-cache capacity per engine"),
+      bool_key("rollout.offload_between_phases", false,
+               "colocated placement: free each engine's KV cache after the rollout and re-create it at "
+               "the next one (training gets the memory back; costs the re-allocation), slime's sleep/wake"),
       int_key("rollout.max_running", 64, 1, 1e6, "sequences", "sequences an engine decodes at once"),
       int_key("rollout.max_batch_tokens", 2048, 1, 1e9, "tokens", "tokens per engine forward (decode + prefill chunks)"),
       bool_key("rollout.prefix_cache", true, "re-use the KV of prompt prefixes seen before (radix cache)"),

@@ -9,11 +9,20 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "core/log.h"
 
 namespace slimpi {
+
+int64_t resident_bytes() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  return 0;
+}
 
 std::vector<std::string> loaded_openmp_runtimes() {
   std::vector<std::string> found;

@@ -27,6 +27,9 @@ struct RuntimeSettings {
 // the cores.
 RuntimeSettings apply_runtime_settings(MPI_Comm world, int64_t threads);
 
+// This process's resident memory now (VmRSS), in bytes; 0 where /proc is not there.
+int64_t resident_bytes();
+
 // Paths of the OpenMP runtimes loaded in this process (symlinks resolved, no duplicates).
 std::vector<std::string> loaded_openmp_runtimes();
 

@@ -15,6 +15,7 @@
 #include "ckpt/checkpoint_dir.h"
 #include "core/byte_codec.h"
 #include "core/log.h"
+#include "core/runtime_info.h"
 #include "io/metrics_log.h"
 #include "io/rollout_log.h"
 #include "io/tensor_io.h"
@@ -428,6 +429,9 @@ void Driver::buffer(int64_t step) {
 }
 
 void Driver::train(int64_t step) {
+  // Colocated ranks may give the engine's KV pool back to training (slime's sleep/wake):
+  // the next rollout builds it again.
+  if (rollout_side_ && trainer_ && rl_ && rollout_side_->config().offload_between_phases) rollout_side_->offload();
   if (!trainer_) return;
   const Deck& deck = ctx_.deck;
   if (!rl_) {
@@ -472,6 +476,7 @@ void Driver::train(int64_t step) {
   }
   for (const auto& [k, v] : sums) step_metrics_[k] = v;
   step_metrics_["train/optimizer_steps"] = double(n_steps);
+  step_metrics_["perf/train_rss_mb"] = double(resident_bytes()) / double(1 << 20);  // after the optimizer steps
 }
 
 void Driver::record(int64_t) {

@@ -68,8 +68,14 @@ int64_t sample_row(const float* z, int64_t vocab, const SamplingRow& r, int32_t*
 void sample_tokens(const float* logits, int64_t n_rows, int64_t vocab, const SamplingRow* rows, int64_t* tokens_out,
                    int32_t* support_out) {
   at::parallel_for(0, n_rows, 1, [&](int64_t begin, int64_t end) {
-    std::vector<int32_t> idx(vocab);  // scratch, once per chunk of rows
-    std::vector<double> p(vocab);
+    // Scratch per thread, kept across calls: grown to the vocabulary once, never refilled
+    // (sample_row writes every entry it reads).
+    thread_local std::vector<int32_t> idx;
+    thread_local std::vector<double> p;
+    if (int64_t(idx.size()) < vocab) {
+      idx.resize(vocab);
+      p.resize(vocab);
+    }
     for (int64_t b = begin; b < end; ++b) {
       int32_t support = 0;
       tokens_out[b] = sample_row(logits + b * vocab, vocab, rows[b], idx.data(), p.data(), &support);

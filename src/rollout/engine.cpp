@@ -30,6 +30,21 @@ EngineStats& EngineStats::operator+=(const EngineStats& o) {
   return *this;
 }
 
+EngineStats EngineStats::operator-(const EngineStats& o) const {
+  EngineStats d = *this;
+  d.iterations -= o.iterations;
+  d.generated_tokens -= o.generated_tokens;
+  d.prompt_tokens_served -= o.prompt_tokens_served;
+  d.prefill_tokens_computed -= o.prefill_tokens_computed;
+  d.prefix_hit_tokens -= o.prefix_hit_tokens;
+  d.prefix_query_tokens -= o.prefix_query_tokens;
+  d.preemptions -= o.preemptions;
+  d.forward_tokens -= o.forward_tokens;
+  d.forward_s -= o.forward_s;
+  d.sample_s -= o.sample_s;
+  return d;
+}
+
 // A sequence in the engine. Before its group forks, the group's prompt is one
 // Sequence with sample_index = -1 that holds the blocks the fork will need.
 struct Engine::Sequence {
@@ -396,6 +411,7 @@ bool Engine::use_tensor_sampler() const {
 }
 
 void Engine::on_weights_updated(int64_t new_version) {
+  SLIMPI_CHECK(!has_work(), "engine: weights updated with {} sequences in flight", running_.size() + waiting_.size());
   prefix_.clear();
   weight_version_ = new_version;
 }

@@ -55,6 +55,7 @@ struct EngineStats {
   double sample_s = 0;
 
   EngineStats& operator+=(const EngineStats& o);
+  EngineStats operator-(const EngineStats& o) const;  // counters since the snapshot o
 };
 
 class Engine {
@@ -72,7 +73,8 @@ class Engine {
   // Steps until every queued request is done; samples in (group, sample) order.
   std::vector<Sample> run_to_completion();
 
-  // The weights changed (weight sync): cached prefixes are stale. Only between steps.
+  // The weights changed (weight sync): cached prefixes are stale and dropped; the KV
+  // pool stays allocated. Only when no request is in flight.
   void on_weights_updated(int64_t new_version);
   int64_t weight_version() const { return weight_version_; }
   const EngineStats& stats() const { return stats_; }

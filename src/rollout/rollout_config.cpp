@@ -13,6 +13,7 @@ RolloutConfig RolloutConfig::from_deck(const Deck& deck) {
   RolloutConfig c;
   c.engine.block_size = deck.get_int("rollout.block_size");
   c.engine.kv_cache_tokens = deck.get_int("rollout.kv_cache_tokens");
+  c.offload_between_phases = deck.get_bool("rollout.offload_between_phases");
   c.engine.max_running = deck.get_int("rollout.max_running");
   c.engine.max_batch_tokens = deck.get_int("rollout.max_batch_tokens");
   c.engine.prefix_cache = deck.get_bool("rollout.prefix_cache");
@@ -58,6 +59,12 @@ RolloutConfig RolloutConfig::from_deck(const Deck& deck) {
   if (c.engine.kv_cache_tokens < c.engine.block_size)
     SLIMPI_FAIL_ALL("rollout.kv_cache_tokens = {} is smaller than one block (rollout.block_size = {})",
                     c.engine.kv_cache_tokens, c.engine.block_size);
+  if (c.offload_between_phases && deck.get_string("parallel.placement") != "colocate")
+    SLIMPI_FAIL_ALL("rollout.offload_between_phases = true ({}) frees the engines' KV cache for training on the "
+                    "same ranks, but parallel.placement = \"{}\" ({}) keeps rollout ranks apart: use "
+                    "parallel.placement = \"colocate\" or drop the key",
+                    deck.source("rollout.offload_between_phases"), deck.get_string("parallel.placement"),
+                    deck.source("parallel.placement"));
   return c;
 }
 

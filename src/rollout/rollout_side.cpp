@@ -1,5 +1,6 @@
 #include "rollout/rollout_side.h"
 
+#include <malloc.h>
 #include <slimpi/error.h>
 
 #include "kernels/counter_rng.h"
@@ -26,11 +27,20 @@ std::vector<Sample> RolloutSide::generate(const std::vector<Prompt>& prompts, in
     r.seed = mix_seed(run_seed_, stream, uint64_t(r.group_index));
     requests.push_back(std::move(r));
   }
-  Engine engine(cfg_.engine, model_);
-  engine.on_weights_updated(weight_version_);
-  std::vector<Sample> out = route_rollout(engine, engines_, cfg_.engine.max_running, requests);
-  if (stats) *stats += sum_engine_stats(engine.stats(), engines_);
+  if (!engine_) engine_ = std::make_unique<Engine>(cfg_.engine, model_);
+  if (engine_->weight_version() != weight_version_) engine_->on_weights_updated(weight_version_);
+  const EngineStats before = engine_->stats();
+  std::vector<Sample> out = route_rollout(*engine_, engines_, cfg_.engine.max_running, requests);
+  if (stats) *stats += sum_engine_stats(engine_->stats() - before, engines_);
   return out;
+}
+
+void RolloutSide::offload() {
+  engine_.reset();
+  // The pool's pages go back to the OS (slimpi keeps freed memory in the process
+  // otherwise, DESIGN.md §7); on a GPU torch's caching allocator hands the freed blocks
+  // to training's tensors.
+  malloc_trim(0);
 }
 
 std::map<std::string, double> RolloutSide::evaluate(const std::vector<Prompt>& prompts, const RewardConfig& reward,

@@ -1,13 +1,18 @@
 // RolloutSide — the generation half of the RL step as the driver sees it: an engine
-// model, the communicator its engines span, the [rollout] settings. It makes an
-// Engine per call (the KV cache exists only while generating: in colocated placement
-// training gets the memory back) and routes prompts through every engine.
+// model, the communicator its engines span, the [rollout] settings. It owns this
+// rank's Engine, built at the first generate() and reused for the rest of the run (its
+// KV pool is allocated once; its prefix cache serves every call until the weights
+// change, then it is invalidated without freeing the pool), and routes prompts through
+// every engine. offload() frees the engine and its pool (colocated placement with
+// rollout.offload_between_phases: training gets the memory back); the next generate()
+// builds it again.
 // Group seeds are mix_seed(run seed, stream, group index): the driver uses the step as
 // the stream for training rollouts and a separate range for evaluation.
 // Owned by the driver on rollout ranks; collective over the engines' communicator.
 #pragma once
 
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -32,6 +37,8 @@ class RolloutSide {
   std::map<std::string, double> evaluate(const std::vector<Prompt>& prompts, const RewardConfig& reward,
                                          int64_t n_samples, uint64_t stream);
 
+  // Frees this rank's engine and KV pool until the next generate().
+  void offload();
   bool is_router() const { return rank_ == 0; }
   const RolloutConfig& config() const { return cfg_; }
   int64_t weight_version() const { return weight_version_; }
@@ -44,6 +51,7 @@ class RolloutSide {
   uint64_t run_seed_;
   int rank_ = 0;
   int64_t weight_version_ = 0;
+  std::unique_ptr<Engine> engine_;
 };
 
 }  // namespace slimpi

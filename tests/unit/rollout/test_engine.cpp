@@ -140,6 +140,46 @@ TEST(Engine, HostAndTensorSamplersGiveTheSameSamples) {
   }
 }
 
+TEST(Engine, OneEngineAcrossThreeWeightUpdatesEqualsAFreshEngineEachTime) {
+  // The rollout side keeps one engine for the run: its KV pool and (within a weight
+  // version) its prefix cache outlive a generation round; a weight update invalidates
+  // the cache. Each round must give what a fresh engine gives on the same weights.
+  Transformer m(model_config(), 6, at::kCPU);
+  const EngineConfig cfg{4, 4096, 16, 256, true};
+  Engine kept(cfg, m);
+  at::Generator g = at::detail::createCPUGenerator(5);
+  for (int64_t version = 1; version <= 3; ++version) {
+    {
+      at::NoGradGuard no_grad;
+      m.flat_parameters().add_(at::randn(m.flat_parameters().sizes(), g) * 0.02);  // a "training step"
+    }
+    kept.on_weights_updated(version);
+    auto reqs = requests(6, 3, 1.0, 12, /*shared_prefix=*/9);
+    for (auto& r : reqs) r.seed = mix_seed(77, uint64_t(version), uint64_t(r.group_index));
+    for (const auto& r : reqs) kept.add_request(r);
+    auto from_kept = kept.run_to_completion();
+    EXPECT_EQ(kept.n_free_blocks() + kept.prefix_cache().n_nodes(), kept.n_blocks()) << "KV blocks leaked";
+    auto fresh = generate(m, cfg, reqs);
+    expect_same_tokens(from_kept, fresh);
+    for (size_t i = 0; i < fresh.size(); ++i) {
+      EXPECT_EQ(from_kept[i].weight_version(), version);
+      for (size_t t = 0; t < fresh[i].rollout_log_probs.size(); ++t)
+        EXPECT_NEAR(from_kept[i].rollout_log_probs[t], fresh[i].rollout_log_probs[t], 1e-5);
+    }
+    // A second round on the same weights is served from the kept prefix cache.
+    const int64_t hits_before = kept.stats().prefix_hit_tokens;
+    for (const auto& r : reqs) kept.add_request(r);
+    expect_same_tokens(kept.run_to_completion(), fresh);
+    EXPECT_GT(kept.stats().prefix_hit_tokens, hits_before);
+  }
+  EXPECT_THROW(
+      {
+        kept.add_request(requests(1, 1, 1.0, 4)[0]);
+        kept.on_weights_updated(9);  // a request in flight
+      },
+      Error);
+}
+
 TEST(Engine, PrefixCacheServesASharedHeaderAcrossGroups) {
   Transformer m(model_config(), 4, at::kCPU);
   auto reqs = requests(8, 2, 1.0, 8, /*shared_prefix=*/24);
