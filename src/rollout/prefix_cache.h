@@ -3,8 +3,8 @@
 // last block_size tokens' keys/values. Lets a prompt re-use the KV of any earlier
 // prompt of the same engine run that shared its first blocks (a system prompt, a
 // few-shot header), and lets the n samples of a group find the prompt prefilled. The
-// driver builds a new Engine for every generation round, and a weight update clears
-// the cache, so nothing is reused across rounds or steps today.
+// engine lives for the run, so the cache serves every generation round of one weight
+// version (evaluation and the rollout's filter rounds); a weight update clears it.
 //
 // Owned by the Engine, next to the BlockAllocator it shares blocks with. The cache
 // holds one reference to each node's block; eviction takes least-recently-used leaves
