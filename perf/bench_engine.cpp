@@ -9,6 +9,8 @@
 //                          Counter decode_share_of_matmul.
 //   BM_DecodeBf16VsFp32    decode steps at 64 sequences on the ~50M model, bf16 weights and
 //                          KV cache vs fp32, alternating. Counter bf16_over_fp32 (time).
+//   BM_DecodeNextToPrefill 32 decode rows at 1024 cached tokens next to a 1024-token
+//                          prefill chunk: decode attending apart vs padded to the chunk.
 //   BM_GroupPrefill        32 prompts of 256 tokens x 8 samples, 1 new token each (so the
 //                          time is prefill): one group per prompt (the prompt prefilled
 //                          once, shared by its 8 samples) vs the same 256 requests as
@@ -178,6 +180,47 @@ void BM_DecodeBf16VsFp32(benchmark::State& state) {
   state.counters["bf16_over_fp32"] = s.a / s.b;
 }
 
+// One engine-shaped incremental forward: 32 sequences decoding at 1024 cached tokens
+// next to a 1024-token prefill chunk, quickstart-size model. Decode rows attend apart
+// from the chunk (what slimpi does) vs all rows padded to the chunk in one batch (the
+// path before). Counter padded_over_split (time).
+void BM_DecodeNextToPrefill(benchmark::State& state) {
+  const ModelConfig c = [] {
+    ModelConfig q = quickstart_model();
+    q.max_seq_len = 4096;
+    return q;
+  }();
+  Transformer m(c, 1, at::kCPU);
+  const int64_t n_decode = 32, context = 1024, chunk = 1024;
+  KvCache cache = KvCache::allocate(c, (n_decode + 1) * (context + chunk), at::kFloat);
+  std::vector<CachedSequence> seqs;
+  std::vector<int64_t> tokens;
+  for (int64_t s = 0; s < n_decode; ++s) {
+    seqs.push_back({context, 1, at::arange(s * (context + 1), (s + 1) * (context + 1), at::kLong)});
+    tokens.push_back(s % 250);
+  }
+  const int64_t base = n_decode * (context + 1);
+  seqs.push_back({0, chunk, at::arange(base, base + chunk, at::kLong)});
+  for (int64_t i = 0; i < chunk; ++i) tokens.push_back(i % 250);
+  const at::Tensor t = at::tensor(tokens, at::kLong);
+  auto run = [&](bool split) {
+    m.set_split_decode_and_prefill(split);
+    at::NoGradGuard no_grad;
+    m.forward_incremental(t, seqs, cache);
+  };
+  auto timed = [](auto fn) {
+    auto t0 = Clock::now();
+    fn();
+    return since(t0);
+  };
+  run(true);
+  run(false);
+  const AbSeconds s = alternate(state, timed, [&] { run(true); }, [&] { run(false); });
+  state.counters["split_ms"] = 1e3 * s.a / double(state.iterations());
+  state.counters["padded_ms"] = 1e3 * s.b / double(state.iterations());
+  state.counters["padded_over_split"] = s.b / s.a;
+}
+
 void BM_GroupPrefill(benchmark::State& state) {
   Transformer m(quickstart_model(), 1, at::kCPU);
   auto timed = [&](const std::vector<GenerationRequest>& reqs, bool prefix_cache) {
@@ -209,6 +252,7 @@ void BM_GroupPrefill(benchmark::State& state) {
 BENCHMARK(BM_KvCacheVsRecompute)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DecodeShare)->Iterations(20)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DecodeBf16VsFp32)->Iterations(20)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_DecodeNextToPrefill)->Iterations(4)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_GroupPrefill)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace

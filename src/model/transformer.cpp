@@ -83,6 +83,17 @@ struct Transformer::AttentionLayout {
   at::Tensor new_slots;       // cached: [T] cache slot of every new token
   at::Tensor key_slots;       // cached: [B * max_keys] slot of every padded key (0 where padding)
   std::vector<int64_t> seq_lens;  // packed (no cache): each sequence's length
+  // Incremental batches holding both decode (one new token) and prefill sequences: the
+  // two attend in separate calls, so decode rows are never padded to a prefill chunk.
+  // Each part: its own layout over its sequences, and token_index [T_part], the rows of
+  // the packed batch its tokens are.
+  struct Part;
+  std::vector<Part> parts;
+};
+
+struct Transformer::AttentionLayout::Part {
+  AttentionLayout layout;
+  at::Tensor token_index;
 };
 
 namespace {
@@ -272,19 +283,31 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const AttentionLayout&
       x = x + at::linear(at::silu(at::linear(h, p.gate)) * at::linear(h, p.up), p.down);
       continue;
     }
-    at::Tensor k_pad, v_pad;  // [B, Lk, Hkv, D]
+    at::Tensor attn;  // [T, H * D]
     if (cache) {
       cache->k[l].index_copy_(0, a.new_slots, k.to(cache->k[l].scalar_type()));
       cache->v[l].index_copy_(0, a.new_slots, v.to(cache->v[l].scalar_type()));
-      k_pad = cache->k[l].index_select(0, a.key_slots).view({B, Lk, Hkv, D}).to(k.scalar_type());
-      v_pad = cache->v[l].index_select(0, a.key_slots).view({B, Lk, Hkv, D}).to(v.scalar_type());
+      // Queries of `part` against their sequences' cached keys, padded within the part.
+      auto attend_cached = [&](const AttentionLayout& part, const at::Tensor& q_part) {  // -> [T_part, H, D]
+        const int64_t Bp = part.n_seqs, Lkp = part.max_keys;
+        at::Tensor kp = cache->k[l].index_select(0, part.key_slots).view({Bp, Lkp, Hkv, D}).to(k.scalar_type());
+        at::Tensor vp = cache->v[l].index_select(0, part.key_slots).view({Bp, Lkp, Hkv, D}).to(v.scalar_type());
+        at::Tensor qp = at::zeros({Bp, part.max_new, H, D}, q_part.options()).index_put({part.b_of_t, part.j_of_t}, q_part);
+        return attend_padded(qp, kp, vp, part.q_pos, part.n_keys).index({part.b_of_t, part.j_of_t});
+      };
+      if (a.parts.empty()) {
+        attn = attend_cached(a, q).reshape({T, H * D});
+      } else {
+        attn = at::empty({T, H, D}, q.options());
+        for (const auto& part : a.parts)
+          attn.index_copy_(0, part.token_index, attend_cached(part.layout, q.index_select(0, part.token_index)));
+        attn = attn.reshape({T, H * D});
+      }
     } else {
-      k_pad = pad(k);
-      v_pad = pad(v);
+      attn = attend_padded(pad(q), pad(k), pad(v), a.q_pos, a.n_keys)  // [B, Lq, H, D]
+                 .index({a.b_of_t, a.j_of_t})                          // [T, H, D]
+                 .reshape({T, H * D});
     }
-    at::Tensor attn = attend_padded(pad(q), k_pad, v_pad, a.q_pos, a.n_keys)  // [B, Lq, H, D]
-                          .index({a.b_of_t, a.j_of_t})                          // [T, H, D]
-                          .reshape({T, H * D});
     x = x + at::linear(attn, p.o);
     h = rms_norm(x, as_used(p.post_norm), cfg_.rms_norm_eps);
     x = x + at::linear(at::silu(at::linear(h, p.gate)) * at::linear(h, p.up), p.down);
@@ -319,7 +342,31 @@ at::Tensor Transformer::forward_incremental(const at::Tensor& tokens, const std:
     n_new.push_back(s.n_new);
     slots.push_back(s.slots);
   }
-  return forward(tokens, make_layout(n_past, n_new, slots, device_), &cache);
+  AttentionLayout layout = make_layout(n_past, n_new, slots, device_);
+  // Decode sequences and prefill chunks in one batch attend apart (see AttentionLayout).
+  const bool decodes = std::count(n_new.begin(), n_new.end(), 1) > 0;
+  const bool prefills = std::any_of(n_new.begin(), n_new.end(), [](int64_t n) { return n > 1; });
+  if (decodes && prefills && split_decode_and_prefill_) {
+    for (bool decode : {true, false}) {
+      std::vector<int64_t> past, fresh, rows;
+      std::vector<at::Tensor> part_slots;
+      int64_t row = 0;
+      for (size_t i = 0; i < seqs.size(); ++i) {
+        if ((n_new[i] == 1) == decode) {
+          past.push_back(n_past[i]);
+          fresh.push_back(n_new[i]);
+          part_slots.push_back(slots[i]);
+          for (int64_t j = 0; j < n_new[i]; ++j) rows.push_back(row + j);
+        }
+        row += n_new[i];
+      }
+      AttentionLayout::Part part;
+      part.layout = make_layout(past, fresh, part_slots, device_);
+      part.token_index = at::tensor(rows, at::kLong).to(device_);
+      layout.parts.push_back(std::move(part));
+    }
+  }
+  return forward(tokens, layout, &cache);
 }
 
 }  // namespace slimpi

@@ -78,6 +78,9 @@ class Transformer {
   static constexpr int64_t kPaddedAttentionBudget = int64_t(1) << 22;
   int64_t padded_attention_budget() const { return padded_attention_budget_; }
   void set_padded_attention_budget(int64_t elements) { padded_attention_budget_ = elements; }
+  // Whether an incremental batch with decode rows and prefill chunks attends in two
+  // calls (default) or as one batch padded to the longest chunk (perf/ compares them).
+  void set_split_decode_and_prefill(bool split) { split_decode_and_prefill_ = split; }
   // Sets every weight to `other`'s (same config), converting the dtype: a bf16 rollout
   // copy of the fp32 policy on a colocated rank. No gradient is tracked.
   void copy_weights_from(const Transformer& other);
@@ -103,6 +106,7 @@ class Transformer {
   at::Device device_;
   at::ScalarType weights_;
   int64_t padded_attention_budget_ = kPaddedAttentionBudget;
+  bool split_decode_and_prefill_ = true;
   std::vector<NamedTensor> params_;
   at::Tensor flat_;  // [n_params] every parameter's storage
   std::vector<LayerParams> layers_;

@@ -62,14 +62,16 @@ TEST_P(TransformerShapes, IncrementalEqualsFull) {
   ModelConfig cfg = tiny(gqa, bias, tied);
   Transformer m(cfg, 11, at::kCPU);
   at::NoGradGuard no_grad;
-  // Two sequences, prefilled in chunks of different sizes, then decoded one token at
-  // a time, in a cache with scattered (non-contiguous) slots.
+  // Two sequences, prefilled in chunks of different sizes while the other decodes, then
+  // decoded one token at a time, in a cache with scattered (non-contiguous) slots.
   std::vector<int64_t> lens{13, 8};
   at::Tensor a = random_tokens(13, 50, 2), b = random_tokens(8, 50, 3);
   at::Tensor full_a = m.forward_packed(a, {13}), full_b = m.forward_packed(b, {8});
   KvCache cache = KvCache::allocate(cfg, 64, at::kFloat);
   at::Tensor slots_a = at::arange(0, 26, 2, at::kLong), slots_b = at::arange(40, 56, 2, at::kLong);
-  std::vector<std::pair<int64_t, int64_t>> steps{{5, 3}, {4, 2}, {1, 1}, {1, 1}, {1, 1}, {1, 0}};  // (new a, new b)
+  // (new a, new b); {1, 2} and {4, 1} mix a decode row with a prefill chunk, which
+  // attend in separate calls (decode first, then prefill first).
+  std::vector<std::pair<int64_t, int64_t>> steps{{5, 3}, {1, 2}, {4, 1}, {1, 1}, {1, 1}, {1, 0}};
   int64_t pa = 0, pb = 0;
   for (auto [na, nb] : steps) {
     std::vector<CachedSequence> seqs;
