@@ -298,9 +298,10 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const AttentionLayout&
       if (a.parts.empty()) {
         attn = attend_cached(a, q).reshape({T, H * D});
       } else {
-        attn = at::empty({T, H, D}, q.options());
-        for (const auto& part : a.parts)
-          attn.index_copy_(0, part.token_index, attend_cached(part.layout, q.index_select(0, part.token_index)));
+        std::vector<at::Tensor> outs;  // [T_part, H, D] each, in the forward's compute dtype
+        for (const auto& part : a.parts) outs.push_back(attend_cached(part.layout, q.index_select(0, part.token_index)));
+        attn = at::empty({T, H, D}, outs.front().options());
+        for (size_t i = 0; i < outs.size(); ++i) attn.index_copy_(0, a.parts[i].token_index, outs[i]);
         attn = attn.reshape({T, H * D});
       }
     } else {

@@ -2,8 +2,8 @@
 """Asserts that two run directories hold the same run, bit for bit.
 
 Usage: compare_runs.py RUN_A RUN_B
-metrics.h5: the same steps and, in every column but timings (perf/*_time, time/*,
-tokens/s, GB/s), the same values (NaN where NaN); rollouts.h5: every dataset equal;
+metrics.h5: the same steps and, in every column but measurements of the machine
+(perf/*_time, time/*, tokens/s, GB/s, resident memory perf/*_rss_mb), the same values (NaN where NaN); rollouts.h5: every dataset equal;
 the final trainer_state.h5: the same model and optimizer tensors.
 """
 import sys
@@ -15,7 +15,8 @@ a, b = sys.argv[1], sys.argv[2]
 
 
 def timing(name):
-    return (name.startswith("perf/") and ("time" in name or "per_s" in name or "gbps" in name
+    """A measurement of the machine, not of the run: timings and resident memory."""
+    return (name.startswith("perf/") and ("time" in name or "per_s" in name or "gbps" in name or "rss" in name
                                           or name == "perf/trainer_idle_fraction")) or name.startswith("time/")
 
 
