@@ -174,8 +174,7 @@ void BM_WeightSyncBf16VsFp32(benchmark::State& state) {
     return sync.sync(m.parameters(), &version, false, m.flat_parameters());
   };
   auto bf16 = [&] {
-    const WeightImage image = root ? weight_image(masters, at::kBFloat16)
-                                   : WeightImage{engine16.flat_parameters(), engine16.parameters()};
+    const WeightImage image = weight_image(root ? masters : engine16, at::kBFloat16);
     return sync.sync(image.params, &version, false, image.flat);
   };
   fp32();

@@ -502,9 +502,9 @@ void Driver::weight_sync(int64_t step) {
   }
   // The engines already waited for the trainers (asleep) in the record phase's barrier.
   if (!weight_sync_) return;
-  // The sender's weights in the engines' dtype (bf16: rounded from the masters here).
-  const WeightImage image = policy_ ? weight_image(*policy_, engine_weight_dtype_)
-                                    : WeightImage{engine_model_->flat_parameters(), engine_model_->parameters()};
+  // The weights in the engines' dtype: the sender's rounded from its masters when they
+  // differ (bf16), the engines' own tensors to receive into.
+  const WeightImage image = weight_image(policy_ ? *policy_ : *engine_model_, engine_weight_dtype_);
   int64_t v = version;
   const bool check = ctx_.deck.get_bool("rollout.check_weight_update");
   WeightSyncStats s = weight_sync_->sync(image.params, &v, check, image.flat);

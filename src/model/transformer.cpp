@@ -266,9 +266,10 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const AttentionLayout&
   const bool unpadded = !cache && B * H * Lq * Lk > padded_attention_budget_;
   at::Tensor cos = rope_cos_.index_select(0, a.positions).unsqueeze(1);  // [T, 1, D]
   at::Tensor sin = rope_sin_.index_select(0, a.positions).unsqueeze(1);  // [T, 1, D]
-  // Scatter [T, heads, D] rows into a zero-padded [B, Lq, heads, D] batch.
-  auto pad = [&](const at::Tensor& x) {
-    return at::zeros({B, Lq, x.size(1), D}, x.options()).index_put({a.b_of_t, a.j_of_t}, x);
+  // Scatter the [T_l, heads, D] rows of layout l's tokens into a zero-padded
+  // [B_l, Lq_l, heads, D] batch.
+  auto pad = [&](const at::Tensor& x, const AttentionLayout& l) {
+    return at::zeros({l.n_seqs, l.max_new, x.size(1), D}, x.options()).index_put({l.b_of_t, l.j_of_t}, x);
   };
   at::Tensor x = at::embedding(as_used(embed_), tokens).to(at::kFloat);  // [T, d]: the residual stream is fp32
   for (size_t l = 0; l < layers_.size(); ++l) {
@@ -277,14 +278,10 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const AttentionLayout&
     at::Tensor q = apply_rope(at::linear(h, p.q, p.q_bias).view({T, H, D}), cos, sin);    // [T, H, D]
     at::Tensor k = apply_rope(at::linear(h, p.k, p.k_bias).view({T, Hkv, D}), cos, sin);  // [T, Hkv, D]
     at::Tensor v = at::linear(h, p.v, p.v_bias).view({T, Hkv, D});                        // [T, Hkv, D]
-    if (unpadded) {
-      x = x + at::linear(attend_unpadded(q, k, v, a.seq_lens).reshape({T, H * D}), p.o);
-      h = rms_norm(x, as_used(p.post_norm), cfg_.rms_norm_eps);
-      x = x + at::linear(at::silu(at::linear(h, p.gate)) * at::linear(h, p.up), p.down);
-      continue;
-    }
     at::Tensor attn;  // [T, H * D]
-    if (cache) {
+    if (unpadded) {
+      attn = attend_unpadded(q, k, v, a.seq_lens).reshape({T, H * D});
+    } else if (cache) {
       cache->k[l].index_copy_(0, a.new_slots, k.to(cache->k[l].scalar_type()));
       cache->v[l].index_copy_(0, a.new_slots, v.to(cache->v[l].scalar_type()));
       // Queries of `part` against their sequences' cached keys, padded within the part.
@@ -292,8 +289,7 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const AttentionLayout&
         const int64_t Bp = part.n_seqs, Lkp = part.max_keys;
         at::Tensor kp = cache->k[l].index_select(0, part.key_slots).view({Bp, Lkp, Hkv, D}).to(k.scalar_type());
         at::Tensor vp = cache->v[l].index_select(0, part.key_slots).view({Bp, Lkp, Hkv, D}).to(v.scalar_type());
-        at::Tensor qp = at::zeros({Bp, part.max_new, H, D}, q_part.options()).index_put({part.b_of_t, part.j_of_t}, q_part);
-        return attend_padded(qp, kp, vp, part.q_pos, part.n_keys).index({part.b_of_t, part.j_of_t});
+        return attend_padded(pad(q_part, part), kp, vp, part.q_pos, part.n_keys).index({part.b_of_t, part.j_of_t});
       };
       if (a.parts.empty()) {
         attn = attend_cached(a, q).reshape({T, H * D});
@@ -305,8 +301,8 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const AttentionLayout&
         attn = attn.reshape({T, H * D});
       }
     } else {
-      attn = attend_padded(pad(q), pad(k), pad(v), a.q_pos, a.n_keys)  // [B, Lq, H, D]
-                 .index({a.b_of_t, a.j_of_t})                          // [T, H, D]
+      attn = attend_padded(pad(q, a), pad(k, a), pad(v, a), a.q_pos, a.n_keys)  // [B, Lq, H, D]
+                 .index({a.b_of_t, a.j_of_t})                                   // [T, H, D]
                  .reshape({T, H * D});
     }
     x = x + at::linear(attn, p.o);
@@ -345,7 +341,7 @@ at::Tensor Transformer::forward_incremental(const at::Tensor& tokens, const std:
   }
   AttentionLayout layout = make_layout(n_past, n_new, slots, device_);
   // Decode sequences and prefill chunks in one batch attend apart (see AttentionLayout).
-  const bool decodes = std::count(n_new.begin(), n_new.end(), 1) > 0;
+  const bool decodes = std::any_of(n_new.begin(), n_new.end(), [](int64_t n) { return n == 1; });
   const bool prefills = std::any_of(n_new.begin(), n_new.end(), [](int64_t n) { return n > 1; });
   if (decodes && prefills && split_decode_and_prefill_) {
     for (bool decode : {true, false}) {

@@ -17,31 +17,13 @@
 namespace slimpi {
 
 EngineStats& EngineStats::operator+=(const EngineStats& o) {
-  iterations += o.iterations;
-  generated_tokens += o.generated_tokens;
-  prompt_tokens_served += o.prompt_tokens_served;
-  prefill_tokens_computed += o.prefill_tokens_computed;
-  prefix_hit_tokens += o.prefix_hit_tokens;
-  prefix_query_tokens += o.prefix_query_tokens;
-  preemptions += o.preemptions;
-  forward_tokens += o.forward_tokens;
-  forward_s += o.forward_s;
-  sample_s += o.sample_s;
+  zip(*this, o, [](auto& mine, const auto& other) { mine += other; });
   return *this;
 }
 
 EngineStats EngineStats::operator-(const EngineStats& o) const {
   EngineStats d = *this;
-  d.iterations -= o.iterations;
-  d.generated_tokens -= o.generated_tokens;
-  d.prompt_tokens_served -= o.prompt_tokens_served;
-  d.prefill_tokens_computed -= o.prefill_tokens_computed;
-  d.prefix_hit_tokens -= o.prefix_hit_tokens;
-  d.prefix_query_tokens -= o.prefix_query_tokens;
-  d.preemptions -= o.preemptions;
-  d.forward_tokens -= o.forward_tokens;
-  d.forward_s -= o.forward_s;
-  d.sample_s -= o.sample_s;
+  zip(d, o, [](auto& mine, const auto& other) { mine -= other; });
   return d;
 }
 

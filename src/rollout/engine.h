@@ -56,6 +56,22 @@ struct EngineStats {
 
   EngineStats& operator+=(const EngineStats& o);
   EngineStats operator-(const EngineStats& o) const;  // counters since the snapshot o
+
+  // Calls fn(a.c, b.c) for every counter c (int64_t or double), in declaration order:
+  // the one list of the fields that the arithmetic and the sum over engines walk.
+  template <class A, class B, class Fn>
+  static void zip(A& a, B& b, Fn fn) {
+    fn(a.iterations, b.iterations);
+    fn(a.generated_tokens, b.generated_tokens);
+    fn(a.prompt_tokens_served, b.prompt_tokens_served);
+    fn(a.prefill_tokens_computed, b.prefill_tokens_computed);
+    fn(a.prefix_hit_tokens, b.prefix_hit_tokens);
+    fn(a.prefix_query_tokens, b.prefix_query_tokens);
+    fn(a.preemptions, b.preemptions);
+    fn(a.forward_tokens, b.forward_tokens);
+    fn(a.forward_s, b.forward_s);
+    fn(a.sample_s, b.sample_s);
+  }
 };
 
 class Engine {

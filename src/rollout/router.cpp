@@ -4,6 +4,8 @@
 
 #include <cstring>
 #include <map>
+#include <type_traits>
+#include <vector>
 
 #include "core/byte_codec.h"
 #include "core/sample_codec.h"
@@ -144,25 +146,14 @@ std::vector<Sample> route_rollout(Engine& engine, MPI_Comm rollout, int64_t max_
 }
 
 EngineStats sum_engine_stats(const EngineStats& mine, MPI_Comm comm) {
-  std::vector<double> v{double(mine.iterations),          double(mine.generated_tokens),
-                        double(mine.prompt_tokens_served), double(mine.prefill_tokens_computed),
-                        double(mine.prefix_hit_tokens),    double(mine.prefix_query_tokens),
-                        double(mine.preemptions),          double(mine.forward_tokens),
-                        mine.forward_s,                    mine.sample_s};
+  std::vector<double> v;  // every counter as f64, in EngineStats::zip order
+  EngineStats::zip(mine, mine, [&](const auto& c, const auto&) { v.push_back(double(c)); });
   static const std::string context = "[rollout] engine counters over the engines";
   WaitGuard guard({&context, "MPI_Allreduce", v.size(), "f64"});
   MPI_Allreduce(MPI_IN_PLACE, v.data(), int(v.size()), MPI_DOUBLE, MPI_SUM, comm);
   EngineStats sum;
-  sum.iterations = int64_t(v[0]);
-  sum.generated_tokens = int64_t(v[1]);
-  sum.prompt_tokens_served = int64_t(v[2]);
-  sum.prefill_tokens_computed = int64_t(v[3]);
-  sum.prefix_hit_tokens = int64_t(v[4]);
-  sum.prefix_query_tokens = int64_t(v[5]);
-  sum.preemptions = int64_t(v[6]);
-  sum.forward_tokens = int64_t(v[7]);
-  sum.forward_s = v[8];
-  sum.sample_s = v[9];
+  size_t i = 0;
+  EngineStats::zip(sum, sum, [&](auto& c, auto&) { c = static_cast<std::decay_t<decltype(c)>>(v[i++]); });
   return sum;
 }
 

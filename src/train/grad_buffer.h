@@ -13,7 +13,8 @@
 // bucket not yet started go out as non-blocking allreduces while backward goes on.
 // all_reduce() then starts what backward did not reach (parameters with no gradient
 // this step) and waits for all. Without overlap, all_reduce() reduces the buckets one
-// by one in the same order. The sums are the same either way: each element is summed
+// by one in the same order. Blocking and non-blocking collectives do not match, so
+// every rank must take the same path: a rank with no backward in the step arms too. The sums are the same either way: each element is summed
 // over the same ranks.
 // Owned by the Trainer. Invariant: p.grad() of every parameter aliases the buffer.
 #pragma once

@@ -61,6 +61,13 @@ PackedBatch pack(const std::vector<Sample>& samples, const std::vector<int64_t>&
   return b;
 }
 
+// The model's logits [T, V] (fp32) for a packed micro-batch, its forward in `precision`
+// (the scope of the autocast region is the forward alone; losses stay outside).
+at::Tensor packed_logits(const Transformer& model, const PackedBatch& b, Precision precision) {
+  ForwardPrecision scope(precision, model.device());
+  return model.forward_packed(b.tokens, b.seq_lens);
+}
+
 // Concatenates a per-token field of the micro-batch's samples: [N].
 template <class Field>
 at::Tensor gather_field(const std::vector<Sample>& samples, const std::vector<int64_t>& which, Field field,
@@ -213,11 +220,7 @@ void Trainer::compute_log_probs(std::vector<Sample>& samples, bool reference) co
   for (const auto& s : samples) lengths.push_back(static_cast<int64_t>(s.tokens.size()));
   for (const auto& which : plan_micro_batches(lengths, cfg_.n_micro_batches, cfg_.max_tokens_per_micro_batch)) {
     PackedBatch b = pack(samples, which, model.device());
-    at::Tensor logits;
-    {
-      ForwardPrecision precision(cfg_.precision, model.device());
-      logits = model.forward_packed(b.tokens, b.seq_lens);
-    }
+    const at::Tensor logits = packed_logits(model, b, cfg_.precision);
     at::Tensor logp = score_tokens(logits, response_positions(b.tokens, b.seq_lens, b.prompt_lens),
                                    cfg_.temperature, false, b.support).logp.cpu().contiguous();
     int64_t start = 0;
@@ -324,11 +327,7 @@ std::map<std::string, double> Trainer::train_step(std::vector<Sample>& local) {
   for (size_t micro = 0; micro < plan.size(); ++micro) {
     const std::vector<int64_t>& which = plan[micro];
     PackedBatch b = pack(local, which, device);
-    at::Tensor logits;  // [T, V] fp32
-    {
-      ForwardPrecision precision(cfg_.precision, device);
-      logits = policy_.forward_packed(b.tokens, b.seq_lens);
-    }
+    const at::Tensor logits = packed_logits(policy_, b, cfg_.precision);  // [T, V] fp32
     TokenLogProbs lp = score_tokens(logits, response_positions(b.tokens, b.seq_lens, b.prompt_lens),
                                     cfg_.temperature, /*with_entropy=*/true, b.support);
     // Reducer weights [N]: m / (D_i · n_samples) per rollout, or m / n_masked per token.
