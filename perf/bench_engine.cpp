@@ -18,6 +18,7 @@
 //                          prompt), timed in the same run. Counter unshared_over_shared.
 // Threads: $SLIMPI_THREADS (default 1). Run: build/perf/bench_engine
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/grad_mode.h>
 #include <benchmark/benchmark.h>
 
@@ -221,6 +222,76 @@ void BM_DecodeNextToPrefill(benchmark::State& state) {
   state.counters["padded_over_split"] = s.b / s.a;
 }
 
+// One decode iteration's forward at 64 sequences with 1024-token contexts on the ~50M
+// model, the KV history in 16-token blocks scattered over the pool (as after churn).
+// The decode rows read the cache three ways, alternating in one run: the paged kernel
+// (the engine's CPU path), a gather into the reused buffer (the device path), and a
+// fresh padded copy per layer (the code before the paged kernel). Model FLOPs =
+// 2 · dense params · 64 (projections) + 4 · 64 · heads · context · head_dim per layer
+// (scores and weighted values); the bound is torch matmul on the same shapes: `linear`
+// at [64, d] for the projections and `matmul` of each sequence's queries against its
+// keys and values laid out contiguously ([B·Hkv, g, D] x [B·Hkv, D, context] and back).
+// Counters: <path>_share_of_matmul (model FLOP/s / bound FLOP/s), fresh_over_paged,
+// gather_over_paged (time).
+void BM_DecodeLongContext(benchmark::State& state) {
+  ModelConfig c = model_50m();
+  c.max_seq_len = 2048;
+  Transformer m(c, 1, at::kCPU);
+  const int64_t B = 64, context = 1024, bs = 16, blocks_per_seq = context / bs;
+  const int64_t Hkv = c.n_kv_heads, g = c.n_heads / Hkv, D = c.head_dim();
+  KvCache cache = KvCache::allocate(c, B * context, at::kFloat);
+  for (size_t l = 0; l < cache.k.size(); ++l) {  // values matter only for the softmax's shape
+    cache.k[l].normal_();
+    cache.v[l].normal_();
+  }
+  at::Generator gen = at::detail::createCPUGenerator(3);
+  const at::Tensor block_of = at::randperm(B * blocks_per_seq, gen, at::kLong);  // logical -> physical block
+  std::vector<CachedSequence> seqs;
+  for (int64_t s = 0; s < B; ++s) {
+    at::Tensor blocks = block_of.narrow(0, s * blocks_per_seq, blocks_per_seq);                 // [blocks]
+    at::Tensor slots = (blocks.unsqueeze(1) * bs + at::arange(bs, at::kLong)).reshape({-1});  // [context]
+    seqs.push_back({context - 1, 1, slots});
+  }
+  const at::Tensor tokens = at::arange(B, at::kLong) % 250;
+  using Mode = Transformer::DecodeAttention;
+  auto run = [&](Mode mode) {
+    m.set_decode_attention(mode);
+    at::NoGradGuard no_grad;
+    m.forward_incremental(tokens, seqs, cache);
+  };
+  auto timed = [](auto fn) {
+    auto t0 = Clock::now();
+    fn();
+    return since(t0);
+  };
+  // The bound: torch matmul on the same shapes.
+  const double proj_flops = 2.0 * double(c.matmul_params()) * B;
+  const double attn_flops = 4.0 * B * c.n_heads * context * D * c.n_layers;
+  const double proj_bound = decode_matmul_bound(c, B);
+  const at::Tensor q = at::randn({B * Hkv, g, D}), kt = at::randn({B * Hkv, D, context}),
+                   vv = at::randn({B * Hkv, context, D});
+  double attn_bound_s = 1e30;
+  for (int rep = 0; rep < 3; ++rep)
+    attn_bound_s = std::min(attn_bound_s, timed([&] {
+      for (int64_t l = 0; l < c.n_layers; ++l) at::matmul(at::matmul(q, kt), vv);
+    }));
+  const double bound = (proj_flops + attn_flops) / (proj_flops / proj_bound + attn_bound_s);
+  for (Mode mode : {Mode::Paged, Mode::Gather, Mode::FreshGather}) run(mode);  // warm-up
+  const AbSeconds pf = alternate(state, timed, [&] { run(Mode::Paged); }, [&] { run(Mode::FreshGather); });
+  double gather_s = 0;
+  for (int64_t i = 0; i < state.iterations(); ++i) gather_s += timed([&] { run(Mode::Gather); });
+  const double n = double(state.iterations()), flops = proj_flops + attn_flops;
+  state.counters["paged_ms"] = 1e3 * pf.a / n;
+  state.counters["gather_ms"] = 1e3 * gather_s / n;
+  state.counters["fresh_ms"] = 1e3 * pf.b / n;
+  state.counters["bound_ms"] = 1e3 * flops / bound;
+  state.counters["paged_share_of_matmul"] = flops / (pf.a / n) / bound;
+  state.counters["gather_share_of_matmul"] = flops / (gather_s / n) / bound;
+  state.counters["fresh_share_of_matmul"] = flops / (pf.b / n) / bound;
+  state.counters["fresh_over_paged"] = pf.b / pf.a;
+  state.counters["gather_over_paged"] = gather_s / pf.a;
+}
+
 void BM_GroupPrefill(benchmark::State& state) {
   Transformer m(quickstart_model(), 1, at::kCPU);
   auto timed = [&](const std::vector<GenerationRequest>& reqs, bool prefix_cache) {
@@ -253,6 +324,7 @@ BENCHMARK(BM_KvCacheVsRecompute)->Iterations(1)->UseManualTime()->Unit(benchmark
 BENCHMARK(BM_DecodeShare)->Iterations(20)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DecodeBf16VsFp32)->Iterations(20)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DecodeNextToPrefill)->Iterations(4)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_DecodeLongContext)->Iterations(6)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_GroupPrefill)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace

@@ -6,8 +6,11 @@
 #include <ATen/autocast_mode.h>
 #include <slimpi/error.h>
 
-#include <cmath>
 #include <ATen/ops/scaled_dot_product_attention.h>
+
+#include <cmath>
+
+#include "kernels/paged_attention.h"
 
 namespace slimpi {
 namespace {
@@ -264,6 +267,9 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const AttentionLayout&
   // Packed sequences attend without padding once the padded scores would outgrow the
   // budget; below it the padded batch (a few large ops) is faster for many short ones.
   const bool unpadded = !cache && B * H * Lq * Lk > padded_attention_budget_;
+  const DecodeAttention decode_mode = decode_attention_ != DecodeAttention::Auto ? decode_attention_
+                                      : device_.is_cpu()                         ? DecodeAttention::Paged
+                                                                                 : DecodeAttention::Gather;
   at::Tensor cos = rope_cos_.index_select(0, a.positions).unsqueeze(1);  // [T, 1, D]
   at::Tensor sin = rope_sin_.index_select(0, a.positions).unsqueeze(1);  // [T, 1, D]
   // Scatter the [T_l, heads, D] rows of layout l's tokens into a zero-padded
@@ -284,11 +290,29 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const AttentionLayout&
     } else if (cache) {
       cache->k[l].index_copy_(0, a.new_slots, k.to(cache->k[l].scalar_type()));
       cache->v[l].index_copy_(0, a.new_slots, v.to(cache->v[l].scalar_type()));
-      // Queries of `part` against their sequences' cached keys, padded within the part.
+      // Queries of `part` against their sequences' cached keys (padded within the part,
+      // except for the paged kernel, which reads one query row per sequence).
       auto attend_cached = [&](const AttentionLayout& part, const at::Tensor& q_part) {  // -> [T_part, H, D]
         const int64_t Bp = part.n_seqs, Lkp = part.max_keys;
-        at::Tensor kp = cache->k[l].index_select(0, part.key_slots).view({Bp, Lkp, Hkv, D}).to(k.scalar_type());
-        at::Tensor vp = cache->v[l].index_select(0, part.key_slots).view({Bp, Lkp, Hkv, D}).to(v.scalar_type());
+        if (part.max_new == 1 && decode_mode == DecodeAttention::Paged)  // decode rows: q_part row b is sequence b
+          return paged_decode_attention(q_part, cache->k[l], cache->v[l], part.key_slots.view({Bp, Lkp}), part.n_keys);
+        at::Tensor kp, vp;  // [Bp, Lkp, Hkv, D]
+        if (decode_mode == DecodeAttention::FreshGather) {
+          kp = cache->k[l].index_select(0, part.key_slots);
+          vp = cache->v[l].index_select(0, part.key_slots);
+        } else {
+          const int64_t rows = part.key_slots.size(0);
+          if (!cache->gathered_k.defined() || cache->gathered_k.size(0) < rows) {  // grow, never shrink
+            cache->gathered_k = at::empty({rows, Hkv, D}, cache->k[l].options());
+            cache->gathered_v = at::empty({rows, Hkv, D}, cache->v[l].options());
+          }
+          kp = cache->gathered_k.narrow(0, 0, rows);
+          vp = cache->gathered_v.narrow(0, 0, rows);
+          at::index_select_out(kp, cache->k[l], 0, part.key_slots);
+          at::index_select_out(vp, cache->v[l], 0, part.key_slots);
+        }
+        kp = kp.view({Bp, Lkp, Hkv, D}).to(k.scalar_type());
+        vp = vp.view({Bp, Lkp, Hkv, D}).to(v.scalar_type());
         return attend_padded(pad(q_part, part), kp, vp, part.q_pos, part.n_keys).index({part.b_of_t, part.j_of_t});
       };
       if (a.parts.empty()) {

@@ -42,6 +42,10 @@ namespace slimpi {
 struct KvCache {
   std::vector<at::Tensor> k;  // n_layers x [n_slots, n_kv_heads, D]
   std::vector<at::Tensor> v;  // n_layers x [n_slots, n_kv_heads, D]
+  // Gathered keys/values of the sequences one attention call reads (the Gather decode
+  // path, and prefill chunks with a cached past): [rows, n_kv_heads, D] each, re-used by
+  // every layer and step, grown only when a call needs more rows.
+  at::Tensor gathered_k, gathered_v;
   static KvCache allocate(const ModelConfig& cfg, int64_t n_slots, const at::TensorOptions& options);
   int64_t n_slots() const { return k.empty() ? 0 : k[0].size(0); }
 };
@@ -81,6 +85,17 @@ class Transformer {
   // Whether an incremental batch with decode rows and prefill chunks attends in two
   // calls (default) or as one batch padded to the longest chunk (perf/ compares them).
   void set_split_decode_and_prefill(bool split) { split_decode_and_prefill_ = split; }
+  // How the decode rows (one new token each) of an incremental batch read the cache:
+  //   Paged        the host paged-attention kernel reads each K/V row where it lies
+  //                (kernels/paged_attention.h)
+  //   Gather       the rows are gathered into the KvCache's reused buffer, then one
+  //                batched attention (any device)
+  //   FreshGather  a new padded copy of every sequence's history, per layer and step
+  //                (the code before the paged kernel; kept for perf/ to compare against)
+  //   Auto         Paged on the CPU, Gather on a device (the default)
+  // All give the same outputs to fp32 round-off (tested).
+  enum class DecodeAttention { Auto, Paged, Gather, FreshGather };
+  void set_decode_attention(DecodeAttention mode) { decode_attention_ = mode; }
   // Sets every weight to `other`'s (same config), converting the dtype: a bf16 rollout
   // copy of the fp32 policy on a colocated rank. No gradient is tracked.
   void copy_weights_from(const Transformer& other);
@@ -107,6 +122,7 @@ class Transformer {
   at::ScalarType weights_;
   int64_t padded_attention_budget_ = kPaddedAttentionBudget;
   bool split_decode_and_prefill_ = true;
+  DecodeAttention decode_attention_ = DecodeAttention::Auto;
   std::vector<NamedTensor> params_;
   at::Tensor flat_;  // [n_params] every parameter's storage
   std::vector<LayerParams> layers_;

@@ -10,6 +10,7 @@
 
 #include "io/safetensors.h"
 #include "io/tensor_io.h"
+#include "kernels/paged_attention.h"
 #include "model/precision.h"
 #include "model/transformer.h"
 #include "model/log_probs.h"
@@ -63,39 +64,80 @@ TEST_P(TransformerShapes, IncrementalEqualsFull) {
   Transformer m(cfg, 11, at::kCPU);
   at::NoGradGuard no_grad;
   // Two sequences, prefilled in chunks of different sizes while the other decodes, then
-  // decoded one token at a time, in a cache with scattered (non-contiguous) slots.
-  std::vector<int64_t> lens{13, 8};
+  // decoded one token at a time, in a cache with scattered (non-contiguous) slots; with
+  // each way the decode rows read the cache.
   at::Tensor a = random_tokens(13, 50, 2), b = random_tokens(8, 50, 3);
   at::Tensor full_a = m.forward_packed(a, {13}), full_b = m.forward_packed(b, {8});
-  KvCache cache = KvCache::allocate(cfg, 64, at::kFloat);
   at::Tensor slots_a = at::arange(0, 26, 2, at::kLong), slots_b = at::arange(40, 56, 2, at::kLong);
-  // (new a, new b); {1, 2} and {4, 1} mix a decode row with a prefill chunk, which
-  // attend in separate calls (decode first, then prefill first).
-  std::vector<std::pair<int64_t, int64_t>> steps{{5, 3}, {1, 2}, {4, 1}, {1, 1}, {1, 1}, {1, 0}};
-  int64_t pa = 0, pb = 0;
-  for (auto [na, nb] : steps) {
-    std::vector<CachedSequence> seqs;
-    std::vector<at::Tensor> toks;
-    if (na) {
-      seqs.push_back({pa, na, slots_a.narrow(0, 0, pa + na)});
-      toks.push_back(a.narrow(0, pa, na));
+  using Mode = Transformer::DecodeAttention;
+  for (Mode mode : {Mode::Auto, Mode::Paged, Mode::Gather, Mode::FreshGather}) {
+    SCOPED_TRACE("decode attention mode " + std::to_string(int(mode)));
+    m.set_decode_attention(mode);
+    KvCache cache = KvCache::allocate(cfg, 64, at::kFloat);
+    // (new a, new b); {1, 2} and {4, 1} mix a decode row with a prefill chunk, which
+    // attend in separate calls (decode first, then prefill first).
+    std::vector<std::pair<int64_t, int64_t>> steps{{5, 3}, {1, 2}, {4, 1}, {1, 1}, {1, 1}, {1, 0}};
+    int64_t pa = 0, pb = 0;
+    for (auto [na, nb] : steps) {
+      std::vector<CachedSequence> seqs;
+      std::vector<at::Tensor> toks;
+      if (na) {
+        seqs.push_back({pa, na, slots_a.narrow(0, 0, pa + na)});
+        toks.push_back(a.narrow(0, pa, na));
+      }
+      if (nb) {
+        seqs.push_back({pb, nb, slots_b.narrow(0, 0, pb + nb)});
+        toks.push_back(b.narrow(0, pb, nb));
+      }
+      at::Tensor logits = m.forward_incremental(at::cat(toks), seqs, cache);
+      EXPECT_TRUE(at::allclose(logits.narrow(0, 0, na), full_a.narrow(0, pa, na), 1e-5, 1e-5)) << "a at " << pa;
+      if (nb)
+        EXPECT_TRUE(at::allclose(logits.narrow(0, na, nb), full_b.narrow(0, pb, nb), 1e-5, 1e-5)) << "b at " << pb;
+      pa += na;
+      pb += nb;
     }
-    if (nb) {
-      seqs.push_back({pb, nb, slots_b.narrow(0, 0, pb + nb)});
-      toks.push_back(b.narrow(0, pb, nb));
-    }
-    at::Tensor logits = m.forward_incremental(at::cat(toks), seqs, cache);
-    EXPECT_TRUE(at::allclose(logits.narrow(0, 0, na), full_a.narrow(0, pa, na), 1e-5, 1e-5)) << "a at " << pa;
-    if (nb) EXPECT_TRUE(at::allclose(logits.narrow(0, na, nb), full_b.narrow(0, pb, nb), 1e-5, 1e-5)) << "b at " << pb;
-    pa += na;
-    pb += nb;
+    EXPECT_EQ(pa, 13);
+    EXPECT_EQ(pb, 8);
   }
-  EXPECT_EQ(pa, 13);
-  EXPECT_EQ(pb, 8);
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, TransformerShapes,
                          ::testing::Combine(::testing::Bool(), ::testing::Bool(), ::testing::Bool()));
+
+// The paged kernel against dense attention over the same keys gathered in order:
+// scattered slots, grouped-query heads, fp32 and bf16 caches, one key to many.
+TEST(PagedDecodeAttention, EqualsDenseAttentionOverTheGatheredKeys) {
+  const int64_t n_slots = 64, H = 4, Hkv = 2, D = 8, g = H / Hkv;
+  at::Generator gen = at::detail::createCPUGenerator(5);
+  const std::vector<int64_t> n_keys{1, 7, 19};
+  const int64_t B = 3, max_keys = 19;
+  at::Tensor slots = at::zeros({B, max_keys}, at::kLong);
+  at::Tensor perm = at::randperm(n_slots, gen, at::kLong);  // every key of every sequence in its own slot
+  for (int64_t b = 0, used = 0; b < B; used += n_keys[b], ++b)
+    slots[b].narrow(0, 0, n_keys[b]).copy_(perm.narrow(0, used, n_keys[b]));
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    SCOPED_TRACE(std::string(c10::toString(dtype)));
+    at::Tensor k = at::randn({n_slots, Hkv, D}, gen).to(dtype), v = at::randn({n_slots, Hkv, D}, gen).to(dtype);
+    at::Tensor q = at::randn({B, H, D}, gen).to(dtype);
+    at::Tensor out = paged_decode_attention(q, k, v, slots, at::tensor(n_keys, at::kLong));  // [B, H, D]
+    ASSERT_EQ(out.scalar_type(), dtype);
+    for (int64_t b = 0; b < B; ++b) {
+      at::Tensor idx = slots[b].narrow(0, 0, n_keys[b]);
+      at::Tensor kb = k.index_select(0, idx).to(at::kFloat).repeat_interleave(g, 1).transpose(0, 1);  // [H, n, D]
+      at::Tensor vb = v.index_select(0, idx).to(at::kFloat).repeat_interleave(g, 1).transpose(0, 1);  // [H, n, D]
+      at::Tensor qb = q[b].to(at::kFloat).unsqueeze(1);                                              // [H, 1, D]
+      at::Tensor p = at::softmax(at::matmul(qb, kb.transpose(1, 2)) / std::sqrt(double(D)), -1);     // [H, 1, n]
+      at::Tensor want = at::matmul(p, vb).squeeze(1).to(dtype);                                      // [H, D]
+      const double tol = dtype == at::kFloat ? 1e-6 : 1e-2;
+      EXPECT_TRUE(at::allclose(out[b].to(at::kFloat), want.to(at::kFloat), tol, tol)) << "sequence " << b;
+    }
+  }
+  at::Tensor bad = slots.clone();
+  bad[1][3] = n_slots;  // one slot past the cache: refused before anything is read
+  EXPECT_THROW(paged_decode_attention(at::randn({B, H, D}), at::randn({n_slots, Hkv, D}), at::randn({n_slots, Hkv, D}),
+                                      bad, at::tensor(n_keys, at::kLong)),
+               Error);
+}
 
 TEST(Transformer, DeterministicInitAndHuggingFaceNames) {
   ModelConfig cfg = tiny(true, true, false);

@@ -1,0 +1,156 @@
+#include "kernels/paged_attention.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <c10/util/BFloat16.h>
+#include <slimpi/error.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace slimpi {
+namespace {
+
+// A row of D cache elements as fp32: the row itself when the cache is fp32, else its
+// conversion into `scratch` (D floats, in L1).
+[[gnu::always_inline]] inline const float* as_float(const float* row, int64_t, float*) { return row; }
+[[gnu::always_inline]] inline const float* as_float(const c10::BFloat16* row, int64_t D, float* scratch) {
+#pragma omp simd
+  for (int64_t d = 0; d < D; ++d) scratch[d] = static_cast<float>(row[d]);
+  return scratch;
+}
+
+[[gnu::always_inline]] inline float dot(const float* a, const float* b, int64_t D) {
+  float s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t d = 0; d < D; ++d) s += a[d] * b[d];
+  return s;
+}
+
+[[gnu::always_inline]] inline void axpy(float alpha, const float* x, float* y, int64_t D) {
+#pragma omp simd
+  for (int64_t d = 0; d < D; ++d) y[d] += alpha * x[d];
+}
+
+// Per-thread buffers, grown on demand and reused across calls (never freed per token).
+struct Scratch {
+  std::vector<float> scores;  // [g, n_keys]
+  std::vector<float> row;     // [D] a bf16 row as fp32
+  std::vector<float> inv_sum;  // [g] 1 / softmax denominator
+};
+Scratch& thread_scratch() {
+  thread_local Scratch s;
+  return s;
+}
+
+// One sequence, all heads. q: [H, D] fp32, already scaled by 1/sqrt(D); K, V: the
+// cache ([n_slots, Hkv, D], so a slot's row of every kv head is Hkv * D contiguous
+// elements and a block's slots are contiguous too: the loops stream through each block);
+// out: [H, D]. Query head h reads kv head h / g.
+template <class KV>
+[[gnu::always_inline]] inline void attend_sequence(const float* q, const KV* K, const KV* V, const int64_t* slots, int64_t n, int64_t H,
+                     int64_t Hkv, int64_t D, float* out) {
+  const int64_t g = H / Hkv, stride = Hkv * D;
+  Scratch& scratch = thread_scratch();
+  if (int64_t(scratch.scores.size()) < H * n) scratch.scores.resize(H * n);
+  if (int64_t(scratch.row.size()) < stride) scratch.row.resize(stride);
+  if (int64_t(scratch.inv_sum.size()) < H) scratch.inv_sum.resize(H);
+  float* s = scratch.scores.data();  // s[h * n + t]: head h, key t
+  for (int64_t t = 0; t < n; ++t) {
+    if (t + 4 < n) {
+      const char* next = reinterpret_cast<const char*>(K + slots[t + 4] * stride);
+      for (int64_t byte = 0; byte < stride * int64_t(sizeof(KV)); byte += 64) __builtin_prefetch(next + byte);
+    }
+    const float* k = as_float(K + slots[t] * stride, stride, scratch.row.data());  // [Hkv, D]
+    for (int64_t h = 0; h < H; ++h) s[h * n + t] = dot(q + h * D, k + (h / g) * D, D);
+  }
+  float* inv_sum = scratch.inv_sum.data();
+  for (int64_t h = 0; h < H; ++h) {
+    float* sh = s + h * n;
+    const float m = *std::max_element(sh, sh + n);
+    float sum = 0;
+    for (int64_t t = 0; t < n; ++t) {
+      sh[t] = std::exp(sh[t] - m);
+      sum += sh[t];
+    }
+    inv_sum[h] = 1.0f / sum;
+  }
+  std::fill(out, out + H * D, 0.0f);
+  for (int64_t t = 0; t < n; ++t) {
+    if (t + 4 < n) {
+      const char* next = reinterpret_cast<const char*>(V + slots[t + 4] * stride);
+      for (int64_t byte = 0; byte < stride * int64_t(sizeof(KV)); byte += 64) __builtin_prefetch(next + byte);
+    }
+    const float* v = as_float(V + slots[t] * stride, stride, scratch.row.data());  // [Hkv, D]
+    for (int64_t h = 0; h < H; ++h) axpy(s[h * n + t], v + (h / g) * D, out + h * D, D);
+  }
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t d = 0; d < D; ++d) out[h * D + d] *= inv_sum[h];
+}
+
+// The two instantiations the entry point calls, each compiled twice (GCC function
+// multi-versioning): for x86-64-v3 (AVX2 + FMA: 8-wide fused dot products) and the
+// baseline, picked once at load time by the CPU the binary runs on.
+#if defined(__x86_64__) && defined(__GNUC__)
+#define SLIMPI_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define SLIMPI_VECTOR_CLONES
+#endif
+SLIMPI_VECTOR_CLONES void attend_sequence_f32(const float* q, const float* K, const float* V, const int64_t* slots,
+                                              int64_t n, int64_t H, int64_t Hkv, int64_t D, float* out) {
+  attend_sequence(q, K, V, slots, n, H, Hkv, D, out);
+}
+SLIMPI_VECTOR_CLONES void attend_sequence_bf16(const float* q, const c10::BFloat16* K, const c10::BFloat16* V,
+                                               const int64_t* slots, int64_t n, int64_t H, int64_t Hkv, int64_t D,
+                                               float* out) {
+  attend_sequence(q, K, V, slots, n, H, Hkv, D, out);
+}
+
+}  // namespace
+
+at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& cache_k, const at::Tensor& cache_v,
+                                  const at::Tensor& key_slots, const at::Tensor& n_keys) {
+  SLIMPI_CHECK(q.dim() == 3 && cache_k.dim() == 3 && cache_k.sizes() == cache_v.sizes(),
+               "paged_decode_attention: q [B, H, D] and cache [n_slots, Hkv, D] expected");
+  SLIMPI_CHECK(q.is_cpu() && cache_k.is_cpu() && cache_v.is_cpu(), "paged_decode_attention runs on the host");
+  SLIMPI_CHECK(cache_k.scalar_type() == cache_v.scalar_type() &&
+                   (cache_k.scalar_type() == at::kFloat || cache_k.scalar_type() == at::kBFloat16),
+               "paged_decode_attention: an fp32 or bf16 cache");
+  const int64_t B = q.size(0), H = q.size(1), D = q.size(2), Hkv = cache_k.size(1), g = H / Hkv;
+  SLIMPI_CHECK(cache_k.size(2) == D && H % Hkv == 0 && key_slots.size(0) == B && n_keys.size(0) == B,
+               "paged_decode_attention: shapes q {}, cache {}, slots {}", c10::str(q.sizes()),
+               c10::str(cache_k.sizes()), c10::str(key_slots.sizes()));
+  const at::Tensor qf = (q.to(at::kFloat) * (1.0 / std::sqrt(double(D)))).contiguous();  // [B, H, D]
+  const at::Tensor slots = key_slots.to(at::kLong).contiguous();                         // [B, max_keys]
+  const at::Tensor lens = n_keys.to(at::kLong).contiguous();                             // [B]
+  const at::Tensor kc = cache_k.contiguous(), vc = cache_v.contiguous();
+  at::Tensor out = at::empty({B, H, D}, qf.options());  // [B, H, D] fp32
+  const float* qp = qf.data_ptr<float>();
+  const int64_t* sp = slots.data_ptr<int64_t>();
+  const int64_t* np = lens.data_ptr<int64_t>();
+  float* op = out.data_ptr<float>();
+  const int64_t max_keys = slots.size(1);
+  const int64_t n_slots = kc.size(0);
+  for (int64_t b = 0; b < B; ++b) {  // every slot read is checked once, before any is read
+    SLIMPI_CHECK(np[b] >= 1 && np[b] <= max_keys, "paged_decode_attention: sequence {} has {} keys of {}", b, np[b],
+                 max_keys);
+    for (int64_t t = 0; t < np[b]; ++t)
+      SLIMPI_CHECK(sp[b * max_keys + t] >= 0 && sp[b * max_keys + t] < n_slots,
+                   "paged_decode_attention: sequence {} key {} at slot {} of a {}-slot cache", b, t,
+                   sp[b * max_keys + t], n_slots);
+  }
+  at::parallel_for(0, B, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      if (kc.scalar_type() == at::kFloat)
+        attend_sequence_f32(qp + b * H * D, kc.data_ptr<float>(), vc.data_ptr<float>(), sp + b * max_keys, np[b], H, Hkv,
+                        D, op + b * H * D);
+      else
+        attend_sequence_bf16(qp + b * H * D, kc.data_ptr<c10::BFloat16>(), vc.data_ptr<c10::BFloat16>(),
+                        sp + b * max_keys, np[b], H, Hkv, D, op + b * H * D);
+    }
+  });
+  return out.to(q.scalar_type());
+}
+
+}  // namespace slimpi

@@ -1,0 +1,30 @@
+// Decode attention read straight from a paged KV cache, on the host: what the paged-
+// attention kernels of vLLM and SGLang do for the one new token of each running sequence.
+//
+// Sequence b has one query (all H heads) at position n_keys[b] - 1 and attends to its
+// keys 0..n_keys[b]-1, whose K and V rows lie in the cache at slots key_slots[b, t] (the
+// engine's block table expanded: slot = block * block_size + offset, blocks anywhere in
+// the pool). For each (sequence, kv head) and the g = H / Hkv query heads sharing that kv
+// head (grouped-query attention):
+//   s_t = q · K[slot_t] / sqrt(D)      t < n_keys[b]
+//   p   = softmax(s)                   (max-subtracted, fp32)
+//   out = Σ_t p_t V[slot_t]
+// Two passes over the keys (the scores into a per-thread row that is reused, then the
+// weighted sum of V), each K and V row read once where it lies: no copy of the history,
+// no padding to the longest sequence. Accumulation in fp32; the cache may hold fp32 or
+// bf16. (sequence, kv head) items run in parallel on torch's thread pool.
+// The engine's CPU decode path; a device cache gathers into a reused buffer instead
+// (model/transformer.cpp). Tested against dense attention over the gathered keys.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+namespace slimpi {
+
+// q [B, H, D] (fp32 or bf16), cache_k/cache_v [n_slots, Hkv, D] (fp32 or bf16, one dtype),
+// key_slots [B, max_keys] int64 (entries past n_keys[b] are not read), n_keys [B] int64,
+// all on the CPU -> [B, H, D] in q's dtype.
+at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& cache_k, const at::Tensor& cache_v,
+                                  const at::Tensor& key_slots, const at::Tensor& n_keys);
+
+}  // namespace slimpi
