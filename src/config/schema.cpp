@@ -116,6 +116,12 @@ std::vector<KeySpec> declare_keys() {
       int_key("rollout.max_running", 64, 1, 1e6, "sequences", "sequences an engine decodes at once"),
       int_key("rollout.max_batch_tokens", 2048, 1, 1e9, "tokens", "tokens per engine forward (decode + prefill chunks)"),
       bool_key("rollout.prefix_cache", true, "re-use the KV of prompt prefixes seen before (radix cache)"),
+      int_key("rollout.chunked_prefill_tokens", 0, 0, 1e9, "tokens",
+              "prompt tokens prefilled per engine forward, over all chunks (0 = up to max_batch_tokens); "
+              "long prompts are prefilled in chunks between decode steps"),
+      bool_key("rollout.cache_responses", false,
+               "with prefix_cache: finished responses enter the radix cache too, so a later prompt that "
+               "continues a conversation (prompt + response + more) re-uses their KV"),
       // [reward]
       choice_key("reward.style", "exact_match", reward_styles().names(),
                  "verifier that scores responses against labels"),

@@ -37,7 +37,8 @@ namespace {
 struct Scratch {
   std::vector<float> scores;  // [g, n_keys]
   std::vector<float> row;     // [D] a bf16 row as fp32
-  std::vector<float> inv_sum;  // [g] 1 / softmax denominator
+  std::vector<float> inv_sum;  // [H] 1 / softmax denominator
+  std::vector<float> tile;     // [H, D] one tile's weighted sum of V
 };
 Scratch& thread_scratch() {
   thread_local Scratch s;
@@ -56,6 +57,7 @@ template <class KV>
   if (int64_t(scratch.scores.size()) < H * n) scratch.scores.resize(H * n);
   if (int64_t(scratch.row.size()) < stride) scratch.row.resize(stride);
   if (int64_t(scratch.inv_sum.size()) < H) scratch.inv_sum.resize(H);
+  if (int64_t(scratch.tile.size()) < H * D) scratch.tile.resize(H * D);
   float* s = scratch.scores.data();  // s[h * n + t]: head h, key t
   for (int64_t t = 0; t < n; ++t) {
     if (t + 4 < n) {
@@ -69,21 +71,29 @@ template <class KV>
   for (int64_t h = 0; h < H; ++h) {
     float* sh = s + h * n;
     const float m = *std::max_element(sh, sh + n);
-    float sum = 0;
+    double sum = 0;  // n terms of (0, 1]: summed in fp64
     for (int64_t t = 0; t < n; ++t) {
       sh[t] = std::exp(sh[t] - m);
       sum += sh[t];
     }
-    inv_sum[h] = 1.0f / sum;
+    inv_sum[h] = static_cast<float>(1.0 / sum);
   }
+  // Σ_t p_t V_t in two levels (tiles of kTile keys summed apart, then added up): the
+  // round-off grows with kTile + n / kTile terms, not n.
+  constexpr int64_t kTile = 64;
+  float* tile = scratch.tile.data();
   std::fill(out, out + H * D, 0.0f);
-  for (int64_t t = 0; t < n; ++t) {
-    if (t + 4 < n) {
-      const char* next = reinterpret_cast<const char*>(V + slots[t + 4] * stride);
-      for (int64_t byte = 0; byte < stride * int64_t(sizeof(KV)); byte += 64) __builtin_prefetch(next + byte);
+  for (int64_t t0 = 0; t0 < n; t0 += kTile) {
+    std::fill(tile, tile + H * D, 0.0f);
+    for (int64_t t = t0; t < std::min(n, t0 + kTile); ++t) {
+      if (t + 4 < n) {
+        const char* next = reinterpret_cast<const char*>(V + slots[t + 4] * stride);
+        for (int64_t byte = 0; byte < stride * int64_t(sizeof(KV)); byte += 64) __builtin_prefetch(next + byte);
+      }
+      const float* v = as_float(V + slots[t] * stride, stride, scratch.row.data());  // [Hkv, D]
+      for (int64_t h = 0; h < H; ++h) axpy(s[h * n + t], v + (h / g) * D, tile + h * D, D);
     }
-    const float* v = as_float(V + slots[t] * stride, stride, scratch.row.data());  // [Hkv, D]
-    for (int64_t h = 0; h < H; ++h) axpy(s[h * n + t], v + (h / g) * D, out + h * D, D);
+    axpy(1.0f, tile, out, H * D);
   }
   for (int64_t h = 0; h < H; ++h)
     for (int64_t d = 0; d < D; ++d) out[h * D + d] *= inv_sum[h];

@@ -56,9 +56,11 @@ Engine::Engine(const EngineConfig& cfg, const Transformer& model)
       cache_(KvCache::allocate(model.config(), (cfg.kv_cache_tokens / cfg.block_size) * cfg.block_size,
                                at::TensorOptions().dtype(model.weight_dtype()).device(model.device()))),
       precision_(model.weight_dtype() == at::kBFloat16 ? Precision::BF16 : Precision::FP32) {
-  SLIMPI_CHECK(cfg.block_size >= 1 && cfg.max_running >= 1 && cfg.max_batch_tokens >= cfg.max_running,
-               "engine limits: block_size {}, max_running {}, max_batch_tokens {} (needs >= max_running)",
-               cfg.block_size, cfg.max_running, cfg.max_batch_tokens);
+  SLIMPI_CHECK(cfg.block_size >= 1 && cfg.max_running >= 1 && cfg.max_batch_tokens >= cfg.max_running &&
+                   cfg.chunked_prefill_tokens >= 0,
+               "engine limits: block_size {}, max_running {}, max_batch_tokens {} (needs >= max_running), "
+               "chunked_prefill_tokens {}",
+               cfg.block_size, cfg.max_running, cfg.max_batch_tokens, cfg.chunked_prefill_tokens);
 }
 
 Engine::~Engine() {
@@ -252,11 +254,12 @@ std::vector<Sample> Engine::step() {
       batch.emplace_back(s.get(), 1);
       --budget;
     }
+  int64_t prefill_budget = cfg_.chunked_prefill_tokens > 0 ? std::min(budget, cfg_.chunked_prefill_tokens) : budget;
   for (auto& s : running_)
-    if (s->pending() > 1 && budget > 0) {
-      int64_t n = std::min(s->pending(), budget);
+    if (s->pending() > 1 && prefill_budget > 0) {
+      int64_t n = std::min(s->pending(), prefill_budget);
       batch.emplace_back(s.get(), n);
-      budget -= n;
+      prefill_budget -= n;
     }
 
   // 4. One forward over the batch. The cache slot of every position each sequence
@@ -368,6 +371,7 @@ std::vector<Sample> Engine::step() {
     if (!s.is_group() && s.pending() == 1 && s.n_response() > 0 && finished(s)) {
       stats_.prompt_tokens_served += s.prompt_length;
       done.push_back(to_sample(s));
+      if (cfg_.prefix_cache && cfg_.cache_responses) prefix_.insert(s.tokens, s.blocks, s.n_computed);
       free_blocks(s);
       it = running_.erase(it);
     } else {

@@ -5,7 +5,8 @@
 // of up to max_batch_tokens tokens (one decode token per running sequence, then
 // prefill chunks of admitted prompts); make room for it (evict unreferenced prefix-
 // cache blocks, then preempt the youngest sequences, which are re-queued and later
-// recomputed); run one forward; sample; retire finished sequences at once.
+// recomputed); run one forward; sample; retire finished sequences at once (their
+// blocks enter the prefix cache first with cache_responses).
 // A group's prompt is prefilled once: when its prefill completes it forks into n
 // sequences that share the prompt's full blocks and copy its partial last block.
 // Tokens depend only on (group seed, sample index, position) and the weights, never
@@ -40,6 +41,13 @@ struct EngineConfig {
   // for a CPU model, the tensor one (on the model's device, no logits copied to the
   // host) otherwise. Both give the same tokens; tests force Tensor on CPU to show it.
   enum class Sampler { Auto, Host, Tensor } sampler = Sampler::Auto;
+  // Prompt (and recompute) tokens per forward, summed over the prefill chunks of the
+  // iteration; 0 = whatever max_batch_tokens leaves after the decode rows. A long prompt
+  // is then prefilled over several iterations while the running sequences keep decoding.
+  int64_t chunked_prefill_tokens = 0;
+  // A finished sample's full blocks (prompt + response) enter the prefix cache before its
+  // blocks are released, so a later prompt that continues it (multi-turn) re-uses them.
+  bool cache_responses = false;
 };
 
 struct EngineStats {

@@ -17,6 +17,12 @@ RolloutConfig RolloutConfig::from_deck(const Deck& deck) {
   c.engine.max_running = deck.get_int("rollout.max_running");
   c.engine.max_batch_tokens = deck.get_int("rollout.max_batch_tokens");
   c.engine.prefix_cache = deck.get_bool("rollout.prefix_cache");
+  c.engine.chunked_prefill_tokens = deck.get_int("rollout.chunked_prefill_tokens");
+  c.engine.cache_responses = deck.get_bool("rollout.cache_responses");
+  if (c.engine.cache_responses && !c.engine.prefix_cache)
+    SLIMPI_FAIL_ALL("rollout.cache_responses = true ({}) stores responses in the prefix cache, but "
+                    "rollout.prefix_cache = false ({}): turn the prefix cache on or drop the key",
+                    deck.source("rollout.cache_responses"), deck.source("rollout.prefix_cache"));
   c.sampling.temperature = deck.get_float("rollout.temperature");
   c.sampling.top_k = deck.get_int("rollout.top_k");
   c.sampling.top_p = deck.get_float("rollout.top_p");
