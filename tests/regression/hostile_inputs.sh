@@ -65,6 +65,8 @@ fails steps_per_rollout "train.num_steps_per_rollout = 64 (--set) exceeds the 32
   --set train.num_steps_per_rollout=64
 fails kv_cache "rollout.kv_cache_tokens = 8 (--set) holds 2 blocks of rollout.block_size = 4" 4 run $deck \
   --set rollout.kv_cache_tokens=8
+fails cache_responses "rollout.cache_responses = true (--set) stores responses in the prefix cache, but rollout.prefix_cache = false (--set)" \
+  2 run $deck --set rollout.cache_responses=true --set rollout.prefix_cache=false
 head -5 inputs/data/addition_sft.jsonl >"$out/long.jsonl"
 /usr/bin/python3 -c "import json; print(json.dumps({'prompt': '1' * 100, 'label': '2'}))" >>"$out/long.jsonl"
 fails long_prompt "long.jsonl:6: prompt of 101 tokens" 2 run $deck --set eval.path= \
