@@ -11,7 +11,11 @@
 //                          KV cache vs fp32, alternating. Counter bf16_over_fp32 (time).
 //   BM_DecodeNextToPrefill 32 decode rows at 1024 cached tokens next to a 1024-token
 //                          prefill chunk: decode attending apart vs padded to the chunk.
-//   BM_GroupPrefill        32 prompts of 256 tokens x 8 samples, 1 new token each (so the
+//   BM_DecodeLongContext   one decode forward at 64 sequences x 1024-token contexts, ~50M
+//                          model: the paged kernel vs a gather into a reused buffer vs a
+//                          fresh padded copy per layer (the code before the kernel), each
+//                          as a share of torch matmul on the same shapes.
+//   BM_GroupPrefill        32 prompts of 512 tokens x 8 samples, 1 new token each (so the
 //                          time is prefill): one group per prompt (the prompt prefilled
 //                          once, shared by its 8 samples) vs the same 256 requests as
 //                          single samples with the prefix cache off (8 prefills of each
@@ -293,7 +297,9 @@ void BM_DecodeLongContext(benchmark::State& state) {
 }
 
 void BM_GroupPrefill(benchmark::State& state) {
-  Transformer m(quickstart_model(), 1, at::kCPU);
+  ModelConfig c = quickstart_model();
+  c.max_seq_len = 1024;
+  Transformer m(c, 1, at::kCPU);
   auto timed = [&](const std::vector<GenerationRequest>& reqs, bool prefix_cache) {
     Engine e(EngineConfig{16, 1 << 17, 64, 2048, prefix_cache}, m);
     auto t0 = Clock::now();
@@ -301,7 +307,7 @@ void BM_GroupPrefill(benchmark::State& state) {
     e.run_to_completion();
     return since(t0);
   };
-  const std::vector<GenerationRequest> grouped = requests(32, 8, 256, 1, 1.0);
+  const std::vector<GenerationRequest> grouped = requests(32, 8, 512, 1, 1.0);
   std::vector<GenerationRequest> single;
   for (const auto& r : grouped)
     for (int64_t i = 0; i < r.n_samples; ++i) {

@@ -12,12 +12,12 @@
 namespace slimpi {
 namespace {
 
-// A row of D cache elements as fp32: the row itself when the cache is fp32, else its
-// conversion into `scratch` (D floats, in L1).
+// A slot's row of n cache elements as fp32: the row itself when the cache is fp32, else
+// its conversion into `scratch` (n floats, in L1).
 [[gnu::always_inline]] inline const float* as_float(const float* row, int64_t, float*) { return row; }
-[[gnu::always_inline]] inline const float* as_float(const c10::BFloat16* row, int64_t D, float* scratch) {
+[[gnu::always_inline]] inline const float* as_float(const c10::BFloat16* row, int64_t n, float* scratch) {
 #pragma omp simd
-  for (int64_t d = 0; d < D; ++d) scratch[d] = static_cast<float>(row[d]);
+  for (int64_t i = 0; i < n; ++i) scratch[i] = static_cast<float>(row[i]);
   return scratch;
 }
 
@@ -33,10 +33,20 @@ namespace {
   for (int64_t d = 0; d < D; ++d) y[d] += alpha * x[d];
 }
 
+// Asks for a slot's row (n elements) a few keys before it is read: the rows of one
+// block are contiguous, but blocks lie anywhere, which the hardware prefetcher cannot
+// guess (measured ~10% faster at 1024-token contexts).
+constexpr int64_t kAhead = 4;
+template <class KV>
+[[gnu::always_inline]] inline void prefetch_row(const KV* row, int64_t n) {
+  const char* p = reinterpret_cast<const char*>(row);
+  for (int64_t byte = 0; byte < n * int64_t(sizeof(KV)); byte += 64) __builtin_prefetch(p + byte);
+}
+
 // Per-thread buffers, grown on demand and reused across calls (never freed per token).
 struct Scratch {
-  std::vector<float> scores;  // [g, n_keys]
-  std::vector<float> row;     // [D] a bf16 row as fp32
+  std::vector<float> scores;   // [H, n_keys]
+  std::vector<float> row;      // [Hkv, D] a bf16 slot row as fp32
   std::vector<float> inv_sum;  // [H] 1 / softmax denominator
   std::vector<float> tile;     // [H, D] one tile's weighted sum of V
 };
@@ -50,8 +60,8 @@ Scratch& thread_scratch() {
 // elements and a block's slots are contiguous too: the loops stream through each block);
 // out: [H, D]. Query head h reads kv head h / g.
 template <class KV>
-[[gnu::always_inline]] inline void attend_sequence(const float* q, const KV* K, const KV* V, const int64_t* slots, int64_t n, int64_t H,
-                     int64_t Hkv, int64_t D, float* out) {
+[[gnu::always_inline]] inline void attend_sequence(const float* q, const KV* K, const KV* V, const int64_t* slots,
+                                                   int64_t n, int64_t H, int64_t Hkv, int64_t D, float* out) {
   const int64_t g = H / Hkv, stride = Hkv * D;
   Scratch& scratch = thread_scratch();
   if (int64_t(scratch.scores.size()) < H * n) scratch.scores.resize(H * n);
@@ -60,10 +70,7 @@ template <class KV>
   if (int64_t(scratch.tile.size()) < H * D) scratch.tile.resize(H * D);
   float* s = scratch.scores.data();  // s[h * n + t]: head h, key t
   for (int64_t t = 0; t < n; ++t) {
-    if (t + 4 < n) {
-      const char* next = reinterpret_cast<const char*>(K + slots[t + 4] * stride);
-      for (int64_t byte = 0; byte < stride * int64_t(sizeof(KV)); byte += 64) __builtin_prefetch(next + byte);
-    }
+    if (t + kAhead < n) prefetch_row(K + slots[t + kAhead] * stride, stride);
     const float* k = as_float(K + slots[t] * stride, stride, scratch.row.data());  // [Hkv, D]
     for (int64_t h = 0; h < H; ++h) s[h * n + t] = dot(q + h * D, k + (h / g) * D, D);
   }
@@ -86,10 +93,7 @@ template <class KV>
   for (int64_t t0 = 0; t0 < n; t0 += kTile) {
     std::fill(tile, tile + H * D, 0.0f);
     for (int64_t t = t0; t < std::min(n, t0 + kTile); ++t) {
-      if (t + 4 < n) {
-        const char* next = reinterpret_cast<const char*>(V + slots[t + 4] * stride);
-        for (int64_t byte = 0; byte < stride * int64_t(sizeof(KV)); byte += 64) __builtin_prefetch(next + byte);
-      }
+      if (t + kAhead < n) prefetch_row(V + slots[t + kAhead] * stride, stride);
       const float* v = as_float(V + slots[t] * stride, stride, scratch.row.data());  // [Hkv, D]
       for (int64_t h = 0; h < H; ++h) axpy(s[h * n + t], v + (h / g) * D, tile + h * D, D);
     }

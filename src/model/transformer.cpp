@@ -9,6 +9,8 @@
 #include <ATen/ops/scaled_dot_product_attention.h>
 
 #include <cmath>
+#include <optional>
+#include <tuple>
 
 #include "kernels/paged_attention.h"
 
@@ -49,26 +51,39 @@ at::Tensor attend_padded(const at::Tensor& q, const at::Tensor& k, const at::Ten
   return at::matmul(probs, vh).permute({0, 3, 1, 2, 4}).reshape({B, Lq, H, D});  // [B, Lq, H, D]
 }
 
-// Causal attention of B packed sequences without padding: each sequence alone through
-// torch's scaled_dot_product_attention (a flash kernel on CPU and GPU: score memory
-// O(L) per block, never O(B · longest²)). q [T, H, D], k/v [T, Hkv, D], sequences back
-// to back with lengths seq_lens. Grouped-query: head h reads kv head h / (H / Hkv).
+// Causal attention of one sequence through torch's scaled_dot_product_attention (a
+// flash kernel on CPU and GPU: score memory O(block) per head, never O(L²)).
+// q [Lq, H, D]: the queries at positions n_past..n_past+Lq-1; k/v [n_past + Lq, Hkv, D].
+// Query i sees keys 0..n_past+i: the causal flag when n_past = 0, else a [Lq, Lk] boolean
+// mask (SDPA's causal flag aligns the diagonal top-left). Grouped-query: head h reads kv
+// head h / (H / Hkv). Returns [Lq, H, D].
+at::Tensor attend_one_sequence(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t n_past) {
+  const int64_t Lq = q.size(0), Lk = k.size(0), g = q.size(1) / k.size(1);
+  auto heads_first = [](const at::Tensor& x) { return x.transpose(0, 1).unsqueeze(0); };  // [1, heads, L, D]
+  at::Tensor kh = heads_first(k), vh = heads_first(v);
+  if (g > 1) {
+    kh = kh.repeat_interleave(g, 1);  // [1, H, Lk, D]
+    vh = vh.repeat_interleave(g, 1);
+  }
+  std::optional<at::Tensor> mask;
+  if (n_past > 0) {
+    const auto opts = at::TensorOptions().dtype(at::kLong).device(q.device());
+    mask = at::arange(Lk, opts).view({1, Lk}) <= (at::arange(Lq, opts) + n_past).view({Lq, 1});  // [Lq, Lk]
+  }
+  return at::scaled_dot_product_attention(heads_first(q), kh, vh, mask, 0.0, /*is_causal=*/n_past == 0)
+      .squeeze(0)
+      .transpose(0, 1);  // [Lq, H, D]
+}
+
+// Causal attention of B packed sequences without padding, each alone (above).
+// q [T, H, D], k/v [T, Hkv, D], sequences back to back with lengths seq_lens.
 // Returns [T, H, D].
 at::Tensor attend_unpadded(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                            const std::vector<int64_t>& seq_lens) {
-  const int64_t H = q.size(1), g = H / k.size(1);
   std::vector<at::Tensor> out;
   int64_t start = 0;
   for (int64_t L : seq_lens) {
-    auto heads_first = [&](const at::Tensor& x) { return x.narrow(0, start, L).transpose(0, 1).unsqueeze(0); };
-    at::Tensor kh = heads_first(k), vh = heads_first(v);  // [1, Hkv, L, D]
-    if (g > 1) {
-      kh = kh.repeat_interleave(g, 1);  // [1, H, L, D]
-      vh = vh.repeat_interleave(g, 1);
-    }
-    out.push_back(at::scaled_dot_product_attention(heads_first(q), kh, vh, {}, 0.0, /*is_causal=*/true)
-                      .squeeze(0)
-                      .transpose(0, 1));  // [L, H, D]
+    out.push_back(attend_one_sequence(q.narrow(0, start, L), k.narrow(0, start, L), v.narrow(0, start, L), 0));
     start += L;
   }
   return at::cat(out);
@@ -86,6 +101,7 @@ struct Transformer::AttentionLayout {
   at::Tensor new_slots;       // cached: [T] cache slot of every new token
   at::Tensor key_slots;       // cached: [B * max_keys] slot of every padded key (0 where padding)
   std::vector<int64_t> seq_lens;  // packed (no cache): each sequence's length
+  std::vector<int64_t> n_past_host, n_new_host;  // [B] each, on the host
   // Incremental batches holding both decode (one new token) and prefill sequences: the
   // two attend in separate calls, so decode rows are never padded to a prefill chunk.
   // Each part: its own layout over its sequences, and token_index [T_part], the rows of
@@ -107,6 +123,8 @@ Transformer::AttentionLayout make_layout(const std::vector<int64_t>& n_past, con
                                          const std::vector<at::Tensor>& slots, const at::Device& device) {
   Transformer::AttentionLayout a;
   a.n_seqs = static_cast<int64_t>(n_new.size());
+  a.n_past_host = n_past;
+  a.n_new_host = n_new;
   std::vector<int64_t> b_of_t, j_of_t, pos, n_keys;
   for (int64_t b = 0; b < a.n_seqs; ++b) {
     a.max_new = std::max(a.max_new, n_new[b]);
@@ -296,20 +314,34 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const AttentionLayout&
         const int64_t Bp = part.n_seqs, Lkp = part.max_keys;
         if (part.max_new == 1 && decode_mode == DecodeAttention::Paged)  // decode rows: q_part row b is sequence b
           return paged_decode_attention(q_part, cache->k[l], cache->v[l], part.key_slots.view({Bp, Lkp}), part.n_keys);
+        auto gathered = [&](const at::Tensor& slots) {  // -> K, V [n, Hkv, D] in the reused buffer
+          const int64_t rows = slots.size(0);
+          if (!cache->gathered_k.defined() || cache->gathered_k.size(0) < rows) {  // grow, never shrink
+            cache->gathered_k = at::empty({rows, Hkv, D}, cache->k[l].options());
+            cache->gathered_v = at::empty({rows, Hkv, D}, cache->v[l].options());
+          }
+          at::Tensor kg = cache->gathered_k.narrow(0, 0, rows), vg = cache->gathered_v.narrow(0, 0, rows);
+          at::index_select_out(kg, cache->k[l], 0, slots);
+          at::index_select_out(vg, cache->v[l], 0, slots);
+          return std::pair{kg.to(k.scalar_type()), vg.to(v.scalar_type())};
+        };
+        // Long prefill chunks: each sequence alone through SDPA, no [B, H, Lq, Lk] scores.
+        if (part.max_new > 1 && decode_mode != DecodeAttention::FreshGather &&
+            Bp * H * part.max_new * Lkp > padded_attention_budget_) {
+          std::vector<at::Tensor> outs;
+          for (int64_t b = 0, row = 0; b < Bp; row += part.n_new_host[b], ++b) {
+            const int64_t n_past = part.n_past_host[b], n_new = part.n_new_host[b];
+            auto [kb, vb] = gathered(part.key_slots.narrow(0, b * Lkp, n_past + n_new));
+            outs.push_back(attend_one_sequence(q_part.narrow(0, row, n_new), kb, vb, n_past));
+          }
+          return at::cat(outs);
+        }
         at::Tensor kp, vp;  // [Bp, Lkp, Hkv, D]
         if (decode_mode == DecodeAttention::FreshGather) {
           kp = cache->k[l].index_select(0, part.key_slots);
           vp = cache->v[l].index_select(0, part.key_slots);
         } else {
-          const int64_t rows = part.key_slots.size(0);
-          if (!cache->gathered_k.defined() || cache->gathered_k.size(0) < rows) {  // grow, never shrink
-            cache->gathered_k = at::empty({rows, Hkv, D}, cache->k[l].options());
-            cache->gathered_v = at::empty({rows, Hkv, D}, cache->v[l].options());
-          }
-          kp = cache->gathered_k.narrow(0, 0, rows);
-          vp = cache->gathered_v.narrow(0, 0, rows);
-          at::index_select_out(kp, cache->k[l], 0, part.key_slots);
-          at::index_select_out(vp, cache->v[l], 0, part.key_slots);
+          std::tie(kp, vp) = gathered(part.key_slots);
         }
         kp = kp.view({Bp, Lkp, Hkv, D}).to(k.scalar_type());
         vp = vp.view({Bp, Lkp, Hkv, D}).to(v.scalar_type());

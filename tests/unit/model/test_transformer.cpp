@@ -65,14 +65,18 @@ TEST_P(TransformerShapes, IncrementalEqualsFull) {
   at::NoGradGuard no_grad;
   // Two sequences, prefilled in chunks of different sizes while the other decodes, then
   // decoded one token at a time, in a cache with scattered (non-contiguous) slots; with
-  // each way the decode rows read the cache.
+  // each way the decode rows read the cache, and with prefill chunks attending as a
+  // padded batch (default budget) or each sequence alone through SDPA (budget 0).
   at::Tensor a = random_tokens(13, 50, 2), b = random_tokens(8, 50, 3);
   at::Tensor full_a = m.forward_packed(a, {13}), full_b = m.forward_packed(b, {8});
   at::Tensor slots_a = at::arange(0, 26, 2, at::kLong), slots_b = at::arange(40, 56, 2, at::kLong);
   using Mode = Transformer::DecodeAttention;
-  for (Mode mode : {Mode::Auto, Mode::Paged, Mode::Gather, Mode::FreshGather}) {
-    SCOPED_TRACE("decode attention mode " + std::to_string(int(mode)));
+  for (auto [mode, budget] : {std::pair{Mode::Auto, Transformer::kPaddedAttentionBudget}, std::pair{Mode::Auto, 0L},
+                              std::pair{Mode::Paged, 0L}, std::pair{Mode::Gather, Transformer::kPaddedAttentionBudget},
+                              std::pair{Mode::FreshGather, Transformer::kPaddedAttentionBudget}}) {
+    SCOPED_TRACE("decode attention mode " + std::to_string(int(mode)) + ", padded budget " + std::to_string(budget));
     m.set_decode_attention(mode);
+    m.set_padded_attention_budget(budget);
     KvCache cache = KvCache::allocate(cfg, 64, at::kFloat);
     // (new a, new b); {1, 2} and {4, 1} mix a decode row with a prefill chunk, which
     // attend in separate calls (decode first, then prefill first).
