@@ -10,14 +10,15 @@
 //                        writes the new keys/values into a KvCache at given slots
 //                        (prefill chunks and decode steps of the rollout engine)
 // Both run the same layer code; attention differs only in where keys/values come from.
-// Attention of packed sequences (training, log-prob recomputation) runs each sequence
-// alone through torch's scaled_dot_product_attention (flash kernels: no padding, no
-// O(B · longest²) scores) once a padded batch's scores would exceed
-// padded_attention_budget() elements; below that, and always for the incremental
-// forward, the sequences' queries and keys are scattered into padded [B, L, heads, D]
+// Attention of packed sequences (training, log-prob recomputation) and of the prefill
+// chunks of the incremental forward runs each sequence alone through torch's
+// scaled_dot_product_attention (flash kernels: no padding, no O(B · longest²) scores)
+// once a padded batch's scores would exceed padded_attention_budget() elements; below
+// that the sequences' queries and keys are scattered into padded [B, L, heads, D]
 // tensors, masked (causal and past each sequence's end) and gathered back: a few large
-// ops, faster for many short sequences. Both give the same outputs and gradients to
-// fp32 round-off (tested).
+// ops, faster for many short sequences. Decode rows (one new token) read the cache as
+// set_decode_attention() says (a paged kernel on the CPU). Every path gives the same
+// outputs (and, for packed sequences, gradients) to fp32 round-off (tested).
 // Precision: weights are stored in fp32 (the trainer's masters) or bf16 (a bf16 rollout
 // engine); drawn in fp32 either way and rounded once. The residual stream, RMSNorm,
 // attention softmax and the logits are fp32 whatever the weights; matrix products run
