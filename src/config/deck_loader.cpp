@@ -14,6 +14,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "config/hf_config.h"
 #include "config/schema.h"
 
 namespace slimpi {
@@ -194,6 +195,7 @@ Deck load_deck(const std::string& path, const std::vector<std::string>& override
   for (const auto& o : overrides) reader.apply_override(o);
   for (const auto& spec : Schema::instance().keys())
     if (!reader.entries.count(spec.key)) reader.entries[spec.key] = {spec.default_value, "default"};
+  if (reader.problems.lines.empty()) apply_hf_config(reader.entries, reader.problems.lines);  // [model] from config.json
   if (!reader.problems.lines.empty()) {
     std::string text = fmt::format("{} problem{} in deck {}:", reader.problems.lines.size(),
                                    reader.problems.lines.size() == 1 ? "" : "s", path);

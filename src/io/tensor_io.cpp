@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <map>
+#include <set>
 
 #include "io/safetensors.h"
 
@@ -94,24 +95,54 @@ std::vector<NamedTensor> read_tensors_like(hid_t loc, const std::vector<NamedTen
 
 namespace {
 
-// The tensors of a Hugging Face export (a .safetensors file, or a directory holding
-// model.safetensors), in the order of `like`, checked by name, shape and dtype.
+// The tensors of a Hugging Face checkpoint (io/safetensors.h: a file, a directory, a
+// sharded index), in the order of `like`, checked by name and shape: a tensor the model
+// needs and the files lack, or one the files hold and the model does not use, is an
+// error listing them all (never dropped or left at its init). HF's non-parameter buffer
+// rotary_emb.inv_freq is skipped, and a stored lm_head.weight of a tied model is
+// accepted only when it equals the embedding it is tied to.
 std::vector<NamedTensor> read_hf_tensors_like(const std::string& path, const std::vector<NamedTensor>& like) {
-  const std::string file = std::filesystem::is_directory(path) ? path + "/model.safetensors" : path;
-  std::map<std::string, at::Tensor> stored;
-  for (auto& t : read_safetensors(file)) stored[t.name] = t.tensor;
+  SafetensorsReader reader(path);
+  const std::string& where = reader.description();
+  std::set<std::string> wanted;
+  std::vector<std::string> missing, unused, wrong;
+  for (const auto& l : like) {
+    wanted.insert(l.name);
+    if (!reader.contains(l.name)) missing.push_back(l.name);
+  }
+  const bool tied = wanted.count("lm_head.weight") == 0;
+  for (const auto& [name, e] : reader.entries()) {
+    if (wanted.count(name)) continue;
+    if (name.size() >= 20 && name.compare(name.size() - 20, 20, "rotary_emb.inv_freq") == 0) continue;
+    if (name == "lm_head.weight" && tied && reader.contains("model.embed_tokens.weight") &&
+        at::equal(reader.read(name), reader.read("model.embed_tokens.weight")))
+      continue;
+    unused.push_back(name);
+  }
+  auto listed = [](const std::vector<std::string>& names) {
+    const size_t shown = std::min<size_t>(names.size(), 12);
+    std::string text = fmt::format("{}", fmt::join(names.begin(), names.begin() + shown, ", "));
+    if (shown < names.size()) text += fmt::format(", ... ({} in all)", names.size());
+    return text;
+  };
+  SLIMPI_CHECK(missing.empty() && unused.empty(),
+               "{} does not match the model{}{}{}", where,
+               missing.empty() ? "" : "; the model needs tensors the files lack: " + listed(missing),
+               unused.empty() ? "" : "; the files hold tensors the model does not use: " + listed(unused),
+               tied && !unused.empty() ? " (a tied model has no lm_head.weight; check model.tie_word_embeddings)" : "");
   std::vector<NamedTensor> out;
   for (const auto& l : like) {
-    auto it = stored.find(l.name);
-    SLIMPI_CHECK(it != stored.end(), "{} has no tensor {} (the model needs it)", file, l.name);
-    const at::Tensor& t = it->second;
-    const bool same_kind = at::isFloatingType(t.scalar_type()) && at::isFloatingType(l.tensor.scalar_type());
-    SLIMPI_CHECK(t.sizes() == l.tensor.sizes() && same_kind,  // load_model_weights converts the dtype
-                 "{}: tensor {} is {} {}, the model needs {} {}", file, l.name,
-                 fmt::format("{}", fmt::join(t.sizes(), "x")), std::string(c10::toString(t.scalar_type())),
-                 fmt::format("{}", fmt::join(l.tensor.sizes(), "x")), std::string(c10::toString(l.tensor.scalar_type())));
-    out.push_back({l.name, t});
+    const SafetensorsReader::Entry& e = reader.entries().at(l.name);
+    const bool same_kind = at::isFloatingType(e.dtype) && at::isFloatingType(l.tensor.scalar_type());
+    if (e.shape != l.tensor.sizes().vec() || !same_kind) {  // load_model_weights converts the dtype
+      wrong.push_back(fmt::format("{} is {} {}, the model needs {} {}", l.name, fmt::join(e.shape, "x"),
+                                  std::string(c10::toString(e.dtype)), fmt::join(l.tensor.sizes(), "x"),
+                                  std::string(c10::toString(l.tensor.scalar_type()))));
+      continue;
+    }
+    out.push_back({l.name, reader.read(l.name)});
   }
+  SLIMPI_CHECK(wrong.empty(), "{}: {}", where, fmt::join(wrong, "; "));
   return out;
 }
 
@@ -119,8 +150,11 @@ std::vector<NamedTensor> read_hf_tensors_like(const std::string& path, const std
 
 void load_model_weights(const std::vector<NamedTensor>& params, const std::string& path, const std::string& group) {
   std::vector<NamedTensor> stored;
-  const bool hf = std::filesystem::is_directory(path) ||
-                  (path.size() > 12 && path.compare(path.size() - 12, 12, ".safetensors") == 0);
+  auto ends_with = [&](const std::string& tail) {
+    return path.size() > tail.size() && path.compare(path.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  const bool hf = std::filesystem::is_directory(path) || ends_with(".safetensors") || ends_with(".json");
+  SLIMPI_CHECK(hf || std::filesystem::exists(path), "model weights {} do not exist", path);
   if (hf) {
     stored = read_hf_tensors_like(path, params);
   } else {

@@ -24,9 +24,12 @@ void write_tensors(hid_t loc, const std::vector<NamedTensor>& tensors);
 std::vector<NamedTensor> read_tensors_like(hid_t loc, const std::vector<NamedTensor>& like, bool any_float = false);
 
 // Copies the tensors of group `group` of HDF5 file `path` into `params` (a model's
-// parameters; names and shapes must match, floating dtypes are converted (an fp32
-// checkpoint into a bf16 engine model); the error names the first that does not). A `path` ending in .safetensors, or a directory (a Hugging Face export
-// holding model.safetensors), is read as safetensors instead, tensors matched by name.
+// parameters; names and shapes must match; floating dtypes are converted, e.g. an fp32
+// checkpoint into a bf16 engine model; the error names the first that does not). A
+// Hugging Face checkpoint — a directory (model.safetensors or a sharded
+// model.safetensors.index.json), a .safetensors file or an index .json — is read
+// through a memory map instead, fp32/bf16/fp16 converted, tensors matched by name: every
+// tensor missing, unused or mis-shaped is an error listing them.
 void load_model_weights(const std::vector<NamedTensor>& params, const std::string& path,
                         const std::string& group = "model");
 

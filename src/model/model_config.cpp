@@ -3,19 +3,46 @@
 #include <slimpi/deck.h>
 #include <slimpi/error.h>
 
+#include <cmath>
+
 namespace slimpi {
 
+std::vector<double> ModelConfig::rope_inv_freq() const {
+  const int64_t D = head_dim();
+  std::vector<double> f;
+  for (int64_t i = 0; i < D / 2; ++i) f.push_back(std::pow(rope_theta, -2.0 * double(i) / double(D)));
+  if (rope_scaling == "linear") {
+    for (double& x : f) x /= rope_factor;
+  } else if (rope_scaling == "llama3") {
+    // Hugging Face's _compute_llama3_parameters: wavelength λ = 2π / f; λ above
+    // old / low_freq_factor → f / factor; below old / high_freq_factor → f kept; between,
+    // s = (old / λ - low) / (high - low), f = (1 - s) f / factor + s f.
+    const double old = double(rope_original_max_seq_len), pi = std::acos(-1.0);
+    const double low_wavelen = old / rope_low_freq_factor, high_wavelen = old / rope_high_freq_factor;
+    for (double& x : f) {
+      const double wavelen = 2 * pi / x;
+      if (wavelen > low_wavelen) {
+        x /= rope_factor;
+      } else if (wavelen >= high_wavelen) {
+        const double s = (old / wavelen - rope_low_freq_factor) / (rope_high_freq_factor - rope_low_freq_factor);
+        x = (1 - s) * x / rope_factor + s * x;
+      }
+    }
+  }
+  return f;
+}
+
 int64_t ModelConfig::matmul_params() const {
-  const int64_t d = hidden_size, kv = n_kv_heads * head_dim();
-  const int64_t attention = d * d + 2 * d * kv + d * d;  // q, k, v, o
-  const int64_t mlp = 3 * d * intermediate_size;          // gate, up, down
+  const int64_t d = hidden_size, q = n_heads * head_dim(), kv = n_kv_heads * head_dim();
+  const int64_t attention = d * q + 2 * d * kv + q * d;  // q, k, v, o
+  const int64_t mlp = 3 * d * intermediate_size;        // gate, up, down
   return n_layers * (attention + mlp) + vocab_size * d;  // + LM head
 }
 
 int64_t ModelConfig::n_params() const {
-  const int64_t d = hidden_size, kv = n_kv_heads * head_dim();
-  const int64_t per_layer = d * d + 2 * d * kv + d * d + 3 * d * intermediate_size + 2 * d +
-                            (qkv_bias ? d + 2 * kv : 0);
+  const int64_t d = hidden_size, q = n_heads * head_dim(), kv = n_kv_heads * head_dim();
+  const int64_t per_layer = d * q + 2 * d * kv + q * d + 3 * d * intermediate_size + 2 * d +
+                            (qkv_bias ? q + 2 * kv : 0) + (o_bias ? d : 0) + (qk_norm ? 2 * head_dim() : 0);
   return vocab_size * d * (tie_word_embeddings ? 1 : 2) + n_layers * per_layer + d;
 }
 
@@ -27,19 +54,34 @@ ModelConfig ModelConfig::from_deck(const Deck& deck) {
   c.n_heads = deck.get_int("model.n_heads");
   c.n_kv_heads = deck.get_int("model.n_kv_heads");
   if (c.n_kv_heads == 0) c.n_kv_heads = c.n_heads;
+  c.explicit_head_dim = deck.get_int("model.head_dim");
   c.intermediate_size = deck.get_int("model.intermediate_size");
   c.max_seq_len = deck.get_int("model.max_seq_len");
   c.rope_theta = deck.get_float("model.rope_theta");
+  c.rope_scaling = deck.get_string("model.rope_scaling");
+  c.rope_factor = deck.get_float("model.rope_factor");
+  c.rope_low_freq_factor = deck.get_float("model.rope_low_freq_factor");
+  c.rope_high_freq_factor = deck.get_float("model.rope_high_freq_factor");
+  c.rope_original_max_seq_len = deck.get_int("model.rope_original_max_seq_len");
   c.rms_norm_eps = deck.get_float("model.rms_norm_eps");
   c.init_std = deck.get_float("model.init_std");
   c.tie_word_embeddings = deck.get_bool("model.tie_word_embeddings");
   c.qkv_bias = deck.get_bool("model.qkv_bias");
-  if (c.hidden_size % c.n_heads != 0)
-    SLIMPI_FAIL_ALL("model.hidden_size = {} must be a multiple of model.n_heads = {}", c.hidden_size, c.n_heads);
+  c.o_bias = deck.get_bool("model.o_bias");
+  c.qk_norm = deck.get_bool("model.qk_norm");
+  if (c.explicit_head_dim == 0 && c.hidden_size % c.n_heads != 0)
+    SLIMPI_FAIL_ALL("model.hidden_size = {} must be a multiple of model.n_heads = {} (or set model.head_dim)",
+                    c.hidden_size, c.n_heads);
   if (c.head_dim() % 2 != 0)
-    SLIMPI_FAIL_ALL("model.hidden_size / model.n_heads = {} must be even (RoPE rotates pairs)", c.head_dim());
+    SLIMPI_FAIL_ALL("the head dimension {} ({}) must be even (RoPE rotates pairs)", c.head_dim(),
+                    c.explicit_head_dim > 0 ? "model.head_dim" : "model.hidden_size / model.n_heads");
   if (c.n_heads % c.n_kv_heads != 0)
     SLIMPI_FAIL_ALL("model.n_heads = {} must be a multiple of model.n_kv_heads = {}", c.n_heads, c.n_kv_heads);
+  if (c.rope_scaling == "llama3" && !(c.rope_high_freq_factor > c.rope_low_freq_factor))
+    SLIMPI_FAIL_ALL("model.rope_high_freq_factor = {} ({}) must exceed model.rope_low_freq_factor = {} ({}) for "
+                    "model.rope_scaling = \"llama3\"",
+                    c.rope_high_freq_factor, deck.source("model.rope_high_freq_factor"), c.rope_low_freq_factor,
+                    deck.source("model.rope_low_freq_factor"));
   return c;
 }
 

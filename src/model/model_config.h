@@ -1,11 +1,17 @@
 // ModelConfig — the shape of the policy transformer (deck table [model]).
-// Llama/Qwen2 family: H query heads of size D = hidden_size / H, n_kv_heads ≤ H
-// key/value heads (grouped-query attention, H % n_kv_heads == 0), SwiGLU MLP of width
-// intermediate_size, RoPE with rope_theta, RMSNorm with rms_norm_eps.
+// Llama / Qwen2 / Qwen3 family: H query heads of size D (hidden_size / H, or an explicit
+// head_dim as Qwen3 has), n_kv_heads ≤ H key/value heads (grouped-query attention,
+// H % n_kv_heads == 0), SwiGLU MLP of width intermediate_size, RMSNorm with
+// rms_norm_eps, RoPE with rope_theta and an optional frequency scaling (linear, or
+// Llama 3's), optional biases on q/k/v (Qwen2) and o (Llama/Qwen3 attention_bias),
+// optional RMSNorm of each query/key head before RoPE (Qwen3's q_norm/k_norm).
+// With model.init_from naming a Hugging Face directory, the deck's [model] keys come
+// from its config.json (config/hf_config.h).
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace slimpi {
 
@@ -17,15 +23,28 @@ struct ModelConfig {
   int64_t n_layers = 4;
   int64_t n_heads = 4;
   int64_t n_kv_heads = 4;
+  int64_t explicit_head_dim = 0;  // 0: hidden_size / n_heads
   int64_t intermediate_size = 344;
   int64_t max_seq_len = 512;
   double rope_theta = 10000.0;
+  // RoPE frequency scaling (Hugging Face's rope_scaling): "none", "linear" (every
+  // frequency / factor) or "llama3" (long wavelengths / factor, short ones kept, a
+  // smooth blend between, by original_max_seq_len / low_freq_factor and / high_freq_factor).
+  std::string rope_scaling = "none";
+  double rope_factor = 1.0;
+  double rope_low_freq_factor = 1.0;
+  double rope_high_freq_factor = 4.0;
+  int64_t rope_original_max_seq_len = 8192;
   double rms_norm_eps = 1e-6;
   double init_std = 0.02;
   bool tie_word_embeddings = false;
   bool qkv_bias = false;
+  bool o_bias = false;
+  bool qk_norm = false;
 
-  int64_t head_dim() const { return hidden_size / n_heads; }
+  int64_t head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : hidden_size / n_heads; }
+  // RoPE inverse frequencies, scaling applied: theta^(-2i/D) for i < D/2.
+  std::vector<double> rope_inv_freq() const;
   // Parameters of the model (embeddings and head included).
   int64_t n_params() const;
   // Multiply-adds per token of the dense layers (2 x this = forward FLOPs per token,

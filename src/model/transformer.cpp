@@ -195,7 +195,8 @@ Transformer::Transformer(const ModelConfig& cfg, uint64_t seed, const at::Device
                std::string(c10::toString(weights)));
   // All parameters drawn on the CPU from one generator, in name order, then moved.
   at::Generator gen = at::detail::createCPUGenerator(seed);
-  const int64_t d = cfg.hidden_size, kv = cfg.n_kv_heads * cfg.head_dim(), f = cfg.intermediate_size;
+  const int64_t d = cfg.hidden_size, hd = cfg.head_dim(), q_width = cfg.n_heads * hd, kv = cfg.n_kv_heads * hd,
+                f = cfg.intermediate_size;
   auto normal = [&](std::vector<int64_t> shape) { return at::normal(0.0, cfg.init_std, shape, gen); };
   auto ones = [&](int64_t n) { return at::ones({n}, at::kFloat); };
   auto zeros = [&](int64_t n) { return at::zeros({n}, at::kFloat); };
@@ -204,15 +205,20 @@ Transformer::Transformer(const ModelConfig& cfg, uint64_t seed, const at::Device
   for (int64_t l = 0; l < cfg.n_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     add(p + "input_layernorm.weight", ones(d));
-    add(p + "self_attn.q_proj.weight", normal({d, d}));
+    add(p + "self_attn.q_proj.weight", normal({q_width, d}));
     add(p + "self_attn.k_proj.weight", normal({kv, d}));
     add(p + "self_attn.v_proj.weight", normal({kv, d}));
     if (cfg.qkv_bias) {
-      add(p + "self_attn.q_proj.bias", zeros(d));
+      add(p + "self_attn.q_proj.bias", zeros(q_width));
       add(p + "self_attn.k_proj.bias", zeros(kv));
       add(p + "self_attn.v_proj.bias", zeros(kv));
     }
-    add(p + "self_attn.o_proj.weight", normal({d, d}));
+    add(p + "self_attn.o_proj.weight", normal({d, q_width}));
+    if (cfg.o_bias) add(p + "self_attn.o_proj.bias", zeros(d));
+    if (cfg.qk_norm) {
+      add(p + "self_attn.q_norm.weight", ones(hd));
+      add(p + "self_attn.k_norm.weight", ones(hd));
+    }
     add(p + "post_attention_layernorm.weight", ones(d));
     add(p + "mlp.gate_proj.weight", normal({f, d}));
     add(p + "mlp.up_proj.weight", normal({f, d}));
@@ -238,6 +244,11 @@ Transformer::Transformer(const ModelConfig& cfg, uint64_t seed, const at::Device
       lp.v_bias = parameter(p + "self_attn.v_proj.bias");
     }
     lp.o = parameter(p + "self_attn.o_proj.weight");
+    if (cfg.o_bias) lp.o_bias = parameter(p + "self_attn.o_proj.bias");
+    if (cfg.qk_norm) {
+      lp.q_norm = parameter(p + "self_attn.q_norm.weight");
+      lp.k_norm = parameter(p + "self_attn.k_norm.weight");
+    }
     lp.post_norm = parameter(p + "post_attention_layernorm.weight");
     lp.gate = parameter(p + "mlp.gate_proj.weight");
     lp.up = parameter(p + "mlp.up_proj.weight");
@@ -245,9 +256,9 @@ Transformer::Transformer(const ModelConfig& cfg, uint64_t seed, const at::Device
     layers_.push_back(lp);
   }
 
-  // RoPE tables: angle(pos, i) = pos * theta^(-2i/D), duplicated over both halves.
-  const int64_t hd = cfg.head_dim();
-  at::Tensor inv_freq = at::pow(cfg.rope_theta, -at::arange(0, hd, 2, at::kDouble) / double(hd));  // [D/2]
+  // RoPE tables: angle(pos, i) = pos * f_i (f_i = theta^(-2i/D), scaled as the config
+  // says), duplicated over both halves.
+  at::Tensor inv_freq = at::tensor(cfg.rope_inv_freq(), at::kDouble);                            // [D/2]
   at::Tensor angles = at::outer(at::arange(cfg.max_seq_len, at::kDouble), inv_freq);             // [S, D/2]
   at::Tensor full = at::cat({angles, angles}, -1);                                                // [S, D]
   rope_cos_ = full.cos().to(at::kFloat).to(device_);
@@ -285,8 +296,11 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const AttentionLayout&
   // Packed sequences attend without padding once the padded scores would outgrow the
   // budget; below it the padded batch (a few large ops) is faster for many short ones.
   const bool unpadded = !cache && B * H * Lq * Lk > padded_attention_budget_;
+  // Auto: the paged kernel for an fp32 forward on the CPU. A bf16 forward gathers and
+  // runs the trainer's own attention ops, so a bf16 engine samples with exactly the
+  // log-probs a bf16 trainer recomputes (the kernel accumulates in fp32 and would not).
   const DecodeAttention decode_mode = decode_attention_ != DecodeAttention::Auto ? decode_attention_
-                                      : device_.is_cpu()                         ? DecodeAttention::Paged
+                                      : device_.is_cpu() && !bf16                ? DecodeAttention::Paged
                                                                                  : DecodeAttention::Gather;
   at::Tensor cos = rope_cos_.index_select(0, a.positions).unsqueeze(1);  // [T, 1, D]
   at::Tensor sin = rope_sin_.index_select(0, a.positions).unsqueeze(1);  // [T, 1, D]
@@ -299,8 +313,14 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const AttentionLayout&
   for (size_t l = 0; l < layers_.size(); ++l) {
     const LayerParams& p = layers_[l];
     at::Tensor h = rms_norm(x, as_used(p.input_norm), cfg_.rms_norm_eps);
-    at::Tensor q = apply_rope(at::linear(h, p.q, p.q_bias).view({T, H, D}), cos, sin);    // [T, H, D]
-    at::Tensor k = apply_rope(at::linear(h, p.k, p.k_bias).view({T, Hkv, D}), cos, sin);  // [T, Hkv, D]
+    at::Tensor q = at::linear(h, p.q, p.q_bias).view({T, H, D});    // [T, H, D]
+    at::Tensor k = at::linear(h, p.k, p.k_bias).view({T, Hkv, D});  // [T, Hkv, D]
+    if (cfg_.qk_norm) {  // Qwen3: each head RMS-normalised before RoPE
+      q = rms_norm(q, as_used(p.q_norm), cfg_.rms_norm_eps);
+      k = rms_norm(k, as_used(p.k_norm), cfg_.rms_norm_eps);
+    }
+    q = apply_rope(q, cos, sin);
+    k = apply_rope(k, cos, sin);
     at::Tensor v = at::linear(h, p.v, p.v_bias).view({T, Hkv, D});                        // [T, Hkv, D]
     at::Tensor attn;  // [T, H * D]
     if (unpadded) {
@@ -353,7 +373,8 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const AttentionLayout&
         std::vector<at::Tensor> outs;  // [T_part, H, D] each, in the forward's compute dtype
         for (const auto& part : a.parts) outs.push_back(attend_cached(part.layout, q.index_select(0, part.token_index)));
         attn = at::empty({T, H, D}, outs.front().options());
-        for (size_t i = 0; i < outs.size(); ++i) attn.index_copy_(0, a.parts[i].token_index, outs[i]);
+        for (size_t i = 0; i < outs.size(); ++i)  // parts may differ: the paged kernel answers in q's dtype
+          attn.index_copy_(0, a.parts[i].token_index, outs[i].to(attn.scalar_type()));
         attn = attn.reshape({T, H * D});
       }
     } else {
@@ -361,7 +382,7 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const AttentionLayout&
                  .index({a.b_of_t, a.j_of_t})                                   // [T, H, D]
                  .reshape({T, H * D});
     }
-    x = x + at::linear(attn, p.o);
+    x = x + at::linear(attn, p.o, p.o_bias);
     h = rms_norm(x, as_used(p.post_norm), cfg_.rms_norm_eps);
     x = x + at::linear(at::silu(at::linear(h, p.gate)) * at::linear(h, p.up), p.down);
   }

@@ -1,4 +1,4 @@
-// Transformer — the decoder-only policy (Llama/Qwen2 family) that the trainer and the
+// Transformer — the decoder-only policy (Llama / Qwen2 / Qwen3 family) that the trainer and the
 // rollout engine both run: one implementation, so their log-probs agree.
 //
 // The model is a fixed, ordered list of named parameters (Hugging Face names, e.g.
@@ -62,7 +62,7 @@ class Transformer {
  public:
   // The tensors of one block (views of parameters(); bias tensors undefined when off).
   struct LayerParams {
-    at::Tensor input_norm, q, k, v, q_bias, k_bias, v_bias, o, post_norm, gate, up, down;
+    at::Tensor input_norm, q, k, v, q_bias, k_bias, v_bias, o, o_bias, q_norm, k_norm, post_norm, gate, up, down;
   };
 
   // weights: the storage dtype of the parameters (kFloat or kBFloat16).
@@ -93,7 +93,8 @@ class Transformer {
   //                batched attention (any device)
   //   FreshGather  a new padded copy of every sequence's history, per layer and step
   //                (the code before the paged kernel; kept for perf/ to compare against)
-  //   Auto         Paged on the CPU, Gather on a device (the default)
+  //   Auto         Paged for an fp32 forward on the CPU; otherwise Gather (the default:
+  //                a bf16 forward then runs the very ops a bf16 trainer runs)
   // All give the same outputs to fp32 round-off (tested).
   enum class DecodeAttention { Auto, Paged, Gather, FreshGather };
   void set_decode_attention(DecodeAttention mode) { decode_attention_ = mode; }

@@ -234,6 +234,32 @@ TEST(Transformer, Bf16ForwardOfMastersEqualsBf16Weights) {
   EXPECT_TRUE(at::equal(masters.forward_packed(tokens, {25, 15}), fp32));
 }
 
+// A bf16 engine's incremental forward, decode rows next to prefill chunks: by default
+// (Auto) it runs the trainer's own bf16 attention ops, so its logits are the trainer's
+// to round-off of the summation order; the paged kernel (fp32 accumulation) is close.
+TEST(Transformer, Bf16IncrementalWithMixedDecodeAndPrefill) {
+  ModelConfig cfg = tiny(true, false, false);
+  Transformer m(cfg, 6, at::kCPU, at::kBFloat16);
+  at::NoGradGuard no_grad;
+  ForwardPrecision bf16(Precision::BF16, at::kCPU);
+  const at::Tensor a = random_tokens(12, cfg.vocab_size, 4), b = random_tokens(9, cfg.vocab_size, 5);
+  const at::Tensor full_a = m.forward_packed(a, {12}), full_b = m.forward_packed(b, {9});
+  const at::Tensor slots_a = at::arange(0, 12, at::kLong), slots_b = at::arange(20, 29, at::kLong);
+  using Mode = Transformer::DecodeAttention;
+  for (auto [mode, tol] : {std::pair{Mode::Auto, 1e-4}, std::pair{Mode::Paged, 0.1}}) {
+    SCOPED_TRACE("mode " + std::to_string(int(mode)));
+    m.set_decode_attention(mode);
+    KvCache cache = KvCache::allocate(cfg, 32, at::TensorOptions().dtype(at::kBFloat16));
+    m.forward_incremental(a.narrow(0, 0, 8), {{0, 8, slots_a.narrow(0, 0, 8)}}, cache);
+    // a decodes one token while b prefills 9
+    const at::Tensor logits = m.forward_incremental(at::cat({a.narrow(0, 8, 1), b}),
+                                                    {{8, 1, slots_a.narrow(0, 0, 9)}, {0, 9, slots_b}}, cache);
+    EXPECT_EQ(logits.scalar_type(), at::kFloat);
+    EXPECT_TRUE(at::allclose(logits[0], full_a[8], tol, tol)) << (logits[0] - full_a[8]).abs().max().item<float>();
+    EXPECT_TRUE(at::allclose(logits.narrow(0, 1, 9), full_b, tol, tol));
+  }
+}
+
 TEST(Transformer, Bf16TrainingGradientsAreFp32OnTheMasters) {
   ModelConfig cfg = tiny(true, false, false);
   Transformer m(cfg, 5, at::kCPU);
