@@ -1,7 +1,9 @@
 #include "ckpt/hf_export.h"
 
+#include <ATen/ATen.h>
 #include <slimpi/error.h>
 
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -14,11 +16,35 @@
 
 namespace slimpi {
 
-std::string hf_config_json(const ModelConfig& cfg) {
-  const bool qwen = cfg.qkv_bias;
+int64_t parse_byte_size(const std::string& text) {
+  size_t digits = 0;
+  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
+  std::string unit = text.substr(digits);
+  for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  int64_t scale = 0;
+  if (unit.empty() || unit == "B") scale = 1;
+  else if (unit == "KB") scale = int64_t(1) << 10;
+  else if (unit == "MB") scale = int64_t(1) << 20;
+  else if (unit == "GB") scale = int64_t(1) << 30;
+  SLIMPI_CHECK(digits > 0 && digits <= 12 && scale > 0, "size '{}': expected a number with B, KB, MB or GB", text);
+  const int64_t bytes = std::stoll(text.substr(0, digits)) * scale;
+  SLIMPI_CHECK(bytes > 0, "size '{}' must be positive", text);
+  return bytes;
+}
+
+std::string hf_config_json(const ModelConfig& cfg, const std::string& dtype) {
+  SLIMPI_CHECK(cfg.qkv_bias || !cfg.o_bias,
+               "export: an o_proj bias without q/k/v biases has no Hugging Face architecture");
+  const char* arch = cfg.qk_norm                     ? "Qwen3ForCausalLM"
+                     : cfg.qkv_bias && !cfg.o_bias ? "Qwen2ForCausalLM"
+                                                     : "LlamaForCausalLM";
+  const char* type = cfg.qk_norm ? "qwen3" : cfg.qkv_bias && !cfg.o_bias ? "qwen2" : "llama";
+  SLIMPI_CHECK(!cfg.qk_norm || cfg.qkv_bias == cfg.o_bias,
+               "export: Qwen3 has biases on all of q/k/v/o or none (model.qkv_bias = {}, model.o_bias = {})",
+               cfg.qkv_bias, cfg.o_bias);
   nlohmann::json j = {
-      {"architectures", {qwen ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}},
-      {"model_type", qwen ? "qwen2" : "llama"},
+      {"architectures", {arch}},
+      {"model_type", type},
       {"vocab_size", cfg.vocab_size},
       {"hidden_size", cfg.hidden_size},
       {"intermediate_size", cfg.intermediate_size},
@@ -31,28 +57,97 @@ std::string hf_config_json(const ModelConfig& cfg) {
       {"rope_theta", cfg.rope_theta},
       {"hidden_act", "silu"},
       {"tie_word_embeddings", cfg.tie_word_embeddings},
-      {"torch_dtype", "float32"},
+      {"torch_dtype", dtype == "bf16" ? "bfloat16" : "float32"},
       {"pad_token_id", ByteTokenizer::kPad},
       {"bos_token_id", ByteTokenizer::kBos},
       {"eos_token_id", ByteTokenizer::kEos},
       {"slimpi_tokenizer", "bytes: ids 0-255 are UTF-8 bytes, 256 PAD, 257 BOS, 258 EOS"},
   };
-  if (!qwen) j["attention_bias"] = false;
+  if (std::string(type) != "qwen2") j["attention_bias"] = cfg.qkv_bias;
+  if (std::string(type) == "llama") j["mlp_bias"] = false;
+  if (cfg.rope_scaling == "linear") {
+    j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", cfg.rope_factor}};
+  } else if (cfg.rope_scaling == "llama3") {
+    j["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", cfg.rope_factor},
+                         {"low_freq_factor", cfg.rope_low_freq_factor},
+                         {"high_freq_factor", cfg.rope_high_freq_factor},
+                         {"original_max_position_embeddings", cfg.rope_original_max_seq_len}};
+  }
   return j.dump(2) + "\n";
 }
 
-std::string export_checkpoint_to_hf(const std::string& ckpt_dir, const std::string& out_dir) {
+namespace {
+
+std::string generation_config_json() {
+  nlohmann::json j = {{"bos_token_id", ByteTokenizer::kBos},
+                      {"eos_token_id", ByteTokenizer::kEos},
+                      {"pad_token_id", ByteTokenizer::kPad}};
+  return j.dump(2) + "\n";
+}
+
+// Whole tensors in order, a new shard when the next tensor would pass max_bytes.
+std::vector<std::vector<NamedTensor>> shard(const std::vector<NamedTensor>& tensors, int64_t max_bytes) {
+  std::vector<std::vector<NamedTensor>> shards(1);
+  int64_t bytes = 0;
+  for (const auto& t : tensors) {
+    const int64_t b = t.tensor.numel() * t.tensor.element_size();
+    if (!shards.back().empty() && bytes + b > max_bytes) {
+      shards.emplace_back();
+      bytes = 0;
+    }
+    shards.back().push_back(t);
+    bytes += b;
+  }
+  return shards;
+}
+
+}  // namespace
+
+std::string export_checkpoint_to_hf(const std::string& ckpt_dir, const std::string& out_dir,
+                                    const HfExportOptions& options) {
+  SLIMPI_CHECK(options.dtype == "fp32" || options.dtype == "bf16", "export: --dtype {} (fp32 or bf16)", options.dtype);
   if (auto problem = ckpt::verify_checkpoint(ckpt_dir))
     SLIMPI_FAIL("export: {} is not a usable checkpoint: {}", ckpt_dir, *problem);
   const ModelConfig cfg = ModelConfig::from_deck(ckpt::read_checkpoint_deck(ckpt_dir));
   Transformer model(cfg, /*seed=*/0, at::Device(at::kCPU));
   load_model_weights(model.parameters(), ckpt_dir + "/trainer_state.h5");
+  const std::string config = hf_config_json(cfg, options.dtype);
 
+  std::vector<NamedTensor> tensors;
+  int64_t total = 0;
+  for (const auto& p : model.parameters()) {
+    at::Tensor t = p.tensor.detach();
+    if (options.dtype == "bf16") t = t.to(at::kBFloat16);
+    tensors.push_back({p.name, t});
+    total += t.numel() * t.element_size();
+  }
   std::filesystem::create_directories(out_dir);
-  write_safetensors(out_dir + "/model.safetensors", model.parameters(), {{"format", "pt"}, {"source", ckpt_dir}});
-  std::ofstream(out_dir + "/config.json") << hf_config_json(cfg);
-  return fmt::format("export: {} -> {}/model.safetensors ({} tensors, {} parameters) + config.json", ckpt_dir,
-                     out_dir, model.parameters().size(), model.n_params());
+  for (const auto& entry : std::filesystem::directory_iterator(out_dir)) {  // no stale shards of an earlier export
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("model", 0) == 0 && (entry.path().extension() == ".safetensors" || name == "model.safetensors.index.json"))
+      std::filesystem::remove(entry.path());
+  }
+  const std::map<std::string, std::string> meta = {{"format", "pt"}, {"source", ckpt_dir}};
+  const auto shards = shard(tensors, options.max_shard_bytes);
+  std::string files;
+  if (shards.size() == 1) {
+    write_safetensors(out_dir + "/model.safetensors", tensors, meta);
+    files = "model.safetensors";
+  } else {
+    nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", nlohmann::json::object()}};
+    for (size_t i = 0; i < shards.size(); ++i) {
+      const std::string name = fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, shards.size());
+      write_safetensors(out_dir + "/" + name, shards[i], meta);
+      for (const auto& t : shards[i]) index["weight_map"][t.name] = name;
+    }
+    std::ofstream(out_dir + "/model.safetensors.index.json") << index.dump(2) << "\n";
+    files = fmt::format("{} shards + model.safetensors.index.json", shards.size());
+  }
+  std::ofstream(out_dir + "/config.json") << config;
+  std::ofstream(out_dir + "/generation_config.json") << generation_config_json();
+  return fmt::format("export: {} -> {}/ {} ({} tensors, {} parameters, {}) + config.json + generation_config.json",
+                     ckpt_dir, out_dir, files, model.parameters().size(), model.n_params(), options.dtype);
 }
 
 }  // namespace slimpi

@@ -46,6 +46,11 @@ Commands::Commands(CLI::App& app) {
   export_ = app.add_subcommand("export", "write a checkpoint as a Hugging Face model (safetensors + config.json)");
   export_->add_option("checkpoint", ckpt_dir_, "a checkpoint directory (ckpt/step_XXXXXXXX)")->required();
   export_->add_option("out", export_dir_, "the output directory")->required();
+  export_->add_option("--dtype", export_dtype_, "weights in fp32 or bf16 (the masters rounded once)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
+  export_->add_option("--max-shard-size", export_shard_, "largest file before the weights are sharded (e.g. 5GB, 500MB)")
+      ->capture_default_str();
 
   inspect_ = app.add_subcommand("inspect", "summarise a slimpi HDF5 file (rollouts.h5, metrics.h5, ...)");
   inspect_->add_option("file", h5_path_, "the HDF5 file")->required()->check(CLI::ExistingFile);
@@ -75,7 +80,7 @@ int Commands::run_selected() {
     std::string summary, problem;
     if (rank == 0) {  // one writer; other ranks (if any) only learn the outcome
       try {
-        summary = export_checkpoint_to_hf(ckpt_dir_, export_dir_);
+        summary = export_checkpoint_to_hf(ckpt_dir_, export_dir_, {export_dtype_, parse_byte_size(export_shard_)});
       } catch (const Error& e) {
         problem = e.what();
       }

@@ -35,6 +35,7 @@ class Commands {
   std::string key_prefix_;
   std::string h5_path_;
   std::string ckpt_dir_, export_dir_;
+  std::string export_dtype_ = "fp32", export_shard_ = "5GB";
 };
 
 // The text of `slimpi keys [prefix]`.

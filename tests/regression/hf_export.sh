@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `slimpi export` end to end: a 3-step RL run's last checkpoint exported as
 # model.safetensors + config.json holds exactly the checkpoint's weights under HF names
+# (also sharded with an index, and in bf16)
 # (read here with a plain-numpy safetensors parser) and a Llama config of the deck's
 # shape; generating from the export (model.init_from = the directory) gives the same
 # tokens and log-probs as generating from the checkpoint; a corrupt checkpoint is refused.
@@ -45,20 +46,46 @@ for k, v in expect.items():
 print(f"hf_export: {len(names)} tensors equal the checkpoint's; config.json matches the deck")
 PY
 
+# Sharded fp32 (index.json + shards) and bf16 exports.
+"$slimpi" export "$ckpt" "$out/hf_sharded" --max-shard-size 20KB | tee "$out/export_sharded.log"
+grep -q "shards + model.safetensors.index.json" "$out/export_sharded.log"
+"$slimpi" export "$ckpt" "$out/hf_bf16" --dtype bf16 >/dev/null
+/usr/bin/python3 - "$out/hf_sharded" "$out/hf_bf16" <<'PY'
+import json
+import os
+import struct
+import sys
+sharded, bf16 = sys.argv[1], sys.argv[2]
+index = json.load(open(f"{sharded}/model.safetensors.index.json"))
+shards = sorted(set(index["weight_map"].values()))
+assert len(shards) > 1 and not os.path.exists(f"{sharded}/model.safetensors"), shards
+for s in shards:
+    raw = open(f"{sharded}/{s}", "rb").read()
+    assert len(raw) <= 20 * 1024 + 4096 or len(json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]])) == 2, s
+raw = open(f"{bf16}/model.safetensors", "rb").read()
+header = json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]])
+assert all(v["dtype"] == "BF16" for k, v in header.items() if k != "__metadata__")
+assert json.load(open(f"{bf16}/config.json"))["torch_dtype"] == "bfloat16"
+assert json.load(open(f"{bf16}/generation_config.json"))["eos_token_id"] == 258
+print(f"hf_export: {len(shards)} shards and an index; bf16 export holds BF16 tensors")
+PY
+
 head -16 inputs/data/addition_eval.jsonl >"$out/prompts.jsonl"
-for src in "$ckpt/trainer_state.h5" "$out/hf"; do
+for src in "$ckpt/trainer_state.h5" "$out/hf" "$out/hf_sharded"; do
   name=$(basename "$src")
   $mpirun -np 1 "$slimpi" generate inputs/smoke_rl.toml --set model.init_from="$src" --set data.path="$out/prompts.jsonl" \
     --set run.dir="$out/gen_$name" >"$out/gen_$name.log" 2>&1 || { cat "$out/gen_$name.log"; exit 1; }
 done
-/usr/bin/python3 - "$out/gen_trainer_state.h5/rollouts.h5" "$out/gen_hf/rollouts.h5" <<'PY'
+/usr/bin/python3 - "$out/gen_trainer_state.h5/rollouts.h5" "$out/gen_hf/rollouts.h5" "$out/gen_hf_sharded/rollouts.h5" <<'PY'
 import sys
 import h5py
 import numpy as np
-with h5py.File(sys.argv[1]) as a, h5py.File(sys.argv[2]) as b:
-    for k in ["tokens/values", "rollout_log_probs/values"]:
-        assert a["samples"][k].shape[0] > 0 and np.array_equal(a["samples"][k][:], b["samples"][k][:]), k
-print("hf_export: generation from the export equals generation from the checkpoint")
+with h5py.File(sys.argv[1]) as a:
+    for other in sys.argv[2:]:
+        with h5py.File(other) as b:
+            for k in ["tokens/values", "rollout_log_probs/values"]:
+                assert a["samples"][k].shape[0] > 0 and np.array_equal(a["samples"][k][:], b["samples"][k][:]), k
+print("hf_export: generation from the exports (single file, sharded) equals generation from the checkpoint")
 PY
 
 printf 'x' >>"$ckpt/deck.json"

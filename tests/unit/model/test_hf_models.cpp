@@ -1,0 +1,226 @@
+// Hugging Face models in: a model built from config.json alone (model.init_from) and
+// loaded from its safetensors (fp32 / bf16, single / sharded) gives the logits
+// transformers computed (golden fixtures, tests/fixtures/hf/make_fixtures.py); every
+// silent-wrong case of the old loader is an error naming the problem.
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+#include <gtest/gtest.h>
+#include <slimpi/deck.h>
+#include <slimpi/error.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "io/safetensors.h"
+#include "io/tensor_io.h"
+#include "model/transformer.h"
+
+namespace slimpi {
+namespace {
+
+namespace fs = std::filesystem;
+const fs::path kFixtures = fs::path(SLIMPI_SOURCE_DIR) / "tests/fixtures/hf";
+
+class HfDir : public ::testing::Test {
+ protected:
+  fs::path tmp_;
+  void SetUp() override {
+    tmp_ = fs::temp_directory_path() / ("slimpi_hf_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(tmp_);
+    fs::create_directories(tmp_);
+    std::ofstream(tmp_ / "deck.toml") << "[run]\nname = \"hf\"\n";
+  }
+  void TearDown() override { fs::remove_all(tmp_); }
+
+  Deck deck_for(const fs::path& model_dir, std::vector<std::string> sets = {}) {
+    sets.push_back("model.init_from=" + model_dir.string());
+    return load_deck((tmp_ / "deck.toml").string(), sets);
+  }
+  // The message loading the deck throws, "" if it loads.
+  std::string deck_error(const fs::path& model_dir, std::vector<std::string> sets = {}) {
+    try {
+      deck_for(model_dir, std::move(sets));
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  }
+  // A copy of fixture `name` whose config.json `edit` changes.
+  fs::path edited(const std::string& name, const std::function<void(nlohmann::json&)>& edit) {
+    const fs::path dir = tmp_ / name;
+    fs::copy(kFixtures / name, dir, fs::copy_options::recursive);
+    nlohmann::json c = nlohmann::json::parse(std::ifstream(dir / "config.json"));
+    edit(c);
+    std::ofstream(dir / "config.json") << c.dump(2);
+    return dir;
+  }
+};
+
+// The largest |logit difference| to transformers over the fixture's sequences, each
+// alone and all packed together.
+double golden_gap(const fs::path& dir, const Transformer& m) {
+  at::NoGradGuard no_grad;
+  const std::vector<NamedTensor> golden = read_safetensors((dir / "golden.safetensors").string());
+  std::map<std::string, at::Tensor> g;
+  for (const auto& t : golden) g[t.name] = t.tensor;
+  double gap = 0;
+  std::vector<at::Tensor> tokens, logits;
+  std::vector<int64_t> lens;
+  for (int i = 0; g.count("tokens_" + std::to_string(i)); ++i) {
+    tokens.push_back(g["tokens_" + std::to_string(i)]);
+    logits.push_back(g["logits_" + std::to_string(i)]);
+    lens.push_back(tokens.back().size(0));
+    gap = std::max(gap, (m.forward_packed(tokens.back(), {lens.back()}) - logits.back()).abs().max().item<double>());
+  }
+  EXPECT_GE(tokens.size(), 2u);
+  gap = std::max(gap, (m.forward_packed(at::cat(tokens), lens) - at::cat(logits)).abs().max().item<double>());
+  return gap;
+}
+
+class GoldenLogits : public HfDir, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(GoldenLogits, ModelFromConfigJsonMatchesTransformers) {
+  const fs::path dir = kFixtures / GetParam();
+  const Deck deck = deck_for(dir);
+  EXPECT_NE(deck.source("model.hidden_size").find("config.json (hidden_size)"), std::string::npos);
+  const ModelConfig cfg = ModelConfig::from_deck(deck);
+  Transformer m(cfg, 1, at::kCPU);
+  load_model_weights(m.parameters(), dir.string());
+  EXPECT_LT(golden_gap(dir, m), 1e-4);  // measured 3-4e-6
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenLogits,
+                         ::testing::Values("llama_gqa_untied", "llama3_rope_tied_bias_bf16_sharded",
+                                           "qwen2_linear_rope_sharded", "qwen3_head_dim_bf16", "qwen3_tied"));
+
+// Hub checkpoints written by transformers 4 keep rope_theta and rope_scaling at the top
+// level ("type" or "rope_type"); transformers 5 writes rope_parameters. Both read alike.
+TEST_F(HfDir, TopLevelRopeScalingAsTransformers4WritesIt) {
+  const fs::path dir = edited("qwen2_linear_rope_sharded", [](nlohmann::json& c) {
+    c["rope_theta"] = c["rope_parameters"]["rope_theta"];
+    c["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
+    c.erase("rope_parameters");
+  });
+  const ModelConfig cfg = ModelConfig::from_deck(deck_for(dir));
+  EXPECT_EQ(cfg.rope_scaling, "linear");
+  EXPECT_EQ(cfg.rope_theta, 1e6);
+  Transformer m(cfg, 1, at::kCPU);
+  load_model_weights(m.parameters(), dir.string());
+  EXPECT_LT(golden_gap(dir, m), 1e-4);
+}
+
+TEST_F(HfDir, DeckKeysThatContradictTheConfigAreErrors) {
+  const fs::path dir = kFixtures / "llama_gqa_untied";
+  EXPECT_NE(deck_error(dir, {"model.n_heads=8"})
+                .find("model.n_heads = 8 (--set) contradicts num_attention_heads = 4 in"),
+            std::string::npos);
+  EXPECT_NE(deck_error(dir, {"model.tie_word_embeddings=true"}).find("contradicts tie_word_embeddings = false"),
+            std::string::npos);
+  EXPECT_NE(deck_error(dir, {"model.rope_theta=500000"}).find("contradicts rope_parameters.rope_theta"),
+            std::string::npos);
+  EXPECT_NE(deck_error(dir, {"model.qkv_bias=true"}).find("contradicts attention_bias = false"), std::string::npos);
+  EXPECT_NE(deck_error(dir, {"model.max_seq_len=4096"}).find("contradicts max_position_embeddings = 128"),
+            std::string::npos);
+  // Agreeing keys, and a lower max_seq_len (a limit, not a shape), are fine.
+  EXPECT_EQ(deck_error(dir, {"model.n_heads=4", "model.max_seq_len=64", "model.n_kv_heads=2"}), "");
+  EXPECT_EQ(deck_for(dir, {"model.max_seq_len=64"}).get_int("model.max_seq_len"), 64);
+}
+
+TEST_F(HfDir, ConfigFieldsThatChangeTheMathAndAreNotSupportedAreErrors) {
+  auto error_of = [&](const std::string& tag, const std::function<void(nlohmann::json&)>& edit) {
+    return deck_error(edited("llama_gqa_untied", [&](nlohmann::json& c) {
+      edit(c);
+      c["slimpi_test_tag"] = tag;
+    }));
+  };
+  std::vector<std::pair<std::string, std::string>> cases;
+  cases.emplace_back(error_of("yarn", [](auto& c) { c["rope_parameters"]["rope_type"] = "yarn"; }),
+                     "type 'yarn' is not supported");
+  fs::remove_all(tmp_ / "llama_gqa_untied");
+  cases.emplace_back(error_of("gelu", [](auto& c) { c["hidden_act"] = "gelu"; }), "hidden_act 'gelu' is not supported");
+  fs::remove_all(tmp_ / "llama_gqa_untied");
+  cases.emplace_back(error_of("mlp_bias", [](auto& c) { c["mlp_bias"] = true; }), "mlp_bias = true is not supported");
+  fs::remove_all(tmp_ / "llama_gqa_untied");
+  cases.emplace_back(error_of("arch", [](auto& c) { c["architectures"] = {"GemmaForCausalLM"}; }),
+                     "architecture 'GemmaForCausalLM'");
+  fs::remove_all(tmp_ / "llama_gqa_untied");
+  cases.emplace_back(error_of("window", [](auto& c) { c["layer_types"] = {"full_attention", "sliding_attention"}; }),
+                     "only full_attention is supported");
+  fs::remove_all(tmp_ / "llama_gqa_untied");
+  cases.emplace_back(error_of("moe", [](auto& c) { c["num_local_experts"] = 8; }), "mixture-of-experts");
+  for (const auto& [message, want] : cases) EXPECT_NE(message.find(want), std::string::npos) << message;
+}
+
+// Tensors: one the model needs and the file lacks, one the file has and the model does
+// not use, a wrong shape, a shard the index names but that is gone: each an error
+// naming it, never a silent drop.
+TEST_F(HfDir, TensorsMissingUnusedOrMisshapedAreErrors) {
+  const fs::path src = kFixtures / "llama_gqa_untied";
+  const ModelConfig cfg = ModelConfig::from_deck(deck_for(src));
+  Transformer m(cfg, 1, at::kCPU);
+  auto load_error = [&](const std::vector<NamedTensor>& tensors) {
+    fs::remove(tmp_ / "w.safetensors");
+    write_safetensors((tmp_ / "w.safetensors").string(), tensors);
+    try {
+      load_model_weights(m.parameters(), (tmp_ / "w.safetensors").string());
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  std::vector<NamedTensor> all = read_safetensors((src / "model.safetensors").string());
+  EXPECT_EQ(load_error(all), "");
+  std::vector<NamedTensor> fewer(all.begin() + 1, all.end());  // drops the first by name
+  EXPECT_NE(load_error(fewer).find("the model needs tensors the files lack: " + all.front().name), std::string::npos);
+  std::vector<NamedTensor> more = all;
+  more.push_back({"model.layers.0.self_attn.o_proj.bias", at::zeros({32})});
+  EXPECT_NE(load_error(more).find("the files hold tensors the model does not use: model.layers.0.self_attn.o_proj.bias"),
+            std::string::npos);
+  std::vector<NamedTensor> bent = all;
+  for (auto& t : bent)
+    if (t.name == "model.norm.weight") t.tensor = at::ones({31});
+  EXPECT_NE(load_error(bent).find("model.norm.weight is 31 Float, the model needs 32"), std::string::npos);
+
+  const fs::path sharded = tmp_ / "sharded";
+  fs::copy(kFixtures / "qwen2_linear_rope_sharded", sharded, fs::copy_options::recursive);
+  fs::remove(sharded / "model-00003-of-00007.safetensors");
+  Transformer q(ModelConfig::from_deck(deck_for(sharded)), 1, at::kCPU);
+  try {
+    load_model_weights(q.parameters(), sharded.string());
+    ADD_FAILURE() << "a missing shard loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model-00003-of-00007.safetensors, which does not exist"), std::string::npos)
+        << e.what();
+  }
+}
+
+// A tied model's checkpoint may carry lm_head.weight as a copy of the embedding (some
+// exports do): accepted when equal, an error when it is another matrix (the tie would
+// silently drop it).
+TEST_F(HfDir, StoredLmHeadOfATiedModelMustEqualTheEmbedding) {
+  const fs::path src = kFixtures / "qwen3_tied";
+  const ModelConfig cfg = ModelConfig::from_deck(deck_for(src));
+  ASSERT_TRUE(cfg.tie_word_embeddings);
+  Transformer m(cfg, 1, at::kCPU);
+  std::vector<NamedTensor> all = read_safetensors((src / "model.safetensors").string());
+  at::Tensor embed;
+  for (const auto& t : all)
+    if (t.name == "model.embed_tokens.weight") embed = t.tensor;
+  all.push_back({"lm_head.weight", embed.clone()});
+  write_safetensors((tmp_ / "same.safetensors").string(), all);
+  EXPECT_NO_THROW(load_model_weights(m.parameters(), (tmp_ / "same.safetensors").string()));
+  all.back().tensor = embed + 1;
+  write_safetensors((tmp_ / "other.safetensors").string(), all);
+  try {
+    load_model_weights(m.parameters(), (tmp_ / "other.safetensors").string());
+    ADD_FAILURE() << "a different lm_head loaded into a tied model";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("lm_head.weight (a tied model has no lm_head.weight"), std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace slimpi
