@@ -59,3 +59,12 @@ endif()
 find_path(SLIMPI_XXHASH_INCLUDE xxhash.h)
 find_library(SLIMPI_XXHASH_LIBRARY xxhash)
 slimpi_require(SLIMPI_XXHASH_LIBRARY "xxHash" "libxxhash-dev")
+
+# PCRE2 (8-bit, Unicode properties, JIT): the pre-tokenizer regexes of Hugging Face
+# tokenizers. utf8proc: their NFC normalizer.
+find_path(SLIMPI_PCRE2_INCLUDE pcre2.h)
+find_library(SLIMPI_PCRE2_LIBRARY pcre2-8)
+slimpi_require(SLIMPI_PCRE2_LIBRARY "PCRE2" "libpcre2-dev")
+find_path(SLIMPI_UTF8PROC_INCLUDE utf8proc.h)
+find_library(SLIMPI_UTF8PROC_LIBRARY utf8proc)
+slimpi_require(SLIMPI_UTF8PROC_LIBRARY "utf8proc" "libutf8proc-dev")

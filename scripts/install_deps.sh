@@ -12,7 +12,7 @@ packages=(
   libhdf5-openmpi-dev hdf5-tools
   libtomlplusplus-dev nlohmann-json3-dev libfmt-dev libspdlog-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libxxhash-dev
+  libxxhash-dev libpcre2-dev libutf8proc-dev
   munge slurm-wlm
   python3-h5py python3-numpy python3-matplotlib python3-venv
 )

@@ -49,7 +49,8 @@ PromptSource::PromptSource(const PromptSourceSpec& spec, uint64_t seed) : order_
   const int64_t begin = clamp_index(slice.begin), end = slice.end == INT64_MAX ? n : clamp_index(slice.end);
   if (begin >= end)
     SLIMPI_FAIL_ALL("data path '{}' selects no records (the file has {})", spec.path, n);
-  ByteTokenizer tok;
+  const ByteTokenizer bytes;
+  const Tokenizer& tok = spec.tokenizer ? *spec.tokenizer : static_cast<const Tokenizer&>(bytes);
   for (int64_t i = begin; i < end; ++i) {
     if (spec.max_prompt_tokens > 0) {
       const int64_t n_tokens = static_cast<int64_t>(tok.encode_prompt(all[i].fields[0]).size());

@@ -1,5 +1,7 @@
 #include "ckpt/checkpoint_dir.h"
 
+#include "config/schema.h"
+
 #include <fcntl.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -99,7 +101,14 @@ Deck read_checkpoint_deck(const std::string& dir) {
   SLIMPI_CHECK(in, "cannot read {}", path);
   std::stringstream text;
   text << in.rdbuf();
-  return Deck::from_json(text.str());
+  // A checkpoint written before a key existed ran with that key's default behaviour:
+  // fill it in (tokenizer.path: the byte tokenizer), so every reader sees a whole deck.
+  std::map<std::string, DeckEntry> entries = Deck::from_json(text.str()).entries();
+  for (const auto& spec : Schema::instance().keys())
+    if (!entries.count(spec.key))
+      entries[spec.key] = {spec.key == "tokenizer.path" ? DeckValue(std::string("bytes")) : spec.default_value,
+                           "default"};
+  return Deck(std::move(entries));
 }
 
 std::optional<std::string> verify_checkpoint(const std::string& dir) {

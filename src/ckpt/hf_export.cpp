@@ -12,9 +12,16 @@
 #include "io/safetensors.h"
 #include "io/tensor_io.h"
 #include "model/transformer.h"
+#include <slimpi/deck.h>
+
 #include "tokenizer/byte_tokenizer.h"
+#include "tokenizer/hf_tokenizer.h"
 
 namespace slimpi {
+
+namespace {
+void add_special_ids(nlohmann::json& j, const HfSpecialIds& ids);
+}
 
 int64_t parse_byte_size(const std::string& text) {
   size_t digits = 0;
@@ -32,7 +39,7 @@ int64_t parse_byte_size(const std::string& text) {
   return bytes;
 }
 
-std::string hf_config_json(const ModelConfig& cfg, const std::string& dtype) {
+std::string hf_config_json(const ModelConfig& cfg, const std::string& dtype, const HfSpecialIds& ids) {
   SLIMPI_CHECK(cfg.qkv_bias || !cfg.o_bias,
                "export: an o_proj bias without q/k/v biases has no Hugging Face architecture");
   const char* arch = cfg.qk_norm                     ? "Qwen3ForCausalLM"
@@ -58,11 +65,9 @@ std::string hf_config_json(const ModelConfig& cfg, const std::string& dtype) {
       {"hidden_act", "silu"},
       {"tie_word_embeddings", cfg.tie_word_embeddings},
       {"torch_dtype", dtype == "bf16" ? "bfloat16" : "float32"},
-      {"pad_token_id", ByteTokenizer::kPad},
-      {"bos_token_id", ByteTokenizer::kBos},
-      {"eos_token_id", ByteTokenizer::kEos},
-      {"slimpi_tokenizer", "bytes: ids 0-255 are UTF-8 bytes, 256 PAD, 257 BOS, 258 EOS"},
   };
+  add_special_ids(j, ids);
+  if (ids.bytes) j["slimpi_tokenizer"] = "bytes: ids 0-255 are UTF-8 bytes, 256 PAD, 257 BOS, 258 EOS";
   if (std::string(type) != "qwen2") j["attention_bias"] = cfg.qkv_bias;
   if (std::string(type) == "llama") j["mlp_bias"] = false;
   if (cfg.rope_scaling == "linear") {
@@ -79,11 +84,43 @@ std::string hf_config_json(const ModelConfig& cfg, const std::string& dtype) {
 
 namespace {
 
-std::string generation_config_json() {
-  nlohmann::json j = {{"bos_token_id", ByteTokenizer::kBos},
-                      {"eos_token_id", ByteTokenizer::kEos},
-                      {"pad_token_id", ByteTokenizer::kPad}};
+void add_special_ids(nlohmann::json& j, const HfSpecialIds& ids) {
+  j["bos_token_id"] = ids.bos ? nlohmann::json(*ids.bos) : nlohmann::json(nullptr);
+  j["pad_token_id"] = ids.pad ? nlohmann::json(*ids.pad) : nlohmann::json(nullptr);
+  j["eos_token_id"] = ids.eos.size() == 1 ? nlohmann::json(ids.eos[0]) : nlohmann::json(ids.eos);
+}
+
+std::string generation_config_json(const HfSpecialIds& ids) {
+  nlohmann::json j = nlohmann::json::object();
+  add_special_ids(j, ids);
   return j.dump(2) + "\n";
+}
+
+// The tokenizer the checkpoint's run used: its special ids, and the files to copy.
+HfSpecialIds special_ids_of(const std::string& tokenizer_path, std::vector<std::filesystem::path>& files) {
+  HfSpecialIds ids;
+  if (tokenizer_path == "bytes") return ids;  // the defaults: slimpi's byte ids
+  const auto tok = make_tokenizer(tokenizer_path);
+  const auto& hf = dynamic_cast<const HfTokenizer&>(*tok);
+  ids.bytes = false;
+  ids.eos = hf.stop_ids();
+  ids.bos.reset();
+  ids.pad.reset();
+  const std::filesystem::path dir = std::filesystem::path(hf.bpe().path()).parent_path();
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"})
+    if (std::filesystem::exists(dir / name)) files.push_back(dir / name);
+  if (std::filesystem::exists(dir / "tokenizer_config.json")) {
+    const auto cfg = nlohmann::json::parse(std::ifstream(dir / "tokenizer_config.json"));
+    auto id_of = [&](const char* key) -> std::optional<int64_t> {
+      if (!cfg.contains(key) || cfg[key].is_null()) return std::nullopt;
+      const std::string t = cfg[key].is_string() ? cfg[key].get<std::string>() : cfg[key].value("content", "");
+      const int64_t id = hf.bpe().token_id(t);
+      return id >= 0 ? std::optional<int64_t>(id) : std::nullopt;
+    };
+    ids.bos = id_of("bos_token");
+    ids.pad = id_of("pad_token");
+  }
+  return ids;
 }
 
 // Whole tensors in order, a new shard when the next tensor would pass max_bytes.
@@ -109,10 +146,16 @@ std::string export_checkpoint_to_hf(const std::string& ckpt_dir, const std::stri
   SLIMPI_CHECK(options.dtype == "fp32" || options.dtype == "bf16", "export: --dtype {} (fp32 or bf16)", options.dtype);
   if (auto problem = ckpt::verify_checkpoint(ckpt_dir))
     SLIMPI_FAIL("export: {} is not a usable checkpoint: {}", ckpt_dir, *problem);
-  const ModelConfig cfg = ModelConfig::from_deck(ckpt::read_checkpoint_deck(ckpt_dir));
+  const Deck deck = ckpt::read_checkpoint_deck(ckpt_dir);
+  const ModelConfig cfg = ModelConfig::from_deck(deck);
+  // Runs older than tokenizer.path used the byte tokenizer.
+  const std::string tokenizer_path =
+      deck.entries().count("tokenizer.path") ? deck.get_string("tokenizer.path") : std::string("bytes");
+  std::vector<std::filesystem::path> tokenizer_files;
+  const HfSpecialIds ids = special_ids_of(tokenizer_path, tokenizer_files);
   Transformer model(cfg, /*seed=*/0, at::Device(at::kCPU));
   load_model_weights(model.parameters(), ckpt_dir + "/trainer_state.h5");
-  const std::string config = hf_config_json(cfg, options.dtype);
+  const std::string config = hf_config_json(cfg, options.dtype, ids);
 
   std::vector<NamedTensor> tensors;
   int64_t total = 0;
@@ -145,7 +188,11 @@ std::string export_checkpoint_to_hf(const std::string& ckpt_dir, const std::stri
     files = fmt::format("{} shards + model.safetensors.index.json", shards.size());
   }
   std::ofstream(out_dir + "/config.json") << config;
-  std::ofstream(out_dir + "/generation_config.json") << generation_config_json();
+  std::ofstream(out_dir + "/generation_config.json") << generation_config_json(ids);
+  for (const auto& f : tokenizer_files)  // the tokenizer the run trained with, as it came
+    std::filesystem::copy_file(f, std::filesystem::path(out_dir) / f.filename(),
+                               std::filesystem::copy_options::overwrite_existing);
+  if (!tokenizer_files.empty()) files += fmt::format(" + {} tokenizer files", tokenizer_files.size());
   return fmt::format("export: {} -> {}/ {} ({} tensors, {} parameters, {}) + config.json + generation_config.json",
                      ckpt_dir, out_dir, files, model.parameters().size(), model.n_params(), options.dtype);
 }

@@ -9,17 +9,29 @@
 // in fp32 or bf16 (--dtype; bf16 = the masters rounded once). The model is the
 // checkpoint's trainer_state.h5 /model. RoPE uses HF's rotate-half layout, so the files
 // load as they are; config.json writes rope_theta and rope_scaling at the top level
-// (what transformers 4 writes and 5 still reads). The tokenizer is slimpi's byte
-// tokenizer (ids 0-255 = bytes, 256 PAD, 257 BOS, 258 EOS), recorded in config.json.
+// (what transformers 4 writes and 5 still reads). A run on a Hugging Face tokenizer
+// (tokenizer.path) gets its tokenizer.json, tokenizer_config.json and
+// special_tokens_map.json copied, and their special ids; a byte-tokenizer run records
+// the byte ids (0-255 = bytes, 256 PAD, 257 BOS, 258 EOS) in config.json.
 // model.init_from accepts OUT_DIR back (config.json then supplies the [model] keys).
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "model/model_config.h"
 
 namespace slimpi {
+
+// The special ids config.json and generation_config.json name: the byte tokenizer's by
+// default; a Hugging Face tokenizer's from its files.
+struct HfSpecialIds {
+  bool bytes = true;
+  std::optional<int64_t> bos = 257, pad = 256;
+  std::vector<int64_t> eos = {258};
+};
 
 struct HfExportOptions {
   std::string dtype = "fp32";                      // fp32 | bf16
@@ -29,7 +41,7 @@ struct HfExportOptions {
 // "5GB", "500MB", "64KB", "123" (bytes) -> bytes; throws slimpi::Error on anything else.
 int64_t parse_byte_size(const std::string& text);
 // Throws when the config has no Hugging Face architecture (an o bias without q/k/v biases).
-std::string hf_config_json(const ModelConfig& cfg, const std::string& dtype = "fp32");
+std::string hf_config_json(const ModelConfig& cfg, const std::string& dtype = "fp32", const HfSpecialIds& ids = {});
 // Verifies the checkpoint (manifest checksums) and writes OUT_DIR; returns a summary.
 std::string export_checkpoint_to_hf(const std::string& ckpt_dir, const std::string& out_dir,
                                     const HfExportOptions& options = {});

@@ -184,9 +184,34 @@ bool same_meaning(const std::string& key, const DeckValue& deck, const DeckValue
   return false;
 }
 
+// tokenizer.path "" -> model.init_from's directory when it holds a tokenizer.json, else
+// "bytes"; a path given is checked to exist.
+void resolve_tokenizer(std::map<std::string, DeckEntry>& entries, std::vector<std::string>& problems) {
+  auto tok = entries.find("tokenizer.path");
+  if (tok == entries.end()) return;
+  std::string& path = std::get<std::string>(tok->second.value);
+  if (path.empty()) {
+    const std::string& init = std::get<std::string>(entries.at("model.init_from").value);
+    if (!init.empty() && std::filesystem::exists(std::filesystem::path(init) / "tokenizer.json")) {
+      tok->second = {init, "model.init_from (" + entries.at("model.init_from").source + ") holds tokenizer.json"};
+    } else {
+      tok->second = {std::string("bytes"), "default"};
+    }
+    return;
+  }
+  if (path == "bytes") return;
+  const bool ok = std::filesystem::is_directory(path) ? std::filesystem::exists(std::filesystem::path(path) / "tokenizer.json")
+                                                      : std::filesystem::exists(path);
+  if (!ok)
+    problems.push_back(fmt::format("tokenizer.path = \"{}\" ({}): no tokenizer.json there (\"bytes\" = slimpi's "
+                                   "byte tokenizer)",
+                                   path, tok->second.source));
+}
+
 }  // namespace
 
 void apply_hf_config(std::map<std::string, DeckEntry>& entries, std::vector<std::string>& problems) {
+  resolve_tokenizer(entries, problems);
   auto init = entries.find("model.init_from");
   if (init == entries.end()) return;
   const std::string* path = std::get_if<std::string>(&init->second.value);

@@ -15,6 +15,8 @@
 //   - a field that changes the math and is not supported (another architecture or
 //     hidden_act, mlp_bias, sliding-window layers, other rope_scaling types, a partial
 //     rotary factor, experts, attention dropout) is a problem, never ignored.
+// tokenizer.path is resolved here too: "" becomes model.init_from's directory when it
+// holds a tokenizer.json, else "bytes"; a path that holds no tokenizer.json is a problem.
 // A model.init_from that is not a directory with config.json is left alone (an HDF5 or
 // single .safetensors file keeps the deck's shape; a missing path is reported where the
 // weights are read).

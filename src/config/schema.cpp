@@ -92,6 +92,10 @@ std::vector<KeySpec> declare_keys() {
       string_key("model.init_from", "",
                  "start from these weights instead of the seeded init: a trainer_state.h5 (group /model), "
                  "a checkpoint's trainer_state.h5, or a Hugging Face export (directory or .safetensors)"),
+      // [tokenizer]
+      string_key("tokenizer.path", "",
+                 "\"bytes\" (slimpi's byte tokenizer), or a Hugging Face tokenizer directory / tokenizer.json "
+                 "(byte-level BPE); \"\" = model.init_from's directory when it holds a tokenizer.json, else bytes"),
       // [data]
       string_key("data.path", "", "JSONL training file (relative paths: to the working directory)"),
       string_key("data.input_key", "prompt", "JSONL key of the prompt text"),

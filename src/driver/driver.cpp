@@ -26,7 +26,7 @@
 #include "rollout/rollout_side.h"
 #include "rollout/weight_sync.h"
 #include "model/precision.h"
-#include "tokenizer/byte_tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "train/advantages.h"
 #include "train/sft_data.h"
 #include "train/trainer.h"
@@ -112,11 +112,14 @@ Driver::Driver(RunContext& ctx) : ctx_(ctx), step_(std::make_unique<StepState>()
   if (deck.get_string("data.path").empty())
     SLIMPI_FAIL_ALL("train.mode = \"{}\" ({}) needs a data file: set data.path", deck.get_string("train.mode"),
                     deck.source("train.mode"));
+  tokenizer_ = make_tokenizer(deck);
+  log::info("tokenizer: {}", tokenizer_->describe());
   if (eval_on) {
     // Every rank reads the files, so that a bad file is an error all ranks raise alike.
     PromptSourceSpec spec{deck.get_string("eval.path"), deck.get_string("data.input_key"),
                           deck.get_string("data.label_key"), "", false};
     spec.max_prompt_tokens = max_prompt_tokens(deck);
+    spec.tokenizer = tokenizer_;
     eval_prompts_ = PromptSource(spec, run_seed(deck)).records();
   }
   if (rl_) {
@@ -140,19 +143,21 @@ Driver::~Driver() = default;
 void Driver::set_up_model_and_trainer() {
   const Deck& deck = ctx_.deck;
   ModelConfig model_cfg = ModelConfig::from_deck(deck);
-  if (model_cfg.vocab_size < ByteTokenizer::kVocabSize)
-    SLIMPI_FAIL_ALL("model.vocab_size = {} ({}) is smaller than the byte tokenizer's {} tokens", model_cfg.vocab_size,
-                    deck.source("model.vocab_size"), ByteTokenizer::kVocabSize);
+  if (model_cfg.vocab_size < tokenizer_->vocab_size())
+    SLIMPI_FAIL_ALL("model.vocab_size = {} ({}) is smaller than the tokenizer's {} ids (tokenizer.path = \"{}\", {})",
+                    model_cfg.vocab_size, deck.source("model.vocab_size"), tokenizer_->vocab_size(),
+                    deck.get_string("tokenizer.path"), deck.source("tokenizer.path"));
   TrainerConfig train_cfg = TrainerConfig::from_deck(deck);
   if (!rl_) {
     sft_data_ = std::make_unique<SftData>(deck.get_string("data.path"), deck.get_string("data.input_key"),
                                           deck.get_string("data.response_key"), model_cfg.max_seq_len,
-                                          run_seed(deck));
+                                          run_seed(deck), *tokenizer_);
   } else {
     PromptSourceSpec spec{deck.get_string("data.path"), deck.get_string("data.input_key"),
                           deck.get_string("data.label_key"), deck.get_string("data.metadata_key"),
                           deck.get_bool("data.skip_bad_lines")};
     spec.max_prompt_tokens = max_prompt_tokens(deck);
+    spec.tokenizer = tokenizer_;
     prompt_source_ = std::make_unique<PromptSource>(spec, run_seed(deck));
   }
   const at::Device device = ctx_.device.use_cuda ? at::Device(at::kCUDA, ctx_.device.gpu) : at::Device(at::kCPU);
@@ -300,7 +305,7 @@ void Driver::rollout(int64_t step) {
   const int64_t max_rounds = filter.is_identity() ? 1 : deck.get_int("rollout.max_sampling_rounds");
   const RewardConfig reward = reward_config(deck);
   const int64_t n = rc.n_samples_per_prompt;
-  ByteTokenizer tok;
+  const Tokenizer& tok = *tokenizer_;
   StepState& st = *step_;
   int kept = 0;
   for (int64_t round = 0; round < max_rounds && kept < want; ++round) {

@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "driver/run_context.h"
+#include "tokenizer/tokenizer.h"
 #include "core/timer.h"
 
 namespace slimpi {
@@ -109,6 +110,7 @@ class Driver {
   std::unique_ptr<Trainer> trainer_;           // trainer ranks
   std::unique_ptr<WeightSync> weight_sync_;    // sync members
   std::unique_ptr<RolloutSide> rollout_side_;  // ranks that generate (RL rollout ranks; SFT eval: trainers)
+  std::shared_ptr<const Tokenizer> tokenizer_;  // every rank: the run's vocabulary
   std::unique_ptr<SftData> sft_data_;          // trainer ranks, sft mode
   std::unique_ptr<PromptSource> prompt_source_;  // every rank, rl mode
   std::vector<Prompt> eval_prompts_;           // every rank, when eval.path is set

@@ -17,7 +17,7 @@
 #include "kernels/counter_rng.h"
 #include "rollout/rollout_config.h"
 #include "rollout/router.h"
-#include "tokenizer/byte_tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace slimpi {
 
@@ -27,12 +27,16 @@ int run_generate(RunContext& ctx) {
     SLIMPI_FAIL_ALL("slimpi generate needs prompts: set data.path (JSONL, prompt text under data.input_key)");
   RolloutConfig rc = RolloutConfig::from_deck(deck);
   ModelConfig mc = ModelConfig::from_deck(deck);
-  ByteTokenizer tok;
+  const Tokenizer& tok = *rc.tokenizer;
+  if (mc.vocab_size < tok.vocab_size())
+    SLIMPI_FAIL_ALL("model.vocab_size = {} ({}) is smaller than the tokenizer's {} ids (tokenizer.path = \"{}\")",
+                    mc.vocab_size, deck.source("model.vocab_size"), tok.vocab_size(), deck.get_string("tokenizer.path"));
+  log::info("tokenizer: {}", tok.describe());
   std::vector<GenerationRequest> requests;
   const uint64_t seed = static_cast<uint64_t>(deck.get_int("run.seed"));
   PromptSourceSpec spec{deck.get_string("data.path"), deck.get_string("data.input_key"),
                         deck.get_string("data.label_key"), "", deck.get_bool("data.skip_bad_lines"), true,
-                        mc.max_seq_len - rc.sampling.max_new_tokens};
+                        mc.max_seq_len - rc.sampling.max_new_tokens, rc.tokenizer};
   const PromptSource source(spec, seed);
   for (const Prompt& rec : source.records()) {
     GenerationRequest r;

@@ -190,7 +190,8 @@ bool Engine::finished(Sequence& seq) const {
     return true;
   }
   if (!p.stop_strings.empty()) {
-    std::string text = ByteTokenizer().decode({seq.tokens.begin() + seq.prompt_length, seq.tokens.end()});
+    const std::vector<int64_t> response(seq.tokens.begin() + seq.prompt_length, seq.tokens.end());
+    const std::string text = cfg_.tokenizer ? cfg_.tokenizer->decode(response) : ByteTokenizer().decode(response);
     for (const auto& stop : p.stop_strings)
       if (!stop.empty() && text.size() >= stop.size() && text.compare(text.size() - stop.size(), stop.size(), stop) == 0) {
         seq.finish = SampleStatus::Completed;

@@ -28,6 +28,7 @@
 #include "rollout/block_allocator.h"
 #include "rollout/prefix_cache.h"
 #include "rollout/request.h"
+#include "tokenizer/tokenizer.h"
 
 namespace slimpi {
 
@@ -48,6 +49,8 @@ struct EngineConfig {
   // A finished sample's full blocks (prompt + response) enter the prefix cache before its
   // blocks are released, so a later prompt that continues it (multi-turn) re-uses them.
   bool cache_responses = false;
+  // Decodes responses for the stop strings (null: the byte tokenizer).
+  std::shared_ptr<const Tokenizer> tokenizer;
 };
 
 struct EngineStats {

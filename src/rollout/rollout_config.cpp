@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "tokenizer/byte_tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace slimpi {
 
@@ -28,7 +28,9 @@ RolloutConfig RolloutConfig::from_deck(const Deck& deck) {
   c.sampling.top_p = deck.get_float("rollout.top_p");
   c.sampling.max_new_tokens = deck.get_int("rollout.max_new_tokens");
   c.sampling.stop_strings = deck.get_strings("rollout.stop_strings");
-  c.sampling.stop_token_ids = {ByteTokenizer::kEos};
+  c.tokenizer = make_tokenizer(deck);
+  c.engine.tokenizer = c.tokenizer;
+  c.sampling.stop_token_ids = c.tokenizer->stop_ids();
   c.n_samples_per_prompt = deck.get_int("rollout.n_samples_per_prompt");
   if (c.n_samples_per_prompt > c.engine.max_running)
     SLIMPI_FAIL_ALL("rollout.n_samples_per_prompt = {} ({}) exceeds rollout.max_running = {} ({}): a group decodes "

@@ -13,6 +13,7 @@ struct RolloutConfig {
   SamplingParams sampling;  // stop_token_ids holds the tokenizer's EOS
   int64_t n_samples_per_prompt = 1;
   bool offload_between_phases = false;  // colocated: free the KV cache while training
+  std::shared_ptr<const Tokenizer> tokenizer;  // the run's vocabulary (also in engine.tokenizer)
 
   // Reads [rollout]; cross-key errors (a group larger than max_running, a batch token
   // budget below max_running) name the keys.

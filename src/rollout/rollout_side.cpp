@@ -16,7 +16,7 @@ RolloutSide::RolloutSide(const RolloutConfig& cfg, const Transformer& model, MPI
 
 std::vector<Sample> RolloutSide::generate(const std::vector<Prompt>& prompts, int64_t first_group, uint64_t stream,
                                           int64_t n_samples, const SamplingParams& params, EngineStats* stats) {
-  ByteTokenizer tok;
+  const Tokenizer& tok = *cfg_.tokenizer;
   std::vector<GenerationRequest> requests;
   for (size_t i = 0; i < prompts.size(); ++i) {
     GenerationRequest r;
@@ -46,7 +46,7 @@ void RolloutSide::offload() {
 std::map<std::string, double> RolloutSide::evaluate(const std::vector<Prompt>& prompts, const RewardConfig& reward,
                                                     int64_t n_samples, uint64_t stream) {
   std::map<std::string, double> metrics;
-  ByteTokenizer tok;
+  const Tokenizer& tok = *cfg_.tokenizer;
   auto score = [&](const std::vector<Sample>& samples) {
     std::vector<RewardInput> batch;
     for (const auto& s : samples)

@@ -3,13 +3,11 @@
 // Needs model.vocab_size >= 259. Stateless; decode() drops specials.
 #pragma once
 
-#include <cstdint>
-#include <string>
-#include <vector>
+#include "tokenizer/tokenizer.h"
 
 namespace slimpi {
 
-class ByteTokenizer {
+class ByteTokenizer : public Tokenizer {
  public:
   static constexpr int64_t kPad = 256;
   static constexpr int64_t kBos = 257;
@@ -17,10 +15,13 @@ class ByteTokenizer {
   static constexpr int64_t kVocabSize = 259;
 
   // BOS + bytes of `prompt`.
-  std::vector<int64_t> encode_prompt(const std::string& prompt) const;
+  std::vector<int64_t> encode_prompt(const std::string& prompt) const override;
   // bytes of `response` + EOS.
-  std::vector<int64_t> encode_response(const std::string& response) const;
-  std::string decode(const std::vector<int64_t>& ids) const;
+  std::vector<int64_t> encode_response(const std::string& response) const override;
+  std::string decode(const std::vector<int64_t>& ids) const override;
+  std::vector<int64_t> stop_ids() const override { return {kEos}; }
+  int64_t vocab_size() const override { return kVocabSize; }
+  std::string describe() const override { return "bytes (ids 0-255, PAD 256, BOS 257, EOS 258)"; }
 };
 
 }  // namespace slimpi

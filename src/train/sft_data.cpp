@@ -8,9 +8,8 @@
 namespace slimpi {
 
 SftData::SftData(const std::string& path, const std::string& input_key, const std::string& response_key,
-                 int64_t max_seq_len, uint64_t seed)
+                 int64_t max_seq_len, uint64_t seed, const Tokenizer& tok)
     : order_(0, seed) {
-  ByteTokenizer tok;
   for (const auto& r : read_jsonl(path, {input_key, response_key})) {
     Sample s;
     s.tokens = tok.encode_prompt(r.fields[0]);

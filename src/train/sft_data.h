@@ -13,12 +13,14 @@
 #include "buffer/epoch_order.h"
 #include <slimpi/sample.h>
 
+#include "tokenizer/tokenizer.h"
+
 namespace slimpi {
 
 class SftData {
  public:
   SftData(const std::string& path, const std::string& input_key, const std::string& response_key,
-          int64_t max_seq_len, uint64_t seed);
+          int64_t max_seq_len, uint64_t seed, const Tokenizer& tokenizer);
 
   size_t size() const { return samples_.size(); }
   // This rank's share of step `step`'s global batch.

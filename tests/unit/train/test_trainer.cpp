@@ -253,7 +253,7 @@ TEST(Sft, LearnsAdditionClearlyInAFewHundredSteps) {
   cfg.lr.warmup_steps = 10;
   cfg.calculate_per_token_loss = true;
   Trainer trainer(cfg, model, nullptr);
-  SftData data(SLIMPI_SOURCE_DIR "/inputs/data/addition_sft.jsonl", "prompt", "response", mc.max_seq_len, 1);
+  SftData data(SLIMPI_SOURCE_DIR "/inputs/data/addition_sft.jsonl", "prompt", "response", mc.max_seq_len, 1, ByteTokenizer());
   EXPECT_EQ(data.size(), 4000u);
   double first = 0, last = 0;
   const int steps = 200;
@@ -272,7 +272,7 @@ TEST(Sft, LearnsAdditionClearlyInAFewHundredSteps) {
 }
 
 TEST(SftData, OrderIsAPermutationPerEpochAndSplitsOverRanks) {
-  SftData data(SLIMPI_SOURCE_DIR "/inputs/data/addition_sft.jsonl", "prompt", "response", 32, 7);
+  SftData data(SLIMPI_SOURCE_DIR "/inputs/data/addition_sft.jsonl", "prompt", "response", 32, 7, ByteTokenizer());
   std::vector<bool> seen(data.size(), false);
   for (size_t k = 0; k < data.size(); ++k) seen[data.order(int64_t(k))] = true;
   EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](bool b) { return b; }));

@@ -1,0 +1,90 @@
+#include "tokenizer/hf_tokenizer.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <slimpi/deck.h>
+#include <slimpi/error.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "tokenizer/byte_tokenizer.h"
+
+namespace slimpi {
+namespace {
+
+nlohmann::json read_json_if_present(const std::filesystem::path& file) {
+  if (!std::filesystem::exists(file)) return nullptr;
+  try {
+    return nlohmann::json::parse(std::ifstream(file));
+  } catch (const nlohmann::json::exception& e) {
+    SLIMPI_FAIL("{}: not valid JSON: {}", file.string(), e.what());
+  }
+}
+
+}  // namespace
+
+HfTokenizer::HfTokenizer(const std::string& path) : bpe_(path) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(bpe_.path()).parent_path();
+  auto add = [&](int64_t id) {
+    if (std::find(eos_.begin(), eos_.end(), id) == eos_.end()) eos_.push_back(id);
+  };
+  const nlohmann::json gen = read_json_if_present(dir / "generation_config.json");
+  if (gen.is_object() && gen.contains("eos_token_id")) {
+    const auto& e = gen["eos_token_id"];
+    if (e.is_number_integer()) add(e.get<int64_t>());
+    else if (e.is_array())
+      for (const auto& x : e) add(x.get<int64_t>());
+  }
+  const nlohmann::json cfg = read_json_if_present(dir / "tokenizer_config.json");
+  if (cfg.is_object() && cfg.contains("eos_token") && !cfg["eos_token"].is_null()) {
+    const auto& e = cfg["eos_token"];
+    const std::string token = e.is_string() ? e.get<std::string>() : e.value("content", std::string());
+    const int64_t id = bpe_.token_id(token);
+    SLIMPI_CHECK(id >= 0, "{}: eos_token '{}' is not in {}", (dir / "tokenizer_config.json").string(), token,
+                 bpe_.path());
+    add(id);
+  }
+  SLIMPI_CHECK(!eos_.empty(),
+               "{}: no end-of-sequence token: generation_config.json (eos_token_id) or tokenizer_config.json "
+               "(eos_token) must name one, or generation would never stop",
+               dir.string());
+  for (int64_t id : eos_)
+    SLIMPI_CHECK(id >= 0 && id < bpe_.vocab_size(), "{}: eos id {} is outside the vocabulary ({} ids)", dir.string(),
+                 id, bpe_.vocab_size());
+}
+
+std::vector<int64_t> HfTokenizer::encode_response(const std::string& text) const {
+  std::vector<int64_t> ids = bpe_.encode(text, false);
+  ids.push_back(eos_.front());
+  return ids;
+}
+
+std::string HfTokenizer::describe() const {
+  return fmt::format("{} ({} ids, stop at {})", bpe_.path(), bpe_.vocab_size(), fmt::join(eos_, ", "));
+}
+
+std::shared_ptr<const Tokenizer> make_tokenizer(const std::string& path) {
+  if (path == "bytes") return std::make_shared<ByteTokenizer>();
+  // One load per path and process (the rollout config and the trainer's data ask for
+  // the same one). Every rank reads the same files, so a problem is the same on all of
+  // them: reported as a collective error (every rank stops cleanly).
+  static std::map<std::string, std::weak_ptr<const Tokenizer>> loaded;
+  if (auto t = loaded[path].lock()) return t;
+  std::shared_ptr<const Tokenizer> t;
+  try {
+    t = std::make_shared<HfTokenizer>(path);
+  } catch (const Error& e) {
+    SLIMPI_FAIL_ALL("tokenizer.path = \"{}\": {}", path, e.what());
+  }
+  loaded[path] = t;
+  return t;
+}
+
+std::shared_ptr<const Tokenizer> make_tokenizer(const Deck& deck) { return make_tokenizer(deck.get_string("tokenizer.path")); }
+
+}  // namespace slimpi
