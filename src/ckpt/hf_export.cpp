@@ -189,9 +189,11 @@ std::string export_checkpoint_to_hf(const std::string& ckpt_dir, const std::stri
   }
   std::ofstream(out_dir + "/config.json") << config;
   std::ofstream(out_dir + "/generation_config.json") << generation_config_json(ids);
-  for (const auto& f : tokenizer_files)  // the tokenizer the run trained with, as it came
-    std::filesystem::copy_file(f, std::filesystem::path(out_dir) / f.filename(),
-                               std::filesystem::copy_options::overwrite_existing);
+  for (const auto& f : tokenizer_files) {  // the tokenizer the run trained with, as it came
+    const std::filesystem::path to = std::filesystem::path(out_dir) / f.filename();
+    if (!std::filesystem::exists(to) || !std::filesystem::equivalent(f, to))
+      std::filesystem::copy_file(f, to, std::filesystem::copy_options::overwrite_existing);
+  }
   if (!tokenizer_files.empty()) files += fmt::format(" + {} tokenizer files", tokenizer_files.size());
   return fmt::format("export: {} -> {}/ {} ({} tensors, {} parameters, {}) + config.json + generation_config.json",
                      ckpt_dir, out_dir, files, model.parameters().size(), model.n_params(), options.dtype);

@@ -81,8 +81,8 @@ int Commands::run_selected() {
     if (rank == 0) {  // one writer; other ranks (if any) only learn the outcome
       try {
         summary = export_checkpoint_to_hf(ckpt_dir_, export_dir_, {export_dtype_, parse_byte_size(export_shard_)});
-      } catch (const Error& e) {
-        problem = e.what();
+      } catch (const std::exception& e) {  // filesystem and JSON errors too: other ranks wait for the outcome
+        problem = fmt::format("export: {}", e.what());
       }
     }
     broadcast_string(MPI_COMM_WORLD, problem, 0);

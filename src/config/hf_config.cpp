@@ -96,7 +96,7 @@ void resolve_rope(const json& c, Resolution& r) {
   } else if (type == "linear" || type == "llama3") {
     r.set("model.rope_scaling", type, f + ".rope_type");
     auto factor = get_float(*scaling, "factor");
-    if (!factor) r.fail("{} of type {} has no 'factor'", f, type);
+    if (!factor || *factor <= 0) r.fail("{} of type {} needs a positive 'factor'", f, type);
     else r.set("model.rope_factor", *factor, f + ".factor");
     if (type == "llama3") {
       auto low = get_float(*scaling, "low_freq_factor"), high = get_float(*scaling, "high_freq_factor");
@@ -129,8 +129,9 @@ Resolution resolve(const std::string& file, const json& c) {
            "Qwen3ForCausalLM", arch, model_type);
     return r;
   }
-  auto required = [&](const char* field, const char* key) {
-    if (auto v = get_int(c, field)) r.set(key, *v, field);
+  auto required = [&](const char* field, const char* key) {  // a positive integer
+    if (auto v = get_int(c, field); v && *v > 0) r.set(key, *v, field);
+    else if (v) r.fail("'{}' = {} must be positive", field, *v);
     else r.fail("no '{}'", field);
   };
   required("vocab_size", "model.vocab_size");
@@ -139,9 +140,11 @@ Resolution resolve(const std::string& file, const json& c) {
   required("num_attention_heads", "model.n_heads");
   required("intermediate_size", "model.intermediate_size");
   const int64_t heads = get_int(c, "num_attention_heads").value_or(1);
-  r.set("model.n_kv_heads", get_int(c, "num_key_value_heads").value_or(heads),
-        c.contains("num_key_value_heads") ? "num_key_value_heads" : "num_attention_heads");
-  if (auto hd = get_int(c, "head_dim")) r.set("model.head_dim", *hd, "head_dim");
+  const int64_t kv_heads = get_int(c, "num_key_value_heads").value_or(heads);
+  if (kv_heads <= 0) r.fail("'num_key_value_heads' = {} must be positive", kv_heads);
+  else r.set("model.n_kv_heads", kv_heads, c.contains("num_key_value_heads") ? "num_key_value_heads" : "num_attention_heads");
+  if (auto hd = get_int(c, "head_dim"); hd && *hd <= 0) r.fail("'head_dim' = {} must be positive", *hd);
+  else if (hd) r.set("model.head_dim", *hd, "head_dim");
   else if (qwen3) r.set("model.head_dim", int64_t(128), "head_dim (Qwen3's default)");
   if (auto n = get_int(c, "max_position_embeddings")) r.set("model.max_seq_len", *n, "max_position_embeddings");
   resolve_rope(c, r);

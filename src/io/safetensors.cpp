@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <slimpi/error.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -91,11 +92,13 @@ struct SafetensorsReader::Mapping {
   explicit Mapping(const std::string& path) {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     SLIMPI_CHECK(fd >= 0, "cannot open {}: {}", path, std::strerror(errno));
-    size = std::filesystem::file_size(path);
-    data = size ? ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0) : nullptr;
+    struct stat st {};
+    const bool sized = ::fstat(fd, &st) == 0;
+    size = sized ? size_t(st.st_size) : 0;
+    data = sized && size ? ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0) : nullptr;
     const int err = errno;
     ::close(fd);
-    SLIMPI_CHECK(data != MAP_FAILED, "cannot map {}: {}", path, std::strerror(err));
+    SLIMPI_CHECK(sized && data != MAP_FAILED, "cannot map {}: {}", path, std::strerror(err));
   }
   ~Mapping() {
     if (data && data != MAP_FAILED) ::munmap(data, size);
@@ -159,6 +162,8 @@ at::Tensor SafetensorsReader::read(const std::string& name) const {
   const Entry& e = it->second;
   auto& map = maps_[e.file];
   if (!map) map = std::make_unique<Mapping>(e.file);
+  SLIMPI_CHECK(e.end <= map->size, "{}: tensor {} ends at byte {} but the file now has {} (changed since it was opened?)",
+               e.file, name, e.end, map->size);
   at::Tensor out = at::empty(e.shape, at::TensorOptions().dtype(e.dtype));
   if (e.end > e.begin) std::memcpy(out.data_ptr(), static_cast<const char*>(map->data) + e.begin, e.end - e.begin);
   return out;

@@ -113,7 +113,8 @@ std::vector<NamedTensor> read_hf_tensors_like(const std::string& path, const std
   const bool tied = wanted.count("lm_head.weight") == 0;
   for (const auto& [name, e] : reader.entries()) {
     if (wanted.count(name)) continue;
-    if (name.size() >= 20 && name.compare(name.size() - 20, 20, "rotary_emb.inv_freq") == 0) continue;
+    const std::string buffer = "rotary_emb.inv_freq";  // HF's non-parameter RoPE buffer
+    if (name.size() >= buffer.size() && name.compare(name.size() - buffer.size(), buffer.size(), buffer) == 0) continue;
     if (name == "lm_head.weight" && tied && reader.contains("model.embed_tokens.weight") &&
         at::equal(reader.read(name), reader.read("model.embed_tokens.weight")))
       continue;

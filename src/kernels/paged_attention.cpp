@@ -131,8 +131,9 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& cache_k
   SLIMPI_CHECK(cache_k.scalar_type() == cache_v.scalar_type() &&
                    (cache_k.scalar_type() == at::kFloat || cache_k.scalar_type() == at::kBFloat16),
                "paged_decode_attention: an fp32 or bf16 cache");
-  const int64_t B = q.size(0), H = q.size(1), D = q.size(2), Hkv = cache_k.size(1), g = H / Hkv;
-  SLIMPI_CHECK(cache_k.size(2) == D && H % Hkv == 0 && key_slots.size(0) == B && n_keys.size(0) == B,
+  const int64_t B = q.size(0), H = q.size(1), D = q.size(2), Hkv = cache_k.size(1);
+  SLIMPI_CHECK(Hkv > 0 && cache_k.size(2) == D && H % Hkv == 0 && key_slots.dim() == 2 && key_slots.size(0) == B &&
+                   n_keys.dim() == 1 && n_keys.size(0) == B,
                "paged_decode_attention: shapes q {}, cache {}, slots {}", c10::str(q.sizes()),
                c10::str(cache_k.sizes()), c10::str(key_slots.sizes()));
   const at::Tensor qf = (q.to(at::kFloat) * (1.0 / std::sqrt(double(D)))).contiguous();  // [B, H, D]

@@ -14,7 +14,8 @@
 // no padding to the longest sequence. fp32 arithmetic; the softmax denominator sums in
 // fp64 and Σ p V in tiles of 64 keys, so round-off stays flat at 4096-key contexts
 // (engine vs trainer log-probs 2.9e-6 there, tests/unit/rollout). The cache may hold
-// fp32 or bf16. (sequence, kv head) items run in parallel on torch's thread pool.
+// fp32 or bf16. Sequences run in parallel on torch's thread pool (one sequence, all its
+// heads, per task).
 // The engine's CPU decode path; a device cache gathers into a reused buffer instead
 // (model/transformer.cpp). Tested against dense attention over the gathered keys.
 #pragma once

@@ -297,8 +297,10 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const AttentionLayout&
   // budget; below it the padded batch (a few large ops) is faster for many short ones.
   const bool unpadded = !cache && B * H * Lq * Lk > padded_attention_budget_;
   // Auto: the paged kernel for an fp32 forward on the CPU. A bf16 forward gathers and
-  // runs the trainer's own attention ops, so a bf16 engine samples with exactly the
-  // log-probs a bf16 trainer recomputes (the kernel accumulates in fp32 and would not).
+  // runs the same attention ops as the bf16 trainer (padded batches below the budget,
+  // per-sequence SDPA above it), so where both take the same path a bf16 engine samples
+  // with the log-probs a bf16 trainer recomputes (the kernel accumulates in fp32 and
+  // would differ at bf16 rounding everywhere).
   const DecodeAttention decode_mode = decode_attention_ != DecodeAttention::Auto ? decode_attention_
                                       : device_.is_cpu() && !bf16                ? DecodeAttention::Paged
                                                                                  : DecodeAttention::Gather;

@@ -94,7 +94,7 @@ class Transformer {
   //   FreshGather  a new padded copy of every sequence's history, per layer and step
   //                (the code before the paged kernel; kept for perf/ to compare against)
   //   Auto         Paged for an fp32 forward on the CPU; otherwise Gather (the default:
-  //                a bf16 forward then runs the very ops a bf16 trainer runs)
+  //                a bf16 forward then runs the attention ops a bf16 trainer runs)
   // All give the same outputs to fp32 round-off (tested).
   enum class DecodeAttention { Auto, Paged, Gather, FreshGather };
   void set_decode_attention(DecodeAttention mode) { decode_attention_ = mode; }

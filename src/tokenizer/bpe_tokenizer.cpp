@@ -92,7 +92,10 @@ class Regex {
   void split(const std::string& s, std::vector<std::string>& out) const {
     size_t pos = 0, gap = 0;
     while (pos <= s.size()) {
-      const int rc = pcre2_match(code_, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), pos, 0, match_, nullptr);
+      // The subject's UTF-8 is validated once, by the first call: re-checking it on every
+      // call would make a long piece cost O(n²).
+      const int rc = pcre2_match(code_, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), pos,
+                                 pos > 0 ? PCRE2_NO_UTF_CHECK : 0, match_, nullptr);
       if (rc == PCRE2_ERROR_NOMATCH) break;
       SLIMPI_CHECK(rc > 0, "tokenizer regex match failed ({})", rc);
       const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(match_);
@@ -206,6 +209,7 @@ void BpeTokenizer::Impl::load(const json& j) {
   ignore_merges = model.value("ignore_merges", false);
   for (const auto& [token, id] : model.at("vocab").items()) {
     const int32_t i = id.get<int32_t>();
+    SLIMPI_CHECK(i >= 0 && i < (1 << 28), "{}: vocabulary id {} of '{}' is out of range", where, i, token);
     vocab[token] = i;
     if (int64_t(id_to_token.size()) <= i) id_to_token.resize(i + 1);
     id_to_token[i] = token;
@@ -316,9 +320,12 @@ void BpeTokenizer::Impl::encode_plain(const std::string& raw, std::vector<int64_
   if (raw.empty()) return;
   std::string text = raw;
   if (nfc) {
-    utf8proc_uint8_t* normalized = utf8proc_NFC(reinterpret_cast<const utf8proc_uint8_t*>(raw.c_str()));
-    SLIMPI_CHECK(normalized, "{}: text is not valid UTF-8 (NFC normalizer)", path);
-    text = reinterpret_cast<const char*>(normalized);
+    utf8proc_uint8_t* normalized = nullptr;  // by length: a NUL inside the text is kept
+    const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(raw.data()),
+                                            utf8proc_ssize_t(raw.size()), &normalized,
+                                            utf8proc_option_t(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+    SLIMPI_CHECK(n >= 0, "{}: text is not valid UTF-8 (NFC normalizer): {}", path, utf8proc_errmsg(n));
+    text.assign(reinterpret_cast<const char*>(normalized), size_t(n));
     std::free(normalized);
   }
   std::vector<std::string> pieces{text}, next;
@@ -399,8 +406,9 @@ std::string BpeTokenizer::decode(const std::vector<int64_t>& ids, bool skip_spec
       if (skip_special && m.added[a->second].special) continue;
       token = &m.added[a->second].content;
     } else {
-      SLIMPI_CHECK(id >= 0 && id < int64_t(m.id_to_token.size()) && !m.id_to_token[id].empty(),
-                   "{}: token id {} is not in the vocabulary", m.path, id);
+      // An id the tokenizer does not have (a model's padded vocabulary rows, e.g.
+      // Qwen2.5's 151936 logits over 151665 tokens) decodes to nothing, as in tokenizers.
+      if (id < 0 || id >= int64_t(m.id_to_token.size()) || m.id_to_token[id].empty()) continue;
       token = &m.id_to_token[id];
     }
     // Byte-level characters back to bytes (what tokenizers' ByteLevel decoder does with

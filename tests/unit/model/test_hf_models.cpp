@@ -95,6 +95,23 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenLogits,
                          ::testing::Values("llama_gqa_untied", "llama3_rope_tied_bias_bf16_sharded",
                                            "qwen2_linear_rope_sharded", "qwen3_head_dim_bf16", "qwen3_tied"));
 
+// fp16 checkpoints convert on load like bf16 ones: the fp32 fixture's tensors stored as
+// F16 give its golden logits to fp16 rounding.
+TEST_F(HfDir, Fp16WeightsConvertOnLoad) {
+  const fs::path src = kFixtures / "llama_gqa_untied", dir = tmp_ / "fp16";
+  fs::create_directories(dir);
+  fs::copy_file(src / "config.json", dir / "config.json");
+  fs::copy_file(src / "golden.safetensors", dir / "golden.safetensors");
+  std::vector<NamedTensor> half = read_safetensors((src / "model.safetensors").string());
+  for (auto& t : half) t.tensor = t.tensor.to(at::kHalf);
+  write_safetensors((dir / "model.safetensors").string(), half);
+  Transformer m(ModelConfig::from_deck(deck_for(dir)), 1, at::kCPU);
+  load_model_weights(m.parameters(), dir.string());
+  const double gap = golden_gap(dir, m);
+  EXPECT_GT(gap, 1e-6);  // the weights really went through fp16
+  EXPECT_LT(gap, 5e-2);
+}
+
 // Hub checkpoints written by transformers 4 keep rope_theta and rope_scaling at the top
 // level ("type" or "rope_type"); transformers 5 writes rope_parameters. Both read alike.
 TEST_F(HfDir, TopLevelRopeScalingAsTransformers4WritesIt) {
@@ -150,6 +167,9 @@ TEST_F(HfDir, ConfigFieldsThatChangeTheMathAndAreNotSupportedAreErrors) {
                      "only full_attention is supported");
   fs::remove_all(tmp_ / "llama_gqa_untied");
   cases.emplace_back(error_of("moe", [](auto& c) { c["num_local_experts"] = 8; }), "mixture-of-experts");
+  fs::remove_all(tmp_ / "llama_gqa_untied");
+  cases.emplace_back(error_of("heads", [](auto& c) { c["num_attention_heads"] = 0; }),
+                     "'num_attention_heads' = 0 must be positive");
   for (const auto& [message, want] : cases) EXPECT_NE(message.find(want), std::string::npos) << message;
 }
 
@@ -178,6 +198,9 @@ TEST_F(HfDir, TensorsMissingUnusedOrMisshapedAreErrors) {
   more.push_back({"model.layers.0.self_attn.o_proj.bias", at::zeros({32})});
   EXPECT_NE(load_error(more).find("the files hold tensors the model does not use: model.layers.0.self_attn.o_proj.bias"),
             std::string::npos);
+  std::vector<NamedTensor> with_buffer = all;  // older Llama files store RoPE's inv_freq: not a parameter
+  with_buffer.push_back({"model.layers.0.self_attn.rotary_emb.inv_freq", at::zeros({4})});
+  EXPECT_EQ(load_error(with_buffer), "");
   std::vector<NamedTensor> bent = all;
   for (auto& t : bent)
     if (t.name == "model.norm.weight") t.tensor = at::ones({31});

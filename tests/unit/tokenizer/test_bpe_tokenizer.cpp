@@ -45,6 +45,20 @@ TEST_P(TokenizerFixture, EncodesAndDecodesAsTokenizersDoes) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, TokenizerFixture, ::testing::Values("qwen2_style", "llama3_style", "gpt2_style"));
 
+// Ids past the tokenizer's vocabulary (a model's padded logit rows) decode to nothing, as
+// in tokenizers; a NUL inside the text survives the NFC normalizer; long pieces encode.
+TEST(BpeTokenizer, EdgeCases) {
+  BpeTokenizer tok((kFixtures / "qwen2_style").string());
+  const std::vector<int64_t> hello = tok.encode("hello world");
+  std::vector<int64_t> padded = hello;
+  padded.insert(padded.begin() + 1, {tok.vocab_size(), tok.vocab_size() + 1000, -1});
+  EXPECT_EQ(tok.decode(padded), "hello world");
+  const std::string with_nul("a\0b c\u00e9", 7);
+  EXPECT_EQ(tok.decode(tok.encode(with_nul)), with_nul);
+  const std::string long_text(20000, ' ');
+  EXPECT_EQ(tok.decode(tok.encode(long_text + "x")), long_text + "x");
+}
+
 TEST(BpeTokenizer, RefusesWhatItCannotHonour) {
   const fs::path tmp = fs::temp_directory_path() / ("slimpi_tok_" + std::to_string(::getpid()));
   fs::create_directories(tmp);
