@@ -11,6 +11,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <queue>
+#include <tuple>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
@@ -147,6 +149,7 @@ struct BpeTokenizer::Impl {
 
   void load(const json& j);
   void encode_piece(const std::string& piece, std::vector<int64_t>& out) const;
+  void merge_all(std::vector<int32_t>& symbols) const;
   void encode_plain(const std::string& text, std::vector<int64_t>& out) const;
 };
 
@@ -277,6 +280,52 @@ void BpeTokenizer::Impl::load(const json& j) {
                "{}: decoder '{}' is not supported (ByteLevel)", where, describe(decoder));
 }
 
+// Merges the adjacent pair of lowest rank, leftmost on ties, until no pair is in the
+// merge table: the order of tokenizers' priority queue (a merge's own pairs rank after
+// it, so popping (rank, position) minima is the same as rescanning for the minimum).
+// A heap of candidate pairs over a linked list of symbols: O(n log n) in the piece's
+// length (a rescan per merge would be O(n²): minutes for a 100 kB run of letters).
+void BpeTokenizer::Impl::merge_all(std::vector<int32_t>& symbols) const {
+  const int n = int(symbols.size());
+  if (n < 2) return;
+  std::vector<int> next(n), prev(n);
+  for (int i = 0; i < n; ++i) {
+    next[i] = i + 1 < n ? i + 1 : -1;
+    prev[i] = i - 1;
+  }
+  struct Candidate {
+    int32_t rank;
+    int left, right;
+    int32_t left_id, right_id;
+    bool operator>(const Candidate& o) const { return std::tie(rank, left) > std::tie(o.rank, o.left); }
+  };
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap;
+  auto consider = [&](int l, int r) {
+    if (l < 0 || r < 0) return;
+    auto it = merges.find((uint64_t(uint32_t(symbols[l])) << 32) | uint32_t(symbols[r]));
+    if (it != merges.end()) heap.push({it->second.first, l, r, symbols[l], symbols[r]});
+  };
+  for (int i = 0; i + 1 < n; ++i) consider(i, i + 1);
+  std::vector<bool> alive(n, true);
+  while (!heap.empty()) {
+    const Candidate c = heap.top();
+    heap.pop();
+    // Stale: a side was merged away or changed since this pair was queued.
+    if (!alive[c.left] || !alive[c.right] || next[c.left] != c.right || symbols[c.left] != c.left_id ||
+        symbols[c.right] != c.right_id)
+      continue;
+    symbols[c.left] = merges.at((uint64_t(uint32_t(c.left_id)) << 32) | uint32_t(c.right_id)).second;
+    alive[c.right] = false;
+    next[c.left] = next[c.right];
+    if (next[c.right] >= 0) prev[next[c.right]] = c.left;
+    consider(prev[c.left], c.left);
+    consider(c.left, next[c.left]);
+  }
+  std::vector<int32_t> merged;
+  for (int i = 0; i >= 0; i = next[i]) merged.push_back(symbols[i]);
+  symbols.swap(merged);
+}
+
 void BpeTokenizer::Impl::encode_piece(const std::string& piece, std::vector<int64_t>& out) const {
   if (auto hit = cache.find(piece); hit != cache.end()) {
     out.insert(out.end(), hit->second.begin(), hit->second.end());
@@ -293,23 +342,7 @@ void BpeTokenizer::Impl::encode_piece(const std::string& piece, std::vector<int6
       symbols.push_back(it->second);
       i += n;
     }
-    // Merge the adjacent pair of lowest rank (leftmost on ties) until none merges: the
-    // order tokenizers' priority queue gives (a merge's pairs rank after the merge).
-    while (symbols.size() > 1) {
-      int32_t best_rank = INT32_MAX, merged = -1;
-      size_t best = 0;
-      for (size_t i = 0; i + 1 < symbols.size(); ++i) {
-        auto it = merges.find((uint64_t(uint32_t(symbols[i])) << 32) | uint32_t(symbols[i + 1]));
-        if (it != merges.end() && it->second.first < best_rank) {
-          best_rank = it->second.first;
-          merged = it->second.second;
-          best = i;
-        }
-      }
-      if (merged < 0) break;
-      symbols[best] = merged;
-      symbols.erase(symbols.begin() + long(best) + 1);
-    }
+    merge_all(symbols);
   }
   if (cache.size() > (1u << 18)) cache.clear();  // bounded: a long run of new words cannot grow it without end
   cache.emplace(piece, symbols);

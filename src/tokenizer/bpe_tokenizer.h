@@ -11,8 +11,9 @@
 //      own regex; add_prefix_space prepends a space);
 //   3. each piece through BPE: its characters are the initial symbols, and the adjacent
 //      pair of lowest merge rank (leftmost on ties) merges until none is in the merge
-//      table; with ignore_merges a piece that is itself in the vocabulary is one id.
-//      Pieces are cached (a word is encoded once);
+//      table (a heap of candidate pairs: O(n log n) in the piece's length); with
+//      ignore_merges a piece that is itself in the vocabulary is one id. Pieces are
+//      cached (a word is encoded once);
 //   4. with_specials: the post-processor's template for one sequence (Llama 3's BOS).
 // decode(ids): added tokens as their text (or dropped: skip_special), the rest joined and
 // mapped back from byte-level characters to bytes (invalid UTF-8 left as bytes).

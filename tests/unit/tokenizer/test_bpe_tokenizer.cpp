@@ -46,7 +46,8 @@ TEST_P(TokenizerFixture, EncodesAndDecodesAsTokenizersDoes) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, TokenizerFixture, ::testing::Values("qwen2_style", "llama3_style", "gpt2_style"));
 
 // Ids past the tokenizer's vocabulary (a model's padded logit rows) decode to nothing, as
-// in tokenizers; a NUL inside the text survives the NFC normalizer; long pieces encode.
+// in tokenizers; a NUL inside the text survives the NFC normalizer; long pieces encode
+// and decode back.
 TEST(BpeTokenizer, EdgeCases) {
   BpeTokenizer tok((kFixtures / "qwen2_style").string());
   const std::vector<int64_t> hello = tok.encode("hello world");
@@ -57,6 +58,9 @@ TEST(BpeTokenizer, EdgeCases) {
   EXPECT_EQ(tok.decode(tok.encode(with_nul)), with_nul);
   const std::string long_text(20000, ' ');
   EXPECT_EQ(tok.decode(tok.encode(long_text + "x")), long_text + "x");
+  std::string letters;  // one 100 kB piece (a base64 blob, minified code): merged in O(n log n)
+  for (int i = 0; i < 100000; ++i) letters += char('a' + (i * 7 + i / 13) % 26);
+  EXPECT_EQ(tok.decode(tok.encode(letters)), letters);
 }
 
 TEST(BpeTokenizer, RefusesWhatItCannotHonour) {
