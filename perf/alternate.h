@@ -5,7 +5,17 @@
 
 #include <benchmark/benchmark.h>
 
+#include <chrono>
+
 namespace slimpi::perf {
+
+// Seconds one call of fn takes on a steady clock: the `timed` argument of alternate()
+// for one process (bench_comm passes the slowest rank's time instead).
+inline constexpr auto wall_seconds = [](auto fn) {
+  const auto t0 = std::chrono::steady_clock::now();
+  fn();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+};
 
 struct AbSeconds {
   double a = 0, b = 0;  // summed over the iterations

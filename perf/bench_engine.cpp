@@ -174,12 +174,7 @@ void BM_DecodeBf16VsFp32(benchmark::State& state) {
     for (const auto& r : requests(int(B), 1, 16, 48, 1.0)) e->add_request(r);
     for (int i = 0; i < 3; ++i) e->step();  // prefill, then warm-up decode
   }
-  auto timed = [](auto fn) {
-    auto t0 = Clock::now();
-    fn();
-    return since(t0);
-  };
-  const AbSeconds s = alternate(state, timed, [&] { e16.step(); }, [&] { e32.step(); });
+  const AbSeconds s = alternate(state, wall_seconds, [&] { e16.step(); }, [&] { e32.step(); });
   state.counters["bf16_ms"] = 1e3 * s.a / double(state.iterations());
   state.counters["fp32_ms"] = 1e3 * s.b / double(state.iterations());
   state.counters["bf16_over_fp32"] = s.a / s.b;
@@ -213,14 +208,9 @@ void BM_DecodeNextToPrefill(benchmark::State& state) {
     at::NoGradGuard no_grad;
     m.forward_incremental(t, seqs, cache);
   };
-  auto timed = [](auto fn) {
-    auto t0 = Clock::now();
-    fn();
-    return since(t0);
-  };
   run(true);
   run(false);
-  const AbSeconds s = alternate(state, timed, [&] { run(true); }, [&] { run(false); });
+  const AbSeconds s = alternate(state, wall_seconds, [&] { run(true); }, [&] { run(false); });
   state.counters["split_ms"] = 1e3 * s.a / double(state.iterations());
   state.counters["padded_ms"] = 1e3 * s.b / double(state.iterations());
   state.counters["padded_over_split"] = s.b / s.a;
@@ -263,11 +253,6 @@ void BM_DecodeLongContext(benchmark::State& state) {
     at::NoGradGuard no_grad;
     m.forward_incremental(tokens, seqs, cache);
   };
-  auto timed = [](auto fn) {
-    auto t0 = Clock::now();
-    fn();
-    return since(t0);
-  };
   // The bound: torch matmul on the same shapes.
   const double proj_flops = 2.0 * double(c.matmul_params()) * B;
   const double attn_flops = 4.0 * B * c.n_heads * context * D * c.n_layers;
@@ -276,14 +261,15 @@ void BM_DecodeLongContext(benchmark::State& state) {
                    vv = at::randn({B * Hkv, context, D});
   double attn_bound_s = 1e30;
   for (int rep = 0; rep < 3; ++rep)
-    attn_bound_s = std::min(attn_bound_s, timed([&] {
+    attn_bound_s = std::min(attn_bound_s, wall_seconds([&] {
       for (int64_t l = 0; l < c.n_layers; ++l) at::matmul(at::matmul(q, kt), vv);
     }));
   const double bound = (proj_flops + attn_flops) / (proj_flops / proj_bound + attn_bound_s);
   for (Mode mode : {Mode::Paged, Mode::Gather, Mode::FreshGather}) run(mode);  // warm-up
-  const AbSeconds pf = alternate(state, timed, [&] { run(Mode::Paged); }, [&] { run(Mode::FreshGather); });
+  const AbSeconds pf =
+      alternate(state, wall_seconds, [&] { run(Mode::Paged); }, [&] { run(Mode::FreshGather); });
   double gather_s = 0;
-  for (int64_t i = 0; i < state.iterations(); ++i) gather_s += timed([&] { run(Mode::Gather); });
+  for (int64_t i = 0; i < state.iterations(); ++i) gather_s += wall_seconds([&] { run(Mode::Gather); });
   const double n = double(state.iterations()), flops = proj_flops + attn_flops;
   state.counters["paged_ms"] = 1e3 * pf.a / n;
   state.counters["gather_ms"] = 1e3 * gather_s / n;

@@ -22,7 +22,8 @@ std::string env_or(const char* name, const std::string& fallback) {
 }
 
 void BM_BpeEncode(benchmark::State& state) {
-  BpeTokenizer tok(env_or("SLIMPI_TOKENIZER", std::string(SLIMPI_SOURCE_DIR) + "/tests/fixtures/tokenizers/qwen2_style"));
+  const std::string fixture = std::string(SLIMPI_SOURCE_DIR) + "/tests/fixtures/tokenizers/qwen2_style";
+  BpeTokenizer tok(env_or("SLIMPI_TOKENIZER", fixture));
   std::vector<std::string> lines;
   std::ifstream in(env_or("SLIMPI_TOKENIZER_TEXT", std::string(SLIMPI_SOURCE_DIR) + "/README.md"));
   for (std::string line; std::getline(in, line);) lines.push_back(line);

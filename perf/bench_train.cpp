@@ -179,12 +179,8 @@ void BM_TrainStepBf16VsFp32(benchmark::State& state) {
   auto samples = batch(std::vector<int64_t>(n_seq, 256), 3);
   fp32.train_step(samples);  // warm-up both
   bf16.train_step(samples);
-  auto timed = [](auto fn) {
-    auto t0 = Clock::now();
-    fn();
-    return std::chrono::duration<double>(Clock::now() - t0).count();
-  };
-  const AbSeconds s = alternate(state, timed, [&] { bf16.train_step(samples); }, [&] { fp32.train_step(samples); });
+  const AbSeconds s =
+      alternate(state, wall_seconds, [&] { bf16.train_step(samples); }, [&] { fp32.train_step(samples); });
   state.counters["bf16_ms"] = 1e3 * s.a / double(state.iterations());
   state.counters["fp32_ms"] = 1e3 * s.b / double(state.iterations());
   state.counters["bf16_over_fp32"] = s.a / s.b;
@@ -251,13 +247,8 @@ void BM_PackedAttentionUnpaddedVsPadded(benchmark::State& state) {
   auto samples = batch(lengths, 5);
   const int64_t unpadded_peak = peak_rss_growth([&] { unpadded.train_step(samples); });
   const int64_t padded_peak = peak_rss_growth([&] { padded.train_step(samples); });
-  auto timed = [](auto fn) {
-    auto t0 = Clock::now();
-    fn();
-    return std::chrono::duration<double>(Clock::now() - t0).count();
-  };
   const AbSeconds s =
-      alternate(state, timed, [&] { unpadded.train_step(samples); }, [&] { padded.train_step(samples); });
+      alternate(state, wall_seconds, [&] { unpadded.train_step(samples); }, [&] { padded.train_step(samples); });
   state.counters["unpadded_ms"] = 1e3 * s.a / double(state.iterations());
   state.counters["padded_ms"] = 1e3 * s.b / double(state.iterations());
   state.counters["padded_over_unpadded_time"] = s.b / s.a;

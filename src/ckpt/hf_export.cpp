@@ -104,22 +104,10 @@ HfSpecialIds special_ids_of(const std::string& tokenizer_path, std::vector<std::
   const auto& hf = dynamic_cast<const HfTokenizer&>(*tok);
   ids.bytes = false;
   ids.eos = hf.stop_ids();
-  ids.bos.reset();
-  ids.pad.reset();
-  const std::filesystem::path dir = std::filesystem::path(hf.bpe().path()).parent_path();
+  ids.bos = hf.bos_id();
+  ids.pad = hf.pad_id();
   for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"})
-    if (std::filesystem::exists(dir / name)) files.push_back(dir / name);
-  if (std::filesystem::exists(dir / "tokenizer_config.json")) {
-    const auto cfg = nlohmann::json::parse(std::ifstream(dir / "tokenizer_config.json"));
-    auto id_of = [&](const char* key) -> std::optional<int64_t> {
-      if (!cfg.contains(key) || cfg[key].is_null()) return std::nullopt;
-      const std::string t = cfg[key].is_string() ? cfg[key].get<std::string>() : cfg[key].value("content", "");
-      const int64_t id = hf.bpe().token_id(t);
-      return id >= 0 ? std::optional<int64_t>(id) : std::nullopt;
-    };
-    ids.bos = id_of("bos_token");
-    ids.pad = id_of("pad_token");
-  }
+    if (std::filesystem::exists(hf.directory() / name)) files.push_back(hf.directory() / name);
   return ids;
 }
 
@@ -148,11 +136,8 @@ std::string export_checkpoint_to_hf(const std::string& ckpt_dir, const std::stri
     SLIMPI_FAIL("export: {} is not a usable checkpoint: {}", ckpt_dir, *problem);
   const Deck deck = ckpt::read_checkpoint_deck(ckpt_dir);
   const ModelConfig cfg = ModelConfig::from_deck(deck);
-  // Runs older than tokenizer.path used the byte tokenizer.
-  const std::string tokenizer_path =
-      deck.entries().count("tokenizer.path") ? deck.get_string("tokenizer.path") : std::string("bytes");
-  std::vector<std::filesystem::path> tokenizer_files;
-  const HfSpecialIds ids = special_ids_of(tokenizer_path, tokenizer_files);
+  std::vector<std::filesystem::path> tokenizer_files;  // (older checkpoints read as "bytes": read_checkpoint_deck)
+  const HfSpecialIds ids = special_ids_of(deck.get_string("tokenizer.path"), tokenizer_files);
   Transformer model(cfg, /*seed=*/0, at::Device(at::kCPU));
   load_model_weights(model.parameters(), ckpt_dir + "/trainer_state.h5");
   const std::string config = hf_config_json(cfg, options.dtype, ids);
@@ -168,7 +153,8 @@ std::string export_checkpoint_to_hf(const std::string& ckpt_dir, const std::stri
   std::filesystem::create_directories(out_dir);
   for (const auto& entry : std::filesystem::directory_iterator(out_dir)) {  // no stale shards of an earlier export
     const std::string name = entry.path().filename().string();
-    if (name.rfind("model", 0) == 0 && (entry.path().extension() == ".safetensors" || name == "model.safetensors.index.json"))
+    const bool weights = entry.path().extension() == ".safetensors" || name == "model.safetensors.index.json";
+    if (name.rfind("model", 0) == 0 && weights)
       std::filesystem::remove(entry.path());
   }
   const std::map<std::string, std::string> meta = {{"format", "pt"}, {"source", ckpt_dir}};

@@ -47,16 +47,8 @@ DeckDifferences compare_decks(const Deck& stored, const Deck& now) {
   for (const auto& [key, entry] : now.entries()) {
     auto it = stored.entries().find(key);
     if (key.rfind("checkpoint.resume", 0) == 0) continue;  // how to resume is not a property of the run
-    // A key the checkpoint's deck lacks was added to slimpi after it was written: that
-    // run had the key's default behaviour ("bytes" for the tokenizer, resolved from "").
-    std::string before = "(absent)";
-    if (it != stored.entries().end()) {
-      before = format_deck_value(it->second.value);
-    } else if (key == "tokenizer.path") {
-      before = format_deck_value(DeckValue(std::string("bytes")));
-    } else if (const KeySpec* spec = Schema::instance().find(key)) {
-      before = format_deck_value(spec->default_value);
-    }
+    // (read_checkpoint_deck gives keys newer than the checkpoint their default behaviour.)
+    const std::string before = it == stored.entries().end() ? "(absent)" : format_deck_value(it->second.value);
     const std::string after = format_deck_value(entry.value);
     if (before == after) continue;
     std::string line = fmt::format("{}: {} in the checkpoint, {} now ({})", key, before, after, entry.source);

@@ -143,10 +143,6 @@ Driver::~Driver() = default;
 void Driver::set_up_model_and_trainer() {
   const Deck& deck = ctx_.deck;
   ModelConfig model_cfg = ModelConfig::from_deck(deck);
-  if (model_cfg.vocab_size < tokenizer_->vocab_size())
-    SLIMPI_FAIL_ALL("model.vocab_size = {} ({}) is smaller than the tokenizer's {} ids (tokenizer.path = \"{}\", {})",
-                    model_cfg.vocab_size, deck.source("model.vocab_size"), tokenizer_->vocab_size(),
-                    deck.get_string("tokenizer.path"), deck.source("tokenizer.path"));
   TrainerConfig train_cfg = TrainerConfig::from_deck(deck);
   if (!rl_) {
     sft_data_ = std::make_unique<SftData>(deck.get_string("data.path"), deck.get_string("data.input_key"),

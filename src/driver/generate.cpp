@@ -28,9 +28,6 @@ int run_generate(RunContext& ctx) {
   RolloutConfig rc = RolloutConfig::from_deck(deck);
   ModelConfig mc = ModelConfig::from_deck(deck);
   const Tokenizer& tok = *rc.tokenizer;
-  if (mc.vocab_size < tok.vocab_size())
-    SLIMPI_FAIL_ALL("model.vocab_size = {} ({}) is smaller than the tokenizer's {} ids (tokenizer.path = \"{}\")",
-                    mc.vocab_size, deck.source("model.vocab_size"), tok.vocab_size(), deck.get_string("tokenizer.path"));
   log::info("tokenizer: {}", tok.describe());
   std::vector<GenerationRequest> requests;
   const uint64_t seed = static_cast<uint64_t>(deck.get_int("run.seed"));

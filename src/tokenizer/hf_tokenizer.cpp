@@ -27,9 +27,9 @@ nlohmann::json read_json_if_present(const std::filesystem::path& file) {
 
 }  // namespace
 
-HfTokenizer::HfTokenizer(const std::string& path) : bpe_(path) {
-  namespace fs = std::filesystem;
-  const fs::path dir = fs::path(bpe_.path()).parent_path();
+HfTokenizer::HfTokenizer(const std::string& path)
+    : bpe_(path), dir_(std::filesystem::path(bpe_.path()).parent_path()) {
+  const std::filesystem::path& dir = dir_;
   auto add = [&](int64_t id) {
     if (std::find(eos_.begin(), eos_.end(), id) == eos_.end()) eos_.push_back(id);
   };
@@ -40,15 +40,25 @@ HfTokenizer::HfTokenizer(const std::string& path) : bpe_(path) {
     else if (e.is_array())
       for (const auto& x : e) add(x.get<int64_t>());
   }
+  // tokenizer_config.json names tokens by their text, a string or {"content": ...}.
   const nlohmann::json cfg = read_json_if_present(dir / "tokenizer_config.json");
-  if (cfg.is_object() && cfg.contains("eos_token") && !cfg["eos_token"].is_null()) {
-    const auto& e = cfg["eos_token"];
-    const std::string token = e.is_string() ? e.get<std::string>() : e.value("content", std::string());
-    const int64_t id = bpe_.token_id(token);
-    SLIMPI_CHECK(id >= 0, "{}: eos_token '{}' is not in {}", (dir / "tokenizer_config.json").string(), token,
-                 bpe_.path());
-    add(id);
+  auto config_token = [&](const char* key) -> std::optional<std::string> {
+    if (!cfg.is_object() || !cfg.contains(key) || cfg[key].is_null()) return std::nullopt;
+    const auto& e = cfg[key];
+    return e.is_string() ? e.get<std::string>() : e.value("content", std::string());
+  };
+  auto id_of = [&](const std::optional<std::string>& token) -> std::optional<int64_t> {
+    if (!token) return std::nullopt;
+    const int64_t id = bpe_.token_id(*token);
+    return id >= 0 ? std::optional<int64_t>(id) : std::nullopt;
+  };
+  if (const auto eos = config_token("eos_token")) {
+    const auto id = id_of(eos);
+    SLIMPI_CHECK(id, "{}: eos_token '{}' is not in {}", (dir / "tokenizer_config.json").string(), *eos, bpe_.path());
+    add(*id);
   }
+  bos_ = id_of(config_token("bos_token"));
+  pad_ = id_of(config_token("pad_token"));
   SLIMPI_CHECK(!eos_.empty(),
                "{}: no end-of-sequence token: generation_config.json (eos_token_id) or tokenizer_config.json "
                "(eos_token) must name one, or generation would never stop",
@@ -85,6 +95,14 @@ std::shared_ptr<const Tokenizer> make_tokenizer(const std::string& path) {
   return t;
 }
 
-std::shared_ptr<const Tokenizer> make_tokenizer(const Deck& deck) { return make_tokenizer(deck.get_string("tokenizer.path")); }
+std::shared_ptr<const Tokenizer> make_tokenizer(const Deck& deck) {
+  std::shared_ptr<const Tokenizer> tok = make_tokenizer(deck.get_string("tokenizer.path"));
+  // The model needs a row for every id the tokenizer can produce.
+  if (deck.get_int("model.vocab_size") < tok->vocab_size())
+    SLIMPI_FAIL_ALL("model.vocab_size = {} ({}) is smaller than the tokenizer's {} ids (tokenizer.path = \"{}\", {})",
+                    deck.get_int("model.vocab_size"), deck.source("model.vocab_size"), tok->vocab_size(),
+                    deck.get_string("tokenizer.path"), deck.source("tokenizer.path"));
+  return tok;
+}
 
 }  // namespace slimpi

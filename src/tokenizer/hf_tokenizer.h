@@ -4,7 +4,12 @@
 // are generation_config.json's eos_token_id (a number or a list) and tokenizer_config.json's
 // eos_token, whichever are present (at least one must be); an SFT response ends with the
 // first of them. decode() drops special tokens, as the reward and stop strings want.
+// tokenizer_config.json's bos_token and pad_token, when they name a token, are kept for
+// the export's config files.
 #pragma once
+
+#include <filesystem>
+#include <optional>
 
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/tokenizer.h"
@@ -22,10 +27,15 @@ class HfTokenizer : public Tokenizer {
   int64_t vocab_size() const override { return bpe_.vocab_size(); }
   std::string describe() const override;
   const BpeTokenizer& bpe() const { return bpe_; }
+  const std::filesystem::path& directory() const { return dir_; }  // the one holding tokenizer.json
+  std::optional<int64_t> bos_id() const { return bos_; }
+  std::optional<int64_t> pad_id() const { return pad_; }
 
  private:
   BpeTokenizer bpe_;
+  std::filesystem::path dir_;
   std::vector<int64_t> eos_;
+  std::optional<int64_t> bos_, pad_;
 };
 
 }  // namespace slimpi

@@ -31,7 +31,8 @@ class Tokenizer {
   virtual std::string describe() const = 0;           // one line for the log
 };
 
-// From the resolved deck's tokenizer.path. Throws slimpi::Error naming the file.
+// From the resolved deck's tokenizer.path; checks that model.vocab_size covers its ids.
+// Throws slimpi::Error naming the file or the keys.
 std::shared_ptr<const Tokenizer> make_tokenizer(const Deck& deck);
 std::shared_ptr<const Tokenizer> make_tokenizer(const std::string& path);
 
