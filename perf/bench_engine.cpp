@@ -183,7 +183,8 @@ void BM_DecodeBf16VsFp32(benchmark::State& state) {
 // One engine-shaped incremental forward: 32 sequences decoding at 1024 cached tokens
 // next to a 1024-token prefill chunk, quickstart-size model. Decode rows attend apart
 // from the chunk (what slimpi does) vs all rows padded to the chunk in one batch (the
-// path before). Counter padded_over_split (time).
+// path before: no split, and no per-sequence attention for a batch over the padded
+// budget, which would otherwise take the unsplit batch too). Counter padded_over_split.
 void BM_DecodeNextToPrefill(benchmark::State& state) {
   const ModelConfig c = [] {
     ModelConfig q = quickstart_model();
@@ -205,6 +206,7 @@ void BM_DecodeNextToPrefill(benchmark::State& state) {
   const at::Tensor t = at::tensor(tokens, at::kLong);
   auto run = [&](bool split) {
     m.set_split_decode_and_prefill(split);
+    m.set_padded_attention_budget(split ? Transformer::kPaddedAttentionBudget : INT64_MAX);
     at::NoGradGuard no_grad;
     m.forward_incremental(t, seqs, cache);
   };
