@@ -11,7 +11,11 @@ namespace slimpi {
 
 std::vector<JsonlRecord> read_jsonl(const std::string& path, const std::vector<std::string>& keys,
                                     bool skip_bad_lines, int64_t* n_skipped,
-                                    const std::vector<std::string>& optional_keys) {
+                                    const std::vector<std::string>& optional_keys,
+                                    const std::vector<std::string>& json_keys) {
+  auto listed = [](const std::vector<std::string>& list, const std::string& key) {
+    return std::find(list.begin(), list.end(), key) != list.end();
+  };
   std::ifstream in(path);
   if (!in) SLIMPI_FAIL_ALL("cannot open data file '{}'", path);
   std::vector<JsonlRecord> out;
@@ -37,20 +41,19 @@ std::vector<JsonlRecord> read_jsonl(const std::string& path, const std::vector<s
     std::string problem;
     for (const auto& key : keys) {
       auto it = j.find(key);
-      const bool optional = std::find(optional_keys.begin(), optional_keys.end(), key) != optional_keys.end();
-      if (it == j.end() && optional) {
-        r.fields.emplace_back();
-      } else if (it == j.end()) {
+      const bool optional = listed(optional_keys, key);
+      if (it == j.end() && !optional) {
         problem = fmt::format("{}:{}: missing key '{}'", path, line, key);
         break;
-      } else if (it->is_string()) {
-        r.fields.push_back(it->get<std::string>());
-      } else if (optional) {
-        r.fields.push_back(it->dump());  // metadata may be any JSON value
-      } else {
+      }
+      if (it != j.end() && !it->is_string() && !optional && !listed(json_keys, key)) {
         problem = fmt::format("{}:{}: key '{}' must be a string, got {}", path, line, key, it->type_name());
         break;
       }
+      const bool as_json = it != j.end() && !it->is_string();  // metadata / a message list: any JSON value
+      r.fields.push_back(it == j.end() ? std::string() : as_json ? it->dump() : it->get<std::string>());
+      r.raw_json.push_back(as_json);
+      r.present.push_back(it != j.end());
     }
     if (!problem.empty()) {
       bad(problem);

@@ -1,7 +1,9 @@
 #include "buffer/prompt_source.h"
 
+#include <slimpi/deck.h>
 #include <slimpi/error.h>
 
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <stdexcept>
 
@@ -34,6 +36,17 @@ PathSlice parse_path_slice(const std::string& spec) {
   return s;
 }
 
+PromptSourceSpec PromptSourceSpec::from_deck(const Deck& deck, const std::string& path,
+                                             std::shared_ptr<const Tokenizer> tokenizer) {
+  PromptSourceSpec spec;
+  spec.path = path;
+  spec.input_key = deck.get_string("data.input_key");
+  spec.label_key = deck.get_string("data.label_key");
+  spec.chat = ChatFormat::from_deck(deck, *tokenizer);
+  spec.tokenizer = std::move(tokenizer);
+  return spec;
+}
+
 PromptSource::PromptSource(const PromptSourceSpec& spec, uint64_t seed) : order_(1, seed) {
   PathSlice slice = parse_path_slice(spec.path);
   std::vector<std::string> keys{spec.input_key, spec.label_key};
@@ -43,7 +56,8 @@ PromptSource::PromptSource(const PromptSourceSpec& spec, uint64_t seed) : order_
     keys.push_back(spec.metadata_key);
     optional.push_back(spec.metadata_key);
   }
-  std::vector<JsonlRecord> all = read_jsonl(slice.file, keys, spec.skip_bad_lines, &skipped_, optional);
+  std::vector<JsonlRecord> all =
+      read_jsonl(slice.file, keys, spec.skip_bad_lines, &skipped_, optional, {spec.input_key});
   const int64_t n = static_cast<int64_t>(all.size());
   auto clamp_index = [n](int64_t i) { return i < 0 ? std::max<int64_t>(0, n + i) : std::min(i, n); };
   const int64_t begin = clamp_index(slice.begin), end = slice.end == INT64_MAX ? n : clamp_index(slice.end);
@@ -51,9 +65,33 @@ PromptSource::PromptSource(const PromptSourceSpec& spec, uint64_t seed) : order_
     SLIMPI_FAIL_ALL("data path '{}' selects no records (the file has {})", spec.path, n);
   const ByteTokenizer bytes;
   const Tokenizer& tok = spec.tokenizer ? *spec.tokenizer : static_cast<const Tokenizer&>(bytes);
+  auto bad_line = [&](int64_t line, const std::string& why) {
+    if (!spec.skip_bad_lines)
+      SLIMPI_FAIL_ALL("{}:{}: key '{}': {}; data.skip_bad_lines = true skips such lines", slice.file, line,
+                      spec.input_key, why);
+    ++skipped_;
+  };
+  std::vector<ChatMessage> messages;
   for (int64_t i = begin; i < end; ++i) {
+    Prompt p;
+    p.line = all[i].line;
+    p.text = all[i].fields[0];
+    if (spec.chat.enabled()) {
+      const nlohmann::json value = all[i].raw_json[0] ? nlohmann::json::parse(p.text) : nlohmann::json(p.text);
+      const std::string problem = parse_chat_messages(value, spec.chat.chat_template, &messages);
+      if (!problem.empty()) {
+        bad_line(p.line, problem);
+        continue;
+      }
+      p.text = render_chat(messages, spec.chat, /*add_generation_prompt=*/true);
+      p.chat = true;
+    } else if (all[i].raw_json[0]) {
+      bad_line(p.line, "holds a list of messages (or other JSON); set data.chat_template (chatml, llama3 or qwen3) "
+                       "to render conversations");
+      continue;
+    }
     if (spec.max_prompt_tokens > 0) {
-      const int64_t n_tokens = static_cast<int64_t>(tok.encode_prompt(all[i].fields[0]).size());
+      const int64_t n_tokens = static_cast<int64_t>(prompt_token_ids(tok, p).size());
       if (n_tokens > spec.max_prompt_tokens) {
         if (!spec.skip_bad_lines)
           SLIMPI_FAIL_ALL("{}:{}: prompt of {} tokens; with rollout.max_new_tokens it does not fit "
@@ -63,10 +101,7 @@ PromptSource::PromptSource(const PromptSourceSpec& spec, uint64_t seed) : order_
         continue;
       }
     }
-    Prompt p;
     p.index = static_cast<int64_t>(records_.size());
-    p.line = all[i].line;
-    p.text = all[i].fields[0];
     p.label = all[i].fields[1];
     if (!spec.metadata_key.empty()) p.metadata = all[i].fields[2];
     records_.push_back(std::move(p));
@@ -80,6 +115,10 @@ std::vector<Prompt> PromptSource::next(int64_t n) {
   std::vector<Prompt> out;
   for (int64_t i = 0; i < n; ++i) out.push_back(records_[order_.order(cursor_++)]);
   return out;
+}
+
+std::vector<int64_t> prompt_token_ids(const Tokenizer& tokenizer, const Prompt& prompt) {
+  return prompt.chat ? tokenizer.encode_chat(prompt.text) : tokenizer.encode_prompt(prompt.text);
 }
 
 }  // namespace slimpi

@@ -1,10 +1,13 @@
-// PromptSource — the RL prompts: JSONL records (prompt text under data.input_key, its
+// PromptSource — the RL prompts: JSONL records (prompt under data.input_key, its
 // label under data.label_key, optional metadata under data.metadata_key) from a path
 // spec "file.jsonl" or "file.jsonl@[a:b]" (records a..b-1, Python slice rules, either
 // bound optional), handed out in an order reshuffled every epoch from the run seed.
 // The cursor is the number of prompts handed out so far: the checkpoint keeps it, and
 // the next prompts are a pure function of (seed, cursor). Every rank holds the same
 // PromptSource and agrees on the cursor (the driver broadcasts it).
+// With a chat template (spec.chat) every prompt — a message list, or a string taken as
+// one user message — is rendered once at load with the generation prompt opened; a
+// message list without a template, or one the template cannot render, is a bad line.
 #pragma once
 
 #include <cstdint>
@@ -13,14 +16,18 @@
 #include <vector>
 
 #include "buffer/epoch_order.h"
+#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace slimpi {
 
+class Deck;
+
 struct Prompt {
   int64_t index = 0;  // record index within the (sliced) file
   int64_t line = 0;   // line number in the file (1-based), for error messages
-  std::string text;
+  std::string text;    // the prompt as the model sees it (rendered when chat)
+  bool chat = false;   // text is a rendered conversation (encoded by Tokenizer::encode_chat)
   std::string label;
   std::string metadata;  // JSON text, "" when absent
 };
@@ -36,7 +43,16 @@ struct PromptSourceSpec {
   // (an error naming file:line, or skipped and counted with skip_bad_lines).
   int64_t max_prompt_tokens = 0;
   std::shared_ptr<const Tokenizer> tokenizer;  // measures the prompts (null: the byte tokenizer)
+  ChatFormat chat;                             // none: prompts are strings used as they are
+
+  // path with the deck's data.input_key, data.label_key, data.chat_template (and the
+  // options that go with it) and `tokenizer`; the rest stays at the defaults above.
+  static PromptSourceSpec from_deck(const Deck& deck, const std::string& path,
+                                    std::shared_ptr<const Tokenizer> tokenizer);
 };
+
+// The prompt's token ids: encode_chat for a rendered conversation, else encode_prompt.
+std::vector<int64_t> prompt_token_ids(const Tokenizer& tokenizer, const Prompt& prompt);
 
 class PromptSource {
  public:

@@ -39,7 +39,9 @@ std::string choose_checkpoint(const Deck& deck, const std::string& root) {
 
 bool is_structural_key(const std::string& key) {
   if (key.rfind("model.", 0) == 0) return key != "model.init_from";
-  return key == "run.seed" || key == "train.mode" || key == "data.path" || key == "tokenizer.path";
+  // data.chat_template: which lines are records (bad lines are skipped) and what their tokens are.
+  return key == "run.seed" || key == "train.mode" || key == "data.path" || key == "tokenizer.path" ||
+         key == "data.chat_template";
 }
 
 DeckDifferences compare_decks(const Deck& stored, const Deck& now) {

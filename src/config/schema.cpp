@@ -98,10 +98,19 @@ std::vector<KeySpec> declare_keys() {
                  "(byte-level BPE); \"\" = model.init_from's directory when it holds a tokenizer.json, else bytes"),
       // [data]
       string_key("data.path", "", "JSONL training file (relative paths: to the working directory)"),
-      string_key("data.input_key", "prompt", "JSONL key of the prompt text"),
+      string_key("data.input_key", "prompt",
+                 "JSONL key of the prompt: its text, or (with data.chat_template) a list of {role, content} messages"),
       string_key("data.response_key", "response", "JSONL key of the response text (SFT)"),
       string_key("data.label_key", "label", "JSONL key of the label the reward compares with (RL)"),
       string_key("data.metadata_key", "", "JSONL key of per-prompt metadata kept with the prompt (\"\" = none)"),
+      choice_key("data.chat_template", "none", {"none", "chatml", "llama3", "qwen3"},
+                 "render prompts as conversations (a string prompt is one user message): chatml (Qwen2/2.5), "
+                 "llama3 (Llama 3 Instruct), qwen3 (Qwen3, <think> rules); none = the prompt text as it is"),
+      string_key("data.system_prompt", "",
+                 "with a chat template: a system message put first in every conversation that has none "
+                 "(Qwen2.5-Instruct's default: \"You are Qwen, created by Alibaba Cloud. You are a helpful assistant.\")"),
+      bool_key("data.enable_thinking", true,
+               "qwen3 template: false opens every generation with an empty <think></think> block"),
       bool_key("data.skip_bad_lines", false, "skip malformed prompt lines (counted in rollout/skipped_lines) instead of stopping"),
       // [rollout]
       int_key("rollout.rollout_batch_size", 32, 1, 1e9, "prompts", "prompt groups trained on per step"),

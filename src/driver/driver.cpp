@@ -116,10 +116,8 @@ Driver::Driver(RunContext& ctx) : ctx_(ctx), step_(std::make_unique<StepState>()
   log::info("tokenizer: {}", tokenizer_->describe());
   if (eval_on) {
     // Every rank reads the files, so that a bad file is an error all ranks raise alike.
-    PromptSourceSpec spec{deck.get_string("eval.path"), deck.get_string("data.input_key"),
-                          deck.get_string("data.label_key"), "", false};
+    PromptSourceSpec spec = PromptSourceSpec::from_deck(deck, deck.get_string("eval.path"), tokenizer_);
     spec.max_prompt_tokens = max_prompt_tokens(deck);
-    spec.tokenizer = tokenizer_;
     eval_prompts_ = PromptSource(spec, run_seed(deck)).records();
   }
   if (rl_) {
@@ -147,13 +145,12 @@ void Driver::set_up_model_and_trainer() {
   if (!rl_) {
     sft_data_ = std::make_unique<SftData>(deck.get_string("data.path"), deck.get_string("data.input_key"),
                                           deck.get_string("data.response_key"), model_cfg.max_seq_len,
-                                          run_seed(deck), *tokenizer_);
+                                          run_seed(deck), *tokenizer_, ChatFormat::from_deck(deck, *tokenizer_));
   } else {
-    PromptSourceSpec spec{deck.get_string("data.path"), deck.get_string("data.input_key"),
-                          deck.get_string("data.label_key"), deck.get_string("data.metadata_key"),
-                          deck.get_bool("data.skip_bad_lines")};
+    PromptSourceSpec spec = PromptSourceSpec::from_deck(deck, deck.get_string("data.path"), tokenizer_);
+    spec.metadata_key = deck.get_string("data.metadata_key");
+    spec.skip_bad_lines = deck.get_bool("data.skip_bad_lines");
     spec.max_prompt_tokens = max_prompt_tokens(deck);
-    spec.tokenizer = tokenizer_;
     prompt_source_ = std::make_unique<PromptSource>(spec, run_seed(deck));
   }
   const at::Device device = ctx_.device.use_cuda ? at::Device(at::kCUDA, ctx_.device.gpu) : at::Device(at::kCPU);

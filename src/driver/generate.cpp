@@ -31,14 +31,15 @@ int run_generate(RunContext& ctx) {
   log::info("tokenizer: {}", tok.describe());
   std::vector<GenerationRequest> requests;
   const uint64_t seed = static_cast<uint64_t>(deck.get_int("run.seed"));
-  PromptSourceSpec spec{deck.get_string("data.path"), deck.get_string("data.input_key"),
-                        deck.get_string("data.label_key"), "", deck.get_bool("data.skip_bad_lines"), true,
-                        mc.max_seq_len - rc.sampling.max_new_tokens, rc.tokenizer};
+  PromptSourceSpec spec = PromptSourceSpec::from_deck(deck, deck.get_string("data.path"), rc.tokenizer);
+  spec.skip_bad_lines = deck.get_bool("data.skip_bad_lines");
+  spec.label_optional = true;
+  spec.max_prompt_tokens = mc.max_seq_len - rc.sampling.max_new_tokens;
   const PromptSource source(spec, seed);
   for (const Prompt& rec : source.records()) {
     GenerationRequest r;
     r.group_index = static_cast<int64_t>(requests.size());
-    r.prompt = tok.encode_prompt(rec.text);
+    r.prompt = prompt_token_ids(tok, rec);
     r.n_samples = rc.n_samples_per_prompt;
     r.params = rc.sampling;
     r.seed = mix_seed(seed, 0, uint64_t(r.group_index));

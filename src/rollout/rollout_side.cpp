@@ -21,7 +21,7 @@ std::vector<Sample> RolloutSide::generate(const std::vector<Prompt>& prompts, in
   for (size_t i = 0; i < prompts.size(); ++i) {
     GenerationRequest r;
     r.group_index = first_group + static_cast<int64_t>(i);
-    r.prompt = tok.encode_prompt(prompts[i].text);
+    r.prompt = prompt_token_ids(tok, prompts[i]);
     r.n_samples = n_samples;
     r.params = params;
     r.seed = mix_seed(run_seed_, stream, uint64_t(r.group_index));

@@ -8,9 +8,14 @@ std::vector<int64_t> ByteTokenizer::encode_prompt(const std::string& prompt) con
   return ids;
 }
 
-std::vector<int64_t> ByteTokenizer::encode_response(const std::string& response) const {
+std::vector<int64_t> ByteTokenizer::encode_text(const std::string& text) const {
   std::vector<int64_t> ids;
-  for (unsigned char c : response) ids.push_back(c);
+  for (unsigned char c : text) ids.push_back(c);
+  return ids;
+}
+
+std::vector<int64_t> ByteTokenizer::encode_response(const std::string& response) const {
+  std::vector<int64_t> ids = encode_text(response);
   ids.push_back(kEos);
   return ids;
 }

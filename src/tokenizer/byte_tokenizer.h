@@ -18,6 +18,10 @@ class ByteTokenizer : public Tokenizer {
   std::vector<int64_t> encode_prompt(const std::string& prompt) const override;
   // bytes of `response` + EOS.
   std::vector<int64_t> encode_response(const std::string& response) const override;
+  // BOS + bytes: the template's markers are plain bytes here.
+  std::vector<int64_t> encode_chat(const std::string& text) const override { return encode_prompt(text); }
+  std::string bos_token() const override { return ""; }
+  std::vector<int64_t> encode_text(const std::string& text) const override;  // bytes only
   std::string decode(const std::vector<int64_t>& ids) const override;
   std::vector<int64_t> stop_ids() const override { return {kEos}; }
   int64_t vocab_size() const override { return kVocabSize; }

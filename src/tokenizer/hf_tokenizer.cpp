@@ -58,6 +58,7 @@ HfTokenizer::HfTokenizer(const std::string& path)
     add(*id);
   }
   bos_ = id_of(config_token("bos_token"));
+  if (bos_) bos_text_ = *config_token("bos_token");
   pad_ = id_of(config_token("pad_token"));
   SLIMPI_CHECK(!eos_.empty(),
                "{}: no end-of-sequence token: generation_config.json (eos_token_id) or tokenizer_config.json "

@@ -5,7 +5,7 @@
 // eos_token, whichever are present (at least one must be); an SFT response ends with the
 // first of them. decode() drops special tokens, as the reward and stop strings want.
 // tokenizer_config.json's bos_token and pad_token, when they name a token, are kept for
-// the export's config files.
+// the export's config files (and the bos text for chat templates that write it).
 #pragma once
 
 #include <filesystem>
@@ -22,6 +22,9 @@ class HfTokenizer : public Tokenizer {
   explicit HfTokenizer(const std::string& dir);
   std::vector<int64_t> encode_prompt(const std::string& text) const override { return bpe_.encode(text, true); }
   std::vector<int64_t> encode_response(const std::string& text) const override;
+  std::vector<int64_t> encode_chat(const std::string& text) const override { return bpe_.encode(text, false); }
+  std::vector<int64_t> encode_text(const std::string& text) const override { return bpe_.encode(text, false); }
+  std::string bos_token() const override { return bos_ ? bos_text_ : std::string(); }
   std::string decode(const std::vector<int64_t>& ids) const override { return bpe_.decode(ids, true); }
   std::vector<int64_t> stop_ids() const override { return eos_; }
   int64_t vocab_size() const override { return bpe_.vocab_size(); }
@@ -36,6 +39,7 @@ class HfTokenizer : public Tokenizer {
   std::filesystem::path dir_;
   std::vector<int64_t> eos_;
   std::optional<int64_t> bos_, pad_;
+  std::string bos_text_;
 };
 
 }  // namespace slimpi

@@ -25,6 +25,12 @@ class Tokenizer {
   virtual ~Tokenizer() = default;
   virtual std::vector<int64_t> encode_prompt(const std::string& text) const = 0;
   virtual std::vector<int64_t> encode_response(const std::string& text) const = 0;  // ends with EOS
+  // A chat template's rendering (tokenizer/chat_template.h): the template writes the
+  // special tokens itself, so an HF vocabulary adds none (transformers'
+  // apply_chat_template does the same); the byte vocabulary starts it with its BOS.
+  virtual std::vector<int64_t> encode_chat(const std::string& text) const = 0;
+  virtual std::vector<int64_t> encode_text(const std::string& text) const = 0;  // no special ids added
+  virtual std::string bos_token() const = 0;  // the BOS token's text ("" = none written in text)
   virtual std::string decode(const std::vector<int64_t>& ids) const = 0;             // special tokens dropped
   virtual std::vector<int64_t> stop_ids() const = 0;  // a response ends at any of these
   virtual int64_t vocab_size() const = 0;             // the model needs at least this many ids

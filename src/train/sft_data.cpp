@@ -2,22 +2,68 @@
 
 #include <slimpi/error.h>
 
+#include <nlohmann/json.hpp>
+
 #include "buffer/jsonl_file.h"
 #include "tokenizer/byte_tokenizer.h"
 
 namespace slimpi {
 
+namespace {
+
+// The (prompt, response) texts of a conversation line; throws (collectively) naming file:line.
+std::pair<std::string, std::string> split_conversation(const JsonlRecord& r, bool has_response, const ChatFormat& chat,
+                                                       const std::string& where) {
+  std::vector<ChatMessage> messages;
+  const nlohmann::json value = r.raw_json[0] ? nlohmann::json::parse(r.fields[0]) : nlohmann::json(r.fields[0]);
+  const std::string problem = parse_chat_messages(value, chat.chat_template, &messages);
+  if (!problem.empty()) SLIMPI_FAIL_ALL("{}: {}", where, problem);
+  if (has_response) {
+    messages.push_back({"assistant", r.fields[1], false, ""});
+  } else if (messages.back().role != "assistant") {
+    SLIMPI_FAIL_ALL("{}: an SFT conversation without a response key must end with the assistant's reply (its last "
+                    "message is '{}')",
+                    where, messages.back().role);
+  }
+  const std::string whole = render_chat(messages, chat, /*add_generation_prompt=*/false);
+  messages.pop_back();
+  if (messages.empty())
+    SLIMPI_FAIL_ALL("{}: the conversation is only the assistant's reply; it needs a message before it", where);
+  const std::string prompt = render_chat(messages, chat, /*add_generation_prompt=*/true);
+  if (whole.compare(0, prompt.size(), prompt) != 0)
+    SLIMPI_FAIL_ALL("{}: the {} template renders this conversation's context differently with and without its reply, "
+                    "so the reply cannot be split off as the trained response",
+                    where, chat_template_name(chat.chat_template));
+  return {prompt, whole.substr(prompt.size())};
+}
+
+}  // namespace
+
 SftData::SftData(const std::string& path, const std::string& input_key, const std::string& response_key,
-                 int64_t max_seq_len, uint64_t seed, const Tokenizer& tok)
+                 int64_t max_seq_len, uint64_t seed, const Tokenizer& tok, const ChatFormat& chat)
     : order_(0, seed) {
-  for (const auto& r : read_jsonl(path, {input_key, response_key})) {
+  std::vector<std::string> optional, json_keys;
+  if (chat.enabled()) {
+    optional.push_back(response_key);  // a conversation may carry its reply as the last message
+    json_keys.push_back(input_key);
+  }
+  for (const auto& r : read_jsonl(path, {input_key, response_key}, false, nullptr, optional, json_keys)) {
+    const std::string where = fmt::format("{}:{}", path, r.line);
     Sample s;
-    s.tokens = tok.encode_prompt(r.fields[0]);
+    std::vector<int64_t> response;
+    if (chat.enabled()) {
+      if (r.raw_json[1]) SLIMPI_FAIL_ALL("{}: key '{}' must be a string", where, response_key);
+      const auto [prompt, reply] = split_conversation(r, r.present[1], chat, where);
+      s.tokens = tok.encode_chat(prompt);
+      response = tok.encode_text(reply);
+    } else {
+      s.tokens = tok.encode_prompt(r.fields[0]);
+      response = tok.encode_response(r.fields[1]);
+    }
     s.prompt_length = static_cast<int64_t>(s.tokens.size());
-    std::vector<int64_t> response = tok.encode_response(r.fields[1]);
     s.tokens.insert(s.tokens.end(), response.begin(), response.end());
     if (int64_t(s.tokens.size()) > max_seq_len)
-      SLIMPI_FAIL_ALL("{}:{}: prompt + response is {} tokens, longer than model.max_seq_len = {}", path, r.line,
+      SLIMPI_FAIL_ALL("{}: prompt + response is {} tokens, longer than model.max_seq_len = {}", where,
                       s.tokens.size(), max_seq_len);
     samples_.push_back(std::move(s));
   }

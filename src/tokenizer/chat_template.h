@@ -1,0 +1,64 @@
+// Chat templates — a conversation (a list of role/content messages) rendered as the
+// prompt text a chat model was trained on, the way Hugging Face transformers'
+// apply_chat_template renders these models' Jinja templates (checked against it on
+// the conversations of tests/fixtures/chat):
+//   chatml  Qwen2 / Qwen2.5 ChatML: "<|im_start|>{role}\n{content}<|im_end|>\n" per
+//           message; tool results as a user turn of <tool_response> blocks
+//   llama3  Llama 3 Instruct: bos_token, then "<|start_header_id|>{role}<|end_header_id|>
+//           \n\n{content stripped}<|eot_id|>" per message
+//   qwen3   Qwen3: ChatML with the <think> rules (reasoning of assistant turns after the
+//           last user query is kept as a <think> block; the rest is dropped) and
+//           enable_thinking (false: an empty <think> block opens the generation)
+// ChatFormat::system_prompt is a slimpi option, not part of any template: a system
+// message put first when the conversation has none (Qwen2.5-Instruct's template does
+// this with "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.").
+// Roles: system, user, assistant, and tool (chatml and qwen3). Tool calls, multimodal
+// content and other roles are refused with a message, never rendered differently.
+// Pure functions; no state.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace slimpi {
+
+class Deck;
+class Tokenizer;
+
+struct ChatMessage {
+  std::string role;
+  std::string content;
+  bool has_reasoning = false;  // reasoning_content given (qwen3), possibly ""
+  std::string reasoning;
+};
+
+enum class ChatTemplate { None, ChatML, Llama3, Qwen3 };
+
+struct ChatFormat {
+  ChatTemplate chat_template = ChatTemplate::None;
+  std::string system_prompt;     // "" = none
+  bool enable_thinking = true;   // qwen3 only
+  std::string bos_token;         // llama3: the text the template starts with
+
+  bool enabled() const { return chat_template != ChatTemplate::None; }
+  // From data.chat_template, data.system_prompt and data.enable_thinking; checks that
+  // they fit together and with the tokenizer (llama3 needs its bos_token).
+  static ChatFormat from_deck(const Deck& deck, const Tokenizer& tokenizer);
+};
+
+ChatTemplate parse_chat_template(const std::string& name);  // throws on an unknown name
+const char* chat_template_name(ChatTemplate t);
+
+// A JSON message list ([{"role": ..., "content": ...}, ...]) as messages; a string is
+// one user message. Returns "" on success, else what is wrong (the caller adds file:line).
+std::string parse_chat_messages(const nlohmann::json& value, ChatTemplate t, std::vector<ChatMessage>* out);
+
+// The prompt text; add_generation_prompt opens the assistant turn the model continues.
+std::string render_chat(std::vector<ChatMessage> messages, const ChatFormat& format, bool add_generation_prompt);
+
+// Python's str.strip() (Unicode whitespace at both ends), as Jinja's trim filter.
+std::string strip_unicode_whitespace(const std::string& s);
+
+}  // namespace slimpi

@@ -1,0 +1,182 @@
+// Chat templates: slimpi's built-in chatml / llama3 / qwen3 renderings against what
+// transformers' apply_chat_template makes of the models' own Jinja templates (Qwen2.5,
+// plain ChatML, Llama 3 Instruct, Qwen3 with and without thinking) on 23 conversations
+// (tests/fixtures/chat/make_fixtures.py): text and token ids identical. Then what the
+// templates cannot render is refused, and the data paths (RL prompts, SFT pairs) use them.
+#include <gtest/gtest.h>
+#include <slimpi/error.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "buffer/prompt_source.h"
+#include "tokenizer/byte_tokenizer.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/hf_tokenizer.h"
+#include "train/sft_data.h"
+
+namespace slimpi {
+namespace {
+
+namespace fs = std::filesystem;
+const fs::path kFixtures = fs::path(SLIMPI_SOURCE_DIR) / "tests/fixtures/chat";
+
+ChatFormat format_of(const nlohmann::json& c, const Tokenizer& tok) {
+  ChatFormat f;
+  f.chat_template = parse_chat_template(c["chat_template"]);
+  f.system_prompt = c["system_prompt"];
+  f.enable_thinking = c.value("enable_thinking", true);
+  f.bos_token = tok.bos_token();
+  return f;
+}
+
+TEST(ChatTemplate, RendersAndEncodesAsTransformersDoes) {
+  const nlohmann::json cases = nlohmann::json::parse(std::ifstream(kFixtures / "cases.json"))["cases"];
+  ASSERT_GE(cases.size(), 200u);
+  std::map<std::string, std::shared_ptr<HfTokenizer>> tokenizers;
+  std::map<std::string, int> per_setting;
+  int failures = 0;
+  for (const auto& c : cases) {
+    auto& tok = tokenizers[c["tokenizer"]];
+    if (!tok) tok = std::make_shared<HfTokenizer>((kFixtures / c["tokenizer"].get<std::string>()).string());
+    const ChatFormat f = format_of(c, *tok);
+    std::vector<ChatMessage> messages;
+    ASSERT_EQ(parse_chat_messages(c["messages"], f.chat_template, &messages), "") << c["messages"].dump();
+    const std::string text = render_chat(messages, f, c["add_generation_prompt"]);
+    const auto ids = c["ids"].get<std::vector<int64_t>>();
+    const bool ok = text == c["text"].get<std::string>() && tok->encode_chat(text) == ids;
+    if (!ok && ++failures <= 5)
+      ADD_FAILURE() << c["setting"] << " " << c["messages"].dump() << "\n want " << c["text"].dump() << "\n  got "
+                    << nlohmann::json(text).dump();
+    ++per_setting[c["setting"]];
+  }
+  EXPECT_EQ(failures, 0);
+  EXPECT_EQ(per_setting.size(), 5u);  // chatml_qwen2.5, chatml_plain, llama3, qwen3, qwen3_no_thinking
+}
+
+TEST(ChatTemplate, StripsUnicodeWhitespaceAsPython) {
+  EXPECT_EQ(strip_unicode_whitespace(" \t\n a b \r\x0b\x0c"), "a b");
+  EXPECT_EQ(strip_unicode_whitespace("\u3000\u00a0x\u2003\u2028"), "x");
+  EXPECT_EQ(strip_unicode_whitespace("\u200bx"), "\u200bx");  // zero-width space is not whitespace
+  EXPECT_EQ(strip_unicode_whitespace(" \u3000 "), "");
+  EXPECT_EQ(strip_unicode_whitespace("机器 学习"), "机器 学习");
+}
+
+TEST(ChatTemplate, RefusesWhatItCannotRender) {
+  std::vector<ChatMessage> m;
+  auto problem = [&](const char* json, ChatTemplate t) { return parse_chat_messages(nlohmann::json::parse(json), t, &m); };
+  EXPECT_EQ(problem(R"("plain")", ChatTemplate::ChatML), "");
+  ASSERT_EQ(m.size(), 1u);
+  EXPECT_EQ(m[0].role, "user");
+  EXPECT_NE(problem("[]", ChatTemplate::ChatML).find("empty"), std::string::npos);
+  EXPECT_NE(problem("3", ChatTemplate::ChatML).find("string or a list"), std::string::npos);
+  EXPECT_NE(problem(R"([{"role": "user"}])", ChatTemplate::ChatML).find("both 'role' and 'content'"),
+            std::string::npos);
+  EXPECT_NE(problem(R"([{"role": "user", "content": [{"type": "image"}]}])", ChatTemplate::Qwen3).find("multimodal"),
+            std::string::npos);
+  EXPECT_NE(problem(R"([{"role": "developer", "content": "x"}])", ChatTemplate::ChatML).find("role 'developer'"),
+            std::string::npos);
+  EXPECT_NE(problem(R"([{"role": "tool", "content": "x"}])", ChatTemplate::Llama3).find("role 'tool'"),
+            std::string::npos);
+  EXPECT_EQ(problem(R"([{"role": "tool", "content": "x"}])", ChatTemplate::Qwen3), "");
+  EXPECT_NE(problem(R"([{"role": "assistant", "content": "", "tool_calls": []}])", ChatTemplate::Qwen3)
+                .find("key 'tool_calls'"),
+            std::string::npos);
+  EXPECT_NE(problem(R"([{"role": "assistant", "content": "a", "reasoning_content": "r"}])", ChatTemplate::ChatML)
+                .find("reasoning_content"),
+            std::string::npos);
+  EXPECT_NE(problem(R"([{"role": "user", "content": "a", "reasoning_content": "r"}])", ChatTemplate::Qwen3)
+                .find("assistant messages"),
+            std::string::npos);
+  EXPECT_THROW(parse_chat_template("chatml2"), Error);
+}
+
+TEST(ChatTemplate, SystemPromptGoesFirstOnlyWhenThereIsNone) {
+  ChatFormat f;
+  f.chat_template = ChatTemplate::ChatML;
+  f.system_prompt = "S";
+  const std::string with_default = render_chat({{"user", "hi", false, ""}}, f, true);
+  EXPECT_EQ(with_default, "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+  const std::string own = render_chat({{"system", "mine", false, ""}, {"user", "hi", false, ""}}, f, false);
+  EXPECT_EQ(own, "<|im_start|>system\nmine<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n");
+}
+
+std::string write_lines(const std::string& name, const std::vector<std::string>& lines) {
+  const std::string path = (fs::temp_directory_path() / name).string();
+  std::ofstream out(path);
+  for (const auto& l : lines) out << l << "\n";
+  return path;
+}
+
+// RL prompts: a message list or a string is rendered with the generation prompt and
+// encoded without the post-processor's specials; a list without a template is a bad line.
+TEST(ChatTemplate, PromptSourceRendersConversations) {
+  auto tok = std::make_shared<HfTokenizer>((kFixtures / "qwen_chat").string());
+  const std::string path = write_lines(
+      "slimpi_chat_prompts.jsonl",
+      {R"({"prompt": [{"role": "system", "content": "S"}, {"role": "user", "content": "2+2?"}], "label": "4"})",
+       R"({"prompt": "3+3?", "label": "6"})"});
+  PromptSourceSpec spec;
+  spec.path = path;
+  spec.tokenizer = tok;
+  spec.chat.chat_template = ChatTemplate::Qwen3;
+  spec.chat.enable_thinking = false;
+  PromptSource source(spec, 1);
+  ASSERT_EQ(source.size(), 2u);
+  const Prompt& first = source.records()[0];
+  EXPECT_TRUE(first.chat);
+  EXPECT_EQ(first.text, "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n"
+                        "<think>\n\n</think>\n\n");
+  EXPECT_EQ(prompt_token_ids(*tok, first), tok->encode_chat(first.text));
+  EXPECT_EQ(source.records()[1].text,
+            "<|im_start|>user\n3+3?<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+
+  spec.chat = ChatFormat();  // no template: the message list is a bad line
+  try {
+    PromptSource refused(spec, 1);
+    ADD_FAILURE() << "a message list without a chat template was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(":1: key 'prompt'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("data.chat_template"), std::string::npos) << e.what();
+  }
+  spec.skip_bad_lines = true;
+  PromptSource skipped(spec, 1);
+  EXPECT_EQ(skipped.size(), 1u);
+  EXPECT_EQ(skipped.n_skipped_lines(), 1);
+}
+
+// SFT: the reply (a response key or the conversation's last assistant message) is the
+// trained response: the whole rendering minus the context's generation prompt.
+TEST(ChatTemplate, SftSplitsTheReplyOffTheConversation) {
+  HfTokenizer tok((kFixtures / "qwen_chat").string());
+  ChatFormat chat;
+  chat.chat_template = ChatTemplate::ChatML;
+  chat.system_prompt = "S";
+  const std::string path = write_lines(
+      "slimpi_chat_sft.jsonl",
+      {R"({"prompt": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]})",
+       R"({"prompt": "hi", "response": "hello"})"});
+  SftData data(path, "prompt", "response", 4096, 1, tok, chat);
+  ASSERT_EQ(data.size(), 2u);
+  const std::vector<Sample> batch = data.batch(0, 2, 0, 1);
+  const std::string prompt = "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n";
+  for (const Sample& s : batch) {
+    const std::vector<int64_t> want_prompt = tok.encode_chat(prompt);
+    const std::vector<int64_t> want_reply = tok.encode_text("hello<|im_end|>\n");
+    ASSERT_EQ(s.prompt_length, static_cast<int64_t>(want_prompt.size()));
+    EXPECT_EQ(std::vector<int64_t>(s.tokens.begin(), s.tokens.begin() + s.prompt_length), want_prompt);
+    EXPECT_EQ(std::vector<int64_t>(s.tokens.begin() + s.prompt_length, s.tokens.end()), want_reply);
+  }
+  const std::string no_reply = write_lines("slimpi_chat_sft_bad.jsonl", {R"({"prompt": [{"role": "user", "content": "hi"}]})"});
+  try {
+    SftData bad(no_reply, "prompt", "response", 4096, 1, tok, chat);
+    ADD_FAILURE() << "a conversation without a reply was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(":1: an SFT conversation without a response key"), std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace slimpi
