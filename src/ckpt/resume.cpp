@@ -39,9 +39,10 @@ std::string choose_checkpoint(const Deck& deck, const std::string& root) {
 
 bool is_structural_key(const std::string& key) {
   if (key.rfind("model.", 0) == 0) return key != "model.init_from";
-  // data.chat_template: which lines are records (bad lines are skipped) and what their tokens are.
+  // data.chat_template: which lines are records (bad lines are skipped) and what their tokens are;
+  // train.async: whether a checkpoint holds a generated-but-untrained batch.
   return key == "run.seed" || key == "train.mode" || key == "data.path" || key == "tokenizer.path" ||
-         key == "data.chat_template";
+         key == "data.chat_template" || key == "train.async";
 }
 
 DeckDifferences compare_decks(const Deck& stored, const Deck& now) {

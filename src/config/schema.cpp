@@ -172,6 +172,9 @@ std::vector<KeySpec> declare_keys() {
       // [train]
       choice_key("train.mode", "rl", {"rl", "sft"},
                  "rl: policy-gradient steps on rollouts; sft: supervised steps on data.path"),
+      choice_key("train.async", "off", {"off", "one_step_off"},
+                 "split placement: one_step_off generates step k+1's batch with step k's weights while the "
+                 "trainers train on step k's (staleness 1); off = generate, then train"),
       int_key("train.global_batch_size", 64, 1, 1e9, "samples", "samples per optimizer step, over all trainer ranks"),
       int_key("train.num_steps_per_rollout", 0, 0, 1e6, "steps",
               "optimizer steps per rollout (0 = rollout samples / global_batch_size)"),

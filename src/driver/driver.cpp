@@ -4,6 +4,7 @@
 #include <slimpi/error.h>
 #include <slimpi/sample.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -13,6 +14,7 @@
 #include "buffer/dynamic_filter.h"
 #include "buffer/sample_transport.h"
 #include "ckpt/checkpoint_dir.h"
+#include "driver/rollout_batch.h"
 #include "core/byte_codec.h"
 #include "core/log.h"
 #include "core/runtime_info.h"
@@ -33,14 +35,10 @@
 
 namespace slimpi {
 
-// Everything one RL step carries from phase to phase (on the router unless noted).
+// Everything one RL step carries from phase to phase.
 struct Driver::StepState {
-  std::vector<Sample> kept;      // generated samples of the kept groups, group order (rewards set)
-  std::vector<Sample> unused;    // generated, not trained: filtered groups and surplus (status set)
-  std::vector<Sample> batch;     // trainers: their share of `kept`, then as trained
-  EngineStats engine_stats;
-  int64_t groups_generated = 0, groups_dropped = 0, rounds = 0;
-  double score_s = 0;            // router: time spent in the reward style, over all rounds
+  RolloutBatch generated;        // generated this step (one_step_off: the next step's batch)
+  std::vector<Sample> batch;     // trainers: their share of the trained batch's kept samples, then as trained
 };
 
 namespace {
@@ -87,27 +85,56 @@ std::map<std::string, double> decode_metrics(const std::string& bytes) {
 
 }  // namespace
 
-Driver::Driver(RunContext& ctx) : ctx_(ctx), step_(std::make_unique<StepState>()) {
+Driver::Driver(RunContext& ctx)
+    : ctx_(ctx), step_(std::make_unique<StepState>()), pending_(std::make_unique<RolloutBatch>()) {
   const Deck& deck = ctx_.deck;
   rl_ = deck.get_string("train.mode") == "rl";
+  one_step_off_ = deck.get_string("train.async") == "one_step_off";
   const bool eval_on = !deck.get_string("eval.path").empty();
   const bool rollout_only = deck.get_bool("debug.rollout_only");
   const bool train_only = deck.get_bool("debug.train_only");
-  phases_ = {
-      {"eval", eval_on, &Driver::eval},
-      {"rollout", rl_ && !train_only, &Driver::rollout},
-      {"reward", rl_ && !train_only, &Driver::reward},
-      {"buffer", rl_, &Driver::buffer},
-      {"train", !rollout_only, &Driver::train},
-      {"record", true, &Driver::record},
-      {"weight_sync", rl_ && !rollout_only, &Driver::weight_sync},
-      {"metrics", true, &Driver::metrics},
-      {"checkpoint", true, &Driver::checkpoint},
-  };
+  const Phase weight_sync_phase{"weight_sync", rl_ && !rollout_only, &Driver::weight_sync};
+  if (one_step_off_) {
+    // The engines get step k's weights first; rollout and reward (rollout ranks) then
+    // overlap train (trainers) until record joins them.
+    phases_ = {weight_sync_phase,
+               {"eval", eval_on, &Driver::eval},
+               {"buffer", true, &Driver::buffer},
+               {"rollout", true, &Driver::rollout},
+               {"reward", true, &Driver::reward},
+               {"train", true, &Driver::train},
+               {"record", true, &Driver::record},
+               {"metrics", true, &Driver::metrics},
+               {"checkpoint", true, &Driver::checkpoint}};
+  } else {
+    phases_ = {{"eval", eval_on, &Driver::eval},
+               {"rollout", rl_ && !train_only, &Driver::rollout},
+               {"reward", rl_ && !train_only, &Driver::reward},
+               {"buffer", rl_, &Driver::buffer},
+               {"train", !rollout_only, &Driver::train},
+               {"record", true, &Driver::record},
+               weight_sync_phase,
+               {"metrics", true, &Driver::metrics},
+               {"checkpoint", true, &Driver::checkpoint}};
+  }
   const WorldLayout& layout = ctx_.world->layout();
   for (int r = 0; r < layout.world_size; ++r)
     if (layout.is_trainer(r)) trainer_world_ranks_.push_back(r);
   router_world_rank_ = rl_ && layout.placement == Placement::Split ? layout.n_trainer : 0;
+  if (one_step_off_) {
+    const std::string why = fmt::format("train.async = \"one_step_off\" ({}) overlaps generation on the rollout "
+                                        "ranks with training on the trainer ranks",
+                                        deck.source("train.async"));
+    if (!rl_) SLIMPI_FAIL_ALL("{}: it needs train.mode = \"rl\" ({})", why, deck.source("train.mode"));
+    if (layout.placement != Placement::Split)
+      SLIMPI_FAIL_ALL("{}: with parallel.placement = \"colocate\" ({}) the same ranks do both, so nothing "
+                      "overlaps; use placement = \"split\"",
+                      why, deck.source("parallel.placement"));
+    if (rollout_only || train_only)
+      SLIMPI_FAIL_ALL("{}: debug.{} ({}) runs one side only; set train.async = \"off\"", why,
+                      rollout_only ? "rollout_only" : "train_only",
+                      deck.source(rollout_only ? "debug.rollout_only" : "debug.train_only"));
+  }
 
   if (deck.get_string("data.path").empty())
     SLIMPI_FAIL_ALL("train.mode = \"{}\" ({}) needs a data file: set data.path", deck.get_string("train.mode"),
@@ -246,6 +273,7 @@ int64_t Driver::run() {
   }
   if (!eval_prompts_.empty()) {  // the final evaluation: row n_steps
     step_metrics_.clear();
+    if (one_step_off_) push_weights(step);  // the engines hold the previous step's weights
     run_eval(step);
     metrics_->log_step(step, step_metrics_);
     if (step_metrics_.count("eval/pass@1"))
@@ -286,8 +314,22 @@ void Driver::eval(int64_t step) {
   if (step == 0 || (interval > 0 && step % interval == 0)) run_eval(step);
 }
 
+bool Driver::generates_next_batch(int64_t step) const {
+  return one_step_off_ && step + 1 < ctx_.deck.get_int("run.n_steps") && !stop_;
+}
+
+RolloutBatch& Driver::batch_to_train() { return one_step_off_ ? *pending_ : step_->generated; }
+
 void Driver::rollout(int64_t step) {
   if (!rollout_side_) return;
+  if (!one_step_off_) {
+    generate_batch(step, step_->generated);
+  } else if (generates_next_batch(step)) {
+    generate_batch(step + 1, step_->generated);  // with this step's weights, while the trainers train
+  }
+}
+
+void Driver::generate_batch(int64_t step, RolloutBatch& out) {
   const Deck& deck = ctx_.deck;
   const RolloutConfig& rc = rollout_side_->config();
   const int64_t want = deck.get_int("rollout.rollout_batch_size");
@@ -299,16 +341,15 @@ void Driver::rollout(int64_t step) {
   const RewardConfig reward = reward_config(deck);
   const int64_t n = rc.n_samples_per_prompt;
   const Tokenizer& tok = *tokenizer_;
-  StepState& st = *step_;
   int kept = 0;
   for (int64_t round = 0; round < max_rounds && kept < want; ++round) {
     // Draw the round's prompts, generate their groups, score them, filter the groups.
-    const int64_t first_group = st.groups_generated;
+    const int64_t first_group = out.groups_generated;
     std::vector<Prompt> prompts = prompt_source_->next(per_round);
     std::vector<Sample> samples =
-        rollout_side_->generate(prompts, first_group, uint64_t(step), n, rc.sampling, &st.engine_stats);
-    st.groups_generated += per_round;
-    ++st.rounds;
+        rollout_side_->generate(prompts, first_group, uint64_t(step), n, rc.sampling, &out.engine_stats);
+    out.groups_generated += per_round;
+    ++out.rounds;
     if (rollout_side_->is_router()) {
       Stopwatch clock;
       std::vector<RewardInput> batch;
@@ -317,12 +358,12 @@ void Driver::rollout(int64_t step) {
         batch.push_back({p.text, tok.decode({s.tokens.begin() + s.prompt_length, s.tokens.end()}), p.label});
       }
       std::vector<float> r = compute_rewards(reward, batch);
-      st.score_s += clock.seconds();
+      out.score_s += clock.seconds();
       for (size_t g = 0; g * n < samples.size(); ++g) {
         std::vector<float> group_rewards(r.begin() + g * n, r.begin() + (g + 1) * n);
         const bool keep = filter.keep(group_rewards);
         const bool surplus = keep && kept >= want;
-        if (!keep) ++st.groups_dropped;
+        if (!keep) ++out.groups_dropped;
         if (keep && !surplus) ++kept;
         for (int64_t i = 0; i < n; ++i) {
           Sample s = std::move(samples[g * n + i]);
@@ -331,9 +372,9 @@ void Driver::rollout(int64_t step) {
           if (!keep || surplus) {  // dropped by the filter, or over-sampling surplus
             s.status = keep ? SampleStatus::Aborted : SampleStatus::Filtered;
             s.reward = keep ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
-            st.unused.push_back(std::move(s));
+            out.unused.push_back(std::move(s));
           } else {
-            st.kept.push_back(std::move(s));
+            out.kept.push_back(std::move(s));
           }
         }
       }
@@ -345,15 +386,16 @@ void Driver::rollout(int64_t step) {
   if (rollout_side_->is_router() && kept < want)
     log::warn("step {}: the dynamic filter kept {} of {} groups after {} rounds; training on those (rewards "
               "normalised per group)",
-              step, kept, want, st.rounds);
+              step, kept, want, out.rounds);
 }
 
-void Driver::reward(int64_t) {
+void Driver::reward(int64_t) { postprocess_batch_rewards(step_->generated); }
+
+void Driver::postprocess_batch_rewards(RolloutBatch& st) {
   // Group post-processing of the kept groups' rewards (per group, also in a short
   // batch: slime never trains one, and per group is what its normalisation means).
   if (!rollout_side_ || !rollout_side_->is_router()) return;
   const Deck& deck = ctx_.deck;
-  StepState& st = *step_;
   if (st.kept.empty()) return;
   const int64_t n = rollout_side_->config().n_samples_per_prompt;
   RewardNormalization norm{!deck.get_bool("train.disable_rewards_normalization"),
@@ -365,11 +407,18 @@ void Driver::reward(int64_t) {
 }
 
 void Driver::buffer(int64_t step) {
-  StepState& st = *step_;
+  if (one_step_off_ && !pending_ready_) {
+    // The first step of a fresh run (or of a resume from a checkpoint without a pending
+    // batch) generates its own batch, with its weights, before anything overlaps.
+    if (rollout_side_) generate_batch(step, *pending_);
+    postprocess_batch_rewards(*pending_);
+    pending_ready_ = true;
+  }
+  RolloutBatch& st = batch_to_train();
   static const std::string waiting_for_rollouts = "[buffer] trainers waiting for the step's rollouts";
   idle_barrier(ctx_.world->world(), waiting_for_rollouts);
   if (ctx_.deck.get_bool("debug.train_only")) {  // replay: the recorded samples of this step
-    st.batch = recorded_batch(step);
+    step_->batch = recorded_batch(step);
     return;
   }
   const bool router = ctx_.world->rank() == router_world_rank_;
@@ -415,15 +464,26 @@ void Driver::buffer(int64_t step) {
     m["rollout/prompt_cursor"] = double(prompt_source_->cursor());
     m["rollout/epoch"] = double(prompt_source_->epoch());
     m["perf/reward_score_time"] = st.score_s;
+    // Versions behind the trainer's: the oldest token of each trained sample.
+    double stale_sum = 0, stale_max = 0;
+    for (const Sample& s : st.kept) {
+      const int64_t oldest = s.weight_versions.empty()
+                                 ? step
+                                 : *std::min_element(s.weight_versions.begin(), s.weight_versions.end());
+      stale_sum += double(step - oldest);
+      stale_max = std::max(stale_max, double(step - oldest));
+    }
+    m["rollout/staleness/mean"] = stale_sum / n;
+    m["rollout/staleness/max"] = stale_max;
   }
   share_metrics(router_world_rank_, m);
   // Every rank follows the router's prompt cursor (it drew as many rounds as needed).
   if (prompt_source_) prompt_source_->set_cursor(int64_t(step_metrics_.at("rollout/prompt_cursor")));
   if (ctx_.deck.get_bool("debug.rollout_only")) {
-    if (router) st.batch = std::move(st.kept);  // logged as generated; nothing trains
+    if (router) step_->batch = std::move(st.kept);  // logged as generated; nothing trains
     return;
   }
-  st.batch = scatter_samples(ctx_.world->world(), router_world_rank_, trainer_world_ranks_, st.kept);
+  step_->batch = scatter_samples(ctx_.world->world(), router_world_rank_, trainer_world_ranks_, st.kept);
 }
 
 void Driver::train(int64_t step) {
@@ -477,21 +537,39 @@ void Driver::train(int64_t step) {
   step_metrics_["perf/train_rss_mb"] = double(resident_bytes()) / double(1 << 20);  // after the optimizer steps
 }
 
-void Driver::record(int64_t) {
-  // rollouts.h5: every generated sample of the step. First the trained ones, each
-  // trainer appending its share with what training used (trainer order = training
+void Driver::record(int64_t step) {
+  // rollouts.h5: every generated sample of the trained batch. First the trained ones,
+  // each trainer appending its share with what training used (trainer order = training
   // order); then the router's filtered and surplus groups. One collective append.
-  StepState& st = *step_;
-  // The rollout ranks arrive while the trainers still train: they wait asleep, not
-  // spinning inside the HDF5 collectives on cores the trainers need.
-  static const std::string waiting_for_training = "[record] rollout ranks waiting for the trainers";
+  // The side that finishes first (one_step_off: either) waits asleep, not spinning
+  // inside the HDF5 collectives on cores the other side needs.
+  static const std::string waiting_for_training =
+      one_step_off_ ? "[record] waiting for the other side (training, or the next batch's rollout)"
+                    : "[record] rollout ranks waiting for the trainers";
   if (rl_) idle_barrier(ctx_.world->world(), waiting_for_training);
-  rollouts_->append(st.batch, st.unused);
+  rollouts_->append(step_->batch, batch_to_train().unused);
   rollouts_->flush();
+  if (!one_step_off_) return;
+  // The batch generated this step is the next step's; every rank follows the rollout
+  // ranks' prompt cursor (the checkpoint records it).
+  *pending_ = std::move(step_->generated);
+  pending_ready_ = generates_next_batch(step);
+  int64_t cursor = prompt_source_->cursor();
+  static const std::string cursor_context = "[record] the router's prompt cursor";
+  WaitGuard guard({&cursor_context, "MPI_Bcast", 1, "i64", router_world_rank_});
+  MPI_Bcast(&cursor, 1, MPI_INT64_T, router_world_rank_, ctx_.world->world());
+  prompt_source_->set_cursor(cursor);
 }
 
 void Driver::weight_sync(int64_t step) {
-  const int64_t version = step + 1;
+  // one_step_off: before generating step k+1's batch, the engines get step k's weights
+  // (at step 0 they hold them: the seeded init or model.init_from; a resumed job pushes
+  // them again, as the straight run does); otherwise the weights after step k, at its end.
+  if (!one_step_off_) push_weights(step + 1);
+  else if (step > 0) push_weights(step);
+}
+
+void Driver::push_weights(int64_t version) {
   if (ctx_.world->layout().placement == Placement::Colocate) {
     // The engines run the trainer's model, or a bf16 copy of it refreshed here.
     if (engine_model_ && policy_) engine_model_->copy_weights_from(*policy_);
@@ -541,10 +619,19 @@ void Driver::metrics(int64_t step) {
   }
   if (row.count("rollout/generated_tokens") && row["perf/rollout_time"] > 0)
     row["perf/rollout_tokens_per_s"] = row["rollout/generated_tokens"] / row["perf/rollout_time"];
+  // The share of the step (so far) that trainer rank 0 (world rank 0) does not spend
+  // training or syncing, and that the router does not spend generating or scoring.
+  double router_busy = phase_times_["time/rollout_s"] + phase_times_["time/reward_s"];
+  router_busy = rl_ ? std::min(1.0, router_busy / mine["time/step_s"]) : 0.0;
+  {
+    static const std::string context = "[metrics] the router's busy share";
+    WaitGuard guard({&context, "MPI_Bcast", 1, "f64", router_world_rank_});
+    MPI_Bcast(&router_busy, 1, MPI_DOUBLE, router_world_rank_, ctx_.world->world());
+  }
   if (ctx_.world->rank() == 0 && trainer_) {
-    // World rank 0 is trainer rank 0: the share of its step not spent training or syncing.
     const double busy = phase_times_["time/train_s"] + phase_times_["time/weight_sync_s"];
     row["perf/trainer_idle_fraction"] = std::max(0.0, 1.0 - busy / mine["time/step_s"]);
+    if (rl_) row["perf/rollout_idle_fraction"] = 1.0 - router_busy;
   }
   metrics_->log_step(step, row);
   std::string text;

@@ -14,6 +14,17 @@
 //                share), then the filtered and surplus ones (router)
 //   weight_sync  the weights go to the engines (split: bucketed broadcast over `sync`;
 //                colocate: the engines run the trainer's own model)
+// train.async = "one_step_off" (split placement): the rollout ranks generate step k+1's
+// batch with the weights of step k while the trainers train on step k's batch, which
+// was generated during step k-1 (slime's --async one-step-off; staleness 1, batch 0 is
+// generated first with the initial weights). The step table becomes
+//   weight_sync  eval  buffer  rollout ‖ reward ‖ train  record  metrics  checkpoint
+// (weight_sync first: the engines get step k's weights before generating batch k+1;
+// rollout and reward run on the rollout ranks while train runs on the trainers; record
+// joins them). The schedule is a function of the deck only: seeds follow the batch's
+// step, so two runs give the same files whatever the timing. A checkpoint holds the
+// generated-but-untrained batch (pending_rollout.h5 + .json, ckpt/checkpoint_dir.h) and
+// a resume trains it, bit for bit as a straight run.
 // train.mode = "sft": supervised steps on data.path; the rollout phases are idle.
 // [eval] runs on held-out prompts before the first step and every eval.interval steps,
 // and once more after the last (its row is step n_steps). Every rank calls every
@@ -55,6 +66,7 @@ class Trainer;
 class Transformer;
 class WeightSync;
 struct Prompt;
+struct RolloutBatch;
 struct Sample;
 
 class Driver {
@@ -80,6 +92,19 @@ class Driver {
   void metrics(int64_t step);
   void checkpoint(int64_t step);
 
+  // Rounds of draw / generate / score / filter until the batch of step `step` is full
+  // (rollout ranks; seeds and Sample::step follow `step`; the router keeps the samples).
+  void generate_batch(int64_t step, RolloutBatch& out);
+  void postprocess_batch_rewards(RolloutBatch& batch);  // router: group post-processing
+  RolloutBatch& batch_to_train();  // sync: this step's; one_step_off: the pending one
+  // one_step_off: whether step `step` generates the batch of step + 1.
+  bool generates_next_batch(int64_t step) const;
+  // The policy's weights to the engines as `version` (split: bucketed broadcast).
+  void push_weights(int64_t version);
+  // one_step_off checkpoints: the router writes / reads the pending batch.
+  void save_pending_batch(const std::string& dir);
+  void load_pending_batch(const std::string& dir);
+
   void set_up_model_and_trainer();
   void set_up_rollout();
   void check_debug_modes() const;
@@ -97,6 +122,7 @@ class Driver {
 
   RunContext& ctx_;
   bool rl_ = false;
+  bool one_step_off_ = false;  // train.async = "one_step_off"
   std::vector<Phase> phases_;
   int router_world_rank_ = 0;            // rollout rank 0 (RL) or trainer rank 0 (SFT eval)
   std::vector<int> trainer_world_ranks_;
@@ -121,6 +147,8 @@ class Driver {
   // The step in flight.
   struct StepState;
   std::unique_ptr<StepState> step_;
+  std::unique_ptr<RolloutBatch> pending_;        // one_step_off: the batch the next step trains (router's samples)
+  bool pending_ready_ = false;                   // every rank: pending_ holds that batch
   std::map<std::string, double> step_metrics_;   // the phases' metrics (world rank 0's count)
   std::map<std::string, double> phase_times_;    // "time/<phase>_s" of this rank
   Stopwatch step_clock_;

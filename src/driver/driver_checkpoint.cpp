@@ -8,11 +8,14 @@
 #include <fstream>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "buffer/prompt_source.h"
 #include "ckpt/checkpoint_dir.h"
 #include "ckpt/resume.h"
 #include "ckpt/run_state.h"
 #include "driver/driver.h"
+#include "driver/rollout_batch.h"
 #include "core/log.h"
 #include "core/stop_signal.h"
 #include "io/metrics_log.h"
@@ -125,6 +128,8 @@ void Driver::resume_and_open_files() {
       if (engine_model_) load_model_weights(engine_model_->parameters(), chosen + "/trainer_state.h5");
       if (prompt_source_) prompt_source_->set_cursor(rs.prompt_cursor);
       if (rollout_side_) rollout_side_->set_weight_version(rs.step);
+      pending_ready_ = rs.pending_groups > 0;
+      if (pending_ready_ && ctx_.world->rank() == router_world_rank_) load_pending_batch(chosen);
       ckpt::restore_local_rng_state(rs.rng_per_rank.at(static_cast<size_t>(ctx_.world->rank())));
     });
     log::info("resuming at step {} from {} (prompt cursor {})", start_step_, chosen,
@@ -211,8 +216,21 @@ void Driver::write_checkpoint(int64_t next_step) {
   run_on_all_and_agree(world, context, [&] {
     if (root && trainer_) trainer_->save(dir + "/trainer_state.h5");
   });
+  // one_step_off: the batch generated during this step, which the next step trains.
+  int64_t pending_groups = 0;
+  if (one_step_off_ && pending_ready_) {
+    const bool router = ctx_.world->rank() == router_world_rank_;
+    run_on_all_and_agree(world, context, [&] {
+      if (router) save_pending_batch(dir);
+    });
+    pending_groups = pending_->groups_generated;
+    static const std::string pending_context = "[checkpoint] the pending batch's group count";
+    WaitGuard guard({&pending_context, "MPI_Bcast", 1, "i64", router_world_rank_});
+    MPI_Bcast(&pending_groups, 1, MPI_INT64_T, router_world_rank_, world);
+  }
   ckpt::RunState rs;
   rs.step = next_step;
+  rs.pending_groups = pending_groups;
   rs.prompt_cursor = prompt_source_ ? prompt_source_->cursor() : 0;
   rs.prompt_epoch = prompt_source_ ? prompt_source_->epoch() : 0;
   rs.layout = ckpt::describe_layout(ctx_.world->layout());
@@ -228,6 +246,7 @@ void Driver::write_checkpoint(int64_t next_step) {
     std::ofstream(dir + "/deck.toml") << ctx_.deck.to_toml();
     std::vector<std::string> files = {"run_state.h5", "deck.json", "deck.toml"};
     if (trainer_) files.insert(files.begin(), "trainer_state.h5");
+    if (pending_groups > 0) files.insert(files.end(), {"pending_rollout.h5", "pending_rollout.json"});
     ckpt::write_manifest(dir, files);
   });
   // Every rank has finished its part (the agreement above is a barrier): mark it done.
@@ -239,6 +258,45 @@ void Driver::write_checkpoint(int64_t next_step) {
       log::info("checkpoint {} removed (checkpoint.keep_last / keep_every)", old);
   });
   log::info("checkpoint {} written in {:.3f} s (resumes at step {})", dir, clock.seconds(), next_step);
+}
+
+// pending_rollout.h5: the pending batch's samples in rollouts.h5's layout (kept ones
+// first, in group order, then the filtered and surplus ones); pending_rollout.json: its
+// counters. Both written by the router, read back by it alone.
+void Driver::save_pending_batch(const std::string& dir) {
+  const RolloutBatch& b = *pending_;
+  {
+    RolloutLog log = RolloutLog::create(dir + "/pending_rollout.h5", MPI_COMM_NULL, ctx_.deck.to_toml());
+    log.append(b.kept, b.unused);
+    log.flush();
+  }
+  nlohmann::json engine = nlohmann::json::array();
+  EngineStats stats = b.engine_stats;
+  EngineStats::zip(stats, stats, [&](auto& x, auto&) { engine.push_back(x); });
+  const nlohmann::json j = {{"kept", b.kept.size()},           {"groups_generated", b.groups_generated},
+                            {"groups_dropped", b.groups_dropped}, {"rounds", b.rounds},
+                            {"score_s", b.score_s},               {"engine_stats", engine}};
+  std::ofstream(dir + "/pending_rollout.json") << j.dump(1) << "\n";
+}
+
+void Driver::load_pending_batch(const std::string& dir) {
+  RolloutBatch& b = *pending_;
+  b = RolloutBatch();
+  const nlohmann::json j = nlohmann::json::parse(std::ifstream(dir + "/pending_rollout.json"));
+  std::vector<Sample> all = RolloutLog::open(dir + "/pending_rollout.h5", MPI_COMM_NULL, false).read_all();
+  const size_t kept = j.at("kept").get<size_t>();
+  SLIMPI_CHECK(kept <= all.size(), "{}/pending_rollout.json: {} kept samples, the .h5 has {}", dir, kept, all.size());
+  b.kept.assign(std::make_move_iterator(all.begin()), std::make_move_iterator(all.begin() + kept));
+  b.unused.assign(std::make_move_iterator(all.begin() + kept), std::make_move_iterator(all.end()));
+  b.groups_generated = j.at("groups_generated");
+  b.groups_dropped = j.at("groups_dropped");
+  b.rounds = j.at("rounds");
+  b.score_s = j.at("score_s");
+  const nlohmann::json& engine = j.at("engine_stats");
+  size_t i = 0;
+  EngineStats::zip(b.engine_stats, b.engine_stats, [&](auto& x, auto&) {
+    x = engine.at(i++).get<std::remove_reference_t<decltype(x)>>();
+  });
 }
 
 }  // namespace slimpi

@@ -17,7 +17,7 @@ a, b = sys.argv[1], sys.argv[2]
 def timing(name):
     """A measurement of the machine, not of the run: timings and resident memory."""
     return (name.startswith("perf/") and ("time" in name or "per_s" in name or "gbps" in name or "rss" in name
-                                          or name == "perf/trainer_idle_fraction")) or name.startswith("time/")
+                                          or name.endswith("_idle_fraction"))) or name.startswith("time/")
 
 
 def same(x, y):
