@@ -94,14 +94,4 @@ at::Tensor kl_estimate(const at::Tensor& logp, const at::Tensor& ref_logp, const
   return kl_types().get(kl_type)(logp - ref_logp);
 }
 
-TisWeights tis_weights(const at::Tensor& old_logp, const at::Tensor& rollout_logp, double tis_clip_low,
-                       double tis_clip) {
-  at::Tensor raw = at::exp(old_logp - rollout_logp).detach();
-  TisWeights w;
-  w.weight = at::clamp(raw, tis_clip_low, tis_clip);
-  w.clipfrac = at::ne(w.weight, raw).to(at::kFloat);
-  w.abs_dev = at::abs(raw - 1);
-  return w;
-}
-
 }  // namespace slimpi

@@ -9,7 +9,7 @@
 //   CISPO:     L = −stopgrad(clip(ρ, 1−ε, 1+ε_high))·A·logp
 //   KL (d = logp − logp_ref): k1 = d, k2 = d²/2, k3 = low_var_kl = e^(−d) − 1 + d,
 //              low_var_kl alone clamped to [−10, 10]
-//   TIS:       w = clamp(exp(logp_old − logp_rollout), tis_clip_low, tis_clip); L ← L·w
+//   TIS and its variants (icepop, MIS): train/mismatch_correction.h
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -59,14 +59,6 @@ const Registry<PolicyLoss>& policy_losses();
 using KlEstimator = at::Tensor (*)(const at::Tensor& d);
 const Registry<KlEstimator>& kl_types();
 at::Tensor kl_estimate(const at::Tensor& logp, const at::Tensor& ref_logp, const std::string& kl_type);
-
-struct TisWeights {
-  at::Tensor weight;    // [N] clamped importance weight (no gradient)
-  at::Tensor clipfrac;  // [N] 1.0 where the clamp acted
-  at::Tensor abs_dev;   // [N] |w_raw − 1|
-};
-TisWeights tis_weights(const at::Tensor& old_logp, const at::Tensor& rollout_logp, double tis_clip_low,
-                       double tis_clip);
 
 // Segment mean: out[i] = mean of values[j] over j with segment[j] == i. [N] -> [n_segments]
 at::Tensor segment_mean(const at::Tensor& values, const at::Tensor& segment, int64_t n_segments);

@@ -15,6 +15,7 @@
 #include "model/log_probs.h"
 #include "train/advantages.h"
 #include "train/micro_batches.h"
+#include "train/mismatch_correction.h"
 #include "train/policy_loss.h"
 #include "train/whitening.h"
 
@@ -144,8 +145,10 @@ TrainerConfig TrainerConfig::from_deck(const Deck& deck) {
   c.gamma = deck.get_float("train.gamma");
   c.entropy_coef = deck.get_float("train.entropy_coef");
   c.use_tis = deck.get_bool("train.use_tis");
-  c.tis_clip = deck.get_float("train.tis_clip");
-  c.tis_clip_low = deck.get_float("train.tis_clip_low");
+  c.mismatch = MismatchConfig::from_deck(deck);
+  if (!c.use_tis && !deck.is_default("train.tis_function"))
+    SLIMPI_FAIL_ALL("train.tis_function ({}) is the correction of train.use_tis, which is false ({})",
+                    deck.source("train.tis_function"), deck.source("train.use_tis"));
   c.calculate_per_token_loss = deck.get_bool("train.calculate_per_token_loss");
   // Log-probs are taken at the sampling temperature (greedy rollouts: 1).
   c.temperature = deck.get_float("rollout.temperature") > 0 ? deck.get_float("rollout.temperature") : 1.0;
@@ -193,8 +196,6 @@ TrainerConfig TrainerConfig::from_deck(const Deck& deck) {
                     deck.source("train.adam_beta1"), c.adam.beta2, deck.source("train.adam_beta2"));
   if (c.adam.eps <= 0.0)
     SLIMPI_FAIL_ALL("train.adam_eps = {} ({}) must be > 0", c.adam.eps, deck.source("train.adam_eps"));
-  if (c.use_tis && c.tis_clip_low > c.tis_clip)
-    SLIMPI_FAIL_ALL("train.tis_clip_low = {} exceeds train.tis_clip = {}", c.tis_clip_low, c.tis_clip);
   return c;
 }
 
@@ -315,8 +316,10 @@ std::map<std::string, double> Trainer::train_step(std::vector<Sample>& local) {
   if (rl) {
     for (const char* k : {"train/pg_loss", "train/pg_clipfrac", "train/ppo_kl", "train/train_rollout_logprob_abs_diff"})
       sums.add_value(k, 0.0);
-    if (cfg_.use_tis)
-      for (const char* k : {"train/tis", "train/tis_clipfrac", "train/tis_abs"}) sums.add_value(k, 0.0);
+    if (cfg_.use_tis) {
+      for (const std::string& k : mismatch_metric_names(cfg_.mismatch)) sums.add_value("train/" + k, 0.0);
+      sums.add_value("train/ois", 0.0);
+    }
     if (cfg_.use_kl_loss) sums.add_value("train/kl_loss", 0.0);
   }
   std::vector<int64_t> lengths;
@@ -371,19 +374,22 @@ std::map<std::string, double> Trainer::train_step(std::vector<Sample>& local) {
       at::Tensor pg_tokens = pg.loss;
       const bool have_rollout = !local[which[0]].rollout_log_probs.empty();
       at::Tensor rollout_logp;
-      if (have_rollout) {
+      if (have_rollout)
         rollout_logp =
             gather_field(local, which, [](const Sample& s) { return s.rollout_log_probs; }, 0.0f, device);
-        sums.add("train/train_rollout_logprob_abs_diff", (lp.logp.detach() - rollout_logp).abs(), weight);
-      }
+      // Off-policy correction against the engine's log-probs. Its metrics reduce with the
+      // step's weights; tokens it rejects (MIS) leave the numerators of every loss term.
       if (cfg_.use_tis) {
         SLIMPI_CHECK(have_rollout, "train.use_tis needs the rollout log-probs of every sample");
-        TisWeights tis = tis_weights(old, rollout_logp, cfg_.tis_clip_low, cfg_.tis_clip);
-        pg_tokens = pg_tokens * tis.weight;
-        sums.add("train/tis", tis.weight, weight);
-        sums.add("train/tis_clipfrac", tis.clipfrac, weight);
-        sums.add("train/tis_abs", tis.abs_dev, weight);
+        MismatchCorrection c =
+            mismatch_correction(old, rollout_logp, mask, b.sample_of_token, int64_t(which.size()), cfg_.mismatch);
+        pg_tokens = pg_tokens * c.weight;
+        for (const auto& [name, values] : c.metrics) sums.add("train/" + name, values, weight);
+        sums.add("train/ois", at::exp(-pg.ppo_kl), weight);
+        if (c.keep.defined()) weight = weight * c.keep;
       }
+      if (have_rollout)
+        sums.add("train/train_rollout_logprob_abs_diff", (lp.logp.detach() - rollout_logp).abs(), weight);
       at::Tensor pg_loss = (pg_tokens * weight).sum();
       at::Tensor entropy_loss = (lp.entropy * weight).sum();
       loss = pg_loss - cfg_.entropy_coef * entropy_loss;

@@ -27,6 +27,7 @@
 #include "train/adamw.h"
 #include "train/grad_buffer.h"
 #include "train/lr_schedule.h"
+#include "train/mismatch_correction.h"
 
 namespace slimpi {
 
@@ -45,8 +46,7 @@ struct TrainerConfig {
   double gamma = 1.0;    // discount of reinforce_plus_plus returns
   double entropy_coef = 0.0;
   bool use_tis = false;
-  double tis_clip = 2.0;
-  double tis_clip_low = 0.0;
+  MismatchConfig mismatch;  // with use_tis: the correction (train/mismatch_correction.h)
   bool calculate_per_token_loss = false;
   bool normalize_advantages = false;
   double temperature = 1.0;  // log-probs from logits / temperature

@@ -64,8 +64,8 @@ TrainerConfig rl_config(bool per_token, int64_t micro) {
   c.kl_loss_type = "low_var_kl";
   c.entropy_coef = 0.01;
   c.use_tis = true;
-  c.tis_clip = 1.1;
-  c.tis_clip_low = 0.9;
+  c.mismatch.tis_clip = 1.1;
+  c.mismatch.tis_clip_low = 0.9;
   c.normalize_advantages = true;
   c.calculate_per_token_loss = per_token;
   c.n_micro_batches = micro;

@@ -51,5 +51,14 @@ expect_clean_failure 4 "$out/k4.log" "train.kl_loss_coef = 0.1 (--set) would be 
 expect_clean_failure 4 "$out/k5.log" "train.adam_beta1 = 1 (--set) and train.adam_beta2 = 0.999 (default) must each be in .0, 1)" \
   run $rl --set train.adam_beta1=1.0
 expect_clean_failure 4 "$out/k6.log" "train.adam_eps = 0 (--set) must be > 0" run $rl --set train.adam_eps=0.0
+expect_clean_failure 4 "$out/m1.log" 'train.mis_mode (--set) configures train.tis_function = "mis", but it is "vanilla"' \
+  run $rl --set train.use_tis=true --set train.mis_mode=mask
+expect_clean_failure 4 "$out/m2.log" "train.tis_function (--set) is the correction of train.use_tis, which is false" \
+  run $rl --set train.tis_function=icepop
+expect_clean_failure 4 "$out/m3.log" 'train.mis_level = "geometric" (--set) has no such mean in slime' \
+  run $rl --set train.use_tis=true --set train.tis_function=mis --set train.mis_level=geometric \
+  --set train.mis_batch_normalize=true
+expect_clean_failure 4 "$out/m4.log" "train.mis_rs_veto (--set) configures rejection sampling, but train.mis_rs = false" \
+  run $rl --set train.use_tis=true --set train.tis_function=mis --set train.mis_rs_veto=0.001
 "$slimpi" keys train.kl_loss_type | grep -q 'default "k1"' || { "$slimpi" keys train.kl_loss_type; exit 1; }
 echo "bad_deck: ok"

@@ -88,14 +88,6 @@ TEST(Kl, EstimatorsPinnedBySlime) {
   EXPECT_THROW(kl_estimate(far, zero, "k4"), Error);
 }
 
-TEST(Tis, WeightsClampAndReport) {
-  at::Tensor old = vec({0, 0, 0}), rollout = vec({0, -1, 1});  // raw w = 1, e, 1/e
-  TisWeights w = tis_weights(old, rollout, 0.3, 2.0);
-  expect_near(w.weight, {1.0f, 2.0f, std::exp(-1.0f)}, 1e-6);
-  expect_near(w.clipfrac, {0, 1, 0});
-  expect_near(w.abs_dev, {0, std::exp(1.0f) - 1, 1 - std::exp(-1.0f)}, 1e-6);
-}
-
 TEST(Rewards, GrpoNormalisationUsesUnbiasedStdPlusEpsilon) {
   std::vector<float> r{1, 0, 0, 1, 0.5, 0.5, 0.5, 0.5};
   std::vector<float> got = postprocess_rewards("grpo", r, 4, {});

@@ -193,6 +193,52 @@ TEST(Trainer, RlStepWithRatioOneHasTheReinforceGradientAndLogsSlimeMetrics) {
     EXPECT_TRUE(m.count(k)) << k;
 }
 
+// MIS (train.tis_function = "mis", mode mask): samples whose ratio leaves the bounds
+// leave the numerators; the kept ones carry their weight; every sample still counts in
+// the denominator (slime's rebuilt reducer keeps the per-rollout totals).
+TEST(Trainer, MisRejectedTokensLeaveTheLossNumeratorsNotTheDenominators) {
+  TrainerConfig cfg;
+  cfg.mode = "rl";
+  cfg.lr.lr = 1e-3;
+  cfg.clip_grad = 0.0;
+  cfg.use_tis = true;
+  cfg.mismatch.function = TisFunction::Mis;
+  cfg.mismatch.mode = MisMode::Mask;
+  cfg.mismatch.lower = 0.9;
+  cfg.mismatch.upper = 1.1;
+  auto samples = random_samples(4, 7);
+  for (auto& s : samples) s.advantages.assign(s.response_length(), 1.0f);
+  Transformer model(small_model(), 5, at::kCPU);
+  Trainer trainer(cfg, model, nullptr);
+  trainer.compute_log_probs(samples, /*reference=*/false);
+  const float gap[] = {0.01f, 1.0f, 0.01f, 1.0f};  // rollout − trainer: ratios e^-0.01 (kept), e^-1 (rejected)
+  for (size_t i = 0; i < samples.size(); ++i) {
+    samples[i].rollout_log_probs = samples[i].old_log_probs;
+    for (float& x : samples[i].rollout_log_probs) x += gap[i];
+    samples[i].old_log_probs.clear();
+  }
+  Transformer reference(small_model(), 5, at::kCPU);
+  for (size_t i : {0, 2}) {
+    const Sample& s = samples[i];
+    at::Tensor tokens = at::tensor(s.tokens, at::kLong);
+    at::Tensor logits = reference.forward_packed(tokens, {int64_t(s.tokens.size())});
+    at::Tensor logp = score_tokens(logits, response_positions(tokens, {int64_t(s.tokens.size())}, {s.prompt_length}),
+                                   1.0, false)
+                          .logp;
+    ((-std::exp(-0.01) * logp).mean() / 4.0).backward();
+  }
+  auto m = trainer.train_step(samples);
+  for (size_t i = 0; i < model.parameters().size(); ++i) {
+    const at::Tensor& got = model.parameters()[i].tensor.grad();
+    const at::Tensor& want = reference.parameters()[i].tensor.grad();
+    EXPECT_TRUE(at::allclose(got, want, 1e-4, 1e-6)) << model.parameters()[i].name << " max |diff| "
+                                                    << (got - want).abs().max().item<double>();
+  }
+  EXPECT_NEAR(m["train/mis_tis_mask_fraction_low"], 0.5, 1e-6);  // over all tokens, before rejection
+  EXPECT_NEAR(m["train/ois"], 1.0, 1e-6);
+  EXPECT_NEAR(m["train/mis_kl"], (0.01 + 1.0) / 2, 1e-5);
+}
+
 TEST(Trainer, NonFiniteStepsNeverReachTheWeightsOrACheckpoint) {
   TrainerConfig cfg;
   cfg.mode = "rl";
