@@ -86,8 +86,10 @@ PromptSource::PromptSource(const PromptSourceSpec& spec, uint64_t seed) : order_
       p.text = render_chat(messages, spec.chat, /*add_generation_prompt=*/true);
       p.chat = true;
     } else if (all[i].raw_json[0]) {
-      bad_line(p.line, "holds a list of messages (or other JSON); set data.chat_template (chatml, llama3 or qwen3) "
-                       "to render conversations");
+      const bool list = nlohmann::json::parse(p.text).is_array();
+      bad_line(p.line, list ? "holds a list of messages; set data.chat_template (chatml, llama3 or qwen3) to render "
+                              "conversations"
+                            : "must be a string (or, with data.chat_template, a list of messages)");
       continue;
     }
     if (spec.max_prompt_tokens > 0) {

@@ -39,7 +39,7 @@ struct PromptSourceSpec {
   std::string metadata_key;  // "" = none
   bool skip_bad_lines = false;
   bool label_optional = false;  // slimpi generate: prompts need no label
-  // > 0: a prompt whose tokenized length (encode_prompt) exceeds this is a bad line
+  // > 0: a prompt whose tokenized length (prompt_token_ids) exceeds this is a bad line
   // (an error naming file:line, or skipped and counted with skip_bad_lines).
   int64_t max_prompt_tokens = 0;
   std::shared_ptr<const Tokenizer> tokenizer;  // measures the prompts (null: the byte tokenizer)

@@ -42,10 +42,15 @@ int64_t parse_byte_size(const std::string& text) {
 std::string hf_config_json(const ModelConfig& cfg, const std::string& dtype, const HfSpecialIds& ids) {
   SLIMPI_CHECK(cfg.qkv_bias || !cfg.o_bias,
                "export: an o_proj bias without q/k/v biases has no Hugging Face architecture");
-  const char* arch = cfg.qk_norm                     ? "Qwen3ForCausalLM"
+  SLIMPI_CHECK(cfg.n_experts == 0 || cfg.qk_norm,
+               "export: a mixture-of-experts model exports as Qwen3MoeForCausalLM, which has q/k norms "
+               "(model.qk_norm = true)");
+  const bool moe = cfg.n_experts > 0;
+  const char* arch = moe                             ? "Qwen3MoeForCausalLM"
+                     : cfg.qk_norm                   ? "Qwen3ForCausalLM"
                      : cfg.qkv_bias && !cfg.o_bias ? "Qwen2ForCausalLM"
                                                      : "LlamaForCausalLM";
-  const char* type = cfg.qk_norm ? "qwen3" : cfg.qkv_bias && !cfg.o_bias ? "qwen2" : "llama";
+  const char* type = moe ? "qwen3_moe" : cfg.qk_norm ? "qwen3" : cfg.qkv_bias && !cfg.o_bias ? "qwen2" : "llama";
   SLIMPI_CHECK(!cfg.qk_norm || cfg.qkv_bias == cfg.o_bias,
                "export: Qwen3 has biases on all of q/k/v/o or none (model.qkv_bias = {}, model.o_bias = {})",
                cfg.qkv_bias, cfg.o_bias);
@@ -68,6 +73,15 @@ std::string hf_config_json(const ModelConfig& cfg, const std::string& dtype, con
   };
   add_special_ids(j, ids);
   if (ids.bytes) j["slimpi_tokenizer"] = "bytes: ids 0-255 are UTF-8 bytes, 256 PAD, 257 BOS, 258 EOS";
+  if (moe) {  // both names of the expert count: transformers 4 reads num_experts, 5 num_local_experts
+    j["num_experts"] = cfg.n_experts;
+    j["num_local_experts"] = cfg.n_experts;
+    j["num_experts_per_tok"] = cfg.n_experts_per_tok;
+    j["moe_intermediate_size"] = cfg.moe_intermediate_size;
+    j["norm_topk_prob"] = cfg.norm_topk_prob;
+    j["decoder_sparse_step"] = cfg.moe_layer_freq;
+    j["mlp_only_layers"] = nlohmann::json::array();
+  }
   if (std::string(type) != "qwen2") j["attention_bias"] = cfg.qkv_bias;
   if (std::string(type) == "llama") j["mlp_bias"] = false;
   if (cfg.rope_scaling == "linear") {

@@ -39,10 +39,12 @@ std::string choose_checkpoint(const Deck& deck, const std::string& root) {
 
 bool is_structural_key(const std::string& key) {
   if (key.rfind("model.", 0) == 0) return key != "model.init_from";
-  // data.chat_template: which lines are records (bad lines are skipped) and what their tokens are;
-  // train.async: whether a checkpoint holds a generated-but-untrained batch.
+  // data.chat_template and what it renders: which lines are records (too long ones are
+  // skipped) and what their tokens are; train.async: whether a checkpoint holds a
+  // generated-but-untrained batch.
   return key == "run.seed" || key == "train.mode" || key == "data.path" || key == "tokenizer.path" ||
-         key == "data.chat_template" || key == "train.async";
+         key == "data.chat_template" || key == "data.system_prompt" || key == "data.enable_thinking" ||
+         key == "train.async";
 }
 
 DeckDifferences compare_decks(const Deck& stored, const Deck& now) {

@@ -123,10 +123,11 @@ Resolution resolve(const std::string& file, const json& c) {
   const std::string model_type = c.value("model_type", std::string());
   const bool llama = arch == "LlamaForCausalLM" || (arch.empty() && model_type == "llama");
   const bool qwen2 = arch == "Qwen2ForCausalLM" || (arch.empty() && model_type == "qwen2");
-  const bool qwen3 = arch == "Qwen3ForCausalLM" || (arch.empty() && model_type == "qwen3");
+  const bool qwen3_moe = arch == "Qwen3MoeForCausalLM" || (arch.empty() && model_type == "qwen3_moe");
+  const bool qwen3 = qwen3_moe || arch == "Qwen3ForCausalLM" || (arch.empty() && model_type == "qwen3");
   if (!llama && !qwen2 && !qwen3) {
     r.fail("architecture '{}' (model_type '{}') is not supported: LlamaForCausalLM, Qwen2ForCausalLM, "
-           "Qwen3ForCausalLM", arch, model_type);
+           "Qwen3ForCausalLM, Qwen3MoeForCausalLM", arch, model_type);
     return r;
   }
   auto required = [&](const char* field, const char* key) {  // a positive integer
@@ -173,8 +174,24 @@ Resolution resolve(const std::string& file, const json& c) {
       }
   if (get_float(c, "attention_dropout").value_or(0.0) != 0.0) r.fail("attention_dropout != 0 is not supported");
   if (get_float(c, "partial_rotary_factor").value_or(1.0) != 1.0) r.fail("partial_rotary_factor != 1 is not supported");
-  for (const char* moe : {"num_experts", "num_local_experts", "n_routed_experts"})
-    if (get_int(c, moe).value_or(0) > 0) r.fail("'{}' > 0: mixture-of-experts models are not supported yet", moe);
+  if (qwen3_moe) {
+    // transformers 5 names the expert count num_local_experts, 4 num_experts.
+    const char* experts = c.contains("num_local_experts") ? "num_local_experts" : "num_experts";
+    required(experts, "model.n_experts");
+    required("num_experts_per_tok", "model.n_experts_per_tok");
+    required("moe_intermediate_size", "model.moe_intermediate_size");
+    r.set("model.norm_topk_prob", get_bool(c, "norm_topk_prob").value_or(false), "norm_topk_prob");
+    if (auto step = get_int(c, "decoder_sparse_step"); step && *step <= 0)
+      r.fail("'decoder_sparse_step' = {} must be positive", *step);
+    else r.set("model.moe_layer_freq", step.value_or(1), "decoder_sparse_step");
+    if (auto it = c.find("mlp_only_layers"); it != c.end() && it->is_array() && !it->empty())
+      r.fail("mlp_only_layers = {} is not supported (every (l + 1) % decoder_sparse_step == 0 layer is sparse)",
+             it->dump());
+  } else {
+    for (const char* moe : {"num_experts", "num_local_experts", "n_routed_experts"})
+      if (get_int(c, moe).value_or(0) > 0)
+        r.fail("'{}' > 0: of the mixture-of-experts architectures only Qwen3MoeForCausalLM is supported", moe);
+  }
   return r;
 }
 

@@ -80,6 +80,13 @@ std::vector<KeySpec> declare_keys() {
       bool_key("model.qkv_bias", false, "biases on the q/k/v projections (Qwen2; Llama/Qwen3 attention_bias)"),
       bool_key("model.o_bias", false, "bias on the o projection (Llama/Qwen3 attention_bias)"),
       bool_key("model.qk_norm", false, "RMSNorm of each query and key head before RoPE (Qwen3's q_norm/k_norm)"),
+      int_key("model.n_experts", 0, 0, 1e5, "experts",
+              "mixture of experts: routed experts per MoE layer (0 = dense; Qwen3-MoE's num_experts)"),
+      int_key("model.n_experts_per_tok", 2, 1, 1e5, "experts", "MoE: experts each token is routed to (top-k)"),
+      int_key("model.moe_intermediate_size", 0, 0, 1e9, "", "MoE: each expert's MLP width (0 = intermediate_size)"),
+      bool_key("model.norm_topk_prob", true, "MoE: renormalise the top-k router probabilities to sum to 1"),
+      int_key("model.moe_layer_freq", 1, 1, 1e6, "layers",
+              "MoE: layer l (from 0) is sparse when (l + 1) % moe_layer_freq == 0 (Qwen3-MoE's decoder_sparse_step)"),
       int_key("model.head_dim", 0, 0, 1e5, "", "head dimension D (0 = hidden_size / n_heads; Qwen3 sets it)"),
       choice_key("model.rope_scaling", "none", {"none", "linear", "llama3"},
                  "RoPE frequency scaling (Hugging Face rope_scaling): linear = every frequency / rope_factor; "
@@ -216,6 +223,9 @@ std::vector<KeySpec> declare_keys() {
       bool_key("train.use_tis", false, "truncated importance sampling against the rollout log-probs"),
       float_key("train.tis_clip", 2.0, 0.0, 1e6, "", "TIS upper clamp"),
       float_key("train.tis_clip_low", 0.0, 0.0, 1e6, "", "TIS lower clamp"),
+      float_key("train.moe_aux_loss_coef", 0.0, 0.0, 1e6, "",
+                "MoE load-balancing loss weight (transformers' load_balancing_loss_func over all MoE layers)"),
+      float_key("train.moe_z_loss_coef", 0.0, 0.0, 1e6, "", "MoE router z-loss weight: mean over tokens of logsumexp(router logits)²"),
       choice_key("train.tis_function", "vanilla", {"vanilla", "icepop", "mis"},
                  "with use_tis: vanilla = clamp the ratio to [tis_clip_low, tis_clip]; icepop = zero it outside; "
                  "mis = slime's train/inference mismatch correction (train.mis_*)"),

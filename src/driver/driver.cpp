@@ -258,6 +258,7 @@ int64_t Driver::run() {
     phase_times_.clear();
     step_metrics_.clear();
     *step_ = StepState();
+    generation_s_ = 0;
     for (const auto& p : phases_) {
       if (!p.built) continue;
       Stopwatch clock;
@@ -314,8 +315,11 @@ void Driver::eval(int64_t step) {
   if (step == 0 || (interval > 0 && step % interval == 0)) run_eval(step);
 }
 
-bool Driver::generates_next_batch(int64_t step) const {
-  return one_step_off_ && step + 1 < ctx_.deck.get_int("run.n_steps") && !stop_;
+bool Driver::generates_next_batch(int64_t) const {
+  // The last step too: its checkpoint then holds the next batch, so a run extended by
+  // raising run.n_steps continues exactly as a longer straight run (one batch of extra
+  // generation per run). Not once eval.stop_at_pass1 ended the run: nothing continues it.
+  return one_step_off_ && !stop_;
 }
 
 RolloutBatch& Driver::batch_to_train() { return one_step_off_ ? *pending_ : step_->generated; }
@@ -330,6 +334,7 @@ void Driver::rollout(int64_t step) {
 }
 
 void Driver::generate_batch(int64_t step, RolloutBatch& out) {
+  Stopwatch rounds_clock;
   const Deck& deck = ctx_.deck;
   const RolloutConfig& rc = rollout_side_->config();
   const int64_t want = deck.get_int("rollout.rollout_batch_size");
@@ -383,6 +388,8 @@ void Driver::generate_batch(int64_t step, RolloutBatch& out) {
     WaitGuard guard({&kept_context, "MPI_Bcast", 1, "i32", 0});
     MPI_Bcast(&kept, 1, MPI_INT, 0, ctx_.world->rollout());
   }
+  out.generate_s += rounds_clock.seconds();
+  generation_s_ += rounds_clock.seconds();
   if (rollout_side_->is_router() && kept < want)
     log::warn("step {}: the dynamic filter kept {} of {} groups after {} rounds; training on those (rewards "
               "normalised per group)",
@@ -464,6 +471,7 @@ void Driver::buffer(int64_t step) {
     m["rollout/prompt_cursor"] = double(prompt_source_->cursor());
     m["rollout/epoch"] = double(prompt_source_->epoch());
     m["perf/reward_score_time"] = st.score_s;
+    if (st.generate_s > 0) m["perf/rollout_tokens_per_s"] = double(es.generated_tokens) / st.generate_s;
     // Versions behind the trainer's: the oldest token of each trained sample.
     double stale_sum = 0, stale_max = 0;
     for (const Sample& s : st.kept) {
@@ -617,11 +625,9 @@ void Driver::metrics(int64_t step) {
     std::string phase = k.substr(5, k.size() - 7);  // "time/buffer_s" -> "buffer"
     row["perf/" + phase + "_time"] = max_over_ranks[i++];
   }
-  if (row.count("rollout/generated_tokens") && row["perf/rollout_time"] > 0)
-    row["perf/rollout_tokens_per_s"] = row["rollout/generated_tokens"] / row["perf/rollout_time"];
   // The share of the step (so far) that trainer rank 0 (world rank 0) does not spend
   // training or syncing, and that the router does not spend generating or scoring.
-  double router_busy = phase_times_["time/rollout_s"] + phase_times_["time/reward_s"];
+  double router_busy = generation_s_ + phase_times_["time/reward_s"];
   router_busy = rl_ ? std::min(1.0, router_busy / mine["time/step_s"]) : 0.0;
   {
     static const std::string context = "[metrics] the router's busy share";

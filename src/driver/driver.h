@@ -152,6 +152,7 @@ class Driver {
   std::map<std::string, double> step_metrics_;   // the phases' metrics (world rank 0's count)
   std::map<std::string, double> phase_times_;    // "time/<phase>_s" of this rank
   Stopwatch step_clock_;
+  double generation_s_ = 0;                      // rollout ranks: this step's generation (any phase)
   bool stop_ = false;                            // eval.stop_at_pass1 reached
   bool halt_ = false;                            // stop signal or run.job_steps: checkpoint and exit 0
   int64_t start_step_ = 0;                       // 0, or the step a checkpoint resumes at

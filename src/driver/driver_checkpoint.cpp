@@ -275,8 +275,13 @@ void Driver::save_pending_batch(const std::string& dir) {
   EngineStats::zip(stats, stats, [&](auto& x, auto&) { engine.push_back(x); });
   const nlohmann::json j = {{"kept", b.kept.size()},           {"groups_generated", b.groups_generated},
                             {"groups_dropped", b.groups_dropped}, {"rounds", b.rounds},
-                            {"score_s", b.score_s},               {"engine_stats", engine}};
-  std::ofstream(dir + "/pending_rollout.json") << j.dump(1) << "\n";
+                            {"score_s", b.score_s},               {"generate_s", b.generate_s},
+                            {"engine_stats", engine}};
+  const std::string path = dir + "/pending_rollout.json";
+  std::ofstream out(path);
+  out << j.dump(1) << "\n";
+  out.close();
+  SLIMPI_CHECK(out, "cannot write {} (disk full?)", path);
 }
 
 void Driver::load_pending_batch(const std::string& dir) {
@@ -292,6 +297,7 @@ void Driver::load_pending_batch(const std::string& dir) {
   b.groups_dropped = j.at("groups_dropped");
   b.rounds = j.at("rounds");
   b.score_s = j.at("score_s");
+  b.generate_s = j.at("generate_s");
   const nlohmann::json& engine = j.at("engine_stats");
   size_t i = 0;
   EngineStats::zip(b.engine_stats, b.engine_stats, [&](auto& x, auto&) {

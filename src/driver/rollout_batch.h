@@ -21,6 +21,7 @@ struct RolloutBatch {
   EngineStats engine_stats;    // summed over the engines
   int64_t groups_generated = 0, groups_dropped = 0, rounds = 0;
   double score_s = 0;          // router: time spent in the reward style, over all rounds
+  double generate_s = 0;       // rollout ranks: wall time of its rounds (generation and scoring)
 };
 
 }  // namespace slimpi

@@ -32,18 +32,29 @@ std::vector<double> ModelConfig::rope_inv_freq() const {
   return f;
 }
 
+int64_t ModelConfig::n_moe_layers() const {
+  int64_t n = 0;
+  for (int64_t l = 0; l < n_layers; ++l) n += is_moe_layer(l);
+  return n;
+}
+
 int64_t ModelConfig::matmul_params() const {
   const int64_t d = hidden_size, q = n_heads * head_dim(), kv = n_kv_heads * head_dim();
   const int64_t attention = d * q + 2 * d * kv + q * d;  // q, k, v, o
   const int64_t mlp = 3 * d * intermediate_size;        // gate, up, down
-  return n_layers * (attention + mlp) + vocab_size * d;  // + LM head
+  const int64_t moe = d * n_experts + n_experts_per_tok * 3 * d * moe_intermediate_size;  // router + top-k experts
+  const int64_t n_moe = n_moe_layers();
+  return n_layers * attention + (n_layers - n_moe) * mlp + n_moe * moe + vocab_size * d;  // + LM head
 }
 
 int64_t ModelConfig::n_params() const {
   const int64_t d = hidden_size, q = n_heads * head_dim(), kv = n_kv_heads * head_dim();
-  const int64_t per_layer = d * q + 2 * d * kv + q * d + 3 * d * intermediate_size + 2 * d +
-                            (qkv_bias ? q + 2 * kv : 0) + (o_bias ? d : 0) + (qk_norm ? 2 * head_dim() : 0);
-  return vocab_size * d * (tie_word_embeddings ? 1 : 2) + n_layers * per_layer + d;
+  const int64_t per_layer = d * q + 2 * d * kv + q * d + 2 * d + (qkv_bias ? q + 2 * kv : 0) + (o_bias ? d : 0) +
+                            (qk_norm ? 2 * head_dim() : 0);
+  const int64_t n_moe = n_moe_layers();
+  const int64_t mlps = (n_layers - n_moe) * 3 * d * intermediate_size +
+                       n_moe * (d * n_experts + n_experts * 3 * d * moe_intermediate_size);
+  return vocab_size * d * (tie_word_embeddings ? 1 : 2) + n_layers * per_layer + mlps + d;
 }
 
 ModelConfig ModelConfig::from_deck(const Deck& deck) {
@@ -69,6 +80,18 @@ ModelConfig ModelConfig::from_deck(const Deck& deck) {
   c.qkv_bias = deck.get_bool("model.qkv_bias");
   c.o_bias = deck.get_bool("model.o_bias");
   c.qk_norm = deck.get_bool("model.qk_norm");
+  c.n_experts = deck.get_int("model.n_experts");
+  c.n_experts_per_tok = deck.get_int("model.n_experts_per_tok");
+  c.moe_intermediate_size = deck.get_int("model.moe_intermediate_size");
+  if (c.moe_intermediate_size == 0) c.moe_intermediate_size = c.intermediate_size;
+  c.norm_topk_prob = deck.get_bool("model.norm_topk_prob");
+  c.moe_layer_freq = deck.get_int("model.moe_layer_freq");
+  if (c.n_experts > 0 && c.n_experts_per_tok > c.n_experts)
+    SLIMPI_FAIL_ALL("model.n_experts_per_tok = {} ({}) exceeds model.n_experts = {} ({})", c.n_experts_per_tok,
+                    deck.source("model.n_experts_per_tok"), c.n_experts, deck.source("model.n_experts"));
+  if (c.n_experts > 0 && c.n_moe_layers() == 0)
+    SLIMPI_FAIL_ALL("model.moe_layer_freq = {} ({}) leaves none of the {} layers sparse", c.moe_layer_freq,
+                    deck.source("model.moe_layer_freq"), c.n_layers);
   if (c.explicit_head_dim == 0 && c.hidden_size % c.n_heads != 0)
     SLIMPI_FAIL_ALL("model.hidden_size = {} must be a multiple of model.n_heads = {} (or set model.head_dim)",
                     c.hidden_size, c.n_heads);

@@ -41,14 +41,25 @@ struct ModelConfig {
   bool qkv_bias = false;
   bool o_bias = false;
   bool qk_norm = false;
+  // Mixture of experts (Qwen3-MoE): sparse layers route each token to n_experts_per_tok
+  // of n_experts SwiGLU experts of width moe_intermediate_size (softmax router, top-k,
+  // renormalised when norm_topk_prob); the other layers keep the dense MLP.
+  int64_t n_experts = 0;  // 0: every layer dense
+  int64_t n_experts_per_tok = 2;
+  int64_t moe_intermediate_size = 0;
+  bool norm_topk_prob = true;
+  int64_t moe_layer_freq = 1;
 
   int64_t head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : hidden_size / n_heads; }
+  bool is_moe_layer(int64_t layer) const { return n_experts > 0 && (layer + 1) % moe_layer_freq == 0; }
+  int64_t n_moe_layers() const;
   // RoPE inverse frequencies, scaling applied: theta^(-2i/D) for i < D/2.
   std::vector<double> rope_inv_freq() const;
   // Parameters of the model (embeddings and head included).
   int64_t n_params() const;
   // Multiply-adds per token of the dense layers (2 x this = forward FLOPs per token,
-  // attention scores excluded): what MFU is measured against.
+  // attention scores excluded; MoE layers: the router and the top-k experts a token
+  // runs): what MFU is measured against.
   int64_t matmul_params() const;
 
   // Reads [model] and checks the cross-key rules (heads divide hidden size and each

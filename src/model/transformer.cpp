@@ -220,9 +220,20 @@ Transformer::Transformer(const ModelConfig& cfg, uint64_t seed, const at::Device
       add(p + "self_attn.k_norm.weight", ones(hd));
     }
     add(p + "post_attention_layernorm.weight", ones(d));
-    add(p + "mlp.gate_proj.weight", normal({f, d}));
-    add(p + "mlp.up_proj.weight", normal({f, d}));
-    add(p + "mlp.down_proj.weight", normal({d, f}));
+    if (cfg.is_moe_layer(l)) {  // Qwen3-MoE names: the router, then each expert's MLP
+      const int64_t fe = cfg.moe_intermediate_size;
+      add(p + "mlp.gate.weight", normal({cfg.n_experts, d}));
+      for (int64_t e = 0; e < cfg.n_experts; ++e) {
+        const std::string pe = p + "mlp.experts." + std::to_string(e) + ".";
+        add(pe + "gate_proj.weight", normal({fe, d}));
+        add(pe + "up_proj.weight", normal({fe, d}));
+        add(pe + "down_proj.weight", normal({d, fe}));
+      }
+    } else {
+      add(p + "mlp.gate_proj.weight", normal({f, d}));
+      add(p + "mlp.up_proj.weight", normal({f, d}));
+      add(p + "mlp.down_proj.weight", normal({d, f}));
+    }
   }
   add("model.norm.weight", ones(d));
   if (!cfg.tie_word_embeddings) add("lm_head.weight", normal({cfg.vocab_size, d}));
@@ -250,9 +261,19 @@ Transformer::Transformer(const ModelConfig& cfg, uint64_t seed, const at::Device
       lp.k_norm = parameter(p + "self_attn.k_norm.weight");
     }
     lp.post_norm = parameter(p + "post_attention_layernorm.weight");
-    lp.gate = parameter(p + "mlp.gate_proj.weight");
-    lp.up = parameter(p + "mlp.up_proj.weight");
-    lp.down = parameter(p + "mlp.down_proj.weight");
+    if (cfg.is_moe_layer(l)) {
+      lp.moe.router = parameter(p + "mlp.gate.weight");
+      for (int64_t e = 0; e < cfg.n_experts; ++e) {
+        const std::string pe = p + "mlp.experts." + std::to_string(e) + ".";
+        lp.moe.gate.push_back(parameter(pe + "gate_proj.weight"));
+        lp.moe.up.push_back(parameter(pe + "up_proj.weight"));
+        lp.moe.down.push_back(parameter(pe + "down_proj.weight"));
+      }
+    } else {
+      lp.gate = parameter(p + "mlp.gate_proj.weight");
+      lp.up = parameter(p + "mlp.up_proj.weight");
+      lp.down = parameter(p + "mlp.down_proj.weight");
+    }
     layers_.push_back(lp);
   }
 
@@ -284,8 +305,18 @@ int64_t Transformer::n_params() const {
   return n;
 }
 
-at::Tensor Transformer::forward(const at::Tensor& tokens, const AttentionLayout& a, KvCache* cache) const {
+at::Tensor Transformer::forward(const at::Tensor& tokens, const AttentionLayout& a, KvCache* cache,
+                                MoeTrace* moe) const {
   const int64_t T = tokens.size(0), H = cfg_.n_heads, Hkv = cfg_.n_kv_heads, D = cfg_.head_dim();
+  if (moe) {
+    moe->router_logits.clear();
+    moe->chosen = at::Tensor();
+    SLIMPI_CHECK(!moe->replay.defined() || (moe->replay.dim() == 3 && moe->replay.size(0) == T &&
+                                            moe->replay.size(1) == cfg_.n_moe_layers()),
+                 "routing replay: expert ids for {} tokens and {} MoE layers expected", T, cfg_.n_moe_layers());
+  }
+  std::vector<at::Tensor> chosen;  // per MoE layer [T, k]
+  int64_t moe_layer = 0;
   // In a bf16 forward every weight is used as its bf16 rounding, as autocast does for
   // the matrix products: the embedding and the norm weights too, so fp32 masters
   // (training) and bf16 weights (a bf16 engine) compute the same thing.
@@ -386,13 +417,26 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const AttentionLayout&
     }
     x = x + at::linear(attn, p.o, p.o_bias);
     h = rms_norm(x, as_used(p.post_norm), cfg_.rms_norm_eps);
-    x = x + at::linear(at::silu(at::linear(h, p.gate)) * at::linear(h, p.up), p.down);
+    if (!cfg_.is_moe_layer(l)) {
+      x = x + at::linear(at::silu(at::linear(h, p.gate)) * at::linear(h, p.up), p.down);
+      continue;
+    }
+    const at::Tensor replay = moe && moe->replay.defined() ? moe->replay.select(1, moe_layer) : at::Tensor();
+    MoeLayerOutput routed = moe_mlp(h, p.moe, cfg_.n_experts_per_tok, cfg_.norm_topk_prob, replay);
+    x = x + routed.out;
+    if (moe) {
+      chosen.push_back(routed.chosen);
+      moe->router_logits.push_back(routed.router_logits);
+    }
+    ++moe_layer;
   }
+  if (moe && !chosen.empty()) moe->chosen = at::stack(chosen, 1);  // [T, n_moe_layers, k]
   x = rms_norm(x, as_used(final_norm_), cfg_.rms_norm_eps);
   return at::linear(x, lm_head_).to(at::kFloat);  // [T, V]
 }
 
-at::Tensor Transformer::forward_packed(const at::Tensor& tokens, const std::vector<int64_t>& seq_lens) const {
+at::Tensor Transformer::forward_packed(const at::Tensor& tokens, const std::vector<int64_t>& seq_lens,
+                                      MoeTrace* moe) const {
   int64_t total = 0;
   for (int64_t n : seq_lens) {
     SLIMPI_CHECK(n > 0 && n <= cfg_.max_seq_len, "sequence of {} tokens (model.max_seq_len = {})", n,
@@ -402,11 +446,11 @@ at::Tensor Transformer::forward_packed(const at::Tensor& tokens, const std::vect
   SLIMPI_CHECK(total == tokens.size(0), "forward_packed: {} tokens but lengths sum to {}", tokens.size(0), total);
   AttentionLayout layout = make_layout(std::vector<int64_t>(seq_lens.size(), 0), seq_lens, {}, device_);
   layout.seq_lens = seq_lens;
-  return forward(tokens, layout, nullptr);
+  return forward(tokens, layout, nullptr, moe);
 }
 
 at::Tensor Transformer::forward_incremental(const at::Tensor& tokens, const std::vector<CachedSequence>& seqs,
-                                            KvCache& cache) const {
+                                            KvCache& cache, MoeTrace* moe) const {
   std::vector<int64_t> n_past, n_new;
   std::vector<at::Tensor> slots;
   for (const auto& s : seqs) {
@@ -442,7 +486,7 @@ at::Tensor Transformer::forward_incremental(const at::Tensor& tokens, const std:
       layout.parts.push_back(std::move(part));
     }
   }
-  return forward(tokens, layout, &cache);
+  return forward(tokens, layout, &cache, moe);
 }
 
 }  // namespace slimpi

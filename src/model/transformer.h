@@ -34,6 +34,7 @@
 
 #include "io/named_tensor.h"
 #include "model/model_config.h"
+#include "model/moe.h"
 
 namespace slimpi {
 
@@ -58,11 +59,22 @@ struct CachedSequence {
   at::Tensor slots;  // [n_past + n_new] int64: the cache slot of every position 0..n_past+n_new-1
 };
 
+// The expert choices of the MoE layers in one forward (model.n_experts > 0): what the
+// engine records as routing traces, what a trainer replays (Rollout Routing Replay), and
+// the router logits the auxiliary losses need.
+struct MoeTrace {
+  at::Tensor replay;                      // in, optional: [T, n_moe_layers, k] int64 experts to run
+  at::Tensor chosen;                      // out: [T, n_moe_layers, k] int64 experts each token ran
+  std::vector<at::Tensor> router_logits;  // out: n_moe_layers x [T, E] fp32, with autograd
+};
+
 class Transformer {
  public:
-  // The tensors of one block (views of parameters(); bias tensors undefined when off).
+  // The tensors of one block (views of parameters(); bias tensors undefined when off;
+  // a sparse layer has moe set and no dense gate/up/down).
   struct LayerParams {
     at::Tensor input_norm, q, k, v, q_bias, k_bias, v_bias, o, o_bias, q_norm, k_norm, post_norm, gate, up, down;
+    MoeWeights moe;
   };
 
   // weights: the storage dtype of the parameters (kFloat or kBFloat16).
@@ -106,15 +118,17 @@ class Transformer {
   struct AttentionLayout;
 
   // tokens [T] int64 (B sequences back to back, lengths seq_lens) -> logits [T, V] fp32.
-  at::Tensor forward_packed(const at::Tensor& tokens, const std::vector<int64_t>& seq_lens) const;
+  // moe (MoE models): replays and/or records the routing of every token.
+  at::Tensor forward_packed(const at::Tensor& tokens, const std::vector<int64_t>& seq_lens,
+                            MoeTrace* moe = nullptr) const;
 
   // tokens [T_new] int64, the new tokens of each sequence back to back -> logits
   // [T_new, V] fp32. Writes the new tokens' keys/values into `cache` at their slots.
   at::Tensor forward_incremental(const at::Tensor& tokens, const std::vector<CachedSequence>& seqs,
-                                 KvCache& cache) const;
+                                 KvCache& cache, MoeTrace* moe = nullptr) const;
 
  private:
-  at::Tensor forward(const at::Tensor& tokens, const AttentionLayout& layout, KvCache* cache) const;
+  at::Tensor forward(const at::Tensor& tokens, const AttentionLayout& layout, KvCache* cache, MoeTrace* moe) const;
   void add(const std::string& name, at::Tensor t);
   // Moves every parameter into flat_ (called once, before any view is taken).
   void pack_parameters();

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace slimpi {
@@ -31,6 +32,14 @@ RolloutConfig RolloutConfig::from_deck(const Deck& deck) {
   c.tokenizer = make_tokenizer(deck);
   c.engine.tokenizer = c.tokenizer;
   c.sampling.stop_token_ids = c.tokenizer->stop_ids();
+  // A chat template's turns end with a marker; where the vocabulary has it as one token,
+  // a generation stops there too (a base model's EOS is often <|endoftext|> alone).
+  const ChatFormat chat = ChatFormat::from_deck(deck, *c.tokenizer);
+  if (chat.enabled()) {
+    const std::vector<int64_t> marker = c.tokenizer->encode_text(chat.end_of_turn());
+    auto& stops = c.sampling.stop_token_ids;
+    if (marker.size() == 1 && std::find(stops.begin(), stops.end(), marker[0]) == stops.end()) stops.push_back(marker[0]);
+  }
   c.n_samples_per_prompt = deck.get_int("rollout.n_samples_per_prompt");
   if (c.n_samples_per_prompt > c.engine.max_running)
     SLIMPI_FAIL_ALL("rollout.n_samples_per_prompt = {} ({}) exceeds rollout.max_running = {} ({}): a group decodes "

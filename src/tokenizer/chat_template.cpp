@@ -137,6 +137,10 @@ std::string strip_unicode_whitespace(const std::string& s) {
   return seen ? s.substr(begin, end - begin) : std::string();
 }
 
+std::string ChatFormat::end_of_turn() const {
+  return chat_template == ChatTemplate::Llama3 ? "<|eot_id|>" : chat_template == ChatTemplate::None ? "" : "<|im_end|>";
+}
+
 ChatTemplate parse_chat_template(const std::string& name) {
   if (name == "none") return ChatTemplate::None;
   if (name == "chatml") return ChatTemplate::ChatML;

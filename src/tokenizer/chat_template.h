@@ -12,6 +12,9 @@
 // ChatFormat::system_prompt is a slimpi option, not part of any template: a system
 // message put first when the conversation has none (Qwen2.5-Instruct's template does
 // this with "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.").
+// A generation stops at the end-of-turn marker when the vocabulary has it as one token
+// (RolloutConfig adds its id to the stop ids); an SFT reply is trained up to and with
+// it, plus the vocabulary's EOS where the marker is not a stop id (the byte tokenizer).
 // Roles: system, user, assistant, and tool (chatml and qwen3). Tool calls, multimodal
 // content and other roles are refused with a message, never rendered differently.
 // Pure functions; no state.
@@ -43,6 +46,8 @@ struct ChatFormat {
   std::string bos_token;         // llama3: the text the template starts with
 
   bool enabled() const { return chat_template != ChatTemplate::None; }
+  // The text that ends an assistant turn: "<|im_end|>" (chatml, qwen3), "<|eot_id|>" (llama3).
+  std::string end_of_turn() const;
   // From data.chat_template, data.system_prompt and data.enable_thinking; checks that
   // they fit together and with the tokenizer (llama3 needs its bos_token).
   static ChatFormat from_deck(const Deck& deck, const Tokenizer& tokenizer);

@@ -73,6 +73,11 @@ MismatchConfig MismatchConfig::from_deck(const Deck& deck) {
                       deck.source("train.tis_clip_low"), c.tis_clip, deck.source("train.tis_clip"));
     return c;
   }
+  for (const char* k : {"train.tis_clip", "train.tis_clip_low"})
+    if (!deck.is_default(k))
+      SLIMPI_FAIL_ALL("{} ({}) bounds the vanilla and icepop weights; train.tis_function = \"mis\" ({}) uses "
+                      "train.mis_lower and train.mis_upper",
+                      k, deck.source(k), deck.source("train.tis_function"));
   c.level = parse_level(deck.get_string("train.mis_level"));
   const std::string mode = deck.get_string("train.mis_mode");
   c.mode = mode == "clip" ? MisMode::Clip : mode == "mask" ? MisMode::Mask : MisMode::Truncate;
@@ -84,6 +89,10 @@ MismatchConfig MismatchConfig::from_deck(const Deck& deck) {
   c.rs_upper = deck.get_float("train.mis_rs_upper") > 0 ? deck.get_float("train.mis_rs_upper") : c.upper;
   c.rs_veto = deck.get_float("train.mis_rs_veto");
   c.batch_normalize = deck.get_bool("train.mis_batch_normalize");
+  if (c.mode == MisMode::Truncate && !c.rs && !deck.is_default("train.mis_lower"))
+    SLIMPI_FAIL_ALL("train.mis_lower ({}) bounds the clip and mask modes and rejection sampling; train.mis_mode = "
+                    "\"truncate\" ({}) only caps the weight at train.mis_upper",
+                    deck.source("train.mis_lower"), deck.source("train.mis_mode"));
   if (c.mode != MisMode::Truncate && !(c.lower < c.upper))
     SLIMPI_FAIL_ALL("train.mis_mode = \"{}\" ({}) needs train.mis_lower < train.mis_upper ({} and {})", mode,
                     deck.source("train.mis_mode"), c.lower, c.upper);

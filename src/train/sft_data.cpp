@@ -34,7 +34,15 @@ std::pair<std::string, std::string> split_conversation(const JsonlRecord& r, boo
     SLIMPI_FAIL_ALL("{}: the {} template renders this conversation's context differently with and without its reply, "
                     "so the reply cannot be split off as the trained response",
                     where, chat_template_name(chat.chat_template));
-  return {prompt, whole.substr(prompt.size())};
+  // The trained reply runs up to and with the end-of-turn marker (what comes after it
+  // opens the next turn and is never generated).
+  std::string reply = whole.substr(prompt.size());
+  const size_t end = reply.rfind(chat.end_of_turn());
+  if (end == std::string::npos)
+    SLIMPI_FAIL_ALL("{}: the {} template's reply has no end-of-turn marker {}", where,
+                    chat_template_name(chat.chat_template), chat.end_of_turn());
+  reply.resize(end + chat.end_of_turn().size());
+  return {prompt, reply};
 }
 
 }  // namespace
@@ -56,6 +64,10 @@ SftData::SftData(const std::string& path, const std::string& input_key, const st
       const auto [prompt, reply] = split_conversation(r, r.present[1], chat, where);
       s.tokens = tok.encode_chat(prompt);
       response = tok.encode_text(reply);
+      // Generation stops at the marker when it is one token (RolloutConfig makes it a stop
+      // id); where the vocabulary spells it in pieces (the byte tokenizer) the reply ends
+      // with the vocabulary's EOS, as plain SFT does, so that a policy learns to stop.
+      if (tok.encode_text(chat.end_of_turn()).size() != 1) response.push_back(tok.stop_ids().front());
     } else {
       s.tokens = tok.encode_prompt(r.fields[0]);
       response = tok.encode_response(r.fields[1]);

@@ -388,8 +388,8 @@ std::map<std::string, double> Trainer::train_step(std::vector<Sample>& local) {
         sums.add("train/ois", at::exp(-pg.ppo_kl), weight);
         if (c.keep.defined()) weight = weight * c.keep;
       }
-      if (have_rollout)
-        sums.add("train/train_rollout_logprob_abs_diff", (lp.logp.detach() - rollout_logp).abs(), weight);
+      if (have_rollout)  // slime compares the old log-probs (the current ones at a rollout's first step)
+        sums.add("train/train_rollout_logprob_abs_diff", (old - rollout_logp).abs(), weight);
       at::Tensor pg_loss = (pg_tokens * weight).sum();
       at::Tensor entropy_loss = (lp.entropy * weight).sum();
       loss = pg_loss - cfg_.entropy_coef * entropy_loss;

@@ -4,12 +4,13 @@
 #  * the schedule: batch 0 is generated with the initial weights, batch k >= 1 with the
 #    weights of step k-1 (every token's weight version in rollouts.h5), trained at step
 #    k (rollout/staleness/{mean,max} = 0, then 1); a checkpoint holds the pending batch
-#    (pending_rollout.h5 / .json, in the manifest), the last one none;
+#    (pending_rollout.h5 / .json, in the manifest), the last one too;
 #  * deterministic whatever the timing: two runs give identical metrics (all but
 #    timings), rollouts.h5 and final weights, at np 4 (2+2) and np 3 (1 trainer + 2
 #    rollout ranks); and differ from the synchronous run;
-#  * resume is bit for bit: 3 + 3 job steps, and kill -9 inside a checkpoint write then
-#    resume from the one before, equal the straight run (nothing lost, nothing trained twice);
+#  * resume is bit for bit: 3 + 3 job steps, a finished 4-step run extended to 6, and
+#    kill -9 inside a checkpoint write then resume from the one before, equal the
+#    straight run (nothing lost, nothing trained twice);
 #  * refused with the reason: colocated placement, SFT, a debug mode, and a resume that
 #    changes train.async.
 # Usage: async_runs.sh SLIMPI ROOT "MPIRUN FLAGS"
@@ -65,7 +66,8 @@ for k in (2, 4):
     with h5py.File(f"{d}/pending_rollout.h5") as p:
         assert (p["samples/step"][:] == k).all() and (p["samples/weight_versions/values"][:] == k - 1).all()
         assert len(p["samples/step"]) == 32, len(p["samples/step"])  # 8 groups x 4 samples
-assert not os.path.exists(f"{run}/ckpt/step_00000006/pending_rollout.h5")
+# The last step generated the next batch too: raising run.n_steps continues exactly.
+assert os.path.exists(f"{run}/ckpt/step_00000006/pending_rollout.h5")
 print(f"async_runs: versions and staleness as scheduled; reward {reward[0]:.3f} -> {reward[-1]:.3f}")
 PY
 
@@ -86,6 +88,12 @@ grep -q "run.job_steps = 3 reached: stopping after step 3 with a checkpoint" "$o
 run 4 chunked --set run.job_steps=3
 grep -q "resuming at step 3 from $out/chunked/ckpt/step_00000003" "$out/chunked.log"
 $compare "$out/straight" "$out/chunked"
+
+echo "== a finished 4-step run extended to 6 steps"
+run 4 extended --set run.n_steps=4
+run 4 extended
+grep -q "resuming at step 4 from $out/extended/ckpt/step_00000004" "$out/extended.log"
+$compare "$out/straight" "$out/extended"
 
 echo "== kill -9 inside the write of checkpoint 4, resume from checkpoint 2"
 SLIMPI_FAULT_CHECKPOINT_PAUSE_AT=4 $mpirun -np 4 "$slimpi" "${args[@]}" --set run.dir="$out/kill9" \

@@ -93,7 +93,48 @@ TEST_P(GoldenLogits, ModelFromConfigJsonMatchesTransformers) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenLogits,
                          ::testing::Values("llama_gqa_untied", "llama3_rope_tied_bias_bf16_sharded",
-                                           "qwen2_linear_rope_sharded", "qwen3_head_dim_bf16", "qwen3_tied"));
+                                           "qwen2_linear_rope_sharded", "qwen3_head_dim_bf16", "qwen3_tied",
+                                           "qwen3_moe", "qwen3_moe_step2_bf16"));
+
+// Qwen3-MoE: every token's top-k experts in every sparse layer and the load-balancing
+// loss equal transformers'; replaying those experts gives the same logits, replaying
+// other experts changes them, and the z-loss is the mean squared logsumexp.
+class GoldenMoe : public HfDir, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(GoldenMoe, RoutingAndLoadBalancingLossMatchTransformers) {
+  at::NoGradGuard no_grad;
+  const fs::path dir = kFixtures / GetParam();
+  const ModelConfig cfg = ModelConfig::from_deck(deck_for(dir));
+  ASSERT_GT(cfg.n_experts, 0);
+  Transformer m(cfg, 1, at::kCPU);
+  load_model_weights(m.parameters(), dir.string());
+  std::map<std::string, at::Tensor> g;
+  for (const auto& t : read_safetensors((dir / "golden.safetensors").string())) g[t.name] = t.tensor;
+  for (int i = 0; g.count("tokens_" + std::to_string(i)); ++i) {
+    const at::Tensor tokens = g["tokens_" + std::to_string(i)];
+    const int64_t L = tokens.size(0);
+    MoeTrace trace;
+    const at::Tensor logits = m.forward_packed(tokens, {L}, &trace);
+    const at::Tensor want = g["experts_" + std::to_string(i)];  // [L, sparse layers, k]
+    ASSERT_EQ(trace.chosen.sizes(), want.sizes());
+    EXPECT_TRUE(at::equal(trace.chosen, want)) << "sequence " << i;
+    EXPECT_NEAR(moe_load_balancing_loss(trace.router_logits, cfg.n_experts_per_tok).item<double>(),
+                g["aux_loss_" + std::to_string(i)].item<double>(), 1e-5);
+    at::Tensor lse = at::logsumexp(at::cat(trace.router_logits), -1);
+    EXPECT_NEAR(moe_router_z_loss(trace.router_logits).item<double>(), lse.square().mean().item<double>(), 1e-9);
+
+    MoeTrace replay;
+    replay.replay = trace.chosen;
+    EXPECT_TRUE(at::allclose(m.forward_packed(tokens, {L}, &replay), logits, 0, 1e-6));
+    EXPECT_TRUE(at::equal(replay.chosen, trace.chosen));
+    MoeTrace other;  // every token to the next experts: the routing is forced, the logits change
+    other.replay = (trace.chosen + 1).remainder(cfg.n_experts);
+    EXPECT_GT((m.forward_packed(tokens, {L}, &other) - logits).abs().max().item<double>(), 1e-3);
+    EXPECT_TRUE(at::equal(other.chosen, other.replay));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenMoe, ::testing::Values("qwen3_moe", "qwen3_moe_step2_bf16"));
 
 // fp16 checkpoints convert on load like bf16 ones: the fp32 fixture's tensors stored as
 // F16 give its golden logits to fp16 rounding.

@@ -163,11 +163,55 @@ TEST(ChatTemplate, SftSplitsTheReplyOffTheConversation) {
   const std::string prompt = "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n";
   for (const Sample& s : batch) {
     const std::vector<int64_t> want_prompt = tok.encode_chat(prompt);
-    const std::vector<int64_t> want_reply = tok.encode_text("hello<|im_end|>\n");
+    const std::vector<int64_t> want_reply = tok.encode_text("hello<|im_end|>");  // up to and with the marker
     ASSERT_EQ(s.prompt_length, static_cast<int64_t>(want_prompt.size()));
     EXPECT_EQ(std::vector<int64_t>(s.tokens.begin(), s.tokens.begin() + s.prompt_length), want_prompt);
     EXPECT_EQ(std::vector<int64_t>(s.tokens.begin() + s.prompt_length, s.tokens.end()), want_reply);
   }
+  // qwen3: the last turn's reply opens with an empty think block (as Qwen3's template
+  // renders the final assistant turn); llama3: header, stripped reply, <|eot_id|>.
+  chat.chat_template = ChatTemplate::Qwen3;
+  chat.system_prompt = "";
+  SftData q3(write_lines("slimpi_chat_sft_q3.jsonl",
+                         {R"({"prompt": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo", "reasoning_content": "think"}]})"}),
+             "prompt", "response", 4096, 1, tok, chat);
+  const Sample q = q3.batch(0, 1, 0, 1)[0];
+  EXPECT_EQ(tok.decode(std::vector<int64_t>(q.tokens.begin() + q.prompt_length, q.tokens.end())),
+            "<think>\nthink\n</think>\n\nyo");  // decode drops the special <|im_end|>
+  EXPECT_EQ(q.tokens.back(), tok.encode_text("<|im_end|>").at(0));
+  HfTokenizer llama((kFixtures / "llama3_chat").string());
+  chat.chat_template = ChatTemplate::Llama3;
+  chat.bos_token = llama.bos_token();
+  SftData l3(write_lines("slimpi_chat_sft_l3.jsonl", {R"({"prompt": " hi ", "response": " yo \n"})"}), "prompt",
+             "response", 4096, 1, llama, chat);
+  const Sample l = l3.batch(0, 1, 0, 1)[0];
+  EXPECT_EQ(std::vector<int64_t>(l.tokens.begin() + l.prompt_length, l.tokens.end()), llama.encode_text("yo<|eot_id|>"));
+  EXPECT_EQ(std::vector<int64_t>(l.tokens.begin(), l.tokens.begin() + l.prompt_length),
+            llama.encode_chat("<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>"
+                              "<|start_header_id|>assistant<|end_header_id|>\n\n"));
+  // Two assistant turns in a row: qwen3 renders the first with a think block when it is
+  // the last of the context but without one inside the whole conversation: refused.
+  chat.chat_template = ChatTemplate::Qwen3;
+  try {
+    SftData bad(write_lines("slimpi_chat_sft_q3_bad.jsonl",
+                            {R"({"prompt": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}, {"role": "assistant", "content": "c"}]})"}),
+                "prompt", "response", 4096, 1, tok, chat);
+    ADD_FAILURE() << "a context the template renders two ways was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("renders this conversation's context differently"), std::string::npos)
+        << e.what();
+  }
+  // The byte vocabulary spells the marker in bytes: the reply ends with its EOS too.
+  ByteTokenizer bytes;
+  chat.chat_template = ChatTemplate::ChatML;
+  chat.bos_token = "";
+  SftData b(write_lines("slimpi_chat_sft_bytes.jsonl", {R"({"prompt": "hi", "response": "yo"})"}), "prompt",
+            "response", 4096, 1, bytes, chat);
+  const Sample bs = b.batch(0, 1, 0, 1)[0];
+  EXPECT_EQ(bs.tokens.front(), ByteTokenizer::kBos);
+  EXPECT_EQ(bs.tokens.back(), ByteTokenizer::kEos);
+  EXPECT_EQ(bytes.decode(std::vector<int64_t>(bs.tokens.begin() + bs.prompt_length, bs.tokens.end())), "yo<|im_end|>");
+  chat.chat_template = ChatTemplate::ChatML;
   const std::string no_reply = write_lines("slimpi_chat_sft_bad.jsonl", {R"({"prompt": [{"role": "user", "content": "hi"}]})"});
   try {
     SftData bad(no_reply, "prompt", "response", 4096, 1, tok, chat);

@@ -1,0 +1,46 @@
+// Sparse mixture-of-experts MLP (Qwen3-MoE / Mixtral style), one layer:
+//   router logits z = h · W_routerᵀ                         [T, E]
+//   p = softmax(z) in fp32;  (w, i) = top-k of p per token  [T, k]
+//   w /= Σ w  when norm_topk_prob
+//   out_t = Σ_j w_tj · down_e(silu(gate_e(h_t)) ⊙ up_e(h_t)),  e = i_tj
+// Dropless: every token runs its k experts. The token-expert pairs are sorted by expert,
+// so each expert runs one GEMM over its rows (a loop over experts, not tokens), and the
+// weighted outputs are added back per token with one index_add.
+// Replay (Rollout Routing Replay): given expert ids [T, k], the layer runs those experts
+// instead of its own top-k, with weights from its own router: p gathered at the given
+// ids (renormalised when norm_topk_prob), as slime's R3 does.
+// Auxiliary losses over the router logits of every MoE layer of a forward:
+//   load balancing (transformers' load_balancing_loss_func, no attention mask): with the
+//     layers' tokens together, E · Σ_j Σ_e f_je · P_e, f_je = share of tokens whose j-th
+//     choice is e, P_e = mean router probability of e
+//   z-loss (ST-MoE): mean over layers' tokens of logsumexp(z)²
+// Stateless functions; the Transformer owns the weights.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <vector>
+
+namespace slimpi {
+
+struct MoeWeights {
+  at::Tensor router;                    // [E, d]
+  std::vector<at::Tensor> gate, up;     // E x [f, d]
+  std::vector<at::Tensor> down;         // E x [d, f]
+};
+
+struct MoeLayerOutput {
+  at::Tensor out;            // [T, d] in h's dtype
+  at::Tensor chosen;         // [T, k] int64: the experts each token ran
+  at::Tensor router_logits;  // [T, E] fp32 (autograd through the router)
+};
+
+// h [T, d]; replay [T, k] int64 or undefined (route by the router's top-k).
+MoeLayerOutput moe_mlp(const at::Tensor& h, const MoeWeights& w, int64_t k, bool norm_topk_prob,
+                       const at::Tensor& replay = at::Tensor());
+
+// router_logits: one [T, E] fp32 tensor per MoE layer (the same T). Scalars with autograd.
+at::Tensor moe_load_balancing_loss(const std::vector<at::Tensor>& router_logits, int64_t k);
+at::Tensor moe_router_z_loss(const std::vector<at::Tensor>& router_logits);
+
+}  // namespace slimpi
