@@ -43,7 +43,7 @@ std::string hf_config_json(const ModelConfig& cfg, const std::string& dtype, con
   SLIMPI_CHECK(cfg.qkv_bias || !cfg.o_bias,
                "export: an o_proj bias without q/k/v biases has no Hugging Face architecture");
   SLIMPI_CHECK(cfg.n_experts == 0 || cfg.qk_norm,
-               "export: a mixture-of-experts model exports as Qwen3MoeForCausalLM, which has q/k norms "
+               "a mixture-of-experts model exports as Qwen3MoeForCausalLM, which has q/k norms "
                "(model.qk_norm = true)");
   const bool moe = cfg.n_experts > 0;
   const char* arch = moe                             ? "Qwen3MoeForCausalLM"

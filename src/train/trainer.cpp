@@ -64,9 +64,10 @@ PackedBatch pack(const std::vector<Sample>& samples, const std::vector<int64_t>&
 
 // The model's logits [T, V] (fp32) for a packed micro-batch, its forward in `precision`
 // (the scope of the autocast region is the forward alone; losses stay outside).
-at::Tensor packed_logits(const Transformer& model, const PackedBatch& b, Precision precision) {
+at::Tensor packed_logits(const Transformer& model, const PackedBatch& b, Precision precision,
+                         MoeTrace* moe = nullptr) {
   ForwardPrecision scope(precision, model.device());
-  return model.forward_packed(b.tokens, b.seq_lens);
+  return model.forward_packed(b.tokens, b.seq_lens, moe);
 }
 
 // Concatenates a per-token field of the micro-batch's samples: [N].
@@ -144,6 +145,13 @@ TrainerConfig TrainerConfig::from_deck(const Deck& deck) {
   c.kl_coef = deck.get_float("train.kl_coef");
   c.gamma = deck.get_float("train.gamma");
   c.entropy_coef = deck.get_float("train.entropy_coef");
+  c.moe_aux_loss_coef = deck.get_float("train.moe_aux_loss_coef");
+  c.moe_z_loss_coef = deck.get_float("train.moe_z_loss_coef");
+  if (deck.get_int("model.n_experts") == 0)
+    for (const char* k : {"train.moe_aux_loss_coef", "train.moe_z_loss_coef"})
+      if (!deck.is_default(k))
+        SLIMPI_FAIL_ALL("{} ({}) weighs a mixture-of-experts router loss, but model.n_experts = 0 ({})", k,
+                        deck.source(k), deck.source("model.n_experts"));
   c.use_tis = deck.get_bool("train.use_tis");
   c.mismatch = MismatchConfig::from_deck(deck);
   if (!c.use_tis && !deck.is_default("train.tis_function"))
@@ -313,6 +321,9 @@ std::map<std::string, double> Trainer::train_step(std::vector<Sample>& local) {
   // the same on every rank, including a rank that holds no sample this step.
   MetricSums sums;
   for (const char* k : {"train/loss", "train/entropy_loss"}) sums.add_value(k, 0.0);
+  const bool moe = policy_.config().n_experts > 0;
+  if (moe)
+    for (const char* k : {"train/moe_aux_loss", "train/moe_z_loss"}) sums.add_value(k, 0.0);
   if (rl) {
     for (const char* k : {"train/pg_loss", "train/pg_clipfrac", "train/ppo_kl", "train/train_rollout_logprob_abs_diff"})
       sums.add_value(k, 0.0);
@@ -330,7 +341,8 @@ std::map<std::string, double> Trainer::train_step(std::vector<Sample>& local) {
   for (size_t micro = 0; micro < plan.size(); ++micro) {
     const std::vector<int64_t>& which = plan[micro];
     PackedBatch b = pack(local, which, device);
-    const at::Tensor logits = packed_logits(policy_, b, cfg_.precision);  // [T, V] fp32
+    MoeTrace trace;
+    const at::Tensor logits = packed_logits(policy_, b, cfg_.precision, moe ? &trace : nullptr);  // [T, V] fp32
     TokenLogProbs lp = score_tokens(logits, response_positions(b.tokens, b.seq_lens, b.prompt_lens),
                                     cfg_.temperature, /*with_entropy=*/true, b.support);
     // Reducer weights [N]: m / (D_i · n_samples) per rollout, or m / n_masked per token.
@@ -405,6 +417,17 @@ std::map<std::string, double> Trainer::train_step(std::vector<Sample>& local) {
       sums.add_tensor("train/loss", loss);
     }
     sums.add("train/entropy_loss", lp.entropy, weight);
+    if (moe) {
+      // The routers' auxiliary losses of this micro-batch, weighted by its share of the
+      // step's tokens (over all ranks): the step's loss is their token-weighted mean.
+      const double share = double(b.tokens.size(0)) / n_tokens;
+      const at::Tensor aux = moe_load_balancing_loss(trace.router_logits, policy_.config().n_experts_per_tok);
+      const at::Tensor z = moe_router_z_loss(trace.router_logits);
+      if (cfg_.moe_aux_loss_coef > 0) loss = loss + share * cfg_.moe_aux_loss_coef * aux;
+      if (cfg_.moe_z_loss_coef > 0) loss = loss + share * cfg_.moe_z_loss_coef * z;
+      sums.add_tensor("train/moe_aux_loss", aux * share);
+      sums.add_tensor("train/moe_z_loss", z * share);
+    }
     // The last backward of the step reduces gradient buckets as it produces them. With
     // MPI that needs the hooks on this thread (CPU autograd runs here; CUDA autograd
     // runs in its own threads, where only NCCL may be called).

@@ -45,6 +45,8 @@ struct TrainerConfig {
   double kl_coef = 0.0;  // reward-side KL (reinforce_plus_plus estimators)
   double gamma = 1.0;    // discount of reinforce_plus_plus returns
   double entropy_coef = 0.0;
+  double moe_aux_loss_coef = 0.0;  // MoE policies: load-balancing and router z-loss weights
+  double moe_z_loss_coef = 0.0;
   bool use_tis = false;
   MismatchConfig mismatch;  // with use_tis: the correction (train/mismatch_correction.h)
   bool calculate_per_token_loss = false;

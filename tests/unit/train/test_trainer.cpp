@@ -239,6 +239,52 @@ TEST(Trainer, MisRejectedTokensLeaveTheLossNumeratorsNotTheDenominators) {
   EXPECT_NEAR(m["train/mis_kl"], (0.01 + 1.0) / 2, 1e-5);
 }
 
+// A mixture-of-experts policy: the step reports the routers' load-balancing and z-losses
+// of its forward, and their coefficients add exactly their gradients (the router weights
+// get gradient from the aux losses; the experts' do not).
+TEST(Trainer, MoeStepAddsTheRouterLossesWithTheirCoefficients) {
+  ModelConfig mc = small_model();
+  mc.n_experts = 4;
+  mc.n_experts_per_tok = 2;
+  mc.moe_intermediate_size = 16;
+  auto samples = random_samples(3, 11);
+  auto grads_with = [&](double aux_coef, double z_coef, std::map<std::string, double>* metrics) {
+    TrainerConfig cfg = sft_config();
+    cfg.clip_grad = 0.0;
+    cfg.moe_aux_loss_coef = aux_coef;
+    cfg.moe_z_loss_coef = z_coef;
+    Transformer model(mc, 5, at::kCPU);
+    Trainer trainer(cfg, model, nullptr);
+    auto m = trainer.train_step(samples);
+    if (metrics) *metrics = m;
+    std::map<std::string, at::Tensor> g;
+    for (const auto& p : model.parameters()) g[p.name] = p.tensor.grad().clone();
+    return g;
+  };
+  std::map<std::string, double> m;
+  const auto plain = grads_with(0.0, 0.0, &m);
+  const auto with = grads_with(0.1, 0.01, nullptr);
+  // The losses by hand on the same model and tokens (one micro-batch: all tokens).
+  Transformer model(mc, 5, at::kCPU);
+  std::vector<int64_t> tokens, lens;
+  for (const auto& smp : samples) {
+    tokens.insert(tokens.end(), smp.tokens.begin(), smp.tokens.end());
+    lens.push_back(int64_t(smp.tokens.size()));
+  }
+  MoeTrace trace;
+  model.forward_packed(at::tensor(tokens, at::kLong), lens, &trace);
+  ASSERT_EQ(trace.router_logits.size(), size_t(mc.n_layers));
+  const at::Tensor aux = moe_load_balancing_loss(trace.router_logits, 2), z = moe_router_z_loss(trace.router_logits);
+  EXPECT_NEAR(m.at("train/moe_aux_loss"), aux.item<double>(), 1e-6);
+  EXPECT_NEAR(m.at("train/moe_z_loss"), z.item<double>(), 1e-6);
+  (0.1 * aux + 0.01 * z).backward();
+  for (const auto& p : model.parameters()) {
+    const at::Tensor extra = p.tensor.grad().defined() ? p.tensor.grad() : at::zeros_like(p.tensor);
+    EXPECT_TRUE(at::allclose(with.at(p.name) - plain.at(p.name), extra, 1e-4, 1e-7)) << p.name;
+  }
+  EXPECT_GT(with.at("model.layers.0.mlp.gate.weight").sub(plain.at("model.layers.0.mlp.gate.weight")).abs().max().item<double>(), 1e-6);
+}
+
 TEST(Trainer, NonFiniteStepsNeverReachTheWeightsOrACheckpoint) {
   TrainerConfig cfg;
   cfg.mode = "rl";
