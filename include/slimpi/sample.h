@@ -41,6 +41,10 @@ struct Sample {
   std::vector<float> rollout_log_probs;   // [R] fp32 from logits / temperature, over the sampling support
   std::vector<int32_t> sampling_support;  // [R] size of the top-k/top-p set the token was drawn from (0: whole vocab)
   std::vector<int64_t> weight_versions;   // [R] weights that produced each token
+  // Routing trace of a mixture-of-experts policy: the experts each token ran in every
+  // MoE layer, [n_routed × n_moe_layers × k] row-major, for the tokens the engine
+  // computed (n_routed = tokens − 1: the last sampled token never ran). Empty: dense model.
+  std::vector<int16_t> routing;
 
   // Reward (the router).
   float raw_reward = 0.0f;  // as the reward style returned it

@@ -223,6 +223,9 @@ std::vector<KeySpec> declare_keys() {
       bool_key("train.use_tis", false, "truncated importance sampling against the rollout log-probs"),
       float_key("train.tis_clip", 2.0, 0.0, 1e6, "", "TIS upper clamp"),
       float_key("train.tis_clip_low", 0.0, 0.0, 1e6, "", "TIS lower clamp"),
+      bool_key("train.routing_replay", false,
+               "MoE: Rollout Routing Replay: the trainer runs each token through the experts the engine chose "
+               "(rollouts.h5 routing), with its own router's weights over them"),
       float_key("train.moe_aux_loss_coef", 0.0, 0.0, 1e6, "",
                 "MoE load-balancing loss weight (transformers' load_balancing_loss_func over all MoE layers)"),
       float_key("train.moe_z_loss_coef", 0.0, 0.0, 1e6, "", "MoE router z-loss weight: mean over tokens of logsumexp(router logits)²"),

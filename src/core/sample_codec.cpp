@@ -17,6 +17,7 @@ std::string encode_samples(const std::vector<Sample>& samples) {
     w.put_vector(s.rollout_log_probs);
     w.put_vector(s.sampling_support);
     w.put_vector(s.weight_versions);
+    w.put_vector(s.routing);
     w.put(s.raw_reward);
     w.put(s.reward);
     w.put_vector(s.loss_mask);
@@ -42,6 +43,7 @@ std::vector<Sample> decode_samples(const std::string& bytes) {
     s.rollout_log_probs = r.get_vector<float>();
     s.sampling_support = r.get_vector<int32_t>();
     s.weight_versions = r.get_vector<int64_t>();
+    s.routing = r.get_vector<int16_t>();
     s.raw_reward = r.get<float>();
     s.reward = r.get<float>();
     s.loss_mask = r.get_vector<float>();

@@ -70,6 +70,7 @@ template <> hid_t native_type<float>() { return H5T_NATIVE_FLOAT; }
 template <> hid_t native_type<double>() { return H5T_NATIVE_DOUBLE; }
 template <> hid_t native_type<int8_t>() { return H5T_NATIVE_INT8; }
 template <> hid_t native_type<uint8_t>() { return H5T_NATIVE_UINT8; }
+template <> hid_t native_type<int16_t>() { return H5T_NATIVE_INT16; }
 template <> hid_t native_type<int32_t>() { return H5T_NATIVE_INT32; }
 template <> hid_t native_type<int64_t>() { return H5T_NATIVE_INT64; }
 template <> hid_t native_type<uint64_t>() { return H5T_NATIVE_UINT64; }

@@ -49,6 +49,10 @@ void RolloutLog::bind(bool create) {
   col(tokens_, "tokens");
   col(sampling_support_, "sampling_support");
   col(weight_versions_, "weight_versions");
+  // Files written before routing traces existed have no routing column: they go on
+  // without one (their runs are dense; a routed sample appended to them is refused).
+  has_routing_ = create || h5::exists(g, "routing");
+  if (has_routing_) col(routing_, "routing");
   token_columns_.clear();
   token_columns_.reserve(6);
   for (auto [name, field] : {std::pair{"rollout_log_probs", &Sample::rollout_log_probs},
@@ -122,6 +126,14 @@ void RolloutLog::append(const std::vector<Sample>& first, const std::vector<Samp
   std::vector<int64_t> versions, support_lengths, version_lengths;
   gather_token_field(rows, &Sample::sampling_support, "sampling_support", support, support_lengths);
   gather_token_field(rows, &Sample::weight_versions, "weight_versions", versions, version_lengths);
+  std::vector<int16_t> routing;
+  std::vector<int64_t> routing_lengths;
+  for (const Sample* s : rows) {
+    SLIMPI_CHECK(has_routing_ || s->routing.empty(),
+                 "this rollouts.h5 was written before routing traces existed and cannot hold them");
+    routing.insert(routing.end(), s->routing.begin(), s->routing.end());
+    routing_lengths.push_back(static_cast<int64_t>(s->routing.size()));
+  }
   std::vector<std::vector<float>> column_values(token_columns_.size());
   std::vector<std::vector<int64_t>> column_lengths(token_columns_.size());
   for (size_t c = 0; c < token_columns_.size(); ++c)
@@ -131,7 +143,9 @@ void RolloutLog::append(const std::vector<Sample>& first, const std::vector<Samp
   std::vector<std::vector<uint64_t>> counts{{first.size(), second.size()},
                                             values_per_part(token_lengths, first.size()),
                                             values_per_part(support_lengths, first.size()),
-                                            values_per_part(version_lengths, first.size())};
+                                            values_per_part(version_lengths, first.size()),
+                                            values_per_part(routing_lengths, first.size())};
+  // (Every rank counts the routing column, with or without one: the plan lines up.)
   for (const auto& l : column_lengths) counts.push_back(values_per_part(l, first.size()));
   const std::vector<h5::AppendPlan> plan = h5::plan_appends(file_.comm(), counts);
   const h5::AppendPlan& row_plan = plan[0];
@@ -149,8 +163,9 @@ void RolloutLog::append(const std::vector<Sample>& first, const std::vector<Samp
   tokens_.append(tokens.data(), token_lengths.data(), row_plan, plan[1]);
   sampling_support_.append(support.data(), support_lengths.data(), row_plan, plan[2]);
   weight_versions_.append(versions.data(), version_lengths.data(), row_plan, plan[3]);
+  if (has_routing_) routing_.append(routing.data(), routing_lengths.data(), row_plan, plan[4]);
   for (size_t c = 0; c < token_columns_.size(); ++c)
-    token_columns_[c].data.append(column_values[c].data(), column_lengths[c].data(), row_plan, plan[4 + c]);
+    token_columns_[c].data.append(column_values[c].data(), column_lengths[c].data(), row_plan, plan[5 + c]);
 }
 
 std::pair<uint64_t, uint64_t> RolloutLog::step_rows(int64_t step) const {
@@ -169,6 +184,7 @@ uint64_t RolloutLog::truncate_to_step(int64_t step) {
   tokens_.truncate_to(keep);
   sampling_support_.truncate_to(keep);
   weight_versions_.truncate_to(keep);
+  if (has_routing_) routing_.truncate_to(keep);
   for (auto& c : token_columns_) c.data.truncate_to(keep);
   file_.flush();
   return keep;
@@ -196,6 +212,8 @@ std::vector<Sample> RolloutLog::read_rows(uint64_t first, uint64_t count) const 
   auto tok = tokens_.read_values();
   auto sup = sampling_support_.read_values();
   auto ver = weight_versions_.read_values();
+  const std::vector<int64_t> rout_off = has_routing_ ? routing_.read_offsets() : std::vector<int64_t>(n_samples() + 1, 0);
+  const std::vector<int16_t> rout = has_routing_ ? routing_.read_values() : std::vector<int16_t>();
   std::vector<std::vector<int64_t>> col_off;
   std::vector<std::vector<float>> col_values;
   for (const auto& c : token_columns_) {
@@ -219,6 +237,7 @@ std::vector<Sample> RolloutLog::read_rows(uint64_t first, uint64_t count) const 
     s.prompt_length = prompt_len[k];
     s.sampling_support = csr_row(sup, sup_off, i);
     s.weight_versions = csr_row(ver, ver_off, i);
+    s.routing = csr_row(rout, rout_off, i);
     for (size_t c = 0; c < token_columns_.size(); ++c)
       s.*(token_columns_[c].field) = csr_row(col_values[c], col_off[c], i);
   }

@@ -6,6 +6,12 @@
 //   reward, raw_reward, advantage             float32 [n] (advantage: first response token's, as trained)
 //   status                                    int8 [n]   (attribute status_names)
 //   tokens/{values,offsets}                   int32 CSR: prompt + response token ids
+//   routing/{values,offsets}                  int16 CSR: a mixture-of-experts policy's
+//                                             experts per computed token, MoE layer and
+//                                             top-k slot (Sample::routing; a row holds
+//                                             (tokens − 1) × moe layers × k values, the
+//                                             shape from the deck's [model] keys; empty
+//                                             rows for dense models)
 // and per response token, CSR {values,offsets} (a row is empty where not computed):
 //   rollout_log_probs   float32  the engine's, over the sampling support
 //   sampling_support    int32    size of the top-k/top-p set each token was drawn from
@@ -74,6 +80,8 @@ class RolloutLog {
   h5::AppendableDataset<float> reward_, raw_reward_, advantage_;
   h5::AppendableDataset<int8_t> status_;
   h5::CsrDataset<int32_t> tokens_, sampling_support_;
+  h5::CsrDataset<int16_t> routing_;
+  bool has_routing_ = true;  // false: a file from before routing traces (dense runs)
   h5::CsrDataset<int64_t> weight_versions_;
   std::vector<TokenColumn> token_columns_;
 };

@@ -12,14 +12,15 @@ MoeLayerOutput moe_mlp(const at::Tensor& h, const MoeWeights& w, int64_t k, bool
   o.router_logits = at::linear(h, w.router).to(at::kFloat);  // [T, E]
   const at::Tensor probs = at::softmax(o.router_logits, -1);  // [T, E] fp32
   at::Tensor weights;                                         // [T, k]
+  std::tie(weights, o.routed) = at::topk(probs, k, -1);
+  o.chosen = o.routed;
   if (replay.defined()) {
     SLIMPI_CHECK(replay.dim() == 2 && replay.size(0) == T && replay.size(1) == k,
                  "routing replay: expert ids of shape [{}, {}] for {} tokens and top-{}",
                  replay.dim() > 0 ? replay.size(0) : 0, replay.dim() > 1 ? replay.size(1) : 0, T, k);
-    o.chosen = replay.to(at::kLong);
+    const at::Tensor given = replay.to(at::kLong);
+    o.chosen = at::where(given >= 0, given, o.routed);  // -1 rows: the router's own choice
     weights = probs.gather(1, o.chosen);
-  } else {
-    std::tie(weights, o.chosen) = at::topk(probs, k, -1);
   }
   if (norm_topk_prob) weights = weights / weights.sum(-1, /*keepdim=*/true);
   weights = weights.to(h.scalar_type());

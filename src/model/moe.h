@@ -8,7 +8,8 @@
 // weighted outputs are added back per token with one index_add.
 // Replay (Rollout Routing Replay): given expert ids [T, k], the layer runs those experts
 // instead of its own top-k, with weights from its own router: p gathered at the given
-// ids (renormalised when norm_topk_prob), as slime's R3 does.
+// ids (renormalised when norm_topk_prob), as slime's R3 does. A row of -1 routes that
+// token by the router (a token the engine never ran: a sequence's last).
 // Auxiliary losses over the router logits of every MoE layer of a forward:
 //   load balancing (transformers' load_balancing_loss_func, no attention mask): with the
 //     layers' tokens together, E · Σ_j Σ_e f_je · P_e, f_je = share of tokens whose j-th
@@ -32,6 +33,7 @@ struct MoeWeights {
 struct MoeLayerOutput {
   at::Tensor out;            // [T, d] in h's dtype
   at::Tensor chosen;         // [T, k] int64: the experts each token ran
+  at::Tensor routed;         // [T, k] int64: the router's own top-k (= chosen unless replaying)
   at::Tensor router_logits;  // [T, E] fp32 (autograd through the router)
 };
 

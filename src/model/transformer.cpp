@@ -164,6 +164,8 @@ KvCache KvCache::allocate(const ModelConfig& cfg, int64_t n_slots, const at::Ten
     c.k.push_back(at::zeros({n_slots, cfg.n_kv_heads, cfg.head_dim()}, options));
     c.v.push_back(at::zeros({n_slots, cfg.n_kv_heads, cfg.head_dim()}, options));
   }
+  if (cfg.n_experts > 0)
+    c.routing = at::full({n_slots, cfg.n_moe_layers(), cfg.n_experts_per_tok}, -1, options.dtype(at::kShort));
   return c;
 }
 
@@ -311,11 +313,12 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const AttentionLayout&
   if (moe) {
     moe->router_logits.clear();
     moe->chosen = at::Tensor();
+    moe->routed = at::Tensor();
     SLIMPI_CHECK(!moe->replay.defined() || (moe->replay.dim() == 3 && moe->replay.size(0) == T &&
                                             moe->replay.size(1) == cfg_.n_moe_layers()),
                  "routing replay: expert ids for {} tokens and {} MoE layers expected", T, cfg_.n_moe_layers());
   }
-  std::vector<at::Tensor> chosen;  // per MoE layer [T, k]
+  std::vector<at::Tensor> chosen, own;  // per MoE layer [T, k]: experts run, the router's own top-k
   int64_t moe_layer = 0;
   // In a bf16 forward every weight is used as its bf16 rounding, as autocast does for
   // the matrix products: the embedding and the norm weights too, so fp32 masters
@@ -426,11 +429,15 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const AttentionLayout&
     x = x + routed.out;
     if (moe) {
       chosen.push_back(routed.chosen);
+      own.push_back(routed.routed);
       moe->router_logits.push_back(routed.router_logits);
     }
     ++moe_layer;
   }
-  if (moe && !chosen.empty()) moe->chosen = at::stack(chosen, 1);  // [T, n_moe_layers, k]
+  if (moe && !chosen.empty()) {
+    moe->chosen = at::stack(chosen, 1);  // [T, n_moe_layers, k]
+    moe->routed = at::stack(own, 1);
+  }
   x = rms_norm(x, as_used(final_norm_), cfg_.rms_norm_eps);
   return at::linear(x, lm_head_).to(at::kFloat);  // [T, V]
 }

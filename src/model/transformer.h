@@ -48,6 +48,9 @@ struct KvCache {
   // path, and prefill chunks with a cached past): [rows, n_kv_heads, D] each, re-used by
   // every layer and step, grown only when a call needs more rows.
   at::Tensor gathered_k, gathered_v;
+  // Mixture-of-experts policies: the experts each slot's token ran, kept with its K/V so
+  // that tokens served from the prefix cache still have their routing trace.
+  at::Tensor routing;  // [n_slots, n_moe_layers, k] int16 (undefined for dense models)
   static KvCache allocate(const ModelConfig& cfg, int64_t n_slots, const at::TensorOptions& options);
   int64_t n_slots() const { return k.empty() ? 0 : k[0].size(0); }
 };
@@ -63,8 +66,9 @@ struct CachedSequence {
 // engine records as routing traces, what a trainer replays (Rollout Routing Replay), and
 // the router logits the auxiliary losses need.
 struct MoeTrace {
-  at::Tensor replay;                      // in, optional: [T, n_moe_layers, k] int64 experts to run
+  at::Tensor replay;                      // in, optional: [T, n_moe_layers, k] int64 experts to run (-1: route)
   at::Tensor chosen;                      // out: [T, n_moe_layers, k] int64 experts each token ran
+  at::Tensor routed;                      // out: [T, n_moe_layers, k] the routers' own top-k
   std::vector<at::Tensor> router_logits;  // out: n_moe_layers x [T, E] fp32, with autograd
 };
 

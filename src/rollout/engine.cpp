@@ -172,6 +172,8 @@ std::vector<std::unique_ptr<Engine::Sequence>> Engine::fork(std::unique_ptr<Sequ
         cache_.k[l].narrow(0, int64_t(dst) * bs, bs).copy_(cache_.k[l].narrow(0, int64_t(src) * bs, bs));
         cache_.v[l].narrow(0, int64_t(dst) * bs, bs).copy_(cache_.v[l].narrow(0, int64_t(src) * bs, bs));
       }
+      if (cache_.routing.defined())
+        cache_.routing.narrow(0, int64_t(dst) * bs, bs).copy_(cache_.routing.narrow(0, int64_t(src) * bs, bs));
       s->blocks.push_back(dst);
     }
     out.push_back(std::move(s));
@@ -216,6 +218,14 @@ Sample Engine::to_sample(Sequence& seq) const {
   const bool truncated_support = std::any_of(seq.support.begin(), seq.support.end(), [](int32_t k) { return k > 0; });
   if (truncated_support) s.sampling_support = seq.support;
   s.weight_versions = seq.versions;
+  if (cache_.routing.defined() && seq.n_computed > 0) {  // the routing of every computed token
+    const int64_t bs = cfg_.block_size;
+    std::vector<int64_t> slots;
+    for (int64_t p = 0; p < seq.n_computed; ++p) slots.push_back(int64_t(seq.blocks[p / bs]) * bs + p % bs);
+    const at::Tensor rows =
+        cache_.routing.index_select(0, at::tensor(slots, at::kLong).to(cache_.routing.device())).cpu().contiguous();
+    s.routing.assign(rows.data_ptr<int16_t>(), rows.data_ptr<int16_t>() + rows.numel());
+  }
   return s;
 }
 
@@ -277,6 +287,10 @@ std::vector<Sample> Engine::step() {
   }
   const auto long_opts = at::TensorOptions().dtype(at::kLong);
   const at::Tensor host_slots = at::tensor(all_slots, long_opts);
+  std::vector<int64_t> new_slots;  // the slots of the tokens this forward computes, in `flat` order
+  for (size_t i = 0; i < batch.size(); ++i)
+    new_slots.insert(new_slots.end(), all_slots.begin() + slot_ranges[i].first + batch[i].first->n_computed,
+                     all_slots.begin() + slot_ranges[i].first + slot_ranges[i].second);
   std::vector<CachedSequence> seqs;
   for (size_t i = 0; i < batch.size(); ++i)
     seqs.push_back({batch[i].first->n_computed, batch[i].second,
@@ -286,7 +300,13 @@ std::vector<Sample> Engine::step() {
   {
     at::NoGradGuard no_grad;
     ForwardPrecision precision(precision_, model_.device());
-    logits = model_.forward_incremental(at::tensor(flat, long_opts).to(model_.device()), seqs, cache_);  // [T, V]
+    MoeTrace trace;  // a mixture-of-experts policy's routing, kept per slot like K/V
+    const bool moe = cache_.routing.defined();
+    logits = model_.forward_incremental(at::tensor(flat, long_opts).to(model_.device()), seqs, cache_,
+                                        moe ? &trace : nullptr);  // [T, V]
+    if (moe)
+      cache_.routing.index_copy_(0, at::tensor(new_slots, long_opts).to(cache_.routing.device()),
+                                 trace.chosen.to(at::kShort));
   }
   stats_.forward_s += forward_clock.seconds();
   stats_.forward_tokens += static_cast<int64_t>(flat.size());

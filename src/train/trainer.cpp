@@ -1,5 +1,7 @@
 #include "train/trainer.h"
 
+#include <fmt/format.h>
+
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -64,6 +66,30 @@ PackedBatch pack(const std::vector<Sample>& samples, const std::vector<int64_t>&
 
 // The model's logits [T, V] (fp32) for a packed micro-batch, its forward in `precision`
 // (the scope of the autocast region is the forward alone; losses stay outside).
+// The micro-batch's rollout routing traces packed like its tokens: [T, n_moe_layers, k]
+// int64, -1 where a sample has none (its last token; a sample without a trace).
+at::Tensor packed_routing(const std::vector<Sample>& samples, const std::vector<int64_t>& which,
+                          const ModelConfig& cfg, const at::Device& device) {
+  const int64_t L = cfg.n_moe_layers(), k = cfg.n_experts_per_tok, width = L * k;
+  int64_t T = 0;
+  for (int64_t i : which) T += static_cast<int64_t>(samples[i].tokens.size());
+  at::Tensor out = at::full({T, L, k}, -1, at::kLong);
+  int64_t row = 0;
+  for (int64_t i : which) {
+    const Sample& s = samples[i];
+    const int64_t rows = static_cast<int64_t>(s.routing.size()) / width;
+    SLIMPI_CHECK(int64_t(s.routing.size()) == rows * width && rows <= int64_t(s.tokens.size()),
+                 "sample (group {}, index {}): a routing trace of {} ids does not fit {} tokens x {} MoE layers x "
+                 "top-{}",
+                 s.group_index, s.index, s.routing.size(), s.tokens.size(), L, k);
+    if (rows > 0)
+      out.narrow(0, row, rows).copy_(at::tensor(std::vector<int64_t>(s.routing.begin(), s.routing.end()), at::kLong)
+                                         .view({rows, L, k}));
+    row += static_cast<int64_t>(s.tokens.size());
+  }
+  return out.to(device);
+}
+
 at::Tensor packed_logits(const Transformer& model, const PackedBatch& b, Precision precision,
                          MoeTrace* moe = nullptr) {
   ForwardPrecision scope(precision, model.device());
@@ -145,6 +171,11 @@ TrainerConfig TrainerConfig::from_deck(const Deck& deck) {
   c.kl_coef = deck.get_float("train.kl_coef");
   c.gamma = deck.get_float("train.gamma");
   c.entropy_coef = deck.get_float("train.entropy_coef");
+  c.routing_replay = deck.get_bool("train.routing_replay");
+  if (c.routing_replay && deck.get_int("model.n_experts") == 0)
+    SLIMPI_FAIL_ALL("train.routing_replay ({}) replays the experts of a mixture-of-experts policy, but model.n_experts "
+                    "= 0 ({})",
+                    deck.source("train.routing_replay"), deck.source("model.n_experts"));
   c.moe_aux_loss_coef = deck.get_float("train.moe_aux_loss_coef");
   c.moe_z_loss_coef = deck.get_float("train.moe_z_loss_coef");
   if (deck.get_int("model.n_experts") == 0)
@@ -229,7 +260,9 @@ void Trainer::compute_log_probs(std::vector<Sample>& samples, bool reference) co
   for (const auto& s : samples) lengths.push_back(static_cast<int64_t>(s.tokens.size()));
   for (const auto& which : plan_micro_batches(lengths, cfg_.n_micro_batches, cfg_.max_tokens_per_micro_batch)) {
     PackedBatch b = pack(samples, which, model.device());
-    const at::Tensor logits = packed_logits(model, b, cfg_.precision);
+    MoeTrace trace;  // train.routing_replay: the rollout's experts in every trainer forward
+    if (cfg_.routing_replay) trace.replay = packed_routing(samples, which, model.config(), model.device());
+    const at::Tensor logits = packed_logits(model, b, cfg_.precision, cfg_.routing_replay ? &trace : nullptr);
     at::Tensor logp = score_tokens(logits, response_positions(b.tokens, b.seq_lens, b.prompt_lens),
                                    cfg_.temperature, false, b.support).logp.cpu().contiguous();
     int64_t start = 0;
@@ -321,9 +354,19 @@ std::map<std::string, double> Trainer::train_step(std::vector<Sample>& local) {
   // the same on every rank, including a rank that holds no sample this step.
   MetricSums sums;
   for (const char* k : {"train/loss", "train/entropy_loss"}) sums.add_value(k, 0.0);
-  const bool moe = policy_.config().n_experts > 0;
-  if (moe)
-    for (const char* k : {"train/moe_aux_loss", "train/moe_z_loss"}) sums.add_value(k, 0.0);
+  const ModelConfig& mc = policy_.config();
+  const bool moe = mc.n_experts > 0;
+  std::vector<int64_t> moe_layers;  // model layer of each MoE layer
+  for (int64_t l = 0; l < mc.n_layers; ++l)
+    if (mc.is_moe_layer(l)) moe_layers.push_back(l);
+  if (moe) {
+    for (const char* k : {"train/moe_aux_loss", "train/moe_z_loss", "train/routing_matches", "train/routing_positions"})
+      sums.add_value(k, 0.0);
+    for (int64_t l : moe_layers) {
+      sums.add_value(fmt::format("train/routing_matches/layer_{}", l), 0.0);
+      sums.add_value(fmt::format("train/routing_positions/layer_{}", l), 0.0);
+    }
+  }
   if (rl) {
     for (const char* k : {"train/pg_loss", "train/pg_clipfrac", "train/ppo_kl", "train/train_rollout_logprob_abs_diff"})
       sums.add_value(k, 0.0);
@@ -342,7 +385,24 @@ std::map<std::string, double> Trainer::train_step(std::vector<Sample>& local) {
     const std::vector<int64_t>& which = plan[micro];
     PackedBatch b = pack(local, which, device);
     MoeTrace trace;
+    at::Tensor rollout_routing;  // [T, L, k] the engine's experts, -1 where none
+    if (moe) rollout_routing = packed_routing(local, which, mc, device);
+    if (cfg_.routing_replay) trace.replay = rollout_routing;
     const at::Tensor logits = packed_logits(policy_, b, cfg_.precision, moe ? &trace : nullptr);  // [T, V] fp32
+    if (moe) {
+      // Routing agreement: token-layer positions where the trainer's router picks the
+      // same set of experts the engine ran (before any replay).
+      const at::Tensor valid = rollout_routing.select(2, 0) >= 0;  // [T, L]
+      const at::Tensor same =
+          std::get<0>(trace.routed.sort(-1)).eq(std::get<0>(rollout_routing.sort(-1))).all(-1) & valid;
+      const at::Tensor per_layer_same = same.sum(0).to(at::kDouble), per_layer_valid = valid.sum(0).to(at::kDouble);
+      sums.add_tensor("train/routing_matches", per_layer_same.sum());
+      sums.add_tensor("train/routing_positions", per_layer_valid.sum());
+      for (size_t j = 0; j < moe_layers.size(); ++j) {
+        sums.add_tensor(fmt::format("train/routing_matches/layer_{}", moe_layers[j]), per_layer_same[j]);
+        sums.add_tensor(fmt::format("train/routing_positions/layer_{}", moe_layers[j]), per_layer_valid[j]);
+      }
+    }
     TokenLogProbs lp = score_tokens(logits, response_positions(b.tokens, b.seq_lens, b.prompt_lens),
                                     cfg_.temperature, /*with_entropy=*/true, b.support);
     // Reducer weights [N]: m / (D_i · n_samples) per rollout, or m / n_masked per token.
@@ -440,6 +500,17 @@ std::map<std::string, double> Trainer::train_step(std::vector<Sample>& local) {
   grads_.all_reduce(dp_);
   const double grad_norm = grads_.global_norm();
   std::map<std::string, double> metrics = sums.reduce(dp_);
+  if (moe) {  // counts over every rank -> shares (none when no sample carried a trace)
+    auto share = [&](const std::string& matches, const std::string& positions, const std::string& name) {
+      if (metrics[positions] > 0) metrics[name] = metrics[matches] / metrics[positions];
+      metrics.erase(matches);
+      metrics.erase(positions);
+    };
+    share("train/routing_matches", "train/routing_positions", "train/routing_agreement");
+    for (int64_t l : moe_layers)
+      share(fmt::format("train/routing_matches/layer_{}", l), fmt::format("train/routing_positions/layer_{}", l),
+            fmt::format("train/routing_agreement_by_layer/{}", l));
+  }
   const double lr = cfg_.lr.at(optimizer_.n_steps());
   // Megatron's check for NaN in loss and gradients: a non-finite step never reaches the
   // weights. Loss and norm are reduced values, the same on every dp rank.

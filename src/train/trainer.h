@@ -45,6 +45,7 @@ struct TrainerConfig {
   double kl_coef = 0.0;  // reward-side KL (reinforce_plus_plus estimators)
   double gamma = 1.0;    // discount of reinforce_plus_plus returns
   double entropy_coef = 0.0;
+  bool routing_replay = false;     // MoE: every forward runs the experts the rollout's tokens ran (R3)
   double moe_aux_loss_coef = 0.0;  // MoE policies: load-balancing and router z-loss weights
   double moe_z_loss_coef = 0.0;
   bool use_tis = false;
