@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# A mixture-of-experts policy (8 experts, top-2, both layers sparse) through RL, on a
+# reward it learns from (digit_reward.py):
+#  * routing traces: every sample in rollouts.h5 carries (tokens − 1) x 2 layers x 2
+#    expert ids, each in [0, 8); with fp32 rollout and training the trainer's routers
+#    pick exactly the engine's experts at each rollout's first optimizer step
+#    (train_step/0/routing_agreement = 1 every step);
+#  * a bf16 rollout routes some tokens elsewhere (agreement < 1); Rollout Routing Replay
+#    (train.routing_replay) lowers the train/rollout log-prob gap of the same run;
+#  * debug.train_only replays the recorded samples, traces included, bit for bit (every
+#    train/ metric of a replayed run with routing replay equals the recorded run's);
+#  * the traces are the same at np 2 colocated and np 4 split (same seeds, same tokens);
+#  * one_step_off with an MoE policy resumes bit for bit (the pending batch keeps its traces);
+#  * train.routing_replay and the router-loss coefficients on a dense model are refused.
+# Usage: moe_runs.sh SLIMPI ROOT "MPIRUN FLAGS"
+set -euo pipefail
+slimpi=$1; root=$2; mpirun=$3
+out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
+cd "$root"
+compare="/usr/bin/python3 $root/tests/regression/compare_runs.py"
+moe=(--set run.n_steps=4 --set model.n_experts=8 --set model.n_experts_per_tok=2 --set model.moe_intermediate_size=32
+     --set model.init_std=0.2 --set train.moe_aux_loss_coef=0.01 --set reward.style=command
+     --set "reward.command=/usr/bin/python3 $root/tests/regression/digit_reward.py")
+
+run() {  # NP NAME [--set ...]
+  local np=$1 name=$2; shift 2
+  $mpirun -np "$np" "$slimpi" run inputs/smoke_rl.toml "${moe[@]}" --set run.dir="$out/$name" "$@" \
+    >>"$out/$name.log" 2>&1 || { cat "$out/$name.log"; exit 1; }
+}
+
+run 4 fp32 --set eval.path=
+run 4 bf16 --set eval.path= --set rollout.precision=bf16
+run 4 bf16_replay --set eval.path= --set rollout.precision=bf16 --set train.routing_replay=true
+run 2 colocated --set eval.path= --set parallel.placement=colocate
+/usr/bin/python3 - "$out" <<'PY'
+import sys
+import h5py
+import numpy as np
+out = sys.argv[1]
+
+def traces(run):
+    with h5py.File(f"{out}/{run}/rollouts.h5") as f:
+        s = f["samples"]
+        return (s["tokens/values"][:], s["tokens/offsets"][:], s["routing/values"][:], s["routing/offsets"][:],
+                s["group_index"][:], s["index"][:], s["step"][:])
+
+tok, toff, rout, roff, group, index, step = traces("fp32")
+assert len(roff) > 1
+for i in range(len(roff) - 1):
+    n_tokens = toff[i + 1] - toff[i]
+    assert roff[i + 1] - roff[i] == (n_tokens - 1) * 2 * 2, (i, roff[i + 1] - roff[i], n_tokens)
+assert rout.min() >= 0 and rout.max() < 8 and len(np.unique(rout)) > 4, np.unique(rout)
+
+def metric(run, name):
+    with h5py.File(f"{out}/{run}/metrics.h5") as f:
+        return f["steps/" + name][:4]
+
+# At a rollout's first optimizer step the trainer holds the weights the engine sampled
+# with (its second step has moved them: train/routing_agreement averages both).
+agree = metric("fp32", "train_step/0/routing_agreement")
+assert np.all(agree == 1.0), agree
+for l in (0, 1):
+    assert np.all(metric("fp32", f"train_step/0/routing_agreement_by_layer/{l}") == 1.0)
+assert np.all(metric("fp32", "train/routing_agreement") <= 1.0)
+bf16 = metric("bf16", "train_step/0/routing_agreement")
+assert np.all(bf16 < 1.0) and np.all(bf16 > 0.5), bf16
+gap, gap_replay = (metric(r, "train/train_rollout_logprob_abs_diff").mean() for r in ("bf16", "bf16_replay"))
+assert gap_replay < gap, (gap_replay, gap)
+print(f"moe_runs: agreement fp32 1.0, bf16 rollout {bf16.mean():.4f}; train/rollout log-prob gap {gap:.4g} -> "
+      f"{gap_replay:.4g} with routing replay")
+
+# np 2 colocated and np 4 split: same samples (in order of group and index), same traces.
+def by_key(run):
+    tok, toff, rout, roff, group, index, step = traces(run)
+    return {(int(step[i]), int(group[i]), int(index[i])): (tok[toff[i]:toff[i + 1]].tolist(),
+                                                           rout[roff[i]:roff[i + 1]].tolist())
+            for i in range(len(group))}
+a, b = by_key("fp32"), by_key("colocated")
+assert a.keys() == b.keys() and all(a[k] == b[k] for k in a), "traces differ between np 4 split and np 2 colocate"
+print(f"moe_runs: {len(a)} samples with identical tokens and routing traces at np 4 split and np 2 colocated")
+PY
+
+echo "== debug.train_only replays the recorded traces"
+run 4 replay_recorded --set train.routing_replay=true
+run 4 replay_again --set train.routing_replay=true --set debug.train_only=true \
+  --set debug.load_rollouts="$out/replay_recorded/rollouts.h5"
+/usr/bin/python3 - "$out" <<'PY'
+import sys
+import h5py
+import numpy as np
+out = sys.argv[1]
+with h5py.File(f"{out}/replay_recorded/metrics.h5") as a, h5py.File(f"{out}/replay_again/metrics.h5") as b:
+    train = [c for c in a["steps"].attrs["columns"].decode().split() if c.startswith("train/")]
+    assert "train/routing_agreement" in train and "train/moe_aux_loss" in train, train
+    for c in train:
+        assert np.array_equal(a["steps/" + c][:], b["steps/" + c][:], equal_nan=True), c
+print(f"moe_runs: debug.train_only with routing replay equals the recorded run on {len(train)} train/ metrics")
+PY
+
+echo "== one_step_off with an MoE policy: 2 + 2 job steps = 4 straight"
+run 4 async --set train.async=one_step_off
+run 4 async_chunked --set train.async=one_step_off --set run.job_steps=2
+run 4 async_chunked --set train.async=one_step_off --set run.job_steps=2
+$compare "$out/async" "$out/async_chunked"
+
+echo "== refused on a dense model"
+for key in train.routing_replay=true train.moe_aux_loss_coef=0.1; do
+  if $mpirun -np 2 "$slimpi" run inputs/smoke_rl.toml --set "$key" --set run.dir="$out/dense" >"$out/dense.log" 2>&1; then
+    cat "$out/dense.log"; echo "FAIL: $key on a dense model ran"; exit 1
+  fi
+  grep -q "model.n_experts = 0 (default)" "$out/dense.log" || { cat "$out/dense.log"; exit 1; }
+done
+echo "moe_runs: OK"
