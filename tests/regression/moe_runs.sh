@@ -10,6 +10,7 @@
 #  * debug.train_only replays the recorded samples, traces included, bit for bit (every
 #    train/ metric of a replayed run with routing replay equals the recorded run's);
 #  * the traces are the same at np 2 colocated and np 4 split (same seeds, same tokens);
+#  * postprocess/moe_routing.py prints and plots expert load and agreement from the files;
 #  * one_step_off with an MoE policy resumes bit for bit (the pending batch keeps its traces);
 #  * train.routing_replay and the router-loss coefficients on a dense model are refused.
 # Usage: moe_runs.sh SLIMPI ROOT "MPIRUN FLAGS"
@@ -79,6 +80,14 @@ a, b = by_key("fp32"), by_key("colocated")
 assert a.keys() == b.keys() and all(a[k] == b[k] for k in a), "traces differ between np 4 split and np 2 colocate"
 print(f"moe_runs: {len(a)} samples with identical tokens and routing traces at np 4 split and np 2 colocated")
 PY
+
+echo "== postprocess/moe_routing.py: expert load and agreement from the files alone"
+/usr/bin/python3 postprocess/moe_routing.py "$out/bf16" --out "$out/moe.png" | tee "$out/moe.txt"
+grep -q "8 experts, top-2, MoE layers \[0, 1\]; 4 steps of routing traces" "$out/moe.txt"
+grep -q "^layer 1: load imbalance" "$out/moe.txt"
+grep -q "^routing agreement at each rollout's first optimizer step: 0: 0\.9" "$out/moe.txt"
+[ "$(head -c 8 "$out/moe.png" | od -An -tx1 | tr -d ' \n')" = "89504e470d0a1a0a" ] || { echo "FAIL: not a PNG"; exit 1; }
+if /usr/bin/python3 postprocess/moe_routing.py "$out/dense_run_missing" >/dev/null 2>&1; then echo "FAIL: a non-run"; exit 1; fi
 
 echo "== debug.train_only replays the recorded traces"
 run 4 replay_recorded --set train.routing_replay=true
