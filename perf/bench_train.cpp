@@ -15,10 +15,12 @@
 //   BM_PackedAttentionUnpaddedVsPadded  16 sequences of 32..2048 tokens, a small model:
 //                          packed attention without padding vs the padded batch (time
 //                          and peak memory ratios).
+//   BM_MoeLayerVsMatmul    one MoE layer forward + backward vs torch matmul on its GEMMs.
 // Models: "10M" (d 320, 8 layers) and "50M" (d 640, 10 layers). Threads: $SLIMPI_THREADS
 // (default 1). Run: build/perf/bench_train [--benchmark_filter=10M]
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/grad_mode.h>
 #include <benchmark/benchmark.h>
 
 #include <malloc.h>
@@ -30,6 +32,7 @@
 #include <functional>
 
 #include "alternate.h"
+#include "model/moe.h"
 #include "train/trainer.h"
 
 namespace slimpi::perf {
@@ -257,11 +260,67 @@ void BM_PackedAttentionUnpaddedVsPadded(benchmark::State& state) {
   state.counters["padded_over_unpadded_peak"] = double(padded_peak) / double(std::max<int64_t>(unpadded_peak, 1));
 }
 
+// One MoE layer (model/moe.h), forward and backward, on 4096 tokens of width 512 routed
+// to 2 of 8 experts of width 1024, against the bound: torch's matmul on the same GEMMs
+// (per expert, its own rows: the three forward products and the six backward ones) with
+// the rows the router gave, measured alternately. Counters: moe_ms, gemm_ms and
+// moe_vs_matmul = gemm time / MoE time (the share of matmul FLOP/s the layer reaches).
+void BM_MoeLayerVsMatmul(benchmark::State& state) {
+  const int64_t T = 4096, d = 512, f = 1024, E = 8, k = 2;
+  at::Generator g = at::detail::createCPUGenerator(3);
+  auto param = [&](std::vector<int64_t> shape) {
+    return (at::randn(shape, g) * 0.05).set_requires_grad(true);
+  };
+  MoeWeights w;
+  w.router = param({E, d});
+  for (int64_t e = 0; e < E; ++e) {
+    w.gate.push_back(param({f, d}));
+    w.up.push_back(param({f, d}));
+    w.down.push_back(param({d, f}));
+  }
+  const at::Tensor h = at::randn({T, d}, g).set_requires_grad(true);
+  auto moe = [&] {
+    MoeLayerOutput o = moe_mlp(h, w, k, true);
+    o.out.sum().backward();
+  };
+  std::vector<int64_t> rows;  // the router's rows per expert
+  {
+    at::NoGradGuard no_grad;
+    const at::Tensor counts = at::bincount(moe_mlp(h, w, k, true).chosen.reshape({-1}), {}, E);
+    for (int64_t e = 0; e < E; ++e) rows.push_back(counts[e].item<int64_t>());
+  }
+  std::vector<at::Tensor> xs, dys, dhs;
+  for (int64_t n : rows) {
+    xs.push_back(at::randn({n, d}, g));
+    dys.push_back(at::randn({n, d}, g));
+    dhs.push_back(at::randn({n, f}, g));
+  }
+  auto gemms = [&] {
+    at::NoGradGuard no_grad;
+    for (int64_t e = 0; e < E; ++e) {
+      const at::Tensor &x = xs[e], &dy = dys[e], &dh = dhs[e];
+      at::Tensor a = at::mm(x, w.gate[e].t()), b = at::mm(x, w.up[e].t());  // forward: gate, up
+      at::Tensor y = at::mm(dh, w.down[e].t());                             // forward: down
+      at::mm(dy, w.down[e]);                                                 // backward of down: dX, dW
+      at::mm(dy.t(), dh);
+      at::mm(dh, w.gate[e]), at::mm(dh.t(), x);                              // backward of gate
+      at::mm(dh, w.up[e]), at::mm(dh.t(), x);                                // backward of up
+      benchmark::DoNotOptimize(a.data_ptr<float>() + b.numel() + y.numel());
+    }
+  };
+  moe();  // warm up
+  const AbSeconds s = alternate(state, wall_seconds, moe, gemms);
+  state.counters["moe_ms"] = 1e3 * s.a / double(state.iterations());
+  state.counters["gemm_ms"] = 1e3 * s.b / double(state.iterations());
+  state.counters["moe_vs_matmul"] = s.b / s.a;
+}
+
 BENCHMARK(BM_TrainStep)->Arg(10)->Arg(50)->Iterations(3)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_TrainStepBf16VsFp32)->Arg(50)->Iterations(4)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_GpuTrainStepBf16)->Iterations(3)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_PackedAttentionUnpaddedVsPadded)->Iterations(2)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_PackedVsPadded)->Iterations(3)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_MoeLayerVsMatmul)->Iterations(6)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace slimpi::perf
