@@ -143,6 +143,24 @@ TEST(Trainer, SaveLoadThenStepIsBitIdenticalToStraightSteps) {
   std::filesystem::remove(path);
 }
 
+// Log-probs [R] of a sample's response tokens under `model`, one sequence alone (autograd on).
+at::Tensor response_logp(const Transformer& model, const Sample& s) {
+  at::Tensor tokens = at::tensor(s.tokens, at::kLong);
+  at::Tensor logits = model.forward_packed(tokens, {int64_t(s.tokens.size())});
+  return score_tokens(logits, response_positions(tokens, {int64_t(s.tokens.size())}, {s.prompt_length}), 1.0, false)
+      .logp;
+}
+
+// The trainer's gradients equal the ones computed by hand on an identical model.
+void expect_same_gradients(const Transformer& model, const Transformer& reference) {
+  for (size_t i = 0; i < model.parameters().size(); ++i) {
+    const at::Tensor& got = model.parameters()[i].tensor.grad();
+    const at::Tensor& want = reference.parameters()[i].tensor.grad();
+    EXPECT_TRUE(at::allclose(got, want, 1e-4, 1e-6)) << model.parameters()[i].name << " max |diff| "
+                                                    << (got - want).abs().max().item<double>();
+  }
+}
+
 TEST(Trainer, RlStepWithRatioOneHasTheReinforceGradientAndLogsSlimeMetrics) {
   TrainerConfig cfg;
   cfg.mode = "rl";
@@ -160,11 +178,7 @@ TEST(Trainer, RlStepWithRatioOneHasTheReinforceGradientAndLogsSlimeMetrics) {
   Transformer reference(small_model(), 5, at::kCPU);
   for (size_t i = 0; i < samples.size(); ++i) {
     const Sample& s = samples[i];
-    at::Tensor tokens = at::tensor(s.tokens, at::kLong);
-    at::Tensor logits = reference.forward_packed(tokens, {int64_t(s.tokens.size())});
-    at::Tensor logp = score_tokens(logits, response_positions(tokens, {int64_t(s.tokens.size())}, {s.prompt_length}),
-                                   1.0, false)
-                          .logp;
+    const at::Tensor logp = response_logp(reference, s);
     at::Tensor adv = at::tensor(s.advantages);
     ((-adv * logp).mean() / double(samples.size())).backward();
   }
@@ -178,12 +192,7 @@ TEST(Trainer, RlStepWithRatioOneHasTheReinforceGradientAndLogsSlimeMetrics) {
     s.old_log_probs.clear();  // one step per rollout: the step's forward supplies them (ρ = 1)
   }
   auto m = trainer.train_step(samples);
-  for (size_t i = 0; i < model.parameters().size(); ++i) {
-    const at::Tensor& got = model.parameters()[i].tensor.grad();
-    const at::Tensor& want = reference.parameters()[i].tensor.grad();
-    EXPECT_TRUE(at::allclose(got, want, 1e-4, 1e-6)) << model.parameters()[i].name << " max |diff| "
-                                                    << (got - want).abs().max().item<double>();
-  }
+  expect_same_gradients(model, reference);
   EXPECT_GT(m["train/grad_norm"], 1e-3);
   EXPECT_LT(std::abs(m["train/ppo_kl"]), 1e-8);
   EXPECT_EQ(m["train/pg_clipfrac"], 0.0);
@@ -220,20 +229,11 @@ TEST(Trainer, MisRejectedTokensLeaveTheLossNumeratorsNotTheDenominators) {
   Transformer reference(small_model(), 5, at::kCPU);
   for (size_t i : {0, 2}) {
     const Sample& s = samples[i];
-    at::Tensor tokens = at::tensor(s.tokens, at::kLong);
-    at::Tensor logits = reference.forward_packed(tokens, {int64_t(s.tokens.size())});
-    at::Tensor logp = score_tokens(logits, response_positions(tokens, {int64_t(s.tokens.size())}, {s.prompt_length}),
-                                   1.0, false)
-                          .logp;
+    const at::Tensor logp = response_logp(reference, s);
     ((-std::exp(-0.01) * logp).mean() / 4.0).backward();
   }
   auto m = trainer.train_step(samples);
-  for (size_t i = 0; i < model.parameters().size(); ++i) {
-    const at::Tensor& got = model.parameters()[i].tensor.grad();
-    const at::Tensor& want = reference.parameters()[i].tensor.grad();
-    EXPECT_TRUE(at::allclose(got, want, 1e-4, 1e-6)) << model.parameters()[i].name << " max |diff| "
-                                                    << (got - want).abs().max().item<double>();
-  }
+  expect_same_gradients(model, reference);
   EXPECT_NEAR(m["train/mis_tis_mask_fraction_low"], 0.5, 1e-6);  // over all tokens, before rejection
   EXPECT_NEAR(m["train/ois"], 1.0, 1e-6);
   EXPECT_NEAR(m["train/mis_kl"], (0.01 + 1.0) / 2, 1e-5);
