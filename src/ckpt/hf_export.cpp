@@ -42,15 +42,22 @@ int64_t parse_byte_size(const std::string& text) {
 std::string hf_config_json(const ModelConfig& cfg, const std::string& dtype, const HfSpecialIds& ids) {
   SLIMPI_CHECK(cfg.qkv_bias || !cfg.o_bias,
                "export: an o_proj bias without q/k/v biases has no Hugging Face architecture");
-  SLIMPI_CHECK(cfg.n_experts == 0 || cfg.qk_norm,
-               "a mixture-of-experts model exports as Qwen3MoeForCausalLM, which has q/k norms "
-               "(model.qk_norm = true)");
-  const bool moe = cfg.n_experts > 0;
-  const char* arch = moe                             ? "Qwen3MoeForCausalLM"
+  const bool moe = cfg.n_experts > 0, shared = cfg.shared_expert_intermediate_size > 0;
+  // Mixture of experts: Qwen3-MoE (q/k norms, no shared expert) or Qwen2-MoE (a gated
+  // shared expert, no q/k norms, no o bias).
+  SLIMPI_CHECK(!moe || (cfg.qk_norm && !shared) || (!cfg.qk_norm && shared && !cfg.o_bias),
+               "a mixture-of-experts model exports as Qwen3MoeForCausalLM (model.qk_norm = true, no shared expert) "
+               "or Qwen2MoeForCausalLM (a shared expert, no q/k norms, no o bias)");
+  const char* arch = moe && shared                   ? "Qwen2MoeForCausalLM"
+                     : moe                           ? "Qwen3MoeForCausalLM"
                      : cfg.qk_norm                   ? "Qwen3ForCausalLM"
                      : cfg.qkv_bias && !cfg.o_bias ? "Qwen2ForCausalLM"
                                                      : "LlamaForCausalLM";
-  const char* type = moe ? "qwen3_moe" : cfg.qk_norm ? "qwen3" : cfg.qkv_bias && !cfg.o_bias ? "qwen2" : "llama";
+  const char* type = moe && shared                   ? "qwen2_moe"
+                     : moe                           ? "qwen3_moe"
+                     : cfg.qk_norm                   ? "qwen3"
+                     : cfg.qkv_bias && !cfg.o_bias ? "qwen2"
+                                                     : "llama";
   SLIMPI_CHECK(!cfg.qk_norm || cfg.qkv_bias == cfg.o_bias,
                "export: Qwen3 has biases on all of q/k/v/o or none (model.qkv_bias = {}, model.o_bias = {})",
                cfg.qkv_bias, cfg.o_bias);
@@ -81,8 +88,12 @@ std::string hf_config_json(const ModelConfig& cfg, const std::string& dtype, con
     j["norm_topk_prob"] = cfg.norm_topk_prob;
     j["decoder_sparse_step"] = cfg.moe_layer_freq;
     j["mlp_only_layers"] = nlohmann::json::array();
+    if (shared) {
+      j["shared_expert_intermediate_size"] = cfg.shared_expert_intermediate_size;
+      j["qkv_bias"] = cfg.qkv_bias;
+    }
   }
-  if (std::string(type) != "qwen2") j["attention_bias"] = cfg.qkv_bias;
+  if (std::string(type) != "qwen2" && std::string(type) != "qwen2_moe") j["attention_bias"] = cfg.qkv_bias;
   if (std::string(type) == "llama") j["mlp_bias"] = false;
   if (cfg.rope_scaling == "linear") {
     j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", cfg.rope_factor}};

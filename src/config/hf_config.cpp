@@ -122,12 +122,13 @@ Resolution resolve(const std::string& file, const json& c) {
     arch = (*it)[0].get<std::string>();
   const std::string model_type = c.value("model_type", std::string());
   const bool llama = arch == "LlamaForCausalLM" || (arch.empty() && model_type == "llama");
-  const bool qwen2 = arch == "Qwen2ForCausalLM" || (arch.empty() && model_type == "qwen2");
+  const bool qwen2_moe = arch == "Qwen2MoeForCausalLM" || (arch.empty() && model_type == "qwen2_moe");
+  const bool qwen2 = qwen2_moe || arch == "Qwen2ForCausalLM" || (arch.empty() && model_type == "qwen2");
   const bool qwen3_moe = arch == "Qwen3MoeForCausalLM" || (arch.empty() && model_type == "qwen3_moe");
   const bool qwen3 = qwen3_moe || arch == "Qwen3ForCausalLM" || (arch.empty() && model_type == "qwen3");
   if (!llama && !qwen2 && !qwen3) {
     r.fail("architecture '{}' (model_type '{}') is not supported: LlamaForCausalLM, Qwen2ForCausalLM, "
-           "Qwen3ForCausalLM, Qwen3MoeForCausalLM", arch, model_type);
+           "Qwen3ForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM", arch, model_type);
     return r;
   }
   auto required = [&](const char* field, const char* key) {  // a positive integer
@@ -151,7 +152,10 @@ Resolution resolve(const std::string& file, const json& c) {
   resolve_rope(c, r);
   r.set("model.rms_norm_eps", get_float(c, "rms_norm_eps").value_or(1e-6), "rms_norm_eps");
   r.set("model.tie_word_embeddings", get_bool(c, "tie_word_embeddings").value_or(false), "tie_word_embeddings");
-  if (qwen2) {
+  if (qwen2_moe) {
+    r.set("model.qkv_bias", get_bool(c, "qkv_bias").value_or(true), "qkv_bias");
+    r.set("model.o_bias", false, "architectures (Qwen2-MoE: no o bias)");
+  } else if (qwen2) {
     r.set("model.qkv_bias", true, "architectures (Qwen2: q/k/v biases)");
     r.set("model.o_bias", false, "architectures (Qwen2: no o bias)");
   } else {
@@ -174,7 +178,7 @@ Resolution resolve(const std::string& file, const json& c) {
       }
   if (get_float(c, "attention_dropout").value_or(0.0) != 0.0) r.fail("attention_dropout != 0 is not supported");
   if (get_float(c, "partial_rotary_factor").value_or(1.0) != 1.0) r.fail("partial_rotary_factor != 1 is not supported");
-  if (qwen3_moe) {
+  if (qwen3_moe || qwen2_moe) {
     // transformers 5 names the expert count num_local_experts, 4 num_experts.
     const char* experts = c.contains("num_local_experts") ? "num_local_experts" : "num_experts";
     required(experts, "model.n_experts");
@@ -187,10 +191,13 @@ Resolution resolve(const std::string& file, const json& c) {
     if (auto it = c.find("mlp_only_layers"); it != c.end() && it->is_array() && !it->empty())
       r.fail("mlp_only_layers = {} is not supported (every (l + 1) % decoder_sparse_step == 0 layer is sparse)",
              it->dump());
+    if (qwen2_moe) required("shared_expert_intermediate_size", "model.shared_expert_intermediate_size");
+    else r.set("model.shared_expert_intermediate_size", int64_t(0), "architectures (Qwen3-MoE: no shared expert)");
   } else {
     for (const char* moe : {"num_experts", "num_local_experts", "n_routed_experts"})
       if (get_int(c, moe).value_or(0) > 0)
-        r.fail("'{}' > 0: of the mixture-of-experts architectures only Qwen3MoeForCausalLM is supported", moe);
+        r.fail("'{}' > 0: of the mixture-of-experts architectures only Qwen2MoeForCausalLM and Qwen3MoeForCausalLM "
+               "are supported", moe);
   }
   return r;
 }

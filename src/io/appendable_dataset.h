@@ -93,6 +93,10 @@ class CsrDataset {
   // Independent reads.
   std::vector<int64_t> read_offsets() const { return offsets_.read(); }
   std::vector<T> read_values() const { return values_.read(); }
+  // The values of rows [first, first + n) given the column's offsets: a slice, not the column.
+  std::vector<T> read_values(const std::vector<int64_t>& offsets, uint64_t first, uint64_t n) const {
+    return values_.read(uint64_t(offsets[first]), uint64_t(offsets[first + n] - offsets[first]));
+  }
   std::vector<T> read_row(uint64_t row) const;
 
  private:

@@ -90,12 +90,6 @@ std::vector<uint64_t> values_per_part(const std::vector<int64_t>& lengths, size_
   return out;
 }
 
-// Row i of a CSR dataset read whole.
-template <class T>
-std::vector<T> csr_row(const std::vector<T>& values, const std::vector<int64_t>& offsets, size_t i) {
-  return std::vector<T>(values.begin() + offsets[i], values.begin() + offsets[i + 1]);
-}
-
 }  // namespace
 
 void RolloutLog::append(const std::vector<Sample>& first, const std::vector<Sample>& second) {
@@ -207,19 +201,25 @@ std::vector<Sample> RolloutLog::read_rows(uint64_t first, uint64_t count) const 
   auto prompt_len = prompt_length_.read(first, count), response_len = response_length_.read(first, count);
   auto reward = reward_.read(first, count), raw = raw_reward_.read(first, count);
   auto status = status_.read(first, count);
+  // Each CSR column: its offsets whole (8 bytes a row), its values only for these rows;
+  // row_of indexes them from the first row's offset.
   auto tok_off = tokens_.read_offsets(), sup_off = sampling_support_.read_offsets();
   auto ver_off = weight_versions_.read_offsets();
-  auto tok = tokens_.read_values();
-  auto sup = sampling_support_.read_values();
-  auto ver = weight_versions_.read_values();
+  auto tok = tokens_.read_values(tok_off, first, count);
+  auto sup = sampling_support_.read_values(sup_off, first, count);
+  auto ver = weight_versions_.read_values(ver_off, first, count);
   const std::vector<int64_t> rout_off = has_routing_ ? routing_.read_offsets() : std::vector<int64_t>(n_samples() + 1, 0);
-  const std::vector<int16_t> rout = has_routing_ ? routing_.read_values() : std::vector<int16_t>();
+  const std::vector<int16_t> rout = has_routing_ ? routing_.read_values(rout_off, first, count) : std::vector<int16_t>();
   std::vector<std::vector<int64_t>> col_off;
   std::vector<std::vector<float>> col_values;
   for (const auto& c : token_columns_) {
     col_off.push_back(c.data.read_offsets());
-    col_values.push_back(c.data.read_values());
+    col_values.push_back(c.data.read_values(col_off.back(), first, count));
   }
+  auto row_of = [&](const auto& values, const std::vector<int64_t>& offsets, size_t i) {
+    using V = typename std::decay_t<decltype(values)>::value_type;
+    return std::vector<V>(values.begin() + (offsets[i] - offsets[first]), values.begin() + (offsets[i + 1] - offsets[first]));
+  };
   std::vector<Sample> out(count);
   for (size_t k = 0; k < out.size(); ++k) {
     const size_t i = first + k;
@@ -233,13 +233,13 @@ std::vector<Sample> RolloutLog::read_rows(uint64_t first, uint64_t count) const 
     SLIMPI_CHECK(tok_off[i + 1] - tok_off[i] == prompt_len[k] + response_len[k],
                  "rollouts.h5 row {}: tokens row has {} ids, lengths say {} + {}", i, tok_off[i + 1] - tok_off[i],
                  prompt_len[k], response_len[k]);
-    s.tokens.assign(tok.begin() + tok_off[i], tok.begin() + tok_off[i + 1]);
+    const std::vector<int32_t> ids = row_of(tok, tok_off, i);
+    s.tokens.assign(ids.begin(), ids.end());
     s.prompt_length = prompt_len[k];
-    s.sampling_support = csr_row(sup, sup_off, i);
-    s.weight_versions = csr_row(ver, ver_off, i);
-    s.routing = csr_row(rout, rout_off, i);
-    for (size_t c = 0; c < token_columns_.size(); ++c)
-      s.*(token_columns_[c].field) = csr_row(col_values[c], col_off[c], i);
+    s.sampling_support = row_of(sup, sup_off, i);
+    s.weight_versions = row_of(ver, ver_off, i);
+    s.routing = row_of(rout, rout_off, i);
+    for (size_t c = 0; c < token_columns_.size(); ++c) s.*(token_columns_[c].field) = row_of(col_values[c], col_off[c], i);
   }
   return out;
 }

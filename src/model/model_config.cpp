@@ -42,7 +42,8 @@ int64_t ModelConfig::matmul_params() const {
   const int64_t d = hidden_size, q = n_heads * head_dim(), kv = n_kv_heads * head_dim();
   const int64_t attention = d * q + 2 * d * kv + q * d;  // q, k, v, o
   const int64_t mlp = 3 * d * intermediate_size;        // gate, up, down
-  const int64_t moe = d * n_experts + n_experts_per_tok * 3 * d * moe_intermediate_size;  // router + top-k experts
+  const int64_t shared = shared_expert_intermediate_size > 0 ? 3 * d * shared_expert_intermediate_size + d : 0;
+  const int64_t moe = d * n_experts + n_experts_per_tok * 3 * d * moe_intermediate_size + shared;  // router, top-k, shared
   const int64_t n_moe = n_moe_layers();
   return n_layers * attention + (n_layers - n_moe) * mlp + n_moe * moe + vocab_size * d;  // + LM head
 }
@@ -53,7 +54,8 @@ int64_t ModelConfig::n_params() const {
                             (qk_norm ? 2 * head_dim() : 0);
   const int64_t n_moe = n_moe_layers();
   const int64_t mlps = (n_layers - n_moe) * 3 * d * intermediate_size +
-                       n_moe * (d * n_experts + n_experts * 3 * d * moe_intermediate_size);
+                       n_moe * (d * n_experts + n_experts * 3 * d * moe_intermediate_size +
+                                (shared_expert_intermediate_size > 0 ? 3 * d * shared_expert_intermediate_size + d : 0));
   return vocab_size * d * (tie_word_embeddings ? 1 : 2) + n_layers * per_layer + mlps + d;
 }
 
@@ -86,6 +88,7 @@ ModelConfig ModelConfig::from_deck(const Deck& deck) {
   if (c.moe_intermediate_size == 0) c.moe_intermediate_size = c.intermediate_size;
   c.norm_topk_prob = deck.get_bool("model.norm_topk_prob");
   c.moe_layer_freq = deck.get_int("model.moe_layer_freq");
+  c.shared_expert_intermediate_size = deck.get_int("model.shared_expert_intermediate_size");
   if (c.n_experts > 0 && c.n_experts_per_tok > c.n_experts)
     SLIMPI_FAIL_ALL("model.n_experts_per_tok = {} ({}) exceeds model.n_experts = {} ({})", c.n_experts_per_tok,
                     deck.source("model.n_experts_per_tok"), c.n_experts, deck.source("model.n_experts"));

@@ -41,14 +41,17 @@ struct ModelConfig {
   bool qkv_bias = false;
   bool o_bias = false;
   bool qk_norm = false;
-  // Mixture of experts (Qwen3-MoE): sparse layers route each token to n_experts_per_tok
-  // of n_experts SwiGLU experts of width moe_intermediate_size (softmax router, top-k,
-  // renormalised when norm_topk_prob); the other layers keep the dense MLP.
+  // Mixture of experts (Qwen3-MoE, Qwen2-MoE): sparse layers route each token to
+  // n_experts_per_tok of n_experts SwiGLU experts of width moe_intermediate_size (softmax
+  // router, top-k, renormalised when norm_topk_prob), plus, with
+  // shared_expert_intermediate_size > 0, a shared expert behind a sigmoid gate; the other
+  // layers keep the dense MLP.
   int64_t n_experts = 0;  // 0: every layer dense
   int64_t n_experts_per_tok = 2;
   int64_t moe_intermediate_size = 0;
   bool norm_topk_prob = true;
   int64_t moe_layer_freq = 1;
+  int64_t shared_expert_intermediate_size = 0;  // Qwen2-MoE's gated shared expert (0: none)
 
   int64_t head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : hidden_size / n_heads; }
   bool is_moe_layer(int64_t layer) const { return n_experts > 0 && (layer + 1) % moe_layer_freq == 0; }

@@ -20,6 +20,9 @@ MoeLayerOutput moe_mlp(const at::Tensor& h, const MoeWeights& w, int64_t k, bool
                  replay.dim() > 0 ? replay.size(0) : 0, replay.dim() > 1 ? replay.size(1) : 0, T, k);
     const at::Tensor given = replay.to(at::kLong);
     o.chosen = at::where(given >= 0, given, o.routed);  // -1 rows: the router's own choice
+    // Checked before any kernel indexes with them (on a GPU a bad id is a device assert).
+    SLIMPI_CHECK(T == 0 || (given.min().item<int64_t>() >= -1 && o.chosen.max().item<int64_t>() < E),
+                 "routing replay: expert ids outside [0, {}) (or -1: route)", E);
     weights = probs.gather(1, o.chosen);
   }
   if (norm_topk_prob) weights = weights / weights.sum(-1, /*keepdim=*/true);
@@ -30,7 +33,6 @@ MoeLayerOutput moe_mlp(const at::Tensor& h, const MoeWeights& w, int64_t k, bool
   const at::Tensor order = at::argsort(expert_of_pair, /*stable=*/true, 0, false);  // [T·k]
   const at::Tensor token_of_pair = at::floor_divide(order, k);                     // [T·k] sorted
   const at::Tensor counts = at::bincount(expert_of_pair, {}, E).cpu();             // [E]
-  SLIMPI_CHECK(counts.sum().item<int64_t>() == T * k, "MoE: expert ids outside [0, {})", E);
   const at::Tensor x = h.index_select(0, token_of_pair);                           // [T·k, d]
   std::vector<at::Tensor> ys;
   int64_t start = 0;
@@ -43,6 +45,9 @@ MoeLayerOutput moe_mlp(const at::Tensor& h, const MoeWeights& w, int64_t k, bool
   }
   const at::Tensor y = at::cat(ys) * weights.reshape({-1}).index_select(0, order).unsqueeze(1);  // [T·k, d]
   o.out = at::zeros_like(h).index_add(0, token_of_pair, y);
+  if (w.shared_gate.defined())
+    o.out = o.out + at::sigmoid(at::linear(h, w.shared_gate)) *
+                        at::linear(at::silu(at::linear(h, w.shared_gate_proj)) * at::linear(h, w.shared_up), w.shared_down);
   return o;
 }
 

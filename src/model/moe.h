@@ -3,7 +3,8 @@
 //   p = softmax(z) in fp32;  (w, i) = top-k of p per token  [T, k]
 //   w /= Σ w  when norm_topk_prob
 //   out_t = Σ_j w_tj · down_e(silu(gate_e(h_t)) ⊙ up_e(h_t)),  e = i_tj
-// Dropless: every token runs its k experts. The token-expert pairs are sorted by expert,
+// Dropless: every token runs its k experts. With a shared expert (Qwen2-MoE) every token
+// also runs it, weighted by a sigmoid gate: out_t += σ(h_t · g) · SwiGLU_shared(h_t). The token-expert pairs are sorted by expert,
 // so each expert runs one GEMM over its rows (a loop over experts, not tokens), and the
 // weighted outputs are added back per token with one index_add.
 // Replay (Rollout Routing Replay): given expert ids [T, k], the layer runs those experts
@@ -28,10 +29,13 @@ struct MoeWeights {
   at::Tensor router;                    // [E, d]
   std::vector<at::Tensor> gate, up;     // E x [f, d]
   std::vector<at::Tensor> down;         // E x [d, f]
+  // Qwen2-MoE's shared expert (undefined: none): out += σ(h · shared_gate) · SwiGLU(h).
+  at::Tensor shared_gate_proj, shared_up, shared_down;  // [fs, d], [fs, d], [d, fs]
+  at::Tensor shared_gate;                               // [1, d]
 };
 
 struct MoeLayerOutput {
-  at::Tensor out;            // [T, d] in h's dtype
+  at::Tensor out;            // [T, d], h's dtype (the fp32 residual stream's, also in a bf16 forward)
   at::Tensor chosen;         // [T, k] int64: the experts each token ran
   at::Tensor routed;         // [T, k] int64: the router's own top-k (= chosen unless replaying)
   at::Tensor router_logits;  // [T, E] fp32 (autograd through the router)

@@ -231,6 +231,12 @@ Transformer::Transformer(const ModelConfig& cfg, uint64_t seed, const at::Device
         add(pe + "up_proj.weight", normal({fe, d}));
         add(pe + "down_proj.weight", normal({d, fe}));
       }
+      if (const int64_t fs = cfg.shared_expert_intermediate_size; fs > 0) {  // Qwen2-MoE
+        add(p + "mlp.shared_expert.gate_proj.weight", normal({fs, d}));
+        add(p + "mlp.shared_expert.up_proj.weight", normal({fs, d}));
+        add(p + "mlp.shared_expert.down_proj.weight", normal({d, fs}));
+        add(p + "mlp.shared_expert_gate.weight", normal({1, d}));
+      }
     } else {
       add(p + "mlp.gate_proj.weight", normal({f, d}));
       add(p + "mlp.up_proj.weight", normal({f, d}));
@@ -270,6 +276,12 @@ Transformer::Transformer(const ModelConfig& cfg, uint64_t seed, const at::Device
         lp.moe.gate.push_back(parameter(pe + "gate_proj.weight"));
         lp.moe.up.push_back(parameter(pe + "up_proj.weight"));
         lp.moe.down.push_back(parameter(pe + "down_proj.weight"));
+      }
+      if (cfg.shared_expert_intermediate_size > 0) {
+        lp.moe.shared_gate_proj = parameter(p + "mlp.shared_expert.gate_proj.weight");
+        lp.moe.shared_up = parameter(p + "mlp.shared_expert.up_proj.weight");
+        lp.moe.shared_down = parameter(p + "mlp.shared_expert.down_proj.weight");
+        lp.moe.shared_gate = parameter(p + "mlp.shared_expert_gate.weight");
       }
     } else {
       lp.gate = parameter(p + "mlp.gate_proj.weight");

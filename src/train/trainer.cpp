@@ -67,9 +67,11 @@ PackedBatch pack(const std::vector<Sample>& samples, const std::vector<int64_t>&
 // The model's logits [T, V] (fp32) for a packed micro-batch, its forward in `precision`
 // (the scope of the autocast region is the forward alone; losses stay outside).
 // The micro-batch's rollout routing traces packed like its tokens: [T, n_moe_layers, k]
-// int64, -1 where a sample has none (its last token; a sample without a trace).
+// int64, -1 where a sample has none (its last token; a sample without a trace). A trace
+// must hold (tokens − 1) rows of k distinct experts in [0, n_experts) per MoE layer;
+// `required`: every sample must have one (routing replay in RL).
 at::Tensor packed_routing(const std::vector<Sample>& samples, const std::vector<int64_t>& which,
-                          const ModelConfig& cfg, const at::Device& device) {
+                          const ModelConfig& cfg, const at::Device& device, bool required) {
   const int64_t L = cfg.n_moe_layers(), k = cfg.n_experts_per_tok, width = L * k;
   int64_t T = 0;
   for (int64_t i : which) T += static_cast<int64_t>(samples[i].tokens.size());
@@ -78,10 +80,20 @@ at::Tensor packed_routing(const std::vector<Sample>& samples, const std::vector<
   for (int64_t i : which) {
     const Sample& s = samples[i];
     const int64_t rows = static_cast<int64_t>(s.routing.size()) / width;
-    SLIMPI_CHECK(int64_t(s.routing.size()) == rows * width && rows <= int64_t(s.tokens.size()),
-                 "sample (group {}, index {}): a routing trace of {} ids does not fit {} tokens x {} MoE layers x "
-                 "top-{}",
-                 s.group_index, s.index, s.routing.size(), s.tokens.size(), L, k);
+    SLIMPI_CHECK((s.routing.empty() && !required) || (int64_t(s.routing.size()) == rows * width &&
+                                                       rows == int64_t(s.tokens.size()) - 1),
+                 "sample (step {}, group {}, index {}): a routing trace of {} expert ids for {} tokens; this model "
+                 "needs (tokens - 1) x {} MoE layers x top-{} (train.routing_replay replays them)",
+                 s.step, s.group_index, s.index, s.routing.size(), s.tokens.size(), L, k);
+    for (size_t j = 0; j < s.routing.size(); j += size_t(k))  // k distinct experts in range per token and layer
+      for (int64_t a = 0; a < k; ++a) {
+        const int16_t e = s.routing[j + size_t(a)];
+        SLIMPI_CHECK(e >= 0 && e < cfg.n_experts, "sample (step {}, group {}, index {}): routing trace names expert "
+                     "{}; the model has {}", s.step, s.group_index, s.index, e, cfg.n_experts);
+        for (int64_t b = 0; b < a; ++b)
+          SLIMPI_CHECK(s.routing[j + size_t(b)] != e, "sample (step {}, group {}, index {}): routing trace names "
+                       "expert {} twice for one token", s.step, s.group_index, s.index, e);
+      }
     if (rows > 0)
       out.narrow(0, row, rows).copy_(at::tensor(std::vector<int64_t>(s.routing.begin(), s.routing.end()), at::kLong)
                                          .view({rows, L, k}));
@@ -172,6 +184,10 @@ TrainerConfig TrainerConfig::from_deck(const Deck& deck) {
   c.gamma = deck.get_float("train.gamma");
   c.entropy_coef = deck.get_float("train.entropy_coef");
   c.routing_replay = deck.get_bool("train.routing_replay");
+  if (c.routing_replay && c.mode != "rl")
+    SLIMPI_FAIL_ALL("train.routing_replay ({}) replays the experts the rollout engine chose; train.mode = \"{}\" ({}) "
+                    "has no rollouts",
+                    deck.source("train.routing_replay"), c.mode, deck.source("train.mode"));
   if (c.routing_replay && deck.get_int("model.n_experts") == 0)
     SLIMPI_FAIL_ALL("train.routing_replay ({}) replays the experts of a mixture-of-experts policy, but model.n_experts "
                     "= 0 ({})",
@@ -261,7 +277,7 @@ void Trainer::compute_log_probs(std::vector<Sample>& samples, bool reference) co
   for (const auto& which : plan_micro_batches(lengths, cfg_.n_micro_batches, cfg_.max_tokens_per_micro_batch)) {
     PackedBatch b = pack(samples, which, model.device());
     MoeTrace trace;  // train.routing_replay: the rollout's experts in every trainer forward
-    if (cfg_.routing_replay) trace.replay = packed_routing(samples, which, model.config(), model.device());
+    if (cfg_.routing_replay) trace.replay = packed_routing(samples, which, model.config(), model.device(), true);
     const at::Tensor logits = packed_logits(model, b, cfg_.precision, cfg_.routing_replay ? &trace : nullptr);
     at::Tensor logp = score_tokens(logits, response_positions(b.tokens, b.seq_lens, b.prompt_lens),
                                    cfg_.temperature, false, b.support).logp.cpu().contiguous();
@@ -386,7 +402,7 @@ std::map<std::string, double> Trainer::train_step(std::vector<Sample>& local) {
     PackedBatch b = pack(local, which, device);
     MoeTrace trace;
     at::Tensor rollout_routing;  // [T, L, k] the engine's experts, -1 where none
-    if (moe) rollout_routing = packed_routing(local, which, mc, device);
+    if (moe) rollout_routing = packed_routing(local, which, mc, device, cfg_.routing_replay);
     if (cfg_.routing_replay) trace.replay = rollout_routing;
     const at::Tensor logits = packed_logits(policy_, b, cfg_.precision, moe ? &trace : nullptr);  // [T, V] fp32
     if (moe) {

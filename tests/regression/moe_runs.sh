@@ -6,7 +6,8 @@
 #    pick exactly the engine's experts at each rollout's first optimizer step
 #    (train_step/0/routing_agreement = 1 every step);
 #  * a bf16 rollout routes some tokens elsewhere (agreement < 1); Rollout Routing Replay
-#    (train.routing_replay) lowers the train/rollout log-prob gap of the same run;
+#    (train.routing_replay) lowers the train/rollout log-prob gap on the same rollouts
+#    (step 0, which the initial weights generated in both runs);
 #  * debug.train_only replays the recorded samples, traces included, bit for bit (every
 #    train/ metric of a replayed run with routing replay equals the recorded run's);
 #  * the traces are the same at np 2 colocated and np 4 split (same seeds, same tokens);
@@ -65,7 +66,8 @@ for l in (0, 1):
 assert np.all(metric("fp32", "train/routing_agreement") <= 1.0)
 bf16 = metric("bf16", "train_step/0/routing_agreement")
 assert np.all(bf16 < 1.0) and np.all(bf16 > 0.5), bf16
-gap, gap_replay = (metric(r, "train/train_rollout_logprob_abs_diff").mean() for r in ("bf16", "bf16_replay"))
+# Step 0: both runs trained on the same rollouts (the initial weights generated them).
+gap, gap_replay = (metric(r, "train_step/0/train_rollout_logprob_abs_diff")[0] for r in ("bf16", "bf16_replay"))
 assert gap_replay < gap, (gap_replay, gap)
 print(f"moe_runs: agreement fp32 1.0, bf16 rollout {bf16.mean():.4f}; train/rollout log-prob gap {gap:.4g} -> "
       f"{gap_replay:.4g} with routing replay")

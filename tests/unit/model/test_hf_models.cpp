@@ -94,7 +94,7 @@ TEST_P(GoldenLogits, ModelFromConfigJsonMatchesTransformers) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenLogits,
                          ::testing::Values("llama_gqa_untied", "llama3_rope_tied_bias_bf16_sharded",
                                            "qwen2_linear_rope_sharded", "qwen3_head_dim_bf16", "qwen3_tied",
-                                           "qwen3_moe", "qwen3_moe_step2_bf16"));
+                                           "qwen3_moe", "qwen3_moe_step2_bf16", "qwen2_moe_shared"));
 
 // Qwen3-MoE: every token's top-k experts in every sparse layer and the load-balancing
 // loss equal transformers'; replaying those experts gives the same logits, replaying
@@ -134,7 +134,7 @@ TEST_P(GoldenMoe, RoutingAndLoadBalancingLossMatchTransformers) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenMoe, ::testing::Values("qwen3_moe", "qwen3_moe_step2_bf16"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenMoe, ::testing::Values("qwen3_moe", "qwen3_moe_step2_bf16", "qwen2_moe_shared"));
 
 // fp16 checkpoints convert on load like bf16 ones: the fp32 fixture's tensors stored as
 // F16 give its golden logits to fp16 rounding.

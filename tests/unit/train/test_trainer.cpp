@@ -240,8 +240,8 @@ TEST(Trainer, MisRejectedTokensLeaveTheLossNumeratorsNotTheDenominators) {
 }
 
 // A mixture-of-experts policy: the step reports the routers' load-balancing and z-losses
-// of its forward, and their coefficients add exactly their gradients (the router weights
-// get gradient from the aux losses; the experts' do not).
+// of its forward, and their coefficients add exactly their gradients (through the
+// routers, and through everything before them).
 TEST(Trainer, MoeStepAddsTheRouterLossesWithTheirCoefficients) {
   ModelConfig mc = small_model();
   mc.n_experts = 4;
@@ -283,6 +283,43 @@ TEST(Trainer, MoeStepAddsTheRouterLossesWithTheirCoefficients) {
     EXPECT_TRUE(at::allclose(with.at(p.name) - plain.at(p.name), extra, 1e-4, 1e-7)) << p.name;
   }
   EXPECT_GT(with.at("model.layers.0.mlp.gate.weight").sub(plain.at("model.layers.0.mlp.gate.weight")).abs().max().item<double>(), 1e-6);
+}
+
+// Routing replay refuses traces that cannot be the engine's: missing, mis-sized, an
+// expert out of range, an expert twice for one token.
+TEST(Trainer, RoutingReplayRefusesBadTraces) {
+  ModelConfig mc = small_model();
+  mc.n_experts = 4;
+  mc.n_experts_per_tok = 2;
+  mc.moe_intermediate_size = 16;
+  TrainerConfig cfg;
+  cfg.mode = "rl";
+  cfg.routing_replay = true;
+  Transformer model(mc, 5, at::kCPU);
+  Trainer trainer(cfg, model, nullptr);
+  auto with_trace = [&](std::function<void(std::vector<int16_t>&)> edit) {
+    auto samples = random_samples(2, 3);
+    for (auto& s : samples) {
+      s.advantages.assign(s.response_length(), 1.0f);
+      for (size_t t = 0; t + 1 < s.tokens.size(); ++t)
+        for (int64_t l = 0; l < mc.n_layers; ++l) s.routing.insert(s.routing.end(), {int16_t(t % 4), int16_t((t + 1) % 4)});
+    }
+    edit(samples[1].routing);
+    return samples;
+  };
+  auto error_of = [&](std::vector<Sample> samples) -> std::string {
+    try {
+      trainer.train_step(samples);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_EQ(error_of(with_trace([](auto&) {})), "");
+  EXPECT_NE(error_of(with_trace([](auto& r) { r.clear(); })).find("a routing trace of 0 expert ids"), std::string::npos);
+  EXPECT_NE(error_of(with_trace([](auto& r) { r.resize(r.size() - 4); })).find("needs (tokens - 1)"), std::string::npos);
+  EXPECT_NE(error_of(with_trace([](auto& r) { r[2] = 4; })).find("names expert 4; the model has 4"), std::string::npos);
+  EXPECT_NE(error_of(with_trace([](auto& r) { r[1] = r[0]; })).find("twice for one token"), std::string::npos);
 }
 
 TEST(Trainer, NonFiniteStepsNeverReachTheWeightsOrACheckpoint) {
