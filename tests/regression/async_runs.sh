@@ -11,6 +11,8 @@
 #  * resume is bit for bit: 3 + 3 job steps, a finished 4-step run extended to 6, and
 #    kill -9 inside a checkpoint write then resume from the one before, equal the
 #    straight run (nothing lost, nothing trained twice);
+#  * a rollout rank killed (kill -9) in the middle of a run ends the job within 60 s,
+#    non-zero, naming the killed process, with no rank left behind;
 #  * refused with the reason: colocated placement, SFT, a debug mode, and a resume that
 #    changes train.async.
 # Usage: async_runs.sh SLIMPI ROOT "MPIRUN FLAGS"
@@ -107,6 +109,21 @@ wait "$job" 2>/dev/null || true
 run 4 kill9
 grep -q "resuming at step 2 from $out/kill9/ckpt/step_00000002" "$out/kill9.log"
 $compare "$out/straight" "$out/kill9"
+
+echo "== a rollout rank killed mid-run ends the job, with the rank named, within 60 s"
+$mpirun -np 4 "$slimpi" "${args[@]}" --set run.n_steps=200 --set run.dir="$out/crash" >"$out/crash.log" 2>&1 &
+job=$!
+for _ in $(seq 600); do grep -qF "step 2/200" "$out/crash.log" 2>/dev/null && break; sleep 0.1; done
+victim=$(pgrep -f "^[^ ]*slimpi run .*run.dir=$out/crash( |$)" | sort -n | tail -1)  # the last rank: a rollout rank
+[ -n "$victim" ] || { cat "$out/crash.log"; echo "FAIL: no rank to kill"; exit 1; }
+kill -9 "$victim"
+ended=0
+for _ in $(seq 600); do kill -0 "$job" 2>/dev/null || { ended=1; break; }; sleep 0.1; done
+[ $ended = 1 ] || { kill -9 "$job"; cat "$out/crash.log"; echo "FAIL: the job outlived a killed rank by 60 s"; exit 1; }
+if wait "$job"; then cat "$out/crash.log"; echo "FAIL: exit 0 after a rank was killed"; exit 1; fi
+grep -q "exited on signal 9" "$out/crash.log" || { cat "$out/crash.log"; echo "FAIL: no word of the killed rank"; exit 1; }
+if pgrep -f "run.dir=$out/crash" >/dev/null; then echo "FAIL: ranks outlived the job"; exit 1; fi
+echo "async_runs: a killed rollout rank ended the job: $(grep 'exited on signal 9' "$out/crash.log" | head -1)"
 
 echo "== refused"
 refused colocate 'with parallel.placement = "colocate" (--set) the same ranks do both' 2 \
