@@ -39,6 +39,9 @@ class Deck {
   const std::vector<std::string>& get_strings(const std::string& key) const;
   const std::string& source(const std::string& key) const;
   bool is_default(const std::string& key) const { return source(key) == "default"; }
+  // The key holds its schema default value, wherever it was written (a resolved deck
+  // writes every key): what "a key that would be ignored is set" checks ask.
+  bool has_default_value(const std::string& key) const;
 
   const std::map<std::string, DeckEntry>& entries() const { return entries_; }
 

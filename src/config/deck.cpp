@@ -40,6 +40,12 @@ const std::vector<std::string>& Deck::get_strings(const std::string& key) const 
 }
 const std::string& Deck::source(const std::string& key) const { return entry(key).source; }
 
+bool Deck::has_default_value(const std::string& key) const {
+  const KeySpec* spec = Schema::instance().find(key);
+  SLIMPI_CHECK(spec, "deck key '{}' is not in the schema", key);
+  return entry(key).value == spec->default_value;
+}
+
 std::string Deck::to_toml() const {
   // Tables in schema order, one line per key: `name = value  # source`.
   std::string out;

@@ -65,7 +65,7 @@ MismatchConfig MismatchConfig::from_deck(const Deck& deck) {
                             "train.mis_batch_normalize"};
   if (c.function != TisFunction::Mis) {
     for (const char* k : mis_keys)
-      if (!deck.is_default(k))
+      if (!deck.has_default_value(k))
         SLIMPI_FAIL_ALL("{} ({}) configures train.tis_function = \"mis\", but it is \"{}\" ({})", k, deck.source(k), f,
                         deck.source("train.tis_function"));
     if (c.tis_clip_low > c.tis_clip)
@@ -74,7 +74,7 @@ MismatchConfig MismatchConfig::from_deck(const Deck& deck) {
     return c;
   }
   for (const char* k : {"train.tis_clip", "train.tis_clip_low"})
-    if (!deck.is_default(k))
+    if (!deck.has_default_value(k))
       SLIMPI_FAIL_ALL("{} ({}) bounds the vanilla and icepop weights; train.tis_function = \"mis\" ({}) uses "
                       "train.mis_lower and train.mis_upper",
                       k, deck.source(k), deck.source("train.tis_function"));
@@ -89,7 +89,7 @@ MismatchConfig MismatchConfig::from_deck(const Deck& deck) {
   c.rs_upper = deck.get_float("train.mis_rs_upper") > 0 ? deck.get_float("train.mis_rs_upper") : c.upper;
   c.rs_veto = deck.get_float("train.mis_rs_veto");
   c.batch_normalize = deck.get_bool("train.mis_batch_normalize");
-  if (c.mode == MisMode::Truncate && !c.rs && !deck.is_default("train.mis_lower"))
+  if (c.mode == MisMode::Truncate && !c.rs && !deck.has_default_value("train.mis_lower"))
     SLIMPI_FAIL_ALL("train.mis_lower ({}) bounds the clip and mask modes and rejection sampling; train.mis_mode = "
                     "\"truncate\" ({}) only caps the weight at train.mis_upper",
                     deck.source("train.mis_lower"), deck.source("train.mis_mode"));
@@ -100,7 +100,7 @@ MismatchConfig MismatchConfig::from_deck(const Deck& deck) {
     SLIMPI_FAIL_ALL("train.mis_rs ({}) needs train.mis_rs_lower < train.mis_rs_upper ({} and {})",
                     deck.source("train.mis_rs"), c.rs_lower, c.rs_upper);
   for (const char* k : {"train.mis_rs_level", "train.mis_rs_lower", "train.mis_rs_upper", "train.mis_rs_veto"})
-    if (!c.rs && !deck.is_default(k))
+    if (!c.rs && !deck.has_default_value(k))
       SLIMPI_FAIL_ALL("{} ({}) configures rejection sampling, but train.mis_rs = false ({})", k, deck.source(k),
                       deck.source("train.mis_rs"));
   if (c.batch_normalize && c.level == MisLevel::Geometric)

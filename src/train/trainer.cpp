@@ -196,12 +196,12 @@ TrainerConfig TrainerConfig::from_deck(const Deck& deck) {
   c.moe_z_loss_coef = deck.get_float("train.moe_z_loss_coef");
   if (deck.get_int("model.n_experts") == 0)
     for (const char* k : {"train.moe_aux_loss_coef", "train.moe_z_loss_coef"})
-      if (!deck.is_default(k))
+      if (!deck.has_default_value(k))
         SLIMPI_FAIL_ALL("{} ({}) weighs a mixture-of-experts router loss, but model.n_experts = 0 ({})", k,
                         deck.source(k), deck.source("model.n_experts"));
   c.use_tis = deck.get_bool("train.use_tis");
   c.mismatch = MismatchConfig::from_deck(deck);
-  if (!c.use_tis && !deck.is_default("train.tis_function"))
+  if (!c.use_tis && !deck.has_default_value("train.tis_function"))
     SLIMPI_FAIL_ALL("train.tis_function ({}) is the correction of train.use_tis, which is false ({})",
                     deck.source("train.tis_function"), deck.source("train.use_tis"));
   c.calculate_per_token_loss = deck.get_bool("train.calculate_per_token_loss");
