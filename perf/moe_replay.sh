@@ -42,7 +42,8 @@ for run in ("dense", "moe", "moe_replay"):
     with h5py.File(f"{out}/{run}/metrics.h5") as f:
         cols = f["steps"].attrs["columns"].decode().split()
         get = lambda c: f["steps/" + c][:] if c in cols else np.full(len(f["steps/step"]), np.nan)
-        agree = np.nanmean(get("train_step/0/routing_agreement"))
+        a = get("train_step/0/routing_agreement")
+        agree = np.mean(a[np.isfinite(a)]) if np.isfinite(a).any() else float("nan")  # none for the dense model
         gap = np.nanmean(get("train/train_rollout_logprob_abs_diff"))
         kl = np.nanmean(get("train/ppo_kl"))
         r = get("rollout/raw_reward")
