@@ -1,5 +1,6 @@
-// Transformer — the decoder-only policy (Llama / Qwen2 / Qwen3 family) that the trainer and the
-// rollout engine both run: one implementation, so their log-probs agree.
+// Transformer — the decoder-only policy (Llama / Qwen2 / Qwen3 family, and their Qwen2-MoE /
+// Qwen3-MoE mixture-of-experts variants, model/moe.h) that the trainer and the rollout
+// engine both run: one implementation, so their log-probs agree.
 //
 // The model is a fixed, ordered list of named parameters (Hugging Face names, e.g.
 // "model.layers.0.self_attn.q_proj.weight") and two forwards over *packed* sequences

@@ -14,7 +14,7 @@
 // this with "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.").
 // A generation stops at the end-of-turn marker when the vocabulary has it as one token
 // (RolloutConfig adds its id to the stop ids); an SFT reply is trained up to and with
-// it, plus the vocabulary's EOS where the marker is not a stop id (the byte tokenizer).
+// it, plus the vocabulary's EOS where the marker is not one token (the byte tokenizer).
 // Roles: system, user, assistant, and tool (chatml and qwen3). Tool calls, multimodal
 // content and other roles are refused with a message, never rendered differently.
 // Pure functions; no state.

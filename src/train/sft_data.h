@@ -4,9 +4,9 @@
 // message list, or a string as one user message): either the response key holds the
 // reply, or (no response key on the line) the list's last message is the assistant's
 // reply. The prompt is the conversation before the reply rendered with the generation
-// prompt; the response is the rest of the whole conversation's rendering (the reply and
-// the template's end-of-turn tokens, e.g. "<|im_end|>\n"); only the response is trained
-// (earlier assistant turns are context, not targets).
+// prompt; the response is the rest of the whole conversation's rendering up to and with
+// the end-of-turn marker (e.g. "reply<|im_end|>"; + EOS where the vocabulary spells the
+// marker in pieces); only the response is trained (earlier assistant turns are context).
 // Epoch e is a permutation drawn from (seed, e); step s takes global_batch_size
 // consecutive entries of that order (crossing into the next epoch as needed); dp rank
 // r takes its contiguous share. The order is a pure function of (seed, step), so a
