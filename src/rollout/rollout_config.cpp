@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "core/log.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -38,7 +39,11 @@ RolloutConfig RolloutConfig::from_deck(const Deck& deck) {
   if (chat.enabled()) {
     const std::vector<int64_t> marker = c.tokenizer->encode_text(chat.end_of_turn());
     auto& stops = c.sampling.stop_token_ids;
-    if (marker.size() == 1 && std::find(stops.begin(), stops.end(), marker[0]) == stops.end()) stops.push_back(marker[0]);
+    if (marker.size() == 1 && std::find(stops.begin(), stops.end(), marker[0]) == stops.end()) {
+      stops.push_back(marker[0]);
+      log::info("data.chat_template = {}: {} (id {}) ends a generation too", chat_template_name(chat.chat_template),
+                chat.end_of_turn(), marker[0]);
+    }
   }
   c.n_samples_per_prompt = deck.get_int("rollout.n_samples_per_prompt");
   if (c.n_samples_per_prompt > c.engine.max_running)

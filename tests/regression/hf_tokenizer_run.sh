@@ -6,7 +6,8 @@
 # `slimpi generate` encodes prompts exactly as the `tokenizers` library does (ids of the
 # fixture cases) and stops on the tokenizer's EOS ids; the export carries the tokenizer
 # files and their special ids. Conversations (message lists, data.chat_template) are
-# encoded as transformers' apply_chat_template does and an RL step trains on them. A
+# encoded as transformers' apply_chat_template does and an RL step trains on them; with
+# a base tokenizer (EOS <|endoftext|> only) chat generations still stop at <|im_end|>. A
 # model too small for the tokenizer, a tokenizer.path without tokenizer.json, a message
 # list without a template or with an unknown role, and template options that do not fit
 # stop every rank cleanly.
@@ -140,6 +141,38 @@ for i in range(len(plen)):
     p = tok[off[i]:off[i] + plen[i]].tolist()
     assert p[0] == 1 and p.count(1) == 2, p
 print("hf_tokenizer_run: an RL step trained on qwen3-rendered prompts")
+PY
+
+# A base model's tokenizer ends generations at <|endoftext|> alone: with a chat template
+# its turn marker <|im_end|> (id 2) joins the stop ids, and no response runs past it.
+base="$out/base_model"
+cp -r "$model" "$base"
+/usr/bin/python3 - "$base" <<'PY'
+import json, sys
+d = sys.argv[1]
+g = json.load(open(f"{d}/generation_config.json")); g["eos_token_id"] = 0
+json.dump(g, open(f"{d}/generation_config.json", "w"))
+t = json.load(open(f"{d}/tokenizer_config.json")); t["eos_token"] = "<|endoftext|>"
+json.dump(t, open(f"{d}/tokenizer_config.json", "w"))
+PY
+$mpirun -np 2 "$slimpi" generate "$out/deck.toml" --set model.init_from="$base" --set data.path="$out/chat_prompts.jsonl" \
+  --set data.input_key=messages --set data.chat_template=chatml --set rollout.n_samples_per_prompt=4 \
+  --set rollout.max_new_tokens=48 --set run.dir="$out/chat_base" >"$out/chat_base.log" 2>&1 \
+  || { cat "$out/chat_base.log"; exit 1; }
+grep -q "stop at 0)" "$out/chat_base.log" && grep -q "data.chat_template = chatml: <|im_end|> (id 2) ends a generation too" \
+  "$out/chat_base.log" || { cat "$out/chat_base.log"; exit 1; }
+/usr/bin/python3 - "$out/chat_base/rollouts.h5" <<'PY'
+import sys
+import h5py
+with h5py.File(sys.argv[1]) as f:
+    s = f["samples"]
+    tok, off, plen, status = s["tokens/values"][:], s["tokens/offsets"][:], s["prompt_length"][:], s["status"][:]
+ended = 0
+for i in range(len(plen)):
+    response = tok[off[i] + plen[i]:off[i + 1]].tolist()
+    assert 2 not in response[:-1], response  # stopped at the first <|im_end|>
+    ended += response[-1] == 2
+print(f"hf_tokenizer_run: with a base tokenizer (EOS <|endoftext|>) {ended} of {len(plen)} chat responses ended at <|im_end|>")
 PY
 
 fails() {  # NAME PATTERN ARGS...
