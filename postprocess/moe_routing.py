@@ -40,7 +40,6 @@ def expert_load(path, layers, experts, k):
         if "routing" not in s:
             raise SystemExit(f"{path}: no routing traces (a run from before they were recorded)")
         step, values, offsets = s["step"][:], s["routing/values"][:], s["routing/offsets"][:]
-    width = len(layers) * k
     load = {}
     for st in np.unique(step):
         rows = np.nonzero(step == st)[0]
@@ -49,7 +48,6 @@ def expert_load(path, layers, experts, k):
         for j in range(len(layers)):
             counts[j] = np.bincount(ids[:, j, :].ravel(), minlength=experts)[:experts]
         load[int(st)] = counts
-    assert width > 0
     return load
 
 

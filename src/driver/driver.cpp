@@ -315,7 +315,7 @@ void Driver::eval(int64_t step) {
   if (step == 0 || (interval > 0 && step % interval == 0)) run_eval(step);
 }
 
-bool Driver::generates_next_batch(int64_t) const {
+bool Driver::generates_next_batch() const {
   // The last step too: its checkpoint then holds the next batch, so a run extended by
   // raising run.n_steps continues exactly as a longer straight run (one batch of extra
   // generation per run). Not once eval.stop_at_pass1 ended the run: nothing continues it.
@@ -328,7 +328,7 @@ void Driver::rollout(int64_t step) {
   if (!rollout_side_) return;
   if (!one_step_off_) {
     generate_batch(step, step_->generated);
-  } else if (generates_next_batch(step)) {
+  } else if (generates_next_batch()) {
     generate_batch(step + 1, step_->generated);  // with this step's weights, while the trainers train
   }
 }
@@ -545,7 +545,7 @@ void Driver::train(int64_t step) {
   step_metrics_["perf/train_rss_mb"] = double(resident_bytes()) / double(1 << 20);  // after the optimizer steps
 }
 
-void Driver::record(int64_t step) {
+void Driver::record(int64_t) {
   // rollouts.h5: every generated sample of the trained batch. First the trained ones,
   // each trainer appending its share with what training used (trainer order = training
   // order); then the router's filtered and surplus groups. One collective append.
@@ -561,7 +561,7 @@ void Driver::record(int64_t step) {
   // The batch generated this step is the next step's; every rank follows the rollout
   // ranks' prompt cursor (the checkpoint records it).
   *pending_ = std::move(step_->generated);
-  pending_ready_ = generates_next_batch(step);
+  pending_ready_ = generates_next_batch();
   int64_t cursor = prompt_source_->cursor();
   static const std::string cursor_context = "[record] the router's prompt cursor";
   WaitGuard guard({&cursor_context, "MPI_Bcast", 1, "i64", router_world_rank_});

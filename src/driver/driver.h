@@ -97,8 +97,8 @@ class Driver {
   void generate_batch(int64_t step, RolloutBatch& out);
   void postprocess_batch_rewards(RolloutBatch& batch);  // router: group post-processing
   RolloutBatch& batch_to_train();  // sync: this step's; one_step_off: the pending one
-  // one_step_off: whether step `step` generates the batch of step + 1.
-  bool generates_next_batch(int64_t step) const;
+  // one_step_off: whether this step generates the next step's batch.
+  bool generates_next_batch() const;
   // The policy's weights to the engines as `version` (split: bucketed broadcast).
   void push_weights(int64_t version);
   // one_step_off checkpoints: the router writes / reads the pending batch.

@@ -46,6 +46,8 @@ struct Engine::Sequence {
   bool is_group() const { return sample_index < 0; }
   int64_t n_response() const { return static_cast<int64_t>(tokens.size()) - prompt_length; }
   int64_t pending() const { return static_cast<int64_t>(tokens.size()) - n_computed; }
+  // The KV cache slot of position p (blocks of block_size slots).
+  int64_t slot(int64_t p, int64_t block_size) const { return int64_t(blocks[p / block_size]) * block_size + p % block_size; }
 };
 
 Engine::Engine(const EngineConfig& cfg, const Transformer& model)
@@ -221,7 +223,7 @@ Sample Engine::to_sample(Sequence& seq) const {
   if (cache_.routing.defined() && seq.n_computed > 0) {  // the routing of every computed token
     const int64_t bs = cfg_.block_size;
     std::vector<int64_t> slots;
-    for (int64_t p = 0; p < seq.n_computed; ++p) slots.push_back(int64_t(seq.blocks[p / bs]) * bs + p % bs);
+    for (int64_t p = 0; p < seq.n_computed; ++p) slots.push_back(seq.slot(p, bs));
     const at::Tensor rows =
         cache_.routing.index_select(0, at::tensor(slots, at::kLong).to(cache_.routing.device())).cpu().contiguous();
     s.routing.assign(rows.data_ptr<int16_t>(), rows.data_ptr<int16_t>() + rows.numel());
@@ -281,7 +283,7 @@ std::vector<Sample> Engine::step() {
   for (auto [s, n] : batch) {
     flat.insert(flat.end(), s->tokens.begin() + s->n_computed, s->tokens.begin() + s->n_computed + n);
     slot_ranges.emplace_back(static_cast<int64_t>(all_slots.size()), s->n_computed + n);
-    for (int64_t p = 0; p < s->n_computed + n; ++p) all_slots.push_back(int64_t(s->blocks[p / bs]) * bs + p % bs);
+    for (int64_t p = 0; p < s->n_computed + n; ++p) all_slots.push_back(s->slot(p, bs));
     const bool decode = n == 1 && s->n_computed >= s->prompt_length;
     if (!decode) stats_.prefill_tokens_computed += n;  // prompts, and recomputation after preemption
   }

@@ -376,8 +376,7 @@ std::map<std::string, double> Trainer::train_step(std::vector<Sample>& local) {
   for (int64_t l = 0; l < mc.n_layers; ++l)
     if (mc.is_moe_layer(l)) moe_layers.push_back(l);
   if (moe) {
-    for (const char* k : {"train/moe_aux_loss", "train/moe_z_loss", "train/routing_matches", "train/routing_positions"})
-      sums.add_value(k, 0.0);
+    for (const char* k : {"train/moe_aux_loss", "train/moe_z_loss"}) sums.add_value(k, 0.0);
     for (int64_t l : moe_layers) {
       sums.add_value(fmt::format("train/routing_matches/layer_{}", l), 0.0);
       sums.add_value(fmt::format("train/routing_positions/layer_{}", l), 0.0);
@@ -412,8 +411,6 @@ std::map<std::string, double> Trainer::train_step(std::vector<Sample>& local) {
       const at::Tensor same =
           std::get<0>(trace.routed.sort(-1)).eq(std::get<0>(rollout_routing.sort(-1))).all(-1) & valid;
       const at::Tensor per_layer_same = same.sum(0).to(at::kDouble), per_layer_valid = valid.sum(0).to(at::kDouble);
-      sums.add_tensor("train/routing_matches", per_layer_same.sum());
-      sums.add_tensor("train/routing_positions", per_layer_valid.sum());
       for (size_t j = 0; j < moe_layers.size(); ++j) {
         sums.add_tensor(fmt::format("train/routing_matches/layer_{}", moe_layers[j]), per_layer_same[j]);
         sums.add_tensor(fmt::format("train/routing_positions/layer_{}", moe_layers[j]), per_layer_valid[j]);
@@ -497,7 +494,7 @@ std::map<std::string, double> Trainer::train_step(std::vector<Sample>& local) {
       // The routers' auxiliary losses of this micro-batch, weighted by its share of the
       // step's tokens (over all ranks): the step's loss is their token-weighted mean.
       const double share = double(b.tokens.size(0)) / n_tokens;
-      const at::Tensor aux = moe_load_balancing_loss(trace.router_logits, policy_.config().n_experts_per_tok);
+      const at::Tensor aux = moe_load_balancing_loss(trace.router_logits, mc.n_experts_per_tok);
       const at::Tensor z = moe_router_z_loss(trace.router_logits);
       if (cfg_.moe_aux_loss_coef > 0) loss = loss + share * cfg_.moe_aux_loss_coef * aux;
       if (cfg_.moe_z_loss_coef > 0) loss = loss + share * cfg_.moe_z_loss_coef * z;
@@ -516,16 +513,19 @@ std::map<std::string, double> Trainer::train_step(std::vector<Sample>& local) {
   grads_.all_reduce(dp_);
   const double grad_norm = grads_.global_norm();
   std::map<std::string, double> metrics = sums.reduce(dp_);
-  if (moe) {  // counts over every rank -> shares (none when no sample carried a trace)
-    auto share = [&](const std::string& matches, const std::string& positions, const std::string& name) {
-      if (metrics[positions] > 0) metrics[name] = metrics[matches] / metrics[positions];
+  if (moe) {  // per-layer counts over every rank -> shares, and all layers' (none when no sample had a trace)
+    double all_matches = 0, all_positions = 0;
+    for (int64_t l : moe_layers) {
+      const std::string matches = fmt::format("train/routing_matches/layer_{}", l);
+      const std::string positions = fmt::format("train/routing_positions/layer_{}", l);
+      all_matches += metrics[matches];
+      all_positions += metrics[positions];
+      if (metrics[positions] > 0)
+        metrics[fmt::format("train/routing_agreement_by_layer/{}", l)] = metrics[matches] / metrics[positions];
       metrics.erase(matches);
       metrics.erase(positions);
-    };
-    share("train/routing_matches", "train/routing_positions", "train/routing_agreement");
-    for (int64_t l : moe_layers)
-      share(fmt::format("train/routing_matches/layer_{}", l), fmt::format("train/routing_positions/layer_{}", l),
-            fmt::format("train/routing_agreement_by_layer/{}", l));
+    }
+    if (all_positions > 0) metrics["train/routing_agreement"] = all_matches / all_positions;
   }
   const double lr = cfg_.lr.at(optimizer_.n_steps());
   // Megatron's check for NaN in loss and gradients: a non-finite step never reaches the
