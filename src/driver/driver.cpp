@@ -31,6 +31,7 @@
 #include "tokenizer/tokenizer.h"
 #include "train/advantages.h"
 #include "train/sft_data.h"
+#include "train/expert_parallel.h"
 #include "train/trainer.h"
 
 namespace slimpi {
@@ -186,35 +187,66 @@ void Driver::set_up_model_and_trainer() {
   // for a fresh start, and for the frozen reference model (which checkpoints do not hold).
   // Weights are drawn in fp32 from the run seed whatever their dtype, so a bf16 engine
   // model starts as the fp32 policy rounded once.
-  auto make_model = [&](bool is_reference, at::ScalarType weights) {
-    auto m = std::make_unique<Transformer>(model_cfg, run_seed(deck), device, weights);
+  // Expert parallelism: trainer ranks hold one block of the experts (train/expert_parallel.h).
+  const int ep = static_cast<int>(deck.get_int("parallel.expert_parallel"));
+  if (ep > 1) {
+    const int n_trainer = ctx_.world->layout().n_trainer;
+    const std::string what = fmt::format("parallel.expert_parallel = {} ({}) shards the experts over groups of {} "
+                                         "trainer ranks", ep, deck.source("parallel.expert_parallel"), ep);
+    if (model_cfg.n_experts == 0)
+      SLIMPI_FAIL_ALL("{}, but the model has none: model.n_experts = 0 ({})", what, deck.source("model.n_experts"));
+    if (model_cfg.n_experts % ep != 0)
+      SLIMPI_FAIL_ALL("{}: it must divide model.n_experts = {} ({})", what, model_cfg.n_experts,
+                      deck.source("model.n_experts"));
+    if (n_trainer % ep != 0)
+      SLIMPI_FAIL_ALL("{}: it must divide the {} trainer ranks (parallel.trainer_ranks, {}; parallel.placement, {})",
+                      what, n_trainer, deck.source("parallel.trainer_ranks"), deck.source("parallel.placement"));
+    if (ctx_.device.use_cuda && !ctx_.device.use_nccl)
+      SLIMPI_FAIL_ALL("{}: on GPUs its token exchange runs inside backward, on autograd's own threads, where MPI "
+                      "may not be called; use parallel.comm_backend = \"nccl\" or \"auto\" ({})",
+                      what, deck.source("parallel.comm_backend"));
+  }
+  auto make_model = [&](bool is_reference, at::ScalarType weights, const ExpertShard& shard = {}) {
+    auto m = std::make_unique<Transformer>(model_cfg, run_seed(deck), device, weights, shard);
     if (!init_from.empty() && (resume_from_.empty() || is_reference)) {
       if (!resume_from_.empty() && !std::filesystem::exists(init_from))
         SLIMPI_FAIL_ALL("model.init_from = \"{}\" ({}) is gone: the reference model of the KL terms is those "
                         "weights (a checkpoint holds the policy only); restore the file to resume",
                         init_from, deck.source("model.init_from"));
-      load_model_weights(m->parameters(), init_from);
+      load_model_weights(m->parameters(), init_from, "model", shard.size > 1);
     }
     return m;
   };
   if (ctx_.world->is_trainer()) {
-    policy_ = make_model(false, at::kFloat);
     trainer_comm_ = make_comm(ctx_.world->trainer(), "trainer", ctx_.device);
+    if (ep > 1) expert_groups_ = std::make_unique<ExpertGroups>(ctx_.world->trainer(), ep, ctx_.device);
+    const ExpertShard shard = expert_groups_ ? expert_groups_->shard() : ExpertShard{};
+    policy_ = make_model(false, at::kFloat, shard);
     if (Trainer::needs_reference(train_cfg)) {
-      reference_ = make_model(true, at::kFloat);
+      reference_ = make_model(true, at::kFloat, shard);
       for (auto& p : reference_->parameters()) p.tensor.set_requires_grad(false);
     }
-    trainer_ = std::make_unique<Trainer>(train_cfg, *policy_, trainer_comm_.get(), reference_.get());
+    trainer_ = std::make_unique<Trainer>(train_cfg, *policy_, trainer_comm_.get(), reference_.get(),
+                                         expert_groups_ ? &expert_groups_->replicas() : nullptr);
     log::info("policy: {} parameters ({} layers, d {}, {} heads / {} kv heads) on {}, from {}", policy_->n_params(),
               model_cfg.n_layers, model_cfg.hidden_size, model_cfg.n_heads, model_cfg.n_kv_heads, device.str(),
               init_from.empty() ? "the seeded init" : init_from);
+    if (expert_groups_)
+      log::info("expert parallelism: {} groups of {} trainer ranks; this rank holds experts {}..{} of {} ({} "
+                "parameters here)", ctx_.world->layout().n_trainer / ep, ep, shard.first(model_cfg.n_experts),
+                shard.first(model_cfg.n_experts) + shard.count(model_cfg.n_experts) - 1, model_cfg.n_experts,
+                policy_->n_params());
   }
   // The engines' model: their own on split rollout ranks; on colocated ranks the
   // policy itself, or a bf16 copy of it when the rollout runs in bf16.
   const at::ScalarType rollout_weights = weight_dtype(parse_precision(deck.get_string("rollout.precision")));
   engine_weight_dtype_ = rollout_weights;
-  if (rl_ && ctx_.world->is_rollout() && (!ctx_.world->is_trainer() || rollout_weights != at::kFloat))
+  // With expert parallelism a colocated engine (or the SFT evaluation) runs a whole
+  // model of its own, gathered from the group's shards before each use.
+  if (rl_ && ctx_.world->is_rollout() && (!ctx_.world->is_trainer() || rollout_weights != at::kFloat || ep > 1))
     engine_model_ = make_model(false, rollout_weights);
+  if (!rl_ && ep > 1 && ctx_.world->is_trainer() && !deck.get_string("eval.path").empty())
+    engine_model_ = make_model(false, at::kFloat);
   if (sft_data_) {
     if (!ctx_.world->is_trainer()) sft_data_.reset();
     else log::info("SFT data: {} samples from {}", sft_data_->size(), deck.get_string("data.path"));
@@ -233,7 +265,8 @@ void Driver::set_up_rollout() {
     const Transformer& model = engine_model_ ? *engine_model_ : *policy_;
     rollout_side_ = std::make_unique<RolloutSide>(rc, model, ctx_.world->rollout(), run_seed(deck));
   } else if (!rl_ && eval_on && ctx_.world->is_trainer()) {
-    rollout_side_ = std::make_unique<RolloutSide>(rc, *policy_, ctx_.world->trainer(), run_seed(deck));
+    rollout_side_ = std::make_unique<RolloutSide>(rc, engine_model_ ? *engine_model_ : *policy_, ctx_.world->trainer(),
+                                                  run_seed(deck));
   }
   if (rl_ && ctx_.world->sync() != MPI_COMM_NULL) {
     sync_comm_ = make_comm(ctx_.world->sync(), "sync", ctx_.device);
@@ -298,6 +331,7 @@ void Driver::share_metrics(int root, std::map<std::string, double> values) {
 
 void Driver::run_eval(int64_t row) {
   std::map<std::string, double> m;
+  if (!rl_ && expert_groups_) gather_whole_model(*policy_, engine_model_.get());  // SFT: the trainers evaluate
   if (rollout_side_)
     m = rollout_side_->evaluate(eval_prompts_, reward_config(ctx_.deck), ctx_.deck.get_int("eval.n_samples"),
                                 kEvalStream + uint64_t(row) * 2);
@@ -580,15 +614,23 @@ void Driver::weight_sync(int64_t step) {
 void Driver::push_weights(int64_t version) {
   if (ctx_.world->layout().placement == Placement::Colocate) {
     // The engines run the trainer's model, or a bf16 copy of it refreshed here.
-    if (engine_model_ && policy_) engine_model_->copy_weights_from(*policy_);
+    if (engine_model_ && expert_groups_) gather_whole_model(*policy_, engine_model_.get());
+    else if (engine_model_ && policy_) engine_model_->copy_weights_from(*policy_);
     if (rollout_side_) rollout_side_->set_weight_version(version);
     return;
+  }
+  // Expert parallelism: trainer rank 0 pushes the whole policy, its group's shards gathered.
+  if (expert_groups_ && expert_groups_->group_index() == 0) {
+    if (ctx_.world->rank() == 0 && !whole_policy_)
+      whole_policy_ = std::make_unique<Transformer>(policy_->config(), run_seed(ctx_.deck), policy_->device());
+    gather_whole_model(*policy_, whole_policy_.get());
   }
   // The engines already waited for the trainers (asleep) in the record phase's barrier.
   if (!weight_sync_) return;
   // The weights in the engines' dtype: the sender's rounded from its masters when they
   // differ (bf16), the engines' own tensors to receive into.
-  const WeightImage image = weight_image(policy_ ? *policy_ : *engine_model_, engine_weight_dtype_);
+  const WeightImage image = weight_image(whole_policy_ ? *whole_policy_ : policy_ ? *policy_ : *engine_model_,
+                                         engine_weight_dtype_);
   int64_t v = version;
   const bool check = ctx_.deck.get_bool("rollout.check_weight_update");
   WeightSyncStats s = weight_sync_->sync(image.params, &v, check, image.flat);

@@ -57,6 +57,7 @@
 namespace slimpi {
 
 class Comm;
+class ExpertGroups;
 class MetricsLog;
 class PromptSource;
 class RolloutLog;
@@ -127,9 +128,12 @@ class Driver {
   int router_world_rank_ = 0;            // rollout rank 0 (RL) or trainer rank 0 (SFT eval)
   std::vector<int> trainer_world_ranks_;
 
-  std::unique_ptr<Transformer> policy_;        // trainer ranks
+  std::unique_ptr<ExpertGroups> expert_groups_;  // trainer ranks, parallel.expert_parallel > 1 (outlives the models)
+  std::unique_ptr<Transformer> policy_;        // trainer ranks (an expert shard with expert parallelism)
   std::unique_ptr<Transformer> reference_;     // trainer ranks, with the KL loss
-  std::unique_ptr<Transformer> engine_model_;  // split rollout ranks; colocate: bf16 rollout only (else policy_)
+  // split rollout ranks; colocate: a bf16 rollout or expert parallelism (else policy_); SFT eval with expert parallelism
+  std::unique_ptr<Transformer> engine_model_;
+  std::unique_ptr<Transformer> whole_policy_;  // split, expert parallelism: trainer rank 0's gathered policy to push
   at::ScalarType engine_weight_dtype_ = at::kFloat;  // rollout.precision's weight dtype
   std::unique_ptr<Comm> trainer_comm_;         // trainer ranks
   std::unique_ptr<Comm> sync_comm_;            // split: the weight-broadcast path

@@ -101,7 +101,8 @@ namespace {
 // error listing them all (never dropped or left at its init). HF's non-parameter buffer
 // rotary_emb.inv_freq is skipped, and a stored lm_head.weight of a tied model is
 // accepted only when it equals the embedding it is tied to.
-std::vector<NamedTensor> read_hf_tensors_like(const std::string& path, const std::vector<NamedTensor>& like) {
+std::vector<NamedTensor> read_hf_tensors_like(const std::string& path, const std::vector<NamedTensor>& like,
+                                              bool experts_sharded) {
   SafetensorsReader reader(path);
   const std::string& where = reader.description();
   std::set<std::string> wanted;
@@ -113,6 +114,7 @@ std::vector<NamedTensor> read_hf_tensors_like(const std::string& path, const std
   const bool tied = wanted.count("lm_head.weight") == 0;
   for (const auto& [name, e] : reader.entries()) {
     if (wanted.count(name)) continue;
+    if (experts_sharded && name.find(".mlp.experts.") != std::string::npos) continue;  // another shard's
     const std::string buffer = "rotary_emb.inv_freq";  // HF's non-parameter RoPE buffer
     if (name.size() >= buffer.size() && name.compare(name.size() - buffer.size(), buffer.size(), buffer) == 0) continue;
     if (name == "lm_head.weight" && tied && reader.contains("model.embed_tokens.weight") &&
@@ -149,7 +151,8 @@ std::vector<NamedTensor> read_hf_tensors_like(const std::string& path, const std
 
 }  // namespace
 
-void load_model_weights(const std::vector<NamedTensor>& params, const std::string& path, const std::string& group) {
+void load_model_weights(const std::vector<NamedTensor>& params, const std::string& path, const std::string& group,
+                        bool experts_sharded) {
   std::vector<NamedTensor> stored;
   auto ends_with = [&](const std::string& tail) {
     return path.size() > tail.size() && path.compare(path.size() - tail.size(), tail.size(), tail) == 0;
@@ -157,7 +160,7 @@ void load_model_weights(const std::vector<NamedTensor>& params, const std::strin
   const bool hf = std::filesystem::is_directory(path) || ends_with(".safetensors") || ends_with(".json");
   SLIMPI_CHECK(hf || std::filesystem::exists(path), "model weights {} do not exist", path);
   if (hf) {
-    stored = read_hf_tensors_like(path, params);
+    stored = read_hf_tensors_like(path, params, experts_sharded);
   } else {
     h5::File f = h5::File::open(path, false, MPI_COMM_NULL);
     h5::Handle g = h5::open_group(f.id(), group);

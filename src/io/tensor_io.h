@@ -29,8 +29,10 @@ std::vector<NamedTensor> read_tensors_like(hid_t loc, const std::vector<NamedTen
 // Hugging Face checkpoint — a directory (model.safetensors or a sharded
 // model.safetensors.index.json), a .safetensors file or an index .json — is read
 // through a memory map instead, fp32/bf16/fp16 converted, tensors matched by name: every
-// tensor missing, unused or mis-shaped is an error listing them.
+// tensor missing, unused or mis-shaped is an error listing them. experts_sharded: `params`
+// hold one expert-parallel shard, so the other shards' "mlp.experts.<e>." tensors are
+// not unused.
 void load_model_weights(const std::vector<NamedTensor>& params, const std::string& path,
-                        const std::string& group = "model");
+                        const std::string& group = "model", bool experts_sharded = false);
 
 }  // namespace slimpi

@@ -3,7 +3,69 @@
 #include <ATen/ATen.h>
 #include <slimpi/error.h>
 
+#include "parallel/comm.h"
+#include "parallel/comm_tensor.h"
+#include "parallel/row_exchange.h"
+
 namespace slimpi {
+
+namespace {
+
+// x [P, d]: rows grouped by local expert, n_rows[e] rows for local expert e (in order)
+// -> each row through its expert's SwiGLU [P, d]. A zero-row x gives a zero-row result
+// still linked to x (expert parallelism needs every rank's graph to reach the exchange).
+at::Tensor run_experts(const at::Tensor& x, const int64_t* n_rows, const MoeWeights& w) {
+  std::vector<at::Tensor> ys;
+  int64_t start = 0;
+  for (size_t e = 0; e < w.gate.size(); ++e) {
+    if (n_rows[e] == 0) continue;
+    const at::Tensor xe = x.narrow(0, start, n_rows[e]);
+    ys.push_back(at::linear(at::silu(at::linear(xe, w.gate[e])) * at::linear(xe, w.up[e]), w.down[e]));
+    start += n_rows[e];
+  }
+  return ys.empty() ? x * 0 : at::cat(ys);
+}
+
+// Expert parallelism. x [P, d] sorted by global expert, counts [E] (host) rows per
+// expert: the rows for rank g's experts are one contiguous block. Returns [P, d], each
+// row through its expert on the expert's owner.
+at::Tensor run_sharded_experts(const at::Tensor& x, const at::Tensor& counts, const MoeWeights& w) {
+  Comm& ep = *w.ep;
+  const int G = ep.size();
+  const int64_t n_local = static_cast<int64_t>(w.gate.size());
+  // What each rank sends each owner, per expert of that owner: [G, n_local] -> received
+  // [G, n_local], row s = the rows source s sends for each of this rank's experts.
+  const at::Tensor recv_counts = alltoallv_rows(ep, counts.view({G, n_local}).contiguous(),
+                                                std::vector<int64_t>(G, 1), std::vector<int64_t>(G, 1));
+  const int64_t* rc = recv_counts.data_ptr<int64_t>();
+  const at::Tensor send_per_rank = counts.view({G, n_local}).sum(1);  // [G]
+  std::vector<int64_t> send_rows(send_per_rank.data_ptr<int64_t>(), send_per_rank.data_ptr<int64_t>() + G);
+  std::vector<int64_t> recv_rows(G, 0);
+  for (int s = 0; s < G; ++s)
+    for (int64_t e = 0; e < n_local; ++e) recv_rows[s] += rc[s * n_local + e];
+  const at::Tensor received = exchange_rows(ep, x, send_rows, recv_rows);  // [R, d]: by source, then expert
+  // Regroup by expert (source-major within an expert): one GEMM per local expert.
+  std::vector<int64_t> by_expert, n_rows(n_local, 0);
+  std::vector<int64_t> start_of(G * n_local);  // row of (source s, expert e) in `received`
+  int64_t row = 0;
+  for (int s = 0; s < G; ++s)
+    for (int64_t e = 0; e < n_local; ++e) {
+      start_of[s * n_local + e] = row;
+      row += rc[s * n_local + e];
+    }
+  for (int64_t e = 0; e < n_local; ++e)
+    for (int s = 0; s < G; ++s) {
+      for (int64_t j = 0; j < rc[s * n_local + e]; ++j) by_expert.push_back(start_of[s * n_local + e] + j);
+      n_rows[e] += rc[s * n_local + e];
+    }
+  const at::Tensor perm = at::tensor(by_expert, at::kLong).to(x.device());  // [R]
+  const at::Tensor y_grouped = run_experts(received.index_select(0, perm), n_rows.data(), w);
+  // Back to the received order (perm is a permutation: index_copy inverts it), then home.
+  const at::Tensor y = at::zeros_like(y_grouped).index_copy(0, perm, y_grouped);
+  return exchange_rows(ep, y, recv_rows, send_rows);  // [P, d]
+}
+
+}  // namespace
 
 MoeLayerOutput moe_mlp(const at::Tensor& h, const MoeWeights& w, int64_t k, bool norm_topk_prob,
                        const at::Tensor& replay) {
@@ -34,16 +96,8 @@ MoeLayerOutput moe_mlp(const at::Tensor& h, const MoeWeights& w, int64_t k, bool
   const at::Tensor token_of_pair = at::floor_divide(order, k);                     // [T·k] sorted
   const at::Tensor counts = at::bincount(expert_of_pair, {}, E).cpu();             // [E]
   const at::Tensor x = h.index_select(0, token_of_pair);                           // [T·k, d]
-  std::vector<at::Tensor> ys;
-  int64_t start = 0;
-  const int64_t* n_rows = counts.data_ptr<int64_t>();
-  for (int64_t e = 0; e < E; ++e) {
-    if (n_rows[e] == 0) continue;
-    const at::Tensor xe = x.narrow(0, start, n_rows[e]);
-    ys.push_back(at::linear(at::silu(at::linear(xe, w.gate[e])) * at::linear(xe, w.up[e]), w.down[e]));
-    start += n_rows[e];
-  }
-  const at::Tensor y = at::cat(ys) * weights.reshape({-1}).index_select(0, order).unsqueeze(1);  // [T·k, d]
+  const at::Tensor expert_out = w.ep ? run_sharded_experts(x, counts, w) : run_experts(x, counts.data_ptr<int64_t>(), w);
+  const at::Tensor y = expert_out * weights.reshape({-1}).index_select(0, order).unsqueeze(1);  // [T·k, d]
   o.out = at::zeros_like(h).index_add(0, token_of_pair, y);
   if (w.shared_gate.defined())
     o.out = o.out + at::sigmoid(at::linear(h, w.shared_gate)) *

@@ -16,6 +16,14 @@
 //     layers' tokens together, E · Σ_j Σ_e f_je · P_e, f_je = share of tokens whose j-th
 //     choice is e, P_e = mean router probability of e
 //   z-loss (ST-MoE): mean over layers' tokens of logsumexp(z)²
+// Expert parallelism (parallel.expert_parallel = G): the E experts are sharded in blocks
+// over the G ranks of an expert-parallel group, rank g holding [g·E/G, (g+1)·E/G); the
+// router and everything else are replicated. Each rank routes its own tokens, sends each
+// token-expert pair's input row to the expert's owner (one all-to-all), the owner runs its
+// experts over the rows of every rank (one GEMM per expert), and the outputs travel back
+// (a second all-to-all) to be weighted and summed where the token lives. Both exchanges
+// are differentiable (parallel/row_exchange.h), so backward sends the gradients back the
+// same way. Every rank of the group must run each forward (and backward) together.
 // Stateless functions; the Transformer owns the weights.
 #pragma once
 
@@ -25,10 +33,22 @@
 
 namespace slimpi {
 
+class Comm;
+
+// Which experts a model holds: the whole set, or one block of an expert-parallel group.
+struct ExpertShard {
+  int rank = 0, size = 1;  // place in the expert-parallel group, its size (1: every expert here)
+  Comm* comm = nullptr;    // the group (required when size > 1)
+  int64_t first(int64_t n_experts) const { return n_experts / size * rank; }
+  int64_t count(int64_t n_experts) const { return n_experts / size; }
+};
+
 struct MoeWeights {
-  at::Tensor router;                    // [E, d]
-  std::vector<at::Tensor> gate, up;     // E x [f, d]
-  std::vector<at::Tensor> down;         // E x [d, f]
+  at::Tensor router;                    // [E, d]: every expert's row, also when sharded
+  std::vector<at::Tensor> gate, up;     // E_local x [f, d]: experts first_expert, first_expert + 1, ...
+  std::vector<at::Tensor> down;         // E_local x [d, f]
+  int64_t first_expert = 0;
+  Comm* ep = nullptr;                   // expert-parallel group (null: every expert is local)
   // Qwen2-MoE's shared expert (undefined: none): out += σ(h · shared_gate) · SwiGLU(h).
   at::Tensor shared_gate_proj, shared_up, shared_down;  // [fs, d], [fs, d], [d, fs]
   at::Tensor shared_gate;                               // [1, d]

@@ -191,8 +191,13 @@ void Transformer::pack_parameters() {
   }
 }
 
-Transformer::Transformer(const ModelConfig& cfg, uint64_t seed, const at::Device& device, at::ScalarType weights)
-    : cfg_(cfg), device_(device), weights_(weights) {
+Transformer::Transformer(const ModelConfig& cfg, uint64_t seed, const at::Device& device, at::ScalarType weights,
+                         const ExpertShard& experts)
+    : cfg_(cfg), device_(device), weights_(weights), experts_(experts) {
+  SLIMPI_CHECK(experts.size == 1 || (cfg.n_experts > 0 && cfg.n_experts % experts.size == 0 && experts.comm &&
+                                     experts.rank >= 0 && experts.rank < experts.size),
+               "expert shard {} of {} for a model of {} experts (the group size must divide the expert count)",
+               experts.rank, experts.size, cfg.n_experts);
   SLIMPI_CHECK(weights == at::kFloat || weights == at::kBFloat16, "model weights in {}: only fp32 or bf16",
                std::string(c10::toString(weights)));
   // All parameters drawn on the CPU from one generator, in name order, then moved.
@@ -225,11 +230,16 @@ Transformer::Transformer(const ModelConfig& cfg, uint64_t seed, const at::Device
     if (cfg.is_moe_layer(l)) {  // Qwen3-MoE names: the router, then each expert's MLP
       const int64_t fe = cfg.moe_intermediate_size;
       add(p + "mlp.gate.weight", normal({cfg.n_experts, d}));
+      // Every expert is drawn (the generator's sequence does not depend on the shard);
+      // an expert-parallel shard keeps its own block.
+      const int64_t first = experts.first(cfg.n_experts), last = first + experts.count(cfg.n_experts);
       for (int64_t e = 0; e < cfg.n_experts; ++e) {
         const std::string pe = p + "mlp.experts." + std::to_string(e) + ".";
-        add(pe + "gate_proj.weight", normal({fe, d}));
-        add(pe + "up_proj.weight", normal({fe, d}));
-        add(pe + "down_proj.weight", normal({d, fe}));
+        at::Tensor gate = normal({fe, d}), up = normal({fe, d}), down = normal({d, fe});
+        if (e < first || e >= last) continue;
+        add(pe + "gate_proj.weight", gate);
+        add(pe + "up_proj.weight", up);
+        add(pe + "down_proj.weight", down);
       }
       if (const int64_t fs = cfg.shared_expert_intermediate_size; fs > 0) {  // Qwen2-MoE
         add(p + "mlp.shared_expert.gate_proj.weight", normal({fs, d}));
@@ -271,7 +281,9 @@ Transformer::Transformer(const ModelConfig& cfg, uint64_t seed, const at::Device
     lp.post_norm = parameter(p + "post_attention_layernorm.weight");
     if (cfg.is_moe_layer(l)) {
       lp.moe.router = parameter(p + "mlp.gate.weight");
-      for (int64_t e = 0; e < cfg.n_experts; ++e) {
+      lp.moe.first_expert = experts.first(cfg.n_experts);
+      lp.moe.ep = experts.size > 1 ? experts.comm : nullptr;
+      for (int64_t e = lp.moe.first_expert; e < lp.moe.first_expert + experts.count(cfg.n_experts); ++e) {
         const std::string pe = p + "mlp.experts." + std::to_string(e) + ".";
         lp.moe.gate.push_back(parameter(pe + "gate_proj.weight"));
         lp.moe.up.push_back(parameter(pe + "up_proj.weight"));
@@ -305,6 +317,10 @@ void Transformer::copy_weights_from(const Transformer& other) {
                "copy_weights_from: models of {} and {} parameters", other.flat_.numel(), flat_.numel());
   at::NoGradGuard no_grad;
   flat_.copy_(other.flat_);  // one pass: the layouts are the same, element for element
+}
+
+bool Transformer::is_expert_parameter(const std::string& name) {
+  return name.find(".mlp.experts.") != std::string::npos;
 }
 
 at::Tensor& Transformer::parameter(const std::string& name) {

@@ -82,11 +82,17 @@ class Transformer {
     MoeWeights moe;
   };
 
-  // weights: the storage dtype of the parameters (kFloat or kBFloat16).
+  // weights: the storage dtype of the parameters (kFloat or kBFloat16). experts: the
+  // routed experts this model holds (expert parallelism, model/moe.h: a shard holds
+  // only its block's "mlp.experts.<e>." parameters, the same values the whole model has
+  // for them; every forward is then collective over the shard's group).
   Transformer(const ModelConfig& cfg, uint64_t seed, const at::Device& device,
-              at::ScalarType weights = at::kFloat);
+              at::ScalarType weights = at::kFloat, const ExpertShard& experts = {});
 
   const ModelConfig& config() const { return cfg_; }
+  const ExpertShard& expert_shard() const { return experts_; }
+  // Whether a parameter is one routed expert's (sharded by expert parallelism).
+  static bool is_expert_parameter(const std::string& name);
   const std::vector<NamedTensor>& parameters() const { return params_; }
   // Every parameter is a view of this one buffer [n_params] (weights dtype; in parameters()
   // order, back to back): the weight sync broadcasts it in place, without packing.
@@ -141,6 +147,7 @@ class Transformer {
   ModelConfig cfg_;
   at::Device device_;
   at::ScalarType weights_;
+  ExpertShard experts_;
   int64_t padded_attention_budget_ = kPaddedAttentionBudget;
   bool split_decode_and_prefill_ = true;
   DecodeAttention decode_attention_ = DecodeAttention::Auto;

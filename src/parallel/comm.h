@@ -53,6 +53,11 @@ class Comm {
   virtual void broadcast(void* data, size_t count, DType dtype, int root) = 0;
   // recv[r * count + i] = send[i] of rank r; recv holds size() * count elements.
   virtual void allgather(const void* send, void* recv, size_t count, DType dtype) = 0;
+  // Personalised exchange: rank r's send holds, back to back in rank order, send_counts[p]
+  // elements for each rank p; recv gets, back to back in rank order, recv_counts[p]
+  // elements from each rank p (recv_counts[p] on this rank = send_counts[this rank] on p).
+  virtual void alltoallv(const void* send, const size_t* send_counts, void* recv, const size_t* recv_counts,
+                         DType dtype) = 0;
   virtual void send(const void* data, size_t count, DType dtype, int peer) = 0;
   virtual void recv(void* data, size_t count, DType dtype, int peer) = 0;
   virtual void barrier() = 0;

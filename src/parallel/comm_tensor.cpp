@@ -54,6 +54,32 @@ at::Tensor allgather(Comm& comm, const at::Tensor& t) {
   return out.to(t.device());
 }
 
+at::Tensor alltoallv_rows(Comm& comm, const at::Tensor& send, const std::vector<int64_t>& send_rows,
+                          const std::vector<int64_t>& recv_rows) {
+  const int n = comm.size();
+  SLIMPI_CHECK(int(send_rows.size()) == n && int(recv_rows.size()) == n,
+               "comm '{}': all-to-all row counts for {} and {} ranks, the comm has {}", comm.name(),
+               send_rows.size(), recv_rows.size(), n);
+  at::Tensor b = backend_view(comm, send);
+  int64_t row = 1;  // elements per row
+  for (int64_t i = 1; i < b.dim(); ++i) row *= b.size(i);
+  std::vector<size_t> sc(n), rc(n);
+  int64_t s_total = 0, r_total = 0;
+  for (int p = 0; p < n; ++p) {
+    sc[p] = size_t(send_rows[p] * row);
+    rc[p] = size_t(recv_rows[p] * row);
+    s_total += send_rows[p];
+    r_total += recv_rows[p];
+  }
+  SLIMPI_CHECK(b.dim() > 0 && s_total == b.size(0), "comm '{}': all-to-all of {} rows, the tensor has {}",
+               comm.name(), s_total, b.dim() > 0 ? b.size(0) : 0);
+  std::vector<int64_t> shape = b.sizes().vec();
+  shape[0] = r_total;
+  at::Tensor out = at::empty(shape, b.options());
+  comm.alltoallv(b.data_ptr(), sc.data(), out.data_ptr(), rc.data(), dtype_of(b));
+  return out.to(send.device());
+}
+
 void send(Comm& comm, const at::Tensor& t, int peer) {
   at::Tensor b = backend_view(comm, t);
   comm.send(b.data_ptr(), b.numel(), dtype_of(b), peer);

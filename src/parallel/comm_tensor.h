@@ -7,7 +7,9 @@
 // for small control data only. Byte strings travel the same way.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "parallel/comm.h"
 
@@ -23,6 +25,11 @@ void allreduce(Comm& comm, const at::Tensor& t, ReduceOp op = ReduceOp::Sum);
 void broadcast(Comm& comm, const at::Tensor& t, int root);
 // Returns [comm.size(), *t.sizes()]: every rank's tensor, stacked in rank order.
 at::Tensor allgather(Comm& comm, const at::Tensor& t);
+// Rows (along dim 0) to and from every rank: send = blocks of send_rows[p] rows for each
+// rank p in rank order; returns [Σ recv_rows, *t.shape[1:]], the blocks received from each
+// rank in rank order. The row counts must agree pairwise (the caller exchanged them).
+at::Tensor alltoallv_rows(Comm& comm, const at::Tensor& send, const std::vector<int64_t>& send_rows,
+                          const std::vector<int64_t>& recv_rows);
 void send(Comm& comm, const at::Tensor& t, int peer);
 void recv(Comm& comm, const at::Tensor& t, int peer);
 

@@ -198,6 +198,28 @@ void MpiComm::allgather(const void* send, void* recv, size_t count, DType dtype)
     });
 }
 
+void MpiComm::alltoallv(const void* send, const size_t* send_counts, void* recv, const size_t* recv_counts,
+                        DType dtype) {
+  // MPI_Alltoallv takes int counts and displacements: each side's total must fit.
+  std::vector<int> sc(size_), sd(size_), rc(size_), rd(size_);
+  size_t s_total = 0, r_total = 0;
+  for (int p = 0; p < size_; ++p) {
+    sd[p] = static_cast<int>(s_total);
+    rd[p] = static_cast<int>(r_total);
+    sc[p] = static_cast<int>(send_counts[p]);
+    rc[p] = static_cast<int>(recv_counts[p]);
+    s_total += send_counts[p];
+    r_total += recv_counts[p];
+    SLIMPI_CHECK(s_total <= kMaxChunk && r_total <= kMaxChunk,
+                 "comm '{}': an all-to-all of more than 2^30 {} elements per rank (use smaller micro-batches)",
+                 name_, dtype_name(dtype));
+  }
+  WaitGuard guard({&context_, "alltoallv", std::max(s_total, r_total), dtype_name(dtype)});
+  check_mpi(MPI_Alltoallv(send, sc.data(), sd.data(), mpi_type(dtype), recv, rc.data(), rd.data(), mpi_type(dtype),
+                          comm_),
+            "MPI_Alltoallv");
+}
+
 void MpiComm::send(const void* data, size_t count, DType dtype, int peer) {
   WaitGuard guard({&context_, "send", count, dtype_name(dtype), peer});
   auto* bytes = static_cast<const char*>(data);

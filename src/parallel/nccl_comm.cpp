@@ -5,6 +5,8 @@
 #include <nccl.h>
 #include <slimpi/error.h>
 
+#include <algorithm>
+
 #include "parallel/mpi_bytes.h"
 #include "parallel/watchdog.h"
 
@@ -130,6 +132,30 @@ void NcclComm::allgather(const void* send, void* recv, size_t count, DType dtype
   WaitGuard guard({&context_, "allgather", count, dtype_name(dtype)});
   check_nccl(ncclAllGather(send, recv, count, nccl_type(dtype), h_->comm, h_->stream()), "ncclAllGather");
   finish("ncclAllGather");
+}
+
+void NcclComm::alltoallv(const void* send, const size_t* send_counts, void* recv, const size_t* recv_counts,
+                         DType dtype) {
+  size_t s_total = 0, r_total = 0;
+  for (int p = 0; p < size_; ++p) s_total += send_counts[p], r_total += recv_counts[p];
+  WaitGuard guard({&context_, "alltoallv", std::max(s_total, r_total), dtype_name(dtype)});
+  const size_t bytes = dtype_size(dtype);
+  const auto* out = static_cast<const char*>(send);
+  auto* in = static_cast<char*>(recv);
+  check_nccl(ncclGroupStart(), "ncclGroupStart");
+  size_t s_off = 0, r_off = 0;
+  for (int p = 0; p < size_; ++p) {  // one group: every pair's send and receive in flight together
+    if (send_counts[p] > 0)
+      check_nccl(ncclSend(out + s_off * bytes, send_counts[p], nccl_type(dtype), p, h_->comm, h_->stream()),
+                 "ncclSend(alltoallv)");
+    if (recv_counts[p] > 0)
+      check_nccl(ncclRecv(in + r_off * bytes, recv_counts[p], nccl_type(dtype), p, h_->comm, h_->stream()),
+                 "ncclRecv(alltoallv)");
+    s_off += send_counts[p];
+    r_off += recv_counts[p];
+  }
+  check_nccl(ncclGroupEnd(), "ncclGroupEnd");
+  finish("alltoallv");
 }
 
 void NcclComm::send(const void* data, size_t count, DType dtype, int peer) {

@@ -16,6 +16,7 @@
 #include "parallel/comm_tensor.h"
 #include "model/log_probs.h"
 #include "train/advantages.h"
+#include "train/expert_parallel.h"
 #include "train/micro_batches.h"
 #include "train/mismatch_correction.h"
 #include "train/policy_loss.h"
@@ -254,14 +255,60 @@ TrainerConfig TrainerConfig::from_deck(const Deck& deck) {
   return c;
 }
 
-Trainer::Trainer(const TrainerConfig& cfg, Transformer& policy, Comm* dp, const Transformer* reference)
+namespace {
+
+// The parameters of one gradient buffer: the replicated ones, or the experts of a shard.
+std::vector<NamedTensor> gradient_group(const Transformer& policy, bool experts) {
+  const bool sharded = policy.expert_shard().size > 1;
+  std::vector<NamedTensor> out;
+  for (const auto& p : policy.parameters())
+    if ((sharded && Transformer::is_expert_parameter(p.name)) == experts) out.push_back(p);
+  return out;
+}
+
+// A one-token forward for a rank with no micro-batch left while its expert group still
+// runs some: it meets the others' token exchanges and contributes nothing.
+at::Tensor idle_forward(const Transformer& model, Precision precision) {
+  ForwardPrecision scope(precision, model.device());
+  const at::Tensor token = at::zeros({1}, at::TensorOptions().dtype(at::kLong).device(model.device()));
+  return model.forward_packed(token, {1}).sum() * 0.0;
+}
+
+}  // namespace
+
+Trainer::Trainer(const TrainerConfig& cfg, Transformer& policy, Comm* dp, const Transformer* reference,
+                 Comm* expert_replicas)
     : cfg_(cfg),
       policy_(policy),
       dp_(dp),
       reference_(reference),
+      expert_group_(policy.expert_shard().size > 1 ? policy.expert_shard().comm : nullptr),
+      expert_replicas_(expert_replicas),
       optimizer_(policy.parameters(), cfg.adam),
-      grads_(policy.parameters(), cfg.grad_bucket_bytes) {
+      grads_(gradient_group(policy, false), cfg.grad_bucket_bytes) {
   SLIMPI_CHECK(!(needs_reference(cfg_) && !reference_), "the KL loss and the reward-side KL need a reference model");
+  if (expert_group_) {
+    SLIMPI_CHECK(!reference_ || reference_->expert_shard().comm == expert_group_,
+                 "the reference model must be sharded over the policy's expert group");
+    expert_grads_ = std::make_unique<GradBuffer>(gradient_group(policy, true), cfg.grad_bucket_bytes);
+  }
+}
+
+int64_t Trainer::aligned_micro_batches(int64_t n) const {
+  if (!expert_group_) return n;
+  at::Tensor t = at::full({1}, n, at::kLong);
+  allreduce(*expert_group_, t, ReduceOp::Max);
+  return t.item<int64_t>();
+}
+
+double Trainer::global_grad_norm() const {
+  const double dense = grads_.global_norm();
+  if (!expert_grads_) return dense;
+  // The group's shards hold different experts; the replicas of a shard hold the same sums.
+  const double mine = expert_grads_->global_norm();
+  at::Tensor sq = at::full({1}, mine * mine, at::kDouble);
+  allreduce(*expert_group_, sq);
+  return std::sqrt(dense * dense + sq.item<double>());
 }
 
 bool Trainer::needs_reference(const TrainerConfig& cfg) {
@@ -274,7 +321,10 @@ void Trainer::compute_log_probs(std::vector<Sample>& samples, bool reference) co
   at::NoGradGuard no_grad;
   std::vector<int64_t> lengths;
   for (const auto& s : samples) lengths.push_back(static_cast<int64_t>(s.tokens.size()));
-  for (const auto& which : plan_micro_batches(lengths, cfg_.n_micro_batches, cfg_.max_tokens_per_micro_batch)) {
+  const auto plan = plan_micro_batches(lengths, cfg_.n_micro_batches, cfg_.max_tokens_per_micro_batch);
+  for (int64_t i = int64_t(plan.size()), n = aligned_micro_batches(i); i < n; ++i)
+    idle_forward(model, cfg_.precision);  // expert parallelism: meet the group's exchanges
+  for (const auto& which : plan) {
     PackedBatch b = pack(samples, which, model.device());
     MoeTrace trace;  // train.routing_replay: the rollout's experts in every trainer forward
     if (cfg_.routing_replay) trace.replay = packed_routing(samples, which, model.config(), model.device(), true);
@@ -366,6 +416,7 @@ std::map<std::string, double> Trainer::train_step(std::vector<Sample>& local) {
   if (n_samples == 0) return {{"train/optimizer_step_empty", 1.0}};
 
   grads_.zero();
+  if (expert_grads_) expert_grads_->zero();
   // Every metric a step can log, declared up front: the list reduced over dp must be
   // the same on every rank, including a rank that holds no sample this step.
   MetricSums sums;
@@ -396,7 +447,20 @@ std::map<std::string, double> Trainer::train_step(std::vector<Sample>& local) {
   // The same on every rank: non-blocking and blocking collectives do not match.
   const bool overlap = cfg_.overlap_grad_reduce && dp_ && (device.is_cpu() || dp_->device_memory());
   const auto plan = plan_micro_batches(lengths, cfg_.n_micro_batches, cfg_.max_tokens_per_micro_batch);
-  for (size_t micro = 0; micro < plan.size(); ++micro) {
+  // The last backward of the step reduces gradient buckets as it produces them. With
+  // MPI that needs the hooks on this thread (CPU autograd runs here; CUDA autograd
+  // runs in its own threads, where only NCCL may be called).
+  auto arm = [&] {
+    grads_.start_overlapped_reduction(dp_);
+    if (expert_grads_) expert_grads_->start_overlapped_reduction(expert_replicas_);
+  };
+  const int64_t n_runs = aligned_micro_batches(int64_t(plan.size()));
+  for (int64_t micro = 0; micro < n_runs; ++micro) {
+    if (micro >= int64_t(plan.size())) {  // expert parallelism: the group still runs micro-batches
+      if (micro + 1 == n_runs && overlap) arm();
+      idle_forward(policy_, cfg_.precision).backward();
+      continue;
+    }
     const std::vector<int64_t>& which = plan[micro];
     PackedBatch b = pack(local, which, device);
     MoeTrace trace;
@@ -501,17 +565,16 @@ std::map<std::string, double> Trainer::train_step(std::vector<Sample>& local) {
       sums.add_tensor("train/moe_aux_loss", aux * share);
       sums.add_tensor("train/moe_z_loss", z * share);
     }
-    // The last backward of the step reduces gradient buckets as it produces them. With
-    // MPI that needs the hooks on this thread (CPU autograd runs here; CUDA autograd
-    // runs in its own threads, where only NCCL may be called).
-    if (micro + 1 == plan.size() && overlap) grads_.start_overlapped_reduction(dp_);
+    if (micro + 1 == n_runs && overlap) arm();
     loss.backward();
   }
-  SLIMPI_CHECK(grads_.grads_alias_buffer(), "autograd replaced a gradient outside the flat gradient buffer");
+  SLIMPI_CHECK(grads_.grads_alias_buffer() && (!expert_grads_ || expert_grads_->grads_alias_buffer()),
+               "autograd replaced a gradient outside the flat gradient buffer");
 
-  if (overlap && !grads_.reduction_armed()) grads_.start_overlapped_reduction(dp_);  // a rank with no micro-batch
+  if (overlap && !grads_.reduction_armed()) arm();  // a rank with no micro-batch
   grads_.all_reduce(dp_);
-  const double grad_norm = grads_.global_norm();
+  if (expert_grads_) expert_grads_->all_reduce(expert_replicas_);
+  const double grad_norm = global_grad_norm();
   std::map<std::string, double> metrics = sums.reduce(dp_);
   if (moe) {  // per-layer counts over every rank -> shares, and all layers' (none when no sample had a trace)
     double all_matches = 0, all_positions = 0;
@@ -534,6 +597,7 @@ std::map<std::string, double> Trainer::train_step(std::vector<Sample>& local) {
   const bool finite = std::isfinite(grad_norm) && std::isfinite(loss);
   if (finite) {
     grads_.clip(grad_norm, cfg_.clip_grad);
+    if (expert_grads_) expert_grads_->clip(grad_norm, cfg_.clip_grad);
     optimizer_.step(lr);
   } else if (!cfg_.skip_nonfinite_steps) {
     SLIMPI_FAIL_ALL("optimizer step {}: the loss is {} and the gradient norm {}; stopping before they reach the "
@@ -550,15 +614,27 @@ std::map<std::string, double> Trainer::train_step(std::vector<Sample>& local) {
 }
 
 void Trainer::save(const std::string& path) const {
+  // Expert parallelism: the whole model's tensors, the group's experts gathered first
+  // (a collective of the group, before anything that could fail on one rank alone).
+  auto whole = [&](const std::vector<NamedTensor>& local) {
+    if (!expert_group_) return local;
+    const ExpertShard& shard = policy_.expert_shard();
+    std::vector<NamedTensor> out, experts;
+    for (const auto& t : local) (Transformer::is_expert_parameter(t.name) ? experts : out).push_back(t);
+    for (auto& t : gather_expert_tensors(shard, shard.count(policy_.config().n_experts), experts)) out.push_back(t);
+    return out;
+  };
+  const std::vector<NamedTensor> params = whole(policy_.parameters());
+  const std::vector<NamedTensor> state = whole(optimizer_.state());
+  if (expert_group_ && expert_group_->rank() != 0) return;
   // A checkpoint is never written with non-finite numbers in it.
-  const std::vector<NamedTensor> state = optimizer_.state();
-  for (const auto* list : {&policy_.parameters(), &state})
+  for (const auto* list : {&params, &state})
     for (const NamedTensor& t : *list)
       SLIMPI_CHECK(at::isfinite(t.tensor).all().item<bool>(),
                    "refusing to write {}: tensor {} holds NaN or inf values", path, t.name);
   h5::File f = h5::File::create(path, MPI_COMM_NULL);
   h5::Handle model = h5::create_group(f.id(), "model");
-  write_tensors(model.id(), policy_.parameters());
+  write_tensors(model.id(), params);
   h5::Handle opt = h5::create_group(f.id(), "optimizer");
   write_tensors(opt.id(), state);
   h5::write_attr(opt.id(), "n_steps", optimizer_.n_steps());
@@ -567,7 +643,7 @@ void Trainer::save(const std::string& path) const {
 }
 
 void Trainer::load(const std::string& path) {
-  load_model_weights(policy_.parameters(), path, "model");
+  load_model_weights(policy_.parameters(), path, "model", expert_group_ != nullptr);
   h5::File f = h5::File::open(path, false, MPI_COMM_NULL);
   h5::Handle opt = h5::open_group(f.id(), "optimizer");
   optimizer_.load_state(h5::read_attr_int(opt.id(), "n_steps"), read_tensors_like(opt.id(), optimizer_.state()));

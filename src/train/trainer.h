@@ -13,9 +13,16 @@
 // terms, reduced with step-wide weights, backward → gradient all-reduce in buckets →
 // global-norm clip → AdamW. The result does not depend on how the step's samples are
 // split over ranks and micro-batches (up to fp32 round-off).
+// Expert parallelism (the policy an expert shard, train/expert_parallel.h): the experts'
+// gradients live in a second buffer reduced over the ranks holding the same experts,
+// the gradient norm adds up the group's shards, and every rank of an expert group runs
+// as many forwards (and backwards) as the busiest of them — a rank out of micro-batches
+// runs a one-token forward whose loss is multiplied by zero, so that the token exchanges
+// of every MoE layer meet on all of them.
 #pragma once
 
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -69,8 +76,10 @@ struct TrainerConfig {
 class Trainer {
  public:
   // dp: the data-parallel communicator (null = single rank). reference: frozen
-  // reference policy (required when needs_reference(cfg)).
-  Trainer(const TrainerConfig& cfg, Transformer& policy, Comm* dp, const Transformer* reference = nullptr);
+  // reference policy (required when needs_reference(cfg)). expert_replicas: with an
+  // expert-sharded policy, the ranks holding the same experts (ExpertGroups::replicas).
+  Trainer(const TrainerConfig& cfg, Transformer& policy, Comm* dp, const Transformer* reference = nullptr,
+          Comm* expert_replicas = nullptr);
   // A reference model is needed for the KL loss and for the reward-side KL.
   static bool needs_reference(const TrainerConfig& cfg);
 
@@ -95,11 +104,16 @@ class Trainer {
   std::map<std::string, double> train_step(std::vector<Sample>& local);
 
   int64_t n_steps() const { return optimizer_.n_steps(); }
+  // The gradients of the replicated parameters (all of them without expert parallelism),
+  // and of this rank's experts (null without expert parallelism).
   const GradBuffer& grads() const { return grads_; }
+  const GradBuffer* expert_grads() const { return expert_grads_.get(); }
   const TrainerConfig& config() const { return cfg_; }
 
   // Model, optimizer state, step count and the torch CPU RNG state in one HDF5 file
-  // (written by the calling rank alone), and back.
+  // (written by the calling rank alone; an expert-sharded trainer first gathers the
+  // experts of its group, so every rank of the group calls it and the group's rank 0
+  // writes the whole model), and back (each rank reading its own experts).
   void save(const std::string& path) const;
   void load(const std::string& path);
 
@@ -108,8 +122,16 @@ class Trainer {
   Transformer& policy_;
   Comm* dp_;
   const Transformer* reference_;
+  // Forwards the ranks of this rank's expert group run together for `n` of its own
+  // micro-batches (n without expert parallelism).
+  int64_t aligned_micro_batches(int64_t n) const;
+  double global_grad_norm() const;
+
+  Comm* expert_group_ = nullptr;     // the policy's expert-parallel group (null: no expert parallelism)
+  Comm* expert_replicas_ = nullptr;  // ranks holding this rank's experts
   AdamW optimizer_;
   GradBuffer grads_;
+  std::unique_ptr<GradBuffer> expert_grads_;
 };
 
 }  // namespace slimpi
