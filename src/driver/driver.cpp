@@ -228,7 +228,7 @@ void Driver::set_up_model_and_trainer() {
     }
     trainer_ = std::make_unique<Trainer>(train_cfg, *policy_, trainer_comm_.get(), reference_.get(),
                                          expert_groups_ ? &expert_groups_->replicas() : nullptr);
-    log::info("policy: {} parameters ({} layers, d {}, {} heads / {} kv heads) on {}, from {}", policy_->n_params(),
+    log::info("policy: {} parameters ({} layers, d {}, {} heads / {} kv heads) on {}, from {}", model_cfg.n_params(),
               model_cfg.n_layers, model_cfg.hidden_size, model_cfg.n_heads, model_cfg.n_kv_heads, device.str(),
               init_from.empty() ? "the seeded init" : init_from);
     if (expert_groups_)
@@ -313,10 +313,10 @@ int64_t Driver::run() {
     if (step_metrics_.count("eval/pass@1"))
       log::info("final eval (after {} steps): pass@1 {:.3f}", step, step_metrics_.at("eval/pass@1"));
   }
-  if (trainer_ && rank_in(ctx_.world->trainer()) == 0) {
+  if (trainer_ && writes_trainer_state()) {
     const std::string path = ctx_.run_dir + "/trainer_state.h5";
     trainer_->save(path);
-    log::info("trainer state (model, optimizer, RNG) written to {}", path);
+    if (rank_in(ctx_.world->trainer()) == 0) log::info("trainer state (model, optimizer, RNG) written to {}", path);
   }
   if (ctx_.world->rank() == 0) std::ofstream(ctx_.run_dir + "/COMPLETE") << "run complete: " << step << " steps\n";
   log::info("finished: step {} of {} in {:.3f} s; outputs in {}", step, n_steps, total.seconds(), ctx_.run_dir);
@@ -327,6 +327,11 @@ void Driver::share_metrics(int root, std::map<std::string, double> values) {
   std::string bytes = ctx_.world->rank() == root ? encode_metrics(values) : std::string();
   broadcast_string(ctx_.world->world(), bytes, root);
   for (const auto& [k, v] : decode_metrics(bytes)) step_metrics_[k] = v;
+}
+
+bool Driver::writes_trainer_state() const {
+  // Trainer rank 0 writes; with expert parallelism its group gathers the experts with it.
+  return rank_in(ctx_.world->trainer()) == 0 || (expert_groups_ && expert_groups_->group_index() == 0);
 }
 
 void Driver::run_eval(int64_t row) {

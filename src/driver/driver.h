@@ -115,6 +115,8 @@ class Driver {
   // Loads resume_from_ (if any) and opens or creates rollouts.h5 / metrics.h5.
   void resume_and_open_files();
   void write_checkpoint(int64_t next_step);
+  // Whether this rank takes part in writing trainer_state.h5 (Trainer::save).
+  bool writes_trainer_state() const;
   // debug.train_only: this trainer's share of the recorded samples of `step`.
   std::vector<Sample> recorded_batch(int64_t step);
   void run_eval(int64_t row);

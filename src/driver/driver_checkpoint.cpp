@@ -215,9 +215,7 @@ void Driver::write_checkpoint(int64_t next_step) {
   });
   rollouts_->flush();
   run_on_all_and_agree(world, context, [&] {
-    // Expert parallelism: trainer rank 0's group gathers its experts; rank 0 writes.
-    const bool saves = root || (expert_groups_ && expert_groups_->group_index() == 0);
-    if (saves && trainer_) trainer_->save(dir + "/trainer_state.h5");
+    if (trainer_ && writes_trainer_state()) trainer_->save(dir + "/trainer_state.h5");
   });
   // one_step_off: the batch generated during this step, which the next step trains.
   int64_t pending_groups = 0;
