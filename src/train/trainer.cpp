@@ -193,6 +193,10 @@ TrainerConfig TrainerConfig::from_deck(const Deck& deck) {
     SLIMPI_FAIL_ALL("train.routing_replay ({}) replays the experts of a mixture-of-experts policy, but model.n_experts "
                     "= 0 ({})",
                     deck.source("train.routing_replay"), deck.source("model.n_experts"));
+  c.routing_replay_gap = deck.get_bool("train.routing_replay_gap");
+  if (c.routing_replay_gap && !c.routing_replay)
+    SLIMPI_FAIL_ALL("train.routing_replay_gap ({}) measures what routing replay changes; train.routing_replay = false ({})",
+                    deck.source("train.routing_replay_gap"), deck.source("train.routing_replay"));
   c.moe_aux_loss_coef = deck.get_float("train.moe_aux_loss_coef");
   c.moe_z_loss_coef = deck.get_float("train.moe_z_loss_coef");
   if (deck.get_int("model.n_experts") == 0)
@@ -436,6 +440,7 @@ std::map<std::string, double> Trainer::train_step(std::vector<Sample>& local) {
   if (rl) {
     for (const char* k : {"train/pg_loss", "train/pg_clipfrac", "train/ppo_kl", "train/train_rollout_logprob_abs_diff"})
       sums.add_value(k, 0.0);
+    if (cfg_.routing_replay_gap) sums.add_value("train/train_rollout_logprob_abs_diff_unreplayed", 0.0);
     if (cfg_.use_tis) {
       for (const std::string& k : mismatch_metric_names(cfg_.mismatch)) sums.add_value("train/" + k, 0.0);
       sums.add_value("train/ois", 0.0);
@@ -457,6 +462,10 @@ std::map<std::string, double> Trainer::train_step(std::vector<Sample>& local) {
   const int64_t n_runs = aligned_micro_batches(int64_t(plan.size()));
   for (int64_t micro = 0; micro < n_runs; ++micro) {
     if (micro >= int64_t(plan.size())) {  // expert parallelism: the group still runs micro-batches
+      if (cfg_.routing_replay_gap) {
+        at::NoGradGuard no_grad;
+        idle_forward(policy_, cfg_.precision);
+      }
       if (micro + 1 == n_runs && overlap) arm();
       idle_forward(policy_, cfg_.precision).backward();
       continue;
@@ -480,8 +489,14 @@ std::map<std::string, double> Trainer::train_step(std::vector<Sample>& local) {
         sums.add_tensor(fmt::format("train/routing_positions/layer_{}", moe_layers[j]), per_layer_valid[j]);
       }
     }
-    TokenLogProbs lp = score_tokens(logits, response_positions(b.tokens, b.seq_lens, b.prompt_lens),
-                                    cfg_.temperature, /*with_entropy=*/true, b.support);
+    const ScoredPositions positions = response_positions(b.tokens, b.seq_lens, b.prompt_lens);
+    TokenLogProbs lp = score_tokens(logits, positions, cfg_.temperature, /*with_entropy=*/true, b.support);
+    at::Tensor unreplayed_logp;  // [N] the same forward with the trainer's own routing (train.routing_replay_gap)
+    if (cfg_.routing_replay_gap) {
+      at::NoGradGuard no_grad;
+      unreplayed_logp = score_tokens(packed_logits(policy_, b, cfg_.precision), positions, cfg_.temperature, false,
+                                     b.support).logp;
+    }
     // Reducer weights [N]: m / (D_i · n_samples) per rollout, or m / n_masked per token.
     std::vector<at::Tensor> mask_parts, adv_parts;
     std::vector<double> denominators;
@@ -537,8 +552,11 @@ std::map<std::string, double> Trainer::train_step(std::vector<Sample>& local) {
         sums.add("train/ois", at::exp(-pg.ppo_kl), weight);
         if (c.keep.defined()) weight = weight * c.keep;
       }
-      if (have_rollout)  // slime compares the old log-probs (the current ones at a rollout's first step)
+      if (have_rollout) {  // slime compares the old log-probs (the current ones at a rollout's first step)
         sums.add("train/train_rollout_logprob_abs_diff", (old - rollout_logp).abs(), weight);
+        if (unreplayed_logp.defined())
+          sums.add("train/train_rollout_logprob_abs_diff_unreplayed", (unreplayed_logp - rollout_logp).abs(), weight);
+      }
       at::Tensor pg_loss = (pg_tokens * weight).sum();
       at::Tensor entropy_loss = (lp.entropy * weight).sum();
       loss = pg_loss - cfg_.entropy_coef * entropy_loss;

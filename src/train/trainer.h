@@ -53,6 +53,7 @@ struct TrainerConfig {
   double gamma = 1.0;    // discount of reinforce_plus_plus returns
   double entropy_coef = 0.0;
   bool routing_replay = false;     // MoE: every forward runs the experts the rollout's tokens ran (R3)
+  bool routing_replay_gap = false;  // with it: also the train/rollout log-prob gap without replay (a forward more)
   double moe_aux_loss_coef = 0.0;  // MoE policies: load-balancing and router z-loss weights
   double moe_z_loss_coef = 0.0;
   bool use_tis = false;

@@ -7,7 +7,9 @@
 #    (train_step/0/routing_agreement = 1 every step);
 #  * a bf16 rollout routes some tokens elsewhere (agreement < 1); Rollout Routing Replay
 #    (train.routing_replay) lowers the train/rollout log-prob gap on the same rollouts
-#    (step 0, which the initial weights generated in both runs);
+#    (step 0, which the initial weights generated in both runs); train.routing_replay_gap
+#    measures the gap without replay inside the replaying run (at step 0 it equals the
+#    other run's), above the replayed gap at every step;
 #  * debug.train_only replays the recorded samples, traces included, bit for bit (every
 #    train/ metric of a replayed run with routing replay equals the recorded run's);
 #  * the traces are the same at np 2 colocated and np 4 split (same seeds, same tokens);
@@ -32,7 +34,8 @@ run() {  # NP NAME [--set ...]
 
 run 4 fp32 --set eval.path=
 run 4 bf16 --set eval.path= --set rollout.precision=bf16
-run 4 bf16_replay --set eval.path= --set rollout.precision=bf16 --set train.routing_replay=true
+run 4 bf16_replay --set eval.path= --set rollout.precision=bf16 --set train.routing_replay=true \
+  --set train.routing_replay_gap=true
 run 2 colocated --set eval.path= --set parallel.placement=colocate
 /usr/bin/python3 - "$out" <<'PY'
 import sys
@@ -69,6 +72,12 @@ assert np.all(bf16 < 1.0) and np.all(bf16 > 0.5), bf16
 # Step 0: both runs trained on the same rollouts (the initial weights generated them).
 gap, gap_replay = (metric(r, "train_step/0/train_rollout_logprob_abs_diff")[0] for r in ("bf16", "bf16_replay"))
 assert gap_replay < gap, (gap_replay, gap)
+# train.routing_replay_gap: the replaying run also measures its gap without replay; on
+# step 0's rollouts that is the gap of the run without replay (the same forward).
+unreplayed = metric("bf16_replay", "train_step/0/train_rollout_logprob_abs_diff_unreplayed")
+assert abs(unreplayed[0] - gap) <= 1e-6 + 1e-4 * gap, (unreplayed[0], gap)
+replayed = metric("bf16_replay", "train_step/0/train_rollout_logprob_abs_diff")
+assert np.all(unreplayed > replayed), (unreplayed, replayed)
 print(f"moe_runs: agreement fp32 1.0, bf16 rollout {bf16.mean():.4f}; train/rollout log-prob gap {gap:.4g} -> "
       f"{gap_replay:.4g} with routing replay")
 
