@@ -6,7 +6,9 @@
 # the same SFT state; the dense quickstart model does the same GRPO stage with a bf16
 # rollout as the reference. Reported per run (means over the steps): routing agreement
 # at each rollout's first optimizer step (before replay), the train/rollout log-prob gap
-# (train_rollout_logprob_abs_diff), ppo_kl and the final reward.
+# (train_rollout_logprob_abs_diff), ppo_kl and the final reward; for the replaying run
+# also the gap it would have without replay, measured in the same run on the same
+# rollouts at each rollout's first optimizer step (train.routing_replay_gap).
 # Usage: perf/moe_replay.sh [STEPS]   (default 100; runs go to runs/moe_replay/)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -29,6 +31,7 @@ jobs/run_local.sh 4 inputs/quickstart_grpo.toml "${moe[@]}" "${grpo[@]}" --set r
   --set model.init_from="$out/sft_moe/trainer_state.h5" >"$out/moe.log" 2>&1 || { tail -20 "$out/moe.log"; exit 1; }
 jobs/run_local.sh 4 inputs/quickstart_grpo.toml "${moe[@]}" "${grpo[@]}" --set run.dir="$out/moe_replay" \
   --set model.init_from="$out/sft_moe/trainer_state.h5" --set train.routing_replay=true \
+  --set train.routing_replay_gap=true \
   >"$out/moe_replay.log" 2>&1 || { tail -20 "$out/moe_replay.log"; exit 1; }
 jobs/run_local.sh 4 inputs/quickstart_grpo.toml "${grpo[@]}" --set run.dir="$out/dense" \
   --set model.init_from="$out/sft_dense/trainer_state.h5" >"$out/dense.log" 2>&1 || { tail -20 "$out/dense.log"; exit 1; }
@@ -38,6 +41,7 @@ import h5py
 import numpy as np
 out = sys.argv[1]
 print(f"{'run':12s} {'agreement':>10s} {'|train-rollout| logp':>21s} {'ppo_kl':>10s} {'reward first->last 10':>22s}")
+unreplayed = None
 for run in ("dense", "moe", "moe_replay"):
     with h5py.File(f"{out}/{run}/metrics.h5") as f:
         cols = f["steps"].attrs["columns"].decode().split()
@@ -49,4 +53,9 @@ for run in ("dense", "moe", "moe_replay"):
         r = get("rollout/raw_reward")
         r = r[np.isfinite(r)]
         print(f"{run:12s} {agree:10.4f} {gap:21.5f} {kl:10.2e} {np.mean(r[:10]):10.3f} -> {np.mean(r[-10:]):.3f}")
+        if run == "moe_replay":
+            unreplayed = (np.nanmean(get("train_step/0/train_rollout_logprob_abs_diff_unreplayed")),
+                          np.nanmean(get("train_step/0/train_rollout_logprob_abs_diff")))
+print(f"moe_replay, same run and rollouts (first optimizer step): gap {unreplayed[0]:.5f} without replay, "
+      f"{unreplayed[1]:.5f} with")
 PY

@@ -80,6 +80,30 @@ TEST_F(CommTest, SendRecvRing) {
   EXPECT_TRUE(at::equal(in, at::full({1000}, float(prev), at::kFloat)));
 }
 
+TEST_F(CommTest, AlltoallvRowsWithUnevenAndEmptyBlocks) {
+  // Rank r sends (r + p) % 3 rows to rank p (some blocks empty), each row [r, p, j, j].
+  std::vector<int64_t> send_rows(n), recv_rows(n);
+  std::vector<float> values;
+  for (int p = 0; p < n; ++p) {
+    send_rows[p] = (r + p) % 3;
+    recv_rows[p] = (p + r) % 3;
+    for (int64_t j = 0; j < send_rows[p]; ++j) values.insert(values.end(), {float(r), float(p), float(j), float(j)});
+  }
+  at::Tensor send = at::tensor(values, at::kFloat).view({-1, 4});  // [Σ send_rows, 4]
+  if (values.empty()) send = at::empty({0, 4});
+  at::Tensor got = alltoallv_rows(comm, send, send_rows, recv_rows);
+  ASSERT_EQ(got.size(0), std::accumulate(recv_rows.begin(), recv_rows.end(), int64_t{0}));
+  ASSERT_EQ(got.size(1), 4);
+  int64_t row = 0;
+  for (int p = 0; p < n; ++p)
+    for (int64_t j = 0; j < recv_rows[p]; ++j, ++row) {
+      EXPECT_EQ(got[row][0].item<float>(), float(p));  // from rank p, for this rank, its j-th row
+      EXPECT_EQ(got[row][1].item<float>(), float(r));
+      EXPECT_EQ(got[row][2].item<float>(), float(j));
+    }
+  EXPECT_THROW(alltoallv_rows(comm, send, std::vector<int64_t>(n + 1, 0), recv_rows), Error);
+}
+
 TEST_F(CommTest, ByteStrings) {
   std::string text = r == 0 ? std::string("deck text with \0 inside", 23) : "";
   broadcast_bytes(comm, text, 0);

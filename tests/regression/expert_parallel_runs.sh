@@ -9,7 +9,8 @@
 #    KL loss (a sharded reference model), routing replay, and one_step_off;
 #  * job steps of an expert-parallel run (2 + 2) equal the straight run bit for bit;
 #  * a checkpoint holds the whole model: resuming an expert-parallel run with
-#    expert_parallel = 1 continues it (same tokens), and `slimpi export` writes it;
+#    expert_parallel = 1 continues it (same tokens), and `slimpi export` writes it; an
+#    expert-parallel run starts from that Hugging Face export;
 #  * SFT with evaluation (the trainers gather a whole model to generate) matches;
 #  * impossible group sizes, a dense model, and GPUs over MPI are refused by name.
 # Usage: expert_parallel_runs.sh SLIMPI ROOT "MPIRUN FLAGS"
@@ -108,6 +109,10 @@ cfg = json.load(open(f"{out}/hf/config.json"))
 assert cfg["architectures"] == ["Qwen3MoeForCausalLM"], cfg["architectures"]
 print(f"expert_parallel_runs: the export holds all {len(experts)} expert tensors of the run's final model")
 PY
+# A Hugging Face directory as model.init_from: each shard reads its own experts of it.
+$mpirun -np 4 "$slimpi" run inputs/smoke_rl.toml --set run.n_steps=1 --set eval.path= --set parallel.expert_parallel=2 \
+  --set model.init_from="$out/hf" --set run.dir="$out/from_hf" >"$out/from_hf.log" 2>&1 || { cat "$out/from_hf.log"; exit 1; }
+grep -q "this rank holds experts 0..3 of 8" "$out/from_hf.log"
 
 echo "== SFT with evaluation at np 2"
 sft=(--set run.n_steps=6 --set model.hidden_size=32 --set model.n_layers=2 --set model.n_experts=4
