@@ -12,18 +12,22 @@ namespace slimpi {
 namespace {
 
 // x [P, d]: rows grouped by local expert, n_rows[e] rows for local expert e (in order)
-// -> each row through its expert's SwiGLU [P, d]. A zero-row x gives a zero-row result
-// still linked to x (expert parallelism needs every rank's graph to reach the exchange).
-at::Tensor run_experts(const at::Tensor& x, const int64_t* n_rows, const MoeWeights& w) {
+// -> each row through its expert's SwiGLU [P, d]. run_empty: experts without rows run
+// too, on zero rows. Expert parallelism needs it: every rank's graph then has the same
+// shape (each expert's gradient hook fires in the same place of every replica's
+// backward, so overlapped reductions start in one order), a rank that received no rows
+// still links its exchanges into the graph, and its result has the dtype the others'
+// GEMMs give (bf16 under autocast).
+at::Tensor run_experts(const at::Tensor& x, const int64_t* n_rows, const MoeWeights& w, bool run_empty) {
   std::vector<at::Tensor> ys;
   int64_t start = 0;
   for (size_t e = 0; e < w.gate.size(); ++e) {
-    if (n_rows[e] == 0) continue;
+    if (n_rows[e] == 0 && !run_empty) continue;
     const at::Tensor xe = x.narrow(0, start, n_rows[e]);
     ys.push_back(at::linear(at::silu(at::linear(xe, w.gate[e])) * at::linear(xe, w.up[e]), w.down[e]));
     start += n_rows[e];
   }
-  return ys.empty() ? x * 0 : at::cat(ys);
+  return ys.empty() ? x.narrow(0, 0, 0) : at::cat(ys);  // [P, d]; empty only for P = 0 (no token)
 }
 
 // Expert parallelism. x [P, d] sorted by global expert, counts [E] (host) rows per
@@ -59,7 +63,7 @@ at::Tensor run_sharded_experts(const at::Tensor& x, const at::Tensor& counts, co
       n_rows[e] += rc[s * n_local + e];
     }
   const at::Tensor perm = at::tensor(by_expert, at::kLong).to(x.device());  // [R]
-  const at::Tensor y_grouped = run_experts(received.index_select(0, perm), n_rows.data(), w);
+  const at::Tensor y_grouped = run_experts(received.index_select(0, perm), n_rows.data(), w, /*run_empty=*/true);
   // Back to the received order (perm is a permutation: index_copy inverts it), then home.
   const at::Tensor y = at::zeros_like(y_grouped).index_copy(0, perm, y_grouped);
   return exchange_rows(ep, y, recv_rows, send_rows);  // [P, d]
@@ -96,7 +100,7 @@ MoeLayerOutput moe_mlp(const at::Tensor& h, const MoeWeights& w, int64_t k, bool
   const at::Tensor token_of_pair = at::floor_divide(order, k);                     // [T·k] sorted
   const at::Tensor counts = at::bincount(expert_of_pair, {}, E).cpu();             // [E]
   const at::Tensor x = h.index_select(0, token_of_pair);                           // [T·k, d]
-  const at::Tensor expert_out = w.ep ? run_sharded_experts(x, counts, w) : run_experts(x, counts.data_ptr<int64_t>(), w);
+  const at::Tensor expert_out = w.ep ? run_sharded_experts(x, counts, w) : run_experts(x, counts.data_ptr<int64_t>(), w, false);
   const at::Tensor y = expert_out * weights.reshape({-1}).index_select(0, order).unsqueeze(1);  // [T·k, d]
   o.out = at::zeros_like(h).index_add(0, token_of_pair, y);
   if (w.shared_gate.defined())

@@ -450,7 +450,12 @@ std::map<std::string, double> Trainer::train_step(std::vector<Sample>& local) {
   std::vector<int64_t> lengths;
   for (const auto& s : local) lengths.push_back(static_cast<int64_t>(s.tokens.size()));
   // The same on every rank: non-blocking and blocking collectives do not match.
-  const bool overlap = cfg_.overlap_grad_reduce && dp_ && (device.is_cpu() || dp_->device_memory());
+  // With expert parallelism on NCCL, backward itself waits on other ranks (each token
+  // exchange synchronises the stream), so a reduction enqueued mid-backward could wait
+  // on a replica that waits on this rank: there the reductions follow backward (not
+  // yet run on a GPU; on the CPU, MPI's non-blocking reductions never block backward).
+  const bool overlap = cfg_.overlap_grad_reduce && dp_ && (device.is_cpu() || dp_->device_memory()) &&
+                       !(expert_group_ && dp_->device_memory());
   const auto plan = plan_micro_batches(lengths, cfg_.n_micro_batches, cfg_.max_tokens_per_micro_batch);
   // The last backward of the step reduces gradient buckets as it produces them. With
   // MPI that needs the hooks on this thread (CPU autograd runs here; CUDA autograd
@@ -462,12 +467,15 @@ std::map<std::string, double> Trainer::train_step(std::vector<Sample>& local) {
   const int64_t n_runs = aligned_micro_batches(int64_t(plan.size()));
   for (int64_t micro = 0; micro < n_runs; ++micro) {
     if (micro >= int64_t(plan.size())) {  // expert parallelism: the group still runs micro-batches
+      // The forwards and backward of a real micro-batch, in its order: the token
+      // exchanges of the group's ranks pair up by call order.
+      at::Tensor idle_loss = idle_forward(policy_, cfg_.precision);
       if (cfg_.routing_replay_gap) {
         at::NoGradGuard no_grad;
         idle_forward(policy_, cfg_.precision);
       }
       if (micro + 1 == n_runs && overlap) arm();
-      idle_forward(policy_, cfg_.precision).backward();
+      idle_loss.backward();
       continue;
     }
     const std::vector<int64_t>& which = plan[micro];
