@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ckpt/checkpoint_dir.h"
+#include "io/hf_names.h"
 #include "io/safetensors.h"
 #include "io/tensor_io.h"
 #include "model/transformer.h"
@@ -39,21 +40,36 @@ int64_t parse_byte_size(const std::string& text) {
   return bytes;
 }
 
+namespace {
+
+// A mixture-of-experts model with Mixtral's shape: no q/k norms, shared expert or biases,
+// every layer sparse, renormalised top-k.
+bool is_mixtral(const ModelConfig& cfg) {
+  return cfg.n_experts > 0 && !cfg.qk_norm && cfg.shared_expert_intermediate_size == 0 && !cfg.qkv_bias &&
+         !cfg.o_bias && cfg.moe_layer_freq == 1 && cfg.norm_topk_prob;
+}
+
+}  // namespace
+
 std::string hf_config_json(const ModelConfig& cfg, const std::string& dtype, const HfSpecialIds& ids) {
   SLIMPI_CHECK(cfg.qkv_bias || !cfg.o_bias,
                "export: an o_proj bias without q/k/v biases has no Hugging Face architecture");
   const bool moe = cfg.n_experts > 0, shared = cfg.shared_expert_intermediate_size > 0;
-  // Mixture of experts: Qwen3-MoE (q/k norms, no shared expert) or Qwen2-MoE (a gated
-  // shared expert, no q/k norms, no o bias).
-  SLIMPI_CHECK(!moe || (cfg.qk_norm && !shared) || (!cfg.qk_norm && shared && !cfg.o_bias),
-               "a mixture-of-experts model exports as Qwen3MoeForCausalLM (model.qk_norm = true, no shared expert) "
-               "or Qwen2MoeForCausalLM (a shared expert, no q/k norms, no o bias)");
+  // Mixture of experts: Qwen3-MoE (q/k norms, no shared expert), Qwen2-MoE (a gated
+  // shared expert, no q/k norms, no o bias) or Mixtral (none of these).
+  const bool mixtral = is_mixtral(cfg);
+  SLIMPI_CHECK(!moe || (cfg.qk_norm && !shared) || (!cfg.qk_norm && shared && !cfg.o_bias) || mixtral,
+               "a mixture-of-experts model exports as Qwen3MoeForCausalLM (model.qk_norm = true, no shared expert), "
+               "Qwen2MoeForCausalLM (a shared expert, no q/k norms, no o bias) or MixtralForCausalLM (no q/k norms, "
+               "no shared expert, no biases, every layer sparse, model.norm_topk_prob = true)");
   const char* arch = moe && shared                   ? "Qwen2MoeForCausalLM"
+                     : mixtral                       ? "MixtralForCausalLM"
                      : moe                           ? "Qwen3MoeForCausalLM"
                      : cfg.qk_norm                   ? "Qwen3ForCausalLM"
                      : cfg.qkv_bias && !cfg.o_bias ? "Qwen2ForCausalLM"
                                                      : "LlamaForCausalLM";
   const char* type = moe && shared                   ? "qwen2_moe"
+                     : mixtral                       ? "mixtral"
                      : moe                           ? "qwen3_moe"
                      : cfg.qk_norm                   ? "qwen3"
                      : cfg.qkv_bias && !cfg.o_bias ? "qwen2"
@@ -80,7 +96,13 @@ std::string hf_config_json(const ModelConfig& cfg, const std::string& dtype, con
   };
   add_special_ids(j, ids);
   if (ids.bytes) j["slimpi_tokenizer"] = "bytes: ids 0-255 are UTF-8 bytes, 256 PAD, 257 BOS, 258 EOS";
-  if (moe) {  // both names of the expert count: transformers 4 reads num_experts, 5 num_local_experts
+  if (mixtral) {  // intermediate_size is each expert's width
+    j["intermediate_size"] = cfg.moe_intermediate_size;
+    j["num_local_experts"] = cfg.n_experts;
+    j["num_experts_per_tok"] = cfg.n_experts_per_tok;
+    j["sliding_window"] = nullptr;
+    j["router_jitter_noise"] = 0.0;
+  } else if (moe) {  // both names of the expert count: transformers 4 reads num_experts, 5 num_local_experts
     j["num_experts"] = cfg.n_experts;
     j["num_local_experts"] = cfg.n_experts;
     j["num_experts_per_tok"] = cfg.n_experts_per_tok;
@@ -93,7 +115,7 @@ std::string hf_config_json(const ModelConfig& cfg, const std::string& dtype, con
       j["qkv_bias"] = cfg.qkv_bias;
     }
   }
-  if (std::string(type) != "qwen2" && std::string(type) != "qwen2_moe") j["attention_bias"] = cfg.qkv_bias;
+  if (std::string(type) != "qwen2" && std::string(type) != "qwen2_moe" && !mixtral) j["attention_bias"] = cfg.qkv_bias;
   if (std::string(type) == "llama") j["mlp_bias"] = false;
   if (cfg.rope_scaling == "linear") {
     j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", cfg.rope_factor}};
@@ -172,7 +194,7 @@ std::string export_checkpoint_to_hf(const std::string& ckpt_dir, const std::stri
   for (const auto& p : model.parameters()) {
     at::Tensor t = p.tensor.detach();
     if (options.dtype == "bf16") t = t.to(at::kBFloat16);
-    tensors.push_back({p.name, t});
+    tensors.push_back({is_mixtral(cfg) ? mixtral_name(p.name) : p.name, t});
     total += t.numel() * t.element_size();
   }
   std::filesystem::create_directories(out_dir);

@@ -126,9 +126,10 @@ Resolution resolve(const std::string& file, const json& c) {
   const bool qwen2 = qwen2_moe || arch == "Qwen2ForCausalLM" || (arch.empty() && model_type == "qwen2");
   const bool qwen3_moe = arch == "Qwen3MoeForCausalLM" || (arch.empty() && model_type == "qwen3_moe");
   const bool qwen3 = qwen3_moe || arch == "Qwen3ForCausalLM" || (arch.empty() && model_type == "qwen3");
-  if (!llama && !qwen2 && !qwen3) {
+  const bool mixtral = arch == "MixtralForCausalLM" || (arch.empty() && model_type == "mixtral");
+  if (!llama && !qwen2 && !qwen3 && !mixtral) {
     r.fail("architecture '{}' (model_type '{}') is not supported: LlamaForCausalLM, Qwen2ForCausalLM, "
-           "Qwen3ForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM", arch, model_type);
+           "Qwen3ForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM", arch, model_type);
     return r;
   }
   auto required = [&](const char* field, const char* key) {  // a positive integer
@@ -178,7 +179,21 @@ Resolution resolve(const std::string& file, const json& c) {
       }
   if (get_float(c, "attention_dropout").value_or(0.0) != 0.0) r.fail("attention_dropout != 0 is not supported");
   if (get_float(c, "partial_rotary_factor").value_or(1.0) != 1.0) r.fail("partial_rotary_factor != 1 is not supported");
-  if (qwen3_moe || qwen2_moe) {
+  if (mixtral) {
+    // Every layer sparse; intermediate_size is each expert's width; the top-k
+    // probabilities always renormalised; no shared expert.
+    required("num_local_experts", "model.n_experts");
+    required("num_experts_per_tok", "model.n_experts_per_tok");
+    required("intermediate_size", "model.moe_intermediate_size");
+    r.set("model.norm_topk_prob", true, "architectures (Mixtral: top-k probabilities renormalised)");
+    r.set("model.moe_layer_freq", int64_t(1), "architectures (Mixtral: every layer sparse)");
+    r.set("model.shared_expert_intermediate_size", int64_t(0), "architectures (Mixtral: no shared expert)");
+    if (auto w = get_int(c, "sliding_window"); w && *w < get_int(c, "max_position_embeddings").value_or(0))
+      r.fail("sliding_window = {} is not supported (attention over the whole context; null or >= "
+             "max_position_embeddings has no effect)", *w);
+    if (get_float(c, "router_jitter_noise").value_or(0.0) != 0.0)
+      r.fail("router_jitter_noise != 0 is not supported (the router's logits are used as they are)");
+  } else if (qwen3_moe || qwen2_moe) {
     // transformers 5 names the expert count num_local_experts, 4 num_experts.
     const char* experts = c.contains("num_local_experts") ? "num_local_experts" : "num_experts";
     required(experts, "model.n_experts");
@@ -196,8 +211,8 @@ Resolution resolve(const std::string& file, const json& c) {
   } else {
     for (const char* moe : {"num_experts", "num_local_experts", "n_routed_experts"})
       if (get_int(c, moe).value_or(0) > 0)
-        r.fail("'{}' > 0: of the mixture-of-experts architectures only Qwen2MoeForCausalLM and Qwen3MoeForCausalLM "
-               "are supported", moe);
+        r.fail("'{}' > 0: of the mixture-of-experts architectures only Qwen2MoeForCausalLM, Qwen3MoeForCausalLM "
+               "and MixtralForCausalLM are supported", moe);
   }
   return r;
 }

@@ -10,6 +10,7 @@
 #include <map>
 #include <set>
 
+#include "io/hf_names.h"
 #include "io/safetensors.h"
 
 namespace slimpi {
@@ -107,14 +108,19 @@ std::vector<NamedTensor> read_hf_tensors_like(const std::string& path, const std
   const std::string& where = reader.description();
   std::set<std::string> wanted;
   std::vector<std::string> missing, unused, wrong;
+  // A tensor's name in the files: slimpi's, or Mixtral's (io/hf_names.h).
+  auto file_name = [&](const std::string& name) {
+    const std::string other = mixtral_name(name);
+    return reader.contains(name) || !reader.contains(other) ? name : other;
+  };
   for (const auto& l : like) {
-    wanted.insert(l.name);
-    if (!reader.contains(l.name)) missing.push_back(l.name);
+    wanted.insert(file_name(l.name));
+    if (!reader.contains(file_name(l.name))) missing.push_back(l.name);
   }
   const bool tied = wanted.count("lm_head.weight") == 0;
   for (const auto& [name, e] : reader.entries()) {
     if (wanted.count(name)) continue;
-    if (experts_sharded && name.find(".mlp.experts.") != std::string::npos) continue;  // another shard's
+    if (experts_sharded && is_hf_expert_name(name)) continue;  // another shard's
     const std::string buffer = "rotary_emb.inv_freq";  // HF's non-parameter RoPE buffer
     if (name.size() >= buffer.size() && name.compare(name.size() - buffer.size(), buffer.size(), buffer) == 0) continue;
     if (name == "lm_head.weight" && tied && reader.contains("model.embed_tokens.weight") &&
@@ -135,7 +141,8 @@ std::vector<NamedTensor> read_hf_tensors_like(const std::string& path, const std
                tied && !unused.empty() ? " (a tied model has no lm_head.weight; check model.tie_word_embeddings)" : "");
   std::vector<NamedTensor> out;
   for (const auto& l : like) {
-    const SafetensorsReader::Entry& e = reader.entries().at(l.name);
+    const std::string name = file_name(l.name);
+    const SafetensorsReader::Entry& e = reader.entries().at(name);
     const bool same_kind = at::isFloatingType(e.dtype) && at::isFloatingType(l.tensor.scalar_type());
     if (e.shape != l.tensor.sizes().vec() || !same_kind) {  // load_model_weights converts the dtype
       wrong.push_back(fmt::format("{} is {} {}, the model needs {} {}", l.name, fmt::join(e.shape, "x"),
@@ -143,7 +150,7 @@ std::vector<NamedTensor> read_hf_tensors_like(const std::string& path, const std
                                   std::string(c10::toString(l.tensor.scalar_type()))));
       continue;
     }
-    out.push_back({l.name, reader.read(l.name)});
+    out.push_back({l.name, reader.read(name)});
   }
   SLIMPI_CHECK(wrong.empty(), "{}: {}", where, fmt::join(wrong, "; "));
   return out;

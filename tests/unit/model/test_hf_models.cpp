@@ -12,6 +12,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "io/hf_names.h"
 #include "io/safetensors.h"
 #include "io/tensor_io.h"
 #include "model/transformer.h"
@@ -94,9 +95,9 @@ TEST_P(GoldenLogits, ModelFromConfigJsonMatchesTransformers) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenLogits,
                          ::testing::Values("llama_gqa_untied", "llama3_rope_tied_bias_bf16_sharded",
                                            "qwen2_linear_rope_sharded", "qwen3_head_dim_bf16", "qwen3_tied",
-                                           "qwen3_moe", "qwen3_moe_step2_bf16", "qwen2_moe_shared"));
+                                           "qwen3_moe", "qwen3_moe_step2_bf16", "qwen2_moe_shared", "mixtral"));
 
-// Qwen3-MoE: every token's top-k experts in every sparse layer and the load-balancing
+// Qwen3-MoE, Qwen2-MoE and Mixtral: every token's top-k experts in every sparse layer and the load-balancing
 // loss equal transformers'; replaying those experts gives the same logits, replaying
 // other experts changes them, and the z-loss is the mean squared logsumexp.
 class GoldenMoe : public HfDir, public ::testing::WithParamInterface<std::string> {};
@@ -134,7 +135,38 @@ TEST_P(GoldenMoe, RoutingAndLoadBalancingLossMatchTransformers) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenMoe, ::testing::Values("qwen3_moe", "qwen3_moe_step2_bf16", "qwen2_moe_shared"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenMoe,
+                         ::testing::Values("qwen3_moe", "qwen3_moe_step2_bf16", "qwen2_moe_shared", "mixtral"));
+
+// Mixtral: its config reads as every layer sparse with the expert width in
+// intermediate_size; its tensor names (block_sparse_moe.*, w1 / w3 / w2) map to slimpi's;
+// a sliding window that could act and router jitter are refused.
+TEST_F(HfDir, MixtralConfigAndNames) {
+  const ModelConfig cfg = ModelConfig::from_deck(deck_for(kFixtures / "mixtral"));
+  EXPECT_EQ(cfg.n_experts, 4);
+  EXPECT_EQ(cfg.moe_intermediate_size, 24);
+  EXPECT_EQ(cfg.moe_layer_freq, 1);
+  EXPECT_TRUE(cfg.norm_topk_prob);
+  EXPECT_FALSE(cfg.qk_norm);
+  EXPECT_EQ(mixtral_name("model.layers.3.mlp.gate.weight"), "model.layers.3.block_sparse_moe.gate.weight");
+  EXPECT_EQ(mixtral_name("model.layers.0.mlp.experts.7.gate_proj.weight"),
+            "model.layers.0.block_sparse_moe.experts.7.w1.weight");
+  EXPECT_EQ(mixtral_name("model.layers.0.mlp.experts.7.up_proj.weight"),
+            "model.layers.0.block_sparse_moe.experts.7.w3.weight");
+  EXPECT_EQ(mixtral_name("model.layers.0.mlp.experts.7.down_proj.weight"),
+            "model.layers.0.block_sparse_moe.experts.7.w2.weight");
+  EXPECT_EQ(mixtral_name("model.layers.0.mlp.down_proj.weight"), "model.layers.0.mlp.down_proj.weight");
+  EXPECT_EQ(mixtral_name("model.layers.0.mlp.shared_expert.up_proj.weight"),
+            "model.layers.0.mlp.shared_expert.up_proj.weight");
+  EXPECT_EQ(mixtral_name("lm_head.weight"), "lm_head.weight");
+  const std::string window = deck_error(edited("mixtral", [](nlohmann::json& c) { c["sliding_window"] = 64; }));
+  EXPECT_NE(window.find("sliding_window = 64 is not supported"), std::string::npos) << window;
+  fs::remove_all(tmp_ / "mixtral");
+  EXPECT_EQ(deck_error(edited("mixtral", [](nlohmann::json& c) { c["sliding_window"] = 4096; })), "");  // >= 128: no effect
+  fs::remove_all(tmp_ / "mixtral");
+  const std::string jitter = deck_error(edited("mixtral", [](nlohmann::json& c) { c["router_jitter_noise"] = 0.1; }));
+  EXPECT_NE(jitter.find("router_jitter_noise"), std::string::npos) << jitter;
+}
 
 // fp16 checkpoints convert on load like bf16 ones: the fp32 fixture's tensors stored as
 // F16 give its golden logits to fp16 rounding.
