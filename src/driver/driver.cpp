@@ -628,7 +628,7 @@ void Driver::push_weights(int64_t version) {
   if (expert_groups_ && expert_groups_->group_index() == 0) {
     if (ctx_.world->rank() == 0 && !whole_policy_)
       whole_policy_ = std::make_unique<Transformer>(policy_->config(), run_seed(ctx_.deck), policy_->device());
-    gather_whole_model(*policy_, whole_policy_.get());
+    gather_whole_model(*policy_, whole_policy_.get(), /*to_all=*/false);  // to trainer rank 0
   }
   // The engines already waited for the trainers (asleep) in the record phase's barrier.
   if (!weight_sync_) return;

@@ -45,7 +45,7 @@ std::string shift_expert_index(const std::string& name, int64_t shift) {
 }
 
 std::vector<NamedTensor> gather_expert_tensors(const ExpertShard& shard, int64_t n_local,
-                                               const std::vector<NamedTensor>& local) {
+                                               const std::vector<NamedTensor>& local, bool to_all) {
   if (shard.size == 1) return local;
   SLIMPI_CHECK(shard.comm, "gather_expert_tensors: a shard without its group");
   std::vector<at::Tensor> flat;  // every local tensor flattened, back to back
@@ -55,7 +55,20 @@ std::vector<NamedTensor> gather_expert_tensors(const ExpertShard& shard, int64_t
     flat.push_back(t.tensor.detach().reshape({-1}));
   }
   const at::Tensor mine = flat.empty() ? at::empty({0}) : at::cat(flat);
-  const at::Tensor all = allgather(*shard.comm, mine);  // [G, n]
+  at::Tensor all;  // [G, n]
+  if (to_all) {
+    all = allgather(*shard.comm, mine);
+  } else if (shard.rank != 0) {
+    send(*shard.comm, mine, 0);
+    return local;
+  } else {
+    all = at::empty({shard.size, mine.numel()}, mine.options());
+    all[0].copy_(mine);
+    for (int g = 1; g < shard.size; ++g) {
+      at::Tensor part = all[g];  // a contiguous row
+      recv(*shard.comm, part, g);
+    }
+  }
   std::vector<NamedTensor> out;
   for (int g = 0; g < shard.size; ++g) {
     int64_t offset = 0;
@@ -69,7 +82,7 @@ std::vector<NamedTensor> gather_expert_tensors(const ExpertShard& shard, int64_t
   return out;
 }
 
-void gather_whole_model(const Transformer& shard, Transformer* whole) {
+void gather_whole_model(const Transformer& shard, Transformer* whole, bool to_all) {
   const ExpertShard& s = shard.expert_shard();
   const int64_t n_local = s.count(shard.config().n_experts);
   std::vector<NamedTensor> experts;
@@ -78,7 +91,8 @@ void gather_whole_model(const Transformer& shard, Transformer* whole) {
     if (Transformer::is_expert_parameter(p.name)) experts.push_back(p);
     else by_name[p.name] = p.tensor;
   }
-  for (auto& t : gather_expert_tensors(s, n_local, experts)) by_name[t.name] = t.tensor;
+  SLIMPI_CHECK(whole || !to_all, "gather_whole_model: every rank gathers, so every rank needs a whole model");
+  for (auto& t : gather_expert_tensors(s, n_local, experts, to_all)) by_name[t.name] = t.tensor;
   if (!whole) return;
   at::NoGradGuard no_grad;
   for (const auto& p : whole->parameters()) {

@@ -52,13 +52,16 @@ std::string shift_expert_index(const std::string& name, int64_t shift);
 // Every rank's expert tensors, named as the whole model names them. `local` lists this
 // rank's tensors (names containing ".mlp.experts.<e>.", e in its block of n_local; one
 // dtype; the same list up to the index on every rank). Collective over `shard.comm`.
-// Returns them in rank order, on `local`'s device.
+// Returns them in rank order, on `local`'s device: on every rank (to_all), or on the
+// group's rank 0 alone (the others send theirs and get `local` back; no rank but the
+// root holds more than its own shard).
 std::vector<NamedTensor> gather_expert_tensors(const ExpertShard& shard, int64_t n_local,
-                                               const std::vector<NamedTensor>& local);
+                                               const std::vector<NamedTensor>& local, bool to_all = true);
 
 // Sets `whole` (the same config, every expert; any weight dtype) to the weights of the
-// sharded model `shard` and the other shards of its group. Collective over the group;
-// `whole` may be null on ranks that only contribute their experts.
-void gather_whole_model(const Transformer& shard, Transformer* whole);
+// sharded model `shard` and the other shards of its group. Collective over the group.
+// `whole` null: this rank only contributes its experts, to the group's rank 0 (which
+// must then pass one); otherwise every rank passes one.
+void gather_whole_model(const Transformer& shard, Transformer* whole, bool to_all = true);
 
 }  // namespace slimpi

@@ -647,7 +647,8 @@ void Trainer::save(const std::string& path) const {
     const ExpertShard& shard = policy_.expert_shard();
     std::vector<NamedTensor> out, experts;
     for (const auto& t : local) (Transformer::is_expert_parameter(t.name) ? experts : out).push_back(t);
-    for (auto& t : gather_expert_tensors(shard, shard.count(policy_.config().n_experts), experts)) out.push_back(t);
+    for (auto& t : gather_expert_tensors(shard, shard.count(policy_.config().n_experts), experts, /*to_all=*/false))
+      out.push_back(t);
     return out;
   };
   const std::vector<NamedTensor> params = whole(policy_.parameters());
