@@ -8,7 +8,7 @@
 # at each rollout's first optimizer step (before replay), the train/rollout log-prob gap
 # (train_rollout_logprob_abs_diff), ppo_kl and the final reward; for the replaying run
 # also the gap it would have without replay, measured in the same run on the same
-# rollouts at each rollout's first optimizer step (train.routing_replay_gap).
+# rollouts under the weights that start each rollout (train.routing_replay_gap).
 # Usage: perf/moe_replay.sh [STEPS]   (default 100; runs go to runs/moe_replay/)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -54,8 +54,8 @@ for run in ("dense", "moe", "moe_replay"):
         r = r[np.isfinite(r)]
         print(f"{run:12s} {agree:10.4f} {gap:21.5f} {kl:10.2e} {np.mean(r[:10]):10.3f} -> {np.mean(r[-10:]):.3f}")
         if run == "moe_replay":
-            unreplayed = (np.nanmean(get("train_step/0/train_rollout_logprob_abs_diff_unreplayed")),
-                          np.nanmean(get("train_step/0/train_rollout_logprob_abs_diff")))
-print(f"moe_replay, same run and rollouts (first optimizer step): gap {unreplayed[0]:.5f} without replay, "
+            unreplayed = (np.nanmean(get("train/train_rollout_logprob_abs_diff_unreplayed")),
+                          np.nanmean(get("train/train_rollout_logprob_abs_diff")))
+print(f"moe_replay, same run and rollouts (weights that start each rollout): gap {unreplayed[0]:.5f} without replay, "
       f"{unreplayed[1]:.5f} with")
 PY

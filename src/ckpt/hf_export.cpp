@@ -6,6 +6,7 @@
 #include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "ckpt/checkpoint_dir.h"
@@ -53,15 +54,28 @@ bool is_mixtral(const ModelConfig& cfg) {
 
 std::string hf_config_json(const ModelConfig& cfg, const std::string& dtype, const HfSpecialIds& ids) {
   SLIMPI_CHECK(cfg.qkv_bias || !cfg.o_bias,
-               "export: an o_proj bias without q/k/v biases has no Hugging Face architecture");
+               "an o_proj bias without q/k/v biases has no Hugging Face architecture");
   const bool moe = cfg.n_experts > 0, shared = cfg.shared_expert_intermediate_size > 0;
   // Mixture of experts: Qwen3-MoE (q/k norms, no shared expert), Qwen2-MoE (a gated
   // shared expert, no q/k norms, no o bias) or Mixtral (none of these).
   const bool mixtral = is_mixtral(cfg);
-  SLIMPI_CHECK(!moe || (cfg.qk_norm && !shared) || (!cfg.qk_norm && shared && !cfg.o_bias) || mixtral,
-               "a mixture-of-experts model exports as Qwen3MoeForCausalLM (model.qk_norm = true, no shared expert), "
-               "Qwen2MoeForCausalLM (a shared expert, no q/k norms, no o bias) or MixtralForCausalLM (no q/k norms, "
-               "no shared expert, no biases, every layer sparse, model.norm_topk_prob = true)");
+  if (moe && !(cfg.qk_norm && !shared) && !(!cfg.qk_norm && shared && !cfg.o_bias) && !mixtral) {
+    std::vector<std::string> why;  // what keeps this model from the architecture closest to it
+    if (cfg.qk_norm) {
+      why.push_back("q/k norms with a shared expert (Qwen3-MoE has no shared expert, Qwen2-MoE no q/k norms)");
+    } else if (shared) {
+      why.push_back("a shared expert with model.o_bias = true (Qwen2-MoE has no o bias)");
+    } else {  // Mixtral's shape but for
+      if (cfg.qkv_bias || cfg.o_bias) why.push_back("attention biases (Mixtral has none)");
+      if (cfg.moe_layer_freq != 1)
+        why.push_back(fmt::format("model.moe_layer_freq = {} (Mixtral: every layer sparse)", cfg.moe_layer_freq));
+      if (!cfg.norm_topk_prob) why.push_back("model.norm_topk_prob = false (Mixtral renormalises the top-k)");
+    }
+    SLIMPI_FAIL("this mixture-of-experts model has no Hugging Face architecture to export to: {}. Exportable: "
+                "Qwen3MoeForCausalLM (model.qk_norm = true, no shared expert), Qwen2MoeForCausalLM (a shared expert, "
+                "no q/k norms, no o bias), MixtralForCausalLM (no q/k norms, shared expert or biases, every layer "
+                "sparse, model.norm_topk_prob = true)", fmt::join(why, "; "));
+  }
   const char* arch = moe && shared                   ? "Qwen2MoeForCausalLM"
                      : mixtral                       ? "MixtralForCausalLM"
                      : moe                           ? "Qwen3MoeForCausalLM"
@@ -75,7 +89,7 @@ std::string hf_config_json(const ModelConfig& cfg, const std::string& dtype, con
                      : cfg.qkv_bias && !cfg.o_bias ? "qwen2"
                                                      : "llama";
   SLIMPI_CHECK(!cfg.qk_norm || cfg.qkv_bias == cfg.o_bias,
-               "export: Qwen3 has biases on all of q/k/v/o or none (model.qkv_bias = {}, model.o_bias = {})",
+               "Qwen3 has biases on all of q/k/v/o or none (model.qkv_bias = {}, model.o_bias = {})",
                cfg.qkv_bias, cfg.o_bias);
   nlohmann::json j = {
       {"architectures", {arch}},
@@ -178,9 +192,9 @@ std::vector<std::vector<NamedTensor>> shard(const std::vector<NamedTensor>& tens
 
 std::string export_checkpoint_to_hf(const std::string& ckpt_dir, const std::string& out_dir,
                                     const HfExportOptions& options) {
-  SLIMPI_CHECK(options.dtype == "fp32" || options.dtype == "bf16", "export: --dtype {} (fp32 or bf16)", options.dtype);
+  SLIMPI_CHECK(options.dtype == "fp32" || options.dtype == "bf16", "--dtype {} (fp32 or bf16)", options.dtype);
   if (auto problem = ckpt::verify_checkpoint(ckpt_dir))
-    SLIMPI_FAIL("export: {} is not a usable checkpoint: {}", ckpt_dir, *problem);
+    SLIMPI_FAIL("{} is not a usable checkpoint: {}", ckpt_dir, *problem);
   const Deck deck = ckpt::read_checkpoint_deck(ckpt_dir);
   const ModelConfig cfg = ModelConfig::from_deck(deck);
   std::vector<std::filesystem::path> tokenizer_files;  // (older checkpoints read as "bytes": read_checkpoint_deck)

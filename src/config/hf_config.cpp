@@ -164,7 +164,7 @@ Resolution resolve(const std::string& file, const json& c) {
     r.set("model.qkv_bias", bias, "attention_bias");
     r.set("model.o_bias", bias, "attention_bias");
   }
-  r.set("model.qk_norm", qwen3, qwen3 ? "architectures (Qwen3: q_norm/k_norm)" : "architectures");
+  r.set("model.qk_norm", qwen3, qwen3 ? "architectures (Qwen3: q_norm/k_norm)" : "architectures (no q/k norms)");
 
   // Fields that change the math and that this model does not implement.
   const std::string act = c.value("hidden_act", std::string("silu"));

@@ -231,8 +231,8 @@ std::vector<KeySpec> declare_keys() {
                "MoE: Rollout Routing Replay: the trainer runs each token through the experts the engine chose "
                "(rollouts.h5 routing), with its own router's weights over them"),
       bool_key("train.routing_replay_gap", false,
-               "with routing_replay: also run each micro-batch without replay (one more forward, no grad) and log "
-               "train/train_rollout_logprob_abs_diff_unreplayed, the gap replay removes"),
+               "with routing_replay: also score each rollout without replay (one more forward per rollout, no grad) "
+               "and log train/train_rollout_logprob_abs_diff_unreplayed, the gap replay removes"),
       float_key("train.moe_aux_loss_coef", 0.0, 0.0, 1e6, "",
                 "MoE load-balancing loss weight (transformers' load_balancing_loss_func over all MoE layers)"),
       float_key("train.moe_z_loss_coef", 0.0, 0.0, 1e6, "", "MoE router z-loss weight: mean over tokens of logsumexp(router logits)²"),

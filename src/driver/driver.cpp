@@ -199,7 +199,8 @@ void Driver::set_up_model_and_trainer() {
       SLIMPI_FAIL_ALL("{}: it must divide model.n_experts = {} ({})", what, model_cfg.n_experts,
                       deck.source("model.n_experts"));
     if (n_trainer % ep != 0)
-      SLIMPI_FAIL_ALL("{}: it must divide the {} trainer ranks (parallel.trainer_ranks, {}; parallel.placement, {})",
+      SLIMPI_FAIL_ALL("{}: it must divide the number of trainer ranks, {} (parallel.trainer_ranks, {}; "
+                      "parallel.placement, {})",
                       what, n_trainer, deck.source("parallel.trainer_ranks"), deck.source("parallel.placement"));
     if (ctx_.device.use_cuda && !ctx_.device.use_nccl)
       SLIMPI_FAIL_ALL("{}: on GPUs its token exchange runs inside backward, on autograd's own threads, where MPI "
@@ -232,8 +233,9 @@ void Driver::set_up_model_and_trainer() {
               model_cfg.n_layers, model_cfg.hidden_size, model_cfg.n_heads, model_cfg.n_kv_heads, device.str(),
               init_from.empty() ? "the seeded init" : init_from);
     if (expert_groups_)
-      log::info("expert parallelism: {} groups of {} trainer ranks; this rank holds experts {}..{} of {} ({} "
-                "parameters here)", ctx_.world->layout().n_trainer / ep, ep, shard.first(model_cfg.n_experts),
+      log::info("expert parallelism: {} group{} of {} trainer ranks; this rank holds experts {}..{} of {} ({} "
+                "parameters here)", ctx_.world->layout().n_trainer / ep, ctx_.world->layout().n_trainer / ep > 1 ? "s" : "",
+                ep, shard.first(model_cfg.n_experts),
                 shard.first(model_cfg.n_experts) + shard.count(model_cfg.n_experts) - 1, model_cfg.n_experts,
                 policy_->n_params());
   }

@@ -108,14 +108,14 @@ std::vector<NamedTensor> read_hf_tensors_like(const std::string& path, const std
   const std::string& where = reader.description();
   std::set<std::string> wanted;
   std::vector<std::string> missing, unused, wrong;
-  // A tensor's name in the files: slimpi's, or Mixtral's (io/hf_names.h).
-  auto file_name = [&](const std::string& name) {
-    const std::string other = mixtral_name(name);
-    return reader.contains(name) || !reader.contains(other) ? name : other;
-  };
+  // A tensor's name in the files: slimpi's, or Mixtral's (io/hf_names.h) when the files
+  // name their MoE tensors Mixtral's way (errors then name what the files would hold).
+  bool mixtral_files = false;
+  for (const auto& [name, e] : reader.entries()) mixtral_files = mixtral_files || name.find(".block_sparse_moe.") != std::string::npos;
+  auto file_name = [&](const std::string& name) { return mixtral_files ? mixtral_name(name) : name; };
   for (const auto& l : like) {
     wanted.insert(file_name(l.name));
-    if (!reader.contains(file_name(l.name))) missing.push_back(l.name);
+    if (!reader.contains(file_name(l.name))) missing.push_back(file_name(l.name));
   }
   const bool tied = wanted.count("lm_head.weight") == 0;
   for (const auto& [name, e] : reader.entries()) {

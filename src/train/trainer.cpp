@@ -320,29 +320,38 @@ bool Trainer::needs_reference(const TrainerConfig& cfg) {
 }
 
 void Trainer::compute_log_probs(std::vector<Sample>& samples, bool reference) const {
-  const Transformer& model = reference ? *reference_ : policy_;
   SLIMPI_CHECK(!reference || reference_, "no reference model");
+  std::vector<std::vector<float>> logp = response_log_probs(samples, reference ? *reference_ : policy_,
+                                                            cfg_.routing_replay);
+  for (size_t i = 0; i < samples.size(); ++i)
+    (reference ? samples[i].ref_log_probs : samples[i].old_log_probs) = std::move(logp[i]);
+}
+
+std::vector<std::vector<float>> Trainer::response_log_probs(const std::vector<Sample>& samples,
+                                                            const Transformer& model, bool replay) const {
   at::NoGradGuard no_grad;
   std::vector<int64_t> lengths;
   for (const auto& s : samples) lengths.push_back(static_cast<int64_t>(s.tokens.size()));
   const auto plan = plan_micro_batches(lengths, cfg_.n_micro_batches, cfg_.max_tokens_per_micro_batch);
   for (int64_t i = int64_t(plan.size()), n = aligned_micro_batches(i); i < n; ++i)
     idle_forward(model, cfg_.precision);  // expert parallelism: meet the group's exchanges
+  std::vector<std::vector<float>> out(samples.size());
   for (const auto& which : plan) {
     PackedBatch b = pack(samples, which, model.device());
     MoeTrace trace;  // train.routing_replay: the rollout's experts in every trainer forward
-    if (cfg_.routing_replay) trace.replay = packed_routing(samples, which, model.config(), model.device(), true);
-    const at::Tensor logits = packed_logits(model, b, cfg_.precision, cfg_.routing_replay ? &trace : nullptr);
+    if (replay) trace.replay = packed_routing(samples, which, model.config(), model.device(), true);
+    const at::Tensor logits = packed_logits(model, b, cfg_.precision, replay ? &trace : nullptr);
     at::Tensor logp = score_tokens(logits, response_positions(b.tokens, b.seq_lens, b.prompt_lens),
                                    cfg_.temperature, false, b.support).logp.cpu().contiguous();
     int64_t start = 0;
     for (int64_t i : which) {
       const int64_t n = samples[i].response_length();
       const float* p = logp.data_ptr<float>() + start;
-      (reference ? samples[i].ref_log_probs : samples[i].old_log_probs).assign(p, p + n);
+      out[size_t(i)].assign(p, p + n);
       start += n;
     }
   }
+  return out;
 }
 
 std::map<std::string, double> Trainer::prepare_rollout(std::vector<Sample>& local, bool recompute_old) {
@@ -358,6 +367,15 @@ std::map<std::string, double> Trainer::prepare_rollout(std::vector<Sample>& loca
   if (with_old) sums.add_value("rollout/log_probs", 0.0);
   if (reference_) sums.add_value("rollout/ref_log_probs", 0.0);
   if (reference_ && with_old) sums.add_value("rollout/kl", 0.0);
+  // train.routing_replay_gap: the rollout's log-probs under the weights that start it,
+  // without replay, against the engine's: what the replayed old log-probs are compared
+  // with in train/train_rollout_logprob_abs_diff, weighted as the loss weighs tokens.
+  std::vector<std::vector<float>> unreplayed;
+  if (cfg_.routing_replay_gap) {
+    unreplayed = response_log_probs(local, policy_, /*replay=*/false);
+    sums.add_value("train/train_rollout_logprob_abs_diff_unreplayed", 0.0);
+    sums.add_value("gap/weight", 0.0);
+  }
   for (Sample& s : local) {
     const int64_t R = s.response_length();
     at::Tensor mask = as_tensor(s.loss_mask, R, 1.0f, at::kCPU);  // [R]
@@ -378,6 +396,12 @@ std::map<std::string, double> Trainer::prepare_rollout(std::vector<Sample>& loca
     s.raw_advantages.assign(adv.data_ptr<float>(), adv.data_ptr<float>() + R);
     advantages.push_back(adv);  // whitening replaces the tensors; raw_advantages keeps a copy
     if (with_old) sums.add("rollout/log_probs", at::tensor(s.old_log_probs), per_sample.back());
+    if (!unreplayed.empty() && !s.rollout_log_probs.empty()) {
+      const at::Tensor w = cfg_.calculate_per_token_loss ? mask : per_sample.back();  // [R]
+      const at::Tensor gap = (at::tensor(unreplayed[&s - local.data()]) - at::tensor(s.rollout_log_probs)).abs();
+      sums.add("train/train_rollout_logprob_abs_diff_unreplayed", gap, w);
+      sums.add_value("gap/weight", w.sum().item<double>());
+    }
     if (reference_) sums.add("rollout/ref_log_probs", at::tensor(s.ref_log_probs), per_sample.back());
   }
   // Whitening: once per rollout, over every sample of it on every dp rank (slime).
@@ -392,7 +416,10 @@ std::map<std::string, double> Trainer::prepare_rollout(std::vector<Sample>& loca
   const double n = std::max(totals["rollout/n_samples"], 1.0);
   std::map<std::string, double> metrics;
   for (const auto& [k, v] : totals)
-    if (k != "rollout/n_samples") metrics[k] = v / n;
+    if (k.rfind("rollout/", 0) == 0 && k != "rollout/n_samples") metrics[k] = v / n;
+  if (totals.count("gap/weight") && totals["gap/weight"] > 0)
+    metrics["train/train_rollout_logprob_abs_diff_unreplayed"] =
+        totals["train/train_rollout_logprob_abs_diff_unreplayed"] / totals["gap/weight"];
   return metrics;
 }
 
@@ -440,7 +467,6 @@ std::map<std::string, double> Trainer::train_step(std::vector<Sample>& local) {
   if (rl) {
     for (const char* k : {"train/pg_loss", "train/pg_clipfrac", "train/ppo_kl", "train/train_rollout_logprob_abs_diff"})
       sums.add_value(k, 0.0);
-    if (cfg_.routing_replay_gap) sums.add_value("train/train_rollout_logprob_abs_diff_unreplayed", 0.0);
     if (cfg_.use_tis) {
       for (const std::string& k : mismatch_metric_names(cfg_.mismatch)) sums.add_value("train/" + k, 0.0);
       sums.add_value("train/ois", 0.0);
@@ -470,10 +496,6 @@ std::map<std::string, double> Trainer::train_step(std::vector<Sample>& local) {
       // The forwards and backward of a real micro-batch, in its order: the token
       // exchanges of the group's ranks pair up by call order.
       at::Tensor idle_loss = idle_forward(policy_, cfg_.precision);
-      if (cfg_.routing_replay_gap) {
-        at::NoGradGuard no_grad;
-        idle_forward(policy_, cfg_.precision);
-      }
       if (micro + 1 == n_runs && overlap) arm();
       idle_loss.backward();
       continue;
@@ -499,12 +521,6 @@ std::map<std::string, double> Trainer::train_step(std::vector<Sample>& local) {
     }
     const ScoredPositions positions = response_positions(b.tokens, b.seq_lens, b.prompt_lens);
     TokenLogProbs lp = score_tokens(logits, positions, cfg_.temperature, /*with_entropy=*/true, b.support);
-    at::Tensor unreplayed_logp;  // [N] the same forward with the trainer's own routing (train.routing_replay_gap)
-    if (cfg_.routing_replay_gap) {
-      at::NoGradGuard no_grad;
-      unreplayed_logp = score_tokens(packed_logits(policy_, b, cfg_.precision), positions, cfg_.temperature, false,
-                                     b.support).logp;
-    }
     // Reducer weights [N]: m / (D_i · n_samples) per rollout, or m / n_masked per token.
     std::vector<at::Tensor> mask_parts, adv_parts;
     std::vector<double> denominators;
@@ -560,11 +576,8 @@ std::map<std::string, double> Trainer::train_step(std::vector<Sample>& local) {
         sums.add("train/ois", at::exp(-pg.ppo_kl), weight);
         if (c.keep.defined()) weight = weight * c.keep;
       }
-      if (have_rollout) {  // slime compares the old log-probs (the current ones at a rollout's first step)
+      if (have_rollout)  // slime compares the old log-probs (the current ones at a rollout's first step)
         sums.add("train/train_rollout_logprob_abs_diff", (old - rollout_logp).abs(), weight);
-        if (unreplayed_logp.defined())
-          sums.add("train/train_rollout_logprob_abs_diff_unreplayed", (unreplayed_logp - rollout_logp).abs(), weight);
-      }
       at::Tensor pg_loss = (pg_tokens * weight).sum();
       at::Tensor entropy_loss = (lp.entropy * weight).sum();
       loss = pg_loss - cfg_.entropy_coef * entropy_loss;

@@ -53,7 +53,7 @@ struct TrainerConfig {
   double gamma = 1.0;    // discount of reinforce_plus_plus returns
   double entropy_coef = 0.0;
   bool routing_replay = false;     // MoE: every forward runs the experts the rollout's tokens ran (R3)
-  bool routing_replay_gap = false;  // with it: also the train/rollout log-prob gap without replay (a forward more)
+  bool routing_replay_gap = false;  // with it: also the rollout's log-prob gap without replay (a forward more per rollout)
   double moe_aux_loss_coef = 0.0;  // MoE policies: load-balancing and router z-loss weights
   double moe_z_loss_coef = 0.0;
   bool use_tis = false;
@@ -94,7 +94,11 @@ class Trainer {
   // estimator on `reward`, with −kl_coef·kl) and advantages (whitened over every
   // sample of the rollout on every dp rank when normalize_advantages, else equal).
   // Returns rollout/advantages, rollout/log_probs, rollout/ref_log_probs, rollout/kl:
-  // means over samples of each sample's token mean, identical on every dp rank.
+  // means over samples of each sample's token mean, identical on every dp rank. With
+  // routing_replay_gap also train/train_rollout_logprob_abs_diff_unreplayed: |log-prob
+  // without replay − rollout log-prob| under the weights that start the rollout (one
+  // more forward over the rollout), weighted as the loss weighs tokens; compare it with
+  // train/train_rollout_logprob_abs_diff, the same with replay.
   std::map<std::string, double> prepare_rollout(std::vector<Sample>& local, bool recompute_old);
 
   // One optimizer step on this rank's share of the step. Collective over dp. In RL,
@@ -126,6 +130,10 @@ class Trainer {
   // Forwards the ranks of this rank's expert group run together for `n` of its own
   // micro-batches (n without expert parallelism).
   int64_t aligned_micro_batches(int64_t n) const;
+  // Each sample's response log-probs under `model`, no grad, with or without replaying
+  // its routing trace; collective over the expert group.
+  std::vector<std::vector<float>> response_log_probs(const std::vector<Sample>& samples, const Transformer& model,
+                                                     bool replay) const;
   double global_grad_norm() const;
 
   Comm* expert_group_ = nullptr;     // the policy's expert-parallel group (null: no expert parallelism)

@@ -59,7 +59,7 @@ PY
 echo "== np 4 split, 2 trainer ranks: expert_parallel 2 vs 1"
 run 4 split_ep1
 run 4 split_ep2 --set parallel.expert_parallel=2
-grep -q "expert parallelism: 1 groups of 2 trainer ranks; this rank holds experts 0..3 of 8" "$out/split_ep2.log"
+grep -q "expert parallelism: 1 group of 2 trainer ranks; this rank holds experts 0..3 of 8" "$out/split_ep2.log"
 close split_ep1 split_ep2
 
 echo "== colocated: np 2 (one group of 2) and np 4 (two groups of 2)"
@@ -146,5 +146,5 @@ refused() {  # NP PATTERN [--set ...]
 refused 4 "the model has none: model.n_experts = 0" --set parallel.expert_parallel=2
 refused 4 "it must divide model.n_experts = 6" "${moe[@]}" --set model.n_experts=6 --set parallel.expert_parallel=4 \
   --set parallel.placement=colocate
-refused 4 "it must divide the 2 trainer ranks" "${moe[@]}" --set parallel.expert_parallel=4
+refused 4 "it must divide the number of trainer ranks, 2" "${moe[@]}" --set parallel.expert_parallel=4
 echo "expert_parallel_runs: OK"

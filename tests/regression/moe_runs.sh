@@ -72,11 +72,13 @@ assert np.all(bf16 < 1.0) and np.all(bf16 > 0.5), bf16
 # Step 0: both runs trained on the same rollouts (the initial weights generated them).
 gap, gap_replay = (metric(r, "train_step/0/train_rollout_logprob_abs_diff")[0] for r in ("bf16", "bf16_replay"))
 assert gap_replay < gap, (gap_replay, gap)
-# train.routing_replay_gap: the replaying run also measures its gap without replay; on
-# step 0's rollouts that is the gap of the run without replay (the same forward).
-unreplayed = metric("bf16_replay", "train_step/0/train_rollout_logprob_abs_diff_unreplayed")
-assert abs(unreplayed[0] - gap) <= 1e-6 + 1e-4 * gap, (unreplayed[0], gap)
-replayed = metric("bf16_replay", "train_step/0/train_rollout_logprob_abs_diff")
+# train.routing_replay_gap: the replaying run also measures each rollout's gap without
+# replay (old log-probs without replay vs the engine's, over all its samples); on step
+# 0's rollouts that is the gap of the run without replay (same weights, same forward).
+unreplayed = metric("bf16_replay", "train/train_rollout_logprob_abs_diff_unreplayed")
+whole_gap = metric("bf16", "train/train_rollout_logprob_abs_diff")[0]
+assert abs(unreplayed[0] - whole_gap) <= 1e-6 + 1e-4 * whole_gap, (unreplayed[0], whole_gap)
+replayed = metric("bf16_replay", "train/train_rollout_logprob_abs_diff")
 assert np.all(unreplayed > replayed), (unreplayed, replayed)
 print(f"moe_runs: agreement fp32 1.0, bf16 rollout {bf16.mean():.4f}; train/rollout log-prob gap {gap:.4g} -> "
       f"{gap_replay:.4g} with routing replay")

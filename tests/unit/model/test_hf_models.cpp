@@ -166,6 +166,23 @@ TEST_F(HfDir, MixtralConfigAndNames) {
   fs::remove_all(tmp_ / "mixtral");
   const std::string jitter = deck_error(edited("mixtral", [](nlohmann::json& c) { c["router_jitter_noise"] = 0.1; }));
   EXPECT_NE(jitter.find("router_jitter_noise"), std::string::npos) << jitter;
+  fs::remove_all(tmp_ / "mixtral");
+  // A tensor missing from Mixtral-named files is reported under the files' naming.
+  const fs::path dir = tmp_ / "mixtral_missing";
+  fs::create_directories(dir);
+  fs::copy_file(kFixtures / "mixtral" / "config.json", dir / "config.json");
+  std::vector<NamedTensor> kept;
+  for (auto& t : read_safetensors((kFixtures / "mixtral" / "model.safetensors").string()))
+    if (t.name != "model.layers.1.block_sparse_moe.experts.3.w2.weight") kept.push_back(t);
+  write_safetensors((dir / "model.safetensors").string(), kept, {{"format", "pt"}});
+  Transformer m(cfg, 1, at::kCPU);
+  try {
+    load_model_weights(m.parameters(), dir.string());
+    ADD_FAILURE() << "loaded with a tensor missing";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the files lack: model.layers.1.block_sparse_moe.experts.3.w2.weight"),
+              std::string::npos) << e.what();
+  }
 }
 
 // fp16 checkpoints convert on load like bf16 ones: the fp32 fixture's tensors stored as
