@@ -6,6 +6,7 @@
 #include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
@@ -43,11 +44,26 @@ int64_t parse_byte_size(const std::string& text) {
 
 namespace {
 
-// A mixture-of-experts model with Mixtral's shape: no q/k norms, shared expert or biases,
-// every layer sparse, renormalised top-k.
-bool is_mixtral(const ModelConfig& cfg) {
-  return cfg.n_experts > 0 && !cfg.qk_norm && cfg.shared_expert_intermediate_size == 0 && !cfg.qkv_bias &&
-         !cfg.o_bias && cfg.moe_layer_freq == 1 && cfg.norm_topk_prob;
+// The Hugging Face model_type a model exports as, "" for a mixture of experts that none
+// fits. Mixture of experts: Qwen2-MoE (a gated shared expert), Mixtral (no q/k norms,
+// shared expert or biases, every layer sparse, renormalised top-k), Qwen3-MoE (q/k norms);
+// dense: Qwen3 (q/k norms), Qwen2 (q/k/v biases, no o bias), Llama.
+std::string hf_model_type(const ModelConfig& cfg) {
+  const bool shared = cfg.shared_expert_intermediate_size > 0;
+  if (cfg.n_experts > 0) {
+    if (shared) return !cfg.qk_norm && !cfg.o_bias ? "qwen2_moe" : "";
+    if (cfg.qk_norm) return "qwen3_moe";
+    const bool mixtral = !cfg.qkv_bias && !cfg.o_bias && cfg.moe_layer_freq == 1 && cfg.norm_topk_prob;
+    return mixtral ? "mixtral" : "";
+  }
+  return cfg.qk_norm ? "qwen3" : cfg.qkv_bias && !cfg.o_bias ? "qwen2" : "llama";
+}
+
+const char* hf_architecture(const std::string& model_type) {
+  static const std::map<std::string, const char*> arch = {
+      {"llama", "LlamaForCausalLM"},        {"qwen2", "Qwen2ForCausalLM"},         {"qwen3", "Qwen3ForCausalLM"},
+      {"qwen2_moe", "Qwen2MoeForCausalLM"}, {"qwen3_moe", "Qwen3MoeForCausalLM"}, {"mixtral", "MixtralForCausalLM"}};
+  return arch.at(model_type);
 }
 
 }  // namespace
@@ -56,10 +72,9 @@ std::string hf_config_json(const ModelConfig& cfg, const std::string& dtype, con
   SLIMPI_CHECK(cfg.qkv_bias || !cfg.o_bias,
                "an o_proj bias without q/k/v biases has no Hugging Face architecture");
   const bool moe = cfg.n_experts > 0, shared = cfg.shared_expert_intermediate_size > 0;
-  // Mixture of experts: Qwen3-MoE (q/k norms, no shared expert), Qwen2-MoE (a gated
-  // shared expert, no q/k norms, no o bias) or Mixtral (none of these).
-  const bool mixtral = is_mixtral(cfg);
-  if (moe && !(cfg.qk_norm && !shared) && !(!cfg.qk_norm && shared && !cfg.o_bias) && !mixtral) {
+  const std::string type = hf_model_type(cfg);
+  const bool mixtral = type == "mixtral";
+  if (type.empty()) {
     std::vector<std::string> why;  // what keeps this model from the architecture closest to it
     if (cfg.qk_norm) {
       why.push_back("q/k norms with a shared expert (Qwen3-MoE has no shared expert, Qwen2-MoE no q/k norms)");
@@ -76,23 +91,11 @@ std::string hf_config_json(const ModelConfig& cfg, const std::string& dtype, con
                 "no q/k norms, no o bias), MixtralForCausalLM (no q/k norms, shared expert or biases, every layer "
                 "sparse, model.norm_topk_prob = true)", fmt::join(why, "; "));
   }
-  const char* arch = moe && shared                   ? "Qwen2MoeForCausalLM"
-                     : mixtral                       ? "MixtralForCausalLM"
-                     : moe                           ? "Qwen3MoeForCausalLM"
-                     : cfg.qk_norm                   ? "Qwen3ForCausalLM"
-                     : cfg.qkv_bias && !cfg.o_bias ? "Qwen2ForCausalLM"
-                                                     : "LlamaForCausalLM";
-  const char* type = moe && shared                   ? "qwen2_moe"
-                     : mixtral                       ? "mixtral"
-                     : moe                           ? "qwen3_moe"
-                     : cfg.qk_norm                   ? "qwen3"
-                     : cfg.qkv_bias && !cfg.o_bias ? "qwen2"
-                                                     : "llama";
   SLIMPI_CHECK(!cfg.qk_norm || cfg.qkv_bias == cfg.o_bias,
                "Qwen3 has biases on all of q/k/v/o or none (model.qkv_bias = {}, model.o_bias = {})",
                cfg.qkv_bias, cfg.o_bias);
   nlohmann::json j = {
-      {"architectures", {arch}},
+      {"architectures", {hf_architecture(type)}},
       {"model_type", type},
       {"vocab_size", cfg.vocab_size},
       {"hidden_size", cfg.hidden_size},
@@ -129,8 +132,8 @@ std::string hf_config_json(const ModelConfig& cfg, const std::string& dtype, con
       j["qkv_bias"] = cfg.qkv_bias;
     }
   }
-  if (std::string(type) != "qwen2" && std::string(type) != "qwen2_moe" && !mixtral) j["attention_bias"] = cfg.qkv_bias;
-  if (std::string(type) == "llama") j["mlp_bias"] = false;
+  if (type != "qwen2" && type != "qwen2_moe" && !mixtral) j["attention_bias"] = cfg.qkv_bias;
+  if (type == "llama") j["mlp_bias"] = false;
   if (cfg.rope_scaling == "linear") {
     j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", cfg.rope_factor}};
   } else if (cfg.rope_scaling == "llama3") {
@@ -205,10 +208,11 @@ std::string export_checkpoint_to_hf(const std::string& ckpt_dir, const std::stri
 
   std::vector<NamedTensor> tensors;
   int64_t total = 0;
+  const bool mixtral_names = hf_model_type(cfg) == "mixtral";  // Mixtral's own MoE tensor names
   for (const auto& p : model.parameters()) {
     at::Tensor t = p.tensor.detach();
     if (options.dtype == "bf16") t = t.to(at::kBFloat16);
-    tensors.push_back({is_mixtral(cfg) ? mixtral_name(p.name) : p.name, t});
+    tensors.push_back({mixtral_names ? mixtral_name(p.name) : p.name, t});
     total += t.numel() * t.element_size();
   }
   std::filesystem::create_directories(out_dir);
