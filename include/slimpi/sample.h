@@ -24,6 +24,7 @@ enum class SampleStatus : int8_t {
   Aborted = 3,    // generated but not used: over-sampling surplus beyond the batch
   Failed = 4,     // the engine or reward failed on it
   Filtered = 5,   // dropped by the dynamic filter (its group's rewards all agree)
+  Stale = 6,      // train.async = "full": older than rollout.max_staleness when its turn came
 };
 
 struct Sample {

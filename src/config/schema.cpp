@@ -154,6 +154,22 @@ std::vector<KeySpec> declare_keys() {
       int_key("rollout.chunked_prefill_tokens", 0, 0, 1e9, "tokens",
               "prompt tokens prefilled per engine forward, over all chunks (0 = up to max_batch_tokens); "
               "long prompts are prefilled in chunks between decode steps"),
+      int_key("rollout.queue_batches", 2, 1, 1e6, "batches",
+              "train.async = full: the generator works this many batches ahead of the trainers at most "
+              "(queued groups and groups in flight, in rollout_batch_size units)"),
+      int_key("rollout.max_staleness", -1, -1, 1e9, "versions",
+              "train.async = full: a group whose oldest token is more weight versions behind the step that "
+              "would train it is not trained (rollout.stale_policy); -1 = no bound"),
+      choice_key("rollout.stale_policy", "drop", {"drop", "regenerate"},
+                 "train.async = full, beyond max_staleness: drop the group (recorded, status 6), or also draw its "
+                 "prompt again as a new group"),
+      choice_key("rollout.partial", "continue", {"continue", "requeue", "discard"},
+                 "train.async = full, sequences in flight when new weights arrive: continue in their engine "
+                 "(KV recomputed under the new weights), requeue behind the waiting work (partial response "
+                 "kept), or discard their response and start again from the prompt"),
+      bool_key("rollout.mask_offpolicy_in_partial", false,
+               "train.async = full: tokens of a trained sample older than its newest are left out of the loss "
+               "(slime's --mask-offpolicy-in-partial-rollout)"),
       bool_key("rollout.cache_responses", false,
                "with prefix_cache: finished responses enter the radix cache too, so a later prompt that "
                "continues a conversation (prompt + response + more) re-uses their KV"),
@@ -183,9 +199,11 @@ std::vector<KeySpec> declare_keys() {
       // [train]
       choice_key("train.mode", "rl", {"rl", "sft"},
                  "rl: policy-gradient steps on rollouts; sft: supervised steps on data.path"),
-      choice_key("train.async", "off", {"off", "one_step_off"},
+      choice_key("train.async", "off", {"off", "one_step_off", "full"},
                  "split placement: one_step_off generates step k+1's batch with step k's weights while the "
-                 "trainers train on step k's (staleness 1); off = generate, then train"),
+                 "trainers train on step k's (staleness 1); full = the rollout ranks generate continuously, "
+                 "weights reach them between engine iterations, trainers take a batch when one is queued; "
+                 "off = generate, then train"),
       int_key("train.global_batch_size", 64, 1, 1e9, "samples", "samples per optimizer step, over all trainer ranks"),
       int_key("train.num_steps_per_rollout", 0, 0, 1e6, "steps",
               "optimizer steps per rollout (0 = rollout samples / global_batch_size)"),

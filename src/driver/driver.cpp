@@ -14,6 +14,7 @@
 #include "buffer/dynamic_filter.h"
 #include "buffer/sample_transport.h"
 #include "ckpt/checkpoint_dir.h"
+#include "driver/async_generator.h"
 #include "driver/rollout_batch.h"
 #include "core/byte_codec.h"
 #include "core/log.h"
@@ -90,12 +91,13 @@ Driver::Driver(RunContext& ctx)
     : ctx_(ctx), step_(std::make_unique<StepState>()), pending_(std::make_unique<RolloutBatch>()) {
   const Deck& deck = ctx_.deck;
   rl_ = deck.get_string("train.mode") == "rl";
-  one_step_off_ = deck.get_string("train.async") == "one_step_off";
+  overlapped_ = deck.get_string("train.async") != "off";
+  full_async_ = deck.get_string("train.async") == "full";
   const bool eval_on = !deck.get_string("eval.path").empty();
   const bool rollout_only = deck.get_bool("debug.rollout_only");
   const bool train_only = deck.get_bool("debug.train_only");
   const Phase weight_sync_phase{"weight_sync", rl_ && !rollout_only, &Driver::weight_sync};
-  if (one_step_off_) {
+  if (overlapped_) {
     // The engines get step k's weights first; rollout and reward (rollout ranks) then
     // overlap train (trainers) until record joins them.
     phases_ = {weight_sync_phase,
@@ -122,10 +124,10 @@ Driver::Driver(RunContext& ctx)
   for (int r = 0; r < layout.world_size; ++r)
     if (layout.is_trainer(r)) trainer_world_ranks_.push_back(r);
   router_world_rank_ = rl_ && layout.placement == Placement::Split ? layout.n_trainer : 0;
-  if (one_step_off_) {
-    const std::string why = fmt::format("train.async = \"one_step_off\" ({}) overlaps generation on the rollout "
+  if (overlapped_) {
+    const std::string why = fmt::format("train.async = \"{}\" ({}) overlaps generation on the rollout "
                                         "ranks with training on the trainer ranks",
-                                        deck.source("train.async"));
+                                        deck.get_string("train.async"), deck.source("train.async"));
     if (!rl_) SLIMPI_FAIL_ALL("{}: it needs train.mode = \"rl\" ({})", why, deck.source("train.mode"));
     if (layout.placement != Placement::Split)
       SLIMPI_FAIL_ALL("{}: with parallel.placement = \"colocate\" ({}) the same ranks do both, so nothing "
@@ -136,6 +138,17 @@ Driver::Driver(RunContext& ctx)
                       rollout_only ? "rollout_only" : "train_only",
                       deck.source(rollout_only ? "debug.rollout_only" : "debug.train_only"));
   }
+  // Keys only train.async = "full" reads, and the sampling rounds it has none of.
+  for (const char* key : {"rollout.queue_batches", "rollout.max_staleness", "rollout.stale_policy",
+                          "rollout.partial", "rollout.mask_offpolicy_in_partial"})
+    if (!full_async_ && !deck.is_default(key))
+      SLIMPI_FAIL_ALL("{} ({}) applies to train.async = \"full\" only; train.async is \"{}\" ({})", key,
+                      deck.source(key), deck.get_string("train.async"), deck.source("train.async"));
+  for (const char* key : {"rollout.over_sampling_batch_size", "rollout.max_sampling_rounds"})
+    if (full_async_ && !deck.is_default(key))
+      SLIMPI_FAIL_ALL("{} ({}) does not apply to train.async = \"full\" ({}): it draws prompts one group at a "
+                      "time and its dynamic filter drops groups as they finish, without rounds",
+                      key, deck.source(key), deck.source("train.async"));
 
   if (deck.get_string("data.path").empty())
     SLIMPI_FAIL_ALL("train.mode = \"{}\" ({}) needs a data file: set data.path", deck.get_string("train.mode"),
@@ -270,6 +283,8 @@ void Driver::set_up_rollout() {
     rollout_side_ = std::make_unique<RolloutSide>(rc, engine_model_ ? *engine_model_ : *policy_, ctx_.world->trainer(),
                                                   run_seed(deck));
   }
+  if (full_async_ && rollout_side_)
+    async_ = std::make_unique<AsyncGenerator>(deck, *rollout_side_, *prompt_source_, *tokenizer_, run_seed(deck));
   if (rl_ && ctx_.world->sync() != MPI_COMM_NULL) {
     sync_comm_ = make_comm(ctx_.world->sync(), "sync", ctx_.device);
     weight_sync_ = std::make_unique<WeightSync>(*sync_comm_, deck.get_int("rollout.weight_sync_bucket_mb") << 20);
@@ -309,7 +324,7 @@ int64_t Driver::run() {
   }
   if (!eval_prompts_.empty()) {  // the final evaluation: row n_steps
     step_metrics_.clear();
-    if (one_step_off_) push_weights(step);  // the engines hold the previous step's weights
+    if (overlapped_) push_weights(step);  // the engines hold the previous step's weights
     run_eval(step);
     metrics_->log_step(step, step_metrics_);
     if (step_metrics_.count("eval/pass@1"))
@@ -360,14 +375,24 @@ bool Driver::generates_next_batch() const {
   // The last step too: its checkpoint then holds the next batch, so a run extended by
   // raising run.n_steps continues exactly as a longer straight run (one batch of extra
   // generation per run). Not once eval.stop_at_pass1 ended the run: nothing continues it.
-  return one_step_off_ && !stop_;
+  return overlapped_ && !stop_;
 }
 
-RolloutBatch& Driver::batch_to_train() { return one_step_off_ ? *pending_ : step_->generated; }
+RolloutBatch& Driver::batch_to_train() { return overlapped_ ? *pending_ : step_->generated; }
 
 void Driver::rollout(int64_t step) {
   if (!rollout_side_) return;
-  if (!one_step_off_) {
+  if (full_async_) {
+    // Generate until the trainers are done training (they enter the barrier in record).
+    if (!generates_next_batch()) return;
+    MPI_Request trainers_done;
+    check_mpi(MPI_Ibarrier(ctx_.world->world(), &trainers_done), "MPI_Ibarrier");
+    trainers_done_posted_ = true;
+    async_->generate_while_training(&trainers_done);
+    generation_s_ += async_->take_busy_seconds();
+    return;
+  }
+  if (!overlapped_) {
     generate_batch(step, step_->generated);
   } else if (generates_next_batch()) {
     generate_batch(step + 1, step_->generated);  // with this step's weights, while the trainers train
@@ -455,7 +480,17 @@ void Driver::postprocess_batch_rewards(RolloutBatch& st) {
 }
 
 void Driver::buffer(int64_t step) {
-  if (one_step_off_ && !pending_ready_) {
+  std::map<std::string, double> async_metrics;
+  if (full_async_) {
+    // The next rollout_batch_size groups of the queue (generated first if it is short).
+    if (async_) {
+      async_metrics = async_->take_batch(step, *pending_);
+      generation_s_ += async_->take_busy_seconds();
+    }
+    postprocess_batch_rewards(*pending_);
+    pending_ready_ = true;
+  }
+  if (overlapped_ && !pending_ready_) {
     // The first step of a fresh run (or of a resume from a checkpoint without a pending
     // batch) generates its own batch, with its weights, before anything overlaps.
     if (rollout_side_) generate_batch(step, *pending_);
@@ -524,6 +559,7 @@ void Driver::buffer(int64_t step) {
     }
     m["rollout/staleness/mean"] = stale_sum / n;
     m["rollout/staleness/max"] = stale_max;
+    for (const auto& [k, v] : async_metrics) m[k] = v;
   }
   share_metrics(router_world_rank_, m);
   // Every rank follows the router's prompt cursor (it drew as many rounds as needed).
@@ -593,16 +629,29 @@ void Driver::record(int64_t) {
   // The side that finishes first (one_step_off: either) waits asleep, not spinning
   // inside the HDF5 collectives on cores the other side needs.
   static const std::string waiting_for_training =
-      one_step_off_ ? "[record] waiting for the other side (training, or the next batch's rollout)"
-                    : "[record] rollout ranks waiting for the trainers";
-  if (rl_) idle_barrier(ctx_.world->world(), waiting_for_training);
+      overlapped_ ? "[record] waiting for the other side (training, or the next batch's rollout)"
+                  : "[record] rollout ranks waiting for the trainers";
+  static const std::string waiting_for_pause = "[record] trainers waiting for the engines to pause";
+  if (full_async_) {
+    // The trainers' barrier is the signal that pauses the generation (rollout ranks
+    // entered it in the rollout phase); the second one waits for the pause.
+    if (!trainers_done_posted_) idle_barrier(ctx_.world->world(), waiting_for_training);
+    trainers_done_posted_ = false;
+    idle_barrier(ctx_.world->world(), waiting_for_pause);
+  } else if (rl_) {
+    idle_barrier(ctx_.world->world(), waiting_for_training);
+  }
   rollouts_->append(step_->batch, batch_to_train().unused);
   rollouts_->flush();
-  if (!one_step_off_) return;
-  // The batch generated this step is the next step's; every rank follows the rollout
-  // ranks' prompt cursor (the checkpoint records it).
-  *pending_ = std::move(step_->generated);
-  pending_ready_ = generates_next_batch();
+  if (!overlapped_) return;
+  if (full_async_) {  // the next buffer phase takes a new batch from the queue
+    *pending_ = RolloutBatch();
+    pending_ready_ = false;
+  } else {  // the batch generated this step is the next step's
+    *pending_ = std::move(step_->generated);
+    pending_ready_ = generates_next_batch();
+  }
+  // Every rank follows the rollout ranks' prompt cursor (the checkpoint records it).
   int64_t cursor = prompt_source_->cursor();
   static const std::string cursor_context = "[record] the router's prompt cursor";
   WaitGuard guard({&cursor_context, "MPI_Bcast", 1, "i64", router_world_rank_});
@@ -614,7 +663,7 @@ void Driver::weight_sync(int64_t step) {
   // one_step_off: before generating step k+1's batch, the engines get step k's weights
   // (at step 0 they hold them: the seeded init or model.init_from; a resumed job pushes
   // them again, as the straight run does); otherwise the weights after step k, at its end.
-  if (!one_step_off_) push_weights(step + 1);
+  if (!overlapped_) push_weights(step + 1);
   else if (step > 0) push_weights(step);
 }
 
@@ -649,7 +698,8 @@ void Driver::push_weights(int64_t version) {
     SLIMPI_CHECK(trainer_sum == s.checksum, "weight update {} arrived corrupted: checksum {:016x}, trainer's {:016x}",
                  v, s.checksum, trainer_sum);
   }
-  if (rollout_side_) rollout_side_->set_weight_version(v);
+  if (async_) async_->update_weights(v);  // between engine iterations; rollout.partial applies
+  else if (rollout_side_) rollout_side_->set_weight_version(v);
   if (rank_in(ctx_.world->sync()) == 0) {
     step_metrics_["perf/weight_sync_bytes"] = double(s.bytes);
     step_metrics_["perf/weight_sync_gbps"] = double(s.bytes) / s.seconds / 1e9;

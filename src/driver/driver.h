@@ -25,6 +25,15 @@
 // step, so two runs give the same files whatever the timing. A checkpoint holds the
 // generated-but-untrained batch (pending_rollout.h5 + .json, ckpt/checkpoint_dir.h) and
 // a resume trains it, bit for bit as a straight run.
+// train.async = "full" (split placement; driver/async_generator.h) keeps that step table
+// but the rollout ranks never finish a batch and stop: in `rollout` they generate until
+// the trainers, done training, enter an MPI_Ibarrier (record); the engines pause at
+// their next iteration with sequences in flight; `weight_sync` hands them the new
+// weights (rollout.partial decides what the sequences in flight do); `buffer` takes
+// the next batch from the queue of finished groups, generating first if it is short.
+// Not deterministic (how far generation gets during training is timing); a checkpoint
+// holds the queue and every unfinished sequence, so that no sample is lost or trained
+// twice across a restart.
 // train.mode = "sft": supervised steps on data.path; the rollout phases are idle.
 // [eval] runs on held-out prompts before the first step and every eval.interval steps,
 // and once more after the last (its row is step n_steps). Every rank calls every
@@ -56,6 +65,7 @@
 
 namespace slimpi {
 
+class AsyncGenerator;
 class Comm;
 class ExpertGroups;
 class MetricsLog;
@@ -97,7 +107,7 @@ class Driver {
   // (rollout ranks; seeds and Sample::step follow `step`; the router keeps the samples).
   void generate_batch(int64_t step, RolloutBatch& out);
   void postprocess_batch_rewards(RolloutBatch& batch);  // router: group post-processing
-  RolloutBatch& batch_to_train();  // sync: this step's; one_step_off: the pending one
+  RolloutBatch& batch_to_train();  // sync: this step's; overlapped: the pending one
   // one_step_off: whether this step generates the next step's batch.
   bool generates_next_batch() const;
   // The policy's weights to the engines as `version` (split: bucketed broadcast).
@@ -125,7 +135,8 @@ class Driver {
 
   RunContext& ctx_;
   bool rl_ = false;
-  bool one_step_off_ = false;  // train.async = "one_step_off"
+  bool overlapped_ = false;  // train.async = "one_step_off" or "full": rollout ‖ train
+  bool full_async_ = false;  // train.async = "full"
   std::vector<Phase> phases_;
   int router_world_rank_ = 0;            // rollout rank 0 (RL) or trainer rank 0 (SFT eval)
   std::vector<int> trainer_world_ranks_;
@@ -153,7 +164,9 @@ class Driver {
   // The step in flight.
   struct StepState;
   std::unique_ptr<StepState> step_;
-  std::unique_ptr<RolloutBatch> pending_;        // one_step_off: the batch the next step trains (router's samples)
+  std::unique_ptr<RolloutBatch> pending_;        // overlapped: the batch the next step trains (router's samples)
+  std::unique_ptr<AsyncGenerator> async_;        // full: rollout ranks' continuous generator
+  bool trainers_done_posted_ = false;            // full: this rollout rank entered the trainers' Ibarrier
   bool pending_ready_ = false;                   // every rank: pending_ holds that batch
   std::map<std::string, double> step_metrics_;   // the phases' metrics (world rank 0's count)
   std::map<std::string, double> phase_times_;    // "time/<phase>_s" of this rank

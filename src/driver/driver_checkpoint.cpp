@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -15,6 +16,7 @@
 #include "ckpt/resume.h"
 #include "ckpt/run_state.h"
 #include "driver/driver.h"
+#include "driver/async_generator.h"
 #include "driver/rollout_batch.h"
 #include "core/log.h"
 #include "core/stop_signal.h"
@@ -129,8 +131,12 @@ void Driver::resume_and_open_files() {
       if (engine_model_) load_model_weights(engine_model_->parameters(), chosen + "/trainer_state.h5");
       if (prompt_source_) prompt_source_->set_cursor(rs.prompt_cursor);
       if (rollout_side_) rollout_side_->set_weight_version(rs.step);
-      pending_ready_ = rs.pending_groups > 0;
-      if (pending_ready_ && ctx_.world->rank() == router_world_rank_) load_pending_batch(chosen);
+      if (full_async_) {
+        if (async_ && rollout_side_->is_router()) async_->load(chosen);
+      } else {
+        pending_ready_ = rs.pending_groups > 0;
+        if (pending_ready_ && ctx_.world->rank() == router_world_rank_) load_pending_batch(chosen);
+      }
       ckpt::restore_local_rng_state(rs.rng_per_rank.at(static_cast<size_t>(ctx_.world->rank())));
     });
     log::info("resuming at step {} from {} (prompt cursor {})", start_step_, chosen,
@@ -218,8 +224,19 @@ void Driver::write_checkpoint(int64_t next_step) {
     if (trainer_ && writes_trainer_state()) trainer_->save(dir + "/trainer_state.h5");
   });
   // one_step_off: the batch generated during this step, which the next step trains.
+  // full: the queue and every unfinished sequence (the snapshot is collective over the
+  // rollout ranks, so it is taken before any rank can fail alone).
   int64_t pending_groups = 0;
-  if (one_step_off_ && pending_ready_) {
+  if (full_async_) {
+    std::optional<StreamState> state;
+    if (async_) state = async_->snapshot();
+    run_on_all_and_agree(world, context, [&] {
+      if (state) pending_groups = async_->save(dir, std::move(*state));
+    });
+    static const std::string pending_context = "[checkpoint] the queued and open groups";
+    WaitGuard guard({&pending_context, "MPI_Bcast", 1, "i64", router_world_rank_});
+    MPI_Bcast(&pending_groups, 1, MPI_INT64_T, router_world_rank_, world);
+  } else if (overlapped_ && pending_ready_) {
     const bool router = ctx_.world->rank() == router_world_rank_;
     run_on_all_and_agree(world, context, [&] {
       if (router) save_pending_batch(dir);
@@ -247,7 +264,9 @@ void Driver::write_checkpoint(int64_t next_step) {
     std::ofstream(dir + "/deck.toml") << ctx_.deck.to_toml();
     std::vector<std::string> files = {"run_state.h5", "deck.json", "deck.toml"};
     if (trainer_) files.insert(files.begin(), "trainer_state.h5");
-    if (pending_groups > 0) files.insert(files.end(), {"pending_rollout.h5", "pending_rollout.json"});
+    if (full_async_) files.insert(files.end(), AsyncGenerator::checkpoint_files().begin(),
+                                  AsyncGenerator::checkpoint_files().end());
+    else if (pending_groups > 0) files.insert(files.end(), {"pending_rollout.h5", "pending_rollout.json"});
     ckpt::write_manifest(dir, files);
   });
   // Every rank has finished its part (the agreement above is a barrier): mark it done.

@@ -17,7 +17,7 @@ RolloutLog RolloutLog::create(const std::string& path, MPI_Comm comm, const std:
   log.group_ = h5::create_group(log.file_.id(), "samples");
   h5::write_attr(log.group_.id(), "status_names",
                  std::string("0 pending, 1 completed, 2 truncated, 3 aborted (over-sampling surplus), 4 failed, "
-                             "5 filtered (dynamic filter)"));
+                             "5 filtered (dynamic filter), 6 stale (beyond rollout.max_staleness)"));
   log.bind(/*create=*/true);
   return log;
 }
@@ -54,13 +54,16 @@ void RolloutLog::bind(bool create) {
   has_routing_ = create || h5::exists(g, "routing");
   if (has_routing_) col(routing_, "routing");
   token_columns_.clear();
-  token_columns_.reserve(6);
+  token_columns_.reserve(7);
   for (auto [name, field] : {std::pair{"rollout_log_probs", &Sample::rollout_log_probs},
                              {"old_log_probs", &Sample::old_log_probs},
                              {"ref_log_probs", &Sample::ref_log_probs},
                              {"kl", &Sample::kl},
                              {"raw_advantages", &Sample::raw_advantages},
-                             {"advantages", &Sample::advantages}}) {
+                             {"advantages", &Sample::advantages},
+                             {"loss_mask", &Sample::loss_mask}}) {
+    // Files from before loss masks were recorded go on without that column.
+    if (!create && std::string(name) == "loss_mask" && !h5::exists(g, name)) continue;
     token_columns_.push_back(TokenColumn{name, field, {}});
     col(token_columns_.back().data, name);
   }

@@ -22,6 +22,8 @@
 //   kl                  float32  KL estimate old vs reference (train.kl_loss_type)
 //   raw_advantages      float32  the estimator's, before whitening
 //   advantages          float32  as trained (after whitening when it is on)
+//   loss_mask           float32  the tokens' weights in the loss (empty row: all ones;
+//                                absent from files written before it was recorded)
 // Row i of every dataset is the same sample; rows of lower ranks come first within one
 // append (or one part of a two-part append). A step's trained samples come first, in training order (each trainer
 // appends its share); then the groups it generated but did not train on: status 5

@@ -92,6 +92,60 @@ void Engine::add_request(const GenerationRequest& request) {
   waiting_.push_back(std::move(seq));
 }
 
+void Engine::add_work(const WorkItem& item) {
+  if (item.is_group()) return add_request(item.request);
+  const Sample& part = item.partial;
+  const int64_t r = part.response_length();
+  SLIMPI_CHECK(part.index >= 0 && part.index < item.request.n_samples && part.prompt_length >= 1 && r >= 0 &&
+                   part.prompt() == item.request.prompt && r < item.request.params.max_new_tokens &&
+                   int64_t(part.rollout_log_probs.size()) == r && int64_t(part.weight_versions.size()) == r &&
+                   (part.sampling_support.empty() || int64_t(part.sampling_support.size()) == r),
+               "group {} sample {}: a partial response that does not continue its request ({} tokens, {} log-probs, "
+               "{} versions)",
+               item.request.group_index, part.index, r, part.rollout_log_probs.size(), part.weight_versions.size());
+  add_request(item.request);  // its checks, and a sequence that becomes this sample's
+  Sequence& seq = *waiting_.back();
+  seq.sample_index = part.index;
+  seq.tokens = part.tokens;
+  seq.log_probs = part.rollout_log_probs;
+  seq.support = part.sampling_support.empty() ? std::vector<int32_t>(size_t(r), 0) : part.sampling_support;
+  seq.versions = part.weight_versions;
+}
+
+WorkItem Engine::to_work(const Sequence& seq) const {
+  WorkItem w{*seq.request, Sample{}};
+  if (seq.is_group()) return w;
+  Sample& s = w.partial;
+  s.group_index = seq.request->group_index;
+  s.index = seq.sample_index;
+  s.status = SampleStatus::Pending;
+  s.tokens = seq.tokens;
+  s.prompt_length = seq.prompt_length;
+  s.rollout_log_probs = seq.log_probs;
+  s.sampling_support = seq.support;
+  s.weight_versions = seq.versions;
+  return w;
+}
+
+std::vector<WorkItem> Engine::in_flight() const {
+  std::vector<const Sequence*> running;
+  for (const auto& s : running_) running.push_back(s.get());
+  std::sort(running.begin(), running.end(), [](auto* a, auto* b) { return a->arrival < b->arrival; });
+  std::vector<WorkItem> out;
+  for (const Sequence* s : running) out.push_back(to_work(*s));
+  for (const auto& s : waiting_) out.push_back(to_work(*s));
+  return out;
+}
+
+std::vector<WorkItem> Engine::take_in_flight() {
+  std::vector<WorkItem> out = in_flight();
+  for (auto& s : running_) free_blocks(*s);
+  for (auto& s : waiting_) free_blocks(*s);
+  running_.clear();
+  waiting_.clear();
+  return out;
+}
+
 void Engine::free_blocks(Sequence& seq) {
   for (int32_t b : seq.blocks) allocator_.unref(b);
   for (int32_t b : seq.fork_blocks) allocator_.unref(b);

@@ -100,6 +100,17 @@ class Engine {
   // Steps until every queued request is done; samples in (group, sample) order.
   std::vector<Sample> run_to_completion();
 
+  // Work that moves between engines (train.async = "full", rollout/streaming_router.h).
+  // add_work queues a group (as add_request) or one sample's partial response, which
+  // is prefilled again (prompt and response) and then continues at its next position:
+  // with unchanged weights it yields the tokens it would have yielded uninterrupted.
+  void add_work(const WorkItem& item);
+  // Everything queued or running, oldest first: groups not forked yet as groups, every
+  // other sequence as its partial sample (no routing: its KV will be recomputed).
+  std::vector<WorkItem> in_flight() const;
+  // in_flight(), and the engine emptied (every KV block released).
+  std::vector<WorkItem> take_in_flight();
+
   // The weights changed (weight sync): cached prefixes are stale and dropped; the KV
   // pool stays allocated. Only when no request is in flight.
   void on_weights_updated(int64_t new_version);
@@ -120,6 +131,7 @@ class Engine {
   std::vector<std::unique_ptr<Sequence>> fork(std::unique_ptr<Sequence> leader);
   bool finished(Sequence& seq) const;
   Sample to_sample(Sequence& seq) const;
+  WorkItem to_work(const Sequence& seq) const;
 
   EngineConfig cfg_;
   const Transformer& model_;

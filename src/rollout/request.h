@@ -1,6 +1,8 @@
 // What the rollout engine is asked for and what it hands back.
 #pragma once
 
+#include <slimpi/sample.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -23,6 +25,19 @@ struct GenerationRequest {
   int64_t n_samples = 1;
   SamplingParams params;
   uint64_t seed = 0;  // the group's stream: mix_seed(run seed, step, group_index)
+};
+
+// Rollout work that can leave one engine and enter another (train.async = "full"): a
+// group not started yet (partial.tokens empty: n_samples responses to request.prompt),
+// or one sample of a started group with its response so far (partial.index = the
+// sample; tokens = prompt + response, with its log-probs, supports and weight
+// versions), continued from its next position. Its KV is recomputed where it lands.
+struct WorkItem {
+  GenerationRequest request;
+  Sample partial;
+
+  bool is_group() const { return partial.tokens.empty(); }
+  int64_t response_length() const { return is_group() ? 0 : partial.response_length(); }
 };
 
 }  // namespace slimpi

@@ -35,7 +35,17 @@ std::vector<Sample> RolloutSide::generate(const std::vector<Prompt>& prompts, in
   return out;
 }
 
+StreamingRouter& RolloutSide::stream() {
+  if (!stream_) {
+    if (!engine_) engine_ = std::make_unique<Engine>(cfg_.engine, model_);
+    if (engine_->weight_version() != weight_version_) engine_->on_weights_updated(weight_version_);
+    stream_ = std::make_unique<StreamingRouter>(*engine_, engines_, cfg_.engine.max_running, cfg_.sampling);
+  }
+  return *stream_;
+}
+
 void RolloutSide::offload() {
+  SLIMPI_CHECK(!stream_, "rollout: the engine cannot be offloaded while it streams (train.async = \"full\")");
   engine_.reset();
   // The pool's pages go back to the OS (slimpi keeps freed memory in the process
   // otherwise, DESIGN.md §7); on a GPU torch's caching allocator hands the freed blocks

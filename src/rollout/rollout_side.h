@@ -20,6 +20,7 @@
 #include "reward/reward.h"
 #include "rollout/rollout_config.h"
 #include "rollout/router.h"
+#include "rollout/streaming_router.h"
 
 namespace slimpi {
 
@@ -37,9 +38,15 @@ class RolloutSide {
   std::map<std::string, double> evaluate(const std::vector<Prompt>& prompts, const RewardConfig& reward,
                                          int64_t n_samples, uint64_t stream);
 
+  // train.async = "full": the generator that keeps work in this rank's engine across
+  // calls (built at the first call; the same engine generate() uses, which finds it
+  // empty: StreamingRouter::update_weights parks the work before eval).
+  StreamingRouter& stream();
+
   // Frees this rank's engine and KV pool until the next generate().
   void offload();
   bool is_router() const { return rank_ == 0; }
+  MPI_Comm engines() const { return engines_; }
   const RolloutConfig& config() const { return cfg_; }
   int64_t weight_version() const { return weight_version_; }
   void set_weight_version(int64_t v) { weight_version_ = v; }
@@ -52,6 +59,7 @@ class RolloutSide {
   int rank_ = 0;
   int64_t weight_version_ = 0;
   std::unique_ptr<Engine> engine_;
+  std::unique_ptr<StreamingRouter> stream_;
 };
 
 }  // namespace slimpi

@@ -180,6 +180,95 @@ TEST(Engine, OneEngineAcrossThreeWeightUpdatesEqualsAFreshEngineEachTime) {
       Error);
 }
 
+// Steps `e` `n` times; returns what finished.
+std::vector<Sample> step_n(Engine& e, int n) {
+  std::vector<Sample> out;
+  for (int i = 0; i < n && e.has_work(); ++i)
+    for (auto& s : e.step()) out.push_back(std::move(s));
+  return out;
+}
+
+std::vector<Sample> sorted(std::vector<Sample> v) {
+  std::sort(v.begin(), v.end(),
+            [](const auto& a, const auto& b) { return std::tie(a.group_index, a.index) < std::tie(b.group_index, b.index); });
+  return v;
+}
+
+TEST(Engine, WorkTakenOutMidGenerationContinuesElsewhereWithTheSameTokens) {
+  // train.async = "full" moves unfinished work between engines (requeue), out of an
+  // engine and back (continue: the KV is recomputed) and through checkpoints. On the
+  // same weights the result is the uninterrupted generation's, whenever it is taken out.
+  Transformer m(model_config(), 8, at::kCPU);
+  const EngineConfig cfg{4, 4096, 16, 256, true};
+  auto reqs = requests(6, 3, 1.0, 14, /*shared_prefix=*/5);
+  const std::vector<Sample> straight = generate(m, cfg, reqs);
+  for (int cut : {1, 2, 5, 9}) {
+    Engine first(cfg, m);
+    for (const auto& r : reqs) first.add_request(r);
+    std::vector<Sample> out = step_n(first, cut);
+    std::vector<WorkItem> items = first.take_in_flight();
+    EXPECT_FALSE(first.has_work());
+    EXPECT_EQ(first.n_free_blocks() + first.prefix_cache().n_nodes(), first.n_blocks()) << "KV blocks leaked";
+    int64_t groups = 0, partial_tokens = 0;
+    for (const auto& w : items) {
+      groups += w.is_group();
+      partial_tokens += w.response_length();
+    }
+    if (cut >= 5) EXPECT_GT(partial_tokens, 0) << "cut " << cut;  // some responses were under way
+    EXPECT_GT(int64_t(items.size()), groups) << "cut " << cut;
+    Engine second(cfg, m);
+    for (const auto& w : items) second.add_work(w);
+    for (auto& s : second.run_to_completion()) out.push_back(std::move(s));
+    out = sorted(std::move(out));
+    expect_same_tokens(out, straight);
+    for (size_t i = 0; i < out.size(); ++i)
+      for (size_t t = 0; t < out[i].rollout_log_probs.size(); ++t)
+        EXPECT_NEAR(out[i].rollout_log_probs[t], straight[i].rollout_log_probs[t], 1e-5);
+  }
+}
+
+TEST(Engine, ContinuedWorkKeepsItsOldTokensAndVersionsUnderNewWeights) {
+  Transformer m(model_config(), 9, at::kCPU);
+  const EngineConfig cfg{4, 4096, 16, 256, true};
+  auto reqs = requests(4, 2, 1.0, 16);
+  Engine e(cfg, m);
+  for (const auto& r : reqs) e.add_request(r);
+  std::vector<Sample> early = step_n(e, 6);
+  std::vector<WorkItem> items = e.take_in_flight();
+  {
+    at::NoGradGuard no_grad;
+    at::Generator g = at::detail::createCPUGenerator(3);
+    m.flat_parameters().add_(at::randn(m.flat_parameters().sizes(), g) * 0.05);
+  }
+  e.on_weights_updated(1);
+  for (const auto& w : items) e.add_work(w);
+  std::vector<Sample> late = e.run_to_completion();
+  int64_t spanning = 0;
+  for (const auto& s : late) {
+    const WorkItem* before = nullptr;
+    for (const auto& w : items)
+      if (!w.is_group() && w.partial.group_index == s.group_index && w.partial.index == s.index) before = &w;
+    if (!before) {  // started after the update: all version 1
+      for (int64_t v : s.weight_versions) EXPECT_EQ(v, 1);
+      continue;
+    }
+    const int64_t r = before->response_length();
+    ASSERT_GE(s.response_length(), r);
+    EXPECT_TRUE(std::equal(before->partial.tokens.begin(), before->partial.tokens.end(), s.tokens.begin()));
+    for (int64_t t = 0; t < s.response_length(); ++t) {
+      EXPECT_EQ(s.weight_versions[t], t < r ? 0 : 1) << "token " << t;
+      if (t < r) EXPECT_EQ(s.rollout_log_probs[t], before->partial.rollout_log_probs[t]);
+    }
+    spanning += r > 0 && s.response_length() > r;
+  }
+  EXPECT_GT(spanning, 0);
+  // Refused: a partial response that does not continue its own request.
+  WorkItem bad = items.back();
+  bad.partial.tokens = {ByteTokenizer::kBos, 1, 2, 3};
+  bad.partial.prompt_length = 2;
+  EXPECT_THROW(e.add_work(bad), Error);
+}
+
 TEST(Engine, PrefixCacheServesASharedHeaderAcrossGroups) {
   Transformer m(model_config(), 4, at::kCPU);
   auto reqs = requests(8, 2, 1.0, 8, /*shared_prefix=*/24);

@@ -1,0 +1,346 @@
+#include "driver/async_generator.h"
+
+#include <slimpi/deck.h>
+#include <slimpi/error.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "buffer/dynamic_filter.h"
+#include "core/timer.h"
+#include "driver/rollout_batch.h"
+#include "io/rollout_log.h"
+#include "kernels/counter_rng.h"
+#include "parallel/mpi_bytes.h"
+#include "parallel/watchdog.h"
+#include "rollout/rollout_side.h"
+#include "tokenizer/tokenizer.h"
+
+namespace slimpi {
+namespace {
+
+// Seeds of train.async = "full" groups: a stream of their own (steps use 0.., eval 2^40..).
+constexpr uint64_t kFullAsyncStream = uint64_t(1) << 41;
+
+RewardConfig reward_from(const Deck& deck) {
+  RewardConfig c;
+  c.style = deck.get_string("reward.style");
+  c.command = deck.get_string("reward.command");
+  c.command_timeout_s = deck.get_float("reward.command_timeout_s");
+  return c;
+}
+
+int64_t oldest_version(const std::vector<Sample>& samples) {
+  int64_t oldest = std::numeric_limits<int64_t>::max();
+  for (const auto& s : samples)
+    for (int64_t v : s.weight_versions) oldest = std::min(oldest, v);
+  return oldest;
+}
+
+nlohmann::json prompt_json(const Prompt& p) {
+  return {{"index", p.index}, {"line", p.line},   {"text", p.text},
+          {"chat", p.chat},   {"label", p.label}, {"metadata", p.metadata}};
+}
+
+Prompt prompt_from(const nlohmann::json& j) {
+  Prompt p;
+  p.index = j.at("index");
+  p.line = j.at("line");
+  p.text = j.at("text");
+  p.chat = j.at("chat");
+  p.label = j.at("label");
+  p.metadata = j.at("metadata");
+  return p;
+}
+
+}  // namespace
+
+AsyncGenerator::AsyncGenerator(const Deck& deck, RolloutSide& side, PromptSource& prompts, const Tokenizer& tokenizer,
+                               uint64_t run_seed)
+    : deck_(deck),
+      side_(side),
+      prompts_(prompts),
+      tokenizer_(tokenizer),
+      filter_(dynamic_filters().get(deck.get_string("rollout.dynamic_filter"))),
+      reward_(reward_from(deck)),
+      run_seed_(run_seed),
+      batch_groups_(deck.get_int("rollout.rollout_batch_size")),
+      queue_batches_(deck.get_int("rollout.queue_batches")),
+      max_staleness_(deck.get_int("rollout.max_staleness")),
+      n_samples_(side.config().n_samples_per_prompt),
+      regenerate_stale_(deck.get_string("rollout.stale_policy") == "regenerate"),
+      mask_offpolicy_(deck.get_bool("rollout.mask_offpolicy_in_partial")),
+      partial_(parse_partial_policy(deck.get_string("rollout.partial"))) {
+  engine_at_last_batch_ = side_.stream().engine_stats();
+}
+
+bool AsyncGenerator::is_router() const { return side_.is_router(); }
+
+StreamingRouter::Hooks AsyncGenerator::hooks(std::function<bool()> should_pause) {
+  StreamingRouter::Hooks h;
+  h.should_pause = std::move(should_pause);
+  h.next_group = [this] { return next_group(); };
+  h.on_group = [this](std::vector<Sample> samples) { on_group(std::move(samples)); };
+  return h;
+}
+
+std::optional<WorkItem> AsyncGenerator::next_group() {
+  // Work ahead by at most queue_batches batches: queued and open groups together.
+  const int64_t ahead = static_cast<int64_t>(ready_.size()) + side_.stream().open_groups();
+  if (ahead >= queue_batches_ * batch_groups_) return std::nullopt;
+  Prompt p;
+  if (!redraw_.empty()) {
+    p = std::move(redraw_.front());
+    redraw_.pop_front();
+  } else {
+    p = prompts_.next(1).front();
+  }
+  WorkItem w;
+  w.request.group_index = next_group_++;
+  w.request.prompt = prompt_token_ids(tokenizer_, p);
+  w.request.n_samples = n_samples_;
+  w.request.params = side_.config().sampling;
+  w.request.seed = mix_seed(run_seed_, kFullAsyncStream, uint64_t(w.request.group_index));
+  open_prompts_[w.request.group_index] = std::move(p);
+  return w;
+}
+
+bool AsyncGenerator::is_stale(const std::vector<Sample>& samples) const {
+  return max_staleness_ >= 0 && step_ - oldest_version(samples) > max_staleness_;
+}
+
+void AsyncGenerator::retire_stale(QueuedGroup group) {
+  for (auto& s : group.samples) {
+    s.status = SampleStatus::Stale;
+    s.reward = std::numeric_limits<float>::quiet_NaN();
+    unused_.push_back(std::move(s));
+  }
+  if (regenerate_stale_) {
+    redraw_.push_back(std::move(group.prompt));
+    counts_["rollout/async/stale_regenerated_groups"] += 1;
+  } else {
+    counts_["rollout/async/stale_dropped_groups"] += 1;
+  }
+}
+
+void AsyncGenerator::on_group(std::vector<Sample> samples) {
+  const int64_t g = samples.front().group_index;
+  QueuedGroup group{std::move(open_prompts_.at(g)), std::move(samples)};
+  open_prompts_.erase(g);
+  ++groups_finished_;
+  Stopwatch clock;
+  std::vector<RewardInput> batch;
+  for (const auto& s : group.samples) batch.push_back({group.prompt.text, tokenizer_.decode(s.response()), group.prompt.label});
+  const std::vector<float> r = compute_rewards(reward_, batch);
+  score_s_ += clock.seconds();
+  for (size_t i = 0; i < r.size(); ++i) group.samples[i].raw_reward = r[i];
+  if (!filter_.keep(r)) {
+    ++groups_filtered_;
+    for (auto& s : group.samples) {
+      s.status = SampleStatus::Filtered;
+      s.reward = 0.0f;
+      unused_.push_back(std::move(s));
+    }
+    return;
+  }
+  if (is_stale(group.samples)) retire_stale(std::move(group));
+  else ready_.push_back(std::move(group));
+}
+
+void AsyncGenerator::generate_while_training(MPI_Request* trainers_done) {
+  busy_s_ += side_.stream().run(hooks([trainers_done] {
+    int done = 0;
+    check_mpi(MPI_Test(trainers_done, &done, MPI_STATUS_IGNORE), "MPI_Test");
+    return done != 0;
+  }));
+  static const std::string context = "[rollout] the engines paused: waiting for the trainers' signal";
+  WaitGuard guard({&context, "MPI_Wait (Ibarrier)"});
+  check_mpi(MPI_Wait(trainers_done, MPI_STATUS_IGNORE), "MPI_Wait");
+}
+
+std::map<std::string, double> AsyncGenerator::take_batch(int64_t step, RolloutBatch& batch) {
+  Stopwatch clock;
+  batch = RolloutBatch();
+  step_ = step;
+  if (is_router()) {  // what became stale since it was queued
+    std::deque<QueuedGroup> fresh;
+    for (auto& g : ready_) {
+      if (is_stale(g.samples)) retire_stale(std::move(g));
+      else fresh.push_back(std::move(g));
+    }
+    ready_ = std::move(fresh);
+  }
+  busy_s_ += side_.stream().run(hooks([this] { return static_cast<int64_t>(ready_.size()) >= batch_groups_; }));
+  const EngineStats now = side_.stream().engine_stats();
+  batch.engine_stats = sum_engine_stats(now - engine_at_last_batch_, side_.engines());
+  engine_at_last_batch_ = now;
+  batch.generate_s = clock.seconds();
+  if (!is_router()) return {};
+  std::map<std::string, double> m = counts_;
+  int64_t partial_samples = 0;
+  for (int64_t k = 0; k < batch_groups_; ++k) {
+    for (auto& s : ready_.front().samples) {
+      s.step = step;
+      const auto [lo, hi] = std::minmax_element(s.weight_versions.begin(), s.weight_versions.end());
+      if (*lo != *hi) {
+        ++partial_samples;
+        if (mask_offpolicy_) {
+          s.loss_mask.assign(s.weight_versions.size(), 1.0f);
+          for (size_t i = 0; i < s.weight_versions.size(); ++i)
+            if (s.weight_versions[i] != *hi) s.loss_mask[i] = 0.0f;
+        }
+      }
+      batch.kept.push_back(std::move(s));
+    }
+    ready_.pop_front();
+  }
+  for (auto& s : unused_) s.step = step;
+  batch.unused = std::move(unused_);
+  unused_.clear();
+  batch.groups_generated = groups_finished_;
+  batch.groups_dropped = groups_filtered_;
+  batch.score_s = score_s_;
+  m["rollout/async/partial_samples"] = double(partial_samples);
+  m["rollout/async/ready_groups"] = double(ready_.size());
+  m["rollout/async/open_groups"] = double(side_.stream().open_groups());
+  for (const char* k : {"rollout/async/stale_dropped_groups", "rollout/async/stale_regenerated_groups",
+                        "rollout/async/partial_continued", "rollout/async/partial_requeued",
+                        "rollout/async/partial_discarded", "rollout/async/partial_discarded_tokens"})
+    m.emplace(k, 0.0);
+  counts_.clear();
+  groups_finished_ = groups_filtered_ = 0;
+  score_s_ = 0;
+  return m;
+}
+
+void AsyncGenerator::update_weights(int64_t version) {
+  const PartialStats p = side_.stream().update_weights(version, partial_);
+  side_.set_weight_version(version);
+  counts_["rollout/async/partial_continued"] += double(p.continued);
+  counts_["rollout/async/partial_requeued"] += double(p.requeued);
+  counts_["rollout/async/partial_discarded"] += double(p.discarded);
+  counts_["rollout/async/partial_discarded_tokens"] += double(p.discarded_tokens);
+}
+
+double AsyncGenerator::take_busy_seconds() {
+  const double s = busy_s_;
+  busy_s_ = 0;
+  return s;
+}
+
+const std::vector<std::string>& AsyncGenerator::checkpoint_files() {
+  static const std::vector<std::string> files = {"async_queue.h5", "async_work.h5", "async_state.json"};
+  return files;
+}
+
+StreamState AsyncGenerator::snapshot() { return side_.stream().snapshot(); }
+
+int64_t AsyncGenerator::save(const std::string& dir, StreamState state) {
+  if (!is_router()) return 0;
+  // async_queue.h5: the queued groups' samples (kept part), then the unrecorded ones.
+  std::vector<Sample> queued;
+  nlohmann::json queued_prompts = nlohmann::json::array(), open = nlohmann::json::object();
+  for (const auto& g : ready_) {
+    queued.insert(queued.end(), g.samples.begin(), g.samples.end());
+    queued_prompts.push_back(prompt_json(g.prompt));
+  }
+  {
+    RolloutLog log = RolloutLog::create(dir + "/async_queue.h5", MPI_COMM_NULL, deck_.to_toml());
+    log.append(queued, unused_);
+    log.flush();
+  }
+  // async_work.h5: every unfinished item (a group not started: index -1, its prompt as
+  // tokens), then the samples of unfinished groups already back.
+  std::vector<Sample> work;
+  for (const auto& w : state.work) {
+    Sample s = w.partial;
+    if (w.is_group()) {
+      s.group_index = w.request.group_index;
+      s.index = -1;
+      s.tokens = w.request.prompt;
+      s.prompt_length = static_cast<int64_t>(w.request.prompt.size());
+    }
+    work.push_back(std::move(s));
+  }
+  {
+    RolloutLog log = RolloutLog::create(dir + "/async_work.h5", MPI_COMM_NULL, deck_.to_toml());
+    log.append(work, state.finished);
+    log.flush();
+  }
+  for (const auto& [g, p] : open_prompts_) open[std::to_string(g)] = prompt_json(p);
+  nlohmann::json redraw = nlohmann::json::array();
+  for (const auto& p : redraw_) redraw.push_back(prompt_json(p));
+  const nlohmann::json j = {{"next_group", next_group_},
+                            {"queued_groups", ready_.size()},
+                            {"queued_prompts", queued_prompts},
+                            {"unused_samples", unused_.size()},
+                            {"work_items", work.size()},
+                            {"finished_samples", state.finished.size()},
+                            {"open_prompts", open},
+                            {"redraw_prompts", redraw},
+                            {"counts", counts_},
+                            {"groups_finished", groups_finished_},
+                            {"groups_filtered", groups_filtered_}};
+  const std::string path = dir + "/async_state.json";
+  std::ofstream out(path);
+  out << j.dump(1) << "\n";
+  out.close();
+  SLIMPI_CHECK(out, "cannot write {} (disk full?)", path);
+  return static_cast<int64_t>(ready_.size() + open_prompts_.size());
+}
+
+void AsyncGenerator::load(const std::string& dir) {
+  const std::string path = dir + "/async_state.json";
+  std::ifstream in(path);
+  SLIMPI_CHECK(in, "{} is missing: the checkpoint was written by a run with train.async = \"full\"", path);
+  const nlohmann::json j = nlohmann::json::parse(in);
+  next_group_ = j.at("next_group");
+  counts_ = j.at("counts").get<std::map<std::string, double>>();
+  groups_finished_ = j.at("groups_finished");
+  groups_filtered_ = j.at("groups_filtered");
+  std::vector<Sample> queued = RolloutLog::open(dir + "/async_queue.h5", MPI_COMM_NULL, false).read_all();
+  const size_t n_queued = j.at("queued_groups").get<size_t>() * size_t(n_samples_);
+  SLIMPI_CHECK(n_queued + j.at("unused_samples").get<size_t>() == queued.size(),
+               "{}/async_queue.h5 holds {} samples; async_state.json says {} queued groups and {} unused samples",
+               dir, queued.size(), j.at("queued_groups").get<size_t>(), j.at("unused_samples").get<size_t>());
+  ready_.clear();
+  for (size_t k = 0; k < j.at("queued_groups").get<size_t>(); ++k) {
+    QueuedGroup g{prompt_from(j.at("queued_prompts").at(k)), {}};
+    for (int64_t i = 0; i < n_samples_; ++i) g.samples.push_back(std::move(queued[k * size_t(n_samples_) + size_t(i)]));
+    ready_.push_back(std::move(g));
+  }
+  unused_.assign(std::make_move_iterator(queued.begin() + long(n_queued)), std::make_move_iterator(queued.end()));
+  for (const auto& [g, p] : j.at("open_prompts").items()) open_prompts_[std::stoll(g)] = prompt_from(p);
+  for (const auto& p : j.at("redraw_prompts")) redraw_.push_back(prompt_from(p));
+  std::vector<Sample> all = RolloutLog::open(dir + "/async_work.h5", MPI_COMM_NULL, false).read_all();
+  const size_t n_work = j.at("work_items");
+  SLIMPI_CHECK(n_work + j.at("finished_samples").get<size_t>() == all.size(),
+               "{}/async_work.h5 holds {} samples; async_state.json says {} items and {} finished samples", dir,
+               all.size(), n_work, j.at("finished_samples").get<size_t>());
+  StreamState state;
+  for (size_t i = 0; i < all.size(); ++i) {
+    Sample& s = all[i];
+    SLIMPI_CHECK(open_prompts_.count(s.group_index), "{}/async_work.h5: group {} has no prompt in async_state.json",
+                 dir, s.group_index);
+    if (i >= n_work) {
+      state.finished.push_back(std::move(s));
+      continue;
+    }
+    WorkItem w;
+    w.request.group_index = s.group_index;
+    w.request.prompt = s.prompt();
+    w.request.n_samples = n_samples_;
+    w.request.params = side_.config().sampling;
+    w.request.seed = mix_seed(run_seed_, kFullAsyncStream, uint64_t(s.group_index));
+    if (s.index >= 0) w.partial = std::move(s);
+    state.work.push_back(std::move(w));
+  }
+  side_.stream().restore(std::move(state));
+}
+
+}  // namespace slimpi

@@ -1,0 +1,305 @@
+#include "rollout/streaming_router.h"
+
+#include <slimpi/error.h>
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include "core/byte_codec.h"
+#include "core/sample_codec.h"
+#include "core/timer.h"
+#include "parallel/mpi_bytes.h"
+#include "parallel/watchdog.h"
+
+namespace slimpi {
+namespace {
+
+// Tags of their own: route_rollout's (101, 102) never share a call with these.
+constexpr int kTagWork = 111;     // router -> engine: 'W' + items, or 'P' (pause)
+constexpr int kTagSamples = 112;  // engine -> router: 'S' + finished samples, or 'A' (paused)
+constexpr int kTagGather = 113;   // engine -> router, between runs: items
+
+const std::string kEngineIdle = "[rollout] an engine waiting for work from the router";
+const std::string kRouterIdle = "[rollout] the router waiting for finished samples or a pause";
+const std::string kRouterPausing = "[rollout] the router waiting for an engine to pause";
+const std::string kRouterGather = "[rollout] the router gathering the engines' unfinished work";
+const std::string kPartialCounts = "[rollout] partial-rollout counts over the engines";
+
+bool message_waiting(MPI_Comm comm, int source, int tag) {
+  int flag = 0;
+  check_mpi(MPI_Iprobe(source, tag, comm, &flag, MPI_STATUS_IGNORE), "MPI_Iprobe");
+  return flag != 0;
+}
+
+// Sleeps (growing naps up to 1 ms) until a message from `source` with `tag` is there.
+void await_message(MPI_Comm comm, int source, int tag, const std::string& context) {
+  if (message_waiting(comm, source, tag)) return;
+  WaitGuard guard({&context, "MPI_Iprobe (asleep between probes)", 0, "", source});
+  auto nap = std::chrono::microseconds(50);
+  while (!message_waiting(comm, source, tag)) {
+    std::this_thread::sleep_for(nap);
+    nap = std::min(nap * 2, std::chrono::microseconds(1000));
+  }
+}
+
+// Items travel as their request's identity (the sampling parameters are every rank's
+// own) and the partial sample.
+std::string encode_items(char kind, const std::vector<WorkItem>& items) {
+  ByteWriter w;
+  w.put(kind);
+  w.put<uint64_t>(items.size());
+  std::vector<Sample> partials;
+  for (const auto& it : items) {
+    w.put(it.request.group_index);
+    w.put(it.request.n_samples);
+    w.put(it.request.seed);
+    w.put_vector(it.request.prompt);
+    partials.push_back(it.partial);
+  }
+  w.put_string(encode_samples(partials));
+  return w.take();
+}
+
+std::vector<WorkItem> decode_items(const std::string& bytes, const SamplingParams& params) {
+  ByteReader r(bytes);
+  r.get<char>();
+  std::vector<WorkItem> items(r.get<uint64_t>());
+  for (auto& it : items) {
+    it.request.group_index = r.get<int64_t>();
+    it.request.n_samples = r.get<int64_t>();
+    it.request.seed = r.get<uint64_t>();
+    it.request.prompt = r.get_vector<int64_t>();
+    it.request.params = params;
+  }
+  std::vector<Sample> partials = decode_samples(r.get_string());
+  SLIMPI_CHECK(r.done() && partials.size() == items.size(), "work message: {} items, {} partial samples",
+               items.size(), partials.size());
+  for (size_t i = 0; i < items.size(); ++i) items[i].partial = std::move(partials[i]);
+  return items;
+}
+
+std::string samples_message(const std::vector<Sample>& samples) { return 'S' + encode_samples(samples); }
+
+}  // namespace
+
+PartialPolicy parse_partial_policy(const std::string& name) {
+  if (name == "continue") return PartialPolicy::Continue;
+  if (name == "requeue") return PartialPolicy::Requeue;
+  SLIMPI_CHECK(name == "discard", "rollout.partial: unknown policy '{}'", name);
+  return PartialPolicy::Discard;
+}
+
+StreamingRouter::StreamingRouter(Engine& engine, MPI_Comm rollout, int64_t max_running, SamplingParams params)
+    : engine_(engine), comm_(rollout), max_running_(max_running), params_(std::move(params)) {
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+  outstanding_tokens_.assign(size_t(size_), 0);
+  outstanding_seqs_.assign(size_t(size_), 0);
+}
+
+int64_t StreamingRouter::item_tokens(const WorkItem& w) const {
+  const int64_t seqs = w.is_group() ? w.request.n_samples : 1;
+  return seqs * (static_cast<int64_t>(w.request.prompt.size()) + w.request.params.max_new_tokens);
+}
+
+double StreamingRouter::run(const Hooks& hooks) {
+  Stopwatch busy_clock;
+  double busy = 0;
+  for (const auto& w : parked_) engine_.add_work(w);
+  parked_.clear();
+  if (!is_router()) {
+    // An engine: take work, run, send finished samples back; stop on a pause.
+    for (;;) {
+      while (!engine_.has_work() || message_waiting(comm_, 0, kTagWork)) {
+        await_message(comm_, 0, kTagWork, kEngineIdle);
+        const std::string msg = recv_message(comm_, 0, kTagWork, kEngineIdle);
+        if (msg.at(0) == 'P') {
+          send_message(comm_, "A", 0, kTagSamples);
+          return busy;
+        }
+        for (const auto& w : decode_items(msg, params_)) engine_.add_work(w);
+      }
+      busy_clock.restart();
+      std::vector<Sample> done = engine_.step();
+      busy += busy_clock.seconds();
+      if (!done.empty()) send_message(comm_, samples_message(done), 0, kTagSamples);
+    }
+  }
+  std::optional<WaitGuard> idle;  // held across a stretch of empty iterations
+  auto nap = std::chrono::microseconds(50);
+  while (!hooks.should_pause()) {
+    dispatch(hooks);
+    bool worked = false;
+    if (engine_.has_work()) {
+      idle.reset();
+      busy_clock.restart();
+      std::vector<Sample> done = engine_.step();
+      busy += busy_clock.seconds();
+      receive_samples(std::move(done), 0, hooks);
+      worked = true;
+    }
+    MPI_Status status;
+    int flag = 0;
+    while (check_mpi(MPI_Iprobe(MPI_ANY_SOURCE, kTagSamples, comm_, &flag, &status), "MPI_Iprobe"), flag) {
+      const std::string msg = recv_message(comm_, status.MPI_SOURCE, kTagSamples, kRouterIdle);
+      SLIMPI_CHECK(msg.at(0) == 'S', "engine {} sent '{}' while running", status.MPI_SOURCE, msg.at(0));
+      receive_samples(decode_samples(msg.substr(1)), status.MPI_SOURCE, hooks);
+      worked = true;
+    }
+    if (worked) {
+      idle.reset();
+      nap = std::chrono::microseconds(50);
+      continue;
+    }
+    if (!idle) idle.emplace(WaitInfo{&kRouterIdle, "MPI_Iprobe (asleep between probes)"});
+    std::this_thread::sleep_for(nap);
+    nap = std::min(nap * 2, std::chrono::microseconds(1000));
+  }
+  idle.reset();
+  pause_engines(hooks);
+  return busy;
+}
+
+void StreamingRouter::dispatch(const Hooks& hooks) {
+  std::vector<std::vector<WorkItem>> assign(static_cast<size_t>(size_));
+  for (;;) {
+    std::optional<WorkItem> item;
+    if (!todo_.empty()) {
+      item = todo_.front();
+    } else {
+      item = hooks.next_group();
+      if (!item) break;
+      open_[item->request.group_index] = item->request.n_samples;
+      todo_.push_back(*item);
+    }
+    const int64_t seqs = item->is_group() ? item->request.n_samples : 1;
+    int best = -1;
+    for (int e = 0; e < size_; ++e)
+      if (outstanding_seqs_[e] + seqs <= 2 * max_running_ &&
+          (best < 0 || outstanding_tokens_[e] < outstanding_tokens_[best]))
+        best = e;
+    if (best < 0) break;  // every engine is full; the item waits at the front
+    todo_.pop_front();
+    outstanding_seqs_[best] += seqs;
+    outstanding_tokens_[best] += item_tokens(*item);
+    assign[best].push_back(std::move(*item));
+  }
+  for (const auto& w : assign[0]) engine_.add_work(w);
+  for (int e = 1; e < size_; ++e)
+    if (!assign[e].empty()) send_message(comm_, encode_items('W', assign[e]), e, kTagWork);
+}
+
+void StreamingRouter::receive_samples(std::vector<Sample> samples, int engine, const Hooks& hooks) {
+  for (auto& s : samples) {
+    const int64_t g = s.group_index;
+    const auto n = open_.find(g);
+    SLIMPI_CHECK(n != open_.end(), "engine {} returned sample {} of group {}, which is not open", engine, s.index, g);
+    outstanding_seqs_[engine] -= 1;
+    outstanding_tokens_[engine] -= s.prompt_length + params_.max_new_tokens;
+    auto& group = assembling_[g];
+    group.push_back(std::move(s));
+    if (int64_t(group.size()) < n->second) continue;
+    std::vector<Sample> whole = std::move(group);
+    assembling_.erase(g);
+    open_.erase(n);
+    std::sort(whole.begin(), whole.end(), [](const auto& a, const auto& b) { return a.index < b.index; });
+    hooks.on_group(std::move(whole));
+  }
+}
+
+void StreamingRouter::pause_engines(const Hooks& hooks) {
+  for (int e = 1; e < size_; ++e) send_message(comm_, "P", e, kTagWork);
+  // Samples an engine finished before it saw the pause arrive ahead of its 'A'
+  // (messages between two ranks with one tag do not overtake each other).
+  for (int e = 1; e < size_; ++e)
+    for (;;) {
+      await_message(comm_, e, kTagSamples, kRouterPausing);
+      const std::string msg = recv_message(comm_, e, kTagSamples, kRouterPausing);
+      if (msg.at(0) == 'A') break;
+      receive_samples(decode_samples(msg.substr(1)), e, hooks);
+    }
+}
+
+std::vector<WorkItem> StreamingRouter::gather_items(const std::vector<WorkItem>& mine) {
+  if (!is_router()) {
+    send_message(comm_, encode_items('G', mine), 0, kTagGather);
+    return {};
+  }
+  std::vector<WorkItem> all = mine;
+  for (int e = 1; e < size_; ++e)
+    for (auto& w : decode_items(recv_message(comm_, e, kTagGather, kRouterGather), params_)) all.push_back(std::move(w));
+  return all;
+}
+
+PartialStats StreamingRouter::update_weights(int64_t version, PartialPolicy policy) {
+  std::vector<WorkItem> items = std::move(parked_);
+  parked_.clear();
+  for (auto& w : engine_.take_in_flight()) items.push_back(std::move(w));
+  engine_.on_weights_updated(version);
+  int64_t counts[4] = {0, 0, 0, 0};  // continued, requeued, discarded, discarded tokens
+  auto restart = [&](WorkItem& w) {  // a partial sample back to its prompt
+    if (w.is_group()) return;
+    counts[2] += 1;
+    counts[3] += w.response_length();
+    Sample fresh;
+    fresh.group_index = w.partial.group_index;
+    fresh.index = w.partial.index;
+    fresh.tokens = w.request.prompt;
+    fresh.prompt_length = static_cast<int64_t>(w.request.prompt.size());
+    w.partial = std::move(fresh);
+  };
+  switch (policy) {
+    case PartialPolicy::Continue:
+      for (const auto& w : items) counts[0] += !w.is_group();
+      parked_ = std::move(items);
+      break;
+    case PartialPolicy::Discard:
+      for (auto& w : items) restart(w);
+      if (is_router())  // work queued here (requeued or restored) starts again too
+        for (auto& w : todo_) restart(w);
+      parked_ = std::move(items);
+      break;
+    case PartialPolicy::Requeue: {
+      for (const auto& w : items) counts[1] += !w.is_group();
+      std::vector<WorkItem> all = gather_items(items);
+      for (auto& w : all) todo_.push_back(std::move(w));
+      std::fill(outstanding_seqs_.begin(), outstanding_seqs_.end(), 0);
+      std::fill(outstanding_tokens_.begin(), outstanding_tokens_.end(), 0);
+      break;
+    }
+  }
+  {
+    WaitGuard guard({&kPartialCounts, "MPI_Reduce", 4, "i64", 0});
+    MPI_Reduce(is_router() ? MPI_IN_PLACE : counts, counts, 4, MPI_INT64_T, MPI_SUM, 0, comm_);
+  }
+  PartialStats stats;
+  if (is_router()) stats = {counts[0], counts[1], counts[2], counts[3]};
+  return stats;
+}
+
+StreamState StreamingRouter::snapshot() {
+  std::vector<WorkItem> mine = parked_;
+  for (auto& w : engine_.in_flight()) mine.push_back(std::move(w));
+  StreamState state;
+  state.work = gather_items(mine);
+  if (!is_router()) return state;
+  state.work.insert(state.work.begin(), todo_.begin(), todo_.end());
+  for (const auto& [g, samples] : assembling_) state.finished.insert(state.finished.end(), samples.begin(), samples.end());
+  return state;
+}
+
+void StreamingRouter::restore(StreamState state) {
+  for (auto it = state.work.rbegin(); it != state.work.rend(); ++it) {
+    it->request.params = params_;
+    open_[it->request.group_index] = it->request.n_samples;
+    todo_.push_front(std::move(*it));
+  }
+  for (auto& s : state.finished) {
+    SLIMPI_CHECK(open_.count(s.group_index), "restored sample {} of group {} has no unfinished work beside it",
+                 s.index, s.group_index);
+    assembling_[s.group_index].push_back(std::move(s));
+  }
+}
+
+}  // namespace slimpi
