@@ -141,11 +141,11 @@ Driver::Driver(RunContext& ctx)
   // Keys only train.async = "full" reads, and the sampling rounds it has none of.
   for (const char* key : {"rollout.queue_batches", "rollout.max_staleness", "rollout.stale_policy",
                           "rollout.partial", "rollout.mask_offpolicy_in_partial"})
-    if (!full_async_ && !deck.is_default(key))
+    if (!full_async_ && !deck.has_default_value(key))
       SLIMPI_FAIL_ALL("{} ({}) applies to train.async = \"full\" only; train.async is \"{}\" ({})", key,
                       deck.source(key), deck.get_string("train.async"), deck.source("train.async"));
   for (const char* key : {"rollout.over_sampling_batch_size", "rollout.max_sampling_rounds"})
-    if (full_async_ && !deck.is_default(key))
+    if (full_async_ && !deck.has_default_value(key))
       SLIMPI_FAIL_ALL("{} ({}) does not apply to train.async = \"full\" ({}): it draws prompts one group at a "
                       "time and its dynamic filter drops groups as they finish, without rounds",
                       key, deck.source(key), deck.source("train.async"));

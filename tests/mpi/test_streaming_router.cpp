@@ -45,9 +45,10 @@ struct Case {
   bool restart;  // snapshot at the second pause, then continue in new engines and routers
 };
 
-// Runs kGroups groups, pausing after every 2 finished groups (and, with few groups
-// left, whenever nothing finished for a while, so pauses also fall mid-generation);
-// returns the router's groups, flattened, in group order.
+// Runs kGroups groups, pausing the k-th run after 2 + 2k router iterations (the router's
+// own engine always holds work then, mid-generation; runs grow so that discard, which
+// restarts every partial response at each update, still finishes); returns the
+// router's groups, flattened, in group order.
 std::vector<Sample> run_paused(const Transformer& model, const Case& c, int64_t* versions_seen) {
   const EngineConfig cfg{4, 4096, 6, 64, true};
   auto engine = std::make_unique<Engine>(cfg, model);
@@ -69,8 +70,8 @@ std::vector<Sample> run_paused(const Transformer& model, const Case& c, int64_t*
   };
   int64_t version = 0;
   for (int pause = 0;; ++pause) {
-    int goal = finished + 2, polls = 0;
-    hooks.should_pause = [&] { return finished >= goal || (++polls > 40 && next >= kGroups); };
+    int polls = 0;
+    hooks.should_pause = [&] { return ++polls > 2 + 2 * pause; };
     ++calls;
     router->run(hooks);
     int all_done = rank == 0 && finished == kGroups;
