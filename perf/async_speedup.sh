@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# train.async = "one_step_off" vs "off" on the quickstart GRPO stage (the async issue's
-# measurement): np 2 split = 1 trainer + 1 rollout rank, each bound to its own core
-# with 1 thread, STEPS steps from the quickstart SFT state, no evaluation. The runs
-# alternate (off, one_step_off, off, one_step_off) so that load on the machine hits both
-# alike; reports, per mode, the median step time over steps 2..STEPS and the mean
-# trainer / rollout idle fractions, and the steps/s ratio one_step_off / off.
+# train.async = "one_step_off" and "full" vs "off" on the quickstart GRPO stage (the
+# async issue's measurement): np 2 split = 1 trainer + 1 rollout rank, each bound to
+# its own core with 1 thread, STEPS steps from the quickstart SFT state, no evaluation.
+# The runs alternate (off, one_step_off, full, off, ...) so that load on the machine
+# hits all alike; reports, per mode, the median step time over steps 2..STEPS and the
+# mean trainer / rollout idle fractions, and the steps/s ratios to off. (full draws
+# groups one at a time, so the deck's over_sampling_batch_size is reset for it.)
 # SFT_STATE defaults to runs/quickstart_sft_s1/trainer_state.h5 (jobs/quickstart.sh);
 # when it is missing, the quickstart SFT stage runs first.
 # Usage: perf/async_speedup.sh [STEPS] [SFT_STATE]
@@ -24,10 +25,11 @@ if [ ! -f "$sft" ]; then
 fi
 export OMP_WAIT_POLICY=PASSIVE
 for round in 1 2; do
-  for mode in off one_step_off; do
+  for mode in off one_step_off full; do
+    extra=(); [ "$mode" = full ] && extra=(--set rollout.over_sampling_batch_size=0)
     mpirun "${flags[@]}" -np 2 "$slimpi" run inputs/quickstart_grpo.toml --set run.dir="$out/${mode}_$round" \
       --set model.init_from="$sft" --set run.n_steps="$steps" --set eval.path= --set run.threads=1 \
-      --set parallel.trainer_ranks=1 --set train.async="$mode" --set checkpoint.interval=0 \
+      --set parallel.trainer_ranks=1 --set train.async="$mode" --set checkpoint.interval=0 "${extra[@]}" \
       >"$out/${mode}_$round.log" 2>&1 || { cat "$out/${mode}_$round.log"; exit 1; }
   done
 done
@@ -37,7 +39,7 @@ import h5py
 import numpy as np
 out = sys.argv[1]
 res = {}
-for mode in ("off", "one_step_off"):
+for mode in ("off", "one_step_off", "full"):
     times, t_idle, r_idle = [], [], []
     for r in (1, 2):
         with h5py.File(f"{out}/{mode}_{r}/metrics.h5") as f:
@@ -47,5 +49,6 @@ for mode in ("off", "one_step_off"):
     res[mode] = (np.median(times), np.mean(t_idle), np.mean(r_idle))
     print(f"{mode:13s} median step {res[mode][0]:.3f} s   trainer idle {100 * res[mode][1]:.1f}%   "
           f"rollout idle {100 * res[mode][2]:.1f}%")
-print(f"steps/s one_step_off / off: {res['off'][0] / res['one_step_off'][0]:.2f}")
+for mode in ("one_step_off", "full"):
+    print(f"steps/s {mode} / off: {res['off'][0] / res[mode][0]:.2f}")
 PY

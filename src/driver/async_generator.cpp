@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "buffer/dynamic_filter.h"
+#include "core/log.h"
 #include "core/timer.h"
 #include "driver/rollout_batch.h"
 #include "io/rollout_log.h"
@@ -76,7 +77,16 @@ AsyncGenerator::AsyncGenerator(const Deck& deck, RolloutSide& side, PromptSource
       regenerate_stale_(deck.get_string("rollout.stale_policy") == "regenerate"),
       mask_offpolicy_(deck.get_bool("rollout.mask_offpolicy_in_partial")),
       partial_(parse_partial_policy(deck.get_string("rollout.partial"))) {
-  engine_at_last_batch_ = side_.stream().engine_stats();
+  max_groups_per_batch_ = filter_.is_identity() ? std::numeric_limits<int64_t>::max()
+                                                : deck.get_int("rollout.max_sampling_rounds") * batch_groups_;
+}
+
+void AsyncGenerator::run_stream(const std::function<bool()>& should_pause) {
+  Stopwatch clock;
+  const EngineStats before = side_.stream().engine_stats();
+  busy_s_ += side_.stream().run(hooks(should_pause));
+  streamed_ += side_.stream().engine_stats() - before;
+  stream_s_ += clock.seconds();
 }
 
 bool AsyncGenerator::is_router() const { return side_.is_router(); }
@@ -152,12 +162,13 @@ void AsyncGenerator::on_group(std::vector<Sample> samples) {
   else ready_.push_back(std::move(group));
 }
 
-void AsyncGenerator::generate_while_training(MPI_Request* trainers_done) {
-  busy_s_ += side_.stream().run(hooks([trainers_done] {
+void AsyncGenerator::generate_while_training(int64_t next_step, MPI_Request* trainers_done) {
+  step_ = next_step;
+  run_stream([trainers_done] {
     int done = 0;
     check_mpi(MPI_Test(trainers_done, &done, MPI_STATUS_IGNORE), "MPI_Test");
     return done != 0;
-  }));
+  });
   static const std::string context = "[rollout] the engines paused: waiting for the trainers' signal";
   WaitGuard guard({&context, "MPI_Wait (Ibarrier)"});
   check_mpi(MPI_Wait(trainers_done, MPI_STATUS_IGNORE), "MPI_Wait");
@@ -175,15 +186,22 @@ std::map<std::string, double> AsyncGenerator::take_batch(int64_t step, RolloutBa
     }
     ready_ = std::move(fresh);
   }
-  busy_s_ += side_.stream().run(hooks([this] { return static_cast<int64_t>(ready_.size()) >= batch_groups_; }));
-  const EngineStats now = side_.stream().engine_stats();
-  batch.engine_stats = sum_engine_stats(now - engine_at_last_batch_, side_.engines());
-  engine_at_last_batch_ = now;
-  batch.generate_s = clock.seconds();
+  run_stream([this] {
+    return static_cast<int64_t>(ready_.size()) >= batch_groups_ || groups_finished_ >= max_groups_per_batch_;
+  });
+  batch.engine_stats = sum_engine_stats(streamed_, side_.engines());
+  batch.generate_s = stream_s_;
+  streamed_ = EngineStats();
+  stream_s_ = 0;
   if (!is_router()) return {};
   std::map<std::string, double> m = counts_;
   int64_t partial_samples = 0;
-  for (int64_t k = 0; k < batch_groups_; ++k) {
+  const int64_t n_groups = std::min<int64_t>(batch_groups_, static_cast<int64_t>(ready_.size()));
+  if (n_groups < batch_groups_)
+    log::warn("step {}: the dynamic filter kept {} of {} groups among the {} finished since the last batch "
+              "(rollout.max_sampling_rounds x rollout_batch_size); training on those",
+              step, n_groups, batch_groups_, groups_finished_);
+  for (int64_t k = 0; k < n_groups; ++k) {
     for (auto& s : ready_.front().samples) {
       s.step = step;
       const auto [lo, hi] = std::minmax_element(s.weight_versions.begin(), s.weight_versions.end());
@@ -275,7 +293,9 @@ int64_t AsyncGenerator::save(const std::string& dir, StreamState state) {
   for (const auto& [g, p] : open_prompts_) open[std::to_string(g)] = prompt_json(p);
   nlohmann::json redraw = nlohmann::json::array();
   for (const auto& p : redraw_) redraw.push_back(prompt_json(p));
-  const nlohmann::json j = {{"next_group", next_group_},
+  const nlohmann::json j = {{"n_samples_per_prompt", n_samples_},
+                            {"max_new_tokens", side_.config().sampling.max_new_tokens},
+                            {"next_group", next_group_},
                             {"queued_groups", ready_.size()},
                             {"queued_prompts", queued_prompts},
                             {"unused_samples", unused_.size()},
@@ -297,8 +317,16 @@ int64_t AsyncGenerator::save(const std::string& dir, StreamState state) {
 void AsyncGenerator::load(const std::string& dir) {
   const std::string path = dir + "/async_state.json";
   std::ifstream in(path);
-  SLIMPI_CHECK(in, "{} is missing: the checkpoint was written by a run with train.async = \"full\"", path);
+  SLIMPI_CHECK(in, "{} is missing: the checkpoint was not written by a run with train.async = \"full\"", path);
   const nlohmann::json j = nlohmann::json::parse(in);
+  // The unfinished work continues as it was asked for: n samples a group, up to this many tokens.
+  const int64_t n = j.at("n_samples_per_prompt"), max_new = j.at("max_new_tokens");
+  SLIMPI_CHECK(n == n_samples_ && max_new == side_.config().sampling.max_new_tokens,
+               "{} holds groups of {} samples of up to {} new tokens under way; this deck asks for "
+               "rollout.n_samples_per_prompt = {} ({}) and rollout.max_new_tokens = {} ({}): resume with the "
+               "checkpoint's values",
+               path, n, max_new, n_samples_, deck_.source("rollout.n_samples_per_prompt"),
+               side_.config().sampling.max_new_tokens, deck_.source("rollout.max_new_tokens"));
   next_group_ = j.at("next_group");
   counts_ = j.at("counts").get<std::map<std::string, double>>();
   groups_finished_ = j.at("groups_finished");

@@ -45,12 +45,15 @@ class AsyncGenerator {
                  uint64_t run_seed);
 
   // Collective over the rollout ranks: generates until `trainers_done` (an
-  // MPI_Ibarrier the trainers enter when they finish training) completes.
-  void generate_while_training(MPI_Request* trainers_done);
+  // MPI_Ibarrier the trainers enter when they finish training) completes. What
+  // finishes now is trained at `next_step` at the earliest (its staleness is judged so).
+  void generate_while_training(int64_t next_step, MPI_Request* trainers_done);
   // Collective: generates until rollout_batch_size fresh groups are queued, then (router)
   // moves them into batch.kept with Sample::step = `step`, and every group generated but
-  // not trained since the last batch (filtered, stale) into batch.unused. Returns the
-  // rollout/async/* metrics (router; empty elsewhere).
+  // not trained since the last batch (filtered, stale) into batch.unused. With a dynamic
+  // filter it stops drawing once max_sampling_rounds × rollout_batch_size groups have
+  // finished since the last batch, and the batch is short (as a synchronous step's after
+  // its last round). Returns the rollout/async/* metrics (router; empty elsewhere).
   std::map<std::string, double> take_batch(int64_t step, RolloutBatch& batch);
   // Collective: the engines take weights `version`; in-flight work per rollout.partial.
   void update_weights(int64_t version);
@@ -72,6 +75,8 @@ class AsyncGenerator {
     std::vector<Sample> samples;
   };
   StreamingRouter::Hooks hooks(std::function<bool()> should_pause);
+  // One run of the stream; its engine counters and wall time count towards the batch.
+  void run_stream(const std::function<bool()>& should_pause);
   std::optional<WorkItem> next_group();
   void on_group(std::vector<Sample> samples);
   bool is_stale(const std::vector<Sample>& samples) const;
@@ -86,12 +91,13 @@ class AsyncGenerator {
   RewardConfig reward_;
   uint64_t run_seed_;
   int64_t batch_groups_, queue_batches_, max_staleness_, n_samples_;
+  int64_t max_groups_per_batch_;  // finished groups between batches before a short one (filter on)
   bool regenerate_stale_, mask_offpolicy_;
   PartialPolicy partial_;
   double busy_s_ = 0;
 
   // Router only.
-  int64_t step_ = 0;                       // the step the next batch trains
+  int64_t step_ = 0;                       // the earliest step what finishes now can train
   int64_t next_group_ = 0;
   std::map<int64_t, Prompt> open_prompts_;  // group -> its prompt, while it generates
   std::deque<Prompt> redraw_;               // stale prompts to draw again first
@@ -101,7 +107,8 @@ class AsyncGenerator {
   std::map<std::string, double> counts_;
   int64_t groups_finished_ = 0, groups_filtered_ = 0;
   double score_s_ = 0;
-  EngineStats engine_at_last_batch_;  // every rank
+  EngineStats streamed_;   // every rank: this engine's counters in the stream's runs
+  double stream_s_ = 0;    // every rank: wall time of those runs
 };
 
 }  // namespace slimpi

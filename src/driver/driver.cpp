@@ -144,11 +144,11 @@ Driver::Driver(RunContext& ctx)
     if (!full_async_ && !deck.has_default_value(key))
       SLIMPI_FAIL_ALL("{} ({}) applies to train.async = \"full\" only; train.async is \"{}\" ({})", key,
                       deck.source(key), deck.get_string("train.async"), deck.source("train.async"));
-  for (const char* key : {"rollout.over_sampling_batch_size", "rollout.max_sampling_rounds"})
-    if (full_async_ && !deck.has_default_value(key))
-      SLIMPI_FAIL_ALL("{} ({}) does not apply to train.async = \"full\" ({}): it draws prompts one group at a "
-                      "time and its dynamic filter drops groups as they finish, without rounds",
-                      key, deck.source(key), deck.source("train.async"));
+  if (full_async_ && !deck.has_default_value("rollout.over_sampling_batch_size"))
+    SLIMPI_FAIL_ALL("rollout.over_sampling_batch_size ({}) does not apply to train.async = \"full\" ({}): it "
+                    "draws prompts one group at a time and its dynamic filter drops groups as they finish, without "
+                    "rounds (rollout.max_sampling_rounds x rollout_batch_size finished groups bound a batch)",
+                    deck.source("rollout.over_sampling_batch_size"), deck.source("train.async"));
 
   if (deck.get_string("data.path").empty())
     SLIMPI_FAIL_ALL("train.mode = \"{}\" ({}) needs a data file: set data.path", deck.get_string("train.mode"),
@@ -388,7 +388,7 @@ void Driver::rollout(int64_t step) {
     MPI_Request trainers_done;
     check_mpi(MPI_Ibarrier(ctx_.world->world(), &trainers_done), "MPI_Ibarrier");
     trainers_done_posted_ = true;
-    async_->generate_while_training(&trainers_done);
+    async_->generate_while_training(step + 1, &trainers_done);
     generation_s_ += async_->take_busy_seconds();
     return;
   }

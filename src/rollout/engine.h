@@ -105,10 +105,12 @@ class Engine {
   // is prefilled again (prompt and response) and then continues at its next position:
   // with unchanged weights it yields the tokens it would have yielded uninterrupted.
   void add_work(const WorkItem& item);
-  // Everything queued or running, oldest first: groups not forked yet as groups, every
-  // other sequence as its partial sample (no routing: its KV will be recomputed).
+  // Everything running (oldest first), then everything queued (in queue order): groups
+  // not forked yet as groups, every other sequence as its partial sample (no routing:
+  // its KV will be recomputed).
   std::vector<WorkItem> in_flight() const;
-  // in_flight(), and the engine emptied (every KV block released).
+  // in_flight(), and the engine emptied: the sequences' blocks released (blocks the
+  // prefix cache holds stay until on_weights_updated).
   std::vector<WorkItem> take_in_flight();
 
   // The weights changed (weight sync): cached prefixes are stale and dropped; the KV

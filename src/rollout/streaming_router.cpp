@@ -25,6 +25,7 @@ const std::string kRouterIdle = "[rollout] the router waiting for finished sampl
 const std::string kRouterPausing = "[rollout] the router waiting for an engine to pause";
 const std::string kRouterGather = "[rollout] the router gathering the engines' unfinished work";
 const std::string kPartialCounts = "[rollout] partial-rollout counts over the engines";
+const std::string kSendsDone = "[rollout] completing this rank's sends of work or samples";
 
 bool message_waiting(MPI_Comm comm, int source, int tag) {
   int flag = 0;
@@ -98,6 +99,34 @@ StreamingRouter::StreamingRouter(Engine& engine, MPI_Comm rollout, int64_t max_r
   outstanding_seqs_.assign(size_t(size_), 0);
 }
 
+void StreamingRouter::post(std::string bytes, int dest, int tag) {
+  auto out = std::make_unique<Outgoing>(Outgoing{std::move(bytes), MPI_REQUEST_NULL});
+  check_mpi(MPI_Isend(out->bytes.data(), static_cast<int>(out->bytes.size()), MPI_BYTE, dest, tag, comm_,
+                      &out->request),
+            "MPI_Isend");
+  sends_.push_back(std::move(out));
+}
+
+void StreamingRouter::reap_sends() {
+  for (auto it = sends_.begin(); it != sends_.end();) {
+    int done = 0;
+    check_mpi(MPI_Test(&(*it)->request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+    it = done ? sends_.erase(it) : std::next(it);
+  }
+}
+
+void StreamingRouter::flush_sends() {
+  reap_sends();
+  if (sends_.empty()) return;
+  WaitGuard guard({&kSendsDone, "MPI_Test (asleep between tests)"});
+  auto nap = std::chrono::microseconds(50);
+  while (!sends_.empty()) {
+    std::this_thread::sleep_for(nap);
+    nap = std::min(nap * 2, std::chrono::microseconds(1000));
+    reap_sends();
+  }
+}
+
 int64_t StreamingRouter::item_tokens(const WorkItem& w) const {
   const int64_t seqs = w.is_group() ? w.request.n_samples : 1;
   return seqs * (static_cast<int64_t>(w.request.prompt.size()) + w.request.params.max_new_tokens);
@@ -114,8 +143,9 @@ double StreamingRouter::run(const Hooks& hooks) {
       while (!engine_.has_work() || message_waiting(comm_, 0, kTagWork)) {
         await_message(comm_, 0, kTagWork, kEngineIdle);
         const std::string msg = recv_message(comm_, 0, kTagWork, kEngineIdle);
-        if (msg.at(0) == 'P') {
-          send_message(comm_, "A", 0, kTagSamples);
+        if (msg.at(0) == 'P') {  // every sample posted before goes ahead of the answer
+          post("A", 0, kTagSamples);
+          flush_sends();
           return busy;
         }
         for (const auto& w : decode_items(msg, params_)) engine_.add_work(w);
@@ -123,13 +153,15 @@ double StreamingRouter::run(const Hooks& hooks) {
       busy_clock.restart();
       std::vector<Sample> done = engine_.step();
       busy += busy_clock.seconds();
-      if (!done.empty()) send_message(comm_, samples_message(done), 0, kTagSamples);
+      if (!done.empty()) post(samples_message(done), 0, kTagSamples);
+      reap_sends();
     }
   }
   std::optional<WaitGuard> idle;  // held across a stretch of empty iterations
   auto nap = std::chrono::microseconds(50);
   while (!hooks.should_pause()) {
     dispatch(hooks);
+    reap_sends();
     bool worked = false;
     if (engine_.has_work()) {
       idle.reset();
@@ -187,7 +219,7 @@ void StreamingRouter::dispatch(const Hooks& hooks) {
   }
   for (const auto& w : assign[0]) engine_.add_work(w);
   for (int e = 1; e < size_; ++e)
-    if (!assign[e].empty()) send_message(comm_, encode_items('W', assign[e]), e, kTagWork);
+    if (!assign[e].empty()) post(encode_items('W', assign[e]), e, kTagWork);
 }
 
 void StreamingRouter::receive_samples(std::vector<Sample> samples, int engine, const Hooks& hooks) {
@@ -209,7 +241,7 @@ void StreamingRouter::receive_samples(std::vector<Sample> samples, int engine, c
 }
 
 void StreamingRouter::pause_engines(const Hooks& hooks) {
-  for (int e = 1; e < size_; ++e) send_message(comm_, "P", e, kTagWork);
+  for (int e = 1; e < size_; ++e) post("P", e, kTagWork);  // behind any work posted to e
   // Samples an engine finished before it saw the pause arrive ahead of its 'A'
   // (messages between two ranks with one tag do not overtake each other).
   for (int e = 1; e < size_; ++e)
@@ -219,6 +251,7 @@ void StreamingRouter::pause_engines(const Hooks& hooks) {
       if (msg.at(0) == 'A') break;
       receive_samples(decode_samples(msg.substr(1)), e, hooks);
     }
+  flush_sends();  // every engine has taken its work and the pause
 }
 
 std::vector<WorkItem> StreamingRouter::gather_items(const std::vector<WorkItem>& mine) {
@@ -239,7 +272,7 @@ PartialStats StreamingRouter::update_weights(int64_t version, PartialPolicy poli
   engine_.on_weights_updated(version);
   int64_t counts[4] = {0, 0, 0, 0};  // continued, requeued, discarded, discarded tokens
   auto restart = [&](WorkItem& w) {  // a partial sample back to its prompt
-    if (w.is_group()) return;
+    if (w.is_group() || w.response_length() == 0) return;
     counts[2] += 1;
     counts[3] += w.response_length();
     Sample fresh;

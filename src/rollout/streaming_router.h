@@ -11,10 +11,12 @@
 // and on the router alone, restore() puts checkpointed work back ahead of new groups.
 // Dispatch is route_rollout's: the next item goes to the engine with the fewest
 // outstanding tokens among those under 2·max_running outstanding sequences. Engines
-// send finished samples back one by one; the router assembles whole groups, whatever
-// engines their samples ran on, and hands each to `on_group` in sample order.
-// Waits sleep (growing naps up to 1 ms) under the watchdog: a rank with nothing to do
-// leaves its core to the ranks that work.
+// send back the samples each iteration finished; the router assembles whole groups,
+// whatever engines their samples ran on, and hands each to `on_group` in sample order.
+// Work and samples travel both ways at once, so neither side sends blocking (a large
+// message waits for its receive): sends are posted (MPI_Isend) and completed while the
+// sender goes on receiving. Waits sleep (growing naps up to 1 ms) under the watchdog:
+// a rank with nothing to do leaves its core to the ranks that work.
 // Owned by RolloutSide on rollout ranks; the engine is RolloutSide's.
 #pragma once
 
@@ -23,6 +25,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -86,6 +89,10 @@ class StreamingRouter {
   // Every engine's `items` on the router (engine order); empty elsewhere.
   std::vector<WorkItem> gather_items(const std::vector<WorkItem>& mine);
   int64_t item_tokens(const WorkItem& w) const;
+  // Non-blocking sends: posted, then completed as the loops go on (flush: all of them).
+  void post(std::string bytes, int dest, int tag);
+  void reap_sends();
+  void flush_sends();
 
   Engine& engine_;
   MPI_Comm comm_;
@@ -93,6 +100,11 @@ class StreamingRouter {
   int64_t max_running_;
   SamplingParams params_;          // every item's (requests travel without them)
   std::vector<WorkItem> parked_;   // this engine's work between update_weights and run
+  struct Outgoing {
+    std::string bytes;
+    MPI_Request request;
+  };
+  std::deque<std::unique_ptr<Outgoing>> sends_;  // posted, not yet complete (buffers must stay put)
   // Router only.
   std::deque<WorkItem> todo_;                          // to dispatch before new groups
   std::vector<int64_t> outstanding_tokens_, outstanding_seqs_;  // per engine

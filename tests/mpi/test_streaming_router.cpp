@@ -22,6 +22,11 @@ namespace {
 
 constexpr int kGroups = 16;
 
+// Long prompts make messages of work (8 bytes a prompt token) and of samples larger
+// than MPI's eager limit (4 KB in Open MPI's shared memory): such a send completes only
+// once its receive is posted, both directions at once.
+constexpr int kLongPrompt = 700;
+
 SamplingParams params() {
   SamplingParams p;
   p.max_new_tokens = 24;
@@ -29,11 +34,11 @@ SamplingParams params() {
   return p;
 }
 
-GenerationRequest request(int g) {
+GenerationRequest request(int g, bool long_prompt = false) {
   GenerationRequest r;
   r.group_index = g;
   r.prompt = {ByteTokenizer::kBos};
-  for (int i = 0; i < 3 + g % 6; ++i) r.prompt.push_back((g * 17 + i * 3) % 256);
+  for (int i = 0; i < (long_prompt ? kLongPrompt : 3) + g % 6; ++i) r.prompt.push_back((g * 17 + i * 3) % 256);
   r.n_samples = 3;
   r.params = params();
   r.seed = mix_seed(5, 1, uint64_t(g));
@@ -42,15 +47,18 @@ GenerationRequest request(int g) {
 
 struct Case {
   PartialPolicy policy;
-  bool restart;  // snapshot at the second pause, then continue in new engines and routers
+  bool restart;              // snapshot at the second pause, then continue in new engines and routers
+  bool long_prompts = false;  // kLongPrompt-token prompts
 };
+
+EngineConfig engine_config() { return EngineConfig{16, 32768, 6, 1024, true}; }
 
 // Runs kGroups groups, pausing the k-th run after 2 + 2k router iterations (the router's
 // own engine always holds work then, mid-generation; runs grow so that discard, which
 // restarts every partial response at each update, still finishes); returns the
 // router's groups, flattened, in group order.
 std::vector<Sample> run_paused(const Transformer& model, const Case& c, int64_t* versions_seen) {
-  const EngineConfig cfg{4, 4096, 6, 64, true};
+  const EngineConfig cfg = engine_config();
   auto engine = std::make_unique<Engine>(cfg, model);
   auto router = std::make_unique<StreamingRouter>(*engine, MPI_COMM_WORLD, cfg.max_running, params());
   int rank = 0;
@@ -60,7 +68,7 @@ std::vector<Sample> run_paused(const Transformer& model, const Case& c, int64_t*
   StreamingRouter::Hooks hooks;
   hooks.next_group = [&]() -> std::optional<WorkItem> {
     if (next >= kGroups) return std::nullopt;
-    return WorkItem{request(next++), Sample{}};
+    return WorkItem{request(next++, c.long_prompts), Sample{}};
   };
   hooks.on_group = [&](std::vector<Sample> g) {
     EXPECT_EQ(int64_t(g.size()), 3);
@@ -103,7 +111,7 @@ std::vector<Sample> run_paused(const Transformer& model, const Case& c, int64_t*
 class StreamingRouterTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(StreamingRouterTest, PausesUpdatesAndRestartsChangeNoToken) {
-  Transformer model(testing::tiny_model_config(64, 0.2), 13, at::kCPU);
+  Transformer model(testing::tiny_model_config(1024, 0.2), 13, at::kCPU);
   int64_t versions_seen = 0;
   std::vector<Sample> got = run_paused(model, GetParam(), &versions_seen);
   int rank = 0;
@@ -112,8 +120,8 @@ TEST_P(StreamingRouterTest, PausesUpdatesAndRestartsChangeNoToken) {
     EXPECT_TRUE(got.empty());
     return;
   }
-  Engine alone(EngineConfig{4, 4096, 6, 64, true}, model);
-  for (int g = 0; g < kGroups; ++g) alone.add_request(request(g));
+  Engine alone(engine_config(), model);
+  for (int g = 0; g < kGroups; ++g) alone.add_request(request(g, GetParam().long_prompts));
   const std::vector<Sample> straight = alone.run_to_completion();
   ASSERT_EQ(got.size(), straight.size());
   for (size_t i = 0; i < got.size(); ++i) {
@@ -129,20 +137,23 @@ TEST_P(StreamingRouterTest, PausesUpdatesAndRestartsChangeNoToken) {
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   static const char* const names[] = {"Continue", "Requeue", "Discard"};
-  return std::string(names[int(info.param.policy)]) + (info.param.restart ? "AndRestart" : "");
+  return std::string(names[int(info.param.policy)]) + (info.param.restart ? "AndRestart" : "") +
+         (info.param.long_prompts ? "LongPrompts" : "");
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, StreamingRouterTest,
                          ::testing::Values(Case{PartialPolicy::Continue, false}, Case{PartialPolicy::Requeue, false},
                                            Case{PartialPolicy::Discard, false}, Case{PartialPolicy::Continue, true},
-                                           Case{PartialPolicy::Requeue, true}, Case{PartialPolicy::Discard, true}),
+                                           Case{PartialPolicy::Requeue, true}, Case{PartialPolicy::Discard, true},
+                                           Case{PartialPolicy::Continue, false, true},
+                                           Case{PartialPolicy::Requeue, true, true}),
                          case_name);
 
 TEST(StreamingRouter, DiscardRestartsPartialResponsesAndCountsTheirTokens) {
   // One rank's engine with work half done: discard throws the responses away (counted),
   // continue keeps them (counted), requeue moves them to the router's queue.
   Transformer model(testing::tiny_model_config(64, 0.2), 13, at::kCPU);
-  const EngineConfig cfg{4, 4096, 6, 64, true};
+  const EngineConfig cfg = engine_config();
   for (PartialPolicy policy : {PartialPolicy::Continue, PartialPolicy::Requeue, PartialPolicy::Discard}) {
     Engine engine(cfg, model);
     StreamingRouter router(engine, MPI_COMM_SELF, cfg.max_running, params());

@@ -11,6 +11,8 @@
 #    exactly the tokens older than each sample's newest;
 #  * rollout.max_staleness = 0 (regenerate) and 1 (drop): no trained token older;
 #  * the metrics: rollout/async/*, staleness, idle fractions;
+#  * a dynamic filter that drops every group gives short batches, not a hang; a resume
+#    that changes rollout.n_samples_per_prompt under unfinished groups is refused;
 #  * a rollout rank killed mid-generation ends the job, naming it, within 60 s;
 #  * refused: full-only keys without it, sampling-round keys with it, colocate.
 # Usage: async_full_runs.sh SLIMPI ROOT "MPIRUN FLAGS"
@@ -91,6 +93,21 @@ run 3 stale0 --set rollout.max_staleness=0 --set rollout.stale_policy=regenerate
 $check "$out/stale0" 4 0
 run 3 stale1 --set rollout.max_staleness=1
 $check "$out/stale1" 4 1
+
+echo "== a dynamic filter that drops every group: short batches after max_sampling_rounds x rollout_batch_size"
+run 3 filtered --set reward.style=exact_match --set rollout.dynamic_filter=nonzero_std \
+  --set rollout.max_sampling_rounds=2 --set run.n_steps=3 --set eval.path=
+grep -q "the dynamic filter kept 0 of 8 groups among the" "$out/filtered.log" \
+  || { cat "$out/filtered.log"; echo "FAIL: no short-batch warning"; exit 1; }
+$check "$out/filtered" 4 -1
+
+echo "== a resume that changes the groups under way is refused"
+if $mpirun -np 3 "$slimpi" "${args[@]}" --set run.dir="$out/chunked" --set run.n_steps=10 \
+  --set rollout.n_samples_per_prompt=2 >"$out/resize.log" 2>&1; then
+  cat "$out/resize.log"; echo "FAIL: resumed with other group sizes"; exit 1
+fi
+grep -qF "holds groups of 4 samples of up to 6 new tokens under way" "$out/resize.log" \
+  || { cat "$out/resize.log"; echo "FAIL: the change was not named"; exit 1; }
 
 echo "== a rollout rank killed mid-run ends the job, with the rank named, within 60 s"
 $mpirun -np 3 "$slimpi" "${args[@]}" --set run.n_steps=400 --set run.dir="$out/crash" >"$out/crash.log" 2>&1 &
