@@ -28,14 +28,6 @@ namespace {
 // Seeds of train.async = "full" groups: a stream of their own (steps use 0.., eval 2^40..).
 constexpr uint64_t kFullAsyncStream = uint64_t(1) << 41;
 
-RewardConfig reward_from(const Deck& deck) {
-  RewardConfig c;
-  c.style = deck.get_string("reward.style");
-  c.command = deck.get_string("reward.command");
-  c.command_timeout_s = deck.get_float("reward.command_timeout_s");
-  return c;
-}
-
 int64_t oldest_version(const std::vector<Sample>& samples) {
   int64_t oldest = std::numeric_limits<int64_t>::max();
   for (const auto& s : samples)
@@ -68,7 +60,7 @@ AsyncGenerator::AsyncGenerator(const Deck& deck, RolloutSide& side, PromptSource
       prompts_(prompts),
       tokenizer_(tokenizer),
       filter_(dynamic_filters().get(deck.get_string("rollout.dynamic_filter"))),
-      reward_(reward_from(deck)),
+      reward_(RewardConfig::from_deck(deck)),
       run_seed_(run_seed),
       batch_groups_(deck.get_int("rollout.rollout_batch_size")),
       queue_batches_(deck.get_int("rollout.queue_batches")),
@@ -148,6 +140,7 @@ void AsyncGenerator::on_group(std::vector<Sample> samples) {
   for (const auto& s : group.samples) batch.push_back({group.prompt.text, tokenizer_.decode(s.response()), group.prompt.label});
   const std::vector<float> r = compute_rewards(reward_, batch);
   score_s_ += clock.seconds();
+  busy_s_ += clock.seconds();  // the router's work, as its engine iterations are
   for (size_t i = 0; i < r.size(); ++i) group.samples[i].raw_reward = r[i];
   if (!filter_.keep(r)) {
     ++groups_filtered_;

@@ -57,7 +57,8 @@ class AsyncGenerator {
   std::map<std::string, double> take_batch(int64_t step, RolloutBatch& batch);
   // Collective: the engines take weights `version`; in-flight work per rollout.partial.
   void update_weights(int64_t version);
-  // Seconds this rank spent on engine iterations since the last call.
+  // Seconds this rank spent on engine iterations (and, on the router, scoring) since
+  // the last call.
   double take_busy_seconds();
 
   // Collective: every unfinished item and sample, gathered on the router.

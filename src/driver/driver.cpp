@@ -55,16 +55,6 @@ int64_t max_prompt_tokens(const Deck& deck) {
 // Streams of group seeds: training rollouts use the step; evaluation its own range.
 constexpr uint64_t kEvalStream = uint64_t(1) << 40;
 
-RewardConfig reward_config(const Deck& deck) {
-  RewardConfig c;
-  c.style = deck.get_string("reward.style");
-  c.command = deck.get_string("reward.command");
-  c.command_timeout_s = deck.get_float("reward.command_timeout_s");
-  if (c.style == "command" && c.command.empty())
-    SLIMPI_FAIL_ALL("reward.style = \"command\" ({}) needs reward.command", deck.source("reward.style"));
-  return c;
-}
-
 std::string encode_metrics(const std::map<std::string, double>& m) {
   ByteWriter w;
   w.put<uint64_t>(m.size());
@@ -274,7 +264,7 @@ void Driver::set_up_model_and_trainer() {
 void Driver::set_up_rollout() {
   const Deck& deck = ctx_.deck;
   RolloutConfig rc = RolloutConfig::from_deck(deck);
-  reward_config(deck);  // checked on every rank
+  RewardConfig::from_deck(deck);  // checked on every rank
   const bool eval_on = !eval_prompts_.empty();
   if (rl_ && ctx_.world->is_rollout()) {
     const Transformer& model = engine_model_ ? *engine_model_ : *policy_;
@@ -355,7 +345,7 @@ void Driver::run_eval(int64_t row) {
   std::map<std::string, double> m;
   if (!rl_ && expert_groups_) gather_whole_model(*policy_, engine_model_.get());  // SFT: the trainers evaluate
   if (rollout_side_)
-    m = rollout_side_->evaluate(eval_prompts_, reward_config(ctx_.deck), ctx_.deck.get_int("eval.n_samples"),
+    m = rollout_side_->evaluate(eval_prompts_, RewardConfig::from_deck(ctx_.deck), ctx_.deck.get_int("eval.n_samples"),
                                 kEvalStream + uint64_t(row) * 2);
   share_metrics(router_world_rank_, m);
   const double target = ctx_.deck.get_float("eval.stop_at_pass1");
@@ -409,7 +399,7 @@ void Driver::generate_batch(int64_t step, RolloutBatch& out) {
                                 : want;
   const DynamicFilter& filter = dynamic_filters().get(deck.get_string("rollout.dynamic_filter"));
   const int64_t max_rounds = filter.is_identity() ? 1 : deck.get_int("rollout.max_sampling_rounds");
-  const RewardConfig reward = reward_config(deck);
+  const RewardConfig reward = RewardConfig::from_deck(deck);
   const int64_t n = rc.n_samples_per_prompt;
   const Tokenizer& tok = *tokenizer_;
   int kept = 0;

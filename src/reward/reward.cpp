@@ -1,5 +1,6 @@
 #include "reward/reward.h"
 
+#include <slimpi/deck.h>
 #include <slimpi/error.h>
 
 #include <cmath>
@@ -47,6 +48,16 @@ std::string printable_excerpt(const std::string& text, size_t max_bytes) {
   }
   if (text.size() > max_bytes) out += "...";
   return out;
+}
+
+RewardConfig RewardConfig::from_deck(const Deck& deck) {
+  RewardConfig c;
+  c.style = deck.get_string("reward.style");
+  c.command = deck.get_string("reward.command");
+  c.command_timeout_s = deck.get_float("reward.command_timeout_s");
+  if (c.style == "command" && c.command.empty())
+    SLIMPI_FAIL_ALL("reward.style = \"command\" ({}) needs reward.command", deck.source("reward.style"));
+  return c;
 }
 
 std::vector<float> compute_rewards(const RewardConfig& cfg, const std::vector<RewardInput>& batch) {

@@ -30,10 +30,15 @@ struct RewardInput {
   std::string label;
 };
 
+class Deck;
+
 struct RewardConfig {
   std::string style = "exact_match";
   std::string command;           // style "command": the program (run through /bin/sh -c)
   double command_timeout_s = 60;
+
+  // Reads [reward]; style "command" without a command is a collective deck error.
+  static RewardConfig from_deck(const Deck& deck);
 };
 
 // A style scores a whole batch (one call per rollout round).

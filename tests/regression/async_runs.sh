@@ -25,19 +25,8 @@ args=(run inputs/smoke_rl.toml --set run.n_steps=6 --set eval.interval=2 --set c
       --set train.async=one_step_off --set reward.style=command
       --set "reward.command=/usr/bin/python3 $root/tests/regression/digit_reward.py" --set train.lr=3e-3 --set checkpoint.keep_last=10)
 
-run() {  # run NP NAME [--set ...]: one job step, must succeed
-  local np=$1 name=$2; shift 2
-  $mpirun -np "$np" "$slimpi" "${args[@]}" --set run.dir="$out/$name" "$@" >>"$out/$name.log" 2>&1 \
-    || { cat "$out/$name.log"; exit 1; }
-}
-refused() {  # refused NAME EXPECTED NP [--set ...]: every rank stops with EXPECTED
-  local name=$1 expected=$2 np=$3; shift 3
-  if timeout 120 $mpirun -np "$np" "$slimpi" "${args[@]}" --set run.dir="$out/$name" "$@" >"$out/$name.log" 2>&1; then
-    cat "$out/$name.log"; echo "FAIL: $name ran; expected: $expected"; exit 1
-  fi
-  grep -qF -- "$expected" "$out/$name.log" || { cat "$out/$name.log"; echo "FAIL: no '$expected'"; exit 1; }
-  echo "async_runs: $name refused as expected"
-}
+tag=async_runs
+source "$root/tests/regression/run_helpers.sh"
 
 echo "== np 4 (2 trainers + 2 rollout ranks): the schedule, twice"
 run 4 straight
@@ -98,32 +87,13 @@ grep -q "resuming at step 4 from $out/extended/ckpt/step_00000004" "$out/extende
 $compare "$out/straight" "$out/extended"
 
 echo "== kill -9 inside the write of checkpoint 4, resume from checkpoint 2"
-SLIMPI_FAULT_CHECKPOINT_PAUSE_AT=4 $mpirun -np 4 "$slimpi" "${args[@]}" --set run.dir="$out/kill9" \
-  >>"$out/kill9.log" 2>&1 &
-job=$!
-for _ in $(seq 600); do grep -qF "fault injection: pausing 60 s" "$out/kill9.log" 2>/dev/null && break; sleep 0.1; done
-grep -qF "fault injection: pausing 60 s inside $out/kill9/ckpt/step_00000004" "$out/kill9.log" \
-  || { cat "$out/kill9.log"; echo "FAIL: the job never paused in checkpoint 4"; exit 1; }
-kill -9 $(pgrep -f "^[^ ]*slimpi run .*run.dir=$out/kill9( |$)") "$job" 2>/dev/null || true
-wait "$job" 2>/dev/null || true
+kill9_in_checkpoint 4 kill9 4
 run 4 kill9
 grep -q "resuming at step 2 from $out/kill9/ckpt/step_00000002" "$out/kill9.log"
 $compare "$out/straight" "$out/kill9"
 
 echo "== a rollout rank killed mid-run ends the job, with the rank named, within 60 s"
-$mpirun -np 4 "$slimpi" "${args[@]}" --set run.n_steps=200 --set run.dir="$out/crash" >"$out/crash.log" 2>&1 &
-job=$!
-for _ in $(seq 600); do grep -qF "step 2/200" "$out/crash.log" 2>/dev/null && break; sleep 0.1; done
-victim=$(pgrep -f "^[^ ]*slimpi run .*run.dir=$out/crash( |$)" | sort -n | tail -1)  # the last rank: a rollout rank
-[ -n "$victim" ] || { cat "$out/crash.log"; echo "FAIL: no rank to kill"; exit 1; }
-kill -9 "$victim"
-ended=0
-for _ in $(seq 600); do kill -0 "$job" 2>/dev/null || { ended=1; break; }; sleep 0.1; done
-[ $ended = 1 ] || { kill -9 "$job"; cat "$out/crash.log"; echo "FAIL: the job outlived a killed rank by 60 s"; exit 1; }
-if wait "$job"; then cat "$out/crash.log"; echo "FAIL: exit 0 after a rank was killed"; exit 1; fi
-grep -q "exited on signal 9" "$out/crash.log" || { cat "$out/crash.log"; echo "FAIL: no word of the killed rank"; exit 1; }
-if pgrep -f "run.dir=$out/crash" >/dev/null; then echo "FAIL: ranks outlived the job"; exit 1; fi
-echo "async_runs: a killed rollout rank ended the job: $(grep 'exited on signal 9' "$out/crash.log" | head -1)"
+killed_rank_ends_job 4 crash 200
 
 echo "== refused"
 refused colocate 'with parallel.placement = "colocate" (--set) the same ranks do both' 2 \

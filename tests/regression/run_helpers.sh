@@ -1,0 +1,46 @@
+# Helpers the async regression scripts share (sourced). They expect: $slimpi, $mpirun,
+# $out (a scratch directory), the array `args` (the slimpi command line before the
+# run directory) and $tag (the script's name, for messages).
+
+run() {  # run NP NAME [--set ...]: one job step, must succeed
+  local np=$1 name=$2; shift 2
+  $mpirun -np "$np" "$slimpi" "${args[@]}" --set run.dir="$out/$name" "$@" >>"$out/$name.log" 2>&1 \
+    || { cat "$out/$name.log"; exit 1; }
+}
+
+refused() {  # refused NAME EXPECTED NP [--set ...]: every rank stops with EXPECTED
+  local name=$1 expected=$2 np=$3; shift 3
+  if timeout 120 $mpirun -np "$np" "$slimpi" "${args[@]}" --set run.dir="$out/$name" "$@" >"$out/$name.log" 2>&1; then
+    cat "$out/$name.log"; echo "FAIL: $name ran; expected: $expected"; exit 1
+  fi
+  grep -qF -- "$expected" "$out/$name.log" || { cat "$out/$name.log"; echo "FAIL: no '$expected'"; exit 1; }
+  echo "$tag: $name refused as expected"
+}
+
+kill9_in_checkpoint() {  # kill9_in_checkpoint NP NAME STEP: kill -9 every rank inside checkpoint STEP's write
+  local np=$1 name=$2 step=$3 job
+  SLIMPI_FAULT_CHECKPOINT_PAUSE_AT=$step $mpirun -np "$np" "$slimpi" "${args[@]}" --set run.dir="$out/$name" \
+    >>"$out/$name.log" 2>&1 &
+  job=$!
+  for _ in $(seq 600); do grep -qF "fault injection: pausing 60 s" "$out/$name.log" 2>/dev/null && break; sleep 0.1; done
+  grep -qF "fault injection: pausing 60 s inside $out/$name/ckpt/step_$(printf %08d "$step")" "$out/$name.log" \
+    || { cat "$out/$name.log"; echo "FAIL: the job never paused in checkpoint $step"; exit 1; }
+  kill -9 $(pgrep -f "^[^ ]*slimpi run .*run.dir=$out/$name( |$)") "$job" 2>/dev/null || true
+  wait "$job" 2>/dev/null || true
+}
+
+killed_rank_ends_job() {  # killed_rank_ends_job NP NAME STEPS: kill -9 the last rank after step 2
+  local np=$1 name=$2 steps=$3 job victim ended=0
+  $mpirun -np "$np" "$slimpi" "${args[@]}" --set run.n_steps="$steps" --set run.dir="$out/$name" >"$out/$name.log" 2>&1 &
+  job=$!
+  for _ in $(seq 600); do grep -qF "step 2/$steps" "$out/$name.log" 2>/dev/null && break; sleep 0.1; done
+  victim=$(pgrep -f "^[^ ]*slimpi run .*run.dir=$out/$name( |$)" | sort -n | tail -1)  # the last rank: a rollout rank
+  [ -n "$victim" ] || { cat "$out/$name.log"; echo "FAIL: no rank to kill"; exit 1; }
+  kill -9 "$victim"
+  for _ in $(seq 600); do kill -0 "$job" 2>/dev/null || { ended=1; break; }; sleep 0.1; done
+  [ $ended = 1 ] || { kill -9 "$job"; cat "$out/$name.log"; echo "FAIL: the job outlived a killed rank by 60 s"; exit 1; }
+  if wait "$job"; then cat "$out/$name.log"; echo "FAIL: exit 0 after a rank was killed"; exit 1; fi
+  grep -q "exited on signal 9" "$out/$name.log" || { cat "$out/$name.log"; echo "FAIL: no word of the killed rank"; exit 1; }
+  if pgrep -f "run.dir=$out/$name" >/dev/null; then echo "FAIL: ranks outlived the job"; exit 1; fi
+  echo "$tag: a killed rollout rank ended the job: $(grep 'exited on signal 9' "$out/$name.log" | head -1)"
+}
