@@ -538,6 +538,7 @@ void Driver::buffer(int64_t step) {
     m["rollout/epoch"] = double(prompt_source_->epoch());
     m["perf/reward_score_time"] = st.score_s;
     if (st.generate_s > 0) m["perf/rollout_tokens_per_s"] = double(es.generated_tokens) / st.generate_s;
+    if (es.iterations > 0) m["perf/engine_iteration_s"] = (es.forward_s + es.sample_s) / double(es.iterations);
     // Versions behind the trainer's: the oldest token of each trained sample.
     double stale_sum = 0, stale_max = 0;
     for (const Sample& s : st.kept) {
@@ -627,7 +628,9 @@ void Driver::record(int64_t) {
     // entered it in the rollout phase); the second one waits for the pause.
     if (!trainers_done_posted_) idle_barrier(ctx_.world->world(), waiting_for_training);
     trainers_done_posted_ = false;
+    Stopwatch pause_clock;
     idle_barrier(ctx_.world->world(), waiting_for_pause);
+    if (trainer_) step_metrics_["perf/async_pause_wait_s"] = pause_clock.seconds();
   } else if (rl_) {
     idle_barrier(ctx_.world->world(), waiting_for_training);
   }

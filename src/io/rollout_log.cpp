@@ -40,6 +40,8 @@ void RolloutLog::bind(bool create) {
   col(group_index_, "group_index");
   col(index_, "index");
   col(weight_version_, "weight_version");
+  has_version_max_ = create || h5::exists(g, "weight_version_max");
+  if (has_version_max_) col(weight_version_max_, "weight_version_max");
   col(prompt_length_, "prompt_length");
   col(response_length_, "response_length");
   col(reward_, "reward");
@@ -100,7 +102,7 @@ void RolloutLog::append(const std::vector<Sample>& first, const std::vector<Samp
   for (const Sample& s : first) rows.push_back(&s);
   for (const Sample& s : second) rows.push_back(&s);
   const size_t n = rows.size();
-  std::vector<int64_t> step(n), group(n), index(n), version(n), token_lengths(n);
+  std::vector<int64_t> step(n), group(n), index(n), version(n), version_max(n), token_lengths(n);
   std::vector<int32_t> prompt_len(n), response_len(n), tokens;
   std::vector<float> reward(n), raw(n), advantage(n);
   std::vector<int8_t> status(n);
@@ -110,6 +112,7 @@ void RolloutLog::append(const std::vector<Sample>& first, const std::vector<Samp
     group[i] = s.group_index;
     index[i] = s.index;
     version[i] = s.weight_version();
+    version_max[i] = s.weight_versions.empty() ? version[i] : s.weight_versions.back();
     prompt_len[i] = static_cast<int32_t>(s.prompt_length);
     response_len[i] = static_cast<int32_t>(s.response_length());
     reward[i] = s.reward;
@@ -151,6 +154,7 @@ void RolloutLog::append(const std::vector<Sample>& first, const std::vector<Samp
   group_index_.append(group.data(), row_plan);
   index_.append(index.data(), row_plan);
   weight_version_.append(version.data(), row_plan);
+  if (has_version_max_) weight_version_max_.append(version_max.data(), row_plan);
   prompt_length_.append(prompt_len.data(), row_plan);
   response_length_.append(response_len.data(), row_plan);
   reward_.append(reward.data(), row_plan);
@@ -175,6 +179,7 @@ std::pair<uint64_t, uint64_t> RolloutLog::step_rows(int64_t step) const {
 uint64_t RolloutLog::truncate_to_step(int64_t step) {
   const uint64_t keep = step_rows(step).first;
   for (auto* d : {&step_, &group_index_, &index_, &weight_version_}) d->truncate_to(keep);
+  if (has_version_max_) weight_version_max_.truncate_to(keep);
   for (auto* d : {&prompt_length_, &response_length_}) d->truncate_to(keep);
   for (auto* d : {&reward_, &raw_reward_, &advantage_}) d->truncate_to(keep);
   status_.truncate_to(keep);

@@ -1,7 +1,10 @@
 // RolloutLog — the run's rollouts.h5: one row per sample, appended every step by all
 // ranks of the file's communicator at once (collective; a rank with no samples still
 // calls append). Owned by the driver. Layout (every dataset under /samples):
-//   step, group_index, index, weight_version  int64 [n]  (weight_version: first response token's)
+//   step, group_index, index, weight_version  int64 [n]  (weight_version: first response token's,
+//                                             the oldest: a sample's versions never decrease)
+//   weight_version_max                        int64 [n]  (the last response token's, the newest;
+//                                             absent from files written before it was recorded)
 //   prompt_length, response_length            int32 [n]
 //   reward, raw_reward, advantage             float32 [n] (advantage: first response token's, as trained)
 //   status                                    int8 [n]   (attribute status_names)
@@ -77,7 +80,8 @@ class RolloutLog {
 
   h5::File file_;
   h5::Handle group_;
-  h5::AppendableDataset<int64_t> step_, group_index_, index_, weight_version_;
+  h5::AppendableDataset<int64_t> step_, group_index_, index_, weight_version_, weight_version_max_;
+  bool has_version_max_ = true;  // false: a file from before weight_version_max was recorded
   h5::AppendableDataset<int32_t> prompt_length_, response_length_;
   h5::AppendableDataset<float> reward_, raw_reward_, advantage_;
   h5::AppendableDataset<int8_t> status_;

@@ -40,7 +40,7 @@ with h5py.File(f"{run}/metrics.h5") as f:
     st = f["steps"]
     for k in ("rollout/async/ready_groups", "rollout/async/open_groups", "rollout/async/partial_continued",
               "rollout/async/stale_dropped_groups", "rollout/staleness/max", "perf/trainer_idle_fraction",
-              "perf/rollout_idle_fraction"):
+              "perf/rollout_idle_fraction", "perf/async_pause_wait_s", "perf/engine_iteration_s"):
         assert np.isfinite(st[k][:8]).all(), k
     # queue depth: at most rollout.queue_batches (2) batches of 8 groups ahead
     assert (st["rollout/async/ready_groups"][:8] + st["rollout/async/open_groups"][:8] <= 16).all()

@@ -35,6 +35,7 @@ with h5py.File(f"{run}/rollouts.h5") as f:
     step, gi, idx, status = s["step"][:], s["group_index"][:], s["index"][:], s["status"][:]
     v_off, v_val = s["weight_versions/offsets"][:], s["weight_versions/values"][:]
     m_off, m_val = s["loss_mask/offsets"][:], s["loss_mask/values"][:]
+    v_min, v_max = s["weight_version"][:], s["weight_version_max"][:]
     rows = collections.Counter(zip(gi.tolist(), idx.tolist()))
 
 ckpt = sorted(glob.glob(f"{run}/ckpt/step_*"))[-1]
@@ -65,6 +66,7 @@ assert all(c == n for c in per_group.values()), "a trained group is not whole"
 worst, partial = 0, 0
 for i in trained:
     v = v_val[v_off[i]:v_off[i + 1]]
+    assert (np.diff(v) >= 0).all() and v_min[i] == v.min() and v_max[i] == v.max(), (i, v, v_min[i], v_max[i])
     worst = max(worst, int(step[i] - v.min()))
     partial += len(set(v.tolist())) > 1
     if single_version:

@@ -43,7 +43,7 @@ with h5py.File(f"{run}/rollouts.h5", "r") as f:
     assert len(keys) == n, "a sample appears twice"
     assert list(g["step"][:]) == [s for s in range(n_steps) for _ in range(per_step)]
     lengths = g["prompt_length"][:] + g["response_length"][:]
-    for name in ["group_index", "index", "weight_version", "prompt_length", "response_length",
+    for name in ["group_index", "index", "weight_version", "weight_version_max", "prompt_length", "response_length",
                  "reward", "raw_reward", "advantage", "status"]:
         assert g[name].shape == (n,), name
     offsets = g["tokens/offsets"][:]
