@@ -77,6 +77,7 @@ void AsyncGenerator::run_stream(const std::function<bool()>& should_pause) {
   Stopwatch clock;
   const EngineStats before = side_.stream().engine_stats();
   busy_s_ += side_.stream().run(hooks(should_pause));
+  score_finished();  // what came back while the engines paused
   streamed_ += side_.stream().engine_stats() - before;
   stream_s_ += clock.seconds();
 }
@@ -88,6 +89,7 @@ StreamingRouter::Hooks AsyncGenerator::hooks(std::function<bool()> should_pause)
   h.should_pause = std::move(should_pause);
   h.next_group = [this] { return next_group(); };
   h.on_group = [this](std::vector<Sample> samples) { on_group(std::move(samples)); };
+  h.after_iteration = [this] { score_finished(); };
   return h;
 }
 
@@ -132,27 +134,39 @@ void AsyncGenerator::retire_stale(QueuedGroup group) {
 
 void AsyncGenerator::on_group(std::vector<Sample> samples) {
   const int64_t g = samples.front().group_index;
-  QueuedGroup group{std::move(open_prompts_.at(g)), std::move(samples)};
+  unscored_.push_back({std::move(open_prompts_.at(g)), std::move(samples)});
   open_prompts_.erase(g);
-  ++groups_finished_;
+}
+
+void AsyncGenerator::score_finished() {
+  if (unscored_.empty()) return;
   Stopwatch clock;
   std::vector<RewardInput> batch;
-  for (const auto& s : group.samples) batch.push_back({group.prompt.text, tokenizer_.decode(s.response()), group.prompt.label});
+  for (const auto& group : unscored_)
+    for (const auto& s : group.samples)
+      batch.push_back({group.prompt.text, tokenizer_.decode(s.response()), group.prompt.label});
   const std::vector<float> r = compute_rewards(reward_, batch);
   score_s_ += clock.seconds();
   busy_s_ += clock.seconds();  // the router's work, as its engine iterations are
-  for (size_t i = 0; i < r.size(); ++i) group.samples[i].raw_reward = r[i];
-  if (!filter_.keep(r)) {
-    ++groups_filtered_;
-    for (auto& s : group.samples) {
-      s.status = SampleStatus::Filtered;
-      s.reward = 0.0f;
-      unused_.push_back(std::move(s));
+  size_t next = 0;
+  for (auto& group : unscored_) {
+    ++groups_finished_;
+    std::vector<float> group_rewards(r.begin() + long(next), r.begin() + long(next + group.samples.size()));
+    for (auto& s : group.samples) s.raw_reward = r[next++];
+    if (!filter_.keep(group_rewards)) {
+      ++groups_filtered_;
+      for (auto& s : group.samples) {
+        s.status = SampleStatus::Filtered;
+        s.reward = 0.0f;
+        unused_.push_back(std::move(s));
+      }
+    } else if (is_stale(group.samples)) {
+      retire_stale(std::move(group));
+    } else {
+      ready_.push_back(std::move(group));
     }
-    return;
   }
-  if (is_stale(group.samples)) retire_stale(std::move(group));
-  else ready_.push_back(std::move(group));
+  unscored_.clear();
 }
 
 void AsyncGenerator::generate_while_training(int64_t next_step, MPI_Request* trainers_done) {
@@ -191,9 +205,9 @@ std::map<std::string, double> AsyncGenerator::take_batch(int64_t step, RolloutBa
   int64_t partial_samples = 0;
   const int64_t n_groups = std::min<int64_t>(batch_groups_, static_cast<int64_t>(ready_.size()));
   if (n_groups < batch_groups_)
-    log::warn("step {}: the dynamic filter kept {} of {} groups among the {} finished since the last batch "
-              "(rollout.max_sampling_rounds x rollout_batch_size); training on those",
-              step, n_groups, batch_groups_, groups_finished_);
+    log::warn("step {}: the dynamic filter kept {} of {} groups: {} groups finished since the last batch, and its "
+              "bound (rollout.max_sampling_rounds x rollout_batch_size = {}) was reached; training on those",
+              step, n_groups, batch_groups_, groups_finished_, max_groups_per_batch_);
   for (int64_t k = 0; k < n_groups; ++k) {
     for (auto& s : ready_.front().samples) {
       s.step = step;
@@ -253,6 +267,7 @@ StreamState AsyncGenerator::snapshot() { return side_.stream().snapshot(); }
 
 int64_t AsyncGenerator::save(const std::string& dir, StreamState state) {
   if (!is_router()) return 0;
+  SLIMPI_CHECK(unscored_.empty(), "async checkpoint: {} finished groups not scored yet", unscored_.size());
   // async_queue.h5: the queued groups' samples (kept part), then the unrecorded ones.
   std::vector<Sample> queued;
   nlohmann::json queued_prompts = nlohmann::json::array(), open = nlohmann::json::object();

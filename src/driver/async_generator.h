@@ -79,7 +79,11 @@ class AsyncGenerator {
   // One run of the stream; its engine counters and wall time count towards the batch.
   void run_stream(const std::function<bool()>& should_pause);
   std::optional<WorkItem> next_group();
+  // A finished group waits to be scored; score_finished() scores all waiting ones in one
+  // call of the reward style, between engine iterations (and after a run), then filters
+  // and queues them.
   void on_group(std::vector<Sample> samples);
+  void score_finished();
   bool is_stale(const std::vector<Sample>& samples) const;
   void retire_stale(QueuedGroup group);  // recorded as Stale; drawn again with "regenerate"
   bool is_router() const;
@@ -102,6 +106,7 @@ class AsyncGenerator {
   int64_t next_group_ = 0;
   std::map<int64_t, Prompt> open_prompts_;  // group -> its prompt, while it generates
   std::deque<Prompt> redraw_;               // stale prompts to draw again first
+  std::vector<QueuedGroup> unscored_;       // finished, not scored yet
   std::deque<QueuedGroup> ready_;           // kept, fresh when queued, in finishing order
   std::vector<Sample> unused_;              // generated, not to be trained, not yet recorded
   // Since the last batch.

@@ -134,6 +134,14 @@ Driver::Driver(RunContext& ctx)
     if (!full_async_ && !deck.has_default_value(key))
       SLIMPI_FAIL_ALL("{} ({}) applies to train.async = \"full\" only; train.async is \"{}\" ({})", key,
                       deck.source(key), deck.get_string("train.async"), deck.source("train.async"));
+  if (full_async_ && deck.get_string("rollout.stale_policy") == "regenerate" && deck.get_int("rollout.max_staleness") < 0)
+    SLIMPI_FAIL_ALL("rollout.stale_policy = \"regenerate\" ({}) needs a staleness bound: rollout.max_staleness is -1 "
+                    "(none; {})",
+                    deck.source("rollout.stale_policy"), deck.source("rollout.max_staleness"));
+  if (full_async_ && deck.get_bool("rollout.mask_offpolicy_in_partial") && deck.get_string("rollout.partial") == "discard")
+    SLIMPI_FAIL_ALL("rollout.mask_offpolicy_in_partial ({}) has nothing to mask with rollout.partial = \"discard\" ({}): "
+                    "a discarded response starts again, so every sample's tokens are of one weight version",
+                    deck.source("rollout.mask_offpolicy_in_partial"), deck.source("rollout.partial"));
   if (full_async_ && !deck.has_default_value("rollout.over_sampling_batch_size"))
     SLIMPI_FAIL_ALL("rollout.over_sampling_batch_size ({}) does not apply to train.async = \"full\" ({}): it "
                     "draws prompts one group at a time and its dynamic filter drops groups as they finish, without "

@@ -149,6 +149,9 @@ void Driver::resume_and_open_files() {
 
   const std::string deck_text = deck.to_toml();
   const std::string rollouts_path = ctx_.run_dir + "/rollouts.h5";
+  // metrics.h5 continues from the checkpoint's step; a run with nothing left to do keeps
+  // its row of that step too (the final evaluation's, when there was one).
+  const int64_t metrics_from = start_step_ >= deck.get_int("run.n_steps") ? start_step_ + 1 : start_step_;
   if (!chosen.empty()) {
     // Rank 0 cuts the files back alone (serial HDF5): a job killed while writing them
     // can leave the file's end of allocation and its size apart, which a serial open
@@ -157,7 +160,7 @@ void Driver::resume_and_open_files() {
       if (!root) return;
       try {
         if (files[0]) RolloutLog::open(rollouts_path, MPI_COMM_NULL, /*writable=*/true).truncate_to_step(start_step_);
-        if (files[1]) MetricsLog(ctx_.run_dir, MPI_COMM_NULL, MetricsLog::ResumeAt{start_step_});
+        if (files[1]) MetricsLog(ctx_.run_dir, MPI_COMM_NULL, MetricsLog::ResumeAt{metrics_from});
       } catch (const Error& e) {
         SLIMPI_FAIL("{}\n(a job killed while writing can leave rollouts.h5 or metrics.h5 damaged; move them away "
                     "to continue with new files, which then start at step {})",
@@ -173,7 +176,7 @@ void Driver::resume_and_open_files() {
     rollouts_ = std::make_unique<RolloutLog>(RolloutLog::create(rollouts_path, world, deck_text));
   }
   if (files[1]) {
-    metrics_ = std::make_unique<MetricsLog>(ctx_.run_dir, world, MetricsLog::ResumeAt{start_step_});
+    metrics_ = std::make_unique<MetricsLog>(ctx_.run_dir, world, MetricsLog::ResumeAt{metrics_from});
   } else {
     if (!chosen.empty())
       log::warn("resuming without {}/metrics.h5: a new one holds steps {} on", ctx_.run_dir, start_step_);

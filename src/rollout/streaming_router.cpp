@@ -20,10 +20,12 @@ constexpr int kTagWork = 111;     // router -> engine: 'W' + items, or 'P' (paus
 constexpr int kTagSamples = 112;  // engine -> router: 'S' + finished samples, or 'A' (paused)
 constexpr int kTagGather = 113;   // engine -> router, between runs: items
 
-const std::string kEngineIdle = "[rollout] an engine waiting for work from the router";
+const std::string kEngineIdle = "[rollout] an engine waiting for work from the router (rollout rank 0)";
 const std::string kRouterIdle = "[rollout] the router waiting for finished samples or a pause";
-const std::string kRouterPausing = "[rollout] the router waiting for an engine to pause";
-const std::string kRouterGather = "[rollout] the router gathering the engines' unfinished work";
+const std::string kRouterPausing =
+    "[rollout] the router waiting for an engine (rank given in the rollout communicator) to pause";
+const std::string kRouterGather =
+    "[rollout] the router gathering the unfinished work of an engine (rank given in the rollout communicator)";
 const std::string kPartialCounts = "[rollout] partial-rollout counts over the engines";
 const std::string kSendsDone = "[rollout] completing this rank's sends of work or samples";
 
@@ -179,6 +181,7 @@ double StreamingRouter::run(const Hooks& hooks) {
       receive_samples(decode_samples(msg.substr(1)), status.MPI_SOURCE, hooks);
       worked = true;
     }
+    if (worked && hooks.after_iteration) hooks.after_iteration();
     if (worked) {
       idle.reset();
       nap = std::chrono::microseconds(50);

@@ -62,6 +62,7 @@ class StreamingRouter {
     std::function<bool()> should_pause;                   // asked between iterations
     std::function<std::optional<WorkItem>()> next_group;  // a new group to start, or none for now
     std::function<void(std::vector<Sample>)> on_group;    // a whole group, sample order
+    std::function<void()> after_iteration;                // optional: after each iteration's results
   };
   StreamingRouter(Engine& engine, MPI_Comm rollout, int64_t max_running, SamplingParams params);
 

@@ -79,7 +79,7 @@ $check "$out/stale1" 4 1
 echo "== a dynamic filter that drops every group: short batches after max_sampling_rounds x rollout_batch_size"
 run 3 filtered --set reward.style=exact_match --set rollout.dynamic_filter=nonzero_std \
   --set rollout.max_sampling_rounds=2 --set run.n_steps=3 --set eval.path=
-grep -q "the dynamic filter kept 0 of 8 groups among the" "$out/filtered.log" \
+grep -q "the dynamic filter kept 0 of 8 groups: .* groups finished since the last batch, and its bound (rollout.max_sampling_rounds x rollout_batch_size = 16) was reached" "$out/filtered.log" \
   || { cat "$out/filtered.log"; echo "FAIL: no short-batch warning"; exit 1; }
 $check "$out/filtered" 4 -1
 
@@ -99,6 +99,10 @@ refused partial_without_full 'rollout.partial (--set) applies to train.async = "
   --set train.async=one_step_off --set rollout.partial=discard
 refused rounds_with_full 'rollout.over_sampling_batch_size (--set) does not apply to train.async = "full"' 3 \
   --set rollout.over_sampling_batch_size=12
+refused regenerate_unbounded 'rollout.stale_policy = "regenerate" (--set) needs a staleness bound' 3 \
+  --set rollout.stale_policy=regenerate
+refused mask_with_discard 'rollout.mask_offpolicy_in_partial (--set) has nothing to mask with rollout.partial = "discard"' 3 \
+  --set rollout.mask_offpolicy_in_partial=true --set rollout.partial=discard
 refused colocate_full 'train.async = "full" (--set) overlaps generation' 2 --set parallel.placement=colocate \
   --set parallel.trainer_ranks=0
 echo "async_full_runs: OK"

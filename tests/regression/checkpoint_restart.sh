@@ -93,6 +93,14 @@ echo "== a run past run.n_steps ends at once, exit 0"
 run 4 chunked --set run.n_steps=3
 grep -q "the run is already at step 7 (checkpoint $out/chunked/ckpt/step_00000007), run.n_steps = 3 (--set): nothing to do" \
   "$out/chunked.log"
+/usr/bin/python3 - "$out/chunked" <<'PY'
+import sys
+import h5py
+with h5py.File(f"{sys.argv[1]}/metrics.h5") as f:  # the final evaluation's row (step 7) is still there
+    steps = list(f["steps/step"][:])
+    assert steps == list(range(8)), steps
+    assert f["steps/eval/pass@1"][7] == f["steps/eval/pass@1"][7], "no final evaluation in row 7"
+PY
 
 echo "== no verifying checkpoint: refused, nothing touched"
 cp -r "$out/chunked" "$out/undone"

@@ -3,7 +3,7 @@
 
 Usage: compare_runs.py RUN_A RUN_B
 metrics.h5: the same steps and, in every column but measurements of the machine
-(perf/*_time, time/*, tokens/s, GB/s, resident memory perf/*_rss_mb), the same values (NaN where NaN); rollouts.h5: every dataset equal;
+(perf/*_time, perf/*_s seconds, time/*, tokens/s, GB/s, resident memory perf/*_rss_mb), the same values (NaN where NaN); rollouts.h5: every dataset equal;
 the final trainer_state.h5: the same model and optimizer tensors.
 """
 import sys
@@ -17,7 +17,8 @@ a, b = sys.argv[1], sys.argv[2]
 def timing(name):
     """A measurement of the machine, not of the run: timings and resident memory."""
     return (name.startswith("perf/") and ("time" in name or "per_s" in name or "gbps" in name or "rss" in name
-                                          or name.endswith("_idle_fraction"))) or name.startswith("time/")
+                                          or name.endswith("_idle_fraction") or name.endswith("_s"))) \
+        or name.startswith("time/")
 
 
 def same(x, y):
