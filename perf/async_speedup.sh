@@ -51,4 +51,12 @@ for mode in ("off", "one_step_off", "full"):
           f"rollout idle {100 * res[mode][2]:.1f}%")
 for mode in ("one_step_off", "full"):
     print(f"steps/s {mode} / off: {res['off'][0] / res[mode][0]:.2f}")
+# full: how long the trainers waited for the engines to pause, against an engine iteration
+waits, iters = [], []
+for r in (1, 2):
+    with h5py.File(f"{out}/full_{r}/metrics.h5") as f:
+        waits += list(f["steps/perf/async_pause_wait_s"][1:-1])
+        iters += list(f["steps/perf/engine_iteration_s"][1:-1])
+print(f"full: pause wait median {1e3 * np.median(waits):.2f} ms, engine iteration median {1e3 * np.median(iters):.2f} ms "
+      f"(ratio {np.median(waits) / np.median(iters):.2f})")
 PY
