@@ -182,7 +182,6 @@ void AsyncGenerator::generate_while_training(int64_t next_step, MPI_Request* tra
 }
 
 std::map<std::string, double> AsyncGenerator::take_batch(int64_t step, RolloutBatch& batch) {
-  Stopwatch clock;
   batch = RolloutBatch();
   step_ = step;
   if (is_router()) {  // what became stale since it was queued
@@ -212,7 +211,7 @@ std::map<std::string, double> AsyncGenerator::take_batch(int64_t step, RolloutBa
     for (auto& s : ready_.front().samples) {
       s.step = step;
       const auto [lo, hi] = std::minmax_element(s.weight_versions.begin(), s.weight_versions.end());
-      if (*lo != *hi) {
+      if (!s.weight_versions.empty() && *lo != *hi) {
         ++partial_samples;
         if (mask_offpolicy_) {
           s.loss_mask.assign(s.weight_versions.size(), 1.0f);
