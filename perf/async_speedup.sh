@@ -4,8 +4,7 @@
 # its own core with 1 thread, STEPS steps from the quickstart SFT state, no evaluation.
 # The runs alternate (off, one_step_off, full, off, ...) so that load on the machine
 # hits all alike; reports, per mode, the median step time over steps 2..STEPS and the
-# mean trainer / rollout idle fractions, and the steps/s ratios to off. (full draws
-# groups one at a time, so the deck's over_sampling_batch_size is reset for it.)
+# mean trainer / rollout idle fractions, and the steps/s ratios to off.
 # SFT_STATE defaults to runs/quickstart_sft_s1/trainer_state.h5 (jobs/quickstart.sh);
 # when it is missing, the quickstart SFT stage runs first.
 # Usage: perf/async_speedup.sh [STEPS] [SFT_STATE]
@@ -26,10 +25,9 @@ fi
 export OMP_WAIT_POLICY=PASSIVE
 for round in 1 2; do
   for mode in off one_step_off full; do
-    extra=(); [ "$mode" = full ] && extra=(--set rollout.over_sampling_batch_size=0)
     mpirun "${flags[@]}" -np 2 "$slimpi" run inputs/quickstart_grpo.toml --set run.dir="$out/${mode}_$round" \
       --set model.init_from="$sft" --set run.n_steps="$steps" --set eval.path= --set run.threads=1 \
-      --set parallel.trainer_ranks=1 --set train.async="$mode" --set checkpoint.interval=0 "${extra[@]}" \
+      --set parallel.trainer_ranks=1 --set train.async="$mode" --set checkpoint.interval=0 \
       >"$out/${mode}_$round.log" 2>&1 || { cat "$out/${mode}_$round.log"; exit 1; }
   done
 done

@@ -69,8 +69,13 @@ AsyncGenerator::AsyncGenerator(const Deck& deck, RolloutSide& side, PromptSource
       regenerate_stale_(deck.get_string("rollout.stale_policy") == "regenerate"),
       mask_offpolicy_(deck.get_bool("rollout.mask_offpolicy_in_partial")),
       partial_(parse_partial_policy(deck.get_string("rollout.partial"))) {
+  // A synchronous step generates at most max_sampling_rounds rounds of
+  // over_sampling_batch_size (or rollout_batch_size) groups: the same bound per batch here.
+  const int64_t per_round = deck.get_int("rollout.over_sampling_batch_size") > 0
+                                ? deck.get_int("rollout.over_sampling_batch_size")
+                                : batch_groups_;
   max_groups_per_batch_ = filter_.is_identity() ? std::numeric_limits<int64_t>::max()
-                                                : deck.get_int("rollout.max_sampling_rounds") * batch_groups_;
+                                                : deck.get_int("rollout.max_sampling_rounds") * per_round;
 }
 
 void AsyncGenerator::run_stream(const std::function<bool()>& should_pause) {
@@ -205,7 +210,8 @@ std::map<std::string, double> AsyncGenerator::take_batch(int64_t step, RolloutBa
   const int64_t n_groups = std::min<int64_t>(batch_groups_, static_cast<int64_t>(ready_.size()));
   if (n_groups < batch_groups_)
     log::warn("step {}: the dynamic filter kept {} of {} groups: {} groups finished since the last batch, and its "
-              "bound (rollout.max_sampling_rounds x rollout_batch_size = {}) was reached; training on those",
+              "bound (rollout.max_sampling_rounds x over_sampling_batch_size or rollout_batch_size = {}) was reached; "
+              "training on those",
               step, n_groups, batch_groups_, groups_finished_, max_groups_per_batch_);
   for (int64_t k = 0; k < n_groups; ++k) {
     for (auto& s : ready_.front().samples) {

@@ -51,9 +51,10 @@ class AsyncGenerator {
   // Collective: generates until rollout_batch_size fresh groups are queued, then (router)
   // moves them into batch.kept with Sample::step = `step`, and every group generated but
   // not trained since the last batch (filtered, stale) into batch.unused. With a dynamic
-  // filter it stops drawing once max_sampling_rounds × rollout_batch_size groups have
-  // finished since the last batch, and the batch is short (as a synchronous step's after
-  // its last round). Returns the rollout/async/* metrics (router; empty elsewhere).
+  // filter it stops once as many groups have finished since the last batch as a
+  // synchronous step generates at most (max_sampling_rounds × over_sampling_batch_size,
+  // or rollout_batch_size), and the batch is short, as that step's would be. Returns the
+  // rollout/async/* metrics (router; empty elsewhere).
   std::map<std::string, double> take_batch(int64_t step, RolloutBatch& batch);
   // Collective: the engines take weights `version`; in-flight work per rollout.partial.
   void update_weights(int64_t version);

@@ -142,11 +142,6 @@ Driver::Driver(RunContext& ctx)
     SLIMPI_FAIL_ALL("rollout.mask_offpolicy_in_partial ({}) has nothing to mask with rollout.partial = \"discard\" ({}): "
                     "a discarded response starts again, so every sample's tokens are of one weight version",
                     deck.source("rollout.mask_offpolicy_in_partial"), deck.source("rollout.partial"));
-  if (full_async_ && !deck.has_default_value("rollout.over_sampling_batch_size"))
-    SLIMPI_FAIL_ALL("rollout.over_sampling_batch_size ({}) does not apply to train.async = \"full\" ({}): it "
-                    "draws prompts one group at a time and its dynamic filter drops groups as they finish, without "
-                    "rounds (rollout.max_sampling_rounds x rollout_batch_size finished groups bound a batch)",
-                    deck.source("rollout.over_sampling_batch_size"), deck.source("train.async"));
 
   if (deck.get_string("data.path").empty())
     SLIMPI_FAIL_ALL("train.mode = \"{}\" ({}) needs a data file: set data.path", deck.get_string("train.mode"),

@@ -14,7 +14,8 @@
 #  * a dynamic filter that drops every group gives short batches, not a hang; a resume
 #    that changes rollout.n_samples_per_prompt under unfinished groups is refused;
 #  * a rollout rank killed mid-generation ends the job, naming it, within 60 s;
-#  * refused: full-only keys without it, sampling-round keys with it, colocate.
+#  * refused: full-only keys without it, regenerate without a bound, masking with
+#    discard, colocate.
 # Usage: async_full_runs.sh SLIMPI ROOT "MPIRUN FLAGS"
 set -euo pipefail
 slimpi=$1; root=$2; mpirun=$3
@@ -76,10 +77,10 @@ $check "$out/stale0" 4 0
 run 3 stale1 --set rollout.max_staleness=1
 $check "$out/stale1" 4 1
 
-echo "== a dynamic filter that drops every group: short batches after max_sampling_rounds x rollout_batch_size"
+echo "== a dynamic filter that drops every group: short batches after max_sampling_rounds x over_sampling_batch_size"
 run 3 filtered --set reward.style=exact_match --set rollout.dynamic_filter=nonzero_std \
-  --set rollout.max_sampling_rounds=2 --set run.n_steps=3 --set eval.path=
-grep -q "the dynamic filter kept 0 of 8 groups: .* groups finished since the last batch, and its bound (rollout.max_sampling_rounds x rollout_batch_size = 16) was reached" "$out/filtered.log" \
+  --set rollout.max_sampling_rounds=2 --set rollout.over_sampling_batch_size=12 --set run.n_steps=3 --set eval.path=
+grep -q "the dynamic filter kept 0 of 8 groups: .* groups finished since the last batch, and its bound (rollout.max_sampling_rounds x over_sampling_batch_size or rollout_batch_size = 24) was reached" "$out/filtered.log" \
   || { cat "$out/filtered.log"; echo "FAIL: no short-batch warning"; exit 1; }
 $check "$out/filtered" 4 -1
 
@@ -97,8 +98,6 @@ killed_rank_ends_job 3 crash 400
 echo "== refused"
 refused partial_without_full 'rollout.partial (--set) applies to train.async = "full" only' 3 \
   --set train.async=one_step_off --set rollout.partial=discard
-refused rounds_with_full 'rollout.over_sampling_batch_size (--set) does not apply to train.async = "full"' 3 \
-  --set rollout.over_sampling_batch_size=12
 refused regenerate_unbounded 'rollout.stale_policy = "regenerate" (--set) needs a staleness bound' 3 \
   --set rollout.stale_policy=regenerate
 refused mask_with_discard 'rollout.mask_offpolicy_in_partial (--set) has nothing to mask with rollout.partial = "discard"' 3 \
