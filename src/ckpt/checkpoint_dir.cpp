@@ -85,6 +85,13 @@ void write_manifest(const std::string& dir, const std::vector<std::string>& file
   fsync_path(path);
 }
 
+void write_checkpoint_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+  out.close();
+  SLIMPI_CHECK(out, "cannot write {} (disk full?)", path);
+}
+
 void write_done_marker(const std::string& dir, int64_t step) {
   const std::string path = dir + "/" + kDone;
   std::ofstream out(path);

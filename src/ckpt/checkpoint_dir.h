@@ -32,6 +32,9 @@ std::vector<int64_t> list_step_dirs(const std::string& root);
 // XXH64 of a file's bytes, as 16 hex digits. Throws when the file cannot be read.
 std::string file_xxh64(const std::string& path);
 
+// Writes `text` to `path` (a checkpoint's own file); throws naming it when the write
+// fails (a full disk).
+void write_checkpoint_file(const std::string& path, const std::string& text);
 // Writes dir/manifest.json listing `files` (names relative to dir) with sizes and
 // checksums.
 void write_manifest(const std::string& dir, const std::vector<std::string>& files);

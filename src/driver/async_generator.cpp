@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "buffer/dynamic_filter.h"
+#include "ckpt/checkpoint_dir.h"
 #include "core/log.h"
 #include "core/timer.h"
 #include "driver/rollout_batch.h"
@@ -319,11 +320,7 @@ int64_t AsyncGenerator::save(const std::string& dir, StreamState state) {
                             {"counts", counts_},
                             {"groups_finished", groups_finished_},
                             {"groups_filtered", groups_filtered_}};
-  const std::string path = dir + "/async_state.json";
-  std::ofstream out(path);
-  out << j.dump(1) << "\n";
-  out.close();
-  SLIMPI_CHECK(out, "cannot write {} (disk full?)", path);
+  ckpt::write_checkpoint_file(dir + "/async_state.json", j.dump(1) + "\n");
   return static_cast<int64_t>(ready_.size() + open_prompts_.size());
 }
 

@@ -300,11 +300,7 @@ void Driver::save_pending_batch(const std::string& dir) {
                             {"groups_dropped", b.groups_dropped}, {"rounds", b.rounds},
                             {"score_s", b.score_s},               {"generate_s", b.generate_s},
                             {"engine_stats", engine}};
-  const std::string path = dir + "/pending_rollout.json";
-  std::ofstream out(path);
-  out << j.dump(1) << "\n";
-  out.close();
-  SLIMPI_CHECK(out, "cannot write {} (disk full?)", path);
+  ckpt::write_checkpoint_file(dir + "/pending_rollout.json", j.dump(1) + "\n");
 }
 
 void Driver::load_pending_batch(const std::string& dir) {

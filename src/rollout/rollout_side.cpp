@@ -27,20 +27,22 @@ std::vector<Sample> RolloutSide::generate(const std::vector<Prompt>& prompts, in
     r.seed = mix_seed(run_seed_, stream, uint64_t(r.group_index));
     requests.push_back(std::move(r));
   }
-  if (!engine_) engine_ = std::make_unique<Engine>(cfg_.engine, model_);
-  if (engine_->weight_version() != weight_version_) engine_->on_weights_updated(weight_version_);
-  const EngineStats before = engine_->stats();
-  std::vector<Sample> out = route_rollout(*engine_, engines_, cfg_.engine.max_running, requests);
+  Engine& engine = current_engine();
+  const EngineStats before = engine.stats();
+  std::vector<Sample> out = route_rollout(engine, engines_, cfg_.engine.max_running, requests);
   if (stats) *stats += sum_engine_stats(engine_->stats() - before, engines_);
   return out;
 }
 
+Engine& RolloutSide::current_engine() {
+  if (!engine_) engine_ = std::make_unique<Engine>(cfg_.engine, model_);
+  if (engine_->weight_version() != weight_version_) engine_->on_weights_updated(weight_version_);
+  return *engine_;
+}
+
 StreamingRouter& RolloutSide::stream() {
-  if (!stream_) {
-    if (!engine_) engine_ = std::make_unique<Engine>(cfg_.engine, model_);
-    if (engine_->weight_version() != weight_version_) engine_->on_weights_updated(weight_version_);
-    stream_ = std::make_unique<StreamingRouter>(*engine_, engines_, cfg_.engine.max_running, cfg_.sampling);
-  }
+  if (!stream_)
+    stream_ = std::make_unique<StreamingRouter>(current_engine(), engines_, cfg_.engine.max_running, cfg_.sampling);
   return *stream_;
 }
 

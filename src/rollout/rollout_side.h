@@ -52,6 +52,9 @@ class RolloutSide {
   void set_weight_version(int64_t v) { weight_version_ = v; }
 
  private:
+  // This rank's engine, built at first use, told of a weight version it has not seen.
+  Engine& current_engine();
+
   RolloutConfig cfg_;
   const Transformer& model_;
   MPI_Comm engines_;
