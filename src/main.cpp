@@ -7,11 +7,14 @@
 #include <slimpi/version.h>
 
 #include <CLI/CLI.hpp>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 #include "cli/commands.h"
 #include "core/exit_guard.h"
 #include "core/log.h"
 #include "core/stop_signal.h"
+#include "io/h5.h"
 #include "parallel/watchdog.h"
 
 int main(int argc, char** argv) {
@@ -51,6 +54,13 @@ int main(int argc, char** argv) {
     if (parsed && !app.get_subcommands().empty())
       code = slimpi::run_guarded([&] { return commands.run_selected(); });
     slimpi::Watchdog::instance().stop();
+  }
+  if (slimpi::h5::library_damaged()) {
+    // An HDF5 file failed to close (a full disk): HDF5 would crash closing it again
+    // inside MPI_Finalize. The error was reported; end without it (the launcher ends
+    // the other ranks).
+    std::fflush(nullptr);
+    std::_Exit(code != 0 ? code : 1);
   }
   MPI_Finalize();
   return code;

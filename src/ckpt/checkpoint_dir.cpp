@@ -8,6 +8,8 @@
 
 #include <slimpi/error.h>
 
+#include "core/file_write.h"
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -77,28 +79,19 @@ void write_manifest(const std::string& dir, const std::vector<std::string>& file
     list.push_back({{"name", name}, {"bytes", fs::file_size(path)}, {"xxh64", file_xxh64(path)}});
     fsync_path(path);
   }
-  const std::string path = dir + "/" + kManifest;
-  std::ofstream out(path);
-  out << nlohmann::json{{"files", list}}.dump(2) << "\n";
+  FileWriter out(dir + "/" + kManifest);
+  out.write(nlohmann::json{{"files", list}}.dump(2) + "\n");
+  out.sync();
   out.close();
-  SLIMPI_CHECK(out, "cannot write {}", path);
-  fsync_path(path);
 }
 
-void write_checkpoint_file(const std::string& path, const std::string& text) {
-  std::ofstream out(path);
-  out << text;
-  out.close();
-  SLIMPI_CHECK(out, "cannot write {} (disk full?)", path);
-}
+void write_checkpoint_file(const std::string& path, const std::string& text) { write_file(path, text); }
 
 void write_done_marker(const std::string& dir, int64_t step) {
-  const std::string path = dir + "/" + kDone;
-  std::ofstream out(path);
-  out << "slimpi checkpoint complete: resumes at step " << step << "\n";
+  FileWriter out(dir + "/" + kDone);
+  out.write(fmt::format("slimpi checkpoint complete: resumes at step {}\n", step));
+  out.sync();
   out.close();
-  SLIMPI_CHECK(out, "cannot write {}", path);
-  fsync_path(path);
   fsync_path(dir);
 }
 
@@ -116,6 +109,11 @@ Deck read_checkpoint_deck(const std::string& dir) {
       entries[spec.key] = {spec.key == "tokenizer.path" ? DeckValue(std::string("bytes")) : spec.default_value,
                            "default"};
   return Deck(std::move(entries));
+}
+
+bool is_unfinished_checkpoint(const std::string& dir) {
+  std::error_code ec;
+  return fs::is_directory(dir, ec) && !fs::exists(dir + "/" + kDone, ec);
 }
 
 std::optional<std::string> verify_checkpoint(const std::string& dir) {

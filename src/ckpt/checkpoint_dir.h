@@ -44,6 +44,9 @@ void write_done_marker(const std::string& dir, int64_t step);
 // The resolved deck a checkpoint was written with (dir/deck.json).
 Deck read_checkpoint_deck(const std::string& dir);
 
+// Whether dir is a checkpoint whose write never finished (it exists, without DONE).
+bool is_unfinished_checkpoint(const std::string& dir);
+
 // nullopt when dir has DONE and every file of its manifest has the recorded size and
 // checksum; otherwise what is wrong ("no DONE marker", "run_state.h5: checksum ...").
 std::optional<std::string> verify_checkpoint(const std::string& dir);

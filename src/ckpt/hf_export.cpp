@@ -11,6 +11,8 @@
 #include <nlohmann/json.hpp>
 
 #include "ckpt/checkpoint_dir.h"
+#include "ckpt/export_source.h"
+#include "core/file_write.h"
 #include "io/hf_names.h"
 #include "io/safetensors.h"
 #include "io/tensor_io.h"
@@ -193,17 +195,18 @@ std::vector<std::vector<NamedTensor>> shard(const std::vector<NamedTensor>& tens
 
 }  // namespace
 
-std::string export_checkpoint_to_hf(const std::string& ckpt_dir, const std::string& out_dir,
+std::string export_checkpoint_to_hf(const std::string& path, const std::string& out_dir,
                                     const HfExportOptions& options) {
   SLIMPI_CHECK(options.dtype == "fp32" || options.dtype == "bf16", "--dtype {} (fp32 or bf16)", options.dtype);
-  if (auto problem = ckpt::verify_checkpoint(ckpt_dir))
-    SLIMPI_FAIL("{} is not a usable checkpoint: {}", ckpt_dir, *problem);
+  const ckpt::ExportSource source = ckpt::find_export_source(path);
+  ckpt::check_export_destination(source, out_dir);
+  const std::string& ckpt_dir = source.checkpoint_dir;
   const Deck deck = ckpt::read_checkpoint_deck(ckpt_dir);
   const ModelConfig cfg = ModelConfig::from_deck(deck);
   std::vector<std::filesystem::path> tokenizer_files;  // (older checkpoints read as "bytes": read_checkpoint_deck)
   const HfSpecialIds ids = special_ids_of(deck.get_string("tokenizer.path"), tokenizer_files);
   Transformer model(cfg, /*seed=*/0, at::Device(at::kCPU));
-  load_model_weights(model.parameters(), ckpt_dir + "/trainer_state.h5");
+  load_model_weights(model.parameters(), source.weights);
   const std::string config = hf_config_json(cfg, options.dtype, ids);
 
   std::vector<NamedTensor> tensors;
@@ -222,7 +225,7 @@ std::string export_checkpoint_to_hf(const std::string& ckpt_dir, const std::stri
     if (name.rfind("model", 0) == 0 && weights)
       std::filesystem::remove(entry.path());
   }
-  const std::map<std::string, std::string> meta = {{"format", "pt"}, {"source", ckpt_dir}};
+  const std::map<std::string, std::string> meta = {{"format", "pt"}, {"source", source.weights}};
   const auto shards = shard(tensors, options.max_shard_bytes);
   std::string files;
   if (shards.size() == 1) {
@@ -235,11 +238,11 @@ std::string export_checkpoint_to_hf(const std::string& ckpt_dir, const std::stri
       write_safetensors(out_dir + "/" + name, shards[i], meta);
       for (const auto& t : shards[i]) index["weight_map"][t.name] = name;
     }
-    std::ofstream(out_dir + "/model.safetensors.index.json") << index.dump(2) << "\n";
+    write_file(out_dir + "/model.safetensors.index.json", index.dump(2) + "\n");
     files = fmt::format("{} shards + model.safetensors.index.json", shards.size());
   }
-  std::ofstream(out_dir + "/config.json") << config;
-  std::ofstream(out_dir + "/generation_config.json") << generation_config_json(ids);
+  write_file(out_dir + "/config.json", config);
+  write_file(out_dir + "/generation_config.json", generation_config_json(ids));
   for (const auto& f : tokenizer_files) {  // the tokenizer the run trained with, as it came
     const std::filesystem::path to = std::filesystem::path(out_dir) / f.filename();
     if (!std::filesystem::exists(to) || !std::filesystem::equivalent(f, to))
@@ -247,7 +250,7 @@ std::string export_checkpoint_to_hf(const std::string& ckpt_dir, const std::stri
   }
   if (!tokenizer_files.empty()) files += fmt::format(" + {} tokenizer files", tokenizer_files.size());
   return fmt::format("export: {} -> {}/ {} ({} tensors, {} parameters, {}) + config.json + generation_config.json",
-                     ckpt_dir, out_dir, files, model.parameters().size(), model.n_params(), options.dtype);
+                     source.description, out_dir, files, model.parameters().size(), model.n_params(), options.dtype);
 }
 
 }  // namespace slimpi

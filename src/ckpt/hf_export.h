@@ -1,4 +1,5 @@
-// Hugging Face export of a checkpoint: `slimpi export CKPT_DIR OUT_DIR` writes
+// Hugging Face export of a checkpoint: `slimpi export PATH OUT_DIR` (PATH: a checkpoint,
+// a checkpoint root, a run directory or a trainer_state.h5) writes
 //   OUT_DIR/config.json             LlamaForCausalLM, Qwen2ForCausalLM (q/k/v biases, no o
 //                                   bias) or Qwen3ForCausalLM (q/k norms), from the
 //                                   checkpoint's deck.json [model] keys
@@ -42,8 +43,10 @@ struct HfExportOptions {
 int64_t parse_byte_size(const std::string& text);
 // Throws when the config has no Hugging Face architecture (an o bias without q/k/v biases).
 std::string hf_config_json(const ModelConfig& cfg, const std::string& dtype = "fp32", const HfSpecialIds& ids = {});
-// Verifies the checkpoint (manifest checksums) and writes OUT_DIR; returns a summary.
-std::string export_checkpoint_to_hf(const std::string& ckpt_dir, const std::string& out_dir,
+// Finds what `path` names (a checkpoint, a checkpoint root, a run directory or a
+// trainer_state.h5: ckpt/export_source.h), verifies the checkpoint (manifest checksums)
+// and writes OUT_DIR; returns a summary.
+std::string export_checkpoint_to_hf(const std::string& path, const std::string& out_dir,
                                     const HfExportOptions& options = {});
 
 }  // namespace slimpi

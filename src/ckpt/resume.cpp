@@ -8,6 +8,8 @@
 
 #include <fmt/ranges.h>
 
+#include <algorithm>
+
 namespace slimpi::ckpt {
 
 std::string choose_checkpoint(const Deck& deck, const std::string& root) {
@@ -19,22 +21,46 @@ std::string choose_checkpoint(const Deck& deck, const std::string& root) {
                   deck.source("checkpoint.resume"), *problem);
     return mode;
   }
+  const auto [dir, skipped] = newest_verified_checkpoint(root);
   std::vector<std::string> rejected;
-  for (int64_t step : list_step_dirs(root)) {
-    const std::string dir = root + "/" + step_dir_name(step);
-    auto problem = verify_checkpoint(dir);
-    if (!problem) return dir;
-    log::warn("checkpoint {} skipped: {}", dir, *problem);
-    rejected.push_back(dir + ": " + *problem);
+  for (const auto& [bad, problem] : skipped) {
+    log::warn("checkpoint {} skipped: {}", bad, problem);
+    rejected.push_back(bad + ": " + problem);
   }
-  // Checkpoints exist but none can be used: never start over (and overwrite the run)
-  // on a guess.
+  if (!dir.empty()) return dir;
+  // Only unfinished writes (a job that ended inside its first checkpoint, e.g. on a full
+  // disk): there is nothing to resume from, so the run starts over (the caller keeps
+  // the earlier files aside). A finished checkpoint that fails its checks is another
+  // matter: never start over (and overwrite the run) on a guess.
+  const bool all_unfinished = std::all_of(skipped.begin(), skipped.end(), [](const auto& s) {
+    return is_unfinished_checkpoint(s.first);
+  });
+  if (!rejected.empty() && all_unfinished) {
+    log::warn("checkpoint.resume = \"auto\" ({}): no finished checkpoint under {} ({} unfinished: no DONE marker); "
+              "starting over",
+              deck.source("checkpoint.resume"), root, skipped.size());
+    return "";
+  }
   if (!rejected.empty())
     SLIMPI_FAIL("checkpoint.resume = \"auto\" ({}): no checkpoint under {} can be resumed from:\n  {}\nset "
                 "checkpoint.resume = \"never\" to start over (the earlier run's files are then moved aside), or "
                 "name a checkpoint directory",
                 deck.source("checkpoint.resume"), root, fmt::join(rejected, "\n  "));
   return "";
+}
+
+CheckpointSearch newest_verified_checkpoint(const std::string& root) {
+  CheckpointSearch found;
+  for (int64_t step : list_step_dirs(root)) {
+    const std::string dir = root + "/" + step_dir_name(step);
+    auto problem = verify_checkpoint(dir);
+    if (!problem) {
+      found.dir = dir;
+      break;
+    }
+    found.rejected.emplace_back(dir, *problem);
+  }
+  return found;
 }
 
 bool is_structural_key(const std::string& key) {

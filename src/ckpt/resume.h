@@ -11,6 +11,7 @@
 #include <slimpi/deck.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "parallel/world.h"
@@ -21,6 +22,14 @@ namespace slimpi::ckpt {
 // when checkpoint.resume names a directory that is missing, unfinished or corrupt, or
 // when "auto" finds checkpoints and none of them verifies.
 std::string choose_checkpoint(const Deck& deck, const std::string& root);
+
+// The newest step_* directory under `root` that verifies ("" when none does), and
+// what is wrong with each newer one that does not.
+struct CheckpointSearch {
+  std::string dir;
+  std::vector<std::pair<std::string, std::string>> rejected;  // (directory, what is wrong)
+};
+CheckpointSearch newest_verified_checkpoint(const std::string& root);
 
 // Deck keys that must equal the checkpoint's: the model's shape, the seed, the
 // training mode and data file. (The world layout is compared separately.)

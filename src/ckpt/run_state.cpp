@@ -59,6 +59,8 @@ void write_run_state(MPI_Comm world, const std::string& path, RunState state) {
     at::Tensor t = at::from_blob(const_cast<uint8_t*>(s.data()), {static_cast<int64_t>(s.size())}, at::kByte);
     write_tensor(rng.id(), fmt::format("rank_{}", r), t);
   }
+  rng.reset();
+  f.close();  // throws when the data did not all reach the file
 }
 
 RunState read_run_state(const std::string& path) {

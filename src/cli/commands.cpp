@@ -10,6 +10,7 @@
 #include <iostream>
 
 #include "cli/make_data.h"
+#include "core/file_write.h"
 #include "config/schema.h"
 #include "driver/driver.h"
 #include "core/exit_guard.h"
@@ -44,7 +45,10 @@ Commands::Commands(CLI::App& app) {
   keys_->add_option("prefix", key_prefix_, "only keys starting with this (e.g. 'rollout' or 'run.seed')");
 
   export_ = app.add_subcommand("export", "write a checkpoint as a Hugging Face model (safetensors + config.json)");
-  export_->add_option("checkpoint", ckpt_dir_, "a checkpoint directory (ckpt/step_XXXXXXXX)")->required();
+  export_->add_option("checkpoint", ckpt_dir_,
+                      "a checkpoint directory (ckpt/step_XXXXXXXX), a checkpoint root (its newest checkpoint), a run "
+                      "directory (its newest checkpoint) or a trainer_state.h5")
+      ->required();
   export_->add_option("out", export_dir_, "the output directory")->required();
   export_->add_option("--dtype", export_dtype_, "weights in fp32 or bf16 (the masters rounded once)")
       ->check(CLI::IsMember({"fp32", "bf16"}))
@@ -68,10 +72,9 @@ int Commands::run_selected() {
   if (*make_data_) {
     std::vector<std::string> lines = make_task_data(task_, data_n_, static_cast<uint64_t>(data_seed_));
     if (rank == 0) {
-      std::ofstream out(data_out_);
-      SLIMPI_CHECK(out, "make-data: cannot write {}", data_out_);
-      for (const auto& l : lines) out << l << '\n';
-      SLIMPI_CHECK(out.flush(), "make-data: write to {} failed", data_out_);
+      std::string text;
+      for (const auto& l : lines) text += l + '\n';
+      write_file(data_out_, text);
       std::cout << fmt::format("make-data: {} {} records (seed {}) -> {}\n", lines.size(), task_, data_seed_, data_out_);
     }
     return 0;

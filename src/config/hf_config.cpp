@@ -9,6 +9,8 @@
 #include <optional>
 #include <tuple>
 
+#include "core/log.h"
+
 namespace slimpi {
 namespace {
 
@@ -259,7 +261,23 @@ void apply_hf_config(std::map<std::string, DeckEntry>& entries, std::vector<std:
   const std::string* path = std::get_if<std::string>(&init->second.value);
   if (!path || path->empty() || !std::filesystem::is_directory(*path)) return;
   const std::string file = (std::filesystem::path(*path) / "config.json").string();
-  if (!std::filesystem::exists(file)) return;
+  if (!std::filesystem::exists(file)) {
+    // Without config.json the deck's [model] keys (defaults, mostly) would be taken as
+    // the shape of weights that were never made for them.
+    std::string weights;
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(*path, ec))
+      if (entry.path().extension() == ".safetensors" || entry.path().filename() == "model.safetensors.index.json") {
+        weights = entry.path().filename().string();
+        if (weights == "model.safetensors") break;
+      }
+    problems.push_back(fmt::format("{} has {} but no config.json (model.init_from, {}): a Hugging Face directory "
+                                   "needs its config.json for the model's shape; to load bare weights with the "
+                                   "deck's [model] keys, point model.init_from at the .safetensors file",
+                                   *path, weights.empty() ? "no weights (*.safetensors)" : weights,
+                                   init->second.source));
+    return;
+  }
   json c;
   try {
     std::ifstream in(file);
@@ -280,7 +298,12 @@ void apply_hf_config(std::map<std::string, DeckEntry>& entries, std::vector<std:
   for (const auto& [key, value, field] : r.keys) {
     DeckEntry& e = entries.at(key);
     if (e.source == "default" || same_meaning(key, e.value, value, entries)) continue;
-    if (key == "model.max_seq_len" && std::get<int64_t>(e.value) <= std::get<int64_t>(value)) continue;
+    if (key == "model.max_seq_len" && std::get<int64_t>(e.value) <= std::get<int64_t>(value)) {
+      // Training at a shorter context than the model supports is a real use: allowed, said.
+      log::info("model.max_seq_len = {} ({}) is below {} = {} in {}: the run uses the shorter context",
+                std::get<int64_t>(e.value), e.source, field, std::get<int64_t>(value), file);
+      continue;
+    }
     problems.push_back(fmt::format("{} = {} ({}) contradicts {} = {} in {}: drop the key or make them agree", key,
                                    value_text(e.value), e.source, field, value_text(value), file));
   }

@@ -114,9 +114,10 @@ std::vector<KeySpec> declare_keys() {
       string_key("data.response_key", "response", "JSONL key of the response text (SFT)"),
       string_key("data.label_key", "label", "JSONL key of the label the reward compares with (RL)"),
       string_key("data.metadata_key", "", "JSONL key of per-prompt metadata kept with the prompt (\"\" = none)"),
-      choice_key("data.chat_template", "none", {"none", "chatml", "llama3", "qwen3"},
+      choice_key("data.chat_template", "none", {"none", "auto", "chatml", "llama3", "qwen3"},
                  "render prompts as conversations (a string prompt is one user message): chatml (Qwen2/2.5), "
-                 "llama3 (Llama 3 Instruct), qwen3 (Qwen3, <think> rules); none = the prompt text as it is"),
+                 "llama3 (Llama 3 Instruct), qwen3 (Qwen3, <think> rules); none = the prompt text as it is; auto = "
+                 "the one the tokenizer's model ships when slimpi implements it (none when it ships none)"),
       string_key("data.system_prompt", "",
                  "with a chat template: a system message put first in every conversation that has none "
                  "(Qwen2.5-Instruct's default: \"You are Qwen, created by Alibaba Cloud. You are a helpful assistant.\")"),

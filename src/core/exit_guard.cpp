@@ -3,18 +3,36 @@
 #include <mpi.h>
 #include <slimpi/error.h>
 
-#include <iostream>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
 
 #include "core/log.h"
 
 namespace slimpi {
+namespace {
+
+// One write(2) call: mpirun forwards stdout and stderr apart, and an error written in
+// pieces had a log line land inside it ("slimpi: error: [time] run directory: ...").
+void print_error_line(const std::string& what) {
+  std::fflush(stdout);
+  const std::string line = "slimpi: error: " + what + "\n";
+  for (size_t done = 0; done < line.size();) {
+    const ssize_t n = ::write(STDERR_FILENO, line.data() + done, line.size() - done);
+    if (n <= 0) break;
+    done += size_t(n);
+  }
+}
+
+}  // namespace
 
 int run_guarded(const std::function<int()>& body) {
   try {
     return body();
   } catch (const Error& e) {
     if (e.collective()) {
-      if (log::is_root()) std::cerr << "slimpi: error: " << e.what() << std::endl;
+      if (log::is_root()) print_error_line(e.what());
       return 1;
     }
     log::error("{}\n  (raised at {}; aborting every rank)", e.what(), e.where());

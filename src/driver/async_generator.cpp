@@ -209,11 +209,13 @@ std::map<std::string, double> AsyncGenerator::take_batch(int64_t step, RolloutBa
   std::map<std::string, double> m = counts_;
   int64_t partial_samples = 0;
   const int64_t n_groups = std::min<int64_t>(batch_groups_, static_cast<int64_t>(ready_.size()));
-  if (n_groups < batch_groups_)
+  if (n_groups < batch_groups_ && !said_short_batch_) {
     log::warn("step {}: the dynamic filter kept {} of {} groups: {} groups finished since the last batch, and its "
               "bound (rollout.max_sampling_rounds x over_sampling_batch_size or rollout_batch_size = {}) was reached; "
-              "training on those",
+              "training on those. Said once: rollout/short_batch_groups in metrics.h5 counts every short batch",
               step, n_groups, batch_groups_, groups_finished_, max_groups_per_batch_);
+    said_short_batch_ = true;
+  }
   for (int64_t k = 0; k < n_groups; ++k) {
     for (auto& s : ready_.front().samples) {
       s.step = step;

@@ -17,6 +17,7 @@
 #include "driver/async_generator.h"
 #include "driver/rollout_batch.h"
 #include "core/byte_codec.h"
+#include "core/file_write.h"
 #include "core/log.h"
 #include "core/runtime_info.h"
 #include "io/metrics_log.h"
@@ -29,6 +30,7 @@
 #include "rollout/rollout_side.h"
 #include "rollout/weight_sync.h"
 #include "model/precision.h"
+#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "train/advantages.h"
 #include "train/sft_data.h"
@@ -73,6 +75,44 @@ std::map<std::string, double> decode_metrics(const std::string& bytes) {
     m[k] = r.get<double>();
   }
   return m;
+}
+
+// GRPO-family estimators centre each reward on its group's mean: with one sample per
+// group every advantage is 0 and nothing learns (slime's group math needs n >= 2).
+void check_group_baseline(const Deck& deck) {
+  const std::string& estimator = deck.get_string("train.advantage_estimator");
+  if (deck.get_int("rollout.n_samples_per_prompt") > 1 || deck.get_bool("debug.rollout_only") ||
+      deck.get_bool("train.disable_rewards_normalization") ||
+      advantage_estimators().get(estimator).centring == RewardCentring::None)
+    return;
+  SLIMPI_FAIL_ALL("rollout.n_samples_per_prompt = 1 ({}) with train.advantage_estimator = \"{}\" ({}): each reward "
+                  "is centred on its group's mean, its own, so every advantage is 0 and nothing learns; use groups of "
+                  "2 or more, an estimator without a group baseline (reinforce_plus_plus), or "
+                  "train.disable_rewards_normalization = true",
+                  deck.source("rollout.n_samples_per_prompt"), estimator, deck.source("train.advantage_estimator"));
+}
+
+// What train.global_batch_size means for a rollout of `per_step` samples, said once
+// when it does not divide them (the step splits its samples evenly over the steps).
+void describe_optimizer_steps(const Deck& deck, int64_t per_step) {
+  const int64_t gbs = deck.get_int("train.global_batch_size");
+  if (deck.get_int("train.num_steps_per_rollout") > 0) {
+    if (!deck.has_default_value("train.global_batch_size"))
+      log::info("train.global_batch_size = {} ({}) is not used: train.num_steps_per_rollout = {} ({}) sets the "
+                "optimizer steps of a rollout",
+                gbs, deck.source("train.global_batch_size"), deck.get_int("train.num_steps_per_rollout"),
+                deck.source("train.num_steps_per_rollout"));
+    return;
+  }
+  if (per_step % gbs == 0) return;
+  const int64_t n_steps = std::max<int64_t>(1, per_step / gbs);
+  const int64_t small = per_step / n_steps, large = (per_step + n_steps - 1) / n_steps;
+  if (log::is_root())  // a deck fact: said once, not by every rank
+    log::warn("train.global_batch_size = {} ({}) does not divide the {} samples of a rollout "
+              "(rollout.rollout_batch_size x rollout.n_samples_per_prompt): each rollout takes {} optimizer step{} of "
+              "{} samples; set train.num_steps_per_rollout to choose",
+              gbs, deck.source("train.global_batch_size"), per_step, n_steps, n_steps > 1 ? "s" : "",
+              small == large ? fmt::format("{}", small) : fmt::format("{}-{}", small, large));
 }
 
 }  // namespace
@@ -148,6 +188,7 @@ Driver::Driver(RunContext& ctx)
                     deck.source("train.mode"));
   tokenizer_ = make_tokenizer(deck);
   log::info("tokenizer: {}", tokenizer_->describe());
+  if (const std::string note = describe_chat_template_choice(deck, *tokenizer_); !note.empty()) log::info("{}", note);
   if (eval_on) {
     // Every rank reads the files, so that a bad file is an error all ranks raise alike.
     PromptSourceSpec spec = PromptSourceSpec::from_deck(deck, deck.get_string("eval.path"), tokenizer_);
@@ -160,6 +201,8 @@ Driver::Driver(RunContext& ctx)
       SLIMPI_FAIL_ALL("train.num_steps_per_rollout = {} ({}) exceeds the {} samples of a step "
                       "(rollout.rollout_batch_size x rollout.n_samples_per_prompt): an optimizer step would get none",
                       deck.get_int("train.num_steps_per_rollout"), deck.source("train.num_steps_per_rollout"), per_step);
+    check_group_baseline(deck);
+    describe_optimizer_steps(deck, per_step);
   }
   check_debug_modes();
   choose_resume();
@@ -289,8 +332,7 @@ int64_t Driver::run() {
   if (start_step_ >= n_steps && !resume_from_.empty()) {
     log::info("the run is already at step {} (checkpoint {}), run.n_steps = {} ({}): nothing to do", start_step_,
               resume_from_, n_steps, ctx_.deck.source("run.n_steps"));
-    if (ctx_.world->rank() == 0)
-      std::ofstream(ctx_.run_dir + "/COMPLETE") << "run complete: " << start_step_ << " steps\n";
+    mark_run_complete(start_step_);
     return start_step_;
   }
   log::info("running steps {}..{} of {} ({})", start_step_ + 1, n_steps, n_steps, rl_ ? "rl" : "sft");
@@ -319,7 +361,7 @@ int64_t Driver::run() {
     step_metrics_.clear();
     if (overlapped_) push_weights(step);  // the engines hold the previous step's weights
     run_eval(step);
-    metrics_->log_step(step, step_metrics_);
+    log_metrics([&] { metrics_->log_step(step, step_metrics_); });
     if (step_metrics_.count("eval/pass@1"))
       log::info("final eval (after {} steps): pass@1 {:.3f}", step, step_metrics_.at("eval/pass@1"));
   }
@@ -328,7 +370,10 @@ int64_t Driver::run() {
     trainer_->save(path);
     if (rank_in(ctx_.world->trainer()) == 0) log::info("trainer state (model, optimizer, RNG) written to {}", path);
   }
-  if (ctx_.world->rank() == 0) std::ofstream(ctx_.run_dir + "/COMPLETE") << "run complete: " << step << " steps\n";
+  mark_run_complete(step);
+  if (n_short_batches_ > 0)
+    log::info("{} of the {} steps of this job trained a short batch (rollout/short_batch_groups in metrics.h5)",
+              n_short_batches_, step - start_step_);
   log::info("finished: step {} of {} in {:.3f} s; outputs in {}", step, n_steps, total.seconds(), ctx_.run_dir);
   return step;
 }
@@ -337,6 +382,16 @@ void Driver::share_metrics(int root, std::map<std::string, double> values) {
   std::string bytes = ctx_.world->rank() == root ? encode_metrics(values) : std::string();
   broadcast_string(ctx_.world->world(), bytes, root);
   for (const auto& [k, v] : decode_metrics(bytes)) step_metrics_[k] = v;
+}
+
+void Driver::log_metrics(const std::function<void()>& write) {
+  run_on_all_and_agree(ctx_.world->world(), "[metrics] writing " + metrics_->h5_path(), write);
+}
+
+void Driver::mark_run_complete(int64_t steps) {
+  run_on_all_and_agree(ctx_.world->world(), "the run's COMPLETE marker", [&] {
+    if (ctx_.world->rank() == 0) write_file(ctx_.run_dir + "/COMPLETE", fmt::format("run complete: {} steps\n", steps));
+  });
 }
 
 bool Driver::writes_trainer_state() const {
@@ -449,10 +504,12 @@ void Driver::generate_batch(int64_t step, RolloutBatch& out) {
   }
   out.generate_s += rounds_clock.seconds();
   generation_s_ += rounds_clock.seconds();
-  if (rollout_side_->is_router() && kept < want)
+  if (rollout_side_->is_router() && kept < want && !said_short_batch_) {
     log::warn("step {}: the dynamic filter kept {} of {} groups after {} rounds; training on those (rewards "
-              "normalised per group)",
+              "normalised per group). Said once: rollout/short_batch_groups in metrics.h5 counts every short batch",
               step, kept, want, out.rounds);
+    said_short_batch_ = true;
+  }
 }
 
 void Driver::reward(int64_t) { postprocess_batch_rewards(step_->generated); }
@@ -556,6 +613,8 @@ void Driver::buffer(int64_t step) {
     for (const auto& [k, v] : async_metrics) m[k] = v;
   }
   share_metrics(router_world_rank_, m);
+  if (step_metrics_.count("rollout/short_batch_groups") && step_metrics_.at("rollout/short_batch_groups") > 0)
+    ++n_short_batches_;
   // Every rank follows the router's prompt cursor (it drew as many rounds as needed).
   if (prompt_source_) prompt_source_->set_cursor(int64_t(step_metrics_.at("rollout/prompt_cursor")));
   if (ctx_.deck.get_bool("debug.rollout_only")) {
@@ -637,8 +696,11 @@ void Driver::record(int64_t) {
   } else if (rl_) {
     idle_barrier(ctx_.world->world(), waiting_for_training);
   }
-  rollouts_->append(step_->batch, batch_to_train().unused);
-  rollouts_->flush();
+  // A write that fails on one rank (a full disk) stops every rank here, cleanly.
+  run_on_all_and_agree(ctx_.world->world(), "[record] writing " + rollouts_->path(), [&] {
+    rollouts_->append(step_->batch, batch_to_train().unused);
+    rollouts_->flush();
+  });
   if (!overlapped_) return;
   if (full_async_) {  // the next buffer phase takes a new batch from the queue
     *pending_ = RolloutBatch();
@@ -707,7 +769,7 @@ void Driver::metrics(int64_t step) {
   // (The metrics and checkpoint phases of a step come after its row is written.)
   std::map<std::string, double> mine = phase_times_;
   mine["time/step_s"] = step_clock_.seconds();
-  metrics_->log_ranks(step, mine);
+  log_metrics([&] { metrics_->log_ranks(step, mine); });
   std::vector<double> local, max_over_ranks(mine.size());
   for (const auto& [k, v] : mine) local.push_back(v);
   static const std::string reduce_context = "[metrics] phase times, max over ranks";
@@ -734,7 +796,7 @@ void Driver::metrics(int64_t step) {
     row["perf/trainer_idle_fraction"] = std::max(0.0, 1.0 - busy / mine["time/step_s"]);
     if (rl_) row["perf/rollout_idle_fraction"] = 1.0 - router_busy;
   }
-  metrics_->log_step(step, row);
+  log_metrics([&] { metrics_->log_step(step, row); });
   std::string text;
   auto add = [&](const char* key, const char* label, const char* format) {
     if (row.count(key)) text += fmt::format(fmt::runtime(std::string("  ") + label + " " + format), row.at(key));

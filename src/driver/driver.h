@@ -54,6 +54,7 @@
 
 #include <c10/core/ScalarType.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -130,6 +131,10 @@ class Driver {
   // debug.train_only: this trainer's share of the recorded samples of `step`.
   std::vector<Sample> recorded_batch(int64_t step);
   void run_eval(int64_t row);
+  // A write to metrics.h5 / metrics.csv; a failure on any rank stops every rank.
+  void log_metrics(const std::function<void()>& write);
+  // <run dir>/COMPLETE (rank 0 writes it; every rank learns whether that worked).
+  void mark_run_complete(int64_t steps);
   // Sends `values` from world rank `root` to every rank (merged into step_metrics_).
   void share_metrics(int root, std::map<std::string, double> values);
 
@@ -173,6 +178,8 @@ class Driver {
   Stopwatch step_clock_;
   double generation_s_ = 0;                      // rollout ranks: this step's generation (any phase)
   bool stop_ = false;                            // eval.stop_at_pass1 reached
+  bool said_short_batch_ = false;                // router: the short-batch warning is given once a job
+  int64_t n_short_batches_ = 0;                  // steps of this job that trained a short batch
   bool halt_ = false;                            // stop signal or run.job_steps: checkpoint and exit 0
   int64_t start_step_ = 0;                       // 0, or the step a checkpoint resumes at
   std::string ckpt_root_;                        // checkpoint.dir or <run dir>/ckpt

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <thread>
 
@@ -158,14 +159,26 @@ void Driver::resume_and_open_files() {
     // repairs on close but which makes ranks of a parallel open disagree.
     run_on_all_and_agree(world, "cannot cut the run's files back to the checkpoint", [&] {
       if (!root) return;
-      try {
-        if (files[0]) RolloutLog::open(rollouts_path, MPI_COMM_NULL, /*writable=*/true).truncate_to_step(start_step_);
-        if (files[1]) MetricsLog(ctx_.run_dir, MPI_COMM_NULL, MetricsLog::ResumeAt{metrics_from});
-      } catch (const Error& e) {
-        SLIMPI_FAIL("{}\n(a job killed while writing can leave rollouts.h5 or metrics.h5 damaged; move them away "
-                    "to continue with new files, which then start at step {})",
-                    e.what(), start_step_);
-      }
+      // A job killed while writing (or stopped by a full disk) can leave either file
+      // damaged: say which, and what to do, not HDF5's whole error chain.
+      auto cut = [&](const std::string& path, const std::function<void()>& body) {
+        try {
+          body();
+        } catch (const Error& e) {
+          const std::string what = e.what();
+          SLIMPI_FAIL("{} is damaged and cannot be continued ({}). Move it away (mv {} {}.damaged) and run "
+                      "again: the run resumes from checkpoint {} with a new {} that holds steps {} on (what "
+                      "HDF5 can still read of the earlier steps stays in the moved file)",
+                      path, what.substr(0, what.find(" <- ")), path, path, chosen,
+                      std::filesystem::path(path).filename().string(), start_step_);
+        }
+      };
+      if (files[0])
+        cut(rollouts_path, [&] {
+          RolloutLog::open(rollouts_path, MPI_COMM_NULL, /*writable=*/true).truncate_to_step(start_step_);
+        });
+      if (files[1])
+        cut(ctx_.run_dir + "/metrics.h5", [&] { MetricsLog(ctx_.run_dir, MPI_COMM_NULL, MetricsLog::ResumeAt{metrics_from}); });
     });
   }
   if (files[0]) {
@@ -263,8 +276,8 @@ void Driver::write_checkpoint(int64_t next_step) {
   }
   run_on_all_and_agree(world, context, [&] {
     if (!root) return;
-    std::ofstream(dir + "/deck.json") << ctx_.deck.to_json();
-    std::ofstream(dir + "/deck.toml") << ctx_.deck.to_toml();
+    ckpt::write_checkpoint_file(dir + "/deck.json", ctx_.deck.to_json());
+    ckpt::write_checkpoint_file(dir + "/deck.toml", ctx_.deck.to_toml());
     std::vector<std::string> files = {"run_state.h5", "deck.json", "deck.toml"};
     if (trainer_) files.insert(files.begin(), "trainer_state.h5");
     if (full_async_) files.insert(files.end(), AsyncGenerator::checkpoint_files().begin(),

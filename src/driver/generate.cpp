@@ -17,6 +17,7 @@
 #include "kernels/counter_rng.h"
 #include "rollout/rollout_config.h"
 #include "rollout/router.h"
+#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace slimpi {
@@ -29,6 +30,7 @@ int run_generate(RunContext& ctx) {
   ModelConfig mc = ModelConfig::from_deck(deck);
   const Tokenizer& tok = *rc.tokenizer;
   log::info("tokenizer: {}", tok.describe());
+  if (const std::string note = describe_chat_template_choice(ctx.deck, tok); !note.empty()) log::info("{}", note);
   std::vector<GenerationRequest> requests;
   const uint64_t seed = static_cast<uint64_t>(deck.get_int("run.seed"));
   PromptSourceSpec spec = PromptSourceSpec::from_deck(deck, deck.get_string("data.path"), rc.tokenizer);

@@ -13,6 +13,7 @@
 #include <fstream>
 
 #include "config/deck_broadcast.h"
+#include "core/file_write.h"
 #include "core/log.h"
 #include "core/runtime_info.h"
 #include "parallel/mpi_bytes.h"
@@ -36,6 +37,7 @@ std::string lock_run_dir(const std::string& dir) {
   // The descriptor stays open (never closed, deliberately) until the process exits:
   // closing it would release the lock.
   const std::string path = dir + "/.slimpi.lock";
+  const bool existed = std::filesystem::exists(path);
   const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) return fmt::format("cannot open {}: {}", path, std::strerror(errno));
   if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
@@ -50,8 +52,13 @@ std::string lock_run_dir(const std::string& dir) {
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
   const std::string me = fmt::format("host {} pid {} since {}\n", host, getpid(), utc_now());
-  if (ftruncate(fd, 0) != 0 || pwrite(fd, me.data(), me.size(), 0) != ssize_t(me.size()))
-    return fmt::format("cannot write {}: {}", path, std::strerror(errno));
+  errno = 0;
+  if (ftruncate(fd, 0) != 0 || pwrite(fd, me.data(), me.size(), 0) != ssize_t(me.size())) {
+    const std::string why = errno ? std::strerror(errno) : "short write";
+    if (!existed) unlink(path.c_str());  // no empty lock file left behind (a full disk)
+    close(fd);
+    return fmt::format("cannot write {}: {}", path, why);
+  }
   return "";
 }
 
@@ -96,9 +103,11 @@ RunContext set_up_run(MPI_Comm world, const std::string& deck_path, const std::v
                              rt.local_rank);
 
   const std::string resolved = ctx.deck.to_toml();
+  run_on_all_and_agree(world, "run directory " + ctx.run_dir, [&] {
+    if (ctx.world->rank() == 0)
+      write_file(ctx.run_dir + "/deck.resolved.toml", "# slimpi resolved deck: " + deck_path + "\n\n" + resolved);
+  });
   if (ctx.world->rank() == 0) {
-    std::ofstream(ctx.run_dir + "/deck.resolved.toml") << "# slimpi resolved deck: " << deck_path << "\n\n"
-                                                       << resolved;
     // One line, not the whole deck: a 100-line dump on stdout let an error on stderr
     // land in its middle (mpirun forwards the two streams independently).
     log::info("resolved deck ({}) written to {}/deck.resolved.toml", deck_path, ctx.run_dir);

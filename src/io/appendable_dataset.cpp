@@ -50,6 +50,8 @@ AppendableDataset<T> AppendableDataset<T>::create(const File& file, hid_t loc, c
   AppendableDataset d;
   d.comm_ = file.comm();
   d.name_ = name;
+  d.where_ = fmt::format("dataset '{}' of {}", name, file.path());
+  d.file_path_ = file.path();
   d.row_shape_ = std::move(row_shape);
   std::vector<hsize_t> dims{0}, max_dims{H5S_UNLIMITED}, chunk{chunk_rows};
   for (hsize_t s : d.row_shape_) {
@@ -83,6 +85,8 @@ AppendableDataset<T> AppendableDataset<T>::open(const File& file, hid_t loc, con
   AppendableDataset d;
   d.comm_ = file.comm();
   d.name_ = name;
+  d.where_ = fmt::format("dataset '{}' of {}", name, file.path());
+  d.file_path_ = file.path();
   d.dset_ = Handle(check(H5Dopen2(loc, name.c_str(), H5P_DEFAULT), ("open dataset " + name).c_str()), H5Dclose);
   Handle space(check(H5Dget_space(d.dset_.id()), "H5Dget_space"), H5Sclose);
   int rank = H5Sget_simple_extent_ndims(space.id());
@@ -102,10 +106,10 @@ uint64_t AppendableDataset<T>::row_size() const {
 
 template <class T>
 void AppendableDataset<T>::grow_to(uint64_t n) {
-  WaitGuard guard({&name_, "(HDF5 dataset): collective set_extent"});
+  WaitGuard guard({&where_, "(HDF5): collective set_extent", 0, "", -1, &file_path_});
   std::vector<hsize_t> dims{n};
   dims.insert(dims.end(), row_shape_.begin(), row_shape_.end());
-  check_status(H5Dset_extent(dset_.id(), dims.data()), ("H5Dset_extent " + name_).c_str());
+  check_status(H5Dset_extent(dset_.id(), dims.data()), ("H5Dset_extent of " + where_).c_str());
   n_rows_ = n;
 }
 
@@ -150,10 +154,10 @@ void AppendableDataset<T>::append(const T* rows, const AppendPlan& plan) {
   if (!selected) check_status(H5Sselect_none(file_space.id()), "H5Sselect_none");
   if (n_local == 0) check_status(H5Sselect_none(mem_space.id()), "H5Sselect_none");
   T dummy{};
-  WaitGuard guard({&name_, "(HDF5 dataset): collective write"});
+  WaitGuard guard({&where_, "(HDF5): collective write", 0, "", -1, &file_path_});
   check_status(H5Dwrite(dset_.id(), native_type<T>(), mem_space.id(), file_space.id(), dxpl_.id(),
                         n_local ? rows : &dummy),
-               ("H5Dwrite " + name_).c_str());
+               ("H5Dwrite of " + where_).c_str());
 }
 
 template <class T>

@@ -66,6 +66,8 @@ class AppendableDataset {
   Handle dxpl_;
   MPI_Comm comm_ = MPI_COMM_NULL;
   std::string name_;
+  std::string where_;      // "dataset 'step' of runs/x/metrics.h5": waits and errors name it
+  std::string file_path_;  // the watchdog asks its file system for space (parallel/watchdog.h)
   std::vector<hsize_t> row_shape_;
   uint64_t n_rows_ = 0;
 };

@@ -1,8 +1,14 @@
 #include "io/h5.h"
 
 #include <slimpi/error.h>
+#include <sys/stat.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <mutex>
+#include <set>
+
+#include "core/file_write.h"
 
 #include "parallel/watchdog.h"
 
@@ -57,12 +63,53 @@ T read_scalar_attr(hid_t loc, const std::string& name) {
   return value;
 }
 
+bool damaged = false;  // an H5Fclose failed in this process
+
+// Paths of the files this process has open: an HDF5 error says when one of them sits
+// on a file system that is out of space (MPI-IO does not pass errno up).
+std::mutex open_files_mutex;
+std::multiset<std::string> open_files;
+
+void note_open(const std::string& path) {
+  std::lock_guard<std::mutex> lock(open_files_mutex);
+  open_files.insert(path);
+}
+
+void note_closed(const std::string& path) {
+  std::lock_guard<std::mutex> lock(open_files_mutex);
+  auto it = open_files.find(path);
+  if (it != open_files.end()) open_files.erase(it);
+}
+
+// One line per full file system among those of the open files.
+std::string full_disk_note() {
+  std::set<std::string> paths;
+  {
+    std::lock_guard<std::mutex> lock(open_files_mutex);
+    paths.insert(open_files.begin(), open_files.end());
+  }
+  std::string note;
+  std::set<dev_t> devices;
+  for (const auto& p : paths) {
+    struct stat st;
+    if (stat(p.c_str(), &st) != 0 || !devices.insert(st.st_dev).second) continue;
+    const std::string dir = std::filesystem::path(p).parent_path().string();
+    if (auto full = disk_space_problem(dir.empty() ? p : dir)) note += "\n  " + *full;
+  }
+  return note;
+}
+
 }  // namespace
+
+bool library_damaged() { return damaged; }
 
 void fail(const std::string& what) {
   std::string stack;
   H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, collect_frame, &stack);
   H5Eclear2(H5E_DEFAULT);
+  // Out of space: that is the whole story (HDF5's chain is a dozen frames of it).
+  if (const std::string full = full_disk_note(); !full.empty()) SLIMPI_FAIL("HDF5: {} failed:{}", what, full);
+  std::replace(stack.begin(), stack.end(), '\n', ' ');
   SLIMPI_FAIL("HDF5: {} failed{}{}", what, stack.empty() ? "" : ": ", stack);
 }
 
@@ -82,10 +129,11 @@ File File::create(const std::string& path, MPI_Comm comm) {
   f.path_ = path;
   Handle fapl = file_access(comm);
   static const std::string context = "[HDF5 file]";
-  WaitGuard guard({&context, comm == MPI_COMM_NULL ? "create (serial)" : "collective create"});
+  WaitGuard guard({&context, comm == MPI_COMM_NULL ? "create (serial)" : "collective create", 0, "", -1, &f.path_});
   f.handle_ = Handle(check(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.id()),
                            ("create file " + path).c_str()),
                      H5Fclose);
+  note_open(path);
   return f;
 }
 
@@ -96,10 +144,11 @@ File File::open(const std::string& path, bool writable, MPI_Comm comm) {
   f.path_ = path;
   Handle fapl = file_access(comm);
   static const std::string context = "[HDF5 file]";
-  WaitGuard guard({&context, comm == MPI_COMM_NULL ? "open (serial)" : "collective open"});
+  WaitGuard guard({&context, comm == MPI_COMM_NULL ? "open (serial)" : "collective open", 0, "", -1, &f.path_});
   f.handle_ = Handle(check(H5Fopen(path.c_str(), writable ? H5F_ACC_RDWR : H5F_ACC_RDONLY, fapl.id()),
                            ("open file " + path).c_str()),
                      H5Fclose);
+  note_open(path);
   return f;
 }
 
@@ -115,15 +164,23 @@ File& File::operator=(File&& o) noexcept {
 
 void File::close() {
   if (!handle_.valid()) return;
-  static const std::string context = "[HDF5 file]";
-  WaitGuard guard({&context, parallel() ? "collective close" : "close"});
-  handle_.reset();
+  const std::string context = "[HDF5 file " + path_ + "]";
+  WaitGuard guard({&context, parallel() ? "collective close" : "close", 0, "", -1, &path_});
+  const hid_t id = handle_.id();
+  handle_.release();
+  note_closed(path_);
+  if (H5Fclose(id) < 0) {
+    // The data did not all reach the file (a full disk). HDF5 keeps the broken file in
+    // its tables and crashes closing it again at exit: see library_damaged().
+    damaged = true;
+    fail("close of " + path_ + " (its last writes)");
+  }
 }
 
 void File::flush() {
-  static const std::string context = "[HDF5 file]";
-  WaitGuard guard({&context, parallel() ? "collective flush" : "flush"});
-  check_status(H5Fflush(id(), H5F_SCOPE_GLOBAL), "H5Fflush");
+  const std::string context = "[HDF5 file " + path_ + "]";
+  WaitGuard guard({&context, parallel() ? "collective flush" : "flush", 0, "", -1, &path_});
+  check_status(H5Fflush(id(), H5F_SCOPE_GLOBAL), ("H5Fflush of " + path_).c_str());
 }
 
 Handle create_group(hid_t loc, const std::string& name) {

@@ -17,6 +17,11 @@
 
 namespace slimpi::h5 {
 
+// Whether an H5Fclose failed in this process. HDF5 1.10 then keeps a half-closed file
+// in its tables and crashes (SIGSEGV) closing it again when MPI_Finalize ends the
+// library, so main() skips MPI_Finalize after an error when this is true.
+bool library_damaged();
+
 // Throws slimpi::Error("<what>: <HDF5 error stack>").
 [[noreturn]] void fail(const std::string& what);
 inline hid_t check(hid_t id, const char* what) {
@@ -54,6 +59,7 @@ class Handle {
     if (id_ >= 0 && close_) close_(id_);
     id_ = -1;
   }
+  void release() { id_ = -1; }  // forget the id without closing it
 
  private:
   hid_t id_ = -1;
@@ -69,7 +75,12 @@ class File {
   File() = default;
   File(File&& o) noexcept = default;
   File& operator=(File&& o) noexcept;
-  ~File() { close(); }
+  ~File() {
+    try {
+      close();
+    } catch (...) {  // a destructor cannot report it: writers call close() themselves
+    }
+  }
   // Creates (truncating) `path`. comm = MPI_COMM_NULL: serial file of this process.
   static File create(const std::string& path, MPI_Comm comm);
   // Opens an existing file, read-only unless `writable`.
@@ -81,6 +92,8 @@ class File {
   const std::string& path() const { return path_; }
   void flush();
   // Closes the file (collective in a parallel file, under the watchdog); idempotent.
+  // Throws when the close fails: its last writes did not reach the file (a full disk),
+  // so a writer closes explicitly before it calls the file complete.
   void close();
 
  private:

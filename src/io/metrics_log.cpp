@@ -4,9 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <limits>
 
+#include "core/file_write.h"
 #include "io/h5_meta.h"
 #include "parallel/mpi_bytes.h"
 #include "parallel/watchdog.h"
@@ -182,26 +182,26 @@ void MetricsLog::log_ranks(int64_t step, const std::map<std::string, double>& mi
 }
 
 void MetricsLog::write_csv(bool rewrite) {
-  std::ofstream out(csv_path_, rewrite ? std::ios::trunc : std::ios::app);
-  SLIMPI_CHECK(out, "cannot write {}", csv_path_);
+  std::string text;
   auto write_row = [&](int64_t step, const std::map<std::string, double>& row) {
-    out << step;
+    text += std::to_string(step);
     for (const auto& n : names_) {
       auto it = row.find(n);
-      out << ',' << (it == row.end() ? "" : csv_number(it->second));
+      text += ',' + (it == row.end() ? std::string() : csv_number(it->second));
     }
-    out << '\n';
+    text += '\n';
   };
   if (rewrite) {
-    out << "step";
-    for (const auto& n : names_) out << ',' << n;
-    out << '\n';
+    text += "step";
+    for (const auto& n : names_) text += ',' + n;
+    text += '\n';
     for (const auto& [step, row] : rows_) write_row(step, row);
   } else {
     write_row(rows_.back().first, rows_.back().second);
   }
-  out.flush();
-  SLIMPI_CHECK(out, "write to {} failed", csv_path_);
+  FileWriter out(csv_path_, rewrite ? FileWriter::Mode::Truncate : FileWriter::Mode::Append);
+  out.write(text);
+  out.close();
 }
 
 }  // namespace slimpi

@@ -62,6 +62,7 @@ class RolloutLog {
   // file order = the order the step trained them in (debug replay).
   std::vector<Sample> read_trained(int64_t step) const;
   void flush() { file_.flush(); }
+  const std::string& path() const { return file_.path(); }
   // Reads every sample back (independent; any rank). For tests and tools.
   std::vector<Sample> read_all() const;
 

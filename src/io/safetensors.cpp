@@ -10,6 +10,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+
+#include "core/file_write.h"
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -187,16 +189,13 @@ void write_safetensors(const std::string& path, const std::vector<NamedTensor>& 
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');
   const uint64_t n = text.size();
-  std::ofstream out(path, std::ios::binary);
-  SLIMPI_CHECK(out, "cannot write {}", path);
+  FileWriter out(path);
   unsigned char len[8];
   for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
-  out.write(reinterpret_cast<const char*>(len), 8);
-  out.write(text.data(), static_cast<std::streamsize>(n));
-  for (const auto& c : cpu)
-    out.write(static_cast<const char*>(c.data_ptr()), static_cast<std::streamsize>(c.numel() * c.element_size()));
+  out.write(len, 8);
+  out.write(text);
+  for (const auto& c : cpu) out.write(c.data_ptr(), static_cast<size_t>(c.numel() * c.element_size()));
   out.close();
-  SLIMPI_CHECK(out, "write to {} failed", path);
 }
 
 std::vector<NamedTensor> read_safetensors(const std::string& path) {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <thread>
 
+#include "core/log.h"
 #include "parallel/watchdog.h"
 
 namespace slimpi {
@@ -78,8 +79,23 @@ void run_on_all_and_agree(MPI_Comm comm, const std::string& context, const std::
   MPI_Comm_rank(comm, &rank);
   int mine = failed ? rank : INT32_MAX, first = INT32_MAX;
   {
+    // Non-blocking, so that a failed rank whose peers never arrive (stuck inside a
+    // collective library call after its failure, e.g. HDF5 on a full disk) still says
+    // why before the watchdog ends the job.
     WaitGuard guard({&context, "(agreeing whether any rank failed)"});
-    MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm);
+    MPI_Request request;
+    check_mpi(MPI_Iallreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm, &request), "MPI_Iallreduce");
+    const auto since = std::chrono::steady_clock::now();
+    bool said = false;
+    for (int done = 0; !done;) {
+      check_mpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+      if (done) break;
+      if (failed && !said && std::chrono::steady_clock::now() - since > std::chrono::seconds(2)) {
+        log::error("{}: {} (waiting for the other ranks to hear of it)", context, problem);
+        said = true;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
   }
   if (first == INT32_MAX) return;
   broadcast_string(comm, problem, first);

@@ -1,5 +1,6 @@
 #include "parallel/watchdog.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -7,6 +8,7 @@
 #include <mutex>
 #include <thread>
 
+#include "core/file_write.h"
 #include "core/log.h"
 
 namespace slimpi {
@@ -38,9 +40,20 @@ void watch_loop() {
     s.wake.wait_for(lock, poll);
     if (!s.running || !s.waiting) continue;
     double waited = std::chrono::duration<double>(Clock::now() - s.since).count();
+    if (s.what.file && waited > std::min(kFullDiskWait_s, s.timeout_s)) {
+      // (statvfs under the lock: the waiting thread only takes it to end its wait.)
+      if (auto full = disk_space_problem(*s.what.file)) {
+        log::error("{} has waited {:.0f} s on a file system that is out of space ({}): a write failed on some "
+                   "rank and the others cannot finish the collective call; ending the job (free space, then run "
+                   "again: the job resumes from its last finished checkpoint)",
+                   s.what.describe(), waited, *full);
+        std::fflush(nullptr);
+        std::_Exit(3);
+      }
+    }
     if (waited > s.timeout_s) {
-      log::error("{} has waited {:.0f} s (parallel.timeout_s = {}): a peer rank is dead, stuck "
-                 "or not calling it; ending the job",
+      log::error("{} has waited {:.0f} s (parallel.timeout_s = {}): a peer rank is dead, stuck, not calling "
+                 "it, or busy longer than that (a generation, a reward.command, a file write); ending the job",
                  s.what.describe(), waited, s.timeout_s);
       // MPI was initialised with MPI_THREAD_FUNNELED: this thread may not call MPI.
       // Exiting without MPI_Finalize makes the launcher (mpirun, srun) end every rank.

@@ -6,6 +6,8 @@
 // operation and how long it waited, and ends the process (_Exit(3): MPI runs
 // FUNNELED, so this thread may not call MPI_Abort); the launcher then ends every rank,
 // so no rank hangs forever.
+// A wait on a file (WaitInfo::file) is also ended once it has lasted kFullDiskWait_s
+// while that file's file system is out of space (core/file_write.h), naming the file.
 // Before start() (and in tests that never start it) guards cost one mutex and nothing
 // else. One wait is watched at a time: slimpi ranks issue collectives from one thread.
 #pragma once
@@ -23,8 +25,14 @@ struct WaitInfo {
   size_t count = 0;          // elements, 0 = not shown
   const char* dtype = "";
   int peer = -1;             // send/recv peer, -1 = none
+  // A file the wait reads or writes, or nullptr. A wait on a file whose file system is
+  // out of space is ended after a few seconds, not parallel.timeout_s: a write that
+  // failed on one rank can leave the others inside HDF5's collective calls for good.
+  const std::string* file = nullptr;
   std::string describe() const;
 };
+
+constexpr double kFullDiskWait_s = 3.0;
 
 class Watchdog {
  public:

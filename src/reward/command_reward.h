@@ -13,9 +13,10 @@
 
 namespace slimpi {
 
-// Runs `command` once for the batch. Its process group is killed when the call ends,
-// whatever the outcome; a command that prints more than kMaxRewardOutputBytesPerSample
-// bytes per sample, does not exit within timeout_s (even after closing its stdout),
+// Runs `command` once for the batch (core/child_process.h: it dies with this rank,
+// however the rank ends). Its process group is killed when the call ends, whatever the
+// outcome; a command that prints more than kMaxRewardOutputBytesPerSample bytes per
+// sample, does not exit within timeout_s (even after closing its stdout),
 // crashes, or answers anything but one finite number per sample is an error naming
 // the command and the sample.
 constexpr size_t kMaxRewardOutputBytesPerSample = 4096;

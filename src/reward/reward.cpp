@@ -57,6 +57,15 @@ RewardConfig RewardConfig::from_deck(const Deck& deck) {
   c.command_timeout_s = deck.get_float("reward.command_timeout_s");
   if (c.style == "command" && c.command.empty())
     SLIMPI_FAIL_ALL("reward.style = \"command\" ({}) needs reward.command", deck.source("reward.style"));
+  // The other ranks wait for the scores under the watchdog: a command allowed to run
+  // longer would have the job ended blaming a dead peer before its own time-out fires.
+  const double watchdog_s = deck.get_float("parallel.timeout_s");
+  if (c.style == "command" && c.command_timeout_s >= watchdog_s)
+    SLIMPI_FAIL_ALL("reward.command_timeout_s = {} ({}) must be below parallel.timeout_s = {} ({}): the ranks that "
+                    "wait for the scores would be stopped by the watchdog first (the wait also holds the batch's "
+                    "generation, so leave room for it)",
+                    c.command_timeout_s, deck.source("reward.command_timeout_s"), watchdog_s,
+                    deck.source("parallel.timeout_s"));
   return c;
 }
 

@@ -158,14 +158,65 @@ const char* chat_template_name(ChatTemplate t) {
   }
 }
 
+std::optional<ChatTemplate> recognise_chat_template(const std::string& jinja) {
+  const auto has = [&](const char* marker) { return jinja.find(marker) != std::string::npos; };
+  if (has("<|im_start|>")) return has("<think>") ? ChatTemplate::Qwen3 : ChatTemplate::ChatML;
+  if (has("<|start_header_id|>") && has("<|eot_id|>")) return ChatTemplate::Llama3;
+  return std::nullopt;
+}
+
+namespace {
+
+// data.chat_template, with "auto" resolved against the model's shipped template.
+ChatTemplate chosen_template(const Deck& deck, const Tokenizer& tokenizer) {
+  const std::string& name = deck.get_string("data.chat_template");
+  if (name != "auto") return parse_chat_template(name);
+  const Tokenizer::ShippedTemplate shipped = tokenizer.shipped_chat_template();
+  if (shipped.text.empty()) return ChatTemplate::None;
+  if (auto t = recognise_chat_template(shipped.text)) return *t;
+  SLIMPI_FAIL_ALL("data.chat_template = \"auto\" ({}): the chat template in {} is not one slimpi implements "
+                  "(chatml, llama3, qwen3); name one of them if it renders the same, or \"none\"",
+                  deck.source("data.chat_template"), shipped.source);
+}
+
+}  // namespace
+
+std::string describe_chat_template_choice(const Deck& deck, const Tokenizer& tokenizer) {
+  const Tokenizer::ShippedTemplate shipped = tokenizer.shipped_chat_template();
+  const std::string& name = deck.get_string("data.chat_template");
+  const std::string where = deck.source("data.chat_template");
+  if (shipped.text.empty())
+    return name == "auto" ? fmt::format("data.chat_template = \"auto\" ({}): {} ships no chat template; prompts are "
+                                        "used as they are",
+                                        where, tokenizer.describe())
+                          : std::string();
+  const std::optional<ChatTemplate> shipped_as = recognise_chat_template(shipped.text);
+  const std::string what = shipped_as ? fmt::format("a chat template slimpi renders as \"{}\"",
+                                                    chat_template_name(*shipped_as))
+                                      : std::string("a chat template slimpi does not implement");
+  if (name == "auto")
+    return fmt::format("data.chat_template = \"auto\" ({}): {} holds {}: using it", where, shipped.source, what);
+  const ChatTemplate chosen = parse_chat_template(name);
+  if (shipped_as && *shipped_as == chosen) return std::string();
+  if (chosen == ChatTemplate::None)
+    return fmt::format("the model ships {} ({}), but data.chat_template = none ({}): prompts are used as they are, "
+                       "not in its chat format{}",
+                       what, shipped.source, where,
+                       shipped_as ? fmt::format(" (set data.chat_template = \"{}\" or \"auto\")",
+                                                chat_template_name(*shipped_as))
+                                  : std::string());
+  return fmt::format("the model ships {} ({}), but data.chat_template = \"{}\" ({}) renders another", what,
+                     shipped.source, name, where);
+}
+
 ChatFormat ChatFormat::from_deck(const Deck& deck, const Tokenizer& tokenizer) {
   ChatFormat f;
-  f.chat_template = parse_chat_template(deck.get_string("data.chat_template"));
+  f.chat_template = chosen_template(deck, tokenizer);
   f.system_prompt = deck.get_string("data.system_prompt");
   f.enable_thinking = deck.get_bool("data.enable_thinking");
   if (!f.enabled() && !f.system_prompt.empty())
     SLIMPI_FAIL_ALL("data.system_prompt ({}) is put into conversations by a chat template, but data.chat_template "
-                    "= none ({}); choose chatml, llama3 or qwen3",
+                    "renders none ({}); choose chatml, llama3 or qwen3",
                     deck.source("data.system_prompt"), deck.source("data.chat_template"));
   if (!f.enable_thinking && f.chat_template != ChatTemplate::Qwen3)
     SLIMPI_FAIL_ALL("data.enable_thinking = false ({}) is a qwen3 template switch; data.chat_template = {} ({}) "

@@ -20,6 +20,7 @@
 // Pure functions; no state.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,12 +50,23 @@ struct ChatFormat {
   // The text that ends an assistant turn: "<|im_end|>" (chatml, qwen3), "<|eot_id|>" (llama3).
   std::string end_of_turn() const;
   // From data.chat_template, data.system_prompt and data.enable_thinking; checks that
-  // they fit together and with the tokenizer (llama3 needs its bos_token).
+  // they fit together and with the tokenizer (llama3 needs its bos_token). "auto" is
+  // the template the model ships when slimpi recognises it, none when it ships none,
+  // and an error when it ships one slimpi does not implement.
   static ChatFormat from_deck(const Deck& deck, const Tokenizer& tokenizer);
 };
 
-ChatTemplate parse_chat_template(const std::string& name);  // throws on an unknown name
+ChatTemplate parse_chat_template(const std::string& name);  // throws on an unknown name ("auto" included)
 const char* chat_template_name(ChatTemplate t);
+
+// Which built-in template a model's shipped Jinja template is, by the markers it writes:
+// <|im_start|> with <think> = qwen3, <|im_start|> = chatml, <|start_header_id|> with
+// <|eot_id|> = llama3; nullopt for anything else (or no text).
+std::optional<ChatTemplate> recognise_chat_template(const std::string& jinja);
+
+// One log line when the model ships a chat template and data.chat_template does not
+// render it ("none", or another template), or when "auto" picked one; "" otherwise.
+std::string describe_chat_template_choice(const Deck& deck, const Tokenizer& tokenizer);
 
 // A JSON message list ([{"role": ..., "content": ...}, ...]) as messages; a string is
 // one user message. Returns "" on success, else what is wrong (the caller adds file:line).

@@ -57,6 +57,20 @@ HfTokenizer::HfTokenizer(const std::string& path)
     SLIMPI_CHECK(id, "{}: eos_token '{}' is not in {}", (dir / "tokenizer_config.json").string(), *eos, bpe_.path());
     add(*id);
   }
+  if (cfg.is_object() && cfg.contains("chat_template")) {
+    const nlohmann::json& t = cfg["chat_template"];
+    if (t.is_string()) chat_template_ = {t.get<std::string>(), (dir / "tokenizer_config.json").string()};
+    else if (t.is_array())
+      for (const auto& named : t)
+        if (named.is_object() && named.value("template", nlohmann::json()).is_string() &&
+            (chat_template_.text.empty() || named.value("name", std::string()) == "default"))
+          chat_template_ = {named["template"].get<std::string>(),
+                            (dir / "tokenizer_config.json").string() + " (" + named.value("name", std::string()) + ")"};
+  }
+  if (chat_template_.text.empty() && std::filesystem::exists(dir / "chat_template.jinja")) {
+    std::ifstream in(dir / "chat_template.jinja");
+    chat_template_ = {std::string(std::istreambuf_iterator<char>(in), {}), (dir / "chat_template.jinja").string()};
+  }
   bos_ = id_of(config_token("bos_token"));
   if (bos_) bos_text_ = *config_token("bos_token");
   pad_ = id_of(config_token("pad_token"));

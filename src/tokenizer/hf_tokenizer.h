@@ -5,7 +5,11 @@
 // eos_token, whichever are present (at least one must be); an SFT response ends with the
 // first of them. decode() drops special tokens, as the reward and stop strings want.
 // tokenizer_config.json's bos_token and pad_token, when they name a token, are kept for
-// the export's config files (and the bos text for chat templates that write it).
+// the export's config files (and the bos text for chat templates that write it). The
+// model's own chat template (tokenizer_config.json's chat_template: a string, or a list
+// of {name, template} of which "default" or the first; else chat_template.jinja) is
+// kept as text: slimpi renders its built-in templates (tokenizer/chat_template.h) and
+// says when the shipped one is another or unused.
 #pragma once
 
 #include <filesystem>
@@ -29,6 +33,7 @@ class HfTokenizer : public Tokenizer {
   std::vector<int64_t> stop_ids() const override { return eos_; }
   int64_t vocab_size() const override { return bpe_.vocab_size(); }
   std::string describe() const override;
+  ShippedTemplate shipped_chat_template() const override { return chat_template_; }
   const BpeTokenizer& bpe() const { return bpe_; }
   const std::filesystem::path& directory() const { return dir_; }  // the one holding tokenizer.json
   std::optional<int64_t> bos_id() const { return bos_; }
@@ -40,6 +45,7 @@ class HfTokenizer : public Tokenizer {
   std::vector<int64_t> eos_;
   std::optional<int64_t> bos_, pad_;
   std::string bos_text_;
+  ShippedTemplate chat_template_;
 };
 
 }  // namespace slimpi

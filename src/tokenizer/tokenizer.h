@@ -35,6 +35,13 @@ class Tokenizer {
   virtual std::vector<int64_t> stop_ids() const = 0;  // a response ends at any of these
   virtual int64_t vocab_size() const = 0;             // the model needs at least this many ids
   virtual std::string describe() const = 0;           // one line for the log
+  // The chat template the vocabulary's model ships (Jinja text) and where it was read
+  // (tokenizer_config.json's chat_template, or chat_template.jinja); "" = none.
+  struct ShippedTemplate {
+    std::string text;
+    std::string source;
+  };
+  virtual ShippedTemplate shipped_chat_template() const { return {}; }
 };
 
 // From the resolved deck's tokenizer.path; checks that model.vocab_size covers its ids.

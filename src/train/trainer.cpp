@@ -680,6 +680,10 @@ void Trainer::save(const std::string& path) const {
   h5::write_attr(opt.id(), "n_steps", optimizer_.n_steps());
   h5::Handle rng = h5::create_group(f.id(), "rng");
   write_tensor(rng.id(), "torch_cpu", at::detail::getDefaultCPUGenerator().get_state());
+  rng.reset();
+  opt.reset();
+  model.reset();
+  f.close();  // throws when the data did not all reach the file
 }
 
 void Trainer::load(const std::string& path) {

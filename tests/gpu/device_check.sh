@@ -49,7 +49,21 @@ if [ -x "$usr/bin/mpicxx.openmpi" ]; then
 fi
 
 # 2. This machine's torch (its CUDA and NCCL come with it).
-python=${PYTHON:-python3}
+# The python whose torch the build links: $PYTHON, else the first of the GPU machine's
+# venv, the project's own torch venv (scripts/install_deps.sh) and python3 that has torch.
+find_python() {
+  local pin candidates=()
+  [ -n "${PYTHON:-}" ] && { echo "$PYTHON"; return; }
+  pin=$(sed -n 's/^set(SLIMPI_TORCH_PIN \(.*\))$/\1/p' "$root/cmake/SlimpiTorch.cmake")
+  candidates=(/opt/torch/.venv/bin/python "/opt/slimpi/torch-$pin/bin/python" python3 /usr/bin/python3)
+  for p in "${candidates[@]}"; do
+    if command -v "$p" >/dev/null 2>&1 && "$p" -c 'import torch' >/dev/null 2>&1; then echo "$p"; return; fi
+  done
+  echo "device_check: no python with torch found (tried PYTHON, ${candidates[*]}): set PYTHON=/path/to/python of a" \
+       "venv with torch (scripts/install_deps.sh makes /opt/slimpi/torch-$pin)" >&2
+  return 1
+}
+python=$(find_python) || exit 1
 torch_dir=$("$python" -c 'import os, torch; print(os.path.dirname(torch.__file__))')
 note "torch: $("$python" -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda)') at $torch_dir"
 

@@ -6,7 +6,8 @@
 # can fail). A corrupt checkpoint (flipped byte, truncated file) is skipped by "auto"
 # and refused when named; a changed model shape or world layout is refused with the
 # keys named; a changed learning rate is allowed and logged. Nothing is destroyed by
-# itself: "auto" with checkpoints of which none verifies is refused (each listed);
+# itself: "auto" with finished checkpoints of which none verifies is refused (each
+# listed), with only unfinished ones (no DONE) it starts over and keeps them aside;
 # resume = "never" moves the earlier run's files and checkpoints aside; a missing
 # rollouts.h5 leaves metrics.h5 as it is; a resumed run needs no model.init_from file;
 # a run already past run.n_steps says so and exits 0; an unwritable checkpoint.dir is
@@ -102,15 +103,21 @@ with h5py.File(f"{sys.argv[1]}/metrics.h5") as f:  # the final evaluation's row 
     assert f["steps/eval/pass@1"][7] == f["steps/eval/pass@1"][7], "no final evaluation in row 7"
 PY
 
-echo "== no verifying checkpoint: refused, nothing touched"
+echo "== finished checkpoints of which none verifies: refused, nothing touched"
 cp -r "$out/chunked" "$out/undone"
-rm -f "$out"/undone/ckpt/step_*/DONE
+/usr/bin/python3 - "$out"/undone/ckpt/step_*/trainer_state.h5 <<'PY'
+import sys
+for path in sys.argv[1:]:
+    data = bytearray(open(path, "rb").read())
+    data[len(data) // 2] ^= 0xFF
+    open(path, "wb").write(bytes(data))
+PY
 # (the lock and deck.resolved.toml belong to the job that is running, not to the run)
 data_files() { (cd "$out/undone" && find . -type f ! -name .slimpi.lock ! -name deck.resolved.toml | sort | xargs md5sum); }
 before=$(data_files)
 refused 4 undone "no checkpoint under $out/undone/ckpt can be resumed from:"
-grep -qF "step_00000006: no DONE marker" "$out/refused.log"
-grep -qF "step_00000007: no DONE marker" "$out/refused.log"
+grep -qF "step_00000006: trainer_state.h5: checksum" "$out/refused.log"
+grep -qF "step_00000007: trainer_state.h5: checksum" "$out/refused.log"
 [ "$before" = "$(data_files)" ] \
   || { echo "FAIL: a refused resume changed the run directory"; exit 1; }
 
@@ -120,6 +127,17 @@ grep -q "were moved to $out/undone/previous_" "$out/undone.log"
 aside=$(ls -d "$out"/undone/previous_*)
 test -f "$aside/rollouts.h5" && test -f "$aside/metrics.h5" && test -d "$aside/ckpt/step_00000007"
 [ "$(ls "$out/undone/ckpt")" = "step_00000002" ] || { ls "$out/undone/ckpt"; echo "FAIL: stale checkpoints"; exit 1; }
+
+echo "== only unfinished checkpoints (no DONE: a job that died inside them): \"auto\" starts over, keeping them aside"
+cp -r "$out/chunked" "$out/unfinished"
+rm -f "$out"/unfinished/ckpt/step_*/DONE "$out/unfinished/COMPLETE"
+run 4 unfinished --set run.n_steps=2
+grep -qF "no finished checkpoint under $out/unfinished/ckpt (2 unfinished: no DONE marker); starting over" \
+  "$out/unfinished.log"
+grep -q "were moved to $out/unfinished/previous_" "$out/unfinished.log"
+aside=$(ls -d "$out"/unfinished/previous_*)
+test -d "$aside/ckpt/step_00000007" && test -f "$aside/rollouts.h5"
+[ "$(ls "$out/unfinished/ckpt")" = "step_00000002" ] || { ls "$out/unfinished/ckpt"; echo "FAIL: unfinished checkpoints left"; exit 1; }
 
 echo "== rollouts.h5 lost, metrics.h5 kept; model.init_from not needed to resume"
 run 4 partial --set run.job_steps=3 --set model.init_from="$out/straight/trainer_state.h5"

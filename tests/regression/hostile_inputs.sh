@@ -79,11 +79,12 @@ fails directory_deck "deck file 'inputs' is a directory" 2 run inputs
 # Ranks without samples.
 runs sft_sparse 4 run inputs/sft_addition.toml --set run.n_steps=3 --set train.global_batch_size=2 \
   --set parallel.placement=colocate
+# (Groups of one learn only without the group baseline: raw rewards as advantages.)
 runs rl_sparse 4 run $deck --set eval.path= --set rollout.rollout_batch_size=1 --set rollout.n_samples_per_prompt=1 \
-  --set train.global_batch_size=1
+  --set train.global_batch_size=1 --set train.disable_rewards_normalization=true
 # 2 samples on 2 trainers in 2 optimizer steps: each rank's first half is empty.
 runs rl_empty_step 4 run $deck --set eval.path= --set rollout.rollout_batch_size=2 \
-  --set rollout.n_samples_per_prompt=1 --set train.num_steps_per_rollout=2
+  --set rollout.n_samples_per_prompt=1 --set train.num_steps_per_rollout=2 --set train.disable_rewards_normalization=true
 
 # One job per run directory: the first holds it (its reward waits for a file).
 timeout 300 $mpirun -np 2 "$slimpi" run $deck --set eval.path= --set parallel.placement=colocate \
