@@ -10,12 +10,19 @@
 //   failure_modes throw       rank 1 alone throws: the job must abort with rank 1's message
 //   failure_modes collective  every rank throws the same collective error: one message,
 //                             exit 1 everywhere, no abort
+//   failure_modes child_watchdog FILE  rank 1 starts a command (core/child_process.h) that
+//                             writes its pid and that of a child of its own to FILE and
+//                             sleeps, then hangs: the watchdog's _Exit ends it
+//   failure_modes child_abort FILE     the same, then rank 1 throws: MPI_Abort ends it
+//   (the script then checks that neither process of the command outlived the job)
 #include <mpi.h>
 #include <slimpi/error.h>
 #include <unistd.h>
 
+#include <memory>
 #include <string>
 
+#include "core/child_process.h"
 #include "core/exit_guard.h"
 #include "core/log.h"
 #include "io/appendable_dataset.h"
@@ -30,7 +37,8 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   slimpi::log::init(rank, size);
   const std::string mode = argc > 1 ? argv[1] : "";
-  const bool wait_mode = mode == "hang" || mode == "allreduce" || mode == "bcast" || mode == "idle" || mode == "h5";
+  const bool child_mode = mode == "child_watchdog" || mode == "child_abort";
+  const bool wait_mode = child_mode || mode == "hang" || mode == "allreduce" || mode == "bcast" || mode == "idle" || mode == "h5";
   slimpi::Watchdog::instance().start(2.0);
   int code = slimpi::run_guarded([&] {
     slimpi::MpiComm comm(MPI_COMM_WORLD, "trainer");
@@ -38,7 +46,15 @@ int main(int argc, char** argv) {
       sleep(120);  // outside MPI: never watched; the launcher ends it
       return 0;
     }
-    if (mode == "hang" && rank == 1) {
+    std::unique_ptr<slimpi::ChildProcess> child;
+    if (child_mode && rank == 1) {
+      const std::string file = argc > 2 ? argv[2] : "/dev/null";
+      child = std::make_unique<slimpi::ChildProcess>("sleep 1001 & echo $! >" + file + ".tmp; echo $$ >>" + file +
+                                                     ".tmp; mv " + file + ".tmp " + file + "; exec sleep 1000");
+      while (access(file.c_str(), F_OK) != 0) usleep(10000);  // both processes are running
+    }
+    if (mode == "child_abort" && rank == 1) SLIMPI_FAIL("rank-local failure with a command running");
+    if ((mode == "hang" || mode == "child_watchdog") && rank == 1) {
       float x = 0;
       comm.recv(&x, 1, slimpi::DType::F32, 0);  // never sent
     }

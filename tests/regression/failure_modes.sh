@@ -13,7 +13,7 @@ log=$(mktemp); trap 'rm -f "$log"' EXIT
 # MPI_Abort; a clean collective failure exits 1 on every rank.
 check() {  # MODE EXPECTED_RC PATTERN
   local start=$SECONDS
-  timeout 60 $mpirun -np 2 "$prog" "$1" >"$log" 2>&1
+  timeout 60 $mpirun -np 2 "$prog" $1 >"$log" 2>&1
   local rc=$?
   [ $((SECONDS - start)) -le 40 ] || { echo "$1: took $((SECONDS - start)) s (watchdog 2 s + 10 s, + start-up)"; exit 1; }
   [ $rc -ne 124 ] || { echo "$1: hung (timeout)"; cat "$log"; exit 1; }
@@ -28,4 +28,22 @@ check idle 3 "\[rank 1\] error: \[test\] idle barrier nobody else reaches idle b
 check h5 3 "\[rank 1\] error: (HDF5 file) row counts for a collective append (allgather) has waited"
 check throw 2 "\[rank 1\] error: rank-local failure on purpose"
 check collective 1 "slimpi: error: the same failure on every rank"
+
+# A command started by a rank (reward commands, environments) dies with it, and so does
+# its own child: after the watchdog's _Exit and after MPI_Abort.
+pids=$(mktemp -u)
+for mode in child_watchdog child_abort; do
+  rm -f "$pids"
+  if [ $mode = child_watchdog ]; then check "$mode $pids" 3 "recv of 1 x f32 from rank 0 has waited"
+  else check "$mode $pids" 2 "rank-local failure with a command running"; fi
+  [ -s "$pids" ] || { echo "$mode: the command never started"; exit 1; }
+  for _ in $(seq 100); do
+    left=$(for p in $(cat "$pids"); do kill -0 "$p" 2>/dev/null && echo "$p"; done)
+    [ -z "$left" ] && break
+    sleep 0.1
+  done
+  [ -z "$left" ] || { echo "$mode: the command's processes outlived the job: $(ps -o pid,ppid,cmd -p $left)"; exit 1; }
+  echo "failure_modes: $mode: the command and its child died with the rank"
+done
+rm -f "$pids"
 echo "failure_modes: ok"
