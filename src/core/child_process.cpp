@@ -1,12 +1,9 @@
 #include "core/child_process.h"
 
 #include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <slimpi/error.h>
 #include <sys/prctl.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,100 +15,80 @@ extern char** environ;
 namespace slimpi {
 namespace {
 
-// The keeper's descriptors after set-up: the command's stdin and stdout at 0 and 1,
-// the lifeline at 3; nothing else (not the rank's write end of the lifeline, nor any
-// other pipe the rank holds), so that only the rank's death closes the lifeline.
-constexpr int kLifelineFd = 3;
-
-void reset_signal(int sig) {
+// Default dispositions for the child: the rank ignores SIGPIPE and handles the stop
+// signals, and execve keeps ignored signals ignored. Async-signal-safe.
+void reset_signals() {
   struct sigaction sa;
   std::memset(&sa, 0, sizeof(sa));
   sa.sa_handler = SIG_DFL;
-  sigaction(sig, &sa, nullptr);
+  for (int sig : {SIGPIPE, SIGTERM, SIGINT, SIGUSR1, SIGHUP, SIGQUIT}) sigaction(sig, &sa, nullptr);
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
 }
 
-// The command: default signal dispositions (the rank ignores SIGPIPE and handles the
-// stop signals), and it dies with the keeper.
-[[noreturn]] void exec_command(pid_t keeper, char* const argv[]) {
-  for (int sig : {SIGPIPE, SIGTERM, SIGINT, SIGUSR1, SIGHUP}) reset_signal(sig);
+// The command: leads group G, stdin/stdout on the rank's pipes, dies with the rank's
+// thread too (PR_SET_PDEATHSIG). Async-signal-safe calls only.
+[[noreturn]] void exec_command(pid_t rank, int in, int out, char* const argv[]) {
+  setpgid(0, 0);
+  reset_signals();
   prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (getppid() != keeper) _exit(127);  // the keeper died before prctl took effect
+  if (getppid() != rank) _exit(127);  // the rank died before prctl took effect
+  if (dup2(in, STDIN_FILENO) < 0 || dup2(out, STDOUT_FILENO) < 0) _exit(127);
+  execve("/bin/sh", argv, environ);  // every other descriptor of the rank is close-on-exec
+  _exit(127);
+}
+
+// The watcher: joins group G and kills it when the lifeline (its stdin) reaches EOF.
+[[noreturn]] void exec_watcher(pid_t group, int lifeline, char* const argv[]) {
+  setpgid(0, group);
+  reset_signals();
+  if (dup2(lifeline, STDIN_FILENO) < 0) _exit(127);
+  const int null_fd = open("/dev/null", O_WRONLY);
+  if (null_fd >= 0) dup2(null_fd, STDOUT_FILENO);  // not the rank's stdout
   execve("/bin/sh", argv, environ);
   _exit(127);
 }
 
-// Runs in the forked keeper: async-signal-safe calls only.
-[[noreturn]] void run_keeper(int cmd_in, int cmd_out, int lifeline, char* const argv[]) {
-  setpgid(0, 0);
-  sigset_t none;
-  sigemptyset(&none);
-  sigprocmask(SIG_SETMASK, &none, nullptr);
-  for (int sig : {SIGTERM, SIGINT, SIGUSR1, SIGHUP}) reset_signal(sig);
-  struct rlimit no_core = {0, 0};
-  setrlimit(RLIMIT_CORE, &no_core);  // a keeper that re-raises SIGSEGV must not dump the rank's image
-  // Move the three descriptors above any number they might be moved onto, then down.
-  const int in = fcntl(cmd_in, F_DUPFD, 10), out = fcntl(cmd_out, F_DUPFD, 10), life = fcntl(lifeline, F_DUPFD, 10);
-  if (in < 0 || out < 0 || life < 0) _exit(127);
-  if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(life, kLifelineFd) < 0) _exit(127);
-  fcntl(kLifelineFd, F_SETFD, FD_CLOEXEC);  // the command does not hold it
-  if (syscall(SYS_close_range, kLifelineFd + 1, ~0U, 0) != 0)
-    for (int fd = kLifelineFd + 1; fd < 65536; ++fd) close(fd);
-  const pid_t keeper = getpid();
-  const pid_t cmd = fork();
-  if (cmd == 0) exec_command(keeper, argv);
-  close(0);  // only the command holds its pipes, so the rank sees their ends when it exits
-  close(1);
-  if (cmd < 0) _exit(127);
-  const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, cmd, 0));
-  for (;;) {
-    struct pollfd fds[2] = {{kLifelineFd, POLLIN, 0}, {pidfd, POLLIN, 0}};
-    const int n = poll(fds, pidfd >= 0 ? 2 : 1, pidfd >= 0 ? -1 : 10);
-    if (n > 0 && fds[0].revents != 0) {  // the rank is gone: the whole group goes with it
-      kill(0, SIGKILL);
-      _exit(137);
-    }
-    int status = 0;
-    const pid_t r = waitpid(cmd, &status, WNOHANG);
-    if (r == cmd) {
-      if (WIFSIGNALED(status)) {  // die of the same signal, so the rank reads the command's status
-        reset_signal(WTERMSIG(status));
-        kill(keeper, WTERMSIG(status));
-        _exit(128 + WTERMSIG(status));
-      }
-      _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 127);
-    }
-    if (r < 0 && errno != EINTR) _exit(127);
-  }
+void close_all(std::initializer_list<int> fds) {
+  for (int fd : fds)
+    if (fd >= 0) close(fd);
 }
 
 }  // namespace
 
 ChildProcess::ChildProcess(const std::string& command) {
-  int to_child[2], from_child[2], lifeline[2];
-  SLIMPI_CHECK(pipe2(to_child, O_CLOEXEC) == 0, "cannot start '{}': pipe failed: {}", command, std::strerror(errno));
-  if (pipe2(from_child, O_CLOEXEC) != 0 || pipe2(lifeline, O_CLOEXEC) != 0) {
+  int to_child[2] = {-1, -1}, from_child[2] = {-1, -1}, lifeline[2] = {-1, -1};
+  if (pipe2(to_child, O_CLOEXEC) != 0 || pipe2(from_child, O_CLOEXEC) != 0 || pipe2(lifeline, O_CLOEXEC) != 0) {
     const int e = errno;
-    close(to_child[0]);
-    close(to_child[1]);
+    close_all({to_child[0], to_child[1], from_child[0], from_child[1], lifeline[0], lifeline[1]});
     SLIMPI_FAIL("cannot start '{}': pipe failed: {}", command, std::strerror(e));
   }
   // Everything the children need is made before fork: they may not allocate.
-  char sh[] = "sh", dash_c[] = "-c";
+  char sh[] = "sh", dash_c[] = "-c", watch[] = "read -r _; kill -KILL 0";
   std::string text = command;
-  char* const argv[] = {sh, dash_c, text.data(), nullptr};
+  char* const command_argv[] = {sh, dash_c, text.data(), nullptr};
+  char* const watcher_argv[] = {sh, dash_c, watch, nullptr};
+  const pid_t rank = getpid();
   const pid_t pid = fork();
-  if (pid == 0) run_keeper(to_child[0], from_child[1], lifeline[0], argv);
+  if (pid == 0) exec_command(rank, to_child[0], from_child[1], command_argv);
   const int fork_errno = errno;
-  close(to_child[0]);
-  close(from_child[1]);
-  close(lifeline[0]);
-  if (pid < 0) {
-    close(to_child[1]);
-    close(from_child[0]);
-    close(lifeline[1]);
-    SLIMPI_FAIL("cannot start '{}': fork failed: {}", command, std::strerror(fork_errno));
+  if (pid > 0) {
+    setpgid(pid, pid);  // also here: the group exists before the watcher joins it
+    watcher_ = fork();
+    if (watcher_ == 0) exec_watcher(pid, lifeline[0], watcher_argv);
+    if (watcher_ > 0) setpgid(watcher_, pid);
   }
-  setpgid(pid, pid);  // also here: a kill(-pid) right after fork must find the group
+  close_all({to_child[0], from_child[1], lifeline[0]});
+  if (pid < 0 || watcher_ < 0) {
+    const int e = pid < 0 ? fork_errno : errno;
+    if (pid > 0) {
+      kill(-pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+    close_all({to_child[1], from_child[0], lifeline[1]});
+    SLIMPI_FAIL("cannot start '{}': fork failed: {}", command, std::strerror(e));
+  }
   pid_ = pid;
   in_ = to_child[1];
   out_ = from_child[0];
@@ -123,8 +100,9 @@ ChildProcess::ChildProcess(const std::string& command) {
 ChildProcess::~ChildProcess() {
   close_stdin();
   close_stdout();
-  kill(-pid_, SIGKILL);  // the keeper, the command and the command's own children
+  kill(-pid_, SIGKILL);  // the command, its own children and the watcher
   if (!reaped_) waitpid(pid_, nullptr, 0);
+  waitpid(watcher_, nullptr, 0);
   close(lifeline_);
 }
 

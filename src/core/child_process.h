@@ -6,15 +6,14 @@
 // group, whatever the outcome of the call.
 //
 // How nothing is left behind however the rank ends (return, exception, the watchdog's
-// _Exit, MPI_Abort, SIGKILL from mpirun or the user):
-//   rank ──fork──> keeper (leader of a new process group G) ──fork──> sh -c COMMAND (in G)
-// The keeper holds the read end of a "lifeline" pipe whose only write end is the
-// rank's. When the rank dies in any way the kernel closes that end, the keeper sees
-// the hang-up and kills group G (the command, its children, itself). While the rank
-// lives, the keeper waits for the command and exits with its status (or dies of its
-// signal), so the rank sees the command's own exit status. The command also has
-// PR_SET_PDEATHSIG against the keeper. A descendant that leaves group G on purpose
-// (setsid, setpgid) escapes; nothing else does.
+// _Exit, MPI_Abort, SIGKILL from mpirun or the user): the command (`sh -c COMMAND`)
+// leads a new process group G, and a watcher (`sh -c 'read -r _; kill -KILL 0'`) joins
+// G reading a "lifeline" pipe whose only write end is the rank's. When the rank dies in
+// any way the kernel closes that end, the watcher's read ends and it kills group G (the
+// command, its children, itself). The rank waits for the command itself, so it sees the
+// command's own exit status. The command also has PR_SET_PDEATHSIG. A descendant that
+// leaves group G on purpose (setsid, setpgid) escapes; nothing else does. Both children
+// are `sh` at once (exec right after fork): no copy of the rank lingers under its name.
 // Between fork and exec the children call only async-signal-safe functions: the rank
 // has threads (OpenMP, MPI progress), so nothing else is safe there.
 #pragma once
@@ -30,11 +29,11 @@ class ChildProcess {
  public:
   // Starts `command`; throws slimpi::Error when pipes or fork fail.
   explicit ChildProcess(const std::string& command);
-  ~ChildProcess();  // closes the pipes, kills group G, reaps the keeper
+  ~ChildProcess();  // closes the pipes, kills group G, reaps the command and the watcher
   ChildProcess(const ChildProcess&) = delete;
   ChildProcess& operator=(const ChildProcess&) = delete;
 
-  pid_t pid() const { return pid_; }  // the keeper: also the process group's id
+  pid_t pid() const { return pid_; }  // the command's shell: also the process group's id
   int stdin_fd() const { return in_; }    // non-blocking; -1 once closed
   int stdout_fd() const { return out_; }  // non-blocking; -1 once closed
   void close_stdin();
@@ -49,7 +48,8 @@ class ChildProcess {
   pid_t pid_ = -1;
   int in_ = -1;
   int out_ = -1;
-  int lifeline_ = -1;  // write end; the keeper kills group G when it closes
+  pid_t watcher_ = -1;
+  int lifeline_ = -1;  // write end; the watcher kills group G when it closes
   bool reaped_ = false;
 };
 

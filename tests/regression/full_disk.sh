@@ -7,7 +7,8 @@
 #  * a run that checkpointed, then ran out of space: after the space is freed the next
 #    job resumes from the last finished checkpoint and ends as a straight run does, bit
 #    for bit (metrics, rollouts.h5, weights);
-#  * a run whose only checkpoint was cut short starts over, keeping its files aside.
+#  * a run whose only checkpoint was cut short starts over, keeping its files aside;
+#  * `slimpi generate` into a full disk says so and leaves no empty .slimpi.lock.
 # Needs root (mount -t tmpfs); exits 77 (skipped) where mounting is not allowed.
 # Usage: full_disk.sh SLIMPI ROOT "MPIRUN FLAGS"
 set -uo pipefail
@@ -82,4 +83,12 @@ $mpirun -np 2 "$slimpi" run $deck --set run.n_steps=2 --set run.dir="$disk/run" 
   || { cat "$out/over.log"; exit 1; }
 grep -q "starting over" "$out/over.log" && grep -q "were moved to $disk/run/previous_" "$out/over.log" \
   || { cat "$out/over.log"; echo "FAIL: no start-over with the earlier files kept"; exit 1; }
+echo "== generate on a disk with no room: refused naming the file, no empty lock file left"
+mount_disk 1m
+fill_to 0
+timeout 120 $mpirun -np 2 "$slimpi" generate inputs/generate_addition.toml --set model.init_from= \
+  --set run.dir="$disk/gen" >"$out/gen.log" 2>&1 && { cat "$out/gen.log"; echo "FAIL: generate ran on a full disk"; exit 1; }
+grep -q "No space left on device" "$out/gen.log" || { cat "$out/gen.log"; echo "FAIL: no reason given"; exit 1; }
+test ! -e "$disk/gen/.slimpi.lock" || { echo "FAIL: an empty .slimpi.lock was left"; exit 1; }
+echo "full_disk: generate: $(grep -m1 -o 'cannot [^:]*: No space left on device' "$out/gen.log")"
 echo "full_disk: OK"

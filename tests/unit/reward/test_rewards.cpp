@@ -121,6 +121,17 @@ TEST(Rewards, CommandTimeOutAndBadAnswersNameTheSample) {
   EXPECT_NE(few.find("gave 1 numbers for 2 samples"), std::string::npos) << few;
   std::string failed = error_of("exit 3", 10);
   EXPECT_NE(failed.find("exit status 3"), std::string::npos) << failed;
+  // After every sample has its number, messages say so (not "at after the last of 2").
+  std::string many = error_of("cat >/dev/null; echo 1; echo 1; echo 1", 10);
+  EXPECT_NE(many.find("gave 3 numbers for 2 samples: 1 more than samples"), std::string::npos) << many;
+  std::string late = error_of("cat >/dev/null; echo 1; echo 1; exit 4", 10);
+  EXPECT_NE(late.find("failed (exit status 4) after answering all 2 samples"), std::string::npos) << late;
+  std::string extra = error_of("cat >/dev/null; echo 1; echo 1; echo done", 10);
+  EXPECT_NE(extra.find("answered \"done\" after all 2 samples had their number"), std::string::npos) << extra;
+  // The command keeps its default SIGPIPE (the rank ignores it): `yes | head` ends.
+  cfg.command = "cat >/dev/null; yes 1 | head -n 2";
+  cfg.command_timeout_s = 10;
+  EXPECT_EQ(compute_rewards(cfg, batch), (std::vector<float>{1.0f, 1.0f}));
 }
 
 }  // namespace

@@ -63,6 +63,21 @@ TEST(ChatTemplate, StripsUnicodeWhitespaceAsPython) {
   EXPECT_EQ(strip_unicode_whitespace("机器 学习"), "机器 学习");
 }
 
+TEST(ChatTemplate, RecognisesShippedTemplatesByTheirMarkers) {
+  // Fragments of the models' own Jinja templates (Qwen2.5, Qwen3, Llama 3 Instruct).
+  EXPECT_EQ(recognise_chat_template("{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>'}}"),
+            ChatTemplate::ChatML);
+  EXPECT_EQ(recognise_chat_template("{%- if enable_thinking is defined %}<think>\\n\\n</think>{%- endif %}"
+                                    "{{- '<|im_start|>assistant\\n' }}"),
+            ChatTemplate::Qwen3);
+  EXPECT_EQ(recognise_chat_template("{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'"
+                                    " + message['content'] | trim + '<|eot_id|>' }}"),
+            ChatTemplate::Llama3);
+  EXPECT_EQ(recognise_chat_template("{% for m in messages %}### {{ m.role }}: {{ m.content }}{% endfor %}"),
+            std::nullopt);
+  EXPECT_EQ(recognise_chat_template(""), std::nullopt);
+}
+
 TEST(ChatTemplate, RefusesWhatItCannotRender) {
   std::vector<ChatMessage> m;
   auto problem = [&](const char* json, ChatTemplate t) { return parse_chat_messages(nlohmann::json::parse(json), t, &m); };
