@@ -57,8 +57,11 @@ int main(int argc, char** argv) {
   }
   if (slimpi::h5::library_damaged()) {
     // An HDF5 file failed to close (a full disk): HDF5 would crash closing it again
-    // inside MPI_Finalize. The error was reported; end without it (the launcher ends
-    // the other ranks).
+    // inside MPI_Finalize. Say it (a destructor may have been the one to close it) and
+    // end without it (the launcher ends the other ranks).
+    if (code == 0)  // (otherwise the job's error was reported already)
+      slimpi::log::error("{} (ending without MPI_Finalize: HDF5 cannot shut down cleanly after it)",
+                         slimpi::h5::library_damage_report());
     std::fflush(nullptr);
     std::_Exit(code != 0 ? code : 1);
   }

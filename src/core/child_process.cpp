@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <slimpi/error.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -27,6 +28,13 @@ void reset_signals() {
   sigprocmask(SIG_SETMASK, &none, nullptr);
 }
 
+// Everything above stderr: HDF5's and MPI's descriptors are not close-on-exec, and a
+// command must hold neither a run file nor the lifeline's write end. Async-signal-safe.
+void close_from_3() {
+  if (syscall(SYS_close_range, 3U, ~0U, 0U) != 0)
+    for (int fd = 3; fd < 65536; ++fd) close(fd);
+}
+
 // The command: leads group G, stdin/stdout on the rank's pipes, dies with the rank's
 // thread too (PR_SET_PDEATHSIG). Async-signal-safe calls only.
 [[noreturn]] void exec_command(pid_t rank, int in, int out, char* const argv[]) {
@@ -35,17 +43,19 @@ void reset_signals() {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != rank) _exit(127);  // the rank died before prctl took effect
   if (dup2(in, STDIN_FILENO) < 0 || dup2(out, STDOUT_FILENO) < 0) _exit(127);
-  execve("/bin/sh", argv, environ);  // every other descriptor of the rank is close-on-exec
+  close_from_3();
+  execve("/bin/sh", argv, environ);
   _exit(127);
 }
 
 // The watcher: joins group G and kills it when the lifeline (its stdin) reaches EOF.
 [[noreturn]] void exec_watcher(pid_t group, int lifeline, char* const argv[]) {
-  setpgid(0, group);
+  if (setpgid(0, group) != 0) _exit(127);  // outside G, `kill 0` would hit the rank's own group
   reset_signals();
   if (dup2(lifeline, STDIN_FILENO) < 0) _exit(127);
   const int null_fd = open("/dev/null", O_WRONLY);
   if (null_fd >= 0) dup2(null_fd, STDOUT_FILENO);  // not the rank's stdout
+  close_from_3();
   execve("/bin/sh", argv, environ);
   _exit(127);
 }
@@ -119,8 +129,13 @@ void ChildProcess::close_stdout() {
 bool ChildProcess::wait_until(std::chrono::steady_clock::time_point deadline, int* status) {
   while (true) {
     const pid_t r = waitpid(pid_, status, WNOHANG);
-    if (r == pid_ || (r < 0 && errno != EINTR)) {
+    if (r == pid_) {
       reaped_ = true;
+      return true;
+    }
+    if (r < 0 && errno != EINTR) {  // (ECHILD: someone else reaped it) not a success
+      reaped_ = true;
+      *status = W_EXITCODE(127, 0);
       return true;
     }
     if (std::chrono::steady_clock::now() >= deadline) return false;

@@ -106,13 +106,11 @@ void describe_optimizer_steps(const Deck& deck, int64_t per_step) {
   }
   if (per_step % gbs == 0) return;
   const int64_t n_steps = std::max<int64_t>(1, per_step / gbs);
-  const int64_t small = per_step / n_steps, large = (per_step + n_steps - 1) / n_steps;
   if (log::is_root())  // a deck fact: said once, not by every rank
     log::warn("train.global_batch_size = {} ({}) does not divide the {} samples of a rollout "
-              "(rollout.rollout_batch_size x rollout.n_samples_per_prompt): each rollout takes {} optimizer step{} of "
-              "{} samples; set train.num_steps_per_rollout to choose",
-              gbs, deck.source("train.global_batch_size"), per_step, n_steps, n_steps > 1 ? "s" : "",
-              small == large ? fmt::format("{}", small) : fmt::format("{}-{}", small, large));
+              "(rollout.rollout_batch_size x rollout.n_samples_per_prompt): each rollout takes {} optimizer step{} "
+              "(its samples split evenly over them); set train.num_steps_per_rollout to choose",
+              gbs, deck.source("train.global_batch_size"), per_step, n_steps, n_steps > 1 ? "s" : "");
 }
 
 }  // namespace
@@ -365,11 +363,12 @@ int64_t Driver::run() {
     if (step_metrics_.count("eval/pass@1"))
       log::info("final eval (after {} steps): pass@1 {:.3f}", step, step_metrics_.at("eval/pass@1"));
   }
-  if (trainer_ && writes_trainer_state()) {
-    const std::string path = ctx_.run_dir + "/trainer_state.h5";
-    trainer_->save(path);
-    if (rank_in(ctx_.world->trainer()) == 0) log::info("trainer state (model, optimizer, RNG) written to {}", path);
-  }
+  const std::string state_path = ctx_.run_dir + "/trainer_state.h5";
+  run_on_all_and_agree(ctx_.world->world(), "writing " + state_path, [&] {
+    if (trainer_ && writes_trainer_state()) trainer_->save(state_path);
+  });
+  if (trainer_ && rank_in(ctx_.world->trainer()) == 0)
+    log::info("trainer state (model, optimizer, RNG) written to {}", state_path);
   mark_run_complete(step);
   if (n_short_batches_ > 0)
     log::info("{} of the {} steps of this job trained a short batch (rollout/short_batch_groups in metrics.h5)",

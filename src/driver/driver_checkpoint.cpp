@@ -19,6 +19,7 @@
 #include "driver/driver.h"
 #include "driver/async_generator.h"
 #include "driver/rollout_batch.h"
+#include "core/file_write.h"
 #include "core/log.h"
 #include "core/stop_signal.h"
 #include "io/metrics_log.h"
@@ -166,6 +167,8 @@ void Driver::resume_and_open_files() {
           body();
         } catch (const Error& e) {
           const std::string what = e.what();
+          if (auto full = disk_space_problem(path))  // not damaged: the cut itself needs room
+            SLIMPI_FAIL("cannot cut {} back to step {}: {}; free space and run again", path, start_step_, *full);
           SLIMPI_FAIL("{} is damaged and cannot be continued ({}). Move it away (mv {} {}.damaged) and run "
                       "again: the run resumes from checkpoint {} with a new {} that holds steps {} on (what "
                       "HDF5 can still read of the earlier steps stays in the moved file)",

@@ -63,7 +63,8 @@ T read_scalar_attr(hid_t loc, const std::string& name) {
   return value;
 }
 
-bool damaged = false;  // an H5Fclose failed in this process
+bool damaged = false;       // an H5Fclose failed in this process
+std::string damage_report;  // its error, for a close no caller could report (a destructor)
 
 // Paths of the files this process has open: an HDF5 error says when one of them sits
 // on a file system that is out of space (MPI-IO does not pass errno up).
@@ -94,7 +95,7 @@ std::string full_disk_note() {
     struct stat st;
     if (stat(p.c_str(), &st) != 0 || !devices.insert(st.st_dev).second) continue;
     const std::string dir = std::filesystem::path(p).parent_path().string();
-    if (auto full = disk_space_problem(dir.empty() ? p : dir)) note += "\n  " + *full;
+    if (auto full = disk_space_problem(dir.empty() ? p : dir)) note += (note.empty() ? "" : "; ") + *full;
   }
   return note;
 }
@@ -102,13 +103,14 @@ std::string full_disk_note() {
 }  // namespace
 
 bool library_damaged() { return damaged; }
+const std::string& library_damage_report() { return damage_report; }
 
 void fail(const std::string& what) {
   std::string stack;
   H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, collect_frame, &stack);
   H5Eclear2(H5E_DEFAULT);
   // Out of space: that is the whole story (HDF5's chain is a dozen frames of it).
-  if (const std::string full = full_disk_note(); !full.empty()) SLIMPI_FAIL("HDF5: {} failed:{}", what, full);
+  if (const std::string full = full_disk_note(); !full.empty()) SLIMPI_FAIL("HDF5: {} failed: {}", what, full);
   std::replace(stack.begin(), stack.end(), '\n', ' ');
   SLIMPI_FAIL("HDF5: {} failed{}{}", what, stack.empty() ? "" : ": ", stack);
 }
@@ -154,7 +156,10 @@ File File::open(const std::string& path, bool writable, MPI_Comm comm) {
 
 File& File::operator=(File&& o) noexcept {
   if (this != &o) {
-    close();
+    try {
+      close();
+    } catch (...) {  // recorded: library_damage_report()
+    }
     handle_ = std::move(o.handle_);
     comm_ = o.comm_;
     path_ = std::move(o.path_);
@@ -168,13 +173,19 @@ void File::close() {
   WaitGuard guard({&context, parallel() ? "collective close" : "close", 0, "", -1, &path_});
   const hid_t id = handle_.id();
   handle_.release();
-  note_closed(path_);
   if (H5Fclose(id) < 0) {
     // The data did not all reach the file (a full disk). HDF5 keeps the broken file in
     // its tables and crashes closing it again at exit: see library_damaged().
     damaged = true;
-    fail("close of " + path_ + " (its last writes)");
+    try {
+      fail("close of " + path_ + " (its last writes)");
+    } catch (const Error& e) {
+      note_closed(path_);
+      damage_report = e.what();
+      throw;
+    }
   }
+  note_closed(path_);
 }
 
 void File::flush() {

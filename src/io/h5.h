@@ -21,6 +21,7 @@ namespace slimpi::h5 {
 // in its tables and crashes (SIGSEGV) closing it again when MPI_Finalize ends the
 // library, so main() skips MPI_Finalize after an error when this is true.
 bool library_damaged();
+const std::string& library_damage_report();  // the failed close's message
 
 // Throws slimpi::Error("<what>: <HDF5 error stack>").
 [[noreturn]] void fail(const std::string& what);

@@ -87,12 +87,22 @@ void run_on_all_and_agree(MPI_Comm comm, const std::string& context, const std::
     check_mpi(MPI_Iallreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm, &request), "MPI_Iallreduce");
     const auto since = std::chrono::steady_clock::now();
     bool said = false;
+    const bool out_of_space = problem.find("no space left on device") != std::string::npos ||
+                              problem.find("No space left on device") != std::string::npos;
     for (int done = 0; !done;) {
       check_mpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
       if (done) break;
-      if (failed && !said && std::chrono::steady_clock::now() - since > std::chrono::seconds(2)) {
+      const auto waited = std::chrono::steady_clock::now() - since;
+      if (failed && !said && waited > std::chrono::seconds(2)) {
         log::error("{}: {} (waiting for the other ranks to hear of it)", context, problem);
         said = true;
+      }
+      // Out of space, the others may be held in a wait that knows no file (an HDF5
+      // library call between two of ours): do not wait parallel.timeout_s for them.
+      if (failed && out_of_space && waited > std::chrono::duration<double>(2 * kFullDiskWait_s)) {
+        log::error("{}: the other ranks did not hear of it in {:.0f} s; aborting the job", context,
+                   2 * kFullDiskWait_s);
+        MPI_Abort(MPI_COMM_WORLD, 2);
       }
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }

@@ -43,9 +43,9 @@ void watch_loop() {
     if (s.what.file && waited > std::min(kFullDiskWait_s, s.timeout_s)) {
       // (statvfs under the lock: the waiting thread only takes it to end its wait.)
       if (auto full = disk_space_problem(*s.what.file)) {
-        log::error("{} has waited {:.0f} s on a file system that is out of space ({}): a write failed on some "
-                   "rank and the others cannot finish the collective call; ending the job (free space, then run "
-                   "again: the job resumes from its last finished checkpoint)",
+        log::error("{} has waited {:.0f} s on a file system that is out of space ({}): a write has most likely "
+                   "failed on some rank, and the others cannot finish the collective call; ending the job (free "
+                   "space, then run again: the job resumes from its last finished checkpoint)",
                    s.what.describe(), waited, *full);
         std::fflush(nullptr);
         std::_Exit(3);

@@ -194,8 +194,10 @@ std::string describe_chat_template_choice(const Deck& deck, const Tokenizer& tok
   const std::string what = shipped_as ? fmt::format("a chat template slimpi renders as \"{}\"",
                                                     chat_template_name(*shipped_as))
                                       : std::string("a chat template slimpi does not implement");
-  if (name == "auto")
-    return fmt::format("data.chat_template = \"auto\" ({}): {} holds {}: using it", where, shipped.source, what);
+  if (name == "auto")  // (an unrecognised one is refused by ChatFormat::from_deck)
+    return shipped_as ? fmt::format("data.chat_template = \"auto\" ({}): {} holds {}: using it", where,
+                                    shipped.source, what)
+                      : std::string();
   const ChatTemplate chosen = parse_chat_template(name);
   if (shipped_as && *shipped_as == chosen) return std::string();
   if (chosen == ChatTemplate::None)

@@ -53,7 +53,10 @@ int main(int argc, char** argv) {
                                                      ".tmp; mv " + file + ".tmp " + file + "; exec sleep 1000");
       while (access(file.c_str(), F_OK) != 0) usleep(10000);  // both processes are running
     }
-    if (mode == "child_abort" && rank == 1) SLIMPI_FAIL("rank-local failure with a command running");
+    if (mode == "child_abort" && rank == 1) {
+      child.release();  // no destructor kills it: only the rank's death may (MPI_Abort below)
+      SLIMPI_FAIL("rank-local failure with a command running");
+    }
     if ((mode == "hang" || mode == "child_watchdog") && rank == 1) {
       float x = 0;
       comm.recv(&x, 1, slimpi::DType::F32, 0);  // never sent

@@ -26,20 +26,10 @@ cd "$root"
 deck="inputs/smoke_rl.toml --set run.n_steps=2"
 fixture=tests/fixtures/hf/qwen2_with_tokenizer
 
-fails() {  # NAME PATTERN NP ARGS...: the job must end non-zero within 120 s with PATTERN
-  local name=$1 pattern=$2 np=$3; shift 3
-  timeout 120 $mpirun -np "$np" "$slimpi" "$@" >"$out/$name.log" 2>&1
-  local rc=$?
-  [ $rc -ne 124 ] || { echo "FAIL: $name hung"; cat "$out/$name.log"; exit 1; }
-  [ $rc -ne 0 ] || { echo "FAIL: $name: exit 0, expected a failure"; cat "$out/$name.log"; exit 1; }
-  grep -qF -- "$pattern" "$out/$name.log" || { echo "FAIL: $name: no '$pattern'"; cat "$out/$name.log"; exit 1; }
-  echo "bad_luck: $name: refused (exit $rc)"
-}
-runs() {  # NAME NP ARGS...: the job must finish (exit 0)
-  local name=$1 np=$2; shift 2
-  timeout 300 $mpirun -np "$np" "$slimpi" "$@" >"$out/$name.log" 2>&1 \
-    || { echo "FAIL: $name failed"; cat "$out/$name.log"; exit 1; }
-}
+tag=bad_luck
+source "$root/tests/regression/run_helpers.sh"
+fails() { job_fails "$@"; }  # NAME PATTERN NP ARGS...
+runs() { job_runs "$@"; }    # NAME NP ARGS...
 said() {  # NAME PATTERN: the log of NAME holds PATTERN
   grep -qF -- "$2" "$out/$1.log" || { echo "FAIL: $1: no '$2'"; cat "$out/$1.log"; exit 1; }
 }
@@ -49,8 +39,8 @@ fails slow_reward "reward.command_timeout_s = 60 (--set) must be below parallel.
   --set reward.style=command --set reward.command="sleep 1000" --set reward.command_timeout_s=60 \
   --set parallel.timeout_s=40 --set run.dir="$out/slow_reward"
 
-# The command records its own pid, its child's and the rank's (its keeper's parent), then sleeps.
-sleeper="sleep 1001 & echo \$! >$out/PIDS.tmp; echo \$\$ >>$out/PIDS.tmp; awk '{print \$4}' /proc/\$PPID/stat >$out/RANK; mv $out/PIDS.tmp $out/PIDS; exec sleep 1000 # $marker"
+# The command records its own pid, its child's and the rank's (its parent), then sleeps.
+sleeper="sleep 1001 & echo \$! >$out/PIDS.tmp; echo \$\$ >>$out/PIDS.tmp; echo \$PPID >$out/RANK; mv $out/PIDS.tmp $out/PIDS; exec sleep 1000 # $marker"
 dies_with_job() {  # HOW: start a job whose reward command sleeps, end it HOW, check nothing is left
   local how=$1 job left
   rm -f "$out/PIDS" "$out/RANK"
@@ -59,7 +49,12 @@ dies_with_job() {  # HOW: start a job whose reward command sleeps, end it HOW, c
   job=$!
   for _ in $(seq 600); do [ -s "$out/PIDS" ] && break; sleep 0.1; done
   [ -s "$out/PIDS" ] || { kill -9 $job; cat "$out/$how.log"; echo "FAIL: $how: the reward command never started"; exit 1; }
-  if [ "$how" = kill9_router ]; then kill -9 "$(cat "$out/RANK")"; else kill -INT $job; fi
+  if [ "$how" = kill9_router ]; then
+    [ "$(cat /proc/"$(cat "$out/RANK")"/comm)" = slimpi ] || { kill -9 $job; echo "FAIL: $out/RANK is no slimpi rank"; exit 1; }
+    kill -9 "$(cat "$out/RANK")"
+  else
+    kill -INT $job
+  fi
   for _ in $(seq 600); do kill -0 $job 2>/dev/null || break; sleep 0.1; done
   kill -0 $job 2>/dev/null && { kill -9 $job; cat "$out/$how.log"; echo "FAIL: $how: the job did not end in 60 s"; exit 1; }
   wait $job
@@ -116,7 +111,7 @@ echo "== 6. decks that cannot learn, or train on less than asked"
 fails group_of_one "rollout.n_samples_per_prompt = 1 (--set) with train.advantage_estimator = \"grpo\" (default): each reward is centred on its group's mean" \
   2 run $deck --set rollout.n_samples_per_prompt=1 --set run.dir="$out/group_of_one"
 runs odd_batch 2 run $deck --set eval.path= --set train.global_batch_size=12 --set run.dir="$out/odd_batch"
-said odd_batch "train.global_batch_size = 12 (--set) does not divide the 32 samples of a rollout (rollout.rollout_batch_size x rollout.n_samples_per_prompt): each rollout takes 2 optimizer steps of 16 samples"
+said odd_batch "train.global_batch_size = 12 (--set) does not divide the 32 samples of a rollout (rollout.rollout_batch_size x rollout.n_samples_per_prompt): each rollout takes 2 optimizer steps (its samples split evenly over them)"
 [ "$(grep -c "does not divide" "$out/odd_batch.log")" = 1 ] || { cat "$out/odd_batch.log"; echo "FAIL: said more than once"; exit 1; }
 echo "bad_luck: the optimizer steps of an odd global_batch_size are said once"
 

@@ -22,21 +22,10 @@ trap cleanup EXIT
 cd "$root"
 deck="inputs/smoke_rl.toml --set run.n_steps=2"
 
-fails() {  # NAME PATTERN NP ARGS...: the job must end non-zero within 120 s with PATTERN
-  local name=$1 pattern=$2 np=$3; shift 3
-  timeout 120 $mpirun -np "$np" "$slimpi" "$@" --set run.dir="$out/$name" >"$out/$name.log" 2>&1
-  local rc=$?
-  [ $rc -ne 124 ] || { echo "$name: hung"; cat "$out/$name.log"; exit 1; }
-  [ $rc -ne 0 ] || { echo "$name: exit 0, expected a failure"; cat "$out/$name.log"; exit 1; }
-  grep -qF -- "$pattern" "$out/$name.log" || { echo "$name: no '$pattern'"; cat "$out/$name.log"; exit 1; }
-  echo "hostile_inputs: $name: refused as expected"
-}
-runs() {  # NAME NP ARGS...: the job must finish (exit 0)
-  local name=$1 np=$2; shift 2
-  timeout 300 $mpirun -np "$np" "$slimpi" "$@" --set run.dir="$out/$name" >"$out/$name.log" 2>&1 \
-    || { echo "$name: failed"; cat "$out/$name.log"; exit 1; }
-  echo "hostile_inputs: $name: ran"
-}
+tag=hostile_inputs
+source "$root/tests/regression/run_helpers.sh"
+fails() { local name=$1 pattern=$2 np=$3; shift 3; job_fails "$name" "$pattern" "$np" "$@" --set run.dir="$out/$name"; }
+runs() { local name=$1 np=$2; shift 2; job_runs "$name" "$np" "$@" --set run.dir="$out/$name"; }
 no_orphans() {
   if pgrep -f "$marker" >/dev/null; then echo "$1: reward processes outlived the job:"; pgrep -af "$marker"; exit 1; fi
 }

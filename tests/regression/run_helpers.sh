@@ -1,6 +1,24 @@
-# Helpers the async regression scripts share (sourced). They expect: $slimpi, $mpirun,
-# $out (a scratch directory), the array `args` (the slimpi command line before the
-# run directory) and $tag (the script's name, for messages).
+# Helpers the regression scripts share (sourced). They expect: $slimpi, $mpirun,
+# $out (a scratch directory), $tag (the script's name, for messages) and, for run /
+# refused / kill9_in_checkpoint / killed_rank_ends_job, the array `args` (the slimpi
+# command line before the run directory).
+
+job_fails() {  # job_fails NAME PATTERN NP ARGS...: slimpi ARGS must end non-zero within 120 s with PATTERN
+  local name=$1 pattern=$2 np=$3; shift 3
+  timeout 120 $mpirun -np "$np" "$slimpi" "$@" >"$out/$name.log" 2>&1
+  local rc=$?
+  [ $rc -ne 124 ] || { echo "FAIL: $name hung"; cat "$out/$name.log"; exit 1; }
+  [ $rc -ne 0 ] || { echo "FAIL: $name: exit 0, expected a failure"; cat "$out/$name.log"; exit 1; }
+  grep -qF -- "$pattern" "$out/$name.log" || { echo "FAIL: $name: no '$pattern'"; cat "$out/$name.log"; exit 1; }
+  echo "$tag: $name: refused as expected (exit $rc)"
+}
+
+job_runs() {  # job_runs NAME NP ARGS...: slimpi ARGS must finish (exit 0) within 300 s
+  local name=$1 np=$2; shift 2
+  timeout 300 $mpirun -np "$np" "$slimpi" "$@" >"$out/$name.log" 2>&1 \
+    || { echo "FAIL: $name failed"; cat "$out/$name.log"; exit 1; }
+  echo "$tag: $name: ran"
+}
 
 run() {  # run NP NAME [--set ...]: one job step, must succeed
   local np=$1 name=$2; shift 2

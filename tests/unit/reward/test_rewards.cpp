@@ -128,8 +128,10 @@ TEST(Rewards, CommandTimeOutAndBadAnswersNameTheSample) {
   EXPECT_NE(late.find("failed (exit status 4) after answering all 2 samples"), std::string::npos) << late;
   std::string extra = error_of("cat >/dev/null; echo 1; echo 1; echo done", 10);
   EXPECT_NE(extra.find("answered \"done\" after all 2 samples had their number"), std::string::npos) << extra;
-  // The command keeps its default SIGPIPE (the rank ignores it): `yes | head` ends.
-  cfg.command = "cat >/dev/null; yes 1 | head -n 2";
+  // The command gets the default SIGPIPE back (the rank ignores it; execve would keep
+  // that): bit 12 of SigIgn (signal 13) must be clear.
+  cfg.command = "cat >/dev/null; m=$(awk '/^SigIgn/{print $2}' /proc/$$/status); "
+                "if [ $(( 0x$m & 0x1000 )) -ne 0 ]; then echo 0; echo 0; else echo 1; echo 1; fi";
   cfg.command_timeout_s = 10;
   EXPECT_EQ(compute_rewards(cfg, batch), (std::vector<float>{1.0f, 1.0f}));
 }
