@@ -288,6 +288,7 @@ int64_t AsyncGenerator::save(const std::string& dir, StreamState state) {
     log.append(queued, unused_);
     log.flush();
   }
+  h5::check_no_failed_close();  // the destructor's close must have landed too
   // async_work.h5: every unfinished item (a group not started: index -1, its prompt as
   // tokens), then the samples of unfinished groups already back.
   std::vector<Sample> work;
@@ -306,6 +307,7 @@ int64_t AsyncGenerator::save(const std::string& dir, StreamState state) {
     log.append(work, state.finished);
     log.flush();
   }
+  h5::check_no_failed_close();
   for (const auto& [g, p] : open_prompts_) open[std::to_string(g)] = prompt_json(p);
   nlohmann::json redraw = nlohmann::json::array();
   for (const auto& p : redraw_) redraw.push_back(prompt_json(p));

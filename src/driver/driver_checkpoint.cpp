@@ -309,6 +309,7 @@ void Driver::save_pending_batch(const std::string& dir) {
     log.append(b.kept, b.unused);
     log.flush();
   }
+  h5::check_no_failed_close();  // the destructor's close must have landed too
   nlohmann::json engine = nlohmann::json::array();
   EngineStats stats = b.engine_stats;
   EngineStats::zip(stats, stats, [&](auto& x, auto&) { engine.push_back(x); });

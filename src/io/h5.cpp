@@ -104,6 +104,9 @@ std::string full_disk_note() {
 
 bool library_damaged() { return damaged; }
 const std::string& library_damage_report() { return damage_report; }
+void check_no_failed_close() {
+  if (damaged) SLIMPI_FAIL("{}", damage_report);
+}
 
 void fail(const std::string& what) {
   std::string stack;

@@ -22,6 +22,9 @@ namespace slimpi::h5 {
 // library, so main() skips MPI_Finalize after an error when this is true.
 bool library_damaged();
 const std::string& library_damage_report();  // the failed close's message
+// Throws that message when a close failed: for writers whose file is closed by a
+// destructor (which cannot throw), before they call the file complete.
+void check_no_failed_close();
 
 // Throws slimpi::Error("<what>: <HDF5 error stack>").
 [[noreturn]] void fail(const std::string& what);
