@@ -53,6 +53,12 @@ void write_file(const std::string& path, std::string_view text) {
   out.close();
 }
 
+bool reports_no_space(const std::string& message) {
+  static const std::string system_text = std::strerror(ENOSPC);  // "No space left on device"
+  return message.find("no space left on device") != std::string::npos ||
+         message.find(system_text) != std::string::npos;
+}
+
 std::optional<std::string> disk_space_problem(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;

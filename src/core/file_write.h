@@ -45,4 +45,8 @@ void write_file(const std::string& path, std::string_view text);
 // its nearest existing parent directory is asked.
 std::optional<std::string> disk_space_problem(const std::string& path);
 
+// Whether an error message says a write ran out of space: disk_space_problem()'s text,
+// or the system's (strerror(ENOSPC), which FileWriter and HDF5's serial driver quote).
+bool reports_no_space(const std::string& message);
+
 }  // namespace slimpi

@@ -9,7 +9,6 @@
 #include <set>
 
 #include "core/file_write.h"
-
 #include "parallel/watchdog.h"
 
 namespace slimpi::h5 {

@@ -10,10 +10,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-
-#include "core/file_write.h"
 #include <nlohmann/json.hpp>
 #include <set>
+
+#include "core/file_write.h"
 
 namespace slimpi {
 namespace {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <thread>
 
+#include "core/file_write.h"
 #include "core/log.h"
 #include "parallel/watchdog.h"
 
@@ -87,8 +88,7 @@ void run_on_all_and_agree(MPI_Comm comm, const std::string& context, const std::
     check_mpi(MPI_Iallreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm, &request), "MPI_Iallreduce");
     const auto since = std::chrono::steady_clock::now();
     bool said = false;
-    const bool out_of_space = problem.find("no space left on device") != std::string::npos ||
-                              problem.find("No space left on device") != std::string::npos;
+    const bool out_of_space = reports_no_space(problem);
     for (int done = 0; !done;) {
       check_mpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
       if (done) break;
