@@ -14,13 +14,36 @@ set(SLIMPI_TORCH_PIN 2.15.0)
 set(SLIMPI_TORCH_VENV /opt/slimpi/torch-${SLIMPI_TORCH_PIN})
 set(SLIMPI_TORCH_DIR "" CACHE PATH "The torch package directory (…/site-packages/torch). Empty: ${SLIMPI_TORCH_VENV}")
 
+# Where the torch package is looked for, in order: -DSLIMPI_TORCH_DIR; the environment
+# variable SLIMPI_TORCH_VENV (a venv scripts/install_deps.sh made where the user can
+# write, without root); /opt/slimpi/torch-<pin>; the torch that `python3` on PATH imports
+# (a site's module, a user's venv).
 if(NOT SLIMPI_TORCH_DIR)
-  file(GLOB _slimpi_torch_candidates ${SLIMPI_TORCH_VENV}/lib/python3*/site-packages/torch)
-  list(LENGTH _slimpi_torch_candidates _n)
-  if(_n EQUAL 0)
-    message(FATAL_ERROR "slimpi needs LibTorch ${SLIMPI_TORCH_PIN} from the torch wheel in "
-                        "${SLIMPI_TORCH_VENV}: run scripts/install_deps.sh (or pass "
-                        "-DSLIMPI_TORCH_DIR=<…/site-packages/torch> for another torch)")
+  set(_venvs ${SLIMPI_TORCH_VENV})
+  if(DEFINED ENV{SLIMPI_TORCH_VENV})
+    list(PREPEND _venvs $ENV{SLIMPI_TORCH_VENV})
+  endif()
+  set(_slimpi_torch_candidates)
+  foreach(_venv ${_venvs})
+    file(GLOB _found ${_venv}/lib/python3*/site-packages/torch)
+    list(APPEND _slimpi_torch_candidates ${_found})
+  endforeach()
+  if(NOT _slimpi_torch_candidates)
+    find_program(SLIMPI_PYTHON3 python3)
+    if(SLIMPI_PYTHON3)
+      execute_process(COMMAND ${SLIMPI_PYTHON3} -c "import os, torch; print(os.path.dirname(torch.__file__))"
+                      OUTPUT_VARIABLE _py_torch OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET RESULT_VARIABLE _rc)
+      if(_rc EQUAL 0 AND EXISTS "${_py_torch}/include/ATen/ATen.h")
+        list(APPEND _slimpi_torch_candidates ${_py_torch})
+        message(STATUS "slimpi: torch from ${SLIMPI_PYTHON3}: ${_py_torch}")
+      endif()
+    endif()
+  endif()
+  if(NOT _slimpi_torch_candidates)
+    message(FATAL_ERROR "slimpi needs LibTorch ${SLIMPI_TORCH_PIN} from the torch wheel, looked for in "
+                        "${_venvs} and in the python3 on PATH: run scripts/install_deps.sh (as a user: "
+                        "SLIMPI_TORCH_VENV=$HOME/slimpi-torch scripts/install_deps.sh), or pass "
+                        "-DSLIMPI_TORCH_DIR=<…/site-packages/torch> for another torch")
   endif()
   list(GET _slimpi_torch_candidates 0 _dir)
   set(SLIMPI_TORCH_DIR ${_dir} CACHE PATH "The torch package directory (…/site-packages/torch)" FORCE)

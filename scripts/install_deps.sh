@@ -4,7 +4,13 @@
 # environment outside the checkout, /opt/slimpi/torch-<version>, which every clone and
 # CI run on this machine reuses (~5 GB with the CUDA libraries the wheel depends on; the
 # CPU build runs on it too). Idempotent: a second run installs nothing.
+# Without root (a cluster login node): it says what it would install instead of
+# installing it, and installs torch into SLIMPI_TORCH_VENV when that is set to a
+# directory you can write (CMake finds it there too: docs/building.md).
 set -euo pipefail
+
+# Whether we can install system packages: root, or sudo without a password prompt.
+can_sudo() { [ "$(id -u)" = 0 ] || sudo -n true 2>/dev/null; }
 
 packages=(
   g++ make cmake pkg-config ccache lld
@@ -18,16 +24,27 @@ packages=(
 )
 
 missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
-done
+if ! command -v dpkg-query >/dev/null; then
+  echo "install_deps: not a Debian system (no dpkg-query): provide MPI, parallel HDF5, toml++, nlohmann-json, fmt," \
+       "spdlog, CLI11, GoogleTest, Google Benchmark, xxHash, PCRE2 and utf8proc yourself (modules or a prefix;" \
+       "docs/building.md says how CMake finds them)"
+else
+  for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+  done
+fi
 
-if ((${#missing[@]})); then
+if ((${#missing[@]})) && ! can_sudo; then
+  echo "install_deps: not root and no password-less sudo, so nothing is installed; these Debian packages are missing:"
+  echo "  apt-get install ${missing[*]}"
+  echo "install_deps: ask for them, or load the site's modules that provide them (MPI, parallel HDF5, ...):"
+  echo "  CMake finds module prefixes through CMAKE_PREFIX_PATH, MPI_HOME and HDF5_ROOT (docs/building.md)"
+elif ((${#missing[@]})); then
   echo "install_deps: installing ${missing[*]}"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
-else
+elif command -v dpkg-query >/dev/null; then
   echo "install_deps: all ${#packages[@]} packages present"
 fi
 
@@ -36,15 +53,28 @@ fi
 root=$(cd "$(dirname "$0")/.." && pwd)
 torch_version=$(sed -n 's/^set(SLIMPI_TORCH_PIN \(.*\))$/\1/p' "$root/cmake/SlimpiTorch.cmake")
 [ -n "$torch_version" ] || { echo "install_deps: no SLIMPI_TORCH_PIN in cmake/SlimpiTorch.cmake" >&2; exit 1; }
-venv=/opt/slimpi/torch-$torch_version
+venv=${SLIMPI_TORCH_VENV:-/opt/slimpi/torch-$torch_version}
 if [ -f "$venv/.slimpi-complete" ]; then
   echo "install_deps: torch $torch_version present in $venv"
 else
+  SUDO=""
+  parent=$(dirname "$venv")
+  while [ ! -d "$parent" ]; do parent=$(dirname "$parent"); done
+  if [ ! -w "$parent" ]; then
+    if ! can_sudo; then
+      echo "install_deps: would install torch $torch_version into $venv, but $parent is not writable and there is" \
+           "no password-less sudo; choose a directory you can write:" >&2
+      echo "  SLIMPI_TORCH_VENV=\$HOME/slimpi-torch-$torch_version scripts/install_deps.sh" >&2
+      echo "  (then build with the same SLIMPI_TORCH_VENV set, or -DSLIMPI_TORCH_DIR=<venv>/lib/python3.*/site-packages/torch)" >&2
+      exit 1
+    fi
+    [ "$(id -u)" = 0 ] || SUDO="sudo"
+  fi
   echo "install_deps: installing torch $torch_version (with its CUDA libraries) into $venv"
-  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
   $SUDO rm -rf "$venv"
   $SUDO mkdir -p "$(dirname "$venv")"
-  $SUDO /usr/bin/python3 -m venv "$venv"
+  py=/usr/bin/python3; [ -x "$py" ] || py=$(command -v python3)
+  $SUDO "$py" -m venv "$venv"
   $SUDO "$venv/bin/pip" install --quiet --no-cache-dir --disable-pip-version-check "torch==$torch_version"
   $SUDO touch "$venv/.slimpi-complete"
 fi

@@ -21,8 +21,8 @@ enum class SampleStatus : int8_t {
   Pending = 0,    // not generated yet
   Completed = 1,  // stopped on a stop token/string
   Truncated = 2,  // hit max new tokens or the model's context
-  Aborted = 3,    // generated but not used: over-sampling surplus beyond the batch
-  Failed = 4,     // the engine or reward failed on it
+  Surplus = 3,    // generated, kept by the filter, not used: over-sampling surplus beyond the batch
+                  // (4 is not written: rollouts.h5's status_names keeps "4 failed" for old readers)
   Filtered = 5,   // dropped by the dynamic filter (its group's rewards all agree)
   Stale = 6,      // train.async = "full": older than rollout.max_staleness when its turn came
 };

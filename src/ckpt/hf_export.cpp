@@ -10,10 +10,10 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "arch/architecture.h"
 #include "ckpt/checkpoint_dir.h"
 #include "ckpt/export_source.h"
 #include "core/file_write.h"
-#include "io/hf_names.h"
 #include "io/safetensors.h"
 #include "io/tensor_io.h"
 #include "model/transformer.h"
@@ -44,39 +44,12 @@ int64_t parse_byte_size(const std::string& text) {
   return bytes;
 }
 
-namespace {
-
-// The Hugging Face model_type a model exports as, "" for a mixture of experts that none
-// fits. Mixture of experts: Qwen2-MoE (a gated shared expert), Mixtral (no q/k norms,
-// shared expert or biases, every layer sparse, renormalised top-k), Qwen3-MoE (q/k norms);
-// dense: Qwen3 (q/k norms), Qwen2 (q/k/v biases, no o bias), Llama.
-std::string hf_model_type(const ModelConfig& cfg) {
-  const bool shared = cfg.shared_expert_intermediate_size > 0;
-  if (cfg.n_experts > 0) {
-    if (shared) return !cfg.qk_norm && !cfg.o_bias ? "qwen2_moe" : "";
-    if (cfg.qk_norm) return "qwen3_moe";
-    const bool mixtral = !cfg.qkv_bias && !cfg.o_bias && cfg.moe_layer_freq == 1 && cfg.norm_topk_prob;
-    return mixtral ? "mixtral" : "";
-  }
-  return cfg.qk_norm ? "qwen3" : cfg.qkv_bias && !cfg.o_bias ? "qwen2" : "llama";
-}
-
-const char* hf_architecture(const std::string& model_type) {
-  static const std::map<std::string, const char*> arch = {
-      {"llama", "LlamaForCausalLM"},        {"qwen2", "Qwen2ForCausalLM"},         {"qwen3", "Qwen3ForCausalLM"},
-      {"qwen2_moe", "Qwen2MoeForCausalLM"}, {"qwen3_moe", "Qwen3MoeForCausalLM"}, {"mixtral", "MixtralForCausalLM"}};
-  return arch.at(model_type);
-}
-
-}  // namespace
-
 std::string hf_config_json(const ModelConfig& cfg, const std::string& dtype, const HfSpecialIds& ids) {
   SLIMPI_CHECK(cfg.qkv_bias || !cfg.o_bias,
                "an o_proj bias without q/k/v biases has no Hugging Face architecture");
-  const bool moe = cfg.n_experts > 0, shared = cfg.shared_expert_intermediate_size > 0;
-  const std::string type = hf_model_type(cfg);
-  const bool mixtral = type == "mixtral";
-  if (type.empty()) {
+  const bool shared = cfg.shared_expert_intermediate_size > 0;
+  const Architecture* arch = export_architecture(cfg);  // arch/architecture.h: at most one fits
+  if (!arch) {
     std::vector<std::string> why;  // what keeps this model from the architecture closest to it
     if (cfg.qk_norm) {
       why.push_back("q/k norms with a shared expert (Qwen3-MoE has no shared expert, Qwen2-MoE no q/k norms)");
@@ -97,8 +70,8 @@ std::string hf_config_json(const ModelConfig& cfg, const std::string& dtype, con
                "Qwen3 has biases on all of q/k/v/o or none (model.qkv_bias = {}, model.o_bias = {})",
                cfg.qkv_bias, cfg.o_bias);
   nlohmann::json j = {
-      {"architectures", {hf_architecture(type)}},
-      {"model_type", type},
+      {"architectures", {arch->hf_class}},
+      {"model_type", arch->model_type},
       {"vocab_size", cfg.vocab_size},
       {"hidden_size", cfg.hidden_size},
       {"intermediate_size", cfg.intermediate_size},
@@ -115,27 +88,7 @@ std::string hf_config_json(const ModelConfig& cfg, const std::string& dtype, con
   };
   add_special_ids(j, ids);
   if (ids.bytes) j["slimpi_tokenizer"] = "bytes: ids 0-255 are UTF-8 bytes, 256 PAD, 257 BOS, 258 EOS";
-  if (mixtral) {  // intermediate_size is each expert's width
-    j["intermediate_size"] = cfg.moe_intermediate_size;
-    j["num_local_experts"] = cfg.n_experts;
-    j["num_experts_per_tok"] = cfg.n_experts_per_tok;
-    j["sliding_window"] = nullptr;
-    j["router_jitter_noise"] = 0.0;
-  } else if (moe) {  // both names of the expert count: transformers 4 reads num_experts, 5 num_local_experts
-    j["num_experts"] = cfg.n_experts;
-    j["num_local_experts"] = cfg.n_experts;
-    j["num_experts_per_tok"] = cfg.n_experts_per_tok;
-    j["moe_intermediate_size"] = cfg.moe_intermediate_size;
-    j["norm_topk_prob"] = cfg.norm_topk_prob;
-    j["decoder_sparse_step"] = cfg.moe_layer_freq;
-    j["mlp_only_layers"] = nlohmann::json::array();
-    if (shared) {
-      j["shared_expert_intermediate_size"] = cfg.shared_expert_intermediate_size;
-      j["qkv_bias"] = cfg.qkv_bias;
-    }
-  }
-  if (type != "qwen2" && type != "qwen2_moe" && !mixtral) j["attention_bias"] = cfg.qkv_bias;
-  if (type == "llama") j["mlp_bias"] = false;
+  arch->write_config(cfg, j);  // the family's own fields
   if (cfg.rope_scaling == "linear") {
     j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", cfg.rope_factor}};
   } else if (cfg.rope_scaling == "llama3") {
@@ -211,11 +164,11 @@ std::string export_checkpoint_to_hf(const std::string& path, const std::string& 
 
   std::vector<NamedTensor> tensors;
   int64_t total = 0;
-  const bool mixtral_names = hf_model_type(cfg) == "mixtral";  // Mixtral's own MoE tensor names
+  const Architecture* arch = export_architecture(cfg);  // (hf_config_json refused a model none fits)
   for (const auto& p : model.parameters()) {
     at::Tensor t = p.tensor.detach();
     if (options.dtype == "bf16") t = t.to(at::kBFloat16);
-    tensors.push_back({mixtral_names ? mixtral_name(p.name) : p.name, t});
+    tensors.push_back({arch->tensor_name ? arch->tensor_name(p.name) : p.name, t});  // the family's file names
     total += t.numel() * t.element_size();
   }
   std::filesystem::create_directories(out_dir);

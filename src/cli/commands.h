@@ -2,7 +2,8 @@
 //   run DECK [--set key=value ...]   an RL job (collective over MPI_COMM_WORLD)
 //   generate DECK [--set ...]        the rollout side alone: prompts -> rollouts.h5
 //   make-data TASK --out FILE        JSONL for a built-in verifiable task
-//   keys [prefix]                    every deck key: type, default, range, unit, help
+//   check DECK [--set ...] [--np N]  every deck rule for a job of N ranks, without running it
+//   keys [prefix] [--markdown]       every deck key: type, default, range, unit, help
 //   inspect FILE.h5                  a short summary of a run file
 // `--version` is handled by the app itself.
 #pragma once
@@ -27,7 +28,10 @@ class Commands {
   std::string task_, data_out_;
   int64_t data_n_ = 1000;
   int64_t data_seed_ = 1;
+  CLI::App* check_ = nullptr;
+  int check_np_ = 0;  // 0: the ranks `slimpi check` runs on
   CLI::App* keys_ = nullptr;
+  bool keys_markdown_ = false;
   CLI::App* inspect_ = nullptr;
   CLI::App* export_ = nullptr;
   std::string deck_path_;
@@ -40,5 +44,11 @@ class Commands {
 
 // The text of `slimpi keys [prefix]`.
 std::string describe_keys(const std::string& prefix);
+// `slimpi keys --markdown`: the deck reference, one table per deck table
+// (docs/deck_reference.md is this text; a test keeps the two the same).
+std::string describe_keys_markdown();
+// `slimpi check`: the deck's rules for a job of `n_ranks` (check_run_deck); returns
+// the summary rank 0 prints. Collective over MPI_COMM_WORLD.
+std::string check_deck(const std::string& deck_path, const std::vector<std::string>& overrides, int n_ranks);
 
 }  // namespace slimpi::cli

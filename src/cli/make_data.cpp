@@ -7,6 +7,7 @@
 
 #include <algorithm>
 
+#include "core/registry.h"
 #include "kernels/counter_rng.h"
 
 namespace slimpi {
@@ -60,31 +61,39 @@ std::string countdown_line(uint64_t seed, int64_t i) {
   return nlohmann::json{{"prompt", prompt}, {"response", expression}, {"label", label.dump()}}.dump();
 }
 
+// One line of task data: record i of the draws of `seed`.
+using TaskLine = std::string (*)(uint64_t seed, int64_t i);
+
+std::string addition_line(uint64_t seed, int64_t i) {
+  const int64_t a = draw(seed, i, 1, 0, pow10(draw(seed, i, 0, 1, 3)) - 1);
+  const int64_t b = draw(seed, i, 3, 0, pow10(draw(seed, i, 2, 1, 3)) - 1);
+  return arithmetic_line("+", a, b, a + b);
+}
+
+std::string multiplication_line(uint64_t seed, int64_t i) {
+  const int64_t a = draw(seed, i, 1, 0, pow10(draw(seed, i, 0, 1, 2)) - 1);
+  const int64_t b = draw(seed, i, 3, 0, pow10(draw(seed, i, 2, 1, 2)) - 1);
+  return arithmetic_line("*", a, b, a * b);
+}
+
+const Registry<TaskLine>& task_lines() {
+  static const Registry<TaskLine> r(
+      "make-data task",
+      {{"addition", addition_line}, {"multiplication", multiplication_line}, {"countdown", countdown_line}});
+  return r;
+}
+
 }  // namespace
 
-const std::vector<std::string>& data_tasks() {
-  static const std::vector<std::string> tasks{"addition", "multiplication", "countdown"};
-  return tasks;
-}
+std::vector<std::string> data_tasks() { return task_lines().names(); }
 
 std::vector<std::string> make_task_data(const std::string& task, int64_t n, uint64_t seed) {
   SLIMPI_CHECK(n >= 1, "make-data: --n must be at least 1, got {}", n);
+  if (!task_lines().has(task))
+    SLIMPI_FAIL_ALL("make-data: unknown task '{}'; valid: {}", task, fmt::join(data_tasks(), ", "));
+  const TaskLine line = task_lines().get(task);
   std::vector<std::string> lines;
-  for (int64_t i = 0; i < n; ++i) {
-    if (task == "addition") {
-      const int64_t a = draw(seed, i, 1, 0, pow10(draw(seed, i, 0, 1, 3)) - 1);
-      const int64_t b = draw(seed, i, 3, 0, pow10(draw(seed, i, 2, 1, 3)) - 1);
-      lines.push_back(arithmetic_line("+", a, b, a + b));
-    } else if (task == "multiplication") {
-      const int64_t a = draw(seed, i, 1, 0, pow10(draw(seed, i, 0, 1, 2)) - 1);
-      const int64_t b = draw(seed, i, 3, 0, pow10(draw(seed, i, 2, 1, 2)) - 1);
-      lines.push_back(arithmetic_line("*", a, b, a * b));
-    } else if (task == "countdown") {
-      lines.push_back(countdown_line(seed, i));
-    } else {
-      SLIMPI_FAIL_ALL("make-data: unknown task '{}'; valid: {}", task, fmt::join(data_tasks(), ", "));
-    }
-  }
+  for (int64_t i = 0; i < n; ++i) lines.push_back(line(seed, i));
   return lines;
 }
 

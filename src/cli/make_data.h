@@ -18,7 +18,8 @@
 
 namespace slimpi {
 
-const std::vector<std::string>& data_tasks();
+// The tasks, sorted (a registry: a new task is a line function and one add()).
+std::vector<std::string> data_tasks();
 // The lines of the file (each a JSON object, no trailing newline).
 std::vector<std::string> make_task_data(const std::string& task, int64_t n, uint64_t seed);
 

@@ -9,6 +9,8 @@
 #include <optional>
 #include <tuple>
 
+#include "arch/architecture.h"
+#include "arch/hf_config_reader.h"
 #include "core/log.h"
 
 namespace slimpi {
@@ -30,46 +32,7 @@ bool same_value(const DeckValue& a, const DeckValue& b) {
   return a == b;
 }
 
-// The config's values as deck keys, and what is wrong with the config.
-struct Resolution {
-  std::string file;
-  std::vector<std::tuple<std::string, DeckValue, std::string>> keys;  // deck key, value, config field
-  std::vector<std::string> problems;
-
-  void set(const std::string& key, DeckValue v, const std::string& field) {  // a later field wins
-    for (auto& k : keys)
-      if (std::get<0>(k) == key) {
-        k = {key, std::move(v), field};
-        return;
-      }
-    keys.emplace_back(key, std::move(v), field);
-  }
-  template <class... A>
-  void fail(fmt::format_string<A...> f, A&&... a) {
-    problems.push_back(file + ": " + fmt::format(f, std::forward<A>(a)...));
-  }
-};
-
-std::optional<int64_t> get_int(const json& j, const char* field) {
-  auto it = j.find(field);
-  if (it == j.end() || it->is_null()) return std::nullopt;
-  if (!it->is_number_integer()) throw std::runtime_error(fmt::format("'{}' must be an integer", field));
-  return it->get<int64_t>();
-}
-std::optional<double> get_float(const json& j, const char* field) {
-  auto it = j.find(field);
-  if (it == j.end() || it->is_null()) return std::nullopt;
-  if (!it->is_number()) throw std::runtime_error(fmt::format("'{}' must be a number", field));
-  return it->get<double>();
-}
-std::optional<bool> get_bool(const json& j, const char* field) {
-  auto it = j.find(field);
-  if (it == j.end() || it->is_null()) return std::nullopt;
-  if (!it->is_boolean()) throw std::runtime_error(fmt::format("'{}' must be true or false", field));
-  return it->get<bool>();
-}
-
-void resolve_rope(const json& c, Resolution& r) {
+void resolve_rope(const json& c, HfConfigReader& r) {
   // transformers 5 writes rope_parameters {rope_type, rope_theta, factor, ...}; earlier
   // versions (and most Hub checkpoints) rope_theta and rope_scaling at the top level.
   const json* scaling = nullptr;
@@ -116,59 +79,8 @@ void resolve_rope(const json& c, Resolution& r) {
   }
 }
 
-Resolution resolve(const std::string& file, const json& c) {
-  Resolution r;
-  r.file = file;
-  std::string arch;
-  if (auto it = c.find("architectures"); it != c.end() && it->is_array() && !it->empty() && (*it)[0].is_string())
-    arch = (*it)[0].get<std::string>();
-  const std::string model_type = c.value("model_type", std::string());
-  const bool llama = arch == "LlamaForCausalLM" || (arch.empty() && model_type == "llama");
-  const bool qwen2_moe = arch == "Qwen2MoeForCausalLM" || (arch.empty() && model_type == "qwen2_moe");
-  const bool qwen2 = qwen2_moe || arch == "Qwen2ForCausalLM" || (arch.empty() && model_type == "qwen2");
-  const bool qwen3_moe = arch == "Qwen3MoeForCausalLM" || (arch.empty() && model_type == "qwen3_moe");
-  const bool qwen3 = qwen3_moe || arch == "Qwen3ForCausalLM" || (arch.empty() && model_type == "qwen3");
-  const bool mixtral = arch == "MixtralForCausalLM" || (arch.empty() && model_type == "mixtral");
-  if (!llama && !qwen2 && !qwen3 && !mixtral) {
-    r.fail("architecture '{}' (model_type '{}') is not supported: LlamaForCausalLM, Qwen2ForCausalLM, "
-           "Qwen3ForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM", arch, model_type);
-    return r;
-  }
-  auto required = [&](const char* field, const char* key) {  // a positive integer
-    if (auto v = get_int(c, field); v && *v > 0) r.set(key, *v, field);
-    else if (v) r.fail("'{}' = {} must be positive", field, *v);
-    else r.fail("no '{}'", field);
-  };
-  required("vocab_size", "model.vocab_size");
-  required("hidden_size", "model.hidden_size");
-  required("num_hidden_layers", "model.n_layers");
-  required("num_attention_heads", "model.n_heads");
-  required("intermediate_size", "model.intermediate_size");
-  const int64_t heads = get_int(c, "num_attention_heads").value_or(1);
-  const int64_t kv_heads = get_int(c, "num_key_value_heads").value_or(heads);
-  if (kv_heads <= 0) r.fail("'num_key_value_heads' = {} must be positive", kv_heads);
-  else r.set("model.n_kv_heads", kv_heads, c.contains("num_key_value_heads") ? "num_key_value_heads" : "num_attention_heads");
-  if (auto hd = get_int(c, "head_dim"); hd && *hd <= 0) r.fail("'head_dim' = {} must be positive", *hd);
-  else if (hd) r.set("model.head_dim", *hd, "head_dim");
-  else if (qwen3) r.set("model.head_dim", int64_t(128), "head_dim (Qwen3's default)");
-  if (auto n = get_int(c, "max_position_embeddings")) r.set("model.max_seq_len", *n, "max_position_embeddings");
-  resolve_rope(c, r);
-  r.set("model.rms_norm_eps", get_float(c, "rms_norm_eps").value_or(1e-6), "rms_norm_eps");
-  r.set("model.tie_word_embeddings", get_bool(c, "tie_word_embeddings").value_or(false), "tie_word_embeddings");
-  if (qwen2_moe) {
-    r.set("model.qkv_bias", get_bool(c, "qkv_bias").value_or(true), "qkv_bias");
-    r.set("model.o_bias", false, "architectures (Qwen2-MoE: no o bias)");
-  } else if (qwen2) {
-    r.set("model.qkv_bias", true, "architectures (Qwen2: q/k/v biases)");
-    r.set("model.o_bias", false, "architectures (Qwen2: no o bias)");
-  } else {
-    const bool bias = get_bool(c, "attention_bias").value_or(false);
-    r.set("model.qkv_bias", bias, "attention_bias");
-    r.set("model.o_bias", bias, "attention_bias");
-  }
-  r.set("model.qk_norm", qwen3, qwen3 ? "architectures (Qwen3: q_norm/k_norm)" : "architectures (no q/k norms)");
-
-  // Fields that change the math and that this model does not implement.
+// Fields that change the math and that this model does not implement (any family).
+void refuse_unsupported_fields(const json& c, HfConfigReader& r) {
   const std::string act = c.value("hidden_act", std::string("silu"));
   if (act != "silu") r.fail("hidden_act '{}' is not supported (silu)", act);
   if (get_bool(c, "mlp_bias").value_or(false)) r.fail("mlp_bias = true is not supported");
@@ -181,41 +93,39 @@ Resolution resolve(const std::string& file, const json& c) {
       }
   if (get_float(c, "attention_dropout").value_or(0.0) != 0.0) r.fail("attention_dropout != 0 is not supported");
   if (get_float(c, "partial_rotary_factor").value_or(1.0) != 1.0) r.fail("partial_rotary_factor != 1 is not supported");
-  if (mixtral) {
-    // Every layer sparse; intermediate_size is each expert's width; the top-k
-    // probabilities always renormalised; no shared expert.
-    required("num_local_experts", "model.n_experts");
-    required("num_experts_per_tok", "model.n_experts_per_tok");
-    required("intermediate_size", "model.moe_intermediate_size");
-    r.set("model.norm_topk_prob", true, "architectures (Mixtral: top-k probabilities renormalised)");
-    r.set("model.moe_layer_freq", int64_t(1), "architectures (Mixtral: every layer sparse)");
-    r.set("model.shared_expert_intermediate_size", int64_t(0), "architectures (Mixtral: no shared expert)");
-    if (auto w = get_int(c, "sliding_window"); w && *w < get_int(c, "max_position_embeddings").value_or(0))
-      r.fail("sliding_window = {} is not supported (attention over the whole context; null or >= "
-             "max_position_embeddings has no effect)", *w);
-    if (get_float(c, "router_jitter_noise").value_or(0.0) != 0.0)
-      r.fail("router_jitter_noise != 0 is not supported (the router's logits are used as they are)");
-  } else if (qwen3_moe || qwen2_moe) {
-    // transformers 5 names the expert count num_local_experts, 4 num_experts.
-    const char* experts = c.contains("num_local_experts") ? "num_local_experts" : "num_experts";
-    required(experts, "model.n_experts");
-    required("num_experts_per_tok", "model.n_experts_per_tok");
-    required("moe_intermediate_size", "model.moe_intermediate_size");
-    r.set("model.norm_topk_prob", get_bool(c, "norm_topk_prob").value_or(false), "norm_topk_prob");
-    if (auto step = get_int(c, "decoder_sparse_step"); step && *step <= 0)
-      r.fail("'decoder_sparse_step' = {} must be positive", *step);
-    else r.set("model.moe_layer_freq", step.value_or(1), "decoder_sparse_step");
-    if (auto it = c.find("mlp_only_layers"); it != c.end() && it->is_array() && !it->empty())
-      r.fail("mlp_only_layers = {} is not supported (every (l + 1) % decoder_sparse_step == 0 layer is sparse)",
-             it->dump());
-    if (qwen2_moe) required("shared_expert_intermediate_size", "model.shared_expert_intermediate_size");
-    else r.set("model.shared_expert_intermediate_size", int64_t(0), "architectures (Qwen3-MoE: no shared expert)");
-  } else {
-    for (const char* moe : {"num_experts", "num_local_experts", "n_routed_experts"})
-      if (get_int(c, moe).value_or(0) > 0)
-        r.fail("'{}' > 0: of the mixture-of-experts architectures only Qwen2MoeForCausalLM, Qwen3MoeForCausalLM "
-               "and MixtralForCausalLM are supported", moe);
+}
+
+// The fields every family has, then the family's own (arch/architecture.h), then the
+// fields that change the math and that this model does not implement.
+HfConfigReader resolve(const std::string& file, const json& c) {
+  HfConfigReader r;
+  r.file = file;
+  std::string hf_class;
+  if (auto it = c.find("architectures"); it != c.end() && it->is_array() && !it->empty() && (*it)[0].is_string())
+    hf_class = (*it)[0].get<std::string>();
+  const std::string model_type = c.value("model_type", std::string());
+  const Architecture* arch = architecture_of_config(hf_class, model_type);
+  if (!arch) {
+    r.fail("architecture '{}' (model_type '{}') is not supported: {}", hf_class, model_type, architecture_classes());
+    return r;
   }
+  r.required(c, "vocab_size", "model.vocab_size");
+  r.required(c, "hidden_size", "model.hidden_size");
+  r.required(c, "num_hidden_layers", "model.n_layers");
+  r.required(c, "num_attention_heads", "model.n_heads");
+  r.required(c, "intermediate_size", "model.intermediate_size");
+  const int64_t heads = get_int(c, "num_attention_heads").value_or(1);
+  const int64_t kv_heads = get_int(c, "num_key_value_heads").value_or(heads);
+  if (kv_heads <= 0) r.fail("'num_key_value_heads' = {} must be positive", kv_heads);
+  else r.set("model.n_kv_heads", kv_heads, c.contains("num_key_value_heads") ? "num_key_value_heads" : "num_attention_heads");
+  if (auto hd = get_int(c, "head_dim"); hd && *hd <= 0) r.fail("'head_dim' = {} must be positive", *hd);
+  else if (hd) r.set("model.head_dim", *hd, "head_dim");
+  if (auto n = get_int(c, "max_position_embeddings")) r.set("model.max_seq_len", *n, "max_position_embeddings");
+  resolve_rope(c, r);
+  r.set("model.rms_norm_eps", get_float(c, "rms_norm_eps").value_or(1e-6), "rms_norm_eps");
+  r.set("model.tie_word_embeddings", get_bool(c, "tie_word_embeddings").value_or(false), "tie_word_embeddings");
+  arch->read_config(c, r);
+  refuse_unsupported_fields(c, r);
   return r;
 }
 
@@ -286,7 +196,7 @@ void apply_hf_config(std::map<std::string, DeckEntry>& entries, std::vector<std:
     problems.push_back(fmt::format("{} (model.init_from, {}): not valid JSON: {}", file, init->second.source, e.what()));
     return;
   }
-  Resolution r;
+  HfConfigReader r;
   try {
     r = resolve(file, c);
   } catch (const std::exception& e) {

@@ -2,12 +2,12 @@
 // directory (config.json + safetensors), the checkpoint's config supplies the [model]
 // keys, so a user starts from a Hub model without copying its shape by hand.
 //
-// Architectures: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM. Fields read:
-// vocab_size, hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads,
-// head_dim, intermediate_size, max_position_embeddings, rope_theta, rope_scaling (or
-// transformers 5's rope_parameters: default, linear, llama3), rms_norm_eps,
-// tie_word_embeddings, attention_bias (Llama/Qwen3: q/k/v and o biases; Qwen2 always
-// has q/k/v biases), Qwen3's q/k norms. Rules:
+// Architectures: the families of arch/architecture.h (Llama, Qwen2, Qwen3, Qwen2-MoE,
+// Qwen3-MoE, Mixtral), which read their own fields (biases, q/k norms, experts). Fields
+// every family has, read here: vocab_size, hidden_size, num_hidden_layers,
+// num_attention_heads, num_key_value_heads, head_dim, intermediate_size,
+// max_position_embeddings, rope_theta, rope_scaling (or transformers 5's
+// rope_parameters: default, linear, llama3), rms_norm_eps, tie_word_embeddings. Rules:
 //   - a [model] key the deck leaves at its default takes the config's value (its source
 //     reads "<dir>/config.json (<field>)", so deck.resolved.toml and checkpoints carry it);
 //   - a key the deck sets to another value is a problem naming both (model.max_seq_len

@@ -10,9 +10,13 @@
 
 // The extension points: the schema takes their choices from their registries.
 #include "buffer/dynamic_filter.h"
+#include "driver/step_schedule.h"
 #include "reward/reward.h"
 #include "train/advantages.h"
+#include "tokenizer/chat_template.h"
 #include "train/lr_schedule.h"
+#include "train/mismatch_correction.h"
+#include "rollout/streaming_router.h"
 #include "train/policy_loss.h"
 
 namespace slimpi {
@@ -36,6 +40,12 @@ KeySpec choice_key(std::string key, std::string def, std::vector<std::string> ch
                    std::string help) {
   return {std::move(key), KeyType::String, std::move(def), {}, {}, std::move(choices), "",
           std::move(help)};
+}
+
+// A registry's names with "auto" first (a key whose "auto" resolves to one of them).
+std::vector<std::string> with_auto(std::vector<std::string> names) {
+  names.insert(names.begin(), "auto");
+  return names;
 }
 
 constexpr double kMaxInt = 9.0e15;  // exactly representable in a double
@@ -114,7 +124,7 @@ std::vector<KeySpec> declare_keys() {
       string_key("data.response_key", "response", "JSONL key of the response text (SFT)"),
       string_key("data.label_key", "label", "JSONL key of the label the reward compares with (RL)"),
       string_key("data.metadata_key", "", "JSONL key of per-prompt metadata kept with the prompt (\"\" = none)"),
-      choice_key("data.chat_template", "none", {"none", "auto", "chatml", "llama3", "qwen3"},
+      choice_key("data.chat_template", "none", with_auto(chat_templates().names()),
                  "render prompts as conversations (a string prompt is one user message): chatml (Qwen2/2.5), "
                  "llama3 (Llama 3 Instruct), qwen3 (Qwen3, <think> rules); none = the prompt text as it is; auto = "
                  "the one the tokenizer's model ships when slimpi implements it (none when it ships none)"),
@@ -164,7 +174,7 @@ std::vector<KeySpec> declare_keys() {
       choice_key("rollout.stale_policy", "drop", {"drop", "regenerate"},
                  "train.async = full, beyond max_staleness: drop the group (recorded, status 6), or also draw its "
                  "prompt again as a new group"),
-      choice_key("rollout.partial", "continue", {"continue", "requeue", "discard"},
+      choice_key("rollout.partial", "continue", partial_policies().names(),
                  "train.async = full, sequences in flight when new weights arrive: continue in their engine "
                  "(KV recomputed under the new weights), requeue behind the waiting work (partial response "
                  "kept), or discard their response and start again from the prompt"),
@@ -200,7 +210,7 @@ std::vector<KeySpec> declare_keys() {
       // [train]
       choice_key("train.mode", "rl", {"rl", "sft"},
                  "rl: policy-gradient steps on rollouts; sft: supervised steps on data.path"),
-      choice_key("train.async", "off", {"off", "one_step_off", "full"},
+      choice_key("train.async", "off", step_schedules().names(),
                  "split placement: one_step_off generates step k+1's batch with step k's weights while the "
                  "trainers train on step k's (staleness 1); full = the rollout ranks generate continuously, "
                  "weights reach them between engine iterations, trainers take a batch when one is queued; "
@@ -255,17 +265,17 @@ std::vector<KeySpec> declare_keys() {
       float_key("train.moe_aux_loss_coef", 0.0, 0.0, 1e6, "",
                 "MoE load-balancing loss weight (transformers' load_balancing_loss_func over all MoE layers)"),
       float_key("train.moe_z_loss_coef", 0.0, 0.0, 1e6, "", "MoE router z-loss weight: mean over tokens of logsumexp(router logits)²"),
-      choice_key("train.tis_function", "vanilla", {"vanilla", "icepop", "mis"},
+      choice_key("train.tis_function", "vanilla", tis_functions().names(),
                  "with use_tis: vanilla = clamp the ratio to [tis_clip_low, tis_clip]; icepop = zero it outside; "
                  "mis = slime's train/inference mismatch correction (train.mis_*)"),
-      choice_key("train.mis_level", "token", {"token", "sequence", "geometric"},
+      choice_key("train.mis_level", "token", mis_levels().names(),
                  "mis: the ratio per token, per sample (product), or per sample's geometric mean"),
-      choice_key("train.mis_mode", "truncate", {"truncate", "clip", "mask"},
+      choice_key("train.mis_mode", "truncate", mis_modes().names(),
                  "mis: cap the weight at mis_upper, clamp it to [mis_lower, mis_upper], or reject tokens outside"),
       float_key("train.mis_lower", 0.0, 0.0, 1e6, "", "mis: lower bound (0 = 1 / mis_upper)"),
       float_key("train.mis_upper", 2.0, 1e-6, 1e6, "", "mis: upper bound"),
       bool_key("train.mis_rs", false, "mis: rejection sampling: tokens whose ratio leaves [mis_rs_lower, mis_rs_upper] leave the loss"),
-      choice_key("train.mis_rs_level", "token", {"token", "sequence", "geometric"}, "mis: the ratio rejection sampling tests"),
+      choice_key("train.mis_rs_level", "token", mis_levels().names(), "mis: the ratio rejection sampling tests"),
       float_key("train.mis_rs_lower", 0.0, 0.0, 1e6, "", "mis: rejection lower bound (0 = the weight's)"),
       float_key("train.mis_rs_upper", 0.0, 0.0, 1e6, "", "mis: rejection upper bound (0 = the weight's)"),
       float_key("train.mis_rs_veto", 0.0, 0.0, 1.0, "",

@@ -10,8 +10,10 @@
 
 #include <fmt/ranges.h>
 
+#include <initializer_list>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace slimpi {
@@ -21,6 +23,10 @@ class Registry {
  public:
   // what: the deck key or a phrase naming the extension point, for error messages.
   explicit Registry(std::string what) : what_(std::move(what)) {}
+  // A registry of fixed entries (an enum's deck names): Registry<Mode>("x.mode", {{"a", Mode::A}, ...}).
+  Registry(std::string what, std::initializer_list<std::pair<std::string, T>> entries) : what_(std::move(what)) {
+    for (const auto& [name, entry] : entries) add(name, entry);
+  }
 
   Registry& add(const std::string& name, T entry) {
     SLIMPI_CHECK(entries_.emplace(name, std::move(entry)).second, "{}: '{}' registered twice", what_, name);

@@ -15,11 +15,12 @@
 #include "ckpt/checkpoint_dir.h"
 #include "core/log.h"
 #include "core/timer.h"
-#include "driver/rollout_batch.h"
+#include "buffer/rollout_batch.h"
 #include "io/rollout_log.h"
 #include "kernels/counter_rng.h"
 #include "parallel/mpi_bytes.h"
 #include "parallel/watchdog.h"
+#include "reward/batch_scorer.h"
 #include "rollout/rollout_side.h"
 #include "tokenizer/tokenizer.h"
 
@@ -69,7 +70,7 @@ AsyncGenerator::AsyncGenerator(const Deck& deck, RolloutSide& side, PromptSource
       n_samples_(side.config().n_samples_per_prompt),
       regenerate_stale_(deck.get_string("rollout.stale_policy") == "regenerate"),
       mask_offpolicy_(deck.get_bool("rollout.mask_offpolicy_in_partial")),
-      partial_(parse_partial_policy(deck.get_string("rollout.partial"))) {
+      partial_(partial_policies().get(deck.get_string("rollout.partial"))) {
   // A synchronous step generates at most max_sampling_rounds rounds of
   // over_sampling_batch_size (or rollout_batch_size) groups: the same bound per batch here.
   const int64_t per_round = deck.get_int("rollout.over_sampling_batch_size") > 0
@@ -126,8 +127,7 @@ bool AsyncGenerator::is_stale(const std::vector<Sample>& samples) const {
 
 void AsyncGenerator::retire_stale(QueuedGroup group) {
   for (auto& s : group.samples) {
-    s.status = SampleStatus::Stale;
-    s.reward = std::numeric_limits<float>::quiet_NaN();
+    retire(s, SampleStatus::Stale);
     unused_.push_back(std::move(s));
   }
   if (regenerate_stale_) {
@@ -147,11 +147,10 @@ void AsyncGenerator::on_group(std::vector<Sample> samples) {
 void AsyncGenerator::score_finished() {
   if (unscored_.empty()) return;
   Stopwatch clock;
-  std::vector<RewardInput> batch;
+  BatchScorer scorer(reward_, tokenizer_);
   for (const auto& group : unscored_)
-    for (const auto& s : group.samples)
-      batch.push_back({group.prompt.text, tokenizer_.decode(s.response()), group.prompt.label});
-  const std::vector<float> r = compute_rewards(reward_, batch);
+    for (const auto& s : group.samples) scorer.add(group.prompt, s);
+  const std::vector<float> r = scorer.score();
   score_s_ += clock.seconds();
   busy_s_ += clock.seconds();  // the router's work, as its engine iterations are
   size_t next = 0;
@@ -162,8 +161,7 @@ void AsyncGenerator::score_finished() {
     if (!filter_.keep(group_rewards)) {
       ++groups_filtered_;
       for (auto& s : group.samples) {
-        s.status = SampleStatus::Filtered;
-        s.reward = 0.0f;
+        retire(s, SampleStatus::Filtered);
         unused_.push_back(std::move(s));
       }
     } else if (is_stale(group.samples)) {

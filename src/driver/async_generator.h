@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "buffer/prompt_source.h"
+#include "data/prompt_source.h"
 #include "reward/reward.h"
 #include "rollout/engine.h"
 #include "rollout/streaming_router.h"

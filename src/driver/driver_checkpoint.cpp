@@ -7,18 +7,15 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <optional>
 #include <thread>
 
-#include <nlohmann/json.hpp>
-
-#include "buffer/prompt_source.h"
+#include "data/prompt_source.h"
 #include "ckpt/checkpoint_dir.h"
 #include "ckpt/resume.h"
 #include "ckpt/run_state.h"
 #include "driver/driver.h"
-#include "driver/async_generator.h"
-#include "driver/rollout_batch.h"
+#include "driver/step_phases.h"
+#include "rollout/rollout_side.h"
 #include "core/file_write.h"
 #include "core/log.h"
 #include "core/stop_signal.h"
@@ -27,8 +24,6 @@
 #include "io/tensor_io.h"
 #include "parallel/mpi_bytes.h"
 #include "parallel/watchdog.h"
-#include "rollout/rollout_side.h"
-#include "train/expert_parallel.h"
 #include "train/trainer.h"
 
 namespace slimpi {
@@ -107,6 +102,23 @@ void Driver::choose_resume() {
   resume_from_ = chosen;
 }
 
+void Driver::load_checkpoint(const std::string& chosen) {
+  run_on_all_and_agree(ctx_.world->world(), fmt::format("cannot load checkpoint {}", chosen), [&] {
+    const ckpt::RunState rs = ckpt::read_run_state(chosen + "/run_state.h5");
+    start_step_ = rs.step;
+    phases_->set_reached_target(rs.reached_target);
+    if (parts_.trainer) parts_.trainer->load(chosen + "/trainer_state.h5");
+    if (parts_.engine_model) load_model_weights(parts_.engine_model->parameters(), chosen + "/trainer_state.h5");
+    if (parts_.prompt_source) parts_.prompt_source->set_cursor(rs.prompt_cursor);
+    if (parts_.rollout_side) parts_.rollout_side->set_weight_version(rs.step);
+    schedule_->load_in_flight(chosen, rs.pending_groups);
+    ckpt::restore_local_rng_state(rs.rng_per_rank.at(static_cast<size_t>(ctx_.world->rank())));
+  });
+  log::info("resuming at step {} from {} (prompt cursor {})", start_step_, chosen,
+            parts_.prompt_source ? parts_.prompt_source->cursor() : 0);
+  if (phases_->reached_target()) log::info("that run had reached eval.stop_at_pass1: no step is left to run");
+}
+
 void Driver::resume_and_open_files() {
   const Deck& deck = ctx_.deck;
   MPI_Comm world = ctx_.world->world();
@@ -124,30 +136,9 @@ void Driver::resume_and_open_files() {
     MPI_Bcast(files, 2, MPI_INT, 0, world);
   }
 
-  if (!chosen.empty()) {
-    run_on_all_and_agree(world, fmt::format("cannot load checkpoint {}", chosen), [&] {
-      const ckpt::RunState rs = ckpt::read_run_state(chosen + "/run_state.h5");
-      start_step_ = rs.step;
-      stop_ = rs.reached_target;
-      if (trainer_) trainer_->load(chosen + "/trainer_state.h5");
-      if (engine_model_) load_model_weights(engine_model_->parameters(), chosen + "/trainer_state.h5");
-      if (prompt_source_) prompt_source_->set_cursor(rs.prompt_cursor);
-      if (rollout_side_) rollout_side_->set_weight_version(rs.step);
-      if (full_async_) {
-        if (async_ && rollout_side_->is_router()) async_->load(chosen);
-      } else {
-        pending_ready_ = rs.pending_groups > 0;
-        if (pending_ready_ && ctx_.world->rank() == router_world_rank_) load_pending_batch(chosen);
-      }
-      ckpt::restore_local_rng_state(rs.rng_per_rank.at(static_cast<size_t>(ctx_.world->rank())));
-    });
-    log::info("resuming at step {} from {} (prompt cursor {})", start_step_, chosen,
-              prompt_source_ ? prompt_source_->cursor() : 0);
-    if (stop_) log::info("that run had reached eval.stop_at_pass1: no step is left to run");
-  } else {
-    log::info("starting fresh (checkpoint.resume = \"{}\"; checkpoints go to {})",
-              deck.get_string("checkpoint.resume"), ckpt_root_);
-  }
+  if (!chosen.empty()) load_checkpoint(chosen);
+  else log::info("starting fresh (checkpoint.resume = \"{}\"; checkpoints go to {})",
+                 deck.get_string("checkpoint.resume"), ckpt_root_);
 
   const std::string deck_text = deck.to_toml();
   const std::string rollouts_path = ctx_.run_dir + "/rollouts.h5";
@@ -216,7 +207,7 @@ void Driver::checkpoint(int64_t step) {
   }
   const int64_t interval = deck.get_int("checkpoint.interval");
   const int64_t job_steps = deck.get_int("run.job_steps");
-  const bool last = next >= deck.get_int("run.n_steps") || stop_;
+  const bool last = next >= deck.get_int("run.n_steps") || phases_->reached_target();
   if (!last && sig != 0) {
     halt_ = true;
     log::info("{} received: stopping after step {} with a checkpoint", signal_name(sig), next);
@@ -240,38 +231,18 @@ void Driver::write_checkpoint(int64_t next_step) {
   });
   rollouts_->flush();
   run_on_all_and_agree(world, context, [&] {
-    if (trainer_ && writes_trainer_state()) trainer_->save(dir + "/trainer_state.h5");
+    if (parts_.trainer && parts_.writes_trainer_state(*ctx_.world)) parts_.trainer->save(dir + "/trainer_state.h5");
   });
-  // one_step_off: the batch generated during this step, which the next step trains.
-  // full: the queue and every unfinished sequence (the snapshot is collective over the
-  // rollout ranks, so it is taken before any rank can fail alone).
-  int64_t pending_groups = 0;
-  if (full_async_) {
-    std::optional<StreamState> state;
-    if (async_) state = async_->snapshot();
-    run_on_all_and_agree(world, context, [&] {
-      if (state) pending_groups = async_->save(dir, std::move(*state));
-    });
-    static const std::string pending_context = "[checkpoint] the queued and open groups";
-    WaitGuard guard({&pending_context, "MPI_Bcast", 1, "i64", router_world_rank_});
-    MPI_Bcast(&pending_groups, 1, MPI_INT64_T, router_world_rank_, world);
-  } else if (overlapped_ && pending_ready_) {
-    const bool router = ctx_.world->rank() == router_world_rank_;
-    run_on_all_and_agree(world, context, [&] {
-      if (router) save_pending_batch(dir);
-    });
-    pending_groups = pending_->groups_generated;
-    static const std::string pending_context = "[checkpoint] the pending batch's group count";
-    WaitGuard guard({&pending_context, "MPI_Bcast", 1, "i64", router_world_rank_});
-    MPI_Bcast(&pending_groups, 1, MPI_INT64_T, router_world_rank_, world);
-  }
+  // What the schedule holds between steps (one_step_off: the batch generated during
+  // this step, which the next step trains; full: the queue and every unfinished sequence).
+  const int64_t pending_groups = schedule_->save_in_flight(dir, context);
   ckpt::RunState rs;
   rs.step = next_step;
   rs.pending_groups = pending_groups;
-  rs.prompt_cursor = prompt_source_ ? prompt_source_->cursor() : 0;
-  rs.prompt_epoch = prompt_source_ ? prompt_source_->epoch() : 0;
+  rs.prompt_cursor = parts_.prompt_source ? parts_.prompt_source->cursor() : 0;
+  rs.prompt_epoch = parts_.prompt_source ? parts_.prompt_source->epoch() : 0;
   rs.layout = ckpt::describe_layout(ctx_.world->layout());
-  rs.reached_target = stop_;
+  rs.reached_target = phases_->reached_target();
   run_on_all_and_agree(world, context, [&] { ckpt::write_run_state(world, dir + "/run_state.h5", rs); });
   if (root && fault_pause_at(next_step)) {
     log::info("fault injection: pausing 60 s inside {} before its manifest", dir);
@@ -282,10 +253,8 @@ void Driver::write_checkpoint(int64_t next_step) {
     ckpt::write_checkpoint_file(dir + "/deck.json", ctx_.deck.to_json());
     ckpt::write_checkpoint_file(dir + "/deck.toml", ctx_.deck.to_toml());
     std::vector<std::string> files = {"run_state.h5", "deck.json", "deck.toml"};
-    if (trainer_) files.insert(files.begin(), "trainer_state.h5");
-    if (full_async_) files.insert(files.end(), AsyncGenerator::checkpoint_files().begin(),
-                                  AsyncGenerator::checkpoint_files().end());
-    else if (pending_groups > 0) files.insert(files.end(), {"pending_rollout.h5", "pending_rollout.json"});
+    if (parts_.trainer) files.insert(files.begin(), "trainer_state.h5");
+    for (const std::string& f : schedule_->in_flight_files(pending_groups)) files.push_back(f);
     ckpt::write_manifest(dir, files);
   });
   // Every rank has finished its part (the agreement above is a barrier): mark it done.
@@ -297,48 +266,6 @@ void Driver::write_checkpoint(int64_t next_step) {
       log::info("checkpoint {} removed (checkpoint.keep_last / keep_every)", old);
   });
   log::info("checkpoint {} written in {:.3f} s (resumes at step {})", dir, clock.seconds(), next_step);
-}
-
-// pending_rollout.h5: the pending batch's samples in rollouts.h5's layout (kept ones
-// first, in group order, then the filtered and surplus ones); pending_rollout.json: its
-// counters. Both written by the router, read back by it alone.
-void Driver::save_pending_batch(const std::string& dir) {
-  const RolloutBatch& b = *pending_;
-  {
-    RolloutLog log = RolloutLog::create(dir + "/pending_rollout.h5", MPI_COMM_NULL, ctx_.deck.to_toml());
-    log.append(b.kept, b.unused);
-    log.flush();
-  }
-  h5::check_no_failed_close();  // the destructor's close must have landed too
-  nlohmann::json engine = nlohmann::json::array();
-  EngineStats stats = b.engine_stats;
-  EngineStats::zip(stats, stats, [&](auto& x, auto&) { engine.push_back(x); });
-  const nlohmann::json j = {{"kept", b.kept.size()},           {"groups_generated", b.groups_generated},
-                            {"groups_dropped", b.groups_dropped}, {"rounds", b.rounds},
-                            {"score_s", b.score_s},               {"generate_s", b.generate_s},
-                            {"engine_stats", engine}};
-  ckpt::write_checkpoint_file(dir + "/pending_rollout.json", j.dump(1) + "\n");
-}
-
-void Driver::load_pending_batch(const std::string& dir) {
-  RolloutBatch& b = *pending_;
-  b = RolloutBatch();
-  const nlohmann::json j = nlohmann::json::parse(std::ifstream(dir + "/pending_rollout.json"));
-  std::vector<Sample> all = RolloutLog::open(dir + "/pending_rollout.h5", MPI_COMM_NULL, false).read_all();
-  const size_t kept = j.at("kept").get<size_t>();
-  SLIMPI_CHECK(kept <= all.size(), "{}/pending_rollout.json: {} kept samples, the .h5 has {}", dir, kept, all.size());
-  b.kept.assign(std::make_move_iterator(all.begin()), std::make_move_iterator(all.begin() + kept));
-  b.unused.assign(std::make_move_iterator(all.begin() + kept), std::make_move_iterator(all.end()));
-  b.groups_generated = j.at("groups_generated");
-  b.groups_dropped = j.at("groups_dropped");
-  b.rounds = j.at("rounds");
-  b.score_s = j.at("score_s");
-  b.generate_s = j.at("generate_s");
-  const nlohmann::json& engine = j.at("engine_stats");
-  size_t i = 0;
-  EngineStats::zip(b.engine_stats, b.engine_stats, [&](auto& x, auto&) {
-    x = engine.at(i++).get<std::remove_reference_t<decltype(x)>>();
-  });
 }
 
 }  // namespace slimpi

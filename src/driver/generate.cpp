@@ -8,7 +8,7 @@
 
 #include <cstdio>
 
-#include "buffer/prompt_source.h"
+#include "data/prompt_source.h"
 #include "core/log.h"
 #include "core/timer.h"
 #include "io/metrics_log.h"
@@ -22,22 +22,18 @@
 
 namespace slimpi {
 
-int run_generate(RunContext& ctx) {
-  const Deck& deck = ctx.deck;
-  if (deck.get_string("data.path").empty())
-    SLIMPI_FAIL_ALL("slimpi generate needs prompts: set data.path (JSONL, prompt text under data.input_key)");
-  RolloutConfig rc = RolloutConfig::from_deck(deck);
-  ModelConfig mc = ModelConfig::from_deck(deck);
+namespace {
+
+// One request per prompt of data.path (no label needed), seeds from the run seed.
+std::vector<GenerationRequest> generation_requests(const Deck& deck, const RolloutConfig& rc, const ModelConfig& mc) {
   const Tokenizer& tok = *rc.tokenizer;
-  log::info("tokenizer: {}", tok.describe());
-  if (const std::string note = describe_chat_template_choice(ctx.deck, tok); !note.empty()) log::info("{}", note);
-  std::vector<GenerationRequest> requests;
   const uint64_t seed = static_cast<uint64_t>(deck.get_int("run.seed"));
   PromptSourceSpec spec = PromptSourceSpec::from_deck(deck, deck.get_string("data.path"), rc.tokenizer);
   spec.skip_bad_lines = deck.get_bool("data.skip_bad_lines");
   spec.label_optional = true;
   spec.max_prompt_tokens = mc.max_seq_len - rc.sampling.max_new_tokens;
   const PromptSource source(spec, seed);
+  std::vector<GenerationRequest> requests;
   for (const Prompt& rec : source.records()) {
     GenerationRequest r;
     r.group_index = static_cast<int64_t>(requests.size());
@@ -47,6 +43,48 @@ int run_generate(RunContext& ctx) {
     r.seed = mix_seed(seed, 0, uint64_t(r.group_index));
     requests.push_back(std::move(r));
   }
+  return requests;
+}
+
+// Engine counters summed over ranks (`st`); response statistics from rank 0's samples.
+std::map<std::string, double> generation_metrics(const std::vector<Sample>& samples, const EngineStats& st,
+                                                 double seconds) {
+  std::map<std::string, double> row;
+  double total_len = 0, max_len = 0, truncated = 0;
+  for (const auto& g : samples) {
+    total_len += double(g.response_length());
+    max_len = std::max(max_len, double(g.response_length()));
+    truncated += g.status == SampleStatus::Truncated;
+  }
+  const double n = std::max<double>(1, double(samples.size()));
+  row["rollout/response_len/mean"] = total_len / n;
+  row["rollout/response_len/max"] = max_len;
+  row["rollout/truncated_ratio"] = truncated / n;
+  row["rollout/n_samples"] = double(samples.size());
+  row["rollout/generated_tokens"] = double(st.generated_tokens);
+  row["rollout/prefill_tokens_computed"] = double(st.prefill_tokens_computed);
+  row["rollout/prompt_tokens_served"] = double(st.prompt_tokens_served);
+  row["rollout/prefix_cache_hit_rate"] =
+      st.prefix_query_tokens > 0 ? double(st.prefix_hit_tokens) / double(st.prefix_query_tokens) : 0.0;
+  row["rollout/preemptions"] = double(st.preemptions);
+  row["perf/rollout_time"] = seconds;
+  row["perf/rollout_tokens_per_s"] = double(st.generated_tokens) / seconds;
+  return row;
+}
+
+}  // namespace
+
+int run_generate(RunContext& ctx) {
+  const Deck& deck = ctx.deck;
+  if (deck.get_string("data.path").empty())
+    SLIMPI_FAIL_ALL("slimpi generate needs prompts: set data.path (JSONL, prompt text under data.input_key)");
+  RolloutConfig rc = RolloutConfig::from_deck(deck);
+  ModelConfig mc = ModelConfig::from_deck(deck);
+  const Tokenizer& tok = *rc.tokenizer;
+  log::info("tokenizer: {}", tok.describe());
+  if (const std::string note = describe_chat_template_choice(ctx.deck, tok); !note.empty()) log::info("{}", note);
+  const std::vector<GenerationRequest> requests = generation_requests(deck, rc, mc);
+  const uint64_t seed = static_cast<uint64_t>(deck.get_int("run.seed"));
 
   const at::Device device = ctx.device.use_cuda ? at::Device(at::kCUDA, ctx.device.gpu) : at::Device(at::kCPU);
   Transformer model(mc, seed, device, weight_dtype(parse_precision(deck.get_string("rollout.precision"))));
@@ -82,28 +120,8 @@ int run_generate(RunContext& ctx) {
   rollouts.append(samples);
   rollouts.flush();
 
-  // Metrics: engine counters summed over ranks; response statistics from rank 0's samples.
   const EngineStats st = sum_engine_stats(engine.stats(), ctx.world->world());
-  std::map<std::string, double> row;
-  double total_len = 0, max_len = 0, truncated = 0;
-  for (const auto& g : samples) {
-    total_len += double(g.response_length());
-    max_len = std::max(max_len, double(g.response_length()));
-    truncated += g.status == SampleStatus::Truncated;
-  }
-  const double n = std::max<double>(1, double(samples.size()));
-  row["rollout/response_len/mean"] = total_len / n;
-  row["rollout/response_len/max"] = max_len;
-  row["rollout/truncated_ratio"] = truncated / n;
-  row["rollout/n_samples"] = double(samples.size());
-  row["rollout/generated_tokens"] = double(st.generated_tokens);
-  row["rollout/prefill_tokens_computed"] = double(st.prefill_tokens_computed);
-  row["rollout/prompt_tokens_served"] = double(st.prompt_tokens_served);
-  row["rollout/prefix_cache_hit_rate"] =
-      st.prefix_query_tokens > 0 ? double(st.prefix_hit_tokens) / double(st.prefix_query_tokens) : 0.0;
-  row["rollout/preemptions"] = double(st.preemptions);
-  row["perf/rollout_time"] = seconds;
-  row["perf/rollout_tokens_per_s"] = double(st.generated_tokens) / seconds;
+  std::map<std::string, double> row = generation_metrics(samples, st, seconds);
   MetricsLog metrics(ctx.run_dir, ctx.world->world(), deck_text);
   metrics.log_step(0, row);
   log::info("generate: {} samples in {:.2f} s, {:.0f} tokens/s; prefill computed {} of {} prompt tokens served "

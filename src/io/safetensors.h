@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "io/named_tensor.h"
+#include "core/named_tensor.h"
 
 namespace slimpi {
 

@@ -10,7 +10,7 @@
 #include <map>
 #include <set>
 
-#include "io/hf_names.h"
+#include "arch/architecture.h"
 #include "io/safetensors.h"
 
 namespace slimpi {
@@ -108,11 +108,13 @@ std::vector<NamedTensor> read_hf_tensors_like(const std::string& path, const std
   const std::string& where = reader.description();
   std::set<std::string> wanted;
   std::vector<std::string> missing, unused, wrong;
-  // A tensor's name in the files: slimpi's, or Mixtral's (io/hf_names.h) when the files
-  // name their MoE tensors Mixtral's way (errors then name what the files would hold).
-  bool mixtral_files = false;
-  for (const auto& [name, e] : reader.entries()) mixtral_files = mixtral_files || name.find(".block_sparse_moe.") != std::string::npos;
-  auto file_name = [&](const std::string& name) { return mixtral_files ? mixtral_name(name) : name; };
+  // A tensor's name in the files: slimpi's, or its family's (arch/architecture.h: Mixtral
+  // names its MoE tensors its own way) when the files use that naming (errors then name
+  // what the files would hold).
+  std::vector<std::string> names;
+  for (const auto& [name, e] : reader.entries()) names.push_back(name);
+  const Architecture* naming = architecture_naming(names);
+  auto file_name = [&](const std::string& name) { return naming ? naming->tensor_name(name) : name; };
   for (const auto& l : like) {
     wanted.insert(file_name(l.name));
     if (!reader.contains(file_name(l.name))) missing.push_back(file_name(l.name));

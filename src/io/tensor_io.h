@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "io/h5.h"
-#include "io/named_tensor.h"
+#include "core/named_tensor.h"
 
 namespace slimpi {
 

@@ -10,16 +10,10 @@
 //   forward_incremental  new tokens of B sequences that attend to their cached past;
 //                        writes the new keys/values into a KvCache at given slots
 //                        (prefill chunks and decode steps of the rollout engine)
-// Both run the same layer code; attention differs only in where keys/values come from.
-// Attention of packed sequences (training, log-prob recomputation) and of the prefill
-// chunks of the incremental forward runs each sequence alone through torch's
-// scaled_dot_product_attention (flash kernels: no padding, no O(B · longest²) scores)
-// once a padded batch's scores would exceed padded_attention_budget() elements; below
-// that the sequences' queries and keys are scattered into padded [B, L, heads, D]
-// tensors, masked (causal and past each sequence's end) and gathered back: a few large
-// ops, faster for many short sequences. Decode rows (one new token) read the cache as
-// set_decode_attention() says (a paged kernel on the CPU). Every path gives the same
-// outputs (and, for packed sequences, gradients) to fp32 round-off (tested).
+// Both run the same layer loop (forward()): per layer an attention block (RMSNorm, q/k/v
+// projections, optional q/k norms, RoPE, attention of model/attention.h, output
+// projection) and an MLP block (SwiGLU, or the MoE layer of model/moe.h), each added to
+// the residual stream; attention differs only in where keys/values come from.
 // Precision: weights are stored in fp32 (the trainer's masters) or bf16 (a bf16 rollout
 // engine); drawn in fp32 either way and rounded once. The residual stream, RMSNorm,
 // attention softmax and the logits are fp32 whatever the weights; matrix products run
@@ -33,35 +27,13 @@
 #include <string>
 #include <vector>
 
-#include "io/named_tensor.h"
+#include "core/named_tensor.h"
+#include "model/attention.h"
+#include "model/kv_cache.h"
 #include "model/model_config.h"
 #include "model/moe.h"
 
 namespace slimpi {
-
-// Keys and values of every layer, addressed by slot (a slot holds one token's K and V
-// for all KV heads). Slot assignment (contiguous per sequence, or paged blocks) is
-// the caller's business.
-struct KvCache {
-  std::vector<at::Tensor> k;  // n_layers x [n_slots, n_kv_heads, D]
-  std::vector<at::Tensor> v;  // n_layers x [n_slots, n_kv_heads, D]
-  // Gathered keys/values of the sequences one attention call reads (the Gather decode
-  // path, and prefill chunks with a cached past): [rows, n_kv_heads, D] each, re-used by
-  // every layer and step, grown only when a call needs more rows.
-  at::Tensor gathered_k, gathered_v;
-  // Mixture-of-experts policies: the experts each slot's token ran, kept with its K/V so
-  // that tokens served from the prefix cache still have their routing trace.
-  at::Tensor routing;  // [n_slots, n_moe_layers, k] int16 (undefined for dense models)
-  static KvCache allocate(const ModelConfig& cfg, int64_t n_slots, const at::TensorOptions& options);
-  int64_t n_slots() const { return k.empty() ? 0 : k[0].size(0); }
-};
-
-// One sequence of an incremental batch: n_new tokens after n_past cached ones.
-struct CachedSequence {
-  int64_t n_past = 0;
-  int64_t n_new = 0;
-  at::Tensor slots;  // [n_past + n_new] int64: the cache slot of every position 0..n_past+n_new-1
-};
 
 // The expert choices of the MoE layers in one forward (model.n_experts > 0): what the
 // engine records as routing traces, what a trainer replays (Rollout Routing Replay), and
@@ -109,24 +81,13 @@ class Transformer {
   // Whether an incremental batch with decode rows and prefill chunks attends in two
   // calls (default) or as one batch padded to the longest chunk (perf/ compares them).
   void set_split_decode_and_prefill(bool split) { split_decode_and_prefill_ = split; }
-  // How the decode rows (one new token each) of an incremental batch read the cache:
-  //   Paged        the host paged-attention kernel reads each K/V row where it lies
-  //                (kernels/paged_attention.h)
-  //   Gather       the rows are gathered into the KvCache's reused buffer, then one
-  //                batched attention (any device)
-  //   FreshGather  a new padded copy of every sequence's history, per layer and step
-  //                (the code before the paged kernel; kept for perf/ to compare against)
-  //   Auto         Paged for an fp32 forward on the CPU; otherwise Gather (the default:
-  //                a bf16 forward then runs the attention ops a bf16 trainer runs)
-  // All give the same outputs to fp32 round-off (tested).
-  enum class DecodeAttention { Auto, Paged, Gather, FreshGather };
+  // How the decode rows (one new token each) of an incremental batch read the cache
+  // (model/attention.h). All give the same outputs to fp32 round-off (tested).
+  using DecodeAttention = ::slimpi::DecodeAttention;
   void set_decode_attention(DecodeAttention mode) { decode_attention_ = mode; }
   // Sets every weight to `other`'s (same config), converting the dtype: a bf16 rollout
   // copy of the fp32 policy on a colocated rank. No gradient is tracked.
   void copy_weights_from(const Transformer& other);
-
-  // Where each token sits in the padded attention batch and where its keys come from.
-  struct AttentionLayout;
 
   // tokens [T] int64 (B sequences back to back, lengths seq_lens) -> logits [T, V] fp32.
   // moe (MoE models): replays and/or records the routing of every token.
@@ -139,8 +100,15 @@ class Transformer {
                                  KvCache& cache, MoeTrace* moe = nullptr) const;
 
  private:
+  // The layer loop of both forwards: embedding, per layer an attention block and an MLP
+  // (dense or MoE) block on the fp32 residual stream, final norm, logits.
   at::Tensor forward(const at::Tensor& tokens, const AttentionLayout& layout, KvCache* cache, MoeTrace* moe) const;
-  void add(const std::string& name, at::Tensor t);
+  // Per layer: x [T, d] -> the attention block's output [T, d] (added to x by the caller).
+  struct ForwardContext;
+  at::Tensor attention_block(size_t layer, const at::Tensor& x, const ForwardContext& f) const;
+  // Appends parameter `name` (drawn as `t`); `binds_to` is the member that holds it
+  // once pack_parameters() gave it its final storage.
+  void add(const std::string& name, at::Tensor t, at::Tensor* binds_to);
   // Moves every parameter into flat_ (called once, before any view is taken).
   void pack_parameters();
 
@@ -152,6 +120,7 @@ class Transformer {
   bool split_decode_and_prefill_ = true;
   DecodeAttention decode_attention_ = DecodeAttention::Auto;
   std::vector<NamedTensor> params_;
+  std::vector<at::Tensor*> bindings_;  // during construction: where params_[i] binds
   at::Tensor flat_;  // [n_params] every parameter's storage
   std::vector<LayerParams> layers_;
   at::Tensor embed_, final_norm_, lm_head_;

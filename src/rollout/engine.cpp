@@ -285,13 +285,20 @@ Sample Engine::to_sample(Sequence& seq) const {
   return s;
 }
 
+// One iteration: admit, reserve, schedule, forward, sample, retire.
 std::vector<Sample> Engine::step() {
-  std::vector<Sample> done;
-  if (!has_work()) return done;
+  if (!has_work()) return {};
   ++stats_.iterations;
-  const int64_t bs = cfg_.block_size;
+  admit_waiting();
+  reserve_decode_slots();
+  const ScheduledBatch batch = schedule_batch();
+  const at::Tensor logits = forward_batch(batch);  // [T, V]
+  sample_next_tokens(batch, logits);
+  return retire_finished();
+}
 
-  // 1. Admission, first come first served.
+// 1. Admission, first come first served.
+void Engine::admit_waiting() {
   while (!waiting_.empty()) {
     Sequence& s = *waiting_.front();
     const int64_t slots = s.is_group() ? s.request->n_samples : 1;
@@ -300,8 +307,11 @@ std::vector<Sample> Engine::step() {
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
   }
+}
 
-  // 2. Room for one more token of every decoding sequence, oldest first.
+// 2. Room for one more token of every decoding sequence, oldest first (a sequence
+//    without room preempts the newest).
+void Engine::reserve_decode_slots() {
   std::vector<Sequence*> order;
   for (auto& s : running_) order.push_back(s.get());
   std::sort(order.begin(), order.end(), [](auto* a, auto* b) { return a->arrival < b->arrival; });
@@ -310,10 +320,12 @@ std::vector<Sample> Engine::step() {
     if (still_running && s->pending() == 1) reserve_slots(*s, static_cast<int64_t>(s->tokens.size()));
   }
   SLIMPI_CHECK(!running_.empty(), "engine: no sequence fits in the KV cache ({} blocks of {} tokens)",
-               allocator_.n_blocks(), bs);
+               allocator_.n_blocks(), cfg_.block_size);
+}
 
-  // 3. The batch: decode tokens first, then prefill chunks, within max_batch_tokens.
-  std::vector<std::pair<Sequence*, int64_t>> batch;
+// 3. The batch: decode tokens first, then prefill chunks, within max_batch_tokens.
+Engine::ScheduledBatch Engine::schedule_batch() {
+  ScheduledBatch batch;
   int64_t budget = cfg_.max_batch_tokens;
   std::sort(running_.begin(), running_.end(), [](const auto& a, const auto& b) { return a->arrival < b->arrival; });
   for (auto& s : running_)
@@ -328,10 +340,14 @@ std::vector<Sample> Engine::step() {
       batch.emplace_back(s.get(), n);
       prefill_budget -= n;
     }
+  return batch;
+}
 
-  // 4. One forward over the batch. The cache slot of every position each sequence
-  //    attends to (slot = block_table[p / bs] * bs + p % bs), built here on the host;
-  //    the model's attention layout takes them to the device in one copy.
+// 4. One forward over the batch. The cache slot of every position each sequence
+//    attends to (slot = block_table[p / bs] * bs + p % bs), built here on the host;
+//    the model's attention layout takes them to the device in one copy.
+at::Tensor Engine::forward_batch(const ScheduledBatch& batch) {
+  const int64_t bs = cfg_.block_size;
   std::vector<int64_t> flat, all_slots;
   std::vector<std::pair<int64_t, int64_t>> slot_ranges;  // per sequence: offset, count
   for (auto [s, n] : batch) {
@@ -366,12 +382,15 @@ std::vector<Sample> Engine::step() {
   }
   stats_.forward_s += forward_clock.seconds();
   stats_.forward_tokens += static_cast<int64_t>(flat.size());
+  return logits;
+}
 
-  // 5. Sequences whose every token is now computed sample their next token; a group
-  //    prompt that finished prefilling forks first (all its samples read one row).
+// 5. Sequences whose every token is now computed sample their next token; a group
+//    prompt that finished prefilling forks first (all its samples read one row).
+void Engine::sample_next_tokens(const ScheduledBatch& batch, const at::Tensor& logits) {
   Stopwatch sample_clock;
   std::vector<Sequence*> samplers;
-  std::vector<int64_t> rows;
+  std::vector<int64_t> rows;  // the logits row each sampler reads
   int64_t row = 0;
   std::vector<std::unique_ptr<Sequence>> forked;
   for (auto [s, n] : batch) {
@@ -394,55 +413,61 @@ std::vector<Sample> Engine::step() {
     }
   }
   for (auto& f : forked) running_.push_back(std::move(f));
-
-  if (!samplers.empty()) {
-    const int64_t R = static_cast<int64_t>(samplers.size());
-    // [R, V] fp32, on the model's device
-    const at::Tensor z = logits.index_select(0, at::tensor(rows, long_opts).to(logits.device())).to(at::kFloat);
-    std::vector<SamplingRow> params;
-    std::vector<DrawCoordinates> draws;
-    std::vector<float> temps;
-    for (const Sequence* s : samplers) {
-      const SamplingParams& p = s->request->params;
-      draws.push_back({s->request->seed, uint64_t(s->sample_index), uint64_t(s->n_response())});
-      params.push_back({p.temperature, p.top_k, p.top_p, counter_uniform(draws.back().seed, draws.back().sample,
-                                                                          draws.back().position)});
-      temps.push_back(p.temperature > 0 ? float(p.temperature) : 1.0f);
-    }
-    at::Tensor next, support;  // [R] int64 each, on z's device
-    if (use_tensor_sampler()) {
-      SampledTokens sampled = sample_tokens_tensor(z, params, draws);
-      next = sampled.tokens;
-      support = sampled.support;
-    } else {
-      const at::Tensor zc = z.contiguous();
-      next = at::empty({R}, long_opts);
-      at::Tensor support32 = at::empty({R}, at::kInt);
-      sample_tokens(zc.data_ptr<float>(), R, zc.size(1), params.data(), next.data_ptr<int64_t>(),
-                    support32.data_ptr<int32_t>());
-      support = support32.to(at::kLong);
-    }
-    // Log-probs exactly as the trainer computes them: fp32 logits / T, renormalised over
-    // the sampling support (model/log_probs.h). Then tokens, supports and log-probs come
-    // to the host in one copy: [3, R] float64 holds int64 token ids exactly (< 2^53).
-    const at::Tensor scale = at::tensor(temps, at::kFloat).to(z.device()).unsqueeze(1);  // [R, 1]
-    const at::Tensor logp = log_probs_over_support(z / scale, next, support);            // [R]
-    const at::Tensor host = at::stack({next.to(at::kDouble), support.to(at::kDouble), logp.to(at::kDouble)})
-                                .cpu()
-                                .contiguous();  // [3, R]
-    const double* h = host.data_ptr<double>();
-    for (int64_t i = 0; i < R; ++i) {
-      Sequence& s = *samplers[i];
-      s.tokens.push_back(static_cast<int64_t>(h[i]));
-      s.support.push_back(static_cast<int32_t>(h[R + i]));
-      s.log_probs.push_back(static_cast<float>(h[2 * R + i]));
-      s.versions.push_back(weight_version_);
-      ++stats_.generated_tokens;
-    }
-  }
+  if (!samplers.empty()) sample_rows(samplers, rows, logits);
   stats_.sample_s += sample_clock.seconds();
+}
 
-  // 6. Retire finished sequences at once.
+void Engine::sample_rows(const std::vector<Sequence*>& samplers, const std::vector<int64_t>& rows,
+                         const at::Tensor& logits) {
+  const auto long_opts = at::TensorOptions().dtype(at::kLong);
+  const int64_t R = static_cast<int64_t>(samplers.size());
+  // [R, V] fp32, on the model's device
+  const at::Tensor z = logits.index_select(0, at::tensor(rows, long_opts).to(logits.device())).to(at::kFloat);
+  std::vector<SamplingRow> params;
+  std::vector<DrawCoordinates> draws;
+  std::vector<float> temps;
+  for (const Sequence* s : samplers) {
+    const SamplingParams& p = s->request->params;
+    draws.push_back({s->request->seed, uint64_t(s->sample_index), uint64_t(s->n_response())});
+    params.push_back({p.temperature, p.top_k, p.top_p, counter_uniform(draws.back().seed, draws.back().sample,
+                                                                        draws.back().position)});
+    temps.push_back(p.temperature > 0 ? float(p.temperature) : 1.0f);
+  }
+  at::Tensor next, support;  // [R] int64 each, on z's device
+  if (use_tensor_sampler()) {
+    SampledTokens sampled = sample_tokens_tensor(z, params, draws);
+    next = sampled.tokens;
+    support = sampled.support;
+  } else {
+    const at::Tensor zc = z.contiguous();
+    next = at::empty({R}, long_opts);
+    at::Tensor support32 = at::empty({R}, at::kInt);
+    sample_tokens(zc.data_ptr<float>(), R, zc.size(1), params.data(), next.data_ptr<int64_t>(),
+                  support32.data_ptr<int32_t>());
+    support = support32.to(at::kLong);
+  }
+  // Log-probs exactly as the trainer computes them: fp32 logits / T, renormalised over
+  // the sampling support (model/log_probs.h). Then tokens, supports and log-probs come
+  // to the host in one copy: [3, R] float64 holds int64 token ids exactly (< 2^53).
+  const at::Tensor scale = at::tensor(temps, at::kFloat).to(z.device()).unsqueeze(1);  // [R, 1]
+  const at::Tensor logp = log_probs_over_support(z / scale, next, support);            // [R]
+  const at::Tensor host = at::stack({next.to(at::kDouble), support.to(at::kDouble), logp.to(at::kDouble)})
+                              .cpu()
+                              .contiguous();  // [3, R]
+  const double* h = host.data_ptr<double>();
+  for (int64_t i = 0; i < R; ++i) {
+    Sequence& s = *samplers[i];
+    s.tokens.push_back(static_cast<int64_t>(h[i]));
+    s.support.push_back(static_cast<int32_t>(h[R + i]));
+    s.log_probs.push_back(static_cast<float>(h[2 * R + i]));
+    s.versions.push_back(weight_version_);
+    ++stats_.generated_tokens;
+  }
+}
+
+// 6. Retire finished sequences at once.
+std::vector<Sample> Engine::retire_finished() {
+  std::vector<Sample> done;
   for (auto it = running_.begin(); it != running_.end();) {
     Sequence& s = **it;
     if (!s.is_group() && s.pending() == 1 && s.n_response() > 0 && finished(s)) {

@@ -21,6 +21,7 @@
 #include <deque>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/precision.h"
@@ -125,6 +126,15 @@ class Engine {
 
  private:
   struct Sequence;
+  // The steps of step(), in order.
+  using ScheduledBatch = std::vector<std::pair<Sequence*, int64_t>>;  // each sequence and its new tokens
+  void admit_waiting();
+  void reserve_decode_slots();
+  ScheduledBatch schedule_batch();
+  at::Tensor forward_batch(const ScheduledBatch& batch);  // -> logits [T, V]
+  void sample_next_tokens(const ScheduledBatch& batch, const at::Tensor& logits);
+  void sample_rows(const std::vector<Sequence*>& samplers, const std::vector<int64_t>& rows, const at::Tensor& logits);
+  std::vector<Sample> retire_finished();
   bool admit(Sequence& seq);
   bool use_tensor_sampler() const;
   bool reserve_slots(Sequence& seq, int64_t n_new);

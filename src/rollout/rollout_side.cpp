@@ -4,6 +4,7 @@
 #include <slimpi/error.h>
 
 #include "kernels/counter_rng.h"
+#include "reward/batch_scorer.h"
 #include "rollout/evaluation.h"
 #include "tokenizer/byte_tokenizer.h"
 
@@ -60,10 +61,9 @@ std::map<std::string, double> RolloutSide::evaluate(const std::vector<Prompt>& p
   std::map<std::string, double> metrics;
   const Tokenizer& tok = *cfg_.tokenizer;
   auto score = [&](const std::vector<Sample>& samples) {
-    std::vector<RewardInput> batch;
-    for (const auto& s : samples)
-      batch.push_back({prompts[s.group_index].text, tok.decode({s.tokens.begin() + s.prompt_length, s.tokens.end()}), prompts[s.group_index].label});
-    return compute_rewards(reward, batch);
+    BatchScorer scorer(reward, tok);
+    for (const auto& s : samples) scorer.add(prompts[s.group_index], s);
+    return scorer.score();
   };
   SamplingParams greedy = cfg_.sampling;
   greedy.temperature = 0.0;

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "buffer/prompt_source.h"
+#include "data/prompt_source.h"
 #include "reward/reward.h"
 #include "rollout/rollout_config.h"
 #include "rollout/router.h"

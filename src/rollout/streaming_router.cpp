@@ -86,11 +86,11 @@ std::string samples_message(const std::vector<Sample>& samples) { return 'S' + e
 
 }  // namespace
 
-PartialPolicy parse_partial_policy(const std::string& name) {
-  if (name == "continue") return PartialPolicy::Continue;
-  if (name == "requeue") return PartialPolicy::Requeue;
-  SLIMPI_CHECK(name == "discard", "rollout.partial: unknown policy '{}'", name);
-  return PartialPolicy::Discard;
+const Registry<PartialPolicy>& partial_policies() {
+  static const Registry<PartialPolicy> r("rollout.partial", {{"continue", PartialPolicy::Continue},
+                                                            {"requeue", PartialPolicy::Requeue},
+                                                            {"discard", PartialPolicy::Discard}});
+  return r;
 }
 
 StreamingRouter::StreamingRouter(Engine& engine, MPI_Comm rollout, int64_t max_running, SamplingParams params)

@@ -29,6 +29,7 @@
 #include <optional>
 #include <vector>
 
+#include "core/registry.h"
 #include "rollout/engine.h"
 
 namespace slimpi {
@@ -41,7 +42,8 @@ namespace slimpi {
 //   Discard   its response so far is thrown away and it starts again from its prompt.
 // A group not forked yet has no response: it stays (Continue, Discard) or is queued (Requeue).
 enum class PartialPolicy { Continue, Requeue, Discard };
-PartialPolicy parse_partial_policy(const std::string& name);
+// rollout.partial's names: "continue", "requeue", "discard".
+const Registry<PartialPolicy>& partial_policies();
 
 struct PartialStats {  // summed over the engines
   int64_t continued = 0;         // partial samples kept in their engine, KV to recompute
@@ -83,7 +85,6 @@ class StreamingRouter {
 
  private:
   bool is_router() const { return rank_ == 0; }
-  void serve_as_engine();
   void dispatch(const Hooks& hooks);
   void receive_samples(std::vector<Sample> samples, int engine, const Hooks& hooks);
   void pause_engines(const Hooks& hooks);

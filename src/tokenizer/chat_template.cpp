@@ -137,26 +137,39 @@ std::string strip_unicode_whitespace(const std::string& s) {
   return seen ? s.substr(begin, end - begin) : std::string();
 }
 
-std::string ChatFormat::end_of_turn() const {
-  return chat_template == ChatTemplate::Llama3 ? "<|eot_id|>" : chat_template == ChatTemplate::None ? "" : "<|im_end|>";
+const Registry<ChatTemplateSpec>& chat_templates() {
+  static const Registry<ChatTemplateSpec> r = [] {
+    using Messages = std::vector<ChatMessage>;
+    Registry<ChatTemplateSpec> reg("data.chat_template");
+    reg.add("none", {ChatTemplate::None, "none", "", nullptr});
+    reg.add("chatml", {ChatTemplate::ChatML, "chatml", "<|im_end|>",
+                       [](const Messages& m, const ChatFormat&, bool gen) { return render_chatml(m, gen); }});
+    reg.add("llama3", {ChatTemplate::Llama3, "llama3", "<|eot_id|>", [](const Messages& m, const ChatFormat& f, bool gen) {
+                         return render_llama3(m, f.bos_token, gen);
+                       }});
+    reg.add("qwen3", {ChatTemplate::Qwen3, "qwen3", "<|im_end|>", [](const Messages& m, const ChatFormat& f, bool gen) {
+                        return render_qwen3(m, f.enable_thinking, gen);
+                      }});
+    return reg;
+  }();
+  return r;
 }
 
-ChatTemplate parse_chat_template(const std::string& name) {
-  if (name == "none") return ChatTemplate::None;
-  if (name == "chatml") return ChatTemplate::ChatML;
-  if (name == "llama3") return ChatTemplate::Llama3;
-  if (name == "qwen3") return ChatTemplate::Qwen3;
-  SLIMPI_FAIL("unknown chat template '{}' (chatml, llama3, qwen3 or none)", name);
+namespace {
+
+const ChatTemplateSpec& spec_of(ChatTemplate t) {
+  for (const std::string& name : chat_templates().names())
+    if (chat_templates().get(name).id == t) return chat_templates().get(name);
+  SLIMPI_FAIL("chat template {} has no registry entry", int(t));
 }
 
-const char* chat_template_name(ChatTemplate t) {
-  switch (t) {
-    case ChatTemplate::ChatML: return "chatml";
-    case ChatTemplate::Llama3: return "llama3";
-    case ChatTemplate::Qwen3: return "qwen3";
-    default: return "none";
-  }
-}
+}  // namespace
+
+std::string ChatFormat::end_of_turn() const { return spec_of(chat_template).end_of_turn; }
+
+ChatTemplate parse_chat_template(const std::string& name) { return chat_templates().get(name).id; }
+
+const char* chat_template_name(ChatTemplate t) { return spec_of(t).name; }
 
 std::optional<ChatTemplate> recognise_chat_template(const std::string& jinja) {
   const auto has = [&](const char* marker) { return jinja.find(marker) != std::string::npos; };
@@ -282,11 +295,7 @@ std::string render_chat(std::vector<ChatMessage> messages, const ChatFormat& f, 
   SLIMPI_CHECK(!messages.empty(), "render_chat: no messages");
   if (!f.system_prompt.empty() && messages.front().role != "system")
     messages.insert(messages.begin(), ChatMessage{"system", f.system_prompt, false, ""});
-  switch (f.chat_template) {
-    case ChatTemplate::ChatML: return render_chatml(messages, add_generation_prompt);
-    case ChatTemplate::Llama3: return render_llama3(messages, f.bos_token, add_generation_prompt);
-    default: return render_qwen3(messages, f.enable_thinking, add_generation_prompt);
-  }
+  return spec_of(f.chat_template).render(messages, f, add_generation_prompt);
 }
 
 }  // namespace slimpi

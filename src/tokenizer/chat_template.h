@@ -26,6 +26,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "core/registry.h"
+
 namespace slimpi {
 
 class Deck;
@@ -55,6 +57,17 @@ struct ChatFormat {
   // and an error when it ships one slimpi does not implement.
   static ChatFormat from_deck(const Deck& deck, const Tokenizer& tokenizer);
 };
+
+// The built-in templates, keyed by data.chat_template's names ("auto" is not one: it
+// resolves to one of these, ChatFormat::from_deck). A new template is a render function
+// and one add() in chat_templates().
+struct ChatTemplateSpec {
+  ChatTemplate id;
+  const char* name;
+  const char* end_of_turn;  // the text that ends an assistant turn ("" for none)
+  std::string (*render)(const std::vector<ChatMessage>& messages, const ChatFormat& format, bool add_generation_prompt);
+};
+const Registry<ChatTemplateSpec>& chat_templates();
 
 ChatTemplate parse_chat_template(const std::string& name);  // throws on an unknown name ("auto" included)
 const char* chat_template_name(ChatTemplate t);

@@ -17,7 +17,7 @@
 #include <memory>
 #include <vector>
 
-#include "io/named_tensor.h"
+#include "core/named_tensor.h"
 #include "model/moe.h"
 #include "parallel/comm.h"
 

@@ -12,9 +12,6 @@ namespace {
 
 constexpr double kSafetyBound = 20.0;  // |log ratio| before exp (slime's SAFETY_BOUND)
 
-MisLevel parse_level(const std::string& s) {
-  return s == "sequence" ? MisLevel::Sequence : s == "geometric" ? MisLevel::Geometric : MisLevel::Token;
-}
 
 // Per-sample reductions over a micro-batch's tokens ([N] values, [N] sample index).
 struct Segments {
@@ -53,10 +50,29 @@ at::Tensor as_float(const at::Tensor& b) { return b.to(at::kFloat); }
 
 }  // namespace
 
+const Registry<TisFunction>& tis_functions() {
+  static const Registry<TisFunction> r(
+      "train.tis_function", {{"vanilla", TisFunction::Vanilla}, {"icepop", TisFunction::Icepop}, {"mis", TisFunction::Mis}});
+  return r;
+}
+
+const Registry<MisLevel>& mis_levels() {
+  static const Registry<MisLevel> r("train.mis_level / train.mis_rs_level", {{"token", MisLevel::Token},
+                                                                             {"sequence", MisLevel::Sequence},
+                                                                             {"geometric", MisLevel::Geometric}});
+  return r;
+}
+
+const Registry<MisMode>& mis_modes() {
+  static const Registry<MisMode> r(
+      "train.mis_mode", {{"truncate", MisMode::Truncate}, {"clip", MisMode::Clip}, {"mask", MisMode::Mask}});
+  return r;
+}
+
 MismatchConfig MismatchConfig::from_deck(const Deck& deck) {
   MismatchConfig c;
   const std::string f = deck.get_string("train.tis_function");
-  c.function = f == "icepop" ? TisFunction::Icepop : f == "mis" ? TisFunction::Mis : TisFunction::Vanilla;
+  c.function = tis_functions().get(f);
   c.tis_clip = deck.get_float("train.tis_clip");
   c.tis_clip_low = deck.get_float("train.tis_clip_low");
   const char* mis_keys[] = {"train.mis_level",    "train.mis_mode",     "train.mis_lower",
@@ -78,13 +94,13 @@ MismatchConfig MismatchConfig::from_deck(const Deck& deck) {
       SLIMPI_FAIL_ALL("{} ({}) bounds the vanilla and icepop weights; train.tis_function = \"mis\" ({}) uses "
                       "train.mis_lower and train.mis_upper",
                       k, deck.source(k), deck.source("train.tis_function"));
-  c.level = parse_level(deck.get_string("train.mis_level"));
+  c.level = mis_levels().get(deck.get_string("train.mis_level"));
   const std::string mode = deck.get_string("train.mis_mode");
-  c.mode = mode == "clip" ? MisMode::Clip : mode == "mask" ? MisMode::Mask : MisMode::Truncate;
+  c.mode = mis_modes().get(mode);
   c.upper = deck.get_float("train.mis_upper");
   c.lower = deck.get_float("train.mis_lower") > 0 ? deck.get_float("train.mis_lower") : 1.0 / c.upper;
   c.rs = deck.get_bool("train.mis_rs");
-  c.rs_level = parse_level(deck.get_string("train.mis_rs_level"));
+  c.rs_level = mis_levels().get(deck.get_string("train.mis_rs_level"));
   c.rs_lower = deck.get_float("train.mis_rs_lower") > 0 ? deck.get_float("train.mis_rs_lower") : c.lower;
   c.rs_upper = deck.get_float("train.mis_rs_upper") > 0 ? deck.get_float("train.mis_rs_upper") : c.upper;
   c.rs_veto = deck.get_float("train.mis_rs_veto");

@@ -27,6 +27,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/registry.h"
+
 namespace slimpi {
 
 class Deck;
@@ -34,6 +36,12 @@ class Deck;
 enum class TisFunction { Vanilla, Icepop, Mis };
 enum class MisLevel { Token, Sequence, Geometric };
 enum class MisMode { Truncate, Clip, Mask };
+// The deck's names of each: train.tis_function ("vanilla", "icepop", "mis"),
+// train.mis_level and train.mis_rs_level ("token", "sequence", "geometric"),
+// train.mis_mode ("truncate", "clip", "mask").
+const Registry<TisFunction>& tis_functions();
+const Registry<MisLevel>& mis_levels();
+const Registry<MisMode>& mis_modes();
 
 struct MismatchConfig {
   TisFunction function = TisFunction::Vanilla;

@@ -4,7 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "buffer/jsonl_file.h"
+#include "data/jsonl_file.h"
 #include "tokenizer/byte_tokenizer.h"
 
 namespace slimpi {

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "buffer/epoch_order.h"
+#include "data/epoch_order.h"
 #include <slimpi/sample.h>
 
 #include "tokenizer/chat_template.h"

@@ -17,247 +17,16 @@
 #include "model/log_probs.h"
 #include "train/advantages.h"
 #include "train/expert_parallel.h"
+#include "train/metric_sums.h"
 #include "train/micro_batches.h"
 #include "train/mismatch_correction.h"
+#include "train/moe_terms.h"
+#include "train/packed_batch.h"
 #include "train/policy_loss.h"
+#include "train/rl_objective.h"
 #include "train/whitening.h"
 
 namespace slimpi {
-namespace {
-
-at::Tensor as_tensor(const std::vector<float>& v, int64_t n, float fill, const at::Device& device) {
-  if (v.empty()) return at::full({n}, fill, at::TensorOptions().dtype(at::kFloat).device(device));
-  SLIMPI_CHECK(int64_t(v.size()) == n, "per-token vector of {} entries for {} response tokens", v.size(), n);
-  return at::tensor(v, at::kFloat).to(device);
-}
-
-// One micro-batch packed for the model.
-struct PackedBatch {
-  at::Tensor tokens;  // [T]
-  std::vector<int64_t> seq_lens, prompt_lens;
-  at::Tensor sample_of_token;  // [N] index within the micro-batch
-  at::Tensor support;          // [N] int64 sampling-support sizes (undefined: whole vocabulary everywhere)
-};
-
-PackedBatch pack(const std::vector<Sample>& samples, const std::vector<int64_t>& which, const at::Device& device) {
-  PackedBatch b;
-  std::vector<int64_t> tokens, owner;
-  for (size_t j = 0; j < which.size(); ++j) {
-    const Sample& s = samples[which[j]];
-    tokens.insert(tokens.end(), s.tokens.begin(), s.tokens.end());
-    b.seq_lens.push_back(static_cast<int64_t>(s.tokens.size()));
-    b.prompt_lens.push_back(s.prompt_length);
-    owner.insert(owner.end(), s.response_length(), static_cast<int64_t>(j));
-  }
-  b.tokens = at::tensor(tokens, at::kLong).to(device);
-  b.sample_of_token = at::tensor(owner, at::kLong).to(device);
-  bool truncated = false;
-  for (int64_t i : which) truncated = truncated || !samples[i].sampling_support.empty();
-  if (truncated) {
-    std::vector<int64_t> support;
-    for (int64_t i : which) {
-      const Sample& s = samples[i];
-      if (s.sampling_support.empty()) support.insert(support.end(), s.response_length(), 0);
-      else support.insert(support.end(), s.sampling_support.begin(), s.sampling_support.end());
-    }
-    b.support = at::tensor(support, at::kLong).to(device);
-  }
-  return b;
-}
-
-// The model's logits [T, V] (fp32) for a packed micro-batch, its forward in `precision`
-// (the scope of the autocast region is the forward alone; losses stay outside).
-// The micro-batch's rollout routing traces packed like its tokens: [T, n_moe_layers, k]
-// int64, -1 where a sample has none (its last token; a sample without a trace). A trace
-// must hold (tokens − 1) rows of k distinct experts in [0, n_experts) per MoE layer;
-// `required`: every sample must have one (routing replay in RL).
-at::Tensor packed_routing(const std::vector<Sample>& samples, const std::vector<int64_t>& which,
-                          const ModelConfig& cfg, const at::Device& device, bool required) {
-  const int64_t L = cfg.n_moe_layers(), k = cfg.n_experts_per_tok, width = L * k;
-  int64_t T = 0;
-  for (int64_t i : which) T += static_cast<int64_t>(samples[i].tokens.size());
-  at::Tensor out = at::full({T, L, k}, -1, at::kLong);
-  int64_t row = 0;
-  for (int64_t i : which) {
-    const Sample& s = samples[i];
-    const int64_t rows = static_cast<int64_t>(s.routing.size()) / width;
-    SLIMPI_CHECK((s.routing.empty() && !required) || (int64_t(s.routing.size()) == rows * width &&
-                                                       rows == int64_t(s.tokens.size()) - 1),
-                 "sample (step {}, group {}, index {}): a routing trace of {} expert ids for {} tokens; this model "
-                 "needs (tokens - 1) x {} MoE layers x top-{} (train.routing_replay replays them)",
-                 s.step, s.group_index, s.index, s.routing.size(), s.tokens.size(), L, k);
-    for (size_t j = 0; j < s.routing.size(); j += size_t(k))  // k distinct experts in range per token and layer
-      for (int64_t a = 0; a < k; ++a) {
-        const int16_t e = s.routing[j + size_t(a)];
-        SLIMPI_CHECK(e >= 0 && e < cfg.n_experts, "sample (step {}, group {}, index {}): routing trace names expert "
-                     "{}; the model has {}", s.step, s.group_index, s.index, e, cfg.n_experts);
-        for (int64_t b = 0; b < a; ++b)
-          SLIMPI_CHECK(s.routing[j + size_t(b)] != e, "sample (step {}, group {}, index {}): routing trace names "
-                       "expert {} twice for one token", s.step, s.group_index, s.index, e);
-      }
-    if (rows > 0)
-      out.narrow(0, row, rows).copy_(at::tensor(std::vector<int64_t>(s.routing.begin(), s.routing.end()), at::kLong)
-                                         .view({rows, L, k}));
-    row += static_cast<int64_t>(s.tokens.size());
-  }
-  return out.to(device);
-}
-
-at::Tensor packed_logits(const Transformer& model, const PackedBatch& b, Precision precision,
-                         MoeTrace* moe = nullptr) {
-  ForwardPrecision scope(precision, model.device());
-  return model.forward_packed(b.tokens, b.seq_lens, moe);
-}
-
-// Concatenates a per-token field of the micro-batch's samples: [N].
-template <class Field>
-at::Tensor gather_field(const std::vector<Sample>& samples, const std::vector<int64_t>& which, Field field,
-                        float fill, const at::Device& device) {
-  std::vector<at::Tensor> parts;
-  for (int64_t i : which) parts.push_back(as_tensor(field(samples[i]), samples[i].response_length(), fill, device));
-  return at::cat(parts);
-}
-
-// Sums of weighted per-token metrics over the step (this rank), reduced later. Tensor
-// terms accumulate where they live (on a GPU: no host round trip per micro-batch);
-// reduce() brings them to the host in one copy.
-class MetricSums {
- public:
-  void add(const std::string& name, const at::Tensor& per_token, const at::Tensor& weight) {
-    add_tensor(name, (per_token.detach().to(at::kDouble) * weight.detach().to(at::kDouble)).sum());
-  }
-  // A 0-dim tensor term (e.g. the loss), detached.
-  void add_tensor(const std::string& name, const at::Tensor& value) {
-    at::Tensor v = value.detach().to(at::kDouble);
-    auto it = tensor_sums_.find(name);
-    if (it == tensor_sums_.end()) tensor_sums_.emplace(name, v);
-    else it->second = it->second + v;
-  }
-  void add_value(const std::string& name, double v) { sums_[name] += v; }
-  // Sums over dp ranks; returns name -> value. Every rank must hold the same names
-  // (declare them with add_value(name, 0)).
-  std::map<std::string, double> reduce(Comm* dp) {
-    if (!tensor_sums_.empty()) {
-      std::vector<at::Tensor> parts;
-      for (const auto& [k, v] : tensor_sums_) parts.push_back(v.reshape({1}));
-      const at::Tensor host = at::cat(parts).cpu();  // [n] f64, one copy
-      int64_t i = 0;
-      for (const auto& [k, v] : tensor_sums_) sums_[k] += host.data_ptr<double>()[i++];
-      tensor_sums_.clear();
-    }
-    std::vector<double> values;
-    for (const auto& [k, v] : sums_) values.push_back(v);
-    at::Tensor t = at::tensor(values, at::kDouble);
-    if (dp) allreduce(*dp, t);
-    std::map<std::string, double> out;
-    int64_t i = 0;
-    for (const auto& [k, v] : sums_) out[k] = t.data_ptr<double>()[i++];
-    return out;
-  }
-
- private:
-  std::map<std::string, double> sums_;
-  std::map<std::string, at::Tensor> tensor_sums_;  // 0-dim f64, on the model's device
-};
-
-// Sum of a sample's loss mask (all ones when it has none): host data, no device sync.
-double mask_sum(const Sample& s) {
-  if (s.loss_mask.empty()) return static_cast<double>(s.response_length());
-  double sum = 0;
-  for (float m : s.loss_mask) sum += m;
-  return sum;
-}
-
-}  // namespace
-
-TrainerConfig TrainerConfig::from_deck(const Deck& deck) {
-  TrainerConfig c;
-  c.mode = deck.get_string("train.mode");
-  c.advantage_estimator = deck.get_string("train.advantage_estimator");
-  c.eps_clip = deck.get_float("train.eps_clip");
-  c.eps_clip_high = deck.get_float("train.eps_clip_high");
-  if (c.eps_clip_high == 0.0) c.eps_clip_high = c.eps_clip;
-  c.eps_clip_c = deck.get_float("train.eps_clip_c");
-  c.use_kl_loss = deck.get_bool("train.use_kl_loss");
-  c.kl_loss_coef = deck.get_float("train.kl_loss_coef");
-  c.kl_loss_type = deck.get_string("train.kl_loss_type");
-  c.kl_coef = deck.get_float("train.kl_coef");
-  c.gamma = deck.get_float("train.gamma");
-  c.entropy_coef = deck.get_float("train.entropy_coef");
-  c.routing_replay = deck.get_bool("train.routing_replay");
-  if (c.routing_replay && c.mode != "rl")
-    SLIMPI_FAIL_ALL("train.routing_replay ({}) replays the experts the rollout engine chose; train.mode = \"{}\" ({}) "
-                    "has no rollouts",
-                    deck.source("train.routing_replay"), c.mode, deck.source("train.mode"));
-  if (c.routing_replay && deck.get_int("model.n_experts") == 0)
-    SLIMPI_FAIL_ALL("train.routing_replay ({}) replays the experts of a mixture-of-experts policy, but model.n_experts "
-                    "= 0 ({})",
-                    deck.source("train.routing_replay"), deck.source("model.n_experts"));
-  c.routing_replay_gap = deck.get_bool("train.routing_replay_gap");
-  if (c.routing_replay_gap && !c.routing_replay)
-    SLIMPI_FAIL_ALL("train.routing_replay_gap ({}) measures what routing replay changes; train.routing_replay = false ({})",
-                    deck.source("train.routing_replay_gap"), deck.source("train.routing_replay"));
-  c.moe_aux_loss_coef = deck.get_float("train.moe_aux_loss_coef");
-  c.moe_z_loss_coef = deck.get_float("train.moe_z_loss_coef");
-  if (deck.get_int("model.n_experts") == 0)
-    for (const char* k : {"train.moe_aux_loss_coef", "train.moe_z_loss_coef"})
-      if (!deck.has_default_value(k))
-        SLIMPI_FAIL_ALL("{} ({}) weighs a mixture-of-experts router loss, but model.n_experts = 0 ({})", k,
-                        deck.source(k), deck.source("model.n_experts"));
-  c.use_tis = deck.get_bool("train.use_tis");
-  c.mismatch = MismatchConfig::from_deck(deck);
-  if (!c.use_tis && !deck.has_default_value("train.tis_function"))
-    SLIMPI_FAIL_ALL("train.tis_function ({}) is the correction of train.use_tis, which is false ({})",
-                    deck.source("train.tis_function"), deck.source("train.use_tis"));
-  c.calculate_per_token_loss = deck.get_bool("train.calculate_per_token_loss");
-  // Log-probs are taken at the sampling temperature (greedy rollouts: 1).
-  c.temperature = deck.get_float("rollout.temperature") > 0 ? deck.get_float("rollout.temperature") : 1.0;
-  c.normalize_advantages = deck.get_bool("train.normalize_advantages");
-  c.n_micro_batches = deck.get_int("train.n_micro_batches");
-  c.max_tokens_per_micro_batch = deck.get_int("train.max_tokens_per_micro_batch");
-  c.clip_grad = deck.get_float("train.clip_grad");
-  c.skip_nonfinite_steps = deck.get_bool("train.skip_nonfinite_steps");
-  c.grad_bucket_bytes = deck.get_int("train.grad_bucket_mb") << 20;
-  c.overlap_grad_reduce = deck.get_bool("train.overlap_grad_reduce");
-  c.precision = parse_precision(deck.get_string("train.precision"));
-  c.adam.beta1 = deck.get_float("train.adam_beta1");
-  c.adam.beta2 = deck.get_float("train.adam_beta2");
-  c.adam.eps = deck.get_float("train.adam_eps");
-  c.adam.weight_decay = deck.get_float("train.weight_decay");
-  c.lr.style = deck.get_string("train.lr_schedule");
-  c.lr.lr = deck.get_float("train.lr");
-  c.lr.min_lr = deck.get_float("train.min_lr");
-  c.lr.warmup_steps = deck.get_int("train.warmup_steps");
-  c.lr.decay_steps = deck.get_int("train.lr_decay_steps");
-  if (c.lr.decay_steps == 0) c.lr.decay_steps = deck.get_int("run.n_steps");
-  if (c.eps_clip_c != 0.0 && c.eps_clip_c <= 1.0)
-    SLIMPI_FAIL_ALL("train.eps_clip_c = {} ({}): the dual clip needs c > 1 (or 0 for off)", c.eps_clip_c,
-                    deck.source("train.eps_clip_c"));
-  // slime's rules (its arguments.py asserts both) and AdamW's ranges.
-  if (c.kl_coef != 0.0 && c.kl_loss_coef != 0.0)
-    SLIMPI_FAIL_ALL("train.kl_coef = {} ({}) and train.kl_loss_coef = {} ({}) are both non-zero: use the reward-side "
-                    "KL or the KL loss, not both (as slime)",
-                    c.kl_coef, deck.source("train.kl_coef"), c.kl_loss_coef, deck.source("train.kl_loss_coef"));
-  const bool reinforce = c.advantage_estimator.rfind("reinforce_plus_plus", 0) == 0;
-  if (c.mode == "rl" && reinforce && !c.normalize_advantages)
-    SLIMPI_FAIL_ALL("train.advantage_estimator = \"{}\" ({}) needs train.normalize_advantages = true ({}), as in slime",
-                    c.advantage_estimator, deck.source("train.advantage_estimator"),
-                    deck.source("train.normalize_advantages"));
-  if (c.kl_coef != 0.0 && !reinforce)
-    SLIMPI_FAIL_ALL("train.kl_coef = {} ({}) acts only on the reinforce_plus_plus estimators; "
-                    "train.advantage_estimator = \"{}\" ({}) would ignore it (use train.kl_loss_coef)",
-                    c.kl_coef, deck.source("train.kl_coef"), c.advantage_estimator,
-                    deck.source("train.advantage_estimator"));
-  if (!c.use_kl_loss && c.kl_loss_coef != 0.0 && c.mode == "rl")
-    SLIMPI_FAIL_ALL("train.kl_loss_coef = {} ({}) would be ignored: train.use_kl_loss = false ({})", c.kl_loss_coef,
-                    deck.source("train.kl_loss_coef"), deck.source("train.use_kl_loss"));
-  if (c.adam.beta1 >= 1.0 || c.adam.beta2 >= 1.0)
-    SLIMPI_FAIL_ALL("train.adam_beta1 = {} ({}) and train.adam_beta2 = {} ({}) must each be in [0, 1)", c.adam.beta1,
-                    deck.source("train.adam_beta1"), c.adam.beta2, deck.source("train.adam_beta2"));
-  if (c.adam.eps <= 0.0)
-    SLIMPI_FAIL_ALL("train.adam_eps = {} ({}) must be > 0", c.adam.eps, deck.source("train.adam_eps"));
-  return c;
-}
 
 namespace {
 
@@ -289,7 +58,9 @@ Trainer::Trainer(const TrainerConfig& cfg, Transformer& policy, Comm* dp, const 
       expert_group_(policy.expert_shard().size > 1 ? policy.expert_shard().comm : nullptr),
       expert_replicas_(expert_replicas),
       optimizer_(policy.parameters(), cfg.adam),
-      grads_(gradient_group(policy, false), cfg.grad_bucket_bytes) {
+      grads_(gradient_group(policy, false), cfg.grad_bucket_bytes),
+      moe_(policy.config().n_experts > 0),
+      moe_layers_(moe_layer_indices(policy.config())) {
   SLIMPI_CHECK(!(needs_reference(cfg_) && !reference_), "the KL loss and the reward-side KL need a reference model");
   if (expert_group_) {
     SLIMPI_CHECK(!reference_ || reference_->expert_shard().comm == expert_group_,
@@ -378,7 +149,7 @@ std::map<std::string, double> Trainer::prepare_rollout(std::vector<Sample>& loca
   }
   for (Sample& s : local) {
     const int64_t R = s.response_length();
-    at::Tensor mask = as_tensor(s.loss_mask, R, 1.0f, at::kCPU);  // [R]
+    at::Tensor mask = per_token_tensor(s.loss_mask, R, 1.0f, at::kCPU);  // [R]
     masks.push_back(mask);
     per_sample.push_back(mask / std::max(mask_sum(s), 1.0));
     AdvantageInputs in;
@@ -423,17 +194,35 @@ std::map<std::string, double> Trainer::prepare_rollout(std::vector<Sample>& loca
   return metrics;
 }
 
+// A step: counts → declared metrics → per micro-batch forward, objective, backward →
+// gradient reduction → clip and AdamW.
 std::map<std::string, double> Trainer::train_step(std::vector<Sample>& local) {
   Stopwatch clock;
-  const at::Device device = policy_.device();
-  const bool rl = cfg_.mode == "rl";
+  const StepInputs in = step_inputs(local);
+  // An optimizer step whose share is empty on every rank (a rollout of very few
+  // samples cut into num_steps_per_rollout parts rank by rank) changes nothing.
+  if (in.n_samples == 0) return {{"train/optimizer_step_empty", 1.0}};
+  grads_.zero();
+  if (expert_grads_) expert_grads_->zero();
+  MetricSums sums = declare_step_metrics();
+  forwards_and_backwards(local, in, sums);
+  const double grad_norm = reduce_gradients();
+  std::map<std::string, double> metrics = sums.reduce(dp_);
+  if (moe_) finish_routing_metrics(moe_layers_, metrics);
+  apply_update(grad_norm, metrics);
+  const double seconds = clock.seconds();
+  metrics["perf/actor_train_time"] = seconds;
+  metrics["perf/train_tokens_per_s"] = in.n_tokens / seconds;
+  return metrics;
+}
 
-  // Step-wide counts: the reducer's denominators (every rank the same).
-  std::vector<at::Tensor> masks, advantages;
+Trainer::StepInputs Trainer::step_inputs(const std::vector<Sample>& local) const {
+  const at::Device device = policy_.device();
+  StepInputs in;
   std::vector<double> local_counts{0, 0, 0};  // samples, masked tokens, all tokens
   for (const auto& s : local) {
-    masks.push_back(as_tensor(s.loss_mask, s.response_length(), 1.0f, device));
-    if (rl) advantages.push_back(as_tensor(s.advantages, s.response_length(), 0.0f, device));
+    in.masks.push_back(per_token_tensor(s.loss_mask, s.response_length(), 1.0f, device));
+    if (cfg_.mode == "rl") in.advantages.push_back(per_token_tensor(s.advantages, s.response_length(), 0.0f, device));
     local_counts[0] += 1;
     local_counts[1] += mask_sum(s);
     local_counts[2] += static_cast<double>(s.tokens.size());
@@ -441,30 +230,19 @@ std::map<std::string, double> Trainer::train_step(std::vector<Sample>& local) {
   at::Tensor counts = at::tensor(local_counts, at::kDouble);  // [3]
   if (dp_) allreduce(*dp_, counts);
   const double* totals = counts.data_ptr<double>();
-  const double n_samples = totals[0], n_masked = totals[1], n_tokens = totals[2];
-  // An optimizer step whose share is empty on every rank (a rollout of very few
-  // samples cut into num_steps_per_rollout parts rank by rank) changes nothing.
-  if (n_samples == 0) return {{"train/optimizer_step_empty", 1.0}};
+  in.n_samples = totals[0];
+  in.n_masked = totals[1];
+  in.n_tokens = totals[2];
+  return in;
+}
 
-  grads_.zero();
-  if (expert_grads_) expert_grads_->zero();
+MetricSums Trainer::declare_step_metrics() const {
   // Every metric a step can log, declared up front: the list reduced over dp must be
   // the same on every rank, including a rank that holds no sample this step.
   MetricSums sums;
   for (const char* k : {"train/loss", "train/entropy_loss"}) sums.add_value(k, 0.0);
-  const ModelConfig& mc = policy_.config();
-  const bool moe = mc.n_experts > 0;
-  std::vector<int64_t> moe_layers;  // model layer of each MoE layer
-  for (int64_t l = 0; l < mc.n_layers; ++l)
-    if (mc.is_moe_layer(l)) moe_layers.push_back(l);
-  if (moe) {
-    for (const char* k : {"train/moe_aux_loss", "train/moe_z_loss"}) sums.add_value(k, 0.0);
-    for (int64_t l : moe_layers) {
-      sums.add_value(fmt::format("train/routing_matches/layer_{}", l), 0.0);
-      sums.add_value(fmt::format("train/routing_positions/layer_{}", l), 0.0);
-    }
-  }
-  if (rl) {
+  if (moe_) declare_moe_metrics(moe_layers_, sums);
+  if (cfg_.mode == "rl") {
     for (const char* k : {"train/pg_loss", "train/pg_clipfrac", "train/ppo_kl", "train/train_rollout_logprob_abs_diff"})
       sums.add_value(k, 0.0);
     if (cfg_.use_tis) {
@@ -473,162 +251,121 @@ std::map<std::string, double> Trainer::train_step(std::vector<Sample>& local) {
     }
     if (cfg_.use_kl_loss) sums.add_value("train/kl_loss", 0.0);
   }
-  std::vector<int64_t> lengths;
-  for (const auto& s : local) lengths.push_back(static_cast<int64_t>(s.tokens.size()));
+  return sums;
+}
+
+bool Trainer::overlaps_grad_reduce() const {
   // The same on every rank: non-blocking and blocking collectives do not match.
   // With expert parallelism on NCCL, backward itself waits on other ranks (each token
   // exchange synchronises the stream), so a reduction enqueued mid-backward could wait
   // on a replica that waits on this rank: there the reductions follow backward (not
   // yet run on a GPU; on the CPU, MPI's non-blocking reductions never block backward).
-  const bool overlap = cfg_.overlap_grad_reduce && dp_ && (device.is_cpu() || dp_->device_memory()) &&
-                       !(expert_group_ && dp_->device_memory());
+  const bool cpu = policy_.device().is_cpu();
+  return cfg_.overlap_grad_reduce && dp_ && (cpu || dp_->device_memory()) && !(expert_group_ && dp_->device_memory());
+}
+
+void Trainer::arm_overlapped_reduction() {
+  grads_.start_overlapped_reduction(dp_);
+  if (expert_grads_) expert_grads_->start_overlapped_reduction(expert_replicas_);
+}
+
+void Trainer::forwards_and_backwards(std::vector<Sample>& local, const StepInputs& in, MetricSums& sums) {
+  std::vector<int64_t> lengths;
+  for (const auto& s : local) lengths.push_back(static_cast<int64_t>(s.tokens.size()));
   const auto plan = plan_micro_batches(lengths, cfg_.n_micro_batches, cfg_.max_tokens_per_micro_batch);
   // The last backward of the step reduces gradient buckets as it produces them. With
   // MPI that needs the hooks on this thread (CPU autograd runs here; CUDA autograd
   // runs in its own threads, where only NCCL may be called).
-  auto arm = [&] {
-    grads_.start_overlapped_reduction(dp_);
-    if (expert_grads_) expert_grads_->start_overlapped_reduction(expert_replicas_);
-  };
+  const bool overlap = overlaps_grad_reduce();
   const int64_t n_runs = aligned_micro_batches(int64_t(plan.size()));
   for (int64_t micro = 0; micro < n_runs; ++micro) {
-    if (micro >= int64_t(plan.size())) {  // expert parallelism: the group still runs micro-batches
-      // The forwards and backward of a real micro-batch, in its order: the token
-      // exchanges of the group's ranks pair up by call order.
-      at::Tensor idle_loss = idle_forward(policy_, cfg_.precision);
-      if (micro + 1 == n_runs && overlap) arm();
-      idle_loss.backward();
-      continue;
-    }
-    const std::vector<int64_t>& which = plan[micro];
-    PackedBatch b = pack(local, which, device);
-    MoeTrace trace;
-    at::Tensor rollout_routing;  // [T, L, k] the engine's experts, -1 where none
-    if (moe) rollout_routing = packed_routing(local, which, mc, device, cfg_.routing_replay);
-    if (cfg_.routing_replay) trace.replay = rollout_routing;
-    const at::Tensor logits = packed_logits(policy_, b, cfg_.precision, moe ? &trace : nullptr);  // [T, V] fp32
-    if (moe) {
-      // Routing agreement: token-layer positions where the trainer's router picks the
-      // same set of experts the engine ran (before any replay).
-      const at::Tensor valid = rollout_routing.select(2, 0) >= 0;  // [T, L]
-      const at::Tensor same =
-          std::get<0>(trace.routed.sort(-1)).eq(std::get<0>(rollout_routing.sort(-1))).all(-1) & valid;
-      const at::Tensor per_layer_same = same.sum(0).to(at::kDouble), per_layer_valid = valid.sum(0).to(at::kDouble);
-      for (size_t j = 0; j < moe_layers.size(); ++j) {
-        sums.add_tensor(fmt::format("train/routing_matches/layer_{}", moe_layers[j]), per_layer_same[j]);
-        sums.add_tensor(fmt::format("train/routing_positions/layer_{}", moe_layers[j]), per_layer_valid[j]);
-      }
-    }
-    const ScoredPositions positions = response_positions(b.tokens, b.seq_lens, b.prompt_lens);
-    TokenLogProbs lp = score_tokens(logits, positions, cfg_.temperature, /*with_entropy=*/true, b.support);
-    // Reducer weights [N]: m / (D_i · n_samples) per rollout, or m / n_masked per token.
-    std::vector<at::Tensor> mask_parts, adv_parts;
-    std::vector<double> denominators;
-    for (int64_t i : which) {
-      mask_parts.push_back(masks[i]);
-      if (rl) adv_parts.push_back(advantages[i]);
-      denominators.push_back(std::max(mask_sum(local[i]), 1.0));
-    }
-    at::Tensor mask = at::cat(mask_parts);
-    at::Tensor weight = cfg_.calculate_per_token_loss
-                            ? mask / n_masked
-                            : mask / (at::tensor(denominators, at::kDouble).to(device).to(at::kFloat)
-                                          .index_select(0, b.sample_of_token) * n_samples);
-
-    at::Tensor loss;
-    if (!rl) {
-      at::Tensor nll = -lp.logp;
-      loss = (nll * weight).sum();
-      sums.add("train/loss", nll, weight);
-    } else {
-      at::Tensor adv = at::cat(adv_parts);
-      at::Tensor old = gather_field(local, which, [](const Sample& s) { return s.old_log_probs; }, 0.0f, device);
-      bool have_old = true;
-      for (int64_t i : which) have_old = have_old && !local[i].old_log_probs.empty();
-      if (!have_old) {  // one step per rollout: this forward's policy is the old one (ρ = 1)
-        old = lp.logp.detach();
-        at::Tensor captured = old.cpu().contiguous();
-        int64_t start = 0;
-        for (int64_t i : which) {
-          const float* p = captured.data_ptr<float>() + start;
-          local[i].old_log_probs.assign(p, p + local[i].response_length());
-          start += local[i].response_length();
-        }
-      }
-      const PolicyLoss& policy_loss =
-          policy_losses().get(advantage_estimators().get(cfg_.advantage_estimator).policy_loss);
-      PolicyLossTerms pg = policy_loss({lp.logp, old, adv, b.sample_of_token, int64_t(which.size()), cfg_.eps_clip,
-                                        cfg_.eps_clip_high, cfg_.eps_clip_c});
-      at::Tensor pg_tokens = pg.loss;
-      const bool have_rollout = !local[which[0]].rollout_log_probs.empty();
-      at::Tensor rollout_logp;
-      if (have_rollout)
-        rollout_logp =
-            gather_field(local, which, [](const Sample& s) { return s.rollout_log_probs; }, 0.0f, device);
-      // Off-policy correction against the engine's log-probs. Its metrics reduce with the
-      // step's weights; tokens it rejects (MIS) leave the numerators of every loss term.
-      if (cfg_.use_tis) {
-        SLIMPI_CHECK(have_rollout, "train.use_tis needs the rollout log-probs of every sample");
-        MismatchCorrection c =
-            mismatch_correction(old, rollout_logp, mask, b.sample_of_token, int64_t(which.size()), cfg_.mismatch);
-        pg_tokens = pg_tokens * c.weight;
-        for (const auto& [name, values] : c.metrics) sums.add("train/" + name, values, weight);
-        sums.add("train/ois", at::exp(-pg.ppo_kl), weight);
-        if (c.keep.defined()) weight = weight * c.keep;
-      }
-      if (have_rollout)  // slime compares the old log-probs (the current ones at a rollout's first step)
-        sums.add("train/train_rollout_logprob_abs_diff", (old - rollout_logp).abs(), weight);
-      at::Tensor pg_loss = (pg_tokens * weight).sum();
-      at::Tensor entropy_loss = (lp.entropy * weight).sum();
-      loss = pg_loss - cfg_.entropy_coef * entropy_loss;
-      sums.add("train/pg_loss", pg_tokens, weight);
-      sums.add("train/pg_clipfrac", pg.clipfrac, weight);
-      sums.add("train/ppo_kl", pg.ppo_kl, weight);
-      if (cfg_.use_kl_loss) {
-        at::Tensor ref = gather_field(local, which, [](const Sample& s) { return s.ref_log_probs; }, 0.0f, device);
-        at::Tensor kl = kl_estimate(lp.logp, ref, cfg_.kl_loss_type);
-        loss = loss + cfg_.kl_loss_coef * (kl * weight).sum();
-        sums.add("train/kl_loss", kl, weight);
-      }
-      sums.add_tensor("train/loss", loss);
-    }
-    sums.add("train/entropy_loss", lp.entropy, weight);
-    if (moe) {
-      // The routers' auxiliary losses of this micro-batch, weighted by its share of the
-      // step's tokens (over all ranks): the step's loss is their token-weighted mean.
-      const double share = double(b.tokens.size(0)) / n_tokens;
-      const at::Tensor aux = moe_load_balancing_loss(trace.router_logits, mc.n_experts_per_tok);
-      const at::Tensor z = moe_router_z_loss(trace.router_logits);
-      if (cfg_.moe_aux_loss_coef > 0) loss = loss + share * cfg_.moe_aux_loss_coef * aux;
-      if (cfg_.moe_z_loss_coef > 0) loss = loss + share * cfg_.moe_z_loss_coef * z;
-      sums.add_tensor("train/moe_aux_loss", aux * share);
-      sums.add_tensor("train/moe_z_loss", z * share);
-    }
-    if (micro + 1 == n_runs && overlap) arm();
+    // Expert parallelism: past its own micro-batches a rank runs idle forwards while its
+    // group still runs some, each with its backward, in a real micro-batch's order: the
+    // token exchanges of the group's ranks pair up by call order.
+    at::Tensor loss = micro < int64_t(plan.size()) ? micro_batch_loss(local, plan[micro], in, sums)
+                                                   : idle_forward(policy_, cfg_.precision);
+    if (micro + 1 == n_runs && overlap) arm_overlapped_reduction();
     loss.backward();
   }
   SLIMPI_CHECK(grads_.grads_alias_buffer() && (!expert_grads_ || expert_grads_->grads_alias_buffer()),
                "autograd replaced a gradient outside the flat gradient buffer");
+  if (overlap && !grads_.reduction_armed()) arm_overlapped_reduction();  // a rank with no micro-batch
+}
 
-  if (overlap && !grads_.reduction_armed()) arm();  // a rank with no micro-batch
+at::Tensor Trainer::micro_batch_loss(std::vector<Sample>& local, const std::vector<int64_t>& which,
+                                     const StepInputs& in, MetricSums& sums) {
+  const at::Device device = policy_.device();
+  const ModelConfig& mc = policy_.config();
+  const bool moe = moe_;
+  PackedBatch b = pack(local, which, device);
+  MoeTrace trace;
+  at::Tensor rollout_routing;  // [T, L, k] the engine's experts, -1 where none
+  if (moe) rollout_routing = packed_routing(local, which, mc, device, cfg_.routing_replay);
+  if (cfg_.routing_replay) trace.replay = rollout_routing;
+  const at::Tensor logits = packed_logits(policy_, b, cfg_.precision, moe ? &trace : nullptr);  // [T, V] fp32
+  if (moe) add_routing_agreement(trace, rollout_routing, moe_layers_, sums);
+  const ScoredPositions positions = response_positions(b.tokens, b.seq_lens, b.prompt_lens);
+  const TokenLogProbs lp = score_tokens(logits, positions, cfg_.temperature, /*with_entropy=*/true, b.support);
+
+  ScoredMicroBatch scored;
+  scored.logp = lp.logp;
+  scored.entropy = lp.entropy;
+  // Reducer weights [N]: m / (D_i · n_samples) per rollout, or m / n_masked per token.
+  std::vector<at::Tensor> mask_parts, adv_parts;
+  std::vector<double> denominators;
+  for (int64_t i : which) {
+    mask_parts.push_back(in.masks[i]);
+    if (cfg_.mode == "rl") adv_parts.push_back(in.advantages[i]);
+    denominators.push_back(std::max(mask_sum(local[i]), 1.0));
+  }
+  scored.mask = at::cat(mask_parts);
+  scored.weight = cfg_.calculate_per_token_loss
+                      ? scored.mask / in.n_masked
+                      : scored.mask / (at::tensor(denominators, at::kDouble).to(device).to(at::kFloat)
+                                           .index_select(0, b.sample_of_token) * in.n_samples);
+  at::Tensor loss;
+  if (cfg_.mode != "rl") {
+    loss = sft_objective(scored, sums);
+  } else {
+    scored.advantages = at::cat(adv_parts);
+    scored.old_logp = old_log_probs(local, which, lp.logp);
+    if (!local[which[0]].rollout_log_probs.empty())
+      scored.rollout_logp = gather_field(local, which, &Sample::rollout_log_probs, 0.0f, device);
+    if (cfg_.use_kl_loss) scored.ref_logp = gather_field(local, which, &Sample::ref_log_probs, 0.0f, device);
+    scored.sample_of_token = b.sample_of_token;
+    scored.n_samples = int64_t(which.size());
+    loss = rl_objective(cfg_, scored, sums);
+  }
+  if (moe)
+    loss = add_router_losses(loss, trace, mc.n_experts_per_tok, double(b.tokens.size(0)) / in.n_tokens, cfg_, sums);
+  return loss;
+}
+
+at::Tensor Trainer::old_log_probs(std::vector<Sample>& local, const std::vector<int64_t>& which,
+                                  const at::Tensor& logp) const {
+  bool have_old = true;
+  for (int64_t i : which) have_old = have_old && !local[i].old_log_probs.empty();
+  if (have_old) return gather_field(local, which, &Sample::old_log_probs, 0.0f, policy_.device());
+  // One step per rollout: this forward's policy is the old one (ρ = 1); the samples
+  // keep it (rollouts.h5 records it).
+  at::Tensor old = logp.detach();
+  at::Tensor captured = old.cpu().contiguous();
+  int64_t start = 0;
+  for (int64_t i : which) {
+    const float* p = captured.data_ptr<float>() + start;
+    local[i].old_log_probs.assign(p, p + local[i].response_length());
+    start += local[i].response_length();
+  }
+  return old;
+}
+
+double Trainer::reduce_gradients() {
   grads_.all_reduce(dp_);
   if (expert_grads_) expert_grads_->all_reduce(expert_replicas_);
-  const double grad_norm = global_grad_norm();
-  std::map<std::string, double> metrics = sums.reduce(dp_);
-  if (moe) {  // per-layer counts over every rank -> shares, and all layers' (none when no sample had a trace)
-    double all_matches = 0, all_positions = 0;
-    for (int64_t l : moe_layers) {
-      const std::string matches = fmt::format("train/routing_matches/layer_{}", l);
-      const std::string positions = fmt::format("train/routing_positions/layer_{}", l);
-      all_matches += metrics[matches];
-      all_positions += metrics[positions];
-      if (metrics[positions] > 0)
-        metrics[fmt::format("train/routing_agreement_by_layer/{}", l)] = metrics[matches] / metrics[positions];
-      metrics.erase(matches);
-      metrics.erase(positions);
-    }
-    if (all_positions > 0) metrics["train/routing_agreement"] = all_matches / all_positions;
-  }
+  return global_grad_norm();
+}
+
+void Trainer::apply_update(double grad_norm, std::map<std::string, double>& metrics) {
   const double lr = cfg_.lr.at(optimizer_.n_steps());
   // Megatron's check for NaN in loss and gradients: a non-finite step never reaches the
   // weights. Loss and norm are reduced values, the same on every dp rank.
@@ -646,10 +383,6 @@ std::map<std::string, double> Trainer::train_step(std::vector<Sample>& local) {
   metrics["train/skipped_nonfinite_step"] = finite ? 0.0 : 1.0;
   metrics["train/grad_norm"] = grad_norm;
   metrics["train/lr"] = lr;
-  const double seconds = clock.seconds();
-  metrics["perf/actor_train_time"] = seconds;
-  metrics["perf/train_tokens_per_s"] = n_tokens / seconds;
-  return metrics;
 }
 
 void Trainer::save(const std::string& path) const {

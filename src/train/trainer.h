@@ -34,45 +34,11 @@
 #include "train/adamw.h"
 #include "train/grad_buffer.h"
 #include "train/lr_schedule.h"
+#include "train/metric_sums.h"
 #include "train/mismatch_correction.h"
+#include "train/trainer_config.h"
 
 namespace slimpi {
-
-class Deck;
-
-struct TrainerConfig {
-  std::string mode = "sft";                  // "sft" | "rl"
-  std::string advantage_estimator = "grpo";  // also picks the policy loss (train/advantages.h)
-  double eps_clip = 0.2;
-  double eps_clip_high = 0.2;
-  double eps_clip_c = 0.0;  // dual clip when > 1
-  bool use_kl_loss = false;
-  double kl_loss_coef = 0.0;
-  std::string kl_loss_type = "k1";
-  double kl_coef = 0.0;  // reward-side KL (reinforce_plus_plus estimators)
-  double gamma = 1.0;    // discount of reinforce_plus_plus returns
-  double entropy_coef = 0.0;
-  bool routing_replay = false;     // MoE: every forward runs the experts the rollout's tokens ran (R3)
-  bool routing_replay_gap = false;  // with it: also the rollout's log-prob gap without replay (a forward more per rollout)
-  double moe_aux_loss_coef = 0.0;  // MoE policies: load-balancing and router z-loss weights
-  double moe_z_loss_coef = 0.0;
-  bool use_tis = false;
-  MismatchConfig mismatch;  // with use_tis: the correction (train/mismatch_correction.h)
-  bool calculate_per_token_loss = false;
-  bool normalize_advantages = false;
-  double temperature = 1.0;  // log-probs from logits / temperature
-  int64_t n_micro_batches = 1;
-  int64_t max_tokens_per_micro_batch = 0;  // > 0: dynamic micro-batches
-  double clip_grad = 1.0;
-  bool skip_nonfinite_steps = false;  // else a non-finite loss or gradient norm is an error
-  int64_t grad_bucket_bytes = 32 << 20;
-  bool overlap_grad_reduce = true;
-  Precision precision = Precision::FP32;  // of the forward; masters, gradients, AdamW stay fp32  // reduce buckets from inside the last backward (GradBuffer)
-  AdamW::Options adam;
-  LrSchedule lr;
-
-  static TrainerConfig from_deck(const Deck& deck);
-};
 
 class Trainer {
  public:
@@ -136,11 +102,36 @@ class Trainer {
                                                      bool replay) const;
   double global_grad_norm() const;
 
+  // The steps of train_step, in order.
+  struct StepInputs {
+    std::vector<at::Tensor> masks, advantages;  // per local sample, [R_i] on the model's device (advantages: RL)
+    double n_samples = 0, n_masked = 0, n_tokens = 0;  // over every dp rank: the reducer's denominators
+  };
+  StepInputs step_inputs(const std::vector<Sample>& local) const;  // collective over dp
+  MetricSums declare_step_metrics() const;
+  // Every micro-batch's forward, objective and backward (idle ones too, with expert
+  // parallelism); the last backward starts the gradient reduction when it overlaps.
+  void forwards_and_backwards(std::vector<Sample>& local, const StepInputs& in, MetricSums& sums);
+  at::Tensor micro_batch_loss(std::vector<Sample>& local, const std::vector<int64_t>& which, const StepInputs& in,
+                              MetricSums& sums);
+  // [N] the micro-batch's old log-probs: the samples' own, or (none yet: one optimizer
+  // step per rollout) this forward's `logp`, detached and stored in the samples.
+  at::Tensor old_log_probs(std::vector<Sample>& local, const std::vector<int64_t>& which,
+                           const at::Tensor& logp) const;
+  // The gradients summed over dp (and expert replicas); returns their global norm.
+  double reduce_gradients();
+  // Clip and AdamW unless the loss or norm is non-finite; adds train/grad_norm, lr, skips.
+  void apply_update(double grad_norm, std::map<std::string, double>& metrics);
+  bool overlaps_grad_reduce() const;
+  void arm_overlapped_reduction();
+
   Comm* expert_group_ = nullptr;     // the policy's expert-parallel group (null: no expert parallelism)
   Comm* expert_replicas_ = nullptr;  // ranks holding this rank's experts
   AdamW optimizer_;
   GradBuffer grads_;
   std::unique_ptr<GradBuffer> expert_grads_;
+  bool moe_ = false;                // model.n_experts > 0
+  std::vector<int64_t> moe_layers_;  // the model layer of each MoE layer
 };
 
 }  // namespace slimpi

@@ -5,6 +5,8 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 #include <gtest/gtest.h>
+
+#include <set>
 #include <slimpi/deck.h>
 #include <slimpi/error.h>
 
@@ -12,7 +14,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "io/hf_names.h"
+#include "arch/architecture.h"
 #include "io/safetensors.h"
 #include "io/tensor_io.h"
 #include "model/transformer.h"
@@ -148,6 +150,7 @@ TEST_F(HfDir, MixtralConfigAndNames) {
   EXPECT_EQ(cfg.moe_layer_freq, 1);
   EXPECT_TRUE(cfg.norm_topk_prob);
   EXPECT_FALSE(cfg.qk_norm);
+  const auto mixtral_name = architectures().get("mixtral").tensor_name;
   EXPECT_EQ(mixtral_name("model.layers.3.mlp.gate.weight"), "model.layers.3.block_sparse_moe.gate.weight");
   EXPECT_EQ(mixtral_name("model.layers.0.mlp.experts.7.gate_proj.weight"),
             "model.layers.0.block_sparse_moe.experts.7.w1.weight");
@@ -159,6 +162,7 @@ TEST_F(HfDir, MixtralConfigAndNames) {
   EXPECT_EQ(mixtral_name("model.layers.0.mlp.shared_expert.up_proj.weight"),
             "model.layers.0.mlp.shared_expert.up_proj.weight");
   EXPECT_EQ(mixtral_name("lm_head.weight"), "lm_head.weight");
+  EXPECT_EQ(export_architecture(cfg), &architectures().get("mixtral"));
   const std::string window = deck_error(edited("mixtral", [](nlohmann::json& c) { c["sliding_window"] = 64; }));
   EXPECT_NE(window.find("sliding_window = 64 is not supported"), std::string::npos) << window;
   fs::remove_all(tmp_ / "mixtral");
@@ -333,6 +337,41 @@ TEST_F(HfDir, StoredLmHeadOfATiedModelMustEqualTheEmbedding) {
     EXPECT_NE(std::string(e.what()).find("lm_head.weight (a tied model has no lm_head.weight"), std::string::npos)
         << e.what();
   }
+}
+
+// The architecture table: names unique, every dense model exports as exactly one dense
+// family, and a mixture-of-experts model as at most one (each family's `fits` excludes
+// the others'); a config.json names its family by class, or by model_type without one.
+TEST(Architectures, OneFamilyPerModelAndLookupByClassOrType) {
+  std::set<std::string> classes;
+  for (const std::string& name : architectures().names()) {
+    const Architecture& a = architectures().get(name);
+    EXPECT_EQ(name, a.model_type);
+    EXPECT_TRUE(classes.insert(a.hf_class).second) << a.hf_class;
+    EXPECT_EQ(architecture_of_config(a.hf_class, "something else"), &a);
+    EXPECT_EQ(architecture_of_config("", a.model_type), &a);
+  }
+  EXPECT_EQ(architecture_of_config("GPT2LMHeadModel", "gpt2"), nullptr);
+  for (int bits = 0; bits < 64; ++bits) {
+    ModelConfig cfg;
+    cfg.qk_norm = bits & 1;
+    cfg.qkv_bias = bits & 2;
+    cfg.o_bias = (bits & 4) && cfg.qkv_bias;  // an o bias without q/k/v biases is refused before
+    cfg.n_experts = bits & 8 ? 4 : 0;
+    cfg.shared_expert_intermediate_size = bits & 16 ? 8 : 0;
+    cfg.norm_topk_prob = bits & 32;
+    int fitting = 0;
+    for (const std::string& name : architectures().names()) {
+      const Architecture& a = architectures().get(name);
+      fitting += a.moe == (cfg.n_experts > 0) && a.fits(cfg);
+    }
+    if (cfg.n_experts > 0) EXPECT_LE(fitting, 1) << "flags " << bits;
+    else EXPECT_EQ(fitting, 1) << "flags " << bits;
+    EXPECT_EQ(export_architecture(cfg) != nullptr, fitting == 1) << "flags " << bits;
+  }
+  EXPECT_TRUE(is_hf_expert_name("model.layers.0.block_sparse_moe.experts.3.w1.weight"));
+  EXPECT_TRUE(is_hf_expert_name("model.layers.0.mlp.experts.3.up_proj.weight"));
+  EXPECT_FALSE(is_hf_expert_name("model.layers.0.mlp.shared_expert.up_proj.weight"));
 }
 
 }  // namespace

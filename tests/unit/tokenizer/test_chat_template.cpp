@@ -10,7 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "buffer/prompt_source.h"
+#include "data/prompt_source.h"
 #include "tokenizer/byte_tokenizer.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/hf_tokenizer.h"

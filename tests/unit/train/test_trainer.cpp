@@ -12,7 +12,7 @@
 #include <fstream>
 #include <limits>
 
-#include "buffer/jsonl_file.h"
+#include "data/jsonl_file.h"
 #include "model/log_probs.h"
 #include "tokenizer/byte_tokenizer.h"
 #include "train/micro_batches.h"

@@ -1,4 +1,4 @@
-#include "buffer/jsonl_file.h"
+#include "data/jsonl_file.h"
 
 #include <slimpi/error.h>
 

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "buffer/prompt_source.h"
+#include "data/prompt_source.h"
 #include "core/sample_codec.h"
 #include "cli/make_data.h"
 #include "reward/reward.h"

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "buffer/epoch_order.h"
+#include "data/epoch_order.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 

@@ -1,4 +1,4 @@
-#include "buffer/epoch_order.h"
+#include "data/epoch_order.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>

@@ -1,4 +1,4 @@
-#include "buffer/prompt_source.h"
+#include "data/prompt_source.h"
 
 #include <slimpi/deck.h>
 #include <slimpi/error.h>
@@ -7,7 +7,7 @@
 #include <regex>
 #include <stdexcept>
 
-#include "buffer/jsonl_file.h"
+#include "data/jsonl_file.h"
 #include "tokenizer/byte_tokenizer.h"
 
 namespace slimpi {

@@ -1,0 +1,70 @@
+#include "buffer/rollout_batch.h"
+
+#include <slimpi/error.h>
+
+#include <algorithm>
+#include <limits>
+
+namespace slimpi {
+
+void retire(Sample& s, SampleStatus why) {
+  SLIMPI_CHECK(why == SampleStatus::Filtered || why == SampleStatus::Surplus || why == SampleStatus::Stale,
+               "retire: status {} is not one of an untrained sample", int(why));
+  s.status = why;
+  s.reward = why == SampleStatus::Filtered ? 0.0f : std::numeric_limits<float>::quiet_NaN();
+}
+
+std::map<std::string, double> rollout_metrics(const RolloutBatch& batch, const RolloutMetricsInputs& in) {
+  const std::vector<Sample>& kept = batch.kept;
+  const double n = std::max<double>(1, double(kept.size()));
+  double raw = 0, rew = 0, len = 0, max_len = 0, truncated = 0, stale_sum = 0, stale_max = 0;
+  for (const Sample& s : kept) {
+    raw += s.raw_reward;
+    rew += s.reward;
+    len += double(s.response_length());
+    max_len = std::max(max_len, double(s.response_length()));
+    truncated += s.status == SampleStatus::Truncated;
+    // Versions behind the trainer's: the oldest token of each trained sample.
+    const int64_t oldest =
+        s.weight_versions.empty() ? in.step : *std::min_element(s.weight_versions.begin(), s.weight_versions.end());
+    stale_sum += double(in.step - oldest);
+    stale_max = std::max(stale_max, double(in.step - oldest));
+  }
+  const int64_t k = in.n_samples_per_prompt;
+  const int64_t kept_groups = int64_t(kept.size()) / k;
+  int64_t zero_std = 0;
+  for (int64_t g = 0; g < kept_groups; ++g) {
+    bool same = true;
+    for (int64_t i = 1; i < k; ++i) same &= kept[g * k + i].raw_reward == kept[g * k].raw_reward;
+    zero_std += same;
+  }
+  const EngineStats& es = batch.engine_stats;
+  std::map<std::string, double> m;
+  m["rollout/raw_reward"] = raw / n;
+  m["rollout/rewards"] = rew / n;
+  m["rollout/response_len/mean"] = len / n;
+  m["rollout/response_len/max"] = max_len;
+  m["rollout/truncated_ratio"] = truncated / n;
+  m["rollout/zero_std/count"] = double(zero_std);
+  m["rollout/dynamic_filter/drop_zero_std"] = double(batch.groups_dropped);
+  m["rollout/short_batch_groups"] = double(std::max<int64_t>(0, in.rollout_batch_size - kept_groups));
+  m["rollout/groups_generated"] = double(batch.groups_generated);
+  m["rollout/sampling_rounds"] = double(batch.rounds);
+  m["rollout/generated_tokens"] = double(es.generated_tokens);
+  m["rollout/prefill_tokens_computed"] = double(es.prefill_tokens_computed);
+  m["rollout/prompt_tokens_served"] = double(es.prompt_tokens_served);
+  m["rollout/prefix_cache_hit_rate"] =
+      es.prefix_query_tokens ? double(es.prefix_hit_tokens) / double(es.prefix_query_tokens) : 0.0;
+  m["rollout/preemptions"] = double(es.preemptions);
+  m["rollout/skipped_lines"] = double(in.skipped_lines);
+  m["rollout/prompt_cursor"] = double(in.prompt_cursor);
+  m["rollout/epoch"] = double(in.epoch);
+  m["perf/reward_score_time"] = batch.score_s;
+  if (batch.generate_s > 0) m["perf/rollout_tokens_per_s"] = double(es.generated_tokens) / batch.generate_s;
+  if (es.iterations > 0) m["perf/engine_iteration_s"] = (es.forward_s + es.sample_s) / double(es.iterations);
+  m["rollout/staleness/mean"] = stale_sum / n;
+  m["rollout/staleness/max"] = stale_max;
+  return m;
+}
+
+}  // namespace slimpi

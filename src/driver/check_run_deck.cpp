@@ -1,0 +1,146 @@
+#include "driver/check_run_deck.h"
+
+#include <slimpi/deck.h>
+#include <slimpi/error.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "parallel/world.h"
+#include "train/advantages.h"
+
+namespace slimpi {
+namespace {
+
+// train.async = "one_step_off" / "full" overlap generation (rollout ranks) with training
+// (trainer ranks): RL, split placement, both sides running.
+void check_overlap(const Deck& deck, const WorldLayout& layout) {
+  const bool rl = deck.get_string("train.mode") == "rl";
+  const bool rollout_only = deck.get_bool("debug.rollout_only"), train_only = deck.get_bool("debug.train_only");
+  if (deck.get_string("train.async") != "off") {
+    const std::string why = fmt::format("train.async = \"{}\" ({}) overlaps generation on the rollout "
+                                        "ranks with training on the trainer ranks",
+                                        deck.get_string("train.async"), deck.source("train.async"));
+    if (!rl) SLIMPI_FAIL_ALL("{}: it needs train.mode = \"rl\" ({})", why, deck.source("train.mode"));
+    if (layout.placement != Placement::Split)
+      SLIMPI_FAIL_ALL("{}: with parallel.placement = \"colocate\" ({}) the same ranks do both, so nothing "
+                      "overlaps; use placement = \"split\"",
+                      why, deck.source("parallel.placement"));
+    if (rollout_only || train_only)
+      SLIMPI_FAIL_ALL("{}: debug.{} ({}) runs one side only; set train.async = \"off\"", why,
+                      rollout_only ? "rollout_only" : "train_only",
+                      deck.source(rollout_only ? "debug.rollout_only" : "debug.train_only"));
+  }
+}
+
+// Keys only train.async = "full" reads, and the rules among them.
+void check_full_async_keys(const Deck& deck) {
+  const bool full = deck.get_string("train.async") == "full";
+  for (const char* key : {"rollout.queue_batches", "rollout.max_staleness", "rollout.stale_policy",
+                          "rollout.partial", "rollout.mask_offpolicy_in_partial"})
+    if (!full && !deck.has_default_value(key))
+      SLIMPI_FAIL_ALL("{} ({}) applies to train.async = \"full\" only; train.async is \"{}\" ({})", key,
+                      deck.source(key), deck.get_string("train.async"), deck.source("train.async"));
+  if (full && deck.get_string("rollout.stale_policy") == "regenerate" && deck.get_int("rollout.max_staleness") < 0)
+    SLIMPI_FAIL_ALL("rollout.stale_policy = \"regenerate\" ({}) needs a staleness bound: rollout.max_staleness is -1 "
+                    "(none; {})",
+                    deck.source("rollout.stale_policy"), deck.source("rollout.max_staleness"));
+  if (full && deck.get_bool("rollout.mask_offpolicy_in_partial") && deck.get_string("rollout.partial") == "discard")
+    SLIMPI_FAIL_ALL("rollout.mask_offpolicy_in_partial ({}) has nothing to mask with rollout.partial = \"discard\" ({}): "
+                    "a discarded response starts again, so every sample's tokens are of one weight version",
+                    deck.source("rollout.mask_offpolicy_in_partial"), deck.source("rollout.partial"));
+}
+
+// GRPO-family estimators centre each reward on its group's mean: with one sample per
+// group every advantage is 0 and nothing learns (slime's group math needs n >= 2).
+void check_group_baseline(const Deck& deck) {
+  const std::string& estimator = deck.get_string("train.advantage_estimator");
+  if (deck.get_int("rollout.n_samples_per_prompt") > 1 || deck.get_bool("debug.rollout_only") ||
+      deck.get_bool("train.disable_rewards_normalization") ||
+      advantage_estimators().get(estimator).centring == RewardCentring::None)
+    return;
+  SLIMPI_FAIL_ALL("rollout.n_samples_per_prompt = 1 ({}) with train.advantage_estimator = \"{}\" ({}): each reward "
+                  "is centred on its group's mean, its own, so every advantage is 0 and nothing learns; use groups of "
+                  "2 or more, an estimator without a group baseline (reinforce_plus_plus), or "
+                  "train.disable_rewards_normalization = true",
+                  deck.source("rollout.n_samples_per_prompt"), estimator, deck.source("train.advantage_estimator"));
+}
+
+void check_rl_batch(const Deck& deck) {
+  const int64_t per_step = deck.get_int("rollout.rollout_batch_size") * deck.get_int("rollout.n_samples_per_prompt");
+  if (deck.get_int("train.num_steps_per_rollout") > per_step)
+    SLIMPI_FAIL_ALL("train.num_steps_per_rollout = {} ({}) exceeds the {} samples of a step "
+                    "(rollout.rollout_batch_size x rollout.n_samples_per_prompt): an optimizer step would get none",
+                    deck.get_int("train.num_steps_per_rollout"), deck.source("train.num_steps_per_rollout"), per_step);
+  check_group_baseline(deck);
+}
+
+// slime's debug modes (driver/driver_replay.cpp).
+void check_debug_modes(const Deck& deck) {
+  const bool rl = deck.get_string("train.mode") == "rl";
+  const bool rollout_only = deck.get_bool("debug.rollout_only"), train_only = deck.get_bool("debug.train_only");
+  if ((rollout_only || train_only) && !rl)
+    SLIMPI_FAIL_ALL("debug.{} ({}) needs train.mode = \"rl\" ({})", rollout_only ? "rollout_only" : "train_only",
+                    deck.source(rollout_only ? "debug.rollout_only" : "debug.train_only"), deck.source("train.mode"));
+  if (rollout_only && train_only)
+    SLIMPI_FAIL_ALL("debug.rollout_only ({}) and debug.train_only ({}) exclude each other",
+                    deck.source("debug.rollout_only"), deck.source("debug.train_only"));
+  if (train_only && deck.get_string("debug.load_rollouts").empty())
+    SLIMPI_FAIL_ALL("debug.train_only ({}) needs debug.load_rollouts: the rollouts.h5 to replay",
+                    deck.source("debug.train_only"));
+  if (train_only) {
+    namespace fs = std::filesystem;
+    const std::string& load = deck.get_string("debug.load_rollouts");
+    if (fs::weakly_canonical(load) == fs::weakly_canonical(run_dir_of(deck) + "/rollouts.h5"))
+      SLIMPI_FAIL_ALL("debug.load_rollouts = \"{}\" ({}) is this run's own rollouts.h5, which the run rewrites; "
+                      "replay into another run.dir",
+                      load, deck.source("debug.load_rollouts"));
+  }
+  if (!train_only && !deck.get_string("debug.load_rollouts").empty())
+    SLIMPI_FAIL_ALL("debug.load_rollouts ({}) is only read with debug.train_only = true",
+                    deck.source("debug.load_rollouts"));
+}
+
+// Expert parallelism: trainer ranks hold one block of the experts (train/expert_parallel.h).
+void check_expert_parallel(const Deck& deck, const ModelConfig& model, const WorldLayout& layout) {
+  const int64_t ep = deck.get_int("parallel.expert_parallel");
+  if (ep <= 1) return;
+  const std::string what = fmt::format("parallel.expert_parallel = {} ({}) shards the experts over groups of {} "
+                                       "trainer ranks", ep, deck.source("parallel.expert_parallel"), ep);
+  if (model.n_experts == 0)
+    SLIMPI_FAIL_ALL("{}, but the model has none: model.n_experts = 0 ({})", what, deck.source("model.n_experts"));
+  if (model.n_experts % ep != 0)
+    SLIMPI_FAIL_ALL("{}: it must divide model.n_experts = {} ({})", what, model.n_experts,
+                    deck.source("model.n_experts"));
+  if (layout.n_trainer % ep != 0)
+    SLIMPI_FAIL_ALL("{}: it must divide the number of trainer ranks, {} (parallel.trainer_ranks, {}; "
+                    "parallel.placement, {})",
+                    what, layout.n_trainer, deck.source("parallel.trainer_ranks"), deck.source("parallel.placement"));
+}
+
+}  // namespace
+
+std::string run_dir_of(const Deck& deck) {
+  const std::string& dir = deck.get_string("run.dir");
+  return dir.empty() ? "runs/" + deck.get_string("run.name") : dir;
+}
+
+RunConfigs check_run_deck(const Deck& deck, const WorldLayout& layout) {
+  const bool rl = deck.get_string("train.mode") == "rl";
+  check_overlap(deck, layout);
+  check_full_async_keys(deck);
+  if (deck.get_string("data.path").empty())
+    SLIMPI_FAIL_ALL("train.mode = \"{}\" ({}) needs a data file: set data.path", deck.get_string("train.mode"),
+                    deck.source("train.mode"));
+  if (rl) check_rl_batch(deck);
+  check_debug_modes(deck);
+  RunConfigs c;
+  c.model = ModelConfig::from_deck(deck);
+  c.trainer = TrainerConfig::from_deck(deck);
+  check_expert_parallel(deck, c.model, layout);
+  c.rollout = RolloutConfig::from_deck(deck);
+  c.reward = RewardConfig::from_deck(deck);
+  return c;
+}
+
+}  // namespace slimpi

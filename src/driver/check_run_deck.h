@@ -1,0 +1,37 @@
+// check_run_deck — every rule that ties deck keys together (or to the world layout),
+// in one place: run by `slimpi run` before it builds anything, and by `slimpi check`
+// without a job. Each failure is one collective error naming the keys and where they
+// were set (slimpi::Error, SLIMPI_FAIL_ALL).
+// It runs the checks of the config readers too (ModelConfig, TrainerConfig,
+// RolloutConfig, RewardConfig ::from_deck: their own cross-key rules), then the rules
+// of the run as a whole: train.mode and train.async against placement and debug modes,
+// the keys only one schedule reads, group baselines, optimizer steps per rollout,
+// expert parallelism against the model and the trainer ranks.
+#pragma once
+
+#include <string>
+
+#include "model/model_config.h"
+#include "reward/reward.h"
+#include "rollout/rollout_config.h"
+#include "train/trainer_config.h"
+
+namespace slimpi {
+
+class Deck;
+struct WorldLayout;
+
+// The config readers' results, read once: the run's components are built from them.
+struct RunConfigs {
+  ModelConfig model;
+  TrainerConfig trainer;
+  RolloutConfig rollout;
+  RewardConfig reward;
+};
+
+// The run directory of a deck: run.dir, or runs/<run.name>.
+std::string run_dir_of(const Deck& deck);
+
+RunConfigs check_run_deck(const Deck& deck, const WorldLayout& layout);
+
+}  // namespace slimpi

@@ -1,0 +1,191 @@
+#include "driver/run_components.h"
+
+#include <ATen/ATen.h>
+#include <slimpi/deck.h>
+#include <slimpi/error.h>
+
+#include <filesystem>
+
+#include "core/log.h"
+#include "io/tensor_io.h"
+#include "model/precision.h"
+#include "model/transformer.h"
+#include "parallel/comm.h"
+#include "rollout/rollout_side.h"
+#include "rollout/weight_sync.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+#include "train/expert_parallel.h"
+#include "train/sft_data.h"
+#include "train/trainer.h"
+
+namespace slimpi {
+namespace {
+
+uint64_t run_seed(const Deck& deck) { return static_cast<uint64_t>(deck.get_int("run.seed")); }
+
+// The longest prompt a response of rollout.max_new_tokens still fits behind.
+int64_t max_prompt_tokens(const Deck& deck) {
+  return deck.get_int("model.max_seq_len") - deck.get_int("rollout.max_new_tokens");
+}
+
+// What train.global_batch_size means for a rollout of `per_step` samples, said once
+// when it does not divide them (the step splits its samples evenly over the steps).
+void describe_optimizer_steps(const Deck& deck, int64_t per_step) {
+  const int64_t gbs = deck.get_int("train.global_batch_size");
+  if (deck.get_int("train.num_steps_per_rollout") > 0) {
+    if (!deck.has_default_value("train.global_batch_size"))
+      log::info("train.global_batch_size = {} ({}) is not used: train.num_steps_per_rollout = {} ({}) sets the "
+                "optimizer steps of a rollout",
+                gbs, deck.source("train.global_batch_size"), deck.get_int("train.num_steps_per_rollout"),
+                deck.source("train.num_steps_per_rollout"));
+    return;
+  }
+  if (per_step % gbs == 0) return;
+  const int64_t n_steps = std::max<int64_t>(1, per_step / gbs);
+  if (log::is_root())  // a deck fact: said once, not by every rank
+    log::warn("train.global_batch_size = {} ({}) does not divide the {} samples of a rollout "
+              "(rollout.rollout_batch_size x rollout.n_samples_per_prompt): each rollout takes {} optimizer step{} "
+              "(its samples split evenly over them); set train.num_steps_per_rollout to choose",
+              gbs, deck.source("train.global_batch_size"), per_step, n_steps, n_steps > 1 ? "s" : "");
+}
+
+void load_data_sources(const RunContext& ctx, RunComponents& c) {
+  const Deck& deck = ctx.deck;
+  if (!c.rl) {
+    if (ctx.world->is_trainer())
+      c.sft_data = std::make_unique<SftData>(deck.get_string("data.path"), deck.get_string("data.input_key"),
+                                             deck.get_string("data.response_key"), c.configs.model.max_seq_len,
+                                             run_seed(deck), *c.tokenizer, ChatFormat::from_deck(deck, *c.tokenizer));
+    else  // every rank reads the file, so that a bad one is an error all ranks raise alike
+      SftData(deck.get_string("data.path"), deck.get_string("data.input_key"), deck.get_string("data.response_key"),
+              c.configs.model.max_seq_len, run_seed(deck), *c.tokenizer, ChatFormat::from_deck(deck, *c.tokenizer));
+    if (c.sft_data) log::info("SFT data: {} samples from {}", c.sft_data->size(), deck.get_string("data.path"));
+    return;
+  }
+  PromptSourceSpec spec = PromptSourceSpec::from_deck(deck, deck.get_string("data.path"), c.tokenizer);
+  spec.metadata_key = deck.get_string("data.metadata_key");
+  spec.skip_bad_lines = deck.get_bool("data.skip_bad_lines");
+  spec.max_prompt_tokens = max_prompt_tokens(deck);
+  c.prompt_source = std::make_unique<PromptSource>(spec, run_seed(deck));
+  log::info("prompts: {} from {} ({} bad lines skipped)", c.prompt_source->size(), deck.get_string("data.path"),
+            c.prompt_source->n_skipped_lines());
+}
+
+// The policy (and reference) on trainer ranks, the engines' model where it is not the
+// policy itself. Weights are drawn in fp32 from the run seed whatever their dtype, so
+// a bf16 engine model starts as the fp32 policy rounded once. A resumed job takes the
+// policy from its checkpoint: model.init_from is read only for a fresh start, and for
+// the frozen reference model (which checkpoints do not hold).
+void build_models(const RunContext& ctx, const std::string& resume_from, RunComponents& c) {
+  const Deck& deck = ctx.deck;
+  const ModelConfig& model_cfg = c.configs.model;
+  const at::Device device = ctx.device.use_cuda ? at::Device(at::kCUDA, ctx.device.gpu) : at::Device(at::kCPU);
+  const std::string& init_from = deck.get_string("model.init_from");
+  const int ep = static_cast<int>(deck.get_int("parallel.expert_parallel"));
+  if (ep > 1 && ctx.device.use_cuda && !ctx.device.use_nccl)
+    SLIMPI_FAIL_ALL("parallel.expert_parallel = {} ({}): on GPUs its token exchange runs inside backward, on "
+                    "autograd's own threads, where MPI may not be called; use parallel.comm_backend = \"nccl\" or "
+                    "\"auto\" ({})",
+                    ep, deck.source("parallel.expert_parallel"), deck.source("parallel.comm_backend"));
+  auto make_model = [&](bool is_reference, at::ScalarType weights, const ExpertShard& shard = {}) {
+    auto m = std::make_unique<Transformer>(model_cfg, run_seed(deck), device, weights, shard);
+    if (!init_from.empty() && (resume_from.empty() || is_reference)) {
+      if (!resume_from.empty() && !std::filesystem::exists(init_from))
+        SLIMPI_FAIL_ALL("model.init_from = \"{}\" ({}) is gone: the reference model of the KL terms is those "
+                        "weights (a checkpoint holds the policy only); restore the file to resume",
+                        init_from, deck.source("model.init_from"));
+      load_model_weights(m->parameters(), init_from, "model", shard.size > 1);
+    }
+    return m;
+  };
+  if (ctx.world->is_trainer()) {
+    c.trainer_comm = make_comm(ctx.world->trainer(), "trainer", ctx.device);
+    if (ep > 1) c.expert_groups = std::make_unique<ExpertGroups>(ctx.world->trainer(), ep, ctx.device);
+    const ExpertShard shard = c.expert_groups ? c.expert_groups->shard() : ExpertShard{};
+    c.policy = make_model(false, at::kFloat, shard);
+    if (Trainer::needs_reference(c.configs.trainer)) {
+      c.reference = make_model(true, at::kFloat, shard);
+      for (auto& p : c.reference->parameters()) p.tensor.set_requires_grad(false);
+    }
+    c.trainer = std::make_unique<Trainer>(c.configs.trainer, *c.policy, c.trainer_comm.get(), c.reference.get(),
+                                          c.expert_groups ? &c.expert_groups->replicas() : nullptr);
+    log::info("policy: {} parameters ({} layers, d {}, {} heads / {} kv heads) on {}, from {}", model_cfg.n_params(),
+              model_cfg.n_layers, model_cfg.hidden_size, model_cfg.n_heads, model_cfg.n_kv_heads, device.str(),
+              init_from.empty() ? "the seeded init" : init_from);
+    if (c.expert_groups)
+      log::info("expert parallelism: {} group{} of {} trainer ranks; this rank holds experts {}..{} of {} ({} "
+                "parameters here)", ctx.world->layout().n_trainer / ep, ctx.world->layout().n_trainer / ep > 1 ? "s" : "",
+                ep, shard.first(model_cfg.n_experts),
+                shard.first(model_cfg.n_experts) + shard.count(model_cfg.n_experts) - 1, model_cfg.n_experts,
+                c.policy->n_params());
+  }
+  // The engines' model: their own on split rollout ranks; on colocated ranks the
+  // policy itself, or a bf16 copy of it when the rollout runs in bf16. With expert
+  // parallelism a colocated engine (or the SFT evaluation) runs a whole model of its
+  // own, gathered from the group's shards before each use.
+  const at::ScalarType rollout_weights = weight_dtype(parse_precision(deck.get_string("rollout.precision")));
+  c.engine_weight_dtype = rollout_weights;
+  if (c.rl && ctx.world->is_rollout() && (!ctx.world->is_trainer() || rollout_weights != at::kFloat || ep > 1))
+    c.engine_model = make_model(false, rollout_weights);
+  if (!c.rl && ep > 1 && ctx.world->is_trainer() && !deck.get_string("eval.path").empty())
+    c.engine_model = make_model(false, at::kFloat);
+}
+
+void build_rollout(const RunContext& ctx, RunComponents& c) {
+  const Deck& deck = ctx.deck;
+  const RolloutConfig& rc = c.configs.rollout;
+  if (c.rl && ctx.world->is_rollout()) {
+    const Transformer& model = c.engine_model ? *c.engine_model : *c.policy;
+    c.rollout_side = std::make_unique<RolloutSide>(rc, model, ctx.world->rollout(), run_seed(deck));
+  } else if (!c.rl && !c.eval_prompts.empty() && ctx.world->is_trainer()) {
+    c.rollout_side = std::make_unique<RolloutSide>(rc, c.engine_model ? *c.engine_model : *c.policy,
+                                                   ctx.world->trainer(), run_seed(deck));
+  }
+  if (c.rl && ctx.world->sync() != MPI_COMM_NULL) {
+    c.sync_comm = make_comm(ctx.world->sync(), "sync", ctx.device);
+    c.weight_sync = std::make_unique<WeightSync>(*c.sync_comm, deck.get_int("rollout.weight_sync_bucket_mb") << 20);
+  }
+}
+
+}  // namespace
+
+RunComponents::RunComponents() = default;
+RunComponents::~RunComponents() = default;
+RunComponents::RunComponents(RunComponents&&) noexcept = default;
+RunComponents& RunComponents::operator=(RunComponents&&) noexcept = default;
+
+bool RunComponents::writes_trainer_state(const World& world) const {
+  return rank_in(world.trainer()) == 0 || (expert_groups && expert_groups->group_index() == 0);
+}
+
+RunComponents load_run_inputs(const RunContext& ctx, RunConfigs configs) {
+  const Deck& deck = ctx.deck;
+  RunComponents c;
+  c.configs = std::move(configs);
+  c.rl = deck.get_string("train.mode") == "rl";
+  const WorldLayout& layout = ctx.world->layout();
+  for (int r = 0; r < layout.world_size; ++r)
+    if (layout.is_trainer(r)) c.trainer_world_ranks.push_back(r);
+  c.router_world_rank = c.rl && layout.placement == Placement::Split ? layout.n_trainer : 0;
+  c.tokenizer = c.configs.rollout.tokenizer;
+  log::info("tokenizer: {}", c.tokenizer->describe());
+  if (const std::string note = describe_chat_template_choice(deck, *c.tokenizer); !note.empty()) log::info("{}", note);
+  if (!deck.get_string("eval.path").empty()) {
+    PromptSourceSpec spec = PromptSourceSpec::from_deck(deck, deck.get_string("eval.path"), c.tokenizer);
+    spec.max_prompt_tokens = max_prompt_tokens(deck);
+    c.eval_prompts = PromptSource(spec, run_seed(deck)).records();
+  }
+  if (c.rl)
+    describe_optimizer_steps(deck, deck.get_int("rollout.rollout_batch_size") *
+                                       deck.get_int("rollout.n_samples_per_prompt"));
+  return c;
+}
+
+void build_run_components(const RunContext& ctx, const std::string& resume_from, RunComponents& c) {
+  load_data_sources(ctx, c);
+  build_models(ctx, resume_from, c);
+  build_rollout(ctx, c);
+}
+
+}  // namespace slimpi

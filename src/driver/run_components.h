@@ -1,0 +1,70 @@
+// RunComponents — the per-rank parts of a running job, built once from the checked
+// deck (driver/check_run_deck.h): the tokenizer, the data sources, the models, the
+// communicators, the trainer, the rollout side and the weight-sync path. Owned by the
+// Driver for the whole job; what a rank has no part in stays null (each member says
+// who holds it). Built in two stages around the choice of the checkpoint to resume
+// (the policy's weights come from it, model.init_from only on a fresh start).
+#pragma once
+
+#include <c10/core/ScalarType.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data/prompt_source.h"
+#include "driver/check_run_deck.h"
+#include "driver/run_context.h"
+
+namespace slimpi {
+
+class Comm;
+class ExpertGroups;
+class RolloutSide;
+class SftData;
+class Tokenizer;
+class Trainer;
+class Transformer;
+class WeightSync;
+
+struct RunComponents {
+  RunConfigs configs;
+  bool rl = false;                       // train.mode = "rl"
+  int router_world_rank = 0;             // rollout rank 0 (RL) or trainer rank 0 (SFT eval)
+  std::vector<int> trainer_world_ranks;  // every rank knows them
+
+  std::shared_ptr<const Tokenizer> tokenizer;  // every rank: the run's vocabulary
+  std::vector<Prompt> eval_prompts;            // every rank, when eval.path is set
+  std::unique_ptr<SftData> sft_data;           // trainer ranks, sft mode
+  std::unique_ptr<PromptSource> prompt_source;  // every rank, rl mode
+
+  std::unique_ptr<ExpertGroups> expert_groups;  // trainer ranks, parallel.expert_parallel > 1 (outlives the models)
+  std::unique_ptr<Transformer> policy;          // trainer ranks (an expert shard with expert parallelism)
+  std::unique_ptr<Transformer> reference;       // trainer ranks, with the KL loss
+  // split rollout ranks; colocate: a bf16 rollout or expert parallelism (else policy); SFT eval with expert parallelism
+  std::unique_ptr<Transformer> engine_model;
+  std::unique_ptr<Transformer> whole_policy;    // split, expert parallelism: trainer rank 0's gathered policy to push
+  at::ScalarType engine_weight_dtype = at::kFloat;  // rollout.precision's weight dtype
+  std::unique_ptr<Comm> trainer_comm;           // trainer ranks
+  std::unique_ptr<Comm> sync_comm;              // split: the weight-broadcast path
+  std::unique_ptr<Trainer> trainer;             // trainer ranks
+  std::unique_ptr<WeightSync> weight_sync;      // sync members
+  std::unique_ptr<RolloutSide> rollout_side;    // ranks that generate (RL rollout ranks; SFT eval: trainers)
+
+  RunComponents();
+  ~RunComponents();
+  RunComponents(RunComponents&&) noexcept;
+  RunComponents& operator=(RunComponents&&) noexcept;
+  // Whether this rank takes part in writing trainer_state.h5 (Trainer::save): trainer
+  // rank 0; with expert parallelism its group, which gathers the experts with it.
+  bool writes_trainer_state(const World& world) const;
+};
+
+// Stage 1, before a checkpoint is chosen: the tokenizer and the evaluation prompts
+// (every rank reads the files, so a bad file is an error all ranks raise alike).
+RunComponents load_run_inputs(const RunContext& ctx, RunConfigs configs);
+// Stage 2: data sources, models (weights from model.init_from unless `resume_from`
+// is set), communicators, trainer, rollout side, weight sync. Collective.
+void build_run_components(const RunContext& ctx, const std::string& resume_from, RunComponents& c);
+
+}  // namespace slimpi

@@ -1,0 +1,309 @@
+#include "driver/step_phases.h"
+
+#include <ATen/ATen.h>
+#include <slimpi/deck.h>
+#include <slimpi/error.h>
+
+#include <algorithm>
+
+#include "buffer/dynamic_filter.h"
+#include "buffer/sample_transport.h"
+#include "core/byte_codec.h"
+#include "core/log.h"
+#include "core/runtime_info.h"
+#include "driver/async_generator.h"
+#include "driver/replay_source.h"
+#include "driver/run_components.h"
+#include "io/rollout_log.h"
+#include "model/transformer.h"
+#include "parallel/comm.h"
+#include "parallel/mpi_bytes.h"
+#include "parallel/watchdog.h"
+#include "reward/batch_scorer.h"
+#include "rollout/rollout_side.h"
+#include "rollout/weight_sync.h"
+#include "train/advantages.h"
+#include "train/expert_parallel.h"
+#include "train/sft_data.h"
+#include "train/trainer.h"
+
+namespace slimpi {
+namespace {
+
+// Streams of group seeds: training rollouts use the step; evaluation its own range.
+constexpr uint64_t kEvalStream = uint64_t(1) << 40;
+
+std::string encode_metrics(const std::map<std::string, double>& m) {
+  ByteWriter w;
+  w.put<uint64_t>(m.size());
+  for (const auto& [k, v] : m) {
+    w.put_string(k);
+    w.put(v);
+  }
+  return w.take();
+}
+
+std::map<std::string, double> decode_metrics(const std::string& bytes) {
+  ByteReader r(bytes);
+  std::map<std::string, double> m;
+  for (uint64_t n = r.get<uint64_t>(); n > 0; --n) {
+    std::string k = r.get_string();
+    m[k] = r.get<double>();
+  }
+  return m;
+}
+
+}  // namespace
+
+StepPhases::StepPhases(RunContext& ctx, RunComponents& parts) : ctx_(ctx), parts_(parts) {
+  if (ctx_.deck.get_bool("debug.train_only"))
+    replay_ = std::make_unique<ReplaySource>(ctx_, parts_, ctx_.deck.get_string("debug.load_rollouts"));
+}
+
+StepPhases::~StepPhases() = default;
+
+void StepPhases::begin_step() { step_ = StepState(); }
+
+bool StepPhases::is_router() const { return ctx_.world->rank() == parts_.router_world_rank; }
+
+void StepPhases::share_metrics(int root, const std::map<std::string, double>& values) {
+  std::string bytes = ctx_.world->rank() == root ? encode_metrics(values) : std::string();
+  broadcast_string(ctx_.world->world(), bytes, root);
+  for (const auto& [k, v] : decode_metrics(bytes)) step_.metrics[k] = v;
+}
+
+void StepPhases::eval(int64_t step) {
+  const int64_t interval = ctx_.deck.get_int("eval.interval");
+  if (step == 0 || (interval > 0 && step % interval == 0)) run_eval(step);
+}
+
+void StepPhases::run_eval(int64_t row) {
+  std::map<std::string, double> m;
+  if (!parts_.rl && parts_.expert_groups)  // SFT: the trainers evaluate a gathered whole model
+    gather_whole_model(*parts_.policy, parts_.engine_model.get());
+  if (parts_.rollout_side)
+    m = parts_.rollout_side->evaluate(parts_.eval_prompts, parts_.configs.reward, ctx_.deck.get_int("eval.n_samples"),
+                                      kEvalStream + uint64_t(row) * 2);
+  share_metrics(parts_.router_world_rank, m);
+  const double target = ctx_.deck.get_float("eval.stop_at_pass1");
+  if (target > 0 && step_.metrics.count("eval/pass@1") && step_.metrics.at("eval/pass@1") >= target) {
+    reached_target_ = true;
+    log::info("eval/pass@1 = {:.3f} reached eval.stop_at_pass1 = {}: the run ends after this step",
+              step_.metrics.at("eval/pass@1"), target);
+  }
+}
+
+void StepPhases::generate_batch(int64_t step, RolloutBatch& out) {
+  RolloutSide& side = *parts_.rollout_side;
+  Stopwatch rounds_clock;
+  const Deck& deck = ctx_.deck;
+  const int64_t want = deck.get_int("rollout.rollout_batch_size");
+  const int64_t per_round = deck.get_int("rollout.over_sampling_batch_size") > 0
+                                ? deck.get_int("rollout.over_sampling_batch_size")
+                                : want;
+  const DynamicFilter& filter = dynamic_filters().get(deck.get_string("rollout.dynamic_filter"));
+  const int64_t max_rounds = filter.is_identity() ? 1 : deck.get_int("rollout.max_sampling_rounds");
+  const int64_t n = side.config().n_samples_per_prompt;
+  int kept = 0;
+  for (int64_t round = 0; round < max_rounds && kept < want; ++round) {
+    // Draw the round's prompts, generate their groups, score them, filter the groups.
+    const int64_t first_group = out.groups_generated;
+    std::vector<Prompt> prompts = parts_.prompt_source->next(per_round);
+    std::vector<Sample> samples =
+        side.generate(prompts, first_group, uint64_t(step), n, side.config().sampling, &out.engine_stats);
+    out.groups_generated += per_round;
+    ++out.rounds;
+    if (side.is_router()) {
+      Stopwatch clock;
+      BatchScorer scorer(parts_.configs.reward, *parts_.tokenizer);
+      for (const auto& s : samples) scorer.add(prompts[s.group_index - first_group], s);
+      const std::vector<float> r = scorer.score();
+      out.score_s += clock.seconds();
+      for (size_t g = 0; g * n < samples.size(); ++g) {
+        const std::vector<float> group_rewards(r.begin() + g * n, r.begin() + (g + 1) * n);
+        const bool keep = filter.keep(group_rewards);
+        const bool surplus = keep && kept >= want;
+        if (!keep) ++out.groups_dropped;
+        if (keep && !surplus) ++kept;
+        for (int64_t i = 0; i < n; ++i) {
+          Sample s = std::move(samples[g * n + i]);
+          s.step = step;
+          s.raw_reward = r[g * n + i];
+          if (keep && !surplus) {
+            out.kept.push_back(std::move(s));
+          } else {
+            retire(s, keep ? SampleStatus::Surplus : SampleStatus::Filtered);
+            out.unused.push_back(std::move(s));
+          }
+        }
+      }
+    }
+    static const std::string kept_context = "[rollout] the router's count of kept groups";
+    WaitGuard guard({&kept_context, "MPI_Bcast", 1, "i32", 0});
+    MPI_Bcast(&kept, 1, MPI_INT, 0, ctx_.world->rollout());
+  }
+  out.generate_s += rounds_clock.seconds();
+  step_.generation_s += rounds_clock.seconds();
+  if (side.is_router() && kept < want && !said_short_batch_) {
+    log::warn("step {}: the dynamic filter kept {} of {} groups after {} rounds; training on those (rewards "
+              "normalised per group). Said once: rollout/short_batch_groups in metrics.h5 counts every short batch",
+              step, kept, want, out.rounds);
+    said_short_batch_ = true;
+  }
+}
+
+void StepPhases::postprocess_group_rewards(RolloutBatch& batch) {
+  // Group post-processing of the kept groups' rewards (per group, also in a short
+  // batch: slime never trains one, and per group is what its normalisation means).
+  if (!parts_.rollout_side || !parts_.rollout_side->is_router() || batch.kept.empty()) return;
+  const Deck& deck = ctx_.deck;
+  const int64_t n = parts_.rollout_side->config().n_samples_per_prompt;
+  const RewardNormalization norm{!deck.get_bool("train.disable_rewards_normalization"),
+                                 !deck.get_bool("train.disable_grpo_std_normalization")};
+  std::vector<float> raw;
+  for (const auto& s : batch.kept) raw.push_back(s.raw_reward);
+  const std::vector<float> rewards = postprocess_rewards(deck.get_string("train.advantage_estimator"), raw, n, norm);
+  for (size_t i = 0; i < batch.kept.size(); ++i) batch.kept[i].reward = rewards[i];
+}
+
+void StepPhases::hand_out(int64_t step, RolloutBatch& batch, const std::map<std::string, double>& extra) {
+  static const std::string waiting_for_rollouts = "[buffer] trainers waiting for the step's rollouts";
+  idle_barrier(ctx_.world->world(), waiting_for_rollouts);
+  if (replay_) {  // debug.train_only: the recorded samples of this step
+    step_.batch = replay_->trainer_share(step);
+    return;
+  }
+  const bool router = is_router();
+  std::map<std::string, double> m;
+  if (router) {
+    const PromptSource& prompts = *parts_.prompt_source;
+    m = rollout_metrics(batch, {step, parts_.rollout_side->config().n_samples_per_prompt,
+                                ctx_.deck.get_int("rollout.rollout_batch_size"), prompts.n_skipped_lines(),
+                                prompts.cursor(), prompts.epoch()});
+    for (const auto& [k, v] : extra) m[k] = v;
+  }
+  share_metrics(parts_.router_world_rank, m);
+  if (step_.metrics.count("rollout/short_batch_groups") && step_.metrics.at("rollout/short_batch_groups") > 0)
+    ++n_short_batches_;
+  // Every rank follows the router's prompt cursor (it drew as many rounds as needed).
+  if (parts_.prompt_source) parts_.prompt_source->set_cursor(int64_t(step_.metrics.at("rollout/prompt_cursor")));
+  if (ctx_.deck.get_bool("debug.rollout_only")) {
+    if (router) step_.batch = std::move(batch.kept);  // logged as generated; nothing trains
+    return;
+  }
+  step_.batch = scatter_samples(ctx_.world->world(), parts_.router_world_rank, parts_.trainer_world_ranks, batch.kept);
+}
+
+void StepPhases::train(int64_t step) {
+  // Colocated ranks may give the engine's KV pool back to training (slime's sleep/wake):
+  // the next rollout builds it again.
+  if (parts_.rollout_side && parts_.trainer && parts_.rl && parts_.rollout_side->config().offload_between_phases)
+    parts_.rollout_side->offload();
+  if (!parts_.trainer) return;
+  Trainer& trainer = *parts_.trainer;
+  const Deck& deck = ctx_.deck;
+  if (!parts_.rl) {
+    const Comm& dp = *parts_.trainer_comm;
+    std::vector<Sample> local = parts_.sft_data->batch(step, deck.get_int("train.global_batch_size"), dp.rank(),
+                                                       dp.size());
+    for (const auto& [k, v] : trainer.train_step(local)) step_.metrics[k] = v;
+    return;
+  }
+  std::vector<Sample>& local = step_.batch;
+  int64_t n_global = static_cast<int64_t>(local.size());
+  {
+    static const std::string context = "[train] samples of the step over the trainers";
+    WaitGuard guard({&context, "MPI_Allreduce", 1, "i64"});
+    MPI_Allreduce(MPI_IN_PLACE, &n_global, 1, MPI_INT64_T, MPI_SUM, ctx_.world->trainer());
+  }
+  if (n_global == 0) {
+    log::warn("step {}: no samples to train on (every group was filtered out)", step);
+    return;
+  }
+  int64_t n_steps = deck.get_int("train.num_steps_per_rollout");
+  if (n_steps == 0) n_steps = std::max<int64_t>(1, n_global / deck.get_int("train.global_batch_size"));
+  if (n_steps > n_global) {  // a short batch (the filter kept few groups): no empty optimizer step
+    log::warn("step {}: {} samples for train.num_steps_per_rollout = {}: taking {} optimizer steps", step, n_global,
+              n_steps, n_global);
+    n_steps = n_global;
+  }
+  // Reference and old log-probs, KL, advantages and their whitening: once per rollout.
+  for (const auto& [k, v] : trainer.prepare_rollout(local, /*recompute_old=*/n_steps > 1)) step_.metrics[k] = v;
+  std::map<std::string, double> sums;
+  const size_t n_local = local.size();
+  for (int64_t s = 0; s < n_steps; ++s) {
+    std::vector<Sample> part(std::make_move_iterator(local.begin() + n_local * s / n_steps),
+                             std::make_move_iterator(local.begin() + n_local * (s + 1) / n_steps));
+    auto m = trainer.train_step(part);
+    std::move(part.begin(), part.end(), local.begin() + n_local * s / n_steps);
+    for (const auto& [k, v] : m) {
+      sums[k] += v / double(n_steps);
+      // slime logs every optimizer step: train_step/<i>/<name> for train/<name>, i = 0..n_steps-1.
+      if (k.rfind("train/", 0) == 0) step_.metrics[fmt::format("train_step/{}/{}", s, k.substr(6))] = v;
+    }
+  }
+  for (const auto& [k, v] : sums) step_.metrics[k] = v;
+  step_.metrics["train/optimizer_steps"] = double(n_steps);
+  step_.metrics["perf/train_rss_mb"] = double(resident_bytes()) / double(1 << 20);  // after the optimizer steps
+}
+
+void StepPhases::append_rollouts(const std::vector<Sample>& untrained) {
+  // rollouts.h5: every generated sample of the trained batch. First the trained ones,
+  // each trainer appending its share with what training used (trainer order = training
+  // order); then the router's filtered and surplus groups. One collective append; a
+  // write that fails on one rank (a full disk) stops every rank here, cleanly.
+  run_on_all_and_agree(ctx_.world->world(), "[record] writing " + rollouts_->path(), [&] {
+    rollouts_->append(step_.batch, untrained);
+    rollouts_->flush();
+  });
+}
+
+void StepPhases::follow_router_cursor(const std::string& context) {
+  int64_t cursor = parts_.prompt_source->cursor();
+  WaitGuard guard({&context, "MPI_Bcast", 1, "i64", parts_.router_world_rank});
+  MPI_Bcast(&cursor, 1, MPI_INT64_T, parts_.router_world_rank, ctx_.world->world());
+  parts_.prompt_source->set_cursor(cursor);
+}
+
+void StepPhases::push_weights(int64_t version, AsyncGenerator* async) {
+  RunComponents& p = parts_;
+  if (ctx_.world->layout().placement == Placement::Colocate) {
+    // The engines run the trainer's model, or a bf16 copy of it refreshed here.
+    if (p.engine_model && p.expert_groups) gather_whole_model(*p.policy, p.engine_model.get());
+    else if (p.engine_model && p.policy) p.engine_model->copy_weights_from(*p.policy);
+    if (p.rollout_side) p.rollout_side->set_weight_version(version);
+    return;
+  }
+  // Expert parallelism: trainer rank 0 pushes the whole policy, its group's shards gathered.
+  if (p.expert_groups && p.expert_groups->group_index() == 0) {
+    if (ctx_.world->rank() == 0 && !p.whole_policy)
+      p.whole_policy = std::make_unique<Transformer>(p.policy->config(), uint64_t(ctx_.deck.get_int("run.seed")),
+                                                     p.policy->device());
+    gather_whole_model(*p.policy, p.whole_policy.get(), /*to_all=*/false);  // to trainer rank 0
+  }
+  // The engines already waited for the trainers (asleep) in the record phase's barrier.
+  if (!p.weight_sync) return;
+  // The weights in the engines' dtype: the sender's rounded from its masters when they
+  // differ (bf16), the engines' own tensors to receive into.
+  const WeightImage image = weight_image(p.whole_policy ? *p.whole_policy : p.policy ? *p.policy : *p.engine_model,
+                                         p.engine_weight_dtype);
+  int64_t v = version;
+  const bool check = ctx_.deck.get_bool("rollout.check_weight_update");
+  const WeightSyncStats s = p.weight_sync->sync(image.params, &v, check, image.flat);
+  if (check) {
+    uint64_t trainer_sum = s.checksum;
+    static const std::string context = "[weight_sync] the trainer's checksum";
+    WaitGuard guard({&context, "MPI_Bcast", 1, "u64", 0});
+    MPI_Bcast(&trainer_sum, 1, MPI_UINT64_T, 0, ctx_.world->sync());
+    SLIMPI_CHECK(trainer_sum == s.checksum, "weight update {} arrived corrupted: checksum {:016x}, trainer's {:016x}",
+                 v, s.checksum, trainer_sum);
+  }
+  if (async) async->update_weights(v);  // between engine iterations; rollout.partial applies
+  else if (p.rollout_side) p.rollout_side->set_weight_version(v);
+  if (rank_in(ctx_.world->sync()) == 0) {
+    step_.metrics["perf/weight_sync_bytes"] = double(s.bytes);
+    step_.metrics["perf/weight_sync_gbps"] = double(s.bytes) / s.seconds / 1e9;
+  }
+}
+
+}  // namespace slimpi

@@ -1,0 +1,224 @@
+#include "model/attention.h"
+
+#include <ATen/ATen.h>
+#include <slimpi/error.h>
+
+#include <ATen/ops/scaled_dot_product_attention.h>
+
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <tuple>
+
+#include "kernels/paged_attention.h"
+#include "model/kv_cache.h"
+
+namespace slimpi {
+namespace {
+
+// Scatter the [T_l, heads, D] rows of layout l's tokens into a zero-padded
+// [B_l, Lq_l, heads, D] batch.
+at::Tensor pad(const at::Tensor& x, const AttentionLayout& l) {
+  return at::zeros({l.n_seqs, l.max_new, x.size(1), x.size(2)}, x.options()).index_put({l.b_of_t, l.j_of_t}, x);
+}
+
+// Causal attention of B packed sequences without padding, each alone.
+// q [T, H, D], k/v [T, Hkv, D], sequences back to back with lengths seq_lens -> [T, H, D].
+at::Tensor attend_unpadded(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                           const std::vector<int64_t>& seq_lens) {
+  std::vector<at::Tensor> out;
+  int64_t start = 0;
+  for (int64_t L : seq_lens) {
+    out.push_back(attend_one_sequence(q.narrow(0, start, L), k.narrow(0, start, L), v.narrow(0, start, L), 0));
+    start += L;
+  }
+  return at::cat(out);
+}
+
+// The layout of B sequences with n_past[b] cached and n_new[b] new tokens.
+// slots: the cache slots of every position of each sequence (empty: packed, no cache).
+AttentionLayout make_layout(const std::vector<int64_t>& n_past, const std::vector<int64_t>& n_new,
+                            const std::vector<at::Tensor>& slots, const at::Device& device) {
+  AttentionLayout a;
+  a.n_seqs = static_cast<int64_t>(n_new.size());
+  a.n_past_host = n_past;
+  a.n_new_host = n_new;
+  std::vector<int64_t> b_of_t, j_of_t, pos, n_keys;
+  for (int64_t b = 0; b < a.n_seqs; ++b) {
+    a.max_new = std::max(a.max_new, n_new[b]);
+    a.max_keys = std::max(a.max_keys, n_past[b] + n_new[b]);
+    n_keys.push_back(n_past[b] + n_new[b]);
+    for (int64_t j = 0; j < n_new[b]; ++j) {
+      b_of_t.push_back(b);
+      j_of_t.push_back(j);
+      pos.push_back(n_past[b] + j);
+    }
+  }
+  const auto opts = at::TensorOptions().dtype(at::kLong);
+  a.b_of_t = at::tensor(b_of_t, opts).to(device);
+  a.j_of_t = at::tensor(j_of_t, opts).to(device);
+  a.positions = at::tensor(pos, opts).to(device);
+  a.n_keys = at::tensor(n_keys, opts).to(device);
+  at::Tensor past = at::tensor(n_past, opts).view({a.n_seqs, 1});
+  a.q_pos = (past + at::arange(a.max_new, opts).view({1, a.max_new})).to(device);
+  if (!slots.empty()) {
+    std::vector<at::Tensor> fresh, padded;
+    for (int64_t b = 0; b < a.n_seqs; ++b) {
+      at::Tensor s = slots[b].to(at::kCPU);
+      fresh.push_back(s.narrow(0, n_past[b], n_new[b]));
+      padded.push_back(at::constant_pad_nd(s, {0, a.max_keys - s.size(0)}, 0));
+    }
+    a.new_slots = at::cat(fresh).to(device);
+    a.key_slots = at::cat(padded).to(device);
+  }
+  return a;
+}
+
+// Keys and values of `slots` of layer `layer`, gathered into the cache's reused buffer:
+// K, V [n, Hkv, D] in the compute dtype `dtype`.
+std::pair<at::Tensor, at::Tensor> gather_cached(KvCache& cache, int64_t layer, const at::Tensor& slots,
+                                                at::ScalarType dtype) {
+  const int64_t rows = slots.size(0), Hkv = cache.k[layer].size(1), D = cache.k[layer].size(2);
+  if (!cache.gathered_k.defined() || cache.gathered_k.size(0) < rows) {  // grow, never shrink
+    cache.gathered_k = at::empty({rows, Hkv, D}, cache.k[layer].options());
+    cache.gathered_v = at::empty({rows, Hkv, D}, cache.v[layer].options());
+  }
+  at::Tensor kg = cache.gathered_k.narrow(0, 0, rows), vg = cache.gathered_v.narrow(0, 0, rows);
+  at::index_select_out(kg, cache.k[layer], 0, slots);
+  at::index_select_out(vg, cache.v[layer], 0, slots);
+  return {kg.to(dtype), vg.to(dtype)};
+}
+
+// Queries of `part` against their sequences' cached keys (padded within the part,
+// except for the paged kernel, which reads one query row per sequence) -> [T_part, H, D].
+at::Tensor attend_cached(const AttentionLayout& part, const at::Tensor& q_part, KvCache& cache, int64_t layer,
+                         at::ScalarType dtype, const AttentionPlan& plan) {
+  const int64_t Bp = part.n_seqs, Lkp = part.max_keys, H = q_part.size(1);
+  const int64_t Hkv = cache.k[layer].size(1), D = cache.k[layer].size(2);
+  if (part.max_new == 1 && plan.decode == DecodeAttention::Paged)  // decode rows: q_part row b is sequence b
+    return paged_decode_attention(q_part, cache.k[layer], cache.v[layer], part.key_slots.view({Bp, Lkp}), part.n_keys);
+  // Long prefill chunks: each sequence alone through SDPA, no [B, H, Lq, Lk] scores.
+  if (part.max_new > 1 && plan.decode != DecodeAttention::FreshGather &&
+      Bp * H * part.max_new * Lkp > plan.padded_budget) {
+    std::vector<at::Tensor> outs;
+    for (int64_t b = 0, row = 0; b < Bp; row += part.n_new_host[b], ++b) {
+      const int64_t n_past = part.n_past_host[b], n_new = part.n_new_host[b];
+      auto [kb, vb] = gather_cached(cache, layer, part.key_slots.narrow(0, b * Lkp, n_past + n_new), dtype);
+      outs.push_back(attend_one_sequence(q_part.narrow(0, row, n_new), kb, vb, n_past));
+    }
+    return at::cat(outs);
+  }
+  at::Tensor kp, vp;  // [Bp, Lkp, Hkv, D]
+  if (plan.decode == DecodeAttention::FreshGather) {
+    kp = cache.k[layer].index_select(0, part.key_slots);
+    vp = cache.v[layer].index_select(0, part.key_slots);
+  } else {
+    std::tie(kp, vp) = gather_cached(cache, layer, part.key_slots, dtype);
+  }
+  kp = kp.view({Bp, Lkp, Hkv, D}).to(dtype);
+  vp = vp.view({Bp, Lkp, Hkv, D}).to(dtype);
+  return attend_padded(pad(q_part, part), kp, vp, part.q_pos, part.n_keys).index({part.b_of_t, part.j_of_t});
+}
+
+}  // namespace
+
+AttentionLayout packed_layout(const std::vector<int64_t>& seq_lens, const at::Device& device) {
+  AttentionLayout layout = make_layout(std::vector<int64_t>(seq_lens.size(), 0), seq_lens, {}, device);
+  layout.seq_lens = seq_lens;
+  return layout;
+}
+
+AttentionLayout incremental_layout(const std::vector<CachedSequence>& seqs, bool split_decode_and_prefill,
+                                   const at::Device& device) {
+  std::vector<int64_t> n_past, n_new;
+  std::vector<at::Tensor> slots;
+  for (const auto& s : seqs) {
+    n_past.push_back(s.n_past);
+    n_new.push_back(s.n_new);
+    slots.push_back(s.slots);
+  }
+  AttentionLayout layout = make_layout(n_past, n_new, slots, device);
+  const bool decodes = std::any_of(n_new.begin(), n_new.end(), [](int64_t n) { return n == 1; });
+  const bool prefills = std::any_of(n_new.begin(), n_new.end(), [](int64_t n) { return n > 1; });
+  if (!decodes || !prefills || !split_decode_and_prefill) return layout;
+  for (bool decode : {true, false}) {
+    std::vector<int64_t> past, fresh, rows;
+    std::vector<at::Tensor> part_slots;
+    int64_t row = 0;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      if ((n_new[i] == 1) == decode) {
+        past.push_back(n_past[i]);
+        fresh.push_back(n_new[i]);
+        part_slots.push_back(slots[i]);
+        for (int64_t j = 0; j < n_new[i]; ++j) rows.push_back(row + j);
+      }
+      row += n_new[i];
+    }
+    AttentionLayout::Part part;
+    part.layout = make_layout(past, fresh, part_slots, device);
+    part.token_index = at::tensor(rows, at::kLong).to(device);
+    layout.parts.push_back(std::move(part));
+  }
+  return layout;
+}
+
+at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionLayout& a,
+                  KvCache* cache, int64_t layer, const AttentionPlan& plan) {
+  const int64_t T = q.size(0), H = q.size(1), D = q.size(2);
+  if (!cache) {
+    if (a.n_seqs * H * a.max_new * a.max_keys > plan.padded_budget)
+      return attend_unpadded(q, k, v, a.seq_lens).reshape({T, H * D});
+    return attend_padded(pad(q, a), pad(k, a), pad(v, a), a.q_pos, a.n_keys)  // [B, Lq, H, D]
+        .index({a.b_of_t, a.j_of_t})                                           // [T, H, D]
+        .reshape({T, H * D});
+  }
+  cache->k[layer].index_copy_(0, a.new_slots, k.to(cache->k[layer].scalar_type()));
+  cache->v[layer].index_copy_(0, a.new_slots, v.to(cache->v[layer].scalar_type()));
+  if (a.parts.empty()) return attend_cached(a, q, *cache, layer, k.scalar_type(), plan).reshape({T, H * D});
+  std::vector<at::Tensor> outs;  // [T_part, H, D] each, in the forward's compute dtype
+  for (const auto& part : a.parts)
+    outs.push_back(attend_cached(part.layout, q.index_select(0, part.token_index), *cache, layer, k.scalar_type(), plan));
+  at::Tensor attn = at::empty({T, H, D}, outs.front().options());
+  for (size_t i = 0; i < outs.size(); ++i)  // parts may differ: the paged kernel answers in q's dtype
+    attn.index_copy_(0, a.parts[i].token_index, outs[i].to(attn.scalar_type()));
+  return attn.reshape({T, H * D});
+}
+
+at::Tensor attend_padded(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& q_pos,
+                         const at::Tensor& n_keys) {
+  const int64_t B = q.size(0), Lq = q.size(1), H = q.size(2), D = q.size(3);
+  const int64_t Lk = k.size(1), Hkv = k.size(2), g = H / Hkv;
+  at::Tensor qh = q.reshape({B, Lq, Hkv, g, D}).permute({0, 2, 3, 1, 4});  // [B, Hkv, g, Lq, D]
+  at::Tensor kh = k.permute({0, 2, 3, 1}).unsqueeze(2);                    // [B, Hkv, 1, D, Lk]
+  at::Tensor vh = v.permute({0, 2, 1, 3}).unsqueeze(2);                    // [B, Hkv, 1, Lk, D]
+  at::Tensor scores = at::matmul(qh, kh) * (1.0 / std::sqrt(double(D)));  // [B, Hkv, g, Lq, Lk]
+  at::Tensor key = at::arange(Lk, q_pos.options()).view({1, 1, Lk});       // [1, 1, Lk]
+  at::Tensor hidden = (key > q_pos.unsqueeze(2)) | (key >= n_keys.view({B, 1, 1}));  // [B, Lq, Lk]
+  scores = scores.masked_fill(hidden.view({B, 1, 1, Lq, Lk}), -std::numeric_limits<float>::infinity());
+  at::Tensor probs = at::softmax(scores.to(at::kFloat), -1).to(v.scalar_type());
+  return at::matmul(probs, vh).permute({0, 3, 1, 2, 4}).reshape({B, Lq, H, D});  // [B, Lq, H, D]
+}
+
+// Through torch's scaled_dot_product_attention (a flash kernel on CPU and GPU: score
+// memory O(block) per head, never O(L²)). Query i sees keys 0..n_past+i: the causal flag
+// when n_past = 0, else a [Lq, Lk] boolean mask (SDPA's causal flag aligns the diagonal
+// top-left).
+at::Tensor attend_one_sequence(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t n_past) {
+  const int64_t Lq = q.size(0), Lk = k.size(0), g = q.size(1) / k.size(1);
+  auto heads_first = [](const at::Tensor& x) { return x.transpose(0, 1).unsqueeze(0); };  // [1, heads, L, D]
+  at::Tensor kh = heads_first(k), vh = heads_first(v);
+  if (g > 1) {
+    kh = kh.repeat_interleave(g, 1);  // [1, H, Lk, D]
+    vh = vh.repeat_interleave(g, 1);
+  }
+  std::optional<at::Tensor> mask;
+  if (n_past > 0) {
+    const auto opts = at::TensorOptions().dtype(at::kLong).device(q.device());
+    mask = at::arange(Lk, opts).view({1, Lk}) <= (at::arange(Lq, opts) + n_past).view({Lq, 1});  // [Lq, Lk]
+  }
+  return at::scaled_dot_product_attention(heads_first(q), kh, vh, mask, 0.0, /*is_causal=*/n_past == 0)
+      .squeeze(0)
+      .transpose(0, 1);  // [Lq, H, D]
+}
+
+}  // namespace slimpi

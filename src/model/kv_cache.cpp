@@ -1,0 +1,18 @@
+#include "model/kv_cache.h"
+
+#include <ATen/ATen.h>
+
+namespace slimpi {
+
+KvCache KvCache::allocate(const ModelConfig& cfg, int64_t n_slots, const at::TensorOptions& options) {
+  KvCache c;
+  for (int64_t l = 0; l < cfg.n_layers; ++l) {
+    c.k.push_back(at::zeros({n_slots, cfg.n_kv_heads, cfg.head_dim()}, options));
+    c.v.push_back(at::zeros({n_slots, cfg.n_kv_heads, cfg.head_dim()}, options));
+  }
+  if (cfg.n_experts > 0)
+    c.routing = at::full({n_slots, cfg.n_moe_layers(), cfg.n_experts_per_tok}, -1, options.dtype(at::kShort));
+  return c;
+}
+
+}  // namespace slimpi

@@ -1,0 +1,94 @@
+#include "train/packed_batch.h"
+
+#include <ATen/ATen.h>
+#include <slimpi/error.h>
+
+#include "model/transformer.h"
+
+namespace slimpi {
+
+at::Tensor per_token_tensor(const std::vector<float>& v, int64_t n, float fill, const at::Device& device) {
+  if (v.empty()) return at::full({n}, fill, at::TensorOptions().dtype(at::kFloat).device(device));
+  SLIMPI_CHECK(int64_t(v.size()) == n, "per-token vector of {} entries for {} response tokens", v.size(), n);
+  return at::tensor(v, at::kFloat).to(device);
+}
+
+PackedBatch pack(const std::vector<Sample>& samples, const std::vector<int64_t>& which, const at::Device& device) {
+  PackedBatch b;
+  std::vector<int64_t> tokens, owner;
+  for (size_t j = 0; j < which.size(); ++j) {
+    const Sample& s = samples[which[j]];
+    tokens.insert(tokens.end(), s.tokens.begin(), s.tokens.end());
+    b.seq_lens.push_back(static_cast<int64_t>(s.tokens.size()));
+    b.prompt_lens.push_back(s.prompt_length);
+    owner.insert(owner.end(), s.response_length(), static_cast<int64_t>(j));
+  }
+  b.tokens = at::tensor(tokens, at::kLong).to(device);
+  b.sample_of_token = at::tensor(owner, at::kLong).to(device);
+  bool truncated = false;
+  for (int64_t i : which) truncated = truncated || !samples[i].sampling_support.empty();
+  if (truncated) {
+    std::vector<int64_t> support;
+    for (int64_t i : which) {
+      const Sample& s = samples[i];
+      if (s.sampling_support.empty()) support.insert(support.end(), s.response_length(), 0);
+      else support.insert(support.end(), s.sampling_support.begin(), s.sampling_support.end());
+    }
+    b.support = at::tensor(support, at::kLong).to(device);
+  }
+  return b;
+}
+
+at::Tensor gather_field(const std::vector<Sample>& samples, const std::vector<int64_t>& which,
+                        std::vector<float> Sample::*field, float fill, const at::Device& device) {
+  std::vector<at::Tensor> parts;
+  for (int64_t i : which)
+    parts.push_back(per_token_tensor(samples[i].*field, samples[i].response_length(), fill, device));
+  return at::cat(parts);
+}
+
+at::Tensor packed_routing(const std::vector<Sample>& samples, const std::vector<int64_t>& which,
+                          const ModelConfig& cfg, const at::Device& device, bool required) {
+  const int64_t L = cfg.n_moe_layers(), k = cfg.n_experts_per_tok, width = L * k;
+  int64_t T = 0;
+  for (int64_t i : which) T += static_cast<int64_t>(samples[i].tokens.size());
+  at::Tensor out = at::full({T, L, k}, -1, at::kLong);
+  int64_t row = 0;
+  for (int64_t i : which) {
+    const Sample& s = samples[i];
+    const int64_t rows = static_cast<int64_t>(s.routing.size()) / width;
+    SLIMPI_CHECK((s.routing.empty() && !required) || (int64_t(s.routing.size()) == rows * width &&
+                                                       rows == int64_t(s.tokens.size()) - 1),
+                 "sample (step {}, group {}, index {}): a routing trace of {} expert ids for {} tokens; this model "
+                 "needs (tokens - 1) x {} MoE layers x top-{} (train.routing_replay replays them)",
+                 s.step, s.group_index, s.index, s.routing.size(), s.tokens.size(), L, k);
+    for (size_t j = 0; j < s.routing.size(); j += size_t(k))  // k distinct experts in range per token and layer
+      for (int64_t a = 0; a < k; ++a) {
+        const int16_t e = s.routing[j + size_t(a)];
+        SLIMPI_CHECK(e >= 0 && e < cfg.n_experts, "sample (step {}, group {}, index {}): routing trace names expert "
+                     "{}; the model has {}", s.step, s.group_index, s.index, e, cfg.n_experts);
+        for (int64_t b = 0; b < a; ++b)
+          SLIMPI_CHECK(s.routing[j + size_t(b)] != e, "sample (step {}, group {}, index {}): routing trace names "
+                       "expert {} twice for one token", s.step, s.group_index, s.index, e);
+      }
+    if (rows > 0)
+      out.narrow(0, row, rows).copy_(at::tensor(std::vector<int64_t>(s.routing.begin(), s.routing.end()), at::kLong)
+                                         .view({rows, L, k}));
+    row += static_cast<int64_t>(s.tokens.size());
+  }
+  return out.to(device);
+}
+
+at::Tensor packed_logits(const Transformer& model, const PackedBatch& b, Precision precision, MoeTrace* moe) {
+  ForwardPrecision scope(precision, model.device());
+  return model.forward_packed(b.tokens, b.seq_lens, moe);
+}
+
+double mask_sum(const Sample& s) {
+  if (s.loss_mask.empty()) return static_cast<double>(s.response_length());
+  double sum = 0;
+  for (float m : s.loss_mask) sum += m;
+  return sum;
+}
+
+}  // namespace slimpi

@@ -1,0 +1,57 @@
+// The packed micro-batch: the trainer's view of a few samples as one token stream for
+// Transformer::forward_packed, plus the per-token fields of their responses laid out
+// in the same order. Free functions over `samples` (owned by the caller) and the
+// indices `which` of the micro-batch's samples in it.
+//
+// Shapes: T = Σ tokens of the micro-batch's samples, N = Σ response tokens.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <slimpi/sample.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "model/precision.h"
+
+namespace slimpi {
+
+class Transformer;
+struct ModelConfig;
+struct MoeTrace;
+
+struct PackedBatch {
+  at::Tensor tokens;  // [T] int64
+  std::vector<int64_t> seq_lens, prompt_lens;
+  at::Tensor sample_of_token;  // [N] int64, index within the micro-batch
+  at::Tensor support;          // [N] int64 sampling-support sizes (undefined: whole vocabulary everywhere)
+};
+
+PackedBatch pack(const std::vector<Sample>& samples, const std::vector<int64_t>& which, const at::Device& device);
+
+// A per-token vector of n response tokens as [n] fp32 on `device`; `fill` everywhere
+// when it is empty (a field the sample does not carry).
+at::Tensor per_token_tensor(const std::vector<float>& v, int64_t n, float fill, const at::Device& device);
+
+// A per-token field of the micro-batch's samples concatenated: [N].
+at::Tensor gather_field(const std::vector<Sample>& samples, const std::vector<int64_t>& which,
+                        std::vector<float> Sample::*field, float fill, const at::Device& device);
+
+// The micro-batch's rollout routing traces packed like its tokens: [T, n_moe_layers, k]
+// int64, -1 where a sample has none (its last token; a sample without a trace). A trace
+// must hold (tokens − 1) rows of k distinct experts in [0, n_experts) per MoE layer;
+// `required`: every sample must have one (routing replay in RL).
+at::Tensor packed_routing(const std::vector<Sample>& samples, const std::vector<int64_t>& which,
+                          const ModelConfig& cfg, const at::Device& device, bool required);
+
+// The model's logits [T, V] (fp32) for a packed micro-batch, its forward in `precision`
+// (the autocast region is the forward alone; losses stay outside).
+at::Tensor packed_logits(const Transformer& model, const PackedBatch& b, Precision precision,
+                         MoeTrace* moe = nullptr);
+
+// Sum of a sample's loss mask (its response length when it has none): host data, no
+// device sync.
+double mask_sum(const Sample& s);
+
+}  // namespace slimpi

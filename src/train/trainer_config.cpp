@@ -1,0 +1,106 @@
+#include "train/trainer_config.h"
+
+#include <slimpi/deck.h>
+#include <slimpi/error.h>
+
+namespace slimpi {
+
+namespace {
+
+// slime's rules (its arguments.py asserts them), keys a setting would ignore, and
+// AdamW's ranges.
+void refuse_bad_combinations(const TrainerConfig& c, const Deck& deck) {
+  if (c.routing_replay && c.mode != "rl")
+    SLIMPI_FAIL_ALL("train.routing_replay ({}) replays the experts the rollout engine chose; train.mode = \"{}\" ({}) "
+                    "has no rollouts",
+                    deck.source("train.routing_replay"), c.mode, deck.source("train.mode"));
+  if (c.routing_replay && deck.get_int("model.n_experts") == 0)
+    SLIMPI_FAIL_ALL("train.routing_replay ({}) replays the experts of a mixture-of-experts policy, but model.n_experts "
+                    "= 0 ({})",
+                    deck.source("train.routing_replay"), deck.source("model.n_experts"));
+  if (c.routing_replay_gap && !c.routing_replay)
+    SLIMPI_FAIL_ALL("train.routing_replay_gap ({}) measures what routing replay changes; train.routing_replay = false ({})",
+                    deck.source("train.routing_replay_gap"), deck.source("train.routing_replay"));
+  if (deck.get_int("model.n_experts") == 0)
+    for (const char* k : {"train.moe_aux_loss_coef", "train.moe_z_loss_coef"})
+      if (!deck.has_default_value(k))
+        SLIMPI_FAIL_ALL("{} ({}) weighs a mixture-of-experts router loss, but model.n_experts = 0 ({})", k,
+                        deck.source(k), deck.source("model.n_experts"));
+  if (!c.use_tis && !deck.has_default_value("train.tis_function"))
+    SLIMPI_FAIL_ALL("train.tis_function ({}) is the correction of train.use_tis, which is false ({})",
+                    deck.source("train.tis_function"), deck.source("train.use_tis"));
+  if (c.eps_clip_c != 0.0 && c.eps_clip_c <= 1.0)
+    SLIMPI_FAIL_ALL("train.eps_clip_c = {} ({}): the dual clip needs c > 1 (or 0 for off)", c.eps_clip_c,
+                    deck.source("train.eps_clip_c"));
+  if (c.kl_coef != 0.0 && c.kl_loss_coef != 0.0)
+    SLIMPI_FAIL_ALL("train.kl_coef = {} ({}) and train.kl_loss_coef = {} ({}) are both non-zero: use the reward-side "
+                    "KL or the KL loss, not both (as slime)",
+                    c.kl_coef, deck.source("train.kl_coef"), c.kl_loss_coef, deck.source("train.kl_loss_coef"));
+  const bool reinforce = c.advantage_estimator.rfind("reinforce_plus_plus", 0) == 0;
+  if (c.mode == "rl" && reinforce && !c.normalize_advantages)
+    SLIMPI_FAIL_ALL("train.advantage_estimator = \"{}\" ({}) needs train.normalize_advantages = true ({}), as in slime",
+                    c.advantage_estimator, deck.source("train.advantage_estimator"),
+                    deck.source("train.normalize_advantages"));
+  if (c.kl_coef != 0.0 && !reinforce)
+    SLIMPI_FAIL_ALL("train.kl_coef = {} ({}) acts only on the reinforce_plus_plus estimators; "
+                    "train.advantage_estimator = \"{}\" ({}) would ignore it (use train.kl_loss_coef)",
+                    c.kl_coef, deck.source("train.kl_coef"), c.advantage_estimator,
+                    deck.source("train.advantage_estimator"));
+  if (!c.use_kl_loss && c.kl_loss_coef != 0.0 && c.mode == "rl")
+    SLIMPI_FAIL_ALL("train.kl_loss_coef = {} ({}) would be ignored: train.use_kl_loss = false ({})", c.kl_loss_coef,
+                    deck.source("train.kl_loss_coef"), deck.source("train.use_kl_loss"));
+  if (c.adam.beta1 >= 1.0 || c.adam.beta2 >= 1.0)
+    SLIMPI_FAIL_ALL("train.adam_beta1 = {} ({}) and train.adam_beta2 = {} ({}) must each be in [0, 1)", c.adam.beta1,
+                    deck.source("train.adam_beta1"), c.adam.beta2, deck.source("train.adam_beta2"));
+  if (c.adam.eps <= 0.0)
+    SLIMPI_FAIL_ALL("train.adam_eps = {} ({}) must be > 0", c.adam.eps, deck.source("train.adam_eps"));
+}
+
+}  // namespace
+
+TrainerConfig TrainerConfig::from_deck(const Deck& deck) {
+  TrainerConfig c;
+  c.mode = deck.get_string("train.mode");
+  c.advantage_estimator = deck.get_string("train.advantage_estimator");
+  c.eps_clip = deck.get_float("train.eps_clip");
+  c.eps_clip_high = deck.get_float("train.eps_clip_high");
+  if (c.eps_clip_high == 0.0) c.eps_clip_high = c.eps_clip;
+  c.eps_clip_c = deck.get_float("train.eps_clip_c");
+  c.use_kl_loss = deck.get_bool("train.use_kl_loss");
+  c.kl_loss_coef = deck.get_float("train.kl_loss_coef");
+  c.kl_loss_type = deck.get_string("train.kl_loss_type");
+  c.kl_coef = deck.get_float("train.kl_coef");
+  c.gamma = deck.get_float("train.gamma");
+  c.entropy_coef = deck.get_float("train.entropy_coef");
+  c.routing_replay = deck.get_bool("train.routing_replay");
+  c.routing_replay_gap = deck.get_bool("train.routing_replay_gap");
+  c.moe_aux_loss_coef = deck.get_float("train.moe_aux_loss_coef");
+  c.moe_z_loss_coef = deck.get_float("train.moe_z_loss_coef");
+  c.use_tis = deck.get_bool("train.use_tis");
+  c.mismatch = MismatchConfig::from_deck(deck);
+  c.calculate_per_token_loss = deck.get_bool("train.calculate_per_token_loss");
+  // Log-probs are taken at the sampling temperature (greedy rollouts: 1).
+  c.temperature = deck.get_float("rollout.temperature") > 0 ? deck.get_float("rollout.temperature") : 1.0;
+  c.normalize_advantages = deck.get_bool("train.normalize_advantages");
+  c.n_micro_batches = deck.get_int("train.n_micro_batches");
+  c.max_tokens_per_micro_batch = deck.get_int("train.max_tokens_per_micro_batch");
+  c.clip_grad = deck.get_float("train.clip_grad");
+  c.skip_nonfinite_steps = deck.get_bool("train.skip_nonfinite_steps");
+  c.grad_bucket_bytes = deck.get_int("train.grad_bucket_mb") << 20;
+  c.overlap_grad_reduce = deck.get_bool("train.overlap_grad_reduce");
+  c.precision = parse_precision(deck.get_string("train.precision"));
+  c.adam.beta1 = deck.get_float("train.adam_beta1");
+  c.adam.beta2 = deck.get_float("train.adam_beta2");
+  c.adam.eps = deck.get_float("train.adam_eps");
+  c.adam.weight_decay = deck.get_float("train.weight_decay");
+  c.lr.style = deck.get_string("train.lr_schedule");
+  c.lr.lr = deck.get_float("train.lr");
+  c.lr.min_lr = deck.get_float("train.min_lr");
+  c.lr.warmup_steps = deck.get_int("train.warmup_steps");
+  c.lr.decay_steps = deck.get_int("train.lr_decay_steps");
+  if (c.lr.decay_steps == 0) c.lr.decay_steps = deck.get_int("run.n_steps");
+  refuse_bad_combinations(c, deck);
+  return c;
+}
+
+}  // namespace slimpi

@@ -1,0 +1,52 @@
+// TrainerConfig — the train.* keys a trainer rank reads, resolved once from the deck
+// (from_deck also refuses the combinations slime refuses and the keys a setting would
+// ignore). A plain value, copied into the Trainer.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "model/precision.h"
+#include "train/adamw.h"
+#include "train/lr_schedule.h"
+#include "train/mismatch_correction.h"
+
+namespace slimpi {
+
+class Deck;
+
+struct TrainerConfig {
+  std::string mode = "sft";                  // "sft" | "rl"
+  std::string advantage_estimator = "grpo";  // also picks the policy loss (train/advantages.h)
+  double eps_clip = 0.2;
+  double eps_clip_high = 0.2;
+  double eps_clip_c = 0.0;  // dual clip when > 1
+  bool use_kl_loss = false;
+  double kl_loss_coef = 0.0;
+  std::string kl_loss_type = "k1";
+  double kl_coef = 0.0;  // reward-side KL (reinforce_plus_plus estimators)
+  double gamma = 1.0;    // discount of reinforce_plus_plus returns
+  double entropy_coef = 0.0;
+  bool routing_replay = false;     // MoE: every forward runs the experts the rollout's tokens ran (R3)
+  bool routing_replay_gap = false;  // with it: also the rollout's log-prob gap without replay (a forward more per rollout)
+  double moe_aux_loss_coef = 0.0;  // MoE policies: load-balancing and router z-loss weights
+  double moe_z_loss_coef = 0.0;
+  bool use_tis = false;
+  MismatchConfig mismatch;  // with use_tis: the correction (train/mismatch_correction.h)
+  bool calculate_per_token_loss = false;
+  bool normalize_advantages = false;
+  double temperature = 1.0;  // log-probs from logits / temperature
+  int64_t n_micro_batches = 1;
+  int64_t max_tokens_per_micro_batch = 0;  // > 0: dynamic micro-batches
+  double clip_grad = 1.0;
+  bool skip_nonfinite_steps = false;  // else a non-finite loss or gradient norm is an error
+  int64_t grad_bucket_bytes = 32 << 20;
+  bool overlap_grad_reduce = true;        // reduce buckets from inside the last backward (GradBuffer)
+  Precision precision = Precision::FP32;  // of the forward; masters, gradients, AdamW stay fp32
+  AdamW::Options adam;
+  LrSchedule lr;
+
+  static TrainerConfig from_deck(const Deck& deck);
+};
+
+}  // namespace slimpi
