@@ -30,13 +30,6 @@ namespace {
 // Seeds of train.async = "full" groups: a stream of their own (steps use 0.., eval 2^40..).
 constexpr uint64_t kFullAsyncStream = uint64_t(1) << 41;
 
-int64_t oldest_version(const std::vector<Sample>& samples) {
-  int64_t oldest = std::numeric_limits<int64_t>::max();
-  for (const auto& s : samples)
-    for (int64_t v : s.weight_versions) oldest = std::min(oldest, v);
-  return oldest;
-}
-
 nlohmann::json prompt_json(const Prompt& p) {
   return {{"index", p.index}, {"line", p.line},   {"text", p.text},
           {"chat", p.chat},   {"label", p.label}, {"metadata", p.metadata}};
@@ -66,11 +59,10 @@ AsyncGenerator::AsyncGenerator(const Deck& deck, RolloutSide& side, PromptSource
       run_seed_(run_seed),
       batch_groups_(deck.get_int("rollout.rollout_batch_size")),
       queue_batches_(deck.get_int("rollout.queue_batches")),
-      max_staleness_(deck.get_int("rollout.max_staleness")),
       n_samples_(side.config().n_samples_per_prompt),
-      regenerate_stale_(deck.get_string("rollout.stale_policy") == "regenerate"),
       mask_offpolicy_(deck.get_bool("rollout.mask_offpolicy_in_partial")),
-      partial_(partial_policies().get(deck.get_string("rollout.partial"))) {
+      partial_(partial_policies().get(deck.get_string("rollout.partial"))),
+      queue_(deck.get_int("rollout.max_staleness"), deck.get_string("rollout.stale_policy") == "regenerate", counts_) {
   // A synchronous step generates at most max_sampling_rounds rounds of
   // over_sampling_batch_size (or rollout_batch_size) groups: the same bound per batch here.
   const int64_t per_round = deck.get_int("rollout.over_sampling_batch_size") > 0
@@ -102,15 +94,10 @@ StreamingRouter::Hooks AsyncGenerator::hooks(std::function<bool()> should_pause)
 
 std::optional<WorkItem> AsyncGenerator::next_group() {
   // Work ahead by at most queue_batches batches: queued and open groups together.
-  const int64_t ahead = static_cast<int64_t>(ready_.size()) + side_.stream().open_groups();
+  const int64_t ahead = queue_.n_groups() + side_.stream().open_groups();
   if (ahead >= queue_batches_ * batch_groups_) return std::nullopt;
-  Prompt p;
-  if (!redraw_.empty()) {
-    p = std::move(redraw_.front());
-    redraw_.pop_front();
-  } else {
-    p = prompts_.next(1).front();
-  }
+  std::optional<Prompt> redraw = queue_.next_redraw();
+  Prompt p = redraw ? std::move(*redraw) : prompts_.next(1).front();
   WorkItem w;
   w.request.group_index = next_group_++;
   w.request.prompt = prompt_token_ids(tokenizer_, p);
@@ -119,23 +106,6 @@ std::optional<WorkItem> AsyncGenerator::next_group() {
   w.request.seed = mix_seed(run_seed_, kFullAsyncStream, uint64_t(w.request.group_index));
   open_prompts_[w.request.group_index] = std::move(p);
   return w;
-}
-
-bool AsyncGenerator::is_stale(const std::vector<Sample>& samples) const {
-  return max_staleness_ >= 0 && step_ - oldest_version(samples) > max_staleness_;
-}
-
-void AsyncGenerator::retire_stale(QueuedGroup group) {
-  for (auto& s : group.samples) {
-    retire(s, SampleStatus::Stale);
-    unused_.push_back(std::move(s));
-  }
-  if (regenerate_stale_) {
-    redraw_.push_back(std::move(group.prompt));
-    counts_["rollout/async/stale_regenerated_groups"] += 1;
-  } else {
-    counts_["rollout/async/stale_dropped_groups"] += 1;
-  }
 }
 
 void AsyncGenerator::on_group(std::vector<Sample> samples) {
@@ -158,17 +128,9 @@ void AsyncGenerator::score_finished() {
     ++groups_finished_;
     std::vector<float> group_rewards(r.begin() + long(next), r.begin() + long(next + group.samples.size()));
     for (auto& s : group.samples) s.raw_reward = r[next++];
-    if (!filter_.keep(group_rewards)) {
-      ++groups_filtered_;
-      for (auto& s : group.samples) {
-        retire(s, SampleStatus::Filtered);
-        unused_.push_back(std::move(s));
-      }
-    } else if (is_stale(group.samples)) {
-      retire_stale(std::move(group));
-    } else {
-      ready_.push_back(std::move(group));
-    }
+    const bool kept = filter_.keep(group_rewards);
+    if (!kept) ++groups_filtered_;
+    queue_.add(std::move(group), kept, step_);
   }
   unscored_.clear();
 }
@@ -188,25 +150,15 @@ void AsyncGenerator::generate_while_training(int64_t next_step, MPI_Request* tra
 std::map<std::string, double> AsyncGenerator::take_batch(int64_t step, RolloutBatch& batch) {
   batch = RolloutBatch();
   step_ = step;
-  if (is_router()) {  // what became stale since it was queued
-    std::deque<QueuedGroup> fresh;
-    for (auto& g : ready_) {
-      if (is_stale(g.samples)) retire_stale(std::move(g));
-      else fresh.push_back(std::move(g));
-    }
-    ready_ = std::move(fresh);
-  }
-  run_stream([this] {
-    return static_cast<int64_t>(ready_.size()) >= batch_groups_ || groups_finished_ >= max_groups_per_batch_;
-  });
+  if (is_router()) queue_.retire_stale(step);  // what became stale since it was queued
+  run_stream([this] { return queue_.n_groups() >= batch_groups_ || groups_finished_ >= max_groups_per_batch_; });
   batch.engine_stats = sum_engine_stats(streamed_, side_.engines());
   batch.generate_s = stream_s_;
   streamed_ = EngineStats();
   stream_s_ = 0;
   if (!is_router()) return {};
   std::map<std::string, double> m = counts_;
-  int64_t partial_samples = 0;
-  const int64_t n_groups = std::min<int64_t>(batch_groups_, static_cast<int64_t>(ready_.size()));
+  const int64_t n_groups = std::min<int64_t>(batch_groups_, queue_.n_groups());
   if (n_groups < batch_groups_ && !said_short_batch_) {
     log::warn("step {}: the dynamic filter kept {} of {} groups: {} groups finished since the last batch, and its "
               "bound (rollout.max_sampling_rounds x over_sampling_batch_size or rollout_batch_size = {}) was reached; "
@@ -214,30 +166,12 @@ std::map<std::string, double> AsyncGenerator::take_batch(int64_t step, RolloutBa
               step, n_groups, batch_groups_, groups_finished_, max_groups_per_batch_);
     said_short_batch_ = true;
   }
-  for (int64_t k = 0; k < n_groups; ++k) {
-    for (auto& s : ready_.front().samples) {
-      s.step = step;
-      const auto [lo, hi] = std::minmax_element(s.weight_versions.begin(), s.weight_versions.end());
-      if (!s.weight_versions.empty() && *lo != *hi) {
-        ++partial_samples;
-        if (mask_offpolicy_) {
-          s.loss_mask.assign(s.weight_versions.size(), 1.0f);
-          for (size_t i = 0; i < s.weight_versions.size(); ++i)
-            if (s.weight_versions[i] != *hi) s.loss_mask[i] = 0.0f;
-        }
-      }
-      batch.kept.push_back(std::move(s));
-    }
-    ready_.pop_front();
-  }
-  for (auto& s : unused_) s.step = step;
-  batch.unused = std::move(unused_);
-  unused_.clear();
+  const int64_t partial_samples = queue_.take(n_groups, step, mask_offpolicy_, batch);
   batch.groups_generated = groups_finished_;
   batch.groups_dropped = groups_filtered_;
   batch.score_s = score_s_;
   m["rollout/async/partial_samples"] = double(partial_samples);
-  m["rollout/async/ready_groups"] = double(ready_.size());
+  m["rollout/async/ready_groups"] = double(queue_.n_groups());
   m["rollout/async/open_groups"] = double(side_.stream().open_groups());
   for (const char* k : {"rollout/async/stale_dropped_groups", "rollout/async/stale_regenerated_groups",
                         "rollout/async/partial_continued", "rollout/async/partial_requeued",
@@ -277,13 +211,13 @@ int64_t AsyncGenerator::save(const std::string& dir, StreamState state) {
   // async_queue.h5: the queued groups' samples (kept part), then the unrecorded ones.
   std::vector<Sample> queued;
   nlohmann::json queued_prompts = nlohmann::json::array(), open = nlohmann::json::object();
-  for (const auto& g : ready_) {
+  for (const auto& g : queue_.groups()) {
     queued.insert(queued.end(), g.samples.begin(), g.samples.end());
     queued_prompts.push_back(prompt_json(g.prompt));
   }
   {
     RolloutLog log = RolloutLog::create(dir + "/async_queue.h5", MPI_COMM_NULL, deck_.to_toml());
-    log.append(queued, unused_);
+    log.append(queued, queue_.unused());
     log.flush();
   }
   h5::check_no_failed_close();  // the destructor's close must have landed too
@@ -308,13 +242,13 @@ int64_t AsyncGenerator::save(const std::string& dir, StreamState state) {
   h5::check_no_failed_close();
   for (const auto& [g, p] : open_prompts_) open[std::to_string(g)] = prompt_json(p);
   nlohmann::json redraw = nlohmann::json::array();
-  for (const auto& p : redraw_) redraw.push_back(prompt_json(p));
+  for (const auto& p : queue_.redraws()) redraw.push_back(prompt_json(p));
   const nlohmann::json j = {{"n_samples_per_prompt", n_samples_},
                             {"max_new_tokens", side_.config().sampling.max_new_tokens},
                             {"next_group", next_group_},
-                            {"queued_groups", ready_.size()},
+                            {"queued_groups", queue_.groups().size()},
                             {"queued_prompts", queued_prompts},
-                            {"unused_samples", unused_.size()},
+                            {"unused_samples", queue_.unused().size()},
                             {"work_items", work.size()},
                             {"finished_samples", state.finished.size()},
                             {"open_prompts", open},
@@ -323,7 +257,7 @@ int64_t AsyncGenerator::save(const std::string& dir, StreamState state) {
                             {"groups_finished", groups_finished_},
                             {"groups_filtered", groups_filtered_}};
   ckpt::write_checkpoint_file(dir + "/async_state.json", j.dump(1) + "\n");
-  return static_cast<int64_t>(ready_.size() + open_prompts_.size());
+  return queue_.n_groups() + static_cast<int64_t>(open_prompts_.size());
 }
 
 void AsyncGenerator::load(const std::string& dir) {
@@ -348,15 +282,18 @@ void AsyncGenerator::load(const std::string& dir) {
   SLIMPI_CHECK(n_queued + j.at("unused_samples").get<size_t>() == queued.size(),
                "{}/async_queue.h5 holds {} samples; async_state.json says {} queued groups and {} unused samples",
                dir, queued.size(), j.at("queued_groups").get<size_t>(), j.at("unused_samples").get<size_t>());
-  ready_.clear();
+  std::deque<QueuedGroup> groups;
   for (size_t k = 0; k < j.at("queued_groups").get<size_t>(); ++k) {
     QueuedGroup g{prompt_from(j.at("queued_prompts").at(k)), {}};
     for (int64_t i = 0; i < n_samples_; ++i) g.samples.push_back(std::move(queued[k * size_t(n_samples_) + size_t(i)]));
-    ready_.push_back(std::move(g));
+    groups.push_back(std::move(g));
   }
-  unused_.assign(std::make_move_iterator(queued.begin() + long(n_queued)), std::make_move_iterator(queued.end()));
+  std::vector<Sample> unused(std::make_move_iterator(queued.begin() + long(n_queued)),
+                             std::make_move_iterator(queued.end()));
+  std::deque<Prompt> redraws;
+  for (const auto& p : j.at("redraw_prompts")) redraws.push_back(prompt_from(p));
+  queue_.restore(std::move(groups), std::move(unused), std::move(redraws));
   for (const auto& [g, p] : j.at("open_prompts").items()) open_prompts_[std::stoll(g)] = prompt_from(p);
-  for (const auto& p : j.at("redraw_prompts")) redraw_.push_back(prompt_from(p));
   std::vector<Sample> all = RolloutLog::open(dir + "/async_work.h5", MPI_COMM_NULL, false).read_all();
   const size_t n_work = j.at("work_items");
   SLIMPI_CHECK(n_work + j.at("finished_samples").get<size_t>() == all.size(),

@@ -7,10 +7,8 @@
 // Group g is a counter over the run and samples with seed mix_seed(run seed,
 // kFullAsyncStream, g); Sample::group_index is g, so (group_index, index) names one
 // sample of the whole run, and rollouts.h5 holds each at most once.
-// Staleness: a group whose oldest token is more than rollout.max_staleness versions
-// behind the step about to train it is never trained: it is recorded with status
-// Stale, and with rollout.stale_policy = "regenerate" its prompt is drawn again as a
-// new group. With rollout.mask_offpolicy_in_partial, tokens of a trained sample older
+// The queue is buffer/group_queue.h (staleness: rollout.max_staleness and
+// rollout.stale_policy retire a group too old for its batch, and may draw it again). With rollout.mask_offpolicy_in_partial, tokens of a trained sample older
 // than its newest are left out of the loss (loss_mask 0), as slime's
 // --mask-offpolicy-in-partial-rollout.
 // Checkpoint (save/load): the queue, the generated-but-unrecorded groups, all unfinished
@@ -26,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "buffer/group_queue.h"
 #include "data/prompt_source.h"
 #include "reward/reward.h"
 #include "rollout/engine.h"
@@ -72,10 +71,7 @@ class AsyncGenerator {
   static const std::vector<std::string>& checkpoint_files();
 
  private:
-  struct QueuedGroup {
-    Prompt prompt;
-    std::vector<Sample> samples;
-  };
+  using QueuedGroup = GroupQueue::Group;
   StreamingRouter::Hooks hooks(std::function<bool()> should_pause);
   // One run of the stream; its engine counters and wall time count towards the batch.
   void run_stream(const std::function<bool()>& should_pause);
@@ -85,8 +81,6 @@ class AsyncGenerator {
   // and queues them.
   void on_group(std::vector<Sample> samples);
   void score_finished();
-  bool is_stale(const std::vector<Sample>& samples) const;
-  void retire_stale(QueuedGroup group);  // recorded as Stale; drawn again with "regenerate"
   bool is_router() const;
 
   const Deck& deck_;
@@ -96,9 +90,9 @@ class AsyncGenerator {
   const DynamicFilter& filter_;
   RewardConfig reward_;
   uint64_t run_seed_;
-  int64_t batch_groups_, queue_batches_, max_staleness_, n_samples_;
+  int64_t batch_groups_, queue_batches_, n_samples_;
   int64_t max_groups_per_batch_;  // finished groups between batches before a short one (filter on)
-  bool regenerate_stale_, mask_offpolicy_;
+  bool mask_offpolicy_;
   PartialPolicy partial_;
   double busy_s_ = 0;
 
@@ -106,12 +100,10 @@ class AsyncGenerator {
   int64_t step_ = 0;                       // the earliest step what finishes now can train
   int64_t next_group_ = 0;
   std::map<int64_t, Prompt> open_prompts_;  // group -> its prompt, while it generates
-  std::deque<Prompt> redraw_;               // stale prompts to draw again first
   std::vector<QueuedGroup> unscored_;       // finished, not scored yet
-  std::deque<QueuedGroup> ready_;           // kept, fresh when queued, in finishing order
-  std::vector<Sample> unused_;              // generated, not to be trained, not yet recorded
   // Since the last batch.
   std::map<std::string, double> counts_;
+  GroupQueue queue_;  // the kept groups waiting for their batch, the untrained samples (counts into counts_)
   int64_t groups_finished_ = 0, groups_filtered_ = 0;
   bool said_short_batch_ = false;  // router: the short-batch warning is given once a job
   double score_s_ = 0;

@@ -13,10 +13,11 @@ out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
 site=$(dirname "$torch")                      # …/site-packages (torch and the nvidia/ libraries beside it)
 mkdir -p "$out/venv/lib/python3/" "$out/hdf5"
 ln -s "$site" "$out/venv/lib/python3/site-packages"
-h5=$(dirname "$(find /usr/lib -path '*hdf5/openmpi/lib/libhdf5.so' -print -quit)")
+h5=""  # Debian's parallel HDF5 prefix (include/ and lib/), to be seen through another path
+for d in /usr/lib/*/hdf5/openmpi; do [ -e "$d/lib/libhdf5.so" ] && [ -e "$d/include/hdf5.h" ] && h5=$d; done
 [ -n "$h5" ] || { echo "relocated_build: no parallel HDF5 prefix to relocate (libhdf5-openmpi-dev)"; exit 1; }
-ln -s "$(dirname "$h5")/include" "$out/hdf5/include"
-ln -s "$h5" "$out/hdf5/lib"
+ln -s "$h5/include" "$out/hdf5/include"
+ln -s "$h5/lib" "$out/hdf5/lib"
 
 SLIMPI_TORCH_VENV=$out/venv cmake -S "$root" -B "$out/build" -DHDF5_ROOT="$out/hdf5" -DSLIMPI_BUILD_TESTS=OFF \
   -DSLIMPI_BUILD_PERF=OFF >"$out/configure.log" 2>&1 || { cat "$out/configure.log"; exit 1; }
