@@ -57,6 +57,24 @@ class GroupAssembler {
   std::map<int64_t, std::vector<Sample>> partial_;
 };
 
+// An engine rank: take assignments from the router, run, send back whole groups; stop
+// on an empty assignment.
+void serve_assignments(Engine& engine, MPI_Comm rollout, const std::vector<GenerationRequest>& requests,
+                       const std::map<int64_t, size_t>& by_group, GroupAssembler& assembler) {
+  bool done = false;
+  while (!done || engine.has_work()) {
+    while (!done && (message_waiting(rollout, 0, kTagAssign) || !engine.has_work())) {
+      std::string msg = recv_message(rollout, 0, kTagAssign, kEngineWait);
+      std::vector<int64_t> groups(msg.size() / sizeof(int64_t));
+      std::memcpy(groups.data(), msg.data(), msg.size());
+      if (groups.empty()) done = true;
+      for (int64_t g : groups) engine.add_request(requests.at(by_group.at(g)));
+    }
+    if (!engine.has_work()) continue;
+    for (auto& group : assembler.add(engine.step())) send_message(rollout, encode_samples(group), 0, kTagResult);
+  }
+}
+
 }  // namespace
 
 std::vector<Sample> route_rollout(Engine& engine, MPI_Comm rollout, int64_t max_running,
@@ -70,19 +88,7 @@ std::vector<Sample> route_rollout(Engine& engine, MPI_Comm rollout, int64_t max_
   GroupAssembler assembler(requests);
 
   if (rank != 0) {
-    // An engine: take assignments, run, send back whole groups; stop on an empty assignment.
-    bool done = false;
-    while (!done || engine.has_work()) {
-      while (!done && (message_waiting(rollout, 0, kTagAssign) || !engine.has_work())) {
-        std::string msg = recv_message(rollout, 0, kTagAssign, kEngineWait);
-        std::vector<int64_t> groups(msg.size() / sizeof(int64_t));
-        std::memcpy(groups.data(), msg.data(), msg.size());
-        if (groups.empty()) done = true;
-        for (int64_t g : groups) engine.add_request(requests.at(by_group.at(g)));
-      }
-      if (!engine.has_work()) continue;
-      for (auto& group : assembler.add(engine.step())) send_message(rollout, encode_samples(group), 0, kTagResult);
-    }
+    serve_assignments(engine, rollout, requests, by_group, assembler);
     return {};
   }
 

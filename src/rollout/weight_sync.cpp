@@ -46,9 +46,7 @@ WeightSync::WeightSync(Comm& sync, int64_t bucket_bytes) : comm_(sync) {
                                           sync.device_memory() ? at::Device(at::kCUDA) : at::Device(at::kCPU)));
 }
 
-WeightSyncStats WeightSync::sync(const std::vector<NamedTensor>& params, int64_t* version, bool checksum,
-                                 const at::Tensor& flat) {
-  Stopwatch clock;
+void WeightSync::agree_on_tensors(const std::vector<NamedTensor>& params, int64_t* version) {
   const bool root = comm_.rank() == 0;
   // Header: version + the tensor list; receivers must agree with it exactly.
   std::string header = root ? fmt::format("{}\n{}", *version, describe(params)) : std::string();
@@ -66,7 +64,52 @@ WeightSyncStats WeightSync::sync(const std::vector<NamedTensor>& params, int64_t
     SLIMPI_FAIL("weight sync (comm '{}') refused by an engine whose model differs from the trainer's "
                 "(its error names the tensors)", comm_.name());
   if (!root) *version = std::stoll(header.substr(0, newline));
+}
 
+void WeightSync::broadcast_packed(const std::vector<NamedTensor>& params,
+                                  const std::function<void(const at::Tensor&)>& account) {
+  // The tensors as one byte stream cut into buckets: packed on the root, unpacked elsewhere.
+  const bool root = comm_.rank() == 0;
+  const int64_t capacity = bucket_.numel();
+  size_t tensor = 0;
+  int64_t offset_in_tensor = 0;
+  while (tensor < params.size()) {
+    // Plan this bucket: (tensor index, byte offset in tensor, bytes, offset in bucket).
+    struct Piece { size_t t; int64_t from, n, at; };
+    std::vector<Piece> pieces;
+    int64_t used = 0;
+    while (tensor < params.size() && used < capacity) {
+      const at::Tensor& p = params[tensor].tensor;
+      const int64_t total = p.numel() * static_cast<int64_t>(p.element_size());
+      const int64_t n = std::min(total - offset_in_tensor, capacity - used);
+      pieces.push_back({tensor, offset_in_tensor, n, used});
+      used += n;
+      offset_in_tensor += n;
+      if (offset_in_tensor == total) {
+        ++tensor;
+        offset_in_tensor = 0;
+      }
+    }
+    at::Tensor bucket = bucket_.narrow(0, 0, used);
+    if (root)
+      for (const auto& pc : pieces) {
+        at::Tensor bytes = params[pc.t].tensor.detach().contiguous().view({-1}).view(at::kByte);
+        bucket.narrow(0, pc.at, pc.n).copy_(bytes.narrow(0, pc.from, pc.n));
+      }
+    broadcast(comm_, bucket, 0);
+    if (!root)
+      for (const auto& pc : pieces) {
+        at::Tensor dst = params[pc.t].tensor.detach().view({-1}).view(at::kByte);  // aliases the parameter
+        dst.narrow(0, pc.from, pc.n).copy_(bucket.narrow(0, pc.at, pc.n));
+      }
+    account(bucket);
+  }
+}
+
+WeightSyncStats WeightSync::sync(const std::vector<NamedTensor>& params, int64_t* version, bool checksum,
+                                 const at::Tensor& flat) {
+  Stopwatch clock;
+  agree_on_tensors(params, version);
   WeightSyncStats stats;
   const int64_t capacity = bucket_.numel();
   uint64_t hash = 0xcbf29ce484222325ULL;
@@ -90,40 +133,8 @@ WeightSyncStats WeightSync::sync(const std::vector<NamedTensor>& params, int64_t
       broadcast(comm_, bucket, 0);
       account(bucket);
     }
-  } else {  // walk the tensors as one byte stream cut into buckets, packed and unpacked
-    size_t tensor = 0;
-    int64_t offset_in_tensor = 0;
-    while (tensor < params.size()) {
-      // Plan this bucket: (tensor index, byte offset in tensor, bytes, offset in bucket).
-      struct Piece { size_t t; int64_t from, n, at; };
-      std::vector<Piece> pieces;
-      int64_t used = 0;
-      while (tensor < params.size() && used < capacity) {
-        const at::Tensor& p = params[tensor].tensor;
-        const int64_t total = p.numel() * static_cast<int64_t>(p.element_size());
-        const int64_t n = std::min(total - offset_in_tensor, capacity - used);
-        pieces.push_back({tensor, offset_in_tensor, n, used});
-        used += n;
-        offset_in_tensor += n;
-        if (offset_in_tensor == total) {
-          ++tensor;
-          offset_in_tensor = 0;
-        }
-      }
-      at::Tensor bucket = bucket_.narrow(0, 0, used);
-      if (root)
-        for (const auto& pc : pieces) {
-          at::Tensor bytes = params[pc.t].tensor.detach().contiguous().view({-1}).view(at::kByte);
-          bucket.narrow(0, pc.at, pc.n).copy_(bytes.narrow(0, pc.from, pc.n));
-        }
-      broadcast(comm_, bucket, 0);
-      if (!root)
-        for (const auto& pc : pieces) {
-          at::Tensor dst = params[pc.t].tensor.detach().view({-1}).view(at::kByte);  // aliases the parameter
-          dst.narrow(0, pc.from, pc.n).copy_(bucket.narrow(0, pc.at, pc.n));
-        }
-      account(bucket);
-    }
+  } else {
+    broadcast_packed(params, account);
   }
   stats.checksum = checksum ? hash : 0;
   stats.seconds = clock.seconds();

@@ -14,6 +14,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <string>
+#include <functional>
 #include <vector>
 
 #include "model/transformer.h"
@@ -49,6 +50,10 @@ class WeightSync {
                        const at::Tensor& flat = at::Tensor());
 
  private:
+  // Every member agrees on the version and the tensor list before any bucket moves.
+  void agree_on_tensors(const std::vector<NamedTensor>& params, int64_t* version);
+  // The tensors as one byte stream in buckets (when they are not one flat buffer).
+  void broadcast_packed(const std::vector<NamedTensor>& params, const std::function<void(const at::Tensor&)>& account);
   Comm& comm_;
   at::Tensor bucket_;  // [bucket_bytes] uint8, host or device as the backend wants
 };

@@ -144,30 +144,29 @@ std::vector<std::string> mismatch_metric_names(const MismatchConfig& cfg) {
   return n;
 }
 
-MismatchCorrection mismatch_correction(const at::Tensor& train_logp_in, const at::Tensor& rollout_logp,
-                                       const at::Tensor& mask, const at::Tensor& sample_of_token,
-                                       int64_t n_samples, const MismatchConfig& cfg) {
-  const at::Tensor train_logp = train_logp_in.detach();
-  const at::Tensor raw = train_logp - rollout_logp;  // [N] log ρ per token
+namespace {
+
+using Metrics = std::vector<std::pair<std::string, at::Tensor>>;
+
+// vanilla and icepop: the token ratio clamped, or zeroed outside its bounds.
+MismatchCorrection tis_correction(const at::Tensor& raw, const MismatchConfig& cfg) {
   MismatchCorrection out;
-  auto metric = [&](const std::string& name, const at::Tensor& v) { out.metrics.emplace_back(name, v); };
-
-  if (cfg.function != TisFunction::Mis) {
-    const at::Tensor ratio = at::exp(raw);
-    if (cfg.function == TisFunction::Vanilla) {
-      out.weight = at::clamp(ratio, cfg.tis_clip_low, cfg.tis_clip);
-    } else {
-      out.weight = at::where((ratio >= cfg.tis_clip_low) & (ratio <= cfg.tis_clip), ratio, at::zeros_like(ratio));
-    }
-    metric("tis", ratio);
-    metric("tis_clipfrac", as_float(at::ne(out.weight, ratio)));
-    metric("tis_abs", at::abs(ratio - 1));
-    return out;
+  const at::Tensor ratio = at::exp(raw);
+  if (cfg.function == TisFunction::Vanilla) {
+    out.weight = at::clamp(ratio, cfg.tis_clip_low, cfg.tis_clip);
+  } else {
+    out.weight = at::where((ratio >= cfg.tis_clip_low) & (ratio <= cfg.tis_clip), ratio, at::zeros_like(ratio));
   }
+  out.metrics.emplace_back("tis", ratio);
+  out.metrics.emplace_back("tis_clipfrac", as_float(at::ne(out.weight, ratio)));
+  out.metrics.emplace_back("tis_abs", at::abs(ratio - 1));
+  return out;
+}
 
-  const Segments s{sample_of_token, n_samples};
-  const at::Tensor m = mask.to(at::kFloat);
-  // Perplexities, KL estimates and χ² between the two policies (slime's add_ppl_metrics).
+// Perplexities, KL estimates and χ² between the two policies (slime's add_ppl_metrics).
+void add_policy_gap_metrics(const at::Tensor& train_logp, const at::Tensor& rollout_logp, const at::Tensor& raw,
+                            const at::Tensor& m, const Segments& s, Metrics& metrics) {
+  auto metric = [&](const std::string& name, const at::Tensor& v) { metrics.emplace_back(name, v); };
   const at::Tensor mean_train = s.masked_mean(train_logp, m), mean_rollout = s.masked_mean(rollout_logp, m);
   metric("mis_training_log_ppl", -mean_train);
   metric("mis_training_ppl", at::exp(-mean_train));
@@ -182,12 +181,12 @@ MismatchCorrection mismatch_correction(const at::Tensor& train_logp_in, const at
   const at::Tensor rho = at::exp(at::clamp(raw, -kSafetyBound, kSafetyBound));
   metric("mis_chi2_token", s.masked_mean(rho.square(), m) - 1.0);
   metric("mis_chi2_seq", at::exp(2.0 * at::clamp(s.masked_sum(raw, m), -kSafetyBound, kSafetyBound)) - 1.0);
+}
 
-  // Importance weights at the configured level, bounded by the mode.
-  const at::Tensor log_ratio = log_ratio_at(cfg.level, raw, m, s);
-  at::Tensor w = at::exp(at::clamp(log_ratio, -kSafetyBound, kSafetyBound));
-  at::Tensor keep = m.clone();
-  metric("mis_tis_weight_before_bound", w);
+// The weights bounded by mis_mode: truncated, clipped, or masked (keep: the tokens left).
+void bound_weights(const MismatchConfig& cfg, const at::Tensor& m, at::Tensor& w, at::Tensor& keep,
+                   Metrics& metrics) {
+  auto metric = [&](const std::string& name, const at::Tensor& v) { metrics.emplace_back(name, v); };
   switch (cfg.mode) {
     case MisMode::Truncate:
       metric("mis_tis_truncate_fraction", as_float(w > cfg.upper));
@@ -205,36 +204,67 @@ MismatchCorrection mismatch_correction(const at::Tensor& train_logp_in, const at
       w = w * m;
       break;
   }
-  metric("mis_tis_weight_after_bound", w);
-  if (cfg.rs) {  // rejection sampling: tokens (or samples) whose ratio leaves the bounds
-    const at::Tensor rs_log = cfg.rs_level == cfg.level ? log_ratio : log_ratio_at(cfg.rs_level, raw, m, s);
-    const at::Tensor rs_w = at::exp(at::clamp(rs_log, -kSafetyBound, kSafetyBound));
-    metric("mis_rs_mask_fraction_low", as_float(rs_w < cfg.rs_lower));
-    metric("mis_rs_mask_fraction_high", as_float(rs_w > cfg.rs_upper));
-    keep = keep * as_float((rs_w >= cfg.rs_lower) & (rs_w <= cfg.rs_upper));
-    if (cfg.rs_veto > 0) {  // a sample with any catastrophic token is rejected whole
-      const at::Tensor catastrophic = as_float((raw < std::log(cfg.rs_veto)) & (m > 0));
-      const at::Tensor vetoed = s.expand(as_float(s.sum(catastrophic) > 0));
-      metric("mis_rs_catastrophic_token_fraction", catastrophic);
-      metric("mis_rs_catastrophic_seq_fraction", vetoed);
-      keep = keep * (1 - vetoed);
-    }
+}
+
+// Rejection sampling: tokens (or samples) whose ratio at rs_level leaves the bounds, and
+// with a veto every sample holding a catastrophic token, leave `keep`.
+void reject_samples(const MismatchConfig& cfg, const at::Tensor& raw, const at::Tensor& log_ratio,
+                    const at::Tensor& m, const Segments& s, at::Tensor& keep, Metrics& metrics) {
+  auto metric = [&](const std::string& name, const at::Tensor& v) { metrics.emplace_back(name, v); };
+  const at::Tensor rs_log = cfg.rs_level == cfg.level ? log_ratio : log_ratio_at(cfg.rs_level, raw, m, s);
+  const at::Tensor rs_w = at::exp(at::clamp(rs_log, -kSafetyBound, kSafetyBound));
+  metric("mis_rs_mask_fraction_low", as_float(rs_w < cfg.rs_lower));
+  metric("mis_rs_mask_fraction_high", as_float(rs_w > cfg.rs_upper));
+  keep = keep * as_float((rs_w >= cfg.rs_lower) & (rs_w <= cfg.rs_upper));
+  if (cfg.rs_veto > 0) {  // a sample with any catastrophic token is rejected whole
+    const at::Tensor catastrophic = as_float((raw < std::log(cfg.rs_veto)) & (m > 0));
+    const at::Tensor vetoed = s.expand(as_float(s.sum(catastrophic) > 0));
+    metric("mis_rs_catastrophic_token_fraction", catastrophic);
+    metric("mis_rs_catastrophic_seq_fraction", vetoed);
+    keep = keep * (1 - vetoed);
   }
-  metric("mis_is_ratio_mean_after_tis_rs", w);
-  if (cfg.batch_normalize) {  // to mean 1 over the micro-batch
-    const at::Tensor mean = cfg.level == MisLevel::Token
-                                ? (w * m).sum() / at::clamp_min(m.sum(), 1.0)
-                                : s.masked_mean_per_sample(w, m).mean();
-    if (mean.item<double>() > 1e-8) {
-      w = w / mean;
-      metric("mis_batch_norm_factor", mean.expand_as(w));
-    } else {
-      metric("mis_batch_norm_factor", at::ones_like(w));
-    }
+}
+
+// The weights normalised to mean 1 over the micro-batch (token level: over masked
+// tokens; sequence levels: over samples).
+void normalize_batch(const MismatchConfig& cfg, const at::Tensor& m, const Segments& s, at::Tensor& w,
+                     Metrics& metrics) {
+  const at::Tensor mean = cfg.level == MisLevel::Token ? (w * m).sum() / at::clamp_min(m.sum(), 1.0)
+                                                       : s.masked_mean_per_sample(w, m).mean();
+  if (mean.item<double>() > 1e-8) {
+    w = w / mean;
+    metrics.emplace_back("mis_batch_norm_factor", mean.expand_as(w));
+  } else {
+    metrics.emplace_back("mis_batch_norm_factor", at::ones_like(w));
   }
-  metric("mis_is_ratio_mean_final", s.masked_mean(w, m));
-  metric("mis_is_ratio_min_final", s.masked_extreme(w, m, false));
-  metric("mis_is_ratio_max_final", s.masked_extreme(w, m, true));
+}
+
+}  // namespace
+
+MismatchCorrection mismatch_correction(const at::Tensor& train_logp_in, const at::Tensor& rollout_logp,
+                                       const at::Tensor& mask, const at::Tensor& sample_of_token,
+                                       int64_t n_samples, const MismatchConfig& cfg) {
+  const at::Tensor train_logp = train_logp_in.detach();
+  const at::Tensor raw = train_logp - rollout_logp;  // [N] log ρ per token
+  if (cfg.function != TisFunction::Mis) return tis_correction(raw, cfg);
+  MismatchCorrection out;
+  Metrics& metrics = out.metrics;
+  const Segments s{sample_of_token, n_samples};
+  const at::Tensor m = mask.to(at::kFloat);
+  add_policy_gap_metrics(train_logp, rollout_logp, raw, m, s, metrics);
+  // Importance weights at the configured level, bounded by the mode.
+  const at::Tensor log_ratio = log_ratio_at(cfg.level, raw, m, s);
+  at::Tensor w = at::exp(at::clamp(log_ratio, -kSafetyBound, kSafetyBound));
+  at::Tensor keep = m.clone();
+  metrics.emplace_back("mis_tis_weight_before_bound", w);
+  bound_weights(cfg, m, w, keep, metrics);
+  metrics.emplace_back("mis_tis_weight_after_bound", w);
+  if (cfg.rs) reject_samples(cfg, raw, log_ratio, m, s, keep, metrics);
+  metrics.emplace_back("mis_is_ratio_mean_after_tis_rs", w);
+  if (cfg.batch_normalize) normalize_batch(cfg, m, s, w, metrics);
+  metrics.emplace_back("mis_is_ratio_mean_final", s.masked_mean(w, m));
+  metrics.emplace_back("mis_is_ratio_min_final", s.masked_extreme(w, m, false));
+  metrics.emplace_back("mis_is_ratio_max_final", s.masked_extreme(w, m, true));
   out.weight = w.detach();
   out.keep = keep.detach();
   return out;
