@@ -2,7 +2,7 @@
 # Runs a deck on this machine under mpirun: jobs/run_local.sh NP DECK [--set key=value ...]
 # Launch flags live here, not in slimpi: --oversubscribe lets 4 ranks share 2 cores,
 # --allow-run-as-root is for containers; OMP_WAIT_POLICY=PASSIVE keeps idle OpenMP
-# threads from spinning on a core another rank needs (DESIGN.md §7).
+# threads from spinning on a core another rank needs (docs/architecture.md, threads and memory).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 np=${1:?usage: jobs/run_local.sh NP DECK [--set key=value ...]}

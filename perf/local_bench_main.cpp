@@ -1,5 +1,5 @@
 // main() for the single-process benchmarks (bench_train, bench_engine): slimpi's
-// allocator settings (DESIGN.md §7), $SLIMPI_THREADS torch threads (default 1), then
+// allocator settings (docs/architecture.md, threads and memory), $SLIMPI_THREADS torch threads (default 1), then
 // Google Benchmark.
 #include <ATen/Parallel.h>
 #include <benchmark/benchmark.h>

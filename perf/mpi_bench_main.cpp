@@ -15,7 +15,7 @@ class SilentReporter : public benchmark::BenchmarkReporter {
 }  // namespace
 
 int run_mpi_benchmarks(int argc, char** argv) {
-  mallopt(M_MMAP_THRESHOLD, 1 << 30);  // as slimpi itself does (DESIGN.md §7)
+  mallopt(M_MMAP_THRESHOLD, 1 << 30);  // as slimpi itself does (docs/architecture.md, threads and memory)
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   MPI_Init(&argc, &argv);
   int rank = 0, size = 1;

@@ -19,7 +19,7 @@
 
 int main(int argc, char** argv) {
   // glibc hands big frees back to the OS; re-faulting them costs 1.4-2x on torch steps
-  // and 10x on large MPI buffers here (DESIGN.md §7). Keep freed memory in the process.
+  // and 10x on large MPI buffers here (docs/architecture.md, threads and memory). Keep freed memory in the process.
   mallopt(M_MMAP_THRESHOLD, 1 << 30);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
 

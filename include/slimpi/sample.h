@@ -4,7 +4,7 @@
 // One wire codec carries it between ranks (src/buffer/sample_codec.h); SFT samples
 // are the same type with only tokens and prompt_length set.
 //
-// Fields follow slime's Sample (reference/slime.md): group_index identifies the
+// Fields follow slime's Sample (docs/rl_loop.md): group_index identifies the
 // prompt group in a step, index the sample within its group (0..n_samples_per_prompt).
 // Invariants: tokens = prompt + response, prompt_length ≤ tokens.size(); every
 // per-response-token vector has R = response_length() entries or is empty (empty

@@ -54,7 +54,7 @@ bool is_hf_expert_name(const std::string& name) {
 }
 
 std::string architecture_classes(bool moe_only) {
-  // Dense families first, as the messages always listed them.
+  // Dense families first, then the mixture-of-experts ones (each group by model_type).
   std::vector<std::string> dense, moe;
   for (const Architecture* a : all_architectures()) (a->moe ? moe : dense).push_back(a->hf_class);
   std::vector<std::string> all = moe_only ? moe : dense;

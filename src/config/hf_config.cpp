@@ -6,8 +6,6 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <optional>
-#include <tuple>
 
 #include "arch/architecture.h"
 #include "arch/hf_config_reader.h"

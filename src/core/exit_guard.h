@@ -1,4 +1,4 @@
-// run_guarded(): how an SPMD job ends on an error (DESIGN.md §6).
+// run_guarded(): how an SPMD job ends on an error (docs/architecture.md, conventions).
 //   * an error every rank raises identically (slimpi::Error with collective() set,
 //     e.g. a bad deck): rank 0 prints it once; every rank returns 1 and finalises MPI.
 //   * any other exception is one rank's: it is printed with the rank's number and where

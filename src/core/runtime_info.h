@@ -1,6 +1,6 @@
 // Runtime settings of a rank that decide its speed: torch/OpenMP threads, the OpenMP
 // runtime(s) actually loaded, the BLAS torch was built with, the OpenMP wait policy.
-// Printed at start (DESIGN.md §7).
+// Printed at start (docs/architecture.md, threads and memory).
 #pragma once
 
 #include <mpi.h>

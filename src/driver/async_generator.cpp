@@ -4,10 +4,8 @@
 #include <slimpi/error.h>
 
 #include <algorithm>
-#include <cmath>
 #include <fstream>
 #include <limits>
-#include <set>
 
 #include <nlohmann/json.hpp>
 

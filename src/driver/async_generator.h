@@ -14,7 +14,8 @@
 // Checkpoint (save/load): the queue, the generated-but-unrecorded groups, all unfinished
 // work (StreamingRouter::snapshot) and the prompts of open and queued groups, in
 // async_queue.h5 / async_work.h5 (rollouts.h5's layout) and async_state.json.
-// Owned by the driver on rollout ranks; the queue lives on the router (rollout rank 0).
+// Owned by the full-async schedule (driver/schedule_full_async.cpp) on rollout ranks; the
+// queue lives on the router (rollout rank 0).
 #pragma once
 
 #include <mpi.h>

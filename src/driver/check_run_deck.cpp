@@ -75,7 +75,7 @@ void check_rl_batch(const Deck& deck) {
   check_group_baseline(deck);
 }
 
-// slime's debug modes (driver/driver_replay.cpp).
+// slime's debug modes (driver/replay_source.h).
 void check_debug_modes(const Deck& deck) {
   const bool rl = deck.get_string("train.mode") == "rl";
   const bool rollout_only = deck.get_bool("debug.rollout_only"), train_only = deck.get_bool("debug.train_only");

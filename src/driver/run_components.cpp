@@ -84,10 +84,10 @@ void build_models(const RunContext& ctx, const std::string& resume_from, RunComp
   const std::string& init_from = deck.get_string("model.init_from");
   const int ep = static_cast<int>(deck.get_int("parallel.expert_parallel"));
   if (ep > 1 && ctx.device.use_cuda && !ctx.device.use_nccl)
-    SLIMPI_FAIL_ALL("parallel.expert_parallel = {} ({}): on GPUs its token exchange runs inside backward, on "
-                    "autograd's own threads, where MPI may not be called; use parallel.comm_backend = \"nccl\" or "
-                    "\"auto\" ({})",
-                    ep, deck.source("parallel.expert_parallel"), deck.source("parallel.comm_backend"));
+    SLIMPI_FAIL_ALL("parallel.expert_parallel = {} ({}) shards the experts over groups of {} trainer ranks: on GPUs "
+                    "its token exchange runs inside backward, on autograd's own threads, where MPI may not be called; "
+                    "use parallel.comm_backend = \"nccl\" or \"auto\" ({})",
+                    ep, deck.source("parallel.expert_parallel"), ep, deck.source("parallel.comm_backend"));
   auto make_model = [&](bool is_reference, at::ScalarType weights, const ExpertShard& shard = {}) {
     auto m = std::make_unique<Transformer>(model_cfg, run_seed(deck), device, weights, shard);
     if (!init_from.empty() && (resume_from.empty() || is_reference)) {

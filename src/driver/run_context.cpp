@@ -13,6 +13,7 @@
 #include <fstream>
 
 #include "config/deck_broadcast.h"
+#include "driver/check_run_deck.h"
 #include "core/file_write.h"
 #include "core/log.h"
 #include "core/runtime_info.h"
@@ -93,8 +94,7 @@ RunContext set_up_run(MPI_Comm world, const std::string& deck_path, const std::v
   if (every_rank_rolls_out)
     log::info("every rank is a rollout engine for this command (parallel.placement and the rank counts are ignored)");
 
-  const std::string& dir = ctx.deck.get_string("run.dir");
-  ctx.run_dir = dir.empty() ? "runs/" + ctx.deck.get_string("run.name") : dir;
+  ctx.run_dir = run_dir_of(ctx.deck);
   make_run_dir(world, ctx.run_dir);
 
   ctx.world = std::make_unique<World>(world, layout);

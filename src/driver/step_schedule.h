@@ -38,14 +38,14 @@ class StepSchedule {
   // Checkpoint: writes what the schedule holds between steps into `dir` (collective;
   // a failure on one rank stops every rank under `context`). Returns the groups it
   // holds, the same on every rank (run_state.h5 keeps the count).
-  virtual int64_t save_in_flight(const std::string& dir, const std::string& context) { return 0; }
+  virtual int64_t save_in_flight(const std::string& /*dir*/, const std::string& /*context*/) { return 0; }
   // The files save_in_flight wrote, for the checkpoint's manifest.
-  virtual std::vector<std::string> in_flight_files(int64_t pending_groups) const { return {}; }
+  virtual std::vector<std::string> in_flight_files(int64_t /*pending_groups*/) const { return {}; }
   // Resume: continues from what save_in_flight wrote.
-  virtual void load_in_flight(const std::string& dir, int64_t pending_groups) {}
+  virtual void load_in_flight(const std::string& /*dir*/, int64_t /*pending_groups*/) {}
   // After the last step, before the final evaluation: the engines take the last weights
   // where they lag a step behind.
-  virtual void before_final_eval(int64_t steps) {}
+  virtual void before_final_eval(int64_t /*steps*/) {}
 };
 
 using StepScheduleFactory = std::function<std::unique_ptr<StepSchedule>(StepPhases& phases)>;

@@ -1,4 +1,4 @@
-// Per-token log-probabilities and entropies of response tokens (DESIGN.md §3), the one
+// Per-token log-probabilities and entropies of response tokens (docs/rl_loop.md), the one
 // definition the engine and the trainer share:
 //   z = fp32 logits / temperature;  logp = z[target] − logsumexp(z over the support)
 // where the support is the whole vocabulary, or — for a token drawn with top_k/top_p

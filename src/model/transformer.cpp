@@ -63,7 +63,7 @@ Transformer::Transformer(const ModelConfig& cfg, uint64_t seed, const at::Device
                std::string(c10::toString(weights)));
   // All parameters drawn on the CPU from one generator, in name order, then moved. Each
   // name is spelled once: add() records where the parameter binds (a LayerParams field),
-  // and bind_parameters() points there once the storage is final.
+  // and the loop after pack_parameters() points there once the storage is final.
   at::Generator gen = at::detail::createCPUGenerator(seed);
   const int64_t d = cfg.hidden_size, hd = cfg.head_dim(), q_width = cfg.n_heads * hd, kv = cfg.n_kv_heads * hd,
                 f = cfg.intermediate_size;

@@ -1,4 +1,4 @@
-// World — the roles of the ranks and the communicators made from them (DESIGN.md §1).
+// World — the roles of the ranks and the communicators made from them (docs/architecture.md, the process model).
 //
 // Split placement: world ranks [0, n_trainer) train, [n_trainer, size) roll out; each
 // rollout rank is one engine. Colocate: every rank trains and rolls out.

@@ -51,7 +51,7 @@ void RolloutSide::offload() {
   SLIMPI_CHECK(!stream_, "rollout: the engine cannot be offloaded while it streams (train.async = \"full\")");
   engine_.reset();
   // The pool's pages go back to the OS (slimpi keeps freed memory in the process
-  // otherwise, DESIGN.md §7); on a GPU torch's caching allocator hands the freed blocks
+  // otherwise, docs/architecture.md, threads and memory); on a GPU torch's caching allocator hands the freed blocks
   // to training's tensors.
   malloc_trim(0);
 }

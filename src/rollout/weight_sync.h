@@ -1,5 +1,5 @@
 // Weight sync — trainer rank 0 (sync rank 0) broadcasts the policy's weights to every
-// engine over the `sync` communicator (DESIGN.md §2 step 6).
+// engine over the `sync` communicator (docs/architecture.md, the step table).
 //
 // Header first (version, then every tensor's name, dtype and shape, as bytes); each
 // receiver checks it against its own model, so a mismatch is an error naming the

@@ -1,5 +1,5 @@
 // GradBuffer — every parameter's gradient as a view into one flat fp32 buffer,
-// allocated once (DESIGN.md §1: communication buffers are re-used, never re-made).
+// allocated once (docs/architecture.md: communication buffers are re-used, never re-made).
 // Backward accumulates into the views in place; the buffer is summed over the
 // data-parallel Comm in buckets; the global norm and clipping work on it.
 //

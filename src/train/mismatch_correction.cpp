@@ -12,7 +12,6 @@ namespace {
 
 constexpr double kSafetyBound = 20.0;  // |log ratio| before exp (slime's SAFETY_BOUND)
 
-
 // Per-sample reductions over a micro-batch's tokens ([N] values, [N] sample index).
 struct Segments {
   const at::Tensor& seg;  // [N] int64

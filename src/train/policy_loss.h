@@ -1,5 +1,5 @@
 // Per-token policy-gradient losses and the quantities logged with them, slime's
-// definitions (reference/slime.md, "Formulas"). All tensors are [N] over response
+// definitions (slime's formulas: docs/rl_loop.md). All tensors are [N] over response
 // tokens unless noted; reduction to a scalar is the Reducer's job (train/reducer.h).
 //
 //   ppo_kl = logp_old − logp,  ρ = exp(−ppo_kl)

@@ -11,9 +11,9 @@
 //         off-policy correction against the engine's log-probs (train.use_tis,
 //         train/mismatch_correction.h), c = 1 and keep = 1 without it; KL of logp
 //         against the reference (train.kl_loss_type).
-// Metric terms (train/loss, pg_loss, pg_clipfrac, ppo_kl, entropy_loss, kl_loss,
-// train_rollout_logprob_abs_diff, ois and the correction's) go into `sums`, weighted
-// with w'.
+// Metric terms go into `sums`: the correction's own and train/ois weighted with w (before
+// it rejects tokens); train/loss, pg_loss, pg_clipfrac, ppo_kl, entropy_loss, kl_loss and
+// train_rollout_logprob_abs_diff with w'.
 #pragma once
 
 #include <ATen/core/Tensor.h>

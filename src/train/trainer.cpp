@@ -1,11 +1,8 @@
 #include "train/trainer.h"
 
-#include <fmt/format.h>
-
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/CPUGeneratorImpl.h>
-#include <slimpi/deck.h>
 #include <slimpi/error.h>
 
 #include <cmath>
@@ -19,7 +16,6 @@
 #include "train/expert_parallel.h"
 #include "train/metric_sums.h"
 #include "train/micro_batches.h"
-#include "train/mismatch_correction.h"
 #include "train/moe_terms.h"
 #include "train/packed_batch.h"
 #include "train/policy_loss.h"
@@ -345,7 +341,9 @@ at::Tensor Trainer::old_log_probs(std::vector<Sample>& local, const std::vector<
                                   const at::Tensor& logp) const {
   bool have_old = true;
   for (int64_t i : which) have_old = have_old && !local[i].old_log_probs.empty();
-  if (have_old) return gather_field(local, which, &Sample::old_log_probs, 0.0f, policy_.device());
+  // Gathered either way: the gather checks every sample's vector has one entry a token.
+  at::Tensor stored = gather_field(local, which, &Sample::old_log_probs, 0.0f, policy_.device());
+  if (have_old) return stored;
   // One step per rollout: this forward's policy is the old one (ρ = 1); the samples
   // keep it (rollouts.h5 records it).
   at::Tensor old = logp.detach();

@@ -1,9 +1,9 @@
 // Trainer — one data-parallel trainer rank: turns a step's samples into one optimizer
-// step of the policy (DESIGN.md §2 step 5, math of §3).
+// step of the policy (docs/architecture.md, the step table; the math in docs/rl_loop.md).
 //
 // Owned by the driver on every trainer rank; holds the AdamW state, the flat gradient
 // buffer, the LR schedule and (when the KL loss is on) a frozen reference model.
-// An RL rollout, as slime's actor does it (reference/slime.md, "Per-rollout trainer
+// An RL rollout, as slime's actor does it (slime's "per-rollout trainer
 // pipeline"): prepare_rollout() computes the reference and old log-probs where they
 // are needed, the per-token KL, the advantages of every sample (advantage-estimator
 // registry, with the reward-side KL) and whitens them once over all the rollout's
@@ -28,14 +28,11 @@
 
 #include <slimpi/sample.h>
 
-#include "model/precision.h"
 #include "model/transformer.h"
 #include "parallel/comm.h"
 #include "train/adamw.h"
 #include "train/grad_buffer.h"
-#include "train/lr_schedule.h"
 #include "train/metric_sums.h"
-#include "train/mismatch_correction.h"
 #include "train/trainer_config.h"
 
 namespace slimpi {

@@ -18,9 +18,8 @@
 #    discard, colocate.
 # Usage: async_full_runs.sh SLIMPI ROOT "MPIRUN FLAGS"
 set -euo pipefail
-slimpi=$1; root=$2; mpirun=$3
-out=$(mktemp -d); trap 'pkill -9 -f "$out" 2>/dev/null || true; rm -rf "$out"' EXIT
-cd "$root"
+source "$(dirname "$0")/run_helpers.sh"
+regression_setup "$@"
 check="/usr/bin/python3 $root/tests/regression/check_full_async.py"
 args=(run inputs/smoke_rl.toml --set run.n_steps=8 --set eval.interval=4 --set checkpoint.interval=2
       --set train.async=full --set reward.style=command --set parallel.trainer_ranks=1
@@ -28,7 +27,6 @@ args=(run inputs/smoke_rl.toml --set run.n_steps=8 --set eval.interval=4 --set c
       --set checkpoint.keep_last=10)
 
 tag=async_full_runs
-source "$root/tests/regression/run_helpers.sh"
 
 echo "== np 3 (1 trainer + 2 engines), rollout.partial = continue, checkpoints every 2 steps"
 run 3 straight

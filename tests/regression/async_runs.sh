@@ -17,16 +17,14 @@
 #    changes train.async.
 # Usage: async_runs.sh SLIMPI ROOT "MPIRUN FLAGS"
 set -euo pipefail
-slimpi=$1; root=$2; mpirun=$3
-out=$(mktemp -d); trap 'pkill -9 -f "$out" 2>/dev/null || true; rm -rf "$out"' EXIT
-cd "$root"
+source "$(dirname "$0")/run_helpers.sh"
+regression_setup "$@"
 compare="/usr/bin/python3 $root/tests/regression/compare_runs.py"
 args=(run inputs/smoke_rl.toml --set run.n_steps=6 --set eval.interval=2 --set checkpoint.interval=2
       --set train.async=one_step_off --set reward.style=command
       --set "reward.command=/usr/bin/python3 $root/tests/regression/digit_reward.py" --set train.lr=3e-3 --set checkpoint.keep_last=10)
 
 tag=async_runs
-source "$root/tests/regression/run_helpers.sh"
 
 echo "== np 4 (2 trainers + 2 rollout ranks): the schedule, twice"
 run 4 straight

@@ -14,9 +14,8 @@
 # found at start.
 # Usage: checkpoint_restart.sh SLIMPI ROOT "MPIRUN FLAGS"
 set -euo pipefail
-slimpi=$1; root=$2; mpirun=$3
-out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
-cd "$root"
+source "$(dirname "$0")/run_helpers.sh"
+regression_setup "$@"
 compare="/usr/bin/python3 $root/tests/regression/compare_runs.py"
 
 # run NP NAME [--set ...]: one job step of the 6-step smoke run in $out/NAME.

@@ -7,9 +7,8 @@
 #  * `slimpi check` refuses a cross-key mistake without a job: one message, non-zero exit.
 # Usage: deck_reference.sh SLIMPI ROOT "MPIRUN FLAGS"
 set -euo pipefail
-slimpi=$1; root=$2; mpirun=$3
-out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
-cd "$root"
+source "$(dirname "$0")/run_helpers.sh"
+regression_setup "$@"
 
 "$slimpi" keys --markdown >"$out/deck_reference.md"
 if ! diff -u docs/deck_reference.md "$out/deck_reference.md" >"$out/diff"; then

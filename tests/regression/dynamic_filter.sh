@@ -8,9 +8,8 @@
 # rank cleanly.
 # Usage: dynamic_filter.sh SLIMPI ROOT "MPIRUN FLAGS"
 set -euo pipefail
-slimpi=$1; root=$2; mpirun=$3
-out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
-cd "$root"
+source "$(dirname "$0")/run_helpers.sh"
+regression_setup "$@"
 cat >"$out/parity.py" <<'PY'
 import json
 import sys

@@ -15,9 +15,8 @@
 #  * impossible group sizes, a dense model, and GPUs over MPI are refused by name.
 # Usage: expert_parallel_runs.sh SLIMPI ROOT "MPIRUN FLAGS"
 set -euo pipefail
-slimpi=$1; root=$2; mpirun=$3
-out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
-cd "$root"
+source "$(dirname "$0")/run_helpers.sh"
+regression_setup "$@"
 cat >"$out/ascii_reward.py" <<'PY'
 import json, sys
 for line in sys.stdin:  # the share of ASCII characters: varies within every group from the start

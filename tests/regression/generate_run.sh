@@ -5,9 +5,8 @@
 # prompt is prefilled once (8 samples per prompt: prefill ~ 1/8 of prompt tokens served).
 # Usage: generate_run.sh SLIMPI ROOT "MPIRUN FLAGS"
 set -euo pipefail
-slimpi=$1; root=$2; mpirun=$3
-out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
-cd "$root"
+source "$(dirname "$0")/run_helpers.sh"
+regression_setup "$@"
 head -40 inputs/data/addition_eval.jsonl >"$out/prompts.jsonl"
 for np in 1 2 3; do
   $mpirun -np $np "$slimpi" generate inputs/generate_addition.toml --set model.init_from= \

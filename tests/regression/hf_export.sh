@@ -7,9 +7,8 @@
 # tokens and log-probs as generating from the checkpoint; a corrupt checkpoint is refused.
 # Usage: hf_export.sh SLIMPI ROOT "MPIRUN FLAGS"
 set -euo pipefail
-slimpi=$1; root=$2; mpirun=$3
-out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
-cd "$root"
+source "$(dirname "$0")/run_helpers.sh"
+regression_setup "$@"
 $mpirun -np 2 "$slimpi" run inputs/smoke_rl.toml --set parallel.placement=colocate --set run.dir="$out/run" \
   >"$out/run.log" 2>&1 || { cat "$out/run.log"; exit 1; }
 ckpt="$out/run/ckpt/step_00000003"

@@ -13,9 +13,8 @@
 # stop every rank cleanly.
 # Usage: hf_tokenizer_run.sh SLIMPI ROOT "MPIRUN FLAGS"
 set -euo pipefail
-slimpi=$1; root=$2; mpirun=$3
-out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
-cd "$root"
+source "$(dirname "$0")/run_helpers.sh"
+regression_setup "$@"
 model=tests/fixtures/hf/qwen2_with_tokenizer
 cases=tests/fixtures/tokenizers/qwen2_style/cases.json
 

@@ -19,9 +19,8 @@
 #  * train.routing_replay and the router-loss coefficients on a dense model are refused.
 # Usage: moe_runs.sh SLIMPI ROOT "MPIRUN FLAGS"
 set -euo pipefail
-slimpi=$1; root=$2; mpirun=$3
-out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
-cd "$root"
+source "$(dirname "$0")/run_helpers.sh"
+regression_setup "$@"
 compare="/usr/bin/python3 $root/tests/regression/compare_runs.py"
 moe=(--set run.n_steps=4 --set model.n_experts=8 --set model.n_experts_per_tok=2 --set model.moe_intermediate_size=32
      --set model.init_std=0.2 --set train.moe_aux_loss_coef=0.01 --set reward.style=command

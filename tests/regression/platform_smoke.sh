@@ -6,10 +6,9 @@
 # equal the rollout's at step 0 and ppo_kl is 0 at each rollout's first optimizer step.
 # Usage: platform_smoke.sh SLIMPI ROOT "MPIRUN FLAGS"
 set -euo pipefail
-slimpi=$1; root=$2; mpirun=$3
-out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
+source "$(dirname "$0")/run_helpers.sh"
+regression_setup "$@"
 
-cd "$root"
 $mpirun -np 4 "$slimpi" run inputs/smoke_rl.toml --set run.dir="$out/split" >"$out/split.log" 2>&1 \
   || { cat "$out/split.log"; exit 1; }
 grep -q "rank layout: placement split, 4 ranks (2 trainer, 2 rollout" "$out/split.log"

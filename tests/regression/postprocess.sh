@@ -5,9 +5,8 @@
 # and a directory that is not a run gets a clear message.
 # Usage: postprocess.sh SLIMPI ROOT "MPIRUN FLAGS"
 set -euo pipefail
-slimpi=$1; root=$2; mpirun=$3
-out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
-cd "$root"
+source "$(dirname "$0")/run_helpers.sh"
+regression_setup "$@"
 py=/usr/bin/python3
 $mpirun -np 2 "$slimpi" run inputs/smoke_rl.toml --set run.n_steps=4 --set eval.interval=2 \
   --set parallel.placement=colocate --set run.dir="$out/np2" >"$out/np2.log" 2>&1 || { cat "$out/np2.log"; exit 1; }

@@ -7,9 +7,8 @@
 # a real mismatch; the bf16 weight sync moves half the bytes of the fp32 one.
 # Usage: precision_runs.sh SLIMPI ROOT "MPIRUN FLAGS"
 set -euo pipefail
-slimpi=$1; root=$2; mpirun=$3
-out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
-cd "$root"
+source "$(dirname "$0")/run_helpers.sh"
+regression_setup "$@"
 
 run() {  # name np placement train_precision rollout_precision
   $mpirun -np "$2" "$slimpi" run inputs/smoke_rl.toml --set run.dir="$out/$1" --set parallel.placement="$3" \

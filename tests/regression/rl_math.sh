@@ -19,9 +19,8 @@
 # the policy away from the reference.
 # Usage: rl_math.sh SLIMPI ROOT "MPIRUN FLAGS"
 set -euo pipefail
-slimpi=$1; root=$2; mpirun=$3
-out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
-cd "$root"
+source "$(dirname "$0")/run_helpers.sh"
+regression_setup "$@"
 run() {
   local name=$1; shift
   $mpirun -np 4 "$slimpi" run inputs/smoke_rl.toml --set run.n_steps=3 --set run.dir="$out/$name" \

@@ -1,7 +1,20 @@
-# Helpers the regression scripts share (sourced). They expect: $slimpi, $mpirun,
-# $out (a scratch directory), $tag (the script's name, for messages) and, for run /
-# refused / kill9_in_checkpoint / killed_rank_ends_job, the array `args` (the slimpi
-# command line before the run directory).
+# Helpers the regression scripts share (sourced). regression_setup makes the common
+# start; the others expect: $slimpi, $mpirun, $out (a scratch directory), $tag (the
+# script's name, for messages) and, for run / refused / kill9_in_checkpoint /
+# killed_rank_ends_job, the array `args` (the slimpi command line before the run
+# directory).
+
+# regression_setup SLIMPI ROOT "MPIRUN FLAGS": the arguments every regression script
+# gets (as $slimpi, $root, $mpirun), a scratch directory $out removed at exit (with any
+# process still running from it), $tag = the script's name, and the working directory
+# the repository root.
+regression_setup() {
+  slimpi=$1; root=$2; mpirun=$3
+  out=$(mktemp -d)
+  trap 'pkill -9 -f "$out" 2>/dev/null || true; rm -rf "$out"' EXIT
+  tag=${tag:-$(basename "$0" .sh)}
+  cd "$root"
+}
 
 job_fails() {  # job_fails NAME PATTERN NP ARGS...: slimpi ARGS must end non-zero within 120 s with PATTERN
   local name=$1 pattern=$2 np=$3; shift 3

@@ -6,9 +6,8 @@
 # changes nothing but fp32 round-off.
 # Usage: sft_run.sh SLIMPI ROOT "MPIRUN FLAGS"
 set -euo pipefail
-slimpi=$1; root=$2; mpirun=$3
-out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
-cd "$root"
+source "$(dirname "$0")/run_helpers.sh"
+regression_setup "$@"
 common=(--set run.n_steps=40 --set train.global_batch_size=32 --set train.warmup_steps=5 --set train.lr=3e-3 --set model.hidden_size=64 --set model.intermediate_size=128)
 
 $mpirun -np 2 "$slimpi" run inputs/sft_addition.toml "${common[@]}" --set run.dir="$out/colo" >"$out/colo.log" 2>&1 \

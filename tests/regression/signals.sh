@@ -13,9 +13,8 @@
 #  * kill -9 between checkpoints: at most the steps since the last DONE are redone.
 # Usage: signals.sh SLIMPI ROOT "MPIRUN FLAGS"
 set -euo pipefail
-slimpi=$1; root=$2; mpirun=$3
-out=$(mktemp -d); trap 'pkill -9 -f "$out" 2>/dev/null || true; rm -rf "$out"' EXIT
-cd "$root"
+source "$(dirname "$0")/run_helpers.sh"
+regression_setup "$@"
 compare="/usr/bin/python3 $root/tests/regression/compare_runs.py"
 args=(run inputs/smoke_rl.toml --set run.n_steps=12 --set eval.interval=4 --set checkpoint.interval=4)
 

@@ -1,4 +1,4 @@
-// The RL math against the numbers slime's own CPU tests pin (reference/slime.md).
+// The RL math against the numbers slime's own CPU tests pin (docs/rl_loop.md).
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <slimpi/error.h>
