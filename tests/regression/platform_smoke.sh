@@ -11,16 +11,13 @@ regression_setup "$@"
 
 $mpirun -np 4 "$slimpi" run inputs/smoke_rl.toml --set run.dir="$out/split" >"$out/split.log" 2>&1 \
   || { cat "$out/split.log"; exit 1; }
-grep -q "rank layout: placement split, 4 ranks (2 trainer, 2 rollout" "$out/split.log"
-grep -q "finished: step 3 of 3" "$out/split.log"
+grep -qx "run complete: 3 steps" "$out/split/COMPLETE"
 
 $mpirun -np 3 "$slimpi" run inputs/smoke_rl.toml --set run.dir="$out/split3" --set parallel.trainer_ranks=1 \
   >"$out/split3.log" 2>&1 || { cat "$out/split3.log"; exit 1; }
-grep -q "rank layout: placement split, 3 ranks (1 trainer, 2 rollout" "$out/split3.log"
 
 $mpirun -np 2 "$slimpi" run inputs/smoke_rl.toml --set run.dir="$out/colo" --set parallel.placement=colocate \
   --set run.n_steps=2 >"$out/colo.log" 2>&1 || { cat "$out/colo.log"; exit 1; }
-grep -q "placement colocate, 2 ranks" "$out/colo.log"
 
 for run in split split3 colo; do
   test -s "$out/$run/deck.resolved.toml"
@@ -34,6 +31,18 @@ $mpirun -np 4 "$slimpi" run "$out/split/deck.resolved.toml" --set run.dir="$out/
 cmp <(h5dump -d /samples/tokens/values "$out/split/rollouts.h5" | tail -n +3) \
     <(h5dump -d /samples/tokens/values "$out/again/rollouts.h5" | tail -n +3)
 
+# The rank layout each run had, as its last checkpoint records it.
+/usr/bin/python3 - "$out" <<'PYEOF'
+import sys
+import h5py
+out = sys.argv[1]
+for run, steps, layout in [("split", 3, "split: 4 ranks, 2 trainer + 2 rollout"),
+                           ("split3", 3, "split: 3 ranks, 1 trainer + 2 rollout"), ("colo", 2, "colocate: 2 ranks")]:
+    with h5py.File(f"{out}/{run}/ckpt/step_{steps:08d}/run_state.h5") as f:
+        got = f.attrs["layout"]
+        got = got.decode() if isinstance(got, bytes) else str(got)
+    assert got == layout, (run, got, layout)
+PYEOF
 /usr/bin/python3 "$root/tests/regression/check_run_files.py" "$out/split" 4 3 32
 /usr/bin/python3 "$root/tests/regression/check_run_files.py" "$out/split3" 3 3 32
 /usr/bin/python3 "$root/tests/regression/check_run_files.py" "$out/colo" 2 2 32
