@@ -14,16 +14,35 @@ void retire(Sample& s, SampleStatus why) {
   s.reward = why == SampleStatus::Filtered ? 0.0f : std::numeric_limits<float>::quiet_NaN();
 }
 
-std::map<std::string, double> rollout_metrics(const RolloutBatch& batch, const RolloutMetricsInputs& in) {
-  const std::vector<Sample>& kept = batch.kept;
-  const double n = std::max<double>(1, double(kept.size()));
-  double raw = 0, rew = 0, len = 0, max_len = 0, truncated = 0, stale_sum = 0, stale_max = 0;
-  for (const Sample& s : kept) {
-    raw += s.raw_reward;
-    rew += s.reward;
+void add_response_metrics(const std::vector<Sample>& samples, std::map<std::string, double>& m) {
+  const double n = std::max<double>(1, double(samples.size()));
+  double len = 0, max_len = 0, truncated = 0;
+  for (const Sample& s : samples) {
     len += double(s.response_length());
     max_len = std::max(max_len, double(s.response_length()));
     truncated += s.status == SampleStatus::Truncated;
+  }
+  m["rollout/response_len/mean"] = len / n;
+  m["rollout/response_len/max"] = max_len;
+  m["rollout/truncated_ratio"] = truncated / n;
+}
+
+void add_engine_metrics(const EngineStats& es, std::map<std::string, double>& m) {
+  m["rollout/generated_tokens"] = double(es.generated_tokens);
+  m["rollout/prefill_tokens_computed"] = double(es.prefill_tokens_computed);
+  m["rollout/prompt_tokens_served"] = double(es.prompt_tokens_served);
+  m["rollout/prefix_cache_hit_rate"] =
+      es.prefix_query_tokens ? double(es.prefix_hit_tokens) / double(es.prefix_query_tokens) : 0.0;
+  m["rollout/preemptions"] = double(es.preemptions);
+}
+
+std::map<std::string, double> rollout_metrics(const RolloutBatch& batch, const RolloutMetricsInputs& in) {
+  const std::vector<Sample>& kept = batch.kept;
+  const double n = std::max<double>(1, double(kept.size()));
+  double raw = 0, rew = 0, stale_sum = 0, stale_max = 0;
+  for (const Sample& s : kept) {
+    raw += s.raw_reward;
+    rew += s.reward;
     // Versions behind the trainer's: the oldest token of each trained sample.
     const int64_t oldest =
         s.weight_versions.empty() ? in.step : *std::min_element(s.weight_versions.begin(), s.weight_versions.end());
@@ -42,20 +61,13 @@ std::map<std::string, double> rollout_metrics(const RolloutBatch& batch, const R
   std::map<std::string, double> m;
   m["rollout/raw_reward"] = raw / n;
   m["rollout/rewards"] = rew / n;
-  m["rollout/response_len/mean"] = len / n;
-  m["rollout/response_len/max"] = max_len;
-  m["rollout/truncated_ratio"] = truncated / n;
+  add_response_metrics(kept, m);
   m["rollout/zero_std/count"] = double(zero_std);
   m["rollout/dynamic_filter/drop_zero_std"] = double(batch.groups_dropped);
   m["rollout/short_batch_groups"] = double(std::max<int64_t>(0, in.rollout_batch_size - kept_groups));
   m["rollout/groups_generated"] = double(batch.groups_generated);
   m["rollout/sampling_rounds"] = double(batch.rounds);
-  m["rollout/generated_tokens"] = double(es.generated_tokens);
-  m["rollout/prefill_tokens_computed"] = double(es.prefill_tokens_computed);
-  m["rollout/prompt_tokens_served"] = double(es.prompt_tokens_served);
-  m["rollout/prefix_cache_hit_rate"] =
-      es.prefix_query_tokens ? double(es.prefix_hit_tokens) / double(es.prefix_query_tokens) : 0.0;
-  m["rollout/preemptions"] = double(es.preemptions);
+  add_engine_metrics(es, m);
   m["rollout/skipped_lines"] = double(in.skipped_lines);
   m["rollout/prompt_cursor"] = double(in.prompt_cursor);
   m["rollout/epoch"] = double(in.epoch);

@@ -50,5 +50,9 @@ struct RolloutMetricsInputs {
 // perf/reward_score_time, perf/rollout_tokens_per_s, perf/engine_iteration_s.
 // A pure function of its arguments.
 std::map<std::string, double> rollout_metrics(const RolloutBatch& batch, const RolloutMetricsInputs& in);
+// The parts `slimpi generate` writes too: rollout/response_len/mean and max and
+// truncated_ratio of `samples`; the engines' counters.
+void add_response_metrics(const std::vector<Sample>& samples, std::map<std::string, double>& m);
+void add_engine_metrics(const EngineStats& es, std::map<std::string, double>& m);
 
 }  // namespace slimpi

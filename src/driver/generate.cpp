@@ -8,6 +8,7 @@
 
 #include <cstdio>
 
+#include "buffer/rollout_batch.h"
 #include "data/prompt_source.h"
 #include "core/log.h"
 #include "core/timer.h"
@@ -50,23 +51,9 @@ std::vector<GenerationRequest> generation_requests(const Deck& deck, const Rollo
 std::map<std::string, double> generation_metrics(const std::vector<Sample>& samples, const EngineStats& st,
                                                  double seconds) {
   std::map<std::string, double> row;
-  double total_len = 0, max_len = 0, truncated = 0;
-  for (const auto& g : samples) {
-    total_len += double(g.response_length());
-    max_len = std::max(max_len, double(g.response_length()));
-    truncated += g.status == SampleStatus::Truncated;
-  }
-  const double n = std::max<double>(1, double(samples.size()));
-  row["rollout/response_len/mean"] = total_len / n;
-  row["rollout/response_len/max"] = max_len;
-  row["rollout/truncated_ratio"] = truncated / n;
+  add_response_metrics(samples, row);
   row["rollout/n_samples"] = double(samples.size());
-  row["rollout/generated_tokens"] = double(st.generated_tokens);
-  row["rollout/prefill_tokens_computed"] = double(st.prefill_tokens_computed);
-  row["rollout/prompt_tokens_served"] = double(st.prompt_tokens_served);
-  row["rollout/prefix_cache_hit_rate"] =
-      st.prefix_query_tokens > 0 ? double(st.prefix_hit_tokens) / double(st.prefix_query_tokens) : 0.0;
-  row["rollout/preemptions"] = double(st.preemptions);
+  add_engine_metrics(st, row);
   row["perf/rollout_time"] = seconds;
   row["perf/rollout_tokens_per_s"] = double(st.generated_tokens) / seconds;
   return row;
