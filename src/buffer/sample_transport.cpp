@@ -11,15 +11,17 @@ constexpr int kTagTrainBatch = 201;
 }
 
 std::vector<Sample> scatter_samples(MPI_Comm world, int router_world_rank, const std::vector<int>& trainer_world_ranks,
-                                    const std::vector<Sample>& batch) {
+                                    const std::vector<Sample>& batch, int tensor_parallel) {
   int me = 0;
   MPI_Comm_rank(world, &me);
-  const size_t n_trainers = trainer_world_ranks.size();
+  const size_t n_trainers = trainer_world_ranks.size(), tp = size_t(std::max(tensor_parallel, 1));
+  const size_t n_shares = n_trainers / tp;
   std::vector<Sample> mine;
   if (me == router_world_rank) {
     const size_t n = batch.size();
     for (size_t i = 0; i < n_trainers; ++i) {
-      std::vector<Sample> share(batch.begin() + i * n / n_trainers, batch.begin() + (i + 1) * n / n_trainers);
+      const size_t g = i / tp;
+      std::vector<Sample> share(batch.begin() + g * n / n_shares, batch.begin() + (g + 1) * n / n_shares);
       if (trainer_world_ranks[i] == me) {
         mine = std::move(share);
         continue;

@@ -73,6 +73,9 @@ std::vector<KeySpec> declare_keys() {
               "rollout ranks in split placement (0 = world size minus trainer_ranks)"),
       choice_key("parallel.comm_backend", "auto", {"auto", "mpi", "nccl"},
                  "collective backend; auto = NCCL when every rank has a GPU, else MPI"),
+      int_key("parallel.tensor_parallel", 1, 1, 1e6, "ranks",
+              "split the trainer's dense layers over groups of this many trainer ranks (Megatron's tensor "
+              "parallelism: heads, MLP columns and vocabulary rows; tensor fastest, then expert, then data)"),
       int_key("parallel.expert_parallel", 1, 1, 1e6, "ranks",
               "MoE: shard each layer's experts over groups of this many trainer ranks (tokens exchanged all-to-all)"),
       float_key("parallel.timeout_s", 600.0, 1.0, 1e7, "s",

@@ -112,10 +112,33 @@ void check_expert_parallel(const Deck& deck, const ModelConfig& model, const Wor
   if (model.n_experts % ep != 0)
     SLIMPI_FAIL_ALL("{}: it must divide model.n_experts = {} ({})", what, model.n_experts,
                     deck.source("model.n_experts"));
-  if (layout.n_trainer % ep != 0)
+  const int64_t tp = deck.get_int("parallel.tensor_parallel");
+  if ((layout.n_trainer / tp) % ep != 0 || layout.n_trainer % tp != 0)
+    SLIMPI_FAIL_ALL("{}: it must divide the number of data-parallel trainer ranks, {} ({} trainer ranks / "
+                    "parallel.tensor_parallel = {}; parallel.trainer_ranks, {}; parallel.placement, {})",
+                    what, layout.n_trainer / tp, layout.n_trainer, tp, deck.source("parallel.trainer_ranks"),
+                    deck.source("parallel.placement"));
+}
+
+// Tensor parallelism: trainer ranks hold one shard of the dense layers (model/tensor_shard.h).
+void check_tensor_parallel(const Deck& deck, const ModelConfig& model, const WorldLayout& layout) {
+  const int64_t tp = deck.get_int("parallel.tensor_parallel");
+  if (tp <= 1) return;
+  const std::string what = fmt::format("parallel.tensor_parallel = {} ({}) splits the trainer's layers over groups "
+                                       "of {} trainer ranks", tp, deck.source("parallel.tensor_parallel"), tp);
+  if (layout.n_trainer % tp != 0)
     SLIMPI_FAIL_ALL("{}: it must divide the number of trainer ranks, {} (parallel.trainer_ranks, {}; "
                     "parallel.placement, {})",
                     what, layout.n_trainer, deck.source("parallel.trainer_ranks"), deck.source("parallel.placement"));
+  auto divisible = [&](const char* key, int64_t value, const char* part) {
+    if (value % tp != 0)
+      SLIMPI_FAIL_ALL("{}: {} = {} ({}) is not divisible by {} ({} split over the group)", what, key, value,
+                      deck.source(key), tp, part);
+  };
+  divisible("model.n_heads", model.n_heads, "query heads are");
+  divisible("model.n_kv_heads", model.n_kv_heads, "key/value heads are; replicating them over a larger group is not "
+            "implemented yet, so parallel.tensor_parallel may not exceed model.n_kv_heads");
+  divisible("model.intermediate_size", model.intermediate_size, "the MLP's columns are");
 }
 
 }  // namespace
@@ -137,6 +160,7 @@ RunConfigs check_run_deck(const Deck& deck, const WorldLayout& layout) {
   RunConfigs c;
   c.model = ModelConfig::from_deck(deck);
   c.trainer = TrainerConfig::from_deck(deck);
+  check_tensor_parallel(deck, c.model, layout);
   check_expert_parallel(deck, c.model, layout);
   c.rollout = RolloutConfig::from_deck(deck);
   c.reward = RewardConfig::from_deck(deck);

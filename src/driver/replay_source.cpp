@@ -22,8 +22,10 @@ std::vector<Sample> ReplaySource::trainer_share(int64_t step) {
     if (!recorded_) recorded_ = std::make_unique<RolloutLog>(RolloutLog::open(path_, MPI_COMM_NULL, false));
     const std::vector<Sample> rows = recorded_->read_trained(step);
     SLIMPI_CHECK(!rows.empty(), "{} has no samples of step {}", path_, step);
-    const size_t T = parts_.trainer_world_ranks.size(), N = rows.size();
-    const size_t me = static_cast<size_t>(rank_in(ctx_.world->trainer()));
+    // Tensor parallelism: the ranks of a tensor group take the same share.
+    const size_t tp = size_t(parts_.tensor_parallel);
+    const size_t T = parts_.trainer_world_ranks.size() / tp, N = rows.size();
+    const size_t me = static_cast<size_t>(rank_in(ctx_.world->trainer())) / tp;
     for (size_t i = me * N / T; i < (me + 1) * N / T; ++i) {
       // What the router sent: the rollout fields and the post-processed reward; the
       // trainer recomputes everything else as the recorded run did.

@@ -15,7 +15,7 @@
 #include "rollout/weight_sync.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
-#include "train/expert_parallel.h"
+#include "train/model_parallel.h"
 #include "train/sft_data.h"
 #include "train/trainer.h"
 
@@ -83,52 +83,66 @@ void build_models(const RunContext& ctx, const std::string& resume_from, RunComp
   const at::Device device = ctx.device.use_cuda ? at::Device(at::kCUDA, ctx.device.gpu) : at::Device(at::kCPU);
   const std::string& init_from = deck.get_string("model.init_from");
   const int ep = static_cast<int>(deck.get_int("parallel.expert_parallel"));
-  if (ep > 1 && ctx.device.use_cuda && !ctx.device.use_nccl)
-    SLIMPI_FAIL_ALL("parallel.expert_parallel = {} ({}) shards the experts over groups of {} trainer ranks: on GPUs "
-                    "its token exchange runs inside backward, on autograd's own threads, where MPI may not be called; "
-                    "use parallel.comm_backend = \"nccl\" or \"auto\" ({})",
-                    ep, deck.source("parallel.expert_parallel"), ep, deck.source("parallel.comm_backend"));
-  auto make_model = [&](bool is_reference, at::ScalarType weights, const ExpertShard& shard = {}) {
-    auto m = std::make_unique<Transformer>(model_cfg, run_seed(deck), device, weights, shard);
+  const int tp = static_cast<int>(deck.get_int("parallel.tensor_parallel"));
+  for (const auto& [key, n] : {std::pair{"parallel.expert_parallel", ep}, std::pair{"parallel.tensor_parallel", tp}})
+    if (n > 1 && ctx.device.use_cuda && !ctx.device.use_nccl)
+      SLIMPI_FAIL_ALL("{} = {} ({}) shards the model over groups of {} trainer ranks: on GPUs its collectives run "
+                      "inside backward, on autograd's own threads, where MPI may not be called; use "
+                      "parallel.comm_backend = \"nccl\" or \"auto\" ({})",
+                      key, n, deck.source(key), n, deck.source("parallel.comm_backend"));
+  const bool sharded = ep > 1 || tp > 1;
+  auto make_model = [&](bool is_reference, at::ScalarType weights, const ModelParallel* mp = nullptr) {
+    const ExpertShard experts = mp ? mp->expert_shard() : ExpertShard{};
+    const TensorShard tensor = mp ? mp->tensor_shard() : TensorShard{};
+    auto m = std::make_unique<Transformer>(model_cfg, run_seed(deck), device, weights, experts, tensor);
     if (!init_from.empty() && (resume_from.empty() || is_reference)) {
       if (!resume_from.empty() && !std::filesystem::exists(init_from))
         SLIMPI_FAIL_ALL("model.init_from = \"{}\" ({}) is gone: the reference model of the KL terms is those "
                         "weights (a checkpoint holds the policy only); restore the file to resume",
                         init_from, deck.source("model.init_from"));
-      load_model_weights(m->parameters(), init_from, "model", shard.size > 1);
+      load_model_weights(m->parameters(), init_from, "model", experts.size > 1, StoredWhole{&model_cfg, tensor});
     }
     return m;
   };
   if (ctx.world->is_trainer()) {
-    c.trainer_comm = make_comm(ctx.world->trainer(), "trainer", ctx.device);
-    if (ep > 1) c.expert_groups = std::make_unique<ExpertGroups>(ctx.world->trainer(), ep, ctx.device);
-    const ExpertShard shard = c.expert_groups ? c.expert_groups->shard() : ExpertShard{};
-    c.policy = make_model(false, at::kFloat, shard);
+    c.model_parallel = std::make_unique<ModelParallel>(ctx.world->trainer(), tp, ep, ctx.device);
+    const ModelParallel& mp = *c.model_parallel;
+    c.policy = make_model(false, at::kFloat, &mp);
     if (Trainer::needs_reference(c.configs.trainer)) {
-      c.reference = make_model(true, at::kFloat, shard);
+      c.reference = make_model(true, at::kFloat, &mp);
       for (auto& p : c.reference->parameters()) p.tensor.set_requires_grad(false);
     }
-    c.trainer = std::make_unique<Trainer>(c.configs.trainer, *c.policy, c.trainer_comm.get(), c.reference.get(),
-                                          c.expert_groups ? &c.expert_groups->replicas() : nullptr);
+    c.trainer = std::make_unique<Trainer>(c.configs.trainer, *c.policy, &mp.data(), c.reference.get(),
+                                          mp.expert_replicas());
     log::info("policy: {} parameters ({} layers, d {}, {} heads / {} kv heads) on {}, from {}", model_cfg.n_params(),
               model_cfg.n_layers, model_cfg.hidden_size, model_cfg.n_heads, model_cfg.n_kv_heads, device.str(),
               init_from.empty() ? "the seeded init" : init_from);
-    if (c.expert_groups)
-      log::info("expert parallelism: {} group{} of {} trainer ranks; this rank holds experts {}..{} of {} ({} "
-                "parameters here)", ctx.world->layout().n_trainer / ep, ctx.world->layout().n_trainer / ep > 1 ? "s" : "",
+    if (tp > 1)
+      log::info("tensor parallelism: {} group{} of {} trainer ranks (data-parallel size {}); this rank is tensor rank "
+                "{}: {} of {} query heads, {} of {} MLP columns, vocabulary rows {}..{} of {} padded ({} parameters "
+                "here)", mp.data_size(), mp.data_size() > 1 ? "s" : "", tp, mp.data_size(), mp.tensor_rank(),
+                model_cfg.n_heads / tp, model_cfg.n_heads, model_cfg.intermediate_size / tp,
+                model_cfg.intermediate_size, c.policy->vocab_begin(),
+                c.policy->vocab_begin() + padded_vocab_size(model_cfg.vocab_size, tp) / tp - 1,
+                padded_vocab_size(model_cfg.vocab_size, tp), c.policy->n_params());
+    if (ep > 1) {
+      const ExpertShard shard = mp.expert_shard();
+      log::info("expert parallelism: {} group{} of {} data-parallel ranks; this rank holds experts {}..{} of {} ({} "
+                "parameters here)", mp.data_size() / ep, mp.data_size() / ep > 1 ? "s" : "",
                 ep, shard.first(model_cfg.n_experts),
                 shard.first(model_cfg.n_experts) + shard.count(model_cfg.n_experts) - 1, model_cfg.n_experts,
                 c.policy->n_params());
+    }
   }
   // The engines' model: their own on split rollout ranks; on colocated ranks the
-  // policy itself, or a bf16 copy of it when the rollout runs in bf16. With expert
+  // policy itself, or a bf16 copy of it when the rollout runs in bf16. With model
   // parallelism a colocated engine (or the SFT evaluation) runs a whole model of its
-  // own, gathered from the group's shards before each use.
+  // own, gathered from the groups' shards before each use.
   const at::ScalarType rollout_weights = weight_dtype(parse_precision(deck.get_string("rollout.precision")));
   c.engine_weight_dtype = rollout_weights;
-  if (c.rl && ctx.world->is_rollout() && (!ctx.world->is_trainer() || rollout_weights != at::kFloat || ep > 1))
+  if (c.rl && ctx.world->is_rollout() && (!ctx.world->is_trainer() || rollout_weights != at::kFloat || sharded))
     c.engine_model = make_model(false, rollout_weights);
-  if (!c.rl && ep > 1 && ctx.world->is_trainer() && !deck.get_string("eval.path").empty())
+  if (!c.rl && sharded && ctx.world->is_trainer() && !deck.get_string("eval.path").empty())
     c.engine_model = make_model(false, at::kFloat);
 }
 
@@ -156,7 +170,8 @@ RunComponents::RunComponents(RunComponents&&) noexcept = default;
 RunComponents& RunComponents::operator=(RunComponents&&) noexcept = default;
 
 bool RunComponents::writes_trainer_state(const World& world) const {
-  return rank_in(world.trainer()) == 0 || (expert_groups && expert_groups->group_index() == 0);
+  if (!model_parallel) return false;
+  return rank_in(world.trainer()) == 0 || (policy && policy->sharded() && model_parallel->joins_gather_to_first());
 }
 
 RunComponents load_run_inputs(const RunContext& ctx, RunConfigs configs) {
@@ -164,6 +179,7 @@ RunComponents load_run_inputs(const RunContext& ctx, RunConfigs configs) {
   RunComponents c;
   c.configs = std::move(configs);
   c.rl = deck.get_string("train.mode") == "rl";
+  c.tensor_parallel = static_cast<int>(deck.get_int("parallel.tensor_parallel"));
   const WorldLayout& layout = ctx.world->layout();
   for (int r = 0; r < layout.world_size; ++r)
     if (layout.is_trainer(r)) c.trainer_world_ranks.push_back(r);

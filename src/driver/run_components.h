@@ -19,7 +19,7 @@
 namespace slimpi {
 
 class Comm;
-class ExpertGroups;
+class ModelParallel;
 class RolloutSide;
 class SftData;
 class Tokenizer;
@@ -32,20 +32,20 @@ struct RunComponents {
   bool rl = false;                       // train.mode = "rl"
   int router_world_rank = 0;             // rollout rank 0 (RL) or trainer rank 0 (SFT eval)
   std::vector<int> trainer_world_ranks;  // every rank knows them
+  int tensor_parallel = 1;               // parallel.tensor_parallel: consecutive trainers that share samples
 
   std::shared_ptr<const Tokenizer> tokenizer;  // every rank: the run's vocabulary
   std::vector<Prompt> eval_prompts;            // every rank, when eval.path is set
   std::unique_ptr<SftData> sft_data;           // trainer ranks, sft mode
   std::unique_ptr<PromptSource> prompt_source;  // every rank, rl mode
 
-  std::unique_ptr<ExpertGroups> expert_groups;  // trainer ranks, parallel.expert_parallel > 1 (outlives the models)
-  std::unique_ptr<Transformer> policy;          // trainer ranks (an expert shard with expert parallelism)
+  std::unique_ptr<ModelParallel> model_parallel;  // trainer ranks: tensor, expert, data groups (outlives the models)
+  std::unique_ptr<Transformer> policy;          // trainer ranks (a tensor and/or expert shard under model parallelism)
   std::unique_ptr<Transformer> reference;       // trainer ranks, with the KL loss
-  // split rollout ranks; colocate: a bf16 rollout or expert parallelism (else policy); SFT eval with expert parallelism
+  // split rollout ranks; colocate: a bf16 rollout or model parallelism (else policy); SFT eval with model parallelism
   std::unique_ptr<Transformer> engine_model;
-  std::unique_ptr<Transformer> whole_policy;    // split, expert parallelism: trainer rank 0's gathered policy to push
+  std::unique_ptr<Transformer> whole_policy;    // split, model parallelism: trainer rank 0's gathered policy to push
   at::ScalarType engine_weight_dtype = at::kFloat;  // rollout.precision's weight dtype
-  std::unique_ptr<Comm> trainer_comm;           // trainer ranks
   std::unique_ptr<Comm> sync_comm;              // split: the weight-broadcast path
   std::unique_ptr<Trainer> trainer;             // trainer ranks
   std::unique_ptr<WeightSync> weight_sync;      // sync members
@@ -56,7 +56,7 @@ struct RunComponents {
   RunComponents(RunComponents&&) noexcept;
   RunComponents& operator=(RunComponents&&) noexcept;
   // Whether this rank takes part in writing trainer_state.h5 (Trainer::save): trainer
-  // rank 0; with expert parallelism its group, which gathers the experts with it.
+  // rank 0; under model parallelism the ranks that gather the whole model with it.
   bool writes_trainer_state(const World& world) const;
 };
 

@@ -23,7 +23,8 @@
 #include "rollout/rollout_side.h"
 #include "rollout/weight_sync.h"
 #include "train/advantages.h"
-#include "train/expert_parallel.h"
+#include "train/model_parallel.h"
+#include "train/whole_model.h"
 #include "train/sft_data.h"
 #include "train/trainer.h"
 
@@ -79,7 +80,7 @@ void StepPhases::eval(int64_t step) {
 
 void StepPhases::run_eval(int64_t row) {
   std::map<std::string, double> m;
-  if (!parts_.rl && parts_.expert_groups)  // SFT: the trainers evaluate a gathered whole model
+  if (!parts_.rl && parts_.policy && parts_.policy->sharded())  // SFT: the trainers evaluate a gathered whole model
     gather_whole_model(*parts_.policy, parts_.engine_model.get());
   if (parts_.rollout_side)
     m = parts_.rollout_side->evaluate(parts_.eval_prompts, parts_.configs.reward, ctx_.deck.get_int("eval.n_samples"),
@@ -191,7 +192,8 @@ void StepPhases::hand_out(int64_t step, RolloutBatch& batch, const std::map<std:
     if (router) step_.batch = std::move(batch.kept);  // logged as generated; nothing trains
     return;
   }
-  step_.batch = scatter_samples(ctx_.world->world(), parts_.router_world_rank, parts_.trainer_world_ranks, batch.kept);
+  step_.batch = scatter_samples(ctx_.world->world(), parts_.router_world_rank, parts_.trainer_world_ranks, batch.kept,
+                                parts_.tensor_parallel);
 }
 
 void StepPhases::train(int64_t step) {
@@ -203,7 +205,7 @@ void StepPhases::train(int64_t step) {
   Trainer& trainer = *parts_.trainer;
   const Deck& deck = ctx_.deck;
   if (!parts_.rl) {
-    const Comm& dp = *parts_.trainer_comm;
+    const Comm& dp = parts_.model_parallel->data();
     std::vector<Sample> local = parts_.sft_data->batch(step, deck.get_int("train.global_batch_size"), dp.rank(),
                                                        dp.size());
     for (const auto& [k, v] : trainer.train_step(local)) step_.metrics[k] = v;
@@ -216,6 +218,7 @@ void StepPhases::train(int64_t step) {
     WaitGuard guard({&context, "MPI_Allreduce", 1, "i64"});
     MPI_Allreduce(MPI_IN_PLACE, &n_global, 1, MPI_INT64_T, MPI_SUM, ctx_.world->trainer());
   }
+  n_global /= parts_.tensor_parallel;  // every rank of a tensor group holds the same samples
   if (n_global == 0) {
     log::warn("step {}: no samples to train on (every group was filtered out)", step);
     return;
@@ -253,7 +256,9 @@ void StepPhases::append_rollouts(const std::vector<Sample>& untrained) {
   // order); then the router's filtered and surplus groups. One collective append; a
   // write that fails on one rank (a full disk) stops every rank here, cleanly.
   run_on_all_and_agree(ctx_.world->world(), "[record] writing " + rollouts_->path(), [&] {
-    rollouts_->append(step_.batch, untrained);
+    // Tensor parallelism: a tensor group's ranks hold the same samples; its first records them.
+    const bool records = !parts_.model_parallel || parts_.model_parallel->tensor_rank() == 0;
+    rollouts_->append(records ? step_.batch : std::vector<Sample>{}, untrained);
     rollouts_->flush();
   });
 }
@@ -269,13 +274,13 @@ void StepPhases::push_weights(int64_t version, AsyncGenerator* async) {
   RunComponents& p = parts_;
   if (ctx_.world->layout().placement == Placement::Colocate) {
     // The engines run the trainer's model, or a bf16 copy of it refreshed here.
-    if (p.engine_model && p.expert_groups) gather_whole_model(*p.policy, p.engine_model.get());
+    if (p.engine_model && p.policy && p.policy->sharded()) gather_whole_model(*p.policy, p.engine_model.get());
     else if (p.engine_model && p.policy) p.engine_model->copy_weights_from(*p.policy);
     if (p.rollout_side) p.rollout_side->set_weight_version(version);
     return;
   }
-  // Expert parallelism: trainer rank 0 pushes the whole policy, its group's shards gathered.
-  if (p.expert_groups && p.expert_groups->group_index() == 0) {
+  // Model parallelism: trainer rank 0 pushes the whole policy, the groups' shards gathered.
+  if (p.policy && p.policy->sharded() && p.model_parallel->joins_gather_to_first()) {
     if (ctx_.world->rank() == 0 && !p.whole_policy)
       p.whole_policy = std::make_unique<Transformer>(p.policy->config(), uint64_t(ctx_.deck.get_int("run.seed")),
                                                      p.policy->device());

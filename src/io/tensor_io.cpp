@@ -80,16 +80,18 @@ void write_tensors(hid_t loc, const std::vector<NamedTensor>& tensors) {
   for (const auto& t : tensors) write_tensor(loc, t.name, t.tensor);
 }
 
-std::vector<NamedTensor> read_tensors_like(hid_t loc, const std::vector<NamedTensor>& like, bool any_float) {
+std::vector<NamedTensor> read_tensors_like(hid_t loc, const std::vector<NamedTensor>& like, bool any_float,
+                                           const StoredWhole& stored) {
   std::vector<NamedTensor> out;
   for (const auto& l : like) {
     at::Tensor t = read_tensor(loc, l.name);
     const bool same_kind = any_float && at::isFloatingType(t.scalar_type()) && at::isFloatingType(l.tensor.scalar_type());
-    SLIMPI_CHECK(t.sizes() == l.tensor.sizes() && (t.scalar_type() == l.tensor.scalar_type() || same_kind),
+    const std::vector<int64_t> shape = stored.whole_shape(l.name, l.tensor.sizes().vec());
+    SLIMPI_CHECK(t.sizes().vec() == shape && (t.scalar_type() == l.tensor.scalar_type() || same_kind),
                  "stored tensor {} is {} {}, expected {} {}", l.name, fmt::format("{}", fmt::join(t.sizes(), "x")),
-                 std::string(c10::toString(t.scalar_type())), fmt::format("{}", fmt::join(l.tensor.sizes(), "x")),
+                 std::string(c10::toString(t.scalar_type())), fmt::format("{}", fmt::join(shape, "x")),
                  std::string(c10::toString(l.tensor.scalar_type())));
-    out.push_back({l.name, t.to(l.tensor.device())});
+    out.push_back({l.name, stored.part_of(l.name, t).to(l.tensor.device())});
   }
   return out;
 }
@@ -103,7 +105,7 @@ namespace {
 // rotary_emb.inv_freq is skipped, and a stored lm_head.weight of a tied model is
 // accepted only when it equals the embedding it is tied to.
 std::vector<NamedTensor> read_hf_tensors_like(const std::string& path, const std::vector<NamedTensor>& like,
-                                              bool experts_sharded) {
+                                              bool experts_sharded, const StoredWhole& stored) {
   SafetensorsReader reader(path);
   const std::string& where = reader.description();
   std::set<std::string> wanted;
@@ -146,13 +148,14 @@ std::vector<NamedTensor> read_hf_tensors_like(const std::string& path, const std
     const std::string name = file_name(l.name);
     const SafetensorsReader::Entry& e = reader.entries().at(name);
     const bool same_kind = at::isFloatingType(e.dtype) && at::isFloatingType(l.tensor.scalar_type());
-    if (e.shape != l.tensor.sizes().vec() || !same_kind) {  // load_model_weights converts the dtype
+    const std::vector<int64_t> shape = stored.whole_shape(l.name, l.tensor.sizes().vec());
+    if (e.shape != shape || !same_kind) {  // load_model_weights converts the dtype
       wrong.push_back(fmt::format("{} is {} {}, the model needs {} {}", l.name, fmt::join(e.shape, "x"),
-                                  std::string(c10::toString(e.dtype)), fmt::join(l.tensor.sizes(), "x"),
+                                  std::string(c10::toString(e.dtype)), fmt::join(shape, "x"),
                                   std::string(c10::toString(l.tensor.scalar_type()))));
       continue;
     }
-    out.push_back({l.name, reader.read(name)});
+    out.push_back({l.name, stored.part_of(l.name, reader.read(name))});
   }
   SLIMPI_CHECK(wrong.empty(), "{}: {}", where, fmt::join(wrong, "; "));
   return out;
@@ -161,22 +164,22 @@ std::vector<NamedTensor> read_hf_tensors_like(const std::string& path, const std
 }  // namespace
 
 void load_model_weights(const std::vector<NamedTensor>& params, const std::string& path, const std::string& group,
-                        bool experts_sharded) {
-  std::vector<NamedTensor> stored;
+                        bool experts_sharded, const StoredWhole& stored) {
+  std::vector<NamedTensor> tensors;
   auto ends_with = [&](const std::string& tail) {
     return path.size() > tail.size() && path.compare(path.size() - tail.size(), tail.size(), tail) == 0;
   };
   const bool hf = std::filesystem::is_directory(path) || ends_with(".safetensors") || ends_with(".json");
   SLIMPI_CHECK(hf || std::filesystem::exists(path), "model weights {} do not exist", path);
   if (hf) {
-    stored = read_hf_tensors_like(path, params, experts_sharded);
+    tensors = read_hf_tensors_like(path, params, experts_sharded, stored);
   } else {
     h5::File f = h5::File::open(path, false, MPI_COMM_NULL);
     h5::Handle g = h5::open_group(f.id(), group);
-    stored = read_tensors_like(g.id(), params, /*any_float=*/true);  // copy_ below converts
+    tensors = read_tensors_like(g.id(), params, /*any_float=*/true, stored);  // copy_ below converts
   }
   at::NoGradGuard no_grad;
-  for (size_t i = 0; i < stored.size(); ++i) params[i].tensor.copy_(stored[i].tensor);
+  for (size_t i = 0; i < tensors.size(); ++i) params[i].tensor.copy_(tensors[i].tensor);
 }
 
 }  // namespace slimpi

@@ -12,6 +12,7 @@
 
 #include "io/h5.h"
 #include "core/named_tensor.h"
+#include "model/tensor_shard.h"
 
 namespace slimpi {
 
@@ -21,7 +22,10 @@ at::Tensor read_tensor(hid_t loc, const std::string& name);
 void write_tensors(hid_t loc, const std::vector<NamedTensor>& tensors);
 // Reads the tensors named like `like` (same order), checking each shape.
 // any_float: a stored floating-point dtype may differ from like's (the caller converts).
-std::vector<NamedTensor> read_tensors_like(hid_t loc, const std::vector<NamedTensor>& like, bool any_float = false);
+// stored: a tensor-parallel shard's tensors are stored whole; each is checked against
+// the whole shape and cut to the shard's part as it is read (model/tensor_shard.h).
+std::vector<NamedTensor> read_tensors_like(hid_t loc, const std::vector<NamedTensor>& like, bool any_float = false,
+                                           const StoredWhole& stored = {});
 
 // Copies the tensors of group `group` of HDF5 file `path` into `params` (a model's
 // parameters; names and shapes must match; floating dtypes are converted, e.g. an fp32
@@ -31,8 +35,9 @@ std::vector<NamedTensor> read_tensors_like(hid_t loc, const std::vector<NamedTen
 // through a memory map instead, fp32/bf16/fp16 converted, tensors matched by name: every
 // tensor missing, unused or mis-shaped is an error listing them. experts_sharded: `params`
 // hold one expert-parallel shard, so the other shards' "mlp.experts.<e>." tensors are
-// not unused.
+// not unused. stored: as for read_tensors_like (tensor parallelism).
 void load_model_weights(const std::vector<NamedTensor>& params, const std::string& path,
-                        const std::string& group = "model", bool experts_sharded = false);
+                        const std::string& group = "model", bool experts_sharded = false,
+                        const StoredWhole& stored = {});
 
 }  // namespace slimpi

@@ -9,6 +9,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "parallel/comm.h"
+#include "parallel/tp_mappings.h"
+
 namespace slimpi {
 namespace {
 
@@ -30,6 +33,7 @@ at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tens
 }  // namespace
 
 void Transformer::add(const std::string& name, at::Tensor t, at::Tensor* binds_to) {
+  if (tensor_.size > 1) t = shard_of_whole(t, parameter_split(name, cfg_, tensor_.size), tensor_);
   params_.push_back({name, t.to(device_, weights_).set_requires_grad(true)});
   bindings_.push_back(binds_to);
 }
@@ -53,8 +57,17 @@ void Transformer::pack_parameters() {
 }
 
 Transformer::Transformer(const ModelConfig& cfg, uint64_t seed, const at::Device& device, at::ScalarType weights,
-                         const ExpertShard& experts)
-    : cfg_(cfg), device_(device), weights_(weights), experts_(experts) {
+                         const ExpertShard& experts, const TensorShard& tensor)
+    : cfg_(cfg), device_(device), weights_(weights), experts_(experts), tensor_(tensor) {
+  SLIMPI_CHECK(tensor.size == 1 || (tensor.comm && tensor.comm->size() == tensor.size && tensor.rank >= 0 &&
+                                    tensor.rank < tensor.size),
+               "tensor shard {} of {} without its group", tensor.rank, tensor.size);
+  check_tensor_parallel_shape(cfg, tensor.size);
+  {
+    const int64_t columns = padded_vocab_size(cfg.vocab_size, tensor.size) / tensor.size;
+    vocab_begin_ = columns * tensor.rank;
+    n_real_vocab_ = std::clamp<int64_t>(cfg.vocab_size - vocab_begin_, 0, columns);
+  }
   SLIMPI_CHECK(experts.size == 1 || (cfg.n_experts > 0 && cfg.n_experts % experts.size == 0 && experts.comm &&
                                      experts.rank >= 0 && experts.rank < experts.size),
                "expert shard {} of {} for a model of {} experts (the group size must divide the expert count)",
@@ -178,20 +191,37 @@ struct Transformer::ForwardContext {
 };
 
 at::Tensor Transformer::attention_block(size_t l, const at::Tensor& x, const ForwardContext& f) const {
-  const int64_t T = x.size(0), H = cfg_.n_heads, Hkv = cfg_.n_kv_heads, D = cfg_.head_dim();
+  // Tensor parallelism: this shard's H/t query heads and Hkv/t key/value heads (column-
+  // parallel q/k/v, row-parallel o; the sum over shards is reduce_from_tp). Each head's
+  // q/k norm weight is shared by every shard's heads: copy_to_tp sums its gradient.
+  Comm* tp = tensor_.size > 1 ? tensor_.comm : nullptr;
+  const int64_t T = x.size(0), H = cfg_.n_heads / tensor_.size, Hkv = cfg_.n_kv_heads / tensor_.size,
+                D = cfg_.head_dim();
   const LayerParams& p = layers_[l];
-  const at::Tensor h = rms_norm(x, f.as_used(p.input_norm), cfg_.rms_norm_eps);
+  const at::Tensor h = copy_to_tp(tp, rms_norm(x, f.as_used(p.input_norm), cfg_.rms_norm_eps));
   at::Tensor q = at::linear(h, p.q, p.q_bias).view({T, H, D});    // [T, H, D]
   at::Tensor k = at::linear(h, p.k, p.k_bias).view({T, Hkv, D});  // [T, Hkv, D]
   if (cfg_.qk_norm) {  // Qwen3: each head RMS-normalised before RoPE
-    q = rms_norm(q, f.as_used(p.q_norm), cfg_.rms_norm_eps);
-    k = rms_norm(k, f.as_used(p.k_norm), cfg_.rms_norm_eps);
+    q = rms_norm(q, f.as_used(copy_to_tp(tp, p.q_norm)), cfg_.rms_norm_eps);
+    k = rms_norm(k, f.as_used(copy_to_tp(tp, p.k_norm)), cfg_.rms_norm_eps);
   }
   q = apply_rope(q, f.cos, f.sin);
   k = apply_rope(k, f.cos, f.sin);
   const at::Tensor v = at::linear(h, p.v, p.v_bias).view({T, Hkv, D});                  // [T, Hkv, D]
   const at::Tensor attn = attend(q, k, v, f.layout, f.cache, int64_t(l), f.plan);     // [T, H * D]
-  return at::linear(attn, p.o, p.o_bias);                                            // [T, d]
+  if (!tp) return at::linear(attn, p.o, p.o_bias);                                   // [T, d]
+  const at::Tensor out = reduce_from_tp(tp, at::linear(attn, p.o));                  // [T, d]
+  return p.o_bias.defined() ? out + p.o_bias : out;
+}
+
+at::Tensor Transformer::embed(const at::Tensor& tokens, const ForwardContext& f) const {
+  if (tensor_.size == 1) return at::embedding(f.as_used(embed_), tokens).to(at::kFloat);  // [T, d]
+  // Vocab-parallel: this shard's rows look up their tokens, every other token is zero
+  // here; the sum over shards is each token's row.
+  const at::Tensor local = tokens - vocab_begin_;
+  const at::Tensor elsewhere = local.lt(0).logical_or(local.ge(embed_.size(0)));  // [T]
+  const at::Tensor rows = at::embedding(f.as_used(embed_), local.masked_fill(elsewhere, 0)).to(at::kFloat);
+  return reduce_from_tp(tensor_.comm, rows.masked_fill(elsewhere.unsqueeze(1), 0.0));  // [T, d]
 }
 
 at::Tensor Transformer::forward(const at::Tensor& tokens, const AttentionLayout& a, KvCache* cache,
@@ -221,13 +251,15 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const AttentionLayout&
   f.sin = rope_sin_.index_select(0, a.positions).unsqueeze(1);  // [T, 1, D]
   std::vector<at::Tensor> chosen, own;  // per MoE layer [T, k]: experts run, the router's own top-k
   int64_t moe_layer = 0;
-  at::Tensor x = at::embedding(f.as_used(embed_), tokens).to(at::kFloat);  // [T, d]: the residual stream is fp32
+  Comm* tp = tensor_.size > 1 ? tensor_.comm : nullptr;
+  at::Tensor x = embed(tokens, f);  // [T, d]: the residual stream is fp32
   for (size_t l = 0; l < layers_.size(); ++l) {
     const LayerParams& p = layers_[l];
     x = x + attention_block(l, x, f);
     const at::Tensor h = rms_norm(x, f.as_used(p.post_norm), cfg_.rms_norm_eps);
-    if (!cfg_.is_moe_layer(l)) {  // SwiGLU
-      x = x + at::linear(at::silu(at::linear(h, p.gate)) * at::linear(h, p.up), p.down);
+    if (!cfg_.is_moe_layer(l)) {  // SwiGLU; tensor-parallel: column-parallel gate/up, row-parallel down
+      const at::Tensor hp = copy_to_tp(tp, h);
+      x = x + reduce_from_tp(tp, at::linear(at::silu(at::linear(hp, p.gate)) * at::linear(hp, p.up), p.down));
       continue;
     }
     const at::Tensor replay = moe && moe->replay.defined() ? moe->replay.select(1, moe_layer) : at::Tensor();
@@ -244,8 +276,8 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const AttentionLayout&
     moe->chosen = at::stack(chosen, 1);  // [T, n_moe_layers, k]
     moe->routed = at::stack(own, 1);
   }
-  x = rms_norm(x, f.as_used(final_norm_), cfg_.rms_norm_eps);
-  return at::linear(x, lm_head_).to(at::kFloat);  // [T, V]
+  x = copy_to_tp(tp, rms_norm(x, f.as_used(final_norm_), cfg_.rms_norm_eps));
+  return at::linear(x, lm_head_).to(at::kFloat);  // [T, V] (this shard's [T, Vp / t])
 }
 
 at::Tensor Transformer::forward_packed(const at::Tensor& tokens, const std::vector<int64_t>& seq_lens,

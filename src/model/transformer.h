@@ -18,8 +18,16 @@
 // engine); drawn in fp32 either way and rounded once. The residual stream, RMSNorm,
 // attention softmax and the logits are fp32 whatever the weights; matrix products run
 // in the precision of the caller's ForwardPrecision (model/precision.h).
+// Tensor parallelism (model/tensor_shard.h): a shard holds its heads, MLP columns and
+// vocabulary rows; attention and the dense MLP are Megatron's column-parallel layers
+// (input through copy_to_tp) followed by a row-parallel one (output through
+// reduce_from_tp), the embedding is vocab-parallel (each shard looks up its rows, the
+// rest are zero, reduce_from_tp sums), the LM head gives this shard's vocabulary
+// columns of the logits; MoE layers run whole on every shard (expert parallelism splits
+// them). Every forward is then collective over the tensor-parallel group.
 // Invariant: parameters are created in name order from one generator seeded by the
-// run seed, so the same config and seed give bit-identical weights on any device.
+// run seed, so the same config and seed give bit-identical weights on any device (and,
+// sharded, the same numbers in each shard's slice).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -32,6 +40,7 @@
 #include "model/kv_cache.h"
 #include "model/model_config.h"
 #include "model/moe.h"
+#include "model/tensor_shard.h"
 
 namespace slimpi {
 
@@ -57,12 +66,20 @@ class Transformer {
   // weights: the storage dtype of the parameters (kFloat or kBFloat16). experts: the
   // routed experts this model holds (expert parallelism, model/moe.h: a shard holds
   // only its block's "mlp.experts.<e>." parameters, the same values the whole model has
-  // for them; every forward is then collective over the shard's group).
+  // for them; every forward is then collective over the shard's group). tensor: its
+  // place in a tensor-parallel group (model/tensor_shard.h).
   Transformer(const ModelConfig& cfg, uint64_t seed, const at::Device& device,
-              at::ScalarType weights = at::kFloat, const ExpertShard& experts = {});
+              at::ScalarType weights = at::kFloat, const ExpertShard& experts = {}, const TensorShard& tensor = {});
 
   const ModelConfig& config() const { return cfg_; }
   const ExpertShard& expert_shard() const { return experts_; }
+  const TensorShard& tensor_shard() const { return tensor_; }
+  // Whether any parameter is a shard of the whole model's (tensor or expert parallelism).
+  bool sharded() const { return tensor_.size > 1 || experts_.size > 1; }
+  // The vocabulary columns of this shard's logits: [vocab_begin, vocab_begin + logit
+  // columns) of the padded vocabulary; the first n_real_vocab of them are real tokens.
+  int64_t vocab_begin() const { return vocab_begin_; }
+  int64_t n_real_vocab() const { return n_real_vocab_; }
   // Whether a parameter is one routed expert's (sharded by expert parallelism).
   static bool is_expert_parameter(const std::string& name);
   const std::vector<NamedTensor>& parameters() const { return params_; }
@@ -89,7 +106,8 @@ class Transformer {
   // copy of the fp32 policy on a colocated rank. No gradient is tracked.
   void copy_weights_from(const Transformer& other);
 
-  // tokens [T] int64 (B sequences back to back, lengths seq_lens) -> logits [T, V] fp32.
+  // tokens [T] int64 (B sequences back to back, lengths seq_lens) -> logits [T, V] fp32
+  // ([T, Vp / t], this shard's vocabulary columns, under tensor parallelism).
   // moe (MoE models): replays and/or records the routing of every token.
   at::Tensor forward_packed(const at::Tensor& tokens, const std::vector<int64_t>& seq_lens,
                             MoeTrace* moe = nullptr) const;
@@ -105,6 +123,8 @@ class Transformer {
   at::Tensor forward(const at::Tensor& tokens, const AttentionLayout& layout, KvCache* cache, MoeTrace* moe) const;
   // Per layer: x [T, d] -> the attention block's output [T, d] (added to x by the caller).
   struct ForwardContext;
+  // tokens [T] -> their embedding rows [T, d] fp32 (vocab-parallel under tensor parallelism).
+  at::Tensor embed(const at::Tensor& tokens, const ForwardContext& f) const;
   at::Tensor attention_block(size_t layer, const at::Tensor& x, const ForwardContext& f) const;
   // Appends parameter `name` (drawn as `t`); `binds_to` is the member that holds it
   // once pack_parameters() gave it its final storage.
@@ -116,6 +136,8 @@ class Transformer {
   at::Device device_;
   at::ScalarType weights_;
   ExpertShard experts_;
+  TensorShard tensor_;
+  int64_t vocab_begin_ = 0, n_real_vocab_ = 0;
   int64_t padded_attention_budget_ = kPaddedAttentionBudget;
   bool split_decode_and_prefill_ = true;
   DecodeAttention decode_attention_ = DecodeAttention::Auto;

@@ -53,6 +53,10 @@ class Comm {
   virtual void broadcast(void* data, size_t count, DType dtype, int root) = 0;
   // recv[r * count + i] = send[i] of rank r; recv holds size() * count elements.
   virtual void allgather(const void* send, void* recv, size_t count, DType dtype) = 0;
+  // recv[i] = sum over ranks r of send[rank() * count + i] on rank r: send holds size()
+  // blocks of count elements, block p summed into rank p's recv (Megatron's
+  // reduce-scatter of sequence parallelism and of sharded gradients).
+  virtual void reduce_scatter(const void* send, void* recv, size_t count, DType dtype) = 0;
   // Personalised exchange: rank r's send holds, back to back in rank order, send_counts[p]
   // elements for each rank p; recv gets, back to back in rank order, recv_counts[p]
   // elements from each rank p (recv_counts[p] on this rank = send_counts[this rank] on p).

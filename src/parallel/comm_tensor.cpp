@@ -54,6 +54,18 @@ at::Tensor allgather(Comm& comm, const at::Tensor& t) {
   return out.to(t.device());
 }
 
+at::Tensor reduce_scatter(Comm& comm, const at::Tensor& t) {
+  SLIMPI_CHECK(t.dim() > 0 && t.size(0) % comm.size() == 0,
+               "comm '{}': reduce-scatter of {} rows over {} ranks (the rows must split evenly)", comm.name(),
+               t.dim() > 0 ? t.size(0) : 0, comm.size());
+  at::Tensor b = backend_view(comm, t);
+  std::vector<int64_t> shape = b.sizes().vec();
+  shape[0] /= comm.size();
+  at::Tensor out = at::empty(shape, b.options());
+  comm.reduce_scatter(b.data_ptr(), out.data_ptr(), size_t(out.numel()), dtype_of(b));
+  return out.to(t.device());
+}
+
 at::Tensor alltoallv_rows(Comm& comm, const at::Tensor& send, const std::vector<int64_t>& send_rows,
                           const std::vector<int64_t>& recv_rows) {
   const int n = comm.size();

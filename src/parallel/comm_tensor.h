@@ -25,6 +25,9 @@ void allreduce(Comm& comm, const at::Tensor& t, ReduceOp op = ReduceOp::Sum);
 void broadcast(Comm& comm, const at::Tensor& t, int root);
 // Returns [comm.size(), *t.sizes()]: every rank's tensor, stacked in rank order.
 at::Tensor allgather(Comm& comm, const at::Tensor& t);
+// t [size · n, ...] -> [n, ...]: block rank() of the sum over ranks (t's dim 0 splits
+// into comm.size() equal blocks).
+at::Tensor reduce_scatter(Comm& comm, const at::Tensor& t);
 // Rows (along dim 0) to and from every rank: send = blocks of send_rows[p] rows for each
 // rank p in rank order; returns [Σ recv_rows, *t.shape[1:]], the blocks received from each
 // rank in rank order. The row counts must agree pairwise (the caller exchanged them).

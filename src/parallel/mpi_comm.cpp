@@ -179,6 +179,29 @@ void MpiComm::broadcast(void* data, size_t count, DType dtype, int root) {
   });
 }
 
+void MpiComm::reduce_scatter(const void* send, void* recv, size_t count, DType dtype) {
+  WaitGuard guard({&context_, "reduce_scatter", count, dtype_name(dtype)});
+  MPI_Op mop = mpi_op(ReduceOp::Sum, dtype);
+  const size_t bytes = dtype_size(dtype);
+  if (count * size_t(size_) <= kMaxChunk) {
+    check_mpi(MPI_Reduce_scatter_block(send, recv, static_cast<int>(count), mpi_type(dtype), mop, comm_),
+              "MPI_Reduce_scatter_block");
+    return;
+  }
+  // Beyond int counts: the same blocks a chunk at a time, each chunk's pieces packed.
+  const size_t chunk = std::max<size_t>(1, kMaxChunk / size_t(size_));
+  std::vector<char> packed(std::min(chunk, count) * size_t(size_) * bytes);
+  const auto* in = static_cast<const char*>(send);
+  auto* out = static_cast<char*>(recv);
+  for (size_t off = 0; off < count; off += chunk) {
+    const size_t n = std::min(chunk, count - off);
+    for (int r = 0; r < size_; ++r) std::memcpy(packed.data() + r * n * bytes, in + (r * count + off) * bytes, n * bytes);
+    check_mpi(MPI_Reduce_scatter_block(packed.data(), out + off * bytes, static_cast<int>(n), mpi_type(dtype), mop,
+                                       comm_),
+              "MPI_Reduce_scatter_block");
+  }
+}
+
 void MpiComm::allgather(const void* send, void* recv, size_t count, DType dtype) {
   WaitGuard guard({&context_, "allgather", count, dtype_name(dtype)});
   if (count <= kMaxChunk) {

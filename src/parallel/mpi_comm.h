@@ -27,6 +27,7 @@ class MpiComm final : public Comm {
   std::unique_ptr<PendingCollective> iallreduce(void* data, size_t count, DType dtype, ReduceOp op) override;
   void broadcast(void* data, size_t count, DType dtype, int root) override;
   void allgather(const void* send, void* recv, size_t count, DType dtype) override;
+  void reduce_scatter(const void* send, void* recv, size_t count, DType dtype) override;
   void alltoallv(const void* send, const size_t* send_counts, void* recv, const size_t* recv_counts,
                  DType dtype) override;
   void send(const void* data, size_t count, DType dtype, int peer) override;

@@ -134,6 +134,13 @@ void NcclComm::allgather(const void* send, void* recv, size_t count, DType dtype
   finish("ncclAllGather");
 }
 
+void NcclComm::reduce_scatter(const void* send, void* recv, size_t count, DType dtype) {
+  WaitGuard guard({&context_, "reduce_scatter", count, dtype_name(dtype)});
+  check_nccl(ncclReduceScatter(send, recv, count, nccl_type(dtype), ncclSum, h_->comm, h_->stream()),
+             "ncclReduceScatter");
+  finish("ncclReduceScatter");
+}
+
 void NcclComm::alltoallv(const void* send, const size_t* send_counts, void* recv, const size_t* recv_counts,
                          DType dtype) {
   size_t s_total = 0, r_total = 0;

@@ -7,7 +7,6 @@
 #include <map>
 #include <string>
 
-#include "model/transformer.h"
 #include "parallel/comm_tensor.h"
 #include "parallel/device.h"
 #include "parallel/mpi_bytes.h"
@@ -80,26 +79,6 @@ std::vector<NamedTensor> gather_expert_tensors(const ExpertShard& shard, int64_t
     }
   }
   return out;
-}
-
-void gather_whole_model(const Transformer& shard, Transformer* whole, bool to_all) {
-  const ExpertShard& s = shard.expert_shard();
-  const int64_t n_local = s.count(shard.config().n_experts);
-  std::vector<NamedTensor> experts;
-  std::map<std::string, at::Tensor> by_name;
-  for (const auto& p : shard.parameters()) {
-    if (Transformer::is_expert_parameter(p.name)) experts.push_back(p);
-    else by_name[p.name] = p.tensor;
-  }
-  SLIMPI_CHECK(whole || !to_all, "gather_whole_model: every rank gathers, so every rank needs a whole model");
-  for (auto& t : gather_expert_tensors(s, n_local, experts, to_all)) by_name[t.name] = t.tensor;
-  if (!whole) return;
-  at::NoGradGuard no_grad;
-  for (const auto& p : whole->parameters()) {
-    auto it = by_name.find(p.name);
-    SLIMPI_CHECK(it != by_name.end(), "gathering the expert shards: no rank holds {}", p.name);
-    p.tensor.copy_(it->second);
-  }
 }
 
 }  // namespace slimpi

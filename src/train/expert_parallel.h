@@ -9,6 +9,8 @@
 //   replicas  the N / G ranks at the same place in every group: they hold the same
 //             experts, and reduce those experts' gradients among themselves
 // Every other parameter is replicated on all N ranks and reduced over all of them.
+// Under tensor parallelism N counts the data-parallel ranks of one tensor rank
+// (train/model_parallel.h); train/whole_model.h gathers whole models.
 // Owned by the driver on trainer ranks; lives as long as the models that point at it.
 #pragma once
 
@@ -24,7 +26,6 @@
 namespace slimpi {
 
 struct DeviceChoice;
-class Transformer;
 
 class ExpertGroups {
  public:
@@ -57,11 +58,5 @@ std::string shift_expert_index(const std::string& name, int64_t shift);
 // root holds more than its own shard).
 std::vector<NamedTensor> gather_expert_tensors(const ExpertShard& shard, int64_t n_local,
                                                const std::vector<NamedTensor>& local, bool to_all = true);
-
-// Sets `whole` (the same config, every expert; any weight dtype) to the weights of the
-// sharded model `shard` and the other shards of its group. Collective over the group.
-// `whole` null: this rank only contributes its experts, to the group's rank 0 (which
-// must then pass one); otherwise every rank passes one.
-void gather_whole_model(const Transformer& shard, Transformer* whole, bool to_all = true);
 
 }  // namespace slimpi

@@ -4,6 +4,7 @@
 #include <slimpi/error.h>
 
 #include "model/transformer.h"
+#include "model/vocab_parallel_log_probs.h"
 
 namespace slimpi {
 
@@ -89,6 +90,14 @@ double mask_sum(const Sample& s) {
   double sum = 0;
   for (float m : s.loss_mask) sum += m;
   return sum;
+}
+
+TokenLogProbs score_packed(const Transformer& model, const at::Tensor& logits, const ScoredPositions& at,
+                           double temperature, bool with_entropy, const at::Tensor& support) {
+  const TensorShard& tp = model.tensor_shard();
+  if (tp.size == 1) return score_tokens(logits, at, temperature, with_entropy, support);
+  return score_tokens_vocab_parallel(logits, at, temperature, with_entropy, support,
+                                     {tp.comm, model.vocab_begin(), model.n_real_vocab()});
 }
 
 }  // namespace slimpi

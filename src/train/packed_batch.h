@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "model/log_probs.h"
 #include "model/precision.h"
 
 namespace slimpi {
@@ -49,6 +50,11 @@ at::Tensor packed_routing(const std::vector<Sample>& samples, const std::vector<
 // (the autocast region is the forward alone; losses stay outside).
 at::Tensor packed_logits(const Transformer& model, const PackedBatch& b, Precision precision,
                          MoeTrace* moe = nullptr);
+
+// The response tokens' log-probs (and entropies) from `model`'s logits: score_tokens
+// (model/log_probs.h), or its vocab-parallel form when the model is a tensor shard.
+TokenLogProbs score_packed(const Transformer& model, const at::Tensor& logits, const ScoredPositions& at,
+                           double temperature, bool with_entropy, const at::Tensor& support);
 
 // Sum of a sample's loss mask (its response length when it has none): host data, no
 // device sync.

@@ -14,6 +14,7 @@
 #include "model/log_probs.h"
 #include "train/advantages.h"
 #include "train/expert_parallel.h"
+#include "train/whole_model.h"
 #include "train/metric_sums.h"
 #include "train/micro_batches.h"
 #include "train/moe_terms.h"
@@ -26,13 +27,31 @@ namespace slimpi {
 
 namespace {
 
-// The parameters of one gradient buffer: the replicated ones, or the experts of a shard.
-std::vector<NamedTensor> gradient_group(const Transformer& policy, bool experts) {
-  const bool sharded = policy.expert_shard().size > 1;
+// The three kinds of parameter, each with its own gradient buffer: replicated on every
+// rank of the tensor group (all of them without model parallelism), split over the
+// tensor group (model/tensor_shard.h), one expert shard's (expert parallelism).
+enum class GradientGroup { Replicated, TensorSplit, Experts };
+
+GradientGroup group_of(const Transformer& policy, const std::string& name) {
+  if (policy.expert_shard().size > 1 && Transformer::is_expert_parameter(name)) return GradientGroup::Experts;
+  const int t = policy.tensor_shard().size;
+  if (t > 1 && parameter_split(name, policy.config(), t).split()) return GradientGroup::TensorSplit;
+  return GradientGroup::Replicated;
+}
+
+std::vector<NamedTensor> gradient_group(const Transformer& policy, GradientGroup group) {
   std::vector<NamedTensor> out;
   for (const auto& p : policy.parameters())
-    if ((sharded && Transformer::is_expert_parameter(p.name)) == experts) out.push_back(p);
+    if (group_of(policy, p.name) == group) out.push_back(p);
   return out;
+}
+
+// a² summed over `comm` (null: a²).
+double sum_of_squares(double a, Comm* comm) {
+  if (!comm) return a * a;
+  at::Tensor sq = at::full({1}, a * a, at::kDouble);
+  allreduce(*comm, sq);
+  return sq.item<double>();
 }
 
 // A one-token forward for a rank with no micro-batch left while its expert group still
@@ -53,15 +72,22 @@ Trainer::Trainer(const TrainerConfig& cfg, Transformer& policy, Comm* dp, const 
       reference_(reference),
       expert_group_(policy.expert_shard().size > 1 ? policy.expert_shard().comm : nullptr),
       expert_replicas_(expert_replicas),
+      tensor_group_(policy.tensor_shard().size > 1 ? policy.tensor_shard().comm : nullptr),
       optimizer_(policy.parameters(), cfg.adam),
-      grads_(gradient_group(policy, false), cfg.grad_bucket_bytes),
+      grads_(gradient_group(policy, GradientGroup::Replicated), cfg.grad_bucket_bytes),
       moe_(policy.config().n_experts > 0),
       moe_layers_(moe_layer_indices(policy.config())) {
   SLIMPI_CHECK(!(needs_reference(cfg_) && !reference_), "the KL loss and the reward-side KL need a reference model");
   if (expert_group_) {
     SLIMPI_CHECK(!reference_ || reference_->expert_shard().comm == expert_group_,
                  "the reference model must be sharded over the policy's expert group");
-    expert_grads_ = std::make_unique<GradBuffer>(gradient_group(policy, true), cfg.grad_bucket_bytes);
+    expert_grads_ = std::make_unique<GradBuffer>(gradient_group(policy, GradientGroup::Experts), cfg.grad_bucket_bytes);
+  }
+  if (tensor_group_) {
+    SLIMPI_CHECK(!reference_ || reference_->tensor_shard().comm == tensor_group_,
+                 "the reference model must be split over the policy's tensor group");
+    split_grads_ = std::make_unique<GradBuffer>(gradient_group(policy, GradientGroup::TensorSplit),
+                                                cfg.grad_bucket_bytes);
   }
 }
 
@@ -73,13 +99,15 @@ int64_t Trainer::aligned_micro_batches(int64_t n) const {
 }
 
 double Trainer::global_grad_norm() const {
-  const double dense = grads_.global_norm();
-  if (!expert_grads_) return dense;
-  // The group's shards hold different experts; the replicas of a shard hold the same sums.
-  const double mine = expert_grads_->global_norm();
-  at::Tensor sq = at::full({1}, mine * mine, at::kDouble);
-  allreduce(*expert_group_, sq);
-  return std::sqrt(dense * dense + sq.item<double>());
+  // Every parameter counted once: the replicated ones on this rank (every rank of its
+  // tensor group holds the same sums), the tensor group's splits and the expert group's
+  // shards added up over their groups (the replicas of a shard hold the same sums).
+  const double replicated = grads_.global_norm();
+  if (!expert_grads_ && !split_grads_) return replicated;
+  double sq = replicated * replicated;
+  if (split_grads_) sq += sum_of_squares(split_grads_->global_norm(), tensor_group_);
+  if (expert_grads_) sq += sum_of_squares(expert_grads_->global_norm(), expert_group_);
+  return std::sqrt(sq);
 }
 
 bool Trainer::needs_reference(const TrainerConfig& cfg) {
@@ -108,7 +136,7 @@ std::vector<std::vector<float>> Trainer::response_log_probs(const std::vector<Sa
     MoeTrace trace;  // train.routing_replay: the rollout's experts in every trainer forward
     if (replay) trace.replay = packed_routing(samples, which, model.config(), model.device(), true);
     const at::Tensor logits = packed_logits(model, b, cfg_.precision, replay ? &trace : nullptr);
-    at::Tensor logp = score_tokens(logits, response_positions(b.tokens, b.seq_lens, b.prompt_lens),
+    at::Tensor logp = score_packed(model, logits, response_positions(b.tokens, b.seq_lens, b.prompt_lens),
                                    cfg_.temperature, false, b.support).logp.cpu().contiguous();
     int64_t start = 0;
     for (int64_t i : which) {
@@ -200,6 +228,7 @@ std::map<std::string, double> Trainer::train_step(std::vector<Sample>& local) {
   if (in.n_samples == 0) return {{"train/optimizer_step_empty", 1.0}};
   grads_.zero();
   if (expert_grads_) expert_grads_->zero();
+  if (split_grads_) split_grads_->zero();
   MetricSums sums = declare_step_metrics();
   forwards_and_backwards(local, in, sums);
   const double grad_norm = reduce_gradients();
@@ -262,6 +291,7 @@ bool Trainer::overlaps_grad_reduce() const {
 
 void Trainer::arm_overlapped_reduction() {
   grads_.start_overlapped_reduction(dp_);
+  if (split_grads_) split_grads_->start_overlapped_reduction(dp_);
   if (expert_grads_) expert_grads_->start_overlapped_reduction(expert_replicas_);
 }
 
@@ -283,7 +313,8 @@ void Trainer::forwards_and_backwards(std::vector<Sample>& local, const StepInput
     if (micro + 1 == n_runs && overlap) arm_overlapped_reduction();
     loss.backward();
   }
-  SLIMPI_CHECK(grads_.grads_alias_buffer() && (!expert_grads_ || expert_grads_->grads_alias_buffer()),
+  SLIMPI_CHECK(grads_.grads_alias_buffer() && (!expert_grads_ || expert_grads_->grads_alias_buffer()) &&
+                   (!split_grads_ || split_grads_->grads_alias_buffer()),
                "autograd replaced a gradient outside the flat gradient buffer");
   if (overlap && !grads_.reduction_armed()) arm_overlapped_reduction();  // a rank with no micro-batch
 }
@@ -301,7 +332,7 @@ at::Tensor Trainer::micro_batch_loss(std::vector<Sample>& local, const std::vect
   const at::Tensor logits = packed_logits(policy_, b, cfg_.precision, moe ? &trace : nullptr);  // [T, V] fp32
   if (moe) add_routing_agreement(trace, rollout_routing, moe_layers_, sums);
   const ScoredPositions positions = response_positions(b.tokens, b.seq_lens, b.prompt_lens);
-  const TokenLogProbs lp = score_tokens(logits, positions, cfg_.temperature, /*with_entropy=*/true, b.support);
+  const TokenLogProbs lp = score_packed(policy_, logits, positions, cfg_.temperature, /*with_entropy=*/true, b.support);
 
   ScoredMicroBatch scored;
   scored.logp = lp.logp;
@@ -359,6 +390,7 @@ at::Tensor Trainer::old_log_probs(std::vector<Sample>& local, const std::vector<
 
 double Trainer::reduce_gradients() {
   grads_.all_reduce(dp_);
+  if (split_grads_) split_grads_->all_reduce(dp_);
   if (expert_grads_) expert_grads_->all_reduce(expert_replicas_);
   return global_grad_norm();
 }
@@ -371,6 +403,7 @@ void Trainer::apply_update(double grad_norm, std::map<std::string, double>& metr
   const bool finite = std::isfinite(grad_norm) && std::isfinite(loss);
   if (finite) {
     grads_.clip(grad_norm, cfg_.clip_grad);
+    if (split_grads_) split_grads_->clip(grad_norm, cfg_.clip_grad);
     if (expert_grads_) expert_grads_->clip(grad_norm, cfg_.clip_grad);
     optimizer_.step(lr);
   } else if (!cfg_.skip_nonfinite_steps) {
@@ -384,20 +417,14 @@ void Trainer::apply_update(double grad_norm, std::map<std::string, double>& metr
 }
 
 void Trainer::save(const std::string& path) const {
-  // Expert parallelism: the whole model's tensors, the group's experts gathered first
-  // (a collective of the group, before anything that could fail on one rank alone).
-  auto whole = [&](const std::vector<NamedTensor>& local) {
-    if (!expert_group_) return local;
-    const ExpertShard& shard = policy_.expert_shard();
-    std::vector<NamedTensor> out, experts;
-    for (const auto& t : local) (Transformer::is_expert_parameter(t.name) ? experts : out).push_back(t);
-    for (auto& t : gather_expert_tensors(shard, shard.count(policy_.config().n_experts), experts, /*to_all=*/false))
-      out.push_back(t);
-    return out;
-  };
-  const std::vector<NamedTensor> params = whole(policy_.parameters());
-  const std::vector<NamedTensor> state = whole(optimizer_.state());
-  if (expert_group_ && expert_group_->rank() != 0) return;
+  // Model parallelism: the whole model's tensors, gathered onto trainer rank 0 first
+  // (collectives of the groups, before anything that could fail on one rank alone).
+  const bool sharded = policy_.sharded();
+  const std::vector<NamedTensor> params =
+      sharded ? whole_tensors(policy_, policy_.parameters(), /*to_all=*/false) : policy_.parameters();
+  const std::vector<NamedTensor> state =
+      sharded ? whole_tensors(policy_, optimizer_.state(), /*to_all=*/false) : optimizer_.state();
+  if (sharded && (policy_.expert_shard().rank != 0 || policy_.tensor_shard().rank != 0)) return;
   // A checkpoint is never written with non-finite numbers in it.
   for (const auto* list : {&params, &state})
     for (const NamedTensor& t : *list)
@@ -418,10 +445,13 @@ void Trainer::save(const std::string& path) const {
 }
 
 void Trainer::load(const std::string& path) {
-  load_model_weights(policy_.parameters(), path, "model", expert_group_ != nullptr);
+  // Every tensor is stored whole: each rank reads its experts and its tensor-parallel part.
+  const StoredWhole stored{&policy_.config(), policy_.tensor_shard()};
+  load_model_weights(policy_.parameters(), path, "model", expert_group_ != nullptr, stored);
   h5::File f = h5::File::open(path, false, MPI_COMM_NULL);
   h5::Handle opt = h5::open_group(f.id(), "optimizer");
-  optimizer_.load_state(h5::read_attr_int(opt.id(), "n_steps"), read_tensors_like(opt.id(), optimizer_.state()));
+  optimizer_.load_state(h5::read_attr_int(opt.id(), "n_steps"),
+                        read_tensors_like(opt.id(), optimizer_.state(), false, stored));
   h5::Handle rng = h5::open_group(f.id(), "rng");
   at::Generator gen = at::detail::getDefaultCPUGenerator();
   gen.set_state(read_tensor(rng.id(), "torch_cpu"));

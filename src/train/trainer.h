@@ -19,6 +19,10 @@
 // as many forwards (and backwards) as the busiest of them — a rank out of micro-batches
 // runs a one-token forward whose loss is multiplied by zero, so that the token exchanges
 // of every MoE layer meet on all of them.
+// Tensor parallelism (the policy a tensor shard, train/model_parallel.h): `dp` is the
+// data-parallel group of this rank's tensor rank; every rank of a tensor group gets the
+// same samples and runs the same micro-batches; the split parameters' gradients live in
+// a third buffer, reduced over dp, their norm added up over the tensor group.
 #pragma once
 
 #include <map>
@@ -72,16 +76,18 @@ class Trainer {
   std::map<std::string, double> train_step(std::vector<Sample>& local);
 
   int64_t n_steps() const { return optimizer_.n_steps(); }
-  // The gradients of the replicated parameters (all of them without expert parallelism),
+  // The gradients of the replicated parameters (all of them without model parallelism),
   // and of this rank's experts (null without expert parallelism).
   const GradBuffer& grads() const { return grads_; }
   const GradBuffer* expert_grads() const { return expert_grads_.get(); }
   const TrainerConfig& config() const { return cfg_; }
 
-  // Model, optimizer state, step count and the torch CPU RNG state in one HDF5 file
-  // (written by the calling rank alone; an expert-sharded trainer first gathers the
-  // experts of its group, so every rank of the group calls it and the group's rank 0
-  // writes the whole model), and back (each rank reading its own experts).
+  // Model, optimizer state, step count and the torch CPU RNG state in one HDF5 file,
+  // every tensor whole under the whole model's name (written by the calling rank alone;
+  // a sharded trainer first gathers the whole model: every rank of
+  // ModelParallel::joins_gather_to_first() calls it and trainer rank 0 writes), and back
+  // (each rank reading its own experts and tensor-parallel parts, whatever layout wrote
+  // the file).
   void save(const std::string& path) const;
   void load(const std::string& path);
 
@@ -124,9 +130,11 @@ class Trainer {
 
   Comm* expert_group_ = nullptr;     // the policy's expert-parallel group (null: no expert parallelism)
   Comm* expert_replicas_ = nullptr;  // ranks holding this rank's experts
+  Comm* tensor_group_ = nullptr;     // the policy's tensor-parallel group (null: no tensor parallelism)
   AdamW optimizer_;
   GradBuffer grads_;
   std::unique_ptr<GradBuffer> expert_grads_;
+  std::unique_ptr<GradBuffer> split_grads_;  // tensor parallelism: the split parameters' (model/tensor_shard.h)
   bool moe_ = false;                // model.n_experts > 0
   std::vector<int64_t> moe_layers_;  // the model layer of each MoE layer
 };

@@ -1,0 +1,76 @@
+// TensorShard — a model's place in a tensor-parallel group (parallel.tensor_parallel = t),
+// and how Megatron's layers split each parameter over the group.
+//
+// Rank r of t holds, of every dense layer (Megatron's column- and row-parallel layers):
+//   q_proj / k_proj / v_proj (and biases)   rows: query heads [r·H/t, (r+1)·H/t) and
+//                                           key/value heads [r·Hkv/t, (r+1)·Hkv/t)
+//   o_proj                                  columns: the same query heads
+//   mlp.gate_proj / mlp.up_proj             rows [r·F/t, (r+1)·F/t): each shard its own
+//                                           gate and up halves
+//   mlp.down_proj                           columns: the same F/t
+//   embed_tokens / lm_head                  vocabulary rows [r·Vp/t, (r+1)·Vp/t), the
+//                                           vocabulary V padded with zero rows to Vp, a
+//                                           multiple of 128·t (padded rows are masked out
+//                                           of every softmax and never exported)
+// Everything else (norms, o_proj's bias, MoE layers: routers and experts, which expert
+// parallelism shards instead) is replicated. At t = 1 nothing is split or padded.
+// Shards keep the whole model's parameter names; a shard's values are exactly the
+// whole tensor's rows or columns (the model draws every whole tensor, then keeps its
+// slice), so a sharded model and a whole one of the same seed hold the same numbers.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace slimpi {
+
+class Comm;
+struct ModelConfig;
+
+struct TensorShard {
+  int rank = 0, size = 1;  // place in the tensor-parallel group, its size (1: whole layers)
+  Comm* comm = nullptr;    // the group (required when size > 1)
+};
+
+// Vocabulary rows of the embedding and LM head at tensor-parallel size t: V at t = 1,
+// else V rounded up to a multiple of 128 · t (Megatron's make-vocab-size-divisible-by).
+int64_t padded_vocab_size(int64_t vocab_size, int t);
+
+// How one parameter (its whole-model name, optionally behind an "exp_avg/"-style prefix)
+// splits: along `dim` (-1: replicated), of whole size `whole` along it, padded to
+// `padded` (> whole only for the vocabulary rows).
+struct ParameterSplit {
+  int dim = -1;
+  int64_t whole = 0, padded = 0;
+  bool split() const { return dim >= 0; }
+};
+ParameterSplit parameter_split(const std::string& name, const ModelConfig& cfg, int t);
+
+// The shard's part of a whole tensor (padded first where the split pads): a new tensor.
+at::Tensor shard_of_whole(const at::Tensor& whole, const ParameterSplit& split, const TensorShard& shard);
+
+// The whole tensor from every shard's part stacked in rank order ([t, *part.shape]),
+// padding dropped.
+at::Tensor whole_of_shards(const at::Tensor& stacked, const ParameterSplit& split);
+
+// A shard's tensors as files store them (checkpoints, Hugging Face directories): whole,
+// under the whole model's names. Inactive (cfg null or one rank): tensors are stored
+// as held.
+struct StoredWhole {
+  const ModelConfig* cfg = nullptr;
+  TensorShard shard;
+  bool active() const { return cfg && shard.size > 1; }
+  // The stored shape of the local tensor `name` of shape `local`.
+  std::vector<int64_t> whole_shape(const std::string& name, const std::vector<int64_t>& local) const;
+  // This shard's part of the stored tensor `name`.
+  at::Tensor part_of(const std::string& name, const at::Tensor& whole) const;
+};
+
+// Refuses (slimpi::Error, with the numbers) a model that cannot split over t ranks:
+// heads, key/value heads or the MLP width not divisible by t.
+void check_tensor_parallel_shape(const ModelConfig& cfg, int t);
+
+}  // namespace slimpi

@@ -1,0 +1,92 @@
+#include "train/whole_model.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+#include <slimpi/error.h>
+
+#include <map>
+#include <string>
+
+#include "model/transformer.h"
+#include "parallel/comm_tensor.h"
+#include "train/expert_parallel.h"
+
+namespace slimpi {
+namespace {
+
+// The tensor-parallel splits of `local` joined over the tensor group (replicated tensors
+// as they are). to_all false: on the group's rank 0; the others get an empty list.
+std::vector<NamedTensor> join_tensor_splits(const TensorShard& tp, const ModelConfig& cfg,
+                                            const std::vector<NamedTensor>& local, bool to_all) {
+  if (tp.size == 1) return local;
+  std::vector<at::Tensor> flat;  // every split tensor flattened, back to back
+  for (const auto& t : local) {
+    if (!parameter_split(t.name, cfg, tp.size).split()) continue;
+    SLIMPI_CHECK(t.tensor.scalar_type() == local.front().tensor.scalar_type(),
+                 "joining tensor-parallel shards: {} is not of the first tensor's dtype", t.name);
+    flat.push_back(t.tensor.detach().reshape({-1}));
+  }
+  const at::Tensor mine = flat.empty() ? at::empty({0}) : at::cat(flat);
+  at::Tensor all;  // [t, n]
+  if (to_all) {
+    all = allgather(*tp.comm, mine);
+  } else if (tp.rank != 0) {
+    send(*tp.comm, mine, 0);
+    return {};
+  } else {
+    all = at::empty({tp.size, mine.numel()}, mine.options());
+    all[0].copy_(mine);
+    for (int r = 1; r < tp.size; ++r) {
+      at::Tensor part = all[r];  // a contiguous row
+      recv(*tp.comm, part, r);
+    }
+  }
+  std::vector<NamedTensor> out;
+  int64_t offset = 0;
+  for (const auto& t : local) {
+    const ParameterSplit split = parameter_split(t.name, cfg, tp.size);
+    if (!split.split()) {
+      out.push_back(t);
+      continue;
+    }
+    std::vector<int64_t> stacked_shape{tp.size};
+    stacked_shape.insert(stacked_shape.end(), t.tensor.sizes().begin(), t.tensor.sizes().end());
+    const int64_t n = t.tensor.numel();
+    out.push_back({t.name, whole_of_shards(all.narrow(1, offset, n).reshape(stacked_shape), split)});
+    offset += n;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<NamedTensor> whole_tensors(const Transformer& shard_model, const std::vector<NamedTensor>& local,
+                                       bool to_all) {
+  const ExpertShard& ep = shard_model.expert_shard();
+  std::vector<NamedTensor> joined = local;
+  if (ep.size > 1) {
+    std::vector<NamedTensor> experts;
+    joined.clear();
+    for (const auto& t : local) (Transformer::is_expert_parameter(t.name) ? experts : joined).push_back(t);
+    for (auto& t : gather_expert_tensors(ep, ep.count(shard_model.config().n_experts), experts, to_all))
+      joined.push_back(t);
+    // The same decision on every rank of a tensor group (they share the data-parallel index).
+    if (!to_all && ep.rank != 0) return {};
+  }
+  return join_tensor_splits(shard_model.tensor_shard(), shard_model.config(), joined, to_all);
+}
+
+void gather_whole_model(const Transformer& shard, Transformer* whole, bool to_all) {
+  SLIMPI_CHECK(whole || !to_all, "gather_whole_model: every rank gathers, so every rank needs a whole model");
+  std::map<std::string, at::Tensor> by_name;
+  for (auto& t : whole_tensors(shard, shard.parameters(), to_all)) by_name[t.name] = t.tensor;
+  if (!whole || by_name.empty()) return;
+  at::NoGradGuard no_grad;
+  for (const auto& p : whole->parameters()) {
+    auto it = by_name.find(p.name);
+    SLIMPI_CHECK(it != by_name.end(), "gathering the model's shards: no rank holds {}", p.name);
+    p.tensor.copy_(it->second);
+  }
+}
+
+}  // namespace slimpi

@@ -1,0 +1,340 @@
+// Tensor parallelism at np 1, 2 and 4, each part against one rank:
+// - every mapping of parallel/tp_mappings.h, forward and backward, in fp64, against the
+//   sums, slices and concatenations written out here;
+// - vocab-parallel log-probs and entropies (model/vocab_parallel_log_probs.h) against
+//   score_tokens on the whole logits: targets in every shard, a padded vocabulary whose
+//   padding holds large garbage, a temperature, top-k supports, and the gradients;
+// - a whole trainer step (train/trainer.h) of a model split over the tensor group
+//   (ModelParallel: TP = np, and TP 2 x DP 2 at np 4, with an MoE layer under expert
+//   parallelism there) against the same step of the whole model: loss, metrics,
+//   log-probs, every shard's gradient and updated weights equal the whole model's
+//   slices (to fp32 round-off: the row-parallel products sum in another order), for
+//   grouped-query attention with q/k norms and biases, tied and untied embeddings;
+// - its checkpoint holds whole tensors (the padding dropped) and loads back into the
+//   whole model and into the shards, and gathering the shards gives the whole model.
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <functional>
+#include <map>
+
+#include "io/h5.h"
+#include "io/tensor_io.h"
+#include "model/log_probs.h"
+#include "model/tensor_shard.h"
+#include "model/vocab_parallel_log_probs.h"
+#include "parallel/comm_tensor.h"
+#include "parallel/device.h"
+#include "parallel/mpi_comm.h"
+#include "parallel/tp_mappings.h"
+#include "train/model_parallel.h"
+#include "train/trainer.h"
+#include "train/whole_model.h"
+#include "../support/tiny_model.h"
+
+namespace slimpi {
+namespace {
+
+// A tensor only rank `r` would hold, known to every rank (fp64).
+at::Tensor of_rank(int r, std::vector<int64_t> shape, int salt) {
+  at::Generator g = at::detail::createCPUGenerator(uint64_t(1000 * salt + r));
+  return at::randn(shape, g, at::kDouble);
+}
+
+at::Tensor sum_over_ranks(int n, std::vector<int64_t> shape, int salt) {
+  at::Tensor s = at::zeros(shape, at::kDouble);
+  for (int r = 0; r < n; ++r) s += of_rank(r, shape, salt);
+  return s;
+}
+
+at::Tensor cat_over_ranks(int n, std::vector<int64_t> shape, int salt, int64_t dim) {
+  std::vector<at::Tensor> parts;
+  for (int r = 0; r < n; ++r) parts.push_back(of_rank(r, shape, salt));
+  return at::cat(parts, dim);
+}
+
+void expect_equal_fp64(const at::Tensor& got, const at::Tensor& want, const std::string& what) {
+  ASSERT_EQ(got.sizes(), want.sizes()) << what;
+  EXPECT_TRUE(at::allclose(got, want, 1e-12, 1e-12)) << what << ": max |diff| " << (got - want).abs().max().item<double>();
+}
+
+TEST(TensorParallelMappings, ForwardAndBackwardAgainstOneRank) {
+  MpiComm comm(MPI_COMM_WORLD, "tensor_parallel");
+  const int r = comm.rank(), t = comm.size();
+  const int64_t rows = 4 * t, cols = 3 * t;  // split evenly over any group size
+  auto run = [&](const std::function<at::Tensor(const at::Tensor&)>& f, const at::Tensor& input,
+                 const at::Tensor& upstream) {
+    at::Tensor x = input.clone().set_requires_grad(true);
+    at::Tensor y = f(x);
+    y.backward(upstream);
+    return std::pair{y.detach(), x.grad()};
+  };
+  const at::Tensor same = of_rank(99, {rows, cols}, 1);  // the same input on every rank
+  {  // copy: identity forward, gradients summed
+    auto [y, dx] = run([&](auto& x) { return copy_to_tp(&comm, x); }, same, of_rank(r, {rows, cols}, 2));
+    expect_equal_fp64(y, same, "copy_to_tp forward");
+    expect_equal_fp64(dx, sum_over_ranks(t, {rows, cols}, 2), "copy_to_tp backward");
+  }
+  {  // reduce: summed forward, identity backward
+    auto [y, dx] = run([&](auto& x) { return reduce_from_tp(&comm, x); }, of_rank(r, {rows, cols}, 3), same);
+    expect_equal_fp64(y, sum_over_ranks(t, {rows, cols}, 3), "reduce_from_tp forward");
+    expect_equal_fp64(dx, same, "reduce_from_tp backward");
+  }
+  {  // scatter over the last dim; gradients gathered back
+    auto [y, dx] = run([&](auto& x) { return scatter_to_tp(&comm, x); }, same, of_rank(r, {rows, 3}, 4));
+    expect_equal_fp64(y, same.narrow(1, 3 * r, 3), "scatter_to_tp forward");
+    expect_equal_fp64(dx, cat_over_ranks(t, {rows, 3}, 4, 1), "scatter_to_tp backward");
+  }
+  {  // gather over the last dim; each rank's gradient slice
+    auto [y, dx] = run([&](auto& x) { return gather_from_tp(&comm, x); }, of_rank(r, {rows, 3}, 5), same);
+    expect_equal_fp64(y, cat_over_ranks(t, {rows, 3}, 5, 1), "gather_from_tp forward");
+    expect_equal_fp64(dx, same.narrow(1, 3 * r, 3), "gather_from_tp backward");
+  }
+  {  // sequence scatter (dim 0); gradients gathered back
+    auto [y, dx] = run([&](auto& x) { return scatter_to_sequence(&comm, x); }, same, of_rank(r, {4, cols}, 6));
+    expect_equal_fp64(y, same.narrow(0, 4 * r, 4), "scatter_to_sequence forward");
+    expect_equal_fp64(dx, cat_over_ranks(t, {4, cols}, 6, 0), "scatter_to_sequence backward");
+  }
+  {  // sequence gather; gradients reduce-scattered
+    auto [y, dx] = run([&](auto& x) { return gather_from_sequence(&comm, x); }, of_rank(r, {4, cols}, 7),
+                       of_rank(r, {rows, cols}, 8));
+    expect_equal_fp64(y, cat_over_ranks(t, {4, cols}, 7, 0), "gather_from_sequence forward");
+    expect_equal_fp64(dx, sum_over_ranks(t, {rows, cols}, 8).narrow(0, 4 * r, 4), "gather_from_sequence backward");
+  }
+  {  // reduce-scatter over the sequence; gradients gathered
+    auto [y, dx] = run([&](auto& x) { return reduce_scatter_to_sequence(&comm, x); }, of_rank(r, {rows, cols}, 9),
+                       of_rank(r, {4, cols}, 10));
+    expect_equal_fp64(y, sum_over_ranks(t, {rows, cols}, 9).narrow(0, 4 * r, 4), "reduce_scatter_to_sequence forward");
+    expect_equal_fp64(dx, cat_over_ranks(t, {4, cols}, 10, 0), "reduce_scatter_to_sequence backward");
+  }
+  // A null or one-rank group is the identity (no collective).
+  const at::Tensor x = same.clone();
+  EXPECT_TRUE(copy_to_tp(nullptr, x).is_same(x));
+  EXPECT_TRUE(reduce_from_tp(nullptr, x).is_same(x));
+}
+
+TEST(VocabParallelLogProbs, EqualWholeVocabularyLogSoftmax) {
+  MpiComm comm(MPI_COMM_WORLD, "tensor_parallel");
+  const int r = comm.rank(), t = comm.size();
+  const int64_t V = 260, Vp = padded_vocab_size(V, t), T = 12;
+  at::Generator g = at::detail::createCPUGenerator(5);
+  const at::Tensor whole = at::randn({T, V}, g, at::kFloat) * 3.0;  // the same on every rank
+  ScoredPositions at;
+  at.logit_rows = at::tensor(std::vector<int64_t>{0, 1, 2, 3, 5, 6, 8, 9, 10, 11}, at::kLong);
+  at.targets = at::tensor(std::vector<int64_t>{0, 127, 128, 200, 255, 256, 259, 3, 130, 258}, at::kLong);
+  // Padded columns hold garbage larger than any real logit: only the masking hides them.
+  const at::Tensor padded = at::cat({whole, at::full({T, Vp - V}, 50.0f)}, 1);
+  const int64_t columns = Vp / t;
+  const VocabShard shard{t > 1 ? &comm : nullptr, columns * r, std::clamp<int64_t>(V - columns * r, 0, columns)};
+  for (const bool truncated : {false, true}) {
+    SCOPED_TRACE(truncated ? "top-k supports" : "whole vocabulary");
+    const at::Tensor support =
+        truncated ? at::tensor(std::vector<int64_t>{5, 0, 1, 40, 5, 0, 300, 2, 7, 0}, at::kLong) : at::Tensor();
+    for (const double temperature : {1.0, 0.7}) {
+      at::Tensor want_in = whole.clone().set_requires_grad(true);
+      const TokenLogProbs want = score_tokens(want_in, at, temperature, true, support);
+      at::Tensor got_in = padded.narrow(1, columns * r, columns).clone().set_requires_grad(true);
+      const TokenLogProbs got = t == 1 ? score_tokens(got_in, at, temperature, true, support)
+                                       : score_tokens_vocab_parallel(got_in, at, temperature, true, support, shard);
+      EXPECT_TRUE(at::allclose(got.logp, want.logp, 1e-5, 1e-5)) << (got.logp - want.logp).abs().max();
+      EXPECT_TRUE(at::allclose(got.entropy, want.entropy, 1e-5, 1e-5)) << (got.entropy - want.entropy).abs().max();
+      // d/dz of Σ a·logp + Σ b·entropy.
+      const at::Tensor a = at::linspace(0.5, 1.5, 10), b = at::linspace(-1.0, 1.0, 10);
+      ((want.logp * a).sum() + (want.entropy * b).sum()).backward();
+      ((got.logp * a).sum() + (got.entropy * b).sum()).backward();
+      const at::Tensor want_grad = at::cat({want_in.grad(), at::zeros({T, Vp - V})}, 1).narrow(1, columns * r, columns);
+      EXPECT_TRUE(at::allclose(got_in.grad(), want_grad, 1e-5, 1e-6)) << (got_in.grad() - want_grad).abs().max();
+    }
+  }
+}
+
+// The model of a case: grouped-query attention (2 key/value heads where the group
+// allows it) with q/k norms and q/k/v biases; tied or untied; with one MoE layer.
+ModelConfig tp_config(int t, bool tied, bool moe) {
+  ModelConfig c = testing::tiny_model_config(/*max_seq_len=*/32, /*init_std=*/0.1);
+  c.n_heads = 8;
+  c.n_kv_heads = std::max(2, t);
+  c.explicit_head_dim = 8;
+  c.qk_norm = true;
+  c.qkv_bias = true;
+  c.o_bias = true;
+  c.tie_word_embeddings = tied;
+  if (moe) {
+    c.n_experts = 4;
+    c.n_experts_per_tok = 2;
+    c.moe_intermediate_size = 16;
+    c.moe_layer_freq = 2;  // layer 1 sparse, layer 0 dense
+  }
+  return c;
+}
+
+TrainerConfig rl_config() {
+  TrainerConfig c;
+  c.mode = "rl";
+  c.use_kl_loss = true;
+  c.kl_loss_coef = 0.1;
+  c.kl_loss_type = "low_var_kl";
+  c.entropy_coef = 0.01;
+  c.normalize_advantages = true;
+  c.moe_aux_loss_coef = 0.01;
+  c.n_micro_batches = 2;
+  c.clip_grad = 0.5;  // acts: the norm must count every parameter once
+  c.lr.lr = 1e-2;
+  c.adam.eps = 1e-3;  // keeps the comparison about the gradients (see test_expert_parallel)
+  c.grad_bucket_bytes = 1 << 12;
+  return c;
+}
+
+// The samples of data-parallel index `d`.
+std::vector<Sample> samples_of(int d) {
+  at::Generator g = at::detail::createCPUGenerator(300 + d);
+  std::vector<Sample> out;
+  for (int i = 0; i < 3; ++i) {
+    Sample s;
+    const int64_t len = 6 + at::randint(10, {1}, g, at::kLong).item<int64_t>();
+    at::Tensor tok = at::randint(259, {len}, g, at::kLong);  // every vocabulary shard
+    s.tokens.assign(tok.data_ptr<int64_t>(), tok.data_ptr<int64_t>() + len);
+    s.prompt_length = 2 + i;
+    s.reward = at::randn({1}, g).item<float>();
+    out.push_back(s);
+  }
+  return out;
+}
+
+std::map<std::string, at::Tensor> by_name(const std::vector<NamedTensor>& list, bool grads) {
+  std::map<std::string, at::Tensor> m;
+  for (const auto& t : list) m[t.name] = grads ? t.tensor.grad().clone() : t.tensor.detach().clone();
+  return m;
+}
+
+void expect_close(const at::Tensor& got, const at::Tensor& want, const std::string& what, double rtol = 1e-4,
+                  double atol = 1e-6) {
+  ASSERT_EQ(got.sizes(), want.sizes()) << what;
+  EXPECT_TRUE(at::allclose(got, want, rtol, atol)) << what << ": max |diff| " << (got - want).abs().max().item<double>();
+}
+
+struct Case {
+  int tensor_parallel;  // 0: every rank
+  int expert_parallel;
+  bool tied, moe;
+};
+
+class TensorParallelStep : public ::testing::TestWithParam<Case> {};
+
+TEST_P(TensorParallelStep, EqualsTheWholeModel) {
+  MpiComm world(MPI_COMM_WORLD, "trainer");
+  const int n = world.size();
+  const Case c = GetParam();
+  const int tp = c.tensor_parallel == 0 ? n : c.tensor_parallel;
+  if (n % tp != 0 || (n / tp) % c.expert_parallel != 0 || (c.expert_parallel > 1 && !c.moe) || (tp == 1 && n > 1))
+    GTEST_SKIP() << "TP " << tp << " x EP " << c.expert_parallel << " at np " << n;
+  const ModelConfig cfg = tp_config(tp, c.tied, c.moe);
+  ModelParallel mp(MPI_COMM_WORLD, tp, c.expert_parallel, DeviceChoice{});
+  const int d = mp.data_index();
+
+  // The whole model, data-parallel over the same data-parallel group.
+  Transformer whole(cfg, 1, at::kCPU), whole_ref(cfg, 2, at::kCPU);
+  Trainer base(rl_config(), whole, &mp.data(), &whole_ref);
+  std::vector<Sample> want = samples_of(d);
+  auto want_rollout = base.prepare_rollout(want, /*recompute_old=*/true);
+  auto want_step = base.train_step(want);
+  const auto want_grads = by_name(whole.parameters(), true);
+  const auto want_weights = by_name(whole.parameters(), false);
+
+  Transformer shard(cfg, 1, at::kCPU, at::kFloat, mp.expert_shard(), mp.tensor_shard());
+  Transformer shard_ref(cfg, 2, at::kCPU, at::kFloat, mp.expert_shard(), mp.tensor_shard());
+  if (tp > 1) ASSERT_LT(shard.n_params(), whole.n_params());
+  Trainer split(rl_config(), shard, &mp.data(), &shard_ref, mp.expert_replicas());
+  std::vector<Sample> got = samples_of(d);
+  auto got_rollout = split.prepare_rollout(got, /*recompute_old=*/true);
+  for (size_t j = 0; j < got.size(); ++j)
+    for (size_t i = 0; i < got[j].old_log_probs.size(); ++i) {
+      EXPECT_NEAR(got[j].old_log_probs[i], want[j].old_log_probs[i], 2e-5);
+      EXPECT_NEAR(got[j].ref_log_probs[i], want[j].ref_log_probs[i], 2e-5);
+    }
+  for (const auto& [k, x] : want_rollout) EXPECT_NEAR(got_rollout.at(k), x, 1e-5 * std::max(1.0, std::abs(x))) << k;
+  auto got_step = split.train_step(got);
+  for (const auto& [k, x] : want_step) {
+    if (k.rfind("perf/", 0) == 0) continue;
+    EXPECT_NEAR(got_step.at(k), x, 1e-5 * std::max(1.0, std::abs(x))) << k;
+  }
+  EXPECT_GT(want_step.at("train/grad_norm"), 0.5);  // the clip acted
+  const StoredWhole stored{&cfg, mp.tensor_shard()};
+  for (const auto& p : shard.parameters()) {
+    expect_close(p.tensor.grad(), stored.part_of(p.name, want_grads.at(p.name)), "gradient of " + p.name);
+    expect_close(p.tensor.detach(), stored.part_of(p.name, want_weights.at(p.name)), "updated " + p.name);
+  }
+
+  // The checkpoint holds whole tensors, as the whole model's does.
+  const std::string dir = "tp_test_ckpt";
+  if (world.rank() == 0) std::filesystem::create_directories(dir);
+  world.barrier();
+  const std::string base_path = dir + "/base.h5", split_path = dir + "/split.h5";
+  if (world.rank() == 0) base.save(base_path);
+  if (mp.joins_gather_to_first()) split.save(split_path);
+  world.barrier();
+  if (world.rank() == 0) {
+    h5::File a = h5::File::open(base_path, false, MPI_COMM_NULL), b = h5::File::open(split_path, false, MPI_COMM_NULL);
+    h5::Handle ma = h5::open_group(a.id(), "model"), mb = h5::open_group(b.id(), "model");
+    h5::Handle oa = h5::open_group(a.id(), "optimizer"), ob = h5::open_group(b.id(), "optimizer");
+    for (const auto& p : whole.parameters()) {
+      expect_close(read_tensor(mb.id(), p.name), read_tensor(ma.id(), p.name), "stored " + p.name);
+      for (const std::string moment : {"exp_avg/", "exp_avg_sq/"})
+        expect_close(read_tensor(ob.id(), moment + p.name), read_tensor(oa.id(), moment + p.name),
+                     "stored " + moment + p.name, 1e-3, 1e-8);
+    }
+  }
+  // The split checkpoint loads into the whole model, the whole one into fresh shards.
+  TrainerConfig no_kl = rl_config();
+  no_kl.use_kl_loss = false;
+  Transformer whole_again(cfg, 7, at::kCPU);
+  Trainer whole_reloaded(no_kl, whole_again, &mp.data());
+  whole_reloaded.load(split_path);
+  for (const auto& p : whole_again.parameters()) expect_close(p.tensor.detach(), want_weights.at(p.name), "loaded " + p.name);
+  Transformer fresh(cfg, 7, at::kCPU, at::kFloat, mp.expert_shard(), mp.tensor_shard());
+  Trainer reloaded(no_kl, fresh, &mp.data(), nullptr, mp.expert_replicas());
+  reloaded.load(base_path);
+  for (const auto& p : fresh.parameters())
+    EXPECT_TRUE(at::equal(p.tensor, stored.part_of(p.name, want_weights.at(p.name)))) << "loaded " << p.name;
+  EXPECT_EQ(reloaded.n_steps(), 1);
+  // Gathering the shards gives the whole model (into a bf16 copy: rounded once).
+  Transformer gathered(cfg, 9, at::kCPU, at::kBFloat16);
+  gather_whole_model(fresh, &gathered);
+  for (const auto& p : gathered.parameters())
+    EXPECT_TRUE(at::equal(p.tensor, want_weights.at(p.name).to(at::kBFloat16))) << "gathered " << p.name;
+  world.barrier();
+  if (world.rank() == 0) std::filesystem::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, TensorParallelStep,
+                         ::testing::Values(Case{0, 1, false, false}, Case{0, 1, true, false}, Case{0, 1, false, true},
+                                           Case{2, 1, false, false}, Case{2, 2, false, true}));
+
+TEST(TensorShard, SplitsAndPadsAsMegatron) {
+  ModelConfig cfg = tp_config(2, false, false);
+  EXPECT_EQ(padded_vocab_size(260, 1), 260);
+  EXPECT_EQ(padded_vocab_size(260, 2), 512);
+  EXPECT_EQ(padded_vocab_size(151936, 1), 151936);  // Qwen3's (a multiple of 128)
+  EXPECT_EQ(padded_vocab_size(151936, 4), 152064);  // the next multiple of 512
+  EXPECT_EQ(parameter_split("model.layers.0.self_attn.q_proj.weight", cfg, 2).dim, 0);
+  EXPECT_EQ(parameter_split("exp_avg/model.layers.1.self_attn.o_proj.weight", cfg, 2).dim, 1);
+  EXPECT_EQ(parameter_split("model.layers.0.mlp.down_proj.weight", cfg, 2).dim, 1);
+  EXPECT_FALSE(parameter_split("model.layers.0.mlp.experts.3.gate_proj.weight", cfg, 2).split());
+  EXPECT_FALSE(parameter_split("model.layers.0.mlp.shared_expert.up_proj.weight", cfg, 2).split());
+  EXPECT_FALSE(parameter_split("model.layers.0.self_attn.q_norm.weight", cfg, 2).split());
+  EXPECT_FALSE(parameter_split("model.layers.0.self_attn.q_proj.weight", cfg, 1).split());
+  const ParameterSplit vocab = parameter_split("lm_head.weight", cfg, 2);
+  EXPECT_EQ(vocab.whole, 260);
+  EXPECT_EQ(vocab.padded, 512);
+  // Gate and up each split on their own: shard r holds rows [r·F/t, (r+1)·F/t) of both.
+  const at::Tensor gate = at::arange(64 * 4, at::kFloat).view({64, 4});
+  const ParameterSplit g = parameter_split("model.layers.0.mlp.gate_proj.weight", cfg, 2);
+  EXPECT_TRUE(at::equal(shard_of_whole(gate, g, {1, 2, nullptr}), gate.narrow(0, 32, 32)));
+  cfg.n_kv_heads = 2;
+  EXPECT_THROW(check_tensor_parallel_shape(cfg, 4), Error);
+}
+
+}  // namespace
+}  // namespace slimpi
