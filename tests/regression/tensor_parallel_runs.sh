@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# Tensor parallelism (parallel.tensor_parallel) end to end, on the smoke policy (4 query
+# heads over 2 key/value heads, q/k norms) with a reward that varies from the first step:
+#  * np 4 split (2 trainer ranks: one tensor group of 2), np 2 colocated (one group of 2,
+#    a KL loss: the reference model is split too) and np 4 colocated (TP 2 x DP 2) each
+#    generate the tokens of the same run with whole models on every trainer rank and
+#    log the same metrics to fp32 round-off (the engines get the gathered whole model
+#    every step: a wrong gather would change the tokens); also with one_step_off;
+#  * job steps of a tensor-parallel run (2 + 2) equal the straight run bit for bit;
+#  * a checkpoint holds whole tensors: a run saved at TP 2 x DP 2 resumes at TP 4 x DP 1
+#    and at TP 1 x DP 4 and continues as the straight run does; `slimpi export` writes
+#    the whole model (the padded vocabulary rows dropped), and a tensor-parallel run
+#    starts from that Hugging Face export;
+#  * SFT with evaluation (the trainers gather a whole model to generate) matches;
+#  * impossible layouts are refused with their numbers.
+# Usage: tensor_parallel_runs.sh SLIMPI ROOT "MPIRUN FLAGS"
+set -euo pipefail
+source "$(dirname "$0")/run_helpers.sh"
+regression_setup "$@"
+cat >"$out/ascii_reward.py" <<'PY'
+import json, sys
+for line in sys.stdin:  # the share of ASCII characters: varies within every group from the start
+    r = json.loads(line)["response"]
+    print(sum(c.isascii() for c in r) / max(len(r), 1), flush=True)
+PY
+# One optimizer step per rollout (global_batch_size = the rollout's 32 samples): with
+# more, each step takes a slice of every data-parallel rank's share, so which samples
+# meet in a step depends on the data-parallel size, which these layouts change.
+base=(--set run.n_steps=4 --set model.qk_norm=true --set model.init_std=0.2 --set train.global_batch_size=32
+      --set reward.style=command --set "reward.command=/usr/bin/python3 $out/ascii_reward.py" --set eval.path=)
+
+run() {  # NP NAME [--set ...]
+  local np=$1 name=$2; shift 2
+  $mpirun -np "$np" "$slimpi" run inputs/smoke_rl.toml "${base[@]}" --set run.dir="$out/$name" "$@" \
+    >>"$out/$name.log" 2>&1 || { cat "$out/$name.log"; exit 1; }
+}
+
+# Same tokens, same metrics to round-off (relative 1e-3, absolute 1e-6: values near 0).
+close() {  # RUN_A RUN_B
+  /usr/bin/python3 - "$out/$1" "$out/$2" <<'PY'
+import sys
+import h5py
+import numpy as np
+a, b = sys.argv[1], sys.argv[2]
+with h5py.File(f"{a}/rollouts.h5") as fa, h5py.File(f"{b}/rollouts.h5") as fb:
+    for d in ("tokens/values", "tokens/offsets", "reward", "step", "advantages/values", "old_log_probs/values"):
+        x, y = fa["samples/" + d][:], fb["samples/" + d][:]
+        if x.dtype.kind == "f":
+            assert np.allclose(x, y, rtol=1e-3, atol=1e-5), f"{a} vs {b}: samples/{d} differ"
+        else:
+            assert np.array_equal(x, y), f"{a} vs {b}: samples/{d} differ"
+    n = len(fa["samples/reward"][:])
+    assert np.std(fa["samples/reward"][:]) > 0, "the reward did not vary"
+with h5py.File(f"{a}/metrics.h5") as fa, h5py.File(f"{b}/metrics.h5") as fb:
+    cols = [c for c in fa["steps"].attrs["columns"].decode().split() if c.startswith(("train", "rollout/", "eval/"))]
+    assert "train/grad_norm" in cols and "train/pg_loss" in cols
+    for c in cols:
+        x, y = fa["steps/" + c][:], fb["steps/" + c][:]
+        assert np.allclose(x, y, rtol=1e-3, atol=1e-6, equal_nan=True), (c, x, y)
+print(f"tensor_parallel_runs: {b} == {a}: {n} samples (tokens, rewards, advantages, old log-probs), {len(cols)} metrics")
+PY
+}
+
+echo "== np 4 split, 2 trainer ranks: tensor_parallel 2 vs 1"
+run 4 split_tp1
+run 4 split_tp2 --set parallel.tensor_parallel=2
+grep -q "tensor parallelism: 1 group of 2 trainer ranks (data-parallel size 1); this rank is tensor rank 0: 2 of 4 query heads, 32 of 64 MLP columns, vocabulary rows 0..255 of 512 padded" "$out/split_tp2.log"
+close split_tp1 split_tp2
+
+echo "== colocated: np 2 (one group of 2, a split reference model) and np 4 (TP 2 x DP 2)"
+kl=(--set train.use_kl_loss=true --set train.kl_loss_coef=0.01)
+run 2 co2_tp1 --set parallel.placement=colocate "${kl[@]}"
+run 2 co2_tp2 --set parallel.placement=colocate --set parallel.tensor_parallel=2 "${kl[@]}"
+close co2_tp1 co2_tp2
+run 4 co4_tp1 --set parallel.placement=colocate
+run 4 co4_tp2 --set parallel.placement=colocate --set parallel.tensor_parallel=2
+grep -q "tensor parallelism: 2 groups of 2 trainer ranks (data-parallel size 2)" "$out/co4_tp2.log"
+close co4_tp1 co4_tp2
+
+echo "== one_step_off, np 4 split"
+run 4 async_tp1 --set train.async=one_step_off
+run 4 async_tp2 --set train.async=one_step_off --set parallel.tensor_parallel=2
+close async_tp1 async_tp2
+
+echo "== job steps 2 + 2 = 4 straight, bit for bit"
+run 4 split_tp2_chunked --set parallel.tensor_parallel=2 --set run.job_steps=2
+run 4 split_tp2_chunked --set parallel.tensor_parallel=2 --set run.job_steps=2
+/usr/bin/python3 tests/regression/compare_runs.py "$out/split_tp2" "$out/split_tp2_chunked"
+
+echo "== a checkpoint of whole tensors: saved at TP 2 x DP 2, resumed at TP 4 x DP 1 and TP 1 x DP 4"
+kv4=(--set parallel.placement=colocate --set model.n_kv_heads=4)
+run 4 layout_straight "${kv4[@]}" --set parallel.tensor_parallel=2
+for tp in 4 1; do
+  run 4 "layout_to_tp$tp" "${kv4[@]}" --set parallel.tensor_parallel=2 --set run.job_steps=2
+  run 4 "layout_to_tp$tp" "${kv4[@]}" --set parallel.tensor_parallel=$tp
+  close layout_straight "layout_to_tp$tp"
+done
+"$slimpi" export "$out/split_tp2/ckpt/step_00000004" "$out/hf" >"$out/export.log"
+/usr/bin/python3 - "$out" <<'PY'
+import json
+import struct
+import sys
+import h5py
+import numpy as np
+out = sys.argv[1]
+raw = open(f"{out}/hf/model.safetensors", "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+header = json.loads(raw[8:8 + n])
+assert header["model.embed_tokens.weight"]["shape"] == [260, 32], header["model.embed_tokens.weight"]
+assert header["lm_head.weight"]["shape"] == [260, 32]
+# Against the final model of the run with whole models on every trainer rank.
+with h5py.File(f"{out}/split_tp1/trainer_state.h5") as f:
+    for k in header:
+        if k == "__metadata__":
+            continue
+        b, e = header[k]["data_offsets"]
+        x = np.frombuffer(raw[8 + n + b:8 + n + e], dtype="<f4").reshape(header[k]["shape"])
+        assert np.allclose(x, f["model/" + k][:], rtol=1e-4, atol=1e-6), k
+print(f"tensor_parallel_runs: the export holds the {len(header) - 1} whole tensors of the run's final model")
+PY
+$mpirun -np 2 "$slimpi" run inputs/smoke_rl.toml --set run.n_steps=1 --set eval.path= --set parallel.tensor_parallel=2 \
+  --set parallel.placement=colocate --set model.init_from="$out/hf" --set run.dir="$out/from_hf" \
+  >"$out/from_hf.log" 2>&1 || { cat "$out/from_hf.log"; exit 1; }
+grep -q "this rank is tensor rank 0" "$out/from_hf.log"
+
+echo "== SFT with evaluation at np 2"
+sft=(--set run.n_steps=6 --set model.hidden_size=32 --set model.n_layers=2 --set model.n_heads=4 --set model.n_kv_heads=2
+     --set "eval.path=inputs/data/addition_eval.jsonl@[0:16]" --set eval.interval=3
+     --set eval.n_samples=2 --set train.global_batch_size=16 --set rollout.max_new_tokens=8)
+for tp in 1 2; do
+  $mpirun -np 2 "$slimpi" run inputs/sft_addition.toml "${sft[@]}" --set parallel.tensor_parallel=$tp \
+    --set run.dir="$out/sft_tp$tp" >"$out/sft_tp$tp.log" 2>&1 || { cat "$out/sft_tp$tp.log"; exit 1; }
+done
+/usr/bin/python3 - "$out" <<'PY'
+import sys
+import h5py
+import numpy as np
+out = sys.argv[1]
+with h5py.File(f"{out}/sft_tp1/metrics.h5") as fa, h5py.File(f"{out}/sft_tp2/metrics.h5") as fb:
+    for c in ("train/loss", "train/grad_norm", "eval/pass@1", "eval/mean_reward"):
+        x, y = fa["steps/" + c][:], fb["steps/" + c][:]
+        assert np.allclose(x, y, rtol=1e-4, atol=1e-6, equal_nan=True), (c, x, y)
+    assert np.sum(np.isfinite(fb["steps/eval/pass@1"][:])) == 3  # steps 0, 3 and the final one
+print("tensor_parallel_runs: SFT with evaluation, tensor_parallel 2 == 1")
+PY
+
+echo "== refusals"
+refused() {  # NP PATTERN [--set ...]
+  local np=$1 pattern=$2; shift 2
+  if $mpirun -np "$np" "$slimpi" run inputs/smoke_rl.toml --set run.dir="$out/refused" "$@" >"$out/refused.log" 2>&1; then
+    cat "$out/refused.log"; echo "FAIL: ran: $*"; exit 1
+  fi
+  grep -q -- "$pattern" "$out/refused.log" || { cat "$out/refused.log"; echo "FAIL: no '$pattern'"; exit 1; }
+}
+refused 4 "it must divide the number of trainer ranks, 2" --set parallel.tensor_parallel=4
+refused 4 "it must divide the number of trainer ranks, 4" --set parallel.placement=colocate --set parallel.tensor_parallel=3
+refused 4 "model.n_kv_heads = 2 (.*) is not divisible by 4" --set parallel.placement=colocate --set parallel.tensor_parallel=4
+refused 4 "model.intermediate_size = 66 (.*) is not divisible by 4" --set parallel.placement=colocate \
+  --set parallel.tensor_parallel=4 --set model.n_kv_heads=4 --set model.intermediate_size=66
+echo "tensor_parallel_runs: OK"
