@@ -33,6 +33,12 @@ struct ModelConfig;
 struct TensorShard {
   int rank = 0, size = 1;  // place in the tensor-parallel group, its size (1: whole layers)
   Comm* comm = nullptr;    // the group (required when size > 1)
+  // Megatron's sequence parallelism (parallel.sequence_parallel, size > 1): between the
+  // layers' column- and row-parallel products (norms, residual adds) each rank holds
+  // 1/t of the tokens (the stream padded to a multiple of t); all-gathers over the
+  // sequence enter a layer and reduce-scatters leave it, and the norm weights'
+  // gradients are summed over the group.
+  bool sequence_parallel = false;
 };
 
 // Vocabulary rows of the embedding and LM head at tensor-parallel size t: V at t = 1,

@@ -188,17 +188,45 @@ struct Transformer::ForwardContext {
   // (training) and bf16 weights (a bf16 engine) compute the same thing.
   bool bf16 = false;
   at::Tensor as_used(const at::Tensor& w) const { return bf16 ? w.to(at::kBFloat16) : w; }
+  // Tensor parallelism (null: none) and sequence parallelism: the residual stream then
+  // holds rows [r·T_pad/t, (r+1)·T_pad/t) of the T tokens padded to T_pad (a multiple of t).
+  Comm* tp = nullptr;
+  bool sp = false;
+  int64_t n_tokens = 0, n_padded = 0;
+  // A replicated weight applied to this rank's rows: under sequence parallelism each
+  // rank's gradient is a part, which copy_to_tp sums over the group.
+  at::Tensor shared(const at::Tensor& w) const { return sp ? copy_to_tp(tp, w) : w; }
+  // The column-parallel side of a layer: this rank's rows [T_local, d] -> every token's
+  // [T, d] (copy_to_tp, or gathered over the sequence).
+  at::Tensor to_columns(const at::Tensor& h) const {
+    if (!sp) return copy_to_tp(tp, h);
+    return gather_from_sequence(tp, h).narrow(0, 0, n_tokens);
+  }
+  // The row-parallel side: partial sums [T, d] -> this rank's rows of their sum.
+  at::Tensor from_rows(const at::Tensor& partial) const {
+    if (!sp) return reduce_from_tp(tp, partial);
+    return reduce_scatter_to_sequence(tp, padded(partial));
+  }
+  // A block every rank runs whole (MoE layers): this rank's rows -> every token's, each
+  // rank's gradient its own rows; and back, each rank keeping its rows.
+  at::Tensor whole_rows(const at::Tensor& h) const {
+    return sp ? gather_from_sequence_for_replicated(tp, h).narrow(0, 0, n_tokens) : h;
+  }
+  at::Tensor own_rows(const at::Tensor& y) const { return sp ? scatter_to_sequence(tp, padded(y)) : y; }
+  at::Tensor padded(const at::Tensor& rows) const {
+    return n_padded == n_tokens ? rows : at::constant_pad_nd(rows, {0, 0, 0, n_padded - n_tokens});
+  }
 };
 
 at::Tensor Transformer::attention_block(size_t l, const at::Tensor& x, const ForwardContext& f) const {
   // Tensor parallelism: this shard's H/t query heads and Hkv/t key/value heads (column-
   // parallel q/k/v, row-parallel o; the sum over shards is reduce_from_tp). Each head's
   // q/k norm weight is shared by every shard's heads: copy_to_tp sums its gradient.
-  Comm* tp = tensor_.size > 1 ? tensor_.comm : nullptr;
-  const int64_t T = x.size(0), H = cfg_.n_heads / tensor_.size, Hkv = cfg_.n_kv_heads / tensor_.size,
+  Comm* tp = f.tp;
+  const int64_t T = f.n_tokens, H = cfg_.n_heads / tensor_.size, Hkv = cfg_.n_kv_heads / tensor_.size,
                 D = cfg_.head_dim();
   const LayerParams& p = layers_[l];
-  const at::Tensor h = copy_to_tp(tp, rms_norm(x, f.as_used(p.input_norm), cfg_.rms_norm_eps));
+  const at::Tensor h = f.to_columns(rms_norm(x, f.as_used(f.shared(p.input_norm)), cfg_.rms_norm_eps));  // [T, d]
   at::Tensor q = at::linear(h, p.q, p.q_bias).view({T, H, D});    // [T, H, D]
   at::Tensor k = at::linear(h, p.k, p.k_bias).view({T, Hkv, D});  // [T, Hkv, D]
   if (cfg_.qk_norm) {  // Qwen3: each head RMS-normalised before RoPE
@@ -210,8 +238,8 @@ at::Tensor Transformer::attention_block(size_t l, const at::Tensor& x, const For
   const at::Tensor v = at::linear(h, p.v, p.v_bias).view({T, Hkv, D});                  // [T, Hkv, D]
   const at::Tensor attn = attend(q, k, v, f.layout, f.cache, int64_t(l), f.plan);     // [T, H * D]
   if (!tp) return at::linear(attn, p.o, p.o_bias);                                   // [T, d]
-  const at::Tensor out = reduce_from_tp(tp, at::linear(attn, p.o));                  // [T, d]
-  return p.o_bias.defined() ? out + p.o_bias : out;
+  const at::Tensor out = f.from_rows(at::linear(attn, p.o));                         // [T_local, d]
+  return p.o_bias.defined() ? out + f.shared(p.o_bias) : out;
 }
 
 at::Tensor Transformer::embed(const at::Tensor& tokens, const ForwardContext& f) const {
@@ -221,7 +249,7 @@ at::Tensor Transformer::embed(const at::Tensor& tokens, const ForwardContext& f)
   const at::Tensor local = tokens - vocab_begin_;
   const at::Tensor elsewhere = local.lt(0).logical_or(local.ge(embed_.size(0)));  // [T]
   const at::Tensor rows = at::embedding(f.as_used(embed_), local.masked_fill(elsewhere, 0)).to(at::kFloat);
-  return reduce_from_tp(tensor_.comm, rows.masked_fill(elsewhere.unsqueeze(1), 0.0));  // [T, d]
+  return f.from_rows(rows.masked_fill(elsewhere.unsqueeze(1), 0.0));  // [T_local, d]
 }
 
 at::Tensor Transformer::forward(const at::Tensor& tokens, const AttentionLayout& a, KvCache* cache,
@@ -236,6 +264,10 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const AttentionLayout&
                  "routing replay: expert ids for {} tokens and {} MoE layers expected", T, cfg_.n_moe_layers());
   }
   ForwardContext f{a, cache, {}, {}, {}};
+  f.tp = tensor_.size > 1 ? tensor_.comm : nullptr;
+  f.sp = f.tp && tensor_.sequence_parallel;
+  f.n_tokens = T;
+  f.n_padded = f.sp ? (T + tensor_.size - 1) / tensor_.size * tensor_.size : T;
   f.bf16 = at::autocast::is_autocast_enabled(device_.type()) &&
            at::autocast::get_autocast_dtype(device_.type()) == at::kBFloat16;
   // Auto: the paged kernel for an fp32 forward on the CPU. A bf16 forward gathers and
@@ -251,20 +283,19 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const AttentionLayout&
   f.sin = rope_sin_.index_select(0, a.positions).unsqueeze(1);  // [T, 1, D]
   std::vector<at::Tensor> chosen, own;  // per MoE layer [T, k]: experts run, the router's own top-k
   int64_t moe_layer = 0;
-  Comm* tp = tensor_.size > 1 ? tensor_.comm : nullptr;
-  at::Tensor x = embed(tokens, f);  // [T, d]: the residual stream is fp32
+  at::Tensor x = embed(tokens, f);  // [T, d] ([T_local, d] sequence-parallel): the residual stream is fp32
   for (size_t l = 0; l < layers_.size(); ++l) {
     const LayerParams& p = layers_[l];
     x = x + attention_block(l, x, f);
-    const at::Tensor h = rms_norm(x, f.as_used(p.post_norm), cfg_.rms_norm_eps);
+    const at::Tensor h = rms_norm(x, f.as_used(f.shared(p.post_norm)), cfg_.rms_norm_eps);
     if (!cfg_.is_moe_layer(l)) {  // SwiGLU; tensor-parallel: column-parallel gate/up, row-parallel down
-      const at::Tensor hp = copy_to_tp(tp, h);
-      x = x + reduce_from_tp(tp, at::linear(at::silu(at::linear(hp, p.gate)) * at::linear(hp, p.up), p.down));
+      const at::Tensor hp = f.to_columns(h);
+      x = x + f.from_rows(at::linear(at::silu(at::linear(hp, p.gate)) * at::linear(hp, p.up), p.down));
       continue;
     }
     const at::Tensor replay = moe && moe->replay.defined() ? moe->replay.select(1, moe_layer) : at::Tensor();
-    MoeLayerOutput routed = moe_mlp(h, p.moe, cfg_.n_experts_per_tok, cfg_.norm_topk_prob, replay);
-    x = x + routed.out;
+    MoeLayerOutput routed = moe_mlp(f.whole_rows(h), p.moe, cfg_.n_experts_per_tok, cfg_.norm_topk_prob, replay);
+    x = x + f.own_rows(routed.out);
     if (moe) {
       chosen.push_back(routed.chosen);
       own.push_back(routed.routed);
@@ -276,7 +307,7 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const AttentionLayout&
     moe->chosen = at::stack(chosen, 1);  // [T, n_moe_layers, k]
     moe->routed = at::stack(own, 1);
   }
-  x = copy_to_tp(tp, rms_norm(x, f.as_used(final_norm_), cfg_.rms_norm_eps));
+  x = f.to_columns(rms_norm(x, f.as_used(f.shared(final_norm_)), cfg_.rms_norm_eps));
   return at::linear(x, lm_head_).to(at::kFloat);  // [T, V] (this shard's [T, Vp / t])
 }
 

@@ -81,5 +81,8 @@ at::Tensor gather_from_sequence(Comm* comm, const at::Tensor& x) {
 at::Tensor reduce_scatter_to_sequence(Comm* comm, const at::Tensor& x) {
   return apply<Op::ReduceScatterFirst, Op::GatherFirst>(comm, x);
 }
+at::Tensor gather_from_sequence_for_replicated(Comm* comm, const at::Tensor& x) {
+  return apply<Op::GatherFirst, Op::SliceFirst>(comm, x);
+}
 
 }  // namespace slimpi

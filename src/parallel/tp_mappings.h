@@ -12,6 +12,11 @@
 //   scatter_to_sequence             own slice of dim 0              all-gather, dim 0
 //   gather_from_sequence            all-gather, dim 0               reduce-scatter, dim 0
 //   reduce_scatter_to_sequence      reduce-scatter, dim 0           all-gather, dim 0
+//   gather_from_sequence_for_replicated
+//                                   all-gather, dim 0               own slice of dim 0
+// (the last: Megatron's gather_from_sequence_parallel_region with
+// tensor_parallel_output_grad = False, for a block every rank runs whole on every token,
+// whose gradients are then complete, not parts, on every rank).
 //
 // "Own slice": rank r of t keeps elements [r · n/t, (r + 1) · n/t) (n % t == 0, checked).
 // A one-rank comm (or a null one) makes every function the identity.
@@ -30,5 +35,6 @@ at::Tensor gather_from_tp(Comm* comm, const at::Tensor& x);
 at::Tensor scatter_to_sequence(Comm* comm, const at::Tensor& x);
 at::Tensor gather_from_sequence(Comm* comm, const at::Tensor& x);
 at::Tensor reduce_scatter_to_sequence(Comm* comm, const at::Tensor& x);
+at::Tensor gather_from_sequence_for_replicated(Comm* comm, const at::Tensor& x);
 
 }  // namespace slimpi

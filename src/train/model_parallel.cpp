@@ -8,8 +8,11 @@
 
 namespace slimpi {
 
-ModelParallel::ModelParallel(MPI_Comm trainer, int tensor_parallel, int expert_parallel, const DeviceChoice& device)
-    : tensor_size_(tensor_parallel), expert_size_(expert_parallel) {
+ModelParallel::ModelParallel(MPI_Comm trainer, int tensor_parallel, int expert_parallel, const DeviceChoice& device,
+                             bool sequence_parallel)
+    : tensor_size_(tensor_parallel), expert_size_(expert_parallel), sequence_parallel_(sequence_parallel) {
+  SLIMPI_CHECK(!sequence_parallel || tensor_parallel > 1,
+               "sequence parallelism splits the tokens over the tensor-parallel group: it needs tensor parallelism");
   int rank = 0, n = 1;
   MPI_Comm_rank(trainer, &rank);
   MPI_Comm_size(trainer, &n);

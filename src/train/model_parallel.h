@@ -30,7 +30,9 @@ class ExpertGroups;
 class ModelParallel {
  public:
   // Collective over `trainer`. t and G must divide its size and each other's quotient.
-  ModelParallel(MPI_Comm trainer, int tensor_parallel, int expert_parallel, const DeviceChoice& device);
+  // sequence_parallel: the shards' TensorShard::sequence_parallel (needs t > 1).
+  ModelParallel(MPI_Comm trainer, int tensor_parallel, int expert_parallel, const DeviceChoice& device,
+                bool sequence_parallel = false);
   ~ModelParallel();
   ModelParallel(const ModelParallel&) = delete;
   ModelParallel& operator=(const ModelParallel&) = delete;
@@ -41,7 +43,9 @@ class ModelParallel {
   int data_index() const { return data_->rank(); }
   int expert_size() const { return expert_size_; }
 
-  TensorShard tensor_shard() const { return {tensor_rank_, tensor_size_, tensor_size_ > 1 ? tensor_.get() : nullptr}; }
+  TensorShard tensor_shard() const {
+    return {tensor_rank_, tensor_size_, tensor_size_ > 1 ? tensor_.get() : nullptr, sequence_parallel_};
+  }
   ExpertShard expert_shard() const;
   Comm& data() const { return *data_; }
   // The ranks holding this rank's experts (null without expert parallelism).
@@ -55,6 +59,7 @@ class ModelParallel {
 
  private:
   int tensor_size_ = 1, tensor_rank_ = 0, expert_size_ = 1;
+  bool sequence_parallel_ = false;
   MPI_Comm tensor_mpi_ = MPI_COMM_NULL, data_mpi_ = MPI_COMM_NULL;
   std::unique_ptr<Comm> tensor_, data_;
   std::unique_ptr<ExpertGroups> experts_;

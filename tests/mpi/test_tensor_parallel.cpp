@@ -10,6 +10,7 @@
 //   log-probs, every shard's gradient and updated weights equal the whole model's
 //   slices (to fp32 round-off: the row-parallel products sum in another order), for
 //   grouped-query attention with q/k norms and biases, tied and untied embeddings;
+// - the same with sequence parallelism (the residual stream split over the group);
 // - its checkpoint holds whole tensors (the padding dropped) and loads back into the
 //   whole model and into the shards, and gathering the shards gives the whole model.
 #include <ATen/ATen.h>
@@ -219,6 +220,7 @@ struct Case {
   int tensor_parallel;  // 0: every rank
   int expert_parallel;
   bool tied, moe;
+  bool sequence_parallel = false;
 };
 
 class TensorParallelStep : public ::testing::TestWithParam<Case> {};
@@ -228,10 +230,11 @@ TEST_P(TensorParallelStep, EqualsTheWholeModel) {
   const int n = world.size();
   const Case c = GetParam();
   const int tp = c.tensor_parallel == 0 ? n : c.tensor_parallel;
-  if (n % tp != 0 || (n / tp) % c.expert_parallel != 0 || (c.expert_parallel > 1 && !c.moe) || (tp == 1 && n > 1))
+  if (n % tp != 0 || (n / tp) % c.expert_parallel != 0 || (c.expert_parallel > 1 && !c.moe) || (tp == 1 && n > 1) ||
+      (c.sequence_parallel && tp == 1))
     GTEST_SKIP() << "TP " << tp << " x EP " << c.expert_parallel << " at np " << n;
   const ModelConfig cfg = tp_config(tp, c.tied, c.moe);
-  ModelParallel mp(MPI_COMM_WORLD, tp, c.expert_parallel, DeviceChoice{});
+  ModelParallel mp(MPI_COMM_WORLD, tp, c.expert_parallel, DeviceChoice{}, c.sequence_parallel);
   const int d = mp.data_index();
 
   // The whole model, data-parallel over the same data-parallel group.
@@ -310,7 +313,11 @@ TEST_P(TensorParallelStep, EqualsTheWholeModel) {
 
 INSTANTIATE_TEST_SUITE_P(Layouts, TensorParallelStep,
                          ::testing::Values(Case{0, 1, false, false}, Case{0, 1, true, false}, Case{0, 1, false, true},
-                                           Case{2, 1, false, false}, Case{2, 2, false, true}));
+                                           Case{2, 1, false, false}, Case{2, 2, false, true},
+                                           // sequence parallel: the packed micro-batches' token counts are
+                                           // not multiples of the group size (the stream is padded)
+                                           Case{0, 1, false, false, true}, Case{0, 1, true, true, true},
+                                           Case{2, 2, false, true, true}));
 
 TEST(TensorShard, SplitsAndPadsAsMegatron) {
   ModelConfig cfg = tp_config(2, false, false);
