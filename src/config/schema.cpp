@@ -76,6 +76,9 @@ std::vector<KeySpec> declare_keys() {
       int_key("parallel.tensor_parallel", 1, 1, 1e6, "ranks",
               "split the trainer's dense layers over groups of this many trainer ranks (Megatron's tensor "
               "parallelism: heads, MLP columns and vocabulary rows; tensor fastest, then expert, then data)"),
+      bool_key("parallel.sequence_parallel", false,
+               "with tensor parallelism: norms and residuals hold 1/tensor_parallel of the tokens per rank "
+               "(Megatron's sequence parallelism)"),
       int_key("parallel.expert_parallel", 1, 1, 1e6, "ranks",
               "MoE: shard each layer's experts over groups of this many trainer ranks (tokens exchanged all-to-all)"),
       float_key("parallel.timeout_s", 600.0, 1.0, 1e7, "s",

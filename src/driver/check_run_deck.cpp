@@ -123,6 +123,10 @@ void check_expert_parallel(const Deck& deck, const ModelConfig& model, const Wor
 // Tensor parallelism: trainer ranks hold one shard of the dense layers (model/tensor_shard.h).
 void check_tensor_parallel(const Deck& deck, const ModelConfig& model, const WorldLayout& layout) {
   const int64_t tp = deck.get_int("parallel.tensor_parallel");
+  if (deck.get_bool("parallel.sequence_parallel") && tp <= 1)
+    SLIMPI_FAIL_ALL("parallel.sequence_parallel = true ({}) splits the tokens over the tensor-parallel group, but "
+                    "parallel.tensor_parallel = {} ({}): set it above 1 or sequence_parallel = false",
+                    deck.source("parallel.sequence_parallel"), tp, deck.source("parallel.tensor_parallel"));
   if (tp <= 1) return;
   const std::string what = fmt::format("parallel.tensor_parallel = {} ({}) splits the trainer's layers over groups "
                                        "of {} trainer ranks", tp, deck.source("parallel.tensor_parallel"), tp);

@@ -105,7 +105,8 @@ void build_models(const RunContext& ctx, const std::string& resume_from, RunComp
     return m;
   };
   if (ctx.world->is_trainer()) {
-    c.model_parallel = std::make_unique<ModelParallel>(ctx.world->trainer(), tp, ep, ctx.device);
+    c.model_parallel = std::make_unique<ModelParallel>(ctx.world->trainer(), tp, ep, ctx.device,
+                                                       deck.get_bool("parallel.sequence_parallel"));
     const ModelParallel& mp = *c.model_parallel;
     c.policy = make_model(false, at::kFloat, &mp);
     if (Trainer::needs_reference(c.configs.trainer)) {
@@ -120,11 +121,13 @@ void build_models(const RunContext& ctx, const std::string& resume_from, RunComp
     if (tp > 1)
       log::info("tensor parallelism: {} group{} of {} trainer ranks (data-parallel size {}); this rank is tensor rank "
                 "{}: {} of {} query heads, {} of {} MLP columns, vocabulary rows {}..{} of {} padded ({} parameters "
-                "here)", mp.data_size(), mp.data_size() > 1 ? "s" : "", tp, mp.data_size(), mp.tensor_rank(),
+                "here){}", mp.data_size(), mp.data_size() > 1 ? "s" : "", tp, mp.data_size(), mp.tensor_rank(),
                 model_cfg.n_heads / tp, model_cfg.n_heads, model_cfg.intermediate_size / tp,
                 model_cfg.intermediate_size, c.policy->vocab_begin(),
                 c.policy->vocab_begin() + padded_vocab_size(model_cfg.vocab_size, tp) / tp - 1,
-                padded_vocab_size(model_cfg.vocab_size, tp), c.policy->n_params());
+                padded_vocab_size(model_cfg.vocab_size, tp), c.policy->n_params(),
+                mp.tensor_shard().sequence_parallel ? "; sequence parallel: norms and residuals hold 1/" +
+                                                          std::to_string(tp) + " of the tokens" : "");
     if (ep > 1) {
       const ExpertShard shard = mp.expert_shard();
       log::info("expert parallelism: {} group{} of {} data-parallel ranks; this rank holds experts {}..{} of {} ({} "

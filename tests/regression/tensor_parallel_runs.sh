@@ -5,7 +5,8 @@
 #    a KL loss: the reference model is split too) and np 4 colocated (TP 2 x DP 2) each
 #    generate the tokens of the same run with whole models on every trainer rank and
 #    log the same metrics to fp32 round-off (the engines get the gathered whole model
-#    every step: a wrong gather would change the tokens); also with one_step_off;
+#    every step: a wrong gather would change the tokens); also with sequence
+#    parallelism and with one_step_off;
 #  * job steps of a tensor-parallel run (2 + 2) equal the straight run bit for bit;
 #  * a checkpoint holds whole tensors: a run saved at TP 2 x DP 2 resumes at TP 4 x DP 1
 #    and at TP 1 x DP 4 and continues as the straight run does; `slimpi export` writes
@@ -72,6 +73,10 @@ kl=(--set train.use_kl_loss=true --set train.kl_loss_coef=0.01)
 run 2 co2_tp1 --set parallel.placement=colocate "${kl[@]}"
 run 2 co2_tp2 --set parallel.placement=colocate --set parallel.tensor_parallel=2 "${kl[@]}"
 close co2_tp1 co2_tp2
+run 2 co2_tp2_sp --set parallel.placement=colocate --set parallel.tensor_parallel=2 --set parallel.sequence_parallel=true \
+  "${kl[@]}"
+grep -q "sequence parallel: norms and residuals hold 1/2 of the tokens" "$out/co2_tp2_sp.log"
+close co2_tp1 co2_tp2_sp
 run 4 co4_tp1 --set parallel.placement=colocate
 run 4 co4_tp2 --set parallel.placement=colocate --set parallel.tensor_parallel=2
 grep -q "tensor parallelism: 2 groups of 2 trainer ranks (data-parallel size 2)" "$out/co4_tp2.log"
@@ -153,6 +158,8 @@ refused() {  # NP PATTERN [--set ...]
   grep -q -- "$pattern" "$out/refused.log" || { cat "$out/refused.log"; echo "FAIL: no '$pattern'"; exit 1; }
 }
 refused 4 "it must divide the number of trainer ranks, 2" --set parallel.tensor_parallel=4
+refused 4 "parallel.sequence_parallel = true (--set) splits the tokens over the tensor-parallel group, but parallel.tensor_parallel = 1" \
+  --set parallel.sequence_parallel=true
 refused 4 "it must divide the number of trainer ranks, 4" --set parallel.placement=colocate --set parallel.tensor_parallel=3
 refused 4 "model.n_kv_heads = 2 (.*) is not divisible by 4" --set parallel.placement=colocate --set parallel.tensor_parallel=4
 refused 4 "model.intermediate_size = 66 (.*) is not divisible by 4" --set parallel.placement=colocate \
