@@ -246,6 +246,9 @@ std::vector<KeySpec> declare_keys() {
       choice_key("train.precision", "fp32", {"fp32", "bf16"},
                  "forward precision of training: bf16 = bf16 matrix products (autocast) with fp32 master "
                  "weights, gradients and AdamW state; log-probs and losses in fp32"),
+      bool_key("train.distributed_optimizer", false,
+               "shard the fp32 AdamW moments over the data-parallel ranks (Megatron's distributed optimizer, "
+               "ZeRO-1): gradients reduce-scattered, parameters all-gathered after each step"),
       bool_key("train.overlap_grad_reduce", true,
                "all-reduce each gradient bucket as soon as the last backward of a step has produced it "
                "(non-blocking, overlapping the rest of backward), as Megatron's overlap_grad_reduce"),

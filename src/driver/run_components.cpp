@@ -128,6 +128,10 @@ void build_models(const RunContext& ctx, const std::string& resume_from, RunComp
                 padded_vocab_size(model_cfg.vocab_size, tp), c.policy->n_params(),
                 mp.tensor_shard().sequence_parallel ? "; sequence parallel: norms and residuals hold 1/" +
                                                           std::to_string(tp) + " of the tokens" : "");
+    if (c.configs.trainer.distributed_optimizer)
+      log::info("distributed optimizer: the AdamW moments sharded over the {} data-parallel rank{} of each tensor "
+                "rank{}", mp.data_size(), mp.data_size() > 1 ? "s" : "",
+                ep > 1 ? fmt::format(" (the experts' over their {} replicas)", mp.data_size() / ep) : "");
     if (ep > 1) {
       const ExpertShard shard = mp.expert_shard();
       log::info("expert parallelism: {} group{} of {} data-parallel ranks; this rank holds experts {}..{} of {} ({} "
@@ -174,6 +178,7 @@ RunComponents& RunComponents::operator=(RunComponents&&) noexcept = default;
 
 bool RunComponents::writes_trainer_state(const World& world) const {
   if (!model_parallel) return false;
+  if (configs.trainer.distributed_optimizer) return true;  // the moments are gathered over every data-parallel group
   return rank_in(world.trainer()) == 0 || (policy && policy->sharded() && model_parallel->joins_gather_to_first());
 }
 

@@ -15,20 +15,25 @@ AdamW::AdamW(const std::vector<NamedTensor>& params, const Options& options) : p
   }
 }
 
+void adamw_update(at::Tensor p, const at::Tensor& g, at::Tensor& m, at::Tensor& v, double lr, int64_t t,
+                  const AdamWOptions& o, bool decay) {
+  const double bias1 = 1.0 - std::pow(o.beta1, double(t));
+  const double bias2 = 1.0 - std::pow(o.beta2, double(t));
+  if (o.weight_decay != 0.0 && decay) p.mul_(1.0 - lr * o.weight_decay);
+  m.mul_(o.beta1).add_(g, 1.0 - o.beta1);
+  v.mul_(o.beta2).addcmul_(g, g, 1.0 - o.beta2);
+  at::Tensor denom = (v.sqrt() / std::sqrt(bias2)).add_(o.eps);
+  p.addcdiv_(m, denom, -lr / bias1);
+}
+
 void AdamW::step(double lr) {
   at::NoGradGuard no_grad;
   ++t_;
-  const double bias1 = 1.0 - std::pow(options_.beta1, double(t_));
-  const double bias2 = 1.0 - std::pow(options_.beta2, double(t_));
   for (size_t i = 0; i < params_.size(); ++i) {
     at::Tensor p = params_[i].tensor;
     const at::Tensor& g = p.grad();
     SLIMPI_CHECK(g.defined(), "AdamW: parameter {} has no gradient", params_[i].name);
-    if (options_.weight_decay != 0.0 && p.dim() >= 2) p.mul_(1.0 - lr * options_.weight_decay);
-    exp_avg_[i].mul_(options_.beta1).add_(g, 1.0 - options_.beta1);
-    exp_avg_sq_[i].mul_(options_.beta2).addcmul_(g, g, 1.0 - options_.beta2);
-    at::Tensor denom = (exp_avg_sq_[i].sqrt() / std::sqrt(bias2)).add_(options_.eps);
-    p.addcdiv_(exp_avg_[i], denom, -lr / bias1);
+    adamw_update(p, g, exp_avg_[i], exp_avg_sq_[i], lr, t_, options_, p.dim() >= 2);
   }
 }
 

@@ -15,14 +15,21 @@
 
 namespace slimpi {
 
+struct AdamWOptions {
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+};
+
+// The update of step t (≥ 1) on one stretch of elements, in place: p, its gradient g and
+// moments m, v (same shape). decay: whether weight decay applies (the parameter is a matrix).
+void adamw_update(at::Tensor p, const at::Tensor& g, at::Tensor& m, at::Tensor& v, double lr, int64_t t,
+                  const AdamWOptions& o, bool decay);
+
 class AdamW {
  public:
-  struct Options {
-    double beta1 = 0.9;
-    double beta2 = 0.999;
-    double eps = 1e-8;
-    double weight_decay = 0.0;
-  };
+  using Options = AdamWOptions;
 
   AdamW(const std::vector<NamedTensor>& params, const Options& options);
 

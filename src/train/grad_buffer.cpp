@@ -20,23 +20,35 @@ class GradBuffer::Hook final : public torch::autograd::PostAccumulateGradHook {
   size_t index_;
 };
 
-GradBuffer::GradBuffer(const std::vector<NamedTensor>& params, int64_t bucket_bytes) : params_(params) {
+GradBuffer::GradBuffer(const std::vector<NamedTensor>& params, int64_t bucket_bytes, int64_t pad_buckets_to)
+    : params_(params) {
   SLIMPI_CHECK(!params_.empty(), "GradBuffer of no parameters");
-  int64_t total = 0;
-  for (const auto& p : params_) total += p.tensor.numel();
-  flat_ = at::zeros({total}, params_[0].tensor.options().dtype(at::kFloat).requires_grad(false));
+  SLIMPI_CHECK(pad_buckets_to >= 1, "GradBuffer: buckets padded to multiples of {}", pad_buckets_to);
+  // The layout first (buckets of whole parameters, each padded), then the storage.
   const int64_t bucket_elems = std::max<int64_t>(1, bucket_bytes / 4);
+  auto pad = [&](Bucket& b) { b.numel = (b.numel + pad_buckets_to - 1) / pad_buckets_to * pad_buckets_to; };
   int64_t offset = 0;
   for (size_t i = 0; i < params_.size(); ++i) {
     const auto& p = params_[i];
     SLIMPI_CHECK(p.tensor.scalar_type() == at::kFloat, "GradBuffer: parameter {} is not fp32", p.name);
-    views_.push_back(flat_.narrow(0, offset, p.tensor.numel()).view(p.tensor.sizes()));
-    if (buckets_.empty() || buckets_.back().numel >= bucket_elems) buckets_.push_back({offset, 0, 0, 0, nullptr});
+    if (buckets_.empty() || buckets_.back().numel >= bucket_elems) {
+      if (!buckets_.empty()) {
+        pad(buckets_.back());
+        offset = buckets_.back().offset + buckets_.back().numel;
+      }
+      buckets_.push_back({offset, 0, 0, 0, nullptr});
+    }
+    param_ranges_.push_back({offset, p.tensor.numel()});
     buckets_.back().numel += p.tensor.numel();
     ++buckets_.back().n_params;
     bucket_of_.push_back(static_cast<int64_t>(buckets_.size()) - 1);
     offset += p.tensor.numel();
   }
+  pad(buckets_.back());
+  const int64_t total = buckets_.back().offset + buckets_.back().numel;
+  flat_ = at::zeros({total}, params_[0].tensor.options().dtype(at::kFloat).requires_grad(false));
+  for (size_t i = 0; i < params_.size(); ++i)
+    views_.push_back(flat_.narrow(0, param_ranges_[i].offset, param_ranges_[i].numel).view(params_[i].tensor.sizes()));
   for (size_t i = 0; i < params_.size(); ++i)
     torch::autograd::impl::set_post_acc_grad_hooks(params_[i].tensor, std::make_unique<Hook>(this, i));
   zero();
@@ -105,6 +117,12 @@ void GradBuffer::all_reduce(Comm* comm) {
   }
   for (int64_t i = n_buckets() - 1; i >= 0; --i)
     allreduce(*comm, flat_.narrow(0, buckets_[i].offset, buckets_[i].numel), ReduceOp::Sum);
+}
+
+std::vector<GradBuffer::Range> GradBuffer::bucket_ranges() const {
+  std::vector<Range> out;
+  for (const auto& b : buckets_) out.push_back({b.offset, b.numel});
+  return out;
 }
 
 double GradBuffer::global_norm() const { return flat_.norm().item<double>(); }

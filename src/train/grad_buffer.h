@@ -16,6 +16,9 @@
 // by one in the same order. Blocking and non-blocking collectives do not match, so
 // every rank must take the same path: a rank with no backward in the step arms too. The sums are the same either way: each element is summed
 // over the same ranks.
+// With the distributed optimizer (train/distributed_optimizer.h) every bucket is padded
+// with zeros to a multiple of the data-parallel size, so that it splits into equal
+// chunks, one per rank.
 // Owned by the Trainer. Invariant: p.grad() of every parameter aliases the buffer.
 #pragma once
 
@@ -31,7 +34,8 @@ namespace slimpi {
 
 class GradBuffer {
  public:
-  GradBuffer(const std::vector<NamedTensor>& params, int64_t bucket_bytes);
+  // pad_buckets_to: every bucket's length is rounded up to a multiple of it.
+  GradBuffer(const std::vector<NamedTensor>& params, int64_t bucket_bytes, int64_t pad_buckets_to = 1);
   ~GradBuffer();
   GradBuffer(const GradBuffer&) = delete;
   GradBuffer& operator=(const GradBuffer&) = delete;
@@ -51,6 +55,14 @@ class GradBuffer {
   void clip(double norm, double max_norm);
 
   const at::Tensor& flat() const { return flat_; }
+  const std::vector<NamedTensor>& params() const { return params_; }
+  // Where each parameter's gradient sits in flat() (in parameter order), and each
+  // bucket's range (padding included).
+  struct Range {
+    int64_t offset = 0, numel = 0;
+  };
+  const std::vector<Range>& param_ranges() const { return param_ranges_; }
+  std::vector<Range> bucket_ranges() const;
   int64_t n_buckets() const { return static_cast<int64_t>(buckets_.size()); }
   bool reduction_armed() const { return armed_ != nullptr; }
   // Buckets started from inside backward by the last overlapped reduction (tests).
@@ -73,6 +85,7 @@ class GradBuffer {
   std::vector<NamedTensor> params_;
   at::Tensor flat_;  // [total parameter elements] fp32
   std::vector<at::Tensor> views_;
+  std::vector<Range> param_ranges_;
   std::vector<int64_t> bucket_of_;  // per parameter
   std::vector<Bucket> buckets_;
   Comm* armed_ = nullptr;           // the comm of the overlapped reduction in progress

@@ -46,12 +46,17 @@ std::vector<NamedTensor> gradient_group(const Transformer& policy, GradientGroup
   return out;
 }
 
-// a² summed over `comm` (null: a²).
-double sum_of_squares(double a, Comm* comm) {
-  if (!comm) return a * a;
-  at::Tensor sq = at::full({1}, a * a, at::kDouble);
-  allreduce(*comm, sq);
-  return sq.item<double>();
+// x summed over `comm` (null: x).
+double summed(double x, Comm* comm) {
+  if (!comm) return x;
+  at::Tensor t = at::full({1}, x, at::kDouble);
+  allreduce(*comm, t);
+  return t.item<double>();
+}
+
+// Gradient buckets split into equal chunks over the distributed optimizer's group.
+int64_t padding(const TrainerConfig& cfg, Comm* group) {
+  return cfg.distributed_optimizer && group ? group->size() : 1;
 }
 
 // A one-token forward for a rank with no micro-batch left while its expert group still
@@ -73,22 +78,37 @@ Trainer::Trainer(const TrainerConfig& cfg, Transformer& policy, Comm* dp, const 
       expert_group_(policy.expert_shard().size > 1 ? policy.expert_shard().comm : nullptr),
       expert_replicas_(expert_replicas),
       tensor_group_(policy.tensor_shard().size > 1 ? policy.tensor_shard().comm : nullptr),
-      optimizer_(policy.parameters(), cfg.adam),
-      grads_(gradient_group(policy, GradientGroup::Replicated), cfg.grad_bucket_bytes),
+      optimizer_(cfg.distributed_optimizer ? nullptr : std::make_unique<AdamW>(policy.parameters(), cfg.adam)),
+      grads_(gradient_group(policy, GradientGroup::Replicated), cfg.grad_bucket_bytes, padding(cfg, dp)),
       moe_(policy.config().n_experts > 0),
       moe_layers_(moe_layer_indices(policy.config())) {
   SLIMPI_CHECK(!(needs_reference(cfg_) && !reference_), "the KL loss and the reward-side KL need a reference model");
   if (expert_group_) {
     SLIMPI_CHECK(!reference_ || reference_->expert_shard().comm == expert_group_,
                  "the reference model must be sharded over the policy's expert group");
-    expert_grads_ = std::make_unique<GradBuffer>(gradient_group(policy, GradientGroup::Experts), cfg.grad_bucket_bytes);
+    expert_grads_ = std::make_unique<GradBuffer>(gradient_group(policy, GradientGroup::Experts), cfg.grad_bucket_bytes,
+                                                 padding(cfg, expert_replicas_));
   }
   if (tensor_group_) {
     SLIMPI_CHECK(!reference_ || reference_->tensor_shard().comm == tensor_group_,
                  "the reference model must be split over the policy's tensor group");
     split_grads_ = std::make_unique<GradBuffer>(gradient_group(policy, GradientGroup::TensorSplit),
-                                                cfg.grad_bucket_bytes);
+                                                cfg.grad_bucket_bytes, padding(cfg, dp));
   }
+  if (cfg.distributed_optimizer) {
+    sharded_adam_ = std::make_unique<DistributedAdamW>(grads_, dp_, cfg.adam);
+    if (split_grads_) sharded_split_adam_ = std::make_unique<DistributedAdamW>(*split_grads_, dp_, cfg.adam);
+    if (expert_grads_)
+      sharded_expert_adam_ = std::make_unique<DistributedAdamW>(*expert_grads_, expert_replicas_, cfg.adam);
+  }
+}
+
+std::vector<std::tuple<GradBuffer*, Comm*, DistributedAdamW*>> Trainer::buffers() const {
+  std::vector<std::tuple<GradBuffer*, Comm*, DistributedAdamW*>> out{
+      {const_cast<GradBuffer*>(&grads_), dp_, sharded_adam_.get()}};
+  if (split_grads_) out.emplace_back(split_grads_.get(), dp_, sharded_split_adam_.get());
+  if (expert_grads_) out.emplace_back(expert_grads_.get(), expert_replicas_, sharded_expert_adam_.get());
+  return out;
 }
 
 int64_t Trainer::aligned_micro_batches(int64_t n) const {
@@ -102,11 +122,16 @@ double Trainer::global_grad_norm() const {
   // Every parameter counted once: the replicated ones on this rank (every rank of its
   // tensor group holds the same sums), the tensor group's splits and the expert group's
   // shards added up over their groups (the replicas of a shard hold the same sums).
-  const double replicated = grads_.global_norm();
-  if (!expert_grads_ && !split_grads_) return replicated;
-  double sq = replicated * replicated;
-  if (split_grads_) sq += sum_of_squares(split_grads_->global_norm(), tensor_group_);
-  if (expert_grads_) sq += sum_of_squares(expert_grads_->global_norm(), expert_group_);
+  // The distributed optimizer holds each sum in chunks over the buffer's group.
+  auto norm_sq = [](const GradBuffer& g, DistributedAdamW* sharded, Comm* group) {
+    if (!sharded) return std::pow(g.global_norm(), 2);
+    return summed(sharded->local_norm_sq(), group);
+  };
+  const double replicated = norm_sq(grads_, sharded_adam_.get(), dp_);
+  if (!expert_grads_ && !split_grads_) return std::sqrt(replicated);
+  double sq = replicated;
+  if (split_grads_) sq += summed(norm_sq(*split_grads_, sharded_split_adam_.get(), dp_), tensor_group_);
+  if (expert_grads_) sq += summed(norm_sq(*expert_grads_, sharded_expert_adam_.get(), expert_replicas_), expert_group_);
   return std::sqrt(sq);
 }
 
@@ -286,7 +311,8 @@ bool Trainer::overlaps_grad_reduce() const {
   // on a replica that waits on this rank: there the reductions follow backward (not
   // yet run on a GPU; on the CPU, MPI's non-blocking reductions never block backward).
   const bool cpu = policy_.device().is_cpu();
-  return cfg_.overlap_grad_reduce && dp_ && (cpu || dp_->device_memory()) && !(expert_group_ && dp_->device_memory());
+  return cfg_.overlap_grad_reduce && !cfg_.distributed_optimizer && dp_ && (cpu || dp_->device_memory()) &&
+         !(expert_group_ && dp_->device_memory());
 }
 
 void Trainer::arm_overlapped_reduction() {
@@ -389,31 +415,47 @@ at::Tensor Trainer::old_log_probs(std::vector<Sample>& local, const std::vector<
 }
 
 double Trainer::reduce_gradients() {
-  grads_.all_reduce(dp_);
-  if (split_grads_) split_grads_->all_reduce(dp_);
-  if (expert_grads_) expert_grads_->all_reduce(expert_replicas_);
+  for (auto [g, group, sharded] : buffers()) {
+    if (sharded) sharded->reduce_scatter();
+    else g->all_reduce(group);
+  }
   return global_grad_norm();
 }
 
 void Trainer::apply_update(double grad_norm, std::map<std::string, double>& metrics) {
-  const double lr = cfg_.lr.at(optimizer_.n_steps());
+  const double lr = cfg_.lr.at(n_steps());
   // Megatron's check for NaN in loss and gradients: a non-finite step never reaches the
   // weights. Loss and norm are reduced values, the same on every dp rank.
   const double loss = metrics.count("train/loss") ? metrics["train/loss"] : 0.0;
   const bool finite = std::isfinite(grad_norm) && std::isfinite(loss);
   if (finite) {
-    grads_.clip(grad_norm, cfg_.clip_grad);
-    if (split_grads_) split_grads_->clip(grad_norm, cfg_.clip_grad);
-    if (expert_grads_) expert_grads_->clip(grad_norm, cfg_.clip_grad);
-    optimizer_.step(lr);
+    for (auto [g, group, sharded] : buffers()) {
+      if (sharded) sharded->clip(grad_norm, cfg_.clip_grad);
+      else g->clip(grad_norm, cfg_.clip_grad);
+    }
+    if (optimizer_) {
+      optimizer_->step(lr);
+    } else {
+      ++n_steps_;
+      for (auto [g, group, sharded] : buffers()) sharded->step(lr, n_steps_);
+    }
   } else if (!cfg_.skip_nonfinite_steps) {
     SLIMPI_FAIL_ALL("optimizer step {}: the loss is {} and the gradient norm {}; stopping before they reach the "
                     "weights (train.skip_nonfinite_steps = true skips such steps instead)",
-                    optimizer_.n_steps(), loss, grad_norm);
+                    n_steps(), loss, grad_norm);
   }
   metrics["train/skipped_nonfinite_step"] = finite ? 0.0 : 1.0;
   metrics["train/grad_norm"] = grad_norm;
   metrics["train/lr"] = lr;
+}
+
+std::vector<NamedTensor> Trainer::optimizer_state(bool to_all) const {
+  if (optimizer_) return optimizer_->state();
+  // Each buffer's moments, whole over its group (on the group's first rank unless to_all).
+  std::vector<NamedTensor> out;
+  for (auto [g, group, sharded] : buffers())
+    for (auto& t : sharded->whole_state(to_all)) out.push_back(std::move(t));
+  return out;
 }
 
 void Trainer::save(const std::string& path) const {
@@ -423,8 +465,8 @@ void Trainer::save(const std::string& path) const {
   const std::vector<NamedTensor> params =
       sharded ? whole_tensors(policy_, policy_.parameters(), /*to_all=*/false) : policy_.parameters();
   const std::vector<NamedTensor> state =
-      sharded ? whole_tensors(policy_, optimizer_.state(), /*to_all=*/false) : optimizer_.state();
-  if (sharded && (policy_.expert_shard().rank != 0 || policy_.tensor_shard().rank != 0)) return;
+      sharded ? whole_tensors(policy_, optimizer_state(false), /*to_all=*/false) : optimizer_state(false);
+  if (policy_.tensor_shard().rank != 0 || (dp_ && dp_->rank() != 0)) return;  // trainer rank 0 writes
   // A checkpoint is never written with non-finite numbers in it.
   for (const auto* list : {&params, &state})
     for (const NamedTensor& t : *list)
@@ -435,7 +477,7 @@ void Trainer::save(const std::string& path) const {
   write_tensors(model.id(), params);
   h5::Handle opt = h5::create_group(f.id(), "optimizer");
   write_tensors(opt.id(), state);
-  h5::write_attr(opt.id(), "n_steps", optimizer_.n_steps());
+  h5::write_attr(opt.id(), "n_steps", n_steps());
   h5::Handle rng = h5::create_group(f.id(), "rng");
   write_tensor(rng.id(), "torch_cpu", at::detail::getDefaultCPUGenerator().get_state());
   rng.reset();
@@ -450,8 +492,14 @@ void Trainer::load(const std::string& path) {
   load_model_weights(policy_.parameters(), path, "model", expert_group_ != nullptr, stored);
   h5::File f = h5::File::open(path, false, MPI_COMM_NULL);
   h5::Handle opt = h5::open_group(f.id(), "optimizer");
-  optimizer_.load_state(h5::read_attr_int(opt.id(), "n_steps"),
-                        read_tensors_like(opt.id(), optimizer_.state(), false, stored));
+  const int64_t steps = h5::read_attr_int(opt.id(), "n_steps");
+  if (optimizer_) {
+    optimizer_->load_state(steps, read_tensors_like(opt.id(), optimizer_->state(), false, stored));
+  } else {
+    for (auto [g, group, sharded] : buffers())
+      sharded->load_whole_state(read_tensors_like(opt.id(), sharded->state_like(), false, stored));
+    n_steps_ = steps;
+  }
   h5::Handle rng = h5::open_group(f.id(), "rng");
   at::Generator gen = at::detail::getDefaultCPUGenerator();
   gen.set_state(read_tensor(rng.id(), "torch_cpu"));

@@ -23,11 +23,16 @@
 // data-parallel group of this rank's tensor rank; every rank of a tensor group gets the
 // same samples and runs the same micro-batches; the split parameters' gradients live in
 // a third buffer, reduced over dp, their norm added up over the tensor group.
+// Distributed optimizer (train.distributed_optimizer, train/distributed_optimizer.h):
+// each buffer's AdamW state is sharded over the group that reduces it; its gradients
+// are reduce-scattered after backward (no overlap with it yet) and the parameters
+// all-gathered after the update.
 #pragma once
 
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <slimpi/sample.h>
@@ -35,6 +40,7 @@
 #include "model/transformer.h"
 #include "parallel/comm.h"
 #include "train/adamw.h"
+#include "train/distributed_optimizer.h"
 #include "train/grad_buffer.h"
 #include "train/metric_sums.h"
 #include "train/trainer_config.h"
@@ -75,7 +81,7 @@ class Trainer {
   // with no sample on any rank does nothing and returns train/optimizer_step_empty = 1.
   std::map<std::string, double> train_step(std::vector<Sample>& local);
 
-  int64_t n_steps() const { return optimizer_.n_steps(); }
+  int64_t n_steps() const { return optimizer_ ? optimizer_->n_steps() : n_steps_; }
   // The gradients of the replicated parameters (all of them without model parallelism),
   // and of this rank's experts (null without expert parallelism).
   const GradBuffer& grads() const { return grads_; }
@@ -83,9 +89,10 @@ class Trainer {
   const TrainerConfig& config() const { return cfg_; }
 
   // Model, optimizer state, step count and the torch CPU RNG state in one HDF5 file,
-  // every tensor whole under the whole model's name (written by the calling rank alone;
-  // a sharded trainer first gathers the whole model: every rank of
-  // ModelParallel::joins_gather_to_first() calls it and trainer rank 0 writes), and back
+  // every tensor whole under the whole model's name (written by trainer rank 0; a sharded
+  // trainer first gathers the whole model: every rank of
+  // ModelParallel::joins_gather_to_first() calls it, every trainer rank with the
+  // distributed optimizer, whose moments are gathered over the data-parallel groups), and back
   // (each rank reading its own experts and tensor-parallel parts, whatever layout wrote
   // the file).
   void save(const std::string& path) const;
@@ -131,10 +138,17 @@ class Trainer {
   Comm* expert_group_ = nullptr;     // the policy's expert-parallel group (null: no expert parallelism)
   Comm* expert_replicas_ = nullptr;  // ranks holding this rank's experts
   Comm* tensor_group_ = nullptr;     // the policy's tensor-parallel group (null: no tensor parallelism)
-  AdamW optimizer_;
+  // AdamW on every parameter, or (train.distributed_optimizer) one DistributedAdamW per
+  // gradient buffer, sharded over the group that reduces it.
+  std::unique_ptr<AdamW> optimizer_;
+  int64_t n_steps_ = 0;  // the distributed optimizer's step count
   GradBuffer grads_;
   std::unique_ptr<GradBuffer> expert_grads_;
   std::unique_ptr<GradBuffer> split_grads_;  // tensor parallelism: the split parameters' (model/tensor_shard.h)
+  std::unique_ptr<DistributedAdamW> sharded_adam_, sharded_split_adam_, sharded_expert_adam_;
+  // Every buffer with the group it is reduced over and its distributed optimizer.
+  std::vector<std::tuple<GradBuffer*, Comm*, DistributedAdamW*>> buffers() const;
+  std::vector<NamedTensor> optimizer_state(bool to_all) const;
   bool moe_ = false;                // model.n_experts > 0
   std::vector<int64_t> moe_layers_;  // the model layer of each MoE layer
 };

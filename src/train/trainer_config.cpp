@@ -88,6 +88,7 @@ TrainerConfig TrainerConfig::from_deck(const Deck& deck) {
   c.skip_nonfinite_steps = deck.get_bool("train.skip_nonfinite_steps");
   c.grad_bucket_bytes = deck.get_int("train.grad_bucket_mb") << 20;
   c.overlap_grad_reduce = deck.get_bool("train.overlap_grad_reduce");
+  c.distributed_optimizer = deck.get_bool("train.distributed_optimizer");
   c.precision = parse_precision(deck.get_string("train.precision"));
   c.adam.beta1 = deck.get_float("train.adam_beta1");
   c.adam.beta2 = deck.get_float("train.adam_beta2");

@@ -10,7 +10,8 @@
 //   log-probs, every shard's gradient and updated weights equal the whole model's
 //   slices (to fp32 round-off: the row-parallel products sum in another order), for
 //   grouped-query attention with q/k norms and biases, tied and untied embeddings;
-// - the same with sequence parallelism (the residual stream split over the group);
+// - the same with sequence parallelism (the residual stream split over the group), and
+//   with the distributed optimizer at TP 2 x DP 2;
 // - its checkpoint holds whole tensors (the padding dropped) and loads back into the
 //   whole model and into the shards, and gathering the shards gives the whole model.
 #include <ATen/ATen.h>
@@ -221,6 +222,7 @@ struct Case {
   int expert_parallel;
   bool tied, moe;
   bool sequence_parallel = false;
+  bool distributed_optimizer = false;
 };
 
 class TensorParallelStep : public ::testing::TestWithParam<Case> {};
@@ -249,7 +251,9 @@ TEST_P(TensorParallelStep, EqualsTheWholeModel) {
   Transformer shard(cfg, 1, at::kCPU, at::kFloat, mp.expert_shard(), mp.tensor_shard());
   Transformer shard_ref(cfg, 2, at::kCPU, at::kFloat, mp.expert_shard(), mp.tensor_shard());
   if (tp > 1) ASSERT_LT(shard.n_params(), whole.n_params());
-  Trainer split(rl_config(), shard, &mp.data(), &shard_ref, mp.expert_replicas());
+  TrainerConfig split_cfg = rl_config();
+  split_cfg.distributed_optimizer = c.distributed_optimizer;
+  Trainer split(split_cfg, shard, &mp.data(), &shard_ref, mp.expert_replicas());
   std::vector<Sample> got = samples_of(d);
   auto got_rollout = split.prepare_rollout(got, /*recompute_old=*/true);
   for (size_t j = 0; j < got.size(); ++j)
@@ -266,7 +270,9 @@ TEST_P(TensorParallelStep, EqualsTheWholeModel) {
   EXPECT_GT(want_step.at("train/grad_norm"), 0.5);  // the clip acted
   const StoredWhole stored{&cfg, mp.tensor_shard()};
   for (const auto& p : shard.parameters()) {
-    expect_close(p.tensor.grad(), stored.part_of(p.name, want_grads.at(p.name)), "gradient of " + p.name);
+    // (The distributed optimizer sums the gradients into its chunks; .grad() keeps this rank's own.)
+    if (!c.distributed_optimizer)
+      expect_close(p.tensor.grad(), stored.part_of(p.name, want_grads.at(p.name)), "gradient of " + p.name);
     expect_close(p.tensor.detach(), stored.part_of(p.name, want_weights.at(p.name)), "updated " + p.name);
   }
 
@@ -276,7 +282,7 @@ TEST_P(TensorParallelStep, EqualsTheWholeModel) {
   world.barrier();
   const std::string base_path = dir + "/base.h5", split_path = dir + "/split.h5";
   if (world.rank() == 0) base.save(base_path);
-  if (mp.joins_gather_to_first()) split.save(split_path);
+  if (mp.joins_gather_to_first() || c.distributed_optimizer) split.save(split_path);
   world.barrier();
   if (world.rank() == 0) {
     h5::File a = h5::File::open(base_path, false, MPI_COMM_NULL), b = h5::File::open(split_path, false, MPI_COMM_NULL);
@@ -297,7 +303,9 @@ TEST_P(TensorParallelStep, EqualsTheWholeModel) {
   whole_reloaded.load(split_path);
   for (const auto& p : whole_again.parameters()) expect_close(p.tensor.detach(), want_weights.at(p.name), "loaded " + p.name);
   Transformer fresh(cfg, 7, at::kCPU, at::kFloat, mp.expert_shard(), mp.tensor_shard());
-  Trainer reloaded(no_kl, fresh, &mp.data(), nullptr, mp.expert_replicas());
+  TrainerConfig reload_cfg = no_kl;
+  reload_cfg.distributed_optimizer = c.distributed_optimizer;
+  Trainer reloaded(reload_cfg, fresh, &mp.data(), nullptr, mp.expert_replicas());
   reloaded.load(base_path);
   for (const auto& p : fresh.parameters())
     EXPECT_TRUE(at::equal(p.tensor, stored.part_of(p.name, want_weights.at(p.name)))) << "loaded " << p.name;
@@ -317,7 +325,10 @@ INSTANTIATE_TEST_SUITE_P(Layouts, TensorParallelStep,
                                            // sequence parallel: the packed micro-batches' token counts are
                                            // not multiples of the group size (the stream is padded)
                                            Case{0, 1, false, false, true}, Case{0, 1, true, true, true},
-                                           Case{2, 2, false, true, true}));
+                                           Case{2, 2, false, true, true},
+                                           // the distributed optimizer over the data-parallel groups (and the
+                                           // experts' replicas)
+                                           Case{2, 1, true, false, false, true}, Case{2, 2, false, true, true, true}));
 
 TEST(TensorShard, SplitsAndPadsAsMegatron) {
   ModelConfig cfg = tp_config(2, false, false);

@@ -7,6 +7,8 @@
 #    log the same metrics to fp32 round-off (the engines get the gathered whole model
 #    every step: a wrong gather would change the tokens); also with sequence
 #    parallelism and with one_step_off;
+#  * the distributed optimizer (DP 4; TP 2 x DP 2) gives the same run, and its job
+#    steps (the sharded moments saved whole and re-sharded) equal its straight run;
 #  * job steps of a tensor-parallel run (2 + 2) equal the straight run bit for bit;
 #  * a checkpoint holds whole tensors: a run saved at TP 2 x DP 2 resumes at TP 4 x DP 1
 #    and at TP 1 x DP 4 and continues as the straight run does; `slimpi export` writes
@@ -81,6 +83,17 @@ run 4 co4_tp1 --set parallel.placement=colocate
 run 4 co4_tp2 --set parallel.placement=colocate --set parallel.tensor_parallel=2
 grep -q "tensor parallelism: 2 groups of 2 trainer ranks (data-parallel size 2)" "$out/co4_tp2.log"
 close co4_tp1 co4_tp2
+
+echo "== the distributed optimizer: DP 4 and TP 2 x DP 2, and its job steps bit for bit"
+run 4 co4_do --set parallel.placement=colocate --set train.distributed_optimizer=true
+grep -q "distributed optimizer: the AdamW moments sharded over the 4 data-parallel ranks" "$out/co4_do.log"
+close co4_tp1 co4_do
+do_tp2=(--set parallel.placement=colocate --set parallel.tensor_parallel=2 --set train.distributed_optimizer=true)
+run 4 co4_tp2_do "${do_tp2[@]}"
+close co4_tp1 co4_tp2_do
+run 4 co4_tp2_do_chunked "${do_tp2[@]}" --set run.job_steps=2
+run 4 co4_tp2_do_chunked "${do_tp2[@]}" --set run.job_steps=2
+/usr/bin/python3 tests/regression/compare_runs.py "$out/co4_tp2_do" "$out/co4_tp2_do_chunked"
 
 echo "== one_step_off, np 4 split"
 run 4 async_tp1 --set train.async=one_step_off

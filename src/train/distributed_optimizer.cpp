@@ -1,0 +1,162 @@
+#include "train/distributed_optimizer.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+#include <slimpi/error.h>
+
+#include <algorithm>
+#include <map>
+
+#include "parallel/comm.h"
+#include "parallel/comm_tensor.h"
+
+namespace slimpi {
+
+DistributedAdamW::DistributedAdamW(GradBuffer& grads, Comm* group, const AdamWOptions& options)
+    : grads_(grads), group_(group && group->size() > 1 ? group : nullptr), options_(options) {
+  if (group_) {
+    rank_ = group_->rank();
+    size_ = group_->size();
+  }
+  buckets_ = grads.bucket_ranges();
+  int64_t largest = 0;
+  for (const auto& b : buckets_) {
+    SLIMPI_CHECK(b.numel % size_ == 0, "distributed optimizer over {} ranks: a gradient bucket of {} elements "
+                 "(buckets must be padded to a multiple of the group size)", size_, b.numel);
+    local_offsets_.push_back(n_local_);
+    n_local_ += b.numel / size_;
+    largest = std::max(largest, b.numel);
+  }
+  // Each parameter lies in one bucket; its part of this rank's chunk of that bucket.
+  const auto& ranges = grads.param_ranges();
+  size_t b = 0;
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    while (ranges[i].offset >= buckets_[b].offset + buckets_[b].numel) ++b;
+    const int64_t begin = buckets_[b].offset + chunk(b) * rank_, end = begin + chunk(b);
+    const int64_t lo = std::max(ranges[i].offset, begin), hi = std::min(ranges[i].offset + ranges[i].numel, end);
+    if (lo < hi) segments_.push_back({i, b, lo - ranges[i].offset, hi - lo, local_offsets_[b] + (lo - begin)});
+  }
+  const at::TensorOptions fp32 = grads.flat().options();
+  shard_grads_ = at::zeros({n_local_}, fp32);
+  exp_avg_ = at::zeros({n_local_}, fp32);
+  exp_avg_sq_ = at::zeros({n_local_}, fp32);
+  if (group_) staging_ = at::empty({largest}, fp32);
+}
+
+void DistributedAdamW::reduce_scatter() {
+  const at::Tensor& flat = grads_.flat();
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    at::Tensor mine = shard_grads_.narrow(0, local_offsets_[b], chunk(b));
+    if (!group_) {
+      mine.copy_(flat.narrow(0, buckets_[b].offset, buckets_[b].numel));
+      continue;
+    }
+    SLIMPI_CHECK(group_->device_memory() == flat.is_cuda(), "distributed optimizer: gradients on {} but comm '{}' "
+                 "works on {} memory", flat.is_cuda() ? "cuda" : "cpu", group_->name(),
+                 group_->device_memory() ? "device" : "host");
+    group_->reduce_scatter(flat.narrow(0, buckets_[b].offset, buckets_[b].numel).data_ptr(), mine.data_ptr(),
+                           size_t(chunk(b)), DType::F32);
+  }
+}
+
+double DistributedAdamW::local_norm_sq() const {
+  return shard_grads_.to(at::kDouble).pow(2).sum().item<double>();
+}
+
+void DistributedAdamW::clip(double norm, double max_norm) {
+  if (max_norm > 0 && norm > max_norm) shard_grads_.mul_(max_norm / (norm + 1e-6));
+}
+
+void DistributedAdamW::step(double lr, int64_t t) {
+  at::NoGradGuard no_grad;
+  const auto& params = grads_.params();
+  for (const Segment& s : segments_) {
+    const at::Tensor& p = params[s.param].tensor;
+    at::Tensor m = exp_avg_.narrow(0, s.local_offset, s.length), v = exp_avg_sq_.narrow(0, s.local_offset, s.length);
+    adamw_update(p.detach().view({-1}).narrow(0, s.param_offset, s.length),
+                 shard_grads_.narrow(0, s.local_offset, s.length), m, v, lr, t, options_, p.dim() >= 2);
+  }
+  if (!group_) return;
+  // Every bucket's values from the ranks that updated them, back into every parameter.
+  const auto& ranges = grads_.param_ranges();
+  size_t first_param = 0;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    at::Tensor send = at::zeros({chunk(b)}, shard_grads_.options());
+    for (const Segment& s : segments_)
+      if (s.bucket == b)
+        send.narrow(0, s.local_offset - local_offsets_[b], s.length)
+            .copy_(params[s.param].tensor.detach().view({-1}).narrow(0, s.param_offset, s.length));
+    at::Tensor all = staging_.narrow(0, 0, buckets_[b].numel);
+    group_->allgather(send.data_ptr(), all.data_ptr(), size_t(chunk(b)), DType::F32);
+    for (size_t i = first_param; i < ranges.size() && ranges[i].offset < buckets_[b].offset + buckets_[b].numel; ++i) {
+      params[i].tensor.detach().view({-1}).copy_(all.narrow(0, ranges[i].offset - buckets_[b].offset, ranges[i].numel));
+      first_param = i + 1;
+    }
+  }
+}
+
+at::Tensor DistributedAdamW::to_buffer_layout(const at::Tensor& all_ranks) const {
+  // all_ranks [d, n_local]: rank r's chunk of bucket b at [r, local_offsets_[b] ...).
+  at::Tensor out = at::zeros({grads_.flat().numel()}, all_ranks.options());
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    for (int r = 0; r < size_; ++r)
+      out.narrow(0, buckets_[b].offset + chunk(b) * r, chunk(b)).copy_(all_ranks[r].narrow(0, local_offsets_[b], chunk(b)));
+  return out;
+}
+
+std::vector<NamedTensor> DistributedAdamW::whole_state(bool to_all) const {
+  std::vector<at::Tensor> layouts;  // [total] each: exp_avg, exp_avg_sq in the buffer's layout
+  for (const at::Tensor* moment : {&exp_avg_, &exp_avg_sq_}) {
+    at::Tensor all;  // [d, n_local]
+    if (!group_) {
+      all = moment->unsqueeze(0);
+    } else if (to_all) {
+      all = allgather(*group_, *moment);
+    } else if (rank_ != 0) {
+      send(*group_, *moment, 0);
+      continue;
+    } else {
+      all = at::empty({size_, n_local_}, moment->options());
+      all[0].copy_(*moment);
+      for (int r = 1; r < size_; ++r) {
+        at::Tensor part = all[r];
+        recv(*group_, part, r);
+      }
+    }
+    layouts.push_back(to_buffer_layout(all));
+  }
+  if (layouts.empty()) return {};
+  std::vector<NamedTensor> out;
+  const auto& params = grads_.params();
+  const auto& ranges = grads_.param_ranges();
+  for (size_t k = 0; k < 2; ++k)
+    for (size_t i = 0; i < params.size(); ++i)
+      out.push_back({std::string(k == 0 ? "exp_avg/" : "exp_avg_sq/") + params[i].name,
+                     layouts[k].narrow(0, ranges[i].offset, ranges[i].numel).view(params[i].tensor.sizes()).clone()});
+  return out;
+}
+
+std::vector<NamedTensor> DistributedAdamW::state_like() const {
+  std::vector<NamedTensor> out;
+  for (const char* prefix : {"exp_avg/", "exp_avg_sq/"})
+    for (const auto& p : grads_.params()) out.push_back({prefix + p.name, p.tensor});
+  return out;
+}
+
+void DistributedAdamW::load_whole_state(const std::vector<NamedTensor>& state) {
+  std::map<std::string, at::Tensor> by_name;
+  for (const auto& t : state) by_name[t.name] = t.tensor;
+  at::NoGradGuard no_grad;
+  const auto& params = grads_.params();
+  for (const Segment& s : segments_)
+    for (auto [prefix, moment] : {std::pair{"exp_avg/", &exp_avg_}, std::pair{"exp_avg_sq/", &exp_avg_sq_}}) {
+      auto it = by_name.find(prefix + params[s.param].name);
+      SLIMPI_CHECK(it != by_name.end(), "optimizer state has no {}{}", prefix, params[s.param].name);
+      SLIMPI_CHECK(it->second.numel() == params[s.param].tensor.numel(), "optimizer state {}{} has {} elements, the "
+                   "parameter {}", prefix, params[s.param].name, it->second.numel(), params[s.param].tensor.numel());
+      moment->narrow(0, s.local_offset, s.length)
+          .copy_(it->second.reshape({-1}).narrow(0, s.param_offset, s.length));
+    }
+}
+
+}  // namespace slimpi

@@ -1,0 +1,81 @@
+// DistributedAdamW — Megatron's distributed optimizer (ZeRO-1; train.distributed_optimizer)
+// for the parameters of one GradBuffer, sharded over the group that reduces that buffer
+// (the data-parallel group; an expert shard's replicas for the experts' buffer).
+//
+// Each bucket of the buffer, padded to a multiple of the group size d, splits into d
+// equal chunks; rank r owns chunk r of every bucket. A chunk may cut through a
+// parameter: each parameter's part of a chunk is a segment. The fp32 AdamW moments
+// exist only for this rank's chunks (8/d bytes a parameter instead of 8). A step:
+//   reduce_scatter()  each bucket's gradients summed over the group into this rank's
+//                     chunk (a reduce-scatter instead of the all-reduce)
+//   local_norm_sq()   Σ g² over the chunk (the caller adds the group's up; clip() scales)
+//   step()            AdamW (train/adamw.h: the same update, element for element) on
+//                     the chunk's segments, in place in the parameters; then every
+//                     bucket's updated values are all-gathered, so that every rank
+//                     holds the whole parameters again
+// Checkpoints store whole tensors: whole_state() gathers the moments of every chunk
+// into per-parameter tensors; load_whole_state() keeps this rank's chunks of them.
+// Owned by the Trainer; `grads` must outlive it.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "core/named_tensor.h"
+#include "train/adamw.h"
+#include "train/grad_buffer.h"
+
+namespace slimpi {
+
+class Comm;
+
+class DistributedAdamW {
+ public:
+  // group: the ranks that reduce `grads` (null or one rank: no sharding, the same
+  // arithmetic). The buffer's buckets must be padded to multiples of its size.
+  DistributedAdamW(GradBuffer& grads, Comm* group, const AdamWOptions& options);
+
+  void reduce_scatter();  // collective over the group
+  double local_norm_sq() const;
+  void clip(double norm, double max_norm);
+  // Step t (≥ 1) at learning rate lr; collective over the group.
+  void step(double lr, int64_t t);
+
+  // "exp_avg/<name>" then "exp_avg_sq/<name>" of every parameter, whole (in the
+  // parameters' shapes). Collective; to_all false: on the group's rank 0, {} elsewhere.
+  std::vector<NamedTensor> whole_state(bool to_all) const;
+  // The names and shapes whole_state() gives (the parameters' own tensors as shapes).
+  std::vector<NamedTensor> state_like() const;
+  // Keeps this rank's chunks of `state` (as whole_state gives it, any order).
+  void load_whole_state(const std::vector<NamedTensor>& state);
+
+  int64_t n_local() const { return n_local_; }  // elements of this rank's chunks
+
+ private:
+  struct Segment {
+    size_t param;            // index in grads.params()
+    size_t bucket;
+    int64_t param_offset;    // first element within the parameter
+    int64_t length;
+    int64_t local_offset;    // position in this rank's chunk buffers
+  };
+  // bucket b's chunk length and its position in this rank's chunk buffers
+  int64_t chunk(size_t b) const { return buckets_[b].numel / size_; }
+  // [L] per-chunk values of all ranks, gathered into the buffer's layout [total].
+  at::Tensor to_buffer_layout(const at::Tensor& all_ranks) const;
+
+  GradBuffer& grads_;
+  Comm* group_;
+  AdamWOptions options_;
+  int rank_ = 0, size_ = 1;
+  std::vector<GradBuffer::Range> buckets_;
+  std::vector<int64_t> local_offsets_;  // per bucket
+  int64_t n_local_ = 0;
+  std::vector<Segment> segments_;
+  at::Tensor shard_grads_, exp_avg_, exp_avg_sq_;  // [n_local] fp32
+  at::Tensor staging_;                             // [largest bucket]: the all-gather's receive buffer
+};
+
+}  // namespace slimpi
