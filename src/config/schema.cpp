@@ -162,6 +162,9 @@ std::vector<KeySpec> declare_keys() {
        "a response ends when it ends with one of these (EOS always ends it)"},
       int_key("rollout.block_size", 16, 1, 4096, "tokens", "tokens per paged KV-cache block"),
       int_key("rollout.kv_cache_tokens", 65536, 1, 1e10, "tokens", "KV-cache capacity per engine"),
+      float_key("rollout.kv_cache_memory_gb", 0.0, 0.0, 1e6, "GiB",
+                "KV-cache capacity per engine in memory (0: rollout.kv_cache_tokens); the tokens it holds are "
+                "derived from the model's shape and rollout.precision, and logged"),
       bool_key("rollout.offload_between_phases", false,
                "colocated placement: free each engine's KV cache after the rollout and re-create it at "
                "the next one (training gets the memory back; costs the re-allocation), slime's sleep/wake"),
@@ -246,6 +249,9 @@ std::vector<KeySpec> declare_keys() {
       choice_key("train.precision", "fp32", {"fp32", "bf16"},
                  "forward precision of training: bf16 = bf16 matrix products (autocast) with fp32 master "
                  "weights, gradients and AdamW state; log-probs and losses in fp32"),
+      choice_key("train.recompute", "none", {"none", "selective", "full"},
+                 "activation recomputation in backward: selective = attention's inner products, full = each "
+                 "layer's attention and dense MLP blocks (same gradients, less activation memory)"),
       bool_key("train.distributed_optimizer", false,
                "shard the fp32 AdamW moments over the data-parallel ranks (Megatron's distributed optimizer, "
                "ZeRO-1): gradients reduce-scattered, parameters all-gathered after each step"),

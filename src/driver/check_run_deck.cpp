@@ -166,7 +166,7 @@ RunConfigs check_run_deck(const Deck& deck, const WorldLayout& layout) {
   c.trainer = TrainerConfig::from_deck(deck);
   check_tensor_parallel(deck, c.model, layout);
   check_expert_parallel(deck, c.model, layout);
-  c.rollout = RolloutConfig::from_deck(deck);
+  c.rollout = RolloutConfig::from_deck(deck, c.model);
   c.reward = RewardConfig::from_deck(deck);
   return c;
 }

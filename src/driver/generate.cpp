@@ -65,8 +65,8 @@ int run_generate(RunContext& ctx) {
   const Deck& deck = ctx.deck;
   if (deck.get_string("data.path").empty())
     SLIMPI_FAIL_ALL("slimpi generate needs prompts: set data.path (JSONL, prompt text under data.input_key)");
-  RolloutConfig rc = RolloutConfig::from_deck(deck);
   ModelConfig mc = ModelConfig::from_deck(deck);
+  RolloutConfig rc = RolloutConfig::from_deck(deck, mc);
   const Tokenizer& tok = *rc.tokenizer;
   log::info("tokenizer: {}", tok.describe());
   if (const std::string note = describe_chat_template_choice(ctx.deck, tok); !note.empty()) log::info("{}", note);

@@ -8,8 +8,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 
 #include "parallel/comm.h"
+#include "model/recompute.h"
 #include "parallel/tp_mappings.h"
 
 namespace slimpi {
@@ -193,6 +195,8 @@ struct Transformer::ForwardContext {
   Comm* tp = nullptr;
   bool sp = false;
   int64_t n_tokens = 0, n_padded = 0;
+  Recompute recompute = Recompute::None;  // what this forward recomputes in backward (training only)
+  std::shared_ptr<const AttentionLayout> kept_layout;  // with recompute: `layout`, kept for backward
   // A replicated weight applied to this rank's rows: under sequence parallelism each
   // rank's gradient is a part, which copy_to_tp sums over the group.
   at::Tensor shared(const at::Tensor& w) const { return sp ? copy_to_tp(tp, w) : w; }
@@ -236,10 +240,23 @@ at::Tensor Transformer::attention_block(size_t l, const at::Tensor& x, const For
   q = apply_rope(q, f.cos, f.sin);
   k = apply_rope(k, f.cos, f.sin);
   const at::Tensor v = at::linear(h, p.v, p.v_bias).view({T, Hkv, D});                  // [T, Hkv, D]
-  const at::Tensor attn = attend(q, k, v, f.layout, f.cache, int64_t(l), f.plan);     // [T, H * D]
+  // Selective recomputation: the attention's inner products (scores, softmax) run again in backward.
+  const at::Tensor attn = f.recompute == Recompute::Selective
+                              ? recomputed([layout = f.kept_layout, plan = f.plan, l](const std::vector<at::Tensor>& in) {
+                                  return std::vector<at::Tensor>{attend(in[0], in[1], in[2], *layout, nullptr,
+                                                                        int64_t(l), plan)};
+                                }, {q, k, v})[0]
+                              : attend(q, k, v, f.layout, f.cache, int64_t(l), f.plan);  // [T, H * D]
   if (!tp) return at::linear(attn, p.o, p.o_bias);                                   // [T, d]
   const at::Tensor out = f.from_rows(at::linear(attn, p.o));                         // [T_local, d]
   return p.o_bias.defined() ? out + f.shared(p.o_bias) : out;
+}
+
+at::Tensor Transformer::dense_mlp_residual(size_t l, const at::Tensor& x, const ForwardContext& f) const {
+  // SwiGLU; tensor-parallel: column-parallel gate/up, row-parallel down.
+  const LayerParams& p = layers_[l];
+  const at::Tensor hp = f.to_columns(rms_norm(x, f.as_used(f.shared(p.post_norm)), cfg_.rms_norm_eps));
+  return x + f.from_rows(at::linear(at::silu(at::linear(hp, p.gate)) * at::linear(hp, p.up), p.down));
 }
 
 at::Tensor Transformer::embed(const at::Tensor& tokens, const ForwardContext& f) const {
@@ -284,15 +301,36 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const AttentionLayout&
   std::vector<at::Tensor> chosen, own;  // per MoE layer [T, k]: experts run, the router's own top-k
   int64_t moe_layer = 0;
   at::Tensor x = embed(tokens, f);  // [T, d] ([T_local, d] sequence-parallel): the residual stream is fp32
+  // Activation recomputation (training forwards only): the blocks run again in backward
+  // from a copy of this forward's context (its layout outlives the forward).
+  const bool recompute = recompute_ != Recompute::None && !cache && at::GradMode::is_enabled();
+  std::shared_ptr<const AttentionLayout> kept_layout;
+  std::shared_ptr<const ForwardContext> kept;
+  if (recompute) {
+    kept_layout = std::make_shared<const AttentionLayout>(a);
+    kept = std::make_shared<const ForwardContext>(ForwardContext{*kept_layout, nullptr, f.plan, f.cos, f.sin, f.bf16,
+                                                                 f.tp, f.sp, f.n_tokens, f.n_padded, recompute_,
+                                                                 kept_layout});
+    f.recompute = recompute_;
+    f.kept_layout = kept_layout;
+  }
   for (size_t l = 0; l < layers_.size(); ++l) {
     const LayerParams& p = layers_[l];
-    x = x + attention_block(l, x, f);
-    const at::Tensor h = rms_norm(x, f.as_used(f.shared(p.post_norm)), cfg_.rms_norm_eps);
-    if (!cfg_.is_moe_layer(l)) {  // SwiGLU; tensor-parallel: column-parallel gate/up, row-parallel down
-      const at::Tensor hp = f.to_columns(h);
-      x = x + f.from_rows(at::linear(at::silu(at::linear(hp, p.gate)) * at::linear(hp, p.up), p.down));
-      continue;
+    const bool dense = !cfg_.is_moe_layer(int64_t(l));
+    if (recompute && recompute_ == Recompute::Full) {  // the attention block, and a dense layer's MLP with it
+      x = recomputed([this, l, dense, kept, kept_layout](const std::vector<at::Tensor>& in) {
+            at::Tensor y = in[0] + attention_block(l, in[0], *kept);
+            return std::vector<at::Tensor>{dense ? dense_mlp_residual(l, y, *kept) : y};
+          }, {x})[0];
+      if (dense) continue;
+    } else {
+      x = x + attention_block(l, x, f);
+      if (dense) {
+        x = dense_mlp_residual(l, x, f);
+        continue;
+      }
     }
+    const at::Tensor h = rms_norm(x, f.as_used(f.shared(p.post_norm)), cfg_.rms_norm_eps);
     const at::Tensor replay = moe && moe->replay.defined() ? moe->replay.select(1, moe_layer) : at::Tensor();
     MoeLayerOutput routed = moe_mlp(f.whole_rows(h), p.moe, cfg_.n_experts_per_tok, cfg_.norm_topk_prob, replay);
     x = x + f.own_rows(routed.out);

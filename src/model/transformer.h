@@ -101,6 +101,11 @@ class Transformer {
   // How the decode rows (one new token each) of an incremental batch read the cache
   // (model/attention.h). All give the same outputs to fp32 round-off (tested).
   using DecodeAttention = ::slimpi::DecodeAttention;
+  // Activation recomputation of training forwards (train.recompute, model/recompute.h):
+  // Selective recomputes attention's inner products, Full each layer's attention block
+  // and dense MLP (an MoE layer's experts keep their activations). Same gradients.
+  enum class Recompute { None, Selective, Full };
+  void set_recompute(Recompute mode) { recompute_ = mode; }
   void set_decode_attention(DecodeAttention mode) { decode_attention_ = mode; }
   // Sets every weight to `other`'s (same config), converting the dtype: a bf16 rollout
   // copy of the fp32 policy on a colocated rank. No gradient is tracked.
@@ -126,6 +131,8 @@ class Transformer {
   // tokens [T] -> their embedding rows [T, d] fp32 (vocab-parallel under tensor parallelism).
   at::Tensor embed(const at::Tensor& tokens, const ForwardContext& f) const;
   at::Tensor attention_block(size_t layer, const at::Tensor& x, const ForwardContext& f) const;
+  // x [T_local, d] -> x + the dense MLP block of `layer`.
+  at::Tensor dense_mlp_residual(size_t layer, const at::Tensor& x, const ForwardContext& f) const;
   // Appends parameter `name` (drawn as `t`); `binds_to` is the member that holds it
   // once pack_parameters() gave it its final storage.
   void add(const std::string& name, at::Tensor t, at::Tensor* binds_to);
@@ -140,6 +147,7 @@ class Transformer {
   int64_t vocab_begin_ = 0, n_real_vocab_ = 0;
   int64_t padded_attention_budget_ = kPaddedAttentionBudget;
   bool split_decode_and_prefill_ = true;
+  Recompute recompute_ = Recompute::None;
   DecodeAttention decode_attention_ = DecodeAttention::Auto;
   std::vector<NamedTensor> params_;
   std::vector<at::Tensor*> bindings_;  // during construction: where params_[i] binds

@@ -6,15 +6,40 @@
 #include <algorithm>
 
 #include "core/log.h"
+#include "model/model_config.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace slimpi {
 
-RolloutConfig RolloutConfig::from_deck(const Deck& deck) {
+namespace {
+
+// rollout.kv_cache_memory_gb as whole blocks of tokens: keys and values of every layer in
+// the engine's weight dtype, plus an MoE model's routing trace (int16 per expert choice).
+int64_t kv_tokens_in_memory(const Deck& deck, const ModelConfig& m, int64_t block_size) {
+  const double gb = deck.get_float("rollout.kv_cache_memory_gb");
+  const int64_t element = deck.get_string("rollout.precision") == "bf16" ? 2 : 4;
+  const int64_t per_token = 2 * m.n_layers * m.n_kv_heads * m.head_dim() * element +
+                            (m.n_experts > 0 ? 2 * m.n_moe_layers() * m.n_experts_per_tok : 0);
+  const int64_t tokens = int64_t(gb * double(int64_t(1) << 30) / double(per_token)) / block_size * block_size;
+  if (!deck.is_default("rollout.kv_cache_tokens"))
+    SLIMPI_FAIL_ALL("rollout.kv_cache_memory_gb = {} ({}) and rollout.kv_cache_tokens = {} ({}) both size the KV "
+                    "cache: set one", gb, deck.source("rollout.kv_cache_memory_gb"),
+                    deck.get_int("rollout.kv_cache_tokens"), deck.source("rollout.kv_cache_tokens"));
+  log::info("rollout.kv_cache_memory_gb = {}: {} tokens per engine ({} bytes a token: {} layers x {} key/value "
+            "heads x {} x 2 in {})", gb, tokens, per_token, m.n_layers, m.n_kv_heads, m.head_dim(),
+            element == 2 ? "bf16" : "fp32");
+  return tokens;
+}
+
+}  // namespace
+
+RolloutConfig RolloutConfig::from_deck(const Deck& deck, const ModelConfig& model) {
   RolloutConfig c;
   c.engine.block_size = deck.get_int("rollout.block_size");
-  c.engine.kv_cache_tokens = deck.get_int("rollout.kv_cache_tokens");
+  c.engine.kv_cache_tokens = deck.get_float("rollout.kv_cache_memory_gb") > 0
+                                 ? kv_tokens_in_memory(deck, model, c.engine.block_size)
+                                 : deck.get_int("rollout.kv_cache_tokens");
   c.offload_between_phases = deck.get_bool("rollout.offload_between_phases");
   c.engine.max_running = deck.get_int("rollout.max_running");
   c.engine.max_batch_tokens = deck.get_int("rollout.max_batch_tokens");
@@ -74,9 +99,11 @@ RolloutConfig RolloutConfig::from_deck(const Deck& deck) {
   const int64_t need = std::max((2 + c.sampling.max_new_tokens + c.engine.block_size - 1) / c.engine.block_size,
                                 c.n_samples_per_prompt);
   if (generates && need > n_blocks)
-    SLIMPI_FAIL_ALL("rollout.kv_cache_tokens = {} ({}) holds {} blocks of rollout.block_size = {}; even the "
+    SLIMPI_FAIL_ALL("rollout.kv_cache_tokens = {} ({}{}) holds {} blocks of rollout.block_size = {}; even the "
                     "shortest prompt needs {} (rollout.max_new_tokens = {}, rollout.n_samples_per_prompt = {})",
-                    c.engine.kv_cache_tokens, deck.source("rollout.kv_cache_tokens"), n_blocks, c.engine.block_size,
+                    c.engine.kv_cache_tokens, deck.source("rollout.kv_cache_tokens"),
+                    deck.get_float("rollout.kv_cache_memory_gb") > 0 ? "; from rollout.kv_cache_memory_gb" : "",
+                    n_blocks, c.engine.block_size,
                     need, c.sampling.max_new_tokens, c.n_samples_per_prompt);
   if (c.engine.kv_cache_tokens < c.engine.block_size)
     SLIMPI_FAIL_ALL("rollout.kv_cache_tokens = {} is smaller than one block (rollout.block_size = {})",

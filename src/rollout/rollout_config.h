@@ -6,6 +6,8 @@
 
 namespace slimpi {
 
+struct ModelConfig;
+
 class Deck;
 
 struct RolloutConfig {
@@ -17,7 +19,8 @@ struct RolloutConfig {
 
   // Reads [rollout]; cross-key errors (a group larger than max_running, a batch token
   // budget below max_running) name the keys.
-  static RolloutConfig from_deck(const Deck& deck);
+  // model: the policy's shape (the KV cache's bytes a token, rollout.kv_cache_memory_gb).
+  static RolloutConfig from_deck(const Deck& deck, const ModelConfig& model);
 };
 
 }  // namespace slimpi

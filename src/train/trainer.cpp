@@ -83,6 +83,7 @@ Trainer::Trainer(const TrainerConfig& cfg, Transformer& policy, Comm* dp, const 
       moe_(policy.config().n_experts > 0),
       moe_layers_(moe_layer_indices(policy.config())) {
   SLIMPI_CHECK(!(needs_reference(cfg_) && !reference_), "the KL loss and the reward-side KL need a reference model");
+  policy_.set_recompute(cfg_.recompute);
   if (expert_group_) {
     SLIMPI_CHECK(!reference_ || reference_->expert_shard().comm == expert_group_,
                  "the reference model must be sharded over the policy's expert group");
@@ -447,6 +448,18 @@ void Trainer::apply_update(double grad_norm, std::map<std::string, double>& metr
   metrics["train/skipped_nonfinite_step"] = finite ? 0.0 : 1.0;
   metrics["train/grad_norm"] = grad_norm;
   metrics["train/lr"] = lr;
+}
+
+Trainer::StateBytes Trainer::state_bytes() const {
+  StateBytes b;
+  for (const auto& p : policy_.parameters()) b.params += p.tensor.numel() * int64_t(p.tensor.element_size());
+  for (auto [g, group, sharded] : buffers()) {
+    b.grads += g->flat().numel() * int64_t(sizeof(float));
+    if (sharded) b.optimizer += 2 * sharded->n_local() * int64_t(sizeof(float));
+  }
+  if (optimizer_)
+    for (const auto& t : optimizer_->state()) b.optimizer += t.tensor.numel() * int64_t(t.tensor.element_size());
+  return b;
 }
 
 std::vector<NamedTensor> Trainer::optimizer_state(bool to_all) const {

@@ -82,6 +82,13 @@ class Trainer {
   std::map<std::string, double> train_step(std::vector<Sample>& local);
 
   int64_t n_steps() const { return optimizer_ ? optimizer_->n_steps() : n_steps_; }
+  // Bytes this rank holds for the policy's parameters, its gradient buffers and the
+  // optimizer's moments (what model parallelism and the distributed optimizer divide;
+  // activations and temporaries not included).
+  struct StateBytes {
+    int64_t params = 0, grads = 0, optimizer = 0;
+  };
+  StateBytes state_bytes() const;
   // The gradients of the replicated parameters (all of them without model parallelism),
   // and of this rank's experts (null without expert parallelism).
   const GradBuffer& grads() const { return grads_; }

@@ -89,6 +89,10 @@ TrainerConfig TrainerConfig::from_deck(const Deck& deck) {
   c.grad_bucket_bytes = deck.get_int("train.grad_bucket_mb") << 20;
   c.overlap_grad_reduce = deck.get_bool("train.overlap_grad_reduce");
   c.distributed_optimizer = deck.get_bool("train.distributed_optimizer");
+  const std::string& recompute = deck.get_string("train.recompute");
+  c.recompute = recompute == "full"        ? Transformer::Recompute::Full
+                : recompute == "selective" ? Transformer::Recompute::Selective
+                                           : Transformer::Recompute::None;
   c.precision = parse_precision(deck.get_string("train.precision"));
   c.adam.beta1 = deck.get_float("train.adam_beta1");
   c.adam.beta2 = deck.get_float("train.adam_beta2");

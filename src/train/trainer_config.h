@@ -42,7 +42,8 @@ struct TrainerConfig {
   bool skip_nonfinite_steps = false;  // else a non-finite loss or gradient norm is an error
   int64_t grad_bucket_bytes = 32 << 20;
   bool overlap_grad_reduce = true;        // reduce buckets from inside the last backward (GradBuffer)
-  bool distributed_optimizer = false;     // AdamW state sharded over data-parallel ranks (train/distributed_optimizer.h)
+  bool distributed_optimizer = false;
+  Transformer::Recompute recompute = Transformer::Recompute::None;  // train.recompute     // AdamW state sharded over data-parallel ranks (train/distributed_optimizer.h)
   Precision precision = Precision::FP32;  // of the forward; masters, gradients, AdamW stay fp32
   AdamW::Options adam;
   LrSchedule lr;

@@ -11,7 +11,8 @@
 //   slices (to fp32 round-off: the row-parallel products sum in another order), for
 //   grouped-query attention with q/k norms and biases, tied and untied embeddings;
 // - the same with sequence parallelism (the residual stream split over the group), and
-//   with the distributed optimizer at TP 2 x DP 2;
+//   with the distributed optimizer at TP 2 x DP 2, and with activation recomputation
+//   (selective, full);
 // - its checkpoint holds whole tensors (the padding dropped) and loads back into the
 //   whole model and into the shards, and gathering the shards gives the whole model.
 #include <ATen/ATen.h>
@@ -223,6 +224,7 @@ struct Case {
   bool tied, moe;
   bool sequence_parallel = false;
   bool distributed_optimizer = false;
+  Transformer::Recompute recompute = Transformer::Recompute::None;
 };
 
 class TensorParallelStep : public ::testing::TestWithParam<Case> {};
@@ -253,6 +255,7 @@ TEST_P(TensorParallelStep, EqualsTheWholeModel) {
   if (tp > 1) ASSERT_LT(shard.n_params(), whole.n_params());
   TrainerConfig split_cfg = rl_config();
   split_cfg.distributed_optimizer = c.distributed_optimizer;
+  split_cfg.recompute = c.recompute;
   Trainer split(split_cfg, shard, &mp.data(), &shard_ref, mp.expert_replicas());
   std::vector<Sample> got = samples_of(d);
   auto got_rollout = split.prepare_rollout(got, /*recompute_old=*/true);
@@ -328,7 +331,11 @@ INSTANTIATE_TEST_SUITE_P(Layouts, TensorParallelStep,
                                            Case{2, 2, false, true, true},
                                            // the distributed optimizer over the data-parallel groups (and the
                                            // experts' replicas)
-                                           Case{2, 1, true, false, false, true}, Case{2, 2, false, true, true, true}));
+                                           Case{2, 1, true, false, false, true}, Case{2, 2, false, true, true, true},
+                                           // activation recomputation (against the whole model without it)
+                                           Case{0, 1, false, true, false, false, Transformer::Recompute::Full},
+                                           Case{0, 1, true, false, true, false, Transformer::Recompute::Selective},
+                                           Case{2, 2, false, true, true, true, Transformer::Recompute::Full}));
 
 TEST(TensorShard, SplitsAndPadsAsMegatron) {
   ModelConfig cfg = tp_config(2, false, false);

@@ -60,5 +60,16 @@ expect_clean_failure 4 "$out/m3.log" 'train.mis_level = "geometric" (--set) has 
   --set train.mis_batch_normalize=true
 expect_clean_failure 4 "$out/m4.log" "train.mis_rs_veto (--set) configures rejection sampling, but train.mis_rs = false" \
   run $rl --set train.use_tis=true --set train.tis_function=mis --set train.mis_rs_veto=0.001
+expect_clean_failure 4 "$out/kv1.log" "rollout.kv_cache_memory_gb = 0.001 (--set) and rollout.kv_cache_tokens = 4096 (inputs/smoke_rl.toml:33) both size the KV cache" \
+  run $rl --set rollout.kv_cache_memory_gb=0.001
+# The KV cache sized in memory: the tokens it holds, from the model's shape (smoke: 2
+# layers x 2 kv heads x head dim 8 x K and V x fp32 = 256 bytes a token).
+grep -v "^kv_cache_tokens" inputs/smoke_rl.toml >"$out/no_kv_tokens.toml"
+"$slimpi" check "$out/no_kv_tokens.toml" --np 4 --set rollout.kv_cache_memory_gb=0.001 >"$out/kv2.log" 2>&1 \
+  || { cat "$out/kv2.log"; exit 1; }
+grep -q "rollout.kv_cache_memory_gb = 0.001: 4192 tokens per engine (256 bytes a token" "$out/kv2.log" \
+  || { cat "$out/kv2.log"; exit 1; }
+expect_clean_failure 4 "$out/kv3.log" "rollout.kv_cache_tokens = 4 (default; from rollout.kv_cache_memory_gb) holds 1 blocks" \
+  run "$out/no_kv_tokens.toml" --set run.dir="$out/rules" --set rollout.kv_cache_memory_gb=0.000001
 "$slimpi" keys train.kl_loss_type | grep -q 'default "k1"' || { "$slimpi" keys train.kl_loss_type; exit 1; }
 echo "bad_deck: ok"
