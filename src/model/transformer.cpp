@@ -269,8 +269,8 @@ at::Tensor Transformer::embed(const at::Tensor& tokens, const ForwardContext& f)
   return f.from_rows(rows.masked_fill(elsewhere.unsqueeze(1), 0.0));  // [T_local, d]
 }
 
-at::Tensor Transformer::forward(const at::Tensor& tokens, const AttentionLayout& a, KvCache* cache,
-                                MoeTrace* moe) const {
+at::Tensor Transformer::forward(const at::Tensor& tokens, const AttentionLayout& a, KvCache* cache, MoeTrace* moe,
+                                bool to_logits) const {
   const int64_t T = tokens.size(0);
   if (moe) {
     moe->router_logits.clear();
@@ -346,11 +346,11 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const AttentionLayout&
     moe->routed = at::stack(own, 1);
   }
   x = f.to_columns(rms_norm(x, f.as_used(f.shared(final_norm_)), cfg_.rms_norm_eps));
+  if (!to_logits) return x.to(at::kFloat);        // [T, d]
   return at::linear(x, lm_head_).to(at::kFloat);  // [T, V] (this shard's [T, Vp / t])
 }
 
-at::Tensor Transformer::forward_packed(const at::Tensor& tokens, const std::vector<int64_t>& seq_lens,
-                                      MoeTrace* moe) const {
+void Transformer::check_packed(const at::Tensor& tokens, const std::vector<int64_t>& seq_lens) const {
   int64_t total = 0;
   for (int64_t n : seq_lens) {
     SLIMPI_CHECK(n > 0 && n <= cfg_.max_seq_len, "sequence of {} tokens (model.max_seq_len = {})", n,
@@ -358,7 +358,18 @@ at::Tensor Transformer::forward_packed(const at::Tensor& tokens, const std::vect
     total += n;
   }
   SLIMPI_CHECK(total == tokens.size(0), "forward_packed: {} tokens but lengths sum to {}", tokens.size(0), total);
+}
+
+at::Tensor Transformer::forward_packed(const at::Tensor& tokens, const std::vector<int64_t>& seq_lens,
+                                      MoeTrace* moe) const {
+  check_packed(tokens, seq_lens);
   return forward(tokens, packed_layout(seq_lens, device_), nullptr, moe);
+}
+
+at::Tensor Transformer::forward_packed_hidden(const at::Tensor& tokens, const std::vector<int64_t>& seq_lens,
+                                             MoeTrace* moe) const {
+  check_packed(tokens, seq_lens);
+  return forward(tokens, packed_layout(seq_lens, device_), nullptr, moe, /*to_logits=*/false);
 }
 
 at::Tensor Transformer::forward_incremental(const at::Tensor& tokens, const std::vector<CachedSequence>& seqs,

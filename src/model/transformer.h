@@ -116,6 +116,13 @@ class Transformer {
   // moe (MoE models): replays and/or records the routing of every token.
   at::Tensor forward_packed(const at::Tensor& tokens, const std::vector<int64_t>& seq_lens,
                             MoeTrace* moe = nullptr) const;
+  // The same forward up to the LM head: the final norm's output [T, d] fp32, the LM
+  // head's input (every token's, also under sequence parallelism), for a loss that
+  // takes the head's product itself (model/head_log_probs.h).
+  at::Tensor forward_packed_hidden(const at::Tensor& tokens, const std::vector<int64_t>& seq_lens,
+                                   MoeTrace* moe = nullptr) const;
+  // The LM head's weight [V, d] (this shard's rows [Vp / t, d]; the embedding when tied).
+  const at::Tensor& lm_head() const { return lm_head_; }
 
   // tokens [T_new] int64, the new tokens of each sequence back to back -> logits
   // [T_new, V] fp32. Writes the new tokens' keys/values into `cache` at their slots.
@@ -125,7 +132,9 @@ class Transformer {
  private:
   // The layer loop of both forwards: embedding, per layer an attention block and an MLP
   // (dense or MoE) block on the fp32 residual stream, final norm, logits.
-  at::Tensor forward(const at::Tensor& tokens, const AttentionLayout& layout, KvCache* cache, MoeTrace* moe) const;
+  at::Tensor forward(const at::Tensor& tokens, const AttentionLayout& layout, KvCache* cache, MoeTrace* moe,
+                     bool to_logits = true) const;
+  void check_packed(const at::Tensor& tokens, const std::vector<int64_t>& seq_lens) const;
   // Per layer: x [T, d] -> the attention block's output [T, d] (added to x by the caller).
   struct ForwardContext;
   // tokens [T] -> their embedding rows [T, d] fp32 (vocab-parallel under tensor parallelism).

@@ -4,7 +4,7 @@
 #include <slimpi/error.h>
 
 #include "model/transformer.h"
-#include "model/vocab_parallel_log_probs.h"
+#include "model/head_log_probs.h"
 
 namespace slimpi {
 
@@ -80,9 +80,18 @@ at::Tensor packed_routing(const std::vector<Sample>& samples, const std::vector<
   return out.to(device);
 }
 
-at::Tensor packed_logits(const Transformer& model, const PackedBatch& b, Precision precision, MoeTrace* moe) {
-  ForwardPrecision scope(precision, model.device());
-  return model.forward_packed(b.tokens, b.seq_lens, moe);
+TokenLogProbs packed_log_probs(const Transformer& model, const PackedBatch& b, Precision precision,
+                               double temperature, bool with_entropy, MoeTrace* moe) {
+  at::Tensor hidden;  // [T, d]
+  {
+    ForwardPrecision scope(precision, model.device());
+    hidden = model.forward_packed_hidden(b.tokens, b.seq_lens, moe);
+  }
+  const ScoredPositions positions = response_positions(b.tokens, b.seq_lens, b.prompt_lens);
+  const TensorShard& tp = model.tensor_shard();
+  const VocabShard shard = tp.size > 1 ? VocabShard{tp.comm, model.vocab_begin(), model.n_real_vocab()} : VocabShard{};
+  return head_log_probs(hidden, model.lm_head(), positions, temperature, with_entropy, b.support, shard,
+                        precision == Precision::BF16);
 }
 
 double mask_sum(const Sample& s) {
@@ -90,14 +99,6 @@ double mask_sum(const Sample& s) {
   double sum = 0;
   for (float m : s.loss_mask) sum += m;
   return sum;
-}
-
-TokenLogProbs score_packed(const Transformer& model, const at::Tensor& logits, const ScoredPositions& at,
-                           double temperature, bool with_entropy, const at::Tensor& support) {
-  const TensorShard& tp = model.tensor_shard();
-  if (tp.size == 1) return score_tokens(logits, at, temperature, with_entropy, support);
-  return score_tokens_vocab_parallel(logits, at, temperature, with_entropy, support,
-                                     {tp.comm, model.vocab_begin(), model.n_real_vocab()});
 }
 
 }  // namespace slimpi

@@ -46,15 +46,13 @@ at::Tensor gather_field(const std::vector<Sample>& samples, const std::vector<in
 at::Tensor packed_routing(const std::vector<Sample>& samples, const std::vector<int64_t>& which,
                           const ModelConfig& cfg, const at::Device& device, bool required);
 
-// The model's logits [T, V] (fp32) for a packed micro-batch, its forward in `precision`
-// (the autocast region is the forward alone; losses stay outside).
-at::Tensor packed_logits(const Transformer& model, const PackedBatch& b, Precision precision,
-                         MoeTrace* moe = nullptr);
-
-// The response tokens' log-probs (and entropies) from `model`'s logits: score_tokens
-// (model/log_probs.h), or its vocab-parallel form when the model is a tensor shard.
-TokenLogProbs score_packed(const Transformer& model, const at::Tensor& logits, const ScoredPositions& at,
-                           double temperature, bool with_entropy, const at::Tensor& support);
+// The response tokens' log-probs (and entropies) of a packed micro-batch under `model`:
+// its forward in `precision` up to the LM head (the autocast region is the forward
+// alone), then the head and the log-probs together, chunk by chunk
+// (model/head_log_probs.h; vocab-parallel when the model is a tensor shard). No [T, V]
+// logits are formed.
+TokenLogProbs packed_log_probs(const Transformer& model, const PackedBatch& b, Precision precision,
+                               double temperature, bool with_entropy, MoeTrace* moe = nullptr);
 
 // Sum of a sample's loss mask (its response length when it has none): host data, no
 // device sync.

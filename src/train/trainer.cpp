@@ -161,9 +161,8 @@ std::vector<std::vector<float>> Trainer::response_log_probs(const std::vector<Sa
     PackedBatch b = pack(samples, which, model.device());
     MoeTrace trace;  // train.routing_replay: the rollout's experts in every trainer forward
     if (replay) trace.replay = packed_routing(samples, which, model.config(), model.device(), true);
-    const at::Tensor logits = packed_logits(model, b, cfg_.precision, replay ? &trace : nullptr);
-    at::Tensor logp = score_packed(model, logits, response_positions(b.tokens, b.seq_lens, b.prompt_lens),
-                                   cfg_.temperature, false, b.support).logp.cpu().contiguous();
+    at::Tensor logp = packed_log_probs(model, b, cfg_.precision, cfg_.temperature, false, replay ? &trace : nullptr)
+                          .logp.cpu().contiguous();
     int64_t start = 0;
     for (int64_t i : which) {
       const int64_t n = samples[i].response_length();
@@ -356,10 +355,9 @@ at::Tensor Trainer::micro_batch_loss(std::vector<Sample>& local, const std::vect
   at::Tensor rollout_routing;  // [T, L, k] the engine's experts, -1 where none
   if (moe) rollout_routing = packed_routing(local, which, mc, device, cfg_.routing_replay);
   if (cfg_.routing_replay) trace.replay = rollout_routing;
-  const at::Tensor logits = packed_logits(policy_, b, cfg_.precision, moe ? &trace : nullptr);  // [T, V] fp32
+  const TokenLogProbs lp = packed_log_probs(policy_, b, cfg_.precision, cfg_.temperature, /*with_entropy=*/true,
+                                            moe ? &trace : nullptr);
   if (moe) add_routing_agreement(trace, rollout_routing, moe_layers_, sums);
-  const ScoredPositions positions = response_positions(b.tokens, b.seq_lens, b.prompt_lens);
-  const TokenLogProbs lp = score_packed(policy_, logits, positions, cfg_.temperature, /*with_entropy=*/true, b.support);
 
   ScoredMicroBatch scored;
   scored.logp = lp.logp;

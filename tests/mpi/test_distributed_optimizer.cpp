@@ -93,7 +93,7 @@ TEST(DistributedOptimizer, StepsEqualPlainAdamW) {
   EXPECT_EQ(sharded.n_steps(), 3);
 
   // The checkpoint holds whole moments, the plain trainer's.
-  const std::string dir = "dist_opt_test";
+  const std::string dir = "dist_opt_test_np" + std::to_string(n);  // np variants may run at once
   if (r == 0) std::filesystem::create_directories(dir);
   world.barrier();
   if (r == 0) plain.save(dir + "/plain.h5");

@@ -153,7 +153,7 @@ TEST_P(ExpertParallel, SameStepAsEveryExpertOnEveryRank) {
     if (v != Variant::FP32) continue;
 
     // The checkpoint holds the whole model and optimizer, as the baseline's does.
-    const std::string dir = "ep_test_ckpt";
+    const std::string dir = "ep_test_ckpt_np" + std::to_string(n);  // np variants may run at once
     if (r == 0) std::filesystem::create_directories(dir);
     world.barrier();
     const std::string base_path = dir + "/base.h5", shard_path = dir + "/sharded.h5";

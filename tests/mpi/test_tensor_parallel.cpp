@@ -25,6 +25,7 @@
 
 #include "io/h5.h"
 #include "io/tensor_io.h"
+#include "model/head_log_probs.h"
 #include "model/log_probs.h"
 #include "model/tensor_shard.h"
 #include "model/vocab_parallel_log_probs.h"
@@ -150,6 +151,50 @@ TEST(VocabParallelLogProbs, EqualWholeVocabularyLogSoftmax) {
       const at::Tensor want_grad = at::cat({want_in.grad(), at::zeros({T, Vp - V})}, 1).narrow(1, columns * r, columns);
       EXPECT_TRUE(at::allclose(got_in.grad(), want_grad, 1e-5, 1e-6)) << (got_in.grad() - want_grad).abs().max();
     }
+  }
+}
+
+TEST(HeadLogProbs, EqualTheLogitsPath) {
+  // The LM head's product inside the chunked log-prob function (no [N, V] logits) against
+  // the head applied first and score_tokens on the whole logits: values and the gradients
+  // of the head's input and weight; whole vocabulary (np 1) or split over the ranks.
+  MpiComm comm(MPI_COMM_WORLD, "tensor_parallel");
+  const int r = comm.rank(), t = comm.size();
+  const int64_t V = 260, Vp = padded_vocab_size(V, t), T = 12, d = 16, columns = Vp / t;
+  at::Generator g = at::detail::createCPUGenerator(11);
+  const at::Tensor hidden = at::randn({T, d}, g, at::kFloat), head = at::randn({V, d}, g, at::kFloat) * 0.5;
+  ScoredPositions at;
+  at.logit_rows = at::tensor(std::vector<int64_t>{0, 2, 3, 5, 7, 8, 11}, at::kLong);
+  at.targets = at::tensor(std::vector<int64_t>{0, 130, 255, 256, 259, 7, 199}, at::kLong);
+  const VocabShard shard{t > 1 ? &comm : nullptr, columns * r, std::clamp<int64_t>(V - columns * r, 0, columns)};
+  for (const bool bf16 : {false, true}) {
+    SCOPED_TRACE(bf16 ? "bf16 products" : "fp32");
+    at::Tensor h_want = hidden.clone().set_requires_grad(true), w_want = head.clone().set_requires_grad(true);
+    // bf16: the operands and the product rounded as the bf16 product rounds them, the
+    // gradient passing straight through each rounding (fp32 products of the rounded
+    // operands: what the fused backward computes).
+    auto rounded = [&](const at::Tensor& x) {
+      return bf16 ? x + (x.to(at::kBFloat16).to(at::kFloat) - x).detach() : x;
+    };
+    const at::Tensor logits = rounded(at::matmul(rounded(h_want), rounded(w_want).t()));
+    const TokenLogProbs want = score_tokens(logits, at, 0.8, true);
+    const at::Tensor padded_head = at::cat({head, at::zeros({Vp - V, d})}, 0);
+    at::Tensor h_got = hidden.clone().set_requires_grad(true);
+    at::Tensor w_got = padded_head.narrow(0, columns * r, columns).clone().set_requires_grad(true);
+    const TokenLogProbs got = head_log_probs(h_got, t == 1 ? w_got.narrow(0, 0, V) : w_got, at, 0.8, true, {}, shard, bf16);
+    const double tol = bf16 ? 1e-4 : 1e-5;
+    EXPECT_TRUE(at::allclose(got.logp, want.logp, tol, tol)) << (got.logp - want.logp).abs().max();
+    EXPECT_TRUE(at::allclose(got.entropy, want.entropy, tol, tol)) << (got.entropy - want.entropy).abs().max();
+    const at::Tensor a = at::linspace(0.5, 1.5, 7), b = at::linspace(-1.0, 1.0, 7);
+    ((want.logp * a).sum() + (want.entropy * b).sum()).backward();
+    ((got.logp * a).sum() + (got.entropy * b).sum()).backward();
+    // The head's input gets one part per shard (copy_to_tp sums them in the model).
+    const double gtol = 1e-4;
+    at::Tensor dh = h_got.grad().clone();
+    if (t > 1) allreduce(comm, dh);
+    EXPECT_TRUE(at::allclose(dh, h_want.grad(), gtol, 1e-2 * gtol)) << (dh - h_want.grad()).abs().max();
+    const at::Tensor dw_want = at::cat({w_want.grad(), at::zeros({Vp - V, d})}, 0).narrow(0, columns * r, columns);
+    EXPECT_TRUE(at::allclose(w_got.grad(), dw_want, gtol, 1e-2 * gtol)) << (w_got.grad() - dw_want).abs().max();
   }
 }
 
@@ -280,7 +325,7 @@ TEST_P(TensorParallelStep, EqualsTheWholeModel) {
   }
 
   // The checkpoint holds whole tensors, as the whole model's does.
-  const std::string dir = "tp_test_ckpt";
+  const std::string dir = "tp_test_ckpt_np" + std::to_string(n);  // np variants may run at once
   if (world.rank() == 0) std::filesystem::create_directories(dir);
   world.barrier();
   const std::string base_path = dir + "/base.h5", split_path = dir + "/split.h5";

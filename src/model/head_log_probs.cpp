@@ -1,0 +1,147 @@
+#include "model/head_log_probs.h"
+
+#include <ATen/ATen.h>
+#include <slimpi/error.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "parallel/comm.h"
+#include "parallel/comm_tensor.h"
+
+namespace slimpi {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+struct Shape {
+  Comm* comm;  // null: one rank
+  int64_t begin, n_real;
+  double temperature;
+  bool bf16;
+};
+
+int64_t rows_per_chunk(int64_t columns) {
+  return std::max<int64_t>(1, kVocabParallelChunkElements / std::max<int64_t>(columns, 1));
+}
+
+// z [n, Vl] fp32 of the rows h [n, d]: the head's product, / temperature, padding at −inf.
+at::Tensor chunk_logits(const at::Tensor& h, const at::Tensor& head, const Shape& s) {
+  at::Tensor z = s.bf16 ? at::matmul(h.to(at::kBFloat16), head.to(at::kBFloat16).t()).to(at::kFloat)
+                        : at::matmul(h, head.to(at::kFloat).t());
+  if (s.temperature != 1.0) z = z / s.temperature;
+  if (s.n_real < z.size(1)) {
+    const at::Tensor padding = at::arange(z.size(1), z.options().dtype(at::kLong)).ge(s.n_real);
+    z = z.masked_fill(padding.unsqueeze(0), -INFINITY);
+  }
+  return z;
+}
+
+void sum_over_group(Comm* comm, const at::Tensor& t, ReduceOp op = ReduceOp::Sum) {
+  if (comm) allreduce(*comm, t, op);
+}
+
+struct HeadLogProbEntropy : public torch::autograd::Function<HeadLogProbEntropy> {
+  // rows [N, d] fp32, head [Vl, d], targets [N] -> {logp [N], entropy [N]}.
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& rows, const at::Tensor& head,
+                               const at::Tensor& targets, Comm* comm, int64_t begin, int64_t n_real,
+                               double temperature, bool bf16) {
+    const Shape s{comm, begin, n_real, temperature, bf16};
+    const int64_t N = rows.size(0), step = rows_per_chunk(head.size(0));
+    const at::TensorOptions fp32 = rows.options().dtype(at::kFloat);
+    at::Tensor m = at::empty({N}, fp32), log_s = at::empty({N}, fp32), logp = at::empty({N}, fp32),
+               entropy = at::empty({N}, fp32);
+    for (int64_t r = 0; r < N; r += step) {
+      const int64_t n = std::min(step, N - r);
+      const at::Tensor z = chunk_logits(rows.narrow(0, r, n), head, s);  // [n, Vl]
+      at::Tensor mc = std::get<0>(z.max(1)).contiguous();
+      sum_over_group(comm, mc, ReduceOp::Max);
+      const at::Tensor e = at::exp(z - mc.unsqueeze(1));
+      const at::Tensor local = targets.narrow(0, r, n) - begin;
+      const at::Tensor here = local.ge(0).logical_and(local.lt(n_real));
+      const at::Tensor zt =
+          z.gather(1, local.masked_fill(here.logical_not(), 0).unsqueeze(1)).squeeze(1).masked_fill(here.logical_not(), 0.0);
+      const at::Tensor ez = (e * at::where(e.gt(0), z, at::zeros_like(z))).sum(1);
+      at::Tensor sums = at::stack({e.sum(1), zt, ez}).contiguous();  // [3, n]
+      sum_over_group(comm, sums);
+      const at::Tensor ls = sums[0].log();
+      m.narrow(0, r, n).copy_(mc);
+      log_s.narrow(0, r, n).copy_(ls);
+      logp.narrow(0, r, n).copy_(sums[1] - mc - ls);
+      entropy.narrow(0, r, n).copy_(mc + ls - sums[2] / sums[0]);
+    }
+    ctx->save_for_backward({rows, head, targets, m, log_s, entropy});
+    ctx->saved_data["comm"] = reinterpret_cast<int64_t>(comm);
+    ctx->saved_data["begin"] = begin;
+    ctx->saved_data["n_real"] = n_real;
+    ctx->saved_data["temperature"] = temperature;
+    ctx->saved_data["bf16"] = bf16;
+    return {logp, entropy};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto v = ctx->get_saved_variables();
+    const at::Tensor &rows = v[0], &head = v[1], &targets = v[2], &m = v[3], &log_s = v[4], &entropy = v[5];
+    const Shape s{reinterpret_cast<Comm*>(ctx->saved_data["comm"].toInt()), ctx->saved_data["begin"].toInt(),
+                  ctx->saved_data["n_real"].toInt(), ctx->saved_data["temperature"].toDouble(),
+                  ctx->saved_data["bf16"].toBool()};
+    const at::Tensor g_logp = grads[0].defined() ? grads[0] : at::zeros_like(m);
+    const at::Tensor g_ent = grads[1].defined() ? grads[1] : at::zeros_like(m);
+    const int64_t N = rows.size(0), step = rows_per_chunk(head.size(0));
+    // The operands as the forward's product used them, in fp32.
+    const at::Tensor head_used = s.bf16 ? head.to(at::kBFloat16).to(at::kFloat) : head.to(at::kFloat);
+    at::Tensor d_rows = at::zeros_like(rows), d_head = at::zeros(head.sizes(), rows.options().dtype(at::kFloat));
+    for (int64_t r = 0; r < N; r += step) {
+      const int64_t n = std::min(step, N - r);
+      const at::Tensor h = rows.narrow(0, r, n);
+      const at::Tensor z = chunk_logits(h, head, s);
+      const at::Tensor log_p = z - (m.narrow(0, r, n) + log_s.narrow(0, r, n)).unsqueeze(1);
+      const at::Tensor p = log_p.exp();
+      const at::Tensor finite_log_p = at::where(p.gt(0), log_p, at::zeros_like(log_p));
+      at::Tensor dz = -p * (g_logp.narrow(0, r, n).unsqueeze(1) +
+                            g_ent.narrow(0, r, n).unsqueeze(1) * (finite_log_p + entropy.narrow(0, r, n).unsqueeze(1)));
+      const at::Tensor local = targets.narrow(0, r, n) - s.begin;
+      const at::Tensor here = local.ge(0).logical_and(local.lt(s.n_real));
+      dz.scatter_add_(1, local.masked_fill(here.logical_not(), 0).unsqueeze(1),
+                      (g_logp.narrow(0, r, n) * here.to(dz.scalar_type())).unsqueeze(1));
+      if (s.temperature != 1.0) dz = dz / s.temperature;
+      const at::Tensor h_used = s.bf16 ? h.to(at::kBFloat16).to(at::kFloat) : h;
+      d_rows.narrow(0, r, n).copy_(at::matmul(dz, head_used));
+      d_head.addmm_(dz.t(), h_used);
+    }
+    return {d_rows, d_head.to(head.scalar_type()), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(),
+            at::Tensor(), at::Tensor()};
+  }
+};
+
+bool any_truncated(const at::Tensor& support) {
+  return support.defined() && support.numel() > 0 && support.gt(0).any().item<bool>();
+}
+
+}  // namespace
+
+TokenLogProbs head_log_probs(const at::Tensor& hidden, const at::Tensor& head, const ScoredPositions& at,
+                             double temperature, bool with_entropy, const at::Tensor& support,
+                             const VocabShard& shard, bool bf16) {
+  const at::Tensor rows = hidden.index_select(0, at.logit_rows);  // [N, d]
+  if (any_truncated(support)) {
+    // The scored rows' logits, whole (the top-k / top-p support needs each row's largest).
+    const at::Tensor logits = bf16 ? at::matmul(rows.to(at::kBFloat16), head.to(at::kBFloat16).t()).to(at::kFloat)
+                                   : at::matmul(rows, head.t());
+    ScoredPositions all = at;
+    all.logit_rows = at::arange(rows.size(0), at.logit_rows.options());
+    if (!shard.comm) return score_tokens(logits, all, temperature, with_entropy, support);
+    return score_tokens_vocab_parallel(logits, all, temperature, with_entropy, support, shard);
+  }
+  const int64_t n_real = shard.comm ? shard.n_real : head.size(0);
+  variable_list out = HeadLogProbEntropy::apply(rows, head, at.targets, shard.comm, shard.comm ? shard.begin : 0,
+                                                n_real, temperature, bf16);
+  TokenLogProbs r;
+  r.logp = out[0];
+  if (with_entropy) r.entropy = out[1];
+  return r;
+}
+
+}  // namespace slimpi
