@@ -113,7 +113,11 @@ void check_expert_parallel(const Deck& deck, const ModelConfig& model, const Wor
     SLIMPI_FAIL_ALL("{}: it must divide model.n_experts = {} ({})", what, model.n_experts,
                     deck.source("model.n_experts"));
   const int64_t tp = deck.get_int("parallel.tensor_parallel");
-  if ((layout.n_trainer / tp) % ep != 0 || layout.n_trainer % tp != 0)
+  if (tp == 1 && layout.n_trainer % ep != 0)
+    SLIMPI_FAIL_ALL("{}: it must divide the number of trainer ranks, {} (parallel.trainer_ranks, {}; "
+                    "parallel.placement, {})",
+                    what, layout.n_trainer, deck.source("parallel.trainer_ranks"), deck.source("parallel.placement"));
+  if (tp > 1 && layout.n_trainer % tp == 0 && (layout.n_trainer / tp) % ep != 0)
     SLIMPI_FAIL_ALL("{}: it must divide the number of data-parallel trainer ranks, {} ({} trainer ranks / "
                     "parallel.tensor_parallel = {}; parallel.trainer_ranks, {}; parallel.placement, {})",
                     what, layout.n_trainer / tp, layout.n_trainer, tp, deck.source("parallel.trainer_ranks"),

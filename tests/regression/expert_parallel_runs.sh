@@ -58,7 +58,7 @@ PY
 echo "== np 4 split, 2 trainer ranks: expert_parallel 2 vs 1"
 run 4 split_ep1
 run 4 split_ep2 --set parallel.expert_parallel=2
-grep -q "expert parallelism: 1 group of 2 trainer ranks; this rank holds experts 0..3 of 8" "$out/split_ep2.log"
+grep -q "expert parallelism: 1 group of 2 data-parallel ranks; this rank holds experts 0..3 of 8" "$out/split_ep2.log"
 close split_ep1 split_ep2
 
 echo "== colocated: np 2 (one group of 2) and np 4 (two groups of 2)"
@@ -68,7 +68,7 @@ run 2 co2_ep2 --set parallel.placement=colocate --set parallel.expert_parallel=2
 close co2_ep1 co2_ep2
 run 4 co4_ep1 --set parallel.placement=colocate --set train.routing_replay=true
 run 4 co4_ep2 --set parallel.placement=colocate --set parallel.expert_parallel=2 --set train.routing_replay=true
-grep -q "expert parallelism: 2 groups of 2 trainer ranks" "$out/co4_ep2.log"
+grep -q "expert parallelism: 2 groups of 2 data-parallel ranks" "$out/co4_ep2.log"
 close co4_ep1 co4_ep2
 
 echo "== one_step_off, np 4 split"

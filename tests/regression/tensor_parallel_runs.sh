@@ -174,6 +174,9 @@ refused 4 "it must divide the number of trainer ranks, 2" --set parallel.tensor_
 refused 4 "parallel.sequence_parallel = true (--set) splits the tokens over the tensor-parallel group, but parallel.tensor_parallel = 1" \
   --set parallel.sequence_parallel=true
 refused 4 "it must divide the number of trainer ranks, 4" --set parallel.placement=colocate --set parallel.tensor_parallel=3
+refused 4 "it must divide the number of data-parallel trainer ranks, 2 (4 trainer ranks / parallel.tensor_parallel = 2" \
+  --set parallel.placement=colocate --set parallel.tensor_parallel=2 --set model.n_experts=4 --set model.moe_intermediate_size=16 \
+  --set parallel.expert_parallel=4
 refused 4 "model.n_kv_heads = 2 (.*) is not divisible by 4" --set parallel.placement=colocate --set parallel.tensor_parallel=4
 refused 4 "model.intermediate_size = 66 (.*) is not divisible by 4" --set parallel.placement=colocate \
   --set parallel.tensor_parallel=4 --set model.n_kv_heads=4 --set model.intermediate_size=66
