@@ -54,6 +54,22 @@ at::Tensor allgather(Comm& comm, const at::Tensor& t) {
   return out.to(t.device());
 }
 
+at::Tensor gather_to_first(Comm& comm, const at::Tensor& t) {
+  if (comm.rank() != 0) {
+    send(comm, t, 0);
+    return at::Tensor();
+  }
+  std::vector<int64_t> shape{comm.size()};
+  shape.insert(shape.end(), t.sizes().begin(), t.sizes().end());
+  at::Tensor all = at::empty(shape, t.options());  // [size, *t.shape]
+  all[0].copy_(t);
+  for (int r = 1; r < comm.size(); ++r) {
+    at::Tensor part = all[r];  // contiguous: a row of a contiguous tensor
+    recv(comm, part, r);
+  }
+  return all;
+}
+
 at::Tensor reduce_scatter(Comm& comm, const at::Tensor& t) {
   SLIMPI_CHECK(t.dim() > 0 && t.size(0) % comm.size() == 0,
                "comm '{}': reduce-scatter of {} rows over {} ranks (the rows must split evenly)", comm.name(),

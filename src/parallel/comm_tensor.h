@@ -25,6 +25,9 @@ void allreduce(Comm& comm, const at::Tensor& t, ReduceOp op = ReduceOp::Sum);
 void broadcast(Comm& comm, const at::Tensor& t, int root);
 // Returns [comm.size(), *t.sizes()]: every rank's tensor, stacked in rank order.
 at::Tensor allgather(Comm& comm, const at::Tensor& t);
+// The same on rank 0 alone (point to point: no rank but rank 0 holds more than its own
+// tensor); an undefined tensor on every other rank.
+at::Tensor gather_to_first(Comm& comm, const at::Tensor& t);
 // t [size · n, ...] -> [n, ...]: block rank() of the sum over ranks (t's dim 0 splits
 // into comm.size() equal blocks).
 at::Tensor reduce_scatter(Comm& comm, const at::Tensor& t);

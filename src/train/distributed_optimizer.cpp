@@ -107,23 +107,10 @@ at::Tensor DistributedAdamW::to_buffer_layout(const at::Tensor& all_ranks) const
 std::vector<NamedTensor> DistributedAdamW::whole_state(bool to_all) const {
   std::vector<at::Tensor> layouts;  // [total] each: exp_avg, exp_avg_sq in the buffer's layout
   for (const at::Tensor* moment : {&exp_avg_, &exp_avg_sq_}) {
-    at::Tensor all;  // [d, n_local]
-    if (!group_) {
-      all = moment->unsqueeze(0);
-    } else if (to_all) {
-      all = allgather(*group_, *moment);
-    } else if (rank_ != 0) {
-      send(*group_, *moment, 0);
-      continue;
-    } else {
-      all = at::empty({size_, n_local_}, moment->options());
-      all[0].copy_(*moment);
-      for (int r = 1; r < size_; ++r) {
-        at::Tensor part = all[r];
-        recv(*group_, part, r);
-      }
-    }
-    layouts.push_back(to_buffer_layout(all));
+    const at::Tensor all = !group_ ? moment->unsqueeze(0)
+                           : to_all ? allgather(*group_, *moment)
+                                    : gather_to_first(*group_, *moment);  // [d, n_local]
+    if (all.defined()) layouts.push_back(to_buffer_layout(all));
   }
   if (layouts.empty()) return {};
   std::vector<NamedTensor> out;

@@ -54,20 +54,8 @@ std::vector<NamedTensor> gather_expert_tensors(const ExpertShard& shard, int64_t
     flat.push_back(t.tensor.detach().reshape({-1}));
   }
   const at::Tensor mine = flat.empty() ? at::empty({0}) : at::cat(flat);
-  at::Tensor all;  // [G, n]
-  if (to_all) {
-    all = allgather(*shard.comm, mine);
-  } else if (shard.rank != 0) {
-    send(*shard.comm, mine, 0);
-    return local;
-  } else {
-    all = at::empty({shard.size, mine.numel()}, mine.options());
-    all[0].copy_(mine);
-    for (int g = 1; g < shard.size; ++g) {
-      at::Tensor part = all[g];  // a contiguous row
-      recv(*shard.comm, part, g);
-    }
-  }
+  const at::Tensor all = to_all ? allgather(*shard.comm, mine) : gather_to_first(*shard.comm, mine);  // [G, n]
+  if (!all.defined()) return local;
   std::vector<NamedTensor> out;
   for (int g = 0; g < shard.size; ++g) {
     int64_t offset = 0;

@@ -27,20 +27,8 @@ std::vector<NamedTensor> join_tensor_splits(const TensorShard& tp, const ModelCo
     flat.push_back(t.tensor.detach().reshape({-1}));
   }
   const at::Tensor mine = flat.empty() ? at::empty({0}) : at::cat(flat);
-  at::Tensor all;  // [t, n]
-  if (to_all) {
-    all = allgather(*tp.comm, mine);
-  } else if (tp.rank != 0) {
-    send(*tp.comm, mine, 0);
-    return {};
-  } else {
-    all = at::empty({tp.size, mine.numel()}, mine.options());
-    all[0].copy_(mine);
-    for (int r = 1; r < tp.size; ++r) {
-      at::Tensor part = all[r];  // a contiguous row
-      recv(*tp.comm, part, r);
-    }
-  }
+  const at::Tensor all = to_all ? allgather(*tp.comm, mine) : gather_to_first(*tp.comm, mine);  // [t, n]
+  if (!all.defined()) return {};
   std::vector<NamedTensor> out;
   int64_t offset = 0;
   for (const auto& t : local) {

@@ -27,32 +27,11 @@ moe=(--set run.n_steps=4 --set model.n_experts=8 --set model.n_experts_per_tok=2
      --set model.qk_norm=true --set model.init_std=0.2 --set train.moe_aux_loss_coef=0.01 --set train.moe_z_loss_coef=0.001
      --set reward.style=command --set "reward.command=/usr/bin/python3 $out/ascii_reward.py" --set eval.path=)
 
-run() {  # NP NAME [--set ...]
-  local np=$1 name=$2; shift 2
-  $mpirun -np "$np" "$slimpi" run inputs/smoke_rl.toml "${moe[@]}" --set run.dir="$out/$name" "$@" \
-    >>"$out/$name.log" 2>&1 || { cat "$out/$name.log"; exit 1; }
-}
+args=(run inputs/smoke_rl.toml "${moe[@]}")  # run NP NAME [--set ...] (run_helpers.sh)
 
-# Same tokens, same metrics to round-off (relative 1e-3, absolute 1e-6: values near 0).
-close() {  # RUN_A RUN_B
-  /usr/bin/python3 - "$out/$1" "$out/$2" <<'PY'
-import sys
-import h5py
-import numpy as np
-a, b = sys.argv[1], sys.argv[2]
-with h5py.File(f"{a}/rollouts.h5") as fa, h5py.File(f"{b}/rollouts.h5") as fb:
-    for d in ("tokens/values", "tokens/offsets", "routing/values", "reward", "step"):
-        assert np.array_equal(fa["samples/" + d][:], fb["samples/" + d][:]), f"{a} vs {b}: samples/{d} differ"
-    n = len(fa["samples/reward"][:])
-    assert np.std(fa["samples/reward"][:]) > 0, "the reward did not vary"
-with h5py.File(f"{a}/metrics.h5") as fa, h5py.File(f"{b}/metrics.h5") as fb:
-    cols = [c for c in fa["steps"].attrs["columns"].decode().split() if c.startswith(("train", "rollout/", "eval/"))]
-    assert "train/grad_norm" in cols and "train/pg_loss" in cols
-    for c in cols:
-        x, y = fa["steps/" + c][:], fb["steps/" + c][:]
-        assert np.allclose(x, y, rtol=1e-3, atol=1e-6, equal_nan=True), (c, x, y)
-print(f"expert_parallel_runs: {b} == {a}: {n} samples (tokens, routing traces, rewards), {len(cols)} metrics")
-PY
+close() {  # RUN_A RUN_B: same tokens, routing traces and rewards; same metrics to round-off
+  /usr/bin/python3 tests/regression/same_tokens.py "$tag" "$out/$1" "$out/$2" tokens/values tokens/offsets \
+    routing/values reward step
 }
 
 echo "== np 4 split, 2 trainer ranks: expert_parallel 2 vs 1"

@@ -32,36 +32,10 @@ PY
 base=(--set run.n_steps=4 --set model.qk_norm=true --set model.init_std=0.2 --set train.global_batch_size=32
       --set reward.style=command --set "reward.command=/usr/bin/python3 $out/ascii_reward.py" --set eval.path=)
 
-run() {  # NP NAME [--set ...]
-  local np=$1 name=$2; shift 2
-  $mpirun -np "$np" "$slimpi" run inputs/smoke_rl.toml "${base[@]}" --set run.dir="$out/$name" "$@" \
-    >>"$out/$name.log" 2>&1 || { cat "$out/$name.log"; exit 1; }
-}
-
-# Same tokens, same metrics to round-off (relative 1e-3, absolute 1e-6: values near 0).
-close() {  # RUN_A RUN_B
-  /usr/bin/python3 - "$out/$1" "$out/$2" <<'PY'
-import sys
-import h5py
-import numpy as np
-a, b = sys.argv[1], sys.argv[2]
-with h5py.File(f"{a}/rollouts.h5") as fa, h5py.File(f"{b}/rollouts.h5") as fb:
-    for d in ("tokens/values", "tokens/offsets", "reward", "step", "advantages/values", "old_log_probs/values"):
-        x, y = fa["samples/" + d][:], fb["samples/" + d][:]
-        if x.dtype.kind == "f":
-            assert np.allclose(x, y, rtol=1e-3, atol=1e-5), f"{a} vs {b}: samples/{d} differ"
-        else:
-            assert np.array_equal(x, y), f"{a} vs {b}: samples/{d} differ"
-    n = len(fa["samples/reward"][:])
-    assert np.std(fa["samples/reward"][:]) > 0, "the reward did not vary"
-with h5py.File(f"{a}/metrics.h5") as fa, h5py.File(f"{b}/metrics.h5") as fb:
-    cols = [c for c in fa["steps"].attrs["columns"].decode().split() if c.startswith(("train", "rollout/", "eval/"))]
-    assert "train/grad_norm" in cols and "train/pg_loss" in cols
-    for c in cols:
-        x, y = fa["steps/" + c][:], fb["steps/" + c][:]
-        assert np.allclose(x, y, rtol=1e-3, atol=1e-6, equal_nan=True), (c, x, y)
-print(f"tensor_parallel_runs: {b} == {a}: {n} samples (tokens, rewards, advantages, old log-probs), {len(cols)} metrics")
-PY
+args=(run inputs/smoke_rl.toml "${base[@]}")  # run NP NAME [--set ...] (run_helpers.sh)
+close() {  # RUN_A RUN_B: same tokens, rewards, advantages and old log-probs; same metrics
+  /usr/bin/python3 tests/regression/same_tokens.py "$tag" "$out/$1" "$out/$2" tokens/values tokens/offsets reward step \
+    advantages/values old_log_probs/values
 }
 
 echo "== np 4 split, 2 trainer ranks: tensor_parallel 2 vs 1"
@@ -163,21 +137,16 @@ print("tensor_parallel_runs: SFT with evaluation, tensor_parallel 2 == 1")
 PY
 
 echo "== refusals"
-refused() {  # NP PATTERN [--set ...]
-  local np=$1 pattern=$2; shift 2
-  if $mpirun -np "$np" "$slimpi" run inputs/smoke_rl.toml --set run.dir="$out/refused" "$@" >"$out/refused.log" 2>&1; then
-    cat "$out/refused.log"; echo "FAIL: ran: $*"; exit 1
-  fi
-  grep -q -- "$pattern" "$out/refused.log" || { cat "$out/refused.log"; echo "FAIL: no '$pattern'"; exit 1; }
-}
-refused 4 "it must divide the number of trainer ranks, 2" --set parallel.tensor_parallel=4
-refused 4 "parallel.sequence_parallel = true (--set) splits the tokens over the tensor-parallel group, but parallel.tensor_parallel = 1" \
-  --set parallel.sequence_parallel=true
-refused 4 "it must divide the number of trainer ranks, 4" --set parallel.placement=colocate --set parallel.tensor_parallel=3
-refused 4 "it must divide the number of data-parallel trainer ranks, 2 (4 trainer ranks / parallel.tensor_parallel = 2" \
-  --set parallel.placement=colocate --set parallel.tensor_parallel=2 --set model.n_experts=4 --set model.moe_intermediate_size=16 \
-  --set parallel.expert_parallel=4
-refused 4 "model.n_kv_heads = 2 (.*) is not divisible by 4" --set parallel.placement=colocate --set parallel.tensor_parallel=4
-refused 4 "model.intermediate_size = 66 (.*) is not divisible by 4" --set parallel.placement=colocate \
+refused tp_not_dividing "it must divide the number of trainer ranks, 2" 4 --set parallel.tensor_parallel=4
+refused sp_without_tp "parallel.sequence_parallel = true (--set) splits the tokens over the tensor-parallel group, but parallel.tensor_parallel = 1" \
+  4 --set parallel.sequence_parallel=true
+refused tp_three "it must divide the number of trainer ranks, 4" 4 --set parallel.placement=colocate \
+  --set parallel.tensor_parallel=3
+refused ep_over_dp "it must divide the number of data-parallel trainer ranks, 2 (4 trainer ranks / parallel.tensor_parallel = 2" \
+  4 --set parallel.placement=colocate --set parallel.tensor_parallel=2 --set model.n_experts=4 \
+  --set model.moe_intermediate_size=16 --set parallel.expert_parallel=4
+refused kv_heads "model.n_kv_heads = 2 (inputs/smoke_rl.toml:17) is not divisible by 4" 4 \
+  --set parallel.placement=colocate --set parallel.tensor_parallel=4
+refused mlp_width "model.intermediate_size = 66 (--set) is not divisible by 4" 4 --set parallel.placement=colocate \
   --set parallel.tensor_parallel=4 --set model.n_kv_heads=4 --set model.intermediate_size=66
 echo "tensor_parallel_runs: OK"
