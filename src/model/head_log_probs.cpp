@@ -32,15 +32,7 @@ at::Tensor chunk_logits(const at::Tensor& h, const at::Tensor& head, const Shape
   at::Tensor z = s.bf16 ? at::matmul(h.to(at::kBFloat16), head.to(at::kBFloat16).t()).to(at::kFloat)
                         : at::matmul(h, head.to(at::kFloat).t());
   if (s.temperature != 1.0) z = z / s.temperature;
-  if (s.n_real < z.size(1)) {
-    const at::Tensor padding = at::arange(z.size(1), z.options().dtype(at::kLong)).ge(s.n_real);
-    z = z.masked_fill(padding.unsqueeze(0), -INFINITY);
-  }
-  return z;
-}
-
-void sum_over_group(Comm* comm, const at::Tensor& t, ReduceOp op = ReduceOp::Sum) {
-  if (comm) allreduce(*comm, t, op);
+  return mask_padding(z, s.n_real);
 }
 
 struct HeadLogProbEntropy : public torch::autograd::Function<HeadLogProbEntropy> {
@@ -55,22 +47,12 @@ struct HeadLogProbEntropy : public torch::autograd::Function<HeadLogProbEntropy>
                entropy = at::empty({N}, fp32);
     for (int64_t r = 0; r < N; r += step) {
       const int64_t n = std::min(step, N - r);
-      const at::Tensor z = chunk_logits(rows.narrow(0, r, n), head, s);  // [n, Vl]
-      at::Tensor mc = std::get<0>(z.max(1)).contiguous();
-      sum_over_group(comm, mc, ReduceOp::Max);
-      const at::Tensor e = at::exp(z - mc.unsqueeze(1));
-      const at::Tensor local = targets.narrow(0, r, n) - begin;
-      const at::Tensor here = local.ge(0).logical_and(local.lt(n_real));
-      const at::Tensor zt =
-          z.gather(1, local.masked_fill(here.logical_not(), 0).unsqueeze(1)).squeeze(1).masked_fill(here.logical_not(), 0.0);
-      const at::Tensor ez = (e * at::where(e.gt(0), z, at::zeros_like(z))).sum(1);
-      at::Tensor sums = at::stack({e.sum(1), zt, ez}).contiguous();  // [3, n]
-      sum_over_group(comm, sums);
-      const at::Tensor ls = sums[0].log();
-      m.narrow(0, r, n).copy_(mc);
-      log_s.narrow(0, r, n).copy_(ls);
-      logp.narrow(0, r, n).copy_(sums[1] - mc - ls);
-      entropy.narrow(0, r, n).copy_(mc + ls - sums[2] / sums[0]);
+      const ChunkStatistics c =
+          chunk_statistics(chunk_logits(rows.narrow(0, r, n), head, s), targets.narrow(0, r, n), comm, begin, n_real);
+      m.narrow(0, r, n).copy_(c.m);
+      log_s.narrow(0, r, n).copy_(c.log_s);
+      logp.narrow(0, r, n).copy_(c.logp);
+      entropy.narrow(0, r, n).copy_(c.entropy);
     }
     ctx->save_for_backward({rows, head, targets, m, log_s, entropy});
     ctx->saved_data["comm"] = reinterpret_cast<int64_t>(comm);
@@ -96,16 +78,9 @@ struct HeadLogProbEntropy : public torch::autograd::Function<HeadLogProbEntropy>
     for (int64_t r = 0; r < N; r += step) {
       const int64_t n = std::min(step, N - r);
       const at::Tensor h = rows.narrow(0, r, n);
-      const at::Tensor z = chunk_logits(h, head, s);
-      const at::Tensor log_p = z - (m.narrow(0, r, n) + log_s.narrow(0, r, n)).unsqueeze(1);
-      const at::Tensor p = log_p.exp();
-      const at::Tensor finite_log_p = at::where(p.gt(0), log_p, at::zeros_like(log_p));
-      at::Tensor dz = -p * (g_logp.narrow(0, r, n).unsqueeze(1) +
-                            g_ent.narrow(0, r, n).unsqueeze(1) * (finite_log_p + entropy.narrow(0, r, n).unsqueeze(1)));
-      const at::Tensor local = targets.narrow(0, r, n) - s.begin;
-      const at::Tensor here = local.ge(0).logical_and(local.lt(s.n_real));
-      dz.scatter_add_(1, local.masked_fill(here.logical_not(), 0).unsqueeze(1),
-                      (g_logp.narrow(0, r, n) * here.to(dz.scalar_type())).unsqueeze(1));
+      at::Tensor dz = chunk_gradient(chunk_logits(h, head, s), m.narrow(0, r, n), log_s.narrow(0, r, n),
+                                     entropy.narrow(0, r, n), g_logp.narrow(0, r, n), g_ent.narrow(0, r, n),
+                                     targets.narrow(0, r, n), s.begin, s.n_real);
       if (s.temperature != 1.0) dz = dz / s.temperature;
       const at::Tensor h_used = s.bf16 ? h.to(at::kBFloat16).to(at::kFloat) : h;
       d_rows.narrow(0, r, n).copy_(at::matmul(dz, head_used));

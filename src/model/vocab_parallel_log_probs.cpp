@@ -19,13 +19,6 @@ using torch::autograd::variable_list;
 
 int64_t chunk_rows(int64_t columns) { return std::max<int64_t>(1, kVocabParallelChunkElements / std::max<int64_t>(columns, 1)); }
 
-// z [n, Vl] with the padded columns (n_real and up) at −inf.
-at::Tensor masked(const at::Tensor& z, int64_t n_real) {
-  if (n_real == z.size(1)) return z;
-  const at::Tensor padding = at::arange(z.size(1), z.options().dtype(at::kLong)).ge(n_real);  // [Vl]
-  return z.masked_fill(padding.unsqueeze(0), -INFINITY);
-}
-
 // The local column of each target, and whether this shard holds it.
 struct LocalTargets {
   at::Tensor column;  // [n] int64 (0 where elsewhere)
@@ -46,23 +39,14 @@ struct VocabParallelLogProbEntropy : public torch::autograd::Function<VocabParal
     at::Tensor logp = at::empty({N}, z.options()), entropy = at::empty({N}, z.options());
     for (int64_t r = 0; r < N; r += step) {
       const int64_t n = std::min(step, N - r);
-      const at::Tensor zc = masked(z.narrow(0, r, n), n_real);  // [n, Vl]
-      at::Tensor mc = std::get<0>(zc.max(1)).contiguous();       // [n]
-      allreduce(*comm, mc, ReduceOp::Max);
-      const at::Tensor e = at::exp(zc - mc.unsqueeze(1));           // [n, Vl], 0 at padding
-      const LocalTargets t = local_targets(targets.narrow(0, r, n), begin, n_real);
-      const at::Tensor zt = zc.gather(1, t.column.unsqueeze(1)).squeeze(1).masked_fill(t.here.logical_not(), 0.0);
-      const at::Tensor ez = (e * at::where(e.gt(0), zc, at::zeros_like(zc))).sum(1);  // Σ e·z, finite
-      at::Tensor sums = at::stack({e.sum(1), zt, ez}).contiguous();  // [3, n]
-      allreduce(*comm, sums);
-      const at::Tensor ls = sums[0].log();
-      m.narrow(0, r, n).copy_(mc);
-      log_s.narrow(0, r, n).copy_(ls);
-      logp.narrow(0, r, n).copy_(sums[1] - mc - ls);
-      entropy.narrow(0, r, n).copy_(mc + ls - sums[2] / sums[0]);
+      const ChunkStatistics c =
+          chunk_statistics(mask_padding(z.narrow(0, r, n), n_real), targets.narrow(0, r, n), comm, begin, n_real);
+      m.narrow(0, r, n).copy_(c.m);
+      log_s.narrow(0, r, n).copy_(c.log_s);
+      logp.narrow(0, r, n).copy_(c.logp);
+      entropy.narrow(0, r, n).copy_(c.entropy);
     }
     ctx->save_for_backward({z, targets, m, log_s, entropy});
-    ctx->saved_data["comm"] = reinterpret_cast<int64_t>(comm);
     ctx->saved_data["begin"] = begin;
     ctx->saved_data["n_real"] = n_real;
     return {logp, entropy};
@@ -78,17 +62,9 @@ struct VocabParallelLogProbEntropy : public torch::autograd::Function<VocabParal
     at::Tensor dz = at::empty_like(z);
     for (int64_t r = 0; r < N; r += step) {
       const int64_t n = std::min(step, N - r);
-      const at::Tensor zc = masked(z.narrow(0, r, n), n_real);
-      const at::Tensor log_p = zc - (m.narrow(0, r, n) + log_s.narrow(0, r, n)).unsqueeze(1);  // [n, Vl], −inf at padding
-      const at::Tensor p = log_p.exp();
-      const at::Tensor finite_log_p = at::where(p.gt(0), log_p, at::zeros_like(log_p));
-      // −g_logp·p − g_ent·p·(log p + H), then +g_logp at the target's column here.
-      at::Tensor d = -p * (g_logp.narrow(0, r, n).unsqueeze(1) +
-                           g_ent.narrow(0, r, n).unsqueeze(1) * (finite_log_p + entropy.narrow(0, r, n).unsqueeze(1)));
-      const LocalTargets t = local_targets(targets.narrow(0, r, n), begin, n_real);
-      d.scatter_add_(1, t.column.unsqueeze(1),
-                     (g_logp.narrow(0, r, n) * t.here.to(d.scalar_type())).unsqueeze(1));
-      dz.narrow(0, r, n).copy_(d);
+      dz.narrow(0, r, n).copy_(chunk_gradient(mask_padding(z.narrow(0, r, n), n_real), m.narrow(0, r, n),
+                                              log_s.narrow(0, r, n), entropy.narrow(0, r, n), g_logp.narrow(0, r, n),
+                                              g_ent.narrow(0, r, n), targets.narrow(0, r, n), begin, n_real));
     }
     return {dz, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
@@ -104,7 +80,7 @@ at::Tensor truncated_log_probs(const at::Tensor& z, const at::Tensor& targets, c
                                const VocabShard& shard, const at::Tensor& full) {
   Comm* comm = shard.comm;
   const int64_t k_max = std::max<int64_t>(1, support.max().item<int64_t>());
-  const at::Tensor zm = masked(z, shard.n_real);
+  const at::Tensor zm = mask_padding(z, shard.n_real);
   const int64_t k_local = std::min<int64_t>(k_max, zm.size(1));
   at::Tensor top = std::get<0>(zm.topk(k_local, 1, /*largest=*/true, /*sorted=*/true));  // [N, k_local]
   at::Tensor candidates = gather_from_tp(comm, top);                                          // [N, t·k_local]
@@ -119,6 +95,39 @@ at::Tensor truncated_log_probs(const at::Tensor& z, const at::Tensor& targets, c
 }
 
 }  // namespace
+
+at::Tensor mask_padding(const at::Tensor& z, int64_t n_real) {
+  if (n_real == z.size(1)) return z;
+  const at::Tensor padding = at::arange(z.size(1), z.options().dtype(at::kLong)).ge(n_real);  // [Vl]
+  return z.masked_fill(padding.unsqueeze(0), -INFINITY);
+}
+
+ChunkStatistics chunk_statistics(const at::Tensor& z, const at::Tensor& targets, Comm* comm, int64_t begin,
+                                 int64_t n_real) {
+  at::Tensor m = std::get<0>(z.max(1)).contiguous();  // [n]
+  if (comm) allreduce(*comm, m, ReduceOp::Max);
+  const at::Tensor e = at::exp(z - m.unsqueeze(1));  // [n, Vl], 0 at padding
+  const LocalTargets t = local_targets(targets, begin, n_real);
+  const at::Tensor zt = z.gather(1, t.column.unsqueeze(1)).squeeze(1).masked_fill(t.here.logical_not(), 0.0);
+  const at::Tensor ez = (e * at::where(e.gt(0), z, at::zeros_like(z))).sum(1);  // Σ e·z, finite
+  at::Tensor sums = at::stack({e.sum(1), zt, ez}).contiguous();                   // [3, n]
+  if (comm) allreduce(*comm, sums);
+  const at::Tensor log_s = sums[0].log();
+  return {m, log_s, sums[1] - m - log_s, m + log_s - sums[2] / sums[0]};
+}
+
+at::Tensor chunk_gradient(const at::Tensor& z, const at::Tensor& m, const at::Tensor& log_s, const at::Tensor& entropy,
+                          const at::Tensor& g_logp, const at::Tensor& g_entropy, const at::Tensor& targets,
+                          int64_t begin, int64_t n_real) {
+  const at::Tensor log_p = z - (m + log_s).unsqueeze(1);  // [n, Vl], −inf at padding
+  const at::Tensor p = log_p.exp();
+  const at::Tensor finite_log_p = at::where(p.gt(0), log_p, at::zeros_like(log_p));
+  // −g_logp·p − g_entropy·p·(log p + H), then +g_logp at the target's column here.
+  at::Tensor d = -p * (g_logp.unsqueeze(1) + g_entropy.unsqueeze(1) * (finite_log_p + entropy.unsqueeze(1)));
+  const LocalTargets t = local_targets(targets, begin, n_real);
+  d.scatter_add_(1, t.column.unsqueeze(1), (g_logp * t.here.to(d.scalar_type())).unsqueeze(1));
+  return d;
+}
 
 TokenLogProbs score_tokens_vocab_parallel(const at::Tensor& logits, const ScoredPositions& at, double temperature,
                                           bool with_entropy, const at::Tensor& support, const VocabShard& shard) {

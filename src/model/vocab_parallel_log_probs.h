@@ -36,6 +36,20 @@ struct VocabShard {
 // Temporaries per chunk of rows, in logits.
 constexpr int64_t kVocabParallelChunkElements = int64_t(1) << 22;
 
+// The pieces the chunked functions share (this file's and model/head_log_probs.h's), on
+// one chunk of n rows. z [n, Vl] fp32 with the padded columns at −inf (mask_padding);
+// comm null: the whole vocabulary on this rank.
+at::Tensor mask_padding(const at::Tensor& z, int64_t n_real);
+struct ChunkStatistics {
+  at::Tensor m, log_s, logp, entropy;  // [n] each, the same on every rank of comm
+};
+ChunkStatistics chunk_statistics(const at::Tensor& z, const at::Tensor& targets, Comm* comm, int64_t begin,
+                                 int64_t n_real);
+// ∂(Σ g_logp·logp + Σ g_entropy·entropy)/∂z for the chunk (m, log_s, entropy its statistics).
+at::Tensor chunk_gradient(const at::Tensor& z, const at::Tensor& m, const at::Tensor& log_s, const at::Tensor& entropy,
+                          const at::Tensor& g_logp, const at::Tensor& g_entropy, const at::Tensor& targets,
+                          int64_t begin, int64_t n_real);
+
 // logits [T, Vl] (this shard's columns) -> as score_tokens (model/log_probs.h).
 TokenLogProbs score_tokens_vocab_parallel(const at::Tensor& logits, const ScoredPositions& at, double temperature,
                                           bool with_entropy, const at::Tensor& support, const VocabShard& shard);
