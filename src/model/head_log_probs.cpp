@@ -23,14 +23,15 @@ struct Shape {
   bool bf16;
 };
 
-int64_t rows_per_chunk(int64_t columns) {
-  return std::max<int64_t>(1, kVocabParallelChunkElements / std::max<int64_t>(columns, 1));
+// h [n, d] · headᵀ -> [n, Vl] fp32, in bf16 when `bf16` (as autocast's product).
+at::Tensor head_product(const at::Tensor& h, const at::Tensor& head, bool bf16) {
+  return bf16 ? at::matmul(h.to(at::kBFloat16), head.to(at::kBFloat16).t()).to(at::kFloat)
+              : at::matmul(h, head.to(at::kFloat).t());
 }
 
 // z [n, Vl] fp32 of the rows h [n, d]: the head's product, / temperature, padding at −inf.
 at::Tensor chunk_logits(const at::Tensor& h, const at::Tensor& head, const Shape& s) {
-  at::Tensor z = s.bf16 ? at::matmul(h.to(at::kBFloat16), head.to(at::kBFloat16).t()).to(at::kFloat)
-                        : at::matmul(h, head.to(at::kFloat).t());
+  at::Tensor z = head_product(h, head, s.bf16);
   if (s.temperature != 1.0) z = z / s.temperature;
   return mask_padding(z, s.n_real);
 }
@@ -41,7 +42,7 @@ struct HeadLogProbEntropy : public torch::autograd::Function<HeadLogProbEntropy>
                                const at::Tensor& targets, Comm* comm, int64_t begin, int64_t n_real,
                                double temperature, bool bf16) {
     const Shape s{comm, begin, n_real, temperature, bf16};
-    const int64_t N = rows.size(0), step = rows_per_chunk(head.size(0));
+    const int64_t N = rows.size(0), step = chunk_rows(head.size(0));
     const at::TensorOptions fp32 = rows.options().dtype(at::kFloat);
     at::Tensor m = at::empty({N}, fp32), log_s = at::empty({N}, fp32), logp = at::empty({N}, fp32),
                entropy = at::empty({N}, fp32);
@@ -71,7 +72,7 @@ struct HeadLogProbEntropy : public torch::autograd::Function<HeadLogProbEntropy>
                   ctx->saved_data["bf16"].toBool()};
     const at::Tensor g_logp = grads[0].defined() ? grads[0] : at::zeros_like(m);
     const at::Tensor g_ent = grads[1].defined() ? grads[1] : at::zeros_like(m);
-    const int64_t N = rows.size(0), step = rows_per_chunk(head.size(0));
+    const int64_t N = rows.size(0), step = chunk_rows(head.size(0));
     // The operands as the forward's product used them, in fp32.
     const at::Tensor head_used = s.bf16 ? head.to(at::kBFloat16).to(at::kFloat) : head.to(at::kFloat);
     at::Tensor d_rows = at::zeros_like(rows), d_head = at::zeros(head.sizes(), rows.options().dtype(at::kFloat));
@@ -91,10 +92,6 @@ struct HeadLogProbEntropy : public torch::autograd::Function<HeadLogProbEntropy>
   }
 };
 
-bool any_truncated(const at::Tensor& support) {
-  return support.defined() && support.numel() > 0 && support.gt(0).any().item<bool>();
-}
-
 }  // namespace
 
 TokenLogProbs head_log_probs(const at::Tensor& hidden, const at::Tensor& head, const ScoredPositions& at,
@@ -103,8 +100,7 @@ TokenLogProbs head_log_probs(const at::Tensor& hidden, const at::Tensor& head, c
   const at::Tensor rows = hidden.index_select(0, at.logit_rows);  // [N, d]
   if (any_truncated(support)) {
     // The scored rows' logits, whole (the top-k / top-p support needs each row's largest).
-    const at::Tensor logits = bf16 ? at::matmul(rows.to(at::kBFloat16), head.to(at::kBFloat16).t()).to(at::kFloat)
-                                   : at::matmul(rows, head.t());
+    const at::Tensor logits = head_product(rows, head, bf16);
     ScoredPositions all = at;
     all.logit_rows = at::arange(rows.size(0), at.logit_rows.options());
     if (!shard.comm) return score_tokens(logits, all, temperature, with_entropy, support);

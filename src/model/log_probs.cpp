@@ -25,14 +25,9 @@ ScoredPositions response_positions(const at::Tensor& tokens, const std::vector<i
   return p;
 }
 
-namespace {
-
-// Whether any token was drawn from a cut candidate set (support > 0).
 bool any_truncated(const at::Tensor& support) {
   return support.defined() && support.numel() > 0 && support.gt(0).any().item<bool>();
 }
-
-}  // namespace
 
 at::Tensor log_probs_over_support(const at::Tensor& z, const at::Tensor& targets, const at::Tensor& support) {
   if (!any_truncated(support))

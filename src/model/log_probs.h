@@ -31,6 +31,9 @@ struct TokenLogProbs {
   at::Tensor entropy;  // [N] fp32 (undefined unless asked for)
 };
 
+// Whether any token of `support` [N] was drawn from a cut candidate set (an entry > 0).
+bool any_truncated(const at::Tensor& support);
+
 // z [N, V] fp32 (already divided by the temperature), targets [N] int64, support [N]
 // int64 (0: whole vocabulary; undefined: all 0) -> logp [N].
 at::Tensor log_probs_over_support(const at::Tensor& z, const at::Tensor& targets, const at::Tensor& support);

@@ -196,7 +196,7 @@ struct Transformer::ForwardContext {
   bool sp = false;
   int64_t n_tokens = 0, n_padded = 0;
   Recompute recompute = Recompute::None;  // what this forward recomputes in backward (training only)
-  std::shared_ptr<const AttentionLayout> kept_layout;  // with recompute: `layout`, kept for backward
+  std::shared_ptr<const AttentionLayout> kept_layout = nullptr;  // with recompute: `layout`, kept for backward
   // A replicated weight applied to this rank's rows: under sequence parallelism each
   // rank's gradient is a part, which copy_to_tp sums over the group.
   at::Tensor shared(const at::Tensor& w) const { return sp ? copy_to_tp(tp, w) : w; }
@@ -280,7 +280,13 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const AttentionLayout&
                                             moe->replay.size(1) == cfg_.n_moe_layers()),
                  "routing replay: expert ids for {} tokens and {} MoE layers expected", T, cfg_.n_moe_layers());
   }
-  ForwardContext f{a, cache, {}, {}, {}};
+  // Activation recomputation (training forwards only): the blocks run again in backward
+  // from a copy of this forward's context, whose layout must outlive the forward.
+  const bool recompute = recompute_ != Recompute::None && !cache && at::GradMode::is_enabled();
+  const auto kept_layout = recompute ? std::make_shared<const AttentionLayout>(a) : nullptr;
+  ForwardContext f{kept_layout ? *kept_layout : a, cache, {}, {}, {}};
+  f.recompute = recompute ? recompute_ : Recompute::None;
+  f.kept_layout = kept_layout;
   f.tp = tensor_.size > 1 ? tensor_.comm : nullptr;
   f.sp = f.tp && tensor_.sequence_parallel;
   f.n_tokens = T;
@@ -301,24 +307,13 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const AttentionLayout&
   std::vector<at::Tensor> chosen, own;  // per MoE layer [T, k]: experts run, the router's own top-k
   int64_t moe_layer = 0;
   at::Tensor x = embed(tokens, f);  // [T, d] ([T_local, d] sequence-parallel): the residual stream is fp32
-  // Activation recomputation (training forwards only): the blocks run again in backward
-  // from a copy of this forward's context (its layout outlives the forward).
-  const bool recompute = recompute_ != Recompute::None && !cache && at::GradMode::is_enabled();
-  std::shared_ptr<const AttentionLayout> kept_layout;
-  std::shared_ptr<const ForwardContext> kept;
-  if (recompute) {
-    kept_layout = std::make_shared<const AttentionLayout>(a);
-    kept = std::make_shared<const ForwardContext>(ForwardContext{*kept_layout, nullptr, f.plan, f.cos, f.sin, f.bf16,
-                                                                 f.tp, f.sp, f.n_tokens, f.n_padded, recompute_,
-                                                                 kept_layout});
-    f.recompute = recompute_;
-    f.kept_layout = kept_layout;
-  }
+  // Full recomputation's blocks run from a copy of the context (which holds kept_layout).
+  const auto kept = f.recompute == Recompute::Full ? std::make_shared<const ForwardContext>(f) : nullptr;
   for (size_t l = 0; l < layers_.size(); ++l) {
     const LayerParams& p = layers_[l];
     const bool dense = !cfg_.is_moe_layer(int64_t(l));
-    if (recompute && recompute_ == Recompute::Full) {  // the attention block, and a dense layer's MLP with it
-      x = recomputed([this, l, dense, kept, kept_layout](const std::vector<at::Tensor>& in) {
+    if (kept) {  // full recomputation: the attention block, and a dense layer's MLP with it
+      x = recomputed([this, l, dense, kept](const std::vector<at::Tensor>& in) {
             at::Tensor y = in[0] + attention_block(l, in[0], *kept);
             return std::vector<at::Tensor>{dense ? dense_mlp_residual(l, y, *kept) : y};
           }, {x})[0];

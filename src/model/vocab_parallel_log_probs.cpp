@@ -17,8 +17,6 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-int64_t chunk_rows(int64_t columns) { return std::max<int64_t>(1, kVocabParallelChunkElements / std::max<int64_t>(columns, 1)); }
-
 // The local column of each target, and whether this shard holds it.
 struct LocalTargets {
   at::Tensor column;  // [n] int64 (0 where elsewhere)
@@ -70,10 +68,6 @@ struct VocabParallelLogProbEntropy : public torch::autograd::Function<VocabParal
   }
 };
 
-bool any_truncated(const at::Tensor& support) {
-  return support.defined() && support.numel() > 0 && support.gt(0).any().item<bool>();
-}
-
 // logp against the k largest entries of z over the whole vocabulary (k = support[i] > 0;
 // rows with support 0 get `full`).
 at::Tensor truncated_log_probs(const at::Tensor& z, const at::Tensor& targets, const at::Tensor& support,
@@ -95,6 +89,10 @@ at::Tensor truncated_log_probs(const at::Tensor& z, const at::Tensor& targets, c
 }
 
 }  // namespace
+
+int64_t chunk_rows(int64_t columns) {
+  return std::max<int64_t>(1, kVocabParallelChunkElements / std::max<int64_t>(columns, 1));
+}
 
 at::Tensor mask_padding(const at::Tensor& z, int64_t n_real) {
   if (n_real == z.size(1)) return z;

@@ -33,8 +33,9 @@ struct VocabShard {
   int64_t n_real = 0;       // of this shard's columns, the real tokens (the rest are padding)
 };
 
-// Temporaries per chunk of rows, in logits.
+// Temporaries per chunk of rows, in logits, and the rows of a chunk of `columns` logits each.
 constexpr int64_t kVocabParallelChunkElements = int64_t(1) << 22;
+int64_t chunk_rows(int64_t columns);
 
 // The pieces the chunked functions share (this file's and model/head_log_probs.h's), on
 // one chunk of n rows. z [n, Vl] fp32 with the padded columns at −inf (mask_padding);

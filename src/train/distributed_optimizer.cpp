@@ -104,12 +104,10 @@ at::Tensor DistributedAdamW::to_buffer_layout(const at::Tensor& all_ranks) const
   return out;
 }
 
-std::vector<NamedTensor> DistributedAdamW::whole_state(bool to_all) const {
+std::vector<NamedTensor> DistributedAdamW::whole_state() const {
   std::vector<at::Tensor> layouts;  // [total] each: exp_avg, exp_avg_sq in the buffer's layout
   for (const at::Tensor* moment : {&exp_avg_, &exp_avg_sq_}) {
-    const at::Tensor all = !group_ ? moment->unsqueeze(0)
-                           : to_all ? allgather(*group_, *moment)
-                                    : gather_to_first(*group_, *moment);  // [d, n_local]
+    const at::Tensor all = group_ ? gather_to_first(*group_, *moment) : moment->unsqueeze(0);  // [d, n_local]
     if (all.defined()) layouts.push_back(to_buffer_layout(all));
   }
   if (layouts.empty()) return {};

@@ -44,8 +44,8 @@ class DistributedAdamW {
   void step(double lr, int64_t t);
 
   // "exp_avg/<name>" then "exp_avg_sq/<name>" of every parameter, whole (in the
-  // parameters' shapes). Collective; to_all false: on the group's rank 0, {} elsewhere.
-  std::vector<NamedTensor> whole_state(bool to_all) const;
+  // parameters' shapes), on the group's rank 0; {} elsewhere. Collective.
+  std::vector<NamedTensor> whole_state() const;
   // The names and shapes whole_state() gives (the parameters' own tensors as shapes).
   std::vector<NamedTensor> state_like() const;
   // Keeps this rank's chunks of `state` (as whole_state gives it, any order).

@@ -128,9 +128,7 @@ double Trainer::global_grad_norm() const {
     if (!sharded) return std::pow(g.global_norm(), 2);
     return summed(sharded->local_norm_sq(), group);
   };
-  const double replicated = norm_sq(grads_, sharded_adam_.get(), dp_);
-  if (!expert_grads_ && !split_grads_) return std::sqrt(replicated);
-  double sq = replicated;
+  double sq = norm_sq(grads_, sharded_adam_.get(), dp_);
   if (split_grads_) sq += summed(norm_sq(*split_grads_, sharded_split_adam_.get(), dp_), tensor_group_);
   if (expert_grads_) sq += summed(norm_sq(*expert_grads_, sharded_expert_adam_.get(), expert_replicas_), expert_group_);
   return std::sqrt(sq);
@@ -251,9 +249,7 @@ std::map<std::string, double> Trainer::train_step(std::vector<Sample>& local) {
   // An optimizer step whose share is empty on every rank (a rollout of very few
   // samples cut into num_steps_per_rollout parts rank by rank) changes nothing.
   if (in.n_samples == 0) return {{"train/optimizer_step_empty", 1.0}};
-  grads_.zero();
-  if (expert_grads_) expert_grads_->zero();
-  if (split_grads_) split_grads_->zero();
+  for (auto [g, group, sharded] : buffers()) g->zero();
   MetricSums sums = declare_step_metrics();
   forwards_and_backwards(local, in, sums);
   const double grad_norm = reduce_gradients();
@@ -316,9 +312,7 @@ bool Trainer::overlaps_grad_reduce() const {
 }
 
 void Trainer::arm_overlapped_reduction() {
-  grads_.start_overlapped_reduction(dp_);
-  if (split_grads_) split_grads_->start_overlapped_reduction(dp_);
-  if (expert_grads_) expert_grads_->start_overlapped_reduction(expert_replicas_);
+  for (auto [g, group, sharded] : buffers()) g->start_overlapped_reduction(group);
 }
 
 void Trainer::forwards_and_backwards(std::vector<Sample>& local, const StepInputs& in, MetricSums& sums) {
@@ -339,9 +333,8 @@ void Trainer::forwards_and_backwards(std::vector<Sample>& local, const StepInput
     if (micro + 1 == n_runs && overlap) arm_overlapped_reduction();
     loss.backward();
   }
-  SLIMPI_CHECK(grads_.grads_alias_buffer() && (!expert_grads_ || expert_grads_->grads_alias_buffer()) &&
-                   (!split_grads_ || split_grads_->grads_alias_buffer()),
-               "autograd replaced a gradient outside the flat gradient buffer");
+  for (auto [g, group, sharded] : buffers())
+    SLIMPI_CHECK(g->grads_alias_buffer(), "autograd replaced a gradient outside the flat gradient buffer");
   if (overlap && !grads_.reduction_armed()) arm_overlapped_reduction();  // a rank with no micro-batch
 }
 
@@ -460,23 +453,21 @@ Trainer::StateBytes Trainer::state_bytes() const {
   return b;
 }
 
-std::vector<NamedTensor> Trainer::optimizer_state(bool to_all) const {
+std::vector<NamedTensor> Trainer::optimizer_state() const {
   if (optimizer_) return optimizer_->state();
-  // Each buffer's moments, whole over its group (on the group's first rank unless to_all).
+  // Each buffer's moments, whole over its group, on the group's first rank.
   std::vector<NamedTensor> out;
   for (auto [g, group, sharded] : buffers())
-    for (auto& t : sharded->whole_state(to_all)) out.push_back(std::move(t));
+    for (auto& t : sharded->whole_state()) out.push_back(std::move(t));
   return out;
 }
 
 void Trainer::save(const std::string& path) const {
   // Model parallelism: the whole model's tensors, gathered onto trainer rank 0 first
   // (collectives of the groups, before anything that could fail on one rank alone).
-  const bool sharded = policy_.sharded();
-  const std::vector<NamedTensor> params =
-      sharded ? whole_tensors(policy_, policy_.parameters(), /*to_all=*/false) : policy_.parameters();
-  const std::vector<NamedTensor> state =
-      sharded ? whole_tensors(policy_, optimizer_state(false), /*to_all=*/false) : optimizer_state(false);
+  // (An unsharded model's tensors are whole already: whole_tensors returns them.)
+  const std::vector<NamedTensor> params = whole_tensors(policy_, policy_.parameters(), /*to_all=*/false);
+  const std::vector<NamedTensor> state = whole_tensors(policy_, optimizer_state(), /*to_all=*/false);
   if (policy_.tensor_shard().rank != 0 || (dp_ && dp_->rank() != 0)) return;  // trainer rank 0 writes
   // A checkpoint is never written with non-finite numbers in it.
   for (const auto* list : {&params, &state})

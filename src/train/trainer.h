@@ -155,7 +155,8 @@ class Trainer {
   std::unique_ptr<DistributedAdamW> sharded_adam_, sharded_split_adam_, sharded_expert_adam_;
   // Every buffer with the group it is reduced over and its distributed optimizer.
   std::vector<std::tuple<GradBuffer*, Comm*, DistributedAdamW*>> buffers() const;
-  std::vector<NamedTensor> optimizer_state(bool to_all) const;
+  // The optimizer's moments, whole over the distributed optimizer's groups (collective).
+  std::vector<NamedTensor> optimizer_state() const;
   bool moe_ = false;                // model.n_experts > 0
   std::vector<int64_t> moe_layers_;  // the model layer of each MoE layer
 };
