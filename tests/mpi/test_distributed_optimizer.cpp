@@ -17,6 +17,7 @@
 #include "io/tensor_io.h"
 #include "parallel/mpi_comm.h"
 #include "train/trainer.h"
+#include "../support/tensor_checks.h"
 #include "../support/tiny_model.h"
 
 namespace slimpi {
@@ -63,10 +64,10 @@ std::vector<Sample> samples_of(int r, int step) {
   return out;
 }
 
+// This file's tolerance: the two optimizers' parameters after each step.
 void expect_close(const at::Tensor& got, const at::Tensor& want, const std::string& what, double rtol = 1e-5,
                   double atol = 1e-7) {
-  ASSERT_EQ(got.sizes(), want.sizes()) << what;
-  EXPECT_TRUE(at::allclose(got, want, rtol, atol)) << what << ": max |diff| " << (got - want).abs().max().item<double>();
+  testing::expect_close(got, want, what, rtol, atol);
 }
 
 TEST(DistributedOptimizer, StepsEqualPlainAdamW) {

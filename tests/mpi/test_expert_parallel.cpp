@@ -22,10 +22,14 @@
 #include "train/expert_parallel.h"
 #include "train/whole_model.h"
 #include "train/trainer.h"
+#include "../support/tensor_checks.h"
 #include "../support/tiny_model.h"
 
 namespace slimpi {
 namespace {
+
+using testing::by_name;
+using testing::expect_close;
 
 ModelConfig moe_config() {
   ModelConfig c = testing::tiny_model_config(/*max_seq_len=*/32, /*init_std=*/0.1);
@@ -86,18 +90,6 @@ std::vector<Sample> samples_of(int r, int n, Variant v = Variant::FP32) {
     out.push_back(s);
   }
   return out;
-}
-
-std::map<std::string, at::Tensor> by_name(const std::vector<NamedTensor>& list, bool grads) {
-  std::map<std::string, at::Tensor> m;
-  for (const auto& t : list) m[t.name] = grads ? t.tensor.grad().clone() : t.tensor.detach().clone();
-  return m;
-}
-
-void expect_close(const at::Tensor& got, const at::Tensor& want, const std::string& what, double rtol = 1e-4,
-                  double atol = 1e-6) {
-  EXPECT_TRUE(at::allclose(got, want, rtol, atol)) << what << ": max |diff| "
-                                                   << (got - want).abs().max().item<double>();
 }
 
 class ExpertParallel : public ::testing::TestWithParam<std::tuple<int, Variant>> {};

@@ -36,10 +36,14 @@
 #include "train/model_parallel.h"
 #include "train/trainer.h"
 #include "train/whole_model.h"
+#include "../support/tensor_checks.h"
 #include "../support/tiny_model.h"
 
 namespace slimpi {
 namespace {
+
+using testing::by_name;
+using testing::expect_close;
 
 // A tensor only rank `r` would hold, known to every rank (fp64).
 at::Tensor of_rank(int r, std::vector<int64_t> shape, int salt) {
@@ -249,18 +253,6 @@ std::vector<Sample> samples_of(int d) {
     out.push_back(s);
   }
   return out;
-}
-
-std::map<std::string, at::Tensor> by_name(const std::vector<NamedTensor>& list, bool grads) {
-  std::map<std::string, at::Tensor> m;
-  for (const auto& t : list) m[t.name] = grads ? t.tensor.grad().clone() : t.tensor.detach().clone();
-  return m;
-}
-
-void expect_close(const at::Tensor& got, const at::Tensor& want, const std::string& what, double rtol = 1e-4,
-                  double atol = 1e-6) {
-  ASSERT_EQ(got.sizes(), want.sizes()) << what;
-  EXPECT_TRUE(at::allclose(got, want, rtol, atol)) << what << ": max |diff| " << (got - want).abs().max().item<double>();
 }
 
 struct Case {
