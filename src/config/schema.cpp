@@ -149,7 +149,15 @@ std::vector<KeySpec> declare_keys() {
                  "drop groups whose rewards are all equal (nonzero_std) and sample more"),
       int_key("rollout.max_sampling_rounds", 8, 1, 1e6, "rounds",
               "generation rounds per step at most while the filter keeps the batch short"),
-      int_key("rollout.weight_sync_bucket_mb", 256, 1, 1e6, "MB", "bucket size of the trainer-to-engine weight broadcast"),
+      int_key("rollout.tensor_parallel", 1, 1, 1e6, "ranks",
+              "split placement: each engine is a group of this many rollout ranks that generate together (heads, "
+              "MLP columns and vocabulary rows split as the trainer's; the first rank routes and samples)"),
+      choice_key("rollout.weight_sync_route", "auto", {"auto", "sliced", "broadcast"},
+                 "sliced: each engine rank receives only its shard, point to point from the trainer ranks that "
+                 "hold it (a plan made once from both layouts); broadcast: the whole model gathered on trainer "
+                 "rank 0 and broadcast to every rollout rank, which keeps its slice; auto: sliced when the trainer "
+                 "or the engines are model-parallel, else broadcast"),
+      int_key("rollout.weight_sync_bucket_mb", 256, 1, 1e6, "MB", "bucket size of the trainer-to-engine weight sync"),
       bool_key("rollout.check_weight_update", false, "engines verify a checksum of every weight update"),
       choice_key("rollout.precision", "fp32", {"fp32", "bf16"},
                  "rollout engine precision: bf16 = bf16 weights, KV cache and matrix products; the weight "
@@ -163,7 +171,7 @@ std::vector<KeySpec> declare_keys() {
       int_key("rollout.block_size", 16, 1, 4096, "tokens", "tokens per paged KV-cache block"),
       int_key("rollout.kv_cache_tokens", 65536, 1, 1e10, "tokens", "KV-cache capacity per engine"),
       float_key("rollout.kv_cache_memory_gb", 0.0, 0.0, 1e6, "GiB",
-                "KV-cache capacity per engine in memory (0: rollout.kv_cache_tokens); the tokens it holds are "
+                "KV-cache capacity per engine rank in memory (0: rollout.kv_cache_tokens); the tokens it holds are "
                 "derived from the model's shape and rollout.precision, and logged"),
       bool_key("rollout.offload_between_phases", false,
                "colocated placement: free each engine's KV cache after the rollout and re-create it at "

@@ -124,6 +124,21 @@ void check_expert_parallel(const Deck& deck, const ModelConfig& model, const Wor
                     deck.source("parallel.placement"));
 }
 
+// A model that splits over groups of n ranks (model/tensor_shard.h): heads, key/value
+// heads and MLP columns divisible by n. `what` says which layout asks; `key` sets n.
+void check_splits_over(const Deck& deck, const ModelConfig& model, const std::string& what, int64_t n,
+                       const char* key) {
+  auto divisible = [&](const char* field, int64_t value, const std::string& part) {
+    if (value % n != 0)
+      SLIMPI_FAIL_ALL("{}: {} = {} ({}) is not divisible by {} ({} split over the group)", what, field, value,
+                      deck.source(field), n, part);
+  };
+  divisible("model.n_heads", model.n_heads, "query heads are");
+  divisible("model.n_kv_heads", model.n_kv_heads, fmt::format("key/value heads are; replicating them over a larger "
+            "group is not implemented yet, so {} may not exceed model.n_kv_heads", key));
+  divisible("model.intermediate_size", model.intermediate_size, "the MLP's columns are");
+}
+
 // Tensor parallelism: trainer ranks hold one shard of the dense layers (model/tensor_shard.h).
 void check_tensor_parallel(const Deck& deck, const ModelConfig& model, const WorldLayout& layout) {
   const int64_t tp = deck.get_int("parallel.tensor_parallel");
@@ -138,15 +153,23 @@ void check_tensor_parallel(const Deck& deck, const ModelConfig& model, const Wor
     SLIMPI_FAIL_ALL("{}: it must divide the number of trainer ranks, {} (parallel.trainer_ranks, {}; "
                     "parallel.placement, {})",
                     what, layout.n_trainer, deck.source("parallel.trainer_ranks"), deck.source("parallel.placement"));
-  auto divisible = [&](const char* key, int64_t value, const char* part) {
-    if (value % tp != 0)
-      SLIMPI_FAIL_ALL("{}: {} = {} ({}) is not divisible by {} ({} split over the group)", what, key, value,
-                      deck.source(key), tp, part);
-  };
-  divisible("model.n_heads", model.n_heads, "query heads are");
-  divisible("model.n_kv_heads", model.n_kv_heads, "key/value heads are; replicating them over a larger group is not "
-            "implemented yet, so parallel.tensor_parallel may not exceed model.n_kv_heads");
-  divisible("model.intermediate_size", model.intermediate_size, "the MLP's columns are");
+  check_splits_over(deck, model, what, tp, "parallel.tensor_parallel");
+}
+
+// Tensor-parallel engines: each engine's model splits as a tensor-parallel trainer's does.
+void check_engine_tensor_parallel(const Deck& deck, const ModelConfig& model, bool rl) {
+  const int64_t e = deck.get_int("rollout.tensor_parallel");
+  if (e <= 1) return;
+  const std::string what = fmt::format("rollout.tensor_parallel = {} ({}) splits each engine's layers over {} rollout "
+                                       "ranks", e, deck.source("rollout.tensor_parallel"), e);
+  if (!rl)
+    SLIMPI_FAIL_ALL("{}, but train.mode = \"{}\" ({}) has no rollout ranks: drop the key", what,
+                    deck.get_string("train.mode"), deck.source("train.mode"));
+  if (deck.get_string("train.async") == "full")
+    SLIMPI_FAIL_ALL("{}, but train.async = \"full\" ({}) streams work through engines of one rank (tensor-parallel "
+                    "engines there are not implemented): use train.async = \"one_step_off\" or \"none\", or drop "
+                    "rollout.tensor_parallel", what, deck.source("train.async"));
+  check_splits_over(deck, model, what, e, "rollout.tensor_parallel");
 }
 
 }  // namespace
@@ -169,6 +192,7 @@ RunConfigs check_run_deck(const Deck& deck, const WorldLayout& layout) {
   c.model = ModelConfig::from_deck(deck);
   c.trainer = TrainerConfig::from_deck(deck);
   check_tensor_parallel(deck, c.model, layout);
+  check_engine_tensor_parallel(deck, c.model, rl);
   check_expert_parallel(deck, c.model, layout);
   c.rollout = RolloutConfig::from_deck(deck, c.model);
   c.reward = RewardConfig::from_deck(deck);

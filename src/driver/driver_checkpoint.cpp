@@ -108,7 +108,9 @@ void Driver::load_checkpoint(const std::string& chosen) {
     start_step_ = rs.step;
     phases_->set_reached_target(rs.reached_target);
     if (parts_.trainer) parts_.trainer->load(chosen + "/trainer_state.h5");
-    if (parts_.engine_model) load_model_weights(parts_.engine_model->parameters(), chosen + "/trainer_state.h5");
+    if (parts_.engine_model)  // whole tensors; a tensor-parallel engine's rank keeps its part
+      load_model_weights(parts_.engine_model->parameters(), chosen + "/trainer_state.h5", "model", false,
+                         StoredWhole{&parts_.engine_model->config(), parts_.engine_model->tensor_shard()});
     if (parts_.prompt_source) parts_.prompt_source->set_cursor(rs.prompt_cursor);
     if (parts_.rollout_side) parts_.rollout_side->set_weight_version(rs.step);
     schedule_->load_in_flight(chosen, rs.pending_groups);

@@ -13,6 +13,7 @@
 #include "parallel/comm.h"
 #include "rollout/rollout_side.h"
 #include "rollout/weight_sync.h"
+#include "rollout/weight_sync_plan.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "train/model_parallel.h"
@@ -91,9 +92,10 @@ void build_models(const RunContext& ctx, const std::string& resume_from, RunComp
                       "parallel.comm_backend = \"nccl\" or \"auto\" ({})",
                       key, n, deck.source(key), n, deck.source("parallel.comm_backend"));
   const bool sharded = ep > 1 || tp > 1;
-  auto make_model = [&](bool is_reference, at::ScalarType weights, const ModelParallel* mp = nullptr) {
+  auto make_model = [&](bool is_reference, at::ScalarType weights, const ModelParallel* mp = nullptr,
+                        const TensorShard& engine_shard = {}) {
     const ExpertShard experts = mp ? mp->expert_shard() : ExpertShard{};
-    const TensorShard tensor = mp ? mp->tensor_shard() : TensorShard{};
+    const TensorShard tensor = mp ? mp->tensor_shard() : engine_shard;
     auto m = std::make_unique<Transformer>(model_cfg, run_seed(deck), device, weights, experts, tensor);
     if (!init_from.empty() && (resume_from.empty() || is_reference)) {
       if (!resume_from.empty() && !std::filesystem::exists(init_from))
@@ -147,8 +149,22 @@ void build_models(const RunContext& ctx, const std::string& resume_from, RunComp
   // own, gathered from the groups' shards before each use.
   const at::ScalarType rollout_weights = weight_dtype(parse_precision(deck.get_string("rollout.precision")));
   c.engine_weight_dtype = rollout_weights;
-  if (c.rl && ctx.world->is_rollout() && (!ctx.world->is_trainer() || rollout_weights != at::kFloat || sharded))
+  const WorldLayout& layout = ctx.world->layout();
+  const int engine_tp = layout.engine_size;
+  if (c.rl && engine_tp > 1)  // a layout fact, said by rank 0
+    log::info("tensor-parallel engines: {} engine{} of {} rollout ranks (the first of each routes and samples); each "
+              "rank holds {} of {} query heads, {} of {} key/value heads, {} of {} MLP columns and its heads' KV cache",
+              layout.n_rollout / engine_tp, layout.n_rollout / engine_tp > 1 ? "s" : "", engine_tp,
+              model_cfg.n_heads / engine_tp, model_cfg.n_heads, model_cfg.n_kv_heads / engine_tp, model_cfg.n_kv_heads,
+              model_cfg.intermediate_size / engine_tp, model_cfg.intermediate_size);
+  if (c.rl && ctx.world->is_rollout() && engine_tp > 1) {  // split placement: one shard of a tensor-parallel engine
+    c.engine_group_comm = make_comm(ctx.world->engine_group(), "engine_group", ctx.device);
+    const TensorShard shard{c.engine_group_comm->rank(), engine_tp, c.engine_group_comm.get(), false};
+    c.engine_model = make_model(false, rollout_weights, nullptr, shard);
+  } else if (c.rl && ctx.world->is_rollout() &&
+             (!ctx.world->is_trainer() || rollout_weights != at::kFloat || sharded)) {
     c.engine_model = make_model(false, rollout_weights);
+  }
   if (!c.rl && sharded && ctx.world->is_trainer() && !deck.get_string("eval.path").empty())
     c.engine_model = make_model(false, at::kFloat);
 }
@@ -158,18 +174,44 @@ void build_rollout(const RunContext& ctx, RunComponents& c) {
   const RolloutConfig& rc = c.configs.rollout;
   if (c.rl && ctx.world->is_rollout()) {
     const Transformer& model = c.engine_model ? *c.engine_model : *c.policy;
-    c.rollout_side = std::make_unique<RolloutSide>(rc, model, ctx.world->rollout(), run_seed(deck));
+    c.rollout_side = std::make_unique<RolloutSide>(rc, model, ctx.world->engines(), run_seed(deck));
   } else if (!c.rl && !c.eval_prompts.empty() && ctx.world->is_trainer()) {
     c.rollout_side = std::make_unique<RolloutSide>(rc, c.engine_model ? *c.engine_model : *c.policy,
                                                    ctx.world->trainer(), run_seed(deck));
   }
-  if (c.rl && ctx.world->sync() != MPI_COMM_NULL) {
-    c.sync_comm = make_comm(ctx.world->sync(), "sync", ctx.device);
-    c.weight_sync = std::make_unique<WeightSync>(*c.sync_comm, deck.get_int("rollout.weight_sync_bucket_mb") << 20);
+  if (!c.rl || ctx.world->layout().placement != Placement::Split) return;
+  const int64_t bucket = deck.get_int("rollout.weight_sync_bucket_mb") << 20;
+  const WorldLayout& layout = ctx.world->layout();
+  const bool sliced = sliced_weight_sync(deck, layout);
+  log::info("weight sync: {} (rollout.weight_sync_route = \"{}\", {})", sliced
+            ? fmt::format("sliced: each engine rank receives its shard from the {} trainer rank{} holding one",
+                          layout.trainer_tensor * layout.trainer_expert,
+                          layout.trainer_tensor * layout.trainer_expert > 1 ? "s" : "")
+            : std::string("broadcast: trainer rank 0 sends the whole model to every rollout rank"),
+            deck.get_string("rollout.weight_sync_route"), deck.source("rollout.weight_sync_route"));
+  if (sliced) {
+    if (ctx.world->sliced_sync() == MPI_COMM_NULL) return;
+    c.sync_comm = make_comm(ctx.world->sliced_sync(), "sliced_sync", ctx.device);
+    const SyncLayout sl{layout.trainer_tensor, layout.trainer_expert, layout.n_rollout / layout.engine_size,
+                        layout.engine_size};
+    c.sliced_sync = std::make_unique<SlicedWeightSync>(*c.sync_comm, c.configs.model, sl, bucket);
+    return;
   }
+  if (ctx.world->sync() == MPI_COMM_NULL) return;
+  c.sync_comm = make_comm(ctx.world->sync(), "sync", ctx.device);
+  c.weight_sync = std::make_unique<WeightSync>(*c.sync_comm, bucket);
+  if (c.engine_model && c.engine_model->tensor_shard().size > 1)  // receives whole, keeps its shard
+    c.whole_engine_model = std::make_unique<Transformer>(c.configs.model, run_seed(deck), c.engine_model->device(),
+                                                         c.engine_model->weight_dtype());
 }
 
 }  // namespace
+
+bool sliced_weight_sync(const Deck& deck, const WorldLayout& layout) {
+  const std::string& route = deck.get_string("rollout.weight_sync_route");
+  if (route != "auto") return route == "sliced";
+  return layout.trainer_tensor > 1 || layout.trainer_expert > 1 || layout.engine_size > 1;
+}
 
 RunComponents::RunComponents() = default;
 RunComponents::~RunComponents() = default;

@@ -26,6 +26,7 @@ class Tokenizer;
 class Trainer;
 class Transformer;
 class WeightSync;
+class SlicedWeightSync;
 
 struct RunComponents {
   RunConfigs configs;
@@ -42,13 +43,19 @@ struct RunComponents {
   std::unique_ptr<ModelParallel> model_parallel;  // trainer ranks: tensor, expert, data groups (outlives the models)
   std::unique_ptr<Transformer> policy;          // trainer ranks (a tensor and/or expert shard under model parallelism)
   std::unique_ptr<Transformer> reference;       // trainer ranks, with the KL loss
-  // split rollout ranks; colocate: a bf16 rollout or model parallelism (else policy); SFT eval with model parallelism
+  std::unique_ptr<Comm> engine_group_comm;      // split rollout ranks of a tensor-parallel engine (outlives engine_model)
+  // split rollout ranks (a shard with rollout.tensor_parallel); colocate: a bf16 rollout or model parallelism
+  // (else policy); SFT eval with model parallelism
   std::unique_ptr<Transformer> engine_model;
+  // tensor-parallel engines with rollout.weight_sync_route = "broadcast": the whole model each rank
+  // receives before it keeps its shard
+  std::unique_ptr<Transformer> whole_engine_model;
   std::unique_ptr<Transformer> whole_policy;    // split, model parallelism: trainer rank 0's gathered policy to push
   at::ScalarType engine_weight_dtype = at::kFloat;  // rollout.precision's weight dtype
-  std::unique_ptr<Comm> sync_comm;              // split: the weight-broadcast path
+  std::unique_ptr<Comm> sync_comm;              // split: the weight-sync path (World::sync or sliced_sync)
   std::unique_ptr<Trainer> trainer;             // trainer ranks
-  std::unique_ptr<WeightSync> weight_sync;      // sync members
+  std::unique_ptr<WeightSync> weight_sync;      // sync members, rollout.weight_sync_route = "broadcast"
+  std::unique_ptr<SlicedWeightSync> sliced_sync;  // sliced_sync members, rollout.weight_sync_route = "sliced"
   std::unique_ptr<RolloutSide> rollout_side;    // ranks that generate (RL rollout ranks; SFT eval: trainers)
 
   RunComponents();
@@ -59,6 +66,10 @@ struct RunComponents {
   // rank 0; under model parallelism the ranks that gather the whole model with it.
   bool writes_trainer_state(const World& world) const;
 };
+
+// rollout.weight_sync_route resolved ("auto": sliced when the trainer or the engines are
+// model-parallel).
+bool sliced_weight_sync(const Deck& deck, const WorldLayout& layout);
 
 // Stage 1, before a checkpoint is chosen: the tokenizer and the evaluation prompts
 // (every rank reads the files, so a bad file is an error all ranks raise alike).

@@ -22,6 +22,7 @@
 #include "reward/batch_scorer.h"
 #include "rollout/rollout_side.h"
 #include "rollout/weight_sync.h"
+#include "rollout/weight_sync_plan.h"
 #include "train/advantages.h"
 #include "train/model_parallel.h"
 #include "train/whole_model.h"
@@ -279,33 +280,46 @@ void StepPhases::push_weights(int64_t version, AsyncGenerator* async) {
     if (p.rollout_side) p.rollout_side->set_weight_version(version);
     return;
   }
-  // Model parallelism: trainer rank 0 pushes the whole policy, the groups' shards gathered.
-  if (p.policy && p.policy->sharded() && p.model_parallel->joins_gather_to_first()) {
-    if (ctx_.world->rank() == 0 && !p.whole_policy)
-      p.whole_policy = std::make_unique<Transformer>(p.policy->config(), uint64_t(ctx_.deck.get_int("run.seed")),
-                                                     p.policy->device());
-    gather_whole_model(*p.policy, p.whole_policy.get(), /*to_all=*/false);  // to trainer rank 0
-  }
-  // The engines already waited for the trainers (asleep) in the record phase's barrier.
-  if (!p.weight_sync) return;
-  // The weights in the engines' dtype: the sender's rounded from its masters when they
-  // differ (bf16), the engines' own tensors to receive into.
-  const WeightImage image = weight_image(p.whole_policy ? *p.whole_policy : p.policy ? *p.policy : *p.engine_model,
-                                         p.engine_weight_dtype);
   int64_t v = version;
   const bool check = ctx_.deck.get_bool("rollout.check_weight_update");
-  const WeightSyncStats s = p.weight_sync->sync(image.params, &v, check, image.flat);
-  if (check) {
-    uint64_t trainer_sum = s.checksum;
-    static const std::string context = "[weight_sync] the trainer's checksum";
-    WaitGuard guard({&context, "MPI_Bcast", 1, "u64", 0});
-    MPI_Bcast(&trainer_sum, 1, MPI_UINT64_T, 0, ctx_.world->sync());
-    SLIMPI_CHECK(trainer_sum == s.checksum, "weight update {} arrived corrupted: checksum {:016x}, trainer's {:016x}",
-                 v, s.checksum, trainer_sum);
+  WeightSyncStats s;
+  if (sliced_weight_sync(ctx_.deck, ctx_.world->layout())) {
+    // Each engine rank receives its shard from the trainer ranks that hold it.
+    if (!p.sliced_sync) return;  // a trainer rank whose shards others send
+    const Transformer& mine = p.policy ? *p.policy : *p.engine_model;
+    s = p.sliced_sync->sync(mine.parameters(), p.engine_weight_dtype, &v, check);
+  } else {
+    // Model parallelism: trainer rank 0 pushes the whole policy, the groups' shards gathered.
+    if (p.policy && p.policy->sharded() && p.model_parallel->joins_gather_to_first()) {
+      if (ctx_.world->rank() == 0 && !p.whole_policy)
+        p.whole_policy = std::make_unique<Transformer>(p.policy->config(), uint64_t(ctx_.deck.get_int("run.seed")),
+                                                       p.policy->device());
+      gather_whole_model(*p.policy, p.whole_policy.get(), /*to_all=*/false);  // to trainer rank 0
+    }
+    // The engines already waited for the trainers (asleep) in the record phase's barrier.
+    if (!p.weight_sync) return;
+    // The weights in the engines' dtype: the sender's rounded from its masters when they
+    // differ (bf16), the engines' own tensors to receive into (a tensor-parallel engine's
+    // rank receives the whole model and keeps its shard).
+    const Transformer& whole = p.whole_policy       ? *p.whole_policy
+                               : p.policy           ? *p.policy
+                               : p.whole_engine_model ? *p.whole_engine_model
+                                                      : *p.engine_model;
+    const WeightImage image = weight_image(whole, p.engine_weight_dtype);
+    s = p.weight_sync->sync(image.params, &v, check, image.flat);
+    if (check) {
+      uint64_t trainer_sum = s.checksum;
+      static const std::string context = "[weight_sync] the trainer's checksum";
+      WaitGuard guard({&context, "MPI_Bcast", 1, "u64", 0});
+      MPI_Bcast(&trainer_sum, 1, MPI_UINT64_T, 0, ctx_.world->sync());
+      SLIMPI_CHECK(trainer_sum == s.checksum, "weight update {} arrived corrupted: checksum {:016x}, trainer's {:016x}",
+                   v, s.checksum, trainer_sum);
+    }
+    if (p.whole_engine_model) p.engine_model->copy_shard_from(*p.whole_engine_model);
   }
   if (async) async->update_weights(v);  // between engine iterations; rollout.partial applies
   else if (p.rollout_side) p.rollout_side->set_weight_version(v);
-  if (rank_in(ctx_.world->sync()) == 0) {
+  if (ctx_.world->rank() == 0) {
     step_.metrics["perf/weight_sync_bytes"] = double(s.bytes);
     step_.metrics["perf/weight_sync_gbps"] = double(s.bytes) / s.seconds / 1e9;
   }

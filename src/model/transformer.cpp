@@ -163,6 +163,16 @@ void Transformer::copy_weights_from(const Transformer& other) {
   flat_.copy_(other.flat_);  // one pass: the layouts are the same, element for element
 }
 
+void Transformer::copy_shard_from(const Transformer& whole) {
+  SLIMPI_CHECK(!whole.sharded() && experts_.size == 1 && whole.params_.size() == params_.size(),
+               "copy_shard_from: a whole model of {} tensors into a tensor shard of {}", whole.params_.size(),
+               params_.size());
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i)
+    params_[i].tensor.copy_(shard_of_whole(whole.params_[i].tensor, parameter_split(params_[i].name, cfg_, tensor_.size),
+                                           tensor_));
+}
+
 bool Transformer::is_expert_parameter(const std::string& name) {
   return name.find(".mlp.experts.") != std::string::npos;
 }

@@ -110,6 +110,9 @@ class Transformer {
   // Sets every weight to `other`'s (same config), converting the dtype: a bf16 rollout
   // copy of the fp32 policy on a colocated rank. No gradient is tracked.
   void copy_weights_from(const Transformer& other);
+  // Sets a tensor shard's weights (no expert sharding) to its part of `whole`, the same
+  // config unsharded (any weight dtype).
+  void copy_shard_from(const Transformer& whole);
 
   // tokens [T] int64 (B sequences back to back, lengths seq_lens) -> logits [T, V] fp32
   // ([T, Vp / t], this shard's vocabulary columns, under tensor parallelism).

@@ -22,15 +22,24 @@ bool WorldLayout::is_rollout(int rank) const {
 }
 int WorldLayout::engine_of(int rank) const {
   if (!is_rollout(rank)) return -1;
-  return placement == Placement::Colocate ? rank : rank - n_trainer;
+  return placement == Placement::Colocate ? rank : (rank - n_trainer) / engine_size;
+}
+bool WorldLayout::leads_engine(int rank) const {
+  return is_rollout(rank) && (placement == Placement::Colocate || (rank - n_trainer) % engine_size == 0);
 }
 bool WorldLayout::in_sync(int rank) const {
   return placement == Placement::Split && (rank == 0 || is_rollout(rank));
+}
+bool WorldLayout::in_sliced_sync(int rank) const {
+  return placement == Placement::Split && (is_rollout(rank) || rank / trainer_tensor < trainer_expert);
 }
 
 WorldLayout resolve_layout(const Deck& deck, int world_size) {
   WorldLayout layout;
   layout.world_size = world_size;
+  layout.trainer_tensor = int(deck.get_int("parallel.tensor_parallel"));
+  layout.trainer_expert = int(deck.get_int("parallel.expert_parallel"));
+  const int64_t e = deck.get_int("rollout.tensor_parallel");
   const std::string placement = deck.get_string("parallel.placement");
   int64_t t = deck.get_int("parallel.trainer_ranks");
   int64_t r = deck.get_int("parallel.rollout_ranks");
@@ -43,6 +52,11 @@ WorldLayout resolve_layout(const Deck& deck, int world_size) {
                       "{} ask for a subset of the {} ranks: leave both at 0 or set them to {}",
                       at("parallel.trainer_ranks"), at("parallel.rollout_ranks"), world_size, world_size);
     layout.n_trainer = layout.n_rollout = world_size;
+    if (e > 1)
+      SLIMPI_FAIL_ALL("rollout.tensor_parallel = {} ({}) makes engines of {} rollout ranks, which split placement "
+                      "has; with parallel.placement = \"colocate\" ({}) each rank is one engine (tensor-parallel "
+                      "engines on the trainer ranks are not implemented): use split placement or drop the key",
+                      e, deck.source("rollout.tensor_parallel"), e, deck.source("parallel.placement"));
     return layout;
   }
 
@@ -65,6 +79,12 @@ WorldLayout resolve_layout(const Deck& deck, int world_size) {
                     world_size, at("parallel.trainer_ranks"), at("parallel.rollout_ranks"));
   layout.n_trainer = static_cast<int>(t);
   layout.n_rollout = static_cast<int>(r);
+  if (r % e != 0)
+    SLIMPI_FAIL_ALL("rollout.tensor_parallel = {} ({}) makes engines of {} rollout ranks: it must divide the {} "
+                    "rollout ranks (parallel.rollout_ranks, {}; parallel.trainer_ranks, {})",
+                    e, deck.source("rollout.tensor_parallel"), e, r, deck.source("parallel.rollout_ranks"),
+                    deck.source("parallel.trainer_ranks"));
+  layout.engine_size = static_cast<int>(e);
   return layout;
 }
 
@@ -106,10 +126,20 @@ World::World(MPI_Comm world, const WorldLayout& layout) : layout_(layout), world
     split(is_rollout(), &rollout_, "rollout");
   }
   split(layout_.in_sync(rank_), &sync_, "sync");
+  split(layout_.in_sliced_sync(rank_), &sliced_sync_, "sliced_sync");
+  if (layout_.engine_size == 1) {
+    if (rollout_ != MPI_COMM_NULL) check_mpi(MPI_Comm_dup(rollout_, &engines_), "MPI_Comm_dup(engines)");
+  } else {
+    split(layout_.leads_engine(rank_), &engines_, "engines");
+    const int engine = layout_.engine_of(rank_);
+    check_mpi(MPI_Comm_split(world_, engine >= 0 ? engine : MPI_UNDEFINED, rank_, &engine_group_), "engine_group");
+    if (engine_group_ != MPI_COMM_NULL) MPI_Comm_set_name(engine_group_, "engine_group");
+  }
+  if (engines_ != MPI_COMM_NULL) MPI_Comm_set_name(engines_, "engines");
 }
 
 World::~World() {
-  for (MPI_Comm* c : {&trainer_, &rollout_, &sync_})
+  for (MPI_Comm* c : {&trainer_, &rollout_, &sync_, &engines_, &engine_group_, &sliced_sync_})
     if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
 }
 
@@ -128,9 +158,10 @@ std::string World::describe() const {
   WaitGuard guard({&context, "MPI_Gather", size_t(kLine), "char", 0});
   MPI_Gather(mine.data(), kLine, MPI_CHAR, all.data(), kLine, MPI_CHAR, 0, world_);
   std::string out = fmt::format(
-      "rank layout: placement {}, {} ranks ({} trainer, {} rollout; engines of 1 rank)\n"
+      "rank layout: placement {}, {} ranks ({} trainer, {} rollout; engines of {} rank{})\n"
       "{:>5}  {:<20} {:<16} {:>7} {:>7} {:>6} {:>4}",
-      placement_name(layout_.placement), size(), layout_.n_trainer, layout_.n_rollout, "rank",
+      placement_name(layout_.placement), size(), layout_.n_trainer, layout_.n_rollout, layout_.engine_size,
+      layout_.engine_size > 1 ? "s" : "", "rank",
       "host", "role", "trainer", "rollout", "engine", "sync");
   for (int r = 0; r < size(); ++r) {
     std::string line = all.substr(static_cast<size_t>(r) * kLine, kLine);

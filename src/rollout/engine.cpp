@@ -12,6 +12,7 @@
 #include "kernels/sampling_tensor.h"
 #include "model/log_probs.h"
 #include "model/precision.h"
+#include "rollout/engine_group.h"
 #include "tokenizer/byte_tokenizer.h"
 
 namespace slimpi {
@@ -56,7 +57,8 @@ Engine::Engine(const EngineConfig& cfg, const Transformer& model)
       allocator_(cfg.kv_cache_tokens / cfg.block_size),
       prefix_(allocator_, cfg.block_size),
       cache_(KvCache::allocate(model.config(), (cfg.kv_cache_tokens / cfg.block_size) * cfg.block_size,
-                               at::TensorOptions().dtype(model.weight_dtype()).device(model.device()))),
+                               at::TensorOptions().dtype(model.weight_dtype()).device(model.device()),
+                               model.tensor_shard().size)),
       precision_(model.weight_dtype() == at::kBFloat16 ? Precision::BF16 : Precision::FP32) {
   SLIMPI_CHECK(cfg.block_size >= 1 && cfg.max_running >= 1 && cfg.max_batch_tokens >= cfg.max_running &&
                    cfg.chunked_prefill_tokens >= 0,
@@ -223,14 +225,10 @@ std::vector<std::unique_ptr<Engine::Sequence>> Engine::fork(std::unique_ptr<Sequ
       s->blocks.push_back(leader->blocks[b]);
     }
     if (p % bs) {  // copy-on-write of the shared partial block, done at the fork
-      const int32_t src = leader->blocks[full], dst = leader->fork_blocks[i - 1];
-      for (size_t l = 0; l < cache_.k.size(); ++l) {
-        cache_.k[l].narrow(0, int64_t(dst) * bs, bs).copy_(cache_.k[l].narrow(0, int64_t(src) * bs, bs));
-        cache_.v[l].narrow(0, int64_t(dst) * bs, bs).copy_(cache_.v[l].narrow(0, int64_t(src) * bs, bs));
-      }
-      if (cache_.routing.defined())
-        cache_.routing.narrow(0, int64_t(dst) * bs, bs).copy_(cache_.routing.narrow(0, int64_t(src) * bs, bs));
-      s->blocks.push_back(dst);
+      const std::pair<int32_t, int32_t> copy{leader->blocks[full], leader->fork_blocks[i - 1]};
+      copy_kv_blocks(cache_, {copy}, bs);
+      if (model_.tensor_shard().comm) pending_block_copies_.push_back(copy);  // the group copies it before the next forward
+      s->blocks.push_back(copy.second);
     }
     out.push_back(std::move(s));
   }
@@ -345,44 +343,45 @@ Engine::ScheduledBatch Engine::schedule_batch() {
 
 // 4. One forward over the batch. The cache slot of every position each sequence
 //    attends to (slot = block_table[p / bs] * bs + p % bs), built here on the host;
-//    the model's attention layout takes them to the device in one copy.
+//    the model's attention layout takes them to the device in one copy. A tensor-
+//    parallel engine announces the forward to its group first (rollout/engine_group.h)
+//    and samples from the logits gathered over the vocabulary shards.
 at::Tensor Engine::forward_batch(const ScheduledBatch& batch) {
   const int64_t bs = cfg_.block_size;
-  std::vector<int64_t> flat, all_slots;
-  std::vector<std::pair<int64_t, int64_t>> slot_ranges;  // per sequence: offset, count
+  EngineForward f;
+  f.block_copies = std::move(pending_block_copies_);
+  pending_block_copies_.clear();
+  std::vector<int64_t> new_slots;  // the slots of the tokens this forward computes, in `f.tokens` order
   for (auto [s, n] : batch) {
-    flat.insert(flat.end(), s->tokens.begin() + s->n_computed, s->tokens.begin() + s->n_computed + n);
-    slot_ranges.emplace_back(static_cast<int64_t>(all_slots.size()), s->n_computed + n);
-    for (int64_t p = 0; p < s->n_computed + n; ++p) all_slots.push_back(s->slot(p, bs));
+    f.tokens.insert(f.tokens.end(), s->tokens.begin() + s->n_computed, s->tokens.begin() + s->n_computed + n);
+    f.n_past.push_back(s->n_computed);
+    f.n_new.push_back(n);
+    for (int64_t p = 0; p < s->n_computed + n; ++p) f.slots.push_back(s->slot(p, bs));
+    for (int64_t p = s->n_computed; p < s->n_computed + n; ++p) new_slots.push_back(s->slot(p, bs));
     const bool decode = n == 1 && s->n_computed >= s->prompt_length;
     if (!decode) stats_.prefill_tokens_computed += n;  // prompts, and recomputation after preemption
   }
-  const auto long_opts = at::TensorOptions().dtype(at::kLong);
-  const at::Tensor host_slots = at::tensor(all_slots, long_opts);
-  std::vector<int64_t> new_slots;  // the slots of the tokens this forward computes, in `flat` order
-  for (size_t i = 0; i < batch.size(); ++i)
-    new_slots.insert(new_slots.end(), all_slots.begin() + slot_ranges[i].first + batch[i].first->n_computed,
-                     all_slots.begin() + slot_ranges[i].first + slot_ranges[i].second);
-  std::vector<CachedSequence> seqs;
-  for (size_t i = 0; i < batch.size(); ++i)
-    seqs.push_back({batch[i].first->n_computed, batch[i].second,
-                    host_slots.narrow(0, slot_ranges[i].first, slot_ranges[i].second)});
+  Comm* group = model_.tensor_shard().comm;
+  if (group) announce(*group, f);
   Stopwatch forward_clock;
-  at::Tensor logits;
-  {
-    at::NoGradGuard no_grad;
-    ForwardPrecision precision(precision_, model_.device());
-    MoeTrace trace;  // a mixture-of-experts policy's routing, kept per slot like K/V
-    const bool moe = cache_.routing.defined();
-    logits = model_.forward_incremental(at::tensor(flat, long_opts).to(model_.device()), seqs, cache_,
-                                        moe ? &trace : nullptr);  // [T, V]
-    if (moe)
-      cache_.routing.index_copy_(0, at::tensor(new_slots, long_opts).to(cache_.routing.device()),
-                                 trace.chosen.to(at::kShort));
-  }
+  MoeTrace trace;  // a mixture-of-experts policy's routing, kept per slot like K/V
+  const bool moe = cache_.routing.defined();
+  at::Tensor logits = run_engine_forward(model_, cache_, precision_, f, moe ? &trace : nullptr);  // [T, V]
+  if (group) logits = gather_vocab_shards(*group, logits, model_.config().vocab_size);  // [T, Vp / e] -> [T, V]
+  if (moe)
+    cache_.routing.index_copy_(0, at::tensor(new_slots, at::kLong).to(cache_.routing.device()),
+                               trace.chosen.to(at::kShort));
   stats_.forward_s += forward_clock.seconds();
-  stats_.forward_tokens += static_cast<int64_t>(flat.size());
+  stats_.forward_tokens += static_cast<int64_t>(f.tokens.size());
   return logits;
+}
+
+void Engine::release_group() {
+  Comm* group = model_.tensor_shard().comm;
+  if (!group) return;
+  EngineForward release;
+  release.release = true;
+  announce(*group, release);
 }
 
 // 5. Sequences whose every token is now computed sample their next token; a group

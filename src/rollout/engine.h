@@ -13,6 +13,9 @@
 // on batch composition or preemption (counter-based RNG, kernels/counter_rng.h).
 // Precision: the model's weight dtype decides it: bf16 weights run bf16 matrix products
 // and a bf16 KV cache (model/precision.h); log-probs are fp32 from fp32 logits.
+// Tensor parallelism (rollout.tensor_parallel): when the model is one shard of a group,
+// this is the group's leader; it announces every forward to the other ranks, which run
+// it on their shards (rollout/engine_group.h), and samples from the gathered logits.
 // Owned by the rollout driver; single-threaded; the model is shared, not owned.
 #pragma once
 
@@ -119,6 +122,9 @@ class Engine {
   void on_weights_updated(int64_t new_version);
   int64_t weight_version() const { return weight_version_; }
   const EngineStats& stats() const { return stats_; }
+  // A tensor-parallel engine (its model a shard, rollout/engine_group.h): lets the
+  // group's followers return from EngineFollower::follow(). No-op otherwise.
+  void release_group();
   int64_t n_free_blocks() const { return allocator_.n_free(); }
   int64_t n_blocks() const { return allocator_.n_blocks(); }
   int64_t n_running() const { return static_cast<int64_t>(running_.size()); }
@@ -155,6 +161,9 @@ class Engine {
   std::vector<std::unique_ptr<Sequence>> running_;
   int64_t weight_version_ = 0;
   int64_t arrivals_ = 0;
+  // Tensor-parallel engines: the forks' block copies since the last forward, which the
+  // group's followers make before it.
+  std::vector<std::pair<int32_t, int32_t>> pending_block_copies_;
   EngineStats stats_;
 };
 

@@ -5,6 +5,7 @@
 
 #include "kernels/counter_rng.h"
 #include "reward/batch_scorer.h"
+#include "rollout/engine_group.h"
 #include "rollout/evaluation.h"
 #include "tokenizer/byte_tokenizer.h"
 
@@ -12,11 +13,22 @@ namespace slimpi {
 
 RolloutSide::RolloutSide(const RolloutConfig& cfg, const Transformer& model, MPI_Comm engines, uint64_t run_seed)
     : cfg_(cfg), model_(model), engines_(engines), run_seed_(run_seed) {
-  MPI_Comm_rank(engines_, &rank_);
+  SLIMPI_CHECK((engines_ == MPI_COMM_NULL) == is_follower(),
+               "rollout: an engine group's first rank joins the engines' communicator, its other ranks do not");
+  if (!is_follower()) MPI_Comm_rank(engines_, &rank_);
 }
+
+RolloutSide::~RolloutSide() = default;
+
+bool RolloutSide::is_follower() const { return model_.tensor_shard().rank > 0; }
 
 std::vector<Sample> RolloutSide::generate(const std::vector<Prompt>& prompts, int64_t first_group, uint64_t stream,
                                           int64_t n_samples, const SamplingParams& params, EngineStats* stats) {
+  if (is_follower()) {  // the leader's forwards, until its router call is done
+    if (!follower_) follower_ = std::make_unique<EngineFollower>(cfg_.engine, model_);
+    follower_->follow();
+    return {};
+  }
   const Tokenizer& tok = *cfg_.tokenizer;
   std::vector<GenerationRequest> requests;
   for (size_t i = 0; i < prompts.size(); ++i) {
@@ -31,6 +43,7 @@ std::vector<Sample> RolloutSide::generate(const std::vector<Prompt>& prompts, in
   Engine& engine = current_engine();
   const EngineStats before = engine.stats();
   std::vector<Sample> out = route_rollout(engine, engines_, cfg_.engine.max_running, requests);
+  engine.release_group();
   if (stats) *stats += sum_engine_stats(engine_->stats() - before, engines_);
   return out;
 }
@@ -42,6 +55,7 @@ Engine& RolloutSide::current_engine() {
 }
 
 StreamingRouter& RolloutSide::stream() {
+  SLIMPI_CHECK(!is_follower(), "rollout: train.async = \"full\" runs engines of one rank (rollout.tensor_parallel = 1)");
   if (!stream_)
     stream_ = std::make_unique<StreamingRouter>(current_engine(), engines_, cfg_.engine.max_running, cfg_.sampling);
   return *stream_;
@@ -50,6 +64,7 @@ StreamingRouter& RolloutSide::stream() {
 void RolloutSide::offload() {
   SLIMPI_CHECK(!stream_, "rollout: the engine cannot be offloaded while it streams (train.async = \"full\")");
   engine_.reset();
+  follower_.reset();
   // The pool's pages go back to the OS (slimpi keeps freed memory in the process
   // otherwise, docs/architecture.md, threads and memory); on a GPU torch's caching allocator hands the freed blocks
   // to training's tensors.

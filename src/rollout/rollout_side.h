@@ -8,7 +8,12 @@
 // builds it again.
 // Group seeds are mix_seed(run seed, stream, group index): the driver uses the step as
 // the stream for training rollouts and a separate range for evaluation.
-// Owned by the driver on rollout ranks; collective over the engines' communicator.
+// Tensor-parallel engines (rollout.tensor_parallel = e): `engines` holds each engine's
+// first rank (the leader, which routes and samples); the group's other ranks (followers,
+// whose model is a shard with tensor rank > 0) pass MPI_COMM_NULL and, in generate() and
+// evaluate(), run their leader's forwards until it releases them (rollout/engine_group.h).
+// Owned by the driver on rollout ranks; collective over the engines' communicator and
+// the engine groups.
 #pragma once
 
 #include <map>
@@ -24,9 +29,12 @@
 
 namespace slimpi {
 
+class EngineFollower;
+
 class RolloutSide {
  public:
   RolloutSide(const RolloutConfig& cfg, const Transformer& model, MPI_Comm engines, uint64_t run_seed);
+  ~RolloutSide();
 
   // Generates n_samples per prompt; group g = first_group + i for prompts[i]. Returns
   // every sample on engine rank 0 (the router), nothing elsewhere. `stats` gets the
@@ -46,6 +54,8 @@ class RolloutSide {
   // Frees this rank's engine and KV pool until the next generate().
   void offload();
   bool is_router() const { return rank_ == 0; }
+  // A tensor-parallel engine's rank other than its first.
+  bool is_follower() const;
   MPI_Comm engines() const { return engines_; }
   const RolloutConfig& config() const { return cfg_; }
   int64_t weight_version() const { return weight_version_; }
@@ -59,10 +69,11 @@ class RolloutSide {
   const Transformer& model_;
   MPI_Comm engines_;
   uint64_t run_seed_;
-  int rank_ = 0;
+  int rank_ = -1;  // in `engines` (-1: a follower)
   int64_t weight_version_ = 0;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<StreamingRouter> stream_;
+  std::unique_ptr<EngineFollower> follower_;  // followers: their KV cache and forward loop
 };
 
 }  // namespace slimpi

@@ -20,12 +20,12 @@ std::string describe(const std::vector<NamedTensor>& params) {
   return h;
 }
 
+}  // namespace
+
 uint64_t fnv1a(uint64_t h, const uint8_t* data, int64_t n) {
   for (int64_t i = 0; i < n; ++i) h = (h ^ data[i]) * 0x100000001b3ULL;
   return h;
 }
-
-}  // namespace
 
 WeightImage weight_image(const Transformer& model, at::ScalarType dtype) {
   if (model.weight_dtype() == dtype) return {model.flat_parameters(), model.parameters()};
@@ -112,7 +112,7 @@ WeightSyncStats WeightSync::sync(const std::vector<NamedTensor>& params, int64_t
   agree_on_tensors(params, version);
   WeightSyncStats stats;
   const int64_t capacity = bucket_.numel();
-  uint64_t hash = 0xcbf29ce484222325ULL;
+  uint64_t hash = kFnvOffset;
   at::NoGradGuard no_grad;
   int64_t param_bytes = 0;
   for (const auto& p : params) param_bytes += p.tensor.numel() * static_cast<int64_t>(p.tensor.element_size());

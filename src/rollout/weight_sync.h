@@ -22,6 +22,10 @@
 
 namespace slimpi {
 
+// FNV-1a over bytes, continuing from h (start at kFnvOffset): the weight syncs' checksums.
+constexpr uint64_t kFnvOffset = 0xcbf29ce484222325ULL;
+uint64_t fnv1a(uint64_t h, const uint8_t* data, int64_t n);
+
 struct WeightSyncStats {
   int64_t bytes = 0;
   int64_t n_buckets = 0;

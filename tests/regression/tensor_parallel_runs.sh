@@ -15,6 +15,10 @@
 #    the whole model (the padded vocabulary rows dropped), and a tensor-parallel run
 #    starts from that Hugging Face export;
 #  * SFT with evaluation (the trainers gather a whole model to generate) matches;
+#  * tensor-parallel engines (rollout.tensor_parallel = 2: one engine of 2 rollout ranks)
+#    generate the tokens of two one-rank engines, with the sliced weight sync and with
+#    the broadcast route, with one_step_off, and across job steps bit for bit (and a
+#    bf16 engine of 2 ranks runs);
 #  * impossible layouts are refused with their numbers.
 # Usage: tensor_parallel_runs.sh SLIMPI ROOT "MPIRUN FLAGS"
 set -euo pipefail
@@ -73,6 +77,36 @@ echo "== one_step_off, np 4 split"
 run 4 async_tp1 --set train.async=one_step_off
 run 4 async_tp2 --set train.async=one_step_off --set parallel.tensor_parallel=2
 close async_tp1 async_tp2
+
+echo "== tensor-parallel engines (np 4 split: trainer TP 2 + one engine of 2 rollout ranks)"
+etp=(--set parallel.tensor_parallel=2 --set rollout.tensor_parallel=2 --set rollout.check_weight_update=true)
+run 4 split_etp2 "${etp[@]}"
+grep -q "tensor-parallel engines: 1 engine of 2 rollout ranks (the first of each routes and samples); each rank holds 2 of 4 query heads, 1 of 2 key/value heads" \
+  "$out/split_etp2.log"
+close split_tp1 split_etp2
+run 4 split_etp2_broadcast "${etp[@]}" --set rollout.weight_sync_route=broadcast  # gather, broadcast, keep a slice
+close split_tp1 split_etp2_broadcast
+# Whole trainers, a bf16 engine of 2 ranks: its row-parallel sums round in bf16 in another
+# order than one rank's products, so its tokens are its own; the run must work and record.
+run 4 split_tp1_etp2_bf16 --set rollout.tensor_parallel=2 --set rollout.precision=bf16
+grep -q "step 4/4" "$out/split_tp1_etp2_bf16.log"
+run 4 async_etp2 --set train.async=one_step_off "${etp[@]}"
+close async_tp1 async_etp2
+run 4 split_etp2_chunked "${etp[@]}" --set run.job_steps=2
+run 4 split_etp2_chunked "${etp[@]}" --set run.job_steps=2
+/usr/bin/python3 tests/regression/compare_runs.py "$out/split_etp2" "$out/split_etp2_chunked"
+/usr/bin/python3 - "$out" <<'PY'
+import sys
+import h5py
+import numpy as np
+out = sys.argv[1]
+# The sliced sync moves what the engine's two ranks hold: the whole model once (what the
+# broadcast sends), plus the replicated norms a second time.
+with h5py.File(f"{out}/split_etp2/metrics.h5") as fa, h5py.File(f"{out}/split_etp2_broadcast/metrics.h5") as fb:
+    a, b = fa["steps/perf/weight_sync_bytes"][:], fb["steps/perf/weight_sync_bytes"][:]
+    assert np.all(a > b) and np.all(a < 1.01 * b), (a, b)
+print("tensor_parallel_runs: tensor-parallel engines generate the one-rank engines' tokens")
+PY
 
 echo "== job steps 2 + 2 = 4 straight, bit for bit"
 run 4 split_tp2_chunked --set parallel.tensor_parallel=2 --set run.job_steps=2
@@ -149,4 +183,12 @@ refused kv_heads "model.n_kv_heads = 2 (inputs/smoke_rl.toml:17) is not divisibl
   --set parallel.placement=colocate --set parallel.tensor_parallel=4
 refused mlp_width "model.intermediate_size = 66 (--set) is not divisible by 4" 4 --set parallel.placement=colocate \
   --set parallel.tensor_parallel=4 --set model.n_kv_heads=4 --set model.intermediate_size=66
+refused etp_not_dividing "rollout.tensor_parallel = 3 (--set) makes engines of 3 rollout ranks: it must divide the 2 rollout ranks" \
+  4 --set rollout.tensor_parallel=3
+refused etp_colocated "rollout.tensor_parallel = 2 (--set) makes engines of 2 rollout ranks, which split placement has" \
+  4 --set parallel.placement=colocate --set rollout.tensor_parallel=2
+refused etp_full_async "train.async = \"full\" (--set) streams work through engines of one rank" 4 \
+  --set rollout.tensor_parallel=2 --set train.async=full
+refused etp_kv_heads "rollout.tensor_parallel = 4 (--set) splits each engine's layers over 4 rollout ranks: model.n_kv_heads = 2" \
+  6 --set parallel.rollout_ranks=4 --set rollout.tensor_parallel=4
 echo "tensor_parallel_runs: OK"

@@ -1,0 +1,118 @@
+#include "rollout/engine_group.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+#include <slimpi/error.h>
+
+#include "parallel/comm.h"
+#include "parallel/comm_tensor.h"
+
+namespace slimpi {
+namespace {
+
+// The announcement as one int64 vector:
+//   release, n_copies, n_tokens, n_seqs, copies (src, dst)..., tokens..., n_past..., n_new..., slots...
+std::vector<int64_t> encode(const EngineForward& f) {
+  std::vector<int64_t> v{f.release ? 1 : 0, int64_t(f.block_copies.size()), int64_t(f.tokens.size()),
+                         int64_t(f.n_past.size())};
+  for (auto [src, dst] : f.block_copies) v.insert(v.end(), {src, dst});
+  v.insert(v.end(), f.tokens.begin(), f.tokens.end());
+  v.insert(v.end(), f.n_past.begin(), f.n_past.end());
+  v.insert(v.end(), f.n_new.begin(), f.n_new.end());
+  v.insert(v.end(), f.slots.begin(), f.slots.end());
+  return v;
+}
+
+EngineForward decode(const std::vector<int64_t>& v) {
+  SLIMPI_CHECK(v.size() >= 4, "engine group: an announcement of {} numbers", v.size());
+  EngineForward f;
+  f.release = v[0] != 0;
+  const size_t n_copies = size_t(v[1]), n_tokens = size_t(v[2]), n_seqs = size_t(v[3]);
+  size_t at = 4;
+  for (size_t i = 0; i < n_copies; ++i, at += 2) f.block_copies.emplace_back(int32_t(v[at]), int32_t(v[at + 1]));
+  auto take = [&](size_t n) {
+    std::vector<int64_t> part(v.begin() + long(at), v.begin() + long(at + n));
+    at += n;
+    return part;
+  };
+  f.tokens = take(n_tokens);
+  f.n_past = take(n_seqs);
+  f.n_new = take(n_seqs);
+  f.slots = take(v.size() - at);
+  return f;
+}
+
+}  // namespace
+
+void announce(Comm& group, const EngineForward& f) {
+  std::vector<int64_t> v = encode(f);
+  at::Tensor n = at::full({1}, int64_t(v.size()), at::kLong);
+  broadcast(group, n, 0);
+  broadcast(group, at::from_blob(v.data(), {int64_t(v.size())}, at::kLong), 0);
+}
+
+EngineForward receive_announcement(Comm& group) {
+  at::Tensor n = at::zeros({1}, at::kLong);
+  broadcast(group, n, 0);
+  std::vector<int64_t> v(size_t(n.item<int64_t>()));
+  broadcast(group, at::from_blob(v.data(), {int64_t(v.size())}, at::kLong), 0);
+  return decode(v);
+}
+
+void copy_kv_blocks(KvCache& cache, const std::vector<std::pair<int32_t, int32_t>>& copies, int64_t bs) {
+  for (auto [src, dst] : copies) {
+    for (size_t l = 0; l < cache.k.size(); ++l) {
+      cache.k[l].narrow(0, int64_t(dst) * bs, bs).copy_(cache.k[l].narrow(0, int64_t(src) * bs, bs));
+      cache.v[l].narrow(0, int64_t(dst) * bs, bs).copy_(cache.v[l].narrow(0, int64_t(src) * bs, bs));
+    }
+    if (cache.routing.defined())
+      cache.routing.narrow(0, int64_t(dst) * bs, bs).copy_(cache.routing.narrow(0, int64_t(src) * bs, bs));
+  }
+}
+
+at::Tensor run_engine_forward(const Transformer& model, KvCache& cache, Precision precision, const EngineForward& f,
+                              MoeTrace* moe) {
+  const auto long_opts = at::TensorOptions().dtype(at::kLong);
+  const at::Tensor host_slots = at::tensor(f.slots, long_opts);
+  std::vector<CachedSequence> seqs;
+  int64_t offset = 0;
+  for (size_t i = 0; i < f.n_past.size(); ++i) {
+    const int64_t n = f.n_past[i] + f.n_new[i];
+    seqs.push_back({f.n_past[i], f.n_new[i], host_slots.narrow(0, offset, n)});
+    offset += n;
+  }
+  at::NoGradGuard no_grad;
+  ForwardPrecision scope(precision, model.device());
+  return model.forward_incremental(at::tensor(f.tokens, long_opts).to(model.device()), seqs, cache, moe);
+}
+
+at::Tensor gather_vocab_shards(Comm& group, const at::Tensor& local, int64_t vocab_size) {
+  const at::Tensor stacked = gather_to_first(group, local.contiguous());  // [e, T, Vp / e] on rank 0
+  if (!stacked.defined()) return stacked;
+  const int64_t T = local.size(0);
+  return stacked.permute({1, 0, 2}).reshape({T, -1}).narrow(1, 0, vocab_size).contiguous();  // [T, V]
+}
+
+EngineFollower::EngineFollower(const EngineConfig& cfg, const Transformer& model)
+    : cfg_(cfg),
+      model_(model),
+      cache_(KvCache::allocate(model.config(), (cfg.kv_cache_tokens / cfg.block_size) * cfg.block_size,
+                               at::TensorOptions().dtype(model.weight_dtype()).device(model.device()),
+                               model.tensor_shard().size)),
+      precision_(model.weight_dtype() == at::kBFloat16 ? Precision::BF16 : Precision::FP32) {
+  SLIMPI_CHECK(model.tensor_shard().size > 1 && model.tensor_shard().rank > 0 && model.tensor_shard().comm,
+               "engine follower: the model is not a follower's shard of a tensor-parallel engine");
+}
+
+void EngineFollower::follow() {
+  Comm& group = *model_.tensor_shard().comm;
+  for (;;) {
+    const EngineForward f = receive_announcement(group);
+    if (f.release) return;
+    copy_kv_blocks(cache_, f.block_copies, cfg_.block_size);
+    const at::Tensor logits = run_engine_forward(model_, cache_, precision_, f, nullptr);  // [T, Vp / e]
+    gather_vocab_shards(group, logits, model_.config().vocab_size);
+  }
+}
+
+}  // namespace slimpi
