@@ -155,8 +155,8 @@ std::vector<KeySpec> declare_keys() {
       choice_key("rollout.weight_sync_route", "auto", {"auto", "sliced", "broadcast"},
                  "sliced: each engine rank receives only its shard, point to point from the trainer ranks that "
                  "hold it (a plan made once from both layouts); broadcast: the whole model gathered on trainer "
-                 "rank 0 and broadcast to every rollout rank, which keeps its slice; auto: sliced when the trainer "
-                 "or the engines are model-parallel, else broadcast"),
+                 "rank 0 and broadcast to every rollout rank, which keeps its slice; auto: sliced for "
+                 "tensor-parallel engines, broadcast for one-rank engines"),
       int_key("rollout.weight_sync_bucket_mb", 256, 1, 1e6, "MB", "bucket size of the trainer-to-engine weight sync"),
       bool_key("rollout.check_weight_update", false, "engines verify a checksum of every weight update"),
       choice_key("rollout.precision", "fp32", {"fp32", "bf16"},

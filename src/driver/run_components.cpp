@@ -210,7 +210,9 @@ void build_rollout(const RunContext& ctx, RunComponents& c) {
 bool sliced_weight_sync(const Deck& deck, const WorldLayout& layout) {
   const std::string& route = deck.get_string("rollout.weight_sync_route");
   if (route != "auto") return route == "sliced";
-  return layout.trainer_tensor > 1 || layout.trainer_expert > 1 || layout.engine_size > 1;
+  // One-rank engines take the whole model either way; the broadcast's tree beats the
+  // plan's one send per engine there (perf/bench_weight_sync.cpp).
+  return layout.engine_size > 1;
 }
 
 RunComponents::RunComponents() = default;

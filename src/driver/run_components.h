@@ -67,8 +67,7 @@ struct RunComponents {
   bool writes_trainer_state(const World& world) const;
 };
 
-// rollout.weight_sync_route resolved ("auto": sliced when the trainer or the engines are
-// model-parallel).
+// rollout.weight_sync_route resolved ("auto": sliced for tensor-parallel engines).
 bool sliced_weight_sync(const Deck& deck, const WorldLayout& layout);
 
 // Stage 1, before a checkpoint is chosen: the tokenizer and the evaluation prompts

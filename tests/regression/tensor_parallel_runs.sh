@@ -86,6 +86,9 @@ grep -q "tensor-parallel engines: 1 engine of 2 rollout ranks (the first of each
 close split_tp1 split_etp2
 run 4 split_etp2_broadcast "${etp[@]}" --set rollout.weight_sync_route=broadcast  # gather, broadcast, keep a slice
 close split_tp1 split_etp2_broadcast
+run 4 split_tp2_sliced --set parallel.tensor_parallel=2 --set rollout.weight_sync_route=sliced \
+  --set rollout.check_weight_update=true  # two one-rank engines, each sent both trainer shards
+close split_tp1 split_tp2_sliced
 # Whole trainers, a bf16 engine of 2 ranks: its row-parallel sums round in bf16 in another
 # order than one rank's products, so its tokens are its own; the run must work and record.
 run 4 split_tp1_etp2_bf16 --set rollout.tensor_parallel=2 --set rollout.precision=bf16
