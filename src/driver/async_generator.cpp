@@ -72,6 +72,11 @@ AsyncGenerator::AsyncGenerator(const Deck& deck, RolloutSide& side, PromptSource
 
 void AsyncGenerator::run_stream(const std::function<bool()>& should_pause) {
   Stopwatch clock;
+  if (side_.is_follower()) {  // a tensor-parallel engine's rank: its leader's forwards, for the run
+    busy_s_ += side_.follow();
+    stream_s_ += clock.seconds();
+    return;
+  }
   const EngineStats before = side_.stream().engine_stats();
   busy_s_ += side_.stream().run(hooks(should_pause));
   score_finished();  // what came back while the engines paused
@@ -150,7 +155,7 @@ std::map<std::string, double> AsyncGenerator::take_batch(int64_t step, RolloutBa
   step_ = step;
   if (is_router()) queue_.retire_stale(step);  // what became stale since it was queued
   run_stream([this] { return queue_.n_groups() >= batch_groups_ || groups_finished_ >= max_groups_per_batch_; });
-  batch.engine_stats = sum_engine_stats(streamed_, side_.engines());
+  if (!side_.is_follower()) batch.engine_stats = sum_engine_stats(streamed_, side_.engines());
   batch.generate_s = stream_s_;
   streamed_ = EngineStats();
   stream_s_ = 0;
@@ -182,6 +187,7 @@ std::map<std::string, double> AsyncGenerator::take_batch(int64_t step, RolloutBa
 }
 
 void AsyncGenerator::update_weights(int64_t version) {
+  if (side_.is_follower()) return side_.set_weight_version(version);  // the leader decides for its work
   const PartialStats p = side_.stream().update_weights(version, partial_);
   side_.set_weight_version(version);
   counts_["rollout/async/partial_continued"] += double(p.continued);
@@ -201,7 +207,7 @@ const std::vector<std::string>& AsyncGenerator::checkpoint_files() {
   return files;
 }
 
-StreamState AsyncGenerator::snapshot() { return side_.stream().snapshot(); }
+StreamState AsyncGenerator::snapshot() { return side_.is_follower() ? StreamState() : side_.stream().snapshot(); }
 
 int64_t AsyncGenerator::save(const std::string& dir, StreamState state) {
   if (!is_router()) return 0;

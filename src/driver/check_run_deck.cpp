@@ -165,10 +165,6 @@ void check_engine_tensor_parallel(const Deck& deck, const ModelConfig& model, bo
   if (!rl)
     SLIMPI_FAIL_ALL("{}, but train.mode = \"{}\" ({}) has no rollout ranks: drop the key", what,
                     deck.get_string("train.mode"), deck.source("train.mode"));
-  if (deck.get_string("train.async") == "full")
-    SLIMPI_FAIL_ALL("{}, but train.async = \"full\" ({}) streams work through engines of one rank (tensor-parallel "
-                    "engines there are not implemented): use train.async = \"one_step_off\" or \"none\", or drop "
-                    "rollout.tensor_parallel", what, deck.source("train.async"));
   check_splits_over(deck, model, what, e, "rollout.tensor_parallel");
 }
 

@@ -174,7 +174,8 @@ void build_rollout(const RunContext& ctx, RunComponents& c) {
   const RolloutConfig& rc = c.configs.rollout;
   if (c.rl && ctx.world->is_rollout()) {
     const Transformer& model = c.engine_model ? *c.engine_model : *c.policy;
-    c.rollout_side = std::make_unique<RolloutSide>(rc, model, ctx.world->engines(), run_seed(deck));
+    c.rollout_side = std::make_unique<RolloutSide>(rc, model, ctx.world->engines(), run_seed(deck),
+                                                   ctx.world->engine_group());
   } else if (!c.rl && !c.eval_prompts.empty() && ctx.world->is_trainer()) {
     c.rollout_side = std::make_unique<RolloutSide>(rc, c.engine_model ? *c.engine_model : *c.policy,
                                                    ctx.world->trainer(), run_seed(deck));

@@ -52,6 +52,22 @@ std::string recv_message(MPI_Comm comm, int source, int tag, const std::string& 
   return bytes;
 }
 
+bool message_waiting(MPI_Comm comm, int source, int tag) {
+  int flag = 0;
+  check_mpi(MPI_Iprobe(source, tag, comm, &flag, MPI_STATUS_IGNORE), "MPI_Iprobe");
+  return flag != 0;
+}
+
+void await_message(MPI_Comm comm, int source, int tag, const std::string& context) {
+  if (message_waiting(comm, source, tag)) return;
+  WaitGuard guard({&context, "MPI_Iprobe (asleep between probes)", 0, "", source});
+  auto nap = std::chrono::microseconds(50);
+  while (!message_waiting(comm, source, tag)) {
+    std::this_thread::sleep_for(nap);
+    nap = std::min(nap * 2, std::chrono::microseconds(1000));
+  }
+}
+
 void idle_barrier(MPI_Comm comm, const std::string& what) {
   WaitGuard guard({&what, "idle barrier"});
   MPI_Request request;

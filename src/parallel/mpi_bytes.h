@@ -20,6 +20,12 @@ void broadcast_string(MPI_Comm comm, std::string& text, int root);
 void send_message(MPI_Comm comm, const std::string& bytes, int dest, int tag);
 std::string recv_message(MPI_Comm comm, int source, int tag, const std::string& context);
 
+// Whether a message from `source` (or MPI_ANY_SOURCE) with `tag` is there to receive.
+bool message_waiting(MPI_Comm comm, int source, int tag);
+// Sleeps (growing naps up to 1 ms, under the watchdog with `context`) until one is: a
+// rank waiting for work leaves its core to the ranks that work.
+void await_message(MPI_Comm comm, int source, int tag, const std::string& context);
+
 }  // namespace slimpi
 
 namespace slimpi {

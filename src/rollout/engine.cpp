@@ -51,9 +51,10 @@ struct Engine::Sequence {
   int64_t slot(int64_t p, int64_t block_size) const { return int64_t(blocks[p / block_size]) * block_size + p % block_size; }
 };
 
-Engine::Engine(const EngineConfig& cfg, const Transformer& model)
+Engine::Engine(const EngineConfig& cfg, const Transformer& model, MPI_Comm group)
     : cfg_(cfg),
       model_(model),
+      group_(group),
       allocator_(cfg.kv_cache_tokens / cfg.block_size),
       prefix_(allocator_, cfg.block_size),
       cache_(KvCache::allocate(model.config(), (cfg.kv_cache_tokens / cfg.block_size) * cfg.block_size,
@@ -65,6 +66,9 @@ Engine::Engine(const EngineConfig& cfg, const Transformer& model)
                "engine limits: block_size {}, max_running {}, max_batch_tokens {} (needs >= max_running), "
                "chunked_prefill_tokens {}",
                cfg.block_size, cfg.max_running, cfg.max_batch_tokens, cfg.chunked_prefill_tokens);
+  SLIMPI_CHECK((group != MPI_COMM_NULL) == (model.tensor_shard().size > 1) && model.tensor_shard().rank == 0,
+               "engine: a tensor-parallel engine is led by its model's tensor rank 0 and needs its group's "
+               "communicator (model tensor rank {} of {})", model.tensor_shard().rank, model.tensor_shard().size);
 }
 
 Engine::~Engine() {
@@ -227,7 +231,7 @@ std::vector<std::unique_ptr<Engine::Sequence>> Engine::fork(std::unique_ptr<Sequ
     if (p % bs) {  // copy-on-write of the shared partial block, done at the fork
       const std::pair<int32_t, int32_t> copy{leader->blocks[full], leader->fork_blocks[i - 1]};
       copy_kv_blocks(cache_, {copy}, bs);
-      if (model_.tensor_shard().comm) pending_block_copies_.push_back(copy);  // the group copies it before the next forward
+      if (group_ != MPI_COMM_NULL) pending_block_copies_.push_back(copy);  // the group copies it before the next forward
       s->blocks.push_back(copy.second);
     }
     out.push_back(std::move(s));
@@ -361,13 +365,13 @@ at::Tensor Engine::forward_batch(const ScheduledBatch& batch) {
     const bool decode = n == 1 && s->n_computed >= s->prompt_length;
     if (!decode) stats_.prefill_tokens_computed += n;  // prompts, and recomputation after preemption
   }
-  Comm* group = model_.tensor_shard().comm;
-  if (group) announce(*group, f);
+  if (group_ != MPI_COMM_NULL) announce(group_, f);
   Stopwatch forward_clock;
   MoeTrace trace;  // a mixture-of-experts policy's routing, kept per slot like K/V
   const bool moe = cache_.routing.defined();
   at::Tensor logits = run_engine_forward(model_, cache_, precision_, f, moe ? &trace : nullptr);  // [T, V]
-  if (group) logits = gather_vocab_shards(*group, logits, model_.config().vocab_size);  // [T, Vp / e] -> [T, V]
+  if (group_ != MPI_COMM_NULL)  // [T, Vp / e] -> [T, V]
+    logits = gather_vocab_shards(*model_.tensor_shard().comm, logits, model_.config().vocab_size);
   if (moe)
     cache_.routing.index_copy_(0, at::tensor(new_slots, at::kLong).to(cache_.routing.device()),
                                trace.chosen.to(at::kShort));
@@ -377,11 +381,10 @@ at::Tensor Engine::forward_batch(const ScheduledBatch& batch) {
 }
 
 void Engine::release_group() {
-  Comm* group = model_.tensor_shard().comm;
-  if (!group) return;
+  if (group_ == MPI_COMM_NULL) return;
   EngineForward release;
   release.release = true;
-  announce(*group, release);
+  announce(group_, release);
 }
 
 // 5. Sequences whose every token is now computed sample their next token; a group

@@ -19,6 +19,7 @@
 // Owned by the rollout driver; single-threaded; the model is shared, not owned.
 #pragma once
 
+#include <mpi.h>
 #include <slimpi/sample.h>
 
 #include <deque>
@@ -91,7 +92,10 @@ struct EngineStats {
 
 class Engine {
  public:
-  Engine(const EngineConfig& cfg, const Transformer& model);
+  // group: a tensor-parallel engine's MPI communicator (its model a shard whose tensor
+  // rank is 0 here: this engine leads the group, rollout/engine_group.h); MPI_COMM_NULL
+  // for an engine of one rank.
+  Engine(const EngineConfig& cfg, const Transformer& model, MPI_Comm group = MPI_COMM_NULL);
   ~Engine();
 
   // Queues a group. Throws if it can never fit (prompt + max_new_tokens beyond the
@@ -153,6 +157,7 @@ class Engine {
 
   EngineConfig cfg_;
   const Transformer& model_;
+  MPI_Comm group_;  // tensor-parallel engines: the group this engine leads (else MPI_COMM_NULL)
   BlockAllocator allocator_;
   PrefixCache prefix_;
   KvCache cache_;

@@ -4,8 +4,12 @@
 #include <ATen/core/grad_mode.h>
 #include <slimpi/error.h>
 
+#include <cstring>
+#include <string>
+
 #include "parallel/comm.h"
 #include "parallel/comm_tensor.h"
+#include "parallel/mpi_bytes.h"
 
 namespace slimpi {
 namespace {
@@ -44,18 +48,22 @@ EngineForward decode(const std::vector<int64_t>& v) {
 
 }  // namespace
 
-void announce(Comm& group, const EngineForward& f) {
-  std::vector<int64_t> v = encode(f);
-  at::Tensor n = at::full({1}, int64_t(v.size()), at::kLong);
-  broadcast(group, n, 0);
-  broadcast(group, at::from_blob(v.data(), {int64_t(v.size())}, at::kLong), 0);
+constexpr int kTagAnnounce = 111;  // leader -> follower: one EngineForward
+const std::string kFollowerWait = "[rollout] an engine group's follower waiting for its leader's next forward";
+
+void announce(MPI_Comm group, const EngineForward& f) {
+  const std::vector<int64_t> v = encode(f);
+  const std::string bytes(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int64_t));
+  int size = 1;
+  MPI_Comm_size(group, &size);
+  for (int r = 1; r < size; ++r) send_message(group, bytes, r, kTagAnnounce);
 }
 
-EngineForward receive_announcement(Comm& group) {
-  at::Tensor n = at::zeros({1}, at::kLong);
-  broadcast(group, n, 0);
-  std::vector<int64_t> v(size_t(n.item<int64_t>()));
-  broadcast(group, at::from_blob(v.data(), {int64_t(v.size())}, at::kLong), 0);
+EngineForward receive_announcement(MPI_Comm group) {
+  await_message(group, 0, kTagAnnounce, kFollowerWait);
+  const std::string bytes = recv_message(group, 0, kTagAnnounce, kFollowerWait);
+  std::vector<int64_t> v(bytes.size() / sizeof(int64_t));
+  std::memcpy(v.data(), bytes.data(), v.size() * sizeof(int64_t));
   return decode(v);
 }
 
@@ -93,21 +101,23 @@ at::Tensor gather_vocab_shards(Comm& group, const at::Tensor& local, int64_t voc
   return stacked.permute({1, 0, 2}).reshape({T, -1}).narrow(1, 0, vocab_size).contiguous();  // [T, V]
 }
 
-EngineFollower::EngineFollower(const EngineConfig& cfg, const Transformer& model)
+EngineFollower::EngineFollower(const EngineConfig& cfg, const Transformer& model, MPI_Comm group)
     : cfg_(cfg),
       model_(model),
+      group_(group),
       cache_(KvCache::allocate(model.config(), (cfg.kv_cache_tokens / cfg.block_size) * cfg.block_size,
                                at::TensorOptions().dtype(model.weight_dtype()).device(model.device()),
                                model.tensor_shard().size)),
       precision_(model.weight_dtype() == at::kBFloat16 ? Precision::BF16 : Precision::FP32) {
-  SLIMPI_CHECK(model.tensor_shard().size > 1 && model.tensor_shard().rank > 0 && model.tensor_shard().comm,
+  SLIMPI_CHECK(model.tensor_shard().size > 1 && model.tensor_shard().rank > 0 && model.tensor_shard().comm &&
+                   group != MPI_COMM_NULL,
                "engine follower: the model is not a follower's shard of a tensor-parallel engine");
 }
 
 void EngineFollower::follow() {
   Comm& group = *model_.tensor_shard().comm;
   for (;;) {
-    const EngineForward f = receive_announcement(group);
+    const EngineForward f = receive_announcement(group_);
     if (f.release) return;
     copy_kv_blocks(cache_, f.block_copies, cfg_.block_size);
     const at::Tensor logits = run_engine_forward(model_, cache_, precision_, f, nullptr);  // [T, Vp / e]

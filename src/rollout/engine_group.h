@@ -18,6 +18,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <mpi.h>
 
 #include <cstdint>
 #include <utility>
@@ -41,10 +42,14 @@ struct EngineForward {
   bool release = false;        // no forward: the followers return from follow()
 };
 
-// Leader: sends `f` to the group's other ranks. Collective over `group`.
-void announce(Comm& group, const EngineForward& f);
+// Announcements are control messages over MPI (`group`: the engine group's MPI
+// communicator, the ranks of the model's tensor-parallel Comm in the same order), so a
+// follower waits asleep between forwards (parallel/mpi_bytes.h, await_message); the
+// forward's collectives run over the model's Comm (MPI or NCCL).
+// Leader: sends `f` to the group's other ranks.
+void announce(MPI_Comm group, const EngineForward& f);
 // Follower: the leader's next announcement.
-EngineForward receive_announcement(Comm& group);
+EngineForward receive_announcement(MPI_Comm group);
 
 // Copies whole KV blocks (keys, values and the routing trace) within `cache`.
 void copy_kv_blocks(KvCache& cache, const std::vector<std::pair<int32_t, int32_t>>& copies, int64_t block_size);
@@ -64,13 +69,15 @@ at::Tensor gather_vocab_shards(Comm& group, const at::Tensor& local, int64_t voc
 // Owned by RolloutSide on the followers; single-threaded.
 class EngineFollower {
  public:
-  EngineFollower(const EngineConfig& cfg, const Transformer& model);
+  // group: the engine group's MPI communicator (this rank's place in it is its tensor rank).
+  EngineFollower(const EngineConfig& cfg, const Transformer& model, MPI_Comm group);
   // Runs the announced forwards until the leader releases the group.
   void follow();
 
  private:
   EngineConfig cfg_;
   const Transformer& model_;
+  MPI_Comm group_;
   KvCache cache_;
   Precision precision_;
 };

@@ -3,6 +3,7 @@
 #include <malloc.h>
 #include <slimpi/error.h>
 
+#include "core/timer.h"
 #include "kernels/counter_rng.h"
 #include "reward/batch_scorer.h"
 #include "rollout/engine_group.h"
@@ -11,8 +12,9 @@
 
 namespace slimpi {
 
-RolloutSide::RolloutSide(const RolloutConfig& cfg, const Transformer& model, MPI_Comm engines, uint64_t run_seed)
-    : cfg_(cfg), model_(model), engines_(engines), run_seed_(run_seed) {
+RolloutSide::RolloutSide(const RolloutConfig& cfg, const Transformer& model, MPI_Comm engines, uint64_t run_seed,
+                         MPI_Comm engine_group)
+    : cfg_(cfg), model_(model), engines_(engines), run_seed_(run_seed), engine_group_(engine_group) {
   SLIMPI_CHECK((engines_ == MPI_COMM_NULL) == is_follower(),
                "rollout: an engine group's first rank joins the engines' communicator, its other ranks do not");
   if (!is_follower()) MPI_Comm_rank(engines_, &rank_);
@@ -25,8 +27,7 @@ bool RolloutSide::is_follower() const { return model_.tensor_shard().rank > 0; }
 std::vector<Sample> RolloutSide::generate(const std::vector<Prompt>& prompts, int64_t first_group, uint64_t stream,
                                           int64_t n_samples, const SamplingParams& params, EngineStats* stats) {
   if (is_follower()) {  // the leader's forwards, until its router call is done
-    if (!follower_) follower_ = std::make_unique<EngineFollower>(cfg_.engine, model_);
-    follower_->follow();
+    follow();
     return {};
   }
   const Tokenizer& tok = *cfg_.tokenizer;
@@ -48,14 +49,22 @@ std::vector<Sample> RolloutSide::generate(const std::vector<Prompt>& prompts, in
   return out;
 }
 
+double RolloutSide::follow() {
+  SLIMPI_CHECK(is_follower(), "rollout: only an engine group's follower follows");
+  if (!follower_) follower_ = std::make_unique<EngineFollower>(cfg_.engine, model_, engine_group_);
+  Stopwatch clock;
+  follower_->follow();
+  return clock.seconds();
+}
+
 Engine& RolloutSide::current_engine() {
-  if (!engine_) engine_ = std::make_unique<Engine>(cfg_.engine, model_);
+  if (!engine_) engine_ = std::make_unique<Engine>(cfg_.engine, model_, engine_group_);
   if (engine_->weight_version() != weight_version_) engine_->on_weights_updated(weight_version_);
   return *engine_;
 }
 
 StreamingRouter& RolloutSide::stream() {
-  SLIMPI_CHECK(!is_follower(), "rollout: train.async = \"full\" runs engines of one rank (rollout.tensor_parallel = 1)");
+  SLIMPI_CHECK(!is_follower(), "rollout: an engine group's follower has no stream of its own (it follows)");
   if (!stream_)
     stream_ = std::make_unique<StreamingRouter>(current_engine(), engines_, cfg_.engine.max_running, cfg_.sampling);
   return *stream_;

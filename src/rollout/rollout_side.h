@@ -11,7 +11,9 @@
 // Tensor-parallel engines (rollout.tensor_parallel = e): `engines` holds each engine's
 // first rank (the leader, which routes and samples); the group's other ranks (followers,
 // whose model is a shard with tensor rank > 0) pass MPI_COMM_NULL and, in generate() and
-// evaluate(), run their leader's forwards until it releases them (rollout/engine_group.h).
+// evaluate() (and, under train.async = "full", in each run of the stream: AsyncGenerator
+// calls follow()), run their leader's forwards until it releases them
+// (rollout/engine_group.h).
 // Owned by the driver on rollout ranks; collective over the engines' communicator and
 // the engine groups.
 #pragma once
@@ -33,7 +35,9 @@ class EngineFollower;
 
 class RolloutSide {
  public:
-  RolloutSide(const RolloutConfig& cfg, const Transformer& model, MPI_Comm engines, uint64_t run_seed);
+  // engine_group: this rank's tensor-parallel engine (MPI_COMM_NULL: engines of one rank).
+  RolloutSide(const RolloutConfig& cfg, const Transformer& model, MPI_Comm engines, uint64_t run_seed,
+              MPI_Comm engine_group = MPI_COMM_NULL);
   ~RolloutSide();
 
   // Generates n_samples per prompt; group g = first_group + i for prompts[i]. Returns
@@ -56,6 +60,9 @@ class RolloutSide {
   bool is_router() const { return rank_ == 0; }
   // A tensor-parallel engine's rank other than its first.
   bool is_follower() const;
+  // Follower: runs its leader's forwards until the leader's call (generate, a stream
+  // run) is done. Returns the seconds spent in forwards.
+  double follow();
   MPI_Comm engines() const { return engines_; }
   const RolloutConfig& config() const { return cfg_; }
   int64_t weight_version() const { return weight_version_; }
@@ -69,6 +76,7 @@ class RolloutSide {
   const Transformer& model_;
   MPI_Comm engines_;
   uint64_t run_seed_;
+  MPI_Comm engine_group_;
   int rank_ = -1;  // in `engines` (-1: a follower)
   int64_t weight_version_ = 0;
   std::unique_ptr<Engine> engine_;

@@ -21,12 +21,6 @@ constexpr int kTagResult = 102;  // engine -> router: encoded samples of finishe
 const std::string kEngineWait = "[router] an engine waiting for work";
 const std::string kRouterWait = "[router] waiting for an engine's results";
 
-bool message_waiting(MPI_Comm comm, int source, int tag) {
-  int flag = 0;
-  MPI_Iprobe(source, tag, comm, &flag, MPI_STATUS_IGNORE);
-  return flag != 0;
-}
-
 int64_t request_tokens(const GenerationRequest& r) {
   return r.n_samples * (static_cast<int64_t>(r.prompt.size()) + r.params.max_new_tokens);
 }

@@ -29,23 +29,6 @@ const std::string kRouterGather =
 const std::string kPartialCounts = "[rollout] partial-rollout counts over the engines";
 const std::string kSendsDone = "[rollout] completing this rank's sends of work or samples";
 
-bool message_waiting(MPI_Comm comm, int source, int tag) {
-  int flag = 0;
-  check_mpi(MPI_Iprobe(source, tag, comm, &flag, MPI_STATUS_IGNORE), "MPI_Iprobe");
-  return flag != 0;
-}
-
-// Sleeps (growing naps up to 1 ms) until a message from `source` with `tag` is there.
-void await_message(MPI_Comm comm, int source, int tag, const std::string& context) {
-  if (message_waiting(comm, source, tag)) return;
-  WaitGuard guard({&context, "MPI_Iprobe (asleep between probes)", 0, "", source});
-  auto nap = std::chrono::microseconds(50);
-  while (!message_waiting(comm, source, tag)) {
-    std::this_thread::sleep_for(nap);
-    nap = std::min(nap * 2, std::chrono::microseconds(1000));
-  }
-}
-
 // Items travel as their request's identity (the sampling parameters are every rank's
 // own) and the partial sample.
 std::string encode_items(char kind, const std::vector<WorkItem>& items) {
@@ -148,6 +131,7 @@ double StreamingRouter::run(const Hooks& hooks) {
         if (msg.at(0) == 'P') {  // every sample posted before goes ahead of the answer
           post("A", 0, kTagSamples);
           flush_sends();
+          engine_.release_group();
           return busy;
         }
         for (const auto& w : decode_items(msg, params_)) engine_.add_work(w);
@@ -193,6 +177,7 @@ double StreamingRouter::run(const Hooks& hooks) {
   }
   idle.reset();
   pause_engines(hooks);
+  engine_.release_group();  // a tensor-parallel engine's followers return from follow()
   return busy;
 }
 

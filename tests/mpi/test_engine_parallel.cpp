@@ -118,7 +118,7 @@ void expect_engines_match_one_rank(int e, bool moe, at::ScalarType dtype) {
   Transformer model(cfg, 5, at::kCPU, dtype, {}, shard);
   const std::vector<GenerationRequest> reqs = requests(6);
   if (group.rank() == 0) {
-    Engine engine(small_engine(), model);
+    Engine engine(small_engine(), model, group_mpi);
     for (const auto& r : reqs) engine.add_request(r);
     const std::vector<Sample> got = engine.run_to_completion();
     engine.release_group();
@@ -157,7 +157,7 @@ void expect_engines_match_one_rank(int e, bool moe, at::ScalarType dtype) {
       EXPECT_LT(gap_group, 0.04) << "one rank: " << gap_one;
     }
   } else {
-    EngineFollower(small_engine(), model).follow();
+    EngineFollower(small_engine(), model, group_mpi).follow();
   }
   MPI_Comm_free(&group_mpi);
 }

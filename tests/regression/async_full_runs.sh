@@ -6,6 +6,7 @@
 #  * nothing lost, nothing twice: every sample of every group drawn is one row of
 #    rollouts.h5 or unfinished work in the last checkpoint, exactly once: straight, in
 #    3 + 3 + 2 job steps, and across kill -9 inside a checkpoint write + resume;
+#  * tensor-parallel engines (np 5: 1 trainer + 2 engines of 2 ranks) across job steps;
 #  * rollout.partial = continue, requeue (np 4: 1 trainer + 3 engines) and discard
 #    (every trained sample of one weight version); mask_offpolicy_in_partial masks
 #    exactly the tokens older than each sample's newest;
@@ -66,6 +67,12 @@ $check "$out/kill9" 4 -1
 echo "== rollout.partial = requeue at np 4 (3 engines), with mask_offpolicy_in_partial"
 run 4 requeue --set rollout.partial=requeue --set rollout.mask_offpolicy_in_partial=true
 $check "$out/requeue" 4 -1 --masked
+echo "== tensor-parallel engines: np 5 (1 trainer + 2 engines of 2 rollout ranks), requeue, 4 + 4 job steps"
+run 5 etp2 --set rollout.tensor_parallel=2 --set rollout.partial=requeue --set run.job_steps=4
+run 5 etp2 --set rollout.tensor_parallel=2 --set rollout.partial=requeue
+grep -q "resuming at step 4 from $out/etp2/ckpt/step_00000004" "$out/etp2.log"
+$check "$out/etp2" 4 -1
+
 echo "== rollout.partial = discard"
 run 3 discard --set rollout.partial=discard
 $check "$out/discard" 4 -1 --single-version

@@ -190,8 +190,6 @@ refused etp_not_dividing "rollout.tensor_parallel = 3 (--set) makes engines of 3
   4 --set rollout.tensor_parallel=3
 refused etp_colocated "rollout.tensor_parallel = 2 (--set) makes engines of 2 rollout ranks, which split placement has" \
   4 --set parallel.placement=colocate --set rollout.tensor_parallel=2
-refused etp_full_async "train.async = \"full\" (--set) streams work through engines of one rank" 4 \
-  --set rollout.tensor_parallel=2 --set train.async=full
 refused etp_kv_heads "rollout.tensor_parallel = 4 (--set) splits each engine's layers over 4 rollout ranks: model.n_kv_heads = 2" \
   6 --set parallel.rollout_ranks=4 --set rollout.tensor_parallel=4
 echo "tensor_parallel_runs: OK"
