@@ -129,6 +129,95 @@ std::vector<WholeTensor> SlicedWeightSync::agree_on_tensors(const std::vector<Na
   return parse_tensors(text);
 }
 
+// This rank's view of piece p in its tensor (the sender's: origin src_origin; the
+// receiver's: dst_origin), checked against the plan.
+at::Tensor SlicedWeightSync::local_part(const LocalTensors& local, const WeightPiece& p, bool sender) const {
+  const WholeTensor& w = plan_.tensors()[size_t(p.tensor)];
+  auto it = local.find(w.name);
+  SLIMPI_CHECK(it != local.end(), "weight sync: sync rank {} lacks {} (the plan moves its rows {}..{})", comm_.rank(),
+               w.name, p.begin, p.end - 1);
+  const at::Tensor& t = *it->second;
+  const int64_t first = p.begin - (sender ? p.src_origin : p.dst_origin);
+  SLIMPI_CHECK(t.dim() == int64_t(w.shape.size()) && t.dim() > p.dim && first >= 0 &&
+                   first + p.end - p.begin <= t.size(p.dim),
+               "weight sync: {} on sync rank {} has shape {}, which does not hold rows {}..{} of the whole {}", w.name,
+               comm_.rank(), fmt::format("{}", fmt::join(t.sizes(), "x")), p.begin, p.end - 1,
+               fmt::format("{}", fmt::join(w.shape, "x")));
+  return t.detach().narrow(p.dim, first, p.end - p.begin);
+}
+
+std::vector<std::vector<SlicedWeightSync::Span>> SlicedWeightSync::buckets_of(size_t first, size_t last,
+                                                                              int64_t elem) const {
+  std::vector<std::vector<Span>> buckets(1);
+  int64_t used = 0;
+  for (size_t i = first; i < last; ++i) {
+    const int64_t total = plan_.pieces()[i].numel * elem;
+    for (int64_t from = 0; from < total;) {
+      if (used == bucket_bytes_) {
+        buckets.emplace_back();
+        used = 0;
+      }
+      const int64_t n = std::min(total - from, bucket_bytes_ - used);
+      buckets.back().push_back({i, from, n, used});
+      used += n;
+      from += n;
+    }
+  }
+  return buckets;
+}
+
+uint64_t SlicedWeightSync::send_pair(const LocalTensors& local, size_t first, size_t last, at::ScalarType wire,
+                                     WeightSyncStats& stats) {
+  const int dst = plan_.pieces()[first].dst;
+  uint64_t hash = kFnvOffset;
+  size_t converted_piece = last;  // the piece whose wire bytes are at hand (it may span buckets)
+  at::Tensor converted;
+  for (const std::vector<Span>& spans : buckets_of(first, last, int64_t(c10::elementSize(wire)))) {
+    const at::Tensor bucket = bucket_.narrow(0, 0, spans.back().at + spans.back().n);
+    for (const Span& s : spans) {
+      if (converted_piece != s.piece) {
+        converted = local_part(local, plan_.pieces()[s.piece], true).to(wire).contiguous().view({-1}).view(at::kByte);
+        converted_piece = s.piece;
+      }
+      bucket.narrow(0, s.at, s.n).copy_(converted.narrow(0, s.from, s.n));
+    }
+    send(comm_, bucket, dst);
+    hash = hash_bucket(hash, bucket);
+    ++stats.n_buckets;
+  }
+  return hash;
+}
+
+uint64_t SlicedWeightSync::receive_pair(const LocalTensors& local, size_t first, size_t last, at::ScalarType wire,
+                                        WeightSyncStats& stats) {
+  const int src = plan_.pieces()[first].src;
+  const int64_t elem = int64_t(c10::elementSize(wire));
+  uint64_t hash = kFnvOffset;
+  at::Tensor arriving;  // [piece bytes] uint8: the wire bytes of a piece that spans buckets
+  for (const std::vector<Span>& spans : buckets_of(first, last, elem)) {
+    const at::Tensor bucket = bucket_.narrow(0, 0, spans.back().at + spans.back().n);
+    recv(comm_, bucket, src);
+    for (const Span& s : spans) {
+      const WeightPiece& p = plan_.pieces()[s.piece];
+      const int64_t total = p.numel * elem;
+      if (s.from == 0) arriving = at::empty({total}, bucket.options());
+      arriving.narrow(0, s.from, s.n).copy_(bucket.narrow(0, s.at, s.n));
+      if (s.from + s.n < total) continue;  // the rest comes in the next bucket
+      const at::Tensor target = local_part(local, p, false);
+      target.copy_(arriving.view(wire).view(target.sizes()));
+    }
+    hash = hash_bucket(hash, bucket);
+    ++stats.n_buckets;
+  }
+  return hash;
+}
+
+uint64_t SlicedWeightSync::hash_bucket(uint64_t hash, const at::Tensor& bucket) const {
+  if (!checksum_) return hash;
+  const at::Tensor host = bucket.cpu();
+  return fnv1a(hash, host.data_ptr<uint8_t>(), host.numel());
+}
+
 WeightSyncStats SlicedWeightSync::sync(const std::vector<NamedTensor>& local, at::ScalarType wire, int64_t* version,
                                        bool checksum) {
   Stopwatch clock;
@@ -140,109 +229,32 @@ WeightSyncStats SlicedWeightSync::sync(const std::vector<NamedTensor>& local, at
     plan_ = WeightSyncPlan(cfg_, layout_, agree_on_tensors(local));
     planned_ = true;
   }
-  std::map<std::string, const at::Tensor*> by_name;
+  checksum_ = checksum;
+  LocalTensors by_name;
   for (const auto& p : local) by_name[p.name] = &p.tensor;
-  const int me = comm_.rank();
-  const int64_t elem = int64_t(c10::elementSize(wire));
-  auto local_part = [&](const WeightPiece& p, int64_t origin) {  // this rank's view of the piece
-    const WholeTensor& w = plan_.tensors()[size_t(p.tensor)];
-    auto it = by_name.find(w.name);
-    SLIMPI_CHECK(it != by_name.end(), "weight sync: sync rank {} lacks {} (the plan sends it rows {}..{})", me,
-                 w.name, p.begin, p.end - 1);
-    const at::Tensor& t = *it->second;
-    const int64_t first = p.begin - origin;
-    SLIMPI_CHECK(t.dim() == int64_t(w.shape.size()) && t.dim() > p.dim && first >= 0 && p.end - origin <= t.size(p.dim),
-                 "weight sync: {} on sync rank {} has shape {}, which does not hold rows {}..{} of the whole {}",
-                 w.name, me, fmt::format("{}", fmt::join(t.sizes(), "x")), p.begin, p.end - 1,
-                 fmt::format("{}", fmt::join(w.shape, "x")));
-    return t.detach().narrow(p.dim, first, p.end - p.begin);
-  };
   const std::vector<WeightPiece>& pieces = plan_.pieces();
-  std::map<size_t, std::vector<uint8_t>> arriving;  // receiver: bytes so far of pieces that span buckets
-  size_t converted_piece = pieces.size();           // sender: the piece whose wire bytes are at hand
-  at::Tensor converted;
   WeightSyncStats stats;
-  stats.bytes = plan_.total_elements() * elem;
+  stats.bytes = plan_.total_elements() * int64_t(c10::elementSize(wire));
   // Pairs in the plan's (receiver, sender) order; each pair's pieces back to back in buckets.
+  const int me = comm_.rank();
   for (size_t a = 0; a < pieces.size();) {
     size_t b = a;
     while (b < pieces.size() && pieces[b].dst == pieces[a].dst && pieces[b].src == pieces[a].src) ++b;
     const int src = pieces[a].src, dst = pieces[a].dst;
-    if (src == me || dst == me) {
-      const bool sending = src == me;
-      uint64_t hash = kFnvOffset;
-      // Fill / drain buckets: piece p's bytes [from, from + n) at bucket offset `at`.
-      struct Span { size_t piece; int64_t from, n, at; };
-      std::vector<Span> spans;
-      int64_t used = 0;
-      auto flush = [&] {
-        if (used == 0) return;
-        at::Tensor bucket = bucket_.narrow(0, 0, used);
-        if (sending) {
-          for (const Span& s : spans) {
-            const WeightPiece& p = pieces[s.piece];
-            if (converted_piece != s.piece) {
-              converted = local_part(p, p.src_origin).to(wire).contiguous().view({-1}).view(at::kByte);
-              converted_piece = s.piece;
-            }
-            bucket.narrow(0, s.at, s.n).copy_(converted.narrow(0, s.from, s.n));
-          }
-          send(comm_, bucket, dst);
-        } else {
-          recv(comm_, bucket, src);
-          for (const Span& s : spans) {  // whole pieces in this bucket are copied at once, split ones in parts
-            const WeightPiece& p = pieces[s.piece];
-            at::Tensor target = local_part(p, p.dst_origin);
-            at::Tensor staged = at::empty(target.sizes(), target.options().dtype(wire)).contiguous();
-            if (s.n == p.numel * elem) {
-              staged.view({-1}).view(at::kByte).copy_(bucket.narrow(0, s.at, s.n));
-              target.copy_(staged);
-            } else {
-              std::vector<uint8_t>& acc = arriving[s.piece];
-              acc.resize(size_t(p.numel * elem));
-              at::Tensor host = bucket.narrow(0, s.at, s.n).cpu();
-              std::copy(host.data_ptr<uint8_t>(), host.data_ptr<uint8_t>() + s.n, acc.begin() + s.from);
-              if (s.from + s.n == p.numel * elem) {
-                staged.view({-1}).view(at::kByte).copy_(at::from_blob(acc.data(), {int64_t(acc.size())}, at::kByte));
-                target.copy_(staged);
-                arriving.erase(s.piece);
-              }
-            }
-          }
-        }
-        if (checksum) {
-          at::Tensor host = bucket.cpu();
-          hash = fnv1a(hash, host.data_ptr<uint8_t>(), host.numel());
-        }
-        ++stats.n_buckets;
-        spans.clear();
-        used = 0;
-      };
-      for (size_t i = a; i < b; ++i) {
-        const int64_t total = pieces[i].numel * elem;
-        for (int64_t from = 0; from < total;) {
-          const int64_t n = std::min(total - from, bucket_bytes_ - used);
-          spans.push_back({i, from, n, used});
-          used += n;
-          from += n;
-          if (used == bucket_bytes_) flush();
-        }
-      }
-      flush();
+    if (src == me) {
+      const uint64_t hash = send_pair(by_name, a, b, wire, stats);
+      if (checksum) send(comm_, at::full({1}, int64_t(hash), at::kLong), dst);
+    } else if (dst == me) {
+      const uint64_t hash = receive_pair(by_name, a, b, wire, stats);
       if (checksum) {
-        at::Tensor h = at::full({1}, int64_t(hash), at::kLong);
-        if (sending) {
-          send(comm_, h, dst);
-        } else {
-          at::Tensor theirs = at::zeros({1}, at::kLong);
-          recv(comm_, theirs, src);
-          if (uint64_t(theirs.item<int64_t>()) != hash) {
-            std::string names;
-            for (size_t i = a; i < b; ++i) names += " " + plan_.tensors()[size_t(pieces[i].tensor)].name;
-            SLIMPI_FAIL("weight update {} arrived corrupted from sync rank {} at sync rank {}: checksum {:016x}, "
-                        "the sender's {:016x}; its tensors:{}", *version, src, dst, hash,
-                        uint64_t(theirs.item<int64_t>()), names);
-          }
+        at::Tensor theirs = at::zeros({1}, at::kLong);
+        recv(comm_, theirs, src);
+        if (uint64_t(theirs.item<int64_t>()) != hash) {
+          std::string names;
+          for (size_t i = a; i < b; ++i) names += " " + plan_.tensors()[size_t(pieces[i].tensor)].name;
+          SLIMPI_FAIL("weight update {} arrived corrupted from sync rank {} at sync rank {}: checksum {:016x}, the "
+                      "sender's {:016x}; its tensors:{}", *version, src, dst, hash, uint64_t(theirs.item<int64_t>()),
+                      names);
         }
       }
     }

@@ -26,6 +26,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -93,13 +94,29 @@ class SlicedWeightSync {
   const WeightSyncPlan& plan() const { return plan_; }
 
  private:
+  using LocalTensors = std::map<std::string, const at::Tensor*>;  // this rank's tensors by name
+  // Piece p's bytes [from, from + n) at offset `at` of a bucket.
+  struct Span {
+    size_t piece;
+    int64_t from, n, at;
+  };
   // The first engine rank's tensors as whole names and shapes, on every member.
   std::vector<WholeTensor> agree_on_tensors(const std::vector<NamedTensor>& local);
+  // The pieces [first, last) of one pair, cut into buckets of at most bucket_bytes_.
+  std::vector<std::vector<Span>> buckets_of(size_t first, size_t last, int64_t element_bytes) const;
+  at::Tensor local_part(const LocalTensors& local, const WeightPiece& p, bool sender) const;
+  // One pair's transfer, this rank's side; returns the FNV-1a of its bytes (with checksums).
+  uint64_t send_pair(const LocalTensors& local, size_t first, size_t last, at::ScalarType wire,
+                     WeightSyncStats& stats);
+  uint64_t receive_pair(const LocalTensors& local, size_t first, size_t last, at::ScalarType wire,
+                        WeightSyncStats& stats);
+  uint64_t hash_bucket(uint64_t hash, const at::Tensor& bucket) const;
   Comm& comm_;
   ModelConfig cfg_;
   SyncLayout layout_;
   int64_t bucket_bytes_;
   bool planned_ = false;
+  bool checksum_ = false;  // this sync's
   WeightSyncPlan plan_;
   at::Tensor bucket_;  // [bucket_bytes] uint8 on the backend's side
 };
