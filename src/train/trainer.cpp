@@ -6,6 +6,10 @@
 #include <slimpi/error.h>
 
 #include <cmath>
+#include <exception>
+#include <filesystem>
+#include <functional>
+#include <optional>
 
 #include "core/timer.h"
 #include "io/h5.h"
@@ -463,29 +467,58 @@ std::vector<NamedTensor> Trainer::optimizer_state() const {
 }
 
 void Trainer::save(const std::string& path) const {
-  // Model parallelism: the whole model's tensors, gathered onto trainer rank 0 first
-  // (collectives of the groups, before anything that could fail on one rank alone).
-  // (An unsharded model's tensors are whole already: whole_tensors returns them.)
-  const std::vector<NamedTensor> params = whole_tensors(policy_, policy_.parameters(), /*to_all=*/false);
-  const std::vector<NamedTensor> state = whole_tensors(policy_, optimizer_state(), /*to_all=*/false);
-  if (policy_.tensor_shard().rank != 0 || (dp_ && dp_->rank() != 0)) return;  // trainer rank 0 writes
-  // A checkpoint is never written with non-finite numbers in it.
-  for (const auto* list : {&params, &state})
-    for (const NamedTensor& t : *list)
-      SLIMPI_CHECK(at::isfinite(t.tensor).all().item<bool>(),
-                   "refusing to write {}: tensor {} holds NaN or inf values", path, t.name);
-  h5::File f = h5::File::create(path, MPI_COMM_NULL);
-  h5::Handle model = h5::create_group(f.id(), "model");
-  write_tensors(model.id(), params);
-  h5::Handle opt = h5::create_group(f.id(), "optimizer");
-  write_tensors(opt.id(), state);
-  h5::write_attr(opt.id(), "n_steps", n_steps());
-  h5::Handle rng = h5::create_group(f.id(), "rng");
+  // Model parallelism: the whole model's tensors are joined onto trainer rank 0 and
+  // written a chunk at a time (stream_whole_tensors), so it never holds more than one
+  // chunk of whole tensors beyond its shards. Every rank takes part in every collective
+  // even after the writer failed (it remembers the first error and stops writing), so
+  // that no rank is left waiting; the error is raised at the end, on the writer.
+  const bool writer = policy_.tensor_shard().rank == 0 && (!dp_ || dp_->rank() == 0);  // trainer rank 0
+  const bool joins_dense = !dp_ || dp_->rank() == 0;  // the tensor group of data-parallel index 0
+  std::optional<h5::File> f;
+  std::optional<h5::Handle> model, opt;
+  std::exception_ptr error;  // the writer's first
+  auto guarded = [&](const std::function<void()>& body) {
+    if (!writer || error) return;
+    try {
+      body();
+    } catch (...) {
+      error = std::current_exception();
+    }
+  };
+  guarded([&] {
+    f.emplace(h5::File::create(path, MPI_COMM_NULL));
+    model.emplace(h5::create_group(f->id(), "model"));
+    opt.emplace(h5::create_group(f->id(), "optimizer"));
+  });
+  auto write_chunk = [&](const std::optional<h5::Handle>& group) {
+    return [&](const std::vector<NamedTensor>& whole) {
+      guarded([&] {
+        for (const NamedTensor& t : whole)  // a checkpoint is never written with non-finite numbers in it
+          SLIMPI_CHECK(at::isfinite(t.tensor).all().item<bool>(), "refusing to write {}: tensor {} holds NaN or inf values",
+                       path, t.name);
+        write_tensors(group->id(), whole);
+      });
+    };
+  };
+  constexpr int64_t kChunkBytes = int64_t(256) << 20;
+  stream_whole_tensors(policy_, policy_.parameters(), joins_dense, kChunkBytes, write_chunk(model));
+  stream_whole_tensors(policy_, optimizer_state(), joins_dense, kChunkBytes, write_chunk(opt));
+  if (!writer) return;
+  if (error) {  // no partial file is left behind to pass for a checkpoint
+    opt.reset();
+    model.reset();
+    f.reset();
+    std::error_code ignored;
+    std::filesystem::remove(path, ignored);
+    std::rethrow_exception(error);
+  }
+  h5::write_attr(opt->id(), "n_steps", n_steps());
+  h5::Handle rng = h5::create_group(f->id(), "rng");
   write_tensor(rng.id(), "torch_cpu", at::detail::getDefaultCPUGenerator().get_state());
   rng.reset();
   opt.reset();
   model.reset();
-  f.close();  // throws when the data did not all reach the file
+  f->close();  // throws when the data did not all reach the file
 }
 
 void Trainer::load(const std::string& path) {
