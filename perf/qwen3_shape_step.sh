@@ -9,6 +9,8 @@
 #   np4_split  2 trainer ranks as one tensor group (parallel.tensor_parallel = 2) and
 #              one tensor-parallel engine of 2 rollout ranks (rollout.tensor_parallel =
 #              2), the sliced weight sync between them
+#   np4_split_bf16  the same with rollout.precision = bf16 (on a 24 GB machine the fp32
+#              layout's four ranks together exceed the memory at the final save)
 # Reported: each rank's peak RSS (the kernel's high-water mark, /usr/bin/time) and the
 # second step's time (perf/step_time). Exact-match rewards of random weights are 0, so
 # the advantages are too, but every forward, backward, AdamW step and weight sync runs.
@@ -34,6 +36,8 @@ for layout in "${layouts[@]}"; do
     np1) np=1; args=(--set parallel.placement=colocate --set train.recompute=full
                      --set rollout.offload_between_phases=true) ;;
     np4_split) np=4; args=(--set parallel.tensor_parallel=2 --set rollout.tensor_parallel=2) ;;
+    np4_split_bf16) np=4; args=(--set parallel.tensor_parallel=2 --set rollout.tensor_parallel=2
+                                --set rollout.precision=bf16) ;;
     *) echo "qwen3_shape_step: unknown layout $layout"; exit 1 ;;
   esac
   OMP_WAIT_POLICY=PASSIVE mpirun "${flags[@]}" -np $np sh -c \

@@ -4,6 +4,8 @@
 #include <slimpi/deck.h>
 #include <slimpi/error.h>
 
+#include <malloc.h>
+
 #include <filesystem>
 
 #include "core/log.h"
@@ -254,6 +256,10 @@ RunComponents load_run_inputs(const RunContext& ctx, RunConfigs configs) {
 void build_run_components(const RunContext& ctx, const std::string& resume_from, RunComponents& c) {
   load_data_sources(ctx, c);
   build_models(ctx, resume_from, c);
+  // A shard is cut from whole tensors drawn (or read) one at a time: the freed wholes
+  // go back to the OS instead of staying in the process (docs/architecture.md, threads
+  // and memory).
+  malloc_trim(0);
   build_rollout(ctx, c);
 }
 

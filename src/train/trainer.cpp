@@ -500,7 +500,7 @@ void Trainer::save(const std::string& path) const {
       });
     };
   };
-  constexpr int64_t kChunkBytes = int64_t(256) << 20;
+  constexpr int64_t kChunkBytes = int64_t(64) << 20;
   stream_whole_tensors(policy_, policy_.parameters(), joins_dense, kChunkBytes, write_chunk(model));
   stream_whole_tensors(policy_, optimizer_state(), joins_dense, kChunkBytes, write_chunk(opt));
   if (!writer) return;
