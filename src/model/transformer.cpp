@@ -168,9 +168,9 @@ void Transformer::copy_shard_from(const Transformer& whole) {
                "copy_shard_from: a whole model of {} tensors into a tensor shard of {}", whole.params_.size(),
                params_.size());
   at::NoGradGuard no_grad;
+  const StoredWhole stored{&cfg_, tensor_};
   for (size_t i = 0; i < params_.size(); ++i)
-    params_[i].tensor.copy_(shard_of_whole(whole.params_[i].tensor, parameter_split(params_[i].name, cfg_, tensor_.size),
-                                           tensor_));
+    params_[i].tensor.copy_(stored.part_of(params_[i].name, whole.params_[i].tensor));
 }
 
 bool Transformer::is_expert_parameter(const std::string& name) {

@@ -51,16 +51,24 @@ struct Engine::Sequence {
   int64_t slot(int64_t p, int64_t block_size) const { return int64_t(blocks[p / block_size]) * block_size + p % block_size; }
 };
 
+KvCache allocate_engine_cache(const EngineConfig& cfg, const Transformer& model) {
+  return KvCache::allocate(model.config(), (cfg.kv_cache_tokens / cfg.block_size) * cfg.block_size,
+                           at::TensorOptions().dtype(model.weight_dtype()).device(model.device()),
+                           model.tensor_shard().size);
+}
+
+Precision engine_precision(const Transformer& model) {
+  return model.weight_dtype() == at::kBFloat16 ? Precision::BF16 : Precision::FP32;
+}
+
 Engine::Engine(const EngineConfig& cfg, const Transformer& model, MPI_Comm group)
     : cfg_(cfg),
       model_(model),
       group_(group),
       allocator_(cfg.kv_cache_tokens / cfg.block_size),
       prefix_(allocator_, cfg.block_size),
-      cache_(KvCache::allocate(model.config(), (cfg.kv_cache_tokens / cfg.block_size) * cfg.block_size,
-                               at::TensorOptions().dtype(model.weight_dtype()).device(model.device()),
-                               model.tensor_shard().size)),
-      precision_(model.weight_dtype() == at::kBFloat16 ? Precision::BF16 : Precision::FP32) {
+      cache_(allocate_engine_cache(cfg, model)),
+      precision_(engine_precision(model)) {
   SLIMPI_CHECK(cfg.block_size >= 1 && cfg.max_running >= 1 && cfg.max_batch_tokens >= cfg.max_running &&
                    cfg.chunked_prefill_tokens >= 0,
                "engine limits: block_size {}, max_running {}, max_batch_tokens {} (needs >= max_running), "

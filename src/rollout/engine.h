@@ -90,6 +90,13 @@ struct EngineStats {
   }
 };
 
+// The KV cache an engine rank over `model` holds under `cfg`: whole blocks of slots, each
+// rank of a tensor-parallel engine its own heads. One definition, so that every rank of
+// a group has the leader's slots.
+KvCache allocate_engine_cache(const EngineConfig& cfg, const Transformer& model);
+// The precision an engine's forwards run in: its weights' dtype decides (bf16 or fp32).
+Precision engine_precision(const Transformer& model);
+
 class Engine {
  public:
   // group: a tensor-parallel engine's MPI communicator (its model a shard whose tensor

@@ -105,10 +105,8 @@ EngineFollower::EngineFollower(const EngineConfig& cfg, const Transformer& model
     : cfg_(cfg),
       model_(model),
       group_(group),
-      cache_(KvCache::allocate(model.config(), (cfg.kv_cache_tokens / cfg.block_size) * cfg.block_size,
-                               at::TensorOptions().dtype(model.weight_dtype()).device(model.device()),
-                               model.tensor_shard().size)),
-      precision_(model.weight_dtype() == at::kBFloat16 ? Precision::BF16 : Precision::FP32) {
+      cache_(allocate_engine_cache(cfg, model)),
+      precision_(engine_precision(model)) {
   SLIMPI_CHECK(model.tensor_shard().size > 1 && model.tensor_shard().rank > 0 && model.tensor_shard().comm &&
                    group != MPI_COMM_NULL,
                "engine follower: the model is not a follower's shard of a tensor-parallel engine");

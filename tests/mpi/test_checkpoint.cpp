@@ -12,17 +12,14 @@
 #include "ckpt/checkpoint_dir.h"
 #include "ckpt/run_state.h"
 #include "shared_tmp.h"
+#include "../support/mpi_world.h"
 
 namespace slimpi {
 namespace {
 
-namespace fs = std::filesystem;
+using testing::world_rank;
 
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
+namespace fs = std::filesystem;
 
 TEST(RunState, EveryRankGetsItsOwnRngBack) {
   testing::SharedTmpDir dir;

@@ -33,20 +33,13 @@
 #include "rollout/weight_sync_plan.h"
 #include "tokenizer/byte_tokenizer.h"
 #include "../support/tiny_model.h"
+#include "../support/mpi_world.h"
 
 namespace slimpi {
 namespace {
 
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int world_size() {
-  int n = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
+using testing::world_rank;
+using testing::world_size;
 
 // 8 query heads over 4 key/value heads: splits over 1, 2 or 4 ranks.
 ModelConfig engine_model_config(bool moe) {

@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 #include <slimpi/error.h>
 
-
 #include "kernels/counter_rng.h"
 #include "parallel/mpi_comm.h"
 #include "parallel/world.h"
@@ -13,9 +12,13 @@
 #include "rollout/weight_sync.h"
 #include "tokenizer/byte_tokenizer.h"
 #include "../support/tiny_model.h"
+#include "../support/mpi_world.h"
 
 namespace slimpi {
 namespace {
+
+using testing::world_rank;
+using testing::world_size;
 
 ModelConfig model_config() { return testing::tiny_model_config(64, 0.2); }
 
@@ -33,17 +36,6 @@ std::vector<GenerationRequest> requests() {
     out.push_back(r);
   }
   return out;
-}
-
-int world_rank() {
-  int r;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int world_size() {
-  int n;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
 }
 
 TEST(Router, EveryGroupOnceAndTheSameSamplesAsOneEngine) {

@@ -2,20 +2,13 @@
 #include <gtest/gtest.h>
 
 #include "parallel/world.h"
+#include "../support/mpi_world.h"
 
 namespace slimpi {
 namespace {
 
-int world_size() {
-  int n = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
+using testing::world_rank;
+using testing::world_size;
 
 TEST(World, ColocateEveryRankHasEveryRole) {
   WorldLayout layout{Placement::Colocate, world_size(), world_size(), world_size()};
