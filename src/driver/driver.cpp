@@ -81,7 +81,7 @@ void Driver::finish(int64_t steps) {
   }
   const std::string state_path = ctx_.run_dir + "/trainer_state.h5";
   run_on_all_and_agree(ctx_.world->world(), "writing " + state_path, [&] {
-    if (parts_.trainer && parts_.writes_trainer_state(*ctx_.world)) parts_.trainer->save(state_path);
+    if (parts_.trainer) parts_.trainer->save(state_path, ctx_.world->trainer());
   });
   if (parts_.trainer && rank_in(ctx_.world->trainer()) == 0)
     log::info("trainer state (model, optimizer, RNG) written to {}", state_path);

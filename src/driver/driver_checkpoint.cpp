@@ -233,7 +233,7 @@ void Driver::write_checkpoint(int64_t next_step) {
   });
   rollouts_->flush();
   run_on_all_and_agree(world, context, [&] {
-    if (parts_.trainer && parts_.writes_trainer_state(*ctx_.world)) parts_.trainer->save(dir + "/trainer_state.h5");
+    if (parts_.trainer) parts_.trainer->save(dir + "/trainer_state.h5", ctx_.world->trainer());
   });
   // What the schedule holds between steps (one_step_off: the batch generated during
   // this step, which the next step trains; full: the queue and every unfinished sequence).

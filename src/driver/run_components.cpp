@@ -223,12 +223,6 @@ RunComponents::~RunComponents() = default;
 RunComponents::RunComponents(RunComponents&&) noexcept = default;
 RunComponents& RunComponents::operator=(RunComponents&&) noexcept = default;
 
-bool RunComponents::writes_trainer_state(const World& world) const {
-  if (!model_parallel) return false;
-  if (configs.trainer.distributed_optimizer) return true;  // the moments are gathered over every data-parallel group
-  return rank_in(world.trainer()) == 0 || (policy && policy->sharded() && model_parallel->joins_gather_to_first());
-}
-
 RunComponents load_run_inputs(const RunContext& ctx, RunConfigs configs) {
   const Deck& deck = ctx.deck;
   RunComponents c;

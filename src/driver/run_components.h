@@ -62,9 +62,6 @@ struct RunComponents {
   ~RunComponents();
   RunComponents(RunComponents&&) noexcept;
   RunComponents& operator=(RunComponents&&) noexcept;
-  // Whether this rank takes part in writing trainer_state.h5 (Trainer::save): trainer
-  // rank 0; under model parallelism the ranks that gather the whole model with it.
-  bool writes_trainer_state(const World& world) const;
 };
 
 // rollout.weight_sync_route resolved ("auto": sliced for tensor-parallel engines).

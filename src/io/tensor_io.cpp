@@ -6,24 +6,25 @@
 
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <set>
 
 #include "arch/architecture.h"
 #include "io/safetensors.h"
+#include "io/tensor_pieces.h"
 
 namespace slimpi {
-namespace {
 
-struct StoredType {
-  const char* name;
-  at::ScalarType torch;
-  hid_t h5;
-};
+const StoredDtype& stored_dtype(at::ScalarType dtype) {
+  for (const auto& t : stored_dtypes())
+    if (t.torch == dtype) return t;
+  SLIMPI_FAIL("cannot store tensors of dtype {} in HDF5", std::string(c10::toString(dtype)));
+}
 
-const std::vector<StoredType>& stored_types() {
-  static const std::vector<StoredType> t{
+const std::vector<StoredDtype>& stored_dtypes() {
+  static const std::vector<StoredDtype> t{
       {"float32", at::kFloat, H5T_NATIVE_FLOAT}, {"float64", at::kDouble, H5T_NATIVE_DOUBLE},
       {"bfloat16", at::kBFloat16, H5T_NATIVE_UINT16}, {"float16", at::kHalf, H5T_NATIVE_UINT16},
       {"int64", at::kLong, H5T_NATIVE_INT64}, {"int32", at::kInt, H5T_NATIVE_INT32},
@@ -32,46 +33,52 @@ const std::vector<StoredType>& stored_types() {
   return t;
 }
 
-const StoredType& stored_type_of(at::ScalarType s) {
-  for (const auto& t : stored_types())
-    if (t.torch == s) return t;
-  SLIMPI_FAIL("cannot store tensors of dtype {} in HDF5", std::string(c10::toString(s)));
-}
-
-}  // namespace
-
-void write_tensor(hid_t loc, const std::string& name, const at::Tensor& tensor) {
-  at::Tensor t = tensor.detach().cpu().contiguous();
-  const StoredType& st = stored_type_of(t.scalar_type());
-  std::vector<hsize_t> dims(t.sizes().begin(), t.sizes().end());
+h5::Handle create_tensor_dataset(hid_t loc, const std::string& name, const std::vector<int64_t>& shape,
+                                 at::ScalarType dtype, bool filled) {
+  const StoredDtype& st = stored_dtype(dtype);
+  std::vector<hsize_t> dims(shape.begin(), shape.end());
   h5::Handle space(h5::check(dims.empty() ? H5Screate(H5S_SCALAR)
                                           : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
                              "H5Screate"),
                    H5Sclose);
   h5::Handle lcpl(h5::check(H5Pcreate(H5P_LINK_CREATE), "H5Pcreate(lcpl)"), H5Pclose);
   h5::check_status(H5Pset_create_intermediate_group(lcpl.id(), 1), "H5Pset_create_intermediate_group");
-  h5::Handle d(h5::check(H5Dcreate2(loc, name.c_str(), st.h5, space.id(), lcpl.id(), H5P_DEFAULT, H5P_DEFAULT),
+  h5::Handle dcpl(h5::check(H5Pcreate(H5P_DATASET_CREATE), "H5Pcreate(dcpl)"), H5Pclose);
+  if (!filled) h5::check_status(H5Pset_fill_time(dcpl.id(), H5D_FILL_TIME_NEVER), "H5Pset_fill_time");
+  h5::Handle d(h5::check(H5Dcreate2(loc, name.c_str(), st.h5, space.id(), lcpl.id(), dcpl.id(), H5P_DEFAULT),
                          ("create tensor dataset " + name).c_str()),
                H5Dclose);
-  if (t.numel() > 0)
-    h5::check_status(H5Dwrite(d.id(), st.h5, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data_ptr()),
-                     ("write tensor " + name).c_str());
   h5::write_attr(d.id(), "dtype", std::string(st.name));
+  return d;
+}
+
+StoredTensorInfo stored_tensor_info(hid_t dataset, const std::string& name) {
+  const std::string dtype = h5::read_attr_string(dataset, "dtype");
+  StoredTensorInfo info;
+  for (const auto& t : stored_dtypes())
+    if (dtype == t.name) info.dtype = &t;
+  SLIMPI_CHECK(info.dtype, "tensor {} has unknown dtype attribute '{}'", name, dtype);
+  h5::Handle space(h5::check(H5Dget_space(dataset), "H5Dget_space"), H5Sclose);
+  std::vector<hsize_t> dims(size_t(std::max(0, H5Sget_simple_extent_ndims(space.id()))));
+  h5::check_status(H5Sget_simple_extent_dims(space.id(), dims.data(), nullptr), "H5Sget_simple_extent_dims");
+  info.shape.assign(dims.begin(), dims.end());
+  return info;
+}
+
+void write_tensor(hid_t loc, const std::string& name, const at::Tensor& tensor) {
+  at::Tensor t = tensor.detach().cpu().contiguous();
+  h5::Handle d = create_tensor_dataset(loc, name, t.sizes().vec(), t.scalar_type(), /*filled=*/false);
+  if (t.numel() > 0)
+    h5::check_status(H5Dwrite(d.id(), stored_dtype(t.scalar_type()).h5, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data_ptr()),
+                     ("write tensor " + name).c_str());
 }
 
 at::Tensor read_tensor(hid_t loc, const std::string& name) {
   h5::Handle d(h5::check(H5Dopen2(loc, name.c_str(), H5P_DEFAULT), ("open tensor " + name).c_str()), H5Dclose);
-  std::string dtype = h5::read_attr_string(d.id(), "dtype");
-  const StoredType* st = nullptr;
-  for (const auto& t : stored_types())
-    if (dtype == t.name) st = &t;
-  SLIMPI_CHECK(st, "tensor {} has unknown dtype attribute '{}'", name, dtype);
-  h5::Handle space(h5::check(H5Dget_space(d.id()), "H5Dget_space"), H5Sclose);
-  std::vector<hsize_t> dims(H5Sget_simple_extent_ndims(space.id()));
-  h5::check_status(H5Sget_simple_extent_dims(space.id(), dims.data(), nullptr), "H5Sget_simple_extent_dims");
-  at::Tensor t = at::empty(std::vector<int64_t>(dims.begin(), dims.end()), st->torch);
+  const StoredTensorInfo info = stored_tensor_info(d.id(), name);
+  at::Tensor t = at::empty(info.shape, info.dtype->torch);
   if (t.numel() > 0)
-    h5::check_status(H5Dread(d.id(), st->h5, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data_ptr()),
+    h5::check_status(H5Dread(d.id(), info.dtype->h5, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data_ptr()),
                      ("read tensor " + name).c_str());
   return t;
 }
@@ -82,17 +89,14 @@ void write_tensors(hid_t loc, const std::vector<NamedTensor>& tensors) {
 
 std::vector<NamedTensor> read_tensors_like(hid_t loc, const std::vector<NamedTensor>& like, bool any_float,
                                            const StoredWhole& stored) {
+  // Each tensor's part only: a hyperslab of the whole tensor (io/tensor_pieces.h).
+  std::vector<TensorPiece> pieces;
+  for (const auto& l : like)
+    pieces.push_back({l.name, l.tensor.sizes().vec(), 0, at::empty({l.tensor.numel()}, l.tensor.scalar_type())});
+  read_tensor_pieces(loc, stored, pieces, any_float);
   std::vector<NamedTensor> out;
-  for (const auto& l : like) {
-    at::Tensor t = read_tensor(loc, l.name);
-    const bool same_kind = any_float && at::isFloatingType(t.scalar_type()) && at::isFloatingType(l.tensor.scalar_type());
-    const std::vector<int64_t> shape = stored.whole_shape(l.name, l.tensor.sizes().vec());
-    SLIMPI_CHECK(t.sizes().vec() == shape && (t.scalar_type() == l.tensor.scalar_type() || same_kind),
-                 "stored tensor {} is {} {}, expected {} {}", l.name, fmt::format("{}", fmt::join(t.sizes(), "x")),
-                 std::string(c10::toString(t.scalar_type())), fmt::format("{}", fmt::join(shape, "x")),
-                 std::string(c10::toString(l.tensor.scalar_type())));
-    out.push_back({l.name, stored.part_of(l.name, t).to(l.tensor.device())});
-  }
+  for (size_t i = 0; i < like.size(); ++i)
+    out.push_back({like[i].name, pieces[i].values.view(like[i].tensor.sizes()).to(like[i].tensor.device())});
   return out;
 }
 

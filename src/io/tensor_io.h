@@ -1,8 +1,8 @@
 // Tensors in HDF5 files: one dataset per tensor, named by the tensor's name (a name
 // with '/' nests groups), shape kept, dtype kept (attribute "dtype": float32, float64,
 // bfloat16, float16, int64, int32, uint8; bf16/fp16 are stored as their raw 16-bit
-// patterns). Used by checkpoints and model export. Serial files only: in data-parallel
-// training one rank writes, since every rank holds the same tensors.
+// patterns). Used by checkpoints and model export. write_tensor: serial files (one rank
+// writes whole tensors); io/tensor_pieces.h writes and reads the parts ranks hold.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -16,6 +16,27 @@
 
 namespace slimpi {
 
+// How tensors of a dtype are stored: the "dtype" attribute's value and the HDF5 type.
+struct StoredDtype {
+  const char* name;
+  at::ScalarType torch;
+  hid_t h5;
+};
+const std::vector<StoredDtype>& stored_dtypes();
+const StoredDtype& stored_dtype(at::ScalarType dtype);  // throws for a dtype files cannot hold
+
+// A contiguous dataset for a tensor of `shape` and `dtype` (intermediate groups made, the
+// dtype attribute written). Collective in a parallel file. filled = false: its space is
+// never pre-filled (the caller writes every element).
+h5::Handle create_tensor_dataset(hid_t loc, const std::string& name, const std::vector<int64_t>& shape,
+                                 at::ScalarType dtype, bool filled);
+// An open tensor dataset's stored dtype and shape (`name` for the error).
+struct StoredTensorInfo {
+  const StoredDtype* dtype = nullptr;
+  std::vector<int64_t> shape;
+};
+StoredTensorInfo stored_tensor_info(hid_t dataset, const std::string& name);
+
 void write_tensor(hid_t loc, const std::string& name, const at::Tensor& tensor);
 at::Tensor read_tensor(hid_t loc, const std::string& name);
 
@@ -23,7 +44,7 @@ void write_tensors(hid_t loc, const std::vector<NamedTensor>& tensors);
 // Reads the tensors named like `like` (same order), checking each shape.
 // any_float: a stored floating-point dtype may differ from like's (the caller converts).
 // stored: a tensor-parallel shard's tensors are stored whole; each is checked against
-// the whole shape and cut to the shard's part as it is read (model/tensor_shard.h).
+// the whole shape and only the shard's part is read (model/tensor_shard.h).
 std::vector<NamedTensor> read_tensors_like(hid_t loc, const std::vector<NamedTensor>& like, bool any_float = false,
                                            const StoredWhole& stored = {});
 

@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <slimpi/error.h>
 
+#include <algorithm>
+
 #include "model/model_config.h"
 
 namespace slimpi {
@@ -68,6 +70,48 @@ std::vector<int64_t> StoredWhole::whole_shape(const std::string& name, const std
 at::Tensor StoredWhole::part_of(const std::string& name, const at::Tensor& whole) const {
   if (!active()) return whole;
   return shard_of_whole(whole, parameter_split(name, *cfg, shard.size), shard);
+}
+
+StoredWhole::Span StoredWhole::span_of(const std::string& name, const std::vector<int64_t>& local, int64_t begin,
+                                       int64_t count) const {
+  // The local tensor as [rows, cols] (dims after the first fold into cols), placed in the
+  // stored one at (row0, col0), of which rows [0, valid_rows) are stored.
+  SLIMPI_CHECK(local.size() <= 2, "tensor {} has {} dimensions: per-rank checkpoint I/O handles tensors of at most 2",
+               name, local.size());
+  const int64_t rows = local.empty() ? 1 : local[0], cols = local.size() == 2 ? local[1] : 1;
+  SLIMPI_CHECK(begin >= 0 && count >= 0 && begin + count <= rows * cols, "elements [{}, {}) of tensor {} of {} "
+               "elements", begin, begin + count, name, rows * cols);
+  Span span;
+  span.whole = whole_shape(name, local);
+  int64_t row0 = 0, col0 = 0, valid_rows = rows;
+  const ParameterSplit split = active() ? parameter_split(name, *cfg, shard.size) : ParameterSplit{};
+  if (split.split() && split.dim < int(local.size())) {
+    const int64_t first = (split.dim == 0 ? rows : cols) * shard.rank;  // of the padded whole
+    if (split.dim == 0) {
+      row0 = first;
+      valid_rows = std::clamp<int64_t>(split.whole - first, 0, rows);
+    } else {
+      col0 = first;
+    }
+  }
+  span.stored = std::clamp<int64_t>(valid_rows * cols - begin, 0, count);
+  if (span.stored == 0) return span;
+  const int64_t end = begin + span.stored;  // the stored run [begin, end)
+  const int64_t r0 = begin / cols, c0 = begin % cols, r1 = (end - 1) / cols, c1 = (end - 1) % cols;
+  auto add = [&](int64_t r, int64_t c, int64_t nr, int64_t nc) {
+    if (nr > 0 && nc > 0) span.blocks.push_back({row0 + r, col0 + c, nr, nc});
+  };
+  if (r0 == r1) {
+    add(r0, c0, 1, c1 - c0 + 1);
+  } else if (c0 == 0 && c1 == cols - 1) {
+    add(r0, 0, r1 - r0 + 1, cols);
+  } else {
+    const int64_t full_from = c0 == 0 ? r0 : r0 + 1, full_to = c1 == cols - 1 ? r1 : r1 - 1;  // whole rows
+    if (c0 != 0) add(r0, c0, 1, cols - c0);
+    add(full_from, 0, full_to - full_from + 1, cols);
+    if (c1 != cols - 1) add(r1, 0, 1, c1 + 1);
+  }
+  return span;
 }
 
 void check_tensor_parallel_shape(const ModelConfig& cfg, int t) {

@@ -73,6 +73,26 @@ struct StoredWhole {
   std::vector<int64_t> whole_shape(const std::string& name, const std::vector<int64_t>& local) const;
   // This shard's part of the stored tensor `name`.
   at::Tensor part_of(const std::string& name, const at::Tensor& whole) const;
+  // Where elements [begin, begin + count) of the local tensor `name` (shape `local`,
+  // row-major) lie in the stored tensor (span_of below).
+  struct Span;
+  Span span_of(const std::string& name, const std::vector<int64_t>& local, int64_t begin, int64_t count) const;
+};
+
+// A run of a local tensor's elements as blocks of the stored tensor, in the order of the
+// local elements: per-rank hyperslab I/O (io/tensor_pieces.h). Blocks are in the
+// stored tensor's own coordinates (rows: dim 0, cols: dim 1; a 1-D tensor has one
+// column, a 0-D one is one element); under a column split a run of rows becomes at
+// most three blocks (a partial row, whole rows, a partial row). `stored` counts the
+// run's elements that are stored: the first `stored` ones; the rest are the padded
+// vocabulary rows at the end of the last shards, which files never hold.
+struct StoredWhole::Span {
+  std::vector<int64_t> whole;  // the stored tensor's shape
+  struct Block {
+    int64_t row = 0, col = 0, rows = 0, cols = 0;
+  };
+  std::vector<Block> blocks;
+  int64_t stored = 0;
 };
 
 // Refuses (slimpi::Error, with the numbers) a model that cannot split over t ranks:

@@ -5,7 +5,6 @@
 #include <slimpi/error.h>
 
 #include <algorithm>
-#include <map>
 
 #include "parallel/comm.h"
 #include "parallel/comm_tensor.h"
@@ -95,53 +94,23 @@ void DistributedAdamW::step(double lr, int64_t t) {
   }
 }
 
-at::Tensor DistributedAdamW::to_buffer_layout(const at::Tensor& all_ranks) const {
-  // all_ranks [d, n_local]: rank r's chunk of bucket b at [r, local_offsets_[b] ...).
-  at::Tensor out = at::zeros({grads_.flat().numel()}, all_ranks.options());
-  for (size_t b = 0; b < buckets_.size(); ++b)
-    for (int r = 0; r < size_; ++r)
-      out.narrow(0, buckets_[b].offset + chunk(b) * r, chunk(b)).copy_(all_ranks[r].narrow(0, local_offsets_[b], chunk(b)));
-  return out;
-}
-
-std::vector<NamedTensor> DistributedAdamW::whole_state() const {
-  std::vector<at::Tensor> layouts;  // [total] each: exp_avg, exp_avg_sq in the buffer's layout
-  for (const at::Tensor* moment : {&exp_avg_, &exp_avg_sq_}) {
-    const at::Tensor all = group_ ? gather_to_first(*group_, *moment) : moment->unsqueeze(0);  // [d, n_local]
-    if (all.defined()) layouts.push_back(to_buffer_layout(all));
-  }
-  if (layouts.empty()) return {};
-  std::vector<NamedTensor> out;
+std::vector<TensorPiece> DistributedAdamW::moment_pieces() const {
+  std::vector<TensorPiece> out;
   const auto& params = grads_.params();
-  const auto& ranges = grads_.param_ranges();
-  for (size_t k = 0; k < 2; ++k)
-    for (size_t i = 0; i < params.size(); ++i)
-      out.push_back({std::string(k == 0 ? "exp_avg/" : "exp_avg_sq/") + params[i].name,
-                     layouts[k].narrow(0, ranges[i].offset, ranges[i].numel).view(params[i].tensor.sizes()).clone()});
+  for (auto [prefix, moment] : {std::pair{"exp_avg/", &exp_avg_}, std::pair{"exp_avg_sq/", &exp_avg_sq_}})
+    for (const Segment& s : segments_)
+      out.push_back({prefix + params[s.param].name, params[s.param].tensor.sizes().vec(), s.param_offset,
+                     moment->narrow(0, s.local_offset, s.length)});
   return out;
 }
 
 std::vector<NamedTensor> DistributedAdamW::state_like() const {
+  // Shapes and dtypes only: meta tensors hold no storage.
+  const at::TensorOptions fp32_meta = at::TensorOptions().dtype(at::kFloat).device(at::kMeta);
   std::vector<NamedTensor> out;
   for (const char* prefix : {"exp_avg/", "exp_avg_sq/"})
-    for (const auto& p : grads_.params()) out.push_back({prefix + p.name, p.tensor});
+    for (const auto& p : grads_.params()) out.push_back({prefix + p.name, at::empty(p.tensor.sizes(), fp32_meta)});
   return out;
-}
-
-void DistributedAdamW::load_whole_state(const std::vector<NamedTensor>& state) {
-  std::map<std::string, at::Tensor> by_name;
-  for (const auto& t : state) by_name[t.name] = t.tensor;
-  at::NoGradGuard no_grad;
-  const auto& params = grads_.params();
-  for (const Segment& s : segments_)
-    for (auto [prefix, moment] : {std::pair{"exp_avg/", &exp_avg_}, std::pair{"exp_avg_sq/", &exp_avg_sq_}}) {
-      auto it = by_name.find(prefix + params[s.param].name);
-      SLIMPI_CHECK(it != by_name.end(), "optimizer state has no {}{}", prefix, params[s.param].name);
-      SLIMPI_CHECK(it->second.numel() == params[s.param].tensor.numel(), "optimizer state {}{} has {} elements, the "
-                   "parameter {}", prefix, params[s.param].name, it->second.numel(), params[s.param].tensor.numel());
-      moment->narrow(0, s.local_offset, s.length)
-          .copy_(it->second.reshape({-1}).narrow(0, s.param_offset, s.length));
-    }
 }
 
 }  // namespace slimpi

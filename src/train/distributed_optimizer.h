@@ -13,8 +13,8 @@
 //                     the chunk's segments, in place in the parameters; then every
 //                     bucket's updated values are all-gathered, so that every rank
 //                     holds the whole parameters again
-// Checkpoints store whole tensors: whole_state() gathers the moments of every chunk
-// into per-parameter tensors; load_whole_state() keeps this rank's chunks of them.
+// Checkpoints store whole tensors; each rank writes and reads its own chunks of them
+// (moment_pieces()).
 // Owned by the Trainer; `grads` must outlive it.
 #pragma once
 
@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "core/named_tensor.h"
+#include "io/tensor_pieces.h"
 #include "train/adamw.h"
 #include "train/grad_buffer.h"
 
@@ -43,13 +44,14 @@ class DistributedAdamW {
   // Step t (≥ 1) at learning rate lr; collective over the group.
   void step(double lr, int64_t t);
 
-  // "exp_avg/<name>" then "exp_avg_sq/<name>" of every parameter, whole (in the
-  // parameters' shapes), on the group's rank 0; {} elsewhere. Collective.
-  std::vector<NamedTensor> whole_state() const;
-  // The names and shapes whole_state() gives (the parameters' own tensors as shapes).
+  // This rank's chunks of the moments as pieces of "exp_avg/<name>" and
+  // "exp_avg_sq/<name>" (io/tensor_pieces.h: a parameter's shape, the segment's first
+  // element in it), their values views of the moment buffers: a checkpoint writes them,
+  // and reading into them loads the state.
+  std::vector<TensorPiece> moment_pieces() const;
+  // The tensors moment_pieces() are parts of, as fp32 meta tensors (shapes and dtypes,
+  // no storage): what a checkpoint declares.
   std::vector<NamedTensor> state_like() const;
-  // Keeps this rank's chunks of `state` (as whole_state gives it, any order).
-  void load_whole_state(const std::vector<NamedTensor>& state);
 
   int64_t n_local() const { return n_local_; }  // elements of this rank's chunks
 
@@ -63,8 +65,6 @@ class DistributedAdamW {
   };
   // bucket b's chunk length and its position in this rank's chunk buffers
   int64_t chunk(size_t b) const { return buckets_[b].numel / size_; }
-  // [L] per-chunk values of all ranks, gathered into the buffer's layout [total].
-  at::Tensor to_buffer_layout(const at::Tensor& all_ranks) const;
 
   GradBuffer& grads_;
   Comm* group_;

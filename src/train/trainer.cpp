@@ -2,23 +2,15 @@
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
-#include <ATen/CPUGeneratorImpl.h>
 #include <slimpi/error.h>
 
 #include <cmath>
-#include <exception>
-#include <filesystem>
-#include <functional>
-#include <optional>
 
 #include "core/timer.h"
-#include "io/h5.h"
-#include "io/tensor_io.h"
 #include "parallel/comm_tensor.h"
 #include "model/log_probs.h"
 #include "train/advantages.h"
 #include "train/expert_parallel.h"
-#include "train/whole_model.h"
 #include "train/metric_sums.h"
 #include "train/micro_batches.h"
 #include "train/moe_terms.h"
@@ -455,89 +447,6 @@ Trainer::StateBytes Trainer::state_bytes() const {
   if (optimizer_)
     for (const auto& t : optimizer_->state()) b.optimizer += t.tensor.numel() * int64_t(t.tensor.element_size());
   return b;
-}
-
-std::vector<NamedTensor> Trainer::optimizer_state() const {
-  if (optimizer_) return optimizer_->state();
-  // Each buffer's moments, whole over its group, on the group's first rank.
-  std::vector<NamedTensor> out;
-  for (auto [g, group, sharded] : buffers())
-    for (auto& t : sharded->whole_state()) out.push_back(std::move(t));
-  return out;
-}
-
-void Trainer::save(const std::string& path) const {
-  // Model parallelism: the whole model's tensors are joined onto trainer rank 0 and
-  // written a chunk at a time (stream_whole_tensors), so it never holds more than one
-  // chunk of whole tensors beyond its shards. Every rank takes part in every collective
-  // even after the writer failed (it remembers the first error and stops writing), so
-  // that no rank is left waiting; the error is raised at the end, on the writer.
-  const bool writer = policy_.tensor_shard().rank == 0 && (!dp_ || dp_->rank() == 0);  // trainer rank 0
-  const bool joins_dense = !dp_ || dp_->rank() == 0;  // the tensor group of data-parallel index 0
-  std::optional<h5::File> f;
-  std::optional<h5::Handle> model, opt;
-  std::exception_ptr error;  // the writer's first
-  auto guarded = [&](const std::function<void()>& body) {
-    if (!writer || error) return;
-    try {
-      body();
-    } catch (...) {
-      error = std::current_exception();
-    }
-  };
-  guarded([&] {
-    f.emplace(h5::File::create(path, MPI_COMM_NULL));
-    model.emplace(h5::create_group(f->id(), "model"));
-    opt.emplace(h5::create_group(f->id(), "optimizer"));
-  });
-  auto write_chunk = [&](const std::optional<h5::Handle>& group) {
-    return [&](const std::vector<NamedTensor>& whole) {
-      guarded([&] {
-        for (const NamedTensor& t : whole)  // a checkpoint is never written with non-finite numbers in it
-          SLIMPI_CHECK(at::isfinite(t.tensor).all().item<bool>(), "refusing to write {}: tensor {} holds NaN or inf values",
-                       path, t.name);
-        write_tensors(group->id(), whole);
-      });
-    };
-  };
-  constexpr int64_t kChunkBytes = int64_t(64) << 20;
-  stream_whole_tensors(policy_, policy_.parameters(), joins_dense, kChunkBytes, write_chunk(model));
-  stream_whole_tensors(policy_, optimizer_state(), joins_dense, kChunkBytes, write_chunk(opt));
-  if (!writer) return;
-  if (error) {  // no partial file is left behind to pass for a checkpoint
-    opt.reset();
-    model.reset();
-    f.reset();
-    std::error_code ignored;
-    std::filesystem::remove(path, ignored);
-    std::rethrow_exception(error);
-  }
-  h5::write_attr(opt->id(), "n_steps", n_steps());
-  h5::Handle rng = h5::create_group(f->id(), "rng");
-  write_tensor(rng.id(), "torch_cpu", at::detail::getDefaultCPUGenerator().get_state());
-  rng.reset();
-  opt.reset();
-  model.reset();
-  f->close();  // throws when the data did not all reach the file
-}
-
-void Trainer::load(const std::string& path) {
-  // Every tensor is stored whole: each rank reads its experts and its tensor-parallel part.
-  const StoredWhole stored{&policy_.config(), policy_.tensor_shard()};
-  load_model_weights(policy_.parameters(), path, "model", expert_group_ != nullptr, stored);
-  h5::File f = h5::File::open(path, false, MPI_COMM_NULL);
-  h5::Handle opt = h5::open_group(f.id(), "optimizer");
-  const int64_t steps = h5::read_attr_int(opt.id(), "n_steps");
-  if (optimizer_) {
-    optimizer_->load_state(steps, read_tensors_like(opt.id(), optimizer_->state(), false, stored));
-  } else {
-    for (auto [g, group, sharded] : buffers())
-      sharded->load_whole_state(read_tensors_like(opt.id(), sharded->state_like(), false, stored));
-    n_steps_ = steps;
-  }
-  h5::Handle rng = h5::open_group(f.id(), "rng");
-  at::Generator gen = at::detail::getDefaultCPUGenerator();
-  gen.set_state(read_tensor(rng.id(), "torch_cpu"));
 }
 
 }  // namespace slimpi

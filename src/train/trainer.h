@@ -29,6 +29,8 @@
 // all-gathered after the update.
 #pragma once
 
+#include <mpi.h>
+
 #include <map>
 #include <memory>
 #include <string>
@@ -96,13 +98,16 @@ class Trainer {
   const TrainerConfig& config() const { return cfg_; }
 
   // Model, optimizer state, step count and the torch CPU RNG state in one HDF5 file,
-  // every tensor whole under the whole model's name (written by trainer rank 0; a sharded
-  // trainer first gathers the whole model: every rank of
-  // ModelParallel::joins_gather_to_first() calls it, every trainer rank with the
-  // distributed optimizer, whose moments are gathered over the data-parallel groups), and back
-  // (each rank reading its own experts and tensor-parallel parts, whatever layout wrote
-  // the file).
-  void save(const std::string& path) const;
+  // every tensor whole under the whole model's name (train/trainer_checkpoint.cpp).
+  // Collective over `trainer`, the communicator of every trainer rank: the file is
+  // parallel and each rank writes only its own part (io/tensor_pieces.h), of the tensors
+  // it is the first to hold (stores_part) and of its distributed optimizer's chunks; no
+  // rank gathers anything. MPI_COMM_NULL: a serial file, for a trainer that holds the
+  // whole state (no model parallelism or distributed optimizer: data-parallel rank 0
+  // alone may call). A write that fails on any rank removes the file; that rank throws.
+  void save(const std::string& path, MPI_Comm trainer = MPI_COMM_NULL) const;
+  // Each rank reads its parts of the file (its experts, tensor-parallel parts and
+  // moment chunks), whatever layout wrote it.
   void load(const std::string& path);
 
  private:
@@ -155,8 +160,10 @@ class Trainer {
   std::unique_ptr<DistributedAdamW> sharded_adam_, sharded_split_adam_, sharded_expert_adam_;
   // Every buffer with the group it is reduced over and its distributed optimizer.
   std::vector<std::tuple<GradBuffer*, Comm*, DistributedAdamW*>> buffers() const;
-  // The optimizer's moments, whole over the distributed optimizer's groups (collective).
-  std::vector<NamedTensor> optimizer_state() const;
+  // Whether this rank writes its part of stored tensor `name` (a parameter, or its
+  // moment without the distributed optimizer) to checkpoints: the first of the ranks
+  // holding the same part does.
+  bool stores_part(const std::string& name) const;
   bool moe_ = false;                // model.n_experts > 0
   std::vector<int64_t> moe_layers_;  // the model layer of each MoE layer
 };

@@ -64,28 +64,6 @@ std::vector<NamedTensor> whole_tensors(const Transformer& shard_model, const std
   return join_tensor_splits(shard_model.tensor_shard(), shard_model.config(), joined, to_all);
 }
 
-void stream_whole_tensors(const Transformer& shard_model, const std::vector<NamedTensor>& local, bool joins_dense,
-                          int64_t chunk_bytes, const std::function<void(const std::vector<NamedTensor>&)>& consume) {
-  std::vector<NamedTensor> dense, experts;
-  for (const auto& t : local) (Transformer::is_expert_parameter(t.name) ? experts : dense).push_back(t);
-  if (joins_dense) {
-    for (size_t first = 0; first < dense.size();) {
-      size_t last = first;
-      int64_t bytes = 0;  // at least one tensor a chunk
-      while (last < dense.size() && (last == first || bytes + dense[last].tensor.nbytes() <= chunk_bytes))
-        bytes += int64_t(dense[last++].tensor.nbytes());
-      const std::vector<NamedTensor> chunk(dense.begin() + long(first), dense.begin() + long(last));
-      const std::vector<NamedTensor> whole =
-          join_tensor_splits(shard_model.tensor_shard(), shard_model.config(), chunk, /*to_all=*/false);
-      if (!whole.empty()) consume(whole);
-      first = last;
-    }
-  }
-  if (experts.empty() && shard_model.expert_shard().size == 1) return;
-  const std::vector<NamedTensor> whole = whole_tensors(shard_model, experts, /*to_all=*/false);
-  if (!whole.empty()) consume(whole);
-}
-
 void gather_whole_model(const Transformer& shard, Transformer* whole, bool to_all) {
   SLIMPI_CHECK(whole || !to_all, "gather_whole_model: every rank gathers, so every rank needs a whole model");
   std::map<std::string, at::Tensor> by_name;

@@ -98,7 +98,7 @@ TEST(DistributedOptimizer, StepsEqualPlainAdamW) {
   if (r == 0) std::filesystem::create_directories(dir);
   world.barrier();
   if (r == 0) plain.save(dir + "/plain.h5");
-  sharded.save(dir + "/sharded.h5");  // every rank: the moments are gathered
+  sharded.save(dir + "/sharded.h5", MPI_COMM_WORLD);  // every rank writes its chunks of the moments
   world.barrier();
   if (r == 0) {
     h5::File a = h5::File::open(dir + "/plain.h5", false, MPI_COMM_NULL);

@@ -17,10 +17,12 @@
 //   whole model and into the shards, and gathering the shards gives the whole model.
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/grad_mode.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <map>
 
 #include "io/h5.h"
@@ -322,7 +324,7 @@ TEST_P(TensorParallelStep, EqualsTheWholeModel) {
   world.barrier();
   const std::string base_path = dir + "/base.h5", split_path = dir + "/split.h5";
   if (world.rank() == 0) base.save(base_path);
-  if (mp.joins_gather_to_first() || c.distributed_optimizer) split.save(split_path);
+  split.save(split_path, MPI_COMM_WORLD);  // every rank writes its own part
   world.barrier();
   if (world.rank() == 0) {
     h5::File a = h5::File::open(base_path, false, MPI_COMM_NULL), b = h5::File::open(split_path, false, MPI_COMM_NULL);
@@ -355,6 +357,27 @@ TEST_P(TensorParallelStep, EqualsTheWholeModel) {
   gather_whole_model(fresh, &gathered);
   for (const auto& p : gathered.parameters())
     EXPECT_TRUE(at::equal(p.tensor, want_weights.at(p.name).to(at::kBFloat16))) << "gathered " << p.name;
+
+  // An inf in the part one rank writes (the last tensor rank's rows of q_proj): that rank
+  // throws, every rank gets through the collective calls, and no file is left.
+  const int bad_rank = tp > 1 ? tp - 1 : 0;
+  for (const auto& p : shard.parameters())
+    if (world.rank() == bad_rank && p.name == "model.layers.0.self_attn.q_proj.weight") {
+      at::NoGradGuard no_grad;
+      p.tensor.view(-1)[0] = std::numeric_limits<float>::infinity();
+    }
+  const std::string bad_path = dir + "/bad.h5";
+  bool threw = false;
+  try {
+    split.save(bad_path, MPI_COMM_WORLD);
+  } catch (const Error& e) {
+    threw = true;
+    EXPECT_NE(std::string(e.what()).find("model.layers.0.self_attn.q_proj.weight holds NaN or inf"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(threw, world.rank() == bad_rank);
+  world.barrier();
+  EXPECT_FALSE(std::filesystem::exists(bad_path));
   world.barrier();
   if (world.rank() == 0) std::filesystem::remove_all(dir);
 }
@@ -396,6 +419,47 @@ TEST(TensorShard, SplitsAndPadsAsMegatron) {
   EXPECT_TRUE(at::equal(shard_of_whole(gate, g, {1, 2, nullptr}), gate.narrow(0, 32, 32)));
   cfg.n_kv_heads = 2;
   EXPECT_THROW(check_tensor_parallel_shape(cfg, 4), Error);
+}
+
+// A run of a shard's elements, read through its span's blocks out of the whole tensor,
+// is the run of shard_of_whole's part (per-rank checkpoint I/O relies on it); the
+// padded vocabulary rows are the unstored tail.
+TEST(TensorShard, SpansPlaceEveryRunOfAShardInTheWholeTensor) {
+  const ModelConfig cfg = tp_config(4, false, false);
+  const int64_t d = cfg.hidden_size, q = cfg.n_heads * cfg.head_dim();
+  const std::vector<std::pair<std::string, std::vector<int64_t>>> tensors{
+      {"lm_head.weight", {cfg.vocab_size, d}},                           // rows, padded
+      {"exp_avg/model.layers.0.self_attn.o_proj.weight", {d, q}},        // columns
+      {"model.layers.0.self_attn.q_proj.bias", {q}},                     // rows of a vector
+      {"model.layers.1.input_layernorm.weight", {d}},                    // replicated
+      {"model.layers.0.mlp.down_proj.weight", {d, cfg.intermediate_size}}};
+  at::Generator gen = at::detail::createCPUGenerator(5);
+  for (int t : {1, 2, 4})
+    for (const auto& [name, shape] : tensors) {
+      const at::Tensor whole = at::randn(shape, gen, at::kDouble);
+      const ParameterSplit split = parameter_split(name, cfg, t);
+      for (int r = 0; r < t; ++r) {
+        const StoredWhole stored{&cfg, {r, t, nullptr}};
+        const at::Tensor part = shard_of_whole(whole, split, stored.shard).reshape({-1});
+        const std::vector<int64_t> local = shard_of_whole(whole, split, stored.shard).sizes().vec();
+        for (auto [begin, count] : std::vector<std::pair<int64_t, int64_t>>{
+                 {0, part.numel()}, {3, 1}, {1, part.numel() - 2}, {part.numel() / 3, part.numel() / 2}, {5, 0}}) {
+          const StoredWhole::Span span = stored.span_of(name, local, begin, count);
+          EXPECT_EQ(span.whole, shape) << name;
+          const at::Tensor rows_cols = whole.dim() == 1 ? whole.view({-1, 1}) : whole;
+          std::vector<at::Tensor> read{at::empty({0}, at::kDouble)};
+          for (const auto& b : span.blocks)
+            read.push_back(rows_cols.narrow(0, b.row, b.rows).narrow(1, b.col, b.cols).reshape({-1}));
+          const at::Tensor got = at::cat(read);
+          ASSERT_EQ(got.numel(), span.stored) << name << " t " << t << " r " << r;
+          EXPECT_TRUE(at::equal(got, part.narrow(0, begin, span.stored))) << name << " t " << t << " r " << r;
+          const at::Tensor tail = part.narrow(0, begin + span.stored, count - span.stored);
+          EXPECT_TRUE(tail.numel() == 0 || (split.padded > split.whole && at::equal(tail, at::zeros_like(tail))))
+              << name << ": only padding goes unstored";
+          EXPECT_LE(span.blocks.size(), 3u);
+        }
+      }
+    }
 }
 
 }  // namespace

@@ -8,10 +8,12 @@
 #    every step: a wrong gather would change the tokens); also with sequence
 #    parallelism and with one_step_off;
 #  * the distributed optimizer (DP 4; TP 2 x DP 2) gives the same run, and its job
-#    steps (the sharded moments saved whole and re-sharded) equal its straight run;
+#    steps (each rank's chunks of the moments saved in place and read back) equal its
+#    straight run;
 #  * job steps of a tensor-parallel run (2 + 2) equal the straight run bit for bit;
-#  * a checkpoint holds whole tensors: a run saved at TP 2 x DP 2 resumes at TP 4 x DP 1
-#    and at TP 1 x DP 4 and continues as the straight run does; `slimpi export` writes
+#  * a checkpoint holds whole tensors, each rank writing its own part: a run saved at
+#    TP 2 x DP 2 resumes at TP 4 x DP 1 and at TP 1 x DP 4 (also with the distributed
+#    optimizer, its moments re-chunked over 4) and continues as the straight run does; `slimpi export` writes
 #    the whole model (the padded vocabulary rows dropped), and a tensor-parallel run
 #    starts from that Hugging Face export;
 #  * SFT with evaluation (the trainers gather a whole model to generate) matches;
@@ -116,7 +118,7 @@ run 4 split_tp2_chunked --set parallel.tensor_parallel=2 --set run.job_steps=2
 run 4 split_tp2_chunked --set parallel.tensor_parallel=2 --set run.job_steps=2
 /usr/bin/python3 tests/regression/compare_runs.py "$out/split_tp2" "$out/split_tp2_chunked"
 
-echo "== a checkpoint of whole tensors: saved at TP 2 x DP 2, resumed at TP 4 x DP 1 and TP 1 x DP 4"
+echo "== a checkpoint of whole tensors: saved at TP 2 x DP 2, resumed at TP 4 x DP 1 and TP 1 x DP 4 (and with the distributed optimizer)"
 kv4=(--set parallel.placement=colocate --set model.n_kv_heads=4)
 run 4 layout_straight "${kv4[@]}" --set parallel.tensor_parallel=2
 for tp in 4 1; do
@@ -124,6 +126,12 @@ for tp in 4 1; do
   run 4 "layout_to_tp$tp" "${kv4[@]}" --set parallel.tensor_parallel=$tp
   close layout_straight "layout_to_tp$tp"
 done
+# The distributed optimizer's moments, each rank's chunks written in place, re-chunked on
+# resume over another data-parallel size (2 -> 4).
+do=(--set train.distributed_optimizer=true)
+run 4 layout_do_to_tp1 "${kv4[@]}" "${do[@]}" --set parallel.tensor_parallel=2 --set run.job_steps=2
+run 4 layout_do_to_tp1 "${kv4[@]}" "${do[@]}" --set parallel.tensor_parallel=1
+close layout_straight layout_do_to_tp1
 "$slimpi" export "$out/split_tp2/ckpt/step_00000004" "$out/hf" >"$out/export.log"
 /usr/bin/python3 - "$out" <<'PY'
 import json

@@ -1,0 +1,156 @@
+// Trainer::save and Trainer::load: trainer_state.h5, every tensor whole under the whole
+// model's name, each rank writing and reading only the part it holds
+// (io/tensor_pieces.h).
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/grad_mode.h>
+#include <slimpi/error.h>
+
+#include <exception>
+#include <filesystem>
+
+#include "io/h5.h"
+#include "io/tensor_io.h"
+#include "io/tensor_pieces.h"
+#include "parallel/mpi_bytes.h"
+#include "parallel/watchdog.h"
+#include "parallel/world.h"
+#include "train/trainer.h"
+
+namespace slimpi {
+namespace {
+
+// The parameter a stored tensor belongs to ("exp_avg/<p>" -> "<p>").
+std::string parameter_of(const std::string& name) {
+  const size_t slash = name.rfind('/');
+  return slash == std::string::npos ? name : name.substr(slash + 1);
+}
+
+// A whole local tensor as one piece, on the CPU (a view where it already is there).
+TensorPiece whole_piece(const std::string& name, const at::Tensor& t) {
+  return {name, t.sizes().vec(), 0, t.detach().reshape({-1}).cpu().contiguous()};
+}
+
+int comm_size(MPI_Comm comm) {
+  int n = 1;
+  MPI_Comm_size(comm, &n);
+  return n;
+}
+
+// Whether any rank of `comm` says so (MPI_COMM_NULL: this one).
+bool any_rank(bool mine, MPI_Comm comm, const std::string& context) {
+  if (comm == MPI_COMM_NULL) return mine;
+  int in = mine ? 1 : 0, out = 0;
+  WaitGuard guard({&context, "(did any rank fail?) MPI_Allreduce"});
+  check_mpi(MPI_Allreduce(&in, &out, 1, MPI_INT, MPI_MAX, comm), "MPI_Allreduce");
+  return out != 0;
+}
+
+}  // namespace
+
+bool Trainer::stores_part(const std::string& name) const {
+  // Of the ranks holding the same part of a tensor, the first writes it: a tensor
+  // replicated over the tensor group by its rank 0, a data-parallel replica's by data-
+  // parallel index 0, an expert's by the first of its replicas.
+  const std::string param = parameter_of(name);
+  const TensorShard& tp = policy_.tensor_shard();
+  if (tp.rank != 0 && !parameter_split(param, policy_.config(), tp.size).split()) return false;
+  if (expert_replicas_ && Transformer::is_expert_parameter(param)) return expert_replicas_->rank() == 0;
+  return !dp_ || dp_->rank() == 0;
+}
+
+void Trainer::save(const std::string& path, MPI_Comm trainer) const {
+  if (trainer != MPI_COMM_NULL && comm_size(trainer) == 1) trainer = MPI_COMM_NULL;  // a serial file
+  const bool holds_everything = !tensor_group_ && !expert_group_ && (optimizer_ || !dp_ || dp_->size() == 1) &&
+                                (!dp_ || dp_->rank() == 0);
+  SLIMPI_CHECK(trainer != MPI_COMM_NULL || holds_everything, "writing {}: this trainer rank holds only part of the "
+               "state; every trainer rank must call Trainer::save with the trainer communicator", path);
+  const TensorShard& tp = policy_.tensor_shard();
+  const StoredWhole stored{&policy_.config(), tp};
+  const bool root = (trainer == MPI_COMM_NULL || rank_in(trainer) == 0);
+  // What this rank writes: its part of every parameter it is the first to hold, and of
+  // the moments (plain AdamW: as the parameters; distributed: its chunks, every rank).
+  const std::vector<NamedTensor> params = policy_.parameters();
+  std::vector<TensorPiece> model_pieces, moment_pieces;
+  std::vector<NamedTensor> moments;  // declared
+  for (const auto& p : params)
+    if (stores_part(p.name)) model_pieces.push_back(whole_piece(p.name, p.tensor));
+  if (optimizer_) {
+    moments = optimizer_->state();
+    for (const auto& t : moments)
+      if (stores_part(t.name)) moment_pieces.push_back(whole_piece(t.name, t.tensor));
+  } else {
+    for (auto [g, group, sharded] : buffers()) {
+      for (auto& t : sharded->state_like()) moments.push_back(std::move(t));
+      for (auto& piece : sharded->moment_pieces())
+        if (tp.rank == 0 || parameter_split(parameter_of(piece.name), policy_.config(), tp.size).split()) {
+          piece.values = piece.values.cpu().contiguous();
+          moment_pieces.push_back(std::move(piece));
+        }
+    }
+  }
+  const at::Tensor rng_state = at::detail::getDefaultCPUGenerator().get_state();
+  std::vector<TensorPiece> rng_pieces;  // trainer rank 0's
+  if (root) rng_pieces.push_back(whole_piece("torch_cpu", rng_state));
+
+  // Every call below that is collective is made on every rank, even after this rank's
+  // writes failed; the first error is raised at the end, and no partial file is left.
+  std::exception_ptr error;
+  auto keep_going = [&](auto&& body) {
+    try {
+      body();
+    } catch (...) {
+      if (!error) error = std::current_exception();
+    }
+  };
+  {
+    h5::File f = h5::File::create(path, trainer);
+    {
+      h5::Handle model = h5::create_group(f.id(), "model");
+      keep_going([&] { write_tensor_pieces(f, model.id(), stored, params, model_pieces); });
+    }
+    {
+      h5::Handle opt = h5::create_group(f.id(), "optimizer");
+      keep_going([&] { write_tensor_pieces(f, opt.id(), stored, moments, moment_pieces); });
+      h5::write_attr(opt.id(), "n_steps", n_steps());
+    }
+    {
+      h5::Handle rng = h5::create_group(f.id(), "rng");
+      keep_going([&] { write_tensor_pieces(f, rng.id(), StoredWhole{}, {{"torch_cpu", rng_state}}, rng_pieces); });
+    }
+    keep_going([&] { f.close(); });  // throws when the data did not all reach the file
+  }
+  if (any_rank(error != nullptr, trainer, "writing " + path) && root) {
+    std::error_code ignored;
+    std::filesystem::remove(path, ignored);
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+void Trainer::load(const std::string& path) {
+  // Every tensor is stored whole: each rank reads its experts, its tensor-parallel part
+  // and its chunks of the moments.
+  const StoredWhole stored{&policy_.config(), policy_.tensor_shard()};
+  load_model_weights(policy_.parameters(), path, "model", expert_group_ != nullptr, stored);
+  h5::File f = h5::File::open(path, false, MPI_COMM_NULL);
+  h5::Handle opt = h5::open_group(f.id(), "optimizer");
+  const int64_t steps = h5::read_attr_int(opt.id(), "n_steps");
+  if (optimizer_) {
+    optimizer_->load_state(steps, read_tensors_like(opt.id(), optimizer_->state(), false, stored));
+  } else {
+    at::NoGradGuard no_grad;
+    for (auto [g, group, sharded] : buffers()) {
+      std::vector<TensorPiece> pieces = sharded->moment_pieces();  // views of the moment buffers
+      std::vector<TensorPiece> staged = pieces;
+      for (auto& s : staged) s.values = at::empty({s.values.numel()}, s.values.options().device(at::kCPU));
+      read_tensor_pieces(opt.id(), stored, staged, false);
+      for (size_t i = 0; i < pieces.size(); ++i) pieces[i].values.copy_(staged[i].values);
+    }
+    n_steps_ = steps;
+  }
+  h5::Handle rng = h5::open_group(f.id(), "rng");
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  gen.set_state(read_tensor(rng.id(), "torch_cpu"));
+}
+
+}  // namespace slimpi
