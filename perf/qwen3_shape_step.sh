@@ -11,6 +11,8 @@
 #              2), the sliced weight sync between them
 #   np4_split_bf16  the same with rollout.precision = bf16 (on a 24 GB machine the fp32
 #              layout's four ranks together exceed the memory at the final save)
+#   trl        TRL's GRPOTrainer, same shape and workload (perf/trl_grpo_step.py; a venv
+#              with trl: SLIMPI_TRL_PYTHON, default /opt/slimpi/trl-dev/bin/python)
 # Reported: each rank's peak RSS (the kernel's high-water mark, /usr/bin/time) and the
 # second step's time (perf/step_time). Exact-match rewards of random weights are 0, so
 # the advantages are too, but every forward, backward, AdamW step and weight sync runs.
@@ -32,6 +34,14 @@ work=(--set run.n_steps=2 --set eval.path= --set rollout.rollout_batch_size=4 --
       --set rollout.max_new_tokens=32 --set rollout.kv_cache_memory_gb=1
       --set train.global_batch_size=16 --set checkpoint.interval=0 --set run.threads=0)
 for layout in "${layouts[@]}"; do
+  if [ "$layout" = trl ]; then  # TRL's GRPOTrainer on the same model and workload (perf/trl_grpo_step.py)
+    python=${SLIMPI_TRL_PYTHON:-/opt/slimpi/trl-dev/bin/python}
+    [ -x "$python" ] || { echo "qwen3_shape_step: trl needs a venv with trl (SLIMPI_TRL_PYTHON; docs/building.md)"; exit 1; }
+    OMP_NUM_THREADS=2 /usr/bin/time -o "$out/trl.rss" -f "%M" "$python" perf/trl_grpo_step.py "$root" \
+      >"$out/trl.log" 2>&1 || { tail -30 "$out/trl.log"; exit 1; }
+    echo "qwen3_shape_step: trl: peak RSS (MB) $(( $(tail -1 "$out/trl.rss") / 1024 )); $(grep 'step times' "$out/trl.log")"
+    continue
+  fi
   case $layout in
     np1) np=1; args=(--set parallel.placement=colocate --set train.recompute=full
                      --set rollout.offload_between_phases=true) ;;
