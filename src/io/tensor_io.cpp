@@ -87,29 +87,25 @@ void write_tensors(hid_t loc, const std::vector<NamedTensor>& tensors) {
   for (const auto& t : tensors) write_tensor(loc, t.name, t.tensor);
 }
 
-std::vector<NamedTensor> read_tensors_like(hid_t loc, const std::vector<NamedTensor>& like, bool any_float,
-                                           const StoredWhole& stored) {
+void read_tensors_into(hid_t loc, const std::vector<NamedTensor>& targets, bool any_float, const StoredWhole& stored) {
   // Each tensor's part only: a hyperslab of the whole tensor (io/tensor_pieces.h).
+  at::NoGradGuard no_grad;
   std::vector<TensorPiece> pieces;
-  for (const auto& l : like)
-    pieces.push_back({l.name, l.tensor.sizes().vec(), 0, at::empty({l.tensor.numel()}, l.tensor.scalar_type())});
+  for (const auto& t : targets)  // views: reading a piece writes the target
+    pieces.push_back({t.name, t.tensor.sizes().vec(), 0, t.tensor.detach().view({-1})});
   read_tensor_pieces(loc, stored, pieces, any_float);
-  std::vector<NamedTensor> out;
-  for (size_t i = 0; i < like.size(); ++i)
-    out.push_back({like[i].name, pieces[i].values.view(like[i].tensor.sizes()).to(like[i].tensor.device())});
-  return out;
 }
 
 namespace {
 
-// The tensors of a Hugging Face checkpoint (io/safetensors.h: a file, a directory, a
-// sharded index), in the order of `like`, checked by name and shape: a tensor the model
+// Copies the tensors of a Hugging Face checkpoint (io/safetensors.h: a file, a directory, a
+// sharded index) into `like`, all checked by name and shape first: a tensor the model
 // needs and the files lack, or one the files hold and the model does not use, is an
 // error listing them all (never dropped or left at its init). HF's non-parameter buffer
 // rotary_emb.inv_freq is skipped, and a stored lm_head.weight of a tied model is
 // accepted only when it equals the embedding it is tied to.
-std::vector<NamedTensor> read_hf_tensors_like(const std::string& path, const std::vector<NamedTensor>& like,
-                                              bool experts_sharded, const StoredWhole& stored) {
+void load_hf_tensors_into(const std::string& path, const std::vector<NamedTensor>& like, bool experts_sharded,
+                          const StoredWhole& stored) {
   SafetensorsReader reader(path);
   const std::string& where = reader.description();
   std::set<std::string> wanted;
@@ -147,43 +143,37 @@ std::vector<NamedTensor> read_hf_tensors_like(const std::string& path, const std
                missing.empty() ? "" : "; the model needs tensors the files lack: " + listed(missing),
                unused.empty() ? "" : "; the files hold tensors the model does not use: " + listed(unused),
                tied && !unused.empty() ? " (a tied model has no lm_head.weight; check model.tie_word_embeddings)" : "");
-  std::vector<NamedTensor> out;
   for (const auto& l : like) {
-    const std::string name = file_name(l.name);
-    const SafetensorsReader::Entry& e = reader.entries().at(name);
+    const SafetensorsReader::Entry& e = reader.entries().at(file_name(l.name));
     const bool same_kind = at::isFloatingType(e.dtype) && at::isFloatingType(l.tensor.scalar_type());
     const std::vector<int64_t> shape = stored.whole_shape(l.name, l.tensor.sizes().vec());
-    if (e.shape != shape || !same_kind) {  // load_model_weights converts the dtype
+    if (e.shape != shape || !same_kind)  // floating dtypes are converted by the copy below
       wrong.push_back(fmt::format("{} is {} {}, the model needs {} {}", l.name, fmt::join(e.shape, "x"),
                                   std::string(c10::toString(e.dtype)), fmt::join(shape, "x"),
                                   std::string(c10::toString(l.tensor.scalar_type()))));
-      continue;
-    }
-    out.push_back({l.name, stored.part_of(l.name, reader.read(name))});
   }
   SLIMPI_CHECK(wrong.empty(), "{}: {}", where, fmt::join(wrong, "; "));
-  return out;
+  at::NoGradGuard no_grad;
+  for (const auto& l : like)  // one whole tensor read at a time
+    l.tensor.copy_(stored.part_of(l.name, reader.read(file_name(l.name))));
 }
 
 }  // namespace
 
 void load_model_weights(const std::vector<NamedTensor>& params, const std::string& path, const std::string& group,
                         bool experts_sharded, const StoredWhole& stored) {
-  std::vector<NamedTensor> tensors;
   auto ends_with = [&](const std::string& tail) {
     return path.size() > tail.size() && path.compare(path.size() - tail.size(), tail.size(), tail) == 0;
   };
   const bool hf = std::filesystem::is_directory(path) || ends_with(".safetensors") || ends_with(".json");
   SLIMPI_CHECK(hf || std::filesystem::exists(path), "model weights {} do not exist", path);
   if (hf) {
-    tensors = read_hf_tensors_like(path, params, experts_sharded, stored);
+    load_hf_tensors_into(path, params, experts_sharded, stored);
   } else {
     h5::File f = h5::File::open(path, false, MPI_COMM_NULL);
     h5::Handle g = h5::open_group(f.id(), group);
-    tensors = read_tensors_like(g.id(), params, /*any_float=*/true, stored);  // copy_ below converts
+    read_tensors_into(g.id(), params, /*any_float=*/true, stored);
   }
-  at::NoGradGuard no_grad;
-  for (size_t i = 0; i < tensors.size(); ++i) params[i].tensor.copy_(tensors[i].tensor);
 }
 
 }  // namespace slimpi

@@ -41,12 +41,14 @@ void write_tensor(hid_t loc, const std::string& name, const at::Tensor& tensor);
 at::Tensor read_tensor(hid_t loc, const std::string& name);
 
 void write_tensors(hid_t loc, const std::vector<NamedTensor>& tensors);
-// Reads the tensors named like `like` (same order), checking each shape.
-// any_float: a stored floating-point dtype may differ from like's (the caller converts).
+// Reads the stored tensors of the targets' names into the targets themselves (contiguous
+// tensors, CPU or GPU), every shape and dtype checked before any is read; one tensor's
+// buffer at most besides the targets (a GPU target's, or one whose dtype differs).
+// any_float: a stored floating-point dtype may differ from the target's (converted).
 // stored: a tensor-parallel shard's tensors are stored whole; each is checked against
 // the whole shape and only the shard's part is read (model/tensor_shard.h).
-std::vector<NamedTensor> read_tensors_like(hid_t loc, const std::vector<NamedTensor>& like, bool any_float = false,
-                                           const StoredWhole& stored = {});
+void read_tensors_into(hid_t loc, const std::vector<NamedTensor>& targets, bool any_float = false,
+                       const StoredWhole& stored = {});
 
 // Copies the tensors of group `group` of HDF5 file `path` into `params` (a model's
 // parameters; names and shapes must match; floating dtypes are converted, e.g. an fp32
@@ -56,7 +58,8 @@ std::vector<NamedTensor> read_tensors_like(hid_t loc, const std::vector<NamedTen
 // through a memory map instead, fp32/bf16/fp16 converted, tensors matched by name: every
 // tensor missing, unused or mis-shaped is an error listing them. experts_sharded: `params`
 // hold one expert-parallel shard, so the other shards' "mlp.experts.<e>." tensors are
-// not unused. stored: as for read_tensors_like (tensor parallelism).
+// not unused. stored: as for read_tensors_into (tensor parallelism). One tensor at a time:
+// besides the parameters, at most one tensor (whole, for a Hugging Face file) is held.
 void load_model_weights(const std::vector<NamedTensor>& params, const std::string& path,
                         const std::string& group = "model", bool experts_sharded = false,
                         const StoredWhole& stored = {});

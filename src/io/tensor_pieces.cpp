@@ -5,6 +5,7 @@
 
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <exception>
 #include <map>
 #include <sstream>
@@ -106,6 +107,17 @@ void transfer(hid_t dataset, hid_t type, size_t nd, const StoredWhole::Span& spa
   }
 }
 
+// Whether every element of a 1-D tensor is finite, looked at 2^20 elements at a time:
+// at::isfinite over a whole 600 MB embedding makes about 1 GB of temporaries (|x| and
+// three masks), which the process heap then keeps (main.cpp's allocator settings).
+bool all_finite(const at::Tensor& flat) {
+  constexpr int64_t chunk = int64_t(1) << 20;
+  const int64_t n = flat.numel();
+  for (int64_t from = 0; from < n; from += chunk)
+    if (!at::isfinite(flat.slice(0, from, std::min(n, from + chunk))).all().item<bool>()) return false;
+  return true;
+}
+
 }  // namespace
 
 void write_tensor_pieces(const h5::File& file, hid_t loc, const StoredWhole& stored,
@@ -132,7 +144,7 @@ void write_tensor_pieces(const h5::File& file, hid_t loc, const StoredWhole& sto
       SLIMPI_CHECK(p.values.is_contiguous() && p.values.dim() == 1 && !p.values.is_cuda(),
                    "{}: the piece of {} is not a contiguous 1-D CPU tensor", where, p.name);
       // A checkpoint is never written with non-finite numbers in it.
-      SLIMPI_CHECK(!at::isFloatingType(p.values.scalar_type()) || at::isfinite(p.values).all().item<bool>(),
+      SLIMPI_CHECK(!at::isFloatingType(p.values.scalar_type()) || all_finite(p.values),
                    "refusing to write {}: tensor {} holds NaN or inf values", file.path(), p.name);
       const StoredWhole::Span span = stored.span_of(p.name, p.local_shape, p.begin, p.values.numel());
       SLIMPI_CHECK(span.whole == all.at(p.name).shape && stored_dtype(p.values.scalar_type()).name == all.at(p.name).dtype,
@@ -149,19 +161,35 @@ void write_tensor_pieces(const h5::File& file, hid_t loc, const StoredWhole& sto
 }
 
 void read_tensor_pieces(hid_t loc, const StoredWhole& stored, std::vector<TensorPiece>& pieces, bool any_float) {
-  for (auto& p : pieces) {
+  // Every piece is checked before any is read, so a mismatch leaves the targets as they were.
+  struct Opened {
+    h5::Handle dataset;
+    StoredTensorInfo info;
+    StoredWhole::Span span;
+  };
+  std::vector<Opened> opened;
+  for (const auto& p : pieces) {
     h5::Handle d(h5::check(H5Dopen2(loc, p.name.c_str(), H5P_DEFAULT), ("open tensor " + p.name).c_str()), H5Dclose);
-    const StoredTensorInfo info = stored_tensor_info(d.id(), p.name);
-    const StoredWhole::Span span = stored.span_of(p.name, p.local_shape, p.begin, p.values.numel());
+    StoredTensorInfo info = stored_tensor_info(d.id(), p.name);
+    StoredWhole::Span span = stored.span_of(p.name, p.local_shape, p.begin, p.values.numel());
     const at::ScalarType want = p.values.scalar_type();
     const bool same_kind = any_float && at::isFloatingType(info.dtype->torch) && at::isFloatingType(want);
     SLIMPI_CHECK(info.shape == span.whole && (info.dtype->torch == want || same_kind),
                  "stored tensor {} is {} {}, expected {} {}", p.name, shape_text(info.shape), info.dtype->name,
                  shape_text(span.whole), std::string(c10::toString(want)));
-    at::Tensor values = at::zeros({p.values.numel()}, info.dtype->torch);  // padded elements stay zero
-    transfer(d.id(), info.dtype->h5, info.shape.size(), span, static_cast<char*>(values.data_ptr()),
+    opened.push_back({std::move(d), std::move(info), std::move(span)});
+  }
+  // One piece at a time, straight into its tensor where that is a CPU tensor of the
+  // stored dtype; otherwise through a buffer of that piece alone.
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    TensorPiece& p = pieces[i];
+    const Opened& o = opened[i];
+    const bool direct = !p.values.is_cuda() && p.values.is_contiguous() && p.values.scalar_type() == o.info.dtype->torch;
+    at::Tensor values = direct ? p.values : at::empty({p.values.numel()}, o.info.dtype->torch);
+    if (o.span.stored < values.numel()) values.zero_();  // the padded vocabulary elements are zero
+    transfer(o.dataset.id(), o.info.dtype->h5, o.info.shape.size(), o.span, static_cast<char*>(values.data_ptr()),
              values.element_size(), /*write=*/false, p.name);
-    p.values.copy_(values);
+    if (!direct) p.values.copy_(values);
   }
 }
 

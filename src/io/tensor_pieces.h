@@ -39,7 +39,10 @@ void write_tensor_pieces(const h5::File& file, hid_t loc, const StoredWhole& sto
 // Fills each piece's values from group `loc` (this process alone; the padded vocabulary
 // elements get zeros). Each stored tensor's shape is checked against the whole shape of
 // the piece's local tensor, its dtype against the values' (any_float: any floating
-// dtype, converted). Throws slimpi::Error naming the tensor.
+// dtype, converted). Throws slimpi::Error naming the tensor before any piece is read.
+// The data go straight into each piece's values where those are a contiguous CPU tensor
+// of the stored dtype (a view of the destination: no second copy), else through a
+// buffer of that one piece.
 void read_tensor_pieces(hid_t loc, const StoredWhole& stored, std::vector<TensorPiece>& pieces, bool any_float);
 
 }  // namespace slimpi

@@ -44,19 +44,4 @@ std::vector<NamedTensor> AdamW::state() const {
   return out;
 }
 
-void AdamW::load_state(int64_t n_steps, const std::vector<NamedTensor>& state) {
-  SLIMPI_CHECK(state.size() == 2 * params_.size(), "optimizer state has {} tensors, expected {}", state.size(),
-               2 * params_.size());
-  at::NoGradGuard no_grad;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    for (auto [target, entry] : {std::pair{&exp_avg_[i], &state[i]}, std::pair{&exp_avg_sq_[i], &state[params_.size() + i]}}) {
-      SLIMPI_CHECK(entry->tensor.sizes() == target->sizes(), "optimizer state {} has shape {} for parameter shape {}",
-                   entry->name, fmt::format("{}", fmt::join(entry->tensor.sizes(), "x")),
-                   fmt::format("{}", fmt::join(target->sizes(), "x")));
-      target->copy_(entry->tensor);
-    }
-  }
-  t_ = n_steps;
-}
-
 }  // namespace slimpi

@@ -36,10 +36,11 @@ class AdamW {
   void step(double lr);
   int64_t n_steps() const { return t_; }
 
-  // "exp_avg/<param name>" and "exp_avg_sq/<param name>", in parameter order.
+  // "exp_avg/<param name>" and "exp_avg_sq/<param name>", in parameter order: the
+  // moments themselves (a checkpoint load reads into them in place).
   std::vector<NamedTensor> state() const;
-  // Restores what state() gave (same names and shapes) and the step count.
-  void load_state(int64_t n_steps, const std::vector<NamedTensor>& state);
+  // The step count of moments loaded into state().
+  void set_n_steps(int64_t n_steps) { t_ = n_steps; }
 
  private:
   std::vector<NamedTensor> params_;

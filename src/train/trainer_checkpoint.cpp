@@ -136,15 +136,13 @@ void Trainer::load(const std::string& path) {
   h5::Handle opt = h5::open_group(f.id(), "optimizer");
   const int64_t steps = h5::read_attr_int(opt.id(), "n_steps");
   if (optimizer_) {
-    optimizer_->load_state(steps, read_tensors_like(opt.id(), optimizer_->state(), false, stored));
+    read_tensors_into(opt.id(), optimizer_->state(), false, stored);
+    optimizer_->set_n_steps(steps);
   } else {
     at::NoGradGuard no_grad;
     for (auto [g, group, sharded] : buffers()) {
-      std::vector<TensorPiece> pieces = sharded->moment_pieces();  // views of the moment buffers
-      std::vector<TensorPiece> staged = pieces;
-      for (auto& s : staged) s.values = at::empty({s.values.numel()}, s.values.options().device(at::kCPU));
-      read_tensor_pieces(opt.id(), stored, staged, false);
-      for (size_t i = 0; i < pieces.size(); ++i) pieces[i].values.copy_(staged[i].values);
+      std::vector<TensorPiece> pieces = sharded->moment_pieces();  // views of the moment buffers, read into
+      read_tensor_pieces(opt.id(), stored, pieces, false);
     }
     n_steps_ = steps;
   }
