@@ -150,8 +150,9 @@ std::vector<KeySpec> declare_keys() {
       int_key("rollout.max_sampling_rounds", 8, 1, 1e6, "rounds",
               "generation rounds per step at most while the filter keeps the batch short"),
       int_key("rollout.tensor_parallel", 1, 1, 1e6, "ranks",
-              "split placement: each engine is a group of this many rollout ranks that generate together (heads, "
-              "MLP columns and vocabulary rows split as the trainer's; the first rank routes and samples)"),
+              "each engine is a group of this many rollout ranks that generate together (heads, MLP columns and "
+              "vocabulary rows split as the trainer's; the first rank routes and samples); colocated: 1 or "
+              "parallel.tensor_parallel (each tensor group of the trainer an engine running its own shards)"),
       choice_key("rollout.weight_sync_route", "auto", {"auto", "sliced", "broadcast"},
                  "sliced: each engine rank receives only its shard, point to point from the trainer ranks that "
                  "hold it (a plan made once from both layouts); broadcast: the whole model gathered on trainer "
@@ -264,8 +265,9 @@ std::vector<KeySpec> declare_keys() {
                "shard the fp32 AdamW moments over the data-parallel ranks (Megatron's distributed optimizer, "
                "ZeRO-1): gradients reduce-scattered, parameters all-gathered after each step"),
       bool_key("train.overlap_grad_reduce", true,
-               "all-reduce each gradient bucket as soon as the last backward of a step has produced it "
-               "(non-blocking, overlapping the rest of backward), as Megatron's overlap_grad_reduce"),
+               "all-reduce (with the distributed optimizer: reduce-scatter) each gradient bucket as soon as the "
+               "last backward of a step has produced it (non-blocking, overlapping the rest of backward), as "
+               "Megatron's overlap_grad_reduce"),
       choice_key("train.advantage_estimator", "grpo", advantage_estimators().names(),
                  "advantage estimator (and policy loss: gspo and cispo have their own)"),
       float_key("train.eps_clip", 0.2, 0.0, 10.0, "", "PPO clip: lower bound 1 - eps_clip"),

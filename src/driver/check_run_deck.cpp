@@ -134,8 +134,10 @@ void check_splits_over(const Deck& deck, const ModelConfig& model, const std::st
                       deck.source(field), n, part);
   };
   divisible("model.n_heads", model.n_heads, "query heads are");
-  divisible("model.n_kv_heads", model.n_kv_heads, fmt::format("key/value heads are; replicating them over a larger "
-            "group is not implemented yet, so {} may not exceed model.n_kv_heads", key));
+  if (model.n_kv_heads % n != 0 && n % model.n_kv_heads != 0)
+    SLIMPI_FAIL_ALL("{}: model.n_kv_heads = {} ({}) neither is divisible by {} nor divides it (key/value heads are "
+                    "split over the group, or, when fewer than its {} ranks, each replicated on {} / n_kv_heads of "
+                    "them; {} sets the group)", what, model.n_kv_heads, deck.source("model.n_kv_heads"), n, n, n, key);
   divisible("model.intermediate_size", model.intermediate_size, "the MLP's columns are");
 }
 

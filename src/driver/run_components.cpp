@@ -110,7 +110,8 @@ void build_models(const RunContext& ctx, const std::string& resume_from, RunComp
   };
   if (ctx.world->is_trainer()) {
     c.model_parallel = std::make_unique<ModelParallel>(ctx.world->trainer(), tp, ep, ctx.device,
-                                                       deck.get_bool("parallel.sequence_parallel"));
+                                                       deck.get_bool("parallel.sequence_parallel"),
+                                                       kv_head_replicas(model_cfg, tp));
     const ModelParallel& mp = *c.model_parallel;
     c.policy = make_model(false, at::kFloat, &mp);
     if (Trainer::needs_reference(c.configs.trainer)) {
@@ -132,6 +133,11 @@ void build_models(const RunContext& ctx, const std::string& resume_from, RunComp
                 padded_vocab_size(model_cfg.vocab_size, tp), c.policy->n_params(),
                 mp.tensor_shard().sequence_parallel ? "; sequence parallel: norms and residuals hold 1/" +
                                                           std::to_string(tp) + " of the tokens" : "");
+    if (const int rep = kv_head_replicas(model_cfg, tp); rep > 1)
+      log::info("key/value heads replicated: the model's {} key/value heads are fewer than the {} ranks of a tensor "
+                "group, so each is held whole by {} consecutive tensor ranks (the ones whose query heads attend with "
+                "it), which sum its gradients; this rank holds key/value head {}", model_cfg.n_kv_heads, tp, rep,
+                mp.tensor_rank() / rep);
     if (c.configs.trainer.distributed_optimizer)
       log::info("distributed optimizer: the AdamW moments sharded over the {} data-parallel rank{} of each tensor "
                 "rank{}", mp.data_size(), mp.data_size() > 1 ? "s" : "",
@@ -147,19 +153,38 @@ void build_models(const RunContext& ctx, const std::string& resume_from, RunComp
   }
   // The engines' model: their own on split rollout ranks; on colocated ranks the
   // policy itself, or a bf16 copy of it when the rollout runs in bf16. With model
-  // parallelism a colocated engine (or the SFT evaluation) runs a whole model of its
-  // own, gathered from the groups' shards before each use.
+  // parallelism a colocated one-rank engine (or the SFT evaluation) runs a whole model
+  // of its own, gathered from the groups' shards before each use; a colocated engine
+  // of the tensor group's ranks (rollout.tensor_parallel = parallel.tensor_parallel)
+  // runs the policy's shards themselves, or its own copy of this rank's shard (bf16,
+  // or every expert where expert parallelism holds some of them).
   const at::ScalarType rollout_weights = weight_dtype(parse_precision(deck.get_string("rollout.precision")));
   c.engine_weight_dtype = rollout_weights;
   const WorldLayout& layout = ctx.world->layout();
   const int engine_tp = layout.engine_size;
   if (c.rl && engine_tp > 1)  // a layout fact, said by rank 0
-    log::info("tensor-parallel engines: {} engine{} of {} rollout ranks (the first of each routes and samples); each "
-              "rank holds {} of {} query heads, {} of {} key/value heads, {} of {} MLP columns and its heads' KV cache",
+    log::info("tensor-parallel engines: {} engine{} of {} {} (the first of each routes and samples); each "
+              "rank holds {} of {} query heads, {} of {} key/value heads{}, {} of {} MLP columns and its heads' KV cache",
               layout.n_rollout / engine_tp, layout.n_rollout / engine_tp > 1 ? "s" : "", engine_tp,
-              model_cfg.n_heads / engine_tp, model_cfg.n_heads, model_cfg.n_kv_heads / engine_tp, model_cfg.n_kv_heads,
+              layout.placement == Placement::Colocate
+                  ? (rollout_weights == at::kFloat && ep == 1
+                         ? "ranks, each a tensor group of the trainer running the policy's own shards"
+                         : "ranks, each a tensor group of the trainer running a copy of its shards refreshed at "
+                           "every step")
+                  : "rollout ranks",
+              model_cfg.n_heads / engine_tp, model_cfg.n_heads, local_kv_heads(model_cfg, engine_tp),
+              model_cfg.n_kv_heads, kv_head_replicas(model_cfg, engine_tp) > 1
+                  ? fmt::format(" (each replicated on {} ranks)", kv_head_replicas(model_cfg, engine_tp)) : "",
               model_cfg.intermediate_size / engine_tp, model_cfg.intermediate_size);
-  if (c.rl && ctx.world->is_rollout() && engine_tp > 1) {  // split placement: one shard of a tensor-parallel engine
+  const bool colocated_tp_engine = c.rl && engine_tp > 1 && layout.placement == Placement::Colocate;
+  if (colocated_tp_engine) {
+    if (rollout_weights != at::kFloat || ep > 1) {
+      TensorShard shard = c.model_parallel->tensor_shard();
+      shard.sequence_parallel = false;  // an engine's forward holds every token (no gradients either)
+      shard.kv_replicas = nullptr;
+      c.engine_model = make_model(false, rollout_weights, nullptr, shard);
+    }
+  } else if (c.rl && ctx.world->is_rollout() && engine_tp > 1) {  // split placement: one shard of a tensor-parallel engine
     c.engine_group_comm = make_comm(ctx.world->engine_group(), "engine_group", ctx.device);
     const TensorShard shard{c.engine_group_comm->rank(), engine_tp, c.engine_group_comm.get(), false};
     c.engine_model = make_model(false, rollout_weights, nullptr, shard);

@@ -274,9 +274,13 @@ void StepPhases::follow_router_cursor(const std::string& context) {
 void StepPhases::push_weights(int64_t version, AsyncGenerator* async) {
   RunComponents& p = parts_;
   if (ctx_.world->layout().placement == Placement::Colocate) {
-    // The engines run the trainer's model, or a bf16 copy of it refreshed here.
-    if (p.engine_model && p.policy && p.policy->sharded()) gather_whole_model(*p.policy, p.engine_model.get());
-    else if (p.engine_model && p.policy) p.engine_model->copy_weights_from(*p.policy);
+    // The engines run the trainer's model, or a copy refreshed here: whole (gathered
+    // from the shards), this rank's tensor shard (with every expert: gathered from the
+    // expert group), or the policy in bf16.
+    if (p.engine_model && p.policy) {
+      if (p.engine_model->sharded() || !p.policy->sharded()) copy_tensor_shard(*p.policy, *p.engine_model);
+      else gather_whole_model(*p.policy, p.engine_model.get());
+    }
     if (p.rollout_side) p.rollout_side->set_weight_version(version);
     return;
   }

@@ -2,12 +2,14 @@
 
 #include <ATen/ATen.h>
 
+#include "model/tensor_shard.h"
+
 namespace slimpi {
 
 KvCache KvCache::allocate(const ModelConfig& cfg, int64_t n_slots, const at::TensorOptions& options,
                           int tensor_parallel) {
   KvCache c;
-  const int64_t heads = cfg.n_kv_heads / tensor_parallel;
+  const int64_t heads = local_kv_heads(cfg, tensor_parallel);
   for (int64_t l = 0; l < cfg.n_layers; ++l) {
     c.k.push_back(at::zeros({n_slots, heads, cfg.head_dim()}, options));
     c.v.push_back(at::zeros({n_slots, heads, cfg.head_dim()}, options));

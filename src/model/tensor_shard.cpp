@@ -22,6 +22,12 @@ int64_t padded_vocab_size(int64_t vocab_size, int t) {
   return (vocab_size + multiple - 1) / multiple * multiple;
 }
 
+int kv_head_replicas(const ModelConfig& cfg, int t) {
+  return t > cfg.n_kv_heads && cfg.n_kv_heads > 0 && t % cfg.n_kv_heads == 0 ? int(t / cfg.n_kv_heads) : 1;
+}
+
+int64_t local_kv_heads(const ModelConfig& cfg, int t) { return cfg.n_kv_heads * kv_head_replicas(cfg, t) / t; }
+
 ParameterSplit parameter_split(const std::string& full_name, const ModelConfig& cfg, int t) {
   if (t <= 1) return {};
   const size_t slash = full_name.rfind('/');
@@ -32,7 +38,7 @@ ParameterSplit parameter_split(const std::string& full_name, const ModelConfig& 
   if (ends_with(name, ".self_attn.q_proj.weight") || ends_with(name, ".self_attn.q_proj.bias")) return {0, q, q};
   if (ends_with(name, ".self_attn.k_proj.weight") || ends_with(name, ".self_attn.k_proj.bias") ||
       ends_with(name, ".self_attn.v_proj.weight") || ends_with(name, ".self_attn.v_proj.bias"))
-    return {0, kv, kv};
+    return {0, kv, kv, kv_head_replicas(cfg, t)};
   if (ends_with(name, ".self_attn.o_proj.weight")) return {1, q, q};
   // The dense MLP only: ".mlp.experts.<e>." and ".mlp.shared_expert." tensors are MoE's.
   if (ends_with(name, ".mlp.gate_proj.weight") || ends_with(name, ".mlp.up_proj.weight")) return {0, f, f};
@@ -50,12 +56,14 @@ at::Tensor shard_of_whole(const at::Tensor& whole, const ParameterSplit& split, 
     shape[size_t(split.dim)] = split.padded - split.whole;
     padded = at::cat({whole, at::zeros(shape, whole.options())}, split.dim);
   }
-  const int64_t n = split.padded / shard.size;
-  return padded.narrow(split.dim, n * shard.rank, n).clone();
+  const int64_t n = split.part_extent(shard.size);
+  return padded.narrow(split.dim, n * split.part_of_rank(shard.rank), n).clone();
 }
 
 at::Tensor whole_of_shards(const at::Tensor& stacked, const ParameterSplit& split) {
-  const at::Tensor whole = at::cat(stacked.unbind(0), split.dim);
+  std::vector<at::Tensor> parts;  // the first replica of each part
+  for (int64_t r = 0; r < stacked.size(0); r += split.replicas) parts.push_back(stacked[r]);
+  const at::Tensor whole = at::cat(parts, split.dim);
   return split.padded > split.whole ? whole.narrow(split.dim, 0, split.whole).contiguous() : whole;
 }
 
@@ -86,7 +94,7 @@ StoredWhole::Span StoredWhole::span_of(const std::string& name, const std::vecto
   int64_t row0 = 0, col0 = 0, valid_rows = rows;
   const ParameterSplit split = active() ? parameter_split(name, *cfg, shard.size) : ParameterSplit{};
   if (split.split() && split.dim < int(local.size())) {
-    const int64_t first = (split.dim == 0 ? rows : cols) * shard.rank;  // of the padded whole
+    const int64_t first = (split.dim == 0 ? rows : cols) * split.part_of_rank(shard.rank);  // of the padded whole
     if (split.dim == 0) {
       row0 = first;
       valid_rows = std::clamp<int64_t>(split.whole - first, 0, rows);
@@ -118,9 +126,10 @@ void check_tensor_parallel_shape(const ModelConfig& cfg, int t) {
   if (t <= 1) return;
   SLIMPI_CHECK(cfg.n_heads % t == 0, "tensor parallelism over {} ranks splits attention by heads: the model has {} "
                "query heads, not divisible by {}", t, cfg.n_heads, t);
-  SLIMPI_CHECK(cfg.n_kv_heads % t == 0, "tensor parallelism over {} ranks splits attention by heads: the model has "
-               "{} key/value heads, not divisible by {} (replicating key/value heads over a larger group is not "
-               "implemented yet; use parallel.tensor_parallel <= {})", t, cfg.n_kv_heads, t, cfg.n_kv_heads);
+  SLIMPI_CHECK(cfg.n_kv_heads % t == 0 || t % cfg.n_kv_heads == 0, "tensor parallelism over {} ranks splits "
+               "attention by heads: the model has {} key/value heads, which {} neither divides nor is divisible by "
+               "(key/value heads are split, or replicated over a group larger than their number)", t, cfg.n_kv_heads,
+               t);
   SLIMPI_CHECK(cfg.intermediate_size % t == 0, "tensor parallelism over {} ranks splits the MLP: intermediate_size "
                "{} is not divisible by {}", t, cfg.intermediate_size, t);
 }

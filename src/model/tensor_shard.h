@@ -3,7 +3,12 @@
 //
 // Rank r of t holds, of every dense layer (Megatron's column- and row-parallel layers):
 //   q_proj / k_proj / v_proj (and biases)   rows: query heads [r·H/t, (r+1)·H/t) and
-//                                           key/value heads [r·Hkv/t, (r+1)·Hkv/t)
+//                                           key/value heads [r·Hkv/t, (r+1)·Hkv/t);
+//                                           when t > Hkv, each key/value head is held
+//                                           whole by t/Hkv consecutive ranks (its
+//                                           replicas: rank r holds head r·Hkv/t, the
+//                                           one its query heads attend with), and the
+//                                           replicas sum their k/v gradients
 //   o_proj                                  columns: the same query heads
 //   mlp.gate_proj / mlp.up_proj             rows [r·F/t, (r+1)·F/t): each shard its own
 //                                           gate and up halves
@@ -39,7 +44,17 @@ struct TensorShard {
   // sequence enter a layer and reduce-scatters leave it, and the norm weights'
   // gradients are summed over the group.
   bool sequence_parallel = false;
+  // t > Hkv (key/value heads replicated, kv_head_replicas > 1): the ranks of the group
+  // holding the same key/value heads, over which their k/v gradients are summed. Needed
+  // by a forward that tracks gradients; engines run without it.
+  Comm* kv_replicas = nullptr;
 };
+
+// How many consecutive ranks of a tensor group of t hold the same key/value heads: 1
+// when t divides Hkv, t / Hkv when Hkv divides t (the heads replicated).
+int kv_head_replicas(const ModelConfig& cfg, int t);
+// Key/value heads a rank of a tensor group of t holds (Hkv / t, or 1 when replicated).
+int64_t local_kv_heads(const ModelConfig& cfg, int t);
 
 // Vocabulary rows of the embedding and LM head at tensor-parallel size t: V at t = 1,
 // else V rounded up to a multiple of 128 · t (Megatron's make-vocab-size-divisible-by).
@@ -47,11 +62,18 @@ int64_t padded_vocab_size(int64_t vocab_size, int t);
 
 // How one parameter (its whole-model name, optionally behind an "exp_avg/"-style prefix)
 // splits: along `dim` (-1: replicated), of whole size `whole` along it, padded to
-// `padded` (> whole only for the vocabulary rows).
+// `padded` (> whole only for the vocabulary rows), into t / replicas parts, each held
+// by `replicas` consecutive ranks (> 1 only for replicated key/value heads).
 struct ParameterSplit {
   int dim = -1;
   int64_t whole = 0, padded = 0;
+  int replicas = 1;
   bool split() const { return dim >= 0; }
+  // The part rank r of t holds, and that part's extent along dim (of the padded whole).
+  int part_of_rank(int rank) const { return rank / replicas; }
+  int64_t part_extent(int t) const { return padded / (t / replicas); }
+  // Whether rank r is the first of its part's replicas (the one that stores it).
+  bool first_replica(int rank) const { return rank % replicas == 0; }
 };
 ParameterSplit parameter_split(const std::string& name, const ModelConfig& cfg, int t);
 
@@ -59,7 +81,7 @@ ParameterSplit parameter_split(const std::string& name, const ModelConfig& cfg, 
 at::Tensor shard_of_whole(const at::Tensor& whole, const ParameterSplit& split, const TensorShard& shard);
 
 // The whole tensor from every shard's part stacked in rank order ([t, *part.shape]),
-// padding dropped.
+// padding dropped (of replicated parts, the first replica's).
 at::Tensor whole_of_shards(const at::Tensor& stacked, const ParameterSplit& split);
 
 // A shard's tensors as files store them (checkpoints, Hugging Face directories): whole,
@@ -96,7 +118,8 @@ struct StoredWhole::Span {
 };
 
 // Refuses (slimpi::Error, with the numbers) a model that cannot split over t ranks:
-// heads, key/value heads or the MLP width not divisible by t.
+// query heads or the MLP width not divisible by t, key/value heads neither divisible
+// by t nor dividing it.
 void check_tensor_parallel_shape(const ModelConfig& cfg, int t);
 
 }  // namespace slimpi

@@ -210,6 +210,9 @@ struct Transformer::ForwardContext {
   // A replicated weight applied to this rank's rows: under sequence parallelism each
   // rank's gradient is a part, which copy_to_tp sums over the group.
   at::Tensor shared(const at::Tensor& w) const { return sp ? copy_to_tp(tp, w) : w; }
+  // A replicated key/value head's weight (t > Hkv): its gradient summed over the replicas.
+  Comm* kv_replicas = nullptr;
+  at::Tensor kv_shared(const at::Tensor& w) const { return kv_replicas ? copy_to_tp(kv_replicas, w) : w; }
   // The column-parallel side of a layer: this rank's rows [T_local, d] -> every token's
   // [T, d] (copy_to_tp, or gathered over the sequence).
   at::Tensor to_columns(const at::Tensor& h) const {
@@ -236,20 +239,24 @@ at::Tensor Transformer::attention_block(size_t l, const at::Tensor& x, const For
   // Tensor parallelism: this shard's H/t query heads and Hkv/t key/value heads (column-
   // parallel q/k/v, row-parallel o; the sum over shards is reduce_from_tp). Each head's
   // q/k norm weight is shared by every shard's heads: copy_to_tp sums its gradient.
+  // With t > Hkv a shard holds the one key/value head its query heads attend with, as do
+  // the other replicas of that head; each replica's k/v gradient is the part its own
+  // query heads give, so copy_to_tp over the replicas sums them.
   Comm* tp = f.tp;
-  const int64_t T = f.n_tokens, H = cfg_.n_heads / tensor_.size, Hkv = cfg_.n_kv_heads / tensor_.size,
+  const int64_t T = f.n_tokens, H = cfg_.n_heads / tensor_.size, Hkv = local_kv_heads(cfg_, tensor_.size),
                 D = cfg_.head_dim();
   const LayerParams& p = layers_[l];
   const at::Tensor h = f.to_columns(rms_norm(x, f.as_used(f.shared(p.input_norm)), cfg_.rms_norm_eps));  // [T, d]
-  at::Tensor q = at::linear(h, p.q, p.q_bias).view({T, H, D});    // [T, H, D]
-  at::Tensor k = at::linear(h, p.k, p.k_bias).view({T, Hkv, D});  // [T, Hkv, D]
+  auto kv_weight = [&](const at::Tensor& w) { return w.defined() ? f.kv_shared(w) : w; };
+  at::Tensor q = at::linear(h, p.q, p.q_bias).view({T, H, D});                          // [T, H, D]
+  at::Tensor k = at::linear(h, kv_weight(p.k), kv_weight(p.k_bias)).view({T, Hkv, D});  // [T, Hkv, D]
   if (cfg_.qk_norm) {  // Qwen3: each head RMS-normalised before RoPE
     q = rms_norm(q, f.as_used(copy_to_tp(tp, p.q_norm)), cfg_.rms_norm_eps);
     k = rms_norm(k, f.as_used(copy_to_tp(tp, p.k_norm)), cfg_.rms_norm_eps);
   }
   q = apply_rope(q, f.cos, f.sin);
   k = apply_rope(k, f.cos, f.sin);
-  const at::Tensor v = at::linear(h, p.v, p.v_bias).view({T, Hkv, D});                  // [T, Hkv, D]
+  const at::Tensor v = at::linear(h, kv_weight(p.v), kv_weight(p.v_bias)).view({T, Hkv, D});  // [T, Hkv, D]
   // Selective recomputation: the attention's inner products (scores, softmax) run again in backward.
   const at::Tensor attn = f.recompute == Recompute::Selective
                               ? recomputed([layout = f.kept_layout, plan = f.plan, l](const std::vector<at::Tensor>& in) {
@@ -299,6 +306,12 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const AttentionLayout&
   f.kept_layout = kept_layout;
   f.tp = tensor_.size > 1 ? tensor_.comm : nullptr;
   f.sp = f.tp && tensor_.sequence_parallel;
+  if (f.tp && kv_head_replicas(cfg_, tensor_.size) > 1 && at::GradMode::is_enabled()) {
+    SLIMPI_CHECK(tensor_.kv_replicas, "tensor parallelism over {} ranks replicates the {} key/value heads: a forward "
+                 "with gradients needs the replicas' communicator (TensorShard::kv_replicas)", tensor_.size,
+                 cfg_.n_kv_heads);
+    f.kv_replicas = tensor_.kv_replicas;
+  }
   f.n_tokens = T;
   f.n_padded = f.sp ? (T + tensor_.size - 1) / tensor_.size * tensor_.size : T;
   f.bf16 = at::autocast::is_autocast_enabled(device_.type()) &&

@@ -3,9 +3,10 @@
 // Implementations: MpiComm (host memory; always available) and NcclComm (CUDA device
 // memory; compiled when the CUDA toolkit + NCCL are found, chosen at run time only when
 // every rank has a GPU). Callers own their buffers; operations are blocking and
-// in place where the name says so, except iallreduce, which returns at once with a
-// PendingCollective (the overlap of gradient reduction with backward). Counts are in elements of `dtype`, any size (large
-// MPI messages are chunked). Every call is watched by the Watchdog (parallel.timeout_s).
+// in place where the name says so, except iallreduce and ireduce_scatter, which return
+// at once with a PendingCollective (the overlap of gradient reduction with backward).
+// Counts are in elements of `dtype`, any size (large MPI messages are chunked). Every
+// call is watched by the Watchdog (parallel.timeout_s).
 // Torch tensors go through the helpers of parallel/comm_tensor.h.
 #pragma once
 
@@ -57,6 +58,10 @@ class Comm {
   // blocks of count elements, block p summed into rank p's recv (Megatron's
   // reduce-scatter of sequence parallelism and of sharded gradients).
   virtual void reduce_scatter(const void* send, void* recv, size_t count, DType dtype) = 0;
+  // reduce_scatter, started now and finished by the returned handle's wait() (neither
+  // buffer may be touched before); ordered like iallreduce.
+  virtual std::unique_ptr<PendingCollective> ireduce_scatter(const void* send, void* recv, size_t count,
+                                                             DType dtype) = 0;
   // Personalised exchange: rank r's send holds, back to back in rank order, send_counts[p]
   // elements for each rank p; recv gets, back to back in rank order, recv_counts[p]
   // elements from each rank p (recv_counts[p] on this rank = send_counts[this rank] on p).

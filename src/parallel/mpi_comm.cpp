@@ -125,32 +125,34 @@ void MpiComm::allreduce(void* data, size_t count, DType dtype, ReduceOp op) {
 
 namespace {
 
-// MPI_Iallreduce over chunks; wait() under the watchdog.
+// Non-blocking MPI collectives over chunks (`what`: their name); wait() under the watchdog.
 class MpiPending final : public PendingCollective {
  public:
-  MpiPending(const std::string* context, size_t count, DType dtype) : context_(context), count_(count), dtype_(dtype) {}
+  MpiPending(const std::string* context, const char* what, size_t count, DType dtype)
+      : context_(context), what_(what), count_(count), dtype_(dtype) {}
   ~MpiPending() override {  // never leave MPI writing into a freed buffer; errors abort in MPI
     if (!done_) MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE);
   }
   std::vector<MPI_Request> requests;
+  std::vector<std::vector<char>> staging;  // packed send chunks, alive until the requests complete
 
   bool test() override {
     if (done_) return true;
     int flag = 0;
     check_mpi(MPI_Testall(static_cast<int>(requests.size()), requests.data(), &flag, MPI_STATUSES_IGNORE),
-              "MPI_Testall(iallreduce)");
+              "MPI_Testall");
     return done_ = flag != 0;
   }
   void wait() override {
     if (done_) return;
-    WaitGuard guard({context_, "iallreduce", count_, dtype_name(dtype_)});
-    check_mpi(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE),
-              "MPI_Waitall(iallreduce)");
+    WaitGuard guard({context_, what_, count_, dtype_name(dtype_)});
+    check_mpi(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
     done_ = true;
   }
 
  private:
   const std::string* context_;
+  const char* what_;
   size_t count_;
   DType dtype_;
   bool done_ = false;
@@ -159,7 +161,7 @@ class MpiPending final : public PendingCollective {
 }  // namespace
 
 std::unique_ptr<PendingCollective> MpiComm::iallreduce(void* data, size_t count, DType dtype, ReduceOp op) {
-  auto pending = std::make_unique<MpiPending>(&context_, count, dtype);
+  auto pending = std::make_unique<MpiPending>(&context_, "iallreduce", count, dtype);
   MPI_Op mop = mpi_op(op, dtype);
   auto* bytes = static_cast<char*>(data);
   chunked(count, [&](size_t off, int n) {
@@ -200,6 +202,32 @@ void MpiComm::reduce_scatter(const void* send, void* recv, size_t count, DType d
                                        comm_),
               "MPI_Reduce_scatter_block");
   }
+}
+
+std::unique_ptr<PendingCollective> MpiComm::ireduce_scatter(const void* send, void* recv, size_t count, DType dtype) {
+  auto pending = std::make_unique<MpiPending>(&context_, "ireduce_scatter", count, dtype);
+  MPI_Op mop = mpi_op(ReduceOp::Sum, dtype);
+  if (count * size_t(size_) <= kMaxChunk) {
+    pending->requests.emplace_back();
+    check_mpi(MPI_Ireduce_scatter_block(send, recv, static_cast<int>(count), mpi_type(dtype), mop, comm_,
+                                        &pending->requests.back()),
+              "MPI_Ireduce_scatter_block");
+    return pending;
+  }
+  // Beyond int counts: as reduce_scatter, each chunk's pieces packed (kept by the pending).
+  const size_t bytes = dtype_size(dtype), chunk = std::max<size_t>(1, kMaxChunk / size_t(size_));
+  const auto* in = static_cast<const char*>(send);
+  auto* out = static_cast<char*>(recv);
+  for (size_t off = 0; off < count; off += chunk) {
+    const size_t n = std::min(chunk, count - off);
+    std::vector<char>& packed = pending->staging.emplace_back(n * size_t(size_) * bytes);
+    for (int r = 0; r < size_; ++r) std::memcpy(packed.data() + r * n * bytes, in + (r * count + off) * bytes, n * bytes);
+    pending->requests.emplace_back();
+    check_mpi(MPI_Ireduce_scatter_block(packed.data(), out + off * bytes, static_cast<int>(n), mpi_type(dtype), mop,
+                                        comm_, &pending->requests.back()),
+              "MPI_Ireduce_scatter_block");
+  }
+  return pending;
 }
 
 void MpiComm::allgather(const void* send, void* recv, size_t count, DType dtype) {

@@ -1,8 +1,9 @@
 // MpiComm — Comm over an MPI communicator, for host memory.
 // Owns a duplicate of the communicator it was given (so its traffic never matches
-// another component's) and the user-defined reduction for bf16 sums. iallreduce is
-// MPI_Iallreduce: it progresses when MPI is called (test(), wait(), other calls). Large counts are
-// sent in chunks of at most 2^30 elements (MPI counts are int).
+// another component's) and the user-defined reduction for bf16 sums. iallreduce and
+// ireduce_scatter are MPI_Iallreduce and MPI_Ireduce_scatter_block: they progress when
+// MPI is called (test(), wait(), other calls). Large counts are sent in chunks of at
+// most 2^30 elements (MPI counts are int).
 #pragma once
 
 #include <mpi.h>
@@ -28,6 +29,8 @@ class MpiComm final : public Comm {
   void broadcast(void* data, size_t count, DType dtype, int root) override;
   void allgather(const void* send, void* recv, size_t count, DType dtype) override;
   void reduce_scatter(const void* send, void* recv, size_t count, DType dtype) override;
+  std::unique_ptr<PendingCollective> ireduce_scatter(const void* send, void* recv, size_t count,
+                                                     DType dtype) override;
   void alltoallv(const void* send, const size_t* send_counts, void* recv, const size_t* recv_counts,
                  DType dtype) override;
   void send(const void* data, size_t count, DType dtype, int peer) override;

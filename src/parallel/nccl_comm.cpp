@@ -54,11 +54,11 @@ struct NcclComm::Handles {
 
 namespace {
 
-// An allreduce enqueued on torch's stream; complete when that stream has passed it.
+// A collective enqueued on torch's stream; complete when that stream has passed it.
 class NcclPending final : public PendingCollective {
  public:
-  NcclPending(cudaStream_t stream, const std::string* context, size_t count, DType dtype)
-      : stream_(stream), context_(context), count_(count), dtype_(dtype) {
+  NcclPending(cudaStream_t stream, const std::string* context, const char* what, size_t count, DType dtype)
+      : stream_(stream), context_(context), what_(what), count_(count), dtype_(dtype) {
     check_cuda(cudaEventCreateWithFlags(&done_event_, cudaEventDisableTiming), "cudaEventCreate");
     check_cuda(cudaEventRecord(done_event_, stream_), "cudaEventRecord");
   }
@@ -69,8 +69,8 @@ class NcclPending final : public PendingCollective {
   bool test() override { return done_ = done_ || cudaEventQuery(done_event_) == cudaSuccess; }
   void wait() override {
     if (done_) return;
-    WaitGuard guard({context_, "iallreduce", count_, dtype_name(dtype_)});
-    check_cuda(cudaEventSynchronize(done_event_), "cudaEventSynchronize(iallreduce)");
+    WaitGuard guard({context_, what_, count_, dtype_name(dtype_)});
+    check_cuda(cudaEventSynchronize(done_event_), "cudaEventSynchronize");
     done_ = true;
   }
 
@@ -78,6 +78,7 @@ class NcclPending final : public PendingCollective {
   cudaStream_t stream_;
   cudaEvent_t done_event_ = nullptr;
   const std::string* context_;
+  const char* what_;
   size_t count_;
   DType dtype_;
   bool done_ = false;
@@ -112,7 +113,14 @@ void NcclComm::finish(const char* what) { check_cuda(cudaStreamSynchronize(h_->s
 std::unique_ptr<PendingCollective> NcclComm::iallreduce(void* data, size_t count, DType dtype, ReduceOp op) {
   const cudaStream_t stream = h_->stream();
   check_nccl(ncclAllReduce(data, data, count, nccl_type(dtype), nccl_op(op), h_->comm, stream), "ncclAllReduce");
-  return std::make_unique<NcclPending>(stream, &context_, count, dtype);
+  return std::make_unique<NcclPending>(stream, &context_, "iallreduce", count, dtype);
+}
+
+std::unique_ptr<PendingCollective> NcclComm::ireduce_scatter(const void* send, void* recv, size_t count,
+                                                             DType dtype) {
+  const cudaStream_t stream = h_->stream();
+  check_nccl(ncclReduceScatter(send, recv, count, nccl_type(dtype), ncclSum, h_->comm, stream), "ncclReduceScatter");
+  return std::make_unique<NcclPending>(stream, &context_, "ireduce_scatter", count, dtype);
 }
 
 void NcclComm::allreduce(void* data, size_t count, DType dtype, ReduceOp op) {

@@ -8,7 +8,7 @@
 // (backward's gradients, the optimizer's weights) and torch work enqueued after it
 // sees its result; no second stream races the compute. Blocking operations then wait
 // for that stream before returning, so the semantics match MpiComm: when a call
-// returns, the buffer holds the result. iallreduce returns once enqueued.
+// returns, the buffer holds the result. iallreduce and ireduce_scatter return once enqueued.
 #pragma once
 
 #include <mpi.h>
@@ -35,6 +35,8 @@ class NcclComm final : public Comm {
   void broadcast(void* data, size_t count, DType dtype, int root) override;
   void allgather(const void* send, void* recv, size_t count, DType dtype) override;
   void reduce_scatter(const void* send, void* recv, size_t count, DType dtype) override;
+  std::unique_ptr<PendingCollective> ireduce_scatter(const void* send, void* recv, size_t count,
+                                                     DType dtype) override;
   void alltoallv(const void* send, const size_t* send_counts, void* recv, const size_t* recv_counts,
                  DType dtype) override;
   void send(const void* data, size_t count, DType dtype, int peer) override;

@@ -22,10 +22,11 @@ bool WorldLayout::is_rollout(int rank) const {
 }
 int WorldLayout::engine_of(int rank) const {
   if (!is_rollout(rank)) return -1;
-  return placement == Placement::Colocate ? rank : (rank - n_trainer) / engine_size;
+  return placement == Placement::Colocate ? rank / engine_size : (rank - n_trainer) / engine_size;
 }
 bool WorldLayout::leads_engine(int rank) const {
-  return is_rollout(rank) && (placement == Placement::Colocate || (rank - n_trainer) % engine_size == 0);
+  return is_rollout(rank) &&
+         (placement == Placement::Colocate ? rank % engine_size == 0 : (rank - n_trainer) % engine_size == 0);
 }
 bool WorldLayout::in_sync(int rank) const {
   return placement == Placement::Split && (rank == 0 || is_rollout(rank));
@@ -52,11 +53,20 @@ WorldLayout resolve_layout(const Deck& deck, int world_size) {
                       "{} ask for a subset of the {} ranks: leave both at 0 or set them to {}",
                       at("parallel.trainer_ranks"), at("parallel.rollout_ranks"), world_size, world_size);
     layout.n_trainer = layout.n_rollout = world_size;
-    if (e > 1)
-      SLIMPI_FAIL_ALL("rollout.tensor_parallel = {} ({}) makes engines of {} rollout ranks, which split placement "
-                      "has; with parallel.placement = \"colocate\" ({}) each rank is one engine (tensor-parallel "
-                      "engines on the trainer ranks are not implemented): use split placement or drop the key",
-                      e, deck.source("rollout.tensor_parallel"), e, deck.source("parallel.placement"));
+    // Colocated engines of e > 1 ranks are the trainer's tensor groups, running the
+    // policy's own shards: e must be the trainer's tensor-parallel size.
+    if (e > 1 && e != layout.trainer_tensor)
+      SLIMPI_FAIL_ALL("rollout.tensor_parallel = {} ({}) makes engines of {} ranks; with parallel.placement = "
+                      "\"colocate\" ({}) an engine of several ranks is one tensor group of the trainer, running its "
+                      "shards, so it must equal parallel.tensor_parallel = {} ({}), or be 1 (each rank runs a whole "
+                      "model gathered from the shards)",
+                      e, deck.source("rollout.tensor_parallel"), e, deck.source("parallel.placement"),
+                      layout.trainer_tensor, deck.source("parallel.tensor_parallel"));
+    if (world_size % e != 0)
+      SLIMPI_FAIL_ALL("rollout.tensor_parallel = {} ({}) makes engines of {} ranks: it must divide the job's {} ranks "
+                      "(parallel.placement = \"colocate\", {})", e, deck.source("rollout.tensor_parallel"), e,
+                      world_size, deck.source("parallel.placement"));
+    layout.engine_size = static_cast<int>(e);
     return layout;
   }
 

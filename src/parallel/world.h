@@ -2,7 +2,8 @@
 //
 // Split placement: world ranks [0, n_trainer) train, [n_trainer, size) roll out, in
 // engines of engine_size consecutive ranks (rollout.tensor_parallel; 1 by default).
-// Colocate: every rank trains and rolls out, each rank one engine.
+// Colocate: every rank trains and rolls out; engines of engine_size consecutive ranks
+// (1, or the trainer's tensor groups: rollout.tensor_parallel = parallel.tensor_parallel).
 // Communicators (made once, collectively, in the constructor; freed in the destructor):
 //   trainer       — the trainer ranks (MPI_COMM_NULL on pure rollout ranks)
 //   rollout       — the rollout ranks (MPI_COMM_NULL on pure trainer ranks)

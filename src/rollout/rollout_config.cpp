@@ -7,6 +7,7 @@
 
 #include "core/log.h"
 #include "model/model_config.h"
+#include "model/tensor_shard.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -19,8 +20,8 @@ namespace {
 int64_t kv_tokens_in_memory(const Deck& deck, const ModelConfig& m, int64_t block_size) {
   const double gb = deck.get_float("rollout.kv_cache_memory_gb");
   const int64_t element = deck.get_string("rollout.precision") == "bf16" ? 2 : 4;
-  const int64_t e = deck.get_int("rollout.tensor_parallel");  // each rank of an engine caches n_kv_heads / e heads
-  const int64_t per_token = 2 * m.n_layers * (m.n_kv_heads / e) * m.head_dim() * element +
+  const int e = int(deck.get_int("rollout.tensor_parallel"));  // each rank of an engine caches its key/value heads
+  const int64_t per_token = 2 * m.n_layers * local_kv_heads(m, e) * m.head_dim() * element +
                             (m.n_experts > 0 ? 2 * m.n_moe_layers() * m.n_experts_per_tok : 0);
   const int64_t tokens = int64_t(gb * double(int64_t(1) << 30) / double(per_token)) / block_size * block_size;
   if (!deck.is_default("rollout.kv_cache_tokens"))
@@ -28,7 +29,7 @@ int64_t kv_tokens_in_memory(const Deck& deck, const ModelConfig& m, int64_t bloc
                     "cache: set one", gb, deck.source("rollout.kv_cache_memory_gb"),
                     deck.get_int("rollout.kv_cache_tokens"), deck.source("rollout.kv_cache_tokens"));
   log::info("rollout.kv_cache_memory_gb = {}: {} tokens per engine ({} bytes a token on each of its ranks: {} layers "
-            "x {} key/value heads x {} x 2 in {})", gb, tokens, per_token, m.n_layers, m.n_kv_heads / e, m.head_dim(),
+            "x {} key/value heads x {} x 2 in {})", gb, tokens, per_token, m.n_layers, local_kv_heads(m, e), m.head_dim(),
             element == 2 ? "bf16" : "fp32");
   return tokens;
 }

@@ -22,13 +22,13 @@ namespace {
 
 // The rows [begin, end) along the split dimension that shard `rank` of `size` holds of a
 // tensor whose whole extent there is `whole` (padded to `padded` when split); everything
-// when the tensor is not split at this size.
+// when the tensor is not split at this size. Replicated key/value heads: its part's rows.
 struct Held {
   int64_t begin = 0, end = 0, origin = 0;  // origin: the whole index of the shard's local row 0
 };
 Held held(const ParameterSplit& split, int64_t whole, int rank, int size) {
   if (!split.split()) return {0, whole, 0};
-  const int64_t n = split.padded / size, origin = n * rank;
+  const int64_t n = split.part_extent(size), origin = n * split.part_of_rank(rank);
   return {std::min(origin, split.whole), std::min(origin + n, split.whole), origin};
 }
 
@@ -76,7 +76,10 @@ WeightSyncPlan::WeightSyncPlan(const ModelConfig& cfg, const SyncLayout& layout,
         const Held want = held(es, whole, j, e);
         const int member = layout.engine_member(engine, j);
         if (ts.split()) {
+          // A part the trainer holds on several ranks (replicated key/value heads) is sent by
+          // one of them, spread over the engine ranks that want it.
           for (int k = 0; k < t; ++k) {
+            if (k % ts.replicas != (engine * e + j) % ts.replicas) continue;
             const Held have = held(ts, whole, k, t);
             const int64_t begin = std::max(want.begin, have.begin), end = std::min(want.end, have.end);
             if (begin < end)

@@ -42,7 +42,15 @@ DistributedAdamW::DistributedAdamW(GradBuffer& grads, Comm* group, const AdamWOp
   if (group_) staging_ = at::empty({largest}, fp32);
 }
 
+void DistributedAdamW::start_overlapped_reduce_scatter() {
+  if (!group_) return;
+  std::vector<at::Tensor> chunks;
+  for (size_t b = 0; b < buckets_.size(); ++b) chunks.push_back(shard_grads_.narrow(0, local_offsets_[b], chunk(b)));
+  grads_.start_overlapped_reduction(group_, std::move(chunks));
+}
+
 void DistributedAdamW::reduce_scatter() {
+  if (grads_.finish_reduction(group_)) return;  // backward started them
   const at::Tensor& flat = grads_.flat();
   for (size_t b = 0; b < buckets_.size(); ++b) {
     at::Tensor mine = shard_grads_.narrow(0, local_offsets_[b], chunk(b));

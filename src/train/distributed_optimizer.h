@@ -7,7 +7,11 @@
 // parameter: each parameter's part of a chunk is a segment. The fp32 AdamW moments
 // exist only for this rank's chunks (8/d bytes a parameter instead of 8). A step:
 //   reduce_scatter()  each bucket's gradients summed over the group into this rank's
-//                     chunk (a reduce-scatter instead of the all-reduce)
+//                     chunk (a reduce-scatter instead of the all-reduce); or, armed
+//                     by start_overlapped_reduce_scatter() before the last backward,
+//                     each bucket's non-blocking reduce-scatter started from inside
+//                     backward as soon as its gradients are final (GradBuffer's hooks),
+//                     reduce_scatter() then waiting for them
 //   local_norm_sq()   Σ g² over the chunk (the caller adds the group's up; clip() scales)
 //   step()            AdamW (train/adamw.h: the same update, element for element) on
 //                     the chunk's segments, in place in the parameters; then every
@@ -38,6 +42,7 @@ class DistributedAdamW {
   // arithmetic). The buffer's buckets must be padded to multiples of its size.
   DistributedAdamW(GradBuffer& grads, Comm* group, const AdamWOptions& options);
 
+  void start_overlapped_reduce_scatter();  // no-op without a group
   void reduce_scatter();  // collective over the group
   double local_norm_sq() const;
   void clip(double norm, double max_norm);

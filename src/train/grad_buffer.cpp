@@ -64,9 +64,16 @@ void GradBuffer::zero() {
   for (size_t i = 0; i < params_.size(); ++i) params_[i].tensor.mutable_grad() = views_[i];
 }
 
-void GradBuffer::start_overlapped_reduction(Comm* comm) {
+void GradBuffer::start_overlapped_reduction(Comm* comm, std::vector<at::Tensor> scatter_into) {
   if (!comm || comm->size() == 1) return;
   SLIMPI_CHECK(!armed_, "GradBuffer: an overlapped reduction is already in progress");
+  SLIMPI_CHECK(scatter_into.empty() || int64_t(scatter_into.size()) == n_buckets(),
+               "GradBuffer: {} reduce-scatter targets for {} buckets", scatter_into.size(), n_buckets());
+  for (size_t b = 0; b < scatter_into.size(); ++b)
+    SLIMPI_CHECK(scatter_into[b].numel() * comm->size() == buckets_[b].numel && scatter_into[b].is_contiguous(),
+                 "GradBuffer: bucket {} of {} elements reduce-scattered over {} ranks into {}", b, buckets_[b].numel,
+                 comm->size(), scatter_into[b].numel());
+  scatter_into_ = std::move(scatter_into);
   for (auto& b : buckets_) b.n_ready = 0;
   armed_ = comm;
   next_to_start_ = n_buckets() - 1;
@@ -89,7 +96,13 @@ void GradBuffer::start(Bucket& bucket) {
   SLIMPI_CHECK(armed_->device_memory() == range.is_cuda(),
                "GradBuffer: gradients on {} but comm '{}' ({}) works on {} memory", range.is_cuda() ? "cuda" : "cpu",
                armed_->name(), armed_->backend(), armed_->device_memory() ? "device" : "host");
-  bucket.pending = armed_->iallreduce(range.data_ptr(), static_cast<size_t>(bucket.numel), DType::F32, ReduceOp::Sum);
+  if (scatter_into_.empty()) {
+    bucket.pending = armed_->iallreduce(range.data_ptr(), static_cast<size_t>(bucket.numel), DType::F32,
+                                        ReduceOp::Sum);
+    return;
+  }
+  const at::Tensor& chunk = scatter_into_[size_t(&bucket - buckets_.data())];
+  bucket.pending = armed_->ireduce_scatter(range.data_ptr(), chunk.data_ptr(), size_t(chunk.numel()), DType::F32);
 }
 
 // Starts buckets in order from next_to_start_ down, while they are complete (or all).
@@ -102,19 +115,24 @@ void GradBuffer::start_ready_buckets(bool all) {
   }
 }
 
+bool GradBuffer::finish_reduction(Comm* comm) {
+  if (!armed_) return false;
+  SLIMPI_CHECK(armed_ == comm, "GradBuffer: reduction armed on comm '{}' but finished on '{}'", armed_->name(),
+               comm ? comm->name() : std::string("none"));
+  start_ready_buckets(/*all=*/true);
+  for (auto& b : buckets_) {
+    b.pending->wait();
+    b.pending.reset();
+  }
+  armed_ = nullptr;
+  scatter_into_.clear();
+  return true;
+}
+
 void GradBuffer::all_reduce(Comm* comm) {
   if (!comm || comm->size() == 1) return;
-  if (armed_) {
-    SLIMPI_CHECK(armed_ == comm, "GradBuffer: reduction armed on comm '{}' but finished on '{}'", armed_->name(),
-                 comm->name());
-    start_ready_buckets(/*all=*/true);
-    for (auto& b : buckets_) {
-      b.pending->wait();
-      b.pending.reset();
-    }
-    armed_ = nullptr;
-    return;
-  }
+  SLIMPI_CHECK(!armed_ || scatter_into_.empty(), "GradBuffer: a reduce-scatter was armed, all_reduce called");
+  if (finish_reduction(comm)) return;
   for (int64_t i = n_buckets() - 1; i >= 0; --i)
     allreduce(*comm, flat_.narrow(0, buckets_[i].offset, buckets_[i].numel), ReduceOp::Sum);
 }

@@ -18,7 +18,9 @@
 // over the same ranks.
 // With the distributed optimizer (train/distributed_optimizer.h) every bucket is padded
 // with zeros to a multiple of the data-parallel size, so that it splits into equal
-// chunks, one per rank.
+// chunks, one per rank, and the overlapped reduction is a non-blocking reduce-scatter
+// of each bucket into the optimizer's chunk of it (Megatron's overlap_grad_reduce with
+// the distributed optimizer): finish_reduction() waits for them.
 // Owned by the Trainer. Invariant: p.grad() of every parameter aliases the buffer.
 #pragma once
 
@@ -44,11 +46,16 @@ class GradBuffer {
   void zero();
   // Arms the hooks: the next backward starts each bucket's reduction over `comm` as soon
   // as its gradients are final. Call before the last backward of a step. No-op for a
-  // null or one-rank comm.
-  void start_overlapped_reduction(Comm* comm);
+  // null or one-rank comm. scatter_into (one tensor per bucket, numel / comm size fp32
+  // elements each): each bucket is reduce-scattered into its tensor instead of summed
+  // in place.
+  void start_overlapped_reduction(Comm* comm, std::vector<at::Tensor> scatter_into = {});
   // Sums the buffer over `comm`: finishes an overlapped reduction, or reduces every
   // bucket now. No-op for a null or one-rank comm.
   void all_reduce(Comm* comm);
+  // Waits for every bucket of the armed reduction (all_reduce's first half; the
+  // distributed optimizer's reduce-scatter). Returns false when none was armed.
+  bool finish_reduction(Comm* comm);
   // L2 norm of all gradients.
   double global_norm() const;
   // Scales gradients by max_norm / (norm + 1e-6) when norm > max_norm (> 0).
@@ -89,6 +96,7 @@ class GradBuffer {
   std::vector<int64_t> bucket_of_;  // per parameter
   std::vector<Bucket> buckets_;
   Comm* armed_ = nullptr;           // the comm of the overlapped reduction in progress
+  std::vector<at::Tensor> scatter_into_;  // per bucket, while armed: reduce-scatter targets (empty: all-reduce)
   int64_t next_to_start_ = -1;      // buckets start from the last down to 0
   int64_t started_in_backward_ = 0;
 };

@@ -9,7 +9,7 @@
 namespace slimpi {
 
 ModelParallel::ModelParallel(MPI_Comm trainer, int tensor_parallel, int expert_parallel, const DeviceChoice& device,
-                             bool sequence_parallel)
+                             bool sequence_parallel, int kv_head_replicas)
     : tensor_size_(tensor_parallel), expert_size_(expert_parallel), sequence_parallel_(sequence_parallel) {
   SLIMPI_CHECK(!sequence_parallel || tensor_parallel > 1,
                "sequence parallelism splits the tokens over the tensor-parallel group: it needs tensor parallelism");
@@ -28,12 +28,21 @@ ModelParallel::ModelParallel(MPI_Comm trainer, int tensor_parallel, int expert_p
   tensor_ = make_comm(tensor_mpi_, "tensor_parallel", device);
   data_ = make_comm(data_mpi_, "data_parallel", device);
   if (expert_parallel > 1) experts_ = std::make_unique<ExpertGroups>(data_mpi_, expert_parallel, device);
+  SLIMPI_CHECK(kv_head_replicas >= 1 && tensor_parallel % kv_head_replicas == 0,
+               "key/value heads replicated over {} ranks of a tensor group of {}", kv_head_replicas, tensor_parallel);
+  if (kv_head_replicas > 1) {
+    check_mpi(MPI_Comm_split(tensor_mpi_, tensor_rank_ / kv_head_replicas, rank, &kv_replicas_mpi_),
+              "MPI_Comm_split(key/value head replicas)");
+    kv_replicas_ = make_comm(kv_replicas_mpi_, "kv_head_replicas", device);
+  }
 }
 
 ModelParallel::~ModelParallel() {
   experts_.reset();
   tensor_.reset();
   data_.reset();
+  kv_replicas_.reset();
+  if (kv_replicas_mpi_ != MPI_COMM_NULL) MPI_Comm_free(&kv_replicas_mpi_);
   if (tensor_mpi_ != MPI_COMM_NULL) MPI_Comm_free(&tensor_mpi_);
   if (data_mpi_ != MPI_COMM_NULL) MPI_Comm_free(&data_mpi_);
 }

@@ -10,6 +10,8 @@
 //                         reduce metrics among themselves
 //   expert groups         ExpertGroups (train/expert_parallel.h) over the data-parallel
 //                         group: G consecutive data-parallel indices hold every expert
+//   key/value replicas    t > Hkv: the t / Hkv consecutive ranks of a tensor group that
+//                         hold the same key/value heads (they sum those heads' gradients)
 // Pipeline and context parallelism would be further factors between tensor and data.
 // Owned by the driver on trainer ranks; lives as long as the models that point at it.
 #pragma once
@@ -31,8 +33,9 @@ class ModelParallel {
  public:
   // Collective over `trainer`. t and G must divide its size and each other's quotient.
   // sequence_parallel: the shards' TensorShard::sequence_parallel (needs t > 1).
+  // kv_head_replicas: the model's kv_head_replicas(cfg, t) (model/tensor_shard.h).
   ModelParallel(MPI_Comm trainer, int tensor_parallel, int expert_parallel, const DeviceChoice& device,
-                bool sequence_parallel = false);
+                bool sequence_parallel = false, int kv_head_replicas = 1);
   ~ModelParallel();
   ModelParallel(const ModelParallel&) = delete;
   ModelParallel& operator=(const ModelParallel&) = delete;
@@ -44,7 +47,8 @@ class ModelParallel {
   int expert_size() const { return expert_size_; }
 
   TensorShard tensor_shard() const {
-    return {tensor_rank_, tensor_size_, tensor_size_ > 1 ? tensor_.get() : nullptr, sequence_parallel_};
+    return {tensor_rank_, tensor_size_, tensor_size_ > 1 ? tensor_.get() : nullptr, sequence_parallel_,
+            kv_replicas_.get()};
   }
   ExpertShard expert_shard() const;
   Comm& data() const { return *data_; }
@@ -60,8 +64,8 @@ class ModelParallel {
  private:
   int tensor_size_ = 1, tensor_rank_ = 0, expert_size_ = 1;
   bool sequence_parallel_ = false;
-  MPI_Comm tensor_mpi_ = MPI_COMM_NULL, data_mpi_ = MPI_COMM_NULL;
-  std::unique_ptr<Comm> tensor_, data_;
+  MPI_Comm tensor_mpi_ = MPI_COMM_NULL, data_mpi_ = MPI_COMM_NULL, kv_replicas_mpi_ = MPI_COMM_NULL;
+  std::unique_ptr<Comm> tensor_, data_, kv_replicas_;  // kv_replicas_: null unless t > Hkv
   std::unique_ptr<ExpertGroups> experts_;
 };
 

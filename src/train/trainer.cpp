@@ -23,16 +23,19 @@ namespace slimpi {
 
 namespace {
 
-// The three kinds of parameter, each with its own gradient buffer: replicated on every
-// rank of the tensor group (all of them without model parallelism), split over the
-// tensor group (model/tensor_shard.h), one expert shard's (expert parallelism).
-enum class GradientGroup { Replicated, TensorSplit, Experts };
+// The kinds of parameter, each with its own gradient buffer: replicated on every rank
+// of the tensor group (all of them without model parallelism), split over the tensor
+// group (model/tensor_shard.h), split with each part on several ranks of the group (key/
+// value heads replicated when t > Hkv), one expert shard's (expert parallelism).
+enum class GradientGroup { Replicated, TensorSplit, KvReplicas, Experts };
 
 GradientGroup group_of(const Transformer& policy, const std::string& name) {
   if (policy.expert_shard().size > 1 && Transformer::is_expert_parameter(name)) return GradientGroup::Experts;
   const int t = policy.tensor_shard().size;
-  if (t > 1 && parameter_split(name, policy.config(), t).split()) return GradientGroup::TensorSplit;
-  return GradientGroup::Replicated;
+  if (t == 1) return GradientGroup::Replicated;
+  const ParameterSplit split = parameter_split(name, policy.config(), t);
+  if (!split.split()) return GradientGroup::Replicated;
+  return split.replicas > 1 ? GradientGroup::KvReplicas : GradientGroup::TensorSplit;
 }
 
 std::vector<NamedTensor> gradient_group(const Transformer& policy, GradientGroup group) {
@@ -91,10 +94,14 @@ Trainer::Trainer(const TrainerConfig& cfg, Transformer& policy, Comm* dp, const 
                  "the reference model must be split over the policy's tensor group");
     split_grads_ = std::make_unique<GradBuffer>(gradient_group(policy, GradientGroup::TensorSplit),
                                                 cfg.grad_bucket_bytes, padding(cfg, dp));
+    if (kv_head_replicas(policy.config(), policy.tensor_shard().size) > 1)
+      kv_grads_ = std::make_unique<GradBuffer>(gradient_group(policy, GradientGroup::KvReplicas),
+                                               cfg.grad_bucket_bytes, padding(cfg, dp));
   }
   if (cfg.distributed_optimizer) {
     sharded_adam_ = std::make_unique<DistributedAdamW>(grads_, dp_, cfg.adam);
     if (split_grads_) sharded_split_adam_ = std::make_unique<DistributedAdamW>(*split_grads_, dp_, cfg.adam);
+    if (kv_grads_) sharded_kv_adam_ = std::make_unique<DistributedAdamW>(*kv_grads_, dp_, cfg.adam);
     if (expert_grads_)
       sharded_expert_adam_ = std::make_unique<DistributedAdamW>(*expert_grads_, expert_replicas_, cfg.adam);
   }
@@ -104,6 +111,7 @@ std::vector<std::tuple<GradBuffer*, Comm*, DistributedAdamW*>> Trainer::buffers(
   std::vector<std::tuple<GradBuffer*, Comm*, DistributedAdamW*>> out{
       {const_cast<GradBuffer*>(&grads_), dp_, sharded_adam_.get()}};
   if (split_grads_) out.emplace_back(split_grads_.get(), dp_, sharded_split_adam_.get());
+  if (kv_grads_) out.emplace_back(kv_grads_.get(), dp_, sharded_kv_adam_.get());
   if (expert_grads_) out.emplace_back(expert_grads_.get(), expert_replicas_, sharded_expert_adam_.get());
   return out;
 }
@@ -118,7 +126,9 @@ int64_t Trainer::aligned_micro_batches(int64_t n) const {
 double Trainer::global_grad_norm() const {
   // Every parameter counted once: the replicated ones on this rank (every rank of its
   // tensor group holds the same sums), the tensor group's splits and the expert group's
-  // shards added up over their groups (the replicas of a shard hold the same sums).
+  // shards added up over their groups (the replicas of a shard hold the same sums), the
+  // replicated key/value heads added up over the tensor group and divided by their
+  // number of replicas (each replica holds the same sums).
   // The distributed optimizer holds each sum in chunks over the buffer's group.
   auto norm_sq = [](const GradBuffer& g, DistributedAdamW* sharded, Comm* group) {
     if (!sharded) return std::pow(g.global_norm(), 2);
@@ -126,6 +136,9 @@ double Trainer::global_grad_norm() const {
   };
   double sq = norm_sq(grads_, sharded_adam_.get(), dp_);
   if (split_grads_) sq += summed(norm_sq(*split_grads_, sharded_split_adam_.get(), dp_), tensor_group_);
+  if (kv_grads_)
+    sq += summed(norm_sq(*kv_grads_, sharded_kv_adam_.get(), dp_), tensor_group_) /
+          double(kv_head_replicas(policy_.config(), policy_.tensor_shard().size));
   if (expert_grads_) sq += summed(norm_sq(*expert_grads_, sharded_expert_adam_.get(), expert_replicas_), expert_group_);
   return std::sqrt(sq);
 }
@@ -303,12 +316,14 @@ bool Trainer::overlaps_grad_reduce() const {
   // on a replica that waits on this rank: there the reductions follow backward (not
   // yet run on a GPU; on the CPU, MPI's non-blocking reductions never block backward).
   const bool cpu = policy_.device().is_cpu();
-  return cfg_.overlap_grad_reduce && !cfg_.distributed_optimizer && dp_ && (cpu || dp_->device_memory()) &&
-         !(expert_group_ && dp_->device_memory());
+  return cfg_.overlap_grad_reduce && dp_ && (cpu || dp_->device_memory()) && !(expert_group_ && dp_->device_memory());
 }
 
 void Trainer::arm_overlapped_reduction() {
-  for (auto [g, group, sharded] : buffers()) g->start_overlapped_reduction(group);
+  for (auto [g, group, sharded] : buffers()) {
+    if (sharded) sharded->start_overlapped_reduce_scatter();  // the distributed optimizer: into its chunks
+    else g->start_overlapped_reduction(group);
+  }
 }
 
 void Trainer::forwards_and_backwards(std::vector<Sample>& local, const StepInputs& in, MetricSums& sums) {

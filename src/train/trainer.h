@@ -22,11 +22,13 @@
 // Tensor parallelism (the policy a tensor shard, train/model_parallel.h): `dp` is the
 // data-parallel group of this rank's tensor rank; every rank of a tensor group gets the
 // same samples and runs the same micro-batches; the split parameters' gradients live in
-// a third buffer, reduced over dp, their norm added up over the tensor group.
+// a third buffer, reduced over dp, their norm added up over the tensor group (key/value
+// heads replicated over the group, t > Hkv, in a fourth: their replicas' sums are equal,
+// so their norm is counted once per head).
 // Distributed optimizer (train.distributed_optimizer, train/distributed_optimizer.h):
 // each buffer's AdamW state is sharded over the group that reduces it; its gradients
-// are reduce-scattered after backward (no overlap with it yet) and the parameters
-// all-gathered after the update.
+// are reduce-scattered bucket by bucket from inside the last backward (or after it,
+// without train.overlap_grad_reduce) and the parameters all-gathered after the update.
 #pragma once
 
 #include <mpi.h>
@@ -157,13 +159,17 @@ class Trainer {
   GradBuffer grads_;
   std::unique_ptr<GradBuffer> expert_grads_;
   std::unique_ptr<GradBuffer> split_grads_;  // tensor parallelism: the split parameters' (model/tensor_shard.h)
-  std::unique_ptr<DistributedAdamW> sharded_adam_, sharded_split_adam_, sharded_expert_adam_;
+  std::unique_ptr<GradBuffer> kv_grads_;     // t > Hkv: the replicated key/value heads' (summed over replicas in backward)
+  std::unique_ptr<DistributedAdamW> sharded_adam_, sharded_split_adam_, sharded_kv_adam_, sharded_expert_adam_;
   // Every buffer with the group it is reduced over and its distributed optimizer.
   std::vector<std::tuple<GradBuffer*, Comm*, DistributedAdamW*>> buffers() const;
   // Whether this rank writes its part of stored tensor `name` (a parameter, or its
   // moment without the distributed optimizer) to checkpoints: the first of the ranks
   // holding the same part does.
   bool stores_part(const std::string& name) const;
+  // Whether this rank is the first of its tensor group to hold its part of parameter
+  // `param` (tensor rank 0 for a replicated one).
+  bool first_in_tensor_group(const std::string& param) const;
   bool moe_ = false;                // model.n_experts > 0
   std::vector<int64_t> moe_layers_;  // the model layer of each MoE layer
 };

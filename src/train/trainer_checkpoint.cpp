@@ -48,13 +48,19 @@ bool any_rank(bool mine, MPI_Comm comm, const std::string& context) {
 
 }  // namespace
 
+bool Trainer::first_in_tensor_group(const std::string& param) const {
+  const TensorShard& tp = policy_.tensor_shard();
+  const ParameterSplit split = parameter_split(param, policy_.config(), tp.size);
+  return split.split() ? split.first_replica(tp.rank) : tp.rank == 0;
+}
+
 bool Trainer::stores_part(const std::string& name) const {
   // Of the ranks holding the same part of a tensor, the first writes it: a tensor
-  // replicated over the tensor group by its rank 0, a data-parallel replica's by data-
-  // parallel index 0, an expert's by the first of its replicas.
+  // replicated over the tensor group by its rank 0 (a replicated key/value head by the
+  // first of its replicas), a data-parallel replica's by data-parallel index 0, an
+  // expert's by the first of its replicas.
   const std::string param = parameter_of(name);
-  const TensorShard& tp = policy_.tensor_shard();
-  if (tp.rank != 0 && !parameter_split(param, policy_.config(), tp.size).split()) return false;
+  if (!first_in_tensor_group(param)) return false;
   if (expert_replicas_ && Transformer::is_expert_parameter(param)) return expert_replicas_->rank() == 0;
   return !dp_ || dp_->rank() == 0;
 }
@@ -83,7 +89,7 @@ void Trainer::save(const std::string& path, MPI_Comm trainer) const {
     for (auto [g, group, sharded] : buffers()) {
       for (auto& t : sharded->state_like()) moments.push_back(std::move(t));
       for (auto& piece : sharded->moment_pieces())
-        if (tp.rank == 0 || parameter_split(parameter_of(piece.name), policy_.config(), tp.size).split()) {
+        if (first_in_tensor_group(parameter_of(piece.name))) {
           piece.values = piece.values.cpu().contiguous();
           moment_pieces.push_back(std::move(piece));
         }

@@ -4,6 +4,8 @@
 #include <ATen/core/grad_mode.h>
 #include <slimpi/error.h>
 
+#include <fmt/ranges.h>
+
 #include <map>
 #include <string>
 
@@ -64,17 +66,43 @@ std::vector<NamedTensor> whole_tensors(const Transformer& shard_model, const std
   return join_tensor_splits(shard_model.tensor_shard(), shard_model.config(), joined, to_all);
 }
 
-void gather_whole_model(const Transformer& shard, Transformer* whole, bool to_all) {
-  SLIMPI_CHECK(whole || !to_all, "gather_whole_model: every rank gathers, so every rank needs a whole model");
+namespace {
+
+// Every parameter of `target` set to the tensor of its name (converted to its dtype).
+void copy_by_name(const std::vector<NamedTensor>& tensors, Transformer& target) {
   std::map<std::string, at::Tensor> by_name;
-  for (auto& t : whole_tensors(shard, shard.parameters(), to_all)) by_name[t.name] = t.tensor;
-  if (!whole || by_name.empty()) return;
+  for (const auto& t : tensors) by_name[t.name] = t.tensor;
   at::NoGradGuard no_grad;
-  for (const auto& p : whole->parameters()) {
+  for (const auto& p : target.parameters()) {
     auto it = by_name.find(p.name);
     SLIMPI_CHECK(it != by_name.end(), "gathering the model's shards: no rank holds {}", p.name);
+    SLIMPI_CHECK(it->second.sizes() == p.tensor.sizes(), "gathering the model's shards: {} arrives as [{}] for a "
+                 "tensor of [{}]", p.name, fmt::join(it->second.sizes(), ", "), fmt::join(p.tensor.sizes(), ", "));
     p.tensor.copy_(it->second);
   }
+}
+
+}  // namespace
+
+void copy_tensor_shard(const Transformer& shard, Transformer& target) {
+  SLIMPI_CHECK(target.tensor_shard().size == shard.tensor_shard().size &&
+                   target.tensor_shard().rank == shard.tensor_shard().rank && target.expert_shard().size == 1,
+               "copy_tensor_shard: the target must hold the same tensor shard ({} of {}) with every expert",
+               shard.tensor_shard().rank, shard.tensor_shard().size);
+  const ExpertShard& ep = shard.expert_shard();
+  if (ep.size == 1) return target.copy_weights_from(shard);  // the same layout: one flat copy
+  std::vector<NamedTensor> experts, tensors;
+  for (const auto& t : shard.parameters()) (Transformer::is_expert_parameter(t.name) ? experts : tensors).push_back(t);
+  for (auto& t : gather_expert_tensors(ep, ep.count(shard.config().n_experts), experts, /*to_all=*/true))
+    tensors.push_back(std::move(t));
+  copy_by_name(tensors, target);
+}
+
+void gather_whole_model(const Transformer& shard, Transformer* whole, bool to_all) {
+  SLIMPI_CHECK(whole || !to_all, "gather_whole_model: every rank gathers, so every rank needs a whole model");
+  const std::vector<NamedTensor> tensors = whole_tensors(shard, shard.parameters(), to_all);
+  if (!whole || tensors.empty()) return;
+  copy_by_name(tensors, *whole);
 }
 
 }  // namespace slimpi

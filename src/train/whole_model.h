@@ -23,6 +23,12 @@ class Transformer;
 std::vector<NamedTensor> whole_tensors(const Transformer& shard_model, const std::vector<NamedTensor>& local,
                                        bool to_all);
 
+// Sets `target` (the same config and tensor shard as `shard`, every expert, any weight
+// dtype: a colocated tensor-parallel engine's model) to the weights of `shard`, the
+// experts gathered over its expert group. Collective over that group (none without
+// expert parallelism: a copy).
+void copy_tensor_shard(const Transformer& shard, Transformer& target);
+
 // Sets `whole` (the same config unsharded; any weight dtype) to the weights of the
 // sharded model `shard` and the other shards of its groups. Collective as above.
 // `whole` null: this rank only contributes (to_all = false); otherwise the ranks that

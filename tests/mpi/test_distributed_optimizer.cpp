@@ -5,7 +5,9 @@
 // different orders), with buckets small enough that shards cut through parameters and
 // sizes not divisible by the group (d = 3); each rank holds only 1/d of the moments;
 // its checkpoint holds the whole moments, equal to the plain trainer's; and a plain
-// checkpoint loaded into a sharded trainer continues as the plain trainer does.
+// checkpoint loaded into a sharded trainer continues as the plain trainer does. The
+// reduce-scatters start from inside backward (train.overlap_grad_reduce) or after it:
+// the same steps either way.
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
@@ -34,7 +36,7 @@ ModelConfig odd_config() {
   return c;
 }
 
-TrainerConfig rl_config(bool distributed) {
+TrainerConfig rl_config(bool distributed, bool overlap = true) {
   TrainerConfig c;
   c.mode = "rl";
   c.entropy_coef = 0.01;
@@ -46,6 +48,7 @@ TrainerConfig rl_config(bool distributed) {
   c.adam.weight_decay = 0.1;  // matrices decay, vectors do not: per segment
   c.grad_bucket_bytes = 1 << 12;  // buckets of ~1k elements: shards cut through parameters
   c.distributed_optimizer = distributed;
+  c.overlap_grad_reduce = overlap;
   return c;
 }
 
@@ -73,23 +76,36 @@ void expect_close(const at::Tensor& got, const at::Tensor& want, const std::stri
 TEST(DistributedOptimizer, StepsEqualPlainAdamW) {
   MpiComm world(MPI_COMM_WORLD, "trainer");
   const int r = world.rank(), n = world.size();
-  Transformer plain_model(odd_config(), 1, at::kCPU), sharded_model(odd_config(), 1, at::kCPU);
+  Transformer plain_model(odd_config(), 1, at::kCPU), sharded_model(odd_config(), 1, at::kCPU),
+      after_model(odd_config(), 1, at::kCPU);
   Trainer plain(rl_config(false), plain_model, &world);
   Trainer sharded(rl_config(true), sharded_model, &world);
+  Trainer after(rl_config(true, /*overlap=*/false), after_model, &world);  // reduce-scatters after backward
   ASSERT_GT(sharded.grads().n_buckets(), 4);
   for (int step = 0; step < 3; ++step) {
     SCOPED_TRACE("step " + std::to_string(step));
-    std::vector<Sample> a = samples_of(r, step), b = samples_of(r, step);
+    std::vector<Sample> a = samples_of(r, step), b = samples_of(r, step), c = samples_of(r, step);
     plain.prepare_rollout(a, false);
     sharded.prepare_rollout(b, false);
+    after.prepare_rollout(c, false);
     const auto want = plain.train_step(a);
     const auto got = sharded.train_step(b);
+    const auto got_after = after.train_step(c);
     for (const auto& [k, x] : want)
-      if (k.rfind("perf/", 0) != 0) EXPECT_NEAR(got.at(k), x, 1e-5 * std::max(1.0, std::abs(x))) << k;
+      if (k.rfind("perf/", 0) != 0) {
+        EXPECT_NEAR(got.at(k), x, 1e-5 * std::max(1.0, std::abs(x))) << k;
+        EXPECT_NEAR(got_after.at(k), x, 1e-5 * std::max(1.0, std::abs(x))) << k << " (after backward)";
+      }
     EXPECT_GT(want.at("train/grad_norm"), 0.5);  // the clip acted: the norm of every shard together
-    for (size_t i = 0; i < plain_model.parameters().size(); ++i)
+    // Overlapped: most buckets went out while backward still ran (the first ones' gradients come last).
+    if (n > 1) EXPECT_GT(sharded.grads().n_started_in_backward(), sharded.grads().n_buckets() / 2);
+    EXPECT_EQ(after.grads().n_started_in_backward(), 0);
+    for (size_t i = 0; i < plain_model.parameters().size(); ++i) {
       expect_close(sharded_model.parameters()[i].tensor.detach(), plain_model.parameters()[i].tensor.detach(),
                    "parameter " + plain_model.parameters()[i].name);
+      expect_close(after_model.parameters()[i].tensor.detach(), plain_model.parameters()[i].tensor.detach(),
+                   "parameter (after backward) " + plain_model.parameters()[i].name);
+    }
   }
   EXPECT_EQ(sharded.n_steps(), 3);
 

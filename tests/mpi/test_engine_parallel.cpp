@@ -41,11 +41,12 @@ namespace {
 using testing::world_rank;
 using testing::world_size;
 
-// 8 query heads over 4 key/value heads: splits over 1, 2 or 4 ranks.
-ModelConfig engine_model_config(bool moe) {
+// 8 query heads over 4 key/value heads (or `kv_heads`: replicated over a larger group):
+// splits over 1, 2 or 4 ranks.
+ModelConfig engine_model_config(bool moe, int kv_heads = 4) {
   ModelConfig c = testing::tiny_model_config(96, 0.3);
   c.n_heads = 8;
-  c.n_kv_heads = 4;
+  c.n_kv_heads = kv_heads;
   c.hidden_size = 64;
   c.qk_norm = true;
   if (moe) {
@@ -100,13 +101,13 @@ void expect_same_samples(const std::vector<Sample>& got, const std::vector<Sampl
 
 // Engines of e ranks over the world's first ranks (groups of e consecutive ranks, each
 // running the same requests): every leader's samples equal a one-rank engine's.
-void expect_engines_match_one_rank(int e, bool moe, at::ScalarType dtype) {
+void expect_engines_match_one_rank(int e, bool moe, at::ScalarType dtype, int kv_heads = 4) {
   const int n = world_size(), rank = world_rank();
   if (n % e != 0) GTEST_SKIP() << "np " << n << " does not split into engines of " << e;
   MPI_Comm group_mpi;
   MPI_Comm_split(MPI_COMM_WORLD, rank / e, rank, &group_mpi);
   MpiComm group(group_mpi, "engine_group");
-  const ModelConfig cfg = engine_model_config(moe);
+  const ModelConfig cfg = engine_model_config(moe, kv_heads);
   const TensorShard shard{group.rank(), e, &group, false};
   Transformer model(cfg, 5, at::kCPU, dtype, {}, shard);
   const std::vector<GenerationRequest> reqs = requests(6);
@@ -161,11 +162,13 @@ TEST(TensorParallelEngine, AMixtureOfExpertsModelKeepsItsRoutingTraces) {
   expect_engines_match_one_rank(2, true, at::kFloat);
 }
 TEST(TensorParallelEngine, Bf16) { expect_engines_match_one_rank(2, false, at::kBFloat16); }
+// Two key/value heads over four ranks: each rank caches the one its query heads use.
+TEST(TensorParallelEngine, ReplicatedKeyValueHeads) { expect_engines_match_one_rank(4, false, at::kFloat, 2); }
 
 // One sliced sync over the world's first layout.n_members() ranks: trainer members hold
 // shards of the model drawn with seed 11, engines shards of seed 12 (in `wire`); after
 // the sync every engine rank holds its slice of the seed-11 model in `wire`.
-void expect_sliced_sync_delivers_slices(const SyncLayout& layout, bool moe, at::ScalarType wire) {
+void expect_sliced_sync_delivers_slices(const SyncLayout& layout, bool moe, at::ScalarType wire, int kv_heads = 4) {
   const int rank = world_rank();
   if (world_size() < layout.n_members()) GTEST_SKIP() << "needs " << layout.n_members() << " ranks";
   const bool member = rank < layout.n_members();
@@ -173,7 +176,7 @@ void expect_sliced_sync_delivers_slices(const SyncLayout& layout, bool moe, at::
   MPI_Comm_split(MPI_COMM_WORLD, member ? 0 : MPI_UNDEFINED, rank, &sync_mpi);
   if (!member) return;
   MpiComm sync(sync_mpi, "sliced_sync");
-  const ModelConfig cfg = engine_model_config(moe);
+  const ModelConfig cfg = engine_model_config(moe, kv_heads);
   const bool trainer = rank < layout.n_trainer_members();
   const int t = layout.trainer_tensor, e = layout.engine_tensor;
   // Trainer members: tensor groups (same data index) and expert groups (same tensor rank).
@@ -244,6 +247,17 @@ TEST(SlicedWeightSync, ExpertsFromTwoDataParallelIndices) {
 }
 TEST(SlicedWeightSync, TrainerTp2xEp2ToAnEngineOfTp2) {
   expect_sliced_sync_delivers_slices({2, 2, 1, 2}, true, at::kFloat);
+}
+// Key/value heads replicated: on both sides (one head), on the engine's (two heads over
+// four ranks), on the trainer's (two heads over four ranks to an engine of two).
+TEST(SlicedWeightSync, ReplicatedKeyValueHeadsOnBothSides) {
+  expect_sliced_sync_delivers_slices({2, 1, 1, 2}, false, at::kFloat, 1);
+}
+TEST(SlicedWeightSync, ReplicatedKeyValueHeadsOnTheEngine) {
+  expect_sliced_sync_delivers_slices({2, 1, 1, 4}, false, at::kFloat, 2);
+}
+TEST(SlicedWeightSync, ReplicatedKeyValueHeadsOnTheTrainer) {
+  expect_sliced_sync_delivers_slices({4, 1, 1, 2}, false, at::kFloat, 2);
 }
 
 }  // namespace

@@ -205,11 +205,12 @@ TEST(HeadLogProbs, EqualTheLogitsPath) {
 }
 
 // The model of a case: grouped-query attention (2 key/value heads where the group
-// allows it) with q/k norms and q/k/v biases; tied or untied; with one MoE layer.
-ModelConfig tp_config(int t, bool tied, bool moe) {
+// allows it, or `kv_heads`: fewer than t replicates them) with q/k norms and q/k/v
+// biases; tied or untied; with one MoE layer.
+ModelConfig tp_config(int t, bool tied, bool moe, int kv_heads = 0) {
   ModelConfig c = testing::tiny_model_config(/*max_seq_len=*/32, /*init_std=*/0.1);
   c.n_heads = 8;
-  c.n_kv_heads = std::max(2, t);
+  c.n_kv_heads = kv_heads > 0 ? kv_heads : std::max(2, t);
   c.explicit_head_dim = 8;
   c.qk_norm = true;
   c.qkv_bias = true;
@@ -264,6 +265,7 @@ struct Case {
   bool sequence_parallel = false;
   bool distributed_optimizer = false;
   Transformer::Recompute recompute = Transformer::Recompute::None;
+  int kv_heads = 0;  // > 0: the model's key/value heads (fewer than the group: replicated)
 };
 
 class TensorParallelStep : public ::testing::TestWithParam<Case> {};
@@ -276,8 +278,9 @@ TEST_P(TensorParallelStep, EqualsTheWholeModel) {
   if (n % tp != 0 || (n / tp) % c.expert_parallel != 0 || (c.expert_parallel > 1 && !c.moe) || (tp == 1 && n > 1) ||
       (c.sequence_parallel && tp == 1))
     GTEST_SKIP() << "TP " << tp << " x EP " << c.expert_parallel << " at np " << n;
-  const ModelConfig cfg = tp_config(tp, c.tied, c.moe);
-  ModelParallel mp(MPI_COMM_WORLD, tp, c.expert_parallel, DeviceChoice{}, c.sequence_parallel);
+  const ModelConfig cfg = tp_config(tp, c.tied, c.moe, c.kv_heads);
+  ModelParallel mp(MPI_COMM_WORLD, tp, c.expert_parallel, DeviceChoice{}, c.sequence_parallel,
+                   kv_head_replicas(cfg, tp));
   const int d = mp.data_index();
 
   // The whole model, data-parallel over the same data-parallel group.
@@ -316,6 +319,18 @@ TEST_P(TensorParallelStep, EqualsTheWholeModel) {
     if (!c.distributed_optimizer)
       expect_close(p.tensor.grad(), stored.part_of(p.name, want_grads.at(p.name)), "gradient of " + p.name);
     expect_close(p.tensor.detach(), stored.part_of(p.name, want_weights.at(p.name)), "updated " + p.name);
+  }
+  if (const int rep = kv_head_replicas(cfg, tp); rep > 1) {
+    // The replicas of a key/value head hold the same gradients, so they stay equal, bit for bit.
+    ASSERT_NE(mp.tensor_shard().kv_replicas, nullptr);
+    Comm& replicas = *mp.tensor_shard().kv_replicas;
+    EXPECT_EQ(replicas.size(), rep);
+    for (const auto& p : shard.parameters()) {
+      if (parameter_split(p.name, cfg, tp).replicas == 1) continue;
+      at::Tensor mine = p.tensor.detach().clone(), first = mine.clone();
+      replicas.broadcast(first.data_ptr(), size_t(first.numel()), DType::F32, 0);
+      EXPECT_TRUE(at::equal(mine, first)) << p.name << " differs between its replicas";
+    }
   }
 
   // The checkpoint holds whole tensors, as the whole model's does.
@@ -395,7 +410,12 @@ INSTANTIATE_TEST_SUITE_P(Layouts, TensorParallelStep,
                                            // activation recomputation (against the whole model without it)
                                            Case{0, 1, false, true, false, false, Transformer::Recompute::Full},
                                            Case{0, 1, true, false, true, false, Transformer::Recompute::Selective},
-                                           Case{2, 2, false, true, true, true, Transformer::Recompute::Full}));
+                                           Case{2, 2, false, true, true, true, Transformer::Recompute::Full},
+                                           // key/value heads replicated: 2 over a group of 4, 1 over every
+                                           // group (with sequence parallelism and the distributed optimizer)
+                                           Case{0, 1, false, false, false, false, Transformer::Recompute::None, 2},
+                                           Case{0, 1, true, false, true, true, Transformer::Recompute::None, 1},
+                                           Case{2, 1, false, false, false, true, Transformer::Recompute::Full, 1}));
 
 TEST(TensorShard, SplitsAndPadsAsMegatron) {
   ModelConfig cfg = tp_config(2, false, false);
@@ -417,20 +437,36 @@ TEST(TensorShard, SplitsAndPadsAsMegatron) {
   const at::Tensor gate = at::arange(64 * 4, at::kFloat).view({64, 4});
   const ParameterSplit g = parameter_split("model.layers.0.mlp.gate_proj.weight", cfg, 2);
   EXPECT_TRUE(at::equal(shard_of_whole(gate, g, {1, 2, nullptr}), gate.narrow(0, 32, 32)));
+  // Fewer key/value heads than ranks: each is held by t / Hkv consecutive ranks.
   cfg.n_kv_heads = 2;
-  EXPECT_THROW(check_tensor_parallel_shape(cfg, 4), Error);
+  EXPECT_NO_THROW(check_tensor_parallel_shape(cfg, 4));
+  EXPECT_EQ(kv_head_replicas(cfg, 4), 2);
+  EXPECT_EQ(local_kv_heads(cfg, 4), 1);
+  EXPECT_EQ(kv_head_replicas(cfg, 2), 1);
+  const ParameterSplit kv = parameter_split("model.layers.0.self_attn.k_proj.weight", cfg, 4);
+  EXPECT_EQ(kv.replicas, 2);
+  const at::Tensor k = at::arange(16 * 4, at::kFloat).view({16, 4});  // 2 heads of 8 rows
+  for (int r = 0; r < 4; ++r)
+    EXPECT_TRUE(at::equal(shard_of_whole(k, kv, {r, 4, nullptr}), k.narrow(0, 8 * (r / 2), 8))) << r;
+  const at::Tensor stacked = at::stack({k.narrow(0, 0, 8), k.narrow(0, 0, 8), k.narrow(0, 8, 8), k.narrow(0, 8, 8)});
+  EXPECT_TRUE(at::equal(whole_of_shards(stacked, kv), k));
+  EXPECT_FALSE(parameter_split("model.layers.0.self_attn.q_proj.weight", cfg, 4).replicas > 1);
+  cfg.n_kv_heads = 4;
+  cfg.n_heads = 12;
+  EXPECT_THROW(check_tensor_parallel_shape(cfg, 6), Error);  // 4 neither divides 6 nor is divisible by it
 }
 
 // A run of a shard's elements, read through its span's blocks out of the whole tensor,
 // is the run of shard_of_whole's part (per-rank checkpoint I/O relies on it); the
 // padded vocabulary rows are the unstored tail.
 TEST(TensorShard, SpansPlaceEveryRunOfAShardInTheWholeTensor) {
-  const ModelConfig cfg = tp_config(4, false, false);
+  const ModelConfig cfg = tp_config(4, false, false, /*kv_heads=*/2);  // k/v replicated at t = 4
   const int64_t d = cfg.hidden_size, q = cfg.n_heads * cfg.head_dim();
   const std::vector<std::pair<std::string, std::vector<int64_t>>> tensors{
       {"lm_head.weight", {cfg.vocab_size, d}},                           // rows, padded
       {"exp_avg/model.layers.0.self_attn.o_proj.weight", {d, q}},        // columns
       {"model.layers.0.self_attn.q_proj.bias", {q}},                     // rows of a vector
+      {"model.layers.1.self_attn.k_proj.weight", {2 * cfg.head_dim(), d}},  // rows, replicated at t = 4
       {"model.layers.1.input_layernorm.weight", {d}},                    // replicated
       {"model.layers.0.mlp.down_proj.weight", {d, cfg.intermediate_size}}};
   at::Generator gen = at::detail::createCPUGenerator(5);

@@ -17,6 +17,13 @@
 #    the whole model (the padded vocabulary rows dropped), and a tensor-parallel run
 #    starts from that Hugging Face export;
 #  * SFT with evaluation (the trainers gather a whole model to generate) matches;
+#  * key/value heads replicated over a tensor group larger than their number (TP 4 over
+#    the smoke policy's 2) generate the same tokens;
+#  * colocated tensor-parallel engines (rollout.tensor_parallel = parallel.tensor_parallel:
+#    each tensor group generates with the policy's own shards) generate the same tokens,
+#    with sequence parallelism, the distributed optimizer and the KV cache freed while
+#    training, across job steps bit for bit, and with replicated key/value heads; a bf16
+#    copy of the shards runs;
 #  * tensor-parallel engines (rollout.tensor_parallel = 2: one engine of 2 rollout ranks)
 #    generate the tokens of two one-rank engines, with the sliced weight sync and with
 #    the broadcast route, with one_step_off, and across job steps bit for bit (and a
@@ -63,6 +70,36 @@ run 4 co4_tp1 --set parallel.placement=colocate
 run 4 co4_tp2 --set parallel.placement=colocate --set parallel.tensor_parallel=2
 grep -q "tensor parallelism: 2 groups of 2 trainer ranks (data-parallel size 2)" "$out/co4_tp2.log"
 close co4_tp1 co4_tp2
+
+echo "== key/value heads replicated: the smoke policy's 2 over a tensor group of 4 (np 4 colocated)"
+run 4 co4_tp4 --set parallel.placement=colocate --set parallel.tensor_parallel=4
+grep -q "key/value heads replicated: the model's 2 key/value heads are fewer than the 4 ranks of a tensor group, so each is held whole by 2 consecutive tensor ranks" \
+  "$out/co4_tp4.log"
+close co4_tp1 co4_tp4
+
+echo "== colocated tensor-parallel engines: each tensor group generates with its own shards"
+cetp=(--set parallel.placement=colocate --set parallel.tensor_parallel=2 --set rollout.tensor_parallel=2)
+run 2 co2_etp2 "${cetp[@]}" "${kl[@]}"
+grep -q "tensor-parallel engines: 1 engine of 2 ranks, each a tensor group of the trainer running the policy's own shards" \
+  "$out/co2_etp2.log"
+close co2_tp1 co2_etp2
+# TP 2 x DP 2 with sequence parallelism and the distributed optimizer, the KV cache freed
+# while training, across job steps
+run 4 co4_etp2 "${cetp[@]}" --set parallel.sequence_parallel=true --set train.distributed_optimizer=true \
+  --set rollout.offload_between_phases=true
+close co4_tp1 co4_etp2
+run 4 co4_etp2_chunked "${cetp[@]}" --set parallel.sequence_parallel=true --set train.distributed_optimizer=true \
+  --set rollout.offload_between_phases=true --set run.job_steps=2
+run 4 co4_etp2_chunked "${cetp[@]}" --set parallel.sequence_parallel=true --set train.distributed_optimizer=true \
+  --set rollout.offload_between_phases=true
+/usr/bin/python3 tests/regression/compare_runs.py "$out/co4_etp2" "$out/co4_etp2_chunked"
+# key/value heads replicated in the engine too (TP 4 groups of the 2 heads)
+run 4 co4_etp4 --set parallel.placement=colocate --set parallel.tensor_parallel=4 --set rollout.tensor_parallel=4
+close co4_tp1 co4_etp4
+# bf16 engines: a copy of each rank's shard, refreshed every step (its tokens are its own)
+run 2 co2_etp2_bf16 "${cetp[@]}" --set rollout.precision=bf16
+grep -q "running a copy of its shards refreshed at every step" "$out/co2_etp2_bf16.log"
+grep -q "step 4/4" "$out/co2_etp2_bf16.log"
 
 echo "== the distributed optimizer: DP 4 and TP 2 x DP 2, and its job steps bit for bit"
 run 4 co4_do --set parallel.placement=colocate --set train.distributed_optimizer=true
@@ -190,14 +227,16 @@ refused tp_three "it must divide the number of trainer ranks, 4" 4 --set paralle
 refused ep_over_dp "it must divide the number of data-parallel trainer ranks, 2 (4 trainer ranks / parallel.tensor_parallel = 2" \
   4 --set parallel.placement=colocate --set parallel.tensor_parallel=2 --set model.n_experts=4 \
   --set model.moe_intermediate_size=16 --set parallel.expert_parallel=4
-refused kv_heads "model.n_kv_heads = 2 (inputs/smoke_rl.toml:17) is not divisible by 4" 4 \
-  --set parallel.placement=colocate --set parallel.tensor_parallel=4
+refused kv_heads "model.n_kv_heads = 6 (--set) neither is divisible by 4 nor divides it" 4 \
+  --set parallel.placement=colocate --set parallel.tensor_parallel=4 --set model.n_heads=12 --set model.n_kv_heads=6 \
+  --set model.hidden_size=48
 refused mlp_width "model.intermediate_size = 66 (--set) is not divisible by 4" 4 --set parallel.placement=colocate \
   --set parallel.tensor_parallel=4 --set model.n_kv_heads=4 --set model.intermediate_size=66
 refused etp_not_dividing "rollout.tensor_parallel = 3 (--set) makes engines of 3 rollout ranks: it must divide the 2 rollout ranks" \
   4 --set rollout.tensor_parallel=3
-refused etp_colocated "rollout.tensor_parallel = 2 (--set) makes engines of 2 rollout ranks, which split placement has" \
-  4 --set parallel.placement=colocate --set rollout.tensor_parallel=2
-refused etp_kv_heads "rollout.tensor_parallel = 4 (--set) splits each engine's layers over 4 rollout ranks: model.n_kv_heads = 2" \
-  6 --set parallel.rollout_ranks=4 --set rollout.tensor_parallel=4
+refused etp_colocated "so it must equal parallel.tensor_parallel = 2 (--set), or be 1" \
+  4 --set parallel.placement=colocate --set parallel.tensor_parallel=2 --set rollout.tensor_parallel=4
+refused etp_kv_heads "rollout.tensor_parallel = 4 (--set) splits each engine's layers over 4 rollout ranks: model.n_kv_heads = 6 (--set) neither" \
+  6 --set parallel.rollout_ranks=4 --set rollout.tensor_parallel=4 --set model.n_heads=12 --set model.n_kv_heads=6 \
+  --set model.hidden_size=48
 echo "tensor_parallel_runs: OK"
