@@ -9,8 +9,11 @@
 #   np4_split  2 trainer ranks as one tensor group (parallel.tensor_parallel = 2) and
 #              one tensor-parallel engine of 2 rollout ranks (rollout.tensor_parallel =
 #              2), the sliced weight sync between them
-#   np4_split_bf16  the same with rollout.precision = bf16 (on a 24 GB machine the fp32
-#              layout's four ranks together exceed the memory at the final save)
+#   np4_split_bf16  the same with rollout.precision = bf16
+#   np4_colocated  4 colocated ranks as TP 2 x DP 2 with the distributed optimizer, each
+#              tensor group an engine running the policy's own shards (rollout.
+#              tensor_parallel = 2), train.recompute = full, the KV cache released
+#              between phases
 #   trl        TRL's GRPOTrainer, same shape and workload (perf/trl_grpo_step.py; a venv
 #              with trl: SLIMPI_TRL_PYTHON, default /opt/slimpi/trl-dev/bin/python)
 # Reported: each rank's peak RSS (the kernel's high-water mark, /usr/bin/time) and the
@@ -48,6 +51,9 @@ for layout in "${layouts[@]}"; do
     np4_split) np=4; args=(--set parallel.tensor_parallel=2 --set rollout.tensor_parallel=2) ;;
     np4_split_bf16) np=4; args=(--set parallel.tensor_parallel=2 --set rollout.tensor_parallel=2
                                 --set rollout.precision=bf16) ;;
+    np4_colocated) np=4; args=(--set parallel.placement=colocate --set parallel.tensor_parallel=2
+                               --set rollout.tensor_parallel=2 --set train.distributed_optimizer=true
+                               --set train.recompute=full --set rollout.offload_between_phases=true) ;;
     *) echo "qwen3_shape_step: unknown layout $layout"; exit 1 ;;
   esac
   OMP_WAIT_POLICY=PASSIVE mpirun "${flags[@]}" -np $np sh -c \

@@ -1,28 +1,72 @@
 // train_memory — what one trainer rank holds under a model-parallel layout, measured.
-//   mpirun -np N perf/train_memory TP DO RECOMPUTE TOKENS [HIDDEN LAYERS VOCAB]
+//   mpirun -np N perf/train_memory TP DO RECOMPUTE TOKENS [HIDDEN LAYERS VOCAB [PRECISION]]
 // TP: parallel.tensor_parallel (the rest of the N ranks are data-parallel); DO: 1 =
 // the distributed optimizer; RECOMPUTE: none | selective | full; TOKENS: tokens per
-// rank in the one micro-batch of each step (one sequence). Builds a dense policy of the
+// rank in the one micro-batch of each step (one sequence); PRECISION: fp32 (default) or
+// bf16 (train.precision: bf16 products over fp32 masters). Builds a dense policy of the
 // given shape (heads of 64), runs two RL optimizer steps and prints one JSON line per
 // rank: the bytes of parameters, gradient buffers and AdamW moments it holds
-// (Trainer::state_bytes) and its peak resident set before the first step and after the
-// second (getrusage ru_maxrss: the kernel's high-water mark; the difference is what the
-// steps' activations and temporaries added). CPU only.
+// (Trainer::state_bytes), the peak of the bytes torch's CPU allocator had handed out
+// (every tensor's storage; what torch.cuda.max_memory_allocated counts on a GPU: not
+// the scratch space oneDNN or MKL take with their own allocations), counted by an
+// allocator installed in place of torch's before anything is allocated, and its peak
+// resident set before the first step and after the second (getrusage ru_maxrss: the
+// kernel's high-water mark; the difference is what the steps' activations and
+// temporaries added). CPU only.
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <mpi.h>
 #include <sys/resource.h>
 
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/impl/alloc_cpu.h>
+
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
+#include "model/precision.h"
 #include "parallel/device.h"
 #include "parallel/mpi_comm.h"
 #include "train/model_parallel.h"
 #include "train/trainer.h"
 
 namespace {
+
+// Counts the bytes of every CPU allocation torch makes through it (current and peak).
+// Allocates as torch's default CPU allocator does (c10::alloc_cpu, 64-byte aligned),
+// with the size kept in a 64-byte header before the data, so that the data pointer is
+// its own context, as raw_allocate (oneDNN's bf16 products) requires.
+class CountingCpuAllocator final : public c10::Allocator {
+ public:
+  static constexpr size_t kHeader = 64;
+  c10::DataPtr allocate(size_t n) override {
+    auto* raw = static_cast<char*>(c10::alloc_cpu(n + kHeader));
+    std::memcpy(raw, &n, sizeof(n));
+    const int64_t now = current_.fetch_add(int64_t(n)) + int64_t(n);
+    for (int64_t p = peak_.load(); now > p && !peak_.compare_exchange_weak(p, now);) {
+    }
+    void* data = raw + kHeader;
+    return {data, data, &release, c10::Device(c10::DeviceType::CPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { std::memcpy(dest, src, count); }
+  static int64_t peak() { return peak_.load(); }
+  static int64_t current() { return current_.load(); }
+
+ private:
+  static void release(void* data) {
+    if (!data) return;
+    char* raw = static_cast<char*>(data) - kHeader;
+    size_t n = 0;
+    std::memcpy(&n, raw, sizeof(n));
+    current_.fetch_sub(int64_t(n));
+    c10::free_cpu(raw);
+  }
+  static inline std::atomic<int64_t> current_{0}, peak_{0};
+};
 
 int64_t peak_rss_bytes() {
   rusage u{};
@@ -34,11 +78,15 @@ int64_t peak_rss_bytes() {
 
 int main(int argc, char** argv) {
   using namespace slimpi;
+  static CountingCpuAllocator counting;
+  c10::SetCPUAllocator(&counting, /*priority=*/100);
   MPI_Init(&argc, &argv);
   if (argc < 5) {
-    std::fprintf(stderr, "usage: train_memory TP DO(0|1) RECOMPUTE(none|selective|full) TOKENS [HIDDEN LAYERS VOCAB]\n");
+    std::fprintf(stderr, "usage: train_memory TP DO(0|1) RECOMPUTE(none|selective|full) TOKENS [HIDDEN LAYERS VOCAB "
+                 "[fp32|bf16]]\n");
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
+  const std::string precision = argc > 8 ? argv[8] : "fp32";
   const int tp = std::atoi(argv[1]);
   const bool distributed = std::atoi(argv[2]) != 0;
   const std::string recompute = argv[3];
@@ -61,8 +109,9 @@ int main(int argc, char** argv) {
                    : recompute == "selective" ? Transformer::Recompute::Selective
                                               : Transformer::Recompute::None;
     tc.n_micro_batches = 1;
+    tc.precision = parse_precision(precision);
     Trainer trainer(tc, policy, &mp.data());
-    const int64_t before = peak_rss_bytes();
+    const int64_t before = peak_rss_bytes(), allocated_before = counting.current();
     for (int step = 0; step < 2; ++step) {
       at::Generator g = at::detail::createCPUGenerator(uint64_t(10 + mp.data_index()));
       Sample s;
@@ -78,11 +127,13 @@ int main(int argc, char** argv) {
     int rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     std::printf("{\"rank\": %d, \"tp\": %d, \"dp\": %d, \"distributed_optimizer\": %d, \"recompute\": \"%s\", "
-                "\"tokens\": %lld, \"model_params\": %lld, \"param_bytes\": %lld, \"grad_bytes\": %lld, "
-                "\"optimizer_bytes\": %lld, \"peak_rss_before\": %lld, \"peak_rss_after\": %lld}\n",
-                rank, tp, mp.data_size(), int(distributed), recompute.c_str(), (long long)tokens,
+                "\"precision\": \"%s\", \"tokens\": %lld, \"model_params\": %lld, \"param_bytes\": %lld, "
+                "\"grad_bytes\": %lld, \"optimizer_bytes\": %lld, \"allocated_before_steps\": %lld, "
+                "\"peak_allocated\": %lld, \"peak_rss_before\": %lld, \"peak_rss_after\": %lld}\n",
+                rank, tp, mp.data_size(), int(distributed), recompute.c_str(), precision.c_str(), (long long)tokens,
                 (long long)cfg.n_params(), (long long)b.params, (long long)b.grads, (long long)b.optimizer,
-                (long long)before, (long long)peak_rss_bytes());
+                (long long)allocated_before, (long long)counting.peak(), (long long)before,
+                (long long)peak_rss_bytes());
     std::fflush(stdout);
   }
   MPI_Finalize();

@@ -52,11 +52,13 @@ class Comm {
   virtual std::unique_ptr<PendingCollective> iallreduce(void* data, size_t count, DType dtype, ReduceOp op) = 0;
   // data on every rank = data on `root`.
   virtual void broadcast(void* data, size_t count, DType dtype, int root) = 0;
-  // recv[r * count + i] = send[i] of rank r; recv holds size() * count elements.
+  // recv[r * count + i] = send[i] of rank r; recv holds size() * count elements. In
+  // place when send is recv + rank() * count.
   virtual void allgather(const void* send, void* recv, size_t count, DType dtype) = 0;
   // recv[i] = sum over ranks r of send[rank() * count + i] on rank r: send holds size()
   // blocks of count elements, block p summed into rank p's recv (Megatron's
-  // reduce-scatter of sequence parallelism and of sharded gradients).
+  // reduce-scatter of sequence parallelism and of sharded gradients). In place when
+  // recv is send + rank() * count (this rank's block of send gets the sums).
   virtual void reduce_scatter(const void* send, void* recv, size_t count, DType dtype) = 0;
   // reduce_scatter, started now and finished by the returned handle's wait() (neither
   // buffer may be touched before); ordered like iallreduce.

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <vector>
 
 #include "parallel/mpi_bytes.h"
@@ -135,22 +136,29 @@ class MpiPending final : public PendingCollective {
   }
   std::vector<MPI_Request> requests;
   std::vector<std::vector<char>> staging;  // packed send chunks, alive until the requests complete
+  std::function<void()> on_complete;       // run once, when the requests have completed
 
   bool test() override {
     if (done_) return true;
     int flag = 0;
     check_mpi(MPI_Testall(static_cast<int>(requests.size()), requests.data(), &flag, MPI_STATUSES_IGNORE),
               "MPI_Testall");
-    return done_ = flag != 0;
+    if (flag) complete();
+    return done_;
   }
   void wait() override {
     if (done_) return;
     WaitGuard guard({context_, what_, count_, dtype_name(dtype_)});
     check_mpi(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
-    done_ = true;
+    complete();
   }
 
  private:
+  void complete() {
+    done_ = true;
+    if (on_complete) on_complete();
+    on_complete = nullptr;
+  }
   const std::string* context_;
   const char* what_;
   size_t count_;
@@ -186,11 +194,19 @@ void MpiComm::reduce_scatter(const void* send, void* recv, size_t count, DType d
   MPI_Op mop = mpi_op(ReduceOp::Sum, dtype);
   const size_t bytes = dtype_size(dtype);
   if (count * size_t(size_) <= kMaxChunk) {
+    if (in_place_block(send, recv, count, dtype)) {  // MPI puts in-place sums in block 0: moved to this rank's
+      check_mpi(MPI_Reduce_scatter_block(MPI_IN_PLACE, const_cast<void*>(send), static_cast<int>(count),
+                                         mpi_type(dtype), mop, comm_),
+                "MPI_Reduce_scatter_block");
+      if (rank_ != 0) std::memcpy(recv, send, count * bytes);
+      return;
+    }
     check_mpi(MPI_Reduce_scatter_block(send, recv, static_cast<int>(count), mpi_type(dtype), mop, comm_),
               "MPI_Reduce_scatter_block");
     return;
   }
-  // Beyond int counts: the same blocks a chunk at a time, each chunk's pieces packed.
+  // Beyond int counts: the same blocks a chunk at a time, each chunk's pieces packed
+  // (in place too: a chunk's sums land where that chunk has already been read).
   const size_t chunk = std::max<size_t>(1, kMaxChunk / size_t(size_));
   std::vector<char> packed(std::min(chunk, count) * size_t(size_) * bytes);
   const auto* in = static_cast<const char*>(send);
@@ -207,6 +223,15 @@ void MpiComm::reduce_scatter(const void* send, void* recv, size_t count, DType d
 std::unique_ptr<PendingCollective> MpiComm::ireduce_scatter(const void* send, void* recv, size_t count, DType dtype) {
   auto pending = std::make_unique<MpiPending>(&context_, "ireduce_scatter", count, dtype);
   MPI_Op mop = mpi_op(ReduceOp::Sum, dtype);
+  if (count * size_t(size_) <= kMaxChunk && in_place_block(send, recv, count, dtype)) {
+    pending->requests.emplace_back();
+    check_mpi(MPI_Ireduce_scatter_block(MPI_IN_PLACE, const_cast<void*>(send), static_cast<int>(count),
+                                        mpi_type(dtype), mop, comm_, &pending->requests.back()),
+              "MPI_Ireduce_scatter_block");
+    if (rank_ != 0)  // the sums arrive in block 0: moved to this rank's block once complete
+      pending->on_complete = [recv, send, n = count * dtype_size(dtype)] { std::memcpy(recv, send, n); };
+    return pending;
+  }
   if (count * size_t(size_) <= kMaxChunk) {
     pending->requests.emplace_back();
     check_mpi(MPI_Ireduce_scatter_block(send, recv, static_cast<int>(count), mpi_type(dtype), mop, comm_,
@@ -232,16 +257,17 @@ std::unique_ptr<PendingCollective> MpiComm::ireduce_scatter(const void* send, vo
 
 void MpiComm::allgather(const void* send, void* recv, size_t count, DType dtype) {
   WaitGuard guard({&context_, "allgather", count, dtype_name(dtype)});
+  const bool in_place = in_place_block(recv, send, count, dtype);
   if (count <= kMaxChunk) {
-    check_mpi(MPI_Allgather(send, static_cast<int>(count), mpi_type(dtype), recv, static_cast<int>(count),
-                            mpi_type(dtype), comm_),
+    check_mpi(MPI_Allgather(in_place ? MPI_IN_PLACE : send, static_cast<int>(count), mpi_type(dtype), recv,
+                            static_cast<int>(count), mpi_type(dtype), comm_),
               "MPI_Allgather");
     return;
   }
   // Beyond int counts: each rank broadcasts its part in turn.
   const size_t bytes = count * dtype_size(dtype);
   auto* out = static_cast<char*>(recv);
-  std::memcpy(out + rank_ * bytes, send, bytes);
+  if (!in_place) std::memcpy(out + rank_ * bytes, send, bytes);
   for (int r = 0; r < size_; ++r)
     chunked(count, [&](size_t off, int n) {
       check_mpi(MPI_Bcast(out + r * bytes + off * dtype_size(dtype), n, mpi_type(dtype), r, comm_),

@@ -38,6 +38,12 @@ class MpiComm final : public Comm {
   void barrier() override;
 
  private:
+  // Whether `block` is this rank's block of `whole` (blocks of count elements): the
+  // in-place forms of reduce_scatter (recv in send) and allgather (send in recv).
+  bool in_place_block(const void* whole, const void* block, size_t count, DType dtype) const {
+    return static_cast<const char*>(whole) + size_t(rank_) * count * dtype_size(dtype) ==
+           static_cast<const char*>(block);
+  }
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   std::string name_;

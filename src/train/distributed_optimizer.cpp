@@ -18,13 +18,11 @@ DistributedAdamW::DistributedAdamW(GradBuffer& grads, Comm* group, const AdamWOp
     size_ = group_->size();
   }
   buckets_ = grads.bucket_ranges();
-  int64_t largest = 0;
   for (const auto& b : buckets_) {
     SLIMPI_CHECK(b.numel % size_ == 0, "distributed optimizer over {} ranks: a gradient bucket of {} elements "
                  "(buckets must be padded to a multiple of the group size)", size_, b.numel);
     local_offsets_.push_back(n_local_);
     n_local_ += b.numel / size_;
-    largest = std::max(largest, b.numel);
   }
   // Each parameter lies in one bucket; its part of this rank's chunk of that bucket.
   const auto& ranges = grads.param_ranges();
@@ -36,42 +34,53 @@ DistributedAdamW::DistributedAdamW(GradBuffer& grads, Comm* group, const AdamWOp
     if (lo < hi) segments_.push_back({i, b, lo - ranges[i].offset, hi - lo, local_offsets_[b] + (lo - begin)});
   }
   const at::TensorOptions fp32 = grads.flat().options();
-  shard_grads_ = at::zeros({n_local_}, fp32);
   exp_avg_ = at::zeros({n_local_}, fp32);
   exp_avg_sq_ = at::zeros({n_local_}, fp32);
-  if (group_) staging_ = at::empty({largest}, fp32);
+}
+
+at::Tensor DistributedAdamW::own_chunk(size_t b) const {
+  return grads_.flat().narrow(0, buckets_[b].offset + chunk(b) * rank_, chunk(b));
+}
+
+at::Tensor DistributedAdamW::segment_grad(const Segment& s) const {
+  return own_chunk(s.bucket).narrow(0, s.local_offset - local_offsets_[s.bucket], s.length);
 }
 
 void DistributedAdamW::start_overlapped_reduce_scatter() {
   if (!group_) return;
-  std::vector<at::Tensor> chunks;
-  for (size_t b = 0; b < buckets_.size(); ++b) chunks.push_back(shard_grads_.narrow(0, local_offsets_[b], chunk(b)));
+  std::vector<at::Tensor> chunks;  // in place: each bucket's sums land in this rank's chunk of it
+  for (size_t b = 0; b < buckets_.size(); ++b) chunks.push_back(own_chunk(b));
   grads_.start_overlapped_reduction(group_, std::move(chunks));
 }
 
 void DistributedAdamW::reduce_scatter() {
-  if (grads_.finish_reduction(group_)) return;  // backward started them
+  if (!group_ || grads_.finish_reduction(group_)) return;  // one rank: its chunk is the bucket; or backward started them
   const at::Tensor& flat = grads_.flat();
-  for (size_t b = 0; b < buckets_.size(); ++b) {
-    at::Tensor mine = shard_grads_.narrow(0, local_offsets_[b], chunk(b));
-    if (!group_) {
-      mine.copy_(flat.narrow(0, buckets_[b].offset, buckets_[b].numel));
-      continue;
-    }
-    SLIMPI_CHECK(group_->device_memory() == flat.is_cuda(), "distributed optimizer: gradients on {} but comm '{}' "
-                 "works on {} memory", flat.is_cuda() ? "cuda" : "cpu", group_->name(),
-                 group_->device_memory() ? "device" : "host");
-    group_->reduce_scatter(flat.narrow(0, buckets_[b].offset, buckets_[b].numel).data_ptr(), mine.data_ptr(),
+  SLIMPI_CHECK(group_->device_memory() == flat.is_cuda(), "distributed optimizer: gradients on {} but comm '{}' "
+               "works on {} memory", flat.is_cuda() ? "cuda" : "cpu", group_->name(),
+               group_->device_memory() ? "device" : "host");
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    group_->reduce_scatter(flat.narrow(0, buckets_[b].offset, buckets_[b].numel).data_ptr(), own_chunk(b).data_ptr(),
                            size_t(chunk(b)), DType::F32);
-  }
 }
 
 double DistributedAdamW::local_norm_sq() const {
-  return shard_grads_.to(at::kDouble).pow(2).sum().item<double>();
+  // Σ g² in fp64, 2^20 elements at a time: the piece's fp64 copy and its squares are
+  // then 16 MB, where a whole chunk's would be 4x the chunk (2.4 GB at 298M elements:
+  // what ended a Qwen3-0.6B-shaped TP 2 run in the OOM killer).
+  constexpr int64_t kPiece = int64_t(1) << 20;
+  at::Tensor sum = at::zeros({}, grads_.flat().options().dtype(at::kDouble));
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    const at::Tensor mine = own_chunk(b);
+    for (int64_t at = 0; at < chunk(b); at += kPiece)
+      sum += mine.narrow(0, at, std::min(kPiece, chunk(b) - at)).to(at::kDouble).square().sum();
+  }
+  return sum.item<double>();
 }
 
 void DistributedAdamW::clip(double norm, double max_norm) {
-  if (max_norm > 0 && norm > max_norm) shard_grads_.mul_(max_norm / (norm + 1e-6));
+  if (max_norm <= 0 || norm <= max_norm) return;
+  for (size_t b = 0; b < buckets_.size(); ++b) own_chunk(b).mul_(max_norm / (norm + 1e-6));
 }
 
 void DistributedAdamW::step(double lr, int64_t t) {
@@ -80,21 +89,23 @@ void DistributedAdamW::step(double lr, int64_t t) {
   for (const Segment& s : segments_) {
     const at::Tensor& p = params[s.param].tensor;
     at::Tensor m = exp_avg_.narrow(0, s.local_offset, s.length), v = exp_avg_sq_.narrow(0, s.local_offset, s.length);
-    adamw_update(p.detach().view({-1}).narrow(0, s.param_offset, s.length),
-                 shard_grads_.narrow(0, s.local_offset, s.length), m, v, lr, t, options_, p.dim() >= 2);
+    adamw_update(p.detach().view({-1}).narrow(0, s.param_offset, s.length), segment_grad(s), m, v, lr, t, options_,
+                 p.dim() >= 2);
   }
   if (!group_) return;
-  // Every bucket's values from the ranks that updated them, back into every parameter.
+  // Every bucket's values from the ranks that updated them, back into every parameter:
+  // the gradient buffer, spent, carries them (each rank's updated values in its own
+  // chunk, all-gathered in place), so no buffer of a bucket's size is allocated.
   const auto& ranges = grads_.param_ranges();
-  size_t first_param = 0;
+  const at::Tensor& flat = grads_.flat();
+  size_t first_param = 0, next_segment = 0;
   for (size_t b = 0; b < buckets_.size(); ++b) {
-    at::Tensor send = at::zeros({chunk(b)}, shard_grads_.options());
-    for (const Segment& s : segments_)
-      if (s.bucket == b)
-        send.narrow(0, s.local_offset - local_offsets_[b], s.length)
-            .copy_(params[s.param].tensor.detach().view({-1}).narrow(0, s.param_offset, s.length));
-    at::Tensor all = staging_.narrow(0, 0, buckets_[b].numel);
-    group_->allgather(send.data_ptr(), all.data_ptr(), size_t(chunk(b)), DType::F32);
+    for (; next_segment < segments_.size() && segments_[next_segment].bucket == b; ++next_segment) {
+      const Segment& s = segments_[next_segment];
+      segment_grad(s).copy_(params[s.param].tensor.detach().view({-1}).narrow(0, s.param_offset, s.length));
+    }
+    const at::Tensor all = flat.narrow(0, buckets_[b].offset, buckets_[b].numel);
+    group_->allgather(own_chunk(b).data_ptr(), all.data_ptr(), size_t(chunk(b)), DType::F32);
     for (size_t i = first_param; i < ranges.size() && ranges[i].offset < buckets_[b].offset + buckets_[b].numel; ++i) {
       params[i].tensor.detach().view({-1}).copy_(all.narrow(0, ranges[i].offset - buckets_[b].offset, ranges[i].numel));
       first_param = i + 1;

@@ -5,9 +5,12 @@
 // Each bucket of the buffer, padded to a multiple of the group size d, splits into d
 // equal chunks; rank r owns chunk r of every bucket. A chunk may cut through a
 // parameter: each parameter's part of a chunk is a segment. The fp32 AdamW moments
-// exist only for this rank's chunks (8/d bytes a parameter instead of 8). A step:
+// exist only for this rank's chunks (8/d bytes a parameter instead of 8); everything
+// else works in place in the gradient buffer, as Megatron's does (no buffer of its own
+// for the summed chunks or the all-gather). A step:
 //   reduce_scatter()  each bucket's gradients summed over the group into this rank's
-//                     chunk (a reduce-scatter instead of the all-reduce); or, armed
+//                     chunk of the bucket itself (an in-place reduce-scatter instead
+//                     of the all-reduce); or, armed
 //                     by start_overlapped_reduce_scatter() before the last backward,
 //                     each bucket's non-blocking reduce-scatter started from inside
 //                     backward as soon as its gradients are final (GradBuffer's hooks),
@@ -16,7 +19,9 @@
 //   step()            AdamW (train/adamw.h: the same update, element for element) on
 //                     the chunk's segments, in place in the parameters; then every
 //                     bucket's updated values are all-gathered, so that every rank
-//                     holds the whole parameters again
+//                     holds the whole parameters again (through the spent gradient
+//                     buffer: after a step .grad() holds parameter values, until the
+//                     next step zeroes it)
 // Checkpoints store whole tensors; each rank writes and reads its own chunks of them
 // (moment_pieces()).
 // Owned by the Trainer; `grads` must outlive it.
@@ -66,10 +71,12 @@ class DistributedAdamW {
     size_t bucket;
     int64_t param_offset;    // first element within the parameter
     int64_t length;
-    int64_t local_offset;    // position in this rank's chunk buffers
+    int64_t local_offset;    // position in this rank's moment buffers
   };
-  // bucket b's chunk length and its position in this rank's chunk buffers
+  // bucket b's chunk length, and this rank's chunk of it in the gradient buffer
   int64_t chunk(size_t b) const { return buckets_[b].numel / size_; }
+  at::Tensor own_chunk(size_t b) const;              // [chunk(b)] fp32, a view of the buffer
+  at::Tensor segment_grad(const Segment& s) const;  // [s.length], a view of own_chunk(s.bucket)
 
   GradBuffer& grads_;
   Comm* group_;
@@ -79,8 +86,7 @@ class DistributedAdamW {
   std::vector<int64_t> local_offsets_;  // per bucket
   int64_t n_local_ = 0;
   std::vector<Segment> segments_;
-  at::Tensor shard_grads_, exp_avg_, exp_avg_sq_;  // [n_local] fp32
-  at::Tensor staging_;                             // [largest bucket]: the all-gather's receive buffer
+  at::Tensor exp_avg_, exp_avg_sq_;  // [n_local] fp32
 };
 
 }  // namespace slimpi

@@ -64,6 +64,38 @@ TEST_F(CommTest, AllgatherStacksInRankOrder) {
   for (int k = 0; k < n; ++k) EXPECT_TRUE(at::equal(all[k], at::full({2, 3}, k, at::kLong)));
 }
 
+// Reduce-scatter (blocking and not) and all-gather, out of place and in place (recv =
+// this rank's block of send; send = this rank's block of recv), as the distributed
+// optimizer runs them over its gradient buffer.
+TEST_F(CommTest, ReduceScatterAndAllgatherInPlace) {
+  const size_t count = 5;
+  auto blocks = [&] {  // rank r's send: block p holds 100 p + 10 r + i
+    std::vector<float> v(count * size_t(n));
+    for (int p = 0; p < n; ++p)
+      for (size_t i = 0; i < count; ++i) v[size_t(p) * count + i] = float(100 * p + 10 * r + int(i));
+    return v;
+  };
+  auto expect_sums = [&](const float* got, const std::string& how) {
+    for (size_t i = 0; i < count; ++i)
+      EXPECT_EQ(got[i], float(n * (100 * r + int(i)) + 10 * n * (n - 1) / 2)) << how << " element " << i;
+  };
+  std::vector<float> send = blocks(), out(count);
+  comm.reduce_scatter(send.data(), out.data(), count, DType::F32);
+  expect_sums(out.data(), "out of place");
+  std::vector<float> in_place = blocks();
+  comm.reduce_scatter(in_place.data(), in_place.data() + size_t(r) * count, count, DType::F32);
+  expect_sums(in_place.data() + size_t(r) * count, "in place");
+  std::vector<float> pending_buf = blocks();
+  auto pending = comm.ireduce_scatter(pending_buf.data(), pending_buf.data() + size_t(r) * count, count, DType::F32);
+  pending->wait();
+  expect_sums(pending_buf.data() + size_t(r) * count, "in place, non-blocking");
+  std::vector<float> gathered(count * size_t(n), -1.0f);
+  for (size_t i = 0; i < count; ++i) gathered[size_t(r) * count + i] = float(r * 10 + int(i));
+  comm.allgather(gathered.data() + size_t(r) * count, gathered.data(), count, DType::F32);
+  for (int p = 0; p < n; ++p)
+    for (size_t i = 0; i < count; ++i) EXPECT_EQ(gathered[size_t(p) * count + i], float(p * 10 + int(i)));
+}
+
 TEST_F(CommTest, SendRecvRing) {
   if (n < 2) GTEST_SKIP() << "needs a peer";
   const int next = (r + 1) % n, prev = (r + n - 1) % n;
