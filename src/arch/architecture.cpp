@@ -10,7 +10,8 @@ const Registry<Architecture>& architectures() {
   static const Registry<Architecture> r = [] {
     Registry<Architecture> reg("Hugging Face model_type");
     for (const Architecture& a : {llama_architecture(), qwen2_architecture(), qwen3_architecture(),
-                                  qwen2_moe_architecture(), qwen3_moe_architecture(), mixtral_architecture()})
+                                  qwen2_moe_architecture(), qwen3_moe_architecture(), mixtral_architecture(),
+                                  mimo_architecture()})
       reg.add(a.model_type, a);
     return reg;
   }();

@@ -41,6 +41,10 @@ struct Architecture {
   const char* file_marker = nullptr;
   // The text that names a routed expert's tensor in this family's files.
   const char* expert_marker = ".mlp.experts.";
+  // Whether the family names multi-token-prediction depths as slimpi does
+  // ("model.mtp_layers.<i>.", MiMo); the others' files use DeepSeek-V3's names
+  // (arch/mtp_names.h).
+  bool mtp_names = false;
 };
 
 // Keyed by model_type.
@@ -65,6 +69,7 @@ Architecture qwen3_architecture();
 Architecture qwen2_moe_architecture();
 Architecture qwen3_moe_architecture();
 Architecture mixtral_architecture();
+Architecture mimo_architecture();
 
 // Readers and writers several families share (arch/shared_fields.cpp).
 // attention_bias: q/k/v and o biases alike (Llama, Qwen3).

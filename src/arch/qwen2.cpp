@@ -18,7 +18,8 @@ Architecture qwen2_architecture() {
     r.set("model.qk_norm", false, "architectures (no q/k norms)");
     refuse_experts(c, r);
   };
-  a.fits = [](const ModelConfig& cfg) { return !cfg.qk_norm && cfg.qkv_bias && !cfg.o_bias; };
+  // With MTP depths the model is MiMo's (arch/mimo.cpp).
+  a.fits = [](const ModelConfig& cfg) { return !cfg.qk_norm && cfg.qkv_bias && !cfg.o_bias && cfg.mtp_num_layers == 0; };
   a.write_config = [](const ModelConfig&, nlohmann::json&) {};
   return a;
 }

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "arch/architecture.h"
+#include "arch/mtp_names.h"
 #include "ckpt/checkpoint_dir.h"
 #include "ckpt/export_source.h"
 #include "core/file_write.h"
@@ -89,6 +90,7 @@ std::string hf_config_json(const ModelConfig& cfg, const std::string& dtype, con
   add_special_ids(j, ids);
   if (ids.bytes) j["slimpi_tokenizer"] = "bytes: ids 0-255 are UTF-8 bytes, 256 PAD, 257 BOS, 258 EOS";
   arch->write_config(cfg, j);  // the family's own fields
+  if (cfg.mtp_num_layers > 0) j["num_nextn_predict_layers"] = cfg.mtp_num_layers;  // DeepSeek-V3's and MiMo's key
   if (cfg.rope_scaling == "linear") {
     j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", cfg.rope_factor}};
   } else if (cfg.rope_scaling == "llama3") {
@@ -168,7 +170,12 @@ std::string export_checkpoint_to_hf(const std::string& path, const std::string& 
   for (const auto& p : model.parameters()) {
     at::Tensor t = p.tensor.detach();
     if (options.dtype == "bf16") t = t.to(at::kBFloat16);
-    tensors.push_back({arch->tensor_name ? arch->tensor_name(p.name) : p.name, t});  // the family's file names
+    std::string name = arch->tensor_name ? arch->tensor_name(p.name) : p.name;  // the family's file names
+    if (is_mtp_parameter(p.name) && !arch->mtp_names) {  // DeepSeek-V3's layout of MTP depths (arch/mtp_names.h)
+      name = deepseek_mtp_name(p.name, cfg.n_layers);
+      if (is_mtp_input_proj(p.name)) t = swap_input_proj_halves(t);
+    }
+    tensors.push_back({name, t});
     total += t.numel() * t.element_size();
   }
   std::filesystem::create_directories(out_dir);

@@ -122,6 +122,15 @@ HfConfigReader resolve(const std::string& file, const json& c) {
   resolve_rope(c, r);
   r.set("model.rms_norm_eps", get_float(c, "rms_norm_eps").value_or(1e-6), "rms_norm_eps");
   r.set("model.tie_word_embeddings", get_bool(c, "tie_word_embeddings").value_or(false), "tie_word_embeddings");
+  // Multi-token prediction depths, where the config has them (DeepSeek-V3, MiMo and GLM
+  // name them num_nextn_predict_layers, others num_mtp_layers); a config without either
+  // leaves model.mtp_num_layers to the deck (fresh MTP layers for a model without them).
+  for (const char* field : {"num_nextn_predict_layers", "num_mtp_layers"})
+    if (auto n = get_int(c, field)) {
+      if (*n < 0) r.fail("'{}' = {} must not be negative", field, *n);
+      else r.set("model.mtp_num_layers", *n, field);
+      break;
+    }
   arch->read_config(c, r);
   refuse_unsupported_fields(c, r);
   return r;

@@ -105,6 +105,9 @@ std::vector<KeySpec> declare_keys() {
       bool_key("model.norm_topk_prob", true, "MoE: renormalise the top-k router probabilities to sum to 1"),
       int_key("model.shared_expert_intermediate_size", 0, 0, 1e9, "",
               "MoE: width of a shared expert every token runs, behind a sigmoid gate (Qwen2-MoE; 0 = none)"),
+      int_key("model.mtp_num_layers", 0, 0, 16, "layers",
+              "multi-token prediction depths (DeepSeek-V3's MTP modules, as MiMo ships them): depth i predicts the "
+              "token i + 2 ahead; the rollout's speculative draft (rollout.speculative = \"mtp\"); 0 = none"),
       int_key("model.moe_layer_freq", 1, 1, 1e6, "layers",
               "MoE: layer l (from 0) is sparse when (l + 1) % moe_layer_freq == 0 (Qwen3-MoE's decoder_sparse_step)"),
       int_key("model.head_dim", 0, 0, 1e5, "", "head dimension D (0 = hidden_size / n_heads; Qwen3 sets it)"),
@@ -264,6 +267,13 @@ std::vector<KeySpec> declare_keys() {
       bool_key("train.distributed_optimizer", false,
                "shard the fp32 AdamW moments over the data-parallel ranks (Megatron's distributed optimizer, "
                "ZeRO-1): gradients reduce-scattered, parameters all-gathered after each step"),
+      float_key("train.mtp_loss_coef", 0.2, 0.0, 1e3, "",
+                "weight of the multi-token-prediction layers' loss (model.mtp_num_layers > 0; slime's "
+                "--mtp-loss-scaling-factor); 0 = a frozen draft (its layers not trained)"),
+      choice_key("train.mtp_loss", "ce", {"ce", "distill"},
+                 "the MTP layers' loss: ce = cross-entropy against the generated tokens; distill = soft "
+                 "cross-entropy against the policy's own next-token distribution over its top-k"),
+      int_key("train.mtp_distill_top_k", 8, 1, 1024, "tokens", "train.mtp_loss = \"distill\": the policy's top-k"),
       bool_key("train.overlap_grad_reduce", true,
                "all-reduce (with the distributed optimizer: reduce-scatter) each gradient bucket as soon as the "
                "last backward of a step has produced it (non-blocking, overlapping the rest of backward), as "

@@ -12,6 +12,8 @@
 #include <set>
 
 #include "arch/architecture.h"
+#include "arch/mtp_names.h"
+#include "core/log.h"
 #include "io/safetensors.h"
 #include "io/tensor_pieces.h"
 
@@ -116,15 +118,36 @@ void load_hf_tensors_into(const std::string& path, const std::vector<NamedTensor
   std::vector<std::string> names;
   for (const auto& [name, e] : reader.entries()) names.push_back(name);
   const Architecture* naming = architecture_naming(names);
-  auto file_name = [&](const std::string& name) { return naming ? naming->tensor_name(name) : name; };
+  // MTP depths: slimpi's (MiMo's) names, or DeepSeek-V3's "model.layers.<L + i>." (arch/mtp_names.h).
+  const bool deepseek_mtp = uses_deepseek_mtp_names(names);
+  int64_t n_layers = 0;
+  for (const auto& l : like)
+    if (l.name.rfind("model.layers.", 0) == 0) n_layers = std::max<int64_t>(n_layers, std::stoll(l.name.substr(13)) + 1);
+  auto file_name = [&](const std::string& name) {
+    if (deepseek_mtp && is_mtp_parameter(name)) return deepseek_mtp_name(name, n_layers);
+    return naming ? naming->tensor_name(name) : name;
+  };
+  // A model given MTP depths that the files do not hold keeps their fresh initialisation.
+  bool files_have_mtp = false;
+  for (const auto& l : like) files_have_mtp = files_have_mtp || (is_mtp_parameter(l.name) && reader.contains(file_name(l.name)));
+  auto loaded = [&](const NamedTensor& l) { return files_have_mtp || !is_mtp_parameter(l.name); };
+  int64_t n_fresh = 0;
   for (const auto& l : like) {
+    if (!loaded(l)) {
+      ++n_fresh;
+      continue;
+    }
     wanted.insert(file_name(l.name));
     if (!reader.contains(file_name(l.name))) missing.push_back(file_name(l.name));
   }
+  if (n_fresh > 0)
+    log::info("{} holds no multi-token-prediction layers: the model's {} MTP tensors keep their fresh initialisation",
+              where, n_fresh);
   const bool tied = wanted.count("lm_head.weight") == 0;
   for (const auto& [name, e] : reader.entries()) {
     if (wanted.count(name)) continue;
     if (experts_sharded && is_hf_expert_name(name)) continue;  // another shard's
+    if (deepseek_mtp && is_deepseek_mtp_copy(name)) continue;  // an MTP depth's copy of the shared embedding or head
     const std::string buffer = "rotary_emb.inv_freq";  // HF's non-parameter RoPE buffer
     if (name.size() >= buffer.size() && name.compare(name.size() - buffer.size(), buffer.size(), buffer) == 0) continue;
     if (name == "lm_head.weight" && tied && reader.contains("model.embed_tokens.weight") &&
@@ -144,6 +167,7 @@ void load_hf_tensors_into(const std::string& path, const std::vector<NamedTensor
                unused.empty() ? "" : "; the files hold tensors the model does not use: " + listed(unused),
                tied && !unused.empty() ? " (a tied model has no lm_head.weight; check model.tie_word_embeddings)" : "");
   for (const auto& l : like) {
+    if (!loaded(l)) continue;
     const SafetensorsReader::Entry& e = reader.entries().at(file_name(l.name));
     const bool same_kind = at::isFloatingType(e.dtype) && at::isFloatingType(l.tensor.scalar_type());
     const std::vector<int64_t> shape = stored.whole_shape(l.name, l.tensor.sizes().vec());
@@ -154,8 +178,12 @@ void load_hf_tensors_into(const std::string& path, const std::vector<NamedTensor
   }
   SLIMPI_CHECK(wrong.empty(), "{}: {}", where, fmt::join(wrong, "; "));
   at::NoGradGuard no_grad;
-  for (const auto& l : like)  // one whole tensor read at a time
-    l.tensor.copy_(stored.part_of(l.name, reader.read(file_name(l.name))));
+  for (const auto& l : like) {  // one whole tensor read at a time
+    if (!loaded(l)) continue;
+    at::Tensor whole = reader.read(file_name(l.name));
+    if (deepseek_mtp && is_mtp_input_proj(l.name)) whole = swap_input_proj_halves(whole);  // [emb ; h] -> [h ; emb]
+    l.tensor.copy_(stored.part_of(l.name, whole));
+  }
 }
 
 }  // namespace

@@ -16,7 +16,7 @@ namespace slimpi {
 
 struct KvCache {
   // (t: the engine's tensor-parallel size; Hkv_local = Hkv / t, or 1 when t > Hkv replicates the heads)
-  std::vector<at::Tensor> k;  // n_layers x [n_slots, Hkv_local, D]
+  std::vector<at::Tensor> k;  // n_layers (+ MTP depths) x [n_slots, Hkv_local, D]
   std::vector<at::Tensor> v;  // n_layers x [n_slots, Hkv_local, D]
   // Gathered keys/values of the sequences one attention call reads (the Gather decode
   // path, and prefill chunks with a cached past): [rows, n_kv_heads, D] each, re-used by
@@ -26,9 +26,10 @@ struct KvCache {
   // that tokens served from the prefix cache still have their routing trace.
   at::Tensor routing;  // [n_slots, n_moe_layers, k] int16 (undefined for dense models)
   // tensor_parallel: the engine's group size; each rank caches its Hkv_local heads
-  // (model/tensor_shard.h, local_kv_heads).
+  // (model/tensor_shard.h, local_kv_heads). with_mtp: layers n_layers .. n_layers +
+  // mtp_num_layers - 1 too, the MTP depths' (a speculating engine's drafts).
   static KvCache allocate(const ModelConfig& cfg, int64_t n_slots, const at::TensorOptions& options,
-                          int tensor_parallel = 1);
+                          int tensor_parallel = 1, bool with_mtp = false);
   int64_t n_slots() const { return k.empty() ? 0 : k[0].size(0); }
 };
 

@@ -48,15 +48,31 @@ int64_t ModelConfig::matmul_params() const {
   return n_layers * attention + (n_layers - n_moe) * mlp + n_moe * moe + vocab_size * d;  // + LM head
 }
 
+namespace {
+
+// An attention block and its two norms.
+int64_t attention_params(const ModelConfig& c) {
+  const int64_t d = c.hidden_size, q = c.n_heads * c.head_dim(), kv = c.n_kv_heads * c.head_dim();
+  return d * q + 2 * d * kv + q * d + 2 * d + (c.qkv_bias ? q + 2 * kv : 0) + (c.o_bias ? d : 0) +
+         (c.qk_norm ? 2 * c.head_dim() : 0);
+}
+
+}  // namespace
+
+int64_t ModelConfig::n_mtp_params_per_layer() const {
+  const int64_t d = hidden_size;
+  // token and hidden norms, input projection [d, 2d], a dense layer, its final norm
+  return 2 * d + 2 * d * d + attention_params(*this) + 3 * d * intermediate_size + d;
+}
+
 int64_t ModelConfig::n_params() const {
-  const int64_t d = hidden_size, q = n_heads * head_dim(), kv = n_kv_heads * head_dim();
-  const int64_t per_layer = d * q + 2 * d * kv + q * d + 2 * d + (qkv_bias ? q + 2 * kv : 0) + (o_bias ? d : 0) +
-                            (qk_norm ? 2 * head_dim() : 0);
+  const int64_t d = hidden_size;
   const int64_t n_moe = n_moe_layers();
   const int64_t mlps = (n_layers - n_moe) * 3 * d * intermediate_size +
                        n_moe * (d * n_experts + n_experts * 3 * d * moe_intermediate_size +
                                 (shared_expert_intermediate_size > 0 ? 3 * d * shared_expert_intermediate_size + d : 0));
-  return vocab_size * d * (tie_word_embeddings ? 1 : 2) + n_layers * per_layer + mlps + d;
+  return vocab_size * d * (tie_word_embeddings ? 1 : 2) + n_layers * attention_params(*this) + mlps + d +
+         mtp_num_layers * n_mtp_params_per_layer();
 }
 
 ModelConfig ModelConfig::from_deck(const Deck& deck) {
@@ -89,6 +105,7 @@ ModelConfig ModelConfig::from_deck(const Deck& deck) {
   c.norm_topk_prob = deck.get_bool("model.norm_topk_prob");
   c.moe_layer_freq = deck.get_int("model.moe_layer_freq");
   c.shared_expert_intermediate_size = deck.get_int("model.shared_expert_intermediate_size");
+  c.mtp_num_layers = deck.get_int("model.mtp_num_layers");
   if (c.n_experts > 0 && c.n_experts_per_tok > c.n_experts)
     SLIMPI_FAIL_ALL("model.n_experts_per_tok = {} ({}) exceeds model.n_experts = {} ({})", c.n_experts_per_tok,
                     deck.source("model.n_experts_per_tok"), c.n_experts, deck.source("model.n_experts"));

@@ -52,14 +52,20 @@ struct ModelConfig {
   bool norm_topk_prob = true;
   int64_t moe_layer_freq = 1;
   int64_t shared_expert_intermediate_size = 0;  // Qwen2-MoE's gated shared expert (0: none)
+  // Multi-token prediction (DeepSeek-V3's MTP modules, as MiMo ships them): depth i of
+  // mtp_num_layers predicts the token i + 2 places ahead from the previous depth's
+  // output and the embedding of the token i + 1 ahead (model/transformer.h). 0: none.
+  int64_t mtp_num_layers = 0;
 
   int64_t head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : hidden_size / n_heads; }
   bool is_moe_layer(int64_t layer) const { return n_experts > 0 && (layer + 1) % moe_layer_freq == 0; }
   int64_t n_moe_layers() const;
   // RoPE inverse frequencies, scaling applied: theta^(-2i/D) for i < D/2.
   std::vector<double> rope_inv_freq() const;
-  // Parameters of the model (embeddings and head included).
+  // Parameters of the model (embeddings, head and MTP layers included).
   int64_t n_params() const;
+  // Parameters of one MTP depth (its norms, input projection and transformer layer).
+  int64_t n_mtp_params_per_layer() const;
   // Multiply-adds per token of the dense layers (2 x this = forward FLOPs per token,
   // attention scores excluded; MoE layers: the router and the top-k experts a token
   // runs): what MFU is measured against.

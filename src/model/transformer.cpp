@@ -87,11 +87,9 @@ Transformer::Transformer(const ModelConfig& cfg, uint64_t seed, const at::Device
   auto zeros = [&](int64_t n) { return at::zeros({n}, at::kFloat); };
   const int64_t first = experts.first(cfg.n_experts), n_mine = experts.count(cfg.n_experts);
 
-  layers_.resize(size_t(cfg.n_layers));  // stable addresses for the bindings
-  add("model.embed_tokens.weight", normal({cfg.vocab_size, d}), &embed_);
-  for (int64_t l = 0; l < cfg.n_layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    LayerParams& lp = layers_[size_t(l)];
+  // A layer's attention block and norms, and a dense MLP, under prefix p (a trunk layer
+  // or an MTP depth's layer).
+  auto add_attention = [&](const std::string& p, LayerParams& lp) {
     add(p + "input_layernorm.weight", ones(d), &lp.input_norm);
     add(p + "self_attn.q_proj.weight", normal({q_width, d}), &lp.q);
     add(p + "self_attn.k_proj.weight", normal({kv, d}), &lp.k);
@@ -108,10 +106,21 @@ Transformer::Transformer(const ModelConfig& cfg, uint64_t seed, const at::Device
       add(p + "self_attn.k_norm.weight", ones(hd), &lp.k_norm);
     }
     add(p + "post_attention_layernorm.weight", ones(d), &lp.post_norm);
+  };
+  auto add_dense_mlp = [&](const std::string& p, LayerParams& lp) {
+    add(p + "mlp.gate_proj.weight", normal({f, d}), &lp.gate);
+    add(p + "mlp.up_proj.weight", normal({f, d}), &lp.up);
+    add(p + "mlp.down_proj.weight", normal({d, f}), &lp.down);
+  };
+
+  layers_.resize(size_t(cfg.n_layers));  // stable addresses for the bindings
+  add("model.embed_tokens.weight", normal({cfg.vocab_size, d}), &embed_);
+  for (int64_t l = 0; l < cfg.n_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    LayerParams& lp = layers_[size_t(l)];
+    add_attention(p, lp);
     if (!cfg.is_moe_layer(l)) {
-      add(p + "mlp.gate_proj.weight", normal({f, d}), &lp.gate);
-      add(p + "mlp.up_proj.weight", normal({f, d}), &lp.up);
-      add(p + "mlp.down_proj.weight", normal({d, f}), &lp.down);
+      add_dense_mlp(p, lp);
       continue;
     }
     // Qwen3-MoE names: the router, then each expert's MLP. Every expert is drawn (the
@@ -142,6 +151,18 @@ Transformer::Transformer(const ModelConfig& cfg, uint64_t seed, const at::Device
   }
   add("model.norm.weight", ones(d), &final_norm_);
   if (!cfg.tie_word_embeddings) add("lm_head.weight", normal({cfg.vocab_size, d}), &lm_head_);
+  // MTP depths last, so that the trunk draws the same numbers with or without them.
+  mtp_.resize(size_t(cfg.mtp_num_layers));
+  for (int64_t i = 0; i < cfg.mtp_num_layers; ++i) {
+    const std::string p = "model.mtp_layers." + std::to_string(i) + ".";
+    MtpParams& m = mtp_[size_t(i)];
+    add(p + "token_layernorm.weight", ones(d), &m.token_norm);
+    add(p + "hidden_layernorm.weight", ones(d), &m.hidden_norm);
+    add(p + "input_proj.weight", normal({d, 2 * d}), &m.input_proj);
+    add_attention(p, m.block);
+    add_dense_mlp(p, m.block);
+    add(p + "final_layernorm.weight", ones(d), &m.final_norm);
+  }
   pack_parameters();
   for (size_t i = 0; i < params_.size(); ++i) *bindings_[i] = params_[i].tensor;
   bindings_.clear();  // (pointers into this object: not kept past construction)
@@ -235,7 +256,8 @@ struct Transformer::ForwardContext {
   }
 };
 
-at::Tensor Transformer::attention_block(size_t l, const at::Tensor& x, const ForwardContext& f) const {
+at::Tensor Transformer::attention_block(const LayerParams& p, int64_t cache_layer, const at::Tensor& x,
+                                        const ForwardContext& f) const {
   // Tensor parallelism: this shard's H/t query heads and Hkv/t key/value heads (column-
   // parallel q/k/v, row-parallel o; the sum over shards is reduce_from_tp). Each head's
   // q/k norm weight is shared by every shard's heads: copy_to_tp sums its gradient.
@@ -245,7 +267,6 @@ at::Tensor Transformer::attention_block(size_t l, const at::Tensor& x, const For
   Comm* tp = f.tp;
   const int64_t T = f.n_tokens, H = cfg_.n_heads / tensor_.size, Hkv = local_kv_heads(cfg_, tensor_.size),
                 D = cfg_.head_dim();
-  const LayerParams& p = layers_[l];
   const at::Tensor h = f.to_columns(rms_norm(x, f.as_used(f.shared(p.input_norm)), cfg_.rms_norm_eps));  // [T, d]
   auto kv_weight = [&](const at::Tensor& w) { return w.defined() ? f.kv_shared(w) : w; };
   at::Tensor q = at::linear(h, p.q, p.q_bias).view({T, H, D});                          // [T, H, D]
@@ -259,53 +280,38 @@ at::Tensor Transformer::attention_block(size_t l, const at::Tensor& x, const For
   const at::Tensor v = at::linear(h, kv_weight(p.v), kv_weight(p.v_bias)).view({T, Hkv, D});  // [T, Hkv, D]
   // Selective recomputation: the attention's inner products (scores, softmax) run again in backward.
   const at::Tensor attn = f.recompute == Recompute::Selective
-                              ? recomputed([layout = f.kept_layout, plan = f.plan, l](const std::vector<at::Tensor>& in) {
+                              ? recomputed([layout = f.kept_layout, plan = f.plan, cache_layer](
+                                               const std::vector<at::Tensor>& in) {
                                   return std::vector<at::Tensor>{attend(in[0], in[1], in[2], *layout, nullptr,
-                                                                        int64_t(l), plan)};
+                                                                        cache_layer, plan)};
                                 }, {q, k, v})[0]
-                              : attend(q, k, v, f.layout, f.cache, int64_t(l), f.plan);  // [T, H * D]
+                              : attend(q, k, v, f.layout, f.cache, cache_layer, f.plan);  // [T, H * D]
   if (!tp) return at::linear(attn, p.o, p.o_bias);                                   // [T, d]
   const at::Tensor out = f.from_rows(at::linear(attn, p.o));                         // [T_local, d]
   return p.o_bias.defined() ? out + f.shared(p.o_bias) : out;
 }
 
-at::Tensor Transformer::dense_mlp_residual(size_t l, const at::Tensor& x, const ForwardContext& f) const {
+at::Tensor Transformer::dense_mlp_residual(const LayerParams& p, const at::Tensor& x, const ForwardContext& f) const {
   // SwiGLU; tensor-parallel: column-parallel gate/up, row-parallel down.
-  const LayerParams& p = layers_[l];
   const at::Tensor hp = f.to_columns(rms_norm(x, f.as_used(f.shared(p.post_norm)), cfg_.rms_norm_eps));
   return x + f.from_rows(at::linear(at::silu(at::linear(hp, p.gate)) * at::linear(hp, p.up), p.down));
 }
 
-at::Tensor Transformer::embed(const at::Tensor& tokens, const ForwardContext& f) const {
-  if (tensor_.size == 1) return at::embedding(f.as_used(embed_), tokens).to(at::kFloat);  // [T, d]
+at::Tensor Transformer::embed(const at::Tensor& tokens, const ForwardContext& f, const at::Tensor& weight) const {
+  if (tensor_.size == 1) return at::embedding(f.as_used(weight), tokens).to(at::kFloat);  // [T, d]
   // Vocab-parallel: this shard's rows look up their tokens, every other token is zero
   // here; the sum over shards is each token's row.
   const at::Tensor local = tokens - vocab_begin_;
-  const at::Tensor elsewhere = local.lt(0).logical_or(local.ge(embed_.size(0)));  // [T]
-  const at::Tensor rows = at::embedding(f.as_used(embed_), local.masked_fill(elsewhere, 0)).to(at::kFloat);
+  const at::Tensor elsewhere = local.lt(0).logical_or(local.ge(weight.size(0)));  // [T]
+  const at::Tensor rows = at::embedding(f.as_used(weight), local.masked_fill(elsewhere, 0)).to(at::kFloat);
   return f.from_rows(rows.masked_fill(elsewhere.unsqueeze(1), 0.0));  // [T_local, d]
 }
 
-at::Tensor Transformer::forward(const at::Tensor& tokens, const AttentionLayout& a, KvCache* cache, MoeTrace* moe,
-                                bool to_logits) const {
-  const int64_t T = tokens.size(0);
-  if (moe) {
-    moe->router_logits.clear();
-    moe->chosen = at::Tensor();
-    moe->routed = at::Tensor();
-    SLIMPI_CHECK(!moe->replay.defined() || (moe->replay.dim() == 3 && moe->replay.size(0) == T &&
-                                            moe->replay.size(1) == cfg_.n_moe_layers()),
-                 "routing replay: expert ids for {} tokens and {} MoE layers expected", T, cfg_.n_moe_layers());
-  }
-  // Activation recomputation (training forwards only): the blocks run again in backward
-  // from a copy of this forward's context, whose layout must outlive the forward.
-  const bool recompute = recompute_ != Recompute::None && !cache && at::GradMode::is_enabled();
-  const auto kept_layout = recompute ? std::make_shared<const AttentionLayout>(a) : nullptr;
-  ForwardContext f{kept_layout ? *kept_layout : a, cache, {}, {}, {}};
-  f.recompute = recompute ? recompute_ : Recompute::None;
-  f.kept_layout = kept_layout;
+Transformer::ForwardContext Transformer::context(const AttentionLayout& a, KvCache* cache, int64_t T,
+                                                 bool sequence_parallel) const {
+  ForwardContext f{a, cache, {}, {}, {}};
   f.tp = tensor_.size > 1 ? tensor_.comm : nullptr;
-  f.sp = f.tp && tensor_.sequence_parallel;
+  f.sp = f.tp && sequence_parallel;
   if (f.tp && kv_head_replicas(cfg_, tensor_.size) > 1 && at::GradMode::is_enabled()) {
     SLIMPI_CHECK(tensor_.kv_replicas, "tensor parallelism over {} ranks replicates the {} key/value heads: a forward "
                  "with gradients needs the replicas' communicator (TensorShard::kv_replicas)", tensor_.size,
@@ -327,9 +333,30 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const AttentionLayout&
                                                              : DecodeAttention::Gather;
   f.cos = rope_cos_.index_select(0, a.positions).unsqueeze(1);  // [T, 1, D]
   f.sin = rope_sin_.index_select(0, a.positions).unsqueeze(1);  // [T, 1, D]
+  return f;
+}
+
+at::Tensor Transformer::forward(const at::Tensor& tokens, const AttentionLayout& a, KvCache* cache, MoeTrace* moe,
+                                bool to_logits, at::Tensor* hidden) const {
+  const int64_t T = tokens.size(0);
+  if (moe) {
+    moe->router_logits.clear();
+    moe->chosen = at::Tensor();
+    moe->routed = at::Tensor();
+    SLIMPI_CHECK(!moe->replay.defined() || (moe->replay.dim() == 3 && moe->replay.size(0) == T &&
+                                            moe->replay.size(1) == cfg_.n_moe_layers()),
+                 "routing replay: expert ids for {} tokens and {} MoE layers expected", T, cfg_.n_moe_layers());
+  }
+  // Activation recomputation (training forwards only): the blocks run again in backward
+  // from a copy of this forward's context, whose layout must outlive the forward.
+  const bool recompute = recompute_ != Recompute::None && !cache && at::GradMode::is_enabled();
+  const auto kept_layout = recompute ? std::make_shared<const AttentionLayout>(a) : nullptr;
+  ForwardContext f = context(kept_layout ? *kept_layout : a, cache, T, tensor_.sequence_parallel);
+  f.recompute = recompute ? recompute_ : Recompute::None;
+  f.kept_layout = kept_layout;
   std::vector<at::Tensor> chosen, own;  // per MoE layer [T, k]: experts run, the router's own top-k
   int64_t moe_layer = 0;
-  at::Tensor x = embed(tokens, f);  // [T, d] ([T_local, d] sequence-parallel): the residual stream is fp32
+  at::Tensor x = embed(tokens, f, embed_);  // [T, d] ([T_local, d] sequence-parallel): the residual stream is fp32
   // Full recomputation's blocks run from a copy of the context (which holds kept_layout).
   const auto kept = f.recompute == Recompute::Full ? std::make_shared<const ForwardContext>(f) : nullptr;
   for (size_t l = 0; l < layers_.size(); ++l) {
@@ -337,14 +364,15 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const AttentionLayout&
     const bool dense = !cfg_.is_moe_layer(int64_t(l));
     if (kept) {  // full recomputation: the attention block, and a dense layer's MLP with it
       x = recomputed([this, l, dense, kept](const std::vector<at::Tensor>& in) {
-            at::Tensor y = in[0] + attention_block(l, in[0], *kept);
-            return std::vector<at::Tensor>{dense ? dense_mlp_residual(l, y, *kept) : y};
+            const LayerParams& layer = layers_[l];
+            at::Tensor y = in[0] + attention_block(layer, int64_t(l), in[0], *kept);
+            return std::vector<at::Tensor>{dense ? dense_mlp_residual(layer, y, *kept) : y};
           }, {x})[0];
       if (dense) continue;
     } else {
-      x = x + attention_block(l, x, f);
+      x = x + attention_block(p, int64_t(l), x, f);
       if (dense) {
-        x = dense_mlp_residual(l, x, f);
+        x = dense_mlp_residual(p, x, f);
         continue;
       }
     }
@@ -364,8 +392,50 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const AttentionLayout&
     moe->routed = at::stack(own, 1);
   }
   x = f.to_columns(rms_norm(x, f.as_used(f.shared(final_norm_)), cfg_.rms_norm_eps));
+  if (hidden) *hidden = x.to(at::kFloat);         // [T, d]
   if (!to_logits) return x.to(at::kFloat);        // [T, d]
   return at::linear(x, lm_head_).to(at::kFloat);  // [T, V] (this shard's [T, Vp / t])
+}
+
+// Depth i of the MTP stack (DeepSeek-V3's module k = i + 1):
+//   h_i = final_norm_i(Layer_i(input_proj_i([hidden_norm_i(h_{i-1}) ; token_norm_i(E(x_next))])))
+// with Layer_i a dense transformer layer over the same positions (its own KV cache layer,
+// n_layers + i), E the trunk's embedding read detached (an MTP loss trains the MTP
+// layers only) and the concatenation in MiMo's order (hidden first). Never sequence-
+// parallel (every rank holds every token's row), never recomputed.
+at::Tensor Transformer::mtp_depth(int64_t depth, const at::Tensor& in, const at::Tensor& next,
+                                  const AttentionLayout& a, KvCache* cache) const {
+  SLIMPI_CHECK(depth >= 0 && depth < int64_t(mtp_.size()), "MTP depth {} of a model with {}", depth, mtp_.size());
+  const int64_t T = next.size(0);
+  SLIMPI_CHECK(in.dim() == 2 && in.size(0) == T && in.size(1) == cfg_.hidden_size,
+               "MTP depth {}: {} input rows for {} tokens", depth, in.size(0), T);
+  const MtpParams& m = mtp_[size_t(depth)];
+  const ForwardContext f = context(a, cache, T, /*sequence_parallel=*/false);
+  const at::Tensor e = embed(next, f, embed_.detach());  // [T, d]
+  const at::Tensor joined = at::cat({rms_norm(in.to(at::kFloat), f.as_used(m.hidden_norm), cfg_.rms_norm_eps),
+                                     rms_norm(e, f.as_used(m.token_norm), cfg_.rms_norm_eps)},
+                                    -1);                                       // [T, 2d]
+  at::Tensor x = at::linear(joined, m.input_proj).to(at::kFloat);            // [T, d]
+  x = x + attention_block(m.block, cfg_.n_layers + depth, x, f);
+  x = dense_mlp_residual(m.block, x, f);
+  return rms_norm(x, f.as_used(m.final_norm), cfg_.rms_norm_eps).to(at::kFloat);  // [T, d]
+}
+
+at::Tensor Transformer::forward_mtp_packed(int64_t depth, const at::Tensor& in, const at::Tensor& next,
+                                           const std::vector<int64_t>& seq_lens) const {
+  check_packed(next, seq_lens);
+  return mtp_depth(depth, in, next, packed_layout(seq_lens, device_), nullptr);
+}
+
+at::Tensor Transformer::forward_mtp_incremental(int64_t depth, const at::Tensor& in, const at::Tensor& next,
+                                                const std::vector<CachedSequence>& seqs, KvCache& cache) const {
+  SLIMPI_CHECK(int64_t(cache.k.size()) > cfg_.n_layers + depth, "MTP depth {}: the KV cache has {} layers (the "
+               "model's {} and {} MTP layers needed)", depth, cache.k.size(), cfg_.n_layers, depth + 1);
+  return mtp_depth(depth, in, next, incremental_layout(seqs, split_decode_and_prefill_, device_), &cache);
+}
+
+at::Tensor Transformer::head_logits(const at::Tensor& hidden) const {
+  return at::linear(hidden.to(lm_head_.scalar_type()), lm_head_.detach()).to(at::kFloat);  // [T, V] (shard: [T, Vp / t])
 }
 
 void Transformer::check_packed(const at::Tensor& tokens, const std::vector<int64_t>& seq_lens) const {
@@ -391,7 +461,7 @@ at::Tensor Transformer::forward_packed_hidden(const at::Tensor& tokens, const st
 }
 
 at::Tensor Transformer::forward_incremental(const at::Tensor& tokens, const std::vector<CachedSequence>& seqs,
-                                            KvCache& cache, MoeTrace* moe) const {
+                                            KvCache& cache, MoeTrace* moe, at::Tensor* hidden) const {
   for (const auto& s : seqs) {
     SLIMPI_CHECK(s.n_new > 0 && s.n_past + s.n_new <= cfg_.max_seq_len,
                  "cached sequence of {} + {} tokens (model.max_seq_len = {})", s.n_past, s.n_new, cfg_.max_seq_len);
@@ -399,7 +469,7 @@ at::Tensor Transformer::forward_incremental(const at::Tensor& tokens, const std:
                  s.n_past + s.n_new);
   }
   // Decode sequences and prefill chunks in one batch attend apart (AttentionLayout::parts).
-  return forward(tokens, incremental_layout(seqs, split_decode_and_prefill_, device_), &cache, moe);
+  return forward(tokens, incremental_layout(seqs, split_decode_and_prefill_, device_), &cache, moe, true, hidden);
 }
 
 }  // namespace slimpi

@@ -129,22 +129,48 @@ class Transformer {
 
   // tokens [T_new] int64, the new tokens of each sequence back to back -> logits
   // [T_new, V] fp32. Writes the new tokens' keys/values into `cache` at their slots.
+  // hidden: when given, set to the final norm's output [T_new, d] fp32 (the LM head's
+  // input, and the first MTP depth's).
   at::Tensor forward_incremental(const at::Tensor& tokens, const std::vector<CachedSequence>& seqs,
-                                 KvCache& cache, MoeTrace* moe = nullptr) const;
+                                 KvCache& cache, MoeTrace* moe = nullptr, at::Tensor* hidden = nullptr) const;
+
+  // Multi-token prediction (model.mtp_num_layers > 0; DeepSeek-V3's MTP modules as MiMo
+  // ships them). Depth i at position j reads in[j] (the previous depth's output there;
+  // for depth 0 the trunk's final-norm output, forward_packed_hidden) and next[j], the
+  // token i + 1 places after position j, and returns its output [T, d] fp32 (its final
+  // norm: the LM head's input, whose logits predict the token i + 2 places after j, and
+  // the next depth's `in`). The embedding is read detached; `in` is as the caller gives
+  // it (detached: the MTP loss trains the MTP layers alone). Positions as the trunk's.
+  int64_t n_mtp_layers() const { return int64_t(mtp_.size()); }
+  at::Tensor forward_mtp_packed(int64_t depth, const at::Tensor& in, const at::Tensor& next,
+                                const std::vector<int64_t>& seq_lens) const;
+  // The same through the paged KV cache (its layer n_layers + depth): a draft's forward.
+  at::Tensor forward_mtp_incremental(int64_t depth, const at::Tensor& in, const at::Tensor& next,
+                                     const std::vector<CachedSequence>& seqs, KvCache& cache) const;
+  // hidden [T, d] -> logits [T, V] fp32 ([T, Vp / t] under tensor parallelism) by the LM
+  // head, read detached (the draft's logits from an MTP depth's output).
+  at::Tensor head_logits(const at::Tensor& hidden) const;
 
  private:
   // The layer loop of both forwards: embedding, per layer an attention block and an MLP
   // (dense or MoE) block on the fp32 residual stream, final norm, logits.
   at::Tensor forward(const at::Tensor& tokens, const AttentionLayout& layout, KvCache* cache, MoeTrace* moe,
-                     bool to_logits = true) const;
+                     bool to_logits = true, at::Tensor* hidden = nullptr) const;
+  struct ForwardContext;
+  // The context of one forward over `layout` (T tokens): parallelism, precision, the
+  // attention plan, RoPE at every position.
+  ForwardContext context(const AttentionLayout& layout, KvCache* cache, int64_t T, bool sequence_parallel) const;
+  at::Tensor mtp_depth(int64_t depth, const at::Tensor& in, const at::Tensor& next, const AttentionLayout& layout,
+                       KvCache* cache) const;
   void check_packed(const at::Tensor& tokens, const std::vector<int64_t>& seq_lens) const;
   // Per layer: x [T, d] -> the attention block's output [T, d] (added to x by the caller).
-  struct ForwardContext;
   // tokens [T] -> their embedding rows [T, d] fp32 (vocab-parallel under tensor parallelism).
-  at::Tensor embed(const at::Tensor& tokens, const ForwardContext& f) const;
-  at::Tensor attention_block(size_t layer, const at::Tensor& x, const ForwardContext& f) const;
+  at::Tensor embed(const at::Tensor& tokens, const ForwardContext& f, const at::Tensor& weight) const;
+  // cache_layer: the KV cache's layer this block reads and writes (an MTP depth i: n_layers + i).
+  at::Tensor attention_block(const LayerParams& p, int64_t cache_layer, const at::Tensor& x,
+                             const ForwardContext& f) const;
   // x [T_local, d] -> x + the dense MLP block of `layer`.
-  at::Tensor dense_mlp_residual(size_t layer, const at::Tensor& x, const ForwardContext& f) const;
+  at::Tensor dense_mlp_residual(const LayerParams& p, const at::Tensor& x, const ForwardContext& f) const;
   // Appends parameter `name` (drawn as `t`); `binds_to` is the member that holds it
   // once pack_parameters() gave it its final storage.
   void add(const std::string& name, at::Tensor t, at::Tensor* binds_to);
@@ -165,6 +191,13 @@ class Transformer {
   std::vector<at::Tensor*> bindings_;  // during construction: where params_[i] binds
   at::Tensor flat_;  // [n_params] every parameter's storage
   std::vector<LayerParams> layers_;
+  // One MTP depth: its token and hidden norms, input projection [d, 2d] (hidden columns
+  // first), a dense transformer layer, its final norm.
+  struct MtpParams {
+    at::Tensor token_norm, hidden_norm, input_proj, final_norm;
+    LayerParams block;
+  };
+  std::vector<MtpParams> mtp_;
   at::Tensor embed_, final_norm_, lm_head_;
   at::Tensor rope_cos_, rope_sin_;  // [max_seq_len, D]
 };

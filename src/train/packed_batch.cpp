@@ -81,12 +81,13 @@ at::Tensor packed_routing(const std::vector<Sample>& samples, const std::vector<
 }
 
 TokenLogProbs packed_log_probs(const Transformer& model, const PackedBatch& b, Precision precision,
-                               double temperature, bool with_entropy, MoeTrace* moe) {
+                               double temperature, bool with_entropy, MoeTrace* moe, at::Tensor* hidden_out) {
   at::Tensor hidden;  // [T, d]
   {
     ForwardPrecision scope(precision, model.device());
     hidden = model.forward_packed_hidden(b.tokens, b.seq_lens, moe);
   }
+  if (hidden_out) *hidden_out = hidden;
   const ScoredPositions positions = response_positions(b.tokens, b.seq_lens, b.prompt_lens);
   const TensorShard& tp = model.tensor_shard();
   const VocabShard shard = tp.size > 1 ? VocabShard{tp.comm, model.vocab_begin(), model.n_real_vocab()} : VocabShard{};

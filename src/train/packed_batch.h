@@ -50,9 +50,11 @@ at::Tensor packed_routing(const std::vector<Sample>& samples, const std::vector<
 // its forward in `precision` up to the LM head (the autocast region is the forward
 // alone), then the head and the log-probs together, chunk by chunk
 // (model/head_log_probs.h; vocab-parallel when the model is a tensor shard). No [T, V]
-// logits are formed.
+// logits are formed. hidden_out: the trunk's final-norm output [T, d] (the MTP layers'
+// input, train/mtp_loss.h).
 TokenLogProbs packed_log_probs(const Transformer& model, const PackedBatch& b, Precision precision,
-                               double temperature, bool with_entropy, MoeTrace* moe = nullptr);
+                               double temperature, bool with_entropy, MoeTrace* moe = nullptr,
+                               at::Tensor* hidden_out = nullptr);
 
 // Sum of a sample's loss mask (its response length when it has none): host data, no
 // device sync.

@@ -14,10 +14,12 @@
 #include "train/metric_sums.h"
 #include "train/micro_batches.h"
 #include "train/moe_terms.h"
+#include "train/mtp_loss.h"
 #include "train/packed_batch.h"
 #include "train/policy_loss.h"
 #include "train/rl_objective.h"
 #include "train/whitening.h"
+#include "arch/mtp_names.h"
 
 namespace slimpi {
 
@@ -26,7 +28,8 @@ namespace {
 // The kinds of parameter, each with its own gradient buffer: replicated on every rank
 // of the tensor group (all of them without model parallelism), split over the tensor
 // group (model/tensor_shard.h), split with each part on several ranks of the group (key/
-// value heads replicated when t > Hkv), one expert shard's (expert parallelism).
+// value heads replicated when t > Hkv), one expert shard's (expert parallelism). The MTP
+// layers' parameters (model.mtp_num_layers) have buffers of their own, by the same kinds.
 enum class GradientGroup { Replicated, TensorSplit, KvReplicas, Experts };
 
 GradientGroup group_of(const Transformer& policy, const std::string& name) {
@@ -38,10 +41,18 @@ GradientGroup group_of(const Transformer& policy, const std::string& name) {
   return split.replicas > 1 ? GradientGroup::KvReplicas : GradientGroup::TensorSplit;
 }
 
-std::vector<NamedTensor> gradient_group(const Transformer& policy, GradientGroup group) {
+// The parameters the optimizer updates: all, or all but the MTP layers' (a frozen draft).
+std::vector<NamedTensor> trainable(const Transformer& policy, bool with_mtp) {
   std::vector<NamedTensor> out;
   for (const auto& p : policy.parameters())
-    if (group_of(policy, p.name) == group) out.push_back(p);
+    if (with_mtp || !is_mtp_parameter(p.name)) out.push_back(p);
+  return out;
+}
+
+std::vector<NamedTensor> gradient_group(const Transformer& policy, GradientGroup group, bool mtp) {
+  std::vector<NamedTensor> out;
+  for (const auto& p : policy.parameters())
+    if (group_of(policy, p.name) == group && is_mtp_parameter(p.name) == mtp) out.push_back(p);
   return out;
 }
 
@@ -77,43 +88,47 @@ Trainer::Trainer(const TrainerConfig& cfg, Transformer& policy, Comm* dp, const 
       expert_group_(policy.expert_shard().size > 1 ? policy.expert_shard().comm : nullptr),
       expert_replicas_(expert_replicas),
       tensor_group_(policy.tensor_shard().size > 1 ? policy.tensor_shard().comm : nullptr),
-      optimizer_(cfg.distributed_optimizer ? nullptr : std::make_unique<AdamW>(policy.parameters(), cfg.adam)),
-      grads_(gradient_group(policy, GradientGroup::Replicated), cfg.grad_bucket_bytes, padding(cfg, dp)),
+      train_mtp_(policy.n_mtp_layers() > 0 && cfg.mtp_loss_coef > 0),
+      optimizer_(cfg.distributed_optimizer ? nullptr : std::make_unique<AdamW>(trainable(policy, train_mtp_), cfg.adam)),
       moe_(policy.config().n_experts > 0),
       moe_layers_(moe_layer_indices(policy.config())) {
   SLIMPI_CHECK(!(needs_reference(cfg_) && !reference_), "the KL loss and the reward-side KL need a reference model");
+  SLIMPI_CHECK(!expert_group_ || !reference_ || reference_->expert_shard().comm == expert_group_,
+               "the reference model must be sharded over the policy's expert group");
+  SLIMPI_CHECK(!tensor_group_ || !reference_ || reference_->tensor_shard().comm == tensor_group_,
+               "the reference model must be split over the policy's tensor group");
   policy_.set_recompute(cfg_.recompute);
-  if (expert_group_) {
-    SLIMPI_CHECK(!reference_ || reference_->expert_shard().comm == expert_group_,
-                 "the reference model must be sharded over the policy's expert group");
-    expert_grads_ = std::make_unique<GradBuffer>(gradient_group(policy, GradientGroup::Experts), cfg.grad_bucket_bytes,
-                                                 padding(cfg, expert_replicas_));
+  // The gradient buffers, in one order on every rank (their non-blocking reductions are
+  // started in it): the trunk's, then the MTP layers'.
+  const double kv_replicas = double(kv_head_replicas(policy.config(), policy.tensor_shard().size));
+  for (const bool mtp : {false, true}) {
+    if (mtp && !train_mtp_) continue;  // a frozen draft: no gradient, no update
+    for (const auto& [kind, reduce_over, norm_over, replicas] :
+         {std::tuple{GradientGroup::Replicated, dp_, (Comm*)nullptr, 1.0},
+          std::tuple{GradientGroup::TensorSplit, dp_, tensor_group_, 1.0},
+          std::tuple{GradientGroup::KvReplicas, dp_, tensor_group_, kv_replicas},
+          std::tuple{GradientGroup::Experts, expert_replicas_, expert_group_, 1.0}}) {
+      std::vector<NamedTensor> params = gradient_group(policy, kind, mtp);
+      if (params.empty()) continue;
+      GradGroup g;
+      g.grads = std::make_unique<GradBuffer>(params, cfg.grad_bucket_bytes, padding(cfg, reduce_over));
+      g.reduce_over = reduce_over;
+      g.norm_over = norm_over;
+      g.norm_replicas = replicas;
+      g.mtp = mtp;
+      g.experts = kind == GradientGroup::Experts;
+      if (cfg.distributed_optimizer) g.sharded = std::make_unique<DistributedAdamW>(*g.grads, reduce_over, cfg.adam);
+      groups_.push_back(std::move(g));
+    }
   }
-  if (tensor_group_) {
-    SLIMPI_CHECK(!reference_ || reference_->tensor_shard().comm == tensor_group_,
-                 "the reference model must be split over the policy's tensor group");
-    split_grads_ = std::make_unique<GradBuffer>(gradient_group(policy, GradientGroup::TensorSplit),
-                                                cfg.grad_bucket_bytes, padding(cfg, dp));
-    if (kv_head_replicas(policy.config(), policy.tensor_shard().size) > 1)
-      kv_grads_ = std::make_unique<GradBuffer>(gradient_group(policy, GradientGroup::KvReplicas),
-                                               cfg.grad_bucket_bytes, padding(cfg, dp));
-  }
-  if (cfg.distributed_optimizer) {
-    sharded_adam_ = std::make_unique<DistributedAdamW>(grads_, dp_, cfg.adam);
-    if (split_grads_) sharded_split_adam_ = std::make_unique<DistributedAdamW>(*split_grads_, dp_, cfg.adam);
-    if (kv_grads_) sharded_kv_adam_ = std::make_unique<DistributedAdamW>(*kv_grads_, dp_, cfg.adam);
-    if (expert_grads_)
-      sharded_expert_adam_ = std::make_unique<DistributedAdamW>(*expert_grads_, expert_replicas_, cfg.adam);
-  }
+  SLIMPI_CHECK(!groups_.empty() && !groups_.front().mtp && !groups_.front().experts,
+               "the policy has no replicated parameter (its norms, at least)");
 }
 
-std::vector<std::tuple<GradBuffer*, Comm*, DistributedAdamW*>> Trainer::buffers() const {
-  std::vector<std::tuple<GradBuffer*, Comm*, DistributedAdamW*>> out{
-      {const_cast<GradBuffer*>(&grads_), dp_, sharded_adam_.get()}};
-  if (split_grads_) out.emplace_back(split_grads_.get(), dp_, sharded_split_adam_.get());
-  if (kv_grads_) out.emplace_back(kv_grads_.get(), dp_, sharded_kv_adam_.get());
-  if (expert_grads_) out.emplace_back(expert_grads_.get(), expert_replicas_, sharded_expert_adam_.get());
-  return out;
+const GradBuffer* Trainer::expert_grads() const {
+  for (const auto& g : groups_)
+    if (g.experts && !g.mtp) return g.grads.get();
+  return nullptr;
 }
 
 int64_t Trainer::aligned_micro_batches(int64_t n) const {
@@ -123,23 +138,19 @@ int64_t Trainer::aligned_micro_batches(int64_t n) const {
   return t.item<int64_t>();
 }
 
-double Trainer::global_grad_norm() const {
+double Trainer::grad_norm(bool mtp) const {
   // Every parameter counted once: the replicated ones on this rank (every rank of its
   // tensor group holds the same sums), the tensor group's splits and the expert group's
   // shards added up over their groups (the replicas of a shard hold the same sums), the
   // replicated key/value heads added up over the tensor group and divided by their
   // number of replicas (each replica holds the same sums).
   // The distributed optimizer holds each sum in chunks over the buffer's group.
-  auto norm_sq = [](const GradBuffer& g, DistributedAdamW* sharded, Comm* group) {
-    if (!sharded) return std::pow(g.global_norm(), 2);
-    return summed(sharded->local_norm_sq(), group);
-  };
-  double sq = norm_sq(grads_, sharded_adam_.get(), dp_);
-  if (split_grads_) sq += summed(norm_sq(*split_grads_, sharded_split_adam_.get(), dp_), tensor_group_);
-  if (kv_grads_)
-    sq += summed(norm_sq(*kv_grads_, sharded_kv_adam_.get(), dp_), tensor_group_) /
-          double(kv_head_replicas(policy_.config(), policy_.tensor_shard().size));
-  if (expert_grads_) sq += summed(norm_sq(*expert_grads_, sharded_expert_adam_.get(), expert_replicas_), expert_group_);
+  double sq = 0;
+  for (const auto& g : groups_) {
+    if (g.mtp != mtp) continue;
+    const double mine = g.sharded ? summed(g.sharded->local_norm_sq(), g.reduce_over) : std::pow(g.grads->global_norm(), 2);
+    sq += summed(mine, g.norm_over) / g.norm_replicas;
+  }
   return std::sqrt(sq);
 }
 
@@ -258,13 +269,13 @@ std::map<std::string, double> Trainer::train_step(std::vector<Sample>& local) {
   // An optimizer step whose share is empty on every rank (a rollout of very few
   // samples cut into num_steps_per_rollout parts rank by rank) changes nothing.
   if (in.n_samples == 0) return {{"train/optimizer_step_empty", 1.0}};
-  for (auto [g, group, sharded] : buffers()) g->zero();
+  for (auto& g : groups_) g.grads->zero();
   MetricSums sums = declare_step_metrics();
   forwards_and_backwards(local, in, sums);
-  const double grad_norm = reduce_gradients();
+  reduce_gradients();
   std::map<std::string, double> metrics = sums.reduce(dp_);
   if (moe_) finish_routing_metrics(moe_layers_, metrics);
-  apply_update(grad_norm, metrics);
+  apply_update(metrics);
   const double seconds = clock.seconds();
   metrics["perf/actor_train_time"] = seconds;
   metrics["perf/train_tokens_per_s"] = in.n_tokens / seconds;
@@ -274,20 +285,24 @@ std::map<std::string, double> Trainer::train_step(std::vector<Sample>& local) {
 Trainer::StepInputs Trainer::step_inputs(const std::vector<Sample>& local) const {
   const at::Device device = policy_.device();
   StepInputs in;
-  std::vector<double> local_counts{0, 0, 0};  // samples, masked tokens, all tokens
+  const int64_t k = train_mtp_ ? policy_.n_mtp_layers() : 0;
+  std::vector<double> local_counts(size_t(3 + k), 0.0);  // samples, masked tokens, all tokens, MTP positions per depth
   for (const auto& s : local) {
     in.masks.push_back(per_token_tensor(s.loss_mask, s.response_length(), 1.0f, device));
     if (cfg_.mode == "rl") in.advantages.push_back(per_token_tensor(s.advantages, s.response_length(), 0.0f, device));
     local_counts[0] += 1;
     local_counts[1] += mask_sum(s);
     local_counts[2] += static_cast<double>(s.tokens.size());
+    for (int64_t i = 0; i < k; ++i)
+      local_counts[size_t(3 + i)] += mtp_counted_positions(s.prompt_length, int64_t(s.tokens.size()), s.loss_mask, i);
   }
-  at::Tensor counts = at::tensor(local_counts, at::kDouble);  // [3]
+  at::Tensor counts = at::tensor(local_counts, at::kDouble);  // [3 + k]
   if (dp_) allreduce(*dp_, counts);
   const double* totals = counts.data_ptr<double>();
   in.n_samples = totals[0];
   in.n_masked = totals[1];
   in.n_tokens = totals[2];
+  in.n_mtp.assign(totals + 3, totals + 3 + k);
   return in;
 }
 
@@ -297,6 +312,7 @@ MetricSums Trainer::declare_step_metrics() const {
   MetricSums sums;
   for (const char* k : {"train/loss", "train/entropy_loss"}) sums.add_value(k, 0.0);
   if (moe_) declare_moe_metrics(moe_layers_, sums);
+  if (train_mtp_) declare_mtp_metrics(policy_.n_mtp_layers(), sums);
   if (cfg_.mode == "rl") {
     for (const char* k : {"train/pg_loss", "train/pg_clipfrac", "train/ppo_kl", "train/train_rollout_logprob_abs_diff"})
       sums.add_value(k, 0.0);
@@ -320,9 +336,9 @@ bool Trainer::overlaps_grad_reduce() const {
 }
 
 void Trainer::arm_overlapped_reduction() {
-  for (auto [g, group, sharded] : buffers()) {
-    if (sharded) sharded->start_overlapped_reduce_scatter();  // the distributed optimizer: into its chunks
-    else g->start_overlapped_reduction(group);
+  for (auto& g : groups_) {
+    if (g.sharded) g.sharded->start_overlapped_reduce_scatter();  // the distributed optimizer: into its chunks
+    else g.grads->start_overlapped_reduction(g.reduce_over);
   }
 }
 
@@ -344,9 +360,9 @@ void Trainer::forwards_and_backwards(std::vector<Sample>& local, const StepInput
     if (micro + 1 == n_runs && overlap) arm_overlapped_reduction();
     loss.backward();
   }
-  for (auto [g, group, sharded] : buffers())
-    SLIMPI_CHECK(g->grads_alias_buffer(), "autograd replaced a gradient outside the flat gradient buffer");
-  if (overlap && !grads_.reduction_armed()) arm_overlapped_reduction();  // a rank with no micro-batch
+  for (const auto& g : groups_)
+    SLIMPI_CHECK(g.grads->grads_alias_buffer(), "autograd replaced a gradient outside the flat gradient buffer");
+  if (overlap && !grads().reduction_armed()) arm_overlapped_reduction();  // a rank with no micro-batch
 }
 
 at::Tensor Trainer::micro_batch_loss(std::vector<Sample>& local, const std::vector<int64_t>& which,
@@ -359,8 +375,9 @@ at::Tensor Trainer::micro_batch_loss(std::vector<Sample>& local, const std::vect
   at::Tensor rollout_routing;  // [T, L, k] the engine's experts, -1 where none
   if (moe) rollout_routing = packed_routing(local, which, mc, device, cfg_.routing_replay);
   if (cfg_.routing_replay) trace.replay = rollout_routing;
+  at::Tensor hidden;  // [T, d] the trunk's output: the MTP layers' input
   const TokenLogProbs lp = packed_log_probs(policy_, b, cfg_.precision, cfg_.temperature, /*with_entropy=*/true,
-                                            moe ? &trace : nullptr);
+                                            moe ? &trace : nullptr, train_mtp_ ? &hidden : nullptr);
   if (moe) add_routing_agreement(trace, rollout_routing, moe_layers_, sums);
 
   ScoredMicroBatch scored;
@@ -394,6 +411,12 @@ at::Tensor Trainer::micro_batch_loss(std::vector<Sample>& local, const std::vect
   }
   if (moe)
     loss = add_router_losses(loss, trace, mc.n_experts_per_tok, double(b.tokens.size(0)) / in.n_tokens, cfg_, sums);
+  if (train_mtp_) {  // the draft's own loss: its gradient reaches the MTP layers alone (train/mtp_loss.h)
+    std::vector<at::Tensor> masks;
+    for (int64_t i : which) masks.push_back(in.masks[i]);
+    const MtpLossSpec spec{cfg_.mtp_loss_coef, cfg_.mtp_loss, cfg_.mtp_distill_top_k, in.n_mtp, cfg_.precision};
+    loss = loss + mtp_loss(policy_, b, hidden, masks, spec, sums);
+  }
   return loss;
 }
 
@@ -417,30 +440,35 @@ at::Tensor Trainer::old_log_probs(std::vector<Sample>& local, const std::vector<
   return old;
 }
 
-double Trainer::reduce_gradients() {
-  for (auto [g, group, sharded] : buffers()) {
-    if (sharded) sharded->reduce_scatter();
-    else g->all_reduce(group);
+void Trainer::reduce_gradients() {
+  for (auto& g : groups_) {
+    if (g.sharded) g.sharded->reduce_scatter();
+    else g.grads->all_reduce(g.reduce_over);
   }
-  return global_grad_norm();
 }
 
-void Trainer::apply_update(double grad_norm, std::map<std::string, double>& metrics) {
+void Trainer::apply_update(std::map<std::string, double>& metrics) {
   const double lr = cfg_.lr.at(n_steps());
+  // The trunk's gradient norm, and the MTP layers' apart (each clipped on its own, so
+  // that the draft's loss never scales the policy's step).
+  const double grad_norm = this->grad_norm(false);
+  const bool mtp = policy_.n_mtp_layers() > 0;
+  const double mtp_norm = mtp ? this->grad_norm(true) : 0.0;
   // Megatron's check for NaN in loss and gradients: a non-finite step never reaches the
   // weights. Loss and norm are reduced values, the same on every dp rank.
   const double loss = metrics.count("train/loss") ? metrics["train/loss"] : 0.0;
-  const bool finite = std::isfinite(grad_norm) && std::isfinite(loss);
+  const bool finite = std::isfinite(grad_norm) && std::isfinite(mtp_norm) && std::isfinite(loss);
   if (finite) {
-    for (auto [g, group, sharded] : buffers()) {
-      if (sharded) sharded->clip(grad_norm, cfg_.clip_grad);
-      else g->clip(grad_norm, cfg_.clip_grad);
+    for (auto& g : groups_) {
+      const double norm = g.mtp ? mtp_norm : grad_norm;
+      if (g.sharded) g.sharded->clip(norm, cfg_.clip_grad);
+      else g.grads->clip(norm, cfg_.clip_grad);
     }
     if (optimizer_) {
       optimizer_->step(lr);
     } else {
       ++n_steps_;
-      for (auto [g, group, sharded] : buffers()) sharded->step(lr, n_steps_);
+      for (auto& g : groups_) g.sharded->step(lr, n_steps_);
     }
   } else if (!cfg_.skip_nonfinite_steps) {
     SLIMPI_FAIL_ALL("optimizer step {}: the loss is {} and the gradient norm {}; stopping before they reach the "
@@ -449,15 +477,16 @@ void Trainer::apply_update(double grad_norm, std::map<std::string, double>& metr
   }
   metrics["train/skipped_nonfinite_step"] = finite ? 0.0 : 1.0;
   metrics["train/grad_norm"] = grad_norm;
+  if (mtp) metrics["train/mtp_grad_norm"] = mtp_norm;
   metrics["train/lr"] = lr;
 }
 
 Trainer::StateBytes Trainer::state_bytes() const {
   StateBytes b;
   for (const auto& p : policy_.parameters()) b.params += p.tensor.numel() * int64_t(p.tensor.element_size());
-  for (auto [g, group, sharded] : buffers()) {
-    b.grads += g->flat().numel() * int64_t(sizeof(float));
-    if (sharded) b.optimizer += 2 * sharded->n_local() * int64_t(sizeof(float));
+  for (const auto& g : groups_) {
+    b.grads += g.grads->flat().numel() * int64_t(sizeof(float));
+    if (g.sharded) b.optimizer += 2 * g.sharded->n_local() * int64_t(sizeof(float));
   }
   if (optimizer_)
     for (const auto& t : optimizer_->state()) b.optimizer += t.tensor.numel() * int64_t(t.tensor.element_size());

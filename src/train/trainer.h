@@ -95,8 +95,8 @@ class Trainer {
   StateBytes state_bytes() const;
   // The gradients of the replicated parameters (all of them without model parallelism),
   // and of this rank's experts (null without expert parallelism).
-  const GradBuffer& grads() const { return grads_; }
-  const GradBuffer* expert_grads() const { return expert_grads_.get(); }
+  const GradBuffer& grads() const { return *groups_.front().grads; }
+  const GradBuffer* expert_grads() const;
   const TrainerConfig& config() const { return cfg_; }
 
   // Model, optimizer state, step count and the torch CPU RNG state in one HDF5 file,
@@ -124,12 +124,12 @@ class Trainer {
   // its routing trace; collective over the expert group.
   std::vector<std::vector<float>> response_log_probs(const std::vector<Sample>& samples, const Transformer& model,
                                                      bool replay) const;
-  double global_grad_norm() const;
 
   // The steps of train_step, in order.
   struct StepInputs {
     std::vector<at::Tensor> masks, advantages;  // per local sample, [R_i] on the model's device (advantages: RL)
     double n_samples = 0, n_masked = 0, n_tokens = 0;  // over every dp rank: the reducer's denominators
+    std::vector<double> n_mtp;  // per MTP depth: its counted positions over every dp rank (train/mtp_loss.h)
   };
   StepInputs step_inputs(const std::vector<Sample>& local) const;  // collective over dp
   MetricSums declare_step_metrics() const;
@@ -142,27 +142,37 @@ class Trainer {
   // step per rollout) this forward's `logp`, detached and stored in the samples.
   at::Tensor old_log_probs(std::vector<Sample>& local, const std::vector<int64_t>& which,
                            const at::Tensor& logp) const;
-  // The gradients summed over dp (and expert replicas); returns their global norm.
-  double reduce_gradients();
-  // Clip and AdamW unless the loss or norm is non-finite; adds train/grad_norm, lr, skips.
-  void apply_update(double grad_norm, std::map<std::string, double>& metrics);
+  // The gradients summed over dp (and expert replicas).
+  void reduce_gradients();
+  // The global norm of the trunk's gradients (mtp false) or of the MTP layers'.
+  double grad_norm(bool mtp) const;
+  // Clip (the trunk and the MTP layers each by its own norm) and AdamW unless the loss or
+  // a norm is non-finite; adds train/grad_norm, train/mtp_grad_norm, lr, skips.
+  void apply_update(std::map<std::string, double>& metrics);
   bool overlaps_grad_reduce() const;
   void arm_overlapped_reduction();
 
   Comm* expert_group_ = nullptr;     // the policy's expert-parallel group (null: no expert parallelism)
   Comm* expert_replicas_ = nullptr;  // ranks holding this rank's experts
   Comm* tensor_group_ = nullptr;     // the policy's tensor-parallel group (null: no tensor parallelism)
+  bool train_mtp_ = false;           // the policy has MTP layers and train.mtp_loss_coef > 0
   // AdamW on every parameter, or (train.distributed_optimizer) one DistributedAdamW per
   // gradient buffer, sharded over the group that reduces it.
   std::unique_ptr<AdamW> optimizer_;
   int64_t n_steps_ = 0;  // the distributed optimizer's step count
-  GradBuffer grads_;
-  std::unique_ptr<GradBuffer> expert_grads_;
-  std::unique_ptr<GradBuffer> split_grads_;  // tensor parallelism: the split parameters' (model/tensor_shard.h)
-  std::unique_ptr<GradBuffer> kv_grads_;     // t > Hkv: the replicated key/value heads' (summed over replicas in backward)
-  std::unique_ptr<DistributedAdamW> sharded_adam_, sharded_split_adam_, sharded_kv_adam_, sharded_expert_adam_;
-  // Every buffer with the group it is reduced over and its distributed optimizer.
-  std::vector<std::tuple<GradBuffer*, Comm*, DistributedAdamW*>> buffers() const;
+  // One gradient buffer: the parameters of one kind (replicated over the tensor group,
+  // split over it, key/value heads replicated within it, one expert shard's; the trunk's
+  // or the MTP layers'), the group its sums run over, the group its norm adds up over and
+  // how many replicas there count each element, and its distributed optimizer.
+  struct GradGroup {
+    std::unique_ptr<GradBuffer> grads;
+    Comm* reduce_over = nullptr;
+    Comm* norm_over = nullptr;
+    double norm_replicas = 1;
+    bool mtp = false, experts = false;
+    std::unique_ptr<DistributedAdamW> sharded;  // train.distributed_optimizer
+  };
+  std::vector<GradGroup> groups_;  // the trunk's replicated parameters first; one order on every rank
   // Whether this rank writes its part of stored tensor `name` (a parameter, or its
   // moment without the distributed optimizer) to checkpoints: the first of the ranks
   // holding the same part does.

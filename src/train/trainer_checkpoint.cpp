@@ -86,9 +86,9 @@ void Trainer::save(const std::string& path, MPI_Comm trainer) const {
     for (const auto& t : moments)
       if (stores_part(t.name)) moment_pieces.push_back(whole_piece(t.name, t.tensor));
   } else {
-    for (auto [g, group, sharded] : buffers()) {
-      for (auto& t : sharded->state_like()) moments.push_back(std::move(t));
-      for (auto& piece : sharded->moment_pieces())
+    for (const auto& g : groups_) {
+      for (auto& t : g.sharded->state_like()) moments.push_back(std::move(t));
+      for (auto& piece : g.sharded->moment_pieces())
         if (first_in_tensor_group(parameter_of(piece.name))) {
           piece.values = piece.values.cpu().contiguous();
           moment_pieces.push_back(std::move(piece));
@@ -146,8 +146,8 @@ void Trainer::load(const std::string& path) {
     optimizer_->set_n_steps(steps);
   } else {
     at::NoGradGuard no_grad;
-    for (auto [g, group, sharded] : buffers()) {
-      std::vector<TensorPiece> pieces = sharded->moment_pieces();  // views of the moment buffers, read into
+    for (const auto& g : groups_) {
+      std::vector<TensorPiece> pieces = g.sharded->moment_pieces();  // views of the moment buffers, read into
       read_tensor_pieces(opt.id(), stored, pieces, false);
     }
     n_steps_ = steps;

@@ -89,6 +89,9 @@ TrainerConfig TrainerConfig::from_deck(const Deck& deck) {
   c.grad_bucket_bytes = deck.get_int("train.grad_bucket_mb") << 20;
   c.overlap_grad_reduce = deck.get_bool("train.overlap_grad_reduce");
   c.distributed_optimizer = deck.get_bool("train.distributed_optimizer");
+  c.mtp_loss_coef = deck.get_float("train.mtp_loss_coef");
+  c.mtp_loss = deck.get_string("train.mtp_loss");
+  c.mtp_distill_top_k = deck.get_int("train.mtp_distill_top_k");
   const std::string& recompute = deck.get_string("train.recompute");
   c.recompute = recompute == "full"        ? Transformer::Recompute::Full
                 : recompute == "selective" ? Transformer::Recompute::Selective

@@ -42,8 +42,14 @@ struct TrainerConfig {
   bool skip_nonfinite_steps = false;  // else a non-finite loss or gradient norm is an error
   int64_t grad_bucket_bytes = 32 << 20;
   bool overlap_grad_reduce = true;        // reduce buckets from inside the last backward (GradBuffer)
-  bool distributed_optimizer = false;
-  Transformer::Recompute recompute = Transformer::Recompute::None;  // train.recompute     // AdamW state sharded over data-parallel ranks (train/distributed_optimizer.h)
+  bool distributed_optimizer = false;  // AdamW state sharded over data-parallel ranks (train/distributed_optimizer.h)
+  Transformer::Recompute recompute = Transformer::Recompute::None;  // train.recompute
+  // Multi-token prediction (model.mtp_num_layers > 0, train/mtp_loss.h): the MTP layers'
+  // loss weight (0: a frozen draft, its parameters left out of the optimizer), "ce" or
+  // "distill", and distill's top-k.
+  double mtp_loss_coef = 0.2;
+  std::string mtp_loss = "ce";
+  int64_t mtp_distill_top_k = 8;
   Precision precision = Precision::FP32;  // of the forward; masters, gradients, AdamW stay fp32
   AdamW::Options adam;
   LrSchedule lr;

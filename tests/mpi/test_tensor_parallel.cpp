@@ -207,7 +207,7 @@ TEST(HeadLogProbs, EqualTheLogitsPath) {
 // The model of a case: grouped-query attention (2 key/value heads where the group
 // allows it, or `kv_heads`: fewer than t replicates them) with q/k norms and q/k/v
 // biases; tied or untied; with one MoE layer.
-ModelConfig tp_config(int t, bool tied, bool moe, int kv_heads = 0) {
+ModelConfig tp_config(int t, bool tied, bool moe, int kv_heads = 0, int mtp = 0) {
   ModelConfig c = testing::tiny_model_config(/*max_seq_len=*/32, /*init_std=*/0.1);
   c.n_heads = 8;
   c.n_kv_heads = kv_heads > 0 ? kv_heads : std::max(2, t);
@@ -216,6 +216,7 @@ ModelConfig tp_config(int t, bool tied, bool moe, int kv_heads = 0) {
   c.qkv_bias = true;
   c.o_bias = true;
   c.tie_word_embeddings = tied;
+  c.mtp_num_layers = mtp;  // MTP depths: split as the trunk's layers, trained beside them
   if (moe) {
     c.n_experts = 4;
     c.n_experts_per_tok = 2;
@@ -266,6 +267,7 @@ struct Case {
   bool distributed_optimizer = false;
   Transformer::Recompute recompute = Transformer::Recompute::None;
   int kv_heads = 0;  // > 0: the model's key/value heads (fewer than the group: replicated)
+  int mtp = 0;       // MTP depths (train/mtp_loss.h)
 };
 
 class TensorParallelStep : public ::testing::TestWithParam<Case> {};
@@ -278,7 +280,7 @@ TEST_P(TensorParallelStep, EqualsTheWholeModel) {
   if (n % tp != 0 || (n / tp) % c.expert_parallel != 0 || (c.expert_parallel > 1 && !c.moe) || (tp == 1 && n > 1) ||
       (c.sequence_parallel && tp == 1))
     GTEST_SKIP() << "TP " << tp << " x EP " << c.expert_parallel << " at np " << n;
-  const ModelConfig cfg = tp_config(tp, c.tied, c.moe, c.kv_heads);
+  const ModelConfig cfg = tp_config(tp, c.tied, c.moe, c.kv_heads, c.mtp);
   ModelParallel mp(MPI_COMM_WORLD, tp, c.expert_parallel, DeviceChoice{}, c.sequence_parallel,
                    kv_head_replicas(cfg, tp));
   const int d = mp.data_index();
@@ -415,7 +417,11 @@ INSTANTIATE_TEST_SUITE_P(Layouts, TensorParallelStep,
                                            // group (with sequence parallelism and the distributed optimizer)
                                            Case{0, 1, false, false, false, false, Transformer::Recompute::None, 2},
                                            Case{0, 1, true, false, true, true, Transformer::Recompute::None, 1},
-                                           Case{2, 1, false, false, false, true, Transformer::Recompute::Full, 1}));
+                                           Case{2, 1, false, false, false, true, Transformer::Recompute::Full, 1},
+                                           // two MTP depths trained beside the policy (with sequence
+                                           // parallelism, the distributed optimizer and expert parallelism)
+                                           Case{0, 1, false, false, false, false, Transformer::Recompute::None, 0, 2},
+                                           Case{2, 2, true, true, true, true, Transformer::Recompute::None, 0, 1}));
 
 TEST(TensorShard, SplitsAndPadsAsMegatron) {
   ModelConfig cfg = tp_config(2, false, false);

@@ -4,7 +4,8 @@
 # (also sharded with an index, and in bf16)
 # (read here with a plain-numpy safetensors parser) and a Llama config of the deck's
 # shape; generating from the export (model.init_from = the directory) gives the same
-# tokens and log-probs as generating from the checkpoint; a corrupt checkpoint is refused.
+# tokens and log-probs as generating from the checkpoint; MTP depths export in
+# DeepSeek-V3's or MiMo's layout and load back; a corrupt checkpoint is refused.
 # Usage: hf_export.sh SLIMPI ROOT "MPIRUN FLAGS"
 set -euo pipefail
 source "$(dirname "$0")/run_helpers.sh"
@@ -86,6 +87,53 @@ with h5py.File(sys.argv[1]) as a:
                 assert a["samples"][k].shape[0] > 0 and np.array_equal(a["samples"][k][:], b["samples"][k][:]), k
 print("hf_export: generation from the exports (single file, sharded) equals generation from the checkpoint")
 PY
+
+# MTP depths (model.mtp_num_layers = 1, trained beside the policy): a Llama exports them in
+# DeepSeek-V3's layout (model.layers.<L>.eh_proj, its column halves swapped), a Qwen2
+# shape as MiMoForCausalLM (model.mtp_layers.0.*); config.json says num_nextn_predict_layers;
+# a run starts from each export.
+for family in llama mimo; do
+  flags=(--set model.mtp_num_layers=1)
+  [ $family = mimo ] && flags+=(--set model.qkv_bias=true)
+  $mpirun -np 1 "$slimpi" run inputs/smoke_rl.toml --set parallel.placement=colocate --set run.n_steps=2 "${flags[@]}" \
+    --set run.dir="$out/mtp_$family" >"$out/mtp_$family.log" 2>&1 || { cat "$out/mtp_$family.log"; exit 1; }
+  "$slimpi" export "$out/mtp_$family/ckpt/step_00000002" "$out/hf_mtp_$family" >/dev/null
+  /usr/bin/python3 - "$out/mtp_$family" "$out/hf_mtp_$family" $family <<'PY'
+import json
+import struct
+import sys
+import h5py
+import numpy as np
+run, hf, family = sys.argv[1:4]
+raw = open(f"{hf}/model.safetensors", "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+header = json.loads(raw[8:8 + n])
+def tensor(name):
+    b, e = header[name]["data_offsets"]
+    return np.frombuffer(raw[8 + n + b:8 + n + e], dtype="<f4").reshape(header[name]["shape"])
+cfg = json.load(open(f"{hf}/config.json"))
+assert cfg["num_nextn_predict_layers"] == 1, cfg
+with h5py.File(f"{run}/trainer_state.h5") as f:
+    proj = f["model/model.mtp_layers.0.input_proj.weight"][:]
+    assert proj.shape == (32, 64) and np.abs(proj).max() > 0
+    if family == "llama":
+        assert cfg["architectures"] == ["LlamaForCausalLM"], cfg
+        assert "model.mtp_layers.0.input_proj.weight" not in header
+        assert np.array_equal(tensor("model.layers.2.eh_proj.weight"), np.concatenate([proj[:, 32:], proj[:, :32]], 1))
+        assert np.array_equal(tensor("model.layers.2.enorm.weight"), f["model/model.mtp_layers.0.token_layernorm.weight"][:])
+        assert np.array_equal(tensor("model.layers.2.self_attn.q_proj.weight"),
+                              f["model/model.mtp_layers.0.self_attn.q_proj.weight"][:])
+    else:
+        assert cfg["architectures"] == ["MiMoForCausalLM"] and cfg["model_type"] == "mimo", cfg
+        assert np.array_equal(tensor("model.mtp_layers.0.input_proj.weight"), proj)
+print(f"hf_export: the MTP depth exported in {'DeepSeek-V3' if family == 'llama' else 'MiMo'}'s layout")
+PY
+  $mpirun -np 1 "$slimpi" run inputs/smoke_rl.toml --set parallel.placement=colocate --set run.n_steps=1 \
+    --set model.init_from="$out/hf_mtp_$family" --set run.dir="$out/from_mtp_$family" >"$out/from_mtp_$family.log" 2>&1 \
+    || { cat "$out/from_mtp_$family.log"; exit 1; }
+  grep -q "step 1/1" "$out/from_mtp_$family.log"
+done
+grep -q "train/mtp_loss" "$out/mtp_llama/metrics.csv"
 
 printf 'x' >>"$ckpt/deck.json"
 if "$slimpi" export "$ckpt" "$out/hf2" >"$out/bad.log" 2>&1; then echo "FAIL: exported a corrupt checkpoint"; exit 1; fi
