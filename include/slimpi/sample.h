@@ -46,6 +46,9 @@ struct Sample {
   // MoE layer, [n_routed × n_moe_layers × k] row-major, for the tokens the engine
   // computed (n_routed = tokens − 1: the last sampled token never ran). Empty: dense model.
   std::vector<int16_t> routing;
+  // Speculative decoding (rollout.speculative): tokens drafted for this sample, drafts
+  // the policy accepted, and the verify forwards that checked them.
+  int32_t spec_drafted = 0, spec_accepted = 0, spec_passes = 0;
 
   // Reward (the router).
   float raw_reward = 0.0f;  // as the reward style returned it

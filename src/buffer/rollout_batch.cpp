@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <limits>
 
+#include <fmt/format.h>
+
 namespace slimpi {
 
 void retire(Sample& s, SampleStatus why) {
@@ -34,6 +36,15 @@ void add_engine_metrics(const EngineStats& es, std::map<std::string, double>& m)
   m["rollout/prefix_cache_hit_rate"] =
       es.prefix_query_tokens ? double(es.prefix_hit_tokens) / double(es.prefix_query_tokens) : 0.0;
   m["rollout/preemptions"] = double(es.preemptions);
+  if (es.spec_passes > 0) {  // speculative decoding (rollout.speculative)
+    m["rollout/spec_accept_rate"] = double(es.spec_accepted) / double(std::max<int64_t>(es.spec_drafted, 1));
+    // tokens a verify pass adds: its accepted drafts and the one the policy adds
+    m["rollout/spec_accept_length"] = double(es.spec_accepted + es.spec_passes) / double(es.spec_passes);
+    for (int j = 0; j < EngineStats::kMaxSpecSteps; ++j)
+      if (es.spec_offered_at[j] > 0)
+        m[fmt::format("rollout/spec_accept_rate_step{}", j + 1)] =
+            double(es.spec_accepted_at[j]) / double(es.spec_offered_at[j]);
+  }
 }
 
 std::map<std::string, double> rollout_metrics(const RolloutBatch& batch, const RolloutMetricsInputs& in) {

@@ -152,6 +152,15 @@ std::vector<KeySpec> declare_keys() {
                  "drop groups whose rewards are all equal (nonzero_std) and sample more"),
       int_key("rollout.max_sampling_rounds", 8, 1, 1e6, "rounds",
               "generation rounds per step at most while the filter keeps the batch short"),
+      choice_key("rollout.speculative", "none", {"none", "mtp"},
+                 "speculative decoding: mtp = chains drafted by the policy's first multi-token-prediction depth "
+                 "(model.mtp_num_layers > 0), verified by exact rejection sampling (the tokens and log-probs are "
+                 "the policy's)"),
+      int_key("rollout.spec_num_steps", 3, 1, 8, "tokens", "speculative decoding: tokens drafted per chain"),
+      int_key("rollout.spec_num_draft_tokens", 0, 0, 9, "tokens",
+              "speculative decoding: tokens per verify pass (SGLang's key; chains only: spec_num_steps + 1, 0 = that)"),
+      int_key("rollout.spec_max_running", 0, 0, 1e6, "sequences",
+              "speculative decoding: no drafts while more sequences than this run (0: no limit)"),
       int_key("rollout.tensor_parallel", 1, 1, 1e6, "ranks",
               "each engine is a group of this many rollout ranks that generate together (heads, MLP columns and "
               "vocabulary rows split as the trainer's; the first rank routes and samples); colocated: 1 or "

@@ -18,6 +18,9 @@ std::string encode_samples(const std::vector<Sample>& samples) {
     w.put_vector(s.sampling_support);
     w.put_vector(s.weight_versions);
     w.put_vector(s.routing);
+    w.put(s.spec_drafted);
+    w.put(s.spec_accepted);
+    w.put(s.spec_passes);
     w.put(s.raw_reward);
     w.put(s.reward);
     w.put_vector(s.loss_mask);
@@ -44,6 +47,9 @@ std::vector<Sample> decode_samples(const std::string& bytes) {
     s.sampling_support = r.get_vector<int32_t>();
     s.weight_versions = r.get_vector<int64_t>();
     s.routing = r.get_vector<int16_t>();
+    s.spec_drafted = r.get<int32_t>();
+    s.spec_accepted = r.get<int32_t>();
+    s.spec_passes = r.get<int32_t>();
     s.raw_reward = r.get<float>();
     s.reward = r.get<float>();
     s.loss_mask = r.get_vector<float>();

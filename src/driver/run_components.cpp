@@ -176,6 +176,13 @@ void build_models(const RunContext& ctx, const std::string& resume_from, RunComp
               model_cfg.n_kv_heads, kv_head_replicas(model_cfg, engine_tp) > 1
                   ? fmt::format(" (each replicated on {} ranks)", kv_head_replicas(model_cfg, engine_tp)) : "",
               model_cfg.intermediate_size / engine_tp, model_cfg.intermediate_size);
+  if (const int64_t steps = c.configs.rollout.engine.spec_steps; c.rl && steps > 0)  // a deck fact, said by rank 0
+    log::info("speculative decoding: chains of {} tokens drafted by the policy's first MTP depth and verified by exact "
+              "rejection sampling{}; the draft is the policy's own MTP layers, in its weights (every weight sync "
+              "carries it: the draft's version is the policy's)", steps,
+              c.configs.rollout.engine.spec_max_running > 0
+                  ? fmt::format(", none while more than {} sequences run", c.configs.rollout.engine.spec_max_running)
+                  : std::string());
   const bool colocated_tp_engine = c.rl && engine_tp > 1 && layout.placement == Placement::Colocate;
   if (colocated_tp_engine) {
     if (rollout_weights != at::kFloat || ep > 1) {

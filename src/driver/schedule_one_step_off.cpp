@@ -145,8 +145,9 @@ class OneStepOffSchedule : public StepSchedule {
     b.generate_s = j.at("generate_s");
     const nlohmann::json& engine = j.at("engine_stats");
     size_t i = 0;
-    EngineStats::zip(b.engine_stats, b.engine_stats, [&](auto& x, auto&) {
-      x = engine.at(i++).get<std::remove_reference_t<decltype(x)>>();
+    EngineStats::zip(b.engine_stats, b.engine_stats, [&](auto& x, auto&) {  // counters added later read as 0
+      if (i < engine.size()) x = engine.at(i).get<std::remove_reference_t<decltype(x)>>();
+      ++i;
     });
   }
 

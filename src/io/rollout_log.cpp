@@ -44,6 +44,12 @@ void RolloutLog::bind(bool create) {
   if (has_version_max_) col(weight_version_max_, "weight_version_max");
   col(prompt_length_, "prompt_length");
   col(response_length_, "response_length");
+  has_spec_ = create || h5::exists(g, "spec_drafted");
+  if (has_spec_) {
+    col(spec_drafted_, "spec_drafted");
+    col(spec_accepted_, "spec_accepted");
+    col(spec_passes_, "spec_verify_passes");
+  }
   col(reward_, "reward");
   col(raw_reward_, "raw_reward");
   col(advantage_, "advantage");
@@ -103,7 +109,7 @@ void RolloutLog::append(const std::vector<Sample>& first, const std::vector<Samp
   for (const Sample& s : second) rows.push_back(&s);
   const size_t n = rows.size();
   std::vector<int64_t> step(n), group(n), index(n), version(n), version_max(n), token_lengths(n);
-  std::vector<int32_t> prompt_len(n), response_len(n), tokens;
+  std::vector<int32_t> prompt_len(n), response_len(n), tokens, drafted(n), accepted(n), passes(n);
   std::vector<float> reward(n), raw(n), advantage(n);
   std::vector<int8_t> status(n);
   for (size_t i = 0; i < n; ++i) {
@@ -115,6 +121,9 @@ void RolloutLog::append(const std::vector<Sample>& first, const std::vector<Samp
     version_max[i] = s.weight_versions.empty() ? version[i] : s.weight_versions.back();
     prompt_len[i] = static_cast<int32_t>(s.prompt_length);
     response_len[i] = static_cast<int32_t>(s.response_length());
+    drafted[i] = s.spec_drafted;
+    accepted[i] = s.spec_accepted;
+    passes[i] = s.spec_passes;
     reward[i] = s.reward;
     raw[i] = s.raw_reward;
     advantage[i] = s.advantages.empty() ? (std::isnan(s.reward) ? NAN : 0.0f) : s.advantages.front();
@@ -157,6 +166,11 @@ void RolloutLog::append(const std::vector<Sample>& first, const std::vector<Samp
   if (has_version_max_) weight_version_max_.append(version_max.data(), row_plan);
   prompt_length_.append(prompt_len.data(), row_plan);
   response_length_.append(response_len.data(), row_plan);
+  if (has_spec_) {
+    spec_drafted_.append(drafted.data(), row_plan);
+    spec_accepted_.append(accepted.data(), row_plan);
+    spec_passes_.append(passes.data(), row_plan);
+  }
   reward_.append(reward.data(), row_plan);
   raw_reward_.append(raw.data(), row_plan);
   advantage_.append(advantage.data(), row_plan);
@@ -181,6 +195,8 @@ uint64_t RolloutLog::truncate_to_step(int64_t step) {
   for (auto* d : {&step_, &group_index_, &index_, &weight_version_}) d->truncate_to(keep);
   if (has_version_max_) weight_version_max_.truncate_to(keep);
   for (auto* d : {&prompt_length_, &response_length_}) d->truncate_to(keep);
+  if (has_spec_)
+    for (auto* d : {&spec_drafted_, &spec_accepted_, &spec_passes_}) d->truncate_to(keep);
   for (auto* d : {&reward_, &raw_reward_, &advantage_}) d->truncate_to(keep);
   status_.truncate_to(keep);
   tokens_.truncate_to(keep);
@@ -207,6 +223,10 @@ std::vector<Sample> RolloutLog::read_rows(uint64_t first, uint64_t count) const 
   auto step = step_.read(first, count), group = group_index_.read(first, count);
   auto index = index_.read(first, count);
   auto prompt_len = prompt_length_.read(first, count), response_len = response_length_.read(first, count);
+  const std::vector<int32_t> none(count, 0);
+  auto drafted = has_spec_ ? spec_drafted_.read(first, count) : none;
+  auto accepted = has_spec_ ? spec_accepted_.read(first, count) : none;
+  auto passes = has_spec_ ? spec_passes_.read(first, count) : none;
   auto reward = reward_.read(first, count), raw = raw_reward_.read(first, count);
   auto status = status_.read(first, count);
   // Each CSR column: its offsets whole (8 bytes a row), its values only for these rows;
@@ -244,6 +264,9 @@ std::vector<Sample> RolloutLog::read_rows(uint64_t first, uint64_t count) const 
     const std::vector<int32_t> ids = row_of(tok, tok_off, i);
     s.tokens.assign(ids.begin(), ids.end());
     s.prompt_length = prompt_len[k];
+    s.spec_drafted = drafted[k];
+    s.spec_accepted = accepted[k];
+    s.spec_passes = passes[k];
     s.sampling_support = row_of(sup, sup_off, i);
     s.weight_versions = row_of(ver, ver_off, i);
     s.routing = row_of(rout, rout_off, i);

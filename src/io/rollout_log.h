@@ -84,6 +84,8 @@ class RolloutLog {
   h5::AppendableDataset<int64_t> step_, group_index_, index_, weight_version_, weight_version_max_;
   bool has_version_max_ = true;  // false: a file from before weight_version_max was recorded
   h5::AppendableDataset<int32_t> prompt_length_, response_length_;
+  bool has_spec_ = true;  // false: a file from before speculative decoding's columns
+  h5::AppendableDataset<int32_t> spec_drafted_, spec_accepted_, spec_passes_;
   h5::AppendableDataset<float> reward_, raw_reward_, advantage_;
   h5::AppendableDataset<int8_t> status_;
   h5::CsrDataset<int32_t> tokens_, sampling_support_;

@@ -17,16 +17,10 @@ struct ByLogitDesc {
   bool operator()(int32_t a, int32_t b) const { return z[a] > z[b] || (z[a] == z[b] && a < b); }
 };
 
-// One row, using `idx` (vocab entries) and `p` (vocab entries) as scratch. *support:
-// the size of the candidate set when it is smaller than the vocabulary, else 0.
-int64_t sample_row(const float* z, int64_t vocab, const SamplingRow& r, int32_t* idx, double* p, int32_t* support) {
-  *support = 0;
-  if (r.temperature <= 0) {
-    int64_t best = 0;
-    for (int64_t v = 1; v < vocab; ++v)
-      if (z[v] > z[best]) best = v;
-    return best;
-  }
+// The candidates of one row (T > 0): idx[0..n) in candidate order and their unnormalised
+// weights p[0..n) = exp((z - z_max) / T) after the top-k and top-p cuts; returns n and sets
+// *total = Σ p. Scratch: idx and p of vocab entries.
+int64_t candidate_weights(const float* z, int64_t vocab, const SamplingRow& r, int32_t* idx, double* p, double* total) {
   const bool sorted = r.top_k > 0 || r.top_p < 1.0;
   int64_t n = vocab;
   for (int64_t v = 0; v < vocab; ++v) idx[v] = static_cast<int32_t>(v);
@@ -41,18 +35,35 @@ int64_t sample_row(const float* z, int64_t vocab, const SamplingRow& r, int32_t*
   double zmax = z[idx[0]];
   if (!sorted)
     for (int64_t v = 1; v < vocab; ++v) zmax = std::max(zmax, double(z[v]));
-  double total = 0;
-  for (int64_t i = 0; i < n; ++i) total += p[i] = std::exp((double(z[idx[i]]) - zmax) / r.temperature);
+  *total = 0;
+  for (int64_t i = 0; i < n; ++i) *total += p[i] = std::exp((double(z[idx[i]]) - zmax) / r.temperature);
   if (r.top_p < 1.0) {
     double mass = 0;
     int64_t keep = 0;
     while (keep < n) {
       mass += p[keep++];
-      if (mass >= r.top_p * total) break;
+      if (mass >= r.top_p * *total) break;
     }
     n = keep;
-    total = mass;
+    *total = mass;
   }
+  return n;
+}
+
+int64_t argmax(const float* z, int64_t vocab) {
+  int64_t best = 0;
+  for (int64_t v = 1; v < vocab; ++v)
+    if (z[v] > z[best]) best = v;
+  return best;
+}
+
+// One row, using `idx` (vocab entries) and `p` (vocab entries) as scratch. *support:
+// the size of the candidate set when it is smaller than the vocabulary, else 0.
+int64_t sample_row(const float* z, int64_t vocab, const SamplingRow& r, int32_t* idx, double* p, int32_t* support) {
+  *support = 0;
+  if (r.temperature <= 0) return argmax(z, vocab);
+  double total = 0;
+  const int64_t n = candidate_weights(z, vocab, r, idx, p, &total);
   if (n < vocab) *support = static_cast<int32_t>(n);
   double cumulative = 0;
   const double target = r.uniform * total;
@@ -82,6 +93,24 @@ void sample_tokens(const float* logits, int64_t n_rows, int64_t vocab, const Sam
       if (support_out) support_out[b] = support;
     }
   });
+}
+
+int32_t sampling_distribution(const float* logits, int64_t vocab, const SamplingRow& row, float* probs_out) {
+  std::fill(probs_out, probs_out + vocab, 0.0f);
+  if (row.temperature <= 0) {
+    probs_out[argmax(logits, vocab)] = 1.0f;
+    return 0;
+  }
+  thread_local std::vector<int32_t> idx;
+  thread_local std::vector<double> p;
+  if (int64_t(idx.size()) < vocab) {
+    idx.resize(vocab);
+    p.resize(vocab);
+  }
+  double total = 0;
+  const int64_t n = candidate_weights(logits, vocab, row, idx.data(), p.data(), &total);
+  for (int64_t i = 0; i < n; ++i) probs_out[idx[i]] = float(p[i] / total);
+  return n < vocab ? static_cast<int32_t>(n) : 0;
 }
 
 void sample_tokens_reference(const float* logits, int64_t n_rows, int64_t vocab, const SamplingRow* rows,

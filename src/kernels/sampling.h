@@ -36,4 +36,10 @@ void sample_tokens(const float* logits, int64_t n_rows, int64_t vocab, const Sam
 void sample_tokens_reference(const float* logits, int64_t n_rows, int64_t vocab, const SamplingRow* rows,
                              int64_t* tokens_out, int32_t* support_out = nullptr);
 
+// The distribution this rule draws one row from (its `uniform` unused), as probabilities
+// over the whole vocabulary: the candidates' renormalised weights, 0 elsewhere; greedy
+// (T <= 0) puts 1 on the arg-max. Returns the support as sample_tokens reports it.
+// (Speculative decoding's target and draft distributions, kernels/speculative.h.)
+int32_t sampling_distribution(const float* logits, int64_t vocab, const SamplingRow& row, float* probs_out);
+
 }  // namespace slimpi

@@ -2,15 +2,17 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+
 #include "model/tensor_shard.h"
 
 namespace slimpi {
 
 KvCache KvCache::allocate(const ModelConfig& cfg, int64_t n_slots, const at::TensorOptions& options,
-                          int tensor_parallel, bool with_mtp) {
+                          int tensor_parallel, int64_t mtp_layers) {
   KvCache c;
   const int64_t heads = local_kv_heads(cfg, tensor_parallel);
-  for (int64_t l = 0; l < cfg.n_layers + (with_mtp ? cfg.mtp_num_layers : 0); ++l) {
+  for (int64_t l = 0; l < cfg.n_layers + std::min(mtp_layers, cfg.mtp_num_layers); ++l) {
     c.k.push_back(at::zeros({n_slots, heads, cfg.head_dim()}, options));
     c.v.push_back(at::zeros({n_slots, heads, cfg.head_dim()}, options));
   }

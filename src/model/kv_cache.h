@@ -26,10 +26,10 @@ struct KvCache {
   // that tokens served from the prefix cache still have their routing trace.
   at::Tensor routing;  // [n_slots, n_moe_layers, k] int16 (undefined for dense models)
   // tensor_parallel: the engine's group size; each rank caches its Hkv_local heads
-  // (model/tensor_shard.h, local_kv_heads). with_mtp: layers n_layers .. n_layers +
-  // mtp_num_layers - 1 too, the MTP depths' (a speculating engine's drafts).
+  // (model/tensor_shard.h, local_kv_heads). mtp_layers: layers n_layers .. n_layers +
+  // mtp_layers - 1 too, the first MTP depths' (a speculating engine's draft).
   static KvCache allocate(const ModelConfig& cfg, int64_t n_slots, const at::TensorOptions& options,
-                          int tensor_parallel = 1, bool with_mtp = false);
+                          int tensor_parallel = 1, int64_t mtp_layers = 0);
   int64_t n_slots() const { return k.empty() ? 0 : k[0].size(0); }
 };
 

@@ -13,6 +13,7 @@
 #include "model/log_probs.h"
 #include "model/precision.h"
 #include "rollout/engine_group.h"
+#include "rollout/engine_sequence.h"
 #include "tokenizer/byte_tokenizer.h"
 
 namespace slimpi {
@@ -28,33 +29,15 @@ EngineStats EngineStats::operator-(const EngineStats& o) const {
   return d;
 }
 
-// A sequence in the engine. Before its group forks, the group's prompt is one
-// Sequence with sample_index = -1 that holds the blocks the fork will need.
-struct Engine::Sequence {
-  std::shared_ptr<const GenerationRequest> request;
-  int64_t sample_index = -1;
-  std::vector<int64_t> tokens;  // prompt + response so far
-  int64_t prompt_length = 0;
-  int64_t n_computed = 0;       // leading tokens whose K/V are in `blocks`
-  std::vector<int32_t> blocks;  // block table: position p lives in blocks[p / block_size]
-  std::vector<int32_t> fork_blocks;  // group prompt: partial-block copies for samples 1..n-1
-  std::vector<float> log_probs;
-  std::vector<int32_t> support;  // per response token: size of the sampling set (0: whole vocab)
-  std::vector<int64_t> versions;
-  int64_t arrival = 0;  // admission order; the largest is the youngest
-  SampleStatus finish = SampleStatus::Truncated;
-
-  bool is_group() const { return sample_index < 0; }
-  int64_t n_response() const { return static_cast<int64_t>(tokens.size()) - prompt_length; }
-  int64_t pending() const { return static_cast<int64_t>(tokens.size()) - n_computed; }
-  // The KV cache slot of position p (blocks of block_size slots).
-  int64_t slot(int64_t p, int64_t block_size) const { return int64_t(blocks[p / block_size]) * block_size + p % block_size; }
-};
+int64_t engine_pool_slots(const EngineConfig& cfg) { return (cfg.kv_cache_tokens / cfg.block_size) * cfg.block_size; }
 
 KvCache allocate_engine_cache(const EngineConfig& cfg, const Transformer& model) {
-  return KvCache::allocate(model.config(), (cfg.kv_cache_tokens / cfg.block_size) * cfg.block_size,
+  // Speculation: the first MTP depth's layer, and a scratch slot per chain step past the
+  // first of every sequence that can run.
+  const int64_t scratch = cfg.spec_steps > 0 ? cfg.max_running * cfg.spec_steps : 0;
+  return KvCache::allocate(model.config(), engine_pool_slots(cfg) + scratch,
                            at::TensorOptions().dtype(model.weight_dtype()).device(model.device()),
-                           model.tensor_shard().size);
+                           model.tensor_shard().size, /*mtp_layers=*/cfg.spec_steps > 0 ? 1 : 0);
 }
 
 Precision engine_precision(const Transformer& model) {
@@ -77,6 +60,16 @@ Engine::Engine(const EngineConfig& cfg, const Transformer& model, MPI_Comm group
   SLIMPI_CHECK((group != MPI_COMM_NULL) == (model.tensor_shard().size > 1) && model.tensor_shard().rank == 0,
                "engine: a tensor-parallel engine is led by its model's tensor rank 0 and needs its group's "
                "communicator (model tensor rank {} of {})", model.tensor_shard().rank, model.tensor_shard().size);
+  if (speculative()) {
+    SLIMPI_CHECK(model.n_mtp_layers() > 0, "speculative decoding drafts with the policy's MTP layers, and this model "
+                 "has none (model.mtp_num_layers = 0)");
+    SLIMPI_CHECK(cfg.spec_steps <= EngineStats::kMaxSpecSteps, "speculative decoding: {} chain steps (at most {})",
+                 cfg.spec_steps, EngineStats::kMaxSpecSteps);
+    SLIMPI_CHECK(group == MPI_COMM_NULL, "speculative decoding in a tensor-parallel engine is not implemented");
+    block_last_hidden_ = at::zeros({allocator_.n_blocks(), model.config().hidden_size},
+                                   at::TensorOptions().dtype(at::kFloat).device(model.device()));
+    scratch_slot0_ = engine_pool_slots(cfg);
+  }
 }
 
 Engine::~Engine() {
@@ -166,6 +159,9 @@ void Engine::free_blocks(Sequence& seq) {
   seq.blocks.clear();
   seq.fork_blocks.clear();
   seq.n_computed = 0;
+  seq.mtp_computed = 0;
+  seq.draft.clear();
+  seq.draft_q.clear();
 }
 
 // Takes blocks for every token of `seq` now (prefix-cache hits first), and for a group
@@ -190,6 +186,9 @@ bool Engine::admit(Sequence& seq) {
   }
   seq.blocks = matched;
   seq.n_computed = static_cast<int64_t>(matched.size()) * bs;
+  // The matched blocks hold the draft's entries up to the one their last token completes
+  // (its slot is in the next block): that one is computed from the stored hidden state.
+  seq.mtp_computed = std::max<int64_t>(0, seq.n_computed - 1);
   while (static_cast<int64_t>(seq.blocks.size()) * bs < n) seq.blocks.push_back(*allocator_.allocate());
   for (int64_t i = 0; i < forks; ++i) seq.fork_blocks.push_back(*allocator_.allocate());
   return true;
@@ -231,6 +230,10 @@ std::vector<std::unique_ptr<Engine::Sequence>> Engine::fork(std::unique_ptr<Sequ
     s->tokens = leader->tokens;
     s->prompt_length = p;
     s->n_computed = p;
+    s->mtp_computed = leader->mtp_computed;
+    s->row_base = leader->row_base;  // this iteration's forward rows are the group's
+    s->row_first = leader->row_first;
+    s->row_count = leader->row_count;
     s->arrival = leader->arrival;
     for (int64_t b = 0; b < full; ++b) {
       allocator_.ref(leader->blocks[b]);
@@ -284,6 +287,9 @@ Sample Engine::to_sample(Sequence& seq) const {
   const bool truncated_support = std::any_of(seq.support.begin(), seq.support.end(), [](int32_t k) { return k > 0; });
   if (truncated_support) s.sampling_support = seq.support;
   s.weight_versions = seq.versions;
+  s.spec_drafted = seq.spec_drafted;
+  s.spec_accepted = seq.spec_accepted;
+  s.spec_passes = seq.spec_passes;
   if (cache_.routing.defined() && seq.n_computed > 0) {  // the routing of every computed token
     const int64_t bs = cfg_.block_size;
     std::vector<int64_t> slots;
@@ -299,20 +305,28 @@ Sample Engine::to_sample(Sequence& seq) const {
 std::vector<Sample> Engine::step() {
   if (!has_work()) return {};
   ++stats_.iterations;
+  for (auto& s : running_) s->row_base = -1;
   admit_waiting();
   reserve_decode_slots();
   const ScheduledBatch batch = schedule_batch();
-  const at::Tensor logits = forward_batch(batch);  // [T, V]
+  at::Tensor hidden;                                                            // [T, d] (speculation)
+  const at::Tensor logits = forward_batch(batch, speculative() ? &hidden : nullptr);  // [T, V]
+  if (speculative()) advance_draft_cache(hidden, /*after_sampling=*/false);
   sample_next_tokens(batch, logits);
+  if (speculative()) advance_draft_cache(hidden, /*after_sampling=*/true);
   return retire_finished();
 }
 
-// 1. Admission, first come first served.
+// 1. Admission, first come first served. A group still prefilling counts as the samples
+//    it will fork into, so that at most max_running sequences ever run.
 void Engine::admit_waiting() {
+  int64_t running = 0;
+  for (const auto& s : running_) running += s->is_group() ? s->request->n_samples : 1;
   while (!waiting_.empty()) {
     Sequence& s = *waiting_.front();
     const int64_t slots = s.is_group() ? s.request->n_samples : 1;
-    if (int64_t(running_.size()) + slots > cfg_.max_running || !admit(s)) break;
+    if (running + slots > cfg_.max_running || !admit(s)) break;
+    running += slots;
     s.arrival = arrivals_++;
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
@@ -327,7 +341,10 @@ void Engine::reserve_decode_slots() {
   std::sort(order.begin(), order.end(), [](auto* a, auto* b) { return a->arrival < b->arrival; });
   for (Sequence* s : order) {
     bool still_running = std::any_of(running_.begin(), running_.end(), [&](const auto& r) { return r.get() == s; });
-    if (still_running && s->pending() == 1) reserve_slots(*s, static_cast<int64_t>(s->tokens.size()));
+    // Speculation: the drafts' positions too, and one more (the draft's entry for the
+    // token this forward adds lives in the slot after it).
+    const int64_t extra = speculative() ? int64_t(s->draft.size()) + 1 : 0;
+    if (still_running && s->pending() == 1) reserve_slots(*s, static_cast<int64_t>(s->tokens.size()) + extra);
   }
   SLIMPI_CHECK(!running_.empty(), "engine: no sequence fits in the KV cache ({} blocks of {} tokens)",
                allocator_.n_blocks(), cfg_.block_size);
@@ -340,8 +357,12 @@ Engine::ScheduledBatch Engine::schedule_batch() {
   std::sort(running_.begin(), running_.end(), [](const auto& a, const auto& b) { return a->arrival < b->arrival; });
   for (auto& s : running_)
     if (s->pending() == 1 && budget > 0) {
-      batch.emplace_back(s.get(), 1);
-      --budget;
+      if (1 + int64_t(s->draft.size()) > budget) {  // no room to verify the chain: decode alone
+        s->draft.clear();
+        s->draft_q.clear();
+      }
+      batch.emplace_back(s.get(), 1 + int64_t(s->draft.size()));  // the last token and its drafts
+      budget -= 1 + int64_t(s->draft.size());
     }
   int64_t prefill_budget = cfg_.chunked_prefill_tokens > 0 ? std::min(budget, cfg_.chunked_prefill_tokens) : budget;
   for (auto& s : running_)
@@ -358,14 +379,19 @@ Engine::ScheduledBatch Engine::schedule_batch() {
 //    the model's attention layout takes them to the device in one copy. A tensor-
 //    parallel engine announces the forward to its group first (rollout/engine_group.h)
 //    and samples from the logits gathered over the vocabulary shards.
-at::Tensor Engine::forward_batch(const ScheduledBatch& batch) {
+at::Tensor Engine::forward_batch(const ScheduledBatch& batch, at::Tensor* hidden) {
   const int64_t bs = cfg_.block_size;
   EngineForward f;
   f.block_copies = std::move(pending_block_copies_);
   pending_block_copies_.clear();
   std::vector<int64_t> new_slots;  // the slots of the tokens this forward computes, in `f.tokens` order
   for (auto [s, n] : batch) {
-    f.tokens.insert(f.tokens.end(), s->tokens.begin() + s->n_computed, s->tokens.begin() + s->n_computed + n);
+    s->row_base = int64_t(f.tokens.size());
+    s->row_first = s->n_computed;
+    s->row_count = n;
+    const int64_t known = n - int64_t(s->draft.size());  // a drafted sequence's last token, then its drafts
+    f.tokens.insert(f.tokens.end(), s->tokens.begin() + s->n_computed, s->tokens.begin() + s->n_computed + known);
+    f.tokens.insert(f.tokens.end(), s->draft.begin(), s->draft.end());
     f.n_past.push_back(s->n_computed);
     f.n_new.push_back(n);
     for (int64_t p = 0; p < s->n_computed + n; ++p) f.slots.push_back(s->slot(p, bs));
@@ -377,7 +403,7 @@ at::Tensor Engine::forward_batch(const ScheduledBatch& batch) {
   Stopwatch forward_clock;
   MoeTrace trace;  // a mixture-of-experts policy's routing, kept per slot like K/V
   const bool moe = cache_.routing.defined();
-  at::Tensor logits = run_engine_forward(model_, cache_, precision_, f, moe ? &trace : nullptr);  // [T, V]
+  at::Tensor logits = run_engine_forward(model_, cache_, precision_, f, moe ? &trace : nullptr, hidden);  // [T, V]
   if (group_ != MPI_COMM_NULL)  // [T, Vp / e] -> [T, V]
     logits = gather_vocab_shards(*model_.tensor_shard().comm, logits, model_.config().vocab_size);
   if (moe)
@@ -404,6 +430,11 @@ void Engine::sample_next_tokens(const ScheduledBatch& batch, const at::Tensor& l
   int64_t row = 0;
   std::vector<std::unique_ptr<Sequence>> forked;
   for (auto [s, n] : batch) {
+    if (!s->draft.empty()) {  // a chain to verify: its rows decide how many tokens it keeps
+      verify_draft(*s, logits.narrow(0, row, n));
+      row += n;
+      continue;
+    }
     s->n_computed += n;
     row += n;
     if (s->pending() != 0) continue;

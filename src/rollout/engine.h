@@ -16,6 +16,14 @@
 // Tensor parallelism (rollout.tensor_parallel): when the model is one shard of a group,
 // this is the group's leader; it announces every forward to the other ranks, which run
 // it on their shards (rollout/engine_group.h), and samples from the gathered logits.
+// Speculative decoding (EngineConfig::spec_steps, rollout/engine_speculation.cpp): the
+// policy's first MTP depth keeps a KV cache layer of its own beside the trunk's (entry m,
+// read from the trunk's hidden state at position m and token m + 1, in the slot of
+// position m + 1, so that a block's entries depend on its tokens alone and prefix
+// sharing holds); after each forward it drafts a chain per decoding sequence (chain
+// steps past the first in scratch slots), and the next forward verifies the chain with
+// exact rejection sampling (kernels/speculative.h): the tokens are distributed as
+// without speculation, and every stored log-prob is the policy's.
 // Owned by the rollout driver; single-threaded; the model is shared, not owned.
 #pragma once
 
@@ -56,6 +64,12 @@ struct EngineConfig {
   bool cache_responses = false;
   // Decodes responses for the stop strings (null: the byte tokenizer).
   std::shared_ptr<const Tokenizer> tokenizer;
+  // Speculative decoding (rollout.speculative = "mtp"): each decoding sequence gets a
+  // chain of spec_steps tokens drafted by the policy's first MTP depth, verified by one
+  // forward (rollout/engine_speculation.cpp); 0 = off. spec_max_running > 0: no drafts
+  // while more sequences than this run.
+  int64_t spec_steps = 0;
+  int64_t spec_max_running = 0;
 };
 
 struct EngineStats {
@@ -69,6 +83,13 @@ struct EngineStats {
   int64_t forward_tokens = 0;
   double forward_s = 0;
   double sample_s = 0;
+  // Speculative decoding: verify passes (one per drafted sequence and forward), drafted and
+  // accepted tokens, and per chain step j the drafts offered and accepted there; the
+  // seconds of the MTP forwards (keeping the draft's KV cache, drafting).
+  static constexpr int kMaxSpecSteps = 8;
+  int64_t spec_passes = 0, spec_drafted = 0, spec_accepted = 0;
+  int64_t spec_offered_at[kMaxSpecSteps] = {}, spec_accepted_at[kMaxSpecSteps] = {};
+  double draft_s = 0;
 
   EngineStats& operator+=(const EngineStats& o);
   EngineStats operator-(const EngineStats& o) const;  // counters since the snapshot o
@@ -87,6 +108,12 @@ struct EngineStats {
     fn(a.forward_tokens, b.forward_tokens);
     fn(a.forward_s, b.forward_s);
     fn(a.sample_s, b.sample_s);
+    fn(a.spec_passes, b.spec_passes);
+    fn(a.spec_drafted, b.spec_drafted);
+    fn(a.spec_accepted, b.spec_accepted);
+    for (int j = 0; j < kMaxSpecSteps; ++j) fn(a.spec_offered_at[j], b.spec_offered_at[j]);
+    for (int j = 0; j < kMaxSpecSteps; ++j) fn(a.spec_accepted_at[j], b.spec_accepted_at[j]);
+    fn(a.draft_s, b.draft_s);
   }
 };
 
@@ -94,6 +121,8 @@ struct EngineStats {
 // rank of a tensor-parallel engine its own heads. One definition, so that every rank of
 // a group has the leader's slots.
 KvCache allocate_engine_cache(const EngineConfig& cfg, const Transformer& model);
+// The slots of the pool's blocks (scratch slots for draft chains follow them).
+int64_t engine_pool_slots(const EngineConfig& cfg);
 // The precision an engine's forwards run in: its weights' dtype decides (bf16 or fp32).
 Precision engine_precision(const Transformer& model);
 
@@ -148,7 +177,7 @@ class Engine {
   void admit_waiting();
   void reserve_decode_slots();
   ScheduledBatch schedule_batch();
-  at::Tensor forward_batch(const ScheduledBatch& batch);  // -> logits [T, V]
+  at::Tensor forward_batch(const ScheduledBatch& batch, at::Tensor* hidden);  // -> logits [T, V] (hidden [T, d])
   void sample_next_tokens(const ScheduledBatch& batch, const at::Tensor& logits);
   void sample_rows(const std::vector<Sequence*>& samplers, const std::vector<int64_t>& rows, const at::Tensor& logits);
   std::vector<Sample> retire_finished();
@@ -161,6 +190,18 @@ class Engine {
   bool finished(Sequence& seq) const;
   Sample to_sample(Sequence& seq) const;
   WorkItem to_work(const Sequence& seq) const;
+  // Speculative decoding (rollout/engine_speculation.cpp).
+  bool speculative() const { return cfg_.spec_steps > 0; }
+  // The draft's KV entries whose next token is known, from this forward's hidden states
+  // (and the stored block-end ones); after_sampling: those the sampled tokens completed,
+  // then each decoding sequence's chain of drafts.
+  void advance_draft_cache(const at::Tensor& hidden, bool after_sampling);
+  // newest: sequences whose newest entry this call computed, and its row of `out` [R, d].
+  void draft_chains(const std::vector<std::pair<Sequence*, int64_t>>& newest, const at::Tensor& out);
+  // A drafted sequence's verify rows [1 + D, V]: accepted drafts and one more token
+  // appended (up to a stop), its KV and blocks trimmed to them.
+  void verify_draft(Sequence& seq, const at::Tensor& rows);
+  void trim_blocks(Sequence& seq);
 
   EngineConfig cfg_;
   const Transformer& model_;
@@ -177,6 +218,11 @@ class Engine {
   // group's followers make before it.
   std::vector<std::pair<int32_t, int32_t>> pending_block_copies_;
   EngineStats stats_;
+  // Speculative decoding: the trunk's hidden state at the last position of each block
+  // [n_blocks, d] (a draft entry whose next token arrives after its position's forward,
+  // or that a prefix-cache hit skipped, reads it there), and the first scratch slot.
+  at::Tensor block_last_hidden_;
+  int64_t scratch_slot0_ = 0;
 };
 
 }  // namespace slimpi

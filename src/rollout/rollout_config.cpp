@@ -21,7 +21,9 @@ int64_t kv_tokens_in_memory(const Deck& deck, const ModelConfig& m, int64_t bloc
   const double gb = deck.get_float("rollout.kv_cache_memory_gb");
   const int64_t element = deck.get_string("rollout.precision") == "bf16" ? 2 : 4;
   const int e = int(deck.get_int("rollout.tensor_parallel"));  // each rank of an engine caches its key/value heads
-  const int64_t per_token = 2 * m.n_layers * local_kv_heads(m, e) * m.head_dim() * element +
+  // A speculating engine caches its draft (the first MTP depth) beside the trunk's layers.
+  const int64_t layers = m.n_layers + (deck.get_string("rollout.speculative") == "mtp" ? 1 : 0);
+  const int64_t per_token = 2 * layers * local_kv_heads(m, e) * m.head_dim() * element +
                             (m.n_experts > 0 ? 2 * m.n_moe_layers() * m.n_experts_per_tok : 0);
   const int64_t tokens = int64_t(gb * double(int64_t(1) << 30) / double(per_token)) / block_size * block_size;
   if (!deck.is_default("rollout.kv_cache_tokens"))
@@ -29,9 +31,31 @@ int64_t kv_tokens_in_memory(const Deck& deck, const ModelConfig& m, int64_t bloc
                     "cache: set one", gb, deck.source("rollout.kv_cache_memory_gb"),
                     deck.get_int("rollout.kv_cache_tokens"), deck.source("rollout.kv_cache_tokens"));
   log::info("rollout.kv_cache_memory_gb = {}: {} tokens per engine ({} bytes a token on each of its ranks: {} layers "
-            "x {} key/value heads x {} x 2 in {})", gb, tokens, per_token, m.n_layers, local_kv_heads(m, e), m.head_dim(),
+            "x {} key/value heads x {} x 2 in {})", gb, tokens, per_token, layers, local_kv_heads(m, e), m.head_dim(),
             element == 2 ? "bf16" : "fp32");
   return tokens;
+}
+
+// rollout.speculative and its keys, checked against the model and the layout.
+void read_speculation(const Deck& deck, const ModelConfig& model, RolloutConfig& c) {
+  const std::string& mode = deck.get_string("rollout.speculative");
+  const int64_t steps = deck.get_int("rollout.spec_num_steps"), draft_tokens = deck.get_int("rollout.spec_num_draft_tokens");
+  if (mode == "none") return;
+  auto at = [&](const char* key) { return fmt::format("{} ({})", key, deck.source(key)); };
+  if (model.mtp_num_layers < 1)
+    SLIMPI_FAIL_ALL("rollout.speculative = \"{}\" ({}) drafts with the policy's multi-token-prediction layers, but "
+                    "model.mtp_num_layers = 0 ({}): give the model MTP layers (a model without them gets fresh ones) "
+                    "or set rollout.speculative = \"none\"", mode, deck.source("rollout.speculative"),
+                    deck.source("model.mtp_num_layers"));
+  if (draft_tokens != 0 && draft_tokens != steps + 1)
+    SLIMPI_FAIL_ALL("rollout.spec_num_draft_tokens = {} ({}) must be rollout.spec_num_steps + 1 = {} (or 0): drafts "
+                    "are chains, one token per step, verified with the token before them (tree drafts are not "
+                    "implemented)", draft_tokens, deck.source("rollout.spec_num_draft_tokens"), steps + 1);
+  if (deck.get_int("rollout.tensor_parallel") > 1)
+    SLIMPI_FAIL_ALL("rollout.speculative = \"{}\" ({}) with {} > 1: speculative decoding in tensor-parallel engines "
+                    "is not implemented", mode, deck.source("rollout.speculative"), at("rollout.tensor_parallel"));
+  c.engine.spec_steps = steps;
+  c.engine.spec_max_running = deck.get_int("rollout.spec_max_running");
 }
 
 }  // namespace
@@ -110,6 +134,7 @@ RolloutConfig RolloutConfig::from_deck(const Deck& deck, const ModelConfig& mode
   if (c.engine.kv_cache_tokens < c.engine.block_size)
     SLIMPI_FAIL_ALL("rollout.kv_cache_tokens = {} is smaller than one block (rollout.block_size = {})",
                     c.engine.kv_cache_tokens, c.engine.block_size);
+  read_speculation(deck, model, c);
   if (c.offload_between_phases && deck.get_string("parallel.placement") != "colocate")
     SLIMPI_FAIL_ALL("rollout.offload_between_phases = true ({}) frees the engines' KV cache for training on the "
                     "same ranks, but parallel.placement = \"{}\" ({}) keeps rollout ranks apart: use "

@@ -43,8 +43,9 @@ using testing::world_size;
 
 // 8 query heads over 4 key/value heads (or `kv_heads`: replicated over a larger group):
 // splits over 1, 2 or 4 ranks.
-ModelConfig engine_model_config(bool moe, int kv_heads = 4) {
+ModelConfig engine_model_config(bool moe, int kv_heads = 4, int mtp = 0) {
   ModelConfig c = testing::tiny_model_config(96, 0.3);
+  c.mtp_num_layers = mtp;
   c.n_heads = 8;
   c.n_kv_heads = kv_heads;
   c.hidden_size = 64;
@@ -168,7 +169,8 @@ TEST(TensorParallelEngine, ReplicatedKeyValueHeads) { expect_engines_match_one_r
 // One sliced sync over the world's first layout.n_members() ranks: trainer members hold
 // shards of the model drawn with seed 11, engines shards of seed 12 (in `wire`); after
 // the sync every engine rank holds its slice of the seed-11 model in `wire`.
-void expect_sliced_sync_delivers_slices(const SyncLayout& layout, bool moe, at::ScalarType wire, int kv_heads = 4) {
+void expect_sliced_sync_delivers_slices(const SyncLayout& layout, bool moe, at::ScalarType wire, int kv_heads = 4,
+                                        int mtp = 0) {
   const int rank = world_rank();
   if (world_size() < layout.n_members()) GTEST_SKIP() << "needs " << layout.n_members() << " ranks";
   const bool member = rank < layout.n_members();
@@ -176,7 +178,7 @@ void expect_sliced_sync_delivers_slices(const SyncLayout& layout, bool moe, at::
   MPI_Comm_split(MPI_COMM_WORLD, member ? 0 : MPI_UNDEFINED, rank, &sync_mpi);
   if (!member) return;
   MpiComm sync(sync_mpi, "sliced_sync");
-  const ModelConfig cfg = engine_model_config(moe, kv_heads);
+  const ModelConfig cfg = engine_model_config(moe, kv_heads, mtp);
   const bool trainer = rank < layout.n_trainer_members();
   const int t = layout.trainer_tensor, e = layout.engine_tensor;
   // Trainer members: tensor groups (same data index) and expert groups (same tensor rank).
@@ -255,6 +257,10 @@ TEST(SlicedWeightSync, ReplicatedKeyValueHeadsOnBothSides) {
 }
 TEST(SlicedWeightSync, ReplicatedKeyValueHeadsOnTheEngine) {
   expect_sliced_sync_delivers_slices({2, 1, 1, 4}, false, at::kFloat, 2);
+}
+// The draft travels with the policy: MTP layers sliced like the trunk's.
+TEST(SlicedWeightSync, MtpLayersReachTheEnginesWithTheTrunk) {
+  expect_sliced_sync_delivers_slices({2, 1, 1, 2}, false, at::kBFloat16, 4, /*mtp=*/1);
 }
 TEST(SlicedWeightSync, ReplicatedKeyValueHeadsOnTheTrainer) {
   expect_sliced_sync_delivers_slices({4, 1, 1, 2}, false, at::kFloat, 2);

@@ -63,7 +63,7 @@ TEST(Mtp, PackedDepthEqualsItsCachedForwardChunkByChunk) {
   const at::Tensor h0 = m.forward_mtp_packed(0, hidden, next, {12});               // [12, d]
   const at::Tensor h1 = m.forward_mtp_packed(1, h0, next, {12});                   // depth 1 reads depth 0's output
   // The same entries through the cache in chunks 5 + 1 + 6, at slots in another order.
-  KvCache cache = KvCache::allocate(m.config(), 32, at::kFloat, 1, /*with_mtp=*/true);
+  KvCache cache = KvCache::allocate(m.config(), 32, at::kFloat, 1, /*mtp_layers=*/2);
   ASSERT_EQ(cache.k.size(), 4u);
   std::vector<int64_t> slots;
   for (int64_t i = 0; i < 12; ++i) slots.push_back(31 - 2 * i);
