@@ -7,6 +7,7 @@
 #    (greedy speculative decoding is greedy decoding);
 #  * the run is reproducible (the counter-based draws), and job steps 2 + 2 equal the
 #    straight 4 bit for bit (drafts leave no state across a checkpoint);
+#  * a bf16 engine and fully asynchronous RL (partial rollouts) run with speculation;
 #  * `slimpi generate` with speculation reports the acceptance;
 #  * impossible combinations are refused with their keys.
 # Usage: speculative_runs.sh SLIMPI ROOT "MPIRUN FLAGS"
@@ -53,6 +54,13 @@ with h5py.File(f"{out}/spec/rollouts.h5") as f:
 print(f"speculative_runs: {drafted.sum()} drafted, {accepted.sum()} accepted in {passes.sum()} verify passes; "
       f"eval/pass@1 equal with and without speculation")
 PY
+
+# A bf16 engine, and fully asynchronous RL (partial rollouts carried across weight
+# updates, their drafts dropped and the draft's cache rebuilt where they resume), speculating.
+run 2 spec_bf16 "${spec[@]}" --set rollout.precision=bf16
+grep -q "step 4/4" "$out/spec_bf16.log"
+run 2 spec_async "${spec[@]}" --set train.async=full --set rollout.partial=continue
+grep -q "step 4/4" "$out/spec_async.log"
 
 head -8 inputs/data/addition_eval.jsonl >"$out/prompts.jsonl"
 $mpirun -np 1 "$slimpi" generate inputs/smoke_rl.toml --set model.mtp_num_layers=1 --set rollout.speculative=mtp \
