@@ -117,6 +117,9 @@ void Engine::add_work(const WorkItem& item) {
   seq.log_probs = part.rollout_log_probs;
   seq.support = part.sampling_support.empty() ? std::vector<int32_t>(size_t(r), 0) : part.sampling_support;
   seq.versions = part.weight_versions;
+  seq.spec_drafted = part.spec_drafted;
+  seq.spec_accepted = part.spec_accepted;
+  seq.spec_passes = part.spec_passes;
 }
 
 WorkItem Engine::to_work(const Sequence& seq) const {
@@ -131,6 +134,9 @@ WorkItem Engine::to_work(const Sequence& seq) const {
   s.rollout_log_probs = seq.log_probs;
   s.sampling_support = seq.support;
   s.weight_versions = seq.versions;
+  s.spec_drafted = int32_t(seq.spec_drafted);
+  s.spec_accepted = int32_t(seq.spec_accepted);
+  s.spec_passes = int32_t(seq.spec_passes);
   return w;
 }
 
@@ -160,8 +166,8 @@ void Engine::free_blocks(Sequence& seq) {
   seq.fork_blocks.clear();
   seq.n_computed = 0;
   seq.mtp_computed = 0;
-  seq.draft.clear();
-  seq.draft_q.clear();
+  std::vector<int64_t>().swap(seq.draft);
+  std::vector<float>().swap(seq.draft_q);
 }
 
 // Takes blocks for every token of `seq` now (prefix-cache hits first), and for a group
@@ -341,37 +347,71 @@ void Engine::reserve_decode_slots() {
   std::sort(order.begin(), order.end(), [](auto* a, auto* b) { return a->arrival < b->arrival; });
   for (Sequence* s : order) {
     bool still_running = std::any_of(running_.begin(), running_.end(), [&](const auto& r) { return r.get() == s; });
-    // Speculation: the drafts' positions too, and one more (the draft's entry for the
-    // token this forward adds lives in the slot after it).
-    const int64_t extra = speculative() ? int64_t(s->draft.size()) + 1 : 0;
-    if (still_running && s->pending() == 1) reserve_slots(*s, static_cast<int64_t>(s->tokens.size()) + extra);
+    if (still_running && s->pending() == 1) reserve_slots(*s, static_cast<int64_t>(s->tokens.size()));
   }
+  // Speculation: the drafts' positions, and one more (the draft's entry for the token the
+  // forward adds lives in the slot after it), from free blocks only: a chain never
+  // preempts a sequence; it is cut to what fits (a chain's prefix is verified as exactly).
+  if (speculative())
+    for (Sequence* s : order) {
+      if (s->draft.empty()) continue;
+      const bool still_running = std::any_of(running_.begin(), running_.end(), [&](const auto& r) { return r.get() == s; });
+      const int64_t want = int64_t(s->tokens.size() + s->draft.size()) + 1;
+      while (still_running && int64_t(s->blocks.size()) * cfg_.block_size < want) {
+        if (allocator_.n_free() == 0) prefix_.evict(1);
+        const auto b = allocator_.allocate();
+        if (!b) break;
+        s->blocks.push_back(*b);
+      }
+      const int64_t room = int64_t(s->blocks.size()) * cfg_.block_size - int64_t(s->tokens.size());
+      truncate_draft(*s, still_running ? std::max<int64_t>(0, room) : 0);
+    }
   SLIMPI_CHECK(!running_.empty(), "engine: no sequence fits in the KV cache ({} blocks of {} tokens)",
                allocator_.n_blocks(), cfg_.block_size);
 }
 
-// 3. The batch: decode tokens first, then prefill chunks, within max_batch_tokens.
+// 3. The batch: decode tokens first, then prefill chunks, within max_batch_tokens; the
+//    drafts of speculating sequences take what is left after both (oldest first, each
+//    chain cut to what fits), so speculation never holds back a decode or a prefill.
 Engine::ScheduledBatch Engine::schedule_batch() {
-  ScheduledBatch batch;
+  ScheduledBatch decodes, prefills;
   int64_t budget = cfg_.max_batch_tokens;
   std::sort(running_.begin(), running_.end(), [](const auto& a, const auto& b) { return a->arrival < b->arrival; });
   for (auto& s : running_)
-    if (s->pending() == 1 && budget > 0) {
-      if (1 + int64_t(s->draft.size()) > budget) {  // no room to verify the chain: decode alone
-        s->draft.clear();
-        s->draft_q.clear();
+    if (s->pending() == 1) {
+      if (budget > 0) {
+        decodes.emplace_back(s.get(), 1);
+        --budget;
+      } else {
+        truncate_draft(*s, 0);  // it does not run this iteration
       }
-      batch.emplace_back(s.get(), 1 + int64_t(s->draft.size()));  // the last token and its drafts
-      budget -= 1 + int64_t(s->draft.size());
     }
   int64_t prefill_budget = cfg_.chunked_prefill_tokens > 0 ? std::min(budget, cfg_.chunked_prefill_tokens) : budget;
   for (auto& s : running_)
     if (s->pending() > 1 && prefill_budget > 0) {
       int64_t n = std::min(s->pending(), prefill_budget);
-      batch.emplace_back(s.get(), n);
+      prefills.emplace_back(s.get(), n);
       prefill_budget -= n;
+      budget -= n;
     }
-  return batch;
+  for (auto& [s, n] : decodes) {  // the last token and its drafts
+    truncate_draft(*s, std::min<int64_t>(int64_t(s->draft.size()), budget));
+    n += int64_t(s->draft.size());
+    budget -= int64_t(s->draft.size());
+  }
+  decodes.insert(decodes.end(), prefills.begin(), prefills.end());
+  return decodes;
+}
+
+void Engine::truncate_draft(Sequence& s, int64_t n) {
+  if (n >= int64_t(s.draft.size())) return;
+  if (n == 0) {  // the chain's buffers go (a sequence keeps no [D, V] block it does not use)
+    std::vector<int64_t>().swap(s.draft);
+    std::vector<float>().swap(s.draft_q);
+    return;
+  }
+  s.draft.resize(size_t(n));
+  if (!s.draft_q.empty()) s.draft_q.resize(size_t(n * model_.config().vocab_size));
 }
 
 // 4. One forward over the batch. The cache slot of every position each sequence
@@ -396,7 +436,7 @@ at::Tensor Engine::forward_batch(const ScheduledBatch& batch, at::Tensor* hidden
     f.n_new.push_back(n);
     for (int64_t p = 0; p < s->n_computed + n; ++p) f.slots.push_back(s->slot(p, bs));
     for (int64_t p = s->n_computed; p < s->n_computed + n; ++p) new_slots.push_back(s->slot(p, bs));
-    const bool decode = n == 1 && s->n_computed >= s->prompt_length;
+    const bool decode = s->pending() == 1 && s->n_computed >= s->prompt_length;  // (a verify pass too)
     if (!decode) stats_.prefill_tokens_computed += n;  // prompts, and recomputation after preemption
   }
   if (group_ != MPI_COMM_NULL) announce(group_, f);

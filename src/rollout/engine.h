@@ -202,6 +202,8 @@ class Engine {
   // appended (up to a stop), its KV and blocks trimmed to them.
   void verify_draft(Sequence& seq, const at::Tensor& rows);
   void trim_blocks(Sequence& seq);
+  // Keeps the first n drafts of seq's chain (and their distributions).
+  void truncate_draft(Sequence& seq, int64_t n);
 
   EngineConfig cfg_;
   const Transformer& model_;

@@ -233,18 +233,19 @@ void Engine::verify_draft(Sequence& s, const at::Tensor& rows) {
     if (finished(s)) break;  // a stop among the accepted drafts ends the response there
   }
   s.n_computed = first + appended;  // the last verified token and the accepted drafts appended
+  // Drafts kept: the accepted ones the response took (a stop among them ends it there).
+  const int64_t kept = std::min(v.n_accepted, appended);
   ++stats_.spec_passes;
   stats_.spec_drafted += D;
-  stats_.spec_accepted += v.n_accepted;
+  stats_.spec_accepted += kept;
   for (int64_t j = 0; j < D; ++j) {
     ++stats_.spec_offered_at[j];
-    if (j < v.n_accepted) ++stats_.spec_accepted_at[j];
+    if (j < kept) ++stats_.spec_accepted_at[j];
   }
   ++s.spec_passes;
   s.spec_drafted += D;
-  s.spec_accepted += v.n_accepted;
-  s.draft.clear();
-  s.draft_q.clear();
+  s.spec_accepted += kept;
+  truncate_draft(s, 0);
   trim_blocks(s);
 }
 

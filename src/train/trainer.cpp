@@ -336,7 +336,12 @@ bool Trainer::overlaps_grad_reduce() const {
 }
 
 void Trainer::arm_overlapped_reduction() {
+  // The trunk's buffers only: every rank's backward reaches every trunk parameter, in one
+  // order, so their non-blocking reductions start in one order everywhere. The MTP
+  // layers' may get no gradient on a rank (no counted position in its last micro-batch)
+  // and their hooks would then start later there: they are reduced after backward.
   for (auto& g : groups_) {
+    if (g.mtp) continue;
     if (g.sharded) g.sharded->start_overlapped_reduce_scatter();  // the distributed optimizer: into its chunks
     else g.grads->start_overlapped_reduction(g.reduce_over);
   }

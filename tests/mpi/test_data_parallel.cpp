@@ -153,6 +153,47 @@ TEST(OverlappedGradReduce, SameGradientsAsReducingAfterBackward) {
 INSTANTIATE_TEST_SUITE_P(Splits, DataParallel,
                          ::testing::Combine(::testing::Bool(), ::testing::Values(int64_t{1}, 2, 4)));
 
+// MTP layers trained beside the policy (train/mtp_loss.h) with the gradient reduction
+// overlapping backward: ranks whose micro-batches hold no position the MTP loss counts
+// (one-token responses) give their MTP layers no gradient at all, and the step still
+// equals one rank's (the MTP buffers are reduced after backward, in one order on every
+// rank; reduced from inside backward they would pair with another rank's trunk buckets).
+TEST(DataParallelMtp, RanksWithoutCountedPositionsStillMatchOneRank) {
+  MpiComm world(MPI_COMM_WORLD, "trainer");
+  const int r = world.rank(), n = world.size();
+  ModelConfig cfg = model_config();
+  cfg.mtp_num_layers = 1;
+  TrainerConfig tc;
+  tc.mode = "sft";
+  tc.lr.lr = 1e-2;
+  tc.n_micro_batches = 2;
+  tc.grad_bucket_bytes = 1 << 12;
+  at::Generator g = at::detail::createCPUGenerator(8);
+  std::vector<Sample> all;
+  for (int i = 0; i < 8; ++i) {
+    Sample s;
+    const bool short_response = i >= 4;  // the second half: one response token, nothing for the MTP loss
+    const int64_t len = short_response ? 6 : 12;
+    at::Tensor t = at::randint(40, {len}, g, at::kLong);
+    s.tokens.assign(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + len);
+    s.prompt_length = short_response ? len - 1 : 3;
+    all.push_back(s);
+  }
+  Transformer single_policy(cfg, 3, at::kCPU), policy(cfg, 3, at::kCPU);
+  TrainerConfig after = tc;
+  after.overlap_grad_reduce = false;
+  Trainer single(after, single_policy, nullptr);
+  auto want = single.train_step(all);
+  std::vector<Sample> mine(all.begin() + all.size() * r / n, all.begin() + all.size() * (r + 1) / n);
+  Trainer dp(tc, policy, &world);
+  auto got = dp.train_step(mine);
+  for (const char* k : {"train/loss", "train/grad_norm", "train/mtp_loss", "train/mtp_grad_norm"})
+    EXPECT_NEAR(got.at(k), want.at(k), 1e-5 * std::max(1.0, std::abs(want.at(k)))) << k;
+  for (size_t i = 0; i < policy.parameters().size(); ++i)
+    EXPECT_TRUE(at::allclose(policy.parameters()[i].tensor, single_policy.parameters()[i].tensor, 1e-5, 1e-6))
+        << policy.parameters()[i].name;
+}
+
 TEST(Whitening, SameAdvantagesAtAnyDpIncludingAnEmptyRank) {
   MpiComm world(MPI_COMM_WORLD, "trainer");
   const int r = world.rank(), n = world.size();

@@ -251,6 +251,33 @@ TEST(SpeculativeEngine, GreedyHoldsWithGroupsChunkedPrefillAndPreemption) {
   expect_same(plain, spec);
 }
 
+// Drafts take what decoding and prefill leave: a chain never preempts a sequence (at the
+// smallest cache where plain decoding needs no preemption, speculation needs none either)
+// and never holds back a decode or a prefill (a batch budget barely above the running
+// count still gives greedy decoding's tokens).
+TEST(SpeculativeEngine, DraftsNeverPreemptNorDisplaceDecodes) {
+  Transformer m(spec_model(), 6, at::kCPU);
+  const auto reqs = requests(6, 2, 0.0, 1.0);
+  const std::vector<Sample> plain = run(m, engine(0), reqs);
+  int64_t smallest = 0;
+  for (int64_t blocks = 20; blocks <= 256 && smallest == 0; ++blocks) {
+    EngineStats st;
+    EXPECT_EQ(run(m, engine(0, 4 * blocks), reqs, &st).size(), plain.size());
+    if (st.preemptions == 0) smallest = blocks;
+  }
+  ASSERT_GT(smallest, 20);  // tight: at 20 blocks plain decoding preempts
+  EngineStats st;
+  expect_same(plain, run(m, engine(3, 4 * smallest), reqs, &st));
+  EXPECT_EQ(st.preemptions, 0);
+  EXPECT_GT(st.spec_passes, 0);
+
+  EngineConfig narrow = engine(3);
+  narrow.max_running = 12;
+  narrow.max_batch_tokens = 14;  // 12 decodes leave 2 tokens for prompts and drafts
+  expect_same(plain, run(m, narrow, reqs, &st));
+  EXPECT_GT(st.spec_passes, 0);
+}
+
 TEST(SpeculativeEngine, MixtureOfExpertsKeepsTheAcceptedTokensRoutingTraces) {
   Transformer m(spec_model(260, /*moe=*/true), 5, at::kCPU);
   const auto reqs = requests(5, 2, 0.0, 1.0);
