@@ -20,6 +20,12 @@
 //                          once, shared by its 8 samples) vs the same 256 requests as
 //                          single samples with the prefix cache off (8 prefills of each
 //                          prompt), timed in the same run. Counter unshared_over_shared.
+//   BM_SmallBatchLinear/M  the dense layers of a decode step with M rows: 8 weights of
+//                          the Qwen3-0.6B MLP's [3072, 1024] fp32 (100 MB, past the
+//                          caches) run in turn, kernels/small_batch_linear against
+//                          at::linear (MKL), alternating; and the memory bound, a sum
+//                          over the same weights. Counters kernel_gb_per_s, mkl_gb_per_s,
+//                          bound_gb_per_s (weight bytes a second), kernel_over_mkl (speed).
 // Threads: $SLIMPI_THREADS (default 1). Run: build/perf/bench_engine
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -30,6 +36,7 @@
 
 #include "alternate.h"
 #include "kernels/counter_rng.h"
+#include "kernels/small_batch_linear.h"
 #include "rollout/engine.h"
 #include "tokenizer/byte_tokenizer.h"
 
@@ -314,11 +321,42 @@ void BM_GroupPrefill(benchmark::State& state) {
   }
 }
 
+void BM_SmallBatchLinear(benchmark::State& state) {
+  at::NoGradGuard no_grad;
+  const int64_t M = state.range(0);
+  at::Generator g = at::detail::createCPUGenerator(7);
+  std::vector<at::Tensor> weights;
+  for (int i = 0; i < 8; ++i) weights.push_back(at::randn({3072, 1024}, g, at::kFloat));  // [N, K]
+  const at::Tensor x = at::randn({M, 1024}, g, at::kFloat);                                // [M, K]
+  const double bytes = 8.0 * 3072 * 1024 * sizeof(float);
+  double bound_s = 0;
+  float sink = 0;
+  const AbSeconds t = alternate(
+      state, wall_seconds,
+      [&] {
+        for (const auto& w : weights) benchmark::DoNotOptimize(small_batch_linear(x, w));
+      },
+      [&] {
+        for (const auto& w : weights) benchmark::DoNotOptimize(at::linear(x, w));
+      });
+  const double n = double(state.iterations());
+  for (int64_t i = 0; i < state.iterations(); ++i)
+    bound_s += wall_seconds([&] {
+      for (const auto& w : weights) sink += w.sum().item<float>();
+    });
+  benchmark::DoNotOptimize(sink);
+  state.counters["kernel_gb_per_s"] = bytes * n / t.a / 1e9;
+  state.counters["mkl_gb_per_s"] = bytes * n / t.b / 1e9;
+  state.counters["bound_gb_per_s"] = bytes * n / bound_s / 1e9;
+  state.counters["kernel_over_mkl"] = t.b / t.a;
+}
+
 BENCHMARK(BM_KvCacheVsRecompute)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DecodeShare)->Iterations(20)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DecodeBf16VsFp32)->Iterations(20)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DecodeNextToPrefill)->Iterations(4)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DecodeLongContext)->Iterations(6)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_SmallBatchLinear)->Arg(1)->Arg(2)->Arg(4)->Arg(8)->Arg(16)->Iterations(30)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_GroupPrefill)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <slimpi/error.h>
 
+#include "kernels/small_batch_linear.h"
 #include "parallel/comm.h"
 #include "parallel/comm_tensor.h"
 #include "parallel/row_exchange.h"
@@ -24,7 +25,7 @@ at::Tensor run_experts(const at::Tensor& x, const int64_t* n_rows, const MoeWeig
   for (size_t e = 0; e < w.gate.size(); ++e) {
     if (n_rows[e] == 0 && !run_empty) continue;
     const at::Tensor xe = x.narrow(0, start, n_rows[e]);
-    ys.push_back(at::linear(at::silu(at::linear(xe, w.gate[e])) * at::linear(xe, w.up[e]), w.down[e]));
+    ys.push_back(dense(at::silu(dense(xe, w.gate[e])) * dense(xe, w.up[e]), w.down[e]));
     start += n_rows[e];
   }
   return ys.empty() ? x.narrow(0, 0, 0) : at::cat(ys);  // [P, d]; empty only for P = 0 (no token)
@@ -75,7 +76,7 @@ MoeLayerOutput moe_mlp(const at::Tensor& h, const MoeWeights& w, int64_t k, bool
                        const at::Tensor& replay) {
   const int64_t T = h.size(0), E = w.router.size(0);
   MoeLayerOutput o;
-  o.router_logits = at::linear(h, w.router).to(at::kFloat);  // [T, E]
+  o.router_logits = dense(h, w.router).to(at::kFloat);  // [T, E]
   const at::Tensor probs = at::softmax(o.router_logits, -1);  // [T, E] fp32
   at::Tensor weights;                                         // [T, k]
   std::tie(weights, o.routed) = at::topk(probs, k, -1);
@@ -104,8 +105,8 @@ MoeLayerOutput moe_mlp(const at::Tensor& h, const MoeWeights& w, int64_t k, bool
   const at::Tensor y = expert_out * weights.reshape({-1}).index_select(0, order).unsqueeze(1);  // [T·k, d]
   o.out = at::zeros_like(h).index_add(0, token_of_pair, y);
   if (w.shared_gate.defined())
-    o.out = o.out + at::sigmoid(at::linear(h, w.shared_gate)) *
-                        at::linear(at::silu(at::linear(h, w.shared_gate_proj)) * at::linear(h, w.shared_up), w.shared_down);
+    o.out = o.out + at::sigmoid(dense(h, w.shared_gate)) *
+                        dense(at::silu(dense(h, w.shared_gate_proj)) * dense(h, w.shared_up), w.shared_down);
   return o;
 }
 

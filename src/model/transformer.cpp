@@ -10,6 +10,7 @@
 #include <cmath>
 #include <memory>
 
+#include "kernels/small_batch_linear.h"
 #include "parallel/comm.h"
 #include "model/recompute.h"
 #include "parallel/tp_mappings.h"
@@ -269,15 +270,15 @@ at::Tensor Transformer::attention_block(const LayerParams& p, int64_t cache_laye
                 D = cfg_.head_dim();
   const at::Tensor h = f.to_columns(rms_norm(x, f.as_used(f.shared(p.input_norm)), cfg_.rms_norm_eps));  // [T, d]
   auto kv_weight = [&](const at::Tensor& w) { return w.defined() ? f.kv_shared(w) : w; };
-  at::Tensor q = at::linear(h, p.q, p.q_bias).view({T, H, D});                          // [T, H, D]
-  at::Tensor k = at::linear(h, kv_weight(p.k), kv_weight(p.k_bias)).view({T, Hkv, D});  // [T, Hkv, D]
+  at::Tensor q = dense(h, p.q, p.q_bias).view({T, H, D});                          // [T, H, D]
+  at::Tensor k = dense(h, kv_weight(p.k), kv_weight(p.k_bias)).view({T, Hkv, D});  // [T, Hkv, D]
   if (cfg_.qk_norm) {  // Qwen3: each head RMS-normalised before RoPE
     q = rms_norm(q, f.as_used(copy_to_tp(tp, p.q_norm)), cfg_.rms_norm_eps);
     k = rms_norm(k, f.as_used(copy_to_tp(tp, p.k_norm)), cfg_.rms_norm_eps);
   }
   q = apply_rope(q, f.cos, f.sin);
   k = apply_rope(k, f.cos, f.sin);
-  const at::Tensor v = at::linear(h, kv_weight(p.v), kv_weight(p.v_bias)).view({T, Hkv, D});  // [T, Hkv, D]
+  const at::Tensor v = dense(h, kv_weight(p.v), kv_weight(p.v_bias)).view({T, Hkv, D});  // [T, Hkv, D]
   // Selective recomputation: the attention's inner products (scores, softmax) run again in backward.
   const at::Tensor attn = f.recompute == Recompute::Selective
                               ? recomputed([layout = f.kept_layout, plan = f.plan, cache_layer](
@@ -286,15 +287,15 @@ at::Tensor Transformer::attention_block(const LayerParams& p, int64_t cache_laye
                                                                         cache_layer, plan)};
                                 }, {q, k, v})[0]
                               : attend(q, k, v, f.layout, f.cache, cache_layer, f.plan);  // [T, H * D]
-  if (!tp) return at::linear(attn, p.o, p.o_bias);                                   // [T, d]
-  const at::Tensor out = f.from_rows(at::linear(attn, p.o));                         // [T_local, d]
+  if (!tp) return dense(attn, p.o, p.o_bias);                                   // [T, d]
+  const at::Tensor out = f.from_rows(dense(attn, p.o));                         // [T_local, d]
   return p.o_bias.defined() ? out + f.shared(p.o_bias) : out;
 }
 
 at::Tensor Transformer::dense_mlp_residual(const LayerParams& p, const at::Tensor& x, const ForwardContext& f) const {
   // SwiGLU; tensor-parallel: column-parallel gate/up, row-parallel down.
   const at::Tensor hp = f.to_columns(rms_norm(x, f.as_used(f.shared(p.post_norm)), cfg_.rms_norm_eps));
-  return x + f.from_rows(at::linear(at::silu(at::linear(hp, p.gate)) * at::linear(hp, p.up), p.down));
+  return x + f.from_rows(dense(at::silu(dense(hp, p.gate)) * dense(hp, p.up), p.down));
 }
 
 at::Tensor Transformer::embed(const at::Tensor& tokens, const ForwardContext& f, const at::Tensor& weight) const {
@@ -394,7 +395,7 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const AttentionLayout&
   x = f.to_columns(rms_norm(x, f.as_used(f.shared(final_norm_)), cfg_.rms_norm_eps));
   if (hidden) *hidden = x.to(at::kFloat);         // [T, d]
   if (!to_logits) return x.to(at::kFloat);        // [T, d]
-  return at::linear(x, lm_head_).to(at::kFloat);  // [T, V] (this shard's [T, Vp / t])
+  return dense(x, lm_head_).to(at::kFloat);  // [T, V] (this shard's [T, Vp / t])
 }
 
 // Depth i of the MTP stack (DeepSeek-V3's module k = i + 1):
@@ -415,7 +416,7 @@ at::Tensor Transformer::mtp_depth(int64_t depth, const at::Tensor& in, const at:
   const at::Tensor joined = at::cat({rms_norm(in.to(at::kFloat), f.as_used(m.hidden_norm), cfg_.rms_norm_eps),
                                      rms_norm(e, f.as_used(m.token_norm), cfg_.rms_norm_eps)},
                                     -1);                                       // [T, 2d]
-  at::Tensor x = at::linear(joined, m.input_proj).to(at::kFloat);            // [T, d]
+  at::Tensor x = dense(joined, m.input_proj).to(at::kFloat);            // [T, d]
   x = x + attention_block(m.block, cfg_.n_layers + depth, x, f);
   x = dense_mlp_residual(m.block, x, f);
   return rms_norm(x, f.as_used(m.final_norm), cfg_.rms_norm_eps).to(at::kFloat);  // [T, d]
@@ -431,11 +432,12 @@ at::Tensor Transformer::forward_mtp_incremental(int64_t depth, const at::Tensor&
                                                 const std::vector<CachedSequence>& seqs, KvCache& cache) const {
   SLIMPI_CHECK(int64_t(cache.k.size()) > cfg_.n_layers + depth, "MTP depth {}: the KV cache has {} layers (the "
                "model's {} and {} MTP layers needed)", depth, cache.k.size(), cfg_.n_layers, depth + 1);
+  const SmallBatchLinearScope decode_rows;  // the few rows of a decode step (kernels/small_batch_linear.h)
   return mtp_depth(depth, in, next, incremental_layout(seqs, split_decode_and_prefill_, device_), &cache);
 }
 
 at::Tensor Transformer::head_logits(const at::Tensor& hidden) const {
-  return at::linear(hidden.to(lm_head_.scalar_type()), lm_head_.detach()).to(at::kFloat);  // [T, V] (shard: [T, Vp / t])
+  return dense(hidden.to(lm_head_.scalar_type()), lm_head_.detach()).to(at::kFloat);  // [T, V] (shard: [T, Vp / t])
 }
 
 void Transformer::check_packed(const at::Tensor& tokens, const std::vector<int64_t>& seq_lens) const {
@@ -469,6 +471,7 @@ at::Tensor Transformer::forward_incremental(const at::Tensor& tokens, const std:
                  s.n_past + s.n_new);
   }
   // Decode sequences and prefill chunks in one batch attend apart (AttentionLayout::parts).
+  const SmallBatchLinearScope decode_rows;  // the few rows of a decode step (kernels/small_batch_linear.h)
   return forward(tokens, incremental_layout(seqs, split_decode_and_prefill_, device_), &cache, moe, true, hidden);
 }
 

@@ -23,6 +23,7 @@
 #include "core/timer.h"
 #include "kernels/counter_rng.h"
 #include "kernels/sampling.h"
+#include "kernels/small_batch_linear.h"
 #include "kernels/speculative.h"
 #include "model/log_probs.h"
 #include "model/precision.h"
@@ -156,6 +157,7 @@ void Engine::draft_chains(const std::vector<std::pair<Sequence*, int64_t>>& newe
   const int64_t V = model_.config().vocab_size, bs = cfg_.block_size;
   at::NoGradGuard no_grad;
   ForwardPrecision scope(precision_, device);
+  const SmallBatchLinearScope decode_rows;  // the drafts' LM head over a few rows
   for (Sequence* s : chains) {
     s->draft.clear();
     s->draft_q.clear();

@@ -476,9 +476,9 @@ void Trainer::apply_update(std::map<std::string, double>& metrics) {
       for (auto& g : groups_) g.sharded->step(lr, n_steps_);
     }
   } else if (!cfg_.skip_nonfinite_steps) {
-    SLIMPI_FAIL_ALL("optimizer step {}: the loss is {} and the gradient norm {}; stopping before they reach the "
+    SLIMPI_FAIL_ALL("optimizer step {}: the loss is {} and the gradient norm {}{}; stopping before they reach the "
                     "weights (train.skip_nonfinite_steps = true skips such steps instead)",
-                    n_steps(), loss, grad_norm);
+                    n_steps(), loss, grad_norm, mtp ? fmt::format(" (the MTP layers' {})", mtp_norm) : "");
   }
   metrics["train/skipped_nonfinite_step"] = finite ? 0.0 : 1.0;
   metrics["train/grad_norm"] = grad_norm;

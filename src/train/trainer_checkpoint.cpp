@@ -9,6 +9,8 @@
 #include <exception>
 #include <filesystem>
 
+#include "arch/mtp_names.h"
+#include "core/log.h"
 #include "io/h5.h"
 #include "io/tensor_io.h"
 #include "io/tensor_pieces.h"
@@ -141,17 +143,38 @@ void Trainer::load(const std::string& path) {
   h5::File f = h5::File::open(path, false, MPI_COMM_NULL);
   h5::Handle opt = h5::open_group(f.id(), "optimizer");
   const int64_t steps = h5::read_attr_int(opt.id(), "n_steps");
+  // A checkpoint written with a frozen draft (train.mtp_loss_coef = 0) holds no moments
+  // for the MTP layers: resumed with the draft trained, they start at zero.
+  bool fresh_mtp_moments = false;
+  const auto stored_moment = [&](const std::string& name) {
+    const size_t slash = name.find('/');
+    const bool there = h5::exists(opt.id(), name.substr(0, slash)) && h5::exists(opt.id(), name);
+    if (!there && is_mtp_parameter(name.substr(slash + 1))) {
+      fresh_mtp_moments = true;
+      return false;
+    }
+    return true;  // (a missing trunk moment is the read's error, as before)
+  };
   if (optimizer_) {
-    read_tensors_into(opt.id(), optimizer_->state(), false, stored);
+    std::vector<NamedTensor> moments;
+    for (auto& t : optimizer_->state())
+      if (stored_moment(t.name)) moments.push_back(std::move(t));
+    read_tensors_into(opt.id(), moments, false, stored);
     optimizer_->set_n_steps(steps);
   } else {
     at::NoGradGuard no_grad;
     for (const auto& g : groups_) {
-      std::vector<TensorPiece> pieces = g.sharded->moment_pieces();  // views of the moment buffers, read into
+      std::vector<TensorPiece> pieces;  // views of the moment buffers, read into
+      for (auto& piece : g.sharded->moment_pieces())
+        if (stored_moment(piece.name)) pieces.push_back(std::move(piece));
       read_tensor_pieces(opt.id(), stored, pieces, false);
     }
     n_steps_ = steps;
   }
+  if (fresh_mtp_moments)
+    log::info("{}: no optimizer moments for the MTP layers (written with train.mtp_loss_coef = 0): the draft's "
+              "AdamW moments start at zero (bias-corrected at the run's step {}, so its first updates are larger)",
+              path, steps);
   h5::Handle rng = h5::open_group(f.id(), "rng");
   at::Generator gen = at::detail::getDefaultCPUGenerator();
   gen.set_state(read_tensor(rng.id(), "torch_cpu"));

@@ -8,6 +8,7 @@
 #include <ATen/core/grad_mode.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <map>
 
 #include "arch/mtp_names.h"
@@ -154,6 +155,38 @@ TEST(MtpLoss, TheMtpLayersLearn) {
     last = loss;
   }
   EXPECT_LT(last, 0.3 * first) << "first " << first << ", last " << last;
+}
+
+// A checkpoint written with a frozen draft holds no MTP moments; resumed with the draft
+// trained, they start at zero, and the trunk's step is the frozen run's continuation bit
+// for bit (the MTP loss never reaches the trunk).
+TEST(MtpLoss, AFrozenDraftsCheckpointResumesWithTheDraftTrained) {
+  const std::string path = "mtp_frozen_resume_test.h5";
+  Transformer frozen(mtp_model(1), 4, at::kCPU);
+  Trainer a(sft(0.0), frozen, nullptr);
+  for (int step = 0; step < 2; ++step) {
+    auto b = samples(5, 30 + step);
+    a.train_step(b);
+  }
+  a.save(path);
+  Transformer resumed(mtp_model(1), 77, at::kCPU);
+  Trainer c(sft(0.2), resumed, nullptr);
+  c.load(path);
+  std::remove(path.c_str());
+  EXPECT_EQ(c.n_steps(), 2);
+  std::map<std::string, at::Tensor> draft_before;
+  for (const auto& p : resumed.parameters()) {
+    EXPECT_TRUE(at::equal(p.tensor, frozen.parameter(p.name))) << p.name;
+    if (is_mtp_parameter(p.name)) draft_before[p.name] = p.tensor.detach().clone();
+  }
+  auto ba = samples(5, 40), bc = samples(5, 40);
+  const auto ma = a.train_step(ba), mc = c.train_step(bc);
+  EXPECT_EQ(ma.at("train/loss"), mc.at("train/loss"));
+  EXPECT_GT(mc.at("train/mtp_grad_norm"), 0.0);
+  for (const auto& p : resumed.parameters()) {
+    if (is_mtp_parameter(p.name)) EXPECT_FALSE(at::equal(p.tensor, draft_before[p.name])) << p.name << " did not move";
+    else EXPECT_TRUE(at::equal(p.tensor, frozen.parameter(p.name))) << p.name;
+  }
 }
 
 }  // namespace

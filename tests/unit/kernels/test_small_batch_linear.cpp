@@ -1,0 +1,77 @@
+// The decode-step dense kernel (kernels/small_batch_linear.h): equal to at::linear in fp64
+// to fp32 round-off for every row count it takes and shapes with k and n tails; a row's
+// output bit-identical whether it runs alone or among 16 (batch invariance); dense() is
+// at::linear outside a SmallBatchLinearScope and with autograd recording.
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/grad_mode.h>
+#include <gtest/gtest.h>
+
+#include "kernels/small_batch_linear.h"
+
+namespace slimpi {
+namespace {
+
+at::Tensor randn(std::vector<int64_t> shape, uint64_t seed) {
+  at::Generator g = at::detail::createCPUGenerator(seed);
+  return at::randn(shape, g, at::kFloat);
+}
+
+TEST(SmallBatchLinear, EqualsTheFp64ProductToRoundOff) {
+  at::NoGradGuard no_grad;
+  for (const auto& [K, N] : std::vector<std::pair<int64_t, int64_t>>{{64, 96}, {67, 7}, {1024, 1030}, {5, 3}}) {
+    const at::Tensor w = randn({N, K}, 1), b = randn({N}, 2);
+    for (int64_t M = 1; M <= kSmallBatchLinearMaxRows; ++M) {
+      const at::Tensor x = randn({M, K}, 3 + uint64_t(M));
+      ASSERT_TRUE(small_batch_linear_applies(x, w));
+      const at::Tensor want = at::linear(x.to(at::kDouble), w.to(at::kDouble), b.to(at::kDouble));
+      const at::Tensor got = small_batch_linear(x, w, b);
+      ASSERT_EQ(got.sizes(), want.sizes());
+      // fp32 dot products of K terms of size ~1: error ~ sqrt(K) * 2^-24 * |terms|.
+      const double tol = 1e-6 * std::sqrt(double(K)) * 8;
+      EXPECT_LT((got.to(at::kDouble) - want).abs().max().item<double>(), tol) << "M " << M << " K " << K << " N " << N;
+    }
+  }
+}
+
+TEST(SmallBatchLinear, ARowsOutputDoesNotDependOnTheBatch) {
+  at::NoGradGuard no_grad;
+  const at::Tensor w = randn({300, 257}, 4);
+  const at::Tensor x = randn({kSmallBatchLinearMaxRows, 257}, 5);
+  const at::Tensor all = small_batch_linear(x, w);
+  for (int64_t m = 0; m < x.size(0); ++m) {
+    EXPECT_TRUE(at::equal(small_batch_linear(x.narrow(0, m, 1), w), all.narrow(0, m, 1))) << "row " << m << " alone";
+    if (m + 3 <= x.size(0))
+      EXPECT_TRUE(at::equal(small_batch_linear(x.narrow(0, m, 3), w), all.narrow(0, m, 3))) << "rows " << m << "..+3";
+  }
+}
+
+TEST(SmallBatchLinear, LeadingDimensionsAndStridesAreKept) {
+  at::NoGradGuard no_grad;
+  const at::Tensor w = randn({24, 40}, 6);
+  const at::Tensor x = randn({40, 2, 3}, 7).permute({1, 2, 0});  // [2, 3, 40], not contiguous
+  const at::Tensor got = small_batch_linear(x, w);
+  ASSERT_EQ(got.sizes(), (std::vector<int64_t>{2, 3, 24}));
+  EXPECT_TRUE(at::allclose(got, at::linear(x, w), 1e-5, 1e-5));
+}
+
+TEST(SmallBatchLinear, DenseIsAtLinearOutsideItsScopeAndUnderAutograd) {
+  const at::Tensor w = randn({64, 48}, 8).requires_grad_(true);
+  const at::Tensor x = randn({4, 48}, 9);
+  {
+    at::NoGradGuard no_grad;
+    EXPECT_TRUE(at::equal(dense(x, w), at::linear(x, w)));  // no scope: at::linear, bit for bit
+    const SmallBatchLinearScope scope;
+    EXPECT_TRUE(at::equal(dense(x, w), small_batch_linear(x, w)));
+    EXPECT_FALSE(small_batch_linear_applies(randn({kSmallBatchLinearMaxRows + 1, 48}, 10), w));
+    EXPECT_FALSE(small_batch_linear_applies(x.to(at::kBFloat16), w.to(at::kBFloat16)));
+  }
+  const SmallBatchLinearScope scope;
+  const at::Tensor y = dense(x, w);  // recorded for autograd: at::linear
+  EXPECT_TRUE(y.requires_grad());
+  y.sum().backward();
+  EXPECT_TRUE(w.grad().defined());
+}
+
+}  // namespace
+}  // namespace slimpi
