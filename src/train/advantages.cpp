@@ -38,6 +38,7 @@ const Registry<AdvantageEstimator>& advantage_estimators() {
     reg.add("cispo", {constant_advantage, RewardCentring::MeanStd, "cispo"});
     reg.add("reinforce_plus_plus", {reinforce_plus_plus, RewardCentring::None, "ppo_clip"});
     reg.add("reinforce_plus_plus_baseline", {reinforce_plus_plus_baseline, RewardCentring::Mean, "ppo_clip"});
+    reg.add("rloo", {constant_advantage, RewardCentring::LeaveOneOut, "ppo_clip"});
     return reg;
   }();
   return r;
@@ -73,8 +74,12 @@ std::vector<float> postprocess_rewards(const std::string& estimator, const std::
     double var = 0;
     for (int64_t i = 0; i < n_per_group; ++i) var += (rewards[g + i] - mean) * (rewards[g + i] - mean);
     const double std_dev = n_per_group > 1 ? std::sqrt(var / (n_per_group - 1)) : 0.0;
+    // Leave-one-out: R_i − (n·mean − R_i)/(n − 1) = n/(n − 1)·(R_i − mean).
+    const double loo = centring == RewardCentring::LeaveOneOut && n_per_group > 1
+                           ? double(n_per_group) / double(n_per_group - 1)
+                           : 1.0;
     for (int64_t i = 0; i < n_per_group; ++i) {
-      double r = rewards[g + i] - mean;
+      double r = (rewards[g + i] - mean) * loo;
       if (scaled) r /= (std_dev + 1e-6);
       out[g + i] = static_cast<float>(r);
     }

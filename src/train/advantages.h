@@ -2,11 +2,14 @@
 // estimator a registry entry keyed by the deck's train.advantage_estimator string.
 //
 // Reward post-processing, per group of n samples of one prompt (grpo, gspo, cispo,
-// reinforce_plus_plus_baseline, unless disable_rewards_normalization):
+// reinforce_plus_plus_baseline, rloo, unless disable_rewards_normalization):
 //   r = R − mean_group(R); for grpo/gspo/cispo also r /= (std_group + 1e-6), std
 //   unbiased (N−1), unless disable_grpo_std_normalization; forced off when n = 1.
+//   rloo (REINFORCE leave-one-out, as verl and OpenRLHF): the baseline is the mean of
+//   the group's other samples, r_i = R_i − Σ_{j≠i} R_j / (n − 1) = n/(n − 1)·(R_i − mean);
+//   a group's r sum to 0 (n = 1: r = 0, refused by the deck check).
 // Estimators (per response token t of a sample, mask m_t, kl_t vs the reference):
-//   grpo, gspo, cispo:             A_t = r
+//   grpo, gspo, cispo, rloo:       A_t = r
 //   reinforce_plus_plus:           reward_t = −kl_coef·kl_t·m_t (+ R at the last masked
 //                                  token); A_t = G_t = Σ_k γ^k reward_{t+k}
 //   reinforce_plus_plus_baseline:  A_t = r − kl_coef·kl_t
@@ -40,7 +43,7 @@ struct AdvantageInputs {
 };
 
 // How an estimator's group post-processing treats the raw rewards.
-enum class RewardCentring { None, Mean, MeanStd };
+enum class RewardCentring { None, Mean, MeanStd, LeaveOneOut };
 
 // One registry entry: the per-token advantages [R] of one sample, the reward
 // post-processing it expects, and the policy loss it trains with (a name in

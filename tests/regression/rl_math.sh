@@ -7,6 +7,7 @@
 #    over the whole rollout on both trainers — stored advantages |Δ| < 1e-5, and the
 #    KL really acts (non-zero from step 1 on);
 #  * reinforce_plus_plus_baseline, kl_coef 0.05: A = (R − group mean) − kl_coef·kl;
+#  * rloo: r = R − the mean of the group's other samples, A_t = r;
 #  * grpo with 2 optimizer steps per rollout: whitened once per rollout (not per
 #    optimizer step: the per-step whitening differs and is rejected);
 #  * top_k 3 + top_p 0.9: log-probs over the sampling support; at step 0 the trainer's
@@ -32,6 +33,7 @@ run rfpp --set train.advantage_estimator=reinforce_plus_plus --set train.kl_coef
 run rfpp_baseline --set train.advantage_estimator=reinforce_plus_plus_baseline --set train.kl_coef=0.05 \
   --set train.normalize_advantages=true --set train.gamma=0.9 --set rollout.temperature=1.3
 run grpo_white --set train.normalize_advantages=true
+run rloo --set train.advantage_estimator=rloo --set rollout.temperature=1.3
 run top_pk --set rollout.top_k=3 --set rollout.top_p=0.9
 # Even groups score 0 (dropped by the filter), odd ones vary: half a batch per round.
 run short --set rollout.dynamic_filter=nonzero_std --set rollout.max_sampling_rounds=1 \
@@ -111,6 +113,24 @@ with h5py.File(f"{out}/grpo_white/rollouts.h5") as f, h5py.File(f"{out}/grpo_whi
         per_step = whiten(raw[:half]) + whiten(raw[half:])
         assert max(np.abs(a - b).max() for a, b in zip(adv, per_step)) > 1e-3, "indistinguishable from per-step"
 print("rl_math: grpo: whitened once per rollout over both trainers")
+
+# RLOO: each reward less the mean of its group's other samples (verl's
+# compute_rloo_outcome_advantage), the same on every token; a group's rewards sum to 0.
+with h5py.File(f"{out}/rloo/rollouts.h5") as f:
+    g = f["samples"]
+    worst, moved = 0.0, 0.0
+    for s in range(3):
+        idx = np.flatnonzero((g["step"][:] == s) & np.isin(g["status"][:], [1, 2]))
+        R, r = g["raw_reward"][idx].astype(np.float64), g["reward"][idx].astype(np.float64)
+        for start in range(0, len(idx), 4):
+            grp = R[start:start + 4]
+            want = grp - (grp.sum() - grp) / 3
+            worst = max(worst, np.abs(r[start:start + 4] - want).max(), abs(r[start:start + 4].sum()))
+            moved = max(moved, np.abs(want).max())
+        for i, a in enumerate(rows(g, "raw_advantages", idx)):
+            assert np.allclose(a, r[i], atol=1e-6)
+    assert worst < 1e-5 and moved > 0, (worst, moved)
+print(f"rl_math: rloo: rewards less the mean of the others to {worst:.1e}, groups sum to 0")
 
 # Top-k/top-p: log-probs over the sampling support on both sides.
 with h5py.File(f"{out}/top_pk/rollouts.h5") as f, h5py.File(f"{out}/top_pk/metrics.h5") as m:

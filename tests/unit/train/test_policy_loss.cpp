@@ -103,6 +103,32 @@ TEST(Rewards, GrpoNormalisationUsesUnbiasedStdPlusEpsilon) {
   EXPECT_EQ(postprocess_rewards("reinforce_plus_plus", r, 4, {}), r);
 }
 
+// RLOO: each sample's baseline is the mean of its group's other samples; a group's
+// advantages sum to 0; never scaled by the std; normalisation off leaves R.
+TEST(Rewards, RlooSubtractsTheMeanOfTheOtherSamples) {
+  const std::vector<float> r{1, 0, 0, 1, 0.9f, 0.2f, 0.4f, 0.3f};
+  const std::vector<float> got = postprocess_rewards("rloo", r, 4, {});
+  for (int g = 0; g < 2; ++g) {
+    double sum = 0;
+    for (int i = 0; i < 4; ++i) {
+      double others = 0;
+      for (int j = 0; j < 4; ++j)
+        if (j != i) others += r[size_t(4 * g + j)];
+      EXPECT_NEAR(got[size_t(4 * g + i)], r[size_t(4 * g + i)] - others / 3.0, 1e-6) << "group " << g << " sample " << i;
+      sum += got[size_t(4 * g + i)];
+    }
+    EXPECT_NEAR(sum, 0.0, 1e-6) << "group " << g;
+  }
+  EXPECT_NEAR(got[0], 2.0 / 3.0, 1e-7);  // 1 - (0 + 0 + 1) / 3
+  EXPECT_EQ(postprocess_rewards("rloo", r, 4, {true, false}), got);  // no std to turn off
+  EXPECT_EQ(postprocess_rewards("rloo", r, 4, {false, true}), r);
+  EXPECT_EQ(postprocess_rewards("rloo", {3.0f, -1.0f}, 1, {}), (std::vector<float>{0.0f, 0.0f}));
+  AdvantageInputs in;
+  in.reward = got[0];
+  in.mask = vec({1, 1, 0});
+  expect_near(compute_advantages("rloo", in), {got[0], got[0], got[0]});
+}
+
 TEST(Rewards, OneSamplePerGroupTurnsStdNormalisationOff) {
   std::vector<float> got = postprocess_rewards("grpo", {3.0f, -1.0f}, 1, {});
   EXPECT_EQ(got, (std::vector<float>{0.0f, 0.0f}));  // r − mean of a group of one
