@@ -20,11 +20,12 @@
 //                          once, shared by its 8 samples) vs the same 256 requests as
 //                          single samples with the prefix cache off (8 prefills of each
 //                          prompt), timed in the same run. Counter unshared_over_shared.
-//   BM_SmallBatchLinear/M  the dense layers of a decode step with M rows: 8 weights of
-//                          the Qwen3-0.6B MLP's [3072, 1024] fp32 (100 MB, past the
-//                          caches) run in turn, kernels/small_batch_linear against
-//                          at::linear (MKL), alternating; and the memory bound, a sum
-//                          over the same weights. Counters kernel_gb_per_s, mkl_gb_per_s,
+//   BM_SmallBatchLinear/M/N/K  the dense layers of a decode step with M rows: 8 weights of
+//                          [N, K] fp32 run in turn (the Qwen3-0.6B MLP's [3072, 1024]:
+//                          100 MB, past the caches; the quickstart's [344, 128]: in
+//                          cache), kernels/small_batch_linear against at::linear (MKL),
+//                          alternating; and the memory bound, a sum over the same
+//                          weights. Counters kernel_gb_per_s, mkl_gb_per_s,
 //                          bound_gb_per_s (weight bytes a second), kernel_over_mkl (speed).
 // Threads: $SLIMPI_THREADS (default 1). Run: build/perf/bench_engine
 #include <ATen/ATen.h>
@@ -323,12 +324,12 @@ void BM_GroupPrefill(benchmark::State& state) {
 
 void BM_SmallBatchLinear(benchmark::State& state) {
   at::NoGradGuard no_grad;
-  const int64_t M = state.range(0);
+  const int64_t M = state.range(0), N = state.range(1), K = state.range(2);
   at::Generator g = at::detail::createCPUGenerator(7);
   std::vector<at::Tensor> weights;
-  for (int i = 0; i < 8; ++i) weights.push_back(at::randn({3072, 1024}, g, at::kFloat));  // [N, K]
-  const at::Tensor x = at::randn({M, 1024}, g, at::kFloat);                                // [M, K]
-  const double bytes = 8.0 * 3072 * 1024 * sizeof(float);
+  for (int i = 0; i < 8; ++i) weights.push_back(at::randn({N, K}, g, at::kFloat));  // [N, K]
+  const at::Tensor x = at::randn({M, K}, g, at::kFloat);                             // [M, K]
+  const double bytes = 8.0 * double(N * K) * sizeof(float);
   double bound_s = 0;
   float sink = 0;
   const AbSeconds t = alternate(
@@ -356,7 +357,10 @@ BENCHMARK(BM_DecodeShare)->Iterations(20)->UseManualTime()->Unit(benchmark::kMil
 BENCHMARK(BM_DecodeBf16VsFp32)->Iterations(20)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DecodeNextToPrefill)->Iterations(4)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DecodeLongContext)->Iterations(6)->UseManualTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_SmallBatchLinear)->Arg(1)->Arg(2)->Arg(4)->Arg(8)->Arg(16)->Iterations(30)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_SmallBatchLinear)
+    ->ArgsProduct({{1, 2, 4, 8, 16}, {3072}, {1024}})  // the Qwen3-0.6B MLP's weights: 100 MB, past the caches
+    ->ArgsProduct({{1, 4, 16}, {344}, {128}})          // the quickstart model's: 1.4 MB, in cache
+    ->Iterations(30)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_GroupPrefill)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace

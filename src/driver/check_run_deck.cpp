@@ -51,7 +51,7 @@ void check_full_async_keys(const Deck& deck) {
                     deck.source("rollout.mask_offpolicy_in_partial"), deck.source("rollout.partial"));
 }
 
-// GRPO-family estimators (and rloo) compare each reward with its group's: with one
+// GRPO-family estimators (and rloo) centre each reward on its group's mean: with one
 // sample per group every advantage is 0 and nothing learns (slime's group math needs n >= 2).
 void check_group_baseline(const Deck& deck) {
   const std::string& estimator = deck.get_string("train.advantage_estimator");
@@ -60,7 +60,7 @@ void check_group_baseline(const Deck& deck) {
       advantage_estimators().get(estimator).centring == RewardCentring::None)
     return;
   SLIMPI_FAIL_ALL("rollout.n_samples_per_prompt = 1 ({}) with train.advantage_estimator = \"{}\" ({}): each reward "
-                  "is compared with its group's, itself alone, so every advantage is 0 and nothing learns; use groups of "
+                  "is centred on its group's mean, its own, so every advantage is 0 and nothing learns; use groups of "
                   "2 or more, an estimator without a group baseline (reinforce_plus_plus), or "
                   "train.disable_rewards_normalization = true",
                   deck.source("rollout.n_samples_per_prompt"), estimator, deck.source("train.advantage_estimator"));
