@@ -6,7 +6,9 @@
 # trained online (train.mtp_loss_coef 0.2), with the draft frozen at its SFT weights
 # (train.mtp_loss_coef 0), and without speculation. Reported per 50 steps: the draft's
 # acceptance (rollout/spec_accept_rate, tokens per verify pass), the rollout phase's
-# time, and held-out greedy pass@1; the acceptance curves go to OUT/accept.png.
+# time and its long tail (perf/rollout_tail_time: from the return of the group that
+# completed 90% of a round's groups to the last one's), and held-out greedy pass@1; the
+# acceptance curves go to OUT/accept.png.
 # Usage: perf/mtp_draft_online.sh [STEPS] [OUT]   (default 300, runs/mtp_draft_online)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -34,9 +36,11 @@ for name in ("online", "frozen", "none"):
     with h5py.File(f"{out}/{name}/metrics.h5") as f:
         s = f["steps"]
         runs[name] = {k: s[k][:] for k in ("step", "rollout/spec_accept_rate", "rollout/spec_accept_length",
-                                           "perf/rollout_time", "eval/pass@1", "train/mtp_loss") if k in s}
-print("| steps | accept rate online | frozen | tokens per verify pass online | frozen | rollout s/step online | frozen | none | pass@1 online | frozen | none |")
-print("|---|---|---|---|---|---|---|---|---|---|---|")
+                                           "perf/rollout_time", "perf/rollout_tail_time", "eval/pass@1", "train/mtp_loss")
+                       if k in s}
+print("| steps | accept rate online | frozen | tokens per verify pass online | frozen | rollout s/step online | frozen | none "
+      "| long tail s/step online | frozen | none | pass@1 online | frozen | none |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for lo in range(0, steps, 50):
     row = []
     def window(run, key):
@@ -51,6 +55,8 @@ for lo in range(0, steps, 50):
     print(f"| {lo}-{lo + 49} | {window('online', 'rollout/spec_accept_rate'):.3f} | {window('frozen', 'rollout/spec_accept_rate'):.3f} "
           f"| {window('online', 'rollout/spec_accept_length'):.2f} | {window('frozen', 'rollout/spec_accept_length'):.2f} "
           f"| {window('online', 'perf/rollout_time'):.3f} | {window('frozen', 'perf/rollout_time'):.3f} | {window('none', 'perf/rollout_time'):.3f} "
+          f"| {window('online', 'perf/rollout_tail_time'):.3f} | {window('frozen', 'perf/rollout_tail_time'):.3f} "
+          f"| {window('none', 'perf/rollout_tail_time'):.3f} "
           f"| {100 * at('online', 'eval/pass@1', lo + 50):.1f} | {100 * at('frozen', 'eval/pass@1', lo + 50):.1f} | {100 * at('none', 'eval/pass@1', lo + 50):.1f} |")
 try:
     import matplotlib

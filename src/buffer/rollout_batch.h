@@ -23,6 +23,7 @@ struct RolloutBatch {
   EngineStats engine_stats;    // summed over the engines
   int64_t groups_generated = 0, groups_dropped = 0, rounds = 0;
   double score_s = 0;          // router: time spent in the reward style, over all rounds
+  double tail_s = -1;          // router: the rounds' long tails (RolloutSide::generate), summed; < 0 not measured
   double generate_s = 0;       // rollout ranks: wall time of its rounds (generation and scoring)
 };
 
@@ -47,7 +48,8 @@ struct RolloutMetricsInputs {
 // dynamic_filter/drop_zero_std, short_batch_groups, groups_generated,
 // sampling_rounds), the engines' counters (generated_tokens, prefill_tokens_computed,
 // prompt_tokens_served, prefix_cache_hit_rate, preemptions), the prompt source's, and
-// perf/reward_score_time, perf/rollout_tokens_per_s, perf/engine_iteration_s.
+// perf/reward_score_time, perf/rollout_tail_time, perf/rollout_tokens_per_s,
+// perf/engine_iteration_s.
 // A pure function of its arguments.
 std::map<std::string, double> rollout_metrics(const RolloutBatch& batch, const RolloutMetricsInputs& in);
 // The parts `slimpi generate` writes too: rollout/response_len/mean and max and

@@ -125,7 +125,7 @@ class OneStepOffSchedule : public StepSchedule {
     const nlohmann::json j = {{"kept", b.kept.size()},           {"groups_generated", b.groups_generated},
                               {"groups_dropped", b.groups_dropped}, {"rounds", b.rounds},
                               {"score_s", b.score_s},               {"generate_s", b.generate_s},
-                              {"engine_stats", engine}};
+                              {"tail_s", b.tail_s},                 {"engine_stats", engine}};
     ckpt::write_checkpoint_file(dir + "/pending_rollout.json", j.dump(1) + "\n");
   }
 
@@ -143,6 +143,7 @@ class OneStepOffSchedule : public StepSchedule {
     b.rounds = j.at("rounds");
     b.score_s = j.at("score_s");
     b.generate_s = j.at("generate_s");
+    b.tail_s = j.value("tail_s", -1.0);  // (files written before it: not measured)
     const nlohmann::json& engine = j.at("engine_stats");
     size_t i = 0;
     EngineStats::zip(b.engine_stats, b.engine_stats, [&](auto& x, auto&) {  // counters added later read as 0

@@ -111,8 +111,10 @@ void StepPhases::generate_batch(int64_t step, RolloutBatch& out) {
     // Draw the round's prompts, generate their groups, score them, filter the groups.
     const int64_t first_group = out.groups_generated;
     std::vector<Prompt> prompts = parts_.prompt_source->next(per_round);
+    double tail_s = 0;
     std::vector<Sample> samples =
-        side.generate(prompts, first_group, uint64_t(step), n, side.config().sampling, &out.engine_stats);
+        side.generate(prompts, first_group, uint64_t(step), n, side.config().sampling, &out.engine_stats, &tail_s);
+    out.tail_s = std::max(0.0, out.tail_s) + tail_s;
     out.groups_generated += per_round;
     ++out.rounds;
     if (side.is_router()) {

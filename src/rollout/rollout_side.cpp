@@ -25,7 +25,8 @@ RolloutSide::~RolloutSide() = default;
 bool RolloutSide::is_follower() const { return model_.tensor_shard().rank > 0; }
 
 std::vector<Sample> RolloutSide::generate(const std::vector<Prompt>& prompts, int64_t first_group, uint64_t stream,
-                                          int64_t n_samples, const SamplingParams& params, EngineStats* stats) {
+                                          int64_t n_samples, const SamplingParams& params, EngineStats* stats,
+                                          double* tail_s) {
   if (is_follower()) {  // the leader's forwards, until its router call is done
     follow();
     return {};
@@ -43,7 +44,16 @@ std::vector<Sample> RolloutSide::generate(const std::vector<Prompt>& prompts, in
   }
   Engine& engine = current_engine();
   const EngineStats before = engine.stats();
-  std::vector<Sample> out = route_rollout(engine, engines_, cfg_.engine.max_running, requests);
+  Stopwatch clock;
+  std::vector<double> done_at;  // seconds at which each group came back, in order
+  auto on_progress = [&](const RouterProgress& p) {
+    while (int64_t(done_at.size()) < p.groups_done) done_at.push_back(clock.seconds());
+  };
+  std::vector<Sample> out = route_rollout(engine, engines_, cfg_.engine.max_running, requests, on_progress);
+  if (tail_s && !done_at.empty()) {  // the last 10% of the groups: t_n - t_ceil(0.9 n)
+    const size_t k90 = (9 * done_at.size() + 9) / 10;
+    *tail_s = done_at.back() - done_at[k90 - 1];
+  }
   engine.release_group();
   if (stats) *stats += sum_engine_stats(engine_->stats() - before, engines_);
   return out;

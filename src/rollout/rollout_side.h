@@ -42,9 +42,11 @@ class RolloutSide {
 
   // Generates n_samples per prompt; group g = first_group + i for prompts[i]. Returns
   // every sample on engine rank 0 (the router), nothing elsewhere. `stats` gets the
-  // engine counters summed over the engines.
+  // engine counters summed over the engines; `tail_s` (router) the long tail: the
+  // seconds from the return of the group that completed 90% of the groups to the last's.
   std::vector<Sample> generate(const std::vector<Prompt>& prompts, int64_t first_group, uint64_t stream,
-                               int64_t n_samples, const SamplingParams& params, EngineStats* stats);
+                               int64_t n_samples, const SamplingParams& params, EngineStats* stats,
+                               double* tail_s = nullptr);
 
   // Held-out evaluation (see rollout/evaluation.h): eval/* metrics on the router.
   std::map<std::string, double> evaluate(const std::vector<Prompt>& prompts, const RewardConfig& reward,

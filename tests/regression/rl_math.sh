@@ -157,6 +157,8 @@ with h5py.File(f"{out}/short/metrics.h5") as m:
     assert "perf/prompts_time" not in cols
     assert np.all(m["steps/perf/reward_score_time"][:3] > 0)
     assert np.all(m["steps/perf/rollout_time"][:3] >= m["steps/perf/reward_score_time"][:3])
+    tail = m["steps/perf/rollout_tail_time"][:3]  # the rounds' last 10% of groups: within the rollout
+    assert np.all(tail >= 0) and np.all(tail <= m["steps/perf/rollout_time"][:3]), tail
 print(f"rl_math: short batches logged ({short}), phases ok")
 PY
 echo "rl_math: OK"
