@@ -166,8 +166,7 @@ void Engine::free_blocks(Sequence& seq) {
   seq.fork_blocks.clear();
   seq.n_computed = 0;
   seq.mtp_computed = 0;
-  std::vector<int64_t>().swap(seq.draft);
-  std::vector<float>().swap(seq.draft_q);
+  truncate_draft(seq, 0);
 }
 
 // Takes blocks for every token of `seq` now (prefix-cache hits first), and for a group
@@ -200,15 +199,17 @@ bool Engine::admit(Sequence& seq) {
   return true;
 }
 
-// Makes sure seq's blocks cover n_positions, evicting then preempting younger
-// sequences. False when seq itself had to be preempted.
-bool Engine::reserve_slots(Sequence& seq, int64_t n_positions) {
+// Makes sure seq's blocks cover n_positions, evicting unreferenced prefix blocks, then
+// (may_preempt) preempting younger sequences. False when seq itself had to be
+// preempted, or, without preemption, when the free blocks ran out first.
+bool Engine::reserve_slots(Sequence& seq, int64_t n_positions, bool may_preempt) {
   while (static_cast<int64_t>(seq.blocks.size()) * cfg_.block_size < n_positions) {
     if (allocator_.n_free() == 0) prefix_.evict(1);
     if (auto b = allocator_.allocate()) {
       seq.blocks.push_back(*b);
       continue;
     }
+    if (!may_preempt) return false;
     auto youngest = std::max_element(running_.begin(), running_.end(),
                                      [](const auto& a, const auto& b) { return a->arrival < b->arrival; });
     Sequence* victim = youngest->get();
@@ -356,15 +357,13 @@ void Engine::reserve_decode_slots() {
     for (Sequence* s : order) {
       if (s->draft.empty()) continue;
       const bool still_running = std::any_of(running_.begin(), running_.end(), [&](const auto& r) { return r.get() == s; });
-      const int64_t want = int64_t(s->tokens.size() + s->draft.size()) + 1;
-      while (still_running && int64_t(s->blocks.size()) * cfg_.block_size < want) {
-        if (allocator_.n_free() == 0) prefix_.evict(1);
-        const auto b = allocator_.allocate();
-        if (!b) break;
-        s->blocks.push_back(*b);
+      if (!still_running) {
+        truncate_draft(*s, 0);
+        continue;
       }
+      reserve_slots(*s, int64_t(s->tokens.size() + s->draft.size()) + 1, /*may_preempt=*/false);
       const int64_t room = int64_t(s->blocks.size()) * cfg_.block_size - int64_t(s->tokens.size());
-      truncate_draft(*s, still_running ? std::max<int64_t>(0, room) : 0);
+      truncate_draft(*s, std::max<int64_t>(0, room));
     }
   SLIMPI_CHECK(!running_.empty(), "engine: no sequence fits in the KV cache ({} blocks of {} tokens)",
                allocator_.n_blocks(), cfg_.block_size);
@@ -404,12 +403,12 @@ Engine::ScheduledBatch Engine::schedule_batch() {
 }
 
 void Engine::truncate_draft(Sequence& s, int64_t n) {
-  if (n >= int64_t(s.draft.size())) return;
   if (n == 0) {  // the chain's buffers go (a sequence keeps no [D, V] block it does not use)
     std::vector<int64_t>().swap(s.draft);
     std::vector<float>().swap(s.draft_q);
     return;
   }
+  if (n >= int64_t(s.draft.size())) return;
   s.draft.resize(size_t(n));
   if (!s.draft_q.empty()) s.draft_q.resize(size_t(n * model_.config().vocab_size));
 }

@@ -183,7 +183,7 @@ class Engine {
   std::vector<Sample> retire_finished();
   bool admit(Sequence& seq);
   bool use_tensor_sampler() const;
-  bool reserve_slots(Sequence& seq, int64_t n_new);
+  bool reserve_slots(Sequence& seq, int64_t n_positions, bool may_preempt = true);
   void preempt(Sequence& victim);
   void free_blocks(Sequence& seq);
   std::vector<std::unique_ptr<Sequence>> fork(std::unique_ptr<Sequence> leader);
@@ -202,7 +202,8 @@ class Engine {
   // appended (up to a stop), its KV and blocks trimmed to them.
   void verify_draft(Sequence& seq, const at::Tensor& rows);
   void trim_blocks(Sequence& seq);
-  // Keeps the first n drafts of seq's chain (and their distributions).
+  // Keeps the first n drafts of seq's chain (and their distributions); n = 0 releases
+  // the chain's buffers.
   void truncate_draft(Sequence& seq, int64_t n);
 
   EngineConfig cfg_;
