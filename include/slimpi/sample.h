@@ -61,6 +61,8 @@ struct Sample {
   std::vector<float> kl;              // [R] reward-side KL estimate (old vs reference; when kl_coef > 0)
   std::vector<float> raw_advantages;  // [R] the estimator's, before whitening
   std::vector<float> advantages;      // [R] as trained (after whitening when it is on)
+  std::vector<float> values;          // [R] the critic's, before the rollout's first critic step (ppo)
+  std::vector<float> returns;         // [R] the critic's targets, GAE with train.lambd_value (ppo)
 
   int64_t response_length() const { return static_cast<int64_t>(tokens.size()) - prompt_length; }
   std::vector<int64_t> prompt() const { return {tokens.begin(), tokens.begin() + prompt_length}; }

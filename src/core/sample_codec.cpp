@@ -29,6 +29,8 @@ std::string encode_samples(const std::vector<Sample>& samples) {
     w.put_vector(s.kl);
     w.put_vector(s.raw_advantages);
     w.put_vector(s.advantages);
+    w.put_vector(s.values);
+    w.put_vector(s.returns);
   }
   return w.take();
 }
@@ -58,6 +60,8 @@ std::vector<Sample> decode_samples(const std::string& bytes) {
     s.kl = r.get_vector<float>();
     s.raw_advantages = r.get_vector<float>();
     s.advantages = r.get_vector<float>();
+    s.values = r.get_vector<float>();
+    s.returns = r.get_vector<float>();
   }
   SLIMPI_CHECK(r.done(), "sample message has trailing bytes");
   return out;

@@ -235,21 +235,45 @@ void StepPhases::train(int64_t step) {
   }
   // Reference and old log-probs, KL, advantages and their whitening: once per rollout.
   for (const auto& [k, v] : trainer.prepare_rollout(local, /*recompute_old=*/n_steps > 1)) step_.metrics[k] = v;
-  std::map<std::string, double> sums;
+  // The rollout's samples in n_steps consecutive parts, one optimizer step each.
   const size_t n_local = local.size();
-  for (int64_t s = 0; s < n_steps; ++s) {
-    std::vector<Sample> part(std::make_move_iterator(local.begin() + n_local * s / n_steps),
-                             std::make_move_iterator(local.begin() + n_local * (s + 1) / n_steps));
-    auto m = trainer.train_step(part);
-    std::move(part.begin(), part.end(), local.begin() + n_local * s / n_steps);
-    for (const auto& [k, v] : m) {
+  auto each_part = [&](auto&& step_on) {
+    for (int64_t s = 0; s < n_steps; ++s) {
+      std::vector<Sample> part(std::make_move_iterator(local.begin() + n_local * s / n_steps),
+                               std::make_move_iterator(local.begin() + n_local * (s + 1) / n_steps));
+      step_on(s, part);
+      std::move(part.begin(), part.end(), local.begin() + n_local * s / n_steps);
+    }
+  };
+  // PPO: the critic first (slime's order), critic.n_epochs passes over the same parts;
+  // during critic.warmup_rollouts the policy does not move.
+  bool train_policy = true;
+  if (Critic* critic = trainer.critic()) {
+    const CriticConfig& cc = trainer.config().critic;
+    std::map<std::string, double> critic_sums;
+    for (int64_t epoch = 0; epoch < cc.n_epochs; ++epoch)
+      each_part([&](int64_t, std::vector<Sample>& part) {
+        for (const auto& [k, v] : critic->train_step(part)) critic_sums[k] += v / double(n_steps * cc.n_epochs);
+      });
+    critic->end_rollout();
+    for (const auto& [k, v] : critic_sums) step_.metrics[k] = v;
+    step_.metrics["train/critic_steps"] = double(n_steps * cc.n_epochs);
+    if (critic->n_rollouts() <= cc.warmup_rollouts) {
+      log::info("step {}: critic warm-up rollout {} of {} (critic.warmup_rollouts): the policy is not trained", step,
+                critic->n_rollouts(), cc.warmup_rollouts);
+      train_policy = false;
+    }
+  }
+  std::map<std::string, double> sums;
+  if (train_policy) each_part([&](int64_t s, std::vector<Sample>& part) {
+    for (const auto& [k, v] : trainer.train_step(part)) {
       sums[k] += v / double(n_steps);
       // slime logs every optimizer step: train_step/<i>/<name> for train/<name>, i = 0..n_steps-1.
       if (k.rfind("train/", 0) == 0) step_.metrics[fmt::format("train_step/{}/{}", s, k.substr(6))] = v;
     }
-  }
+  });
   for (const auto& [k, v] : sums) step_.metrics[k] = v;
-  step_.metrics["train/optimizer_steps"] = double(n_steps);
+  step_.metrics["train/optimizer_steps"] = train_policy ? double(n_steps) : 0.0;
   step_.metrics["perf/train_rss_mb"] = double(resident_bytes()) / double(1 << 20);  // after the optimizer steps
 }
 

@@ -62,16 +62,20 @@ void RolloutLog::bind(bool create) {
   has_routing_ = create || h5::exists(g, "routing");
   if (has_routing_) col(routing_, "routing");
   token_columns_.clear();
-  token_columns_.reserve(7);
+  token_columns_.reserve(9);
   for (auto [name, field] : {std::pair{"rollout_log_probs", &Sample::rollout_log_probs},
                              {"old_log_probs", &Sample::old_log_probs},
                              {"ref_log_probs", &Sample::ref_log_probs},
                              {"kl", &Sample::kl},
                              {"raw_advantages", &Sample::raw_advantages},
                              {"advantages", &Sample::advantages},
-                             {"loss_mask", &Sample::loss_mask}}) {
-    // Files from before loss masks were recorded go on without that column.
-    if (!create && std::string(name) == "loss_mask" && !h5::exists(g, name)) continue;
+                             {"loss_mask", &Sample::loss_mask},
+                             {"values", &Sample::values},
+                             {"returns", &Sample::returns}}) {
+    // Files from before loss masks (values, returns) were recorded go on without that column.
+    const bool newer = std::string(name) == "loss_mask" || std::string(name) == "values" ||
+                       std::string(name) == "returns";
+    if (!create && newer && !h5::exists(g, name)) continue;
     token_columns_.push_back(TokenColumn{name, field, {}});
     col(token_columns_.back().data, name);
   }

@@ -27,6 +27,9 @@
 //   advantages          float32  as trained (after whitening when it is on)
 //   loss_mask           float32  the tokens' weights in the loss (empty row: all ones;
 //                                absent from files written before it was recorded)
+//   values              float32  the critic's (ppo; empty rows otherwise; absent from
+//   returns             float32  files written before PPO existed): values before the
+//                                rollout's first critic step, GAE returns (λ_value)
 // Row i of every dataset is the same sample; rows of lower ranks come first within one
 // append (or one part of a two-part append). A step's trained samples come first, in training order (each trainer
 // appends its share); then the groups it generated but did not train on: status 5

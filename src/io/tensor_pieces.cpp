@@ -15,6 +15,11 @@
 #include "parallel/watchdog.h"
 
 namespace slimpi {
+
+TensorPiece whole_piece(const std::string& name, const at::Tensor& t) {
+  return {name, t.sizes().vec(), 0, t.detach().reshape({-1}).cpu().contiguous()};
+}
+
 namespace {
 
 struct Declared {

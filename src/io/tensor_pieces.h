@@ -26,6 +26,9 @@ struct TensorPiece {
   at::Tensor values;                 // [n] contiguous, on the CPU: elements [begin, begin + n)
 };
 
+// A whole local tensor as one piece, on the CPU (a view where it already is there).
+TensorPiece whole_piece(const std::string& name, const at::Tensor& t);
+
 // Collective over `file`'s communicator (a serial file: this rank alone). Creates in
 // group `loc` one dataset for every tensor that any rank declares (`declared`: local
 // tensors, whose names, dtypes and, through `stored`, whole shapes must agree across

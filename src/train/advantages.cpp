@@ -5,6 +5,8 @@
 
 #include <cmath>
 
+#include "train/gae.h"
+
 namespace slimpi {
 namespace {
 
@@ -14,14 +16,12 @@ at::Tensor kl_or_zeros(const AdvantageInputs& in) {
 
 at::Tensor constant_advantage(const AdvantageInputs& in) { return at::full_like(in.mask, in.reward); }
 
-at::Tensor reinforce_plus_plus(const AdvantageInputs& in) {
-  at::Tensor token_reward = -in.kl_coef * kl_or_zeros(in) * in.mask;  // [R]
-  at::Tensor masked = at::nonzero(in.mask).flatten();
-  if (masked.numel() > 0) {
-    int64_t last = masked[-1].item<int64_t>();
-    token_reward[last] += in.reward;
-  }
-  return discounted_returns(token_reward, in.gamma);
+at::Tensor reinforce_plus_plus(const AdvantageInputs& in) { return discounted_returns(token_rewards(in), in.gamma); }
+
+at::Tensor ppo_gae(const AdvantageInputs& in) {
+  SLIMPI_CHECK(in.values.defined() && in.values.numel() == in.mask.numel(),
+               "the ppo estimator needs the critic's value of every response token");
+  return generalized_advantages(token_rewards(in), in.values, in.mask, in.gamma, in.lambd).advantages;
 }
 
 at::Tensor reinforce_plus_plus_baseline(const AdvantageInputs& in) {
@@ -39,6 +39,7 @@ const Registry<AdvantageEstimator>& advantage_estimators() {
     reg.add("reinforce_plus_plus", {reinforce_plus_plus, RewardCentring::None, "ppo_clip"});
     reg.add("reinforce_plus_plus_baseline", {reinforce_plus_plus_baseline, RewardCentring::Mean, "ppo_clip"});
     reg.add("rloo", {constant_advantage, RewardCentring::LeaveOneOut, "ppo_clip"});
+    reg.add("ppo", {ppo_gae, RewardCentring::None, "ppo_clip", /*needs_critic=*/true});
     return reg;
   }();
   return r;
@@ -46,6 +47,13 @@ const Registry<AdvantageEstimator>& advantage_estimators() {
 
 at::Tensor compute_advantages(const std::string& estimator, const AdvantageInputs& in) {
   return advantage_estimators().get(estimator).advantages(in);
+}
+
+at::Tensor token_rewards(const AdvantageInputs& in) {
+  at::Tensor reward = -in.kl_coef * kl_or_zeros(in) * in.mask;  // [R]
+  at::Tensor counted = at::nonzero(in.mask).flatten();
+  if (counted.numel() > 0) reward[counted[-1].item<int64_t>()] += in.reward;
+  return reward;
 }
 
 at::Tensor discounted_returns(const at::Tensor& x, double gamma) {

@@ -13,6 +13,9 @@
 //   reinforce_plus_plus:           reward_t = −kl_coef·kl_t·m_t (+ R at the last masked
 //                                  token); A_t = G_t = Σ_k γ^k reward_{t+k}
 //   reinforce_plus_plus_baseline:  A_t = r − kl_coef·kl_t
+//   ppo:                           reward_t as reinforce_plus_plus (R the raw reward, no
+//                                  group post-processing); A = GAE over the critic's
+//                                  values with γ, λ (train/gae.h)
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -39,7 +42,9 @@ struct AdvantageInputs {
   at::Tensor mask;     // [R] float loss mask
   at::Tensor kl;       // [R] kl_t to the reference; undefined = zeros
   double kl_coef = 0;  // reward-KL coefficient
-  double gamma = 1.0;  // discount (reinforce_plus_plus)
+  double gamma = 1.0;  // discount (reinforce_plus_plus, ppo)
+  double lambd = 1.0;  // GAE's λ (ppo)
+  at::Tensor values;   // [R] the critic's values (ppo)
 };
 
 // How an estimator's group post-processing treats the raw rewards.
@@ -52,11 +57,16 @@ struct AdvantageEstimator {
   std::function<at::Tensor(const AdvantageInputs&)> advantages;
   RewardCentring centring = RewardCentring::None;
   std::string policy_loss = "ppo_clip";
+  bool needs_critic = false;  // its advantages read AdvantageInputs::values (train/critic.h)
 };
 const Registry<AdvantageEstimator>& advantage_estimators();
 
 // Per-token advantages [R] of one sample.
 at::Tensor compute_advantages(const std::string& estimator, const AdvantageInputs& in);
+
+// The per-token rewards of reinforce_plus_plus and ppo: −kl_coef·kl_t·m_t, plus the
+// reward on the last counted token (m_t = 1). [R]
+at::Tensor token_rewards(const AdvantageInputs& in);
 
 // G_t = Σ_k γ^k x_{t+k}, the serial scan. x [R] -> [R].
 at::Tensor discounted_returns(const at::Tensor& x, double gamma);

@@ -11,6 +11,7 @@
 #include "model/log_probs.h"
 #include "train/advantages.h"
 #include "train/expert_parallel.h"
+#include "train/gae.h"
 #include "train/metric_sums.h"
 #include "train/micro_batches.h"
 #include "train/moe_terms.h"
@@ -123,6 +124,8 @@ Trainer::Trainer(const TrainerConfig& cfg, Transformer& policy, Comm* dp, const 
   }
   SLIMPI_CHECK(!groups_.empty() && !groups_.front().mtp && !groups_.front().experts,
                "the policy has no replicated parameter (its norms, at least)");
+  if (cfg_.mode == "rl" && advantage_estimators().get(cfg_.advantage_estimator).needs_critic)
+    critic_ = std::make_unique<Critic>(cfg_, policy_, dp_, cfg_.critic.seed);
 }
 
 const GradBuffer* Trainer::expert_grads() const {
@@ -197,6 +200,10 @@ std::map<std::string, double> Trainer::prepare_rollout(std::vector<Sample>& loca
   const bool with_old = recompute_old || cfg_.kl_coef != 0.0;
   if (reference_) compute_log_probs(local, /*reference=*/true);
   if (with_old) compute_log_probs(local, /*reference=*/false);
+  if (critic_) {  // the values before this rollout's critic steps: GAE's and the value loss's V_old
+    std::vector<std::vector<float>> values = critic_->values(local);
+    for (size_t i = 0; i < local.size(); ++i) local[i].values = std::move(values[i]);
+  }
   std::vector<at::Tensor> advantages, masks, per_sample;  // [R_i] each; per_sample: m / Σm (a sample's token mean)
   // The metric names depend on the configuration only, so that every dp rank reduces
   // the same list, whatever samples it holds.
@@ -205,6 +212,9 @@ std::map<std::string, double> Trainer::prepare_rollout(std::vector<Sample>& loca
   if (with_old) sums.add_value("rollout/log_probs", 0.0);
   if (reference_) sums.add_value("rollout/ref_log_probs", 0.0);
   if (reference_ && with_old) sums.add_value("rollout/kl", 0.0);
+  if (critic_)  // token sums over the rollout: Σm, Σm·G, Σm·G², Σm·(G − V), Σm·(G − V)²; per-sample means
+    for (const char* k : {"ev/n", "ev/g", "ev/g2", "ev/e", "ev/e2", "train/values_mean", "train/returns_mean"})
+      sums.add_value(k, 0.0);
   // train.routing_replay_gap: the rollout's log-probs under the weights that start it,
   // without replay, against the engine's: what the replayed old log-probs are compared
   // with in train/train_rollout_logprob_abs_diff, weighted as the loss weighs tokens.
@@ -224,6 +234,8 @@ std::map<std::string, double> Trainer::prepare_rollout(std::vector<Sample>& loca
     in.mask = mask;
     in.kl_coef = cfg_.kl_coef;
     in.gamma = cfg_.gamma;
+    in.lambd = cfg_.lambd;
+    if (critic_) in.values = at::tensor(s.values);  // [R]
     if (!s.ref_log_probs.empty() && !s.old_log_probs.empty()) {
       at::Tensor kl = kl_estimate(at::tensor(s.old_log_probs), at::tensor(s.ref_log_probs), cfg_.kl_loss_type);
       s.kl.assign(kl.data_ptr<float>(), kl.data_ptr<float>() + R);
@@ -232,6 +244,19 @@ std::map<std::string, double> Trainer::prepare_rollout(std::vector<Sample>& loca
     }
     at::Tensor adv = compute_advantages(cfg_.advantage_estimator, in).to(at::kFloat).contiguous();  // [R]
     s.raw_advantages.assign(adv.data_ptr<float>(), adv.data_ptr<float>() + R);
+    if (critic_) {  // the critic's targets: the same token rewards, GAE with λ_value
+      const at::Tensor g = generalized_advantages(token_rewards(in), in.values, mask, cfg_.gamma, cfg_.lambd_value)
+                               .returns.contiguous();  // [R]
+      s.returns.assign(g.data_ptr<float>(), g.data_ptr<float>() + R);
+      const at::Tensor e = g - in.values;
+      sums.add("ev/n", at::ones_like(mask), mask);
+      sums.add("ev/g", g, mask);
+      sums.add("ev/g2", g * g, mask);
+      sums.add("ev/e", e, mask);
+      sums.add("ev/e2", e * e, mask);
+      sums.add("train/values_mean", in.values, per_sample.back());
+      sums.add("train/returns_mean", g, per_sample.back());
+    }
     advantages.push_back(adv);  // whitening replaces the tensors; raw_advantages keeps a copy
     if (with_old) sums.add("rollout/log_probs", at::tensor(s.old_log_probs), per_sample.back());
     if (!unreplayed.empty() && !s.rollout_log_probs.empty()) {
@@ -255,6 +280,13 @@ std::map<std::string, double> Trainer::prepare_rollout(std::vector<Sample>& loca
   std::map<std::string, double> metrics;
   for (const auto& [k, v] : totals)
     if (k.rfind("rollout/", 0) == 0 && k != "rollout/n_samples") metrics[k] = v / n;
+  if (critic_) {
+    for (const char* k : {"train/values_mean", "train/returns_mean"}) metrics[k] = totals[k] / n;
+    const double N = std::max(totals["ev/n"], 1.0);
+    const double var_g = totals["ev/g2"] / N - std::pow(totals["ev/g"] / N, 2);
+    const double var_e = totals["ev/e2"] / N - std::pow(totals["ev/e"] / N, 2);
+    metrics["train/explained_variance"] = var_g > 0 ? 1.0 - var_e / var_g : std::nan("");
+  }
   if (totals.count("gap/weight") && totals["gap/weight"] > 0)
     metrics["train/train_rollout_logprob_abs_diff_unreplayed"] =
         totals["train/train_rollout_logprob_abs_diff_unreplayed"] / totals["gap/weight"];
@@ -495,6 +527,7 @@ Trainer::StateBytes Trainer::state_bytes() const {
   }
   if (optimizer_)
     for (const auto& t : optimizer_->state()) b.optimizer += t.tensor.numel() * int64_t(t.tensor.element_size());
+  if (critic_) b.critic = critic_->state_bytes();
   return b;
 }
 

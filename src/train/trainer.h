@@ -44,6 +44,7 @@
 #include "model/transformer.h"
 #include "parallel/comm.h"
 #include "train/adamw.h"
+#include "train/critic.h"
 #include "train/distributed_optimizer.h"
 #include "train/grad_buffer.h"
 #include "train/metric_sums.h"
@@ -65,13 +66,16 @@ class Trainer {
   void compute_log_probs(std::vector<Sample>& samples, bool reference) const;
 
   // RL, once per rollout, before its optimizer steps; collective over dp. Fills, per
-  // sample: ref_log_probs (when a reference exists), old_log_probs (when
+  // sample: values (the critic's, ppo), ref_log_probs (when a reference exists), old_log_probs (when
   // `recompute_old`, i.e. more than one optimizer step, or when kl_coef needs them), kl
   // (old vs reference, train.kl_loss_type, when both exist), raw_advantages (the
   // estimator on `reward`, with −kl_coef·kl) and advantages (whitened over every
-  // sample of the rollout on every dp rank when normalize_advantages, else equal).
-  // Returns rollout/advantages, rollout/log_probs, rollout/ref_log_probs, rollout/kl:
-  // means over samples of each sample's token mean, identical on every dp rank. With
+  // sample of the rollout on every dp rank when normalize_advantages, else equal), returns
+  // (ppo: GAE with train.lambd_value, the critic's targets).
+  // Returns rollout/advantages, rollout/log_probs, rollout/ref_log_probs, rollout/kl
+  // (and, ppo, train/values_mean, train/returns_mean): means over samples of each
+  // sample's token mean, identical on every dp rank; ppo: train/explained_variance,
+  // 1 − Var(G − V)/Var(G) over the rollout's counted tokens. With
   // routing_replay_gap also train/train_rollout_logprob_abs_diff_unreplayed: |log-prob
   // without replay − rollout log-prob| under the weights that start the rollout (one
   // more forward over the rollout), weighted as the loss weighs tokens; compare it with
@@ -91,6 +95,7 @@ class Trainer {
   // activations and temporaries not included).
   struct StateBytes {
     int64_t params = 0, grads = 0, optimizer = 0;
+    int64_t critic = 0;  // the critic's parameters, gradients and moments (ppo)
   };
   StateBytes state_bytes() const;
   // The gradients of the replicated parameters (all of them without model parallelism),
@@ -98,6 +103,10 @@ class Trainer {
   const GradBuffer& grads() const { return *groups_.front().grads; }
   const GradBuffer* expert_grads() const;
   const TrainerConfig& config() const { return cfg_; }
+  // The value model of an estimator that needs one (ppo; null otherwise): prepare_rollout
+  // fills each sample's values and returns with it; the caller trains it
+  // (Critic::train_step) before the policy's steps, as slime does.
+  Critic* critic() { return critic_.get(); }
 
   // Model, optimizer state, step count and the torch CPU RNG state in one HDF5 file,
   // every tensor whole under the whole model's name (train/trainer_checkpoint.cpp).
@@ -180,6 +189,7 @@ class Trainer {
   // Whether this rank is the first of its tensor group to hold its part of parameter
   // `param` (tensor rank 0 for a replicated one).
   bool first_in_tensor_group(const std::string& param) const;
+  std::unique_ptr<Critic> critic_;  // ppo's value model
   bool moe_ = false;                // model.n_experts > 0
   std::vector<int64_t> moe_layers_;  // the model layer of each MoE layer
 };

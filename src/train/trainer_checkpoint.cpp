@@ -28,11 +28,6 @@ std::string parameter_of(const std::string& name) {
   return slash == std::string::npos ? name : name.substr(slash + 1);
 }
 
-// A whole local tensor as one piece, on the CPU (a view where it already is there).
-TensorPiece whole_piece(const std::string& name, const at::Tensor& t) {
-  return {name, t.sizes().vec(), 0, t.detach().reshape({-1}).cpu().contiguous()};
-}
-
 int comm_size(MPI_Comm comm) {
   int n = 1;
   MPI_Comm_size(comm, &n);
@@ -126,6 +121,8 @@ void Trainer::save(const std::string& path, MPI_Comm trainer) const {
       h5::Handle rng = h5::create_group(f.id(), "rng");
       keep_going([&] { write_tensor_pieces(f, rng.id(), StoredWhole{}, {{"torch_cpu", rng_state}}, rng_pieces); });
     }
+    // The critic (ppo) is whole on every data-parallel rank: the first writes it.
+    if (critic_) keep_going([&] { critic_->save(f, !dp_ || dp_->rank() == 0); });
     keep_going([&] { f.close(); });  // throws when the data did not all reach the file
   }
   if (any_rank(error != nullptr, trainer, "writing " + path) && root) {
@@ -175,6 +172,11 @@ void Trainer::load(const std::string& path) {
     log::info("{}: no optimizer moments for the MTP layers (written with train.mtp_loss_coef = 0): the draft's "
               "AdamW moments start at zero (bias-corrected at the run's step {}, so its first updates are larger)",
               path, steps);
+  if (critic_ && !critic_->load(path)) {
+    critic_->copy_trunk_from(policy_);
+    log::info("{}: no critic (written by a run without one): the critic starts from the resumed policy's trunk with a "
+              "fresh value head and moments", path);
+  }
   h5::Handle rng = h5::open_group(f.id(), "rng");
   at::Generator gen = at::detail::getDefaultCPUGenerator();
   gen.set_state(read_tensor(rng.id(), "torch_cpu"));

@@ -3,6 +3,8 @@
 #include <slimpi/deck.h>
 #include <slimpi/error.h>
 
+#include "train/advantages.h"
+
 namespace slimpi {
 
 namespace {
@@ -41,14 +43,31 @@ void refuse_bad_combinations(const TrainerConfig& c, const Deck& deck) {
     SLIMPI_FAIL_ALL("train.advantage_estimator = \"{}\" ({}) needs train.normalize_advantages = true ({}), as in slime",
                     c.advantage_estimator, deck.source("train.advantage_estimator"),
                     deck.source("train.normalize_advantages"));
-  if (c.kl_coef != 0.0 && !reinforce)
-    SLIMPI_FAIL_ALL("train.kl_coef = {} ({}) acts only on the reinforce_plus_plus estimators; "
+  const bool critic = advantage_estimators().get(c.advantage_estimator).needs_critic;
+  if (c.kl_coef != 0.0 && !reinforce && !critic)
+    SLIMPI_FAIL_ALL("train.kl_coef = {} ({}) acts only on the reinforce_plus_plus and ppo estimators; "
                     "train.advantage_estimator = \"{}\" ({}) would ignore it (use train.kl_loss_coef)",
                     c.kl_coef, deck.source("train.kl_coef"), c.advantage_estimator,
                     deck.source("train.advantage_estimator"));
   if (!c.use_kl_loss && c.kl_loss_coef != 0.0 && c.mode == "rl")
     SLIMPI_FAIL_ALL("train.kl_loss_coef = {} ({}) would be ignored: train.use_kl_loss = false ({})", c.kl_loss_coef,
                     deck.source("train.kl_loss_coef"), deck.source("train.use_kl_loss"));
+  if (!critic || c.mode != "rl")
+    for (const auto& [k, entry] : deck.entries())
+      if (k.rfind("critic.", 0) == 0 && !deck.has_default_value(k))
+        SLIMPI_FAIL_ALL("{} ({}) configures the critic of train.advantage_estimator = \"ppo\"; \"{}\" ({}) has none", k,
+                        deck.source(k), c.advantage_estimator, deck.source("train.advantage_estimator"));
+  if (!critic)
+    for (const char* k : {"train.lambd", "train.lambd_value"})
+      if (!deck.has_default_value(k))
+        SLIMPI_FAIL_ALL("{} ({}) is GAE's lambda of train.advantage_estimator = \"ppo\"; \"{}\" ({}) would ignore it",
+                        k, deck.source(k), c.advantage_estimator, deck.source("train.advantage_estimator"));
+  if (critic && c.mode == "rl")
+    for (const char* k : {"parallel.tensor_parallel", "parallel.expert_parallel"})
+      if (deck.get_int(k) > 1)
+        SLIMPI_FAIL_ALL("train.advantage_estimator = \"ppo\" ({}) with {} = {} ({}): the critic runs data-parallel "
+                        "only for now (every trainer rank holds it whole)",
+                        deck.source("train.advantage_estimator"), k, deck.get_int(k), deck.source(k));
   if (c.adam.beta1 >= 1.0 || c.adam.beta2 >= 1.0)
     SLIMPI_FAIL_ALL("train.adam_beta1 = {} ({}) and train.adam_beta2 = {} ({}) must each be in [0, 1)", c.adam.beta1,
                     deck.source("train.adam_beta1"), c.adam.beta2, deck.source("train.adam_beta2"));
@@ -107,6 +126,22 @@ TrainerConfig TrainerConfig::from_deck(const Deck& deck) {
   c.lr.warmup_steps = deck.get_int("train.warmup_steps");
   c.lr.decay_steps = deck.get_int("train.lr_decay_steps");
   if (c.lr.decay_steps == 0) c.lr.decay_steps = deck.get_int("run.n_steps");
+  c.lambd = deck.get_float("train.lambd");
+  c.lambd_value = deck.get_float("train.lambd_value") < 0 ? c.lambd : deck.get_float("train.lambd_value");
+  CriticConfig& k = c.critic;
+  k.lr.style = deck.get_string("critic.lr_schedule");
+  k.lr.lr = deck.get_float("critic.lr");
+  k.lr.min_lr = deck.get_float("critic.min_lr");
+  k.lr.warmup_steps = deck.get_int("critic.warmup_steps");
+  k.n_epochs = deck.get_int("critic.n_epochs");
+  k.lr.decay_steps = deck.get_int("critic.lr_decay_steps");
+  if (k.lr.decay_steps == 0) k.lr.decay_steps = deck.get_int("run.n_steps") * k.n_epochs;
+  k.weight_decay = deck.get_float("critic.weight_decay");
+  k.clip_grad = deck.get_float("critic.clip_grad");
+  k.value_clip = deck.get_float("critic.value_clip");
+  k.warmup_rollouts = deck.get_int("critic.warmup_rollouts");
+  k.init_from = deck.get_string("critic.init_from");
+  k.seed = uint64_t(deck.get_int("run.seed"));
   refuse_bad_combinations(c, deck);
   return c;
 }

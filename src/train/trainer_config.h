@@ -15,6 +15,18 @@ namespace slimpi {
 
 class Deck;
 
+// [critic]: the value model of the ppo estimator (train/critic.h).
+struct CriticConfig {
+  LrSchedule lr;
+  double weight_decay = 0.0;
+  double clip_grad = 1.0;
+  double value_clip = 0.2;       // slime's --value-clip
+  int64_t n_epochs = 1;          // passes over each rollout
+  int64_t warmup_rollouts = 0;   // rollouts the critic trains alone (slime's --num-critic-only-steps)
+  std::string init_from;         // "" = the policy's trunk
+  uint64_t seed = 0;             // the run seed: the fresh value head's stream
+};
+
 struct TrainerConfig {
   std::string mode = "sft";                  // "sft" | "rl"
   std::string advantage_estimator = "grpo";  // also picks the policy loss (train/advantages.h)
@@ -25,7 +37,9 @@ struct TrainerConfig {
   double kl_loss_coef = 0.0;
   std::string kl_loss_type = "k1";
   double kl_coef = 0.0;  // reward-side KL (reinforce_plus_plus estimators)
-  double gamma = 1.0;    // discount of reinforce_plus_plus returns
+  double gamma = 1.0;    // discount of reinforce_plus_plus returns and of GAE
+  double lambd = 1.0;    // GAE's λ of the policy's advantages (ppo)
+  double lambd_value = 1.0;  // GAE's λ of the critic's targets (ppo; VAPO's decoupled λ)
   double entropy_coef = 0.0;
   bool routing_replay = false;     // MoE: every forward runs the experts the rollout's tokens ran (R3)
   bool routing_replay_gap = false;  // with it: also the rollout's log-prob gap without replay (a forward more per rollout)
@@ -53,6 +67,7 @@ struct TrainerConfig {
   Precision precision = Precision::FP32;  // of the forward; masters, gradients, AdamW stay fp32
   AdamW::Options adam;
   LrSchedule lr;
+  CriticConfig critic;  // used when the estimator needs a critic (ppo)
 
   static TrainerConfig from_deck(const Deck& deck);
 };

@@ -194,6 +194,53 @@ TEST(DataParallelMtp, RanksWithoutCountedPositionsStillMatchOneRank) {
         << policy.parameters()[i].name;
 }
 
+// PPO's critic: the same values, GAE advantages (whitened over every rank), returns, value
+// loss and critic update as one rank holding the whole rollout, uneven masks included.
+TEST(DataParallelCritic, SameValuesAdvantagesAndCriticUpdateAsOneRank) {
+  MpiComm world(MPI_COMM_WORLD, "trainer");
+  const int r = world.rank(), n = world.size();
+  TrainerConfig tc = rl_config(false, 2);
+  tc.advantage_estimator = "ppo";
+  tc.use_kl_loss = false;
+  tc.kl_loss_coef = 0.0;
+  tc.gamma = 0.97;
+  tc.lambd = 0.9;
+  tc.lambd_value = 0.95;
+  tc.critic.lr.lr = 1e-2;
+  tc.critic.value_clip = 0.05;
+  tc.critic.seed = 3;
+  Transformer single_policy(model_config(), 1, at::kCPU), policy(model_config(), 1, at::kCPU);
+  TrainerConfig one = tc;
+  one.n_micro_batches = 1;
+  Trainer single(one, single_policy, nullptr);
+  std::vector<Sample> all = rl_batch(10, single);
+  std::vector<Sample> mine(all.begin() + all.size() * r / n, all.begin() + all.size() * (r + 1) / n);
+  auto want_rollout = single.prepare_rollout(all, /*recompute_old=*/false);
+  auto want_critic = single.critic()->train_step(all);
+  auto want_critic2 = single.critic()->train_step(all);  // V moved from V_old: the clip acts
+
+  Trainer dp(tc, policy, &world);
+  auto got_rollout = dp.prepare_rollout(mine, /*recompute_old=*/false);
+  for (size_t j = 0; j < mine.size(); ++j) {
+    const Sample& whole = all[all.size() * r / n + j];
+    for (size_t t = 0; t < whole.advantages.size(); ++t) {
+      EXPECT_NEAR(mine[j].values[t], whole.values[t], 1e-5) << "sample " << j << " token " << t;
+      EXPECT_NEAR(mine[j].returns[t], whole.returns[t], 1e-5) << "sample " << j << " token " << t;
+      EXPECT_NEAR(mine[j].advantages[t], whole.advantages[t], 1e-5) << "sample " << j << " token " << t;
+    }
+  }
+  for (const auto& [k, v] : want_rollout) EXPECT_NEAR(got_rollout.at(k), v, 1e-5 * std::max(1.0, std::abs(v))) << k;
+  auto got_critic = dp.critic()->train_step(mine);
+  auto got_critic2 = dp.critic()->train_step(mine);
+  for (const auto& [want, got] : {std::pair{&want_critic, &got_critic}, std::pair{&want_critic2, &got_critic2}})
+    for (const auto& [k, v] : *want) EXPECT_NEAR(got->at(k), v, 1e-5 * std::max(1.0, std::abs(v))) << k;
+  EXPECT_GT(want_critic2.at("train/value_clipfrac"), 0.0);
+  const auto& a = single.critic()->parameters();
+  const auto& b = dp.critic()->parameters();
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_TRUE(at::allclose(a[i].tensor, b[i].tensor, 1e-5, 1e-6)) << a[i].name;
+}
+
 TEST(Whitening, SameAdvantagesAtAnyDpIncludingAnEmptyRank) {
   MpiComm world(MPI_COMM_WORLD, "trainer");
   const int r = world.rank(), n = world.size();

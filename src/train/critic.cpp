@@ -1,0 +1,215 @@
+#include "train/critic.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/grad_mode.h>
+#include <slimpi/error.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "core/log.h"
+#include "io/h5.h"
+#include "io/tensor_io.h"
+#include "io/tensor_pieces.h"
+#include "model/log_probs.h"
+#include "model/precision.h"
+#include "parallel/comm_tensor.h"
+#include "train/metric_sums.h"
+#include "train/micro_batches.h"
+#include "train/packed_batch.h"
+#include "train/value_loss.h"
+
+namespace slimpi {
+namespace {
+
+constexpr const char* kHeadWeight = "value_head.weight";
+constexpr const char* kHeadBias = "value_head.bias";
+
+ModelConfig trunk_config(const ModelConfig& policy) {
+  ModelConfig c = policy;
+  c.mtp_num_layers = 0;  // the critic predicts values, not drafts
+  return c;
+}
+
+// Whether `path` is an HDF5 file written by a PPO run (it holds a critic).
+bool holds_critic(const std::string& path) {
+  if (std::filesystem::is_directory(path) || path.size() < 3 || path.substr(path.size() - 3) != ".h5") return false;
+  h5::File f = h5::File::open(path, false, MPI_COMM_NULL);
+  return h5::exists(f.id(), "critic");
+}
+
+}  // namespace
+
+Critic::Critic(const TrainerConfig& trainer, const Transformer& policy, Comm* dp, uint64_t seed)
+    : cfg_(trainer), dp_(dp) {
+  SLIMPI_CHECK(!policy.sharded(), "the critic runs data-parallel only: the policy is a tensor or expert shard");
+  const ModelConfig mc = trunk_config(policy.config());
+  trunk_ = std::make_unique<Transformer>(mc, seed, policy.device(), at::kFloat);
+  trunk_->set_recompute(cfg_.recompute);
+  const at::TensorOptions f32 = at::TensorOptions().dtype(at::kFloat).device(policy.device());
+  // A fresh head: N(0, init_std) weights from its own stream (the run seed's), zero bias.
+  at::Generator gen = at::detail::createCPUGenerator(seed ^ 0x76616c7565ULL);  // "value"
+  head_weight_ = at::normal(0.0, mc.init_std, {1, mc.hidden_size}, gen, at::kFloat).to(policy.device());
+  head_bias_ = at::zeros({1}, f32);
+  for (auto& p : trunk_->parameters())
+    if (p.name != "lm_head.weight") trained_.push_back(p);
+  for (at::Tensor* t : {&head_weight_, &head_bias_}) t->set_requires_grad(true);
+  trained_.push_back({kHeadWeight, head_weight_});
+  trained_.push_back({kHeadBias, head_bias_});
+
+  const std::string& from = cfg_.critic.init_from;
+  if (from.empty()) {
+    copy_trunk_from(policy);
+    log::info("critic: the policy's architecture, its trunk copied from the policy's initial weights, a fresh value "
+              "head ({} trained parameters)", n_trained());
+  } else if (holds_critic(from)) {
+    h5::File f = h5::File::open(from, false, MPI_COMM_NULL);
+    h5::Handle model = h5::open_group(h5::open_group(f.id(), "critic").id(), "model");
+    at::NoGradGuard no_grad;
+    read_tensors_into(model.id(), trained_);
+    log::info("critic: trunk and value head from {} (a PPO run's critic)", from);
+  } else {
+    load_model_weights(trunk_->parameters(), from, "model");
+    log::info("critic: trunk from {}, which has no value head: a fresh value head", from);
+  }
+  grads_ = std::make_unique<GradBuffer>(trained_, cfg_.grad_bucket_bytes);
+  AdamW::Options adam = cfg_.adam;
+  adam.weight_decay = cfg_.critic.weight_decay;
+  optimizer_ = std::make_unique<AdamW>(trained_, adam);
+}
+
+void Critic::copy_trunk_from(const Transformer& policy) {
+  at::NoGradGuard no_grad;
+  std::map<std::string, at::Tensor> source;
+  for (const auto& p : policy.parameters()) source.emplace(p.name, p.tensor);
+  for (auto& p : trunk_->parameters()) p.tensor.copy_(source.at(p.name));
+}
+
+int64_t Critic::n_trained() const {
+  int64_t n = 0;
+  for (const auto& p : trained_) n += p.tensor.numel();
+  return n;
+}
+
+at::Tensor Critic::forward(const std::vector<Sample>& samples, const std::vector<int64_t>& which) const {
+  const PackedBatch b = pack(samples, which, trunk_->device());
+  at::Tensor hidden;  // [T, d] fp32, the final norm's output
+  {
+    ForwardPrecision scope(cfg_.precision, trunk_->device());
+    hidden = trunk_->forward_packed_hidden(b.tokens, b.seq_lens);
+  }
+  const ScoredPositions at = response_positions(b.tokens, b.seq_lens, b.prompt_lens);
+  const at::Tensor h = hidden.index_select(0, at.logit_rows);  // [N, d]: the positions that score each token
+  return at::linear(h, head_weight_, head_bias_).squeeze(-1);   // [N]
+}
+
+std::vector<std::vector<float>> Critic::values(const std::vector<Sample>& samples) const {
+  at::NoGradGuard no_grad;
+  std::vector<int64_t> lengths;
+  for (const auto& s : samples) lengths.push_back(int64_t(s.tokens.size()));
+  std::vector<std::vector<float>> out(samples.size());
+  for (const auto& which : plan_micro_batches(lengths, cfg_.n_micro_batches, cfg_.max_tokens_per_micro_batch)) {
+    const at::Tensor v = forward(samples, which).cpu().contiguous();  // [N]
+    int64_t start = 0;
+    for (int64_t i : which) {
+      const int64_t n = samples[size_t(i)].response_length();
+      out[size_t(i)].assign(v.data_ptr<float>() + start, v.data_ptr<float>() + start + n);
+      start += n;
+    }
+  }
+  return out;
+}
+
+std::map<std::string, double> Critic::train_step(const std::vector<Sample>& local) {
+  const at::Device device = trunk_->device();
+  // The reducer's denominators over every data-parallel rank (the policy loss's).
+  double local_counts[2] = {double(local.size()), 0.0};  // samples, counted tokens
+  for (const auto& s : local) local_counts[1] += mask_sum(s);
+  at::Tensor counts = at::tensor(std::vector<double>(local_counts, local_counts + 2), at::kDouble);
+  if (dp_) allreduce(*dp_, counts);
+  const double n_samples = counts[0].item<double>(), n_masked = counts[1].item<double>();
+  if (n_samples == 0) return {};
+  grads_->zero();
+  MetricSums sums;
+  for (const char* k : {"train/value_loss", "train/value_clipfrac"}) sums.add_value(k, 0.0);
+  std::vector<int64_t> lengths;
+  for (const auto& s : local) lengths.push_back(int64_t(s.tokens.size()));
+  for (const auto& which : plan_micro_batches(lengths, cfg_.n_micro_batches, cfg_.max_tokens_per_micro_batch)) {
+    const at::Tensor v = forward(local, which);  // [N]
+    const at::Tensor old_v = gather_field(local, which, &Sample::values, 0.0f, device);
+    const at::Tensor returns = gather_field(local, which, &Sample::returns, 0.0f, device);
+    const at::Tensor mask = gather_field(local, which, &Sample::loss_mask, 1.0f, device);
+    // Reducer weights [N]: m / (D_i · n_samples) per sample, or m / n_masked per token.
+    at::Tensor weight;
+    if (cfg_.calculate_per_token_loss) {
+      weight = mask / n_masked;
+    } else {
+      std::vector<float> per_token;
+      for (int64_t i : which) {
+        const double d = std::max(mask_sum(local[size_t(i)]), 1.0) * n_samples;
+        per_token.insert(per_token.end(), size_t(local[size_t(i)].response_length()), float(1.0 / d));
+      }
+      weight = mask * at::tensor(per_token, at::kFloat).to(device);
+    }
+    const ValueLossTerms terms = value_loss_terms(v, old_v, returns, cfg_.critic.value_clip);
+    sums.add("train/value_loss", terms.loss, weight);
+    sums.add("train/value_clipfrac", terms.clipped, weight);
+    (terms.loss * weight).sum().backward();
+  }
+  SLIMPI_CHECK(grads_->grads_alias_buffer(), "autograd replaced a critic gradient outside its flat buffer");
+  grads_->all_reduce(dp_);
+  std::map<std::string, double> metrics = sums.reduce(dp_);
+  const double lr = cfg_.critic.lr.at(optimizer_->n_steps());
+  const double norm = grads_->global_norm();
+  const bool finite = std::isfinite(norm) && std::isfinite(metrics["train/value_loss"]);
+  if (finite) {
+    grads_->clip(norm, cfg_.critic.clip_grad);
+    optimizer_->step(lr);
+  } else if (!cfg_.skip_nonfinite_steps) {
+    SLIMPI_FAIL_ALL("critic step {}: the value loss is {} and the gradient norm {}; stopping before they reach the "
+                    "weights (train.skip_nonfinite_steps = true skips such steps instead)",
+                    optimizer_->n_steps(), metrics["train/value_loss"], norm);
+  }
+  metrics["train/critic_grad_norm"] = norm;
+  metrics["train/critic_lr"] = lr;
+  metrics["train/critic_skipped_nonfinite_step"] = finite ? 0.0 : 1.0;
+  return metrics;
+}
+
+int64_t Critic::state_bytes() const {
+  int64_t b = 0;
+  for (const auto& p : trunk_->parameters()) b += p.tensor.numel() * int64_t(p.tensor.element_size());
+  b += grads_->flat().numel() * int64_t(sizeof(float));
+  for (const auto& t : optimizer_->state()) b += t.tensor.numel() * int64_t(t.tensor.element_size());
+  return b + 2 * head_weight_.numel() * int64_t(sizeof(float));
+}
+
+void Critic::save(const h5::File& file, bool stores) const {
+  h5::Handle critic = h5::create_group(file.id(), "critic");
+  h5::write_attr(critic.id(), "n_rollouts", n_rollouts_);
+  const std::vector<NamedTensor> moments = optimizer_->state();
+  for (const auto& [group, tensors] : {std::pair{"model", &trained_}, std::pair{"optimizer", &moments}}) {
+    h5::Handle g = h5::create_group(critic.id(), group);
+    std::vector<TensorPiece> pieces;
+    if (stores)
+      for (const auto& t : *tensors) pieces.push_back(whole_piece(t.name, t.tensor));
+    write_tensor_pieces(file, g.id(), StoredWhole{}, *tensors, pieces);
+    if (std::string(group) == "optimizer") h5::write_attr(g.id(), "n_steps", optimizer_->n_steps());
+  }
+}
+
+bool Critic::load(const std::string& path) {
+  h5::File f = h5::File::open(path, false, MPI_COMM_NULL);
+  if (!h5::exists(f.id(), "critic")) return false;
+  h5::Handle critic = h5::open_group(f.id(), "critic");
+  at::NoGradGuard no_grad;
+  read_tensors_into(h5::open_group(critic.id(), "model").id(), trained_);
+  h5::Handle opt = h5::open_group(critic.id(), "optimizer");
+  read_tensors_into(opt.id(), optimizer_->state());
+  optimizer_->set_n_steps(h5::read_attr_int(opt.id(), "n_steps"));
+  n_rollouts_ = h5::read_attr_int(critic.id(), "n_rollouts");
+  return true;
+}
+
+}  // namespace slimpi

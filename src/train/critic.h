@@ -1,0 +1,86 @@
+// Critic — the value model of PPO (train.advantage_estimator = "ppo"; docs/rl_loop.md):
+// the policy's architecture without MTP layers, whose LM head is replaced by a value head
+// (one output per position: V = h·w + b on the final norm's output h), trained with the
+// clipped value loss (train/value_loss.h) by its own AdamW, learning-rate schedule and
+// gradient clip ([critic] in the deck).
+//
+// Owned by the Trainer on every trainer rank (data parallelism only: each rank holds the
+// whole critic, its gradients are summed over the data-parallel group like the policy's).
+// V_t of response token t is the head at the position whose logits score t (the
+// position before it), as slime's get_values takes it. Invariant: every data-parallel
+// rank holds the same critic weights and moments (same start, same summed gradients).
+// The trunk's LM head (untied models) is never read: it is left out of the optimizer
+// and of checkpoints.
+#pragma once
+
+#include <mpi.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <slimpi/sample.h>
+
+#include "model/transformer.h"
+#include "parallel/comm.h"
+#include "train/adamw.h"
+#include "train/grad_buffer.h"
+#include "train/trainer_config.h"
+
+namespace slimpi {
+
+namespace h5 {
+class File;
+}
+
+class Critic {
+ public:
+  // trainer: the policy trainer's config (precision, micro-batches, reducer, Adam betas);
+  // its `critic` member holds the critic's own keys. The trunk starts as a copy of
+  // `policy`'s trunk (its weights now), or from critic.init_from when set; a source
+  // without a value head gets a fresh one (said in the log).
+  Critic(const TrainerConfig& trainer, const Transformer& policy, Comm* dp, uint64_t seed);
+
+  // Each sample's [R] values (R = its response length), no grad. Collective over dp only
+  // in that every rank calls it.
+  std::vector<std::vector<float>> values(const std::vector<Sample>& samples) const;
+
+  // One optimizer step of the value loss over this rank's share of the samples, which
+  // carry `values` (the critic's before this rollout's first critic step) and `returns`.
+  // Collective over dp. Returns train/value_loss, train/value_clipfrac,
+  // train/critic_grad_norm, train/critic_lr, identical on every rank.
+  std::map<std::string, double> train_step(const std::vector<Sample>& local);
+
+  int64_t n_steps() const { return optimizer_->n_steps(); }
+  // Rollouts the critic has trained on (critic.warmup_rollouts counts them).
+  int64_t n_rollouts() const { return n_rollouts_; }
+  void end_rollout() { ++n_rollouts_; }
+  const std::vector<NamedTensor>& parameters() const { return trained_; }
+  int64_t state_bytes() const;  // parameters, gradients and moments
+  int64_t n_trained() const;     // elements the optimizer updates
+
+  // Sets the trunk to `policy`'s (same config; its MTP layers are not read).
+  void copy_trunk_from(const Transformer& policy);
+
+  // Group "critic" of a trainer_state.h5 being written (collective over the file's
+  // communicator: `stores` says whether this rank writes the tensors), and read back:
+  // false when the file holds no critic (written by a run without one).
+  void save(const h5::File& file, bool stores) const;
+  bool load(const std::string& path);
+
+ private:
+  // [N] values of the packed micro-batch `which` of `samples` (with autograd when enabled).
+  at::Tensor forward(const std::vector<Sample>& samples, const std::vector<int64_t>& which) const;
+
+  TrainerConfig cfg_;
+  Comm* dp_;
+  std::unique_ptr<Transformer> trunk_;
+  at::Tensor head_weight_, head_bias_;  // [1, d], [1]
+  std::vector<NamedTensor> trained_;    // the trunk's parameters the head reads through, then the head's
+  std::unique_ptr<GradBuffer> grads_;
+  std::unique_ptr<AdamW> optimizer_;
+  int64_t n_rollouts_ = 0;
+};
+
+}  // namespace slimpi
