@@ -63,6 +63,7 @@ struct Sample {
   std::vector<float> advantages;      // [R] as trained (after whitening when it is on)
   std::vector<float> values;          // [R] the critic's, before the rollout's first critic step (ppo)
   std::vector<float> returns;         // [R] the critic's targets, GAE with train.lambd_value (ppo)
+  std::vector<float> teacher_log_probs;  // [R] the teacher's, whole vocabulary (on-policy distillation)
 
   int64_t response_length() const { return static_cast<int64_t>(tokens.size()) - prompt_length; }
   std::vector<int64_t> prompt() const { return {tokens.begin(), tokens.begin() + prompt_length}; }

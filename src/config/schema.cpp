@@ -232,6 +232,13 @@ std::vector<KeySpec> declare_keys() {
       int_key("checkpoint.keep_every", 0, 0, 1e9, "steps", "also keep checkpoints whose step is a multiple of this"),
       string_key("checkpoint.resume", "auto",
                  "auto: newest verified checkpoint (none = fresh start); never: fresh start; or a checkpoint directory"),
+      // [teacher]
+      string_key("teacher.path", "",
+                 "on-policy distillation's teacher: a Hugging Face directory (its own shape; its tokenizer must "
+                 "equal the student's) or a slimpi trainer_state.h5 / checkpoint directory (the student's shape)"),
+      choice_key("teacher.placement", "trainer", {"trainer", "rollout"},
+                 "where the teacher scores the samples: trainer = every trainer rank holds it (rollout: not built "
+                 "yet)"),
       // [critic]
       float_key("critic.lr", 1e-5, 0.0, 10.0, "", "ppo: the critic's peak learning rate"),
       float_key("critic.min_lr", 0.0, 0.0, 10.0, "", "ppo: the critic's cosine schedule floor"),
@@ -267,6 +274,12 @@ std::vector<KeySpec> declare_keys() {
       int_key("train.num_steps_per_rollout", 0, 0, 1e6, "steps",
               "optimizer steps per rollout (0 = rollout samples / global_batch_size)"),
       float_key("train.gamma", 1.0, 0.0, 1.0, "", "discount of reinforce_plus_plus returns and of GAE (ppo)"),
+      float_key("train.opd_kl_coef", 0.0, 0.0, 1e6, "",
+                "on-policy distillation (> 0, with teacher.path): advantages minus this times the per-token reverse "
+                "KL logp_student - logp_teacher, before whitening (slime's --opd-kl-coef)"),
+      bool_key("train.opd_task_reward", true,
+               "on-policy distillation: false = the task's reward is left out of the advantages (pure distillation; "
+               "rewards are still scored and logged)"),
       float_key("train.lambd", 1.0, 0.0, 1.0, "", "ppo: GAE's lambda of the policy's advantages (slime's --lambd)"),
       float_key("train.lambd_value", -1.0, -1.0, 1.0, "",
                 "ppo: GAE's lambda of the critic's value targets (VAPO's decoupled lambda; -1 = train.lambd)"),

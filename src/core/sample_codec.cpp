@@ -31,6 +31,7 @@ std::string encode_samples(const std::vector<Sample>& samples) {
     w.put_vector(s.advantages);
     w.put_vector(s.values);
     w.put_vector(s.returns);
+    w.put_vector(s.teacher_log_probs);
   }
   return w.take();
 }
@@ -62,6 +63,7 @@ std::vector<Sample> decode_samples(const std::string& bytes) {
     s.advantages = r.get_vector<float>();
     s.values = r.get_vector<float>();
     s.returns = r.get_vector<float>();
+    s.teacher_log_probs = r.get_vector<float>();
   }
   SLIMPI_CHECK(r.done(), "sample message has trailing bytes");
   return out;

@@ -194,6 +194,7 @@ RunConfigs check_run_deck(const Deck& deck, const WorldLayout& layout) {
   check_expert_parallel(deck, c.model, layout);
   c.rollout = RolloutConfig::from_deck(deck, c.model);
   c.reward = RewardConfig::from_deck(deck);
+  if (rl && c.trainer.opd_kl_coef > 0) c.teacher = resolve_teacher(deck, c.model, *c.rollout.tokenizer);
   return c;
 }
 

@@ -9,8 +9,10 @@
 // expert parallelism against the model and the trainer ranks.
 #pragma once
 
+#include <optional>
 #include <string>
 
+#include "driver/teacher_model.h"
 #include "model/model_config.h"
 #include "reward/reward.h"
 #include "rollout/rollout_config.h"
@@ -27,6 +29,7 @@ struct RunConfigs {
   TrainerConfig trainer;
   RolloutConfig rollout;
   RewardConfig reward;
+  std::optional<TeacherSource> teacher;  // on-policy distillation (train.opd_kl_coef > 0)
 };
 
 // The run directory of a deck: run.dir, or runs/<run.name>.

@@ -33,7 +33,7 @@ std::vector<Sample> ReplaySource::trainer_share(int64_t step) {
       SLIMPI_CHECK(std::isfinite(s.reward), "{}: step {} sample (group {}, index {}) has reward {}", path_, step,
                    s.group_index, s.index, s.reward);
       for (auto* field : {&s.old_log_probs, &s.ref_log_probs, &s.kl, &s.raw_advantages, &s.advantages, &s.values,
-                          &s.returns})
+                          &s.returns, &s.teacher_log_probs})
         field->clear();
       batch.push_back(std::move(s));
     }

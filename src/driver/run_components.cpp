@@ -18,6 +18,7 @@
 #include "rollout/weight_sync_plan.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
+#include "driver/teacher_model.h"
 #include "train/model_parallel.h"
 #include "train/sft_data.h"
 #include "train/trainer.h"
@@ -120,6 +121,10 @@ void build_models(const RunContext& ctx, const std::string& resume_from, RunComp
     }
     c.trainer = std::make_unique<Trainer>(c.configs.trainer, *c.policy, &mp.data(), c.reference.get(),
                                           mp.expert_replicas());
+    if (c.configs.trainer.opd_kl_coef > 0) {
+      c.teacher = load_teacher(*c.configs.teacher, device);
+      c.trainer->set_teacher(c.teacher.get());
+    }
     log::info("policy: {} parameters ({} layers, d {}, {} heads / {} kv heads) on {}, from {}", model_cfg.n_params(),
               model_cfg.n_layers, model_cfg.hidden_size, model_cfg.n_heads, model_cfg.n_kv_heads, device.str(),
               init_from.empty() ? "the seeded init" : init_from);

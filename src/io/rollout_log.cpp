@@ -62,7 +62,7 @@ void RolloutLog::bind(bool create) {
   has_routing_ = create || h5::exists(g, "routing");
   if (has_routing_) col(routing_, "routing");
   token_columns_.clear();
-  token_columns_.reserve(9);
+  token_columns_.reserve(10);
   for (auto [name, field] : {std::pair{"rollout_log_probs", &Sample::rollout_log_probs},
                              {"old_log_probs", &Sample::old_log_probs},
                              {"ref_log_probs", &Sample::ref_log_probs},
@@ -71,10 +71,12 @@ void RolloutLog::bind(bool create) {
                              {"advantages", &Sample::advantages},
                              {"loss_mask", &Sample::loss_mask},
                              {"values", &Sample::values},
-                             {"returns", &Sample::returns}}) {
-    // Files from before loss masks (values, returns) were recorded go on without that column.
+                             {"returns", &Sample::returns},
+                             {"teacher_log_probs", &Sample::teacher_log_probs}}) {
+    // Files from before loss masks (values, returns, teacher log-probs) were recorded go on
+    // without that column.
     const bool newer = std::string(name) == "loss_mask" || std::string(name) == "values" ||
-                       std::string(name) == "returns";
+                       std::string(name) == "returns" || std::string(name) == "teacher_log_probs";
     if (!create && newer && !h5::exists(g, name)) continue;
     token_columns_.push_back(TokenColumn{name, field, {}});
     col(token_columns_.back().data, name);

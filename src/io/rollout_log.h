@@ -30,6 +30,8 @@
 //   values              float32  the critic's (ppo; empty rows otherwise; absent from
 //   returns             float32  files written before PPO existed): values before the
 //                                rollout's first critic step, GAE returns (λ_value)
+//   teacher_log_probs   float32  on-policy distillation: the teacher's, whole vocabulary
+//                                (empty rows otherwise; absent from older files)
 // Row i of every dataset is the same sample; rows of lower ranks come first within one
 // append (or one part of a two-part append). A step's trained samples come first, in training order (each trainer
 // appends its share); then the groups it generated but did not train on: status 5

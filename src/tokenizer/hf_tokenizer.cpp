@@ -120,4 +120,16 @@ std::shared_ptr<const Tokenizer> make_tokenizer(const Deck& deck) {
   return tok;
 }
 
+std::string vocabulary_difference(const Tokenizer& a, const Tokenizer& b) {
+  if (a.vocab_size() != b.vocab_size())
+    return fmt::format("{} ids against {}", a.vocab_size(), b.vocab_size());
+  if (a.stop_ids() != b.stop_ids())
+    return fmt::format("stop ids [{}] against [{}]", fmt::join(a.stop_ids(), ", "), fmt::join(b.stop_ids(), ", "));
+  for (int64_t id = 0; id < a.vocab_size(); ++id) {
+    const std::string x = a.decode({id}), y = b.decode({id});
+    if (x != y) return fmt::format("id {} is \"{}\" against \"{}\"", id, x, y);
+  }
+  return "";
+}
+
 }  // namespace slimpi

@@ -49,4 +49,8 @@ class Tokenizer {
 std::shared_ptr<const Tokenizer> make_tokenizer(const Deck& deck);
 std::shared_ptr<const Tokenizer> make_tokenizer(const std::string& path);
 
+// The first difference between two vocabularies ("" when they are the same): their size,
+// their stop ids, then the text of every id (a teacher's must equal its student's).
+std::string vocabulary_difference(const Tokenizer& a, const Tokenizer& b);
+
 }  // namespace slimpi

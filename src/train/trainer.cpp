@@ -170,7 +170,8 @@ void Trainer::compute_log_probs(std::vector<Sample>& samples, bool reference) co
 }
 
 std::vector<std::vector<float>> Trainer::response_log_probs(const std::vector<Sample>& samples,
-                                                            const Transformer& model, bool replay) const {
+                                                            const Transformer& model, bool replay,
+                                                            bool whole_vocabulary) const {
   at::NoGradGuard no_grad;
   std::vector<int64_t> lengths;
   for (const auto& s : samples) lengths.push_back(static_cast<int64_t>(s.tokens.size()));
@@ -180,6 +181,7 @@ std::vector<std::vector<float>> Trainer::response_log_probs(const std::vector<Sa
   std::vector<std::vector<float>> out(samples.size());
   for (const auto& which : plan) {
     PackedBatch b = pack(samples, which, model.device());
+    if (whole_vocabulary) b.support = at::Tensor();
     MoeTrace trace;  // train.routing_replay: the rollout's experts in every trainer forward
     if (replay) trace.replay = packed_routing(samples, which, model.config(), model.device(), true);
     at::Tensor logp = packed_log_probs(model, b, cfg_.precision, cfg_.temperature, false, replay ? &trace : nullptr)
@@ -197,12 +199,19 @@ std::vector<std::vector<float>> Trainer::response_log_probs(const std::vector<Sa
 
 std::map<std::string, double> Trainer::prepare_rollout(std::vector<Sample>& local, bool recompute_old) {
   SLIMPI_CHECK(cfg_.mode == "rl", "prepare_rollout is for RL rollouts");
-  const bool with_old = recompute_old || cfg_.kl_coef != 0.0;
+  SLIMPI_CHECK((cfg_.opd_kl_coef > 0) == (teacher_ != nullptr), "on-policy distillation needs a teacher, and a teacher "
+               "train.opd_kl_coef > 0");
+  // The student's log-probs of the reverse KL are the training recompute (slime's default).
+  const bool with_old = recompute_old || cfg_.kl_coef != 0.0 || teacher_;
   if (reference_) compute_log_probs(local, /*reference=*/true);
   if (with_old) compute_log_probs(local, /*reference=*/false);
   if (critic_) {  // the values before this rollout's critic steps: GAE's and the value loss's V_old
     std::vector<std::vector<float>> values = critic_->values(local);
     for (size_t i = 0; i < local.size(); ++i) local[i].values = std::move(values[i]);
+  }
+  if (teacher_) {  // one prefill-only forward of the teacher over the student's samples
+    std::vector<std::vector<float>> logp = response_log_probs(local, *teacher_, false, /*whole_vocabulary=*/true);
+    for (size_t i = 0; i < local.size(); ++i) local[i].teacher_log_probs = std::move(logp[i]);
   }
   std::vector<at::Tensor> advantages, masks, per_sample;  // [R_i] each; per_sample: m / Σm (a sample's token mean)
   // The metric names depend on the configuration only, so that every dp rank reduces
@@ -212,6 +221,7 @@ std::map<std::string, double> Trainer::prepare_rollout(std::vector<Sample>& loca
   if (with_old) sums.add_value("rollout/log_probs", 0.0);
   if (reference_) sums.add_value("rollout/ref_log_probs", 0.0);
   if (reference_ && with_old) sums.add_value("rollout/kl", 0.0);
+  if (teacher_) sums.add_value("train/opd_reverse_kl", 0.0);
   if (critic_)  // token sums over the rollout: Σm, Σm·G, Σm·G², Σm·(G − V), Σm·(G − V)²; per-sample means
     for (const char* k : {"ev/n", "ev/g", "ev/g2", "ev/e", "ev/e2", "train/values_mean", "train/returns_mean"})
       sums.add_value(k, 0.0);
@@ -230,7 +240,7 @@ std::map<std::string, double> Trainer::prepare_rollout(std::vector<Sample>& loca
     masks.push_back(mask);
     per_sample.push_back(mask / std::max(mask_sum(s), 1.0));
     AdvantageInputs in;
-    in.reward = s.reward;
+    in.reward = teacher_ && !cfg_.opd_task_reward ? 0.0f : s.reward;  // pure distillation: no task reward
     in.mask = mask;
     in.kl_coef = cfg_.kl_coef;
     in.gamma = cfg_.gamma;
@@ -243,6 +253,11 @@ std::map<std::string, double> Trainer::prepare_rollout(std::vector<Sample>& loca
       if (reference_ && with_old) sums.add("rollout/kl", kl, per_sample.back());
     }
     at::Tensor adv = compute_advantages(cfg_.advantage_estimator, in).to(at::kFloat).contiguous();  // [R]
+    if (teacher_) {  // slime's apply_opd_kl_to_advantages: A − coef·(logp − logp_teacher), every token
+      const at::Tensor reverse_kl = at::tensor(s.old_log_probs) - at::tensor(s.teacher_log_probs);  // [R]
+      adv = (adv - cfg_.opd_kl_coef * reverse_kl).contiguous();
+      sums.add("train/opd_reverse_kl", reverse_kl, per_sample.back());
+    }
     s.raw_advantages.assign(adv.data_ptr<float>(), adv.data_ptr<float>() + R);
     if (critic_) {  // the critic's targets: the same token rewards, GAE with λ_value
       const at::Tensor g = generalized_advantages(token_rewards(in), in.values, mask, cfg_.gamma, cfg_.lambd_value)
@@ -280,6 +295,7 @@ std::map<std::string, double> Trainer::prepare_rollout(std::vector<Sample>& loca
   std::map<std::string, double> metrics;
   for (const auto& [k, v] : totals)
     if (k.rfind("rollout/", 0) == 0 && k != "rollout/n_samples") metrics[k] = v / n;
+  if (teacher_) metrics["train/opd_reverse_kl"] = totals["train/opd_reverse_kl"] / n;
   if (critic_) {
     for (const char* k : {"train/values_mean", "train/returns_mean"}) metrics[k] = totals[k] / n;
     const double N = std::max(totals["ev/n"], 1.0);

@@ -66,7 +66,7 @@ class Trainer {
   void compute_log_probs(std::vector<Sample>& samples, bool reference) const;
 
   // RL, once per rollout, before its optimizer steps; collective over dp. Fills, per
-  // sample: values (the critic's, ppo), ref_log_probs (when a reference exists), old_log_probs (when
+  // sample: values (the critic's, ppo), teacher_log_probs (with a teacher), ref_log_probs (when a reference exists), old_log_probs (when
   // `recompute_old`, i.e. more than one optimizer step, or when kl_coef needs them), kl
   // (old vs reference, train.kl_loss_type, when both exist), raw_advantages (the
   // estimator on `reward`, with −kl_coef·kl) and advantages (whitened over every
@@ -75,7 +75,9 @@ class Trainer {
   // Returns rollout/advantages, rollout/log_probs, rollout/ref_log_probs, rollout/kl
   // (and, ppo, train/values_mean, train/returns_mean): means over samples of each
   // sample's token mean, identical on every dp rank; ppo: train/explained_variance,
-  // 1 − Var(G − V)/Var(G) over the rollout's counted tokens. With
+  // 1 − Var(G − V)/Var(G) over the rollout's counted tokens; with a teacher,
+  // train/opd_reverse_kl, the mean over samples of each one's token mean of
+  // logp_old − logp_teacher (its advantages less opd_kl_coef times it, before whitening). With
   // routing_replay_gap also train/train_rollout_logprob_abs_diff_unreplayed: |log-prob
   // without replay − rollout log-prob| under the weights that start the rollout (one
   // more forward over the rollout), weighted as the loss weighs tokens; compare it with
@@ -107,6 +109,9 @@ class Trainer {
   // fills each sample's values and returns with it; the caller trains it
   // (Critic::train_step) before the policy's steps, as slime does.
   Critic* critic() { return critic_.get(); }
+  // On-policy distillation (train.opd_kl_coef > 0): the frozen teacher whose log-probs
+  // prepare_rollout takes (driver/teacher_model.h builds it). Not owned.
+  void set_teacher(const Transformer* teacher) { teacher_ = teacher; }
 
   // Model, optimizer state, step count and the torch CPU RNG state in one HDF5 file,
   // every tensor whole under the whole model's name (train/trainer_checkpoint.cpp).
@@ -131,8 +136,9 @@ class Trainer {
   int64_t aligned_micro_batches(int64_t n) const;
   // Each sample's response log-probs under `model`, no grad, with or without replaying
   // its routing trace; collective over the expert group.
+  // whole_vocabulary: over every id, not the samples' sampling supports (the teacher's).
   std::vector<std::vector<float>> response_log_probs(const std::vector<Sample>& samples, const Transformer& model,
-                                                     bool replay) const;
+                                                     bool replay, bool whole_vocabulary = false) const;
 
   // The steps of train_step, in order.
   struct StepInputs {
@@ -190,6 +196,7 @@ class Trainer {
   // `param` (tensor rank 0 for a replicated one).
   bool first_in_tensor_group(const std::string& param) const;
   std::unique_ptr<Critic> critic_;  // ppo's value model
+  const Transformer* teacher_ = nullptr;  // on-policy distillation's
   bool moe_ = false;                // model.n_experts > 0
   std::vector<int64_t> moe_layers_;  // the model layer of each MoE layer
 };

@@ -68,6 +68,22 @@ void refuse_bad_combinations(const TrainerConfig& c, const Deck& deck) {
         SLIMPI_FAIL_ALL("train.advantage_estimator = \"ppo\" ({}) with {} = {} ({}): the critic runs data-parallel "
                         "only for now (every trainer rank holds it whole)",
                         deck.source("train.advantage_estimator"), k, deck.get_int(k), deck.source(k));
+  const bool opd = deck.get_float("train.opd_kl_coef") > 0;
+  if (opd && c.mode != "rl")
+    SLIMPI_FAIL_ALL("train.opd_kl_coef ({}) distils a teacher into the policy's own samples; train.mode = \"{}\" ({}) "
+                    "has none", deck.source("train.opd_kl_coef"), c.mode, deck.source("train.mode"));
+  if (opd && deck.get_string("teacher.path").empty())
+    SLIMPI_FAIL_ALL("train.opd_kl_coef = {} ({}) needs a teacher: set teacher.path (a Hugging Face directory or a "
+                    "slimpi checkpoint)", deck.get_float("train.opd_kl_coef"), deck.source("train.opd_kl_coef"));
+  if (!opd)
+    for (const char* k : {"teacher.path", "teacher.placement", "train.opd_task_reward"})
+      if (!deck.has_default_value(k))
+        SLIMPI_FAIL_ALL("{} ({}) configures on-policy distillation, which train.opd_kl_coef = 0 ({}) leaves off", k,
+                        deck.source(k), deck.source("train.opd_kl_coef"));
+  if (opd && deck.get_string("teacher.placement") != "trainer")
+    SLIMPI_FAIL_ALL("teacher.placement = \"{}\" ({}): a teacher on the rollout ranks is not built yet; use "
+                    "\"trainer\" (the teacher scores on every trainer rank)",
+                    deck.get_string("teacher.placement"), deck.source("teacher.placement"));
   if (c.adam.beta1 >= 1.0 || c.adam.beta2 >= 1.0)
     SLIMPI_FAIL_ALL("train.adam_beta1 = {} ({}) and train.adam_beta2 = {} ({}) must each be in [0, 1)", c.adam.beta1,
                     deck.source("train.adam_beta1"), c.adam.beta2, deck.source("train.adam_beta2"));
@@ -142,6 +158,8 @@ TrainerConfig TrainerConfig::from_deck(const Deck& deck) {
   k.warmup_rollouts = deck.get_int("critic.warmup_rollouts");
   k.init_from = deck.get_string("critic.init_from");
   k.seed = uint64_t(deck.get_int("run.seed"));
+  c.opd_kl_coef = deck.get_float("train.opd_kl_coef");
+  c.opd_task_reward = deck.get_bool("train.opd_task_reward");
   refuse_bad_combinations(c, deck);
   return c;
 }

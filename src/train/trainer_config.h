@@ -68,6 +68,11 @@ struct TrainerConfig {
   AdamW::Options adam;
   LrSchedule lr;
   CriticConfig critic;  // used when the estimator needs a critic (ppo)
+  // On-policy distillation (a teacher, driver/teacher_model.h): A ← A − opd_kl_coef·(logp −
+  // logp_teacher) per token before whitening (0 = off); opd_task_reward false: the task's
+  // reward is left out of the advantages (pure distillation).
+  double opd_kl_coef = 0.0;
+  bool opd_task_reward = true;
 
   static TrainerConfig from_deck(const Deck& deck);
 };

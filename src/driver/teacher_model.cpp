@@ -1,0 +1,87 @@
+#include "driver/teacher_model.h"
+
+#include <ATen/core/grad_mode.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <slimpi/deck.h>
+#include <slimpi/error.h>
+
+#include <filesystem>
+#include <map>
+#include <vector>
+
+#include "config/hf_config.h"
+#include "config/schema.h"
+#include "core/log.h"
+#include "io/tensor_io.h"
+#include "tokenizer/tokenizer.h"
+
+namespace slimpi {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A Hugging Face directory's shape and tokenizer path, through the deck loader's own
+// reading of config.json (every key at its default, model.init_from = dir).
+Deck hf_teacher_deck(const std::string& dir, const std::string& source) {
+  std::map<std::string, DeckEntry> entries;
+  for (const auto& spec : Schema::instance().keys()) entries[spec.key] = {spec.default_value, "default"};
+  entries["model.init_from"] = {std::string(dir), source};
+  std::vector<std::string> problems;
+  apply_hf_config(entries, problems);
+  if (!problems.empty()) {
+    std::string text = fmt::format("teacher.path = \"{}\" ({}):", dir, source);
+    for (const auto& p : problems) text += "\n  " + p;
+    SLIMPI_FAIL_ALL("{}", text);
+  }
+  return Deck(std::move(entries));
+}
+
+}  // namespace
+
+TeacherSource resolve_teacher(const Deck& deck, const ModelConfig& student, const Tokenizer& tokenizer) {
+  const std::string& path = deck.get_string("teacher.path");
+  const std::string& source = deck.source("teacher.path");
+  if (!fs::exists(path))
+    SLIMPI_FAIL_ALL("teacher.path = \"{}\" ({}) does not exist: on-policy distillation (train.opd_kl_coef = {}, {}) "
+                    "needs the teacher's weights", path, source, deck.get_float("train.opd_kl_coef"),
+                    deck.source("train.opd_kl_coef"));
+  ModelConfig cfg = student;
+  cfg.mtp_num_layers = 0;  // a teacher scores; it never drafts
+  std::string weights = path, shape = "the student's shape";
+  if (fs::is_directory(path) && fs::exists(fs::path(path) / "config.json")) {
+    const Deck teacher_deck = hf_teacher_deck(path, source);
+    cfg = ModelConfig::from_deck(teacher_deck);
+    const auto teacher_vocab = make_tokenizer(teacher_deck.get_string("tokenizer.path"));
+    const std::string difference = vocabulary_difference(tokenizer, *teacher_vocab);
+    if (!difference.empty())
+      SLIMPI_FAIL_ALL("teacher.path = \"{}\" ({}): its tokenizer ({}) is not the student's ({}): {}; the teacher's "
+                      "log-probs of the student's tokens would score other text",
+                      path, source, teacher_vocab->describe(), tokenizer.describe(), difference);
+    shape = fmt::format("{} layers, d {}, from its config.json", cfg.n_layers, cfg.hidden_size);
+  } else if (fs::is_directory(path)) {
+    weights = (fs::path(path) / "trainer_state.h5").string();
+    if (!fs::exists(weights))
+      SLIMPI_FAIL_ALL("teacher.path = \"{}\" ({}) is a directory with neither config.json (a Hugging Face model) nor "
+                      "trainer_state.h5 (a slimpi checkpoint)", path, source);
+  }
+  if (cfg.vocab_size < tokenizer.vocab_size())
+    SLIMPI_FAIL_ALL("teacher.path = \"{}\" ({}): the teacher has {} vocabulary rows, fewer than the {} ids of the "
+                    "student's tokenizer", path, source, cfg.vocab_size, tokenizer.vocab_size());
+  return {cfg, weights, shape};
+}
+
+std::unique_ptr<Transformer> load_teacher(const TeacherSource& source, const at::Device& device) {
+  auto teacher = std::make_unique<Transformer>(source.config, 0, device, at::kFloat);
+  try {
+    load_model_weights(teacher->parameters(), source.weights, "model");
+  } catch (const Error& e) {  // on the trainer ranks alone: one rank's error, naming the key
+    SLIMPI_FAIL("teacher.path: the teacher's weights {} do not fit {}: {}", source.weights, source.shape, e.what());
+  }
+  for (auto& p : teacher->parameters()) p.tensor.set_requires_grad(false);
+  log::info("teacher: {} ({}; {} parameters), frozen, on every trainer rank", source.weights, source.shape,
+            source.config.n_params());
+  return teacher;
+}
+
+}  // namespace slimpi
