@@ -64,6 +64,11 @@ struct Sample {
   std::vector<float> values;          // [R] the critic's, before the rollout's first critic step (ppo)
   std::vector<float> returns;         // [R] the critic's targets, GAE with train.lambd_value (ppo)
   std::vector<float> teacher_log_probs;  // [R] the teacher's, whole vocabulary (on-policy distillation)
+  // With train.opd_topk_loss_coef > 0: the teacher's k most likely next tokens at every
+  // response position and their probabilities renormalised over them, [R × k] row-major.
+  // The trainer's own (made and used in one step): neither sent between ranks nor recorded.
+  std::vector<int64_t> teacher_topk_ids;
+  std::vector<float> teacher_topk_probs;
 
   int64_t response_length() const { return static_cast<int64_t>(tokens.size()) - prompt_length; }
   std::vector<int64_t> prompt() const { return {tokens.begin(), tokens.begin() + prompt_length}; }

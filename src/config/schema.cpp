@@ -239,6 +239,8 @@ std::vector<KeySpec> declare_keys() {
       choice_key("teacher.placement", "trainer", {"trainer", "rollout"},
                  "where the teacher scores the samples: trainer = every trainer rank holds it (rollout: not built "
                  "yet)"),
+      int_key("teacher.top_k", 16, 1, 4096, "tokens",
+              "train.opd_topk_loss_coef > 0: the teacher's most likely tokens per position the loss compares"),
       // [critic]
       float_key("critic.lr", 1e-5, 0.0, 10.0, "", "ppo: the critic's peak learning rate"),
       float_key("critic.min_lr", 0.0, 0.0, 10.0, "", "ppo: the critic's cosine schedule floor"),
@@ -277,6 +279,9 @@ std::vector<KeySpec> declare_keys() {
       float_key("train.opd_kl_coef", 0.0, 0.0, 1e6, "",
                 "on-policy distillation (> 0, with teacher.path): advantages minus this times the per-token reverse "
                 "KL logp_student - logp_teacher, before whitening (slime's --opd-kl-coef)"),
+      float_key("train.opd_topk_loss_coef", 0.0, 0.0, 1e6, "",
+                "on-policy distillation: weight of a top-k distillation loss, the KL from the teacher's top-k "
+                "(renormalised) to the student's softmax, differentiated through the student (0 = off)"),
       bool_key("train.opd_task_reward", true,
                "on-policy distillation: false = the task's reward is left out of the advantages (pure distillation; "
                "rewards are still scored and logged)"),

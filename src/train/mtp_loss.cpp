@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "model/head_log_probs.h"
+#include "model/head_top_k.h"
 #include "model/transformer.h"
 #include "parallel/comm_tensor.h"
 #include "parallel/tp_mappings.h"
@@ -17,38 +18,6 @@ namespace slimpi {
 namespace {
 
 bool counts(const std::vector<float>& mask, int64_t r) { return mask.empty() || mask[size_t(r)] > 0.0f; }
-
-// The policy's distribution over its k largest next-token logits at `rows` of the trunk's
-// output (no gradient): ids [N, k] (whole-vocabulary ids) and q [N, k] (renormalised over
-// them). Under tensor parallelism each shard's k largest are gathered and the k largest
-// of those kept. Rows a chunk at a time: at most ~2^22 logits exist at once.
-std::pair<at::Tensor, at::Tensor> policy_top_k(const Transformer& model, const at::Tensor& hidden, const at::Tensor& rows,
-                                               int64_t k) {
-  at::NoGradGuard no_grad;
-  const TensorShard& tp = model.tensor_shard();
-  const int64_t N = rows.size(0), columns = model.lm_head().size(0);
-  const int64_t chunk = std::max<int64_t>(1, (int64_t(1) << 22) / std::max<int64_t>(columns, 1));
-  std::vector<at::Tensor> ids, probs;
-  for (int64_t at = 0; at < N; at += chunk) {
-    const int64_t n = std::min(chunk, N - at);
-    at::Tensor z = model.head_logits(hidden.index_select(0, rows.narrow(0, at, n)));  // [n, Vl]
-    if (model.n_real_vocab() < columns)  // padded vocabulary rows never win
-      z.narrow(1, model.n_real_vocab(), columns - model.n_real_vocab()).fill_(-std::numeric_limits<float>::infinity());
-    const int64_t kk = std::min(k, columns);
-    auto [top_z, top_i] = z.topk(kk, 1);  // [n, kk]
-    top_i = top_i + model.vocab_begin();
-    if (tp.size > 1) {  // every shard's candidates, then the k largest of them
-      const at::Tensor all_z = allgather(*tp.comm, top_z.contiguous()).permute({1, 0, 2}).reshape({n, -1});
-      const at::Tensor all_i = allgather(*tp.comm, top_i.contiguous()).permute({1, 0, 2}).reshape({n, -1});
-      auto [best_z, where] = all_z.topk(std::min(k, all_z.size(1)), 1);
-      top_z = best_z;
-      top_i = all_i.gather(1, where);
-    }
-    ids.push_back(top_i);
-    probs.push_back(at::softmax(top_z, 1));
-  }
-  return {at::cat(ids), at::cat(probs)};
-}
 
 }  // namespace
 
@@ -119,7 +88,7 @@ at::Tensor mtp_loss(const Transformer& model, const PackedBatch& b, const at::Te
     if (spec.kind == "distill") {
       // The policy's distribution over its top-k at the target, from the trunk at the row
       // that predicts it (row + i + 1), against the depth's log-probs of those tokens.
-      auto [ids, q] = policy_top_k(model, trunk, r + (i + 1), spec.distill_top_k);  // [N, kk] each
+      auto [ids, q] = head_top_k(model, trunk, r + (i + 1), spec.distill_top_k, 1.0);  // [N, kk] each
       const int64_t kk = ids.size(1);
       const TokenLogProbs lp = head_log_probs(head_in, head, {r.repeat_interleave(kk), ids.reshape({-1})}, 1.0, false, {},
                                               shard, spec.precision == Precision::BF16);

@@ -12,6 +12,8 @@
 #include "train/advantages.h"
 #include "train/expert_parallel.h"
 #include "train/gae.h"
+#include "model/head_log_probs.h"
+#include "model/head_top_k.h"
 #include "train/metric_sums.h"
 #include "train/micro_batches.h"
 #include "train/moe_terms.h"
@@ -197,6 +199,39 @@ std::vector<std::vector<float>> Trainer::response_log_probs(const std::vector<Sa
   return out;
 }
 
+void Trainer::score_with_teacher(std::vector<Sample>& samples) const {
+  at::NoGradGuard no_grad;
+  const bool top_k = cfg_.opd_topk_loss_coef > 0;
+  std::vector<int64_t> lengths;
+  for (const auto& s : samples) lengths.push_back(static_cast<int64_t>(s.tokens.size()));
+  for (const auto& which : plan_micro_batches(lengths, cfg_.n_micro_batches, cfg_.max_tokens_per_micro_batch)) {
+    PackedBatch b = pack(samples, which, teacher_->device());
+    b.support = at::Tensor();  // the teacher's whole distribution, whatever the student sampled from
+    at::Tensor hidden;         // [T, d]
+    const at::Tensor logp = packed_log_probs(*teacher_, b, cfg_.precision, cfg_.temperature, false, nullptr,
+                                             top_k ? &hidden : nullptr).logp.cpu().contiguous();  // [N]
+    at::Tensor ids, q;  // [N, k] each
+    if (top_k) {
+      const ScoredPositions at = response_positions(b.tokens, b.seq_lens, b.prompt_lens);
+      std::tie(ids, q) = head_top_k(*teacher_, hidden, at.logit_rows, cfg_.opd_top_k, cfg_.temperature);
+      ids = ids.cpu().contiguous();
+      q = q.cpu().contiguous();
+    }
+    int64_t start = 0;
+    for (int64_t i : which) {
+      Sample& s = samples[size_t(i)];
+      const int64_t n = s.response_length();
+      s.teacher_log_probs.assign(logp.data_ptr<float>() + start, logp.data_ptr<float>() + start + n);
+      if (top_k) {
+        const int64_t k = ids.size(1);
+        s.teacher_topk_ids.assign(ids.data_ptr<int64_t>() + start * k, ids.data_ptr<int64_t>() + (start + n) * k);
+        s.teacher_topk_probs.assign(q.data_ptr<float>() + start * k, q.data_ptr<float>() + (start + n) * k);
+      }
+      start += n;
+    }
+  }
+}
+
 std::map<std::string, double> Trainer::prepare_rollout(std::vector<Sample>& local, bool recompute_old) {
   SLIMPI_CHECK(cfg_.mode == "rl", "prepare_rollout is for RL rollouts");
   SLIMPI_CHECK((cfg_.opd_kl_coef > 0) == (teacher_ != nullptr), "on-policy distillation needs a teacher, and a teacher "
@@ -209,10 +244,7 @@ std::map<std::string, double> Trainer::prepare_rollout(std::vector<Sample>& loca
     std::vector<std::vector<float>> values = critic_->values(local);
     for (size_t i = 0; i < local.size(); ++i) local[i].values = std::move(values[i]);
   }
-  if (teacher_) {  // one prefill-only forward of the teacher over the student's samples
-    std::vector<std::vector<float>> logp = response_log_probs(local, *teacher_, false, /*whole_vocabulary=*/true);
-    for (size_t i = 0; i < local.size(); ++i) local[i].teacher_log_probs = std::move(logp[i]);
-  }
+  if (teacher_) score_with_teacher(local);  // one prefill-only forward of the teacher
   std::vector<at::Tensor> advantages, masks, per_sample;  // [R_i] each; per_sample: m / Σm (a sample's token mean)
   // The metric names depend on the configuration only, so that every dp rank reduces
   // the same list, whatever samples it holds.
@@ -369,6 +401,7 @@ MetricSums Trainer::declare_step_metrics() const {
       sums.add_value("train/ois", 0.0);
     }
     if (cfg_.use_kl_loss) sums.add_value("train/kl_loss", 0.0);
+    if (cfg_.opd_topk_loss_coef > 0) sums.add_value("train/opd_topk_kl", 0.0);
   }
   return sums;
 }
@@ -428,9 +461,10 @@ at::Tensor Trainer::micro_batch_loss(std::vector<Sample>& local, const std::vect
   at::Tensor rollout_routing;  // [T, L, k] the engine's experts, -1 where none
   if (moe) rollout_routing = packed_routing(local, which, mc, device, cfg_.routing_replay);
   if (cfg_.routing_replay) trace.replay = rollout_routing;
-  at::Tensor hidden;  // [T, d] the trunk's output: the MTP layers' input
+  at::Tensor hidden;  // [T, d] the trunk's output: the MTP layers' and the top-k distillation's input
+  const bool topk_distill = cfg_.mode == "rl" && cfg_.opd_topk_loss_coef > 0;
   const TokenLogProbs lp = packed_log_probs(policy_, b, cfg_.precision, cfg_.temperature, /*with_entropy=*/true,
-                                            moe ? &trace : nullptr, train_mtp_ ? &hidden : nullptr);
+                                            moe ? &trace : nullptr, train_mtp_ || topk_distill ? &hidden : nullptr);
   if (moe) add_routing_agreement(trace, rollout_routing, moe_layers_, sums);
 
   ScoredMicroBatch scored;
@@ -461,6 +495,7 @@ at::Tensor Trainer::micro_batch_loss(std::vector<Sample>& local, const std::vect
     scored.sample_of_token = b.sample_of_token;
     scored.n_samples = int64_t(which.size());
     loss = rl_objective(cfg_, scored, sums);
+    if (topk_distill) loss = loss + topk_distillation_loss(local, which, b, hidden, scored.weight, sums);
   }
   if (moe)
     loss = add_router_losses(loss, trace, mc.n_experts_per_tok, double(b.tokens.size(0)) / in.n_tokens, cfg_, sums);
@@ -471,6 +506,37 @@ at::Tensor Trainer::micro_batch_loss(std::vector<Sample>& local, const std::vect
     loss = loss + mtp_loss(policy_, b, hidden, masks, spec, sums);
   }
   return loss;
+}
+
+at::Tensor Trainer::topk_distillation_loss(const std::vector<Sample>& local, const std::vector<int64_t>& which,
+                                           const PackedBatch& b, const at::Tensor& hidden, const at::Tensor& weight,
+                                           MetricSums& sums) const {
+  // KL(q ‖ p_θ) over the teacher's top-k of each token: Σ_j q_j (log q_j − log p_θ(j)), p_θ
+  // the student's softmax at the temperature, through head_log_probs (one LM-head product
+  // per listed token: k per response row; the gradient reaches the trunk and the head).
+  const at::Device device = policy_.device();
+  std::vector<int64_t> ids;
+  std::vector<float> q;
+  for (int64_t i : which) {
+    const Sample& s = local[size_t(i)];
+    SLIMPI_CHECK(int64_t(s.teacher_topk_ids.size()) == s.response_length() * cfg_.opd_top_k,
+                 "sample (step {}, group {}, index {}) has {} teacher top-k ids for {} tokens x top_k {}", s.step,
+                 s.group_index, s.index, s.teacher_topk_ids.size(), s.response_length(), cfg_.opd_top_k);
+    ids.insert(ids.end(), s.teacher_topk_ids.begin(), s.teacher_topk_ids.end());
+    q.insert(q.end(), s.teacher_topk_probs.begin(), s.teacher_topk_probs.end());
+  }
+  const int64_t k = cfg_.opd_top_k, N = weight.size(0);
+  const at::Tensor rows = response_positions(b.tokens, b.seq_lens, b.prompt_lens).logit_rows;  // [N]
+  const TensorShard& tp = policy_.tensor_shard();
+  const VocabShard shard = tp.size > 1 ? VocabShard{tp.comm, policy_.vocab_begin(), policy_.n_real_vocab()} : VocabShard{};
+  const at::Tensor logp = head_log_probs(hidden, policy_.lm_head(),
+                                         {rows.repeat_interleave(k), at::tensor(ids, at::kLong).to(device)},
+                                         cfg_.temperature, false, {}, shard, cfg_.precision == Precision::BF16)
+                              .logp.view({N, k});  // [N, k]
+  const at::Tensor qt = at::tensor(q, at::kFloat).to(device).view({N, k});
+  const at::Tensor kl = (qt * (qt.clamp_min(1e-30).log() - logp)).sum(1);  // [N]
+  sums.add("train/opd_topk_kl", kl, weight);
+  return cfg_.opd_topk_loss_coef * (kl * weight).sum();
 }
 
 at::Tensor Trainer::old_log_probs(std::vector<Sample>& local, const std::vector<int64_t>& which,

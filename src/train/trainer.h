@@ -52,6 +52,8 @@
 
 namespace slimpi {
 
+struct PackedBatch;
+
 class Trainer {
  public:
   // dp: the data-parallel communicator (null = single rank). reference: frozen
@@ -136,7 +138,10 @@ class Trainer {
   int64_t aligned_micro_batches(int64_t n) const;
   // Each sample's response log-probs under `model`, no grad, with or without replaying
   // its routing trace; collective over the expert group.
-  // whole_vocabulary: over every id, not the samples' sampling supports (the teacher's).
+  // Each sample's teacher_log_probs (whole vocabulary) and, with the top-k loss, its
+  // teacher_topk_ids / _probs: one teacher forward per micro-batch, no grad.
+  void score_with_teacher(std::vector<Sample>& samples) const;
+  // whole_vocabulary: over every id, not the samples' sampling supports.
   std::vector<std::vector<float>> response_log_probs(const std::vector<Sample>& samples, const Transformer& model,
                                                      bool replay, bool whole_vocabulary = false) const;
 
@@ -153,6 +158,11 @@ class Trainer {
   void forwards_and_backwards(std::vector<Sample>& local, const StepInputs& in, MetricSums& sums);
   at::Tensor micro_batch_loss(std::vector<Sample>& local, const std::vector<int64_t>& which, const StepInputs& in,
                               MetricSums& sums);
+  // On-policy distillation's top-k loss of the micro-batch (0-dim, with autograd): the KL
+  // from the teacher's top-k (renormalised) to the student's softmax, reducer-weighted.
+  at::Tensor topk_distillation_loss(const std::vector<Sample>& local, const std::vector<int64_t>& which,
+                                    const PackedBatch& b, const at::Tensor& hidden, const at::Tensor& weight,
+                                    MetricSums& sums) const;
   // [N] the micro-batch's old log-probs: the samples' own, or (none yet: one optimizer
   // step per rollout) this forward's `logp`, detached and stored in the samples.
   at::Tensor old_log_probs(std::vector<Sample>& local, const std::vector<int64_t>& which,

@@ -76,10 +76,14 @@ void refuse_bad_combinations(const TrainerConfig& c, const Deck& deck) {
     SLIMPI_FAIL_ALL("train.opd_kl_coef = {} ({}) needs a teacher: set teacher.path (a Hugging Face directory or a "
                     "slimpi checkpoint)", deck.get_float("train.opd_kl_coef"), deck.source("train.opd_kl_coef"));
   if (!opd)
-    for (const char* k : {"teacher.path", "teacher.placement", "train.opd_task_reward"})
+    for (const char* k : {"teacher.path", "teacher.placement", "teacher.top_k", "train.opd_task_reward",
+                          "train.opd_topk_loss_coef"})
       if (!deck.has_default_value(k))
         SLIMPI_FAIL_ALL("{} ({}) configures on-policy distillation, which train.opd_kl_coef = 0 ({}) leaves off", k,
                         deck.source(k), deck.source("train.opd_kl_coef"));
+  if (opd && deck.get_float("train.opd_topk_loss_coef") == 0 && !deck.has_default_value("teacher.top_k"))
+    SLIMPI_FAIL_ALL("teacher.top_k ({}) sizes the top-k distillation loss, which train.opd_topk_loss_coef = 0 ({}) "
+                    "leaves off", deck.source("teacher.top_k"), deck.source("train.opd_topk_loss_coef"));
   if (opd && deck.get_string("teacher.placement") != "trainer")
     SLIMPI_FAIL_ALL("teacher.placement = \"{}\" ({}): a teacher on the rollout ranks is not built yet; use "
                     "\"trainer\" (the teacher scores on every trainer rank)",
@@ -160,6 +164,8 @@ TrainerConfig TrainerConfig::from_deck(const Deck& deck) {
   k.seed = uint64_t(deck.get_int("run.seed"));
   c.opd_kl_coef = deck.get_float("train.opd_kl_coef");
   c.opd_task_reward = deck.get_bool("train.opd_task_reward");
+  c.opd_topk_loss_coef = deck.get_float("train.opd_topk_loss_coef");
+  c.opd_top_k = deck.get_int("teacher.top_k");
   refuse_bad_combinations(c, deck);
   return c;
 }

@@ -7,6 +7,8 @@
 #  * slime's numbers: rollouts.h5 holds teacher_log_probs, and numpy recomputes every
 #    trained token's advantage A - opd_kl_coef * (old_log_prob - teacher_log_prob) with A the
 #    GRPO reward (np 4 split, opd_kl_coef 0.3, task reward kept), |diff| < 1e-6;
+#  * the top-k distillation loss (train.opd_topk_loss_coef, teacher.top_k 8) under tensor
+#    parallelism: its KL from the teacher's top-k to the student halves, the reverse KL falls;
 #  * a teacher equal to the student (both from the teacher's file) gives zero KL and the
 #    advantages of the same run without a teacher, bit for bit;
 #  * resume is bit for bit with a teacher: 2 + 2 job steps equal 4 straight;
@@ -30,6 +32,10 @@ echo "== pure distillation, 30 steps"
 run 2 distil --set run.n_steps=30 --set parallel.placement=colocate --set train.opd_task_reward=false
 grep -q "teacher: $teacher (the student's shape" "$out/distil.log"
 
+echo "== the top-k distillation loss, tensor parallel (np 4: 2 trainer ranks of one tensor group + 2 rollout)"
+run 4 topk --set run.n_steps=30 --set train.opd_task_reward=false --set train.opd_topk_loss_coef=1.0 \
+  --set teacher.top_k=8 --set parallel.tensor_parallel=2 --set parallel.trainer_ranks=2
+
 echo "== np 4 split: the advantages against slime's formula"
 run 4 numbers --set run.n_steps=2 --set train.opd_kl_coef=0.3
 
@@ -50,6 +56,11 @@ assert last < first / 3, f"reverse KL {first:.3f} -> {last:.3f}"
 assert logp[-3:].mean() > logp[:3].mean() + 0.5, (logp[:3], logp[-3:])
 print(f"opd_runs: pure distillation: reverse KL {first:.3f} -> {last:.3f} in 30 steps, "
       f"student log-probs {logp[:3].mean():.2f} -> {logp[-3:].mean():.2f}")
+with h5py.File(f"{out}/topk/metrics.h5") as f:
+    topk, kl = f["steps/train/opd_topk_kl"][:30], f["steps/train/opd_reverse_kl"][:30]
+assert topk[-3:].mean() < topk[:3].mean() / 2 and kl[-3:].mean() < kl[:3].mean() / 3, (topk, kl)
+print(f"opd_runs: with the top-k loss (k 8, tensor parallel 2): top-k KL {topk[:3].mean():.3f} -> "
+      f"{topk[-3:].mean():.3f}, reverse KL {kl[:3].mean():.3f} -> {kl[-3:].mean():.3f}")
 
 def rows(g, name, idx):
     off, vals = g[name + "/offsets"][:], g[name + "/values"][:]

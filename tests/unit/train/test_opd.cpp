@@ -92,5 +92,53 @@ TEST(Opd, AnotherTeacherShiftsEachTokensAdvantageByTheReverseKl) {
   }
 }
 
+// The top-k distillation loss: with a teacher equal to the student and no reward, the
+// policy-gradient term is zero and the step's gradient is the top-k loss's alone, which
+// equals Σ_i (1/n) mean_t Σ_{j ∈ top-k} q_j (log q_j − log softmax(z_t / T)[j]) taken by
+// hand through a plain forward; its value −log P_top-k per token.
+TEST(Opd, TopKLossGradientIsTheKlFromTheTeachersTopKThroughTheStudentsSoftmax) {
+  const double T = 0.8;
+  const int64_t k = 4;
+  TrainerConfig cfg = grpo_config();
+  cfg.opd_kl_coef = 1.0;
+  cfg.opd_topk_loss_coef = 0.7;
+  cfg.opd_top_k = k;
+  cfg.temperature = T;
+  cfg.clip_grad = 0.0;
+  cfg.lr.lr = 0.0;
+  cfg.n_micro_batches = 2;
+  Transformer student(opd_model(), 3, at::kCPU), teacher(opd_model(), 3, at::kCPU), by_hand(opd_model(), 3, at::kCPU);
+  Trainer trainer(cfg, student, nullptr);
+  trainer.set_teacher(&teacher);
+  std::vector<Sample> samples = rollout(5, 6);
+  for (auto& s : samples) s.reward = 0.0f;
+  trainer.prepare_rollout(samples, /*recompute_old=*/false);
+  auto m = trainer.train_step(samples);
+
+  double want_kl = 0;
+  for (const auto& s : samples) {
+    const at::Tensor tokens = at::tensor(s.tokens, at::kLong);
+    const int64_t R = s.response_length();
+    const at::Tensor z = by_hand.forward_packed(tokens, {int64_t(s.tokens.size())}).narrow(0, s.prompt_length - 1, R) / T;
+    const at::Tensor lsm = at::log_softmax(z, -1);  // [R, V]
+    auto [top_z, ids] = z.detach().topk(k, 1);
+    const at::Tensor q = at::softmax(top_z, 1);  // [R, k]
+    const at::Tensor kl = (q * (q.log() - lsm.gather(1, ids))).sum(1);  // [R]
+    ((cfg.opd_topk_loss_coef * kl.mean()) / double(samples.size())).backward();
+    want_kl += kl.mean().item<double>() / double(samples.size());
+    // Each token's KL is −log of the student's mass on the top-k (teacher = student).
+    const at::Tensor mass = at::exp(lsm.detach().gather(1, ids)).sum(1);
+    EXPECT_TRUE(at::allclose(kl.detach(), -mass.log(), 1e-5, 1e-6));
+  }
+  EXPECT_NEAR(m.at("train/opd_topk_kl"), want_kl, 1e-5);
+  EXPECT_GT(want_kl, 1e-3);
+  for (size_t i = 0; i < student.parameters().size(); ++i) {
+    const at::Tensor& got = student.parameters()[i].tensor.grad();
+    const at::Tensor& want = by_hand.parameters()[i].tensor.grad();
+    EXPECT_TRUE(at::allclose(got, want, 1e-4, 1e-6)) << student.parameters()[i].name << " max |diff| "
+                                                    << (got - want).abs().max().item<double>();
+  }
+}
+
 }  // namespace
 }  // namespace slimpi
