@@ -25,6 +25,7 @@ enum class SampleStatus : int8_t {
                   // (4 is not written: rollouts.h5's status_names keeps "4 failed" for old readers)
   Filtered = 5,   // dropped by the dynamic filter (its group's rewards all agree)
   Stale = 6,      // train.async = "full": older than rollout.max_staleness when its turn came
+  Baseline = 7,   // train.advantage_estimator = "remax": the greedy response whose reward is its group's baseline
 };
 
 struct Sample {

@@ -10,7 +10,8 @@
 namespace slimpi {
 
 void retire(Sample& s, SampleStatus why) {
-  SLIMPI_CHECK(why == SampleStatus::Filtered || why == SampleStatus::Surplus || why == SampleStatus::Stale,
+  SLIMPI_CHECK(why == SampleStatus::Filtered || why == SampleStatus::Surplus || why == SampleStatus::Stale ||
+                   why == SampleStatus::Baseline,
                "retire: status {} is not one of an untrained sample", int(why));
   s.status = why;
   s.reward = why == SampleStatus::Filtered ? 0.0f : std::numeric_limits<float>::quiet_NaN();
@@ -86,6 +87,10 @@ std::map<std::string, double> rollout_metrics(const RolloutBatch& batch, const R
   if (batch.tail_s >= 0) m["perf/rollout_tail_time"] = batch.tail_s;
   if (batch.generate_s > 0) m["perf/rollout_tokens_per_s"] = double(es.generated_tokens) / batch.generate_s;
   if (es.iterations > 0) m["perf/engine_iteration_s"] = (es.forward_s + es.sample_s) / double(es.iterations);
+  double greedy = 0, n_greedy = 0;  // ReMax: the greedy baselines of the batch's groups
+  for (const Sample& s : batch.unused)
+    if (s.status == SampleStatus::Baseline) greedy += s.raw_reward, n_greedy += 1;
+  if (n_greedy > 0) m["rollout/remax_greedy_reward"] = greedy / n_greedy;
   m["rollout/staleness/mean"] = stale_sum / n;
   m["rollout/staleness/max"] = stale_max;
   return m;

@@ -106,6 +106,10 @@ void StepPhases::generate_batch(int64_t step, RolloutBatch& out) {
   const DynamicFilter& filter = dynamic_filters().get(deck.get_string("rollout.dynamic_filter"));
   const int64_t max_rounds = filter.is_identity() ? 1 : deck.get_int("rollout.max_sampling_rounds");
   const int64_t n = side.config().n_samples_per_prompt;
+  // ReMax: each group's greedy response, generated beside it; its reward is the group's
+  // baseline (postprocess_group_rewards); recorded, never trained.
+  const bool greedy_baseline =
+      advantage_estimators().get(deck.get_string("train.advantage_estimator")).centring == RewardCentring::Greedy;
   int kept = 0;
   for (int64_t round = 0; round < max_rounds && kept < want; ++round) {
     // Draw the round's prompts, generate their groups, score them, filter the groups.
@@ -115,14 +119,31 @@ void StepPhases::generate_batch(int64_t step, RolloutBatch& out) {
     std::vector<Sample> samples =
         side.generate(prompts, first_group, uint64_t(step), n, side.config().sampling, &out.engine_stats, &tail_s);
     out.tail_s = std::max(0.0, out.tail_s) + tail_s;
+    std::vector<Sample> greedy;  // one per group, in group order
+    if (greedy_baseline) {
+      SamplingParams argmax = side.config().sampling;
+      argmax.temperature = 0.0;
+      greedy = side.generate(prompts, first_group, uint64_t(step), 1, argmax, &out.engine_stats);
+    }
     out.groups_generated += per_round;
     ++out.rounds;
     if (side.is_router()) {
       Stopwatch clock;
       BatchScorer scorer(parts_.configs.reward, *parts_.tokenizer);
       for (const auto& s : samples) scorer.add(prompts[s.group_index - first_group], s);
-      const std::vector<float> r = scorer.score();
+      for (const auto& s : greedy) scorer.add(prompts[s.group_index - first_group], s);
+      const std::vector<float> r = scorer.score();  // the groups' samples, then the greedy ones
       out.score_s += clock.seconds();
+      for (size_t g = 0; g < greedy.size(); ++g) {
+        Sample& s = greedy[g];
+        SLIMPI_CHECK(s.group_index == first_group + int64_t(g), "ReMax: greedy response {} is of group {}", g,
+                     s.group_index);
+        s.step = step;
+        s.raw_reward = r[samples.size() + g];
+        s.index = n;  // after the group's sampled responses
+        retire(s, SampleStatus::Baseline);
+        out.unused.push_back(std::move(s));
+      }
       for (size_t g = 0; g * n < samples.size(); ++g) {
         const std::vector<float> group_rewards(r.begin() + g * n, r.begin() + (g + 1) * n);
         const bool keep = filter.keep(group_rewards);
@@ -166,7 +187,20 @@ void StepPhases::postprocess_group_rewards(RolloutBatch& batch) {
                                  !deck.get_bool("train.disable_grpo_std_normalization")};
   std::vector<float> raw;
   for (const auto& s : batch.kept) raw.push_back(s.raw_reward);
-  const std::vector<float> rewards = postprocess_rewards(deck.get_string("train.advantage_estimator"), raw, n, norm);
+  const std::string& estimator = deck.get_string("train.advantage_estimator");
+  std::vector<float> baselines;  // ReMax: each kept group's greedy reward
+  if (advantage_estimators().get(estimator).centring == RewardCentring::Greedy) {
+    std::map<int64_t, float> greedy;
+    for (const auto& s : batch.unused)
+      if (s.status == SampleStatus::Baseline) greedy[s.group_index] = s.raw_reward;
+    for (size_t i = 0; i < batch.kept.size(); i += size_t(n)) {
+      const auto it = greedy.find(batch.kept[i].group_index);
+      SLIMPI_CHECK(it != greedy.end(), "ReMax: group {} of step {} has no greedy response",
+                   batch.kept[i].group_index, batch.kept[i].step);
+      baselines.push_back(it->second);
+    }
+  }
+  const std::vector<float> rewards = postprocess_rewards(estimator, raw, n, norm, baselines);
   for (size_t i = 0; i < batch.kept.size(); ++i) batch.kept[i].reward = rewards[i];
 }
 

@@ -17,7 +17,8 @@ RolloutLog RolloutLog::create(const std::string& path, MPI_Comm comm, const std:
   log.group_ = h5::create_group(log.file_.id(), "samples");
   h5::write_attr(log.group_.id(), "status_names",
                  std::string("0 pending, 1 completed, 2 truncated, 3 aborted (over-sampling surplus), 4 failed, "
-                             "5 filtered (dynamic filter), 6 stale (beyond rollout.max_staleness)"));
+                             "5 filtered (dynamic filter), 6 stale (beyond rollout.max_staleness), 7 baseline (ReMax's greedy "
+                             "response, not trained)"));
   log.bind(/*create=*/true);
   return log;
 }

@@ -40,6 +40,7 @@ const Registry<AdvantageEstimator>& advantage_estimators() {
     reg.add("reinforce_plus_plus_baseline", {reinforce_plus_plus_baseline, RewardCentring::Mean, "ppo_clip"});
     reg.add("rloo", {constant_advantage, RewardCentring::LeaveOneOut, "ppo_clip"});
     reg.add("ppo", {ppo_gae, RewardCentring::None, "ppo_clip", /*needs_critic=*/true});
+    reg.add("remax", {constant_advantage, RewardCentring::Greedy, "ppo_clip"});
     return reg;
   }();
   return r;
@@ -67,14 +68,23 @@ at::Tensor discounted_returns(const at::Tensor& x, double gamma) {
 }
 
 std::vector<float> postprocess_rewards(const std::string& estimator, const std::vector<float>& rewards,
-                                       int64_t n_per_group, const RewardNormalization& norm) {
+                                       int64_t n_per_group, const RewardNormalization& norm,
+                                       const std::vector<float>& baselines) {
   SLIMPI_CHECK(n_per_group >= 1 && rewards.size() % n_per_group == 0,
                "{} rewards do not split into groups of {}", rewards.size(), n_per_group);
   const RewardCentring centring = advantage_estimators().get(estimator).centring;
+  SLIMPI_CHECK((centring == RewardCentring::Greedy) == !baselines.empty() &&
+                   (baselines.empty() || baselines.size() * size_t(n_per_group) == rewards.size()),
+               "{}: {} greedy baselines for {} rewards in groups of {}", estimator, baselines.size(), rewards.size(),
+               n_per_group);
   const bool centred = norm.enabled && centring != RewardCentring::None;
   const bool scaled = centred && norm.std_enabled && n_per_group > 1 && centring == RewardCentring::MeanStd;
   std::vector<float> out(rewards);
   if (!centred) return out;
+  if (centring == RewardCentring::Greedy) {
+    for (size_t i = 0; i < rewards.size(); ++i) out[i] = rewards[i] - baselines[i / size_t(n_per_group)];
+    return out;
+  }
   for (size_t g = 0; g < rewards.size(); g += n_per_group) {
     double mean = 0;
     for (int64_t i = 0; i < n_per_group; ++i) mean += rewards[g + i];

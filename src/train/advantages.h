@@ -8,6 +8,8 @@
 //   rloo (REINFORCE leave-one-out, as verl and OpenRLHF): the baseline is the mean of
 //   the group's other samples, r_i = R_i − Σ_{j≠i} R_j / (n − 1) = n/(n − 1)·(R_i − mean);
 //   a group's r sum to 0 (n = 1: r = 0, refused by the deck check).
+//   remax (ReMax, as verl): the baseline is the reward of the group's greedy response,
+//   generated beside the group and not trained: r_i = R_i − R_greedy.
 // Estimators (per response token t of a sample, mask m_t, kl_t vs the reference):
 //   grpo, gspo, cispo, rloo:       A_t = r
 //   reinforce_plus_plus:           reward_t = −kl_coef·kl_t·m_t (+ R at the last masked
@@ -34,8 +36,11 @@ struct RewardNormalization {
 };
 
 // rewards of a whole step, `n_per_group` consecutive samples per prompt -> r.
+// baselines: one per group, the reward of its greedy response (estimators with
+// RewardCentring::Greedy; empty otherwise).
 std::vector<float> postprocess_rewards(const std::string& estimator, const std::vector<float>& rewards,
-                                       int64_t n_per_group, const RewardNormalization& norm);
+                                       int64_t n_per_group, const RewardNormalization& norm,
+                                       const std::vector<float>& baselines = {});
 
 struct AdvantageInputs {
   float reward = 0;    // after post-processing (r), or raw R for reinforce_plus_plus
@@ -48,7 +53,7 @@ struct AdvantageInputs {
 };
 
 // How an estimator's group post-processing treats the raw rewards.
-enum class RewardCentring { None, Mean, MeanStd, LeaveOneOut };
+enum class RewardCentring { None, Mean, MeanStd, LeaveOneOut, Greedy };
 
 // One registry entry: the per-token advantages [R] of one sample, the reward
 // post-processing it expects, and the policy loss it trains with (a name in

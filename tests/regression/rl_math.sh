@@ -8,6 +8,8 @@
 #    KL really acts (non-zero from step 1 on);
 #  * reinforce_plus_plus_baseline, kl_coef 0.05: A = (R − group mean) − kl_coef·kl;
 #  * rloo: r = R − the mean of the group's other samples, A_t = r;
+#  * remax (one step off): each group's greedy response is recorded (status 7, index n,
+#    never trained), r = R − its reward, rollout/remax_greedy_reward their mean;
 #  * grpo with 2 optimizer steps per rollout: whitened once per rollout (not per
 #    optimizer step: the per-step whitening differs and is rejected);
 #  * top_k 3 + top_p 0.9: log-probs over the sampling support; at step 0 the trainer's
@@ -34,6 +36,7 @@ run rfpp_baseline --set train.advantage_estimator=reinforce_plus_plus_baseline -
   --set train.normalize_advantages=true --set train.gamma=0.9 --set rollout.temperature=1.3
 run grpo_white --set train.normalize_advantages=true
 run rloo --set train.advantage_estimator=rloo --set rollout.temperature=1.3
+run remax --set train.advantage_estimator=remax --set rollout.temperature=1.3 --set train.async=one_step_off
 run top_pk --set rollout.top_k=3 --set rollout.top_p=0.9
 # Even groups score 0 (dropped by the filter), odd ones vary: half a batch per round.
 run short --set rollout.dynamic_filter=nonzero_std --set rollout.max_sampling_rounds=1 \
@@ -131,6 +134,27 @@ with h5py.File(f"{out}/rloo/rollouts.h5") as f:
             assert np.allclose(a, r[i], atol=1e-6)
     assert worst < 1e-5 and moved > 0, (worst, moved)
 print(f"rl_math: rloo: rewards less the mean of the others to {worst:.1e}, groups sum to 0")
+
+# ReMax: one greedy response per group, recorded apart (status 7, index n); the group's
+# rewards less its reward (verl's compute_remax_outcome_advantage), on every token.
+with h5py.File(f"{out}/remax/rollouts.h5") as f, h5py.File(f"{out}/remax/metrics.h5") as m:
+    g = f["samples"]
+    step, status, group, index = g["step"][:], g["status"][:], g["group_index"][:], g["index"][:]
+    worst, moved = 0.0, 0.0
+    for s in range(3):
+        base = {int(group[i]): i for i in np.flatnonzero((step == s) & (status == 7))}
+        trained = np.flatnonzero((step == s) & np.isin(status, [1, 2]))
+        assert len(trained) == 32 and all(index[i] == 4 for i in base.values()), (len(trained), len(base))
+        greedy_mean = float(np.mean([g["raw_reward"][i] for i in base.values()]))
+        assert abs(m["steps/rollout/remax_greedy_reward"][s] - greedy_mean) < 1e-6
+        for i in trained:
+            want = g["raw_reward"][i] - g["raw_reward"][base[int(group[i])]]
+            worst = max(worst, abs(g["reward"][i] - want))
+            moved = max(moved, abs(want))
+        for i, a in zip(trained, rows(g, "raw_advantages", trained)):
+            assert np.allclose(a, g["reward"][i], atol=1e-6)
+    assert worst < 1e-6 and moved > 0, (worst, moved)
+print(f"rl_math: remax: rewards less the group's greedy reward to {worst:.1e}, the greedy responses recorded apart")
 
 # Top-k/top-p: log-probs over the sampling support on both sides.
 with h5py.File(f"{out}/top_pk/rollouts.h5") as f, h5py.File(f"{out}/top_pk/metrics.h5") as m:

@@ -129,6 +129,17 @@ TEST(Rewards, RlooSubtractsTheMeanOfTheOtherSamples) {
   expect_near(compute_advantages("rloo", in), {got[0], got[0], got[0]});
 }
 
+// ReMax: each group's rewards less its greedy response's (one baseline per group).
+TEST(Rewards, RemaxSubtractsTheGreedyResponsesReward) {
+  const std::vector<float> r{1, 0, 0, 1, 0.75f, 0.25f};
+  EXPECT_EQ(postprocess_rewards("remax", r, 3, {}, {1.0f, 0.5f}),
+            (std::vector<float>{0, -1, -1, 0.5f, 0.25f, -0.25f}));
+  EXPECT_EQ(postprocess_rewards("remax", r, 3, {false, true}, {1.0f, 0.5f}), r);  // normalisation off: raw
+  EXPECT_EQ(postprocess_rewards("remax", {2.0f, 3.0f}, 1, {}, {1.0f, 1.0f}), (std::vector<float>{1.0f, 2.0f}));
+  EXPECT_THROW(postprocess_rewards("remax", r, 3, {}), Error);              // no baselines
+  EXPECT_THROW(postprocess_rewards("grpo", r, 3, {}, {1.0f, 0.5f}), Error);  // baselines for another estimator
+}
+
 TEST(Rewards, OneSamplePerGroupTurnsStdNormalisationOff) {
   std::vector<float> got = postprocess_rewards("grpo", {3.0f, -1.0f}, 1, {});
   EXPECT_EQ(got, (std::vector<float>{0.0f, 0.0f}));  // r − mean of a group of one
