@@ -247,7 +247,8 @@ std::vector<KeySpec> declare_keys() {
       choice_key("critic.lr_schedule", "constant", lr_schedules().names(), "ppo: the critic's schedule after warm-up"),
       int_key("critic.warmup_steps", 0, 0, 1e9, "steps", "ppo: the critic's linear learning-rate warm-up"),
       int_key("critic.lr_decay_steps", 0, 0, 1e9, "steps",
-              "ppo, cosine: the critic step at which min_lr is reached (0 = run.n_steps x critic.n_epochs)"),
+              "ppo, cosine: the critic step at which min_lr is reached (0 = run.n_steps x critic.n_epochs, the "
+              "critic's steps with one optimizer step per rollout; set it with more)"),
       float_key("critic.weight_decay", 0.0, 0.0, 10.0, "", "ppo: the critic's AdamW weight decay (matrices only)"),
       float_key("critic.clip_grad", 1.0, 0.0, 1e9, "", "ppo: clip the critic's gradients to this L2 norm (0 = off)"),
       float_key("critic.value_clip", 0.2, 0.0, 1e9, "",
@@ -257,8 +258,8 @@ std::vector<KeySpec> declare_keys() {
       int_key("critic.warmup_rollouts", 0, 0, 1e9, "rollouts",
               "ppo: the first rollouts train the critic alone (slime's --num-critic-only-steps)"),
       string_key("critic.init_from", "",
-                 "ppo: the critic's trunk from this HF directory or slimpi checkpoint (its critic with the value "
-                 "head, when a PPO run wrote it); \"\" = the policy's initial weights"),
+                 "ppo: the critic's trunk from this Hugging Face directory or trainer_state.h5 (its critic with the "
+                 "value head, when a PPO run wrote it); \"\" = the policy's initial weights"),
       // [debug]
       bool_key("debug.rollout_only", false, "generate and score rollouts but never train (slime's debug_rollout_only)"),
       bool_key("debug.train_only", false,

@@ -6,6 +6,7 @@
 #include <slimpi/deck.h>
 #include <slimpi/error.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <vector>
@@ -68,6 +69,10 @@ TeacherSource resolve_teacher(const Deck& deck, const ModelConfig& student, cons
   if (cfg.vocab_size < tokenizer.vocab_size())
     SLIMPI_FAIL_ALL("teacher.path = \"{}\" ({}): the teacher has {} vocabulary rows, fewer than the {} ids of the "
                     "student's tokenizer", path, source, cfg.vocab_size, tokenizer.vocab_size());
+  const int64_t k = deck.get_int("teacher.top_k"), shared = std::min(cfg.vocab_size, student.vocab_size);
+  if (deck.get_float("train.opd_topk_loss_coef") > 0 && k > shared)
+    SLIMPI_FAIL_ALL("teacher.top_k = {} ({}) exceeds the {} ids both the teacher and the student have rows for",
+                    k, deck.source("teacher.top_k"), shared);
   return {cfg, weights, shape};
 }
 

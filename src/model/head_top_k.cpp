@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
+#include <algorithm>
 #include <limits>
 #include <vector>
 
@@ -12,7 +13,7 @@
 namespace slimpi {
 
 std::pair<at::Tensor, at::Tensor> head_top_k(const Transformer& model, const at::Tensor& hidden, const at::Tensor& rows,
-                                             int64_t k, double temperature) {
+                                             int64_t k, double temperature, int64_t vocab_limit) {
   at::NoGradGuard no_grad;
   const TensorShard& tp = model.tensor_shard();
   const int64_t N = rows.size(0), columns = model.lm_head().size(0);
@@ -21,8 +22,9 @@ std::pair<at::Tensor, at::Tensor> head_top_k(const Transformer& model, const at:
   for (int64_t at = 0; at < N; at += chunk) {
     const int64_t n = std::min(chunk, N - at);
     at::Tensor z = model.head_logits(hidden.index_select(0, rows.narrow(0, at, n)));  // [n, Vl]
-    if (model.n_real_vocab() < columns)  // padded vocabulary rows never win
-      z.narrow(1, model.n_real_vocab(), columns - model.n_real_vocab()).fill_(-std::numeric_limits<float>::infinity());
+    // Padded vocabulary rows and ids from vocab_limit on never win.
+    const int64_t open = std::min(model.n_real_vocab(), std::max<int64_t>(0, vocab_limit - model.vocab_begin()));
+    if (open < columns) z.narrow(1, open, columns - open).fill_(-std::numeric_limits<float>::infinity());
     const int64_t kk = std::min(k, columns);
     auto [top_z, top_i] = z.topk(kk, 1);  // [n, kk]
     top_i = top_i + model.vocab_begin();

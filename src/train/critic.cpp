@@ -92,8 +92,7 @@ int64_t Critic::n_trained() const {
   return n;
 }
 
-at::Tensor Critic::forward(const std::vector<Sample>& samples, const std::vector<int64_t>& which) const {
-  const PackedBatch b = pack(samples, which, trunk_->device());
+at::Tensor Critic::forward(const PackedBatch& b) const {
   at::Tensor hidden;  // [T, d] fp32, the final norm's output
   {
     ForwardPrecision scope(cfg_.precision, trunk_->device());
@@ -110,7 +109,7 @@ std::vector<std::vector<float>> Critic::values(const std::vector<Sample>& sample
   for (const auto& s : samples) lengths.push_back(int64_t(s.tokens.size()));
   std::vector<std::vector<float>> out(samples.size());
   for (const auto& which : plan_micro_batches(lengths, cfg_.n_micro_batches, cfg_.max_tokens_per_micro_batch)) {
-    const at::Tensor v = forward(samples, which).cpu().contiguous();  // [N]
+    const at::Tensor v = forward(pack(samples, which, trunk_->device())).cpu().contiguous();  // [N]
     int64_t start = 0;
     for (int64_t i : which) {
       const int64_t n = samples[size_t(i)].response_length();
@@ -136,22 +135,13 @@ std::map<std::string, double> Critic::train_step(const std::vector<Sample>& loca
   std::vector<int64_t> lengths;
   for (const auto& s : local) lengths.push_back(int64_t(s.tokens.size()));
   for (const auto& which : plan_micro_batches(lengths, cfg_.n_micro_batches, cfg_.max_tokens_per_micro_batch)) {
-    const at::Tensor v = forward(local, which);  // [N]
+    const PackedBatch batch = pack(local, which, device);
+    const at::Tensor v = forward(batch);  // [N]
     const at::Tensor old_v = gather_field(local, which, &Sample::values, 0.0f, device);
     const at::Tensor returns = gather_field(local, which, &Sample::returns, 0.0f, device);
     const at::Tensor mask = gather_field(local, which, &Sample::loss_mask, 1.0f, device);
-    // Reducer weights [N]: m / (D_i · n_samples) per sample, or m / n_masked per token.
-    at::Tensor weight;
-    if (cfg_.calculate_per_token_loss) {
-      weight = mask / n_masked;
-    } else {
-      std::vector<float> per_token;
-      for (int64_t i : which) {
-        const double d = std::max(mask_sum(local[size_t(i)]), 1.0) * n_samples;
-        per_token.insert(per_token.end(), size_t(local[size_t(i)].response_length()), float(1.0 / d));
-      }
-      weight = mask * at::tensor(per_token, at::kFloat).to(device);
-    }
+    const at::Tensor weight =
+        reducer_weights(local, which, batch, mask, n_samples, n_masked, cfg_.calculate_per_token_loss);  // [N]
     const ValueLossTerms terms = value_loss_terms(v, old_v, returns, cfg_.critic.value_clip);
     sums.add("train/value_loss", terms.loss, weight);
     sums.add("train/value_clipfrac", terms.clipped, weight);
@@ -177,25 +167,24 @@ std::map<std::string, double> Critic::train_step(const std::vector<Sample>& loca
   return metrics;
 }
 
-int64_t Critic::state_bytes() const {
-  int64_t b = 0;
-  for (const auto& p : trunk_->parameters()) b += p.tensor.numel() * int64_t(p.tensor.element_size());
-  b += grads_->flat().numel() * int64_t(sizeof(float));
-  for (const auto& t : optimizer_->state()) b += t.tensor.numel() * int64_t(t.tensor.element_size());
-  return b + 2 * head_weight_.numel() * int64_t(sizeof(float));
-}
-
-void Critic::save(const h5::File& file, bool stores) const {
+void Critic::save(const h5::File& file, bool stores, std::exception_ptr& error) const {
+  // Every collective call (groups, attributes, the datasets' creation) is made on every
+  // rank whatever happened before; only this rank's writes may fail, and the first
+  // failure is kept in `error` for the caller.
   h5::Handle critic = h5::create_group(file.id(), "critic");
   h5::write_attr(critic.id(), "n_rollouts", n_rollouts_);
   const std::vector<NamedTensor> moments = optimizer_->state();
   for (const auto& [group, tensors] : {std::pair{"model", &trained_}, std::pair{"optimizer", &moments}}) {
     h5::Handle g = h5::create_group(critic.id(), group);
-    std::vector<TensorPiece> pieces;
-    if (stores)
-      for (const auto& t : *tensors) pieces.push_back(whole_piece(t.name, t.tensor));
-    write_tensor_pieces(file, g.id(), StoredWhole{}, *tensors, pieces);
     if (std::string(group) == "optimizer") h5::write_attr(g.id(), "n_steps", optimizer_->n_steps());
+    try {
+      std::vector<TensorPiece> pieces;
+      if (stores)
+        for (const auto& t : *tensors) pieces.push_back(whole_piece(t.name, t.tensor));
+      write_tensor_pieces(file, g.id(), StoredWhole{}, *tensors, pieces);
+    } catch (...) {
+      if (!error) error = std::current_exception();
+    }
   }
 }
 

@@ -15,6 +15,7 @@
 
 #include <mpi.h>
 
+#include <exception>
 #include <map>
 #include <memory>
 #include <string>
@@ -33,6 +34,7 @@ namespace slimpi {
 namespace h5 {
 class File;
 }
+struct PackedBatch;
 
 class Critic {
  public:
@@ -57,21 +59,21 @@ class Critic {
   int64_t n_rollouts() const { return n_rollouts_; }
   void end_rollout() { ++n_rollouts_; }
   const std::vector<NamedTensor>& parameters() const { return trained_; }
-  int64_t state_bytes() const;  // parameters, gradients and moments
-  int64_t n_trained() const;     // elements the optimizer updates
+  int64_t n_trained() const;  // elements the optimizer updates
 
   // Sets the trunk to `policy`'s (same config; its MTP layers are not read).
   void copy_trunk_from(const Transformer& policy);
 
   // Group "critic" of a trainer_state.h5 being written (collective over the file's
-  // communicator: `stores` says whether this rank writes the tensors), and read back:
-  // false when the file holds no critic (written by a run without one).
-  void save(const h5::File& file, bool stores) const;
+  // communicator: `stores` says whether this rank writes the tensors; the first failure
+  // of this rank's writes goes into `error`, after every collective call was made), and
+  // read back: false when the file holds no critic (written by a run without one).
+  void save(const h5::File& file, bool stores, std::exception_ptr& error) const;
   bool load(const std::string& path);
 
  private:
-  // [N] values of the packed micro-batch `which` of `samples` (with autograd when enabled).
-  at::Tensor forward(const std::vector<Sample>& samples, const std::vector<int64_t>& which) const;
+  // [N] values of a packed micro-batch's response tokens (with autograd when enabled).
+  at::Tensor forward(const PackedBatch& b) const;
 
   TrainerConfig cfg_;
   Comm* dp_;

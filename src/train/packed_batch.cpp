@@ -89,10 +89,22 @@ TokenLogProbs packed_log_probs(const Transformer& model, const PackedBatch& b, P
   }
   if (hidden_out) *hidden_out = hidden;
   const ScoredPositions positions = response_positions(b.tokens, b.seq_lens, b.prompt_lens);
+  return head_log_probs(hidden, model.lm_head(), positions, temperature, with_entropy, b.support,
+                        vocab_shard_of(model), precision == Precision::BF16);
+}
+
+VocabShard vocab_shard_of(const Transformer& model) {
   const TensorShard& tp = model.tensor_shard();
-  const VocabShard shard = tp.size > 1 ? VocabShard{tp.comm, model.vocab_begin(), model.n_real_vocab()} : VocabShard{};
-  return head_log_probs(hidden, model.lm_head(), positions, temperature, with_entropy, b.support, shard,
-                        precision == Precision::BF16);
+  return tp.size > 1 ? VocabShard{tp.comm, model.vocab_begin(), model.n_real_vocab()} : VocabShard{};
+}
+
+at::Tensor reducer_weights(const std::vector<Sample>& samples, const std::vector<int64_t>& which, const PackedBatch& b,
+                           const at::Tensor& mask, double n_samples, double n_masked, bool per_token) {
+  if (per_token) return mask / n_masked;
+  std::vector<double> denominators;
+  for (int64_t i : which) denominators.push_back(std::max(mask_sum(samples[size_t(i)]), 1.0));
+  return mask / (at::tensor(denominators, at::kDouble).to(mask.device()).to(at::kFloat).index_select(0, b.sample_of_token) *
+                 n_samples);
 }
 
 double mask_sum(const Sample& s) {

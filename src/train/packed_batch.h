@@ -15,6 +15,7 @@
 
 #include "model/log_probs.h"
 #include "model/precision.h"
+#include "model/vocab_parallel_log_probs.h"
 
 namespace slimpi {
 
@@ -55,6 +56,16 @@ at::Tensor packed_routing(const std::vector<Sample>& samples, const std::vector<
 TokenLogProbs packed_log_probs(const Transformer& model, const PackedBatch& b, Precision precision,
                                double temperature, bool with_entropy, MoeTrace* moe = nullptr,
                                at::Tensor* hidden_out = nullptr);
+
+// The reducer's weights [N] of a packed micro-batch (the policy loss's and the critic's
+// value loss's): m / (D_i · n_samples), D_i = max(Σ mask of sample i, 1), the mean over
+// the step's samples of each one's token mean; or m / n_masked per token (per_token).
+// mask [N] on the batch's device; n_samples, n_masked: over every data-parallel rank.
+at::Tensor reducer_weights(const std::vector<Sample>& samples, const std::vector<int64_t>& which, const PackedBatch& b,
+                           const at::Tensor& mask, double n_samples, double n_masked, bool per_token);
+
+// A model's vocabulary shard for the head's log-probs (none without tensor parallelism).
+VocabShard vocab_shard_of(const Transformer& model);
 
 // Sum of a sample's loss mask (its response length when it has none): host data, no
 // device sync.

@@ -172,8 +172,7 @@ void Trainer::compute_log_probs(std::vector<Sample>& samples, bool reference) co
 }
 
 std::vector<std::vector<float>> Trainer::response_log_probs(const std::vector<Sample>& samples,
-                                                            const Transformer& model, bool replay,
-                                                            bool whole_vocabulary) const {
+                                                            const Transformer& model, bool replay) const {
   at::NoGradGuard no_grad;
   std::vector<int64_t> lengths;
   for (const auto& s : samples) lengths.push_back(static_cast<int64_t>(s.tokens.size()));
@@ -183,7 +182,6 @@ std::vector<std::vector<float>> Trainer::response_log_probs(const std::vector<Sa
   std::vector<std::vector<float>> out(samples.size());
   for (const auto& which : plan) {
     PackedBatch b = pack(samples, which, model.device());
-    if (whole_vocabulary) b.support = at::Tensor();
     MoeTrace trace;  // train.routing_replay: the rollout's experts in every trainer forward
     if (replay) trace.replay = packed_routing(samples, which, model.config(), model.device(), true);
     at::Tensor logp = packed_log_probs(model, b, cfg_.precision, cfg_.temperature, false, replay ? &trace : nullptr)
@@ -213,7 +211,9 @@ void Trainer::score_with_teacher(std::vector<Sample>& samples) const {
     at::Tensor ids, q;  // [N, k] each
     if (top_k) {
       const ScoredPositions at = response_positions(b.tokens, b.seq_lens, b.prompt_lens);
-      std::tie(ids, q) = head_top_k(*teacher_, hidden, at.logit_rows, cfg_.opd_top_k, cfg_.temperature);
+      // Only ids the student has rows for (a teacher may pad its vocabulary further).
+      std::tie(ids, q) = head_top_k(*teacher_, hidden, at.logit_rows, cfg_.opd_top_k, cfg_.temperature,
+                                    policy_.config().vocab_size);
       ids = ids.cpu().contiguous();
       q = q.cpu().contiguous();
     }
@@ -470,19 +470,13 @@ at::Tensor Trainer::micro_batch_loss(std::vector<Sample>& local, const std::vect
   ScoredMicroBatch scored;
   scored.logp = lp.logp;
   scored.entropy = lp.entropy;
-  // Reducer weights [N]: m / (D_i · n_samples) per rollout, or m / n_masked per token.
   std::vector<at::Tensor> mask_parts, adv_parts;
-  std::vector<double> denominators;
   for (int64_t i : which) {
     mask_parts.push_back(in.masks[i]);
     if (cfg_.mode == "rl") adv_parts.push_back(in.advantages[i]);
-    denominators.push_back(std::max(mask_sum(local[i]), 1.0));
   }
   scored.mask = at::cat(mask_parts);
-  scored.weight = cfg_.calculate_per_token_loss
-                      ? scored.mask / in.n_masked
-                      : scored.mask / (at::tensor(denominators, at::kDouble).to(device).to(at::kFloat)
-                                           .index_select(0, b.sample_of_token) * in.n_samples);
+  scored.weight = reducer_weights(local, which, b, scored.mask, in.n_samples, in.n_masked, cfg_.calculate_per_token_loss);
   at::Tensor loss;
   if (cfg_.mode != "rl") {
     loss = sft_objective(scored, sums);
@@ -527,11 +521,10 @@ at::Tensor Trainer::topk_distillation_loss(const std::vector<Sample>& local, con
   }
   const int64_t k = cfg_.opd_top_k, N = weight.size(0);
   const at::Tensor rows = response_positions(b.tokens, b.seq_lens, b.prompt_lens).logit_rows;  // [N]
-  const TensorShard& tp = policy_.tensor_shard();
-  const VocabShard shard = tp.size > 1 ? VocabShard{tp.comm, policy_.vocab_begin(), policy_.n_real_vocab()} : VocabShard{};
   const at::Tensor logp = head_log_probs(hidden, policy_.lm_head(),
                                          {rows.repeat_interleave(k), at::tensor(ids, at::kLong).to(device)},
-                                         cfg_.temperature, false, {}, shard, cfg_.precision == Precision::BF16)
+                                         cfg_.temperature, false, {}, vocab_shard_of(policy_),
+                                         cfg_.precision == Precision::BF16)
                               .logp.view({N, k});  // [N, k]
   const at::Tensor qt = at::tensor(q, at::kFloat).to(device).view({N, k});
   const at::Tensor kl = (qt * (qt.clamp_min(1e-30).log() - logp)).sum(1);  // [N]
@@ -609,7 +602,6 @@ Trainer::StateBytes Trainer::state_bytes() const {
   }
   if (optimizer_)
     for (const auto& t : optimizer_->state()) b.optimizer += t.tensor.numel() * int64_t(t.tensor.element_size());
-  if (critic_) b.critic = critic_->state_bytes();
   return b;
 }
 

@@ -99,7 +99,6 @@ class Trainer {
   // activations and temporaries not included).
   struct StateBytes {
     int64_t params = 0, grads = 0, optimizer = 0;
-    int64_t critic = 0;  // the critic's parameters, gradients and moments (ppo)
   };
   StateBytes state_bytes() const;
   // The gradients of the replicated parameters (all of them without model parallelism),
@@ -136,14 +135,13 @@ class Trainer {
   // Forwards the ranks of this rank's expert group run together for `n` of its own
   // micro-batches (n without expert parallelism).
   int64_t aligned_micro_batches(int64_t n) const;
-  // Each sample's response log-probs under `model`, no grad, with or without replaying
-  // its routing trace; collective over the expert group.
   // Each sample's teacher_log_probs (whole vocabulary) and, with the top-k loss, its
   // teacher_topk_ids / _probs: one teacher forward per micro-batch, no grad.
   void score_with_teacher(std::vector<Sample>& samples) const;
-  // whole_vocabulary: over every id, not the samples' sampling supports.
+  // Each sample's response log-probs under `model`, no grad, with or without replaying
+  // its routing trace; collective over the expert group.
   std::vector<std::vector<float>> response_log_probs(const std::vector<Sample>& samples, const Transformer& model,
-                                                     bool replay, bool whole_vocabulary = false) const;
+                                                     bool replay) const;
 
   // The steps of train_step, in order.
   struct StepInputs {

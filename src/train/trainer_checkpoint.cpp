@@ -122,7 +122,7 @@ void Trainer::save(const std::string& path, MPI_Comm trainer) const {
       keep_going([&] { write_tensor_pieces(f, rng.id(), StoredWhole{}, {{"torch_cpu", rng_state}}, rng_pieces); });
     }
     // The critic (ppo) is whole on every data-parallel rank: the first writes it.
-    if (critic_) keep_going([&] { critic_->save(f, !dp_ || dp_->rank() == 0); });
+    if (critic_) critic_->save(f, !dp_ || dp_->rank() == 0, error);
     keep_going([&] { f.close(); });  // throws when the data did not all reach the file
   }
   if (any_rank(error != nullptr, trainer, "writing " + path) && root) {
@@ -174,8 +174,9 @@ void Trainer::load(const std::string& path) {
               path, steps);
   if (critic_ && !critic_->load(path)) {
     critic_->copy_trunk_from(policy_);
-    log::info("{}: no critic (written by a run without one): the critic starts from the resumed policy's trunk with a "
-              "fresh value head and moments", path);
+    log::info("{}: no critic (written by a run without one): the critic's trunk is copied from the resumed policy; "
+              "its value head is the one built at start (fresh, or critic.init_from's) and its moments start at zero",
+              path);
   }
   h5::Handle rng = h5::open_group(f.id(), "rng");
   at::Generator gen = at::detail::getDefaultCPUGenerator();

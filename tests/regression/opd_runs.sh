@@ -105,6 +105,8 @@ run 2 wide --set train.mode=sft --set run.n_steps=1 --set parallel.placement=col
   --set data.path=inputs/data/addition_sft.jsonl --set model.hidden_size=64
 refused wrong_shape "the teacher's weights $out/wide/trainer_state.h5 do not fit the student's shape" 2 \
   --set train.opd_kl_coef=1 --set "teacher.path=$out/wide/trainer_state.h5"
+refused top_k_too_large "teacher.top_k = 300 (--set) exceeds the 260 ids both the teacher and the student" 2 \
+  --set train.opd_kl_coef=1 --set "teacher.path=$teacher" --set train.opd_topk_loss_coef=1 --set teacher.top_k=300
 refused teacher_without_opd "teacher.path (--set) configures on-policy distillation" 2 --set "teacher.path=$teacher"
 refused rollout_placement "a teacher on the rollout ranks is not built yet" 2 --set train.opd_kl_coef=1 \
   --set "teacher.path=$teacher" --set teacher.placement=rollout
