@@ -84,6 +84,7 @@ std::map<std::string, double> rollout_metrics(const RolloutBatch& batch, const R
   m["rollout/prompt_cursor"] = double(in.prompt_cursor);
   m["rollout/epoch"] = double(in.epoch);
   m["perf/reward_score_time"] = batch.score_s;
+  if (batch.teacher_s > 0) m["perf/teacher_time"] = batch.teacher_s;
   if (batch.tail_s >= 0) m["perf/rollout_tail_time"] = batch.tail_s;
   if (batch.generate_s > 0) m["perf/rollout_tokens_per_s"] = double(es.generated_tokens) / batch.generate_s;
   if (es.iterations > 0) m["perf/engine_iteration_s"] = (es.forward_s + es.sample_s) / double(es.iterations);

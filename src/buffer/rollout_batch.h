@@ -23,6 +23,7 @@ struct RolloutBatch {
   EngineStats engine_stats;    // summed over the engines
   int64_t groups_generated = 0, groups_dropped = 0, rounds = 0;
   double score_s = 0;          // router: time spent in the reward style, over all rounds
+  double teacher_s = 0;        // router, teacher.placement = "rollout": the teacher's scoring of the kept samples
   double tail_s = -1;          // router: the rounds' long tails (RolloutSide::generate), summed; < 0 not measured
   double generate_s = 0;       // rollout ranks: wall time of its rounds (generation and scoring)
 };

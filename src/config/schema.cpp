@@ -237,8 +237,8 @@ std::vector<KeySpec> declare_keys() {
                  "on-policy distillation's teacher: a Hugging Face directory (its own shape; its tokenizer must "
                  "equal the student's) or a slimpi trainer_state.h5 / checkpoint directory (the student's shape)"),
       choice_key("teacher.placement", "trainer", {"trainer", "rollout"},
-                 "where the teacher scores the samples: trainer = every trainer rank holds it (rollout: not built "
-                 "yet)"),
+                 "where the teacher scores the samples: trainer = every trainer rank holds it; rollout = the router "
+                 "(rollout rank 0, split placement) scores each batch as it is generated, off the trainers' time"),
       int_key("teacher.top_k", 16, 1, 4096, "tokens",
               "train.opd_topk_loss_coef > 0: the teacher's most likely tokens per position the loss compares"),
       // [critic]

@@ -27,13 +27,14 @@ std::vector<Sample> ReplaySource::trainer_share(int64_t step) {
     const size_t T = parts_.trainer_world_ranks.size() / tp, N = rows.size();
     const size_t me = static_cast<size_t>(rank_in(ctx_.world->trainer())) / tp;
     for (size_t i = me * N / T; i < (me + 1) * N / T; ++i) {
-      // What the router sent: the rollout fields and the post-processed reward; the
-      // trainer recomputes everything else as the recorded run did.
+      // What the router sent: the rollout fields, the post-processed reward and (a teacher
+      // on the router) the teacher's log-probs; the trainer recomputes everything else as
+      // the recorded run did (a teacher on the trainers: its log-probs too).
       Sample s = rows[i];
       SLIMPI_CHECK(std::isfinite(s.reward), "{}: step {} sample (group {}, index {}) has reward {}", path_, step,
                    s.group_index, s.index, s.reward);
       for (auto* field : {&s.old_log_probs, &s.ref_log_probs, &s.kl, &s.raw_advantages, &s.advantages, &s.values,
-                          &s.returns, &s.teacher_log_probs})
+                          &s.returns})
         field->clear();
       batch.push_back(std::move(s));
     }

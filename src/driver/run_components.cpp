@@ -109,6 +109,9 @@ void build_models(const RunContext& ctx, const std::string& resume_from, RunComp
     }
     return m;
   };
+  if (c.configs.trainer.opd_kl_coef > 0 && c.configs.trainer.teacher_placement == "rollout" &&
+      ctx.world->rank() == c.router_world_rank)
+    c.teacher = load_teacher(*c.configs.teacher, device);  // the router scores every kept sample
   if (ctx.world->is_trainer()) {
     c.model_parallel = std::make_unique<ModelParallel>(ctx.world->trainer(), tp, ep, ctx.device,
                                                        deck.get_bool("parallel.sequence_parallel"),
@@ -121,7 +124,7 @@ void build_models(const RunContext& ctx, const std::string& resume_from, RunComp
     }
     c.trainer = std::make_unique<Trainer>(c.configs.trainer, *c.policy, &mp.data(), c.reference.get(),
                                           mp.expert_replicas());
-    if (c.configs.trainer.opd_kl_coef > 0) {
+    if (c.configs.trainer.opd_kl_coef > 0 && c.configs.trainer.teacher_placement == "trainer") {
       c.teacher = load_teacher(*c.configs.teacher, device);
       c.trainer->set_teacher(c.teacher.get());
     }

@@ -43,7 +43,7 @@ struct RunComponents {
   std::unique_ptr<ModelParallel> model_parallel;  // trainer ranks: tensor, expert, data groups (outlives the models)
   std::unique_ptr<Transformer> policy;          // trainer ranks (a tensor and/or expert shard under model parallelism)
   std::unique_ptr<Transformer> reference;       // trainer ranks, with the KL loss
-  std::unique_ptr<Transformer> teacher;         // trainer ranks, with on-policy distillation
+  std::unique_ptr<Transformer> teacher;         // on-policy distillation: trainer ranks, or the router (teacher.placement)
   std::unique_ptr<Comm> engine_group_comm;      // split rollout ranks of a tensor-parallel engine (outlives engine_model)
   // split rollout ranks (a shard with rollout.tensor_parallel); colocate: a bf16 rollout or model parallelism
   // (else policy); SFT eval with model parallelism

@@ -27,6 +27,7 @@
 #include "train/model_parallel.h"
 #include "train/whole_model.h"
 #include "train/sft_data.h"
+#include "train/teacher_scores.h"
 #include "train/trainer.h"
 
 namespace slimpi {
@@ -166,6 +167,11 @@ void StepPhases::generate_batch(int64_t step, RolloutBatch& out) {
     static const std::string kept_context = "[rollout] the router's count of kept groups";
     WaitGuard guard({&kept_context, "MPI_Bcast", 1, "i32", 0});
     MPI_Bcast(&kept, 1, MPI_INT, 0, ctx_.world->rollout());
+  }
+  if (parts_.teacher && !parts_.trainer) {  // teacher.placement = "rollout": the router scores the kept samples
+    Stopwatch clock;
+    score_with_teacher(*parts_.teacher, out.kept, teacher_scoring(parts_.configs.trainer, parts_.configs.model.vocab_size));
+    out.teacher_s += clock.seconds();
   }
   out.generate_s += rounds_clock.seconds();
   step_.generation_s += rounds_clock.seconds();

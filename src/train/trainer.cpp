@@ -12,6 +12,7 @@
 #include "train/advantages.h"
 #include "train/expert_parallel.h"
 #include "train/gae.h"
+#include "train/teacher_scores.h"
 #include "model/head_log_probs.h"
 #include "model/head_top_k.h"
 #include "train/metric_sums.h"
@@ -197,54 +198,25 @@ std::vector<std::vector<float>> Trainer::response_log_probs(const std::vector<Sa
   return out;
 }
 
-void Trainer::score_with_teacher(std::vector<Sample>& samples) const {
-  at::NoGradGuard no_grad;
-  const bool top_k = cfg_.opd_topk_loss_coef > 0;
-  std::vector<int64_t> lengths;
-  for (const auto& s : samples) lengths.push_back(static_cast<int64_t>(s.tokens.size()));
-  for (const auto& which : plan_micro_batches(lengths, cfg_.n_micro_batches, cfg_.max_tokens_per_micro_batch)) {
-    PackedBatch b = pack(samples, which, teacher_->device());
-    b.support = at::Tensor();  // the teacher's whole distribution, whatever the student sampled from
-    at::Tensor hidden;         // [T, d]
-    const at::Tensor logp = packed_log_probs(*teacher_, b, cfg_.precision, cfg_.temperature, false, nullptr,
-                                             top_k ? &hidden : nullptr).logp.cpu().contiguous();  // [N]
-    at::Tensor ids, q;  // [N, k] each
-    if (top_k) {
-      const ScoredPositions at = response_positions(b.tokens, b.seq_lens, b.prompt_lens);
-      // Only ids the student has rows for (a teacher may pad its vocabulary further).
-      std::tie(ids, q) = head_top_k(*teacher_, hidden, at.logit_rows, cfg_.opd_top_k, cfg_.temperature,
-                                    policy_.config().vocab_size);
-      ids = ids.cpu().contiguous();
-      q = q.cpu().contiguous();
-    }
-    int64_t start = 0;
-    for (int64_t i : which) {
-      Sample& s = samples[size_t(i)];
-      const int64_t n = s.response_length();
-      s.teacher_log_probs.assign(logp.data_ptr<float>() + start, logp.data_ptr<float>() + start + n);
-      if (top_k) {
-        const int64_t k = ids.size(1);
-        s.teacher_topk_ids.assign(ids.data_ptr<int64_t>() + start * k, ids.data_ptr<int64_t>() + (start + n) * k);
-        s.teacher_topk_probs.assign(q.data_ptr<float>() + start * k, q.data_ptr<float>() + (start + n) * k);
-      }
-      start += n;
-    }
-  }
-}
 
 std::map<std::string, double> Trainer::prepare_rollout(std::vector<Sample>& local, bool recompute_old) {
   SLIMPI_CHECK(cfg_.mode == "rl", "prepare_rollout is for RL rollouts");
-  SLIMPI_CHECK((cfg_.opd_kl_coef > 0) == (teacher_ != nullptr), "on-policy distillation needs a teacher, and a teacher "
-               "train.opd_kl_coef > 0");
+  SLIMPI_CHECK(!teacher_ || cfg_.opd_kl_coef > 0, "a teacher on the trainer needs train.opd_kl_coef > 0");
   // The student's log-probs of the reverse KL are the training recompute (slime's default).
-  const bool with_old = recompute_old || cfg_.kl_coef != 0.0 || teacher_;
+  const bool with_old = recompute_old || cfg_.kl_coef != 0.0 || cfg_.opd_kl_coef > 0;
   if (reference_) compute_log_probs(local, /*reference=*/true);
   if (with_old) compute_log_probs(local, /*reference=*/false);
   if (critic_) {  // the values before this rollout's critic steps: GAE's and the value loss's V_old
     std::vector<std::vector<float>> values = critic_->values(local);
     for (size_t i = 0; i < local.size(); ++i) local[i].values = std::move(values[i]);
   }
-  if (teacher_) score_with_teacher(local);  // one prefill-only forward of the teacher
+  if (teacher_)  // one prefill-only forward of the teacher (teacher.placement = "trainer")
+    score_with_teacher(*teacher_, local, teacher_scoring(cfg_, policy_.config().vocab_size));
+  if (cfg_.opd_kl_coef > 0)  // (teacher.placement = "rollout": the router scored them)
+    for (const Sample& s : local)
+      SLIMPI_CHECK(int64_t(s.teacher_log_probs.size()) == s.response_length(),
+                   "sample (step {}, group {}, index {}) reached the trainer with {} teacher log-probs for {} tokens",
+                   s.step, s.group_index, s.index, s.teacher_log_probs.size(), s.response_length());
   std::vector<at::Tensor> advantages, masks, per_sample;  // [R_i] each; per_sample: m / Σm (a sample's token mean)
   // The metric names depend on the configuration only, so that every dp rank reduces
   // the same list, whatever samples it holds.
@@ -253,7 +225,8 @@ std::map<std::string, double> Trainer::prepare_rollout(std::vector<Sample>& loca
   if (with_old) sums.add_value("rollout/log_probs", 0.0);
   if (reference_) sums.add_value("rollout/ref_log_probs", 0.0);
   if (reference_ && with_old) sums.add_value("rollout/kl", 0.0);
-  if (teacher_) sums.add_value("train/opd_reverse_kl", 0.0);
+  const bool opd = cfg_.opd_kl_coef > 0;
+  if (opd) sums.add_value("train/opd_reverse_kl", 0.0);
   if (critic_)  // token sums over the rollout: Σm, Σm·G, Σm·G², Σm·(G − V), Σm·(G − V)²; per-sample means
     for (const char* k : {"ev/n", "ev/g", "ev/g2", "ev/e", "ev/e2", "train/values_mean", "train/returns_mean"})
       sums.add_value(k, 0.0);
@@ -272,7 +245,7 @@ std::map<std::string, double> Trainer::prepare_rollout(std::vector<Sample>& loca
     masks.push_back(mask);
     per_sample.push_back(mask / std::max(mask_sum(s), 1.0));
     AdvantageInputs in;
-    in.reward = teacher_ && !cfg_.opd_task_reward ? 0.0f : s.reward;  // pure distillation: no task reward
+    in.reward = opd && !cfg_.opd_task_reward ? 0.0f : s.reward;  // pure distillation: no task reward
     in.mask = mask;
     in.kl_coef = cfg_.kl_coef;
     in.gamma = cfg_.gamma;
@@ -285,7 +258,7 @@ std::map<std::string, double> Trainer::prepare_rollout(std::vector<Sample>& loca
       if (reference_ && with_old) sums.add("rollout/kl", kl, per_sample.back());
     }
     at::Tensor adv = compute_advantages(cfg_.advantage_estimator, in).to(at::kFloat).contiguous();  // [R]
-    if (teacher_) {  // slime's apply_opd_kl_to_advantages: A − coef·(logp − logp_teacher), every token
+    if (opd) {  // slime's apply_opd_kl_to_advantages: A − coef·(logp − logp_teacher), every token
       const at::Tensor reverse_kl = at::tensor(s.old_log_probs) - at::tensor(s.teacher_log_probs);  // [R]
       adv = (adv - cfg_.opd_kl_coef * reverse_kl).contiguous();
       sums.add("train/opd_reverse_kl", reverse_kl, per_sample.back());
@@ -327,7 +300,7 @@ std::map<std::string, double> Trainer::prepare_rollout(std::vector<Sample>& loca
   std::map<std::string, double> metrics;
   for (const auto& [k, v] : totals)
     if (k.rfind("rollout/", 0) == 0 && k != "rollout/n_samples") metrics[k] = v / n;
-  if (teacher_) metrics["train/opd_reverse_kl"] = totals["train/opd_reverse_kl"] / n;
+  if (opd) metrics["train/opd_reverse_kl"] = totals["train/opd_reverse_kl"] / n;
   if (critic_) {
     for (const char* k : {"train/values_mean", "train/returns_mean"}) metrics[k] = totals[k] / n;
     const double N = std::max(totals["ev/n"], 1.0);

@@ -110,8 +110,9 @@ class Trainer {
   // fills each sample's values and returns with it; the caller trains it
   // (Critic::train_step) before the policy's steps, as slime does.
   Critic* critic() { return critic_.get(); }
-  // On-policy distillation (train.opd_kl_coef > 0): the frozen teacher whose log-probs
-  // prepare_rollout takes (driver/teacher_model.h builds it). Not owned.
+  // On-policy distillation (train.opd_kl_coef > 0) with teacher.placement = "trainer": the
+  // frozen teacher whose log-probs prepare_rollout takes (driver/teacher_model.h builds
+  // it; not owned). With "rollout" there is none here: the samples arrive scored.
   void set_teacher(const Transformer* teacher) { teacher_ = teacher; }
 
   // Model, optimizer state, step count and the torch CPU RNG state in one HDF5 file,
@@ -135,9 +136,6 @@ class Trainer {
   // Forwards the ranks of this rank's expert group run together for `n` of its own
   // micro-batches (n without expert parallelism).
   int64_t aligned_micro_batches(int64_t n) const;
-  // Each sample's teacher_log_probs (whole vocabulary) and, with the top-k loss, its
-  // teacher_topk_ids / _probs: one teacher forward per micro-batch, no grad.
-  void score_with_teacher(std::vector<Sample>& samples) const;
   // Each sample's response log-probs under `model`, no grad, with or without replaying
   // its routing trace; collective over the expert group.
   std::vector<std::vector<float>> response_log_probs(const std::vector<Sample>& samples, const Transformer& model,

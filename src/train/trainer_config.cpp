@@ -84,10 +84,21 @@ void refuse_bad_combinations(const TrainerConfig& c, const Deck& deck) {
   if (opd && deck.get_float("train.opd_topk_loss_coef") == 0 && !deck.has_default_value("teacher.top_k"))
     SLIMPI_FAIL_ALL("teacher.top_k ({}) sizes the top-k distillation loss, which train.opd_topk_loss_coef = 0 ({}) "
                     "leaves off", deck.source("teacher.top_k"), deck.source("train.opd_topk_loss_coef"));
-  if (opd && deck.get_string("teacher.placement") != "trainer")
-    SLIMPI_FAIL_ALL("teacher.placement = \"{}\" ({}): a teacher on the rollout ranks is not built yet; use "
-                    "\"trainer\" (the teacher scores on every trainer rank)",
-                    deck.get_string("teacher.placement"), deck.source("teacher.placement"));
+  if (opd && deck.get_string("teacher.placement") == "rollout") {
+    const std::string& where = deck.source("teacher.placement");
+    if (deck.get_string("parallel.placement") != "split")
+      SLIMPI_FAIL_ALL("teacher.placement = \"rollout\" ({}) puts the teacher on the router, a rollout rank apart from "
+                      "the trainers; parallel.placement = \"{}\" ({}) has none: use teacher.placement = \"trainer\"",
+                      where, deck.get_string("parallel.placement"), deck.source("parallel.placement"));
+    if (deck.get_float("train.opd_topk_loss_coef") > 0)
+      SLIMPI_FAIL_ALL("teacher.placement = \"rollout\" ({}) with train.opd_topk_loss_coef ({}): the teacher's top-k "
+                      "ids do not travel with the samples; use teacher.placement = \"trainer\"", where,
+                      deck.source("train.opd_topk_loss_coef"));
+    if (deck.get_string("train.async") == "full")
+      SLIMPI_FAIL_ALL("teacher.placement = \"rollout\" ({}) with train.async = \"full\" ({}): the streaming rollout "
+                      "does not score with a teacher yet; use teacher.placement = \"trainer\"", where,
+                      deck.source("train.async"));
+  }
   if (c.adam.beta1 >= 1.0 || c.adam.beta2 >= 1.0)
     SLIMPI_FAIL_ALL("train.adam_beta1 = {} ({}) and train.adam_beta2 = {} ({}) must each be in [0, 1)", c.adam.beta1,
                     deck.source("train.adam_beta1"), c.adam.beta2, deck.source("train.adam_beta2"));
@@ -164,6 +175,7 @@ TrainerConfig TrainerConfig::from_deck(const Deck& deck) {
   k.seed = uint64_t(deck.get_int("run.seed"));
   c.opd_kl_coef = deck.get_float("train.opd_kl_coef");
   c.opd_task_reward = deck.get_bool("train.opd_task_reward");
+  c.teacher_placement = deck.get_string("teacher.placement");
   c.opd_topk_loss_coef = deck.get_float("train.opd_topk_loss_coef");
   c.opd_top_k = deck.get_int("teacher.top_k");
   refuse_bad_combinations(c, deck);

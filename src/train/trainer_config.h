@@ -73,6 +73,7 @@ struct TrainerConfig {
   // reward is left out of the advantages (pure distillation).
   double opd_kl_coef = 0.0;
   bool opd_task_reward = true;
+  std::string teacher_placement = "trainer";  // "trainer": scored in prepare_rollout; "rollout": by the router
   // The top-k distillation loss: coef · Σ_t w_t Σ_{j ∈ top-k} q_j (log q_j − log p_θ(j)),
   // q the teacher's top-k renormalised, p_θ the student's softmax (0 = off).
   double opd_topk_loss_coef = 0.0;

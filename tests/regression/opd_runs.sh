@@ -11,10 +11,16 @@
 #    parallelism: its KL from the teacher's top-k to the student halves, the reverse KL falls;
 #  * a teacher equal to the student (both from the teacher's file) gives zero KL and the
 #    advantages of the same run without a teacher, bit for bit;
-#  * resume is bit for bit with a teacher: 2 + 2 job steps equal 4 straight;
+#  * the teacher on the router (teacher.placement = "rollout"): the teacher log-probs and
+#    advantages of the trainer-placed run to 1e-5 / 1e-4 (other micro-batches), its time in
+#    perf/teacher_time;
+#  * resume is bit for bit with a teacher: 2 + 2 job steps equal 4 straight, on the
+#    trainers (synchronous) and on the router (one step off: the pending batch keeps its
+#    teacher log-probs);
 #  * refused with the reason: no teacher.path, a missing one, a Hugging Face teacher whose
-#    tokenizer is not the student's, a slimpi teacher of another shape, teacher keys without
-#    opd_kl_coef, the rollout placement; each within seconds (no rank left waiting).
+#    tokenizer is not the student's, a slimpi teacher of another shape, teacher.top_k beyond
+#    the vocabulary, teacher keys without opd_kl_coef, the router's teacher when colocated or
+#    with the top-k loss; each within seconds (no rank left waiting).
 # Usage: opd_runs.sh SLIMPI ROOT "MPIRUN FLAGS"
 set -euo pipefail
 source "$(dirname "$0")/run_helpers.sh"
@@ -38,6 +44,9 @@ run 4 topk --set run.n_steps=30 --set train.opd_task_reward=false --set train.op
 
 echo "== np 4 split: the advantages against slime's formula"
 run 4 numbers --set run.n_steps=2 --set train.opd_kl_coef=0.3
+
+echo "== the teacher on the router (teacher.placement = rollout): the trainer-placed run's numbers"
+run 4 on_router --set run.n_steps=2 --set train.opd_kl_coef=0.3 --set teacher.placement=rollout
 
 echo "== a teacher equal to the student"
 run 2 same --set run.n_steps=1 --set parallel.placement=colocate --set "model.init_from=$teacher"
@@ -78,6 +87,16 @@ with h5py.File(f"{out}/numbers/rollouts.h5") as f:
 assert n > 0 and worst < 1e-6, (n, worst)
 print(f"opd_runs: {n} tokens' advantages equal slime's A - coef * (logp - logp_teacher) to {worst:.1e}")
 
+with h5py.File(f"{out}/numbers/rollouts.h5") as a, h5py.File(f"{out}/on_router/rollouts.h5") as b:
+    ta, tb = a["samples/teacher_log_probs/values"][:], b["samples/teacher_log_probs/values"][:]
+    aa, ab = a["samples/advantages/values"][:], b["samples/advantages/values"][:]
+    assert ta.shape == tb.shape and ta.size > 0 and np.abs(ta - tb).max() < 1e-5, np.abs(ta - tb).max()
+    assert np.abs(aa - ab).max() < 1e-4, np.abs(aa - ab).max()
+with h5py.File(f"{out}/on_router/metrics.h5") as f:
+    assert np.all(f["steps/perf/teacher_time"][:2] > 0)
+print(f"opd_runs: the router's teacher gives the trainers' teacher log-probs to {np.abs(ta - tb).max():.1e} and "
+      f"advantages to {np.abs(aa - ab).max():.1e}")
+
 with h5py.File(f"{out}/same/metrics.h5") as f:
     assert f["steps/train/opd_reverse_kl"][0] == 0.0
 with h5py.File(f"{out}/same/rollouts.h5") as a, h5py.File(f"{out}/same_plain/rollouts.h5") as b:
@@ -93,6 +112,12 @@ run 4 straight --set run.n_steps=4
 run 4 chunked --set run.n_steps=4 --set run.job_steps=2
 run 4 chunked --set run.n_steps=4 --set run.job_steps=2
 $compare "$out/straight" "$out/chunked"
+echo "== the router's teacher with train.async = one_step_off: 2 + 2 job steps equal 4 straight"
+args+=(--set teacher.placement=rollout --set train.async=one_step_off)
+run 4 straight_router --set run.n_steps=4
+run 4 chunked_router --set run.n_steps=4 --set run.job_steps=2
+run 4 chunked_router --set run.n_steps=4 --set run.job_steps=2
+$compare "$out/straight_router" "$out/chunked_router"
 
 args=(run inputs/smoke_rl.toml --set eval.interval=0 --set run.n_steps=1)
 refused no_teacher "train.opd_kl_coef = 1 (--set) needs a teacher: set teacher.path" 2 --set train.opd_kl_coef=1
@@ -108,6 +133,8 @@ refused wrong_shape "the teacher's weights $out/wide/trainer_state.h5 do not fit
 refused top_k_too_large "teacher.top_k = 300 (--set) exceeds the 260 ids both the teacher and the student" 2 \
   --set train.opd_kl_coef=1 --set "teacher.path=$teacher" --set train.opd_topk_loss_coef=1 --set teacher.top_k=300
 refused teacher_without_opd "teacher.path (--set) configures on-policy distillation" 2 --set "teacher.path=$teacher"
-refused rollout_placement "a teacher on the rollout ranks is not built yet" 2 --set train.opd_kl_coef=1 \
-  --set "teacher.path=$teacher" --set teacher.placement=rollout
+refused router_colocated "parallel.placement = \"colocate\" (--set) has none" 2 --set train.opd_kl_coef=1 \
+  --set "teacher.path=$teacher" --set teacher.placement=rollout --set parallel.placement=colocate
+refused router_topk "the teacher's top-k ids do not travel with the samples" 2 --set train.opd_kl_coef=1 \
+  --set "teacher.path=$teacher" --set teacher.placement=rollout --set train.opd_topk_loss_coef=1
 echo "opd_runs: passed"
