@@ -46,6 +46,11 @@ ParameterSplit parameter_split(const std::string& full_name, const ModelConfig& 
   return {};
 }
 
+bool first_holder(const std::string& name, const ModelConfig& cfg, const TensorShard& shard) {
+  const ParameterSplit split = parameter_split(name, cfg, shard.size);
+  return split.split() ? split.first_replica(shard.rank) : shard.rank == 0;
+}
+
 at::Tensor shard_of_whole(const at::Tensor& whole, const ParameterSplit& split, const TensorShard& shard) {
   if (!split.split() || shard.size <= 1) return whole;
   SLIMPI_CHECK(whole.size(split.dim) == split.whole, "tensor-parallel split of a tensor of {} along dim {}, expected {}",

@@ -117,6 +117,11 @@ struct StoredWhole::Span {
   int64_t stored = 0;
 };
 
+// Whether `shard`'s rank is the first of its tensor group to hold its part of parameter
+// (or moment, "exp_avg/<parameter>") `name`: the rank that writes it to a checkpoint
+// (tensor rank 0 for a tensor every rank holds whole; the first replica of a key/value head).
+bool first_holder(const std::string& name, const ModelConfig& cfg, const TensorShard& shard);
+
 // Refuses (slimpi::Error, with the numbers) a model that cannot split over t ranks:
 // query heads or the MLP width not divisible by t, key/value heads neither divisible
 // by t nor dividing it.

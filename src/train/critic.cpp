@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <tuple>
 
 #include "core/log.h"
 #include "io/h5.h"
@@ -18,6 +19,7 @@
 #include "train/metric_sums.h"
 #include "train/micro_batches.h"
 #include "train/packed_batch.h"
+#include "train/gradient_groups.h"
 #include "train/value_loss.h"
 
 namespace slimpi {
@@ -43,9 +45,11 @@ bool holds_critic(const std::string& path) {
 
 Critic::Critic(const TrainerConfig& trainer, const Transformer& policy, Comm* dp, uint64_t seed)
     : cfg_(trainer), dp_(dp) {
-  SLIMPI_CHECK(!policy.sharded(), "the critic runs data-parallel only: the policy is a tensor or expert shard");
+  SLIMPI_CHECK(policy.expert_shard().size <= 1, "the critic is not expert-parallel: the policy is an expert shard");
   const ModelConfig mc = trunk_config(policy.config());
-  trunk_ = std::make_unique<Transformer>(mc, seed, policy.device(), at::kFloat);
+  const TensorShard& tp = policy.tensor_shard();
+  trunk_ = std::make_unique<Transformer>(mc, seed, policy.device(), at::kFloat, ExpertShard{}, tp);
+  const StoredWhole stored{&trunk_->config(), tp};
   trunk_->set_recompute(cfg_.recompute);
   const at::TensorOptions f32 = at::TensorOptions().dtype(at::kFloat).device(policy.device());
   // A fresh head: N(0, init_std) weights from its own stream (the run seed's), zero bias.
@@ -62,18 +66,28 @@ Critic::Critic(const TrainerConfig& trainer, const Transformer& policy, Comm* dp
   if (from.empty()) {
     copy_trunk_from(policy);
     log::info("critic: the policy's architecture, its trunk copied from the policy's initial weights, a fresh value "
-              "head ({} trained parameters)", n_trained());
+              "head ({} trained parameters on this rank)", n_trained());
   } else if (holds_critic(from)) {
     h5::File f = h5::File::open(from, false, MPI_COMM_NULL);
     h5::Handle model = h5::open_group(h5::open_group(f.id(), "critic").id(), "model");
     at::NoGradGuard no_grad;
-    read_tensors_into(model.id(), trained_);
+    read_tensors_into(model.id(), trained_, false, stored);
     log::info("critic: trunk and value head from {} (a PPO run's critic)", from);
   } else {
-    load_model_weights(trunk_->parameters(), from, "model");
+    load_model_weights(trunk_->parameters(), from, "model", false, stored);
     log::info("critic: trunk from {}, which has no value head: a fresh value head", from);
   }
-  grads_ = std::make_unique<GradBuffer>(trained_, cfg_.grad_bucket_bytes);
+  const double kv_replicas = double(kv_head_replicas(mc, tp.size));
+  for (const auto& [kind, norm_over, replicas] :
+       {std::tuple{GradientGroup::Replicated, (Comm*)nullptr, 1.0}, std::tuple{GradientGroup::TensorSplit, tp.comm, 1.0},
+        std::tuple{GradientGroup::KvReplicas, tp.comm, kv_replicas}}) {
+    std::vector<NamedTensor> params;
+    for (const auto& p : trained_)
+      if (group_of(*trunk_, p.name) == kind) params.push_back(p);
+    if (!params.empty())
+      grads_.push_back({std::make_unique<GradBuffer>(params, cfg_.grad_bucket_bytes), tp.size > 1 ? norm_over : nullptr,
+                        replicas});
+  }
   AdamW::Options adam = cfg_.adam;
   adam.weight_decay = cfg_.critic.weight_decay;
   optimizer_ = std::make_unique<AdamW>(trained_, adam);
@@ -99,7 +113,14 @@ at::Tensor Critic::forward(const PackedBatch& b) const {
     hidden = trunk_->forward_packed_hidden(b.tokens, b.seq_lens);
   }
   const ScoredPositions at = response_positions(b.tokens, b.seq_lens, b.prompt_lens);
-  const at::Tensor h = hidden.index_select(0, at.logit_rows);  // [N, d]: the positions that score each token
+  at::Tensor h = hidden.index_select(0, at.logit_rows);  // [N, d]: the positions that score each token
+  if (const int t = trunk_->tensor_shard().size; t > 1 && h.requires_grad()) {
+    // Every rank of the tensor group holds the whole head and the same loss: the trunk's
+    // backward sums the ranks' gradients of h, so each passes 1/t of it (the forward
+    // value is h exactly: the difference is zero).
+    const at::Tensor held = h.detach();
+    h = held + (h - held) * (1.0 / double(t));
+  }
   return at::linear(h, head_weight_, head_bias_).squeeze(-1);   // [N]
 }
 
@@ -129,7 +150,7 @@ std::map<std::string, double> Critic::train_step(const std::vector<Sample>& loca
   if (dp_) allreduce(*dp_, counts);
   const double n_samples = counts[0].item<double>(), n_masked = counts[1].item<double>();
   if (n_samples == 0) return {};
-  grads_->zero();
+  for (auto& g : grads_) g.buffer->zero();
   MetricSums sums;
   for (const char* k : {"train/value_loss", "train/value_clipfrac"}) sums.add_value(k, 0.0);
   std::vector<int64_t> lengths;
@@ -147,14 +168,16 @@ std::map<std::string, double> Critic::train_step(const std::vector<Sample>& loca
     sums.add("train/value_clipfrac", terms.clipped, weight);
     (terms.loss * weight).sum().backward();
   }
-  SLIMPI_CHECK(grads_->grads_alias_buffer(), "autograd replaced a critic gradient outside its flat buffer");
-  grads_->all_reduce(dp_);
+  for (auto& g : grads_) {
+    SLIMPI_CHECK(g.buffer->grads_alias_buffer(), "autograd replaced a critic gradient outside its flat buffer");
+    g.buffer->all_reduce(dp_);
+  }
   std::map<std::string, double> metrics = sums.reduce(dp_);
   const double lr = cfg_.critic.lr.at(optimizer_->n_steps());
-  const double norm = grads_->global_norm();
+  const double norm = grad_norm();
   const bool finite = std::isfinite(norm) && std::isfinite(metrics["train/value_loss"]);
   if (finite) {
-    grads_->clip(norm, cfg_.critic.clip_grad);
+    for (auto& g : grads_) g.buffer->clip(norm, cfg_.critic.clip_grad);
     optimizer_->step(lr);
   } else if (!cfg_.skip_nonfinite_steps) {
     SLIMPI_FAIL_ALL("critic step {}: the value loss is {} and the gradient norm {}; stopping before they reach the "
@@ -167,7 +190,19 @@ std::map<std::string, double> Critic::train_step(const std::vector<Sample>& loca
   return metrics;
 }
 
-void Critic::save(const h5::File& file, bool stores, std::exception_ptr& error) const {
+double Critic::grad_norm() const {
+  // Every element counted once: the replicated parameters on this rank, the split ones
+  // added up over the tensor group (the replicated key/value heads divided by their replicas).
+  double sq = 0;
+  for (const auto& g : grads_) {
+    at::Tensor mine = at::full({1}, std::pow(g.buffer->global_norm(), 2), at::kDouble);
+    if (g.norm_over) allreduce(*g.norm_over, mine);
+    sq += mine.item<double>() / g.replicas;
+  }
+  return std::sqrt(sq);
+}
+
+void Critic::save(const h5::File& file, bool dp_first, std::exception_ptr& error) const {
   // Every collective call (groups, attributes, the datasets' creation) is made on every
   // rank whatever happened before; only this rank's writes may fail, and the first
   // failure is kept in `error` for the caller.
@@ -179,9 +214,10 @@ void Critic::save(const h5::File& file, bool stores, std::exception_ptr& error) 
     if (std::string(group) == "optimizer") h5::write_attr(g.id(), "n_steps", optimizer_->n_steps());
     try {
       std::vector<TensorPiece> pieces;
-      if (stores)
-        for (const auto& t : *tensors) pieces.push_back(whole_piece(t.name, t.tensor));
-      write_tensor_pieces(file, g.id(), StoredWhole{}, *tensors, pieces);
+      for (const auto& t : *tensors)
+        if (dp_first && first_holder(t.name, trunk_->config(), trunk_->tensor_shard()))
+          pieces.push_back(whole_piece(t.name, t.tensor));
+      write_tensor_pieces(file, g.id(), StoredWhole{&trunk_->config(), trunk_->tensor_shard()}, *tensors, pieces);
     } catch (...) {
       if (!error) error = std::current_exception();
     }
@@ -193,9 +229,10 @@ bool Critic::load(const std::string& path) {
   if (!h5::exists(f.id(), "critic")) return false;
   h5::Handle critic = h5::open_group(f.id(), "critic");
   at::NoGradGuard no_grad;
-  read_tensors_into(h5::open_group(critic.id(), "model").id(), trained_);
+  const StoredWhole stored{&trunk_->config(), trunk_->tensor_shard()};
+  read_tensors_into(h5::open_group(critic.id(), "model").id(), trained_, false, stored);
   h5::Handle opt = h5::open_group(critic.id(), "optimizer");
-  read_tensors_into(opt.id(), optimizer_->state());
+  read_tensors_into(opt.id(), optimizer_->state(), false, stored);
   optimizer_->set_n_steps(h5::read_attr_int(opt.id(), "n_steps"));
   n_rollouts_ = h5::read_attr_int(critic.id(), "n_rollouts");
   return true;

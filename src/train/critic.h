@@ -4,8 +4,13 @@
 // clipped value loss (train/value_loss.h) by its own AdamW, learning-rate schedule and
 // gradient clip ([critic] in the deck).
 //
-// Owned by the Trainer on every trainer rank (data parallelism only: each rank holds the
-// whole critic, its gradients are summed over the data-parallel group like the policy's).
+// Owned by the Trainer on every trainer rank, laid out as the policy: split over its tensor
+// group (the value head, like the norms, whole on every rank of it), a replica on every
+// data-parallel rank, its gradients summed over the data-parallel group in one buffer per
+// kind of parameter (train/gradient_groups.h). Not expert-parallel (refused).
+// Under tensor parallelism every rank of a group computes the same values and loss; the
+// trunk's output enters the head with its gradient divided by the group's size, since the
+// trunk's backward sums the ranks' gradients of it (copy_to_tp / gather_from_sequence).
 // V_t of response token t is the head at the position whose logits score t (the
 // position before it), as slime's get_values takes it. Invariant: every data-parallel
 // rank holds the same critic weights and moments (same start, same summed gradients).
@@ -65,10 +70,11 @@ class Critic {
   void copy_trunk_from(const Transformer& policy);
 
   // Group "critic" of a trainer_state.h5 being written (collective over the file's
-  // communicator: `stores` says whether this rank writes the tensors; the first failure
+  // communicator: every tensor written by the first data-parallel rank (dp_first) among
+  // the first holders of its part in the tensor group; the first failure
   // of this rank's writes goes into `error`, after every collective call was made), and
   // read back: false when the file holds no critic (written by a run without one).
-  void save(const h5::File& file, bool stores, std::exception_ptr& error) const;
+  void save(const h5::File& file, bool dp_first, std::exception_ptr& error) const;
   bool load(const std::string& path);
 
  private:
@@ -80,7 +86,15 @@ class Critic {
   std::unique_ptr<Transformer> trunk_;
   at::Tensor head_weight_, head_bias_;  // [1, d], [1]
   std::vector<NamedTensor> trained_;    // the trunk's parameters the head reads through, then the head's
-  std::unique_ptr<GradBuffer> grads_;
+  // One gradient buffer per kind of parameter, with the group its norm adds up over and
+  // how many replicas there count each element (as the Trainer's).
+  struct Grads {
+    std::unique_ptr<GradBuffer> buffer;
+    Comm* norm_over = nullptr;
+    double replicas = 1;
+  };
+  std::vector<Grads> grads_;
+  double grad_norm() const;
   std::unique_ptr<AdamW> optimizer_;
   int64_t n_rollouts_ = 0;
 };

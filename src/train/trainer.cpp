@@ -12,6 +12,7 @@
 #include "train/advantages.h"
 #include "train/expert_parallel.h"
 #include "train/gae.h"
+#include "train/gradient_groups.h"
 #include "train/teacher_scores.h"
 #include "model/head_log_probs.h"
 #include "model/head_top_k.h"
@@ -29,21 +30,8 @@ namespace slimpi {
 
 namespace {
 
-// The kinds of parameter, each with its own gradient buffer: replicated on every rank
-// of the tensor group (all of them without model parallelism), split over the tensor
-// group (model/tensor_shard.h), split with each part on several ranks of the group (key/
-// value heads replicated when t > Hkv), one expert shard's (expert parallelism). The MTP
-// layers' parameters (model.mtp_num_layers) have buffers of their own, by the same kinds.
-enum class GradientGroup { Replicated, TensorSplit, KvReplicas, Experts };
-
-GradientGroup group_of(const Transformer& policy, const std::string& name) {
-  if (policy.expert_shard().size > 1 && Transformer::is_expert_parameter(name)) return GradientGroup::Experts;
-  const int t = policy.tensor_shard().size;
-  if (t == 1) return GradientGroup::Replicated;
-  const ParameterSplit split = parameter_split(name, policy.config(), t);
-  if (!split.split()) return GradientGroup::Replicated;
-  return split.replicas > 1 ? GradientGroup::KvReplicas : GradientGroup::TensorSplit;
-}
+// The MTP layers' parameters (model.mtp_num_layers) have gradient buffers of their own,
+// by the same kinds as the trunk's (train/gradient_groups.h).
 
 // The parameters the optimizer updates: all, or all but the MTP layers' (a frozen draft).
 std::vector<NamedTensor> trainable(const Transformer& policy, bool with_mtp) {

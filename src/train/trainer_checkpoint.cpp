@@ -46,9 +46,7 @@ bool any_rank(bool mine, MPI_Comm comm, const std::string& context) {
 }  // namespace
 
 bool Trainer::first_in_tensor_group(const std::string& param) const {
-  const TensorShard& tp = policy_.tensor_shard();
-  const ParameterSplit split = parameter_split(param, policy_.config(), tp.size);
-  return split.split() ? split.first_replica(tp.rank) : tp.rank == 0;
+  return first_holder(param, policy_.config(), policy_.tensor_shard());
 }
 
 bool Trainer::stores_part(const std::string& name) const {
@@ -121,8 +119,9 @@ void Trainer::save(const std::string& path, MPI_Comm trainer) const {
       h5::Handle rng = h5::create_group(f.id(), "rng");
       keep_going([&] { write_tensor_pieces(f, rng.id(), StoredWhole{}, {{"torch_cpu", rng_state}}, rng_pieces); });
     }
-    // The critic (ppo) is whole on every data-parallel rank: the first writes it.
-    if (critic_) critic_->save(f, !dp_ || dp_->rank() == 0, error);
+    // The critic (ppo): a replica on every data-parallel rank (the first writes it), split
+    // over the tensor group as the policy is.
+    if (critic_) critic_->save(f, /*dp_first=*/!dp_ || dp_->rank() == 0, error);
     keep_going([&] { f.close(); });  // throws when the data did not all reach the file
   }
   if (any_rank(error != nullptr, trainer, "writing " + path) && root) {

@@ -63,11 +63,11 @@ void refuse_bad_combinations(const TrainerConfig& c, const Deck& deck) {
         SLIMPI_FAIL_ALL("{} ({}) is GAE's lambda of train.advantage_estimator = \"ppo\"; \"{}\" ({}) would ignore it",
                         k, deck.source(k), c.advantage_estimator, deck.source("train.advantage_estimator"));
   if (critic && c.mode == "rl")
-    for (const char* k : {"parallel.tensor_parallel", "parallel.expert_parallel"})
-      if (deck.get_int(k) > 1)
-        SLIMPI_FAIL_ALL("train.advantage_estimator = \"ppo\" ({}) with {} = {} ({}): the critic runs data-parallel "
-                        "only for now (every trainer rank holds it whole)",
-                        deck.source("train.advantage_estimator"), k, deck.get_int(k), deck.source(k));
+    if (deck.get_int("parallel.expert_parallel") > 1)
+      SLIMPI_FAIL_ALL("train.advantage_estimator = \"ppo\" ({}) with parallel.expert_parallel = {} ({}): the critic is "
+                      "not expert-parallel yet (it is split over the tensor group and replicated over the data-parallel "
+                      "ranks)", deck.source("train.advantage_estimator"), deck.get_int("parallel.expert_parallel"),
+                      deck.source("parallel.expert_parallel"));
   const bool opd = deck.get_float("train.opd_kl_coef") > 0;
   if (opd && c.mode != "rl")
     SLIMPI_FAIL_ALL("train.opd_kl_coef ({}) distils a teacher into the policy's own samples; train.mode = \"{}\" ({}) "

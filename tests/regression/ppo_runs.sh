@@ -9,7 +9,9 @@
 #  * resume is bit for bit: 2 + 2 job steps equal a straight 4-step run (critic weights
 #    and moments included: trainer_state.h5's critic group);
 #  * critic.warmup_rollouts = 2: the first two steps train the critic alone;
-#  * refused with the reason: a [critic] key without ppo, ppo under tensor parallelism.
+#  * under tensor parallelism (the critic split as the policy): resume bit for bit, whole
+#    tensors in the checkpoint;
+#  * refused with the reason: a [critic] key without ppo, ppo under expert parallelism.
 # Usage: ppo_runs.sh SLIMPI ROOT "MPIRUN FLAGS"
 set -euo pipefail
 source "$(dirname "$0")/run_helpers.sh"
@@ -96,6 +98,21 @@ with h5py.File(sys.argv[1]) as f:
 " "$out/chunked/trainer_state.h5"
 echo "ppo_runs: resumed PPO run equals the straight one bit for bit (critic included)"
 
+echo "== np 4, the trainers one tensor-parallel group of 2: 2 + 2 job steps equal 4 straight"
+run 4 tp_straight --set run.n_steps=4 --set parallel.tensor_parallel=2 --set parallel.trainer_ranks=2
+run 4 tp_chunked --set run.n_steps=4 --set parallel.tensor_parallel=2 --set parallel.trainer_ranks=2 \
+  --set run.job_steps=2
+run 4 tp_chunked --set run.n_steps=4 --set parallel.tensor_parallel=2 --set parallel.trainer_ranks=2 \
+  --set run.job_steps=2
+$compare "$out/tp_straight" "$out/tp_chunked"
+/usr/bin/python3 -c "
+import h5py, sys
+with h5py.File(sys.argv[1]) as a, h5py.File(sys.argv[2]) as b:  # whole tensors, whatever the layout
+    for name in ('critic/model/model.layers.0.mlp.gate_proj.weight', 'critic/model/value_head.weight'):
+        assert a[name].shape == b[name].shape, name
+" "$out/tp_straight/trainer_state.h5" "$out/straight/trainer_state.h5"
+echo "ppo_runs: the tensor-parallel critic resumes bit for bit and stores whole tensors"
+
 echo "== critic.warmup_rollouts = 2"
 run 2 warmup --set parallel.placement=colocate --set run.n_steps=3 --set critic.warmup_rollouts=2
 /usr/bin/python3 -c "
@@ -110,5 +127,6 @@ echo "ppo_runs: the first two rollouts trained the critic alone"
 
 refused critic_without_ppo "critic.lr (--set) configures the critic of train.advantage_estimator = \"ppo\"" 2 \
   --set train.advantage_estimator=grpo --set run.n_steps=1
-refused ppo_tp "the critic runs data-parallel only" 4 --set parallel.tensor_parallel=2 --set run.n_steps=1
+refused ppo_ep "the critic is not expert-parallel yet" 4 --set model.n_experts=4 --set parallel.expert_parallel=2 \
+  --set run.n_steps=1
 echo "ppo_runs: passed"
