@@ -168,7 +168,7 @@ void StepPhases::generate_batch(int64_t step, RolloutBatch& out) {
     WaitGuard guard({&kept_context, "MPI_Bcast", 1, "i32", 0});
     MPI_Bcast(&kept, 1, MPI_INT, 0, ctx_.world->rollout());
   }
-  if (parts_.teacher && !parts_.trainer) {  // teacher.placement = "rollout": the router scores the kept samples
+  if (parts_.teacher && parts_.configs.trainer.teacher_placement == "rollout") {  // the router scores the kept samples
     Stopwatch clock;
     score_with_teacher(*parts_.teacher, out.kept, teacher_scoring(parts_.configs.trainer, parts_.configs.model.vocab_size));
     out.teacher_s += clock.seconds();

@@ -30,9 +30,6 @@ namespace slimpi {
 
 namespace {
 
-// The MTP layers' parameters (model.mtp_num_layers) have gradient buffers of their own,
-// by the same kinds as the trunk's (train/gradient_groups.h).
-
 // The parameters the optimizer updates: all, or all but the MTP layers' (a frozen draft).
 std::vector<NamedTensor> trainable(const Transformer& policy, bool with_mtp) {
   std::vector<NamedTensor> out;
@@ -90,8 +87,9 @@ Trainer::Trainer(const TrainerConfig& cfg, Transformer& policy, Comm* dp, const 
   SLIMPI_CHECK(!tensor_group_ || !reference_ || reference_->tensor_shard().comm == tensor_group_,
                "the reference model must be split over the policy's tensor group");
   policy_.set_recompute(cfg_.recompute);
-  // The gradient buffers, in one order on every rank (their non-blocking reductions are
-  // started in it): the trunk's, then the MTP layers'.
+  // The gradient buffers, one per kind of parameter (train/gradient_groups.h), in one
+  // order on every rank (their non-blocking reductions are started in it): the trunk's,
+  // then the MTP layers' by the same kinds.
   const double kv_replicas = double(kv_head_replicas(policy.config(), policy.tensor_shard().size));
   for (const bool mtp : {false, true}) {
     if (mtp && !train_mtp_) continue;  // a frozen draft: no gradient, no update
@@ -185,7 +183,6 @@ std::vector<std::vector<float>> Trainer::response_log_probs(const std::vector<Sa
   }
   return out;
 }
-
 
 std::map<std::string, double> Trainer::prepare_rollout(std::vector<Sample>& local, bool recompute_old) {
   SLIMPI_CHECK(cfg_.mode == "rl", "prepare_rollout is for RL rollouts");
