@@ -26,6 +26,7 @@ enum class SampleStatus : int8_t {
   Filtered = 5,   // dropped by the dynamic filter (its group's rewards all agree)
   Stale = 6,      // train.async = "full": older than rollout.max_staleness when its turn came
   Baseline = 7,   // train.advantage_estimator = "remax": the greedy response whose reward is its group's baseline
+  EnvFailed = 8,  // rollout.environment: the environment failed the episode (crash, hang, bad reply); its group is not trained
 };
 
 struct Sample {
@@ -50,6 +51,14 @@ struct Sample {
   // Speculative decoding (rollout.speculative): tokens drafted for this sample, drafts
   // the policy accepted, and the verify forwards that checked them.
   int32_t spec_drafted = 0, spec_accepted = 0, spec_passes = 0;
+  // Multi-turn episodes (rollout.environment): model turns, tool calls parsed from them,
+  // seconds spent waiting for the environment and in the whole episode, and the episode's
+  // error class (env/environment.h EnvError: 0 none, 1 model, 2 tool, 3 infra, 4 overlong).
+  // Single-turn rollouts leave them 0. loss_mask marks the model's tokens (1) apart from
+  // the environment's (0).
+  int32_t env_turns = 0, env_tool_calls = 0;
+  float env_s = 0, episode_s = 0;
+  int8_t env_error = 0;
 
   // Reward (the router).
   float raw_reward = 0.0f;  // as the reward style returned it

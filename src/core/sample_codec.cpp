@@ -21,6 +21,11 @@ std::string encode_samples(const std::vector<Sample>& samples) {
     w.put(s.spec_drafted);
     w.put(s.spec_accepted);
     w.put(s.spec_passes);
+    w.put(s.env_turns);
+    w.put(s.env_tool_calls);
+    w.put(s.env_s);
+    w.put(s.episode_s);
+    w.put(s.env_error);
     w.put(s.raw_reward);
     w.put(s.reward);
     w.put_vector(s.loss_mask);
@@ -53,6 +58,11 @@ std::vector<Sample> decode_samples(const std::string& bytes) {
     s.spec_drafted = r.get<int32_t>();
     s.spec_accepted = r.get<int32_t>();
     s.spec_passes = r.get<int32_t>();
+    s.env_turns = r.get<int32_t>();
+    s.env_tool_calls = r.get<int32_t>();
+    s.env_s = r.get<float>();
+    s.episode_s = r.get<float>();
+    s.env_error = r.get<int8_t>();
     s.raw_reward = r.get<float>();
     s.reward = r.get<float>();
     s.loss_mask = r.get_vector<float>();

@@ -84,6 +84,31 @@ void check_greedy_baseline(const Deck& deck) {
                     "\"one_step_off\"", estimator, deck.source("train.advantage_estimator"), deck.source("train.async"));
 }
 
+// Multi-turn environments (rollout/episode_runner.h): the episode's reward is the
+// environment's, and episodes finish within the step that generates them.
+void check_environment(const Deck& deck) {
+  const std::string& env = deck.get_string("rollout.environment");
+  const std::string& style = deck.get_string("reward.style");
+  if (env != "none" && style != "environment")
+    SLIMPI_FAIL_ALL("rollout.environment = \"{}\" ({}) gives every episode its reward; set reward.style = "
+                    "\"environment\" (reward.style is \"{}\", {})", env, deck.source("rollout.environment"), style,
+                    deck.source("reward.style"));
+  if (env == "none" && style == "environment")
+    SLIMPI_FAIL_ALL("reward.style = \"environment\" ({}) is the reward of a multi-turn episode, but "
+                    "rollout.environment = \"none\" ({}): choose an environment or another reward style",
+                    deck.source("reward.style"), deck.source("rollout.environment"));
+  if (env != "none" && deck.get_string("train.async") == "full")
+    SLIMPI_FAIL_ALL("rollout.environment = \"{}\" ({}) with train.async = \"full\" ({}): episodes in flight across "
+                    "weight updates and checkpoints are not implemented; use train.async = \"off\" or \"one_step_off\"",
+                    env, deck.source("rollout.environment"), deck.source("train.async"));
+  if (env != "command")
+    for (const char* key : {"rollout.env_command", "rollout.env_processes", "rollout.env_max_reply_bytes",
+                            "rollout.env_cpu_limit_s", "rollout.env_memory_limit_mb", "rollout.env_max_restarts"})
+      if (!deck.is_default(key))
+        SLIMPI_FAIL_ALL("{} ({}) applies to rollout.environment = \"command\" only; rollout.environment is \"{}\" ({})",
+                        key, deck.source(key), env, deck.source("rollout.environment"));
+}
+
 void check_rl_batch(const Deck& deck) {
   const int64_t per_step = deck.get_int("rollout.rollout_batch_size") * deck.get_int("rollout.n_samples_per_prompt");
   if (deck.get_int("train.num_steps_per_rollout") > per_step)
@@ -204,6 +229,7 @@ RunConfigs check_run_deck(const Deck& deck, const WorldLayout& layout) {
                     deck.source("train.mode"));
   if (rl) check_rl_batch(deck);
   if (rl) check_greedy_baseline(deck);
+  check_environment(deck);
   check_debug_modes(deck);
   RunConfigs c;
   c.model = ModelConfig::from_deck(deck);

@@ -17,6 +17,8 @@
 #include "io/tensor_io.h"
 #include "kernels/counter_rng.h"
 #include "rollout/rollout_config.h"
+#include "env/environment.h"
+#include "rollout/episode_runner.h"
 #include "rollout/router.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -98,7 +100,23 @@ int run_generate(RunContext& ctx) {
     }
     last_reported = percent;
   };
-  std::vector<Sample> samples = route_rollout(engine, ctx.world->world(), rc.engine.max_running, requests, progress);
+  // rollout.environment: every sample is a multi-turn episode (rollout/episode_runner.h).
+  std::unique_ptr<Environment> env;
+  std::unique_ptr<EpisodeRunner> episodes;
+  std::vector<Prompt> records;
+  if (rc.env.enabled()) {
+    PromptSourceSpec spec = PromptSourceSpec::from_deck(deck, deck.get_string("data.path"), rc.tokenizer);
+    spec.skip_bad_lines = deck.get_bool("data.skip_bad_lines");
+    spec.label_optional = true;
+    spec.max_prompt_tokens = mc.max_seq_len - rc.sampling.max_new_tokens;
+    records = PromptSource(spec, seed).records();
+    env = environments().get(rc.env.name)(rc.env, mc.vocab_size);
+    episodes = std::make_unique<EpisodeRunner>(engine, *env, tok, EpisodeSettings{rc.env, rc.chat, rc.sampling.max_new_tokens, 0, 0},
+                                               records, 0);
+  }
+  GroupWorker& worker = episodes ? static_cast<GroupWorker&>(*episodes) : engine;
+  std::vector<Sample> samples = route_rollout(worker, ctx.world->world(), rc.engine.max_running, requests, progress);
+  episodes.reset();
   const double seconds = clock.seconds();
 
   // rollouts.h5: rank 0 holds every sample, in group order.

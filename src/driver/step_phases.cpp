@@ -5,6 +5,7 @@
 #include <slimpi/error.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "buffer/dynamic_filter.h"
 #include "buffer/sample_transport.h"
@@ -147,9 +148,13 @@ void StepPhases::generate_batch(int64_t step, RolloutBatch& out) {
       }
       for (size_t g = 0; g * n < samples.size(); ++g) {
         const std::vector<float> group_rewards(r.begin() + g * n, r.begin() + (g + 1) * n);
-        const bool keep = filter.keep(group_rewards);
+        // A group with an episode its environment failed is not trained (the failed reward
+        // says nothing about the policy): recorded with the filtered groups.
+        const bool env_failed = std::any_of(samples.begin() + std::ptrdiff_t(g * n), samples.begin() + std::ptrdiff_t((g + 1) * n),
+                                            [](const Sample& x) { return x.status == SampleStatus::EnvFailed; });
+        const bool keep = !env_failed && filter.keep(group_rewards);
         const bool surplus = keep && kept >= want;
-        if (!keep) ++out.groups_dropped;
+        if (!keep && !env_failed) ++out.groups_dropped;
         if (keep && !surplus) ++kept;
         for (int64_t i = 0; i < n; ++i) {
           Sample s = std::move(samples[g * n + i]);
@@ -157,6 +162,9 @@ void StepPhases::generate_batch(int64_t step, RolloutBatch& out) {
           s.raw_reward = r[g * n + i];
           if (keep && !surplus) {
             out.kept.push_back(std::move(s));
+          } else if (s.status == SampleStatus::EnvFailed) {
+            s.reward = std::numeric_limits<float>::quiet_NaN();
+            out.unused.push_back(std::move(s));
           } else {
             retire(s, keep ? SampleStatus::Surplus : SampleStatus::Filtered);
             out.unused.push_back(std::move(s));

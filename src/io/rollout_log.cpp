@@ -18,8 +18,11 @@ RolloutLog RolloutLog::create(const std::string& path, MPI_Comm comm, const std:
   h5::write_attr(log.group_.id(), "status_names",
                  std::string("0 pending, 1 completed, 2 truncated, 3 aborted (over-sampling surplus), 4 failed, "
                              "5 filtered (dynamic filter), 6 stale (beyond rollout.max_staleness), 7 baseline (ReMax's greedy "
-                             "response, not trained)"));
+                             "response, not trained), 8 env_failed (the environment failed the episode; its group is "
+                             "not trained)"));
   log.bind(/*create=*/true);
+  h5::write_attr(log.env_error_.id(), "env_error_names",
+                 std::string("0 none, 1 model, 2 tool, 3 infra, 4 overlong"));
   return log;
 }
 
@@ -50,6 +53,14 @@ void RolloutLog::bind(bool create) {
     col(spec_drafted_, "spec_drafted");
     col(spec_accepted_, "spec_accepted");
     col(spec_passes_, "spec_verify_passes");
+  }
+  has_env_ = create || h5::exists(g, "env_turns");
+  if (has_env_) {
+    col(env_turns_, "env_turns");
+    col(env_tool_calls_, "env_tool_calls");
+    col(env_time_s_, "env_time_s");
+    col(episode_time_s_, "episode_time_s");
+    col(env_error_, "env_error");
   }
   col(reward_, "reward");
   col(raw_reward_, "raw_reward");
@@ -118,9 +129,16 @@ void RolloutLog::append(const std::vector<Sample>& first, const std::vector<Samp
   std::vector<int64_t> step(n), group(n), index(n), version(n), version_max(n), token_lengths(n);
   std::vector<int32_t> prompt_len(n), response_len(n), tokens, drafted(n), accepted(n), passes(n);
   std::vector<float> reward(n), raw(n), advantage(n);
-  std::vector<int8_t> status(n);
+  std::vector<int8_t> status(n), env_error(n);
+  std::vector<int32_t> env_turns(n), env_calls(n);
+  std::vector<float> env_s(n), episode_s(n);
   for (size_t i = 0; i < n; ++i) {
     const Sample& s = *rows[i];
+    env_turns[i] = s.env_turns;
+    env_calls[i] = s.env_tool_calls;
+    env_s[i] = s.env_s;
+    episode_s[i] = s.episode_s;
+    env_error[i] = s.env_error;
     step[i] = s.step;
     group[i] = s.group_index;
     index[i] = s.index;
@@ -178,6 +196,13 @@ void RolloutLog::append(const std::vector<Sample>& first, const std::vector<Samp
     spec_accepted_.append(accepted.data(), row_plan);
     spec_passes_.append(passes.data(), row_plan);
   }
+  if (has_env_) {
+    env_turns_.append(env_turns.data(), row_plan);
+    env_tool_calls_.append(env_calls.data(), row_plan);
+    env_time_s_.append(env_s.data(), row_plan);
+    episode_time_s_.append(episode_s.data(), row_plan);
+    env_error_.append(env_error.data(), row_plan);
+  }
   reward_.append(reward.data(), row_plan);
   raw_reward_.append(raw.data(), row_plan);
   advantage_.append(advantage.data(), row_plan);
@@ -204,6 +229,11 @@ uint64_t RolloutLog::truncate_to_step(int64_t step) {
   for (auto* d : {&prompt_length_, &response_length_}) d->truncate_to(keep);
   if (has_spec_)
     for (auto* d : {&spec_drafted_, &spec_accepted_, &spec_passes_}) d->truncate_to(keep);
+  if (has_env_) {
+    for (auto* d : {&env_turns_, &env_tool_calls_}) d->truncate_to(keep);
+    for (auto* d : {&env_time_s_, &episode_time_s_}) d->truncate_to(keep);
+    env_error_.truncate_to(keep);
+  }
   for (auto* d : {&reward_, &raw_reward_, &advantage_}) d->truncate_to(keep);
   status_.truncate_to(keep);
   tokens_.truncate_to(keep);
@@ -236,6 +266,12 @@ std::vector<Sample> RolloutLog::read_rows(uint64_t first, uint64_t count) const 
   auto passes = has_spec_ ? spec_passes_.read(first, count) : none;
   auto reward = reward_.read(first, count), raw = raw_reward_.read(first, count);
   auto status = status_.read(first, count);
+  auto turns = has_env_ ? env_turns_.read(first, count) : none;
+  auto calls = has_env_ ? env_tool_calls_.read(first, count) : none;
+  const std::vector<float> zeros(count, 0.0f);
+  auto env_s = has_env_ ? env_time_s_.read(first, count) : zeros;
+  auto episode_s = has_env_ ? episode_time_s_.read(first, count) : zeros;
+  auto env_error = has_env_ ? env_error_.read(first, count) : std::vector<int8_t>(count, 0);
   // Each CSR column: its offsets whole (8 bytes a row), its values only for these rows;
   // row_of indexes them from the first row's offset.
   auto tok_off = tokens_.read_offsets(), sup_off = sampling_support_.read_offsets();
@@ -274,6 +310,11 @@ std::vector<Sample> RolloutLog::read_rows(uint64_t first, uint64_t count) const 
     s.spec_drafted = drafted[k];
     s.spec_accepted = accepted[k];
     s.spec_passes = passes[k];
+    s.env_turns = turns[k];
+    s.env_tool_calls = calls[k];
+    s.env_s = env_s[k];
+    s.episode_s = episode_s[k];
+    s.env_error = env_error[k];
     s.sampling_support = row_of(sup, sup_off, i);
     s.weight_versions = row_of(ver, ver_off, i);
     s.routing = row_of(rout, rout_off, i);

@@ -8,6 +8,11 @@
 //   prompt_length, response_length            int32 [n]
 //   reward, raw_reward, advantage             float32 [n] (advantage: first response token's, as trained)
 //   status                                    int8 [n]   (attribute status_names)
+//   env_turns, env_tool_calls                 int32 [n]  multi-turn episodes (rollout.environment):
+//   env_time_s, episode_time_s                float32 [n] model turns, tool calls, seconds waiting for
+//   env_error                                 int8 [n]   the environment and in the episode, error
+//                                             class (attribute env_error_names); 0 for
+//                                             single-turn rollouts; absent from older files
 //   tokens/{values,offsets}                   int32 CSR: prompt + response token ids
 //   routing/{values,offsets}                  int16 CSR: a mixture-of-experts policy's
 //                                             experts per computed token, MoE layer and
@@ -91,6 +96,10 @@ class RolloutLog {
   h5::AppendableDataset<int32_t> prompt_length_, response_length_;
   bool has_spec_ = true;  // false: a file from before speculative decoding's columns
   h5::AppendableDataset<int32_t> spec_drafted_, spec_accepted_, spec_passes_;
+  bool has_env_ = true;  // false: a file from before multi-turn episodes' columns
+  h5::AppendableDataset<int32_t> env_turns_, env_tool_calls_;
+  h5::AppendableDataset<float> env_time_s_, episode_time_s_;
+  h5::AppendableDataset<int8_t> env_error_;
   h5::AppendableDataset<float> reward_, raw_reward_, advantage_;
   h5::AppendableDataset<int8_t> status_;
   h5::CsrDataset<int32_t> tokens_, sampling_support_;

@@ -6,7 +6,7 @@
 namespace slimpi {
 
 void BatchScorer::add(const Prompt& prompt, const Sample& s) {
-  inputs_.push_back({prompt.text, tokenizer_.decode(s.response()), prompt.label});
+  inputs_.push_back({prompt.text, tokenizer_.decode(s.response()), prompt.label, s.raw_reward});
 }
 
 std::vector<float> BatchScorer::score() {

@@ -31,6 +31,11 @@ const Registry<RewardStyle>& reward_styles() {
     reg.add("math", each_sample(math_reward));
     reg.add("countdown", each_sample(countdown_reward));
     reg.add("f1", each_sample(f1_reward));
+    reg.add("environment", [](const RewardConfig&, const std::vector<RewardInput>& batch) {
+      std::vector<float> r;
+      for (const RewardInput& in : batch) r.push_back(in.episode_reward);
+      return r;
+    });
     reg.add("command", [](const RewardConfig& cfg, const std::vector<RewardInput>& batch) {
       return command_rewards(cfg.command, cfg.command_timeout_s, batch);
     });

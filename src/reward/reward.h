@@ -11,6 +11,8 @@
 //                each number exactly once with + - * / ( ) and equal T: 1, else 0;
 //                malformed or hostile input scores 0 and never throws
 //   f1           SQuAD token F1 (lower case, punctuation and articles removed)
+//   environment  the reward the episode's environment gave (rollout.environment;
+//                rollout.env_reward: the last step's or the sum of its steps')
 //   command      reward.command gets JSON lines {prompt, response, label} on stdin and
 //                answers one number per line within reward.command_timeout_s; a time-out
 //                or a bad answer is an error naming the sample, never a silent 0
@@ -28,6 +30,7 @@ struct RewardInput {
   std::string prompt;
   std::string response;
   std::string label;
+  float episode_reward = 0;  // a multi-turn episode's reward from its environment (style "environment")
 };
 
 class Deck;

@@ -39,6 +39,7 @@
 #include "model/precision.h"
 #include "model/transformer.h"
 #include "rollout/block_allocator.h"
+#include "rollout/group_worker.h"
 #include "rollout/prefix_cache.h"
 #include "rollout/request.h"
 #include "tokenizer/tokenizer.h"
@@ -126,21 +127,21 @@ int64_t engine_pool_slots(const EngineConfig& cfg);
 // The precision an engine's forwards run in: its weights' dtype decides (bf16 or fp32).
 Precision engine_precision(const Transformer& model);
 
-class Engine {
+class Engine : public GroupWorker {
  public:
   // group: a tensor-parallel engine's MPI communicator (its model a shard whose tensor
   // rank is 0 here: this engine leads the group, rollout/engine_group.h); MPI_COMM_NULL
   // for an engine of one rank.
   Engine(const EngineConfig& cfg, const Transformer& model, MPI_Comm group = MPI_COMM_NULL);
-  ~Engine();
+  ~Engine() override;
 
   // Queues a group. Throws if it can never fit (prompt + max_new_tokens beyond the
   // model or the cache, n_samples beyond max_running).
-  void add_request(const GenerationRequest& request);
-  bool has_work() const { return !waiting_.empty() || !running_.empty(); }
+  void add_request(const GenerationRequest& request) override;
+  bool has_work() const override { return !waiting_.empty() || !running_.empty(); }
   // One iteration; returns the samples that finished in it (rollout fields and status
   // set: Completed on a stop token/string, Truncated at max_new_tokens or max_seq_len).
-  std::vector<Sample> step();
+  std::vector<Sample> step() override;
   // Steps until every queued request is done; samples in (group, sample) order.
   std::vector<Sample> run_to_completion();
 
@@ -161,6 +162,7 @@ class Engine {
   // pool stays allocated. Only when no request is in flight.
   void on_weights_updated(int64_t new_version);
   int64_t weight_version() const { return weight_version_; }
+  int64_t max_seq_len() const { return model_.config().max_seq_len; }
   const EngineStats& stats() const { return stats_; }
   // A tensor-parallel engine (its model a shard, rollout/engine_group.h): lets the
   // group's followers return from EngineFollower::follow(). No-op otherwise.

@@ -87,6 +87,11 @@ RolloutConfig RolloutConfig::from_deck(const Deck& deck, const ModelConfig& mode
   // A chat template's turns end with a marker; where the vocabulary has it as one token,
   // a generation stops there too (a base model's EOS is often <|endoftext|> alone).
   const ChatFormat chat = ChatFormat::from_deck(deck, *c.tokenizer);
+  c.chat = chat;
+  c.env = EnvConfig::from_deck(deck);
+  // Episodes continue their sequences turn after turn: a finished turn's blocks enter the
+  // prefix cache, so the next turn re-uses its KV instead of recomputing it.
+  if (c.env.enabled() && c.engine.prefix_cache) c.engine.cache_responses = true;
   if (chat.enabled()) {
     const std::vector<int64_t> marker = c.tokenizer->encode_text(chat.end_of_turn());
     auto& stops = c.sampling.stop_token_ids;

@@ -1,8 +1,10 @@
 // The [rollout] table as the engine and the router want it.
 #pragma once
 
+#include "env/env_config.h"
 #include "rollout/engine.h"
 #include "rollout/request.h"
+#include "tokenizer/chat_template.h"
 
 namespace slimpi {
 
@@ -16,6 +18,8 @@ struct RolloutConfig {
   int64_t n_samples_per_prompt = 1;
   bool offload_between_phases = false;  // colocated: free the KV cache while training
   std::shared_ptr<const Tokenizer> tokenizer;  // the run's vocabulary (also in engine.tokenizer)
+  ChatFormat chat;                             // data.chat_template and its options
+  EnvConfig env;                               // rollout.environment: multi-turn episodes (rollout/episode_runner.h)
 
   // Reads [rollout]; cross-key errors (a group larger than max_running, a batch token
   // budget below max_running) name the keys.

@@ -6,7 +6,9 @@
 #include "core/timer.h"
 #include "kernels/counter_rng.h"
 #include "reward/batch_scorer.h"
+#include "env/environment.h"
 #include "rollout/engine_group.h"
+#include "rollout/episode_runner.h"
 #include "rollout/evaluation.h"
 #include "tokenizer/byte_tokenizer.h"
 
@@ -49,7 +51,14 @@ std::vector<Sample> RolloutSide::generate(const std::vector<Prompt>& prompts, in
   auto on_progress = [&](const RouterProgress& p) {
     while (int64_t(done_at.size()) < p.groups_done) done_at.push_back(clock.seconds());
   };
-  std::vector<Sample> out = route_rollout(engine, engines_, cfg_.engine.max_running, requests, on_progress);
+  std::unique_ptr<EpisodeRunner> episodes;
+  if (cfg_.env.enabled()) {
+    if (!env_) env_ = environments().get(cfg_.env.name)(cfg_.env, model_.config().vocab_size);
+    const EpisodeSettings settings{cfg_.env, cfg_.chat, params.max_new_tokens, stream, int64_t(stream)};
+    episodes = std::make_unique<EpisodeRunner>(engine, *env_, tok, settings, prompts, first_group);
+  }
+  GroupWorker& worker = episodes ? static_cast<GroupWorker&>(*episodes) : engine;
+  std::vector<Sample> out = route_rollout(worker, engines_, cfg_.engine.max_running, requests, on_progress);
   if (tail_s && !done_at.empty()) {  // the last 10% of the groups: t_n - t_ceil(0.9 n)
     const size_t k90 = (9 * done_at.size() + 9) / 10;
     *tail_s = done_at.back() - done_at[k90 - 1];

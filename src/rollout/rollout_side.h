@@ -14,6 +14,9 @@
 // evaluate() (and, under train.async = "full", in each run of the stream: AsyncGenerator
 // calls follow()), run their leader's forwards until it releases them
 // (rollout/engine_group.h).
+// With rollout.environment every sample is a multi-turn episode (rollout/episode_runner.h):
+// the engine rank (the group's leader) holds the environment for the whole run and runs
+// the episodes of the groups routed to it; the reward is the episode's.
 // Owned by the driver on rollout ranks; collective over the engines' communicator and
 // the engine groups.
 #pragma once
@@ -32,6 +35,7 @@
 namespace slimpi {
 
 class EngineFollower;
+class Environment;
 
 class RolloutSide {
  public:
@@ -84,6 +88,7 @@ class RolloutSide {
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<StreamingRouter> stream_;
   std::unique_ptr<EngineFollower> follower_;  // followers: their KV cache and forward loop
+  std::unique_ptr<Environment> env_;          // rollout.environment: built at the first generate(), kept for the run
 };
 
 }  // namespace slimpi

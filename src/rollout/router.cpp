@@ -53,7 +53,7 @@ class GroupAssembler {
 
 // An engine rank: take assignments from the router, run, send back whole groups; stop
 // on an empty assignment.
-void serve_assignments(Engine& engine, MPI_Comm rollout, const std::vector<GenerationRequest>& requests,
+void serve_assignments(GroupWorker& engine, MPI_Comm rollout, const std::vector<GenerationRequest>& requests,
                        const std::map<int64_t, size_t>& by_group, GroupAssembler& assembler) {
   bool done = false;
   while (!done || engine.has_work()) {
@@ -71,7 +71,7 @@ void serve_assignments(Engine& engine, MPI_Comm rollout, const std::vector<Gener
 
 }  // namespace
 
-std::vector<Sample> route_rollout(Engine& engine, MPI_Comm rollout, int64_t max_running,
+std::vector<Sample> route_rollout(GroupWorker& engine, MPI_Comm rollout, int64_t max_running,
                                            const std::vector<GenerationRequest>& requests,
                                            const std::function<void(const RouterProgress&)>& on_progress) {
   int rank = 0, size = 1;

@@ -26,9 +26,10 @@ struct RouterProgress {
   int64_t tokens_generated = 0;  // by all engines so far
 };
 
-// Returns every sample on rollout rank 0, nothing elsewhere. `on_progress` runs on
+// Returns every sample on rollout rank 0, nothing elsewhere. `engine` is this rank's
+// worker: its Engine, or an EpisodeRunner over it (rollout/group_worker.h). `on_progress` runs on
 // rank 0 each time groups come back.
-std::vector<Sample> route_rollout(Engine& engine, MPI_Comm rollout, int64_t max_running,
+std::vector<Sample> route_rollout(GroupWorker& engine, MPI_Comm rollout, int64_t max_running,
                                            const std::vector<GenerationRequest>& requests,
                                            const std::function<void(const RouterProgress&)>& on_progress = {});
 

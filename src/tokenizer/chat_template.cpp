@@ -66,7 +66,9 @@ std::string render_chatml(const std::vector<ChatMessage>& m, bool gen) {
 std::string render_llama3(const std::vector<ChatMessage>& m, const std::string& bos, bool gen) {
   std::string out = bos;
   for (const ChatMessage& msg : m)
-    out += "<|start_header_id|>" + msg.role + "<|end_header_id|>\n\n" + strip_unicode_whitespace(msg.content) +
+    // A tool result (an environment's observation) is Llama 3.1's ipython turn.
+    out += "<|start_header_id|>" + (msg.role == "tool" ? std::string("ipython") : msg.role) +
+           "<|end_header_id|>\n\n" + strip_unicode_whitespace(msg.content) +
            "<|eot_id|>";
   if (gen) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
   return out;

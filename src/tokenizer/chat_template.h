@@ -15,8 +15,11 @@
 // A generation stops at the end-of-turn marker when the vocabulary has it as one token
 // (RolloutConfig adds its id to the stop ids); an SFT reply is trained up to and with
 // it, plus the vocabulary's EOS where the marker is not one token (the byte tokenizer).
-// Roles: system, user, assistant, and tool (chatml and qwen3). Tool calls, multimodal
-// content and other roles are refused with a message, never rendered differently.
+// Roles: system, user, assistant, and tool (chatml and qwen3: a user turn of
+// <tool_response> blocks). Llama 3 (3.0's template) has no tool role for prompts; a
+// multi-turn environment's tool results render as Llama 3.1's ipython turn. Structured
+// tool_calls fields, multimodal content and other roles are refused with a message, never
+// rendered differently (a model's tool calls stay in its text: tokenizer/tool_calls.h).
 // Pure functions; no state.
 #pragma once
 

@@ -70,6 +70,8 @@ with h5py.File(f"{a}/rollouts.h5") as fa, h5py.File(f"{b}/rollouts.h5") as fb:
     fa["samples"].visit(lambda n: names.append(n) if isinstance(fa["samples/" + n], h5py.Dataset) else None)
     assert names, "rollouts.h5 has no datasets"
     for n in names:
+        if n in ("env_time_s", "episode_time_s"):  # multi-turn episodes' wall times: measurements of the machine
+            continue
         assert same(fa["samples/" + n][:], fb["samples/" + n][:], n), f"rollouts.h5 samples/{n} differs"
     n_samples = fa["samples/step"].shape[0]
 

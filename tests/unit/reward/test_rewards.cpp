@@ -83,7 +83,7 @@ TEST(Rewards, RegistryAndBatch) {
     compute_rewards(cfg, {{"p", "r", "l"}});
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("valid: command, countdown, exact_match, f1, math"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("valid: command, countdown, environment, exact_match, f1, math"), std::string::npos)
         << e.what();
   }
 }

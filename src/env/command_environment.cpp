@@ -1,0 +1,263 @@
+#include "env/command_environment.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <slimpi/error.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+
+#include "core/child_process.h"
+#include "core/log.h"
+#include "env/env_protocol.h"
+#include "reward/reward.h"
+
+namespace slimpi {
+namespace {
+
+std::chrono::steady_clock::duration seconds(double s) {
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(s));
+}
+
+// rollout.env_command under its rlimits (sh's ulimit: -t CPU seconds, -v KiB of address space).
+std::string limited_command(const EnvConfig& cfg) {
+  std::string prefix;
+  if (cfg.cpu_limit_s > 0) prefix += fmt::format("ulimit -t {}; ", int64_t(std::ceil(cfg.cpu_limit_s)));
+  if (cfg.memory_limit_mb > 0) prefix += fmt::format("ulimit -v {}; ", cfg.memory_limit_mb * 1024);
+  return prefix + cfg.command;
+}
+
+}  // namespace
+
+CommandEnvironment::CommandEnvironment(const EnvConfig& cfg, int64_t vocab_size) : cfg_(cfg), vocab_size_(vocab_size) {
+  SLIMPI_CHECK(!cfg_.command.empty(), "rollout.environment = \"command\" needs rollout.env_command");
+  signal(SIGPIPE, SIG_IGN);  // a process that exits must not kill the rank
+  procs_.resize(size_t(cfg_.processes));
+  for (size_t i = 0; i < procs_.size(); ++i) {
+    procs_[i].index = int(i);
+    start(procs_[i]);
+  }
+}
+
+CommandEnvironment::~CommandEnvironment() = default;
+
+std::string CommandEnvironment::describe(const Process& p) const {
+  return fmt::format("environment process {} (pid {}, rollout.env_command '{}')", p.index, p.child ? p.child->pid() : -1,
+                     cfg_.command);
+}
+
+void CommandEnvironment::start(Process& p) {
+  p.child = std::make_unique<ChildProcess>(limited_command(cfg_));
+  p.in_buf.clear();
+  p.out_buf = encode_hello() + "\n";
+  const auto deadline = Clock::now() + seconds(cfg_.timeout_s);
+  std::string why;
+  while (why.empty()) {
+    flush(p);
+    const size_t nl = p.in_buf.find('\n');
+    if (nl != std::string::npos) {
+      EnvInfo info;
+      why = decode_hello(p.in_buf.substr(0, nl), &info);
+      if (why.empty()) {
+        p.in_buf.erase(0, nl + 1);
+        if (p.index == 0 && info_.protocol_version == 0) {
+          info_ = info;
+          log::info("rollout.environment = \"command\": '{}' says it is '{}' (protocol {}, {} concurrent episodes a "
+                    "process, {}deterministic)", cfg_.command, info.name, info.protocol_version,
+                    info.max_concurrent_episodes, info.deterministic ? "" : "not ");
+        }
+        p.last_output = Clock::now();
+        return;
+      }
+      why = fmt::format("its hello \"{}\" is not one: {}", printable_excerpt(p.in_buf.substr(0, nl), 200), why);
+      break;
+    }
+    if (p.in_buf.size() > size_t(cfg_.max_reply_bytes)) {
+      why = fmt::format("its hello is longer than rollout.env_max_reply_bytes = {}", cfg_.max_reply_bytes);
+      break;
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) {
+      why = fmt::format("no hello within rollout.env_timeout_s = {} s", cfg_.timeout_s);
+      break;
+    }
+    pollfd fd{p.child->stdout_fd(), POLLIN, 0};
+    if (p.child->stdout_fd() < 0) {
+      int status = 0;
+      p.child->wait_until(Clock::now() + seconds(1), &status);
+      why = fmt::format("it exited before its hello ({})", ChildProcess::describe_status(status));
+      break;
+    }
+    ::poll(&fd, 1, int(std::min<int64_t>(left, 100)));
+    read_lines(p);  // only reads here: in_buf holds the hello
+  }
+  SLIMPI_FAIL("{} did not start: {}. The environment protocol (docs/environments.md) starts with slimpi writing "
+              "{{\"type\": \"hello\", \"protocol_version\": {}}} and the process answering {{\"type\": \"hello\", "
+              "\"protocol_version\": {}, \"name\": ..., \"tools\": [...], \"max_concurrent_episodes\": n}}",
+              describe(p), why, kEnvProtocolVersion, kEnvProtocolVersion);
+}
+
+void CommandEnvironment::restart(Process& p, const std::string& why) {
+  ++p.restarts;
+  ++restarts_;
+  log::warn("{} {}; it is killed and restarted (restart {} of at most {}, rollout.env_max_restarts)", describe(p), why,
+            p.restarts, cfg_.max_restarts);
+  for (const auto& [episode, deadline] : p.waiting) fail(episode, fmt::format("{} {}", describe(p), why));
+  for (const std::string& episode : p.episodes)
+    if (!p.waiting.count(episode)) lost_.insert(episode);
+  for (const std::string& episode : p.episodes) owner_.erase(episode);
+  p.waiting.clear();
+  p.episodes.clear();
+  p.child.reset();  // kills its process group
+  SLIMPI_CHECK(p.restarts <= cfg_.max_restarts, "{} failed {} times (rollout.env_max_restarts = {}); the last: {}",
+               describe(p), p.restarts, cfg_.max_restarts, why);
+  start(p);
+}
+
+void CommandEnvironment::fail(const std::string& episode, const std::string& why) {
+  EnvReply r;
+  r.episode = episode;
+  r.failed = true;
+  r.error = EnvError::Infra;
+  r.message = why;
+  ready_.push_back(std::move(r));
+}
+
+void CommandEnvironment::send(Process& p, const std::string& episode, const std::string& line, bool expects_reply) {
+  p.out_buf += line;
+  p.out_buf += '\n';
+  if (expects_reply) p.waiting[episode] = Clock::now() + seconds(cfg_.timeout_s);
+  flush(p);
+}
+
+void CommandEnvironment::flush(Process& p) {
+  while (!p.out_buf.empty() && p.child && p.child->stdin_fd() >= 0) {
+    const ssize_t w = write(p.child->stdin_fd(), p.out_buf.data(), p.out_buf.size());
+    if (w > 0) {
+      p.out_buf.erase(0, size_t(w));
+    } else {
+      if (w < 0 && errno == EAGAIN) return;
+      if (w < 0 && errno == EINTR) continue;
+      p.child->close_stdin();  // it closed its stdin: it is exiting, which the reads will see
+      p.out_buf.clear();
+    }
+  }
+}
+
+void CommandEnvironment::read_lines(Process& p) {
+  char buf[65536];
+  while (p.child && p.child->stdout_fd() >= 0) {
+    const ssize_t r = read(p.child->stdout_fd(), buf, sizeof(buf));
+    if (r > 0) {
+      p.in_buf.append(buf, size_t(r));
+      p.last_output = Clock::now();
+      if (p.in_buf.size() > size_t(cfg_.max_reply_bytes)) return;  // the caller checks the line length
+      continue;
+    }
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0 && errno == EAGAIN) return;
+    p.child->close_stdout();  // EOF: it exited
+  }
+}
+
+void CommandEnvironment::reset(const EpisodeStart& start) {
+  SLIMPI_CHECK(!owner_.count(start.episode), "environment: episode {} is already open", start.episode);
+  Process* best = &procs_.front();
+  for (Process& p : procs_)
+    if (p.episodes.size() < best->episodes.size()) best = &p;
+  best->episodes.insert(start.episode);
+  owner_[start.episode] = best->index;
+  send(*best, start.episode, encode_reset(start), true);
+}
+
+void CommandEnvironment::step(const EpisodeAction& action) {
+  if (lost_.count(action.episode)) {
+    lost_.erase(action.episode);
+    fail(action.episode, "its environment process was restarted while the model took its turn (the episode's state "
+                         "died with it)");
+    return;
+  }
+  auto it = owner_.find(action.episode);
+  SLIMPI_CHECK(it != owner_.end(), "environment: step for episode {}, which is not open", action.episode);
+  send(procs_[size_t(it->second)], action.episode, encode_step(action), true);
+}
+
+void CommandEnvironment::close(const std::string& episode) {
+  lost_.erase(episode);
+  auto it = owner_.find(episode);
+  if (it == owner_.end()) return;
+  Process& p = procs_[size_t(it->second)];
+  p.episodes.erase(episode);
+  p.waiting.erase(episode);
+  owner_.erase(it);
+  send(p, episode, encode_close(episode), false);
+}
+
+std::vector<EnvReply> CommandEnvironment::poll(double wait_s) {
+  if (ready_.empty() && wait_s > 0) {
+    std::vector<pollfd> fds;
+    for (Process& p : procs_)
+      if (p.child && p.child->stdout_fd() >= 0) fds.push_back({p.child->stdout_fd(), POLLIN, 0});
+    ::poll(fds.data(), fds.size(), int(wait_s * 1000));
+  }
+  for (Process& p : procs_) {
+    flush(p);
+    read_lines(p);
+    std::string restart_why;
+    for (size_t nl; restart_why.empty() && (nl = p.in_buf.find('\n')) != std::string::npos;) {
+      const std::string line = p.in_buf.substr(0, nl);
+      p.in_buf.erase(0, nl + 1);
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      if (line.size() > size_t(cfg_.max_reply_bytes)) {
+        restart_why = fmt::format("wrote a line of {} bytes (rollout.env_max_reply_bytes = {})", line.size(),
+                                  cfg_.max_reply_bytes);
+        break;
+      }
+      EnvReply reply;
+      std::string why;
+      const ReplyParse parsed = decode_reply(line, vocab_size_, &reply, &why);
+      if (parsed == ReplyParse::Garbage) {
+        restart_why = fmt::format("wrote \"{}\", which is not a reply naming an episode ({})",
+                                  printable_excerpt(line, 120), why);
+        break;
+      }
+      if (!p.waiting.erase(reply.episode)) continue;  // a late reply for an episode already ended: dropped
+      if (parsed == ReplyParse::BadReply) {
+        fail(reply.episode, fmt::format("{} answered \"{}\": {}", describe(p), printable_excerpt(line, 120), why));
+        continue;
+      }
+      ready_.push_back(std::move(reply));
+    }
+    if (restart_why.empty() && p.in_buf.size() > size_t(cfg_.max_reply_bytes))
+      restart_why = fmt::format("wrote more than rollout.env_max_reply_bytes = {} bytes without a newline",
+                                cfg_.max_reply_bytes);
+    if (restart_why.empty() && p.child->stdout_fd() < 0) {
+      int status = 0;
+      p.child->wait_until(Clock::now() + seconds(1), &status);
+      restart_why = fmt::format("exited ({})", ChildProcess::describe_status(status));
+    }
+    const auto now = Clock::now();
+    if (restart_why.empty()) {
+      std::vector<std::string> late;
+      for (const auto& [episode, deadline] : p.waiting)
+        if (now > deadline) late.push_back(episode);
+      if (!late.empty() && now - p.last_output > seconds(cfg_.timeout_s)) {
+        restart_why = fmt::format("has written nothing for rollout.env_timeout_s = {} s with {} episodes waiting",
+                                  cfg_.timeout_s, p.waiting.size());
+      } else {
+        for (const std::string& episode : late) {
+          p.waiting.erase(episode);
+          fail(episode, fmt::format("{} gave no reply within rollout.env_timeout_s = {} s", describe(p), cfg_.timeout_s));
+        }
+      }
+    }
+    if (!restart_why.empty()) restart(p, restart_why);
+  }
+  std::vector<EnvReply> out;
+  out.swap(ready_);
+  return out;
+}
+
+}  // namespace slimpi

@@ -1,0 +1,78 @@
+// CommandEnvironment — rollout.environment = "command": rollout.env_processes external
+// processes per rollout rank (rollout.env_command through /bin/sh -c, with the CPU and
+// memory rlimits of rollout.env_cpu_limit_s and rollout.env_memory_limit_mb), each
+// serving up to its max_concurrent_episodes episodes at once over JSON lines
+// (env/env_protocol.h). Episodes go to the process holding the fewest.
+//
+// Failures end episodes, not the job: a process that exits, writes a line that names no
+// episode, or writes a line longer than rollout.env_max_reply_bytes is killed and
+// restarted (its own episodes end: those waiting for a reply get a failed reply at
+// once, the others at their next step, since their state died with it); a reply that
+// names its episode but is unusable fails that episode alone; an episode without a
+// reply within rollout.env_timeout_s fails alone, and its process is restarted too
+// when it has written nothing for that long. A process that fails more than
+// rollout.env_max_restarts times, or whose start-up handshake fails, ends the job with
+// the reason (that is a broken command, not a bad episode).
+// Built per rollout rank by environments(); owns its processes (core/child_process.h:
+// they die with the rank however it ends).
+#pragma once
+
+#include <chrono>
+#include <deque>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "env/environment.h"
+
+namespace slimpi {
+
+class ChildProcess;
+
+class CommandEnvironment : public Environment {
+ public:
+  CommandEnvironment(const EnvConfig& cfg, int64_t vocab_size);
+  ~CommandEnvironment() override;
+
+  const EnvInfo& info() const override { return info_; }
+  void reset(const EpisodeStart& start) override;
+  void step(const EpisodeAction& action) override;
+  void close(const std::string& episode) override;
+  std::vector<EnvReply> poll(double wait_s) override;
+  int64_t capacity() const override { return int64_t(procs_.size()) * info_.max_concurrent_episodes; }
+  int64_t restarts() const override { return restarts_; }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Process {
+    int index = 0;
+    std::unique_ptr<ChildProcess> child;
+    std::string out_buf;  // bytes written to it, not yet accepted by its stdin
+    std::string in_buf;   // bytes read from it, not yet a whole line
+    std::set<std::string> episodes;                   // open on it
+    std::map<std::string, Clock::time_point> waiting;  // episode -> deadline of its outstanding request
+    Clock::time_point last_output;
+    int64_t restarts = 0;
+  };
+  void start(Process& p);  // spawns and handshakes (throws: the command is broken)
+  // Kills and restarts p; its waiting episodes get failed replies, the others are lost.
+  void restart(Process& p, const std::string& why);
+  void send(Process& p, const std::string& episode, const std::string& line, bool expects_reply);
+  void flush(Process& p);
+  void read_lines(Process& p);
+  void fail(const std::string& episode, const std::string& why);
+  std::string describe(const Process& p) const;
+
+  EnvConfig cfg_;
+  int64_t vocab_size_;
+  EnvInfo info_;
+  std::vector<Process> procs_;
+  std::map<std::string, int> owner_;    // open episode -> process index
+  std::set<std::string> lost_;          // open episodes whose process restarted under them
+  std::vector<EnvReply> ready_;
+  int64_t restarts_ = 0;
+};
+
+}  // namespace slimpi

@@ -1,0 +1,187 @@
+#include "env/env_protocol.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+namespace slimpi {
+namespace {
+
+using nlohmann::json;
+
+// Model text is raw bytes: invalid UTF-8 is replaced (U+FFFD) on the wire, never fatal.
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+bool finite_number(const json& v) { return v.is_number() && std::isfinite(v.get<double>()); }
+
+// The fields of an observation reply; "" or what is wrong.
+std::string read_observation(const json& j, int64_t vocab_size, EnvReply* r) {
+  for (const auto& [key, v] : j.items()) {
+    if (key == "type" || key == "episode") continue;
+    if (key == "messages") {
+      if (!v.is_array()) return "\"messages\" is not a list";
+      for (const json& m : v) {
+        if (!m.is_object() || !m.contains("role") || !m.contains("content") || !m["role"].is_string() ||
+            !m["content"].is_string())
+          return "a message is not {\"role\": string, \"content\": string}";
+        const std::string role = m["role"].get<std::string>();
+        if (role != "user" && role != "tool" && role != "system")
+          return fmt::format("message role \"{}\" (an observation's roles: user, tool, system)", role);
+        r->messages.push_back({role, m["content"].get<std::string>(), false, ""});
+      }
+    } else if (key == "token_ids") {
+      if (!v.is_array()) return "\"token_ids\" is not a list";
+      for (const json& t : v) {
+        if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= vocab_size)
+          return fmt::format("token id {} is not in the vocabulary [0, {})", dump(t), vocab_size);
+        r->token_ids.push_back(t.get<int64_t>());
+      }
+    } else if (key == "reward") {
+      if (finite_number(v)) {
+        r->reward = v.get<double>();
+      } else if (v.is_object()) {
+        r->reward = 0;
+        for (const auto& [part, x] : v.items()) {
+          if (!finite_number(x)) return fmt::format("reward part \"{}\" is {}, not a finite number", part, dump(x));
+          r->reward_parts[part] = x.get<double>();
+          r->reward += x.get<double>();
+        }
+      } else {
+        return fmt::format("\"reward\" is {}, not a finite number or an object of them", dump(v));
+      }
+    } else if (key == "done" || key == "truncated") {
+      if (!v.is_boolean()) return fmt::format("\"{}\" is not true or false", key);
+      (key == "done" ? r->done : r->truncated) = v.get<bool>();
+    } else if (key == "error") {
+      if (v.is_null()) continue;
+      if (!v.is_object() || !v.contains("class") || !v["class"].is_string())
+        return "\"error\" is not {\"class\": string, \"message\": string}";
+      if (!parse_env_error(v["class"].get<std::string>(), &r->error) || r->error == EnvError::None)
+        return fmt::format("error class \"{}\" (one of model, tool, infra, overlong)", v["class"].get<std::string>());
+      if (v.contains("message")) r->message = v["message"].is_string() ? v["message"].get<std::string>() : dump(v["message"]);
+    } else if (key == "metrics") {
+      if (!v.is_object()) return "\"metrics\" is not an object";
+      for (const auto& [name, x] : v.items()) {
+        if (!finite_number(x)) return fmt::format("metric \"{}\" is {}, not a finite number", name, dump(x));
+        r->metrics[name] = x.get<double>();
+      }
+    } else {
+      return fmt::format("unknown key \"{}\"", key);
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+const char* env_error_name(EnvError e) {
+  switch (e) {
+    case EnvError::None: return "none";
+    case EnvError::Model: return "model";
+    case EnvError::Tool: return "tool";
+    case EnvError::Infra: return "infra";
+    case EnvError::Overlong: return "overlong";
+  }
+  return "?";
+}
+
+bool parse_env_error(const std::string& name, EnvError* out) {
+  for (EnvError e : {EnvError::None, EnvError::Model, EnvError::Tool, EnvError::Infra, EnvError::Overlong})
+    if (name == env_error_name(e)) {
+      *out = e;
+      return true;
+    }
+  return false;
+}
+
+std::string encode_hello() { return dump({{"type", "hello"}, {"protocol_version", kEnvProtocolVersion}}); }
+
+std::string encode_reset(const EpisodeStart& s) {
+  json prompt = {{"text", s.prompt}, {"label", s.label}};
+  if (!s.metadata_json.empty()) prompt["metadata"] = json::parse(s.metadata_json, nullptr, false);
+  return dump({{"type", "reset"},
+               {"episode", s.episode},
+               {"step", s.step},
+               {"group", s.group},
+               {"sample", s.sample},
+               {"seed", s.seed},
+               {"prompt", prompt},
+               {"limits", {{"max_turns", s.max_turns}, {"max_total_tokens", s.max_total_tokens}, {"wall_time_s", s.wall_time_s}}}});
+}
+
+std::string encode_step(const EpisodeAction& a) {
+  json calls = json::array();
+  for (const ToolCall& c : a.tool_calls) {
+    json call = {{"raw", c.raw}};
+    if (c.error.empty()) {
+      call["name"] = c.name;
+      call["arguments"] = json::parse(c.arguments_json, nullptr, false);
+    } else {
+      call["error"] = c.error;
+    }
+    calls.push_back(call);
+  }
+  return dump({{"type", "step"},
+               {"episode", a.episode},
+               {"turn", a.turn},
+               {"action", {{"text", a.text}, {"token_ids", a.token_ids}, {"tool_calls", calls}, {"finish_reason", a.finish_reason}}}});
+}
+
+std::string encode_close(const std::string& episode) { return dump({{"type", "close"}, {"episode", episode}}); }
+
+std::string decode_hello(const std::string& line, EnvInfo* info) {
+  const json j = json::parse(line, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return "not a JSON object";
+  if (j.value("type", std::string()) != "hello") return "its first line is not {\"type\": \"hello\", ...}";
+  if (!j.contains("protocol_version") || !j["protocol_version"].is_number_integer())
+    return "no integer \"protocol_version\"";
+  info->protocol_version = j["protocol_version"].get<int64_t>();
+  if (info->protocol_version != kEnvProtocolVersion)
+    return fmt::format("protocol_version {} (slimpi speaks {})", info->protocol_version, kEnvProtocolVersion);
+  info->name = j.contains("name") && j["name"].is_string() ? j["name"].get<std::string>() : std::string("?");
+  if (j.contains("tools")) {
+    if (!j["tools"].is_array()) return "\"tools\" is not a list of function schemas";
+    info->tools_json = dump(j["tools"]);
+  }
+  if (j.contains("max_concurrent_episodes")) {
+    const json& m = j["max_concurrent_episodes"];
+    if (!m.is_number_integer() || m.get<int64_t>() < 1) return "\"max_concurrent_episodes\" is not an integer >= 1";
+    info->max_concurrent_episodes = m.get<int64_t>();
+  }
+  if (j.contains("deterministic")) {
+    if (!j["deterministic"].is_boolean()) return "\"deterministic\" is not true or false";
+    info->deterministic = j["deterministic"].get<bool>();
+  }
+  return "";
+}
+
+ReplyParse decode_reply(const std::string& line, int64_t vocab_size, EnvReply* r, std::string* error) {
+  *r = EnvReply();
+  const json j = json::parse(line, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    *error = "not a JSON object";
+    return ReplyParse::Garbage;
+  }
+  if (!j.contains("episode") || !j["episode"].is_string()) {
+    *error = "no string \"episode\"";
+    return ReplyParse::Garbage;
+  }
+  r->episode = j["episode"].get<std::string>();
+  const std::string type = j.value("type", std::string());
+  if (type == "error") {  // the environment gives up on the episode
+    std::string cls = j.contains("class") && j["class"].is_string() ? j["class"].get<std::string>() : "infra";
+    if (!parse_env_error(cls, &r->error) || r->error == EnvError::None) r->error = EnvError::Infra;
+    r->message = j.contains("message") && j["message"].is_string() ? j["message"].get<std::string>() : "";
+    r->done = true;
+    return ReplyParse::Ok;
+  }
+  if (type != "observation") {
+    *error = fmt::format("type \"{}\" (a reply is \"observation\" or \"error\")", type);
+    return ReplyParse::BadReply;
+  }
+  *error = read_observation(j, vocab_size, r);
+  return error->empty() ? ReplyParse::Ok : ReplyParse::BadReply;
+}
+
+}  // namespace slimpi

@@ -1,0 +1,46 @@
+#include <slimpi/deck.h>
+#include <slimpi/error.h>
+
+#include "env/calculator_environment.h"
+#include "env/command_environment.h"
+#include "env/environment.h"
+
+namespace slimpi {
+
+const Registry<EnvFactory>& environments() {
+  static const Registry<EnvFactory> r = [] {
+    Registry<EnvFactory> reg("rollout.environment");
+    reg.add("none", EnvFactory());
+    reg.add("command", [](const EnvConfig& cfg, int64_t vocab_size) -> std::unique_ptr<Environment> {
+      return std::make_unique<CommandEnvironment>(cfg, vocab_size);
+    });
+    reg.add("calculator", [](const EnvConfig&, int64_t) { return make_calculator_environment(); });
+    return reg;
+  }();
+  return r;
+}
+
+EnvConfig EnvConfig::from_deck(const Deck& deck) {
+  EnvConfig c;
+  c.name = deck.get_string("rollout.environment");
+  c.command = deck.get_string("rollout.env_command");
+  c.processes = deck.get_int("rollout.env_processes");
+  c.timeout_s = deck.get_float("rollout.env_timeout_s");
+  c.max_reply_bytes = deck.get_int("rollout.env_max_reply_bytes");
+  c.cpu_limit_s = deck.get_float("rollout.env_cpu_limit_s");
+  c.memory_limit_mb = deck.get_int("rollout.env_memory_limit_mb");
+  c.max_restarts = deck.get_int("rollout.env_max_restarts");
+  c.fail_job = deck.get_bool("rollout.env_fail_job");
+  c.max_turns = deck.get_int("rollout.env_max_turns");
+  c.max_total_tokens = deck.get_int("rollout.env_max_total_tokens");
+  if (c.max_total_tokens == 0) c.max_total_tokens = 4 * deck.get_int("rollout.max_new_tokens");
+  c.max_observation_tokens = deck.get_int("rollout.env_max_observation_tokens");
+  c.reward = deck.get_string("rollout.env_reward");
+  c.episode_wall_s = deck.get_float("rollout.env_episode_wall_s");
+  if (c.name == "command" && c.command.empty())
+    SLIMPI_FAIL_ALL("rollout.environment = \"command\" ({}) needs rollout.env_command: the program that speaks the "
+                    "environment protocol (docs/environments.md)", deck.source("rollout.environment"));
+  return c;
+}
+
+}  // namespace slimpi

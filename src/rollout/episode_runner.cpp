@@ -1,0 +1,255 @@
+#include "rollout/episode_runner.h"
+
+#include <slimpi/error.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "core/log.h"
+#include "core/timer.h"
+#include "kernels/counter_rng.h"
+#include "tokenizer/chat_transcript.h"
+
+namespace slimpi {
+
+struct EpisodeRunner::Episode {
+  std::string id;
+  GenerationRequest request;  // the group's; prompt = the episode's context once reset
+  const Prompt* prompt = nullptr;
+  Sample sample;  // the trajectory so far; every per-response-token field complete
+  std::unique_ptr<ChatTranscript> transcript;
+  enum class Phase { NotStarted, Reset, Turn, Step } phase = Phase::NotStarted;
+  int64_t turn_start = 0;  // response length where the current model turn began
+  int64_t budget = 0;      // response tokens the episode may reach
+  double reward_sum = 0, last_reward = 0;
+  Stopwatch clock;  // since the reset was sent
+  Stopwatch wait;   // since the outstanding request was sent
+};
+
+namespace {
+
+std::string episode_id(uint64_t stream, int64_t group, int64_t index) {
+  return fmt::format("{}/{}/{}", stream, group, index);
+}
+
+}  // namespace
+
+EpisodeRunner::EpisodeRunner(Engine& engine, Environment& env, const Tokenizer& tokenizer,
+                             const EpisodeSettings& settings, const std::vector<Prompt>& prompts, int64_t first_group)
+    : engine_(engine), env_(env), tokenizer_(tokenizer), settings_(settings), prompts_(prompts),
+      first_group_(first_group) {}
+
+EpisodeRunner::~EpisodeRunner() {
+  for (auto& [id, e] : episodes_)
+    if (e->phase != Episode::Phase::NotStarted) env_.close(id);
+}
+
+bool EpisodeRunner::has_work() const { return !episodes_.empty() || !finished_.empty(); }
+
+void EpisodeRunner::add_request(const GenerationRequest& request) {
+  const int64_t g = request.group_index - first_group_;
+  SLIMPI_CHECK(g >= 0 && g < int64_t(prompts_.size()), "episodes: group {} has no prompt record", request.group_index);
+  for (int64_t i = 0; i < request.n_samples; ++i) {
+    auto e = std::make_unique<Episode>();
+    e->id = episode_id(settings_.stream, request.group_index, i);
+    e->request = request;
+    // A turn also ends at its tool call's closing marker (</tool_call>).
+    auto& stops = e->request.params.stop_strings;
+    const std::string call_stop = tool_call_stop(settings_.chat.chat_template);
+    if (!call_stop.empty() && std::find(stops.begin(), stops.end(), call_stop) == stops.end()) stops.push_back(call_stop);
+    e->prompt = &prompts_[size_t(g)];
+    e->sample.group_index = request.group_index;
+    e->sample.index = i;
+    e->sample.tokens = request.prompt;
+    e->sample.prompt_length = int64_t(request.prompt.size());
+    not_started_.push_back(e->id);
+    episodes_[e->id] = std::move(e);
+  }
+}
+
+void EpisodeRunner::start_waiting_episodes() {
+  size_t started = 0;
+  for (; started < not_started_.size() && open_in_env_ < env_.capacity(); ++started) {
+    Episode& e = *episodes_.at(not_started_[started]);
+    EpisodeStart s;
+    s.episode = e.id;
+    s.step = settings_.step;
+    s.group = e.request.group_index;
+    s.sample = e.sample.index;
+    s.seed = mix_seed(e.request.seed, uint64_t(e.sample.index), 0x656e7669726f6eULL);
+    s.prompt = e.prompt->text;
+    s.label = e.prompt->label;
+    s.metadata_json = e.prompt->metadata;
+    s.max_turns = settings_.env.max_turns;
+    s.max_total_tokens = settings_.env.max_total_tokens;
+    s.wall_time_s = settings_.env.episode_wall_s;
+    e.phase = Episode::Phase::Reset;
+    e.clock = Stopwatch();
+    e.wait = Stopwatch();
+    ++open_in_env_;
+    env_.reset(s);
+  }
+  not_started_.erase(not_started_.begin(), not_started_.begin() + std::ptrdiff_t(started));
+}
+
+EpisodeRunner::Episode& EpisodeRunner::find(const std::string& id) {
+  auto it = episodes_.find(id);
+  SLIMPI_CHECK(it != episodes_.end(), "episodes: {} is not running", id);
+  return *it->second;
+}
+
+std::vector<Sample> EpisodeRunner::step() {
+  start_waiting_episodes();
+  if (engine_.has_work())
+    for (Sample& turn : engine_.step()) on_turn(find(episode_id(settings_.stream, turn.group_index, turn.index)), std::move(turn));
+  // Nothing to decode: wait a little for the environments instead of spinning.
+  for (const EnvReply& reply : env_.poll(engine_.has_work() || !finished_.empty() ? 0.0 : 0.005)) {
+    auto it = episodes_.find(reply.episode);
+    if (it != episodes_.end()) on_reply(*it->second, reply);
+  }
+  std::vector<Sample> out;
+  out.swap(finished_);
+  return out;
+}
+
+void EpisodeRunner::begin_turn(Episode& e) {
+  WorkItem w{e.request, e.sample};
+  w.request.params.max_new_tokens = std::min(e.sample.response_length() + settings_.max_turn_tokens, e.budget);
+  e.turn_start = e.sample.response_length();
+  e.phase = Episode::Phase::Turn;
+  engine_.add_work(w);
+}
+
+void EpisodeRunner::on_turn(Episode& e, Sample&& turn) {
+  SLIMPI_CHECK(e.phase == Episode::Phase::Turn, "episodes: {} returned a turn it was not taking", e.id);
+  Sample& s = e.sample;
+  const int64_t r0 = e.turn_start, r = turn.response_length();
+  const std::vector<int64_t> new_tokens(turn.tokens.begin() + turn.prompt_length + r0, turn.tokens.end());
+  s.tokens = std::move(turn.tokens);
+  s.rollout_log_probs = std::move(turn.rollout_log_probs);
+  s.weight_versions = std::move(turn.weight_versions);
+  s.sampling_support = turn.sampling_support.empty() ? std::vector<int32_t>(size_t(r), 0) : std::move(turn.sampling_support);
+  s.routing = std::move(turn.routing);
+  s.spec_drafted = turn.spec_drafted;
+  s.spec_accepted = turn.spec_accepted;
+  s.spec_passes = turn.spec_passes;
+  s.loss_mask.resize(size_t(r), 1.0f);
+  ++s.env_turns;
+
+  const auto& stops = e.request.params.stop_token_ids;
+  const bool on_stop_token = turn.status == SampleStatus::Completed && !new_tokens.empty() &&
+                             std::find(stops.begin(), stops.end(), new_tokens.back()) != stops.end();
+  EpisodeAction a;
+  a.episode = e.id;
+  a.turn = s.env_turns;
+  a.text = tokenizer_.decode(on_stop_token ? std::vector<int64_t>(new_tokens.begin(), new_tokens.end() - 1) : new_tokens);
+  a.token_ids = new_tokens;
+  a.tool_calls = parse_tool_calls(a.text, settings_.chat.chat_template);
+  a.finish_reason = turn.status == SampleStatus::Completed ? "stop" : "length";
+  s.env_tool_calls += int32_t(a.tool_calls.size());
+  e.transcript->add_model_turn(a.text, on_stop_token);
+  e.phase = Episode::Phase::Step;
+  e.wait = Stopwatch();
+  env_.step(a);
+}
+
+void EpisodeRunner::on_reply(Episode& e, const EnvReply& reply) {
+  SLIMPI_CHECK(e.phase == Episode::Phase::Reset || e.phase == Episode::Phase::Step,
+               "episodes: {} got a reply it was not waiting for", e.id);
+  Sample& s = e.sample;
+  s.env_s += float(e.wait.seconds());
+  if (reply.failed) return finish(e, SampleStatus::EnvFailed, EnvError::Infra, reply.message);
+  if (reply.error == EnvError::Infra)  // the environment's own failure: as if it had crashed
+    return finish(e, SampleStatus::EnvFailed, EnvError::Infra, "the environment reported an infra error: " + reply.message);
+  if (reply.error != EnvError::None) s.env_error = int8_t(reply.error);
+  const int64_t max_seq_len = engine_.max_seq_len();
+
+  if (e.phase == Episode::Phase::Reset) {
+    std::vector<int64_t> context;
+    if (!reply.messages.empty()) {
+      std::string text;
+      if (settings_.chat.enabled()) {
+        text = render_chat(reply.messages, settings_.chat, /*add_generation_prompt=*/true);
+        context = tokenizer_.encode_chat(text);
+      } else {
+        for (const ChatMessage& m : reply.messages) text += m.content + "\n";
+        context = tokenizer_.encode_prompt(text);
+      }
+    }
+    context.insert(context.end(), reply.token_ids.begin(), reply.token_ids.end());
+    if (context.empty()) context = e.request.prompt;  // the prompt as slimpi renders it
+    if (reply.done || reply.truncated)
+      return finish(e, SampleStatus::EnvFailed, reply.error == EnvError::None ? EnvError::Infra : reply.error,
+                    "the environment ended the episode at its reset, before the model's first turn");
+    e.request.prompt = context;
+    s.tokens = context;
+    s.prompt_length = int64_t(context.size());
+    e.budget = std::min<int64_t>(settings_.env.max_total_tokens, max_seq_len - s.prompt_length);
+    if (e.budget < 1)
+      return finish(e, SampleStatus::EnvFailed, EnvError::Overlong,
+                    fmt::format("its first observation is {} tokens, which leaves no room in model.max_seq_len = {}",
+                                context.size(), max_seq_len));
+    e.transcript = std::make_unique<ChatTranscript>(settings_.chat);
+    return begin_turn(e);
+  }
+
+  e.last_reward = reply.reward;
+  e.reward_sum += reply.reward;
+  if (reply.done || reply.truncated)
+    return finish(e, reply.done && !reply.truncated ? SampleStatus::Completed : SampleStatus::Truncated, reply.error,
+                  reply.message);
+  if (s.env_turns >= settings_.env.max_turns) return finish(e, SampleStatus::Truncated, EnvError::None, "");
+  if (settings_.env.episode_wall_s > 0 && e.clock.seconds() > settings_.env.episode_wall_s)
+    return finish(e, SampleStatus::Truncated, EnvError::None, "");
+  std::string why;
+  const std::string delta = e.transcript->add_observation(reply.messages, &why);
+  if (!why.empty()) SLIMPI_FAIL("episode {}: {}", e.id, why);
+  std::vector<int64_t> observation = delta.empty() ? std::vector<int64_t>() : tokenizer_.encode_text(delta);
+  observation.insert(observation.end(), reply.token_ids.begin(), reply.token_ids.end());
+  const int64_t n = int64_t(observation.size()), r = s.response_length();
+  if (n > settings_.env.max_observation_tokens)
+    return finish(e, SampleStatus::Truncated, EnvError::Overlong,
+                  fmt::format("an observation of {} tokens (rollout.env_max_observation_tokens = {})", n,
+                              settings_.env.max_observation_tokens));
+  if (r + n + 1 > e.budget)
+    return finish(e, SampleStatus::Truncated, EnvError::Overlong,
+                  fmt::format("the episode would reach {} response tokens with its next observation (budget {}: "
+                              "rollout.env_max_total_tokens and model.max_seq_len)", r + n + 1, e.budget));
+  s.tokens.insert(s.tokens.end(), observation.begin(), observation.end());
+  s.rollout_log_probs.resize(size_t(r + n), 0.0f);
+  s.sampling_support.resize(size_t(r + n), 0);
+  s.weight_versions.resize(size_t(r + n), engine_.weight_version());
+  s.loss_mask.resize(size_t(r + n), 0.0f);
+  begin_turn(e);
+}
+
+void EpisodeRunner::finish(Episode& e, SampleStatus status, EnvError error, const std::string& why) {
+  Sample& s = e.sample;
+  if (status == SampleStatus::EnvFailed && settings_.env.fail_job)
+    SLIMPI_FAIL("episode {} (group {}, sample {}): {} (rollout.env_fail_job = true ends the job)", e.id,
+                s.group_index, s.index, why);
+  s.status = status;
+  if (error != EnvError::None) s.env_error = int8_t(error);
+  s.raw_reward = float(settings_.env.reward == "sum" ? e.reward_sum : e.last_reward);
+  if (status == SampleStatus::EnvFailed) {
+    s.raw_reward = 0;
+    std::fill(s.loss_mask.begin(), s.loss_mask.end(), 0.0f);
+  }
+  s.episode_s = float(e.clock.seconds());
+  if (std::all_of(s.sampling_support.begin(), s.sampling_support.end(), [](int32_t k) { return k == 0; }))
+    s.sampling_support.clear();
+  static bool said_overlong = false;  // an over-long episode is a truncation, not a failure: said once
+  if (status == SampleStatus::EnvFailed)
+    log::warn("episode {} (group {}, sample {}) failed after {} turns (its group is not trained): {}", e.id,
+              s.group_index, s.index, s.env_turns, why);
+  else if (error == EnvError::Overlong && !std::exchange(said_overlong, true))
+    log::warn("episode {} (group {}, sample {}) truncated after {} turns: {}. Said once: rollout/env_error/overlong "
+              "counts them", e.id, s.group_index, s.index, s.env_turns, why);
+  const std::string id = e.id;
+  env_.close(id);
+  --open_in_env_;
+  finished_.push_back(std::move(s));
+  episodes_.erase(id);  // e is gone
+}
+
+}  // namespace slimpi

@@ -1,0 +1,80 @@
+// EpisodeRunner — multi-turn rollouts on one engine rank (rollout.environment): each
+// sample of a group is an episode with the environment (env/environment.h), run as one
+// growing token sequence in the engine (token-in / token-out).
+//
+// An episode: reset (the environment's first observation, or the prompt as it is) ->
+// model turn (the engine continues the sequence from its next position, stopping at a
+// stop token, a stop string such as </tool_call>, or rollout.max_new_tokens new tokens)
+// -> step (the turn's text, token ids and parsed tool calls) -> the reply's
+// observation appended as the chat template's delta, tokenised once
+// (tokenizer/chat_transcript.h) -> the next model turn ... until the environment says
+// done or truncated, or a limit ends it (rollout.env_max_turns, env_max_total_tokens,
+// env_max_observation_tokens, env_episode_wall_s, the model's context).
+// Invariants of the sample an episode returns: tokens = context + every turn and
+// observation in order; the model's tokens are exactly the ones it sampled, with their
+// log-probs and weight versions, loss_mask 1; observation tokens have loss_mask 0,
+// log-prob 0 and the engine's weight version. The KV cache carries across turns through
+// the prefix cache (rollout.cache_responses is on with an environment). Sampling stays
+// a function of (group seed, sample, position): the same deck gives the same episodes
+// with any number of engines, when the environment is deterministic.
+// Failures: a failed reply (env/command_environment.h) ends the episode with status
+// EnvFailed and EnvError::Infra (the router keeps its group out of training); with
+// rollout.env_fail_job the job ends instead, naming the episode. An over-long
+// observation ends it Truncated with EnvError::Overlong. A chat template that rewrites
+// history ends the job (a configuration error, not an episode's).
+// Built per generate() call by RolloutSide over its engine and environment; single-threaded.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data/prompt_source.h"
+#include "env/environment.h"
+#include "rollout/engine.h"
+#include "rollout/group_worker.h"
+
+namespace slimpi {
+
+struct EpisodeSettings {
+  EnvConfig env;
+  ChatFormat chat;
+  int64_t max_turn_tokens = 64;  // rollout.max_new_tokens
+  uint64_t stream = 0;           // names episodes: "<stream>/<group>/<sample>"
+  int64_t step = 0;              // told to the environment
+};
+
+class EpisodeRunner : public GroupWorker {
+ public:
+  // prompts[g - first_group] is group g's record.
+  EpisodeRunner(Engine& engine, Environment& env, const Tokenizer& tokenizer, const EpisodeSettings& settings,
+                const std::vector<Prompt>& prompts, int64_t first_group);
+  ~EpisodeRunner() override;
+
+  void add_request(const GenerationRequest& request) override;
+  bool has_work() const override;
+  std::vector<Sample> step() override;
+
+ private:
+  struct Episode;
+  void start_waiting_episodes();
+  void on_reply(Episode& e, const EnvReply& reply);
+  void on_turn(Episode& e, Sample&& turn);
+  void begin_turn(Episode& e);
+  void finish(Episode& e, SampleStatus status, EnvError error, const std::string& why);
+  Episode& find(const std::string& id);
+
+  Engine& engine_;
+  Environment& env_;
+  const Tokenizer& tokenizer_;
+  EpisodeSettings settings_;
+  const std::vector<Prompt>& prompts_;
+  int64_t first_group_;
+  std::map<std::string, std::unique_ptr<Episode>> episodes_;  // open (started or waiting to start)
+  std::vector<std::string> not_started_;                      // in arrival order
+  int64_t open_in_env_ = 0;
+  std::vector<Sample> finished_;
+};
+
+}  // namespace slimpi

@@ -1,0 +1,33 @@
+// Tool calls in a model's turn — the calls a chat model writes in its text, parsed the
+// way its family writes them, for the environment (env/environment.h), which gets them
+// beside the raw text:
+//   chatml, qwen3, none  <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call> blocks
+//                        (Qwen2.5 / Qwen3, Hermes style), any number per turn
+//   llama3               the whole turn is one JSON object {"name": ..., "parameters": {...}}
+//                        (Llama 3.1's JSON tool calling; "arguments" is accepted too)
+// A block that is not valid JSON, or has no string "name", is still returned, with
+// `error` saying why and `raw` its text: the environment decides what a malformed call
+// costs. Pure functions.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "tokenizer/chat_template.h"
+
+namespace slimpi {
+
+struct ToolCall {
+  std::string name;            // "" when the call could not be parsed
+  std::string arguments_json;  // a JSON object's text ("{}" when the call gave none)
+  std::string raw;             // the call's text as the model wrote it
+  std::string error;           // "" = parsed
+};
+
+std::vector<ToolCall> parse_tool_calls(const std::string& text, ChatTemplate t);
+
+// The stop string that ends a turn at its tool call, for the templates whose calls are
+// closed by a marker ("</tool_call>"); "" for llama3 (its calls end the turn).
+std::string tool_call_stop(ChatTemplate t);
+
+}  // namespace slimpi

@@ -1,0 +1,197 @@
+#!/usr/bin/env bash
+# Multi-turn environments end to end (rollout.environment, docs/environments.md):
+#  * protocol conformance against a real environment process (tests/fixtures/envs/probe_env.py:
+#    three model turns per episode, whatever the model writes) at np 1 (colocated), 2 (split),
+#    4 (split, two engines) and 4 (colocated): every trained trajectory, token by token, is the
+#    environment's log of what it received (the model's turns, loss_mask 1) and sent (its
+#    observations, loss_mask 0); the trainer's log-probs equal the engine's on the model's
+#    tokens; the first step's episodes are the same tokens in every layout;
+#  * the environment's own first observation (reset with messages);
+#  * the in-process calculator and inputs/envs/calculator.py give the same run, bit for bit;
+#  * environments that crash, hang, write garbage, flood, lie (a token id past the vocabulary),
+#    answer an over-long observation or give up (an error reply) end only their episode, with
+#    its status and error class in rollouts.h5, and the job goes on; with rollout.env_fail_job
+#    the job ends naming the episode;
+#  * a chat template that rewrites history (qwen3 without thinking) ends the job, said so;
+#  * one step off, kill -9 inside a checkpoint's write and resumed from the one before: the same run as straight
+#    through, every episode trained once, and no environment process outlives its rank;
+#  * slimpi generate runs episodes; postprocess/transcript.py shows one;
+#  * refused with the reason: an environment without reward.style = "environment" and the
+#    reverse, full async, command keys without the command environment, a command that
+#    never says hello.
+# Usage: env_runs.sh SLIMPI ROOT "MPIRUN FLAGS"
+set -euo pipefail
+source "$(dirname "$0")/run_helpers.sh"
+regression_setup "$@"
+compare="/usr/bin/python3 $root/tests/regression/compare_runs.py"
+probe="python3 $root/tests/fixtures/envs/probe_env.py"
+base=(run inputs/smoke_rl.toml --set model.max_seq_len=96 --set rollout.environment=command
+      --set reward.style=environment --set rollout.env_max_turns=3 --set rollout.env_max_total_tokens=64
+      --set eval.path=)
+
+echo "== conformance: np 1, 2, 4 split and 4 colocated"
+args=("${base[@]}" --set run.n_steps=2)
+run 1 np1 --set parallel.placement=colocate --set "rollout.env_command=$probe --log $out/np1.envlog"
+run 2 np2 --set "rollout.env_command=$probe --log $out/np2.envlog"
+run 4 np4 --set "rollout.env_command=$probe --log $out/np4.envlog"
+run 4 np4c --set parallel.placement=colocate --set "rollout.env_command=$probe --log $out/np4c.envlog"
+run 2 resetmsg --set "rollout.env_command=$probe --reset-messages --log $out/resetmsg.envlog"
+
+/usr/bin/python3 - "$out" <<'PY'
+import json, sys
+import h5py, numpy as np
+out = sys.argv[1]
+
+def episodes_in_log(name):
+    """episode -> [("model", ids), ("env", bytes), ...] from the environment's own log."""
+    eps, resets = {}, {}
+    for rec in map(json.loads, open(f"{out}/{name}.envlog")):
+        msg = json.loads(rec["line"])
+        if rec["dir"] == "in" and msg["type"] == "reset":
+            eps[msg["episode"]] = []
+        elif rec["dir"] == "out" and msg.get("type") == "observation" and msg["episode"] in eps and "messages" in msg \
+                and eps[msg["episode"]]:  # a step's observation (not the reset's)
+            text = "".join(m["content"] + "\n" for m in msg["messages"])  # data.chat_template = none
+            eps[msg["episode"]].append(("env", list(text.encode())))
+        elif rec["dir"] == "in" and msg["type"] == "step":
+            eps[msg["episode"]].append(("model", msg["action"]["token_ids"]))
+    return eps
+
+def rows(name):
+    with h5py.File(f"{out}/{name}/rollouts.h5") as f:
+        g = f["samples"]
+        col = lambda k, i: g[k + "/values"][g[k + "/offsets"][i]:g[k + "/offsets"][i + 1]]
+        for i in range(g["step"].shape[0]):
+            yield dict(step=int(g["step"][i]), group=int(g["group_index"][i]), index=int(g["index"][i]),
+                       status=int(g["status"][i]), turns=int(g["env_turns"][i]), p=int(g["prompt_length"][i]),
+                       tokens=col("tokens", i), mask=col("loss_mask", i), logp=col("rollout_log_probs", i))
+
+first_step = {}
+for name in ["np1", "np2", "np4", "np4c", "resetmsg"]:
+    eps = episodes_in_log(name)
+    n = 0
+    for r in rows(name):
+        assert r["status"] == 1 and r["turns"] == 3, (name, r["status"], r["turns"])
+        want_tokens, want_mask = [], []
+        for kind, ids in eps[f"{r['step']}/{r['group']}/{r['index']}"]:
+            want_tokens += ids
+            want_mask += [1.0 if kind == "model" else 0.0] * len(ids)
+        resp = r["tokens"][r["p"]:]
+        assert list(resp) == want_tokens, (name, r["step"], r["group"], r["index"], list(resp), want_tokens)
+        assert list(r["mask"]) == want_mask, (name, list(r["mask"]), want_mask)
+        assert np.all(r["logp"][r["mask"] == 0] == 0) and np.all(r["logp"][r["mask"] == 1] < 0)
+        if r["step"] == 0:
+            first_step.setdefault(name, {})[(r["group"], r["index"])] = list(r["tokens"])
+        n += 1
+    with h5py.File(f"{out}/{name}/metrics.h5") as f:
+        diff = f["steps/train/train_rollout_logprob_abs_diff"][:2]
+        turns = f["steps/rollout/env_turns/mean"][:2]
+        frac = f["steps/rollout/env_model_token_fraction"][:2]
+    assert np.all(diff < 1e-5), (name, diff)
+    assert np.all(turns == 3) and np.all((frac > 0) & (frac < 1)), (turns, frac)
+    print(f"env_runs: {name}: {n} trajectories equal the environment's log token by token; "
+          f"train/rollout log-prob diff {diff.max():.1e}")
+ref = first_step["np1"]
+for name in ["np2", "np4", "np4c"]:
+    assert first_step[name] == ref, f"{name}: step 0's episodes differ from np 1's"
+with h5py.File(f"{out}/resetmsg/rollouts.h5") as f:
+    toks = f["samples/tokens/values"][f["samples/tokens/offsets"][0]:f["samples/tokens/offsets"][1]]
+    p = f["samples/prompt_length"][0]
+    assert bytes(int(t) for t in toks[:p] if t < 256).startswith(b"probe\n"), toks[:p]
+print("env_runs: step 0's episodes are the same tokens at np 1, 2, 4 and colocated; the reset's messages open the episode")
+PY
+
+echo "== the calculator: in process and as a program, the same run"
+args=(run inputs/smoke_rl.toml --set model.max_seq_len=64 --set reward.style=environment --set run.n_steps=2
+      --set eval.path=inputs/data/addition_eval.jsonl@[0:8])
+run 2 calc_native --set rollout.environment=calculator
+run 2 calc_python --set rollout.environment=command --set "rollout.env_command=python3 inputs/envs/calculator.py"
+$compare "$out/calc_native" "$out/calc_python" --engine-scheduling-varies 1e-5  # replies arrive at other times
+
+echo "== environments that fail end only their episode"
+args=("${base[@]}" --set run.n_steps=1 --set rollout.env_processes=2 --set rollout.env_timeout_s=2)
+for fault in crash hang garbage flood lie overlong error; do
+  run 2 "fault_$fault" --set "rollout.env_command=$probe --fault $fault --max-concurrent 1"
+done
+/usr/bin/python3 - "$out" <<'PY'
+import sys
+import h5py, numpy as np
+out = sys.argv[1]
+# fault -> (status, error class) of each faulty episode (sample 0 of groups 1, 5) and its group's others
+expect = {"crash": (8, 3, 5), "hang": (8, 3, 5), "garbage": (8, 3, 5), "flood": (8, 3, 5), "lie": (8, 3, 5),
+          "overlong": (2, 4, 1), "error": (1, 2, 1)}
+for fault, (status, error, others) in expect.items():
+    with h5py.File(f"{out}/fault_{fault}/rollouts.h5") as f:
+        g = f["samples"]
+        st, err, grp, idx = g["status"][:], g["env_error"][:], g["group_index"][:], g["index"][:]
+    faulty = (grp % 4 == 1) & (idx == 0)
+    assert faulty.sum() == 2 and np.all(st[faulty] == status) and np.all(err[faulty] == error), (fault, st, err)
+    same_group = (grp % 4 == 1) & (idx != 0)
+    assert np.all(st[same_group] == others), (fault, st[same_group])
+    rest = grp % 4 != 1
+    assert np.all(st[rest] == 1) and np.all(err[rest] == 0), (fault, st[rest], err[rest])
+    print(f"env_runs: {fault}: the faulty episodes end with status {status}, error class {error}; "
+          f"{rest.sum()} others completed")
+PY
+grep -q "exited (exit status 3); it is killed and restarted" "$out/fault_crash.log"
+grep -q "has written nothing for rollout.env_timeout_s = 2 s" "$out/fault_hang.log"
+grep -q "token id 1000000000 is not in the vocabulary" "$out/fault_lie.log"
+refused fail_job 'rollout.env_fail_job = true ends the job' 2 --set rollout.env_fail_job=true \
+  --set "rollout.env_command=$probe --fault crash --max-concurrent 1"
+grep -q "episode 0/1/0 (group 1, sample 0)" "$out/fail_job.log"
+
+echo "== a chat template that rewrites history"
+refused rewrite "the qwen3 chat template rewrites the conversation's history" 2 \
+  --set data.chat_template=qwen3 --set data.enable_thinking=false --set "rollout.env_command=$probe"
+
+echo "== one step off: kill -9 inside checkpoint 3's write, resume from 2"
+args=("${base[@]}" --set run.n_steps=4 --set train.async=one_step_off --set checkpoint.interval=1 --set "rollout.env_command=$probe")
+run 4 straight
+kill9_in_checkpoint 4 kill9 3
+for _ in $(seq 100); do pgrep -f "probe_env.py" >/dev/null || break; sleep 0.1; done  # each dies with its rank
+if pgrep -f "probe_env.py" >/dev/null; then
+  pgrep -af probe_env.py; echo "FAIL: environment processes outlived their killed ranks by 10 s"; exit 1
+fi
+run 4 kill9
+grep -q "resuming at step 2 from $out/kill9/ckpt/step_00000002" "$out/kill9.log"
+$compare "$out/straight" "$out/kill9" --engine-scheduling-varies 1e-5  # replies arrive at other times
+/usr/bin/python3 - "$out/kill9" <<'PY'
+import sys, collections
+import h5py
+with h5py.File(sys.argv[1] + "/rollouts.h5") as f:
+    g = f["samples"]
+    trained = [(int(s), int(gr), int(i)) for s, gr, i, st in
+               zip(g["step"][:], g["group_index"][:], g["index"][:], g["status"][:]) if st in (1, 2)]
+dup = [k for k, c in collections.Counter(trained).items() if c > 1]
+assert not dup and len(trained) == 4 * 8 * 4, (len(trained), dup[:5])
+print(f"env_runs: after kill -9 and resume, {len(trained)} episodes trained, each once")
+PY
+
+echo "== slimpi generate runs episodes; transcript.py shows one"
+$mpirun -np 2 "$slimpi" generate inputs/smoke_rl.toml --set model.max_seq_len=96 --set rollout.environment=command \
+  --set reward.style=environment --set rollout.env_max_turns=3 --set rollout.env_max_total_tokens=64 --set "rollout.env_command=$probe" \
+  --set "data.path=inputs/data/addition_eval.jsonl@[0:4]" --set run.dir="$out/gen" >"$out/gen.log" 2>&1 \
+  || { cat "$out/gen.log"; exit 1; }
+/usr/bin/python3 -c "
+import h5py, sys
+with h5py.File(sys.argv[1]) as f:
+    t = f['samples/env_turns'][:]
+assert len(t) == 16 and (t == 3).all(), t
+" "$out/gen/rollouts.h5"
+/usr/bin/python3 postprocess/transcript.py "$out/np2" 1 2:3 | tee "$out/transcript.txt"
+grep -aq "3 turns" "$out/transcript.txt"
+[ "$(grep -ac '^--- model' "$out/transcript.txt")" = 3 ] && [ "$(grep -ac '^--- environment' "$out/transcript.txt")" = 2 ]
+grep -aq "^turn 2: " "$out/transcript.txt"
+
+echo "== refused"
+args=(run inputs/smoke_rl.toml)
+refused no_style 'set reward.style = "environment"' 2 --set rollout.environment=calculator
+refused no_env 'reward.style = "environment" (--set) is the reward of a multi-turn episode' 2 --set reward.style=environment
+refused full_async 'with train.async = "full"' 3 --set rollout.environment=calculator --set reward.style=environment \
+  --set train.async=full
+refused stray_key 'rollout.env_processes (--set) applies to rollout.environment = "command" only' 2 \
+  --set rollout.environment=calculator --set reward.style=environment --set rollout.env_processes=2
+refused no_command 'needs rollout.env_command' 2 --set rollout.environment=command --set reward.style=environment
+refused no_hello 'did not start: it exited before its hello (exit status 5)' 2 --set rollout.environment=command \
+  --set reward.style=environment --set 'rollout.env_command=exit 5'
+echo "env_runs: OK"

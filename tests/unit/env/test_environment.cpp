@@ -1,0 +1,285 @@
+// The environment protocol's parts: tool calls parsed from model text, the chat
+// template's delta for an observation (and the refusal of a template that rewrites
+// history), reply validation, the calculator, and the Python calculator
+// (inputs/envs/calculator.py, a real process) giving the in-process one's replies.
+#include <gtest/gtest.h>
+#include <slimpi/error.h>
+
+#include <chrono>
+#include <thread>
+
+#include "env/calculator_environment.h"
+#include "env/command_environment.h"
+#include "env/env_protocol.h"
+#include "tokenizer/chat_transcript.h"
+#include "tokenizer/tool_calls.h"
+
+namespace slimpi {
+namespace {
+
+TEST(ToolCalls, QwenBlocksParsedWithTheirRawText) {
+  const std::string text =
+      "let me compute <tool_call>\n{\"name\": \"calculator\", \"arguments\": {\"expression\": \"2*3\"}}\n</tool_call>"
+      "<tool_call>{\"name\": \"calculator\", \"arguments\": \"{\\\"expression\\\": \\\"1+1\\\"}\"}</tool_call>"
+      "<tool_call>{not json}</tool_call><tool_call>{\"name\": \"x\"";
+  const std::vector<ToolCall> calls = parse_tool_calls(text, ChatTemplate::ChatML);
+  ASSERT_EQ(calls.size(), 4u);
+  EXPECT_EQ(calls[0].name, "calculator");
+  EXPECT_EQ(calls[0].arguments_json, "{\"expression\":\"2*3\"}");
+  EXPECT_EQ(calls[0].error, "");
+  EXPECT_EQ(calls[0].raw.substr(0, 11), "<tool_call>");
+  EXPECT_EQ(calls[1].arguments_json, "{\"expression\":\"1+1\"}");  // arguments given as a JSON string
+  EXPECT_EQ(calls[2].error, "not valid JSON");
+  EXPECT_EQ(calls[2].raw, "<tool_call>{not json}</tool_call>");
+  EXPECT_EQ(calls[3].error, "no closing </tool_call>");
+  EXPECT_TRUE(parse_tool_calls("no calls here", ChatTemplate::Qwen3).empty());
+  EXPECT_EQ(tool_call_stop(ChatTemplate::ChatML), "</tool_call>");
+}
+
+TEST(ToolCalls, Llama3TurnIsOneJsonCall) {
+  auto calls = parse_tool_calls(" {\"name\": \"calculator\", \"parameters\": {\"expression\": \"4\"}}", ChatTemplate::Llama3);
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].name, "calculator");
+  EXPECT_EQ(calls[0].arguments_json, "{\"expression\":\"4\"}");
+  EXPECT_TRUE(parse_tool_calls("The answer is 4.", ChatTemplate::Llama3).empty());
+  EXPECT_EQ(parse_tool_calls("{\"parameters\": {}}", ChatTemplate::Llama3)[0].error,
+            "not an object with a string \"name\"");
+}
+
+ChatFormat format(ChatTemplate t) {
+  ChatFormat f;
+  f.chat_template = t;
+  if (t == ChatTemplate::Llama3) f.bos_token = "<|begin_of_text|>";
+  return f;
+}
+
+TEST(ChatTranscript, ChatmlDeltaClosesTheTurnAndOpensTheNext) {
+  ChatTranscript t(format(ChatTemplate::ChatML));
+  std::string why;
+  // Stopped by the </tool_call> string: the template's <|im_end|> is the environment's.
+  t.add_model_turn("<tool_call>{}</tool_call>", /*ended_on_stop_token=*/false);
+  EXPECT_EQ(t.add_observation({{"tool", "6", false, ""}}, &why),
+            "<|im_end|>\n<|im_start|>user\n<tool_response>\n6\n</tool_response><|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(why, "");
+  // Stopped by the <|im_end|> token: only the newline after it is the environment's.
+  t.add_model_turn("it is 6", /*ended_on_stop_token=*/true);
+  EXPECT_EQ(t.add_observation({{"user", "sure?", false, ""}}, &why),
+            "\n<|im_start|>user\nsure?<|im_end|>\n<|im_start|>assistant\n");
+}
+
+TEST(ChatTranscript, Llama3ToolResultsAreIpythonTurns) {
+  ChatTranscript t(format(ChatTemplate::Llama3));
+  std::string why;
+  t.add_model_turn("{\"name\": \"calculator\", \"parameters\": {}}", true);
+  EXPECT_EQ(t.add_observation({{"tool", "6", false, ""}}, &why),
+            "<|start_header_id|>ipython<|end_header_id|>\n\n6<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+  EXPECT_EQ(why, "");
+}
+
+TEST(ChatTranscript, NoTemplateAppendsTheContent) {
+  ChatTranscript t(format(ChatTemplate::None));
+  std::string why;
+  t.add_model_turn("x", false);
+  EXPECT_EQ(t.add_observation({{"tool", "6", false, ""}, {"user", "go on", false, ""}}, &why),
+            "<tool_response>\n6\n</tool_response>\ngo on\n");
+}
+
+TEST(ChatTranscript, AtemplateThatRewritesHistoryIsRefused) {
+  // Qwen3 without thinking opens each turn with an empty <think> block, and renders an
+  // earlier assistant turn without it: the stream cannot be continued.
+  ChatFormat f = format(ChatTemplate::Qwen3);
+  f.enable_thinking = false;
+  ChatTranscript t(f);
+  std::string why;
+  t.add_model_turn("call", true);
+  EXPECT_EQ(t.add_observation({{"tool", "6", false, ""}}, &why), "");
+  EXPECT_NE(why.find("rewrites the conversation's history"), std::string::npos) << why;
+  EXPECT_NE(why.find("<think>"), std::string::npos) << why;
+  // With thinking on and no reasoning in the turn, Qwen3 keeps history as written.
+  ChatTranscript thinking(format(ChatTemplate::Qwen3));
+  thinking.add_model_turn("call", true);
+  EXPECT_NE(thinking.add_observation({{"tool", "6", false, ""}}, &why), "");
+  EXPECT_EQ(why, "");
+}
+
+TEST(EnvProtocol, RepliesAreValidatedFieldByField) {
+  EnvReply r;
+  std::string why;
+  EXPECT_EQ(decode_reply(R"({"type":"observation","episode":"0/1/2","messages":[{"role":"tool","content":"6"}],)"
+                         R"("reward":{"correct":1,"format":0.5},"done":false,"metrics":{"calls":1}})",
+                         100, &r, &why),
+            ReplyParse::Ok);
+  EXPECT_EQ(r.episode, "0/1/2");
+  EXPECT_DOUBLE_EQ(r.reward, 1.5);
+  EXPECT_EQ(r.messages.at(0).content, "6");
+  EXPECT_EQ(r.metrics.at("calls"), 1.0);
+  EXPECT_EQ(decode_reply("not json", 100, &r, &why), ReplyParse::Garbage);
+  EXPECT_EQ(decode_reply(R"({"type":"observation"})", 100, &r, &why), ReplyParse::Garbage);
+  auto bad = [&](const std::string& line, const std::string& expect) {
+    EXPECT_EQ(decode_reply(line, 100, &r, &why), ReplyParse::BadReply) << line;
+    EXPECT_NE(why.find(expect), std::string::npos) << why;
+    EXPECT_EQ(r.episode, "e");
+  };
+  bad(R"({"type":"observation","episode":"e","token_ids":[100]})", "not in the vocabulary [0, 100)");
+  bad(R"({"type":"observation","episode":"e","reward":"1"})", "not a finite number");
+  bad(R"({"type":"observation","episode":"e","done":1})", "\"done\" is not true or false");
+  bad(R"({"type":"observation","episode":"e","messages":[{"role":"assistant","content":"x"}]})", "role \"assistant\"");
+  bad(R"({"type":"observation","episode":"e","error":{"class":"cosmic"}})", "error class \"cosmic\"");
+  bad(R"({"type":"observation","episode":"e","colour":1})", "unknown key \"colour\"");
+  bad(R"({"type":"banana","episode":"e"})", "type \"banana\"");
+  EXPECT_EQ(decode_reply(R"({"type":"error","episode":"e","class":"tool","message":"broke"})", 100, &r, &why),
+            ReplyParse::Ok);
+  EXPECT_TRUE(r.done);
+  EXPECT_EQ(r.error, EnvError::Tool);
+  EnvInfo info;
+  EXPECT_EQ(decode_hello(R"({"type":"hello","protocol_version":1,"name":"n","max_concurrent_episodes":4})", &info), "");
+  EXPECT_EQ(info.max_concurrent_episodes, 4);
+  EXPECT_NE(decode_hello(R"({"type":"hello","protocol_version":2})", &info).find("slimpi speaks 1"), std::string::npos);
+}
+
+TEST(Calculator, IntegerArithmeticAndItsErrors) {
+  EXPECT_EQ(calculate("12345 * 6789"), "83810205");
+  EXPECT_EQ(calculate("2*(3+4) - -1"), "15");
+  EXPECT_EQ(calculate("1/2"), "error: unexpected character at 1");
+  EXPECT_EQ(calculate("(1+2"), "error: unexpected end");
+  EXPECT_EQ(calculate("9999999999999999999"), "error: overflow");
+  EXPECT_EQ(calculate(std::string(201, '1')), "error: longer than 200 characters");
+}
+
+// The actions both calculators get, with their tool calls parsed as slimpi parses them.
+std::vector<EpisodeAction> scripted_actions(const std::string& episode) {
+  std::vector<EpisodeAction> out;
+  int64_t turn = 0;
+  for (const std::string text :
+       {std::string("<tool_call>{\"name\": \"calculator\", \"arguments\": {\"expression\": \"123*45\"}}</tool_call>"),
+        std::string("<tool_call>{\"name\": \"calc\", \"arguments\": {}}</tool_call><tool_call>{bad}</tool_call>"),
+        std::string("<tool_call>{\"name\": \"calculator\", \"arguments\": {\"expression\": \"7 ^ 2\"}}</tool_call>"),
+        std::string("<tool_call>{\"name\": \"calculator\", \"arguments\": {\"expr\": \"1\"}}</tool_call>"),
+        std::string("  5535 \n")}) {
+    EpisodeAction a;
+    a.episode = episode;
+    a.turn = ++turn;
+    a.text = text;
+    a.tool_calls = parse_tool_calls(text, ChatTemplate::ChatML);
+    a.finish_reason = "stop";
+    out.push_back(a);
+  }
+  return out;
+}
+
+std::vector<EnvReply> run_episode(Environment& env, const std::string& label, int64_t max_turns) {
+  EpisodeStart s;
+  s.episode = "0/0/0";
+  s.prompt = "123*45=";
+  s.label = label;
+  s.max_turns = max_turns;
+  env.reset(s);
+  std::vector<EnvReply> replies;
+  auto wait_one = [&] {
+    for (int i = 0; i < 2000; ++i) {
+      auto got = env.poll(0.01);
+      if (!got.empty()) return got.front();
+    }
+    ADD_FAILURE() << "no reply";
+    return EnvReply();
+  };
+  wait_one();  // the reset's
+  for (const EpisodeAction& a : scripted_actions(s.episode)) {
+    env.step(a);
+    replies.push_back(wait_one());
+    if (replies.back().done || replies.back().truncated) break;
+  }
+  env.close(s.episode);
+  return replies;
+}
+
+TEST(Calculator, ThePythonProgramGivesTheInProcessReplies) {
+  EnvConfig cfg;
+  cfg.name = "command";
+  cfg.command = std::string("python3 ") + SLIMPI_SOURCE_DIR + "/inputs/envs/calculator.py";
+  for (const auto& [label, max_turns] : {std::pair<std::string, int64_t>{"5535", 8}, {"0", 8}, {"5535", 2}}) {
+    CommandEnvironment python(cfg, 300);
+    EXPECT_EQ(python.info().name, "calculator");
+    EXPECT_TRUE(python.info().deterministic);
+    auto native = make_calculator_environment();
+    const std::vector<EnvReply> a = run_episode(python, label, max_turns), b = run_episode(*native, label, max_turns);
+    ASSERT_EQ(a.size(), b.size());
+    ASSERT_EQ(a.size(), max_turns == 2 ? 2u : 5u);
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_FALSE(a[i].failed) << a[i].message;
+      ASSERT_EQ(a[i].messages.size(), b[i].messages.size()) << i;
+      for (size_t m = 0; m < a[i].messages.size(); ++m) {
+        EXPECT_EQ(a[i].messages[m].role, b[i].messages[m].role);
+        EXPECT_EQ(a[i].messages[m].content, b[i].messages[m].content);
+      }
+      EXPECT_EQ(a[i].reward, b[i].reward);
+      EXPECT_EQ(a[i].done, b[i].done);
+      EXPECT_EQ(a[i].truncated, b[i].truncated);
+      EXPECT_EQ(a[i].error, b[i].error);
+      EXPECT_EQ(a[i].message, b[i].message);
+    }
+    EXPECT_EQ(b[0].messages[0].content, "5535");
+    EXPECT_EQ(b[1].messages[0].content, "error: unknown tool calc");
+    if (max_turns == 8) {
+      EXPECT_EQ(b[1].messages[1].content, "error: not valid JSON");
+      EXPECT_EQ(b[2].messages[0].content, "error: unexpected character at 2");
+      EXPECT_EQ(b[3].messages[0].content, "error: arguments need a string \"expression\"");
+      EXPECT_EQ(b[4].reward, label == "5535" ? 1.0 : 0.0);
+      EXPECT_TRUE(b[4].done);
+    } else {
+      EXPECT_TRUE(b[1].truncated);
+    }
+  }
+}
+
+TEST(CommandEnvironment, ABrokenCommandEndsTheJobWithTheReason) {
+  EnvConfig cfg;
+  cfg.name = "command";
+  cfg.timeout_s = 5;
+  cfg.command = "exit 4";
+  try {
+    CommandEnvironment env(cfg, 300);
+    FAIL() << "started";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("exited before its hello (exit status 4)"), std::string::npos) << e.what();
+  }
+  cfg.command = "echo '{\"type\": \"hello\", \"protocol_version\": 7}'; sleep 5";
+  try {
+    CommandEnvironment env(cfg, 300);
+    FAIL() << "started";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("protocol_version 7 (slimpi speaks 1)"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CommandEnvironment, ACrashEndsItsEpisodesAndRestartsTheProcessUpToTheLimit) {
+  // Answers the hello, then exits at the first reset.
+  EnvConfig cfg;
+  cfg.name = "command";
+  cfg.timeout_s = 5;
+  cfg.max_restarts = 1;
+  cfg.command = "read l; echo '{\"type\": \"hello\", \"protocol_version\": 1}'; read l; exit 9";
+  CommandEnvironment env(cfg, 300);
+  EpisodeStart s;
+  s.episode = "a";
+  env.reset(s);
+  std::vector<EnvReply> got;
+  for (int i = 0; i < 500 && got.empty(); ++i) got = env.poll(0.01);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_TRUE(got[0].failed);
+  EXPECT_EQ(got[0].error, EnvError::Infra);
+  EXPECT_NE(got[0].message.find("exited (exit status 9)"), std::string::npos) << got[0].message;
+  EXPECT_EQ(env.restarts(), 1);
+  env.close("a");
+  s.episode = "b";
+  env.reset(s);
+  try {
+    for (int i = 0; i < 500; ++i) env.poll(0.01);
+    FAIL() << "no error after the second crash";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rollout.env_max_restarts = 1"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace slimpi
