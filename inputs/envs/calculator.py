@@ -133,6 +133,9 @@ def action_turn(action):
 
 
 def main():
+    # The protocol is UTF-8 whatever the locale (slimpi's C++ twin works on bytes).
+    sys.stdin.reconfigure(encoding="utf-8", errors="replace")
+    sys.stdout.reconfigure(encoding="utf-8")
     log = None
     max_concurrent = 256
     args = sys.argv[1:]

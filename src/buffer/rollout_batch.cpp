@@ -48,9 +48,8 @@ void add_engine_metrics(const EngineStats& es, std::map<std::string, double>& m)
   }
 }
 
-// Multi-turn episodes (rollout.environment): over every episode the batch generated
-// (trained or not; ReMax's greedy ones aside), the per-episode means and the error classes.
-void add_episode_metrics(const RolloutBatch& batch, std::map<std::string, double>& m) {
+void add_episode_metrics(const std::vector<Sample>& first, const std::vector<Sample>& second,
+                         std::map<std::string, double>& m) {
   double n = 0, turns = 0, calls = 0, env_s = 0, episode_s = 0, failed = 0, model_tokens = 0, tokens = 0;
   double errors[5] = {};
   auto add = [&](const Sample& s) {
@@ -62,11 +61,12 @@ void add_episode_metrics(const RolloutBatch& batch, std::map<std::string, double
     episode_s += s.episode_s;
     failed += s.status == SampleStatus::EnvFailed;
     if (s.env_error >= 0 && s.env_error < 5) errors[s.env_error] += 1;
+    if (s.status == SampleStatus::EnvFailed) return;  // its mask was zeroed
     tokens += double(s.response_length());
     for (float x : s.loss_mask) model_tokens += x;
   };
-  for (const Sample& s : batch.kept) add(s);
-  for (const Sample& s : batch.unused) add(s);
+  for (const Sample& s : first) add(s);
+  for (const Sample& s : second) add(s);
   if (n == 0) return;
   m["rollout/env_turns/mean"] = turns / n;
   m["rollout/env_tool_calls/mean"] = calls / n;
@@ -121,7 +121,7 @@ std::map<std::string, double> rollout_metrics(const RolloutBatch& batch, const R
   for (const Sample& s : batch.unused)
     if (s.status == SampleStatus::Baseline) greedy += s.raw_reward, n_greedy += 1;
   if (n_greedy > 0) m["rollout/remax_greedy_reward"] = greedy / n_greedy;
-  add_episode_metrics(batch, m);
+  add_episode_metrics(batch.kept, batch.unused, m);
   m["rollout/staleness/mean"] = stale_sum / n;
   m["rollout/staleness/max"] = stale_max;
   return m;

@@ -57,5 +57,10 @@ std::map<std::string, double> rollout_metrics(const RolloutBatch& batch, const R
 // truncated_ratio of `samples`; the engines' counters.
 void add_response_metrics(const std::vector<Sample>& samples, std::map<std::string, double>& m);
 void add_engine_metrics(const EngineStats& es, std::map<std::string, double>& m);
+// Multi-turn episodes (rollout.environment): over every episode in `first` and `second`
+// (trained or not; ReMax's greedy ones aside), the per-episode means and the error
+// classes (rollout/env_*, perf/env_wait_time_fraction); nothing without episodes.
+void add_episode_metrics(const std::vector<Sample>& first, const std::vector<Sample>& second,
+                         std::map<std::string, double>& m);
 
 }  // namespace slimpi

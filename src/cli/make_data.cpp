@@ -76,10 +76,26 @@ std::string multiplication_line(uint64_t seed, int64_t i) {
   return arithmetic_line("*", a, b, a * b);
 }
 
+// Multiplication of two 2-3 digit numbers with the calculator tool (rollout.environment =
+// "calculator", template none): the response is the whole episode as the engine's token
+// stream holds it, a tool call, the environment's tool response, the product copied from
+// it; label the product. SFT on it teaches the format (and trains on the tool's reply too:
+// SFT data has no loss mask); RL then rewards the episodes whose answer is right.
+std::string tool_multiplication_line(uint64_t seed, int64_t i) {
+  const int64_t a = draw(seed, i, 1, 10, pow10(draw(seed, i, 0, 2, 3)) - 1);
+  const int64_t b = draw(seed, i, 3, 10, pow10(draw(seed, i, 2, 2, 3)) - 1);
+  const std::string product = std::to_string(a * b);
+  const std::string call = fmt::format(
+      R"(<tool_call>{{"name":"calculator","arguments":{{"expression":"{}*{}"}}}}</tool_call>)", a, b);
+  const std::string response = call + "<tool_response>\n" + product + "\n</tool_response>\n" + product;
+  return nlohmann::json{{"prompt", fmt::format("{}*{}=", a, b)}, {"response", response}, {"label", product}}.dump();
+}
+
 const Registry<TaskLine>& task_lines() {
   static const Registry<TaskLine> r(
       "make-data task",
-      {{"addition", addition_line}, {"multiplication", multiplication_line}, {"countdown", countdown_line}});
+      {{"addition", addition_line}, {"multiplication", multiplication_line}, {"countdown", countdown_line},
+       {"tool_multiplication", tool_multiplication_line}});
   return r;
 }
 

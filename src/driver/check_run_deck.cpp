@@ -101,6 +101,11 @@ void check_environment(const Deck& deck) {
     SLIMPI_FAIL_ALL("rollout.environment = \"{}\" ({}) with train.async = \"full\" ({}): episodes in flight across "
                     "weight updates and checkpoints are not implemented; use train.async = \"off\" or \"one_step_off\"",
                     env, deck.source("rollout.environment"), deck.source("train.async"));
+  if (env != "none" && advantage_estimators().get(deck.get_string("train.advantage_estimator")).centring ==
+                           RewardCentring::Greedy)
+    SLIMPI_FAIL_ALL("rollout.environment = \"{}\" ({}) with train.advantage_estimator = \"{}\" ({}): ReMax's greedy "
+                    "baseline episodes are not implemented", env, deck.source("rollout.environment"),
+                    deck.get_string("train.advantage_estimator"), deck.source("train.advantage_estimator"));
   if (env != "command")
     for (const char* key : {"rollout.env_command", "rollout.env_processes", "rollout.env_max_reply_bytes",
                             "rollout.env_cpu_limit_s", "rollout.env_memory_limit_mb", "rollout.env_max_restarts"})

@@ -56,6 +56,7 @@ std::map<std::string, double> generation_metrics(const std::vector<Sample>& samp
   add_response_metrics(samples, row);
   row["rollout/n_samples"] = double(samples.size());
   add_engine_metrics(st, row);
+  add_episode_metrics(samples, {}, row);
   row["perf/rollout_time"] = seconds;
   row["perf/rollout_tokens_per_s"] = double(st.generated_tokens) / seconds;
   return row;

@@ -85,6 +85,9 @@ void StepPhases::run_eval(int64_t row) {
   std::map<std::string, double> m;
   if (!parts_.rl && parts_.policy && parts_.policy->sharded())  // SFT: the trainers evaluate a gathered whole model
     gather_whole_model(*parts_.policy, parts_.engine_model.get());
+  // SFT has no weight sync: the engine runs the trainer's weights, changed since the last
+  // evaluation, so its prefix cache (KV computed under the old ones) must go.
+  if (!parts_.rl && parts_.rollout_side) parts_.rollout_side->set_weight_version(row);
   if (parts_.rollout_side)
     m = parts_.rollout_side->evaluate(parts_.eval_prompts, parts_.configs.reward, ctx_.deck.get_int("eval.n_samples"),
                                       kEvalStream + uint64_t(row) * 2);

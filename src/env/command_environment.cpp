@@ -62,6 +62,7 @@ void CommandEnvironment::start(Process& p) {
       why = decode_hello(p.in_buf.substr(0, nl), &info);
       if (why.empty()) {
         p.in_buf.erase(0, nl + 1);
+        p.max_episodes = info.max_concurrent_episodes;
         if (p.index == 0 && info_.protocol_version == 0) {
           info_ = info;
           log::info("rollout.environment = \"command\": '{}' says it is '{}' (protocol {}, {} concurrent episodes a "
@@ -165,11 +166,20 @@ void CommandEnvironment::read_lines(Process& p) {
 void CommandEnvironment::reset(const EpisodeStart& start) {
   SLIMPI_CHECK(!owner_.count(start.episode), "environment: episode {} is already open", start.episode);
   Process* best = &procs_.front();
+  auto room = [](const Process& p) { return p.max_episodes - int64_t(p.episodes.size()); };
   for (Process& p : procs_)
-    if (p.episodes.size() < best->episodes.size()) best = &p;
+    if (room(p) > room(*best)) best = &p;
+  SLIMPI_CHECK(room(*best) > 0, "environment: episode {} reset with every process full (the caller keeps to capacity())",
+               start.episode);
   best->episodes.insert(start.episode);
   owner_[start.episode] = best->index;
   send(*best, start.episode, encode_reset(start), true);
+}
+
+int64_t CommandEnvironment::capacity() const {
+  int64_t n = 0;  // each at most kMaxConcurrentEpisodes, at most 4096 processes: no overflow
+  for (const Process& p : procs_) n += p.max_episodes;
+  return n;
 }
 
 void CommandEnvironment::step(const EpisodeAction& action) {

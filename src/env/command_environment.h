@@ -2,7 +2,7 @@
 // processes per rollout rank (rollout.env_command through /bin/sh -c, with the CPU and
 // memory rlimits of rollout.env_cpu_limit_s and rollout.env_memory_limit_mb), each
 // serving up to its max_concurrent_episodes episodes at once over JSON lines
-// (env/env_protocol.h). Episodes go to the process holding the fewest.
+// (env/env_protocol.h). Episodes go to the process with the most room.
 //
 // Failures end episodes, not the job: a process that exits, writes a line that names no
 // episode, or writes a line longer than rollout.env_max_reply_bytes is killed and
@@ -41,7 +41,7 @@ class CommandEnvironment : public Environment {
   void step(const EpisodeAction& action) override;
   void close(const std::string& episode) override;
   std::vector<EnvReply> poll(double wait_s) override;
-  int64_t capacity() const override { return int64_t(procs_.size()) * info_.max_concurrent_episodes; }
+  int64_t capacity() const override;
   int64_t restarts() const override { return restarts_; }
 
  private:
@@ -55,6 +55,7 @@ class CommandEnvironment : public Environment {
     std::map<std::string, Clock::time_point> waiting;  // episode -> deadline of its outstanding request
     Clock::time_point last_output;
     int64_t restarts = 0;
+    int64_t max_episodes = 1;  // its hello's max_concurrent_episodes
   };
   void start(Process& p);  // spawns and handshakes (throws: the command is broken)
   // Kills and restarts p; its waiting episodes get failed replies, the others are lost.

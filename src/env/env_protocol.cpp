@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -40,6 +41,7 @@ std::string read_observation(const json& j, int64_t vocab_size, EnvReply* r) {
     } else if (key == "reward") {
       if (finite_number(v)) {
         r->reward = v.get<double>();
+        if (std::abs(r->reward) > kMaxAbsReward) return fmt::format("\"reward\" {} is beyond ±{:g}", dump(v), kMaxAbsReward);
       } else if (v.is_object()) {
         r->reward = 0;
         for (const auto& [part, x] : v.items()) {
@@ -47,6 +49,8 @@ std::string read_observation(const json& j, int64_t vocab_size, EnvReply* r) {
           r->reward_parts[part] = x.get<double>();
           r->reward += x.get<double>();
         }
+        if (!(std::abs(r->reward) <= kMaxAbsReward))
+          return fmt::format("the reward's parts sum to {:g}, beyond ±{:g}", r->reward, kMaxAbsReward);
       } else {
         return fmt::format("\"reward\" is {}, not a finite number or an object of them", dump(v));
       }
@@ -147,7 +151,7 @@ std::string decode_hello(const std::string& line, EnvInfo* info) {
   if (j.contains("max_concurrent_episodes")) {
     const json& m = j["max_concurrent_episodes"];
     if (!m.is_number_integer() || m.get<int64_t>() < 1) return "\"max_concurrent_episodes\" is not an integer >= 1";
-    info->max_concurrent_episodes = m.get<int64_t>();
+    info->max_concurrent_episodes = std::min<int64_t>(m.get<int64_t>(), kMaxConcurrentEpisodes);
   }
   if (j.contains("deterministic")) {
     if (!j["deterministic"].is_boolean()) return "\"deterministic\" is not true or false";

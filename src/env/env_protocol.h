@@ -14,6 +14,10 @@
 namespace slimpi {
 
 constexpr int64_t kEnvProtocolVersion = 1;
+// A hello's max_concurrent_episodes is capped here; a reward (or the sum of its parts)
+// beyond ±kMaxAbsReward is a bad reply (the sum over an episode's steps stays a float).
+constexpr int64_t kMaxConcurrentEpisodes = int64_t(1) << 20;
+constexpr double kMaxAbsReward = 1e6;
 
 std::string encode_hello();
 std::string encode_reset(const EpisodeStart& start);

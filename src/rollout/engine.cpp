@@ -268,7 +268,8 @@ bool Engine::finished(Sequence& seq) const {
     return true;
   }
   if (!p.stop_strings.empty()) {
-    const std::vector<int64_t> response(seq.tokens.begin() + seq.prompt_length, seq.tokens.end());
+    const int64_t from = seq.prompt_length + std::min(seq.request->stop_strings_from, seq.n_response());
+    const std::vector<int64_t> response(seq.tokens.begin() + from, seq.tokens.end());
     const std::string text = cfg_.tokenizer ? cfg_.tokenizer->decode(response) : ByteTokenizer().decode(response);
     for (const auto& stop : p.stop_strings)
       if (!stop.empty() && text.size() >= stop.size() && text.compare(text.size() - stop.size(), stop.size(), stop) == 0) {

@@ -169,6 +169,7 @@ class Engine : public GroupWorker {
   void release_group();
   int64_t n_free_blocks() const { return allocator_.n_free(); }
   int64_t n_blocks() const { return allocator_.n_blocks(); }
+  int64_t block_size() const { return cfg_.block_size; }
   int64_t n_running() const { return static_cast<int64_t>(running_.size()); }
   PrefixCache& prefix_cache() { return prefix_; }
 

@@ -37,7 +37,12 @@ std::string episode_id(uint64_t stream, int64_t group, int64_t index) {
 EpisodeRunner::EpisodeRunner(Engine& engine, Environment& env, const Tokenizer& tokenizer,
                              const EpisodeSettings& settings, const std::vector<Prompt>& prompts, int64_t first_group)
     : engine_(engine), env_(env), tokenizer_(tokenizer), settings_(settings), prompts_(prompts),
-      first_group_(first_group) {}
+      first_group_(first_group) {
+  if (settings_.chat.enabled()) {
+    const std::vector<int64_t> marker = tokenizer_.encode_text(settings_.chat.end_of_turn());
+    if (marker.size() == 1) end_of_turn_id_ = marker[0];
+  }
+}
 
 EpisodeRunner::~EpisodeRunner() {
   for (auto& [id, e] : episodes_)
@@ -115,6 +120,7 @@ std::vector<Sample> EpisodeRunner::step() {
 void EpisodeRunner::begin_turn(Episode& e) {
   WorkItem w{e.request, e.sample};
   w.request.params.max_new_tokens = std::min(e.sample.response_length() + settings_.max_turn_tokens, e.budget);
+  w.request.stop_strings_from = e.sample.response_length();
   e.turn_start = e.sample.response_length();
   e.phase = Episode::Phase::Turn;
   engine_.add_work(w);
@@ -139,6 +145,7 @@ void EpisodeRunner::on_turn(Episode& e, Sample&& turn) {
   const auto& stops = e.request.params.stop_token_ids;
   const bool on_stop_token = turn.status == SampleStatus::Completed && !new_tokens.empty() &&
                              std::find(stops.begin(), stops.end(), new_tokens.back()) != stops.end();
+  const bool on_end_of_turn = on_stop_token && new_tokens.back() == end_of_turn_id_;
   EpisodeAction a;
   a.episode = e.id;
   a.turn = s.env_turns;
@@ -147,7 +154,7 @@ void EpisodeRunner::on_turn(Episode& e, Sample&& turn) {
   a.tool_calls = parse_tool_calls(a.text, settings_.chat.chat_template);
   a.finish_reason = turn.status == SampleStatus::Completed ? "stop" : "length";
   s.env_tool_calls += int32_t(a.tool_calls.size());
-  e.transcript->add_model_turn(a.text, on_stop_token);
+  e.transcript->add_model_turn(a.text, on_end_of_turn);
   e.phase = Episode::Phase::Step;
   e.wait = Stopwatch();
   env_.step(a);
@@ -178,17 +185,21 @@ void EpisodeRunner::on_reply(Episode& e, const EnvReply& reply) {
     }
     context.insert(context.end(), reply.token_ids.begin(), reply.token_ids.end());
     if (context.empty()) context = e.request.prompt;  // the prompt as slimpi renders it
-    if (reply.done || reply.truncated)
+    if (reply.done || reply.truncated)  // no model turn to train on
       return finish(e, SampleStatus::EnvFailed, reply.error == EnvError::None ? EnvError::Infra : reply.error,
-                    "the environment ended the episode at its reset, before the model's first turn");
+                    "the environment ended the episode at its reset, before the model's first turn" +
+                        (reply.message.empty() ? std::string() : ": " + reply.message));
     e.request.prompt = context;
     s.tokens = context;
     s.prompt_length = int64_t(context.size());
-    e.budget = std::min<int64_t>(settings_.env.max_total_tokens, max_seq_len - s.prompt_length);
-    if (e.budget < 1)
+    const int64_t cache_tokens = engine_.n_blocks() * engine_.block_size();
+    e.budget = std::min({settings_.env.max_total_tokens, max_seq_len - s.prompt_length, cache_tokens - s.prompt_length});
+    if (e.budget < 1 || (!reply.messages.empty() || !reply.token_ids.empty()) &&
+                            int64_t(context.size()) > settings_.env.max_observation_tokens)
       return finish(e, SampleStatus::EnvFailed, EnvError::Overlong,
-                    fmt::format("its first observation is {} tokens, which leaves no room in model.max_seq_len = {}",
-                                context.size(), max_seq_len));
+                    fmt::format("its first observation is {} tokens (rollout.env_max_observation_tokens = {}; "
+                                "model.max_seq_len = {}, the KV cache {} tokens)", context.size(),
+                                settings_.env.max_observation_tokens, max_seq_len, cache_tokens));
     e.transcript = std::make_unique<ChatTranscript>(settings_.chat);
     return begin_turn(e);
   }
@@ -214,7 +225,7 @@ void EpisodeRunner::on_reply(Episode& e, const EnvReply& reply) {
   if (r + n + 1 > e.budget)
     return finish(e, SampleStatus::Truncated, EnvError::Overlong,
                   fmt::format("the episode would reach {} response tokens with its next observation (budget {}: "
-                              "rollout.env_max_total_tokens and model.max_seq_len)", r + n + 1, e.budget));
+                              "rollout.env_max_total_tokens, model.max_seq_len, the KV cache)", r + n + 1, e.budget));
   s.tokens.insert(s.tokens.end(), observation.begin(), observation.end());
   s.rollout_log_probs.resize(size_t(r + n), 0.0f);
   s.sampling_support.resize(size_t(r + n), 0);
@@ -225,7 +236,7 @@ void EpisodeRunner::on_reply(Episode& e, const EnvReply& reply) {
 
 void EpisodeRunner::finish(Episode& e, SampleStatus status, EnvError error, const std::string& why) {
   Sample& s = e.sample;
-  if (status == SampleStatus::EnvFailed && settings_.env.fail_job)
+  if (status == SampleStatus::EnvFailed && error == EnvError::Infra && settings_.env.fail_job)
     SLIMPI_FAIL("episode {} (group {}, sample {}): {} (rollout.env_fail_job = true ends the job)", e.id,
                 s.group_index, s.index, why);
   s.status = status;

@@ -74,6 +74,7 @@ class EpisodeRunner : public GroupWorker {
   std::map<std::string, std::unique_ptr<Episode>> episodes_;  // open (started or waiting to start)
   std::vector<std::string> not_started_;                      // in arrival order
   int64_t open_in_env_ = 0;
+  int64_t end_of_turn_id_ = -1;  // the chat template's end-of-turn token (-1: not one token)
   std::vector<Sample> finished_;
 };
 

@@ -25,6 +25,9 @@ struct GenerationRequest {
   int64_t n_samples = 1;
   SamplingParams params;
   uint64_t seed = 0;  // the group's stream: mix_seed(run seed, step, group_index)
+  // Stop strings are matched on the response from this position on (a multi-turn
+  // episode: its current turn, so that no earlier turn or observation completes one).
+  int64_t stop_strings_from = 0;
 };
 
 // Rollout work that can leave one engine and enter another (train.async = "full"): a

@@ -1,17 +1,20 @@
-// ChatTranscript — the text a multi-turn episode's token stream stands for, so that
-// each observation is appended as the chat template's delta for its new messages
-// (token-in / token-out: the model's tokens are never re-tokenised; only the delta is
+// ChatTranscript — a multi-turn episode's conversation under its chat template, so that
+// each observation is appended as the template's delta for its new messages (token-in /
+// token-out: the model's tokens are never decoded and re-encoded; only the delta is
 // tokenised, once).
 //
-// It keeps the episode's conversation (a stand-in user message for the prompt, then
-// the model's turns and the observations' messages) and the stream text: the prompt's
-// generation prompt, each model turn's text, the template's end-of-turn marker where a
-// stop token ended the turn, and every delta appended. An observation's delta is
-// render(conversation + new messages, with the generation prompt) minus the stream
-// text, and that render must start with the stream text: a template that renders an
-// earlier turn differently once later messages exist (it rewrites history: Qwen3
-// drops the <think> block of assistant turns, or writes an empty one only for the last)
-// is refused with both texts at the first difference, never silently re-tokenised.
+// It keeps the conversation: a stand-in user message for the prompt, then the model's
+// turns (as assistant messages) and the observations' messages. With P the render of the
+// conversation before the model's latest turn (with the generation prompt: what opened
+// that turn) and F the render of the conversation with the turn and the new messages
+// (with the generation prompt: what opens the next), the delta is F after the turn's
+// end-of-turn marker (the marker included when the model did not sample it: a turn cut
+// by a stop string or its token limit). F must start with P: a template that renders the
+// earlier conversation differently once the turn and the observation exist (it rewrites
+// history: Qwen3 without thinking opens each turn with an empty <think> block and renders
+// an earlier turn without it) is refused with both texts at the first difference, never
+// silently re-tokenised. The model's own text is not compared with its rendering (Llama
+// 3 trims a turn's whitespace; the token stream keeps what was sampled).
 // Without a template (data.chat_template = "none") a tool message is appended as
 // "<tool_response>\n{content}\n</tool_response>\n" and any other as "{content}\n".
 // Owned by one episode (rollout/episode_runner.h); not thread-safe.
@@ -29,8 +32,8 @@ class ChatTranscript {
   explicit ChatTranscript(const ChatFormat& format);
 
   // The model's turn: its text (decoded, without the token that stopped it) and
-  // whether a stop token (the end-of-turn marker or EOS) ended it.
-  void add_model_turn(const std::string& text, bool ended_on_stop_token);
+  // whether it ended on the template's end-of-turn token.
+  void add_model_turn(const std::string& text, bool ended_on_end_of_turn);
   // The text to append for the observation's messages; "" and *error set when the
   // template rewrites the history the stream already holds.
   std::string add_observation(const std::vector<ChatMessage>& messages, std::string* error);
@@ -38,7 +41,8 @@ class ChatTranscript {
  private:
   ChatFormat format_;
   std::vector<ChatMessage> conversation_;
-  std::string stream_;
+  std::string opened_;         // P: the render that opened the latest model turn
+  bool sampled_end_ = false;   // the latest turn ended on the end-of-turn token
 };
 
 }  // namespace slimpi

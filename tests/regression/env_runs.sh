@@ -17,8 +17,8 @@
 #    through, every episode trained once, and no environment process outlives its rank;
 #  * slimpi generate runs episodes; postprocess/transcript.py shows one;
 #  * refused with the reason: an environment without reward.style = "environment" and the
-#    reverse, full async, command keys without the command environment, a command that
-#    never says hello.
+#    reverse, full async, ReMax, command keys without the command environment, a command
+#    that never says hello.
 # Usage: env_runs.sh SLIMPI ROOT "MPIRUN FLAGS"
 set -euo pipefail
 source "$(dirname "$0")/run_helpers.sh"
@@ -191,6 +191,8 @@ refused full_async 'with train.async = "full"' 3 --set rollout.environment=calcu
   --set train.async=full
 refused stray_key 'rollout.env_processes (--set) applies to rollout.environment = "command" only' 2 \
   --set rollout.environment=calculator --set reward.style=environment --set rollout.env_processes=2
+refused remax "ReMax's greedy baseline episodes are not implemented" 2 --set rollout.environment=calculator \
+  --set reward.style=environment --set train.advantage_estimator=remax
 refused no_command 'needs rollout.env_command' 2 --set rollout.environment=command --set reward.style=environment
 refused no_hello 'did not start: it exited before its hello (exit status 5)' 2 --set rollout.environment=command \
   --set reward.style=environment --set 'rollout.env_command=exit 5'

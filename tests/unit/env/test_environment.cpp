@@ -76,6 +76,19 @@ TEST(ChatTranscript, Llama3ToolResultsAreIpythonTurns) {
   EXPECT_EQ(why, "");
 }
 
+TEST(ChatTranscript, ATrimmedTurnIsNotARewrite) {
+  // Llama 3 trims a turn's whitespace; the stream keeps what was sampled, and goes on.
+  ChatTranscript t(format(ChatTemplate::Llama3));
+  std::string why;
+  t.add_model_turn("  42 \n", true);
+  EXPECT_EQ(t.add_observation({{"user", "sure?", false, ""}}, &why),
+            "<|start_header_id|>user<|end_header_id|>\n\nsure?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+  EXPECT_EQ(why, "");
+  // A second turn that a length limit cut: the template's marker is the environment's.
+  t.add_model_turn("{\"name\"", false);
+  EXPECT_EQ(t.add_observation({{"tool", "6", false, ""}}, &why).substr(0, 10), "<|eot_id|>");
+}
+
 TEST(ChatTranscript, NoTemplateAppendsTheContent) {
   ChatTranscript t(format(ChatTemplate::None));
   std::string why;
@@ -134,6 +147,10 @@ TEST(EnvProtocol, RepliesAreValidatedFieldByField) {
   EnvInfo info;
   EXPECT_EQ(decode_hello(R"({"type":"hello","protocol_version":1,"name":"n","max_concurrent_episodes":4})", &info), "");
   EXPECT_EQ(info.max_concurrent_episodes, 4);
+  EXPECT_EQ(decode_hello(R"({"type":"hello","protocol_version":1,"max_concurrent_episodes":9223372036854775807})", &info), "");
+  EXPECT_EQ(info.max_concurrent_episodes, kMaxConcurrentEpisodes);  // capped: capacities add up without overflow
+  bad(R"({"type":"observation","episode":"e","reward":1e300})", "beyond");
+  bad(R"({"type":"observation","episode":"e","reward":{"a":1e300,"b":1e300}})", "beyond");
   EXPECT_NE(decode_hello(R"({"type":"hello","protocol_version":2})", &info).find("slimpi speaks 1"), std::string::npos);
 }
 
