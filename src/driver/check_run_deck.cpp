@@ -109,7 +109,7 @@ void check_environment(const Deck& deck) {
   if (env != "command")
     for (const char* key : {"rollout.env_command", "rollout.env_processes", "rollout.env_max_reply_bytes",
                             "rollout.env_cpu_limit_s", "rollout.env_memory_limit_mb", "rollout.env_max_restarts"})
-      if (!deck.is_default(key))
+      if (!deck.has_default_value(key))
         SLIMPI_FAIL_ALL("{} ({}) applies to rollout.environment = \"command\" only; rollout.environment is \"{}\" ({})",
                         key, deck.source(key), env, deck.source("rollout.environment"));
 }

@@ -85,6 +85,21 @@ int run_generate(RunContext& ctx) {
             init_from.empty() ? "the seeded init" : init_from);
 
   Engine engine(rc.engine, model);
+  // rollout.environment: every sample is a multi-turn episode (rollout/episode_runner.h);
+  // the environment's processes start before the clock.
+  std::unique_ptr<Environment> env;
+  std::unique_ptr<EpisodeRunner> episodes;
+  std::vector<Prompt> records;
+  if (rc.env.enabled()) {
+    PromptSourceSpec spec = PromptSourceSpec::from_deck(deck, deck.get_string("data.path"), rc.tokenizer);
+    spec.skip_bad_lines = deck.get_bool("data.skip_bad_lines");
+    spec.label_optional = true;
+    spec.max_prompt_tokens = mc.max_seq_len - rc.sampling.max_new_tokens;
+    records = PromptSource(spec, seed).records();
+    env = environments().get(rc.env.name)(rc.env, mc.vocab_size);
+    episodes = std::make_unique<EpisodeRunner>(engine, *env, tok, EpisodeSettings{rc.env, rc.chat, rc.sampling.max_new_tokens, 0, 0},
+                                               records, 0);
+  }
   Stopwatch clock;
   const bool tty = isatty(fileno(stdout));
   int64_t last_reported = -1;
@@ -101,20 +116,6 @@ int run_generate(RunContext& ctx) {
     }
     last_reported = percent;
   };
-  // rollout.environment: every sample is a multi-turn episode (rollout/episode_runner.h).
-  std::unique_ptr<Environment> env;
-  std::unique_ptr<EpisodeRunner> episodes;
-  std::vector<Prompt> records;
-  if (rc.env.enabled()) {
-    PromptSourceSpec spec = PromptSourceSpec::from_deck(deck, deck.get_string("data.path"), rc.tokenizer);
-    spec.skip_bad_lines = deck.get_bool("data.skip_bad_lines");
-    spec.label_optional = true;
-    spec.max_prompt_tokens = mc.max_seq_len - rc.sampling.max_new_tokens;
-    records = PromptSource(spec, seed).records();
-    env = environments().get(rc.env.name)(rc.env, mc.vocab_size);
-    episodes = std::make_unique<EpisodeRunner>(engine, *env, tok, EpisodeSettings{rc.env, rc.chat, rc.sampling.max_new_tokens, 0, 0},
-                                               records, 0);
-  }
   GroupWorker& worker = episodes ? static_cast<GroupWorker&>(*episodes) : engine;
   std::vector<Sample> samples = route_rollout(worker, ctx.world->world(), rc.engine.max_running, requests, progress);
   episodes.reset();

@@ -101,6 +101,8 @@ with h5py.File(f"{out}/resetmsg/rollouts.h5") as f:
 print("env_runs: step 0's episodes are the same tokens at np 1, 2, 4 and colocated; the reset's messages open the episode")
 PY
 
+"$slimpi" check "$out/np2/deck.resolved.toml" --np 2 >"$out/check.log" 2>&1 || { cat "$out/check.log"; exit 1; }
+
 echo "== the calculator: in process and as a program, the same run"
 args=(run inputs/smoke_rl.toml --set model.max_seq_len=64 --set reward.style=environment --set run.n_steps=2
       --set eval.path=inputs/data/addition_eval.jsonl@[0:8])
