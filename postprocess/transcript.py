@@ -13,6 +13,7 @@ tokenizer.json (byte-level BPE) found at the deck's tokenizer.path. Only h5py an
 """
 import json
 import os
+import signal
 import sys
 import tomllib
 
@@ -134,4 +135,5 @@ def main():
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `transcript.py ... | head` ends quietly
     main()
