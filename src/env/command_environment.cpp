@@ -111,9 +111,10 @@ void CommandEnvironment::restart(Process& p, const std::string& why) {
   for (const std::string& episode : p.episodes) owner_.erase(episode);
   p.waiting.clear();
   p.episodes.clear();
+  const std::string who = describe(p);
   p.child.reset();  // kills its process group
-  SLIMPI_CHECK(p.restarts <= cfg_.max_restarts, "{} failed {} times (rollout.env_max_restarts = {}); the last: {}",
-               describe(p), p.restarts, cfg_.max_restarts, why);
+  SLIMPI_CHECK(p.restarts <= cfg_.max_restarts, "{} failed {} time(s) (rollout.env_max_restarts = {}); the last: {}",
+               who, p.restarts, cfg_.max_restarts, why);
   start(p);
 }
 
@@ -233,7 +234,13 @@ std::vector<EnvReply> CommandEnvironment::poll(double wait_s) {
                                   printable_excerpt(line, 120), why);
         break;
       }
-      if (!p.waiting.erase(reply.episode)) continue;  // a late reply for an episode already ended: dropped
+      if (!p.waiting.erase(reply.episode)) {  // no request outstanding: late, repeated or for no episode
+        if (++p.unsolicited == 1)
+          log::warn("{} answered episode {} with no request of it outstanding (late after a time-out, a second "
+                    "reply, or an unknown episode): dropped. Said once per process",
+                    describe(p), printable_excerpt(reply.episode, 40));
+        continue;
+      }
       if (parsed == ReplyParse::BadReply) {
         fail(reply.episode, fmt::format("{} answered \"{}\": {}", describe(p), printable_excerpt(line, 120), why));
         continue;

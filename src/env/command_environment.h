@@ -56,6 +56,7 @@ class CommandEnvironment : public Environment {
     Clock::time_point last_output;
     int64_t restarts = 0;
     int64_t max_episodes = 1;  // its hello's max_concurrent_episodes
+    int64_t unsolicited = 0;   // replies with no request outstanding (dropped)
   };
   void start(Process& p);  // spawns and handshakes (throws: the command is broken)
   // Kills and restarts p; its waiting episodes get failed replies, the others are lost.

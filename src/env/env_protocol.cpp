@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <regex>
 #include <nlohmann/json.hpp>
 
 namespace slimpi {
@@ -160,10 +161,26 @@ std::string decode_hello(const std::string& line, EnvInfo* info) {
   return "";
 }
 
-ReplyParse decode_reply(const std::string& line, int64_t vocab_size, EnvReply* r, std::string* error) {
+ReplyParse decode_reply(const std::string& raw_line, int64_t vocab_size, EnvReply* r, std::string* error) {
   *r = EnvReply();
-  const json j = json::parse(line, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) {
+  std::string line = raw_line;
+  if (!line.empty() && line.back() == '\r') line.pop_back();  // CRLF line endings
+  json j;
+  try {
+    j = json::parse(line);
+  } catch (const json::parse_error& e) {
+    // Not JSON (Python's json.dumps writes NaN, Infinity and lone surrogates that JSON
+    // does not allow): when the line still names its episode, only that episode fails.
+    static const std::regex named(R"re("episode"\s*:\s*"([^"\\]*)")re");
+    std::smatch m;
+    *error = fmt::format("not valid JSON ({})", e.what());
+    if (std::regex_search(line, m, named)) {
+      r->episode = m[1].str();
+      return ReplyParse::BadReply;
+    }
+    return ReplyParse::Garbage;
+  }
+  if (!j.is_object()) {
     *error = "not a JSON object";
     return ReplyParse::Garbage;
   }
@@ -174,8 +191,11 @@ ReplyParse decode_reply(const std::string& line, int64_t vocab_size, EnvReply* r
   r->episode = j["episode"].get<std::string>();
   const std::string type = j.value("type", std::string());
   if (type == "error") {  // the environment gives up on the episode
-    std::string cls = j.contains("class") && j["class"].is_string() ? j["class"].get<std::string>() : "infra";
-    if (!parse_env_error(cls, &r->error) || r->error == EnvError::None) r->error = EnvError::Infra;
+    const std::string cls = j.contains("class") && j["class"].is_string() ? j["class"].get<std::string>() : "";
+    if (!parse_env_error(cls, &r->error) || r->error == EnvError::None) {
+      *error = fmt::format("an error reply's class is \"{}\" (one of model, tool, infra, overlong)", cls);
+      return ReplyParse::BadReply;
+    }
     r->message = j.contains("message") && j["message"].is_string() ? j["message"].get<std::string>() : "";
     r->done = true;
     return ReplyParse::Ok;

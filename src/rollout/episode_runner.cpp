@@ -47,6 +47,9 @@ EpisodeRunner::EpisodeRunner(Engine& engine, Environment& env, const Tokenizer& 
 EpisodeRunner::~EpisodeRunner() {
   for (auto& [id, e] : episodes_)
     if (e->phase != Episode::Phase::NotStarted) env_.close(id);
+  if (n_failed_ > kFailuresSaid)
+    log::warn("... and {} more episodes failed in this generation (rollout/env_failed counts them)",
+              n_failed_ - kFailuresSaid);
 }
 
 bool EpisodeRunner::has_work() const { return !episodes_.empty() || !finished_.empty(); }
@@ -250,12 +253,14 @@ void EpisodeRunner::finish(Episode& e, SampleStatus status, EnvError error, cons
   if (std::all_of(s.sampling_support.begin(), s.sampling_support.end(), [](int32_t k) { return k == 0; }))
     s.sampling_support.clear();
   static bool said_overlong = false;  // an over-long episode is a truncation, not a failure: said once
-  if (status == SampleStatus::EnvFailed)
-    log::warn("episode {} (group {}, sample {}) failed after {} turns (its group is not trained): {}", e.id,
-              s.group_index, s.index, s.env_turns, why);
-  else if (error == EnvError::Overlong && !std::exchange(said_overlong, true))
+  if (status == SampleStatus::EnvFailed) {
+    if (++n_failed_ <= kFailuresSaid)  // the rest summed up by the destructor
+      log::warn("episode {} (group {}, sample {}) failed after {} turns (its group is not trained): {}", e.id,
+                s.group_index, s.index, s.env_turns, why);
+  } else if (error == EnvError::Overlong && !std::exchange(said_overlong, true)) {
     log::warn("episode {} (group {}, sample {}) truncated after {} turns: {}. Said once: rollout/env_error/overlong "
               "counts them", e.id, s.group_index, s.index, s.env_turns, why);
+  }
   const std::string id = e.id;
   env_.close(id);
   --open_in_env_;

@@ -75,6 +75,8 @@ class EpisodeRunner : public GroupWorker {
   std::vector<std::string> not_started_;                      // in arrival order
   int64_t open_in_env_ = 0;
   int64_t end_of_turn_id_ = -1;  // the chat template's end-of-turn token (-1: not one token)
+  static constexpr int64_t kFailuresSaid = 4;  // failed episodes warned of one by one; the rest summed up
+  int64_t n_failed_ = 0;
   std::vector<Sample> finished_;
 };
 

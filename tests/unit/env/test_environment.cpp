@@ -140,6 +140,14 @@ TEST(EnvProtocol, RepliesAreValidatedFieldByField) {
   bad(R"({"type":"observation","episode":"e","error":{"class":"cosmic"}})", "error class \"cosmic\"");
   bad(R"({"type":"observation","episode":"e","colour":1})", "unknown key \"colour\"");
   bad(R"({"type":"banana","episode":"e"})", "type \"banana\"");
+  // Python's json.dumps writes NaN and lone surrogates, which JSON does not allow: the
+  // line still names its episode, which alone fails.
+  bad(R"({"type":"observation","episode":"e","reward":NaN,"done":true})", "not valid JSON");
+  bad(R"({"type":"observation","episode":"e","messages":[{"role":"user","content":"\ud800"}]})", "not valid JSON");
+  bad(R"({"type":"error","episode":"e","class":"bogus"})", "an error reply's class is \"bogus\"");
+  bad(R"({"type":"error","episode":"e"})", "an error reply's class is \"\"");
+  EXPECT_EQ(decode_reply("{\"type\":\"observation\",\"episode\":\"e\",\"done\":true}\r", 100, &r, &why),
+            ReplyParse::Ok);  // a CRLF line ending
   EXPECT_EQ(decode_reply(R"({"type":"error","episode":"e","class":"tool","message":"broke"})", 100, &r, &why),
             ReplyParse::Ok);
   EXPECT_TRUE(r.done);
