@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include "env/environment.h"
+
 namespace slimpi {
 
 void retire(Sample& s, SampleStatus why) {
@@ -71,8 +73,7 @@ void add_episode_metrics(const std::vector<Sample>& first, const std::vector<Sam
   m["rollout/env_turns/mean"] = turns / n;
   m["rollout/env_tool_calls/mean"] = calls / n;
   m["rollout/env_failed"] = failed;
-  const char* names[5] = {"none", "model", "tool", "infra", "overlong"};
-  for (int c = 1; c < 5; ++c) m[fmt::format("rollout/env_error/{}", names[c])] = errors[c];
+  for (int c = 1; c < 5; ++c) m[fmt::format("rollout/env_error/{}", env_error_name(EnvError(c)))] = errors[c];
   m["rollout/env_model_token_fraction"] = tokens > 0 ? model_tokens / tokens : 0.0;
   m["perf/env_wait_time_fraction"] = episode_s > 0 ? env_s / episode_s : 0.0;
 }

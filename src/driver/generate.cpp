@@ -27,20 +27,23 @@ namespace slimpi {
 
 namespace {
 
-// One request per prompt of data.path (no label needed), seeds from the run seed.
-std::vector<GenerationRequest> generation_requests(const Deck& deck, const RolloutConfig& rc, const ModelConfig& mc) {
-  const Tokenizer& tok = *rc.tokenizer;
-  const uint64_t seed = static_cast<uint64_t>(deck.get_int("run.seed"));
+// The prompts of data.path (no label needed).
+std::vector<Prompt> generation_prompts(const Deck& deck, const RolloutConfig& rc, const ModelConfig& mc) {
   PromptSourceSpec spec = PromptSourceSpec::from_deck(deck, deck.get_string("data.path"), rc.tokenizer);
   spec.skip_bad_lines = deck.get_bool("data.skip_bad_lines");
   spec.label_optional = true;
   spec.max_prompt_tokens = mc.max_seq_len - rc.sampling.max_new_tokens;
-  const PromptSource source(spec, seed);
+  return PromptSource(spec, static_cast<uint64_t>(deck.get_int("run.seed"))).records();
+}
+
+// One request per prompt, seeds from the run seed.
+std::vector<GenerationRequest> generation_requests(const std::vector<Prompt>& prompts, const RolloutConfig& rc,
+                                                   uint64_t seed) {
   std::vector<GenerationRequest> requests;
-  for (const Prompt& rec : source.records()) {
+  for (const Prompt& rec : prompts) {
     GenerationRequest r;
     r.group_index = static_cast<int64_t>(requests.size());
-    r.prompt = prompt_token_ids(tok, rec);
+    r.prompt = prompt_token_ids(*rc.tokenizer, rec);
     r.n_samples = rc.n_samples_per_prompt;
     r.params = rc.sampling;
     r.seed = mix_seed(seed, 0, uint64_t(r.group_index));
@@ -73,8 +76,9 @@ int run_generate(RunContext& ctx) {
   const Tokenizer& tok = *rc.tokenizer;
   log::info("tokenizer: {}", tok.describe());
   if (const std::string note = describe_chat_template_choice(ctx.deck, tok); !note.empty()) log::info("{}", note);
-  const std::vector<GenerationRequest> requests = generation_requests(deck, rc, mc);
   const uint64_t seed = static_cast<uint64_t>(deck.get_int("run.seed"));
+  const std::vector<Prompt> prompts = generation_prompts(deck, rc, mc);
+  const std::vector<GenerationRequest> requests = generation_requests(prompts, rc, seed);
 
   const at::Device device = ctx.device.use_cuda ? at::Device(at::kCUDA, ctx.device.gpu) : at::Device(at::kCPU);
   Transformer model(mc, seed, device, weight_dtype(parse_precision(deck.get_string("rollout.precision"))));
@@ -89,16 +93,10 @@ int run_generate(RunContext& ctx) {
   // the environment's processes start before the clock.
   std::unique_ptr<Environment> env;
   std::unique_ptr<EpisodeRunner> episodes;
-  std::vector<Prompt> records;
   if (rc.env.enabled()) {
-    PromptSourceSpec spec = PromptSourceSpec::from_deck(deck, deck.get_string("data.path"), rc.tokenizer);
-    spec.skip_bad_lines = deck.get_bool("data.skip_bad_lines");
-    spec.label_optional = true;
-    spec.max_prompt_tokens = mc.max_seq_len - rc.sampling.max_new_tokens;
-    records = PromptSource(spec, seed).records();
     env = environments().get(rc.env.name)(rc.env, mc.vocab_size);
-    episodes = std::make_unique<EpisodeRunner>(engine, *env, tok, EpisodeSettings{rc.env, rc.chat, rc.sampling.max_new_tokens, 0, 0},
-                                               records, 0);
+    episodes = std::make_unique<EpisodeRunner>(engine, *env, tok, EpisodeSettings{rc.env, rc.chat, rc.sampling.max_new_tokens, 0},
+                                               prompts, 0);
   }
   Stopwatch clock;
   const bool tty = isatty(fileno(stdout));

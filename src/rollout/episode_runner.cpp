@@ -81,7 +81,7 @@ void EpisodeRunner::start_waiting_episodes() {
     Episode& e = *episodes_.at(not_started_[started]);
     EpisodeStart s;
     s.episode = e.id;
-    s.step = settings_.step;
+    s.step = int64_t(settings_.stream);
     s.group = e.request.group_index;
     s.sample = e.sample.index;
     s.seed = mix_seed(e.request.seed, uint64_t(e.sample.index), 0x656e7669726f6eULL);

@@ -41,8 +41,7 @@ struct EpisodeSettings {
   EnvConfig env;
   ChatFormat chat;
   int64_t max_turn_tokens = 64;  // rollout.max_new_tokens
-  uint64_t stream = 0;           // names episodes: "<stream>/<group>/<sample>"
-  int64_t step = 0;              // told to the environment
+  uint64_t stream = 0;           // names episodes ("<stream>/<group>/<sample>"); the reset's step
 };
 
 class EpisodeRunner : public GroupWorker {

@@ -54,7 +54,7 @@ std::vector<Sample> RolloutSide::generate(const std::vector<Prompt>& prompts, in
   std::unique_ptr<EpisodeRunner> episodes;
   if (cfg_.env.enabled()) {
     if (!env_) env_ = environments().get(cfg_.env.name)(cfg_.env, model_.config().vocab_size);
-    const EpisodeSettings settings{cfg_.env, cfg_.chat, params.max_new_tokens, stream, int64_t(stream)};
+    const EpisodeSettings settings{cfg_.env, cfg_.chat, params.max_new_tokens, stream};
     episodes = std::make_unique<EpisodeRunner>(engine, *env_, tok, settings, prompts, first_group);
   }
   GroupWorker& worker = episodes ? static_cast<GroupWorker&>(*episodes) : engine;
