@@ -111,9 +111,12 @@ run 2 calc_python --set rollout.environment=command --set "rollout.env_command=p
 $compare "$out/calc_native" "$out/calc_python" --engine-scheduling-varies 1e-5  # replies arrive at other times
 
 echo "== environments that fail end only their episode"
-args=("${base[@]}" --set run.n_steps=1 --set rollout.env_processes=2 --set rollout.env_timeout_s=2)
+# Healthy replies get 20 s (a loaded machine must not fail them); the hang case 4 s.
+args=("${base[@]}" --set run.n_steps=1 --set rollout.env_processes=2)
 for fault in crash hang garbage flood lie overlong error; do
-  run 2 "fault_$fault" --set "rollout.env_command=$probe --fault $fault --max-concurrent 1"
+  timeout_s=20; [ $fault = hang ] && timeout_s=4
+  run 2 "fault_$fault" --set "rollout.env_command=$probe --fault $fault --max-concurrent 1" \
+    --set rollout.env_timeout_s=$timeout_s
 done
 /usr/bin/python3 - "$out" <<'PY'
 import sys
@@ -136,7 +139,7 @@ for fault, (status, error, others) in expect.items():
           f"{rest.sum()} others completed")
 PY
 grep -q "exited (exit status 3); it is killed and restarted" "$out/fault_crash.log"
-grep -q "has written nothing for rollout.env_timeout_s = 2 s" "$out/fault_hang.log"
+grep -q "has written nothing for rollout.env_timeout_s = 4 s" "$out/fault_hang.log"
 grep -q "token id 1000000000 is not in the vocabulary" "$out/fault_lie.log"
 refused fail_job 'rollout.env_fail_job = true ends the job' 2 --set rollout.env_fail_job=true \
   --set "rollout.env_command=$probe --fault crash --max-concurrent 1"
