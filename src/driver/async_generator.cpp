@@ -25,9 +25,6 @@
 namespace slimpi {
 namespace {
 
-// Seeds of train.async = "full" groups: a stream of their own (steps use 0.., eval 2^40..).
-constexpr uint64_t kFullAsyncStream = uint64_t(1) << 41;
-
 nlohmann::json prompt_json(const Prompt& p) {
   return {{"index", p.index}, {"line", p.line},   {"text", p.text},
           {"chat", p.chat},   {"label", p.label}, {"metadata", p.metadata}};
@@ -107,6 +104,7 @@ std::optional<WorkItem> AsyncGenerator::next_group() {
   w.request.n_samples = n_samples_;
   w.request.params = side_.config().sampling;
   w.request.seed = mix_seed(run_seed_, kFullAsyncStream, uint64_t(w.request.group_index));
+  if (side_.config().env.enabled()) w.record = p;  // the episodes' resets need it on whichever engine
   open_prompts_[w.request.group_index] = std::move(p);
   return w;
 }
@@ -228,7 +226,13 @@ int64_t AsyncGenerator::save(const std::string& dir, StreamState state) {
   // async_work.h5: every unfinished item (a group not started: index -1, its prompt as
   // tokens), then the samples of unfinished groups already back.
   std::vector<Sample> work;
+  nlohmann::json episode_turns = nlohmann::json::array();  // an episode's turns per work item (null: none)
   for (const auto& w : state.work) {
+    if (w.episode.empty())
+      episode_turns.push_back(nullptr);
+    else
+      episode_turns.push_back({{"starts", w.episode.turn_starts}, {"ends", w.episode.turn_ends},
+                               {"stopped", w.episode.turn_stopped}, {"open_turn", w.episode.open_turn}});
     Sample s = w.partial;
     if (w.is_group()) {
       s.group_index = w.request.group_index;
@@ -254,6 +258,7 @@ int64_t AsyncGenerator::save(const std::string& dir, StreamState state) {
                             {"queued_prompts", queued_prompts},
                             {"unused_samples", queue_.unused().size()},
                             {"work_items", work.size()},
+                            {"episode_turns", episode_turns},
                             {"finished_samples", state.finished.size()},
                             {"open_prompts", open},
                             {"redraw_prompts", redraw},
@@ -318,6 +323,17 @@ void AsyncGenerator::load(const std::string& dir) {
     w.request.n_samples = n_samples_;
     w.request.params = side_.config().sampling;
     w.request.seed = mix_seed(run_seed_, kFullAsyncStream, uint64_t(s.group_index));
+    if (side_.config().env.enabled()) {  // an episode: its context is its reset's; the group's prompt is the record's
+      w.record = open_prompts_.at(s.group_index);
+      w.request.prompt = prompt_token_ids(tokenizer_, *w.record);
+      const nlohmann::json& t = j.contains("episode_turns") ? j.at("episode_turns").at(i) : nlohmann::json();
+      if (!t.is_null()) {
+        w.episode.turn_starts = t.at("starts").get<std::vector<int64_t>>();
+        w.episode.turn_ends = t.at("ends").get<std::vector<int64_t>>();
+        w.episode.turn_stopped = t.at("stopped").get<std::vector<int8_t>>();
+        w.episode.open_turn = t.at("open_turn");
+      }
+    }
     if (s.index >= 0) w.partial = std::move(s);
     state.work.push_back(std::move(w));
   }

@@ -97,10 +97,11 @@ void check_environment(const Deck& deck) {
     SLIMPI_FAIL_ALL("reward.style = \"environment\" ({}) is the reward of a multi-turn episode, but "
                     "rollout.environment = \"none\" ({}): choose an environment or another reward style",
                     deck.source("reward.style"), deck.source("rollout.environment"));
-  if (env != "none" && deck.get_string("train.async") == "full")
-    SLIMPI_FAIL_ALL("rollout.environment = \"{}\" ({}) with train.async = \"full\" ({}): episodes in flight across "
-                    "weight updates and checkpoints are not implemented; use train.async = \"off\" or \"one_step_off\"",
-                    env, deck.source("rollout.environment"), deck.source("train.async"));
+  if (env != "none" && deck.get_string("train.async") == "full" && deck.get_string("rollout.partial") != "continue")
+    SLIMPI_FAIL_ALL("rollout.environment = \"{}\" ({}) with rollout.partial = \"{}\" ({}): an episode's environment "
+                    "state lives on the engine that runs it, so episodes in flight at a weight update continue there; "
+                    "use rollout.partial = \"continue\"", env, deck.source("rollout.environment"),
+                    deck.get_string("rollout.partial"), deck.source("rollout.partial"));
   if (env != "none" && advantage_estimators().get(deck.get_string("train.advantage_estimator")).centring ==
                            RewardCentring::Greedy)
     SLIMPI_FAIL_ALL("rollout.environment = \"{}\" ({}) with train.advantage_estimator = \"{}\" ({}): ReMax's greedy "

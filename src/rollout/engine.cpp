@@ -123,7 +123,8 @@ void Engine::add_work(const WorkItem& item) {
 }
 
 WorkItem Engine::to_work(const Sequence& seq) const {
-  WorkItem w{*seq.request, Sample{}};
+  WorkItem w;
+  w.request = *seq.request;
   if (seq.is_group()) return w;
   Sample& s = w.partial;
   s.group_index = seq.request->group_index;

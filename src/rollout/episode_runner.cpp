@@ -14,9 +14,11 @@ namespace slimpi {
 
 struct EpisodeRunner::Episode {
   std::string id;
-  GenerationRequest request;  // the group's; prompt = the episode's context once reset
-  const Prompt* prompt = nullptr;
+  GenerationRequest request;          // the group's; prompt = the episode's context once reset
+  std::vector<int64_t> group_prompt;  // the group's prompt tokens (request.prompt before the reset)
+  Prompt prompt;
   Sample sample;  // the trajectory so far; every per-response-token field complete
+  WorkItem::EpisodeTurns turns;  // the model turns sent to the environment so far (open_turn unused)
   std::unique_ptr<ChatTranscript> transcript;
   enum class Phase { NotStarted, Reset, Turn, Step } phase = Phase::NotStarted;
   int64_t turn_start = 0;  // response length where the current model turn began
@@ -24,12 +26,51 @@ struct EpisodeRunner::Episode {
   double reward_sum = 0, last_reward = 0;
   Stopwatch clock;  // since the reset was sent
   Stopwatch wait;   // since the outstanding request was sent
+  // A resumed episode: the checkpointed trajectory and turns it is brought back to; `next`
+  // is the recorded turn to send next. Gone once the episode has caught up.
+  struct Replay {
+    Sample recorded;
+    WorkItem::EpisodeTurns turns;
+    size_t next = 0;
+  };
+  std::optional<Replay> replay;
 };
 
 namespace {
 
 std::string episode_id(uint64_t stream, int64_t group, int64_t index) {
   return fmt::format("{}/{}/{}", stream, group, index);
+}
+
+// The recorded trajectory up to response offset `end` (a turn's end), as the engine
+// returned that turn: tokens and the per-token fields of the rollout.
+Sample recorded_turn(const Sample& rec, int64_t end) {
+  Sample t;
+  t.group_index = rec.group_index;
+  t.index = rec.index;
+  t.prompt_length = rec.prompt_length;
+  t.tokens.assign(rec.tokens.begin(), rec.tokens.begin() + rec.prompt_length + end);
+  t.rollout_log_probs.assign(rec.rollout_log_probs.begin(), rec.rollout_log_probs.begin() + end);
+  t.weight_versions.assign(rec.weight_versions.begin(), rec.weight_versions.begin() + end);
+  if (!rec.sampling_support.empty())
+    t.sampling_support.assign(rec.sampling_support.begin(), rec.sampling_support.begin() + end);
+  t.routing = rec.routing;  // the last engine turn's; an engine turn after the replay recomputes it
+  t.spec_drafted = rec.spec_drafted;
+  t.spec_accepted = rec.spec_accepted;
+  t.spec_passes = rec.spec_passes;
+  return t;
+}
+
+// The per-response-token vectors of `rec` over `s`'s first `n` response tokens
+// (equal tokens: checked by the caller).
+void adopt_recorded(Sample& s, const Sample& rec) {
+  s.tokens = rec.tokens;
+  s.rollout_log_probs = rec.rollout_log_probs;
+  s.weight_versions = rec.weight_versions;
+  const size_t r = size_t(rec.response_length());
+  s.sampling_support = rec.sampling_support.empty() ? std::vector<int32_t>(r, 0) : rec.sampling_support;
+  s.loss_mask = rec.loss_mask.empty() ? std::vector<float>(r, 1.0f) : rec.loss_mask;
+  s.routing = rec.routing;
 }
 
 }  // namespace
@@ -54,25 +95,104 @@ EpisodeRunner::~EpisodeRunner() {
 
 bool EpisodeRunner::has_work() const { return !episodes_.empty() || !finished_.empty(); }
 
+EpisodeRunner::Episode& EpisodeRunner::add_episode(const GenerationRequest& request, const Prompt& prompt,
+                                                   int64_t index) {
+  auto e = std::make_unique<Episode>();
+  e->id = episode_id(settings_.stream, request.group_index, index);
+  SLIMPI_CHECK(!episodes_.count(e->id), "episodes: {} is already running", e->id);
+  e->request = request;
+  e->group_prompt = request.prompt;
+  // A turn also ends at its tool call's closing marker (</tool_call>).
+  auto& stops = e->request.params.stop_strings;
+  const std::string call_stop = tool_call_stop(settings_.chat.chat_template);
+  if (!call_stop.empty() && std::find(stops.begin(), stops.end(), call_stop) == stops.end()) stops.push_back(call_stop);
+  e->prompt = prompt;
+  e->sample.group_index = request.group_index;
+  e->sample.index = index;
+  e->sample.tokens = request.prompt;
+  e->sample.prompt_length = int64_t(request.prompt.size());
+  not_started_.push_back(e->id);
+  Episode& ref = *e;
+  episodes_[e->id] = std::move(e);
+  return ref;
+}
+
 void EpisodeRunner::add_request(const GenerationRequest& request) {
   const int64_t g = request.group_index - first_group_;
   SLIMPI_CHECK(g >= 0 && g < int64_t(prompts_.size()), "episodes: group {} has no prompt record", request.group_index);
-  for (int64_t i = 0; i < request.n_samples; ++i) {
-    auto e = std::make_unique<Episode>();
-    e->id = episode_id(settings_.stream, request.group_index, i);
-    e->request = request;
-    // A turn also ends at its tool call's closing marker (</tool_call>).
-    auto& stops = e->request.params.stop_strings;
-    const std::string call_stop = tool_call_stop(settings_.chat.chat_template);
-    if (!call_stop.empty() && std::find(stops.begin(), stops.end(), call_stop) == stops.end()) stops.push_back(call_stop);
-    e->prompt = &prompts_[size_t(g)];
-    e->sample.group_index = request.group_index;
-    e->sample.index = i;
-    e->sample.tokens = request.prompt;
-    e->sample.prompt_length = int64_t(request.prompt.size());
-    not_started_.push_back(e->id);
-    episodes_[e->id] = std::move(e);
+  for (int64_t i = 0; i < request.n_samples; ++i) add_episode(request, prompts_[size_t(g)], i);
+}
+
+void EpisodeRunner::add_work(const WorkItem& item) {
+  SLIMPI_CHECK(item.record, "episodes: group {} came without its prompt record", item.request.group_index);
+  if (item.is_group()) {
+    for (int64_t i = 0; i < item.request.n_samples; ++i) add_episode(item.request, *item.record, i);
+    return;
   }
+  const Sample& part = item.partial;
+  Episode& e = add_episode(item.request, *item.record, part.index);
+  if (part.response_length() == 0 && item.episode.empty()) return;  // not past its reset: it starts as new
+  if (env_.info().deterministic) {
+    const int64_t n = int64_t(item.episode.turn_ends.size());
+    SLIMPI_CHECK(int64_t(item.episode.turn_starts.size()) == n && int64_t(item.episode.turn_stopped.size()) == n &&
+                     (n == 0 || item.episode.turn_ends.back() <= part.response_length()) &&
+                     item.episode.open_turn <= part.response_length(),
+                 "episodes: {} resumed with turns that do not fit its {} response tokens", e.id, part.response_length());
+    e.replay = Episode::Replay{part, item.episode, 0};
+    if (!std::exchange(said_replay_, true))
+      log::info("resuming episodes in flight: each is reset again and sent its recorded turns (environment {} "
+                "declares itself deterministic), then continues", env_.info().name);
+  } else if (!std::exchange(said_restart_, true)) {
+    log::warn("resuming episodes in flight: environment {} does not declare itself deterministic, so they cannot be "
+              "replayed; they start again from their reset (their partial trajectories are dropped)",
+              env_.info().name);
+  }
+}
+
+std::vector<WorkItem> EpisodeRunner::snapshot(const std::vector<WorkItem>& turns) const {
+  std::map<std::pair<int64_t, int64_t>, const WorkItem*> in_engine;  // (group, sample) -> its turn
+  for (const WorkItem& t : turns) {
+    SLIMPI_CHECK(!t.is_group(), "episodes: the engine holds a group, not an episode's turn");
+    in_engine[{t.partial.group_index, t.partial.index}] = &t;
+  }
+  std::vector<WorkItem> out;
+  for (const auto& [id, ep] : episodes_) {
+    const Episode& e = *ep;
+    WorkItem w;
+    w.request = e.request;
+    w.request.prompt = e.group_prompt;
+    w.record = e.prompt;
+    if (e.replay) {  // not caught up: the checkpointed state still stands
+      w.partial = e.replay->recorded;
+      w.episode = e.replay->turns;
+    } else if (e.phase == Episode::Phase::NotStarted || e.phase == Episode::Phase::Reset) {
+      w.partial.group_index = e.sample.group_index;
+      w.partial.index = e.sample.index;
+      w.partial.tokens = e.group_prompt;
+      w.partial.prompt_length = int64_t(e.group_prompt.size());
+    } else {
+      w.partial = e.sample;
+      w.episode = e.turns;
+      if (e.phase == Episode::Phase::Turn) {
+        const auto t = in_engine.find({e.sample.group_index, e.sample.index});
+        SLIMPI_CHECK(t != in_engine.end(), "episodes: {} is taking a turn the engine does not hold", e.id);
+        const Sample& p = t->second->partial;
+        w.partial.tokens = p.tokens;
+        w.partial.rollout_log_probs = p.rollout_log_probs;
+        w.partial.weight_versions = p.weight_versions;
+        w.partial.sampling_support = p.sampling_support.empty()
+                                         ? std::vector<int32_t>(size_t(p.response_length()), 0)
+                                         : p.sampling_support;
+        w.partial.loss_mask.resize(size_t(p.response_length()), 1.0f);
+        w.partial.spec_drafted = p.spec_drafted;
+        w.partial.spec_accepted = p.spec_accepted;
+        w.partial.spec_passes = p.spec_passes;
+        w.episode.open_turn = e.turn_start;
+      }
+    }
+    out.push_back(std::move(w));
+  }
+  return out;
 }
 
 void EpisodeRunner::start_waiting_episodes() {
@@ -85,12 +205,12 @@ void EpisodeRunner::start_waiting_episodes() {
     s.group = e.request.group_index;
     s.sample = e.sample.index;
     s.seed = mix_seed(e.request.seed, uint64_t(e.sample.index), 0x656e7669726f6eULL);
-    s.prompt = e.prompt->text;
-    s.label = e.prompt->label;
-    s.metadata_json = e.prompt->metadata;
     s.max_turns = settings_.env.max_turns;
     s.max_total_tokens = settings_.env.max_total_tokens;
     s.wall_time_s = settings_.env.episode_wall_s;
+    s.prompt = e.prompt.text;
+    s.label = e.prompt.label;
+    s.metadata_json = e.prompt.metadata;
     e.phase = Episode::Phase::Reset;
     e.clock = Stopwatch();
     e.wait = Stopwatch();
@@ -121,10 +241,34 @@ std::vector<Sample> EpisodeRunner::step() {
 }
 
 void EpisodeRunner::begin_turn(Episode& e) {
-  WorkItem w{e.request, e.sample};
-  w.request.params.max_new_tokens = std::min(e.sample.response_length() + settings_.max_turn_tokens, e.budget);
-  w.request.stop_strings_from = e.sample.response_length();
-  e.turn_start = e.sample.response_length();
+  const int64_t r = e.sample.response_length();
+  if (e.replay) {
+    Episode::Replay& rp = *e.replay;
+    if (rp.next < rp.turns.turn_ends.size()) {  // a turn it took before: sent again as it was
+      const int64_t start = rp.turns.turn_starts[rp.next], end = rp.turns.turn_ends[rp.next];
+      if (start != r || end <= start)
+        return diverged(e, fmt::format("its turn {} began at response token {}, and would now begin at {}",
+                                       rp.next + 1, start, r));
+      Sample turn = recorded_turn(rp.recorded, end);
+      turn.status = rp.turns.turn_stopped[rp.next] ? SampleStatus::Completed : SampleStatus::Truncated;
+      ++rp.next;
+      e.turn_start = r;
+      e.phase = Episode::Phase::Turn;
+      return on_turn(e, std::move(turn));
+    }
+    // Caught up with the record: a turn under way continues in the engine from its tokens.
+    const int64_t open = rp.turns.open_turn;
+    SLIMPI_CHECK(open == r, "episodes: {} resumed with an open turn at response token {}, reached {}", e.id, open, r);
+    adopt_recorded(e.sample, rp.recorded);  // the open turn's tokens so far, after r
+    e.replay.reset();
+  }
+  const int64_t start = r;
+  WorkItem w;
+  w.request = e.request;
+  w.partial = e.sample;
+  w.request.params.max_new_tokens = std::min(start + settings_.max_turn_tokens, e.budget);
+  w.request.stop_strings_from = start;
+  e.turn_start = start;
   e.phase = Episode::Phase::Turn;
   engine_.add_work(w);
 }
@@ -144,6 +288,9 @@ void EpisodeRunner::on_turn(Episode& e, Sample&& turn) {
   s.spec_passes = turn.spec_passes;
   s.loss_mask.resize(size_t(r), 1.0f);
   ++s.env_turns;
+  e.turns.turn_starts.push_back(r0);
+  e.turns.turn_ends.push_back(r);
+  e.turns.turn_stopped.push_back(turn.status == SampleStatus::Completed);
 
   const auto& stops = e.request.params.stop_token_ids;
   const bool on_stop_token = turn.status == SampleStatus::Completed && !new_tokens.empty() &&
@@ -188,6 +335,9 @@ void EpisodeRunner::on_reply(Episode& e, const EnvReply& reply) {
     }
     context.insert(context.end(), reply.token_ids.begin(), reply.token_ids.end());
     if (context.empty()) context = e.request.prompt;  // the prompt as slimpi renders it
+    if (e.replay && context != e.replay->recorded.prompt())
+      return diverged(e, fmt::format("its reset now gives a context of {} tokens that differs from the recorded {}",
+                                     context.size(), e.replay->recorded.prompt_length));
     if (reply.done || reply.truncated)  // no model turn to train on
       return finish(e, SampleStatus::EnvFailed, reply.error == EnvError::None ? EnvError::Infra : reply.error,
                     "the environment ended the episode at its reset, before the model's first turn" +
@@ -197,8 +347,8 @@ void EpisodeRunner::on_reply(Episode& e, const EnvReply& reply) {
     s.prompt_length = int64_t(context.size());
     const int64_t cache_tokens = engine_.n_blocks() * engine_.block_size();
     e.budget = std::min({settings_.env.max_total_tokens, max_seq_len - s.prompt_length, cache_tokens - s.prompt_length});
-    if (e.budget < 1 || (!reply.messages.empty() || !reply.token_ids.empty()) &&
-                            int64_t(context.size()) > settings_.env.max_observation_tokens)
+    if (e.budget < 1 || ((!reply.messages.empty() || !reply.token_ids.empty()) &&
+                             int64_t(context.size()) > settings_.env.max_observation_tokens))
       return finish(e, SampleStatus::EnvFailed, EnvError::Overlong,
                     fmt::format("its first observation is {} tokens (rollout.env_max_observation_tokens = {}; "
                                 "model.max_seq_len = {}, the KV cache {} tokens)", context.size(),
@@ -207,8 +357,18 @@ void EpisodeRunner::on_reply(Episode& e, const EnvReply& reply) {
     return begin_turn(e);
   }
 
+  // A resumed episode: the recorded observation that followed this turn, when there is one.
+  int64_t recorded_from = -1, recorded_to = -1;  // response offsets
+  if (e.replay) {
+    const Episode::Replay& rp = *e.replay;
+    recorded_from = rp.turns.turn_ends[rp.next - 1];
+    recorded_to = rp.next < rp.turns.turn_ends.size() ? rp.turns.turn_starts[rp.next] : rp.turns.open_turn;
+    if (recorded_to < 0) e.replay.reset();  // the record ended waiting for this reply: caught up
+  }
   e.last_reward = reply.reward;
   e.reward_sum += reply.reward;
+  if (e.replay && (reply.done || reply.truncated))
+    return diverged(e, fmt::format("its environment ended it at turn {}, where the record continues", s.env_turns));
   if (reply.done || reply.truncated)
     return finish(e, reply.done && !reply.truncated ? SampleStatus::Completed : SampleStatus::Truncated, reply.error,
                   reply.message);
@@ -229,12 +389,30 @@ void EpisodeRunner::on_reply(Episode& e, const EnvReply& reply) {
     return finish(e, SampleStatus::Truncated, EnvError::Overlong,
                   fmt::format("the episode would reach {} response tokens with its next observation (budget {}: "
                               "rollout.env_max_total_tokens, model.max_seq_len, the KV cache)", r + n + 1, e.budget));
+  if (e.replay) {
+    const Sample& rec = e.replay->recorded;
+    const auto at = rec.tokens.begin() + rec.prompt_length;
+    if (recorded_from != r || recorded_to - recorded_from != n ||
+        !std::equal(observation.begin(), observation.end(), at + recorded_from))
+      return diverged(e, fmt::format("its observation after turn {} is {} tokens that differ from the recorded {}",
+                                     s.env_turns, n, recorded_to - recorded_from));
+  }
   s.tokens.insert(s.tokens.end(), observation.begin(), observation.end());
   s.rollout_log_probs.resize(size_t(r + n), 0.0f);
   s.sampling_support.resize(size_t(r + n), 0);
   s.weight_versions.resize(size_t(r + n), engine_.weight_version());
+  if (e.replay)  // the weights it was appended under
+    std::copy(e.replay->recorded.weight_versions.begin() + r, e.replay->recorded.weight_versions.begin() + r + n,
+              s.weight_versions.begin() + r);
   s.loss_mask.resize(size_t(r + n), 0.0f);
   begin_turn(e);
+}
+
+void EpisodeRunner::diverged(Episode& e, const std::string& why) {
+  e.replay.reset();
+  finish(e, SampleStatus::EnvFailed, EnvError::Infra,
+         "resumed from a checkpoint by replaying its turns (environment " + env_.info().name +
+             " declares itself deterministic), but " + why);
 }
 
 void EpisodeRunner::finish(Episode& e, SampleStatus status, EnvError error, const std::string& why) {

@@ -22,7 +22,19 @@
 // rollout.env_fail_job the job ends instead, naming the episode. An over-long
 // observation ends it Truncated with EnvError::Overlong. A chat template that rewrites
 // history ends the job (a configuration error, not an episode's).
-// Built per generate() call by RolloutSide over its engine and environment; single-threaded.
+// Across weight updates and checkpoints (train.async = "full"): the streaming router
+// keeps one runner for the run. An episode's turn in the engine is parked and continued
+// like any partial sample (rollout.partial = "continue"); snapshot() gives every open
+// episode as a WorkItem (its trajectory, turns and prompt record). add_work() of such an
+// item, on any engine, resumes it: with an environment that declares itself
+// deterministic, a fresh episode is reset with the same seed and sent the recorded
+// turns again, each reply checked against the recorded observation token for token
+// (a difference fails the episode: EnvFailed, infra), then the open turn, if any,
+// continues in the engine from its recorded tokens; the result is the recorded
+// trajectory bit for bit, continued. With a non-deterministic environment the episode
+// starts again from its reset (said once per runner).
+// Built per generate() call by RolloutSide over its engine and environment, or once per
+// run for the stream; single-threaded.
 #pragma once
 
 #include <map>
@@ -46,7 +58,8 @@ struct EpisodeSettings {
 
 class EpisodeRunner : public GroupWorker {
  public:
-  // prompts[g - first_group] is group g's record.
+  // prompts[g - first_group] is group g's record (add_request); the stream's runner
+  // gets none: its work items carry their records (add_work).
   EpisodeRunner(Engine& engine, Environment& env, const Tokenizer& tokenizer, const EpisodeSettings& settings,
                 const std::vector<Prompt>& prompts, int64_t first_group);
   ~EpisodeRunner() override;
@@ -55,9 +68,18 @@ class EpisodeRunner : public GroupWorker {
   bool has_work() const override;
   std::vector<Sample> step() override;
 
+  // A group of episodes, or one episode to resume (see above); item.record is required.
+  void add_work(const WorkItem& item);
+  // Every open episode as a WorkItem, for a checkpoint. `turns`: the engine's work in
+  // flight, parked or not (the open turns' tokens so far).
+  std::vector<WorkItem> snapshot(const std::vector<WorkItem>& turns) const;
+
  private:
   struct Episode;
+  Episode& add_episode(const GenerationRequest& request, const Prompt& prompt, int64_t index);
   void start_waiting_episodes();
+  // A resumed episode whose environment answered otherwise than recorded.
+  void diverged(Episode& e, const std::string& why);
   void on_reply(Episode& e, const EnvReply& reply);
   void on_turn(Episode& e, Sample&& turn);
   void begin_turn(Episode& e);
@@ -76,6 +98,7 @@ class EpisodeRunner : public GroupWorker {
   int64_t end_of_turn_id_ = -1;  // the chat template's end-of-turn token (-1: not one token)
   static constexpr int64_t kFailuresSaid = 4;  // failed episodes warned of one by one; the rest summed up
   int64_t n_failed_ = 0;
+  bool said_replay_ = false, said_restart_ = false;  // resumed episodes: said once per runner
   std::vector<Sample> finished_;
 };
 

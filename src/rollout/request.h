@@ -4,8 +4,11 @@
 #include <slimpi/sample.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "data/prompt_source.h"
 
 namespace slimpi {
 
@@ -35,9 +38,25 @@ struct GenerationRequest {
 // or one sample of a started group with its response so far (partial.index = the
 // sample; tokens = prompt + response, with its log-probs, supports and weight
 // versions), continued from its next position. Its KV is recomputed where it lands.
+// With rollout.environment an item is a group of episodes, or one episode with its
+// trajectory so far in `partial` (tokens from its reset's context on, loss mask and
+// counters), its turns in `episode`, and the prompt record its reset needs in `record`
+// (rollout/episode_runner.h replays it into a fresh environment).
 struct WorkItem {
   GenerationRequest request;
   Sample partial;
+  std::optional<Prompt> record;  // episodes: the group's prompt record (text, label, metadata)
+  // An episode's model turns so far, as response offsets: turn k is [turn_starts[k],
+  // turn_ends[k]), sent to the environment as a step; turn_stopped[k] says it ended on a
+  // stop token or string (finish "stop") rather than its token limit ("length").
+  // open_turn: where the turn still being sampled began (-1: none, the episode waits
+  // for the environment). Empty, -1: the episode has not had its first observation.
+  struct EpisodeTurns {
+    std::vector<int64_t> turn_starts, turn_ends;
+    std::vector<int8_t> turn_stopped;
+    int64_t open_turn = -1;
+    bool empty() const { return turn_ends.empty() && open_turn < 0; }
+  } episode;
 
   bool is_group() const { return partial.tokens.empty(); }
   int64_t response_length() const { return is_group() ? 0 : partial.response_length(); }

@@ -84,8 +84,15 @@ Engine& RolloutSide::current_engine() {
 
 StreamingRouter& RolloutSide::stream() {
   SLIMPI_CHECK(!is_follower(), "rollout: an engine group's follower has no stream of its own (it follows)");
-  if (!stream_)
-    stream_ = std::make_unique<StreamingRouter>(current_engine(), engines_, cfg_.engine.max_running, cfg_.sampling);
+  if (stream_) return *stream_;
+  Engine& engine = current_engine();
+  if (cfg_.env.enabled()) {  // its own environment processes: an evaluation's episodes use env_
+    stream_env_ = environments().get(cfg_.env.name)(cfg_.env, model_.config().vocab_size);
+    const EpisodeSettings settings{cfg_.env, cfg_.chat, cfg_.sampling.max_new_tokens, kFullAsyncStream};
+    stream_episodes_ = std::make_unique<EpisodeRunner>(engine, *stream_env_, *cfg_.tokenizer, settings, no_prompts_, 0);
+  }
+  stream_ = std::make_unique<StreamingRouter>(engine, stream_episodes_.get(), engines_, cfg_.engine.max_running,
+                                              cfg_.sampling);
   return *stream_;
 }
 

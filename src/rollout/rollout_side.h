@@ -16,7 +16,8 @@
 // (rollout/engine_group.h).
 // With rollout.environment every sample is a multi-turn episode (rollout/episode_runner.h):
 // the engine rank (the group's leader) holds the environment for the whole run and runs
-// the episodes of the groups routed to it; the reward is the episode's.
+// the episodes of the groups routed to it; the reward is the episode's. Under
+// train.async = "full" the stream has its own episode runner and environment processes.
 // Owned by the driver on rollout ranks; collective over the engines' communicator and
 // the engine groups.
 #pragma once
@@ -36,6 +37,7 @@ namespace slimpi {
 
 class EngineFollower;
 class Environment;
+class EpisodeRunner;
 
 class RolloutSide {
  public:
@@ -86,6 +88,11 @@ class RolloutSide {
   int rank_ = -1;  // in `engines` (-1: a follower)
   int64_t weight_version_ = 0;
   std::unique_ptr<Engine> engine_;
+  // train.async = "full" with rollout.environment: the stream's episodes and their own
+  // environment (an evaluation between runs uses env_), kept for the run.
+  std::unique_ptr<Environment> stream_env_;
+  std::unique_ptr<EpisodeRunner> stream_episodes_;
+  std::vector<Prompt> no_prompts_;  // the stream's episodes get their records with their work
   std::unique_ptr<StreamingRouter> stream_;
   std::unique_ptr<EngineFollower> follower_;  // followers: their KV cache and forward loop
   std::unique_ptr<Environment> env_;          // rollout.environment: built at the first generate(), kept for the run

@@ -11,6 +11,7 @@
 #include "core/timer.h"
 #include "parallel/mpi_bytes.h"
 #include "parallel/watchdog.h"
+#include "rollout/episode_runner.h"
 
 namespace slimpi {
 namespace {
@@ -30,7 +31,7 @@ const std::string kPartialCounts = "[rollout] partial-rollout counts over the en
 const std::string kSendsDone = "[rollout] completing this rank's sends of work or samples";
 
 // Items travel as their request's identity (the sampling parameters are every rank's
-// own) and the partial sample.
+// own), the partial sample, and an episode's prompt record and turns.
 std::string encode_items(char kind, const std::vector<WorkItem>& items) {
   ByteWriter w;
   w.put(kind);
@@ -41,6 +42,19 @@ std::string encode_items(char kind, const std::vector<WorkItem>& items) {
     w.put(it.request.n_samples);
     w.put(it.request.seed);
     w.put_vector(it.request.prompt);
+    w.put<uint8_t>(it.record.has_value());
+    if (it.record) {
+      w.put(it.record->index);
+      w.put(it.record->line);
+      w.put<uint8_t>(it.record->chat);
+      w.put_string(it.record->text);
+      w.put_string(it.record->label);
+      w.put_string(it.record->metadata);
+    }
+    w.put_vector(it.episode.turn_starts);
+    w.put_vector(it.episode.turn_ends);
+    w.put_vector(it.episode.turn_stopped);
+    w.put(it.episode.open_turn);
     partials.push_back(it.partial);
   }
   w.put_string(encode_samples(partials));
@@ -57,6 +71,19 @@ std::vector<WorkItem> decode_items(const std::string& bytes, const SamplingParam
     it.request.seed = r.get<uint64_t>();
     it.request.prompt = r.get_vector<int64_t>();
     it.request.params = params;
+    if (r.get<uint8_t>()) {
+      Prompt& p = it.record.emplace();
+      p.index = r.get<int64_t>();
+      p.line = r.get<int64_t>();
+      p.chat = r.get<uint8_t>() != 0;
+      p.text = r.get_string();
+      p.label = r.get_string();
+      p.metadata = r.get_string();
+    }
+    it.episode.turn_starts = r.get_vector<int64_t>();
+    it.episode.turn_ends = r.get_vector<int64_t>();
+    it.episode.turn_stopped = r.get_vector<int8_t>();
+    it.episode.open_turn = r.get<int64_t>();
   }
   std::vector<Sample> partials = decode_samples(r.get_string());
   SLIMPI_CHECK(r.done() && partials.size() == items.size(), "work message: {} items, {} partial samples",
@@ -76,8 +103,9 @@ const Registry<PartialPolicy>& partial_policies() {
   return r;
 }
 
-StreamingRouter::StreamingRouter(Engine& engine, MPI_Comm rollout, int64_t max_running, SamplingParams params)
-    : engine_(engine), comm_(rollout), max_running_(max_running), params_(std::move(params)) {
+StreamingRouter::StreamingRouter(Engine& engine, EpisodeRunner* episodes, MPI_Comm rollout, int64_t max_running,
+                                 SamplingParams params)
+    : engine_(engine), episodes_(episodes), comm_(rollout), max_running_(max_running), params_(std::move(params)) {
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
   outstanding_tokens_.assign(size_t(size_), 0);
@@ -117,15 +145,24 @@ int64_t StreamingRouter::item_tokens(const WorkItem& w) const {
   return seqs * (static_cast<int64_t>(w.request.prompt.size()) + w.request.params.max_new_tokens);
 }
 
+GroupWorker& StreamingRouter::worker() { return episodes_ ? static_cast<GroupWorker&>(*episodes_) : engine_; }
+
+void StreamingRouter::add_work(const WorkItem& w) {
+  if (episodes_)
+    episodes_->add_work(w);
+  else
+    engine_.add_work(w);
+}
+
 double StreamingRouter::run(const Hooks& hooks) {
   Stopwatch busy_clock;
   double busy = 0;
-  for (const auto& w : parked_) engine_.add_work(w);
+  for (const auto& w : parked_) engine_.add_work(w);  // an episode's parked turn goes back to the engine too
   parked_.clear();
   if (!is_router()) {
     // An engine: take work, run, send finished samples back; stop on a pause.
     for (;;) {
-      while (!engine_.has_work() || message_waiting(comm_, 0, kTagWork)) {
+      while (!worker().has_work() || message_waiting(comm_, 0, kTagWork)) {
         await_message(comm_, 0, kTagWork, kEngineIdle);
         const std::string msg = recv_message(comm_, 0, kTagWork, kEngineIdle);
         if (msg.at(0) == 'P') {  // every sample posted before goes ahead of the answer
@@ -134,10 +171,10 @@ double StreamingRouter::run(const Hooks& hooks) {
           engine_.release_group();
           return busy;
         }
-        for (const auto& w : decode_items(msg, params_)) engine_.add_work(w);
+        for (const auto& w : decode_items(msg, params_)) add_work(w);
       }
       busy_clock.restart();
-      std::vector<Sample> done = engine_.step();
+      std::vector<Sample> done = worker().step();
       busy += busy_clock.seconds();
       if (!done.empty()) post(samples_message(done), 0, kTagSamples);
       reap_sends();
@@ -149,10 +186,10 @@ double StreamingRouter::run(const Hooks& hooks) {
     dispatch(hooks);
     reap_sends();
     bool worked = false;
-    if (engine_.has_work()) {
+    if (worker().has_work()) {
       idle.reset();
       busy_clock.restart();
-      std::vector<Sample> done = engine_.step();
+      std::vector<Sample> done = worker().step();
       busy += busy_clock.seconds();
       receive_samples(std::move(done), 0, hooks);
       worked = true;
@@ -205,7 +242,7 @@ void StreamingRouter::dispatch(const Hooks& hooks) {
     outstanding_tokens_[best] += item_tokens(*item);
     assign[best].push_back(std::move(*item));
   }
-  for (const auto& w : assign[0]) engine_.add_work(w);
+  for (const auto& w : assign[0]) add_work(w);
   for (int e = 1; e < size_; ++e)
     if (!assign[e].empty()) post(encode_items('W', assign[e]), e, kTagWork);
 }
@@ -254,6 +291,9 @@ std::vector<WorkItem> StreamingRouter::gather_items(const std::vector<WorkItem>&
 }
 
 PartialStats StreamingRouter::update_weights(int64_t version, PartialPolicy policy) {
+  // An episode's state is its environment's on this rank: its turn stays here (the deck check refuses the rest).
+  SLIMPI_CHECK(!episodes_ || policy == PartialPolicy::Continue,
+               "rollout: episodes in flight continue across weight updates (rollout.partial = \"continue\") only");
   std::vector<WorkItem> items = std::move(parked_);
   parked_.clear();
   for (auto& w : engine_.take_in_flight()) items.push_back(std::move(w));
@@ -302,6 +342,7 @@ PartialStats StreamingRouter::update_weights(int64_t version, PartialPolicy poli
 StreamState StreamingRouter::snapshot() {
   std::vector<WorkItem> mine = parked_;
   for (auto& w : engine_.in_flight()) mine.push_back(std::move(w));
+  if (episodes_) mine = episodes_->snapshot(mine);  // the turns, as parts of their episodes
   StreamState state;
   state.work = gather_items(mine);
   if (!is_router()) return state;

@@ -17,7 +17,12 @@
 // message waits for its receive): sends are posted (MPI_Isend) and completed while the
 // sender goes on receiving. Waits sleep (growing naps up to 1 ms) under the watchdog:
 // a rank with nothing to do leaves its core to the ranks that work.
-// Owned by RolloutSide on rollout ranks; the engine is RolloutSide's.
+// With rollout.environment the work is episodes: each engine rank's EpisodeRunner takes
+// the items (whole groups, or single episodes to resume) and steps the engine; a weight
+// update parks the engine's turns as it parks any partial sample (continue only: the
+// environment's state of an episode lives on its rank), and snapshot() gives whole
+// episodes (EpisodeRunner::snapshot), which restore() may send to any engine.
+// Owned by RolloutSide on rollout ranks; the engine and the episode runner are RolloutSide's.
 #pragma once
 
 #include <mpi.h>
@@ -33,6 +38,12 @@
 #include "rollout/engine.h"
 
 namespace slimpi {
+
+class EpisodeRunner;
+
+// Seeds and episode ids of train.async = "full" groups: a stream of their own (training
+// steps use 0.., evaluation 2^40..).
+constexpr uint64_t kFullAsyncStream = uint64_t(1) << 41;
 
 // What new weights do to a sequence in flight (rollout.partial):
 //   Continue  it stays in its engine; its KV is recomputed under the new weights and it
@@ -66,7 +77,9 @@ class StreamingRouter {
     std::function<void(std::vector<Sample>)> on_group;    // a whole group, sample order
     std::function<void()> after_iteration;                // optional: after each iteration's results
   };
-  StreamingRouter(Engine& engine, MPI_Comm rollout, int64_t max_running, SamplingParams params);
+  // episodes: the rank's episode runner over `engine` (rollout.environment), or null.
+  StreamingRouter(Engine& engine, EpisodeRunner* episodes, MPI_Comm rollout, int64_t max_running,
+                  SamplingParams params);
 
   // Collective: engines run until the router pauses them. Returns the seconds this
   // rank spent on engine iterations.
@@ -85,6 +98,8 @@ class StreamingRouter {
 
  private:
   bool is_router() const { return rank_ == 0; }
+  GroupWorker& worker();               // what steps: the episode runner, or the engine
+  void add_work(const WorkItem& w);    // new or restored work for this rank's worker
   void dispatch(const Hooks& hooks);
   void receive_samples(std::vector<Sample> samples, int engine, const Hooks& hooks);
   void pause_engines(const Hooks& hooks);
@@ -97,6 +112,7 @@ class StreamingRouter {
   void flush_sends();
 
   Engine& engine_;
+  EpisodeRunner* episodes_;
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
   int64_t max_running_;

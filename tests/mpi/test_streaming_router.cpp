@@ -3,16 +3,24 @@
 // each rollout.partial policy, a checkpoint snapshot restored into new engines and
 // routers mid-run. On unchanged weights none of that may change a token: every group
 // comes back once, whole, with the samples one engine gives uninterrupted. Where it
-// pauses depends on timing; what it returns must not.
+// pauses depends on timing; what it returns must not. The same holds for multi-turn
+// episodes (rollout.environment): their turns continue across updates, and a snapshot
+// restored into new engines, runners and environments replays each episode's turns
+// into its new environment and continues it, token for token (or, with an environment
+// that is not deterministic, starts it again from its reset).
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <slimpi/error.h>
 
+#include <deque>
+#include <map>
 #include <memory>
 #include <set>
 
 #include "kernels/counter_rng.h"
 #include "parallel/mpi_bytes.h"
+#include "env/environment.h"
+#include "rollout/episode_runner.h"
 #include "rollout/streaming_router.h"
 #include "tokenizer/byte_tokenizer.h"
 #include "../support/tiny_model.h"
@@ -60,7 +68,7 @@ EngineConfig engine_config() { return EngineConfig{16, 32768, 6, 1024, true}; }
 std::vector<Sample> run_paused(const Transformer& model, const Case& c, int64_t* versions_seen) {
   const EngineConfig cfg = engine_config();
   auto engine = std::make_unique<Engine>(cfg, model);
-  auto router = std::make_unique<StreamingRouter>(*engine, MPI_COMM_WORLD, cfg.max_running, params());
+  auto router = std::make_unique<StreamingRouter>(*engine, nullptr, MPI_COMM_WORLD, cfg.max_running, params());
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   std::vector<Sample> got;
@@ -94,7 +102,7 @@ std::vector<Sample> run_paused(const Transformer& model, const Case& c, int64_t*
       StreamState state = router->snapshot();
       router.reset();
       engine = std::make_unique<Engine>(cfg, model);  // as a resumed job builds them
-      router = std::make_unique<StreamingRouter>(*engine, MPI_COMM_WORLD, cfg.max_running, params());
+      router = std::make_unique<StreamingRouter>(*engine, nullptr, MPI_COMM_WORLD, cfg.max_running, params());
       if (rank == 0) router->restore(std::move(state));
     }
   }
@@ -156,7 +164,7 @@ TEST(StreamingRouter, DiscardRestartsPartialResponsesAndCountsTheirTokens) {
   const EngineConfig cfg = engine_config();
   for (PartialPolicy policy : {PartialPolicy::Continue, PartialPolicy::Requeue, PartialPolicy::Discard}) {
     Engine engine(cfg, model);
-    StreamingRouter router(engine, MPI_COMM_SELF, cfg.max_running, params());
+    StreamingRouter router(engine, nullptr, MPI_COMM_SELF, cfg.max_running, params());
     int next = 0, steps = 0;
     StreamingRouter::Hooks hooks;
     hooks.next_group = [&]() -> std::optional<WorkItem> {
@@ -184,6 +192,260 @@ TEST(StreamingRouter, DiscardRestartsPartialResponsesAndCountsTheirTokens) {
     EXPECT_EQ(router.open_groups(), 2);
   }
 }
+
+// A deterministic in-process environment for the episode tests: every episode takes
+// three model turns; steps 1 and 2 answer a user message "turn K: N bytes" (N: the
+// turn's text) with reward 0.25, step 3 ends it with reward 1 when N is even.
+class ThreeTurnEnvironment : public Environment {
+ public:
+  // salt: appended to every observation (a "deterministic" environment that answers
+  // otherwise after a restart).
+  explicit ThreeTurnEnvironment(bool deterministic, std::string salt = "") : salt_(std::move(salt)) {
+    info_.protocol_version = 1;
+    info_.name = "three_turns";
+    info_.max_concurrent_episodes = 1 << 20;
+    info_.deterministic = deterministic;
+  }
+  const EnvInfo& info() const override { return info_; }
+  void reset(const EpisodeStart& start) override {
+    EnvReply r;
+    r.episode = start.episode;
+    replies_.push_back({0, r});
+  }
+  void step(const EpisodeAction& a) override {
+    ++steps;
+    EnvReply r;
+    r.episode = a.episode;
+    const size_t n = a.text.size();
+    if (a.turn >= 3) {
+      r.reward = n % 2 == 0 ? 1.0 : 0.0;
+      r.done = true;
+    } else {
+      r.messages.push_back({"user", "turn " + std::to_string(a.turn) + ": " + std::to_string(n) + " bytes" + salt_});
+      r.reward = 0.25;
+    }
+    replies_.push_back({0, r});
+  }
+  void close(const std::string&) override {}
+  // A reply comes kLatency polls after its request (so that a pause finds episodes waiting).
+  static constexpr int kLatency = 8;
+  std::vector<EnvReply> poll(double) override {
+    std::vector<EnvReply> out;
+    for (auto it = replies_.begin(); it != replies_.end();)
+      if (++it->first >= kLatency) {
+        out.push_back(std::move(it->second));
+        it = replies_.erase(it);
+      } else {
+        ++it;
+      }
+    return out;
+  }
+  int64_t capacity() const override { return info_.max_concurrent_episodes; }
+  int64_t steps = 0;
+
+ private:
+  EnvInfo info_;
+  std::string salt_;
+  std::deque<std::pair<int, EnvReply>> replies_;  // (polls so far, reply)
+};
+
+EpisodeSettings episode_settings() {
+  EpisodeSettings s;
+  s.env.name = "three_turns";
+  s.env.max_total_tokens = 120;  // 3 turns of up to 24 tokens and 2 observations of ~16
+  s.max_turn_tokens = params().max_new_tokens;
+  s.stream = 7;
+  return s;
+}
+
+Prompt record_of(int g) {
+  Prompt p;
+  p.index = g;
+  p.line = g + 1;
+  p.text = "prompt " + std::to_string(g);
+  return p;
+}
+
+// How the environment of the resumed ranks behaves.
+enum class Resumed { Deterministic, NotDeterministic, Diverging };
+
+// One rank's engine, environment and episode runner (a resumed job builds new ones).
+struct EpisodeRank {
+  EpisodeRank(const Transformer& model, bool deterministic, int64_t version, std::string salt = "")
+      : engine(engine_config(), model), env(deterministic, std::move(salt)),
+        runner(engine, env, tokenizer, episode_settings(), no_prompts, 0) {
+    if (version > 0) engine.on_weights_updated(version);
+  }
+  ByteTokenizer tokenizer;
+  Engine engine;
+  ThreeTurnEnvironment env;
+  std::vector<Prompt> no_prompts;
+  EpisodeRunner runner;
+};
+
+struct EpisodeRun {
+  std::vector<Sample> samples;        // the router's, in (group, sample) order
+  std::map<std::pair<int64_t, int64_t>, int64_t> resumed;  // router: (group, sample) -> first token's version at the snapshot
+  // router: the resumed with a recorded observation (a step answered) to check their replay against
+  std::set<std::pair<int64_t, int64_t>> recorded_observations;
+  int64_t restart_version = 0;
+  int64_t open_turns = 0, waiting = 0, turns_done = 0;  // of the resumed: in a turn, waiting for a reply; their turns
+};
+
+// As run_paused, with episodes; the snapshot at pause kSnapshotPause (after 56 router
+// iterations: episodes past their first turns, some in a turn, some waiting for a reply)
+// restores into new ranks.
+constexpr int kSnapshotPause = 6;
+EpisodeRun run_episodes_paused(const Transformer& model, Resumed resumed) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  auto ep = std::make_unique<EpisodeRank>(model, true, 0);
+  auto make_router = [&] {
+    return std::make_unique<StreamingRouter>(ep->engine, &ep->runner, MPI_COMM_WORLD, engine_config().max_running,
+                                             params());
+  };
+  auto router = make_router();
+  EpisodeRun out;
+  int next = 0, finished = 0;
+  StreamingRouter::Hooks hooks;
+  hooks.next_group = [&]() -> std::optional<WorkItem> {
+    if (next >= kGroups) return std::nullopt;
+    WorkItem w;
+    w.request = request(next, false);
+    w.record = record_of(next++);
+    return w;
+  };
+  hooks.on_group = [&](std::vector<Sample> g) {
+    EXPECT_EQ(int64_t(g.size()), 3);
+    for (auto& s : g) out.samples.push_back(std::move(s));
+    ++finished;
+  };
+  int64_t version = 0;
+  for (int pause = 0;; ++pause) {
+    int polls = 0;
+    hooks.should_pause = [&] { return ++polls > 2 + 2 * pause; };
+    router->run(hooks);
+    int all_done = rank == 0 && finished == kGroups;
+    MPI_Bcast(&all_done, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (all_done) break;
+    if (pause > 400) {
+      ADD_FAILURE() << "groups still missing after " << pause << " pauses";
+      break;
+    }
+    router->update_weights(++version, PartialPolicy::Continue);  // same weights, a new version number
+    if (pause == kSnapshotPause) {
+      StreamState state = router->snapshot();
+      for (const WorkItem& w : state.work)
+        if (w.response_length() > 0) {
+          out.resumed[{w.partial.group_index, w.partial.index}] = w.partial.weight_version();
+          out.open_turns += w.episode.open_turn >= 0;
+          out.waiting += w.episode.open_turn < 0;
+          out.turns_done += int64_t(w.episode.turn_ends.size());
+          const size_t answered = w.episode.turn_ends.size() - (w.episode.open_turn < 0 ? 1 : 0);
+          if (!w.episode.turn_ends.empty() && answered > 0)
+            out.recorded_observations.insert({w.partial.group_index, w.partial.index});
+        }
+      router.reset();
+      ep = std::make_unique<EpisodeRank>(model, resumed != Resumed::NotDeterministic, version,
+                                         resumed == Resumed::Diverging ? "!" : "");
+      router = make_router();
+      out.restart_version = version;
+      if (rank == 0) router->restore(std::move(state));
+    }
+  }
+  std::sort(out.samples.begin(), out.samples.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.group_index, a.index) < std::tie(b.group_index, b.index);
+  });
+  return out;
+}
+
+class StreamingEpisodesTest : public ::testing::TestWithParam<Resumed> {};
+
+TEST_P(StreamingEpisodesTest, PausesUpdatesAndARestartChangeNoToken) {
+  const Resumed resumed = GetParam();
+  Transformer model(testing::tiny_model_config(1024, 0.2), 13, at::kCPU);
+  EpisodeRun got = run_episodes_paused(model, resumed);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank != 0) {
+    EXPECT_TRUE(got.samples.empty());
+    return;
+  }
+  // The same episodes, straight through one engine.
+  std::vector<Prompt> records;
+  for (int g = 0; g < kGroups; ++g) records.push_back(record_of(g));
+  ByteTokenizer tokenizer;
+  Engine alone(engine_config(), model);
+  ThreeTurnEnvironment env(true);
+  EpisodeRunner runner(alone, env, tokenizer, episode_settings(), records, 0);
+  for (int g = 0; g < kGroups; ++g) runner.add_request(request(g, false));
+  std::vector<Sample> straight;
+  while (runner.has_work())
+    for (Sample& s : runner.step()) straight.push_back(std::move(s));
+  std::sort(straight.begin(), straight.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.group_index, a.index) < std::tie(b.group_index, b.index);
+  });
+  ASSERT_EQ(got.samples.size(), straight.size());
+  int64_t multi_turn = 0;
+  for (size_t i = 0; i < straight.size(); ++i) {
+    const Sample &a = got.samples[i], &b = straight[i];
+    ASSERT_EQ(a.group_index, b.group_index);
+    ASSERT_EQ(a.index, b.index);
+    const std::string where = "group " + std::to_string(a.group_index) + " sample " + std::to_string(a.index);
+    if (resumed == Resumed::Diverging) {
+      // A replay that met an observation other than the recorded one fails its episode
+      // (its group not trained). The others run on with the new observations: not compared.
+      if (got.recorded_observations.count({a.group_index, a.index})) {
+        EXPECT_EQ(a.status, SampleStatus::EnvFailed) << where;
+        EXPECT_EQ(a.env_error, int8_t(EnvError::Infra)) << where;
+      }
+      multi_turn += a.env_turns > 1;
+      continue;
+    }
+    EXPECT_EQ(a.status, b.status) << where;
+    EXPECT_EQ(a.tokens, b.tokens) << where;
+    EXPECT_EQ(a.prompt_length, b.prompt_length) << where;
+    EXPECT_EQ(a.loss_mask, b.loss_mask) << where;
+    EXPECT_EQ(a.env_turns, b.env_turns) << where;
+    EXPECT_EQ(a.raw_reward, b.raw_reward) << where;
+    ASSERT_EQ(a.rollout_log_probs.size(), b.rollout_log_probs.size()) << where;
+    for (size_t t = 0; t < a.rollout_log_probs.size(); ++t)
+      EXPECT_NEAR(a.rollout_log_probs[t], b.rollout_log_probs[t], 1e-5) << where << " token " << t;
+    multi_turn += a.env_turns > 1;
+  }
+  EXPECT_GT(multi_turn, 0);
+  // Episodes under way at the snapshot: replayed, they keep the tokens (and versions) they
+  // had (all older than the restart's); restarted, they are sampled again, at the
+  // restart's version or later.
+  ASSERT_FALSE(got.resumed.empty()) << "no episode was under way at the snapshot";
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size == 1) {  // one rank's schedule does not depend on timing: both kinds resumed, with turns to replay
+    EXPECT_FALSE(got.recorded_observations.empty());
+    EXPECT_GT(got.open_turns, 0);
+    EXPECT_GT(got.waiting, 0);
+    EXPECT_GT(got.turns_done, 0);
+  }
+  for (const Sample& s : got.samples) {
+    const auto r = got.resumed.find({s.group_index, s.index});
+    if (r == got.resumed.end()) continue;
+    ASSERT_LT(r->second, got.restart_version);
+    if (resumed == Resumed::Diverging) continue;  // checked above
+    if (resumed == Resumed::Deterministic)
+      EXPECT_EQ(s.weight_version(), r->second) << "group " << s.group_index << " sample " << s.index;
+    else
+      EXPECT_GE(s.weight_version(), got.restart_version) << "group " << s.group_index << " sample " << s.index;
+  }
+}
+
+std::string resumed_name(const ::testing::TestParamInfo<Resumed>& info) {
+  static const char* const names[] = {"Deterministic", "NotDeterministic", "Diverging"};
+  return names[int(info.param)];
+}
+
+INSTANTIATE_TEST_SUITE_P(Environments, StreamingEpisodesTest,
+                         ::testing::Values(Resumed::Deterministic, Resumed::NotDeterministic, Resumed::Diverging),
+                         resumed_name);
 
 }  // namespace
 }  // namespace slimpi
