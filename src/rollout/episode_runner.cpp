@@ -140,7 +140,7 @@ void EpisodeRunner::add_work(const WorkItem& item) {
                  "episodes: {} resumed with turns that do not fit its {} response tokens", e.id, part.response_length());
     e.replay = Episode::Replay{part, item.episode, 0};
     if (!std::exchange(said_replay_, true))
-      log::info("resuming episodes in flight: each is reset again and sent its recorded turns (environment {} "
+      log::all("resuming episodes in flight: each is reset again and sent its recorded turns (environment {} "
                 "declares itself deterministic), then continues", env_.info().name);
   } else if (!std::exchange(said_restart_, true)) {
     log::warn("resuming episodes in flight: environment {} does not declare itself deterministic, so they cannot be "

@@ -15,9 +15,15 @@
 #  * a chat template that rewrites history (qwen3 without thinking) ends the job, said so;
 #  * one step off, kill -9 inside a checkpoint's write and resumed from the one before: the same run as straight
 #    through, every episode trained once, and no environment process outlives its rank;
+#  * full async (np 3: 1 trainer + 2 engines): episodes in flight across weight updates and
+#    checkpoints; kill -9 inside checkpoint 4's write and resumed from checkpoint 2: every
+#    episode drawn is trained or held exactly once (check_full_async.py), and every episode
+#    under way in checkpoint 2 (some past their first turns) ends as a trajectory that begins
+#    with the checkpointed tokens, log-probs and loss mask bit for bit (replayed into a fresh
+#    environment process), whose model turns the environment's log shows sent again unchanged;
 #  * slimpi generate runs episodes; postprocess/transcript.py shows one;
 #  * refused with the reason: an environment without reward.style = "environment" and the
-#    reverse, full async, ReMax, command keys without the command environment, a command
+#    reverse, full async with rollout.partial other than continue, ReMax, command keys without the command environment, a command
 #    that never says hello.
 # Usage: env_runs.sh SLIMPI ROOT "MPIRUN FLAGS"
 set -euo pipefail
@@ -172,6 +178,61 @@ assert not dup and len(trained) == 4 * 8 * 4, (len(trained), dup[:5])
 print(f"env_runs: after kill -9 and resume, {len(trained)} episodes trained, each once")
 PY
 
+echo "== full async: kill -9 inside checkpoint 4's write, resume from 2; episodes under way are replayed"
+args=("${base[@]}" --set run.n_steps=6 --set train.async=full --set parallel.trainer_ranks=1 --set checkpoint.interval=2
+      --set checkpoint.keep_last=10 --set "rollout.env_command=$probe --delay-ms 20 --log $out/full_kill9.envlog")
+# The environment thinks 20 ms a step: generation is slower than training, so the engines are
+# mid-episode at every checkpoint (in a turn, or waiting for a reply).
+kill9_in_checkpoint 3 full_kill9 4
+run 3 full_kill9
+grep -q "resuming at step 2 from $out/full_kill9/ckpt/step_00000002" "$out/full_kill9.log"
+grep -q "resuming episodes in flight: each is reset again and sent its recorded turns" "$out/full_kill9.log"
+/usr/bin/python3 "$root/tests/regression/check_full_async.py" "$out/full_kill9" 4 -1
+/usr/bin/python3 - "$out" <<'PY'
+import json, sys
+import h5py, numpy as np
+out = sys.argv[1]
+def samples(path):
+    with h5py.File(path) as f:
+        g = f["samples"]
+        col = lambda k, i: g[k + "/values"][g[k + "/offsets"][i]:g[k + "/offsets"][i + 1]]
+        return {(int(g["group_index"][i]), int(g["index"][i])):
+                dict(p=int(g["prompt_length"][i]), tokens=col("tokens", i), logp=col("rollout_log_probs", i),
+                     mask=col("loss_mask", i), status=int(g["status"][i]), versions=col("weight_versions", i))
+                for i in range(g["step"].shape[0])}
+held = samples(f"{out}/full_kill9/ckpt/step_00000002/async_work.h5")
+turns = json.load(open(f"{out}/full_kill9/ckpt/step_00000002/async_state.json"))["episode_turns"]
+rows = samples(f"{out}/full_kill9/rollouts.h5")
+under_way = {k: v for k, v in held.items() if k[1] >= 0 and len(v["tokens"]) > v["p"]}
+assert under_way, "no episode was under way in checkpoint 2"
+past_first = sum(1 for t in turns if t and len(t["ends"]) >= 1)
+assert past_first > 0, "no episode in checkpoint 2 had finished a turn"
+for k, h in under_way.items():
+    r = rows[k]
+    n, rn = len(h["tokens"]), len(h["tokens"]) - h["p"]
+    assert r["p"] == h["p"] and np.array_equal(r["tokens"][:n], h["tokens"]), (k, r["tokens"], h["tokens"])
+    assert np.array_equal(r["logp"][:rn], h["logp"]) and np.array_equal(r["versions"][:rn], h["versions"]), k
+    assert np.array_equal(r["mask"][:rn], h["mask"]), (k, r["mask"], h["mask"])
+# The environment's log (both runs): the turns an episode had taken by checkpoint 2 were sent
+# again after the resume, unchanged (what came after may differ: other weights, other timing).
+with h5py.File(f"{out}/full_kill9/ckpt/step_00000002/async_work.h5") as f:
+    order = list(zip(f["samples/group_index"][:].tolist(), f["samples/index"][:].tolist()))
+sent = {}
+for rec in map(json.loads, open(f"{out}/full_kill9.envlog")):
+    msg = json.loads(rec["line"])
+    if rec["dir"] == "in" and msg["type"] == "step":
+        sent.setdefault((msg["episode"], msg["turn"]), []).append(msg["action"]["token_ids"])
+replayed = 0
+for (g, i), t in zip(order, turns):
+    for turn in range(1, len(t["ends"]) + 1 if t else 1):
+        ids = sent[(f"{2 ** 41}/{g}/{i}", turn)]
+        assert len(ids) >= 2 and all(x == ids[0] for x in ids), (g, i, turn, ids)
+        replayed += 1
+assert replayed > 0, "no model turn was sent again"
+print(f"env_runs: full async kill -9: {len(under_way)} episodes under way in checkpoint 2 ({past_first} past a turn) "
+      f"continue bit for bit; {replayed} model turns replayed unchanged")
+PY
+
 echo "== slimpi generate runs episodes; transcript.py shows one"
 $mpirun -np 2 "$slimpi" generate inputs/smoke_rl.toml --set model.max_seq_len=96 --set rollout.environment=command \
   --set reward.style=environment --set rollout.env_max_turns=3 --set rollout.env_max_total_tokens=64 --set "rollout.env_command=$probe" \
@@ -192,8 +253,8 @@ echo "== refused"
 args=(run inputs/smoke_rl.toml)
 refused no_style 'set reward.style = "environment"' 2 --set rollout.environment=calculator
 refused no_env 'reward.style = "environment" (--set) is the reward of a multi-turn episode' 2 --set reward.style=environment
-refused full_async 'with train.async = "full"' 3 --set rollout.environment=calculator --set reward.style=environment \
-  --set train.async=full
+refused full_async_requeue 'episodes in flight at a weight update continue there; use rollout.partial = "continue"' 3 \
+  --set rollout.environment=calculator --set reward.style=environment --set train.async=full --set rollout.partial=requeue
 refused stray_key 'rollout.env_processes (--set) applies to rollout.environment = "command" only' 2 \
   --set rollout.environment=calculator --set reward.style=environment --set rollout.env_processes=2
 refused remax "ReMax's greedy baseline episodes are not implemented" 2 --set rollout.environment=calculator \
