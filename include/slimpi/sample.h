@@ -12,6 +12,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <string>
 #include <vector>
 
 namespace slimpi {
@@ -59,6 +61,7 @@ struct Sample {
   int32_t env_turns = 0, env_tool_calls = 0;
   float env_s = 0, episode_s = 0;
   int8_t env_error = 0;
+  std::map<std::string, double> env_metrics;  // the replies' `metrics`, summed over the episode
 
   // Reward (the router).
   float raw_reward = 0.0f;  // as the reward style returned it

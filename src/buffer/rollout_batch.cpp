@@ -54,9 +54,14 @@ void add_episode_metrics(const std::vector<Sample>& first, const std::vector<Sam
                          std::map<std::string, double>& m) {
   double n = 0, turns = 0, calls = 0, env_s = 0, episode_s = 0, failed = 0, model_tokens = 0, tokens = 0;
   double errors[5] = {};
+  std::map<std::string, std::pair<double, double>> env_metrics;  // name -> (sum, episodes that report it)
   auto add = [&](const Sample& s) {
     if (s.status == SampleStatus::Baseline || (s.env_turns == 0 && s.status != SampleStatus::EnvFailed)) return;
     n += 1;
+    for (const auto& [name, value] : s.env_metrics) {
+      env_metrics[name].first += value;
+      env_metrics[name].second += 1;
+    }
     turns += s.env_turns;
     calls += s.env_tool_calls;
     env_s += s.env_s;
@@ -76,6 +81,8 @@ void add_episode_metrics(const std::vector<Sample>& first, const std::vector<Sam
   for (int c = 1; c < 5; ++c) m[fmt::format("rollout/env_error/{}", env_error_name(EnvError(c)))] = errors[c];
   m["rollout/env_model_token_fraction"] = tokens > 0 ? model_tokens / tokens : 0.0;
   m["perf/env_wait_time_fraction"] = episode_s > 0 ? env_s / episode_s : 0.0;
+  for (const auto& [name, sum_count] : env_metrics)
+    m["rollout/env_metrics/" + name] = sum_count.first / sum_count.second;
 }
 
 std::map<std::string, double> rollout_metrics(const RolloutBatch& batch, const RolloutMetricsInputs& in) {

@@ -59,7 +59,9 @@ void add_response_metrics(const std::vector<Sample>& samples, std::map<std::stri
 void add_engine_metrics(const EngineStats& es, std::map<std::string, double>& m);
 // Multi-turn episodes (rollout.environment): over every episode in `first` and `second`
 // (trained or not; ReMax's greedy ones aside), the per-episode means and the error
-// classes (rollout/env_*, perf/env_wait_time_fraction); nothing without episodes.
+// classes (rollout/env_*, perf/env_wait_time_fraction), and each metric the
+// environment reported, rollout/env_metrics/<name>: its mean over the episodes that
+// reported it (an episode's value: the sum over its replies); nothing without episodes.
 void add_episode_metrics(const std::vector<Sample>& first, const std::vector<Sample>& second,
                          std::map<std::string, double>& m);
 

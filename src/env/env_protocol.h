@@ -18,6 +18,8 @@ constexpr int64_t kEnvProtocolVersion = 1;
 // beyond ±kMaxAbsReward is a bad reply (the sum over an episode's steps stays a float).
 constexpr int64_t kMaxConcurrentEpisodes = int64_t(1) << 20;
 constexpr double kMaxAbsReward = 1e6;
+// A metric beyond ±kMaxAbsMetric is a bad reply (sums over an episode's steps stay finite).
+constexpr double kMaxAbsMetric = 1e12;
 
 std::string encode_hello();
 std::string encode_reset(const EpisodeStart& start);

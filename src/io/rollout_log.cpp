@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include <nlohmann/json.hpp>
+
 #include "io/h5_meta.h"
 
 namespace slimpi {
@@ -62,6 +64,8 @@ void RolloutLog::bind(bool create) {
     col(episode_time_s_, "episode_time_s");
     col(env_error_, "env_error");
   }
+  has_env_metrics_ = create || h5::exists(g, "env_metrics");
+  if (has_env_metrics_) col(env_metrics_, "env_metrics");
   col(reward_, "reward");
   col(raw_reward_, "raw_reward");
   col(advantage_, "advantage");
@@ -168,6 +172,14 @@ void RolloutLog::append(const std::vector<Sample>& first, const std::vector<Samp
     routing.insert(routing.end(), s->routing.begin(), s->routing.end());
     routing_lengths.push_back(static_cast<int64_t>(s->routing.size()));
   }
+  // The environment's metrics: one JSON object per row, as bytes ("" when none).
+  std::vector<uint8_t> metrics_text;
+  std::vector<int64_t> metrics_lengths;
+  for (const Sample* s : rows) {
+    const std::string text = s->env_metrics.empty() ? std::string() : nlohmann::json(s->env_metrics).dump();
+    metrics_text.insert(metrics_text.end(), text.begin(), text.end());
+    metrics_lengths.push_back(static_cast<int64_t>(text.size()));
+  }
   std::vector<std::vector<float>> column_values(token_columns_.size());
   std::vector<std::vector<int64_t>> column_lengths(token_columns_.size());
   for (size_t c = 0; c < token_columns_.size(); ++c)
@@ -181,6 +193,7 @@ void RolloutLog::append(const std::vector<Sample>& first, const std::vector<Samp
                                             values_per_part(routing_lengths, first.size())};
   // (Every rank counts the routing column, with or without one: the plan lines up.)
   for (const auto& l : column_lengths) counts.push_back(values_per_part(l, first.size()));
+  counts.push_back(values_per_part(metrics_lengths, first.size()));
   const std::vector<h5::AppendPlan> plan = h5::plan_appends(file_.comm(), counts);
   const h5::AppendPlan& row_plan = plan[0];
 
@@ -213,6 +226,12 @@ void RolloutLog::append(const std::vector<Sample>& first, const std::vector<Samp
   if (has_routing_) routing_.append(routing.data(), routing_lengths.data(), row_plan, plan[4]);
   for (size_t c = 0; c < token_columns_.size(); ++c)
     token_columns_[c].data.append(column_values[c].data(), column_lengths[c].data(), row_plan, plan[5 + c]);
+  if (has_env_metrics_)
+    env_metrics_.append(metrics_text.data(), metrics_lengths.data(), row_plan, plan[5 + token_columns_.size()]);
+  else
+    for (const Sample* s : rows)
+      SLIMPI_CHECK(s->env_metrics.empty(),
+                   "this rollouts.h5 was written before the environment's metrics were recorded and cannot hold them");
 }
 
 std::pair<uint64_t, uint64_t> RolloutLog::step_rows(int64_t step) const {
@@ -234,6 +253,7 @@ uint64_t RolloutLog::truncate_to_step(int64_t step) {
     for (auto* d : {&env_time_s_, &episode_time_s_}) d->truncate_to(keep);
     env_error_.truncate_to(keep);
   }
+  if (has_env_metrics_) env_metrics_.truncate_to(keep);
   for (auto* d : {&reward_, &raw_reward_, &advantage_}) d->truncate_to(keep);
   status_.truncate_to(keep);
   tokens_.truncate_to(keep);
@@ -281,6 +301,9 @@ std::vector<Sample> RolloutLog::read_rows(uint64_t first, uint64_t count) const 
   auto ver = weight_versions_.read_values(ver_off, first, count);
   const std::vector<int64_t> rout_off = has_routing_ ? routing_.read_offsets() : std::vector<int64_t>(n_samples() + 1, 0);
   const std::vector<int16_t> rout = has_routing_ ? routing_.read_values(rout_off, first, count) : std::vector<int16_t>();
+  const std::vector<int64_t> met_off =
+      has_env_metrics_ ? env_metrics_.read_offsets() : std::vector<int64_t>(n_samples() + 1, 0);
+  const std::vector<uint8_t> met = has_env_metrics_ ? env_metrics_.read_values(met_off, first, count) : std::vector<uint8_t>();
   std::vector<std::vector<int64_t>> col_off;
   std::vector<std::vector<float>> col_values;
   for (const auto& c : token_columns_) {
@@ -318,6 +341,12 @@ std::vector<Sample> RolloutLog::read_rows(uint64_t first, uint64_t count) const 
     s.sampling_support = row_of(sup, sup_off, i);
     s.weight_versions = row_of(ver, ver_off, i);
     s.routing = row_of(rout, rout_off, i);
+    if (met_off[i + 1] > met_off[i]) {
+      const std::vector<uint8_t> text = row_of(met, met_off, i);
+      const nlohmann::json j = nlohmann::json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+      SLIMPI_CHECK(j.is_object(), "rollouts.h5 row {}: env_metrics is not a JSON object", i);
+      s.env_metrics = j.get<std::map<std::string, double>>();
+    }
     for (size_t c = 0; c < token_columns_.size(); ++c) s.*(token_columns_[c].field) = row_of(col_values[c], col_off[c], i);
   }
   return out;

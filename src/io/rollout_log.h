@@ -100,6 +100,8 @@ class RolloutLog {
   h5::AppendableDataset<int32_t> env_turns_, env_tool_calls_;
   h5::AppendableDataset<float> env_time_s_, episode_time_s_;
   h5::AppendableDataset<int8_t> env_error_;
+  h5::CsrDataset<uint8_t> env_metrics_;  // each row: its env_metrics as a JSON object ("" none)
+  bool has_env_metrics_ = true;          // false: a file from before the environment's metrics were recorded
   h5::AppendableDataset<float> reward_, raw_reward_, advantage_;
   h5::AppendableDataset<int8_t> status_;
   h5::CsrDataset<int32_t> tokens_, sampling_support_;

@@ -319,6 +319,7 @@ void EpisodeRunner::on_reply(Episode& e, const EnvReply& reply) {
   if (reply.error == EnvError::Infra)  // the environment's own failure: as if it had crashed
     return finish(e, SampleStatus::EnvFailed, EnvError::Infra, "the environment reported an infra error: " + reply.message);
   if (reply.error != EnvError::None) s.env_error = int8_t(reply.error);
+  for (const auto& [name, value] : reply.metrics) s.env_metrics[name] += value;
   const int64_t max_seq_len = engine_.max_seq_len();
 
   if (e.phase == Episode::Phase::Reset) {

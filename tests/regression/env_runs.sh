@@ -5,7 +5,8 @@
 #    4 (split, two engines) and 4 (colocated): every trained trajectory, token by token, is the
 #    environment's log of what it received (the model's turns, loss_mask 1) and sent (its
 #    observations, loss_mask 0); the trainer's log-probs equal the engine's on the model's
-#    tokens; the first step's episodes are the same tokens in every layout;
+#    tokens; the first step's episodes are the same tokens in every layout; the environment's
+#    metrics are each episode's sums (rollouts.h5 env_metrics) and their means (metrics.h5);
 #  * the environment's own first observation (reset with messages);
 #  * the in-process calculator and inputs/envs/calculator.py give the same run, bit for bit;
 #  * environments that crash, hang, write garbage, flood, lie (a token id past the vocabulary),
@@ -51,6 +52,7 @@ out = sys.argv[1]
 def episodes_in_log(name):
     """episode -> [("model", ids), ("env", bytes), ...] from the environment's own log."""
     eps, resets = {}, {}
+    steps_text.clear()
     for rec in map(json.loads, open(f"{out}/{name}.envlog")):
         msg = json.loads(rec["line"])
         if rec["dir"] == "in" and msg["type"] == "reset":
@@ -61,7 +63,10 @@ def episodes_in_log(name):
             eps[msg["episode"]].append(("env", list(text.encode())))
         elif rec["dir"] == "in" and msg["type"] == "step":
             eps[msg["episode"]].append(("model", msg["action"]["token_ids"]))
+            steps_text.setdefault(msg["episode"], []).append(rec["line"])
     return eps
+
+steps_text = {}  # episode -> the step lines the environment received (of the run read last)
 
 def rows(name):
     with h5py.File(f"{out}/{name}/rollouts.h5") as f:
@@ -70,7 +75,8 @@ def rows(name):
         for i in range(g["step"].shape[0]):
             yield dict(step=int(g["step"][i]), group=int(g["group_index"][i]), index=int(g["index"][i]),
                        status=int(g["status"][i]), turns=int(g["env_turns"][i]), p=int(g["prompt_length"][i]),
-                       tokens=col("tokens", i), mask=col("loss_mask", i), logp=col("rollout_log_probs", i))
+                       tokens=col("tokens", i), mask=col("loss_mask", i), logp=col("rollout_log_probs", i),
+                       metrics=json.loads(bytes(col("env_metrics", i)) or b"{}"))
 
 first_step = {}
 for name in ["np1", "np2", "np4", "np4c", "resetmsg"]:
@@ -86,12 +92,16 @@ for name in ["np1", "np2", "np4", "np4c", "resetmsg"]:
         assert list(resp) == want_tokens, (name, r["step"], r["group"], r["index"], list(resp), want_tokens)
         assert list(r["mask"]) == want_mask, (name, list(r["mask"]), want_mask)
         assert np.all(r["logp"][r["mask"] == 0] == 0) and np.all(r["logp"][r["mask"] == 1] < 0)
+        # the probe's metric "bytes" (each turn's text), summed over the episode's steps
+        texts = sum(len(json.loads(l)["action"]["text"].encode()) for l in steps_text[f"{r['step']}/{r['group']}/{r['index']}"])
+        assert r["metrics"] == {"bytes": texts}, (name, r["metrics"], texts)
         if r["step"] == 0:
             first_step.setdefault(name, {})[(r["group"], r["index"])] = list(r["tokens"])
         n += 1
     with h5py.File(f"{out}/{name}/metrics.h5") as f:
         diff = f["steps/train/train_rollout_logprob_abs_diff"][:2]
         turns = f["steps/rollout/env_turns/mean"][:2]
+        assert np.all(f["steps/rollout/env_metrics/bytes"][:2] > 0), name
         frac = f["steps/rollout/env_model_token_fraction"][:2]
     assert np.all(diff < 1e-5), (name, diff)
     assert np.all(turns == 3) and np.all((frac > 0) & (frac < 1)), (turns, frac)

@@ -139,6 +139,9 @@ TEST(EnvProtocol, RepliesAreValidatedFieldByField) {
   bad(R"({"type":"observation","episode":"e","messages":[{"role":"assistant","content":"x"}]})", "role \"assistant\"");
   bad(R"({"type":"observation","episode":"e","error":{"class":"cosmic"}})", "error class \"cosmic\"");
   bad(R"({"type":"observation","episode":"e","colour":1})", "unknown key \"colour\"");
+  bad(R"({"type":"observation","episode":"e","metrics":{"a/b":1}})", "metric name \"a/b\" is not 1-64 characters");
+  bad(R"({"type":"observation","episode":"e","metrics":{"":1}})", "metric name \"\" is not");
+  bad(R"({"type":"observation","episode":"e","metrics":{"n":1e13}})", "metric \"n\" 10000000000000.0 is beyond");
   bad(R"({"type":"banana","episode":"e"})", "type \"banana\"");
   // Python's json.dumps writes NaN and lone surrogates, which JSON does not allow: the
   // line still names its episode, which alone fails.
