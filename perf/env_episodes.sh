@@ -9,8 +9,8 @@
 #     response of 3T tokens; tokens/s of the model's tokens and episodes/s.
 #  3. A slow environment: the same episodes with the probe thinking D ms per step, 1 and 4
 #     processes per rollout rank: the time episodes wait for it
-#     (perf/env_wait_time_fraction) and the wall time. (sync vs full async: full async
-#     with an environment is not built.)
+#     (perf/env_wait_time_fraction) and the wall time. (Sync vs full async:
+#     perf/env_full_async.sh.)
 # Usage: perf/env_episodes.sh [T [D]]   (defaults: 8 tokens per turn, 20 ms)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)

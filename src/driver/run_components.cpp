@@ -95,16 +95,19 @@ void build_models(const RunContext& ctx, const std::string& resume_from, RunComp
                       "parallel.comm_backend = \"nccl\" or \"auto\" ({})",
                       key, n, deck.source(key), n, deck.source("parallel.comm_backend"));
   const bool sharded = ep > 1 || tp > 1;
+  // Checked on every rank (only the trainers build the reference model): a resume whose
+  // reference weights are gone stops the whole job, not the trainers alone.
+  if (!init_from.empty() && !resume_from.empty() && Trainer::needs_reference(c.configs.trainer) &&
+      !std::filesystem::exists(init_from))
+    SLIMPI_FAIL_ALL("model.init_from = \"{}\" ({}) is gone: the reference model of the KL terms is those "
+                    "weights (a checkpoint holds the policy only); restore the file to resume",
+                    init_from, deck.source("model.init_from"));
   auto make_model = [&](bool is_reference, at::ScalarType weights, const ModelParallel* mp = nullptr,
                         const TensorShard& engine_shard = {}) {
     const ExpertShard experts = mp ? mp->expert_shard() : ExpertShard{};
     const TensorShard tensor = mp ? mp->tensor_shard() : engine_shard;
     auto m = std::make_unique<Transformer>(model_cfg, run_seed(deck), device, weights, experts, tensor);
     if (!init_from.empty() && (resume_from.empty() || is_reference)) {
-      if (!resume_from.empty() && !std::filesystem::exists(init_from))
-        SLIMPI_FAIL_ALL("model.init_from = \"{}\" ({}) is gone: the reference model of the KL terms is those "
-                        "weights (a checkpoint holds the policy only); restore the file to resume",
-                        init_from, deck.source("model.init_from"));
       load_model_weights(m->parameters(), init_from, "model", experts.size > 1, StoredWhole{&model_cfg, tensor});
     }
     return m;

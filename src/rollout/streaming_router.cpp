@@ -240,6 +240,7 @@ void StreamingRouter::dispatch(const Hooks& hooks) {
     todo_.pop_front();
     outstanding_seqs_[best] += seqs;
     outstanding_tokens_[best] += item_tokens(*item);
+    seq_tokens_[item->request.group_index] = item_tokens(*item) / seqs;
     assign[best].push_back(std::move(*item));
   }
   for (const auto& w : assign[0]) add_work(w);
@@ -253,12 +254,13 @@ void StreamingRouter::receive_samples(std::vector<Sample> samples, int engine, c
     const auto n = open_.find(g);
     SLIMPI_CHECK(n != open_.end(), "engine {} returned sample {} of group {}, which is not open", engine, s.index, g);
     outstanding_seqs_[engine] -= 1;
-    outstanding_tokens_[engine] -= s.prompt_length + params_.max_new_tokens;
+    outstanding_tokens_[engine] -= seq_tokens_.at(g);  // as dispatched (an episode's context may differ)
     auto& group = assembling_[g];
     group.push_back(std::move(s));
     if (int64_t(group.size()) < n->second) continue;
     std::vector<Sample> whole = std::move(group);
     assembling_.erase(g);
+    seq_tokens_.erase(g);
     open_.erase(n);
     std::sort(whole.begin(), whole.end(), [](const auto& a, const auto& b) { return a.index < b.index; });
     hooks.on_group(std::move(whole));

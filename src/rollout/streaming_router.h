@@ -127,6 +127,7 @@ class StreamingRouter {
   std::deque<WorkItem> todo_;                          // to dispatch before new groups
   std::vector<int64_t> outstanding_tokens_, outstanding_seqs_;  // per engine
   std::map<int64_t, int64_t> open_;                    // group -> n_samples
+  std::map<int64_t, int64_t> seq_tokens_;              // group -> outstanding tokens a sequence of it counts
   std::map<int64_t, std::vector<Sample>> assembling_;  // group -> samples back so far
 };
 

@@ -9,7 +9,8 @@
 # itself: "auto" with finished checkpoints of which none verifies is refused (each
 # listed), with only unfinished ones (no DONE) it starts over and keeps them aside;
 # resume = "never" moves the earlier run's files and checkpoints aside; a missing
-# rollouts.h5 leaves metrics.h5 as it is; a resumed run needs no model.init_from file;
+# rollouts.h5 leaves metrics.h5 as it is; a resumed run needs no model.init_from file
+# (unless a KL term's reference model is those weights: refused on every rank);
 # a run already past run.n_steps says so and exits 0; an unwritable checkpoint.dir is
 # found at start.
 # Usage: checkpoint_restart.sh SLIMPI ROOT "MPIRUN FLAGS"
@@ -24,13 +25,13 @@ run() {
   $mpirun -np "$np" "$slimpi" run inputs/smoke_rl.toml --set run.n_steps=6 --set eval.interval=2 \
     --set run.dir="$out/$name" "$@" >>"$out/$name.log" 2>&1 || { cat "$out/$name.log"; exit 1; }
 }
-# refused NP NAME EXPECTED [--set ...]: the job must fail on every rank with EXPECTED.
+# refused NP NAME EXPECTED [--set ...]: the job must fail on every rank with EXPECTED, within 120 s.
 refused() {
-  local np=$1 name=$2 expected=$3; shift 3
-  if $mpirun -np "$np" "$slimpi" run inputs/smoke_rl.toml --set run.n_steps=6 --set eval.interval=2 \
-    --set run.dir="$out/$name" "$@" >"$out/refused.log" 2>&1; then
-    cat "$out/refused.log"; echo "FAIL: the job ran; expected: $expected"; exit 1
-  fi
+  local np=$1 name=$2 expected=$3 rc=0; shift 3
+  timeout 120 $mpirun -np "$np" "$slimpi" run inputs/smoke_rl.toml --set run.n_steps=6 --set eval.interval=2 \
+    --set run.dir="$out/$name" "$@" >"$out/refused.log" 2>&1 || rc=$?
+  [ $rc -ne 0 ] || { cat "$out/refused.log"; echo "FAIL: the job ran; expected: $expected"; exit 1; }
+  [ $rc -ne 124 ] || { cat "$out/refused.log"; echo "FAIL: the job hung; expected: $expected"; exit 1; }
   grep -qF -- "$expected" "$out/refused.log" || { cat "$out/refused.log"; echo "FAIL: no '$expected'"; exit 1; }
 }
 
@@ -143,6 +144,12 @@ run 4 partial --set run.job_steps=3 --set model.init_from="$out/straight/trainer
 rm "$out/partial/rollouts.h5" "$out/straight/trainer_state.h5"
 run 4 partial --set model.init_from="$out/straight/trainer_state.h5"
 grep -q "resuming without $out/partial/rollouts.h5: a new one holds steps 3 on" "$out/partial.log"
+# ... unless the KL terms need it as their reference: refused on every rank (no rank waits for the trainers)
+run 4 kl_ref --set run.job_steps=2 --set train.use_kl_loss=true --set train.kl_loss_coef=0.01 --set model.init_from="$out/partial/trainer_state.h5"
+mv "$out/partial/trainer_state.h5" "$out/partial/trainer_state.h5.aside"
+refused 4 kl_ref "model.init_from = \"$out/partial/trainer_state.h5\" (--set) is gone: the reference model of the KL terms" \
+  --set train.use_kl_loss=true --set train.kl_loss_coef=0.01 --set model.init_from="$out/partial/trainer_state.h5"
+mv "$out/partial/trainer_state.h5.aside" "$out/partial/trainer_state.h5"
 /usr/bin/python3 - "$out/partial" <<'PY'
 import sys
 import h5py
