@@ -34,6 +34,19 @@ void check_overlap(const Deck& deck, const WorldLayout& layout) {
 }
 
 // Keys only train.async = "full" reads, and the rules among them.
+// rollout.weight_sync = "delta" and its key.
+void check_delta_sync_keys(const Deck& deck) {
+  const bool delta = deck.get_string("rollout.weight_sync") == "delta";
+  if (!delta && !deck.has_default_value("rollout.delta_anchor_interval"))
+    SLIMPI_FAIL_ALL("rollout.delta_anchor_interval ({}) applies to rollout.weight_sync = \"delta\" only; "
+                    "rollout.weight_sync is \"{}\" ({})", deck.source("rollout.delta_anchor_interval"),
+                    deck.get_string("rollout.weight_sync"), deck.source("rollout.weight_sync"));
+  if (delta && deck.get_string("rollout.weight_sync_route") == "sliced")
+    SLIMPI_FAIL_ALL("rollout.weight_sync = \"delta\" ({}) travels on the broadcast route; "
+                    "rollout.weight_sync_route = \"sliced\" ({}): use \"broadcast\" or \"auto\"",
+                    deck.source("rollout.weight_sync"), deck.source("rollout.weight_sync_route"));
+}
+
 void check_full_async_keys(const Deck& deck) {
   const bool full = deck.get_string("train.async") == "full";
   for (const char* key : {"rollout.queue_batches", "rollout.max_staleness", "rollout.stale_policy",
@@ -230,6 +243,7 @@ RunConfigs check_run_deck(const Deck& deck, const WorldLayout& layout) {
   const bool rl = deck.get_string("train.mode") == "rl";
   check_overlap(deck, layout);
   check_full_async_keys(deck);
+  check_delta_sync_keys(deck);
   if (deck.get_string("data.path").empty())
     SLIMPI_FAIL_ALL("train.mode = \"{}\" ({}) needs a data file: set data.path", deck.get_string("train.mode"),
                     deck.source("train.mode"));

@@ -245,7 +245,9 @@ void build_rollout(const RunContext& ctx, RunComponents& c) {
   }
   if (ctx.world->sync() == MPI_COMM_NULL) return;
   c.sync_comm = make_comm(ctx.world->sync(), "sync", ctx.device);
-  c.weight_sync = std::make_unique<WeightSync>(*c.sync_comm, bucket);
+  const DeltaSyncConfig delta{deck.get_string("rollout.weight_sync") == "delta",
+                              deck.get_int("rollout.delta_anchor_interval")};
+  c.weight_sync = std::make_unique<WeightSync>(*c.sync_comm, bucket, delta);
   if (c.engine_model && c.engine_model->tensor_shard().size > 1)  // receives whole, keeps its shard
     c.whole_engine_model = std::make_unique<Transformer>(c.configs.model, run_seed(deck), c.engine_model->device(),
                                                          c.engine_model->weight_dtype());
@@ -256,6 +258,7 @@ void build_rollout(const RunContext& ctx, RunComponents& c) {
 bool sliced_weight_sync(const Deck& deck, const WorldLayout& layout) {
   const std::string& route = deck.get_string("rollout.weight_sync_route");
   if (route != "auto") return route == "sliced";
+  if (deck.get_string("rollout.weight_sync") == "delta") return false;  // deltas travel on the broadcast route
   // One-rank engines take the whole model either way; the broadcast's tree beats the
   // plan's one send per engine there (perf/bench_weight_sync.cpp).
   return layout.engine_size > 1;

@@ -6,8 +6,12 @@
 
 #include <fmt/ranges.h>
 
+#include <cstdlib>
+
+#include "core/log.h"
 #include "core/timer.h"
 #include "parallel/comm_tensor.h"
+#include "rollout/weight_delta.h"
 
 namespace slimpi {
 namespace {
@@ -40,7 +44,9 @@ WeightImage weight_image(const Transformer& model, at::ScalarType dtype) {
   return image;
 }
 
-WeightSync::WeightSync(Comm& sync, int64_t bucket_bytes) : comm_(sync) {
+WeightSync::WeightSync(Comm& sync, int64_t bucket_bytes, DeltaSyncConfig delta) : comm_(sync), delta_(delta) {
+  SLIMPI_CHECK(!delta_.enabled || delta_.anchor_interval >= 1, "weight sync: a delta anchor every {} syncs",
+               delta_.anchor_interval);
   SLIMPI_CHECK(bucket_bytes > 0, "weight sync bucket of {} bytes", bucket_bytes);
   bucket_ = at::empty({bucket_bytes}, at::TensorOptions().dtype(at::kByte).device(
                                           sync.device_memory() ? at::Device(at::kCUDA) : at::Device(at::kCPU)));
@@ -106,6 +112,62 @@ void WeightSync::broadcast_packed(const std::vector<NamedTensor>& params,
   }
 }
 
+bool WeightSync::delta_possible(bool have_flat) {
+  // Every rank holds the same version (min = max >= 0), each has the flat buffer, and
+  // the root has no anchor due.
+  const bool due = comm_.rank() == 0 && (since_anchor_ + 1 >= delta_.anchor_interval);
+  at::Tensor a = at::tensor({-base_version_, base_version_, int64_t(due), int64_t(!have_flat)}, at::kLong);
+  allreduce(comm_, a, ReduceOp::Max);
+  const int64_t* m = a.data_ptr<int64_t>();
+  return -m[0] == m[1] && m[1] >= 0 && m[2] == 0 && m[3] == 0;
+}
+
+bool WeightSync::send_delta(const at::Tensor& bytes, int64_t version, int64_t element_size, WeightSyncStats& stats) {
+  const bool root = comm_.rank() == 0;
+  const int64_t total = bytes.numel(), capacity = bucket_.numel() / element_size * element_size;
+  const at::TensorOptions host_long = at::TensorOptions().dtype(at::kLong);
+  int64_t changed = 0;
+  for (int64_t start = 0; start < total; start += capacity) {
+    const int64_t n = std::min(capacity, total - start);
+    const at::Tensor mine = bytes.narrow(0, start, n);
+    BucketDelta d;
+    if (root) d = encode_bucket(mine, last_.narrow(0, start, n), element_size);
+    at::Tensor header = at::tensor({int64_t(d.kind), d.changed, root ? d.payload.numel() : 0}, host_long);
+    broadcast(comm_, header, 0);
+    const int64_t* h = header.data_ptr<int64_t>();
+    at::Tensor payload = root ? d.payload.contiguous() : at::empty({h[2]}, bucket_.options());
+    if (payload.device() != bucket_.device()) payload = payload.to(bucket_.device());
+    broadcast(comm_, payload, 0);
+    if (root)
+      last_.narrow(0, start, n).copy_(mine);
+    else
+      apply_bucket(mine, DeltaKind(h[0]), h[1], payload.to(mine.device()), element_size);
+    changed += h[1];
+    stats.bytes += payload.numel() + header.numel() * 8;
+    ++stats.n_buckets;
+  }
+  stats.density = total > 0 ? double(changed) / double(total / element_size) : 0.0;
+  if (const char* at_version = std::getenv("SLIMPI_FAULT_DELTA_CORRUPT_AT");
+      at_version && comm_.rank() == 1 && std::atoll(at_version) == version) {
+    log::warn("fault injection: flipping a byte of version {}'s weights after its delta", version);
+    at::Tensor b = bytes.narrow(0, 0, 1);
+    b.bitwise_xor_(1);
+  }
+  // Every engine's result against what the root sent.
+  at::Tensor hash = at::tensor({int64_t(xxh3_of(bytes))}, host_long);
+  at::Tensor roots = hash.clone();
+  broadcast(comm_, roots, 0);
+  const bool same = roots.item<int64_t>() == hash.item<int64_t>();
+  at::Tensor bad = at::tensor({int64_t(!same)}, host_long);
+  allreduce(comm_, bad, ReduceOp::Max);
+  if (!same)
+    log::warn("weight sync: version {} after its delta differs from the trainer's (XXH3 {:016x}, the trainer's "
+              "{:016x}); the whole model is sent again", version, uint64_t(hash.item<int64_t>()),
+              uint64_t(roots.item<int64_t>()));
+  stats.checksum = uint64_t(hash.item<int64_t>());  // this rank's XXH3: the root's on every rank that passed
+  return bad.item<int64_t>() == 0;
+}
+
 WeightSyncStats WeightSync::sync(const std::vector<NamedTensor>& params, int64_t* version, bool checksum,
                                  const at::Tensor& flat) {
   Stopwatch clock;
@@ -118,6 +180,18 @@ WeightSyncStats WeightSync::sync(const std::vector<NamedTensor>& params, int64_t
   for (const auto& p : params) param_bytes += p.tensor.numel() * static_cast<int64_t>(p.tensor.element_size());
   const bool in_place = flat.defined() && flat.is_contiguous() && flat.device() == bucket_.device() &&
                         flat.numel() * static_cast<int64_t>(flat.element_size()) == param_bytes;
+  const at::Tensor flat_bytes = in_place ? flat.detach().view({-1}).view(at::kByte) : at::Tensor();
+  if (delta_.enabled && delta_possible(in_place)) {
+    stats.anchor = false;
+    if (send_delta(flat_bytes, *version, int64_t(flat.element_size()), stats)) {
+      base_version_ = *version;
+      ++since_anchor_;
+      if (!checksum) stats.checksum = 0;
+      stats.seconds = clock.seconds();
+      return stats;
+    }
+    stats.resent = true;  // then whole, below
+  }
   auto account = [&](const at::Tensor& bucket) {  // after each bucket's broadcast
     if (checksum) {
       at::Tensor host = bucket.cpu();
@@ -127,14 +201,20 @@ WeightSyncStats WeightSync::sync(const std::vector<NamedTensor>& params, int64_t
     ++stats.n_buckets;
   };
   if (in_place) {  // the parameters' own storage, bucket by bucket
-    at::Tensor bytes = flat.detach().view({-1}).view(at::kByte);
     for (int64_t start = 0; start < param_bytes; start += capacity) {
-      at::Tensor bucket = bytes.narrow(0, start, std::min(capacity, param_bytes - start));
+      at::Tensor bucket = flat_bytes.narrow(0, start, std::min(capacity, param_bytes - start));
       broadcast(comm_, bucket, 0);
       account(bucket);
     }
   } else {
     broadcast_packed(params, account);
+  }
+  if (delta_.enabled) {  // an anchor: every copy now holds this version
+    stats.anchor = true;
+    stats.density = 1;
+    base_version_ = in_place ? *version : -1;
+    since_anchor_ = 0;
+    if (comm_.rank() == 0 && in_place) last_ = flat_bytes.clone();
   }
   stats.checksum = checksum ? hash : 0;
   stats.seconds = clock.seconds();

@@ -9,6 +9,17 @@
 // either side. Otherwise the tensors are packed back to back through one byte buffer
 // allocated once per WeightSync (a tensor larger than a bucket spans several) and
 // receivers copy them into their parameters. Collective over `sync`.
+//
+// Delta sync (rollout.weight_sync = "delta", DeltaSyncConfig): every rank remembers the
+// version its copy holds (the root keeps a copy of the bytes it last sent; an engine's
+// copy is its own parameters). When all hold the same version, each bucket travels as
+// its delta against it (rollout/weight_delta.h: raw or sparse, the smaller); then every
+// engine hashes its result (XXH3) against the root's hash, and on any difference the
+// whole model is sent again. An anchor (everything, as a full sync) goes when the copies
+// disagree or are missing (the first sync, a resumed job), and every
+// `anchor_interval` syncs. Needs the flat buffer on every rank; without one every sync
+// is whole. Fault injection for tests: SLIMPI_FAULT_DELTA_CORRUPT_AT=V flips a byte of
+// sync rank 1's weights after the delta of version V, before the check.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -30,7 +41,16 @@ struct WeightSyncStats {
   int64_t bytes = 0;
   int64_t n_buckets = 0;
   double seconds = 0;
-  uint64_t checksum = 0;  // FNV-1a of every byte sent, computed on every rank
+  uint64_t checksum = 0;  // FNV-1a of every byte sent (a delta: XXH3 of the result), computed on every rank
+  // Delta sync (root): elements changed over elements (1 for a whole sync), whether the
+  // sync was whole (an anchor), and whether a delta failed its check and went again whole.
+  double density = 1;
+  bool anchor = true, resent = false;
+};
+
+struct DeltaSyncConfig {
+  bool enabled = false;         // rollout.weight_sync = "delta"
+  int64_t anchor_interval = 10;  // rollout.delta_anchor_interval: a whole sync every this many
 };
 
 // The model's weights as `dtype` for sending: its own flat buffer and tensors when they
@@ -44,7 +64,7 @@ WeightImage weight_image(const Transformer& model, at::ScalarType dtype);
 
 class WeightSync {
  public:
-  WeightSync(Comm& sync, int64_t bucket_bytes);
+  WeightSync(Comm& sync, int64_t bucket_bytes, DeltaSyncConfig delta = {});
 
   // Root (sync rank 0): sends `params` and `version`. Others: receive into `params`
   // (their own model's, same names/shapes/dtypes) and return the root's version in
@@ -58,8 +78,16 @@ class WeightSync {
   void agree_on_tensors(const std::vector<NamedTensor>& params, int64_t* version);
   // The tensors as one byte stream in buckets (when they are not one flat buffer).
   void broadcast_packed(const std::vector<NamedTensor>& params, const std::function<void(const at::Tensor&)>& account);
+  // Delta sync: whether this sync may be a delta (collective), and the delta itself over
+  // `bytes` (the flat buffer as uint8); returns false when an engine's check failed.
+  bool delta_possible(bool have_flat);
+  bool send_delta(const at::Tensor& bytes, int64_t version, int64_t element_size, WeightSyncStats& stats);
   Comm& comm_;
   at::Tensor bucket_;  // [bucket_bytes] uint8, host or device as the backend wants
+  DeltaSyncConfig delta_;
+  int64_t base_version_ = -1;   // the version this rank's copy holds (-1: none)
+  int64_t since_anchor_ = 0;    // deltas since the last whole sync
+  at::Tensor last_;             // root: the bytes it last sent (uint8)
 };
 
 }  // namespace slimpi

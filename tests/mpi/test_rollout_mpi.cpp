@@ -1,14 +1,23 @@
 // The rollout side across ranks: the router returns every group exactly once with the
 // same samples however many engines serve it (np 1, 2, and 3 as 1 trainer + 2
-// engines); weight sync makes every engine's weights equal the trainer's.
+// engines); weight sync makes every engine's weights equal the trainer's, and delta
+// sync (rollout.weight_sync = "delta") the same bytes as whole syncs, in fp32 and bf16:
+// anchors when due, a corrupted delta caught and healed, a new sync object (a resumed
+// job) starting with an anchor.
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/grad_mode.h>
 #include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <limits>
 #include <slimpi/error.h>
 
 #include "kernels/counter_rng.h"
 #include "parallel/mpi_comm.h"
 #include "parallel/world.h"
 #include "rollout/router.h"
+#include "rollout/weight_delta.h"
 #include "rollout/weight_sync.h"
 #include "tokenizer/byte_tokenizer.h"
 #include "../support/tiny_model.h"
@@ -139,6 +148,93 @@ TEST(WeightSync, AMismatchedModelIsRefusedNamingTheTensors) {
     if (world_rank() == 0) EXPECT_NE(what.find("refused by"), std::string::npos) << what;
     else EXPECT_NE(what.find("mlp.gate_proj.weight Float 48x32"), std::string::npos) << what;
   }
+}
+
+// The trainer's side of a delta test: a few elements of its weights change per version.
+void perturb(at::Tensor& flat, int64_t version, double fraction) {
+  at::NoGradGuard no_grad;
+  at::Generator g = at::detail::createCPUGenerator(uint64_t(version));
+  const int64_t n = flat.numel(), k = std::max<int64_t>(1, int64_t(double(n) * fraction));
+  const at::Tensor idx = at::randint(n, {k}, g, at::kLong);
+  flat.index_add_(0, idx, at::full({k}, 0.25, flat.options()));
+}
+
+class DeltaSyncTest : public ::testing::TestWithParam<at::ScalarType> {};
+
+TEST_P(DeltaSyncTest, DeltasGiveTheBytesOfWholeSyncs) {
+  if (world_size() < 2) GTEST_SKIP() << "needs a receiver";
+  const at::ScalarType dtype = GetParam();
+  const int r = world_rank();
+  MpiComm sync(MPI_COMM_WORLD, "sync");
+  Transformer mine(model_config(), r == 0 ? 1 : 2, at::kCPU, dtype);  // engines start from other weights
+  at::Tensor flat = mine.flat_parameters();
+  const int64_t total_bytes = flat.numel() * int64_t(flat.element_size());
+  auto run = [&](WeightSync& ws, int64_t version) {
+    if (r == 0 && version > 1) perturb(flat, version, 0.01);
+    int64_t v = r == 0 ? version : -1;
+    const WeightSyncStats s = ws.sync(mine.parameters(), &v, false, flat);
+    EXPECT_EQ(v, version);
+    // Every rank holds the root's bytes.
+    at::Tensor all = at::empty({world_size(), flat.numel()}, flat.options());
+    MPI_Allgather(flat.data_ptr(), int(total_bytes), MPI_BYTE, all.data_ptr(), int(total_bytes), MPI_BYTE,
+                  MPI_COMM_WORLD);
+    for (int k = 1; k < world_size(); ++k)
+      EXPECT_TRUE(at::equal(all[k].view(at::kByte), all[0].view(at::kByte))) << "rank " << k << " version " << version;
+    return s;
+  };
+  WeightSync ws(sync, 4096, DeltaSyncConfig{true, 4});  // small buckets: many of them, anchor every 4
+  const WeightSyncStats first = run(ws, 1);
+  EXPECT_TRUE(first.anchor);
+  EXPECT_EQ(first.bytes, total_bytes);
+  for (int64_t v = 2; v <= 4; ++v) {  // deltas: ~1% of the elements changed
+    const WeightSyncStats d = run(ws, v);
+    EXPECT_FALSE(d.anchor) << v;
+    EXPECT_FALSE(d.resent) << v;
+    if (r == 0) {
+      EXPECT_GT(d.density, 0.004) << v;
+      EXPECT_LT(d.density, 0.011) << v;
+      EXPECT_LT(d.bytes, total_bytes / 10) << v;
+    }
+  }
+  EXPECT_TRUE(run(ws, 5).anchor);  // the fourth sync since the anchor: whole again
+  setenv("SLIMPI_FAULT_DELTA_CORRUPT_AT", "6", 1);  // rank 1 flips a byte after version 6's delta
+  const WeightSyncStats healed = run(ws, 6);
+  unsetenv("SLIMPI_FAULT_DELTA_CORRUPT_AT");
+  EXPECT_TRUE(healed.resent);
+  EXPECT_TRUE(healed.anchor);
+  EXPECT_FALSE(run(ws, 7).anchor);  // deltas again after the re-sent whole
+  WeightSync resumed(sync, 4096, DeltaSyncConfig{true, 4});  // a new job: the root holds no copy
+  EXPECT_TRUE(run(resumed, 8).anchor);
+  EXPECT_FALSE(run(resumed, 9).anchor);
+}
+
+INSTANTIATE_TEST_SUITE_P(Precisions, DeltaSyncTest, ::testing::Values(at::kFloat, at::kBFloat16),
+                         [](const ::testing::TestParamInfo<at::ScalarType>& info) {
+                           return std::string(info.param == at::kFloat ? "Fp32" : "Bf16");
+                         });
+
+TEST(WeightDelta, SparseOrRawWhicheverIsSmallerAndBitwise) {
+  // bf16 words: -0.0 differs from 0.0; a NaN is equal to itself.
+  at::Tensor before = at::zeros({64}, at::kBFloat16), now = before.clone();
+  now[3] = -0.0;
+  now[10] = 1.5;
+  before[20] = std::numeric_limits<float>::quiet_NaN();
+  now[20] = std::numeric_limits<float>::quiet_NaN();
+  const at::Tensor nb = now.view(at::kByte), bb = before.view(at::kByte);
+  const BucketDelta d = encode_bucket(nb, bb, 2);
+  EXPECT_EQ(d.kind, DeltaKind::Sparse);
+  EXPECT_EQ(d.changed, 2);
+  EXPECT_EQ(d.payload.numel(), 2 * (4 + 2));
+  at::Tensor applied = bb.clone();
+  apply_bucket(applied, d.kind, d.changed, d.payload, 2);
+  EXPECT_TRUE(at::equal(applied, nb));
+  // Over a third of the elements changed: the raw bytes are smaller.
+  at::Tensor many = at::arange(64, at::kFloat).to(at::kBFloat16).view(at::kByte);
+  const BucketDelta raw = encode_bucket(many, bb, 2);
+  EXPECT_EQ(raw.kind, DeltaKind::Raw);
+  at::Tensor applied2 = bb.clone();
+  apply_bucket(applied2, raw.kind, raw.changed, raw.payload, 2);
+  EXPECT_TRUE(at::equal(applied2, many));
 }
 
 }  // namespace

@@ -4,23 +4,28 @@
 # response). At np 2 colocated (bf16/bf16) and np 4 split (bf16/bf16, bf16/fp32,
 # fp32/fp32): the reward rises; a bf16 engine computes what bf16 training computes
 # (train/rollout log-prob mismatch ~0) while an fp32 engine beside bf16 training shows
-# a real mismatch; the bf16 weight sync moves half the bytes of the fp32 one.
+# a real mismatch; the bf16 weight sync moves half the bytes of the fp32 one. Delta sync
+# (rollout.weight_sync = "delta", anchors every 5) gives the bf16 split run bit for bit
+# (every rollout token and log-prob); at this learning rate most elements change, so its
+# buckets go whole (at most a header more than a full sync).
 # Usage: precision_runs.sh SLIMPI ROOT "MPIRUN FLAGS"
 set -euo pipefail
 source "$(dirname "$0")/run_helpers.sh"
 regression_setup "$@"
 
-run() {  # name np placement train_precision rollout_precision
-  $mpirun -np "$2" "$slimpi" run inputs/smoke_rl.toml --set run.dir="$out/$1" --set parallel.placement="$3" \
-    --set train.precision="$4" --set rollout.precision="$5" --set run.n_steps=40 --set eval.interval=0 \
+run() {  # name np placement train_precision rollout_precision [--set ...]
+  local name=$1 np=$2 placement=$3 tp=$4 rp=$5; shift 5
+  $mpirun -np "$np" "$slimpi" run inputs/smoke_rl.toml --set run.dir="$out/$name" --set parallel.placement="$placement" \
+    --set train.precision="$tp" --set rollout.precision="$rp" --set run.n_steps=40 --set eval.interval=0 \
     --set reward.style=command --set "reward.command=/usr/bin/python3 $root/tests/regression/digit_reward.py" \
     --set train.lr=3e-3 --set rollout.rollout_batch_size=16 --set rollout.n_samples_per_prompt=8 \
-    --set train.global_batch_size=128 >"$out/$1.log" 2>&1 || { cat "$out/$1.log"; exit 1; }
+    --set train.global_batch_size=128 "$@" >"$out/$name.log" 2>&1 || { cat "$out/$name.log"; exit 1; }
 }
 run colo_bf16 2 colocate bf16 bf16
 run split_bf16 4 split bf16 bf16
 run split_mixed 4 split bf16 fp32
 run split_fp32 4 split fp32 fp32
+run split_bf16_delta 4 split bf16 bf16 --set rollout.weight_sync=delta --set rollout.delta_anchor_interval=5
 
 /usr/bin/python3 - "$out" <<'PY'
 import sys
@@ -46,5 +51,19 @@ assert np.nanmin(runs["split_mixed"]["train/train_rollout_logprob_abs_diff"]) > 
 b16, b32 = runs["split_bf16"]["bytes"][0], runs["split_fp32"]["bytes"][0]
 print(f"weight sync bytes: bf16 {b16:.0f}, fp32 {b32:.0f}")
 assert b16 * 2 == b32, "the bf16 sync does not send half the bytes"
+# Delta sync: the same rollouts bit for bit; anchors at syncs 0, 5, 10, ...; fewer bytes.
+with h5py.File(f"{out}/split_bf16/rollouts.h5") as a, h5py.File(f"{out}/split_bf16_delta/rollouts.h5") as b:
+    for k in ("tokens/values", "rollout_log_probs/values", "weight_versions/values"):
+        assert np.array_equal(a["samples/" + k][:], b["samples/" + k][:]), f"delta sync changed {k}"
+with h5py.File(f"{out}/split_bf16_delta/metrics.h5") as f:
+    s = f["steps"]
+    anchor, density, nbytes = s["perf/weight_sync_anchor"][:40], s["perf/weight_sync_density"][:40], s["perf/weight_sync_bytes"][:40]
+    assert np.array_equal(anchor, (np.arange(40) % 5 == 0).astype(float)), anchor
+    assert np.all(density[anchor == 0] < 1) and np.all(s["perf/weight_sync_resent"][:40] == 0)
+    # At this learning rate (3e-3) most bf16 elements change every step: each bucket goes raw
+    # (its bytes and a 24-byte header); the sparse form's savings are test_rollout_mpi's.
+    assert np.all(nbytes[anchor == 1] == b16) and np.all(nbytes[anchor == 0] <= b16 + 24), nbytes
+print(f"delta sync: the same rollouts; deltas {np.median(nbytes[anchor == 0]):.0f} bytes (median) against "
+      f"{b16:.0f} whole, density {np.median(density[anchor == 0]):.3f} (median)")
 print("precision_runs: ok")
 PY

@@ -1,0 +1,66 @@
+#include "rollout/weight_delta.h"
+
+#include <ATen/ATen.h>
+#include <slimpi/error.h>
+
+#include <xxhash.h>
+
+namespace slimpi {
+namespace {
+
+at::ScalarType word_type(int64_t element_size) {
+  switch (element_size) {
+    case 1: return at::kByte;
+    case 2: return at::kShort;
+    case 4: return at::kInt;
+    case 8: return at::kLong;
+  }
+  SLIMPI_FAIL("weight delta: elements of {} bytes", element_size);
+}
+
+}  // namespace
+
+BucketDelta encode_bucket(const at::Tensor& now, const at::Tensor& before, int64_t element_size) {
+  SLIMPI_CHECK(now.numel() == before.numel() && now.numel() % element_size == 0,
+               "weight delta: buckets of {} and {} bytes, elements of {}", now.numel(), before.numel(), element_size);
+  const at::ScalarType word = word_type(element_size);
+  const at::Tensor a = now.view(word), b = before.view(word);  // [E]
+  const at::Tensor differs = at::ne(a, b);                      // [E] bool
+  BucketDelta d;
+  d.changed = differs.sum().item<int64_t>();
+  const int64_t sparse_bytes = d.changed * (4 + element_size);
+  if (sparse_bytes >= now.numel()) {  // dense enough: the bytes themselves are smaller
+    d.kind = DeltaKind::Raw;
+    d.payload = now;
+    return d;
+  }
+  const at::Tensor idx = differs.nonzero().view({-1});  // [K] int64
+  d.kind = DeltaKind::Sparse;
+  d.payload = at::empty({sparse_bytes}, now.options());
+  d.payload.narrow(0, 0, 4 * d.changed).view(at::kInt).copy_(idx.to(at::kInt));
+  d.payload.narrow(0, 4 * d.changed, element_size * d.changed).view(word).copy_(a.index_select(0, idx));
+  return d;
+}
+
+void apply_bucket(const at::Tensor& bucket, DeltaKind kind, int64_t changed, const at::Tensor& payload,
+                  int64_t element_size) {
+  if (kind == DeltaKind::Raw) {
+    SLIMPI_CHECK(payload.numel() == bucket.numel(), "weight delta: a raw payload of {} bytes for a bucket of {}",
+                 payload.numel(), bucket.numel());
+    bucket.copy_(payload);
+    return;
+  }
+  SLIMPI_CHECK(payload.numel() == changed * (4 + element_size), "weight delta: {} bytes for {} changed elements",
+               payload.numel(), changed);
+  const at::ScalarType word = word_type(element_size);
+  const at::Tensor idx = payload.narrow(0, 0, 4 * changed).view(at::kInt).to(at::kLong);
+  const at::Tensor values = payload.narrow(0, 4 * changed, element_size * changed).view(word);
+  bucket.view(word).index_copy_(0, idx, values);
+}
+
+uint64_t xxh3_of(const at::Tensor& bytes) {
+  const at::Tensor host = bytes.is_cpu() ? bytes.contiguous() : bytes.cpu();
+  return XXH3_64bits(host.data_ptr(), size_t(host.numel()) * host.element_size());
+}
+
+}  // namespace slimpi
