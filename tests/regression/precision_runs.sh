@@ -7,7 +7,8 @@
 # a real mismatch; the bf16 weight sync moves half the bytes of the fp32 one. Delta sync
 # (rollout.weight_sync = "delta", anchors every 5) gives the bf16 split run bit for bit
 # (every rollout token and log-prob); at this learning rate most elements change, so its
-# buckets go whole (at most a header more than a full sync).
+# buckets go whole (at most a header more than a full sync); a job step resumed from a
+# checkpoint starts with an anchor.
 # Usage: precision_runs.sh SLIMPI ROOT "MPIRUN FLAGS"
 set -euo pipefail
 source "$(dirname "$0")/run_helpers.sh"
@@ -26,6 +27,9 @@ run split_bf16 4 split bf16 bf16
 run split_mixed 4 split bf16 fp32
 run split_fp32 4 split fp32 fp32
 run split_bf16_delta 4 split bf16 bf16 --set rollout.weight_sync=delta --set rollout.delta_anchor_interval=5
+delta_resume=(--set rollout.weight_sync=delta --set rollout.delta_anchor_interval=5 --set run.n_steps=6 --set run.job_steps=3)
+run delta_resume 2 split bf16 bf16 "${delta_resume[@]}"
+run delta_resume 2 split bf16 bf16 "${delta_resume[@]}"
 
 /usr/bin/python3 - "$out" <<'PY'
 import sys
@@ -63,6 +67,9 @@ with h5py.File(f"{out}/split_bf16_delta/metrics.h5") as f:
     # At this learning rate (3e-3) most bf16 elements change every step: each bucket goes raw
     # (its bytes and a 24-byte header); the sparse form's savings are test_rollout_mpi's.
     assert np.all(nbytes[anchor == 1] == b16) and np.all(nbytes[anchor == 0] <= b16 + 24), nbytes
+with h5py.File(f"{out}/delta_resume/metrics.h5") as f:  # a resumed job's first sync is an anchor
+    resumed = f["steps/perf/weight_sync_anchor"][:6]
+    assert np.array_equal(resumed, [1, 0, 0, 1, 0, 0]), resumed
 print(f"delta sync: the same rollouts; deltas {np.median(nbytes[anchor == 0]):.0f} bytes (median) against "
       f"{b16:.0f} whole, density {np.median(density[anchor == 0]):.3f} (median)")
 print("precision_runs: ok")

@@ -26,7 +26,7 @@
 #    copy of the shards runs;
 #  * tensor-parallel engines (rollout.tensor_parallel = 2: one engine of 2 rollout ranks)
 #    generate the tokens of two one-rank engines, with the sliced weight sync and with
-#    the broadcast route, with one_step_off, and across job steps bit for bit (and a
+#    the broadcast route (also with delta sync), with one_step_off, and across job steps bit for bit (and a
 #    bf16 engine of 2 ranks runs);
 #  * impossible layouts are refused with their numbers.
 # Usage: tensor_parallel_runs.sh SLIMPI ROOT "MPIRUN FLAGS"
@@ -125,6 +125,10 @@ grep -q "tensor-parallel engines: 1 engine of 2 rollout ranks (the first of each
 close split_tp1 split_etp2
 run 4 split_etp2_broadcast "${etp[@]}" --set rollout.weight_sync_route=broadcast  # gather, broadcast, keep a slice
 close split_tp1 split_etp2_broadcast
+# Delta sync (auto: the broadcast route): the engine's ranks update their whole staging copy.
+run 4 split_etp2_delta "${etp[@]}" --set rollout.weight_sync=delta --set rollout.delta_anchor_interval=2
+grep -q "weight sync: broadcast" "$out/split_etp2_delta.log"
+close split_tp1 split_etp2_delta
 run 4 split_tp2_sliced --set parallel.tensor_parallel=2 --set rollout.weight_sync_route=sliced \
   --set rollout.check_weight_update=true  # two one-rank engines, each sent both trainer shards
 close split_tp1 split_tp2_sliced
