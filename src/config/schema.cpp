@@ -173,7 +173,8 @@ std::vector<KeySpec> declare_keys() {
                  "tensor-parallel engines, broadcast for one-rank engines and with rollout.weight_sync = \"delta\""),
       int_key("rollout.weight_sync_bucket_mb", 256, 1, 1e6, "MB", "bucket size of the trainer-to-engine weight sync"),
       choice_key("rollout.weight_sync", "full", {"full", "delta"},
-                 "full: every sync sends every weight; delta: the engines keep the last version, each bucket "
+                 "full: every sync sends every weight; delta: the engines keep the last version (trainer rank 0 "
+                 "a copy of what it sent: one model in the rollout precision), each bucket "
                  "goes as its changed elements (bitwise, in the rollout precision: indices and values) or whole, "
                  "whichever is smaller, every engine checks the result (XXH3) and a mismatch is sent whole again "
                  "(the broadcast route; no-op when colocated)"),

@@ -309,6 +309,8 @@ void AsyncGenerator::load(const std::string& dir) {
                "{}/async_work.h5 holds {} samples; async_state.json says {} items and {} finished samples", dir,
                all.size(), n_work, j.at("finished_samples").get<size_t>());
   StreamState state;
+  SLIMPI_CHECK(!side_.config().env.enabled() || !j.contains("episode_turns") || j.at("episode_turns").size() == n_work,
+               "{}: episode_turns holds {} entries for {} work items", path, j.at("episode_turns").size(), n_work);
   for (size_t i = 0; i < all.size(); ++i) {
     Sample& s = all[i];
     SLIMPI_CHECK(open_prompts_.count(s.group_index), "{}/async_work.h5: group {} has no prompt in async_state.json",

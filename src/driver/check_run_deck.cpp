@@ -33,7 +33,6 @@ void check_overlap(const Deck& deck, const WorldLayout& layout) {
   }
 }
 
-// Keys only train.async = "full" reads, and the rules among them.
 // rollout.weight_sync = "delta" and its key.
 void check_delta_sync_keys(const Deck& deck) {
   const bool delta = deck.get_string("rollout.weight_sync") == "delta";
@@ -47,6 +46,7 @@ void check_delta_sync_keys(const Deck& deck) {
                     deck.source("rollout.weight_sync"), deck.source("rollout.weight_sync_route"));
 }
 
+// Keys only train.async = "full" reads, and the rules among them.
 void check_full_async_keys(const Deck& deck) {
   const bool full = deck.get_string("train.async") == "full";
   for (const char* key : {"rollout.queue_batches", "rollout.max_staleness", "rollout.stale_policy",

@@ -95,10 +95,12 @@ void build_models(const RunContext& ctx, const std::string& resume_from, RunComp
                       "parallel.comm_backend = \"nccl\" or \"auto\" ({})",
                       key, n, deck.source(key), n, deck.source("parallel.comm_backend"));
   const bool sharded = ep > 1 || tp > 1;
-  // Checked on every rank (only the trainers build the reference model): a resume whose
-  // reference weights are gone stops the whole job, not the trainers alone.
-  if (!init_from.empty() && !resume_from.empty() && Trainer::needs_reference(c.configs.trainer) &&
-      !std::filesystem::exists(init_from))
+  // A resume whose reference weights are gone stops the whole job, not the trainers
+  // alone (only they read the file: rollout nodes may not even mount its path).
+  int reference_gone = !init_from.empty() && !resume_from.empty() && Trainer::needs_reference(c.configs.trainer) &&
+                       ctx.world->is_trainer() && !std::filesystem::exists(init_from);
+  MPI_Allreduce(MPI_IN_PLACE, &reference_gone, 1, MPI_INT, MPI_MAX, ctx.world->world());
+  if (reference_gone)
     SLIMPI_FAIL_ALL("model.init_from = \"{}\" ({}) is gone: the reference model of the KL terms is those "
                     "weights (a checkpoint holds the policy only); restore the file to resume",
                     init_from, deck.source("model.init_from"));

@@ -277,4 +277,12 @@ std::vector<EnvReply> CommandEnvironment::poll(double wait_s) {
   return out;
 }
 
+void CommandEnvironment::exclude_pause(double s) {
+  const auto d = seconds(s);
+  for (Process& p : procs_) {
+    for (auto& [episode, deadline] : p.waiting) deadline += d;
+    p.last_output += d;
+  }
+}
+
 }  // namespace slimpi

@@ -43,6 +43,7 @@ class CommandEnvironment : public Environment {
   std::vector<EnvReply> poll(double wait_s) override;
   int64_t capacity() const override;
   int64_t restarts() const override { return restarts_; }
+  void exclude_pause(double seconds) override;
 
  private:
   using Clock = std::chrono::steady_clock;

@@ -17,11 +17,13 @@ std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_hand
 
 bool finite_number(const json& v) { return v.is_number() && std::isfinite(v.get<double>()); }
 
-// A metric's name becomes a metrics.h5 column (rollout/env_metrics/<name>): no '/' or spaces.
-bool metric_name(const std::string& name) {
-  return !name.empty() && name.size() <= 64 && std::all_of(name.begin(), name.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
-  });
+// A metric's name becomes a metrics.h5 column (rollout/env_metrics/<name>): at most 64 of
+// letters, digits, '_', '-', '.'; any other character becomes '_' ("" becomes "_").
+std::string metric_name(const std::string& name) {
+  std::string out = name.substr(0, 64);
+  for (char& c : out)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.')) c = '_';
+  return out.empty() ? "_" : out;
 }
 
 // The fields of an observation reply; "" or what is wrong.
@@ -75,12 +77,10 @@ std::string read_observation(const json& j, int64_t vocab_size, EnvReply* r) {
     } else if (key == "metrics") {
       if (!v.is_object()) return "\"metrics\" is not an object";
       for (const auto& [name, x] : v.items()) {
-        if (!metric_name(name))
-          return fmt::format("metric name \"{}\" is not 1-64 characters of letters, digits, '_', '-' and '.'", name);
         if (!finite_number(x)) return fmt::format("metric \"{}\" is {}, not a finite number", name, dump(x));
         if (std::abs(x.get<double>()) > kMaxAbsMetric)
           return fmt::format("metric \"{}\" {} is beyond ±{:g}", name, dump(x), kMaxAbsMetric);
-        r->metrics[name] = x.get<double>();
+        r->metrics[metric_name(name)] += x.get<double>();
       }
     } else {
       return fmt::format("unknown key \"{}\"", key);

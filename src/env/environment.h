@@ -91,6 +91,9 @@ class Environment {
   virtual int64_t capacity() const = 0;
   // Process restarts so far (0 for in-process environments).
   virtual int64_t restarts() const { return 0; }
+  // The caller did not poll for `seconds` (a paused stream under full async): the
+  // outstanding requests' time limits move forward by it.
+  virtual void exclude_pause(double /*seconds*/) {}
 };
 
 // vocab_size: the policy's vocabulary (an observation's token ids must be in it).

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/log.h"
 #include "io/h5_meta.h"
 
 namespace slimpi {
@@ -228,10 +229,12 @@ void RolloutLog::append(const std::vector<Sample>& first, const std::vector<Samp
     token_columns_[c].data.append(column_values[c].data(), column_lengths[c].data(), row_plan, plan[5 + c]);
   if (has_env_metrics_)
     env_metrics_.append(metrics_text.data(), metrics_lengths.data(), row_plan, plan[5 + token_columns_.size()]);
-  else
-    for (const Sample* s : rows)
-      SLIMPI_CHECK(s->env_metrics.empty(),
-                   "this rollouts.h5 was written before the environment's metrics were recorded and cannot hold them");
+  else if (!said_no_metrics_column_ &&
+           std::any_of(rows.begin(), rows.end(), [](const Sample* s) { return !s->env_metrics.empty(); })) {
+    said_no_metrics_column_ = true;
+    log::warn("this rollouts.h5 was written before the environment's metrics were recorded: they are not stored "
+              "in it (metrics.h5's rollout/env_metrics/* has them)");
+  }
 }
 
 std::pair<uint64_t, uint64_t> RolloutLog::step_rows(int64_t step) const {

@@ -102,6 +102,7 @@ class RolloutLog {
   h5::AppendableDataset<int8_t> env_error_;
   h5::CsrDataset<uint8_t> env_metrics_;  // each row: its env_metrics as a JSON object ("" none)
   bool has_env_metrics_ = true;          // false: a file from before the environment's metrics were recorded
+  bool said_no_metrics_column_ = false;  // such a file: the metrics left out, said once
   h5::AppendableDataset<float> reward_, raw_reward_, advantage_;
   h5::AppendableDataset<int8_t> status_;
   h5::CsrDataset<int32_t> tokens_, sampling_support_;

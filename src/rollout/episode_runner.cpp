@@ -54,15 +54,17 @@ Sample recorded_turn(const Sample& rec, int64_t end) {
   t.weight_versions.assign(rec.weight_versions.begin(), rec.weight_versions.begin() + end);
   if (!rec.sampling_support.empty())
     t.sampling_support.assign(rec.sampling_support.begin(), rec.sampling_support.begin() + end);
-  t.routing = rec.routing;  // the last engine turn's; an engine turn after the replay recomputes it
+  // The routing trace covers the recorded tokens (its last engine turn's): kept for the
+  // record's last turn, empty before it (an engine turn after the replay recomputes it).
+  if (end == rec.response_length()) t.routing = rec.routing;
   t.spec_drafted = rec.spec_drafted;
   t.spec_accepted = rec.spec_accepted;
   t.spec_passes = rec.spec_passes;
   return t;
 }
 
-// The per-response-token vectors of `rec` over `s`'s first `n` response tokens
-// (equal tokens: checked by the caller).
+// The whole recorded trajectory into `s`: tokens (the open turn's after `s`'s own, which
+// equal the record's: checked by the caller) and every per-response-token vector.
 void adopt_recorded(Sample& s, const Sample& rec) {
   s.tokens = rec.tokens;
   s.rollout_log_probs = rec.rollout_log_probs;
@@ -88,9 +90,28 @@ EpisodeRunner::EpisodeRunner(Engine& engine, Environment& env, const Tokenizer& 
 EpisodeRunner::~EpisodeRunner() {
   for (auto& [id, e] : episodes_)
     if (e->phase != Episode::Phase::NotStarted) env_.close(id);
+  say_unsaid_failures();
+}
+
+void EpisodeRunner::say_unsaid_failures() {
   if (n_failed_ > kFailuresSaid)
     log::warn("... and {} more episodes failed in this generation (rollout/env_failed counts them)",
               n_failed_ - kFailuresSaid);
+  n_failed_ = 0;
+}
+
+void EpisodeRunner::pause() { paused_.emplace(); }
+
+void EpisodeRunner::resume() {
+  if (!paused_) return;
+  const double s = paused_->seconds();
+  paused_.reset();
+  env_.exclude_pause(s);
+  for (auto& [id, e] : episodes_) {
+    e->clock.exclude(s);
+    e->wait.exclude(s);
+  }
+  say_unsaid_failures();
 }
 
 bool EpisodeRunner::has_work() const { return !episodes_.empty() || !finished_.empty(); }
@@ -133,11 +154,20 @@ void EpisodeRunner::add_work(const WorkItem& item) {
   Episode& e = add_episode(item.request, *item.record, part.index);
   if (part.response_length() == 0 && item.episode.empty()) return;  // not past its reset: it starts as new
   if (env_.info().deterministic) {
-    const int64_t n = int64_t(item.episode.turn_ends.size());
-    SLIMPI_CHECK(int64_t(item.episode.turn_starts.size()) == n && int64_t(item.episode.turn_stopped.size()) == n &&
-                     (n == 0 || item.episode.turn_ends.back() <= part.response_length()) &&
-                     item.episode.open_turn <= part.response_length(),
-                 "episodes: {} resumed with turns that do not fit its {} response tokens", e.id, part.response_length());
+    // The record must hold together: turns in order within the response, every per-token vector R long.
+    const WorkItem::EpisodeTurns& t = item.episode;
+    const int64_t n = int64_t(t.turn_ends.size()), r = part.response_length();
+    bool ok = int64_t(t.turn_starts.size()) == n && int64_t(t.turn_stopped.size()) == n &&
+              int64_t(part.rollout_log_probs.size()) == r && int64_t(part.weight_versions.size()) == r &&
+              (part.loss_mask.empty() || int64_t(part.loss_mask.size()) == r) &&
+              (part.sampling_support.empty() || int64_t(part.sampling_support.size()) == r);
+    for (int64_t k = 0, at = 0; ok && k < n; at = t.turn_ends[size_t(k)], ++k)
+      ok = at <= t.turn_starts[size_t(k)] && t.turn_starts[size_t(k)] < t.turn_ends[size_t(k)] &&
+           t.turn_ends[size_t(k)] <= r;
+    ok = ok && t.open_turn <= r && (t.open_turn < 0 || n == 0 || t.open_turn >= t.turn_ends.back());
+    SLIMPI_CHECK(ok, "episodes: {} resumed with a record that does not hold together ({} turns, {} response tokens, "
+                 "open turn at {}): the checkpoint's async_work.h5 and async_state.json disagree", e.id, n, r,
+                 t.open_turn);
     e.replay = Episode::Replay{part, item.episode, 0};
     if (!std::exchange(said_replay_, true))
       log::all("resuming episodes in flight: each is reset again and sent its recorded turns (environment {} "
@@ -249,6 +279,10 @@ void EpisodeRunner::begin_turn(Episode& e) {
       if (start != r || end <= start)
         return diverged(e, fmt::format("its turn {} began at response token {}, and would now begin at {}",
                                        rp.next + 1, start, r));
+      if (end > e.budget)  // this job's limits (the KV cache, max_seq_len) are smaller than the recording job's
+        return finish(e, SampleStatus::Truncated, EnvError::Overlong,
+                      fmt::format("resumed, its turn {} ends at response token {}, past this job's budget of {}",
+                                  rp.next + 1, end, e.budget));
       Sample turn = recorded_turn(rp.recorded, end);
       turn.status = rp.turns.turn_stopped[rp.next] ? SampleStatus::Completed : SampleStatus::Truncated;
       ++rp.next;
@@ -259,6 +293,12 @@ void EpisodeRunner::begin_turn(Episode& e) {
     // Caught up with the record: a turn under way continues in the engine from its tokens.
     const int64_t open = rp.turns.open_turn;
     SLIMPI_CHECK(open == r, "episodes: {} resumed with an open turn at response token {}, reached {}", e.id, open, r);
+    const int64_t recorded = rp.recorded.response_length();
+    if (recorded >= std::min(r + settings_.max_turn_tokens, e.budget))
+      return finish(e, SampleStatus::Truncated, EnvError::Overlong,
+                    fmt::format("resumed, its open turn has reached response token {}, at this job's limit of {} "
+                                "(rollout.max_new_tokens per turn, the KV cache, model.max_seq_len)",
+                                recorded, std::min(r + settings_.max_turn_tokens, e.budget)));
     adopt_recorded(e.sample, rp.recorded);  // the open turn's tokens so far, after r
     e.replay.reset();
   }

@@ -39,10 +39,12 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "data/prompt_source.h"
+#include "core/timer.h"
 #include "env/environment.h"
 #include "rollout/engine.h"
 #include "rollout/group_worker.h"
@@ -73,6 +75,13 @@ class EpisodeRunner : public GroupWorker {
   // Every open episode as a WorkItem, for a checkpoint. `turns`: the engine's work in
   // flight, parked or not (the open turns' tokens so far).
   std::vector<WorkItem> snapshot(const std::vector<WorkItem>& turns) const;
+  // The stream between runs (weight sync, evaluation, a checkpoint): pause() when a run
+  // ends, resume() when the next begins; the time between counts neither towards the
+  // environment's time limits nor towards the episodes' clocks (env_s, episode_s,
+  // rollout.env_episode_wall_s). resume() also says the failures since the last pause
+  // that were not warned of one by one.
+  void pause();
+  void resume();
 
  private:
   struct Episode;
@@ -80,6 +89,8 @@ class EpisodeRunner : public GroupWorker {
   void start_waiting_episodes();
   // A resumed episode whose environment answered otherwise than recorded.
   void diverged(Episode& e, const std::string& why);
+  // The failures beyond the first kFailuresSaid since the last call, summed up in one warning.
+  void say_unsaid_failures();
   void on_reply(Episode& e, const EnvReply& reply);
   void on_turn(Episode& e, Sample&& turn);
   void begin_turn(Episode& e);
@@ -99,6 +110,7 @@ class EpisodeRunner : public GroupWorker {
   static constexpr int64_t kFailuresSaid = 4;  // failed episodes warned of one by one; the rest summed up
   int64_t n_failed_ = 0;
   bool said_replay_ = false, said_restart_ = false;  // resumed episodes: said once per runner
+  std::optional<Stopwatch> paused_;                  // since pause(), until resume()
   std::vector<Sample> finished_;
 };
 

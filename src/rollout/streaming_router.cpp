@@ -159,6 +159,13 @@ double StreamingRouter::run(const Hooks& hooks) {
   double busy = 0;
   for (const auto& w : parked_) engine_.add_work(w);  // an episode's parked turn goes back to the engine too
   parked_.clear();
+  if (episodes_) episodes_->resume();
+  struct PauseEpisodes {  // however run() returns
+    EpisodeRunner* e;
+    ~PauseEpisodes() {
+      if (e) e->pause();
+    }
+  } pause_episodes{episodes_};
   if (!is_router()) {
     // An engine: take work, run, send finished samples back; stop on a pause.
     for (;;) {

@@ -13,7 +13,6 @@ at::ScalarType word_type(int64_t element_size) {
     case 1: return at::kByte;
     case 2: return at::kShort;
     case 4: return at::kInt;
-    case 8: return at::kLong;
   }
   SLIMPI_FAIL("weight delta: elements of {} bytes", element_size);
 }

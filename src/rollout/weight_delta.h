@@ -22,7 +22,8 @@ struct BucketDelta {
   at::Tensor payload;   // uint8: the bucket's bytes (raw), or indices then values (sparse)
 };
 
-// now, before: uint8 [B], B a multiple of element_size (1, 2, 4 or 8 bytes).
+// now, before: uint8 [B], B a multiple of element_size (1, 2 or 4 bytes), B / element_size
+// below 2^31 (int32 indices).
 BucketDelta encode_bucket(const at::Tensor& now, const at::Tensor& before, int64_t element_size);
 // Applies a payload of `kind` holding `changed` elements to `bucket` (uint8 [B], in place).
 void apply_bucket(const at::Tensor& bucket, DeltaKind kind, int64_t changed, const at::Tensor& payload,

@@ -6,6 +6,7 @@
 
 #include <fmt/ranges.h>
 
+#include <climits>
 #include <cstdlib>
 
 #include "core/log.h"
@@ -124,7 +125,9 @@ bool WeightSync::delta_possible(bool have_flat) {
 
 bool WeightSync::send_delta(const at::Tensor& bytes, int64_t version, int64_t element_size, WeightSyncStats& stats) {
   const bool root = comm_.rank() == 0;
-  const int64_t total = bytes.numel(), capacity = bucket_.numel() / element_size * element_size;
+  // Buckets of whole elements, fewer than 2^31 of them (the sparse form's int32 indices).
+  const int64_t total = bytes.numel(),
+                capacity = std::min(bucket_.numel() / element_size, int64_t(INT32_MAX)) * element_size;
   const at::TensorOptions host_long = at::TensorOptions().dtype(at::kLong);
   int64_t changed = 0;
   for (int64_t start = 0; start < total; start += capacity) {
