@@ -170,14 +170,14 @@ std::vector<KeySpec> declare_keys() {
                  "sliced: each engine rank receives only its shard, point to point from the trainer ranks that "
                  "hold it (a plan made once from both layouts); broadcast: the whole model gathered on trainer "
                  "rank 0 and broadcast to every rollout rank, which keeps its slice; auto: sliced for "
-                 "tensor-parallel engines, broadcast for one-rank engines and with rollout.weight_sync = \"delta\""),
+                 "tensor-parallel engines, broadcast for one-rank engines"),
       int_key("rollout.weight_sync_bucket_mb", 256, 1, 1e6, "MB", "bucket size of the trainer-to-engine weight sync"),
       choice_key("rollout.weight_sync", "full", {"full", "delta"},
                  "full: every sync sends every weight; delta: the engines keep the last version (trainer rank 0 "
                  "a copy of what it sent: one model in the rollout precision), each bucket "
                  "goes as its changed elements (bitwise, in the rollout precision: indices and values) or whole, "
                  "whichever is smaller, every engine checks the result (XXH3) and a mismatch is sent whole again "
-                 "(the broadcast route; no-op when colocated)"),
+                 "(either route; no-op when colocated)"),
       int_key("rollout.delta_anchor_interval", 10, 1, 1e6, "syncs",
               "rollout.weight_sync = \"delta\": a whole sync (an anchor) every this many; the first sync of a job "
               "is always one"),

@@ -40,10 +40,6 @@ void check_delta_sync_keys(const Deck& deck) {
     SLIMPI_FAIL_ALL("rollout.delta_anchor_interval ({}) applies to rollout.weight_sync = \"delta\" only; "
                     "rollout.weight_sync is \"{}\" ({})", deck.source("rollout.delta_anchor_interval"),
                     deck.get_string("rollout.weight_sync"), deck.source("rollout.weight_sync"));
-  if (delta && deck.get_string("rollout.weight_sync_route") == "sliced")
-    SLIMPI_FAIL_ALL("rollout.weight_sync = \"delta\" ({}) travels on the broadcast route; "
-                    "rollout.weight_sync_route = \"sliced\" ({}): use \"broadcast\" or \"auto\"",
-                    deck.source("rollout.weight_sync"), deck.source("rollout.weight_sync_route"));
 }
 
 // Keys only train.async = "full" reads, and the rules among them.

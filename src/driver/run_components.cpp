@@ -231,6 +231,8 @@ void build_rollout(const RunContext& ctx, RunComponents& c) {
   const int64_t bucket = deck.get_int("rollout.weight_sync_bucket_mb") << 20;
   const WorldLayout& layout = ctx.world->layout();
   const bool sliced = sliced_weight_sync(deck, layout);
+  const DeltaSyncConfig delta{deck.get_string("rollout.weight_sync") == "delta",
+                              deck.get_int("rollout.delta_anchor_interval")};
   log::info("weight sync: {} (rollout.weight_sync_route = \"{}\", {})", sliced
             ? fmt::format("sliced: each engine rank receives its shard from the {} trainer rank{} holding one",
                           layout.trainer_tensor * layout.trainer_expert,
@@ -242,13 +244,11 @@ void build_rollout(const RunContext& ctx, RunComponents& c) {
     c.sync_comm = make_comm(ctx.world->sliced_sync(), "sliced_sync", ctx.device);
     const SyncLayout sl{layout.trainer_tensor, layout.trainer_expert, layout.n_rollout / layout.engine_size,
                         layout.engine_size};
-    c.sliced_sync = std::make_unique<SlicedWeightSync>(*c.sync_comm, c.configs.model, sl, bucket);
+    c.sliced_sync = std::make_unique<SlicedWeightSync>(*c.sync_comm, c.configs.model, sl, bucket, delta);
     return;
   }
   if (ctx.world->sync() == MPI_COMM_NULL) return;
   c.sync_comm = make_comm(ctx.world->sync(), "sync", ctx.device);
-  const DeltaSyncConfig delta{deck.get_string("rollout.weight_sync") == "delta",
-                              deck.get_int("rollout.delta_anchor_interval")};
   c.weight_sync = std::make_unique<WeightSync>(*c.sync_comm, bucket, delta);
   if (c.engine_model && c.engine_model->tensor_shard().size > 1)  // receives whole, keeps its shard
     c.whole_engine_model = std::make_unique<Transformer>(c.configs.model, run_seed(deck), c.engine_model->device(),
@@ -260,7 +260,6 @@ void build_rollout(const RunContext& ctx, RunComponents& c) {
 bool sliced_weight_sync(const Deck& deck, const WorldLayout& layout) {
   const std::string& route = deck.get_string("rollout.weight_sync_route");
   if (route != "auto") return route == "sliced";
-  if (deck.get_string("rollout.weight_sync") == "delta") return false;  // deltas travel on the broadcast route
   // One-rank engines take the whole model either way; the broadcast's tree beats the
   // plan's one send per engine there (perf/bench_weight_sync.cpp).
   return layout.engine_size > 1;

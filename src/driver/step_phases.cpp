@@ -403,7 +403,7 @@ void StepPhases::push_weights(int64_t version, AsyncGenerator* async) {
   if (ctx_.world->rank() == 0) {
     step_.metrics["perf/weight_sync_bytes"] = double(s.bytes);
     step_.metrics["perf/weight_sync_gbps"] = double(s.bytes) / s.seconds / 1e9;
-    if (ctx_.deck.get_string("rollout.weight_sync") == "delta" && p.weight_sync) {
+    if (ctx_.deck.get_string("rollout.weight_sync") == "delta") {
       step_.metrics["perf/weight_sync_density"] = s.density;  // changed elements / elements (1: a whole sync)
       step_.metrics["perf/weight_sync_anchor"] = s.anchor ? 1.0 : 0.0;
       step_.metrics["perf/weight_sync_resent"] = s.resent ? 1.0 : 0.0;

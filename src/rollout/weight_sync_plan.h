@@ -20,6 +20,12 @@
 // global order, (receiver, sender), on every rank: blocking sends cannot deadlock.
 // With `checksum`, each sender sends the FNV-1a of the bytes it sent to a receiver, and
 // the receiver refuses a pair whose bytes hash differently, naming its tensors.
+// Delta sync (rollout.weight_sync = "delta"): as WeightSync's (rollout/weight_sync.h),
+// pair by pair: a sender keeps the wire bytes it last sent on each of its pairs, a
+// receiver rebuilds its side from its own tensors; each pair's bytes go as their delta
+// (rollout/weight_delta.h) in chunks of at most bucket_bytes, the receiver checks the
+// result's XXH3 against the sender's before taking it, and any pair's mismatch sends
+// the whole plan again. Anchors as WeightSync's.
 // Owned by the driver on sliced_sync members; collective over that communicator.
 #pragma once
 
@@ -83,7 +89,8 @@ class WeightSyncPlan {
 
 class SlicedWeightSync {
  public:
-  SlicedWeightSync(Comm& sync, const ModelConfig& cfg, const SyncLayout& layout, int64_t bucket_bytes);
+  SlicedWeightSync(Comm& sync, const ModelConfig& cfg, const SyncLayout& layout, int64_t bucket_bytes,
+                   DeltaSyncConfig delta = {});
 
   // Every member: `local`, this rank's tensors under the whole model's names (a trainer
   // shard's parameters; an engine shard's, received into in place); `wire` the engines'
@@ -111,6 +118,17 @@ class SlicedWeightSync {
   uint64_t receive_pair(const LocalTensors& local, size_t first, size_t last, at::ScalarType wire,
                         WeightSyncStats& stats);
   uint64_t hash_bucket(uint64_t hash, const at::Tensor& bucket) const;
+  // A pair's pieces [first, last) as one byte stream in `wire`: the sender's, converted from
+  // its shard, or the receiver's, read from the tensors it holds; and back into them.
+  at::Tensor pair_stream(const LocalTensors& local, size_t first, size_t last, at::ScalarType wire, bool sender) const;
+  void unpack_stream(const LocalTensors& local, size_t first, size_t last, at::ScalarType wire,
+                     const at::Tensor& bytes) const;
+  // Delta sync: whether every member holds the same version and no anchor is due
+  // (collective); one delta pass over every pair (false: a receiver's check failed);
+  // the senders' copies after a whole sync.
+  bool delta_possible();
+  bool send_deltas(const LocalTensors& local, at::ScalarType wire, int64_t version, WeightSyncStats& stats);
+  void remember_sent(const LocalTensors& local, at::ScalarType wire);
   Comm& comm_;
   ModelConfig cfg_;
   SyncLayout layout_;
@@ -119,6 +137,9 @@ class SlicedWeightSync {
   bool checksum_ = false;  // this sync's
   WeightSyncPlan plan_;
   at::Tensor bucket_;  // [bucket_bytes] uint8 on the backend's side
+  DeltaSyncConfig delta_;
+  int64_t base_version_ = -1, since_anchor_ = 0;  // as WeightSync's
+  std::map<size_t, at::Tensor> sent_;             // sender: a pair's first piece -> its wire bytes last sent
 };
 
 }  // namespace slimpi

@@ -19,6 +19,7 @@
 #include <ATen/core/grad_mode.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <map>
 #include <memory>
 
@@ -264,6 +265,64 @@ TEST(SlicedWeightSync, MtpLayersReachTheEnginesWithTheTrunk) {
 }
 TEST(SlicedWeightSync, ReplicatedKeyValueHeadsOnTheTrainer) {
   expect_sliced_sync_delivers_slices({4, 1, 1, 2}, false, at::kFloat, 2);
+}
+
+// Delta sync on the sliced route (trainer TP 2 -> an engine of TP 2, np 4): the engine's
+// shards after each delta equal those a whole sliced sync delivers, version after version
+// (the trainer's shards change a little each time); anchors when due; a corrupted delta is
+// caught by its receiver and the whole plan is sent again.
+TEST(SlicedWeightSync, DeltasDeliverWhatWholeSyncsDo) {
+  const SyncLayout layout{2, 1, 1, 2};
+  const int rank = world_rank();
+  if (world_size() < layout.n_members()) GTEST_SKIP() << "needs " << layout.n_members() << " ranks";
+  const bool member = rank < layout.n_members();
+  MPI_Comm sync_mpi;
+  MPI_Comm_split(MPI_COMM_WORLD, member ? 0 : MPI_UNDEFINED, rank, &sync_mpi);
+  if (!member) return;
+  MpiComm sync(sync_mpi, "sliced_sync");
+  const ModelConfig cfg = engine_model_config(false);
+  const bool trainer = rank < layout.n_trainer_members();
+  MPI_Comm group_mpi;
+  MPI_Comm_split(sync_mpi, trainer ? 0 : 1, rank, &group_mpi);
+  MpiComm group(group_mpi, "tensor");
+  const TensorShard shard{group.rank(), 2, &group, false};
+  const at::ScalarType wire = at::kBFloat16;
+  std::unique_ptr<Transformer> mine, whole_copy;  // trainers: their shard; engines: by deltas, by whole syncs
+  if (trainer) {
+    mine = std::make_unique<Transformer>(cfg, 11, at::kCPU, at::kFloat, ExpertShard{}, shard);
+  } else {
+    mine = std::make_unique<Transformer>(cfg, 12, at::kCPU, wire, ExpertShard{}, shard);
+    whole_copy = std::make_unique<Transformer>(cfg, 13, at::kCPU, wire, ExpertShard{}, shard);
+  }
+  SlicedWeightSync deltas(sync, cfg, layout, 3000, DeltaSyncConfig{true, 3});
+  SlicedWeightSync wholes(sync, cfg, layout, 3000);
+  for (int64_t v = 1; v <= 7; ++v) {
+    if (trainer && v > 1) {  // a few elements of each shard move, as an optimizer step would
+      at::NoGradGuard no_grad;
+      for (const auto& p : mine->parameters()) {
+        at::Tensor flat = p.tensor.view({-1});
+        const int64_t k = std::max<int64_t>(1, flat.numel() / 50);
+        flat.index_add_(0, at::arange(k, at::kLong) * 37 % flat.numel(), at::full({k}, 0.5, flat.options()));
+      }
+    }
+    if (v == 5) setenv("SLIMPI_FAULT_DELTA_CORRUPT_AT", "5", 1);
+    int64_t version = rank == 0 ? v : -1, again = version;
+    const WeightSyncStats d = deltas.sync(mine->parameters(), wire, &version, false);
+    unsetenv("SLIMPI_FAULT_DELTA_CORRUPT_AT");
+    wholes.sync(trainer ? mine->parameters() : whole_copy->parameters(), wire, &again, false);
+    EXPECT_EQ(version, v);
+    // Anchors: the first sync, then every third; version 5's delta fails its check and goes whole.
+    const bool anchor = v == 1 || v == 4 || v == 5 || v == 8;
+    EXPECT_EQ(d.anchor, anchor) << "version " << v;
+    EXPECT_EQ(d.resent, v == 5) << "version " << v;
+    if (!anchor) EXPECT_LT(d.density, 0.2) << "version " << v;
+    if (!trainer)
+      for (size_t i = 0; i < mine->parameters().size(); ++i)
+        EXPECT_TRUE(at::equal(mine->parameters()[i].tensor, whole_copy->parameters()[i].tensor))
+            << mine->parameters()[i].name << " at version " << v;
+  }
+  MPI_Comm_free(&group_mpi);
+  MPI_Comm_free(&sync_mpi);
 }
 
 }  // namespace

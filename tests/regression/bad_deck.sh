@@ -77,9 +77,7 @@ expect_clean_failure 4 "$out/remax.log" "the greedy baseline responses are not g
   run inputs/smoke_rl.toml --set train.advantage_estimator=remax --set train.async=full
 expect_clean_failure 4 "$out/remax2.log" "the greedy response's reward is the estimator's baseline" \
   run inputs/smoke_rl.toml --set train.advantage_estimator=remax --set train.disable_rewards_normalization=true
-# Delta weight sync: its key without it; deltas on the sliced route.
+# Delta weight sync: its key without it.
 expect_clean_failure 2 "$out/delta1.log" 'rollout.delta_anchor_interval (--set) applies to rollout.weight_sync = "delta" only' \
   run inputs/smoke_rl.toml --set rollout.delta_anchor_interval=3
-expect_clean_failure 2 "$out/delta2.log" 'rollout.weight_sync = "delta" (--set) travels on the broadcast route' \
-  run inputs/smoke_rl.toml --set rollout.weight_sync=delta --set rollout.weight_sync_route=sliced
 echo "bad_deck: ok"

@@ -125,10 +125,14 @@ grep -q "tensor-parallel engines: 1 engine of 2 rollout ranks (the first of each
 close split_tp1 split_etp2
 run 4 split_etp2_broadcast "${etp[@]}" --set rollout.weight_sync_route=broadcast  # gather, broadcast, keep a slice
 close split_tp1 split_etp2_broadcast
-# Delta sync (auto: the broadcast route): the engine's ranks update their whole staging copy.
+# Delta sync on both routes: sliced (each pair's bytes as a delta) and broadcast (the
+# engine's ranks update their whole staging copy).
 run 4 split_etp2_delta "${etp[@]}" --set rollout.weight_sync=delta --set rollout.delta_anchor_interval=2
-grep -q "weight sync: broadcast" "$out/split_etp2_delta.log"
+grep -q "weight sync: sliced" "$out/split_etp2_delta.log"
 close split_tp1 split_etp2_delta
+run 4 split_etp2_delta_broadcast "${etp[@]}" --set rollout.weight_sync=delta --set rollout.delta_anchor_interval=2 \
+  --set rollout.weight_sync_route=broadcast
+close split_tp1 split_etp2_delta_broadcast
 run 4 split_tp2_sliced --set parallel.tensor_parallel=2 --set rollout.weight_sync_route=sliced \
   --set rollout.check_weight_update=true  # two one-rank engines, each sent both trainer shards
 close split_tp1 split_tp2_sliced
