@@ -37,7 +37,10 @@ void GroupQueue::retire(Group group) {
 void GroupQueue::add(Group group, bool kept, int64_t step) {
   if (!kept) {
     for (auto& s : group.samples) {
-      slimpi::retire(s, SampleStatus::Filtered);
+      if (s.status == SampleStatus::EnvFailed)  // recorded as it failed, its reward meaningless
+        s.reward = std::numeric_limits<float>::quiet_NaN();
+      else
+        slimpi::retire(s, SampleStatus::Filtered);
       unused_.push_back(std::move(s));
     }
   } else if (is_stale(group.samples, step)) {

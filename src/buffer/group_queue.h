@@ -36,7 +36,8 @@ class GroupQueue {
       : max_staleness_(max_staleness), regenerate_stale_(regenerate_stale), counts_(counts) {}
 
   // A scored group that finished before `step` trains: kept by the filter -> queued (or
-  // retired when already stale); not kept -> unused, status Filtered.
+  // retired when already stale); not kept -> unused, status Filtered (an episode the
+  // environment failed keeps its EnvFailed, reward NaN).
   void add(Group group, bool kept, int64_t step);
   // Retires the queued groups that are stale at `step`.
   void retire_stale(int64_t step);

@@ -129,8 +129,12 @@ void AsyncGenerator::score_finished() {
     ++groups_finished_;
     std::vector<float> group_rewards(r.begin() + long(next), r.begin() + long(next + group.samples.size()));
     for (auto& s : group.samples) s.raw_reward = r[next++];
-    const bool kept = filter_.keep(group_rewards);
-    if (!kept) ++groups_filtered_;
+    // A group with an episode its environment failed is not trained (as in the synchronous
+    // loop: the failed reward says nothing about the policy), nor counted as filtered.
+    const bool env_failed = std::any_of(group.samples.begin(), group.samples.end(),
+                                        [](const Sample& x) { return x.status == SampleStatus::EnvFailed; });
+    const bool kept = !env_failed && filter_.keep(group_rewards);
+    if (!kept && !env_failed) ++groups_filtered_;
     queue_.add(std::move(group), kept, step_);
   }
   unscored_.clear();
@@ -309,8 +313,12 @@ void AsyncGenerator::load(const std::string& dir) {
                "{}/async_work.h5 holds {} samples; async_state.json says {} items and {} finished samples", dir,
                all.size(), n_work, j.at("finished_samples").get<size_t>());
   StreamState state;
-  SLIMPI_CHECK(!side_.config().env.enabled() || !j.contains("episode_turns") || j.at("episode_turns").size() == n_work,
-               "{}: episode_turns holds {} entries for {} work items", path, j.at("episode_turns").size(), n_work);
+  if (side_.config().env.enabled()) {
+    SLIMPI_CHECK(j.contains("episode_turns"), "{} has no episode_turns: the turns of the episodes under way are "
+                 "missing (the file was edited, or not written by a run with an environment)", path);
+    SLIMPI_CHECK(j.at("episode_turns").size() == n_work, "{}: episode_turns holds {} entries for {} work items", path,
+                 j.at("episode_turns").size(), n_work);
+  }
   for (size_t i = 0; i < all.size(); ++i) {
     Sample& s = all[i];
     SLIMPI_CHECK(open_prompts_.count(s.group_index), "{}/async_work.h5: group {} has no prompt in async_state.json",
@@ -328,7 +336,7 @@ void AsyncGenerator::load(const std::string& dir) {
     if (side_.config().env.enabled()) {  // an episode: its context is its reset's; the group's prompt is the record's
       w.record = open_prompts_.at(s.group_index);
       w.request.prompt = prompt_token_ids(tokenizer_, *w.record);
-      const nlohmann::json& t = j.contains("episode_turns") ? j.at("episode_turns").at(i) : nlohmann::json();
+      const nlohmann::json& t = j.at("episode_turns").at(i);
       if (!t.is_null()) {
         w.episode.turn_starts = t.at("starts").get<std::vector<int64_t>>();
         w.episode.turn_ends = t.at("ends").get<std::vector<int64_t>>();

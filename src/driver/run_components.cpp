@@ -227,6 +227,9 @@ void build_rollout(const RunContext& ctx, RunComponents& c) {
     c.rollout_side = std::make_unique<RolloutSide>(rc, c.engine_model ? *c.engine_model : *c.policy,
                                                    ctx.world->trainer(), run_seed(deck));
   }
+  if (c.rl && ctx.world->layout().placement == Placement::Colocate && deck.get_string("rollout.weight_sync") == "delta")
+    log::info("rollout.weight_sync = \"delta\" ({}) has nothing to do: colocated engines take the trainer's weights "
+              "in place, with no sync", deck.source("rollout.weight_sync"));
   if (!c.rl || ctx.world->layout().placement != Placement::Split) return;
   const int64_t bucket = deck.get_int("rollout.weight_sync_bucket_mb") << 20;
   const WorldLayout& layout = ctx.world->layout();

@@ -164,7 +164,8 @@ void EpisodeRunner::add_work(const WorkItem& item) {
     for (int64_t k = 0, at = 0; ok && k < n; at = t.turn_ends[size_t(k)], ++k)
       ok = at <= t.turn_starts[size_t(k)] && t.turn_starts[size_t(k)] < t.turn_ends[size_t(k)] &&
            t.turn_ends[size_t(k)] <= r;
-    ok = ok && t.open_turn <= r && (t.open_turn < 0 || n == 0 || t.open_turn >= t.turn_ends.back());
+    ok = ok && t.open_turn <= r && (t.open_turn < 0 || n == 0 || t.open_turn >= t.turn_ends.back()) &&
+         (r == 0 || n > 0 || t.open_turn >= 0);  // tokens past the reset: some turn made them
     SLIMPI_CHECK(ok, "episodes: {} resumed with a record that does not hold together ({} turns, {} response tokens, "
                  "open turn at {}): the checkpoint's async_work.h5 and async_state.json disagree", e.id, n, r,
                  t.open_turn);

@@ -22,6 +22,7 @@
 #    under way in checkpoint 2 (some past their first turns) ends as a trajectory that begins
 #    with the checkpointed tokens, log-probs and loss mask bit for bit (replayed into a fresh
 #    environment process), whose model turns the environment's log shows sent again unchanged;
+#    a group with an episode its environment failed is recorded, not trained;
 #  * slimpi generate runs episodes; postprocess/transcript.py shows one;
 #  * refused with the reason: an environment without reward.style = "environment" and the
 #    reverse, full async with rollout.partial other than continue, ReMax, command keys without the command environment, a command
@@ -241,6 +242,26 @@ for (g, i), t in zip(order, turns):
 assert replayed > 0, "no model turn was sent again"
 print(f"env_runs: full async kill -9: {len(under_way)} episodes under way in checkpoint 2 ({past_first} past a turn) "
       f"continue bit for bit; {replayed} model turns replayed unchanged")
+PY
+
+echo "== full async: a group with an episode its environment failed is not trained"
+args=("${base[@]}" --set run.n_steps=2 --set train.async=full --set parallel.trainer_ranks=1
+      --set "rollout.env_command=$probe --fault lie")
+run 3 full_fault
+/usr/bin/python3 - "$out/full_fault" <<'PY'
+import sys, collections
+import h5py, numpy as np
+with h5py.File(sys.argv[1] + "/rollouts.h5") as f:
+    g = f["samples"]
+    groups = collections.defaultdict(list)
+    for gi, st, rw in zip(g["group_index"][:], g["status"][:], g["reward"][:]):
+        groups[int(gi)].append((int(st), float(rw)))
+failed = {k: v for k, v in groups.items() if any(st == 8 for st, _ in v)}
+assert failed, "no episode failed"
+for k, v in failed.items():
+    assert all(st in (5, 8) for st, _ in v), (k, v)  # the others recorded as filtered, never trained
+    assert all(np.isnan(rw) for st, rw in v if st == 8), (k, v)
+print(f"env_runs: full async: {len(failed)} groups with a failed episode, none trained")
 PY
 
 echo "== slimpi generate runs episodes; transcript.py shows one"
