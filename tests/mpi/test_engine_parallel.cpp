@@ -167,6 +167,15 @@ TEST(TensorParallelEngine, Bf16) { expect_engines_match_one_rank(2, false, at::k
 // Two key/value heads over four ranks: each rank caches the one its query heads use.
 TEST(TensorParallelEngine, ReplicatedKeyValueHeads) { expect_engines_match_one_rank(4, false, at::kFloat, 2); }
 
+// The world's first layout.n_members() ranks as the sliced sync's communicator
+// (MPI_COMM_NULL on the others; collective over the world).
+MPI_Comm sync_members(const SyncLayout& layout) {
+  const int rank = world_rank();
+  MPI_Comm sync_mpi;
+  MPI_Comm_split(MPI_COMM_WORLD, rank < layout.n_members() ? 0 : MPI_UNDEFINED, rank, &sync_mpi);
+  return sync_mpi;
+}
+
 // One sliced sync over the world's first layout.n_members() ranks: trainer members hold
 // shards of the model drawn with seed 11, engines shards of seed 12 (in `wire`); after
 // the sync every engine rank holds its slice of the seed-11 model in `wire`.
@@ -174,10 +183,8 @@ void expect_sliced_sync_delivers_slices(const SyncLayout& layout, bool moe, at::
                                         int mtp = 0) {
   const int rank = world_rank();
   if (world_size() < layout.n_members()) GTEST_SKIP() << "needs " << layout.n_members() << " ranks";
-  const bool member = rank < layout.n_members();
-  MPI_Comm sync_mpi;
-  MPI_Comm_split(MPI_COMM_WORLD, member ? 0 : MPI_UNDEFINED, rank, &sync_mpi);
-  if (!member) return;
+  MPI_Comm sync_mpi = sync_members(layout);
+  if (sync_mpi == MPI_COMM_NULL) return;
   MpiComm sync(sync_mpi, "sliced_sync");
   const ModelConfig cfg = engine_model_config(moe, kv_heads, mtp);
   const bool trainer = rank < layout.n_trainer_members();
@@ -275,10 +282,8 @@ TEST(SlicedWeightSync, DeltasDeliverWhatWholeSyncsDo) {
   const SyncLayout layout{2, 1, 1, 2};
   const int rank = world_rank();
   if (world_size() < layout.n_members()) GTEST_SKIP() << "needs " << layout.n_members() << " ranks";
-  const bool member = rank < layout.n_members();
-  MPI_Comm sync_mpi;
-  MPI_Comm_split(MPI_COMM_WORLD, member ? 0 : MPI_UNDEFINED, rank, &sync_mpi);
-  if (!member) return;
+  MPI_Comm sync_mpi = sync_members(layout);
+  if (sync_mpi == MPI_COMM_NULL) return;
   MpiComm sync(sync_mpi, "sliced_sync");
   const ModelConfig cfg = engine_model_config(false);
   const bool trainer = rank < layout.n_trainer_members();
