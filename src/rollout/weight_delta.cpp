@@ -5,6 +5,10 @@
 
 #include <xxhash.h>
 
+#include <cstdlib>
+
+#include "parallel/comm_tensor.h"
+
 namespace slimpi {
 namespace {
 
@@ -55,6 +59,25 @@ void apply_bucket(const at::Tensor& bucket, DeltaKind kind, int64_t changed, con
   const at::Tensor idx = payload.narrow(0, 0, 4 * changed).view(at::kInt).to(at::kLong);
   const at::Tensor values = payload.narrow(0, 4 * changed, element_size * changed).view(word);
   bucket.view(word).index_copy_(0, idx, values);
+}
+
+DeltaVersions::DeltaVersions(DeltaSyncConfig cfg) : cfg_(cfg) {
+  SLIMPI_CHECK(!cfg_.enabled || cfg_.anchor_interval >= 1, "weight sync: a delta anchor every {} syncs",
+               cfg_.anchor_interval);
+}
+
+bool DeltaVersions::delta_possible(Comm& comm, bool have_copy) const {
+  // max(-base) = -min(base): all equal when it meets max(base).
+  const bool due = comm.rank() == 0 && since_anchor_ + 1 >= cfg_.anchor_interval;
+  at::Tensor a = at::tensor({-base_, base_, int64_t(due), int64_t(!have_copy)}, at::kLong);
+  allreduce(comm, a, ReduceOp::Max);
+  const int64_t* m = a.data_ptr<int64_t>();
+  return -m[0] == m[1] && m[1] >= 0 && m[2] == 0 && m[3] == 0;
+}
+
+bool delta_corruption_due(int64_t version) {
+  const char* at_version = std::getenv("SLIMPI_FAULT_DELTA_CORRUPT_AT");
+  return at_version && std::atoll(at_version) == version;
 }
 
 uint64_t xxh3_of(const at::Tensor& bytes) {

@@ -4,8 +4,10 @@
 // sent as whichever is smaller of
 //   raw     the bucket's bytes, or
 //   sparse  K int32 element indices within the bucket, then their K new words.
-// Pure functions on byte tensors (uint8, one device); the protocol around them (who
-// holds which version, anchors, checksums) is WeightSync's (rollout/weight_sync.h).
+// The codec is pure functions on byte tensors (uint8, one device). DeltaVersions keeps
+// the one piece of protocol both routes share (which version each member's copy holds,
+// when an anchor is due); the transfers and checks around them are WeightSync's
+// (broadcast, rollout/weight_sync.h) and SlicedWeightSync's (rollout/weight_sync_plan.h).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -13,6 +15,40 @@
 #include <cstdint>
 
 namespace slimpi {
+
+class Comm;
+
+struct DeltaSyncConfig {
+  bool enabled = false;          // rollout.weight_sync = "delta"
+  int64_t anchor_interval = 10;  // rollout.delta_anchor_interval: a whole sync every this many
+};
+
+// One member's side of delta sync: the version its copy holds (-1: none) and the deltas
+// since the last whole sync (an anchor).
+class DeltaVersions {
+ public:
+  explicit DeltaVersions(DeltaSyncConfig cfg);
+  bool enabled() const { return cfg_.enabled; }
+  // Collective over `comm`: every member holds the same version and has its copy at hand
+  // (`have_copy`), and member 0 has no anchor due.
+  bool delta_possible(Comm& comm, bool have_copy) const;
+  void delta_sent(int64_t version) {
+    base_ = version;
+    ++since_anchor_;
+  }
+  // A whole sync of `version`; `holds`: this member keeps a copy of it.
+  void whole_sent(int64_t version, bool holds) {
+    base_ = holds ? version : -1;
+    since_anchor_ = 0;
+  }
+
+ private:
+  DeltaSyncConfig cfg_;
+  int64_t base_ = -1, since_anchor_ = 0;
+};
+
+// Fault injection for the tests: SLIMPI_FAULT_DELTA_CORRUPT_AT names `version`.
+bool delta_corruption_due(int64_t version);
 
 enum class DeltaKind : int64_t { Raw = 0, Sparse = 1 };
 

@@ -7,7 +7,6 @@
 #include <fmt/ranges.h>
 
 #include <climits>
-#include <cstdlib>
 
 #include "core/log.h"
 #include "core/timer.h"
@@ -45,9 +44,7 @@ WeightImage weight_image(const Transformer& model, at::ScalarType dtype) {
   return image;
 }
 
-WeightSync::WeightSync(Comm& sync, int64_t bucket_bytes, DeltaSyncConfig delta) : comm_(sync), delta_(delta) {
-  SLIMPI_CHECK(!delta_.enabled || delta_.anchor_interval >= 1, "weight sync: a delta anchor every {} syncs",
-               delta_.anchor_interval);
+WeightSync::WeightSync(Comm& sync, int64_t bucket_bytes, DeltaSyncConfig delta) : comm_(sync), versions_(delta) {
   SLIMPI_CHECK(bucket_bytes > 0, "weight sync bucket of {} bytes", bucket_bytes);
   bucket_ = at::empty({bucket_bytes}, at::TensorOptions().dtype(at::kByte).device(
                                           sync.device_memory() ? at::Device(at::kCUDA) : at::Device(at::kCPU)));
@@ -113,16 +110,6 @@ void WeightSync::broadcast_packed(const std::vector<NamedTensor>& params,
   }
 }
 
-bool WeightSync::delta_possible(bool have_flat) {
-  // Every rank holds the same version (min = max >= 0), each has the flat buffer, and
-  // the root has no anchor due.
-  const bool due = comm_.rank() == 0 && (since_anchor_ + 1 >= delta_.anchor_interval);
-  at::Tensor a = at::tensor({-base_version_, base_version_, int64_t(due), int64_t(!have_flat)}, at::kLong);
-  allreduce(comm_, a, ReduceOp::Max);
-  const int64_t* m = a.data_ptr<int64_t>();
-  return -m[0] == m[1] && m[1] >= 0 && m[2] == 0 && m[3] == 0;
-}
-
 bool WeightSync::send_delta(const at::Tensor& bytes, int64_t version, int64_t element_size, WeightSyncStats& stats) {
   const bool root = comm_.rank() == 0;
   // Buckets of whole elements, fewer than 2^31 of them (the sparse form's int32 indices).
@@ -150,8 +137,7 @@ bool WeightSync::send_delta(const at::Tensor& bytes, int64_t version, int64_t el
     ++stats.n_buckets;
   }
   stats.density = total > 0 ? double(changed) / double(total / element_size) : 0.0;
-  if (const char* at_version = std::getenv("SLIMPI_FAULT_DELTA_CORRUPT_AT");
-      at_version && comm_.rank() == 1 && std::atoll(at_version) == version) {
+  if (comm_.rank() == 1 && delta_corruption_due(version)) {
     log::warn("fault injection: flipping a byte of version {}'s weights after its delta", version);
     at::Tensor b = bytes.narrow(0, 0, 1);
     b.bitwise_xor_(1);
@@ -184,11 +170,10 @@ WeightSyncStats WeightSync::sync(const std::vector<NamedTensor>& params, int64_t
   const bool in_place = flat.defined() && flat.is_contiguous() && flat.device() == bucket_.device() &&
                         flat.numel() * static_cast<int64_t>(flat.element_size()) == param_bytes;
   const at::Tensor flat_bytes = in_place ? flat.detach().view({-1}).view(at::kByte) : at::Tensor();
-  if (delta_.enabled && delta_possible(in_place)) {
+  if (versions_.enabled() && versions_.delta_possible(comm_, in_place)) {
     stats.anchor = false;
     if (send_delta(flat_bytes, *version, int64_t(flat.element_size()), stats)) {
-      base_version_ = *version;
-      ++since_anchor_;
+      versions_.delta_sent(*version);
       if (!checksum) stats.checksum = 0;
       stats.seconds = clock.seconds();
       return stats;
@@ -212,11 +197,10 @@ WeightSyncStats WeightSync::sync(const std::vector<NamedTensor>& params, int64_t
   } else {
     broadcast_packed(params, account);
   }
-  if (delta_.enabled) {  // an anchor: every copy now holds this version
+  if (versions_.enabled()) {  // an anchor: every copy now holds this version
     stats.anchor = true;
     stats.density = 1;
-    base_version_ = in_place ? *version : -1;
-    since_anchor_ = 0;
+    versions_.whole_sent(*version, in_place);
     if (comm_.rank() == 0 && in_place) last_ = flat_bytes.clone();
   }
   stats.checksum = checksum ? hash : 0;

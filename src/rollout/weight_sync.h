@@ -30,6 +30,7 @@
 
 #include "model/transformer.h"
 #include "parallel/comm.h"
+#include "rollout/weight_delta.h"
 
 namespace slimpi {
 
@@ -48,10 +49,6 @@ struct WeightSyncStats {
   bool anchor = true, resent = false;
 };
 
-struct DeltaSyncConfig {
-  bool enabled = false;         // rollout.weight_sync = "delta"
-  int64_t anchor_interval = 10;  // rollout.delta_anchor_interval: a whole sync every this many
-};
 
 // The model's weights as `dtype` for sending: its own flat buffer and tensors when they
 // already are (no copy), else one converted copy made now (flat + views in the same
@@ -78,15 +75,11 @@ class WeightSync {
   void agree_on_tensors(const std::vector<NamedTensor>& params, int64_t* version);
   // The tensors as one byte stream in buckets (when they are not one flat buffer).
   void broadcast_packed(const std::vector<NamedTensor>& params, const std::function<void(const at::Tensor&)>& account);
-  // Delta sync: whether this sync may be a delta (collective), and the delta itself over
-  // `bytes` (the flat buffer as uint8); returns false when an engine's check failed.
-  bool delta_possible(bool have_flat);
+  // Delta sync over `bytes` (the flat buffer as uint8); false when an engine's check failed.
   bool send_delta(const at::Tensor& bytes, int64_t version, int64_t element_size, WeightSyncStats& stats);
   Comm& comm_;
   at::Tensor bucket_;  // [bucket_bytes] uint8, host or device as the backend wants
-  DeltaSyncConfig delta_;
-  int64_t base_version_ = -1;   // the version this rank's copy holds (-1: none)
-  int64_t since_anchor_ = 0;    // deltas since the last whole sync
+  DeltaVersions versions_;
   at::Tensor last_;             // root: the bytes it last sent (uint8)
 };
 

@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <climits>
-#include <cstdlib>
 #include <map>
 #include <sstream>
 #include <tuple>
@@ -115,7 +114,7 @@ int64_t WeightSyncPlan::total_elements() const {
 
 SlicedWeightSync::SlicedWeightSync(Comm& sync, const ModelConfig& cfg, const SyncLayout& layout, int64_t bucket_bytes,
                                    DeltaSyncConfig delta)
-    : comm_(sync), cfg_(cfg), layout_(layout), bucket_bytes_(bucket_bytes), delta_(delta) {
+    : comm_(sync), cfg_(cfg), layout_(layout), bucket_bytes_(bucket_bytes), versions_(delta) {
   SLIMPI_CHECK(bucket_bytes > 0, "weight sync bucket of {} bytes", bucket_bytes);
   SLIMPI_CHECK(sync.size() == layout.n_members(),
                "sliced weight sync: {} members for {} trainer ranks + {} engines of {} ranks", sync.size(),
@@ -242,10 +241,9 @@ WeightSyncStats SlicedWeightSync::sync(const std::vector<NamedTensor>& local, at
   for (const auto& p : local) by_name[p.name] = &p.tensor;
   const std::vector<WeightPiece>& pieces = plan_.pieces();
   WeightSyncStats stats;
-  if (delta_.enabled && delta_possible()) {
+  if (versions_.enabled() && versions_.delta_possible(comm_, true)) {
     if (send_deltas(by_name, wire, *version, stats)) {
-      base_version_ = *version;
-      ++since_anchor_;
+      versions_.delta_sent(*version);
       stats.anchor = false;
       stats.seconds = clock.seconds();
       return stats;
@@ -257,8 +255,7 @@ WeightSyncStats SlicedWeightSync::sync(const std::vector<NamedTensor>& local, at
   // Pairs in the plan's (receiver, sender) order; each pair's pieces back to back in buckets.
   const int me = comm_.rank();
   for (size_t a = 0; a < pieces.size();) {
-    size_t b = a;
-    while (b < pieces.size() && pieces[b].dst == pieces[a].dst && pieces[b].src == pieces[a].src) ++b;
+    const size_t b = pair_end(a);
     const int src = pieces[a].src, dst = pieces[a].dst;
     if (src == me) {
       const uint64_t hash = send_pair(by_name, a, b, wire, stats);
@@ -279,10 +276,9 @@ WeightSyncStats SlicedWeightSync::sync(const std::vector<NamedTensor>& local, at
     }
     a = b;
   }
-  if (delta_.enabled) {  // an anchor: every member now holds this version
+  if (versions_.enabled()) {  // an anchor: every member now holds this version
     remember_sent(by_name, wire);
-    base_version_ = *version;
-    since_anchor_ = 0;
+    versions_.whole_sent(*version, true);
   }
   stats.seconds = clock.seconds();
   return stats;
@@ -311,19 +307,17 @@ void SlicedWeightSync::unpack_stream(const LocalTensors& local, size_t first, si
 void SlicedWeightSync::remember_sent(const LocalTensors& local, at::ScalarType wire) {
   const std::vector<WeightPiece>& pieces = plan_.pieces();
   for (size_t a = 0; a < pieces.size();) {
-    size_t b = a;
-    while (b < pieces.size() && pieces[b].dst == pieces[a].dst && pieces[b].src == pieces[a].src) ++b;
+    const size_t b = pair_end(a);
     if (pieces[a].src == comm_.rank()) sent_[a] = pair_stream(local, a, b, wire, true);
     a = b;
   }
 }
 
-bool SlicedWeightSync::delta_possible() {
-  const bool due = comm_.rank() == 0 && since_anchor_ + 1 >= delta_.anchor_interval;
-  at::Tensor a = at::tensor({-base_version_, base_version_, int64_t(due)}, at::kLong);
-  allreduce(comm_, a, ReduceOp::Max);
-  const int64_t* m = a.data_ptr<int64_t>();
-  return -m[0] == m[1] && m[1] >= 0 && m[2] == 0;
+size_t SlicedWeightSync::pair_end(size_t first) const {
+  const std::vector<WeightPiece>& pieces = plan_.pieces();
+  size_t last = first;
+  while (last < pieces.size() && pieces[last].dst == pieces[first].dst && pieces[last].src == pieces[first].src) ++last;
+  return last;
 }
 
 bool SlicedWeightSync::send_deltas(const LocalTensors& local, at::ScalarType wire, int64_t version,
@@ -334,8 +328,7 @@ bool SlicedWeightSync::send_deltas(const LocalTensors& local, at::ScalarType wir
   const int64_t chunk = std::min(bucket_bytes_ / elem, int64_t(INT32_MAX)) * elem;  // whole elements, < 2^31
   int64_t changed = 0, bad = 0;
   for (size_t a = 0; a < pieces.size();) {
-    size_t b = a;
-    while (b < pieces.size() && pieces[b].dst == pieces[a].dst && pieces[b].src == pieces[a].src) ++b;
+    const size_t b = pair_end(a);
     const int src = pieces[a].src, dst = pieces[a].dst;
     if (src == me) {
       const at::Tensor now = pair_stream(local, a, b, wire, true), &before = sent_.at(a);
@@ -361,8 +354,7 @@ bool SlicedWeightSync::send_deltas(const LocalTensors& local, at::ScalarType wir
         if (h[2] > 0) recv(comm_, payload, src);
         apply_bucket(mine.narrow(0, start, n), DeltaKind(h[0]), h[1], payload, elem);
       }
-      if (const char* at_version = std::getenv("SLIMPI_FAULT_DELTA_CORRUPT_AT");
-          at_version && std::atoll(at_version) == version && me == layout_.n_trainer_members() && bad == 0) {
+      if (me == layout_.n_trainer_members() && bad == 0 && delta_corruption_due(version)) {
         log::warn("fault injection: flipping a byte of version {}'s weights from sync rank {} after its delta",
                   version, src);
         mine.narrow(0, 0, 1).bitwise_xor_(1);

@@ -38,6 +38,7 @@
 
 #include "core/named_tensor.h"
 #include "model/model_config.h"
+#include "rollout/weight_delta.h"
 #include "rollout/weight_sync.h"
 
 namespace slimpi {
@@ -123,10 +124,11 @@ class SlicedWeightSync {
   at::Tensor pair_stream(const LocalTensors& local, size_t first, size_t last, at::ScalarType wire, bool sender) const;
   void unpack_stream(const LocalTensors& local, size_t first, size_t last, at::ScalarType wire,
                      const at::Tensor& bytes) const;
-  // Delta sync: whether every member holds the same version and no anchor is due
-  // (collective); one delta pass over every pair (false: a receiver's check failed);
-  // the senders' copies after a whole sync.
-  bool delta_possible();
+  // The end of the pair that starts at piece `first` (the plan's pieces of one
+  // (receiver, sender) pair are consecutive).
+  size_t pair_end(size_t first) const;
+  // Delta sync: one delta pass over every pair (false: a receiver's check failed); the
+  // senders' copies after a whole sync.
   bool send_deltas(const LocalTensors& local, at::ScalarType wire, int64_t version, WeightSyncStats& stats);
   void remember_sent(const LocalTensors& local, at::ScalarType wire);
   Comm& comm_;
@@ -137,8 +139,7 @@ class SlicedWeightSync {
   bool checksum_ = false;  // this sync's
   WeightSyncPlan plan_;
   at::Tensor bucket_;  // [bucket_bytes] uint8 on the backend's side
-  DeltaSyncConfig delta_;
-  int64_t base_version_ = -1, since_anchor_ = 0;  // as WeightSync's
+  DeltaVersions versions_;
   std::map<size_t, at::Tensor> sent_;             // sender: a pair's first piece -> its wire bytes last sent
 };
 
