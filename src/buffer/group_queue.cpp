@@ -37,10 +37,7 @@ void GroupQueue::retire(Group group) {
 void GroupQueue::add(Group group, bool kept, int64_t step) {
   if (!kept) {
     for (auto& s : group.samples) {
-      if (s.status == SampleStatus::EnvFailed)  // recorded as it failed, its reward meaningless
-        s.reward = std::numeric_limits<float>::quiet_NaN();
-      else
-        slimpi::retire(s, SampleStatus::Filtered);
+      slimpi::retire(s, SampleStatus::Filtered);  // (a failed episode stays EnvFailed)
       unused_.push_back(std::move(s));
     }
   } else if (is_stale(group.samples, step)) {

@@ -15,8 +15,16 @@ void retire(Sample& s, SampleStatus why) {
   SLIMPI_CHECK(why == SampleStatus::Filtered || why == SampleStatus::Surplus || why == SampleStatus::Stale ||
                    why == SampleStatus::Baseline,
                "retire: status {} is not one of an untrained sample", int(why));
+  if (s.status == SampleStatus::EnvFailed) {
+    s.reward = std::numeric_limits<float>::quiet_NaN();
+    return;
+  }
   s.status = why;
   s.reward = why == SampleStatus::Filtered ? 0.0f : std::numeric_limits<float>::quiet_NaN();
+}
+
+bool any_episode_failed(std::vector<Sample>::const_iterator first, std::vector<Sample>::const_iterator last) {
+  return std::any_of(first, last, [](const Sample& s) { return s.status == SampleStatus::EnvFailed; });
 }
 
 void add_response_metrics(const std::vector<Sample>& samples, std::map<std::string, double>& m) {

@@ -31,8 +31,12 @@ struct RolloutBatch {
 // A generated sample that is not trained, on its way to RolloutBatch::unused: status
 // Filtered (its group's rewards all agree; reward 0), Surplus (kept by the filter
 // beyond the batch's groups; reward NaN) or Stale (too old when its turn came; reward
-// NaN). raw_reward stays.
+// NaN). raw_reward stays. An episode its environment failed stays EnvFailed (reward
+// NaN), whatever its group is retired as.
 void retire(Sample& s, SampleStatus why);
+// Whether an episode of the group [first, last) failed in its environment: the group is
+// not trained (the failed reward says nothing about the policy).
+bool any_episode_failed(std::vector<Sample>::const_iterator first, std::vector<Sample>::const_iterator last);
 
 // What the rollout metrics of a batch read besides the batch.
 struct RolloutMetricsInputs {

@@ -131,8 +131,7 @@ void AsyncGenerator::score_finished() {
     for (auto& s : group.samples) s.raw_reward = r[next++];
     // A group with an episode its environment failed is not trained (as in the synchronous
     // loop: the failed reward says nothing about the policy), nor counted as filtered.
-    const bool env_failed = std::any_of(group.samples.begin(), group.samples.end(),
-                                        [](const Sample& x) { return x.status == SampleStatus::EnvFailed; });
+    const bool env_failed = any_episode_failed(group.samples.begin(), group.samples.end());
     const bool kept = !env_failed && filter_.keep(group_rewards);
     if (!kept && !env_failed) ++groups_filtered_;
     queue_.add(std::move(group), kept, step_);

@@ -151,10 +151,9 @@ void StepPhases::generate_batch(int64_t step, RolloutBatch& out) {
       }
       for (size_t g = 0; g * n < samples.size(); ++g) {
         const std::vector<float> group_rewards(r.begin() + g * n, r.begin() + (g + 1) * n);
-        // A group with an episode its environment failed is not trained (the failed reward
-        // says nothing about the policy): recorded with the filtered groups.
-        const bool env_failed = std::any_of(samples.begin() + std::ptrdiff_t(g * n), samples.begin() + std::ptrdiff_t((g + 1) * n),
-                                            [](const Sample& x) { return x.status == SampleStatus::EnvFailed; });
+        // A group with an episode its environment failed is recorded with the filtered groups.
+        const bool env_failed =
+            any_episode_failed(samples.begin() + std::ptrdiff_t(g * n), samples.begin() + std::ptrdiff_t((g + 1) * n));
         const bool keep = !env_failed && filter.keep(group_rewards);
         const bool surplus = keep && kept >= want;
         if (!keep && !env_failed) ++out.groups_dropped;
@@ -165,11 +164,8 @@ void StepPhases::generate_batch(int64_t step, RolloutBatch& out) {
           s.raw_reward = r[g * n + i];
           if (keep && !surplus) {
             out.kept.push_back(std::move(s));
-          } else if (s.status == SampleStatus::EnvFailed) {
-            s.reward = std::numeric_limits<float>::quiet_NaN();
-            out.unused.push_back(std::move(s));
           } else {
-            retire(s, keep ? SampleStatus::Surplus : SampleStatus::Filtered);
+            retire(s, keep ? SampleStatus::Surplus : SampleStatus::Filtered);  // (a failed episode stays EnvFailed)
             out.unused.push_back(std::move(s));
           }
         }
