@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Real Slurm (ctest label "slurm"): starts a private single-node Slurm (munge +
 # slurmctld + slurmd from Debian's packages, as root), submits jobs/slurm_run.sbatch
-# with a 1-minute limit and --signal=USR1@30 for a run of ~60 s of compute (Slurm sends
-# the warning within 30 s of the start then, so the run needs at least two starts), and
-# checks that the run checkpoints on the signal, requeues itself, resumes, and reaches
-# run.n_steps with the same metrics, rollouts and weights as a straight mpirun run.
+# with a 1-minute limit and --signal=USR1@30 for a run of ~45 s of compute (slurmctld
+# checks time limits every 30 s and sends the warning at the first check after a start,
+# so the run needs at least two starts), and checks that the run checkpoints on the
+# signal, requeues itself, resumes, and reaches run.n_steps with the same metrics,
+# rollouts and weights as a straight mpirun run. The number of steps comes from a short
+# calibration run on this machine (SLIMPI_SLURM_TEST_STEPS sets it instead).
 # Stops the daemons it started (by PID) however the test ends.
 # Usage: slurm_requeue.sh SLIMPI ROOT "MPIRUN FLAGS"
 set -euo pipefail
@@ -18,8 +20,15 @@ cleanup() { stop_local_slurm 2>/dev/null || true; rm -rf "$out"; }
 trap cleanup EXIT
 source "$root/tests/slurm/local_slurm.sh" "$out/slurm"
 cd "$root"
-steps=${SLIMPI_SLURM_TEST_STEPS:-3000}
-args=(inputs/smoke_rl.toml --set parallel.placement=colocate --set run.n_steps=$steps --set eval.interval=500)
+common=(inputs/smoke_rl.toml --set parallel.placement=colocate --set eval.interval=500)
+steps=${SLIMPI_SLURM_TEST_STEPS:-}
+if [ -z "$steps" ]; then  # ~45 s of steps here: more than the 30 s a start may run before its warning
+  $mpirun -np 2 "$slimpi" run "${common[@]}" --set run.n_steps=200 --set run.dir="$out/calibrate" \
+    >"$out/calibrate.log" 2>&1 || { cat "$out/calibrate.log"; exit 1; }
+  seconds=$(grep -oE "finished: step 200 of 200 in [0-9.]+ s" "$out/calibrate.log" | grep -oE "[0-9.]+ s$" | tr -d ' s')
+  steps=$(python3 -c "print(min(6000, max(600, int(45 * 200 / $seconds))))")
+fi
+args=("${common[@]}" --set run.n_steps=$steps)
 
 # The straight run for comparison first: run alongside the job, it would share the
 # cores, and Open MPI under srun (which does not know the node is oversubscribed)
