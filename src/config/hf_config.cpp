@@ -91,6 +91,20 @@ void refuse_unsupported_fields(const json& c, HfConfigReader& r) {
       }
   if (get_float(c, "attention_dropout").value_or(0.0) != 0.0) r.fail("attention_dropout != 0 is not supported");
   if (get_float(c, "partial_rotary_factor").value_or(1.0) != 1.0) r.fail("partial_rotary_factor != 1 is not supported");
+  // Block-wise FP8 checkpoints (model/fp8_blocks.h) load de-quantised; other schemes are refused.
+  if (auto q = c.find("quantization_config"); q != c.end() && !q->is_null()) {
+    const std::string method = q->value("quant_method", std::string("?"));
+    const json block = q->value("weight_block_size", json::array({128, 128}));
+    if (method != "fp8")
+      r.fail("quantization_config.quant_method '{}' is not supported (fp8, block-wise e4m3)", method);
+    else if (q->value("fmt", std::string("e4m3")) != "e4m3")
+      r.fail("quantization_config.fmt '{}' is not supported (e4m3)", q->value("fmt", std::string()));
+    else if (block != json::array({128, 128}))
+      r.fail("quantization_config.weight_block_size {} is not supported ([128, 128])", block.dump());
+    else if (q->value("activation_scheme", std::string("dynamic")) != "dynamic")
+      r.fail("quantization_config.activation_scheme '{}' is not supported (dynamic)",
+             q->value("activation_scheme", std::string()));
+  }
 }
 
 // The fields every family has, then the family's own (arch/architecture.h), then the

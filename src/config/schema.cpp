@@ -182,9 +182,13 @@ std::vector<KeySpec> declare_keys() {
               "rollout.weight_sync = \"delta\": a whole sync (an anchor) every this many; the first sync of a job "
               "is always one"),
       bool_key("rollout.check_weight_update", false, "engines verify a checksum of every weight update"),
-      choice_key("rollout.precision", "fp32", {"fp32", "bf16"},
+      choice_key("rollout.precision", "fp32", {"fp32", "bf16", "fp8"},
                  "rollout engine precision: bf16 = bf16 weights, KV cache and matrix products; the weight "
-                 "sync sends bf16 (half the bytes), rounded once from the fp32 masters"),
+                 "sync sends bf16 (half the bytes), rounded once from the fp32 masters; fp8 = every linear "
+                 "projection's weight in e4m3 with an fp32 scale per 128 x 128 block (DeepSeek-V3's layout), "
+                 "quantised from the masters at every sync (those weights at half of bf16's bytes), embeddings, head "
+                 "and norms bf16; on the CPU the products run in bf16 on the de-quantised weights (bf16's "
+                 "speed and memory), KV cache bf16"),
       float_key("rollout.temperature", 1.0, 0.0, 100.0, "", "sampling temperature (0 = greedy); log-probs use it too"),
       int_key("rollout.top_k", 0, 0, 1e9, "tokens", "sample among the k most likely tokens (0 = off)"),
       float_key("rollout.top_p", 1.0, 0.0, 1.0, "", "nucleus sampling mass (1 = off)"),

@@ -42,6 +42,24 @@ void check_delta_sync_keys(const Deck& deck) {
                     deck.get_string("rollout.weight_sync"), deck.source("rollout.weight_sync"));
 }
 
+// rollout.precision = "fp8" (rollout/fp8_weights.h): the sync quantises whole tensors
+// (128 x 128 blocks of the whole matrix), so a route that moves slices, or a colocated
+// engine that refreshes a shard of its own, would quantise other blocks.
+void check_fp8_rollout(const Deck& deck, const WorldLayout& layout) {
+  if (deck.get_string("rollout.precision") != "fp8" || deck.get_string("train.mode") != "rl") return;
+  const std::string why = fmt::format("rollout.precision = \"fp8\" ({}) quantises each whole weight matrix in "
+                                      "128 x 128 blocks at every sync", deck.source("rollout.precision"));
+  if (layout.placement == Placement::Split && deck.get_string("rollout.weight_sync_route") == "sliced")
+    SLIMPI_FAIL_ALL("{}: rollout.weight_sync_route = \"sliced\" ({}) moves slices; use \"broadcast\" or \"auto\" "
+                    "(auto takes broadcast for fp8)", why, deck.source("rollout.weight_sync_route"));
+  const int64_t tp = deck.get_int("parallel.tensor_parallel"), ep = deck.get_int("parallel.expert_parallel");
+  if (layout.placement == Placement::Colocate && (tp > 1 || ep > 1))
+    SLIMPI_FAIL_ALL("{}: colocated engines under model parallelism (parallel.tensor_parallel = {}, {}; "
+                    "parallel.expert_parallel = {}, {}) refresh from shards, which is not built for fp8; use "
+                    "parallel.placement = \"split\"", why, tp, deck.source("parallel.tensor_parallel"), ep,
+                    deck.source("parallel.expert_parallel"));
+}
+
 // Keys only train.async = "full" reads, and the rules among them.
 void check_full_async_keys(const Deck& deck) {
   const bool full = deck.get_string("train.async") == "full";
@@ -240,6 +258,7 @@ RunConfigs check_run_deck(const Deck& deck, const WorldLayout& layout) {
   check_overlap(deck, layout);
   check_full_async_keys(deck);
   check_delta_sync_keys(deck);
+  check_fp8_rollout(deck, layout);
   if (deck.get_string("data.path").empty())
     SLIMPI_FAIL_ALL("train.mode = \"{}\" ({}) needs a data file: set data.path", deck.get_string("train.mode"),
                     deck.source("train.mode"));

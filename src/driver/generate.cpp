@@ -16,6 +16,7 @@
 #include "io/rollout_log.h"
 #include "io/tensor_io.h"
 #include "kernels/counter_rng.h"
+#include "rollout/fp8_weights.h"
 #include "rollout/rollout_config.h"
 #include "env/environment.h"
 #include "rollout/episode_runner.h"
@@ -81,9 +82,16 @@ int run_generate(RunContext& ctx) {
   const std::vector<GenerationRequest> requests = generation_requests(prompts, rc, seed);
 
   const at::Device device = ctx.device.use_cuda ? at::Device(at::kCUDA, ctx.device.gpu) : at::Device(at::kCPU);
-  Transformer model(mc, seed, device, weight_dtype(parse_precision(deck.get_string("rollout.precision"))));
+  const std::string& precision = deck.get_string("rollout.precision");
+  Transformer model(mc, seed, device, rollout_weight_dtype(precision));
   const std::string& init_from = deck.get_string("model.init_from");
-  if (!init_from.empty()) load_model_weights(model.parameters(), init_from);
+  if (precision == "fp8") {  // the weights through FP8 blocks, quantised from fp32 (rollout/fp8_weights.h)
+    Transformer masters(mc, seed, device);
+    if (!init_from.empty()) load_model_weights(masters.parameters(), init_from);
+    copy_through_fp8(masters, model);
+  } else if (!init_from.empty()) {
+    load_model_weights(model.parameters(), init_from);
+  }
   log::info("generate: {} prompts x {} samples on {} engine(s); policy {} parameters from {}", requests.size(),
             rc.n_samples_per_prompt, ctx.world->size(), model.n_params(),
             init_from.empty() ? "the seeded init" : init_from);

@@ -13,6 +13,7 @@
 #include "model/precision.h"
 #include "model/transformer.h"
 #include "parallel/comm.h"
+#include "rollout/fp8_weights.h"
 #include "rollout/rollout_side.h"
 #include "rollout/weight_sync.h"
 #include "rollout/weight_sync_plan.h"
@@ -171,8 +172,9 @@ void build_models(const RunContext& ctx, const std::string& resume_from, RunComp
   // of the tensor group's ranks (rollout.tensor_parallel = parallel.tensor_parallel)
   // runs the policy's shards themselves, or its own copy of this rank's shard (bf16,
   // or every expert where expert parallelism holds some of them).
-  const at::ScalarType rollout_weights = weight_dtype(parse_precision(deck.get_string("rollout.precision")));
+  const at::ScalarType rollout_weights = rollout_weight_dtype(deck.get_string("rollout.precision"));
   c.engine_weight_dtype = rollout_weights;
+  c.engine_fp8 = deck.get_string("rollout.precision") == "fp8";
   const WorldLayout& layout = ctx.world->layout();
   const int engine_tp = layout.engine_size;
   if (c.rl && engine_tp > 1)  // a layout fact, said by rank 0
@@ -256,6 +258,9 @@ void build_rollout(const RunContext& ctx, RunComponents& c) {
   if (c.engine_model && c.engine_model->tensor_shard().size > 1)  // receives whole, keeps its shard
     c.whole_engine_model = std::make_unique<Transformer>(c.configs.model, run_seed(deck), c.engine_model->device(),
                                                          c.engine_model->weight_dtype());
+  if (c.engine_fp8 && c.engine_model && !ctx.world->is_trainer())  // receives the fp8 image, keeps it
+    c.engine_fp8_image = std::make_unique<WeightImage>(
+        fp8_weight_image(c.whole_engine_model ? *c.whole_engine_model : *c.engine_model, /*quantize=*/false));
 }
 
 }  // namespace
@@ -263,6 +268,7 @@ void build_rollout(const RunContext& ctx, RunComponents& c) {
 bool sliced_weight_sync(const Deck& deck, const WorldLayout& layout) {
   const std::string& route = deck.get_string("rollout.weight_sync_route");
   if (route != "auto") return route == "sliced";
+  if (deck.get_string("rollout.precision") == "fp8") return false;  // fp8 quantises whole tensors (rollout/fp8_weights.h)
   // One-rank engines take the whole model either way; the broadcast's tree beats the
   // plan's one send per engine there (perf/bench_weight_sync.cpp).
   return layout.engine_size > 1;
@@ -305,6 +311,23 @@ void build_run_components(const RunContext& ctx, const std::string& resume_from,
   // and memory).
   malloc_trim(0);
   build_rollout(ctx, c);
+  // An fp8 engine's first weights through FP8 too (quantised from fp32, as every sync's).
+  if (c.engine_fp8 && c.engine_model && c.rl)
+    load_fp8_engine_weights(c, uint64_t(ctx.deck.get_int("run.seed")),
+                            resume_from.empty() ? ctx.deck.get_string("model.init_from") : std::string(), "model");
+}
+
+void load_fp8_engine_weights(RunComponents& c, uint64_t seed, const std::string& path, const std::string& group) {
+  Transformer& engine = *c.engine_model;
+  Transformer masters(engine.config(), seed, engine.device());  // fp32, whole: the seeded init or the file's
+  if (!path.empty()) load_model_weights(masters.parameters(), path, group);
+  if (!engine.sharded()) {
+    copy_through_fp8(masters, engine);
+    return;
+  }
+  Transformer whole(engine.config(), seed, engine.device(), engine.weight_dtype());
+  copy_through_fp8(masters, whole);
+  engine.copy_shard_from(whole);
 }
 
 }  // namespace slimpi

@@ -27,6 +27,7 @@ class Trainer;
 class Transformer;
 class WeightSync;
 class SlicedWeightSync;
+struct WeightImage;
 
 struct RunComponents {
   RunConfigs configs;
@@ -52,7 +53,9 @@ struct RunComponents {
   // receives before it keeps its shard
   std::unique_ptr<Transformer> whole_engine_model;
   std::unique_ptr<Transformer> whole_policy;    // split, model parallelism: trainer rank 0's gathered policy to push
-  at::ScalarType engine_weight_dtype = at::kFloat;  // rollout.precision's weight dtype
+  at::ScalarType engine_weight_dtype = at::kFloat;  // rollout.precision's weight dtype (fp8: bf16, de-quantised)
+  bool engine_fp8 = false;                      // rollout.precision = "fp8" (rollout/fp8_weights.h)
+  std::unique_ptr<WeightImage> engine_fp8_image;  // split fp8 rollout ranks: the last fp8 image received
   std::unique_ptr<Comm> sync_comm;              // split: the weight-sync path (World::sync or sliced_sync)
   std::unique_ptr<Trainer> trainer;             // trainer ranks
   std::unique_ptr<WeightSync> weight_sync;      // sync members, rollout.weight_sync_route = "broadcast"
@@ -74,5 +77,10 @@ RunComponents load_run_inputs(const RunContext& ctx, RunConfigs configs);
 // Stage 2: data sources, models (weights from model.init_from unless `resume_from`
 // is set), communicators, trainer, rollout side, weight sync. Collective.
 void build_run_components(const RunContext& ctx, const std::string& resume_from, RunComponents& c);
+
+// rollout.precision = "fp8": sets c.engine_model's weights through FP8 blocks from fp32
+// ones, the seeded init's (run seed `seed`) or those in `path` (group `group` of an
+// HDF5 file; a Hugging Face checkpoint), as the trainer's sync would quantise them.
+void load_fp8_engine_weights(RunComponents& c, uint64_t seed, const std::string& path, const std::string& group);
 
 }  // namespace slimpi

@@ -21,6 +21,7 @@
 #include "parallel/mpi_bytes.h"
 #include "parallel/watchdog.h"
 #include "reward/batch_scorer.h"
+#include "rollout/fp8_weights.h"
 #include "rollout/rollout_side.h"
 #include "rollout/weight_sync.h"
 #include "rollout/weight_sync_plan.h"
@@ -351,7 +352,8 @@ void StepPhases::push_weights(int64_t version, AsyncGenerator* async) {
     // from the shards), this rank's tensor shard (with every expert: gathered from the
     // expert group), or the policy in bf16.
     if (p.engine_model && p.policy) {
-      if (p.engine_model->sharded() || !p.policy->sharded()) copy_tensor_shard(*p.policy, *p.engine_model);
+      if (p.engine_fp8) copy_through_fp8(*p.policy, *p.engine_model);  // unsharded (check_run_deck)
+      else if (p.engine_model->sharded() || !p.policy->sharded()) copy_tensor_shard(*p.policy, *p.engine_model);
       else gather_whole_model(*p.policy, p.engine_model.get());
     }
     if (p.rollout_side) p.rollout_side->set_weight_version(version);
@@ -382,7 +384,11 @@ void StepPhases::push_weights(int64_t version, AsyncGenerator* async) {
                                : p.policy           ? *p.policy
                                : p.whole_engine_model ? *p.whole_engine_model
                                                       : *p.engine_model;
-    const WeightImage image = weight_image(whole, p.engine_weight_dtype);
+    // fp8 (rollout/fp8_weights.h): the sender quantises into a fresh image, an engine
+    // receives into the one it keeps and de-quantises it below.
+    const WeightImage image = p.engine_fp8_image ? *p.engine_fp8_image
+                              : p.engine_fp8     ? fp8_weight_image(whole, /*quantize=*/true)
+                                                 : weight_image(whole, p.engine_weight_dtype);
     s = p.weight_sync->sync(image.params, &v, check, image.flat);
     if (check) {
       uint64_t trainer_sum = s.checksum;
@@ -392,6 +398,8 @@ void StepPhases::push_weights(int64_t version, AsyncGenerator* async) {
       SLIMPI_CHECK(trainer_sum == s.checksum, "weight update {} arrived corrupted: checksum {:016x}, trainer's {:016x}",
                    v, s.checksum, trainer_sum);
     }
+    if (p.engine_fp8_image) load_fp8_image(*p.engine_fp8_image, p.whole_engine_model ? *p.whole_engine_model
+                                                                                 : *p.engine_model);
     if (p.whole_engine_model) p.engine_model->copy_shard_from(*p.whole_engine_model);
   }
   if (async) async->update_weights(v);  // between engine iterations; rollout.partial applies

@@ -24,7 +24,7 @@ struct DtypeName {
 };
 constexpr DtypeName kDtypes[] = {{at::kDouble, "F64"}, {at::kFloat, "F32"}, {at::kHalf, "F16"},
                                  {at::kBFloat16, "BF16"}, {at::kLong, "I64"}, {at::kInt, "I32"},
-                                 {at::kByte, "U8"}};
+                                 {at::kByte, "U8"}, {at::kFloat8_e4m3fn, "F8_E4M3"}};
 
 const char* dtype_name(at::ScalarType t) {
   for (const auto& d : kDtypes)

@@ -2,7 +2,7 @@
 // length N, N bytes of JSON {"<name>": {"dtype": "F32", "shape": [..],
 // "data_offsets": [begin, end]}, ..., "__metadata__": {..}} padded with spaces to a
 // multiple of 8, then the tensors' bytes back to back (offsets relative to that start).
-// Row-major, little-endian. Dtypes: F64 F32 F16 BF16 I64 I32 U8.
+// Row-major, little-endian. Dtypes: F64 F32 F16 BF16 I64 I32 U8 F8_E4M3.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -16,6 +16,7 @@
 #include "core/log.h"
 #include "io/safetensors.h"
 #include "io/tensor_pieces.h"
+#include "model/fp8_blocks.h"
 
 namespace slimpi {
 
@@ -105,7 +106,8 @@ namespace {
 // needs and the files lack, or one the files hold and the model does not use, is an
 // error listing them all (never dropped or left at its init). HF's non-parameter buffer
 // rotary_emb.inv_freq is skipped, and a stored lm_head.weight of a tied model is
-// accepted only when it equals the embedding it is tied to.
+// accepted only when it equals the embedding it is tied to. An FP8 checkpoint's e4m3
+// weights are de-quantised with their "<name>_scale_inv" block scales (model/fp8_blocks.h).
 void load_hf_tensors_into(const std::string& path, const std::vector<NamedTensor>& like, bool experts_sharded,
                           const StoredWhole& stored) {
   SafetensorsReader reader(path);
@@ -148,6 +150,11 @@ void load_hf_tensors_into(const std::string& path, const std::vector<NamedTensor
     if (wanted.count(name)) continue;
     if (experts_sharded && is_hf_expert_name(name)) continue;  // another shard's
     if (deepseek_mtp && is_deepseek_mtp_copy(name)) continue;  // an MTP depth's copy of the shared embedding or head
+    if (const std::string tail = "_scale_inv"; name.size() > tail.size() &&
+        name.compare(name.size() - tail.size(), tail.size(), tail) == 0 &&
+        wanted.count(name.substr(0, name.size() - tail.size())) &&
+        reader.entries().at(name.substr(0, name.size() - tail.size())).dtype == at::kFloat8_e4m3fn)
+      continue;  // an FP8 weight's block scales, read with it
     const std::string buffer = "rotary_emb.inv_freq";  // HF's non-parameter RoPE buffer
     if (name.size() >= buffer.size() && name.compare(name.size() - buffer.size(), buffer.size(), buffer) == 0) continue;
     if (name == "lm_head.weight" && tied && reader.contains("model.embed_tokens.weight") &&
@@ -181,6 +188,17 @@ void load_hf_tensors_into(const std::string& path, const std::vector<NamedTensor
   for (const auto& l : like) {  // one whole tensor read at a time
     if (!loaded(l)) continue;
     at::Tensor whole = reader.read(file_name(l.name));
+    if (whole.scalar_type() == at::kFloat8_e4m3fn) {
+      const std::string scales = fp8_scale_name(file_name(l.name));
+      SLIMPI_CHECK(reader.contains(scales) && whole.dim() == 2, "{}: {} is F8_E4M3 but {}", where, file_name(l.name),
+                   whole.dim() != 2 ? "not a matrix" : "the files hold no " + scales + " (its block scales)");
+      const at::Tensor s = reader.read(scales);
+      SLIMPI_CHECK(s.scalar_type() == at::kFloat && s.sizes().vec() == fp8_scale_shape(whole.size(0), whole.size(1)),
+                   "{}: {} is {} {}; a {}x{} F8_E4M3 weight in 128 x 128 blocks needs F32 {}", where, scales,
+                   std::string(c10::toString(s.scalar_type())), fmt::join(s.sizes(), "x"), whole.size(0), whole.size(1),
+                   fmt::join(fp8_scale_shape(whole.size(0), whole.size(1)), "x"));
+      whole = dequantize_fp8_blocks(whole, s, at::kFloat);
+    }
     if (deepseek_mtp && is_mtp_input_proj(l.name)) whole = swap_input_proj_halves(whole);  // [emb ; h] -> [h ; emb]
     l.tensor.copy_(stored.part_of(l.name, whole));
   }

@@ -19,7 +19,7 @@ namespace {
 // the engine's weight dtype, plus an MoE model's routing trace (int16 per expert choice).
 int64_t kv_tokens_in_memory(const Deck& deck, const ModelConfig& m, int64_t block_size) {
   const double gb = deck.get_float("rollout.kv_cache_memory_gb");
-  const int64_t element = deck.get_string("rollout.precision") == "bf16" ? 2 : 4;
+  const int64_t element = deck.get_string("rollout.precision") == "fp32" ? 4 : 2;  // bf16 and fp8: a bf16 cache
   const int e = int(deck.get_int("rollout.tensor_parallel"));  // each rank of an engine caches its key/value heads
   // A speculating engine caches its draft (the first MTP depth) beside the trunk's layers.
   const int64_t layers = m.n_layers + (deck.get_string("rollout.speculative") == "mtp" ? 1 : 0);

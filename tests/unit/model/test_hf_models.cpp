@@ -97,7 +97,8 @@ TEST_P(GoldenLogits, ModelFromConfigJsonMatchesTransformers) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenLogits,
                          ::testing::Values("llama_gqa_untied", "llama3_rope_tied_bias_bf16_sharded",
                                            "qwen2_linear_rope_sharded", "qwen3_head_dim_bf16", "qwen3_tied",
-                                           "qwen3_moe", "qwen3_moe_step2_bf16", "qwen2_moe_shared", "mixtral"));
+                                           "qwen3_moe", "qwen3_moe_step2_bf16", "qwen2_moe_shared", "mixtral",
+                                           "qwen3_fp8"));
 
 // Qwen3-MoE, Qwen2-MoE and Mixtral: every token's top-k experts in every sparse layer and the load-balancing
 // loss equal transformers'; replaying those experts gives the same logits, replaying
@@ -264,6 +265,14 @@ TEST_F(HfDir, ConfigFieldsThatChangeTheMathAndAreNotSupportedAreErrors) {
   fs::remove_all(tmp_ / "llama_gqa_untied");
   cases.emplace_back(error_of("heads", [](auto& c) { c["num_attention_heads"] = 0; }),
                      "'num_attention_heads' = 0 must be positive");
+  fs::remove_all(tmp_ / "llama_gqa_untied");
+  cases.emplace_back(error_of("awq", [](auto& c) { c["quantization_config"] = {{"quant_method", "awq"}}; }),
+                     "quantization_config.quant_method 'awq' is not supported (fp8, block-wise e4m3)");
+  fs::remove_all(tmp_ / "llama_gqa_untied");
+  cases.emplace_back(error_of("block", [](auto& c) {
+                       c["quantization_config"] = {{"quant_method", "fp8"}, {"weight_block_size", {64, 64}}};
+                     }),
+                     "quantization_config.weight_block_size [64,64] is not supported ([128, 128])");
   for (const auto& [message, want] : cases) EXPECT_NE(message.find(want), std::string::npos) << message;
 }
 
