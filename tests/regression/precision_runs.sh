@@ -8,7 +8,11 @@
 # (rollout.weight_sync = "delta", anchors every 5) gives the bf16 split run bit for bit
 # (every rollout token and log-prob); at this learning rate most elements change, so its
 # buckets go whole (at most a header more than a full sync); a job step resumed from a
-# checkpoint starts with an anchor.
+# checkpoint starts with an anchor. FP8 rollout (rollout.precision = "fp8", bf16 training):
+# the reward rises, the mismatch is larger than bf16's and visible, the sync moves the
+# bytes the fp8 image holds (e4m3 projections + fp32 block scales + bf16 rest), delta
+# sync over fp8 gives the same rollouts bit for bit, and a resumed job equals a straight
+# one (its engine's first weights through FP8 from the checkpoint's masters).
 # Usage: precision_runs.sh SLIMPI ROOT "MPIRUN FLAGS"
 set -euo pipefail
 source "$(dirname "$0")/run_helpers.sh"
@@ -30,6 +34,12 @@ run split_bf16_delta 4 split bf16 bf16 --set rollout.weight_sync=delta --set rol
 delta_resume=(--set rollout.weight_sync=delta --set rollout.delta_anchor_interval=5 --set run.n_steps=6 --set run.job_steps=3)
 run delta_resume 2 split bf16 bf16 "${delta_resume[@]}"
 run delta_resume 2 split bf16 bf16 "${delta_resume[@]}"
+run split_fp8 4 split bf16 fp8
+run split_fp8_delta 4 split bf16 fp8 --set rollout.weight_sync=delta --set run.n_steps=10
+run fp8_straight 2 split bf16 fp8 --set run.n_steps=6
+run fp8_resume 2 split bf16 fp8 --set run.n_steps=6 --set run.job_steps=3
+run fp8_resume 2 split bf16 fp8 --set run.n_steps=6 --set run.job_steps=3
+/usr/bin/python3 "$root/tests/regression/compare_runs.py" "$out/fp8_straight" "$out/fp8_resume"
 
 /usr/bin/python3 - "$out" <<'PY'
 import sys
@@ -42,7 +52,7 @@ def steps(name):
     n = 40
     return {k: s[k][:n] for k in ("rollout/raw_reward", "train/train_rollout_logprob_abs_diff")} | (
         {"bytes": s["perf/weight_sync_bytes"][:n]} if "weight_sync_bytes" in s["perf"] else {})
-runs = {name: steps(name) for name in ("colo_bf16", "split_bf16", "split_mixed", "split_fp32")}
+runs = {name: steps(name) for name in ("colo_bf16", "split_bf16", "split_mixed", "split_fp32", "split_fp8")}
 for name, m in runs.items():
     r = m["rollout/raw_reward"]
     first, last = r[:5].mean(), r[-5:].mean()
@@ -72,5 +82,23 @@ with h5py.File(f"{out}/delta_resume/metrics.h5") as f:  # a resumed job's first 
     assert np.array_equal(resumed, [1, 0, 0, 1, 0, 0]), resumed
 print(f"delta sync: the same rollouts; deltas {np.median(nbytes[anchor == 0]):.0f} bytes (median) against "
       f"{b16:.0f} whole, density {np.median(density[anchor == 0]):.3f} (median)")
+# FP8: a mismatch larger than bf16's, and the fp8 image's bytes: for smoke_rl's model (vocabulary 260,
+# d 32, 2 layers, 4 heads over 2 kv heads, MLP 64, untied) the projections are 2 x (32*32*2 + 2*16*32 + 3*32*64)
+# = 18432 e4m3 bytes with one block scale each (14 x 4 bytes), the embedding, head and norms 2*260*32 + 5*32
+# = 16800 bf16 elements.
+fp8 = runs["split_fp8"]
+fp8_mismatch = np.nanmean(fp8["train/train_rollout_logprob_abs_diff"])
+bf16_mismatch = np.nanmean(runs["split_bf16"]["train/train_rollout_logprob_abs_diff"])
+print(f"fp8: mean train/rollout log-prob |diff| {fp8_mismatch:.3g} (bf16 {bf16_mismatch:.3g}); sync bytes "
+      f"{fp8['bytes'][0]:.0f} (bf16 {b16:.0f}, {fp8['bytes'][0] / b16:.3f}x)")
+assert fp8_mismatch > 1e-4, "FP8 left no trace"  # bf16 engines beside bf16 training: ~5e-8
+assert fp8["bytes"][0] == 18432 + 14 * 4 + 2 * 16800, fp8["bytes"][0]
+with h5py.File(f"{out}/split_fp8/rollouts.h5") as a, h5py.File(f"{out}/split_fp8_delta/rollouts.h5") as b:
+    n = len(b["samples/tokens/offsets"]) - 1
+    for k in ("tokens/offsets", "rollout_log_probs/offsets"):
+        assert np.array_equal(a["samples/" + k][:n + 1], b["samples/" + k][:]), f"fp8 delta sync changed {k}"
+    for k in ("tokens/values", "rollout_log_probs/values"):
+        m = b["samples/" + k].shape[0]
+        assert np.array_equal(a["samples/" + k][:m], b["samples/" + k][:]), f"fp8 delta sync changed {k}"
 print("precision_runs: ok")
 PY
