@@ -21,6 +21,7 @@
 #include "mpi_bench_main.h"
 #include "model/transformer.h"
 #include "parallel/mpi_comm.h"
+#include "rollout/fp8_weights.h"
 #include "rollout/weight_sync.h"
 #include "rollout/weight_sync_plan.h"
 #include "train/whole_model.h"
@@ -95,6 +96,70 @@ BENCHMARK(BM_SlicedVsBroadcast)
     ->Iterations(6)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
+
+// rollout.precision = "fp8" (rollout/fp8_weights.h): where the quantisation runs, in one
+// run at np 2 (trainer rank 0 -> one engine), on a model of shape arg 0 (0: bench_model
+// above; 1: Qwen3-0.6B's: d 1024, 28 layers, 16 heads over 8 kv heads of 128, MLP 3072,
+// vocabulary 151936, tied):
+//   trainer side (built)  rank 0 quantises its fp32 masters into the fp8 image, sends it
+//                         (e4m3 projections + scales + bf16 rest), the engine de-quantises
+//   engine side           rank 0 sends bf16 (rounded from the masters), the engine
+//                         quantises and de-quantises what it received
+// Counters: trainer_side_ms, engine_side_ms, engine_over_trainer (> 1: the built side is
+// cheaper), and the bytes each sends (fp8_MB, bf16_MB). Both give the engine FP8
+// weights; the engine side quantises bf16-rounded values (not the masters), so its
+// numbers differ slightly: the comparison is of cost.
+ModelConfig qwen3_06b_shape() {
+  ModelConfig c;
+  c.vocab_size = 151936, c.hidden_size = 1024, c.n_layers = 28, c.n_heads = 16, c.n_kv_heads = 8;
+  c.explicit_head_dim = 128, c.intermediate_size = 3072, c.max_seq_len = 256, c.tie_word_embeddings = true;
+  c.qk_norm = true;
+  return c;
+}
+
+void BM_Fp8TrainerVsEngineSide(benchmark::State& state) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size != 2) {
+    state.SkipWithError("runs at np 2");
+    for (auto _ : state) {
+    }
+    return;
+  }
+  const ModelConfig cfg = state.range(0) == 1 ? qwen3_06b_shape() : bench_model();
+  MpiComm comm(MPI_COMM_WORLD, "sync");
+  WeightSync sync(comm, 256 << 20);
+  const bool root = rank == 0;
+  // Rank 0 the fp32 masters; the engine a bf16 model and its fp8 receive image.
+  Transformer model(cfg, 1, at::kCPU, root ? at::kFloat : at::kBFloat16);
+  WeightImage fp8 = fp8_weight_image(model, false);  // rank 0 fills and sends it, the engine receives into it
+  std::unique_ptr<Transformer> staging;  // the engine side's bf16 copy as received
+  if (!root) staging = std::make_unique<Transformer>(cfg, 2, at::kCPU, at::kBFloat16);
+  int64_t version = 1, fp8_bytes = 0, bf16_bytes = 0;
+  auto trainer_side = [&] {
+    if (root) fill_fp8_image(model, fp8);
+    fp8_bytes = sync.sync(fp8.params, &version, false, fp8.flat).bytes;
+    if (!root) load_fp8_image(fp8, model);
+  };
+  auto engine_side = [&] {
+    const WeightImage image = root ? weight_image(model, at::kBFloat16) : WeightImage{staging->flat_parameters(),
+                                                                                      staging->parameters()};
+    bf16_bytes = sync.sync(image.params, &version, false, image.flat).bytes;
+    if (!root) copy_through_fp8(*staging, model);
+  };
+  trainer_side();  // warm-up
+  engine_side();
+  const auto [trainer_s, engine_s] = alternate(state, [](auto fn) { return timed_max(fn); }, trainer_side,
+                                               engine_side);
+  const double iters = double(state.iterations());
+  state.counters["trainer_side_ms"] = 1e3 * trainer_s / iters;
+  state.counters["engine_side_ms"] = 1e3 * engine_s / iters;
+  state.counters["engine_over_trainer"] = engine_s / trainer_s;
+  state.counters["fp8_MB"] = double(fp8_bytes) / (1 << 20);
+  state.counters["bf16_MB"] = double(bf16_bytes) / (1 << 20);
+}
+BENCHMARK(BM_Fp8TrainerVsEngineSide)->Arg(0)->Arg(1)->Iterations(3)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace slimpi::perf

@@ -4,7 +4,8 @@
 # 2 rollout ranks, from the SFT policy of `bash jobs/quickstart.sh`) for STEPS steps,
 # evaluation off, in five jobs: bf16 rollout with whole syncs, bf16 with deltas, fp32
 # with deltas (anchors only at the first sync), and bf16 whole and delta at train.lr =
-# 1e-6 (slime's usual RL learning rate; the deck's is 3e-4). Prints per job the bytes a sync moved and
+# 1e-6 (slime's usual RL learning rate; the deck's is 3e-4); then fp8 rollout
+# (rollout.precision = "fp8", docs/model_engine.md) whole and delta at 1e-6. Prints per job the bytes a sync moved and
 # its time (medians over the steps after the first), the density of the deltas (changed
 # elements / elements), and delta / whole ratios of bytes and time.
 # Usage: perf/delta_sync.sh [SFT_STATE [STEPS]]
@@ -32,6 +33,8 @@ job bf16_delta bf16 "${delta[@]}"
 job fp32_delta fp32 "${delta[@]}"
 job bf16_full_lr1e-6 bf16 --set train.lr=1e-6
 job bf16_delta_lr1e-6 bf16 "${delta[@]}" --set train.lr=1e-6
+job fp8_full_lr1e-6 fp8 --set train.lr=1e-6
+job fp8_delta_lr1e-6 fp8 "${delta[@]}" --set train.lr=1e-6
 /usr/bin/python3 - "$out" <<'PY'
 import sys
 import h5py, numpy as np
@@ -44,11 +47,14 @@ def sync(name):
         d = s["perf/weight_sync_density"][:n] if "weight_sync_density" in s["perf"] else np.ones(n)
     t = b / (gbps * 1e9)
     return np.median(b[1:]), np.median(t[1:]), np.median(d[1:]), d[1:].min(), d[1:].max(), b[0]
-rows = {name: sync(name) for name in ("bf16_full", "bf16_delta", "fp32_delta", "bf16_full_lr1e-6", "bf16_delta_lr1e-6")}
+rows = {name: sync(name) for name in ("bf16_full", "bf16_delta", "fp32_delta", "bf16_full_lr1e-6", "bf16_delta_lr1e-6",
+                                     "fp8_full_lr1e-6", "fp8_delta_lr1e-6")}
 for name, (b, t, d, dlo, dhi, first) in rows.items():
-    print(f"{name:10s} {b:12.0f} bytes/sync  {t * 1e3:8.3f} ms/sync  density {d:.4f} ({dlo:.4f}-{dhi:.4f})  "
+    print(f"{name:18s} {b:12.0f} bytes/sync  {t * 1e3:8.3f} ms/sync  density {d:.4f} ({dlo:.4f}-{dhi:.4f})  "
           f"first sync {first:.0f} bytes")
-for name, base in (("bf16_delta", "bf16_full"), ("fp32_delta", "bf16_full"), ("bf16_delta_lr1e-6", "bf16_full_lr1e-6")):
+for name, base in (("bf16_delta", "bf16_full"), ("fp32_delta", "bf16_full"), ("bf16_delta_lr1e-6", "bf16_full_lr1e-6"),
+                   ("fp8_full_lr1e-6", "bf16_full_lr1e-6"), ("fp8_delta_lr1e-6", "fp8_full_lr1e-6"),
+                   ("fp8_delta_lr1e-6", "bf16_full_lr1e-6")):
     (b, t), (bw, tw) = rows[name][:2], rows[base][:2]
     print(f"{name} / {base}: bytes {b / bw:.4f}x, time {t / tw:.2f}x")
 PY

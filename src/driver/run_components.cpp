@@ -259,7 +259,7 @@ void build_rollout(const RunContext& ctx, RunComponents& c) {
     c.whole_engine_model = std::make_unique<Transformer>(c.configs.model, run_seed(deck), c.engine_model->device(),
                                                          c.engine_model->weight_dtype());
   if (c.engine_fp8 && c.engine_model && !ctx.world->is_trainer())  // receives the fp8 image, keeps it
-    c.engine_fp8_image = std::make_unique<WeightImage>(
+    c.fp8_image = std::make_unique<WeightImage>(
         fp8_weight_image(c.whole_engine_model ? *c.whole_engine_model : *c.engine_model, /*quantize=*/false));
 }
 

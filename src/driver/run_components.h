@@ -55,7 +55,9 @@ struct RunComponents {
   std::unique_ptr<Transformer> whole_policy;    // split, model parallelism: trainer rank 0's gathered policy to push
   at::ScalarType engine_weight_dtype = at::kFloat;  // rollout.precision's weight dtype (fp8: bf16, de-quantised)
   bool engine_fp8 = false;                      // rollout.precision = "fp8" (rollout/fp8_weights.h)
-  std::unique_ptr<WeightImage> engine_fp8_image;  // split fp8 rollout ranks: the last fp8 image received
+  // split fp8 runs, broadcast route: a rollout rank's last fp8 image received; trainer
+  // rank 0's buffer it quantises into and sends (made at the first sync)
+  std::unique_ptr<WeightImage> fp8_image;
   std::unique_ptr<Comm> sync_comm;              // split: the weight-sync path (World::sync or sliced_sync)
   std::unique_ptr<Trainer> trainer;             // trainer ranks
   std::unique_ptr<WeightSync> weight_sync;      // sync members, rollout.weight_sync_route = "broadcast"

@@ -384,11 +384,13 @@ void StepPhases::push_weights(int64_t version, AsyncGenerator* async) {
                                : p.policy           ? *p.policy
                                : p.whole_engine_model ? *p.whole_engine_model
                                                       : *p.engine_model;
-    // fp8 (rollout/fp8_weights.h): the sender quantises into a fresh image, an engine
-    // receives into the one it keeps and de-quantises it below.
-    const WeightImage image = p.engine_fp8_image ? *p.engine_fp8_image
-                              : p.engine_fp8     ? fp8_weight_image(whole, /*quantize=*/true)
-                                                 : weight_image(whole, p.engine_weight_dtype);
+    // fp8 (rollout/fp8_weights.h): the sender quantises into the image it keeps, an
+    // engine receives into its own and de-quantises it below.
+    const bool sender = ctx_.world->is_trainer();
+    if (p.engine_fp8 && sender && !p.fp8_image)
+      p.fp8_image = std::make_unique<WeightImage>(fp8_weight_image(whole, /*quantize=*/false));
+    if (p.engine_fp8 && sender) fill_fp8_image(whole, *p.fp8_image);
+    const WeightImage image = p.engine_fp8 ? *p.fp8_image : weight_image(whole, p.engine_weight_dtype);
     s = p.weight_sync->sync(image.params, &v, check, image.flat);
     if (check) {
       uint64_t trainer_sum = s.checksum;
@@ -398,8 +400,8 @@ void StepPhases::push_weights(int64_t version, AsyncGenerator* async) {
       SLIMPI_CHECK(trainer_sum == s.checksum, "weight update {} arrived corrupted: checksum {:016x}, trainer's {:016x}",
                    v, s.checksum, trainer_sum);
     }
-    if (p.engine_fp8_image) load_fp8_image(*p.engine_fp8_image, p.whole_engine_model ? *p.whole_engine_model
-                                                                                 : *p.engine_model);
+    if (p.engine_fp8 && !sender) load_fp8_image(*p.fp8_image, p.whole_engine_model ? *p.whole_engine_model
+                                                                                  : *p.engine_model);
     if (p.whole_engine_model) p.engine_model->copy_shard_from(*p.whole_engine_model);
   }
   if (async) async->update_weights(v);  // between engine iterations; rollout.partial applies

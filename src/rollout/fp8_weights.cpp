@@ -57,26 +57,31 @@ WeightImage fp8_weight_image(const Transformer& model, bool quantize) {
   WeightImage image;
   at::NoGradGuard no_grad;
   image.flat = at::zeros({total}, at::TensorOptions().dtype(at::kByte).device(model.device()));
-  std::map<std::string, at::Tensor> views;
   int64_t offset = 0;
   for (const auto& e : layout) {
     const int64_t bytes = numel_of(e.shape) * int64_t(c10::elementSize(e.dtype));
-    at::Tensor v = image.flat.narrow(0, offset, bytes).view(e.dtype).view(e.shape);
-    image.params.push_back({e.name, v});
-    views[e.name] = v;
+    image.params.push_back({e.name, image.flat.narrow(0, offset, bytes).view(e.dtype).view(e.shape)});
     offset += bytes;
   }
-  if (!quantize) return image;
+  if (quantize) fill_fp8_image(model, image);
+  return image;
+}
+
+void fill_fp8_image(const Transformer& model, WeightImage& image) {
+  std::map<std::string, at::Tensor> views;
+  for (const auto& p : image.params) views[p.name] = p.tensor;
+  at::NoGradGuard no_grad;
   for (const auto& p : model.parameters()) {
+    const auto it = views.find(p.name);
+    SLIMPI_CHECK(it != views.end(), "fp8 image: no tensor '{}'", p.name);
     if (is_fp8_weight(p.name)) {
       const Fp8Blocks b = quantize_fp8_blocks(p.tensor);
-      views.at(p.name).copy_(b.q);
+      it->second.copy_(b.q);
       views.at(fp8_scale_name(p.name)).copy_(b.scale_inv);
     } else {
-      views.at(p.name).copy_(p.tensor);
+      it->second.copy_(p.tensor);
     }
   }
-  return image;
 }
 
 void load_fp8_image(const WeightImage& image, Transformer& engine) {

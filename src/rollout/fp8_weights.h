@@ -27,8 +27,11 @@ namespace slimpi {
 at::ScalarType rollout_weight_dtype(const std::string& precision);
 
 // The fp8 image's layout for `model`'s parameters, on its device: quantised from them
-// when `quantize` (the sender), zeros otherwise (an engine's receive buffer).
+// when `quantize`, zeros otherwise (a buffer to receive into or to fill).
 WeightImage fp8_weight_image(const Transformer& model, bool quantize);
+// Quantises `model`'s parameters into `image` (fp8_weight_image of a model of the same
+// config): the sender's buffer, made once and refilled at every sync.
+void fill_fp8_image(const Transformer& model, WeightImage& image);
 
 // Writes `image` (fp8_weight_image of a model of the same config) into `engine`'s
 // parameters: linear weights de-quantised, the rest copied.
