@@ -140,6 +140,11 @@ close split_tp1 split_tp2_sliced
 # order than one rank's products, so its tokens are its own; the run must work and record.
 run 4 split_tp1_etp2_bf16 --set rollout.tensor_parallel=2 --set rollout.precision=bf16
 grep -q "step 4/4" "$out/split_tp1_etp2_bf16.log"
+# An fp8 engine of 2 ranks: "auto" takes the broadcast route (a block is quantised whole);
+# each rank de-quantises the whole image and keeps its shard (rollout/fp8_weights.h).
+run 4 split_tp1_etp2_fp8 --set rollout.tensor_parallel=2 --set rollout.precision=fp8 --set rollout.check_weight_update=true
+grep -q "weight sync: broadcast" "$out/split_tp1_etp2_fp8.log"
+grep -q "step 4/4" "$out/split_tp1_etp2_fp8.log"
 run 4 async_etp2 --set train.async=one_step_off "${etp[@]}"
 close async_tp1 async_etp2
 run 4 split_etp2_chunked "${etp[@]}" --set run.job_steps=2
@@ -244,6 +249,10 @@ refused etp_not_dividing "rollout.tensor_parallel = 3 (--set) makes engines of 3
   4 --set rollout.tensor_parallel=3
 refused etp_colocated "so it must equal parallel.tensor_parallel = 2 (--set), or be 1" \
   4 --set parallel.placement=colocate --set parallel.tensor_parallel=2 --set rollout.tensor_parallel=4
+refused fp8_sliced 'rollout.precision = "fp8" (--set) quantises each whole weight matrix in 128 x 128 blocks at every sync: rollout.weight_sync_route = "sliced" (--set) moves slices' \
+  4 --set rollout.precision=fp8 --set rollout.tensor_parallel=2 --set rollout.weight_sync_route=sliced
+refused fp8_colocated_tp 'colocated engines under model parallelism (parallel.tensor_parallel = 2, --set' \
+  2 --set rollout.precision=fp8 --set parallel.placement=colocate --set parallel.tensor_parallel=2
 refused etp_kv_heads "rollout.tensor_parallel = 4 (--set) splits each engine's layers over 4 rollout ranks: model.n_kv_heads = 6 (--set) neither" \
   6 --set parallel.rollout_ranks=4 --set rollout.tensor_parallel=4 --set model.n_heads=12 --set model.n_kv_heads=6 \
   --set model.hidden_size=48
