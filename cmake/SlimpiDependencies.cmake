@@ -60,6 +60,11 @@ find_path(SLIMPI_XXHASH_INCLUDE xxhash.h)
 find_library(SLIMPI_XXHASH_LIBRARY xxhash)
 slimpi_require(SLIMPI_XXHASH_LIBRARY "xxHash" "libxxhash-dev")
 
+# zstd: delta weight sync's XOR + zstd bucket form (rollout/weight_delta.h).
+find_path(SLIMPI_ZSTD_INCLUDE zstd.h)
+find_library(SLIMPI_ZSTD_LIBRARY zstd)
+slimpi_require(SLIMPI_ZSTD_LIBRARY "zstd" "libzstd-dev")
+
 # PCRE2 (8-bit, Unicode properties, JIT): the pre-tokenizer regexes of Hugging Face
 # tokenizers. utf8proc: their NFC normalizer.
 find_path(SLIMPI_PCRE2_INCLUDE pcre2.h)

@@ -9,6 +9,10 @@
 //                          Counter decode_share_of_matmul.
 //   BM_DecodeBf16VsFp32    decode steps at 64 sequences on the ~50M model, bf16 weights and
 //                          KV cache vs fp32, alternating. Counter bf16_over_fp32 (time).
+//   BM_DecodeKvE4m3VsBf16  decode steps at 32 sequences of 1024-token prompts on a bf16
+//                          quickstart-size model (attention-heavy), an e4m3 KV cache
+//                          (rollout.kv_cache_dtype = "fp8_e4m3") vs a bf16 one,
+//                          alternating. Counters e4m3_over_bf16 (time), bytes_per_token.
 //   BM_DecodeNextToPrefill 32 decode rows at 1024 cached tokens next to a 1024-token
 //                          prefill chunk: decode attending apart vs padded to the chunk.
 //   BM_DecodeLongContext   one decode forward at 64 sequences x 1024-token contexts, ~50M
@@ -188,6 +192,30 @@ void BM_DecodeBf16VsFp32(benchmark::State& state) {
   state.counters["bf16_over_fp32"] = s.a / s.b;
 }
 
+void BM_DecodeKvE4m3VsBf16(benchmark::State& state) {
+  const ModelConfig c = [] {
+    ModelConfig q = quickstart_model();
+    q.max_seq_len = 2048;
+    return q;
+  }();
+  Transformer m(c, 1, at::kCPU, at::kBFloat16);
+  const int64_t B = 32;
+  EngineConfig bf16{16, B * 1100, B, 8192, false}, e4m3 = bf16;
+  e4m3.kv_cache_dtype = at::kFloat8_e4m3fn;
+  Engine eb(bf16, m), ee(e4m3, m);
+  for (Engine* e : {&eb, &ee}) {
+    for (const auto& r : requests(int(B), 1, 1024, 64, 1.0)) e->add_request(r);
+    while (e->stats().generated_tokens < B) e->step();  // the prefills, then a first decode
+    for (int i = 0; i < 2; ++i) e->step();             // warm-up
+  }
+  const AbSeconds s = alternate(state, wall_seconds, [&] { ee.step(); }, [&] { eb.step(); });
+  state.counters["e4m3_ms"] = 1e3 * s.a / double(state.iterations());
+  state.counters["bf16_ms"] = 1e3 * s.b / double(state.iterations());
+  state.counters["e4m3_over_bf16"] = s.a / s.b;
+  state.counters["bytes_per_token_e4m3"] = double(KvCache::allocate(c, 1, at::kFloat8_e4m3fn).bytes_per_token());
+  state.counters["bytes_per_token_bf16"] = double(KvCache::allocate(c, 1, at::kBFloat16).bytes_per_token());
+}
+
 // One engine-shaped incremental forward: 32 sequences decoding at 1024 cached tokens
 // next to a 1024-token prefill chunk, quickstart-size model. Decode rows attend apart
 // from the chunk (what slimpi does) vs all rows padded to the chunk in one batch (the
@@ -355,6 +383,7 @@ void BM_SmallBatchLinear(benchmark::State& state) {
 BENCHMARK(BM_KvCacheVsRecompute)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DecodeShare)->Iterations(20)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DecodeBf16VsFp32)->Iterations(20)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_DecodeKvE4m3VsBf16)->Iterations(20)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DecodeNextToPrefill)->Iterations(4)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DecodeLongContext)->Iterations(6)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_SmallBatchLinear)

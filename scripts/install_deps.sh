@@ -18,7 +18,7 @@ packages=(
   libhdf5-openmpi-dev hdf5-tools
   libtomlplusplus-dev nlohmann-json3-dev libfmt-dev libspdlog-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libxxhash-dev libpcre2-dev libutf8proc-dev
+  libxxhash-dev libzstd-dev libpcre2-dev libutf8proc-dev
   munge slurm-wlm
   python3-h5py python3-numpy python3-matplotlib python3-venv
 )
@@ -26,7 +26,7 @@ packages=(
 missing=()
 if ! command -v dpkg-query >/dev/null; then
   echo "install_deps: not a Debian system (no dpkg-query): provide MPI, parallel HDF5, toml++, nlohmann-json, fmt," \
-       "spdlog, CLI11, GoogleTest, Google Benchmark, xxHash, PCRE2 and utf8proc yourself (modules or a prefix;" \
+       "spdlog, CLI11, GoogleTest, Google Benchmark, xxHash, zstd, PCRE2 and utf8proc yourself (modules or a prefix;" \
        "docs/building.md says how CMake finds them)"
 else
   for p in "${packages[@]}"; do

@@ -175,8 +175,8 @@ std::vector<KeySpec> declare_keys() {
       choice_key("rollout.weight_sync", "full", {"full", "delta"},
                  "full: every sync sends every weight; delta: the engines keep the last version (trainer rank 0 "
                  "a copy of what it sent: one model in the rollout precision), each bucket "
-                 "goes as its changed elements (bitwise, in the rollout precision: indices and values) or whole, "
-                 "whichever is smaller, every engine checks the result (XXH3) and a mismatch is sent whole again "
+                 "goes as its changed elements (bitwise, in the rollout precision: indices and values), as its XOR "
+                 "with the held copy compressed by zstd, or whole, whichever is smallest, every engine checks the result (XXH3) and a mismatch is sent whole again "
                  "(either route; no-op when colocated)"),
       int_key("rollout.delta_anchor_interval", 10, 1, 1e6, "syncs",
               "rollout.weight_sync = \"delta\": a whole sync (an anchor) every this many; the first sync of a job "
@@ -197,6 +197,11 @@ std::vector<KeySpec> declare_keys() {
        "a response ends when it ends with one of these (EOS always ends it)"},
       int_key("rollout.block_size", 16, 1, 4096, "tokens", "tokens per paged KV-cache block"),
       int_key("rollout.kv_cache_tokens", 65536, 1, 1e10, "tokens", "KV-cache capacity per engine"),
+      choice_key("rollout.kv_cache_dtype", "auto", {"auto", "bf16", "fp8_e4m3"},
+                 "the KV cache's storage: auto = the engine's (fp32 engines fp32; bf16 and fp8 engines bf16); "
+                 "fp8_e4m3 = one byte an element, K / scale and V / scale per kv head with the scales fixed at 1 "
+                 "(SGLang's default without calibrated scales; magnitudes past 448 saturate), de-quantised as "
+                 "attention reads them: twice bf16's tokens in the same rollout.kv_cache_memory_gb"),
       float_key("rollout.kv_cache_memory_gb", 0.0, 0.0, 1e6, "GiB",
                 "KV-cache capacity per engine rank in memory (0: rollout.kv_cache_tokens); the tokens it holds are "
                 "derived from the model's shape and rollout.precision, and logged"),

@@ -3,21 +3,44 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
+#include <c10/util/Float8_e4m3fn.h>
 #include <slimpi/error.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <vector>
 
 namespace slimpi {
 namespace {
 
-// A slot's row of n cache elements as fp32: the row itself when the cache is fp32, else
-// its conversion into `scratch` (n floats, in L1).
-[[gnu::always_inline]] inline const float* as_float(const float* row, int64_t, float*) { return row; }
-[[gnu::always_inline]] inline const float* as_float(const c10::BFloat16* row, int64_t n, float* scratch) {
+// A slot's row of Hkv * D cache elements as fp32: the row itself when the cache is fp32,
+// else its conversion into `scratch` (in L1); e4m3 codes through a 256-entry table, times
+// their head's scale.
+[[gnu::always_inline]] inline const float* as_float(const float* row, int64_t, int64_t, float*, const float*) {
+  return row;
+}
+[[gnu::always_inline]] inline const float* as_float(const c10::BFloat16* row, int64_t Hkv, int64_t D, float* scratch,
+                                                    const float*) {
+  const int64_t n = Hkv * D;
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) scratch[i] = static_cast<float>(row[i]);
+  return scratch;
+}
+const std::array<float, 256>& e4m3_values() {
+  static const std::array<float, 256> table = [] {
+    std::array<float, 256> t{};
+    for (int c = 0; c < 256; ++c) t[size_t(c)] = static_cast<float>(c10::Float8_e4m3fn(uint8_t(c), c10::Float8_e4m3fn::from_bits()));
+    return t;
+  }();
+  return table;
+}
+[[gnu::always_inline]] inline const float* as_float(const c10::Float8_e4m3fn* row, int64_t Hkv, int64_t D,
+                                                    float* scratch, const float* scale) {
+  const float* table = e4m3_values().data();
+  const uint8_t* codes = reinterpret_cast<const uint8_t*>(row);
+  for (int64_t h = 0; h < Hkv; ++h)
+    for (int64_t d = 0; d < D; ++d) scratch[h * D + d] = table[codes[h * D + d]] * scale[h];
   return scratch;
 }
 
@@ -61,7 +84,8 @@ Scratch& thread_scratch() {
 // out: [H, D]. Query head h reads kv head h / g.
 template <class KV>
 [[gnu::always_inline]] inline void attend_sequence(const float* q, const KV* K, const KV* V, const int64_t* slots,
-                                                   int64_t n, int64_t H, int64_t Hkv, int64_t D, float* out) {
+                                                   int64_t n, int64_t H, int64_t Hkv, int64_t D, float* out,
+                                                   const float* k_scale = nullptr, const float* v_scale = nullptr) {
   const int64_t g = H / Hkv, stride = Hkv * D;
   Scratch& scratch = thread_scratch();
   if (int64_t(scratch.scores.size()) < H * n) scratch.scores.resize(H * n);
@@ -71,7 +95,7 @@ template <class KV>
   float* s = scratch.scores.data();  // s[h * n + t]: head h, key t
   for (int64_t t = 0; t < n; ++t) {
     if (t + kAhead < n) prefetch_row(K + slots[t + kAhead] * stride, stride);
-    const float* k = as_float(K + slots[t] * stride, stride, scratch.row.data());  // [Hkv, D]
+    const float* k = as_float(K + slots[t] * stride, Hkv, D, scratch.row.data(), k_scale);  // [Hkv, D]
     for (int64_t h = 0; h < H; ++h) s[h * n + t] = dot(q + h * D, k + (h / g) * D, D);
   }
   float* inv_sum = scratch.inv_sum.data();
@@ -94,7 +118,7 @@ template <class KV>
     std::fill(tile, tile + H * D, 0.0f);
     for (int64_t t = t0; t < std::min(n, t0 + kTile); ++t) {
       if (t + kAhead < n) prefetch_row(V + slots[t + kAhead] * stride, stride);
-      const float* v = as_float(V + slots[t] * stride, stride, scratch.row.data());  // [Hkv, D]
+      const float* v = as_float(V + slots[t] * stride, Hkv, D, scratch.row.data(), v_scale);  // [Hkv, D]
       for (int64_t h = 0; h < H; ++h) axpy(s[h * n + t], v + (h / g) * D, tile + h * D, D);
     }
     axpy(1.0f, tile, out, H * D);
@@ -103,7 +127,7 @@ template <class KV>
     for (int64_t d = 0; d < D; ++d) out[h * D + d] *= inv_sum[h];
 }
 
-// The two instantiations the entry point calls, each compiled twice (GCC function
+// The three instantiations the entry point calls, each compiled twice (GCC function
 // multi-versioning): for x86-64-v3 (AVX2 + FMA: 8-wide fused dot products) and the
 // baseline, picked once at load time by the CPU the binary runs on.
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -120,18 +144,30 @@ SLIMPI_VECTOR_CLONES void attend_sequence_bf16(const float* q, const c10::BFloat
                                                float* out) {
   attend_sequence(q, K, V, slots, n, H, Hkv, D, out);
 }
+SLIMPI_VECTOR_CLONES void attend_sequence_e4m3(const float* q, const c10::Float8_e4m3fn* K,
+                                               const c10::Float8_e4m3fn* V, const int64_t* slots, int64_t n, int64_t H,
+                                               int64_t Hkv, int64_t D, float* out, const float* k_scale,
+                                               const float* v_scale) {
+  attend_sequence(q, K, V, slots, n, H, Hkv, D, out, k_scale, v_scale);
+}
 
 }  // namespace
 
 at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& cache_k, const at::Tensor& cache_v,
-                                  const at::Tensor& key_slots, const at::Tensor& n_keys) {
+                                  const at::Tensor& key_slots, const at::Tensor& n_keys, const at::Tensor& k_scale,
+                                  const at::Tensor& v_scale) {
   SLIMPI_CHECK(q.dim() == 3 && cache_k.dim() == 3 && cache_k.sizes() == cache_v.sizes(),
                "paged_decode_attention: q [B, H, D] and cache [n_slots, Hkv, D] expected");
   SLIMPI_CHECK(q.is_cpu() && cache_k.is_cpu() && cache_v.is_cpu(), "paged_decode_attention runs on the host");
+  const bool e4m3 = cache_k.scalar_type() == at::kFloat8_e4m3fn;
   SLIMPI_CHECK(cache_k.scalar_type() == cache_v.scalar_type() &&
-                   (cache_k.scalar_type() == at::kFloat || cache_k.scalar_type() == at::kBFloat16),
-               "paged_decode_attention: an fp32 or bf16 cache");
+                   (cache_k.scalar_type() == at::kFloat || cache_k.scalar_type() == at::kBFloat16 || e4m3),
+               "paged_decode_attention: an fp32, bf16 or e4m3 cache");
   const int64_t B = q.size(0), H = q.size(1), D = q.size(2), Hkv = cache_k.size(1);
+  SLIMPI_CHECK(!e4m3 || (k_scale.defined() && v_scale.defined() && k_scale.numel() == Hkv && v_scale.numel() == Hkv &&
+                         k_scale.scalar_type() == at::kFloat && v_scale.scalar_type() == at::kFloat),
+               "paged_decode_attention: an e4m3 cache needs fp32 k_scale and v_scale of its {} kv heads", Hkv);
+  const at::Tensor ks = e4m3 ? k_scale.contiguous() : at::Tensor(), vs = e4m3 ? v_scale.contiguous() : at::Tensor();
   SLIMPI_CHECK(Hkv > 0 && cache_k.size(2) == D && H % Hkv == 0 && key_slots.dim() == 2 && key_slots.size(0) == B &&
                    n_keys.dim() == 1 && n_keys.size(0) == B,
                "paged_decode_attention: shapes q {}, cache {}, slots {}", c10::str(q.sizes()),
@@ -157,7 +193,11 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& cache_k
   }
   at::parallel_for(0, B, 1, [&](int64_t begin, int64_t end) {
     for (int64_t b = begin; b < end; ++b) {
-      if (kc.scalar_type() == at::kFloat)
+      if (e4m3)
+        attend_sequence_e4m3(qp + b * H * D, kc.data_ptr<c10::Float8_e4m3fn>(), vc.data_ptr<c10::Float8_e4m3fn>(),
+                             sp + b * max_keys, np[b], H, Hkv, D, op + b * H * D, ks.data_ptr<float>(),
+                             vs.data_ptr<float>());
+      else if (kc.scalar_type() == at::kFloat)
         attend_sequence_f32(qp + b * H * D, kc.data_ptr<float>(), vc.data_ptr<float>(), sp + b * max_keys, np[b], H, Hkv,
                         D, op + b * H * D);
       else

@@ -14,7 +14,8 @@
 // no padding to the longest sequence. fp32 arithmetic; the softmax denominator sums in
 // fp64 and Σ p V in tiles of 64 keys, so round-off stays flat at 4096-key contexts
 // (engine vs trainer log-probs 2.9e-6 there, tests/unit/rollout). The cache may hold
-// fp32 or bf16. Sequences run in parallel on torch's thread pool (one sequence, all its
+// fp32, bf16 or float8_e4m3fn with per-kv-head scales (k_scale, v_scale [Hkv] fp32: a
+// row's head h reads as its e4m3 values times scale[h]). Sequences run in parallel on torch's thread pool (one sequence, all its
 // heads, per task).
 // The engine's CPU decode path; a device cache gathers into a reused buffer instead
 // (model/transformer.cpp). Tested against dense attention over the gathered keys.
@@ -24,10 +25,11 @@
 
 namespace slimpi {
 
-// q [B, H, D] (fp32 or bf16), cache_k/cache_v [n_slots, Hkv, D] (fp32 or bf16, one dtype),
-// key_slots [B, max_keys] int64 (entries past n_keys[b] are not read), n_keys [B] int64,
-// all on the CPU -> [B, H, D] in q's dtype.
+// q [B, H, D] (fp32 or bf16), cache_k/cache_v [n_slots, Hkv, D] (fp32, bf16 or e4m3, one
+// dtype), key_slots [B, max_keys] int64 (entries past n_keys[b] are not read), n_keys [B]
+// int64, k_scale/v_scale [Hkv] fp32 (e4m3 caches only), all on the CPU -> [B, H, D] in q's dtype.
 at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& cache_k, const at::Tensor& cache_v,
-                                  const at::Tensor& key_slots, const at::Tensor& n_keys);
+                                  const at::Tensor& key_slots, const at::Tensor& n_keys,
+                                  const at::Tensor& k_scale = {}, const at::Tensor& v_scale = {});
 
 }  // namespace slimpi

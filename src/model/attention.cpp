@@ -84,9 +84,9 @@ std::pair<at::Tensor, at::Tensor> gather_cached(KvCache& cache, int64_t layer, c
     cache.gathered_v = at::empty({rows, Hkv, D}, cache.v[layer].options());
   }
   at::Tensor kg = cache.gathered_k.narrow(0, 0, rows), vg = cache.gathered_v.narrow(0, 0, rows);
-  at::index_select_out(kg, cache.k[layer], 0, slots);
-  at::index_select_out(vg, cache.v[layer], 0, slots);
-  return {kg.to(dtype), vg.to(dtype)};
+  cache.select(layer, true, slots, kg);
+  cache.select(layer, false, slots, vg);
+  return {cache.decoded(kg, layer, true, dtype), cache.decoded(vg, layer, false, dtype)};
 }
 
 // Queries of `part` against their sequences' cached keys (padded within the part,
@@ -96,7 +96,9 @@ at::Tensor attend_cached(const AttentionLayout& part, const at::Tensor& q_part, 
   const int64_t Bp = part.n_seqs, Lkp = part.max_keys, H = q_part.size(1);
   const int64_t Hkv = cache.k[layer].size(1), D = cache.k[layer].size(2);
   if (part.max_new == 1 && plan.decode == DecodeAttention::Paged)  // decode rows: q_part row b is sequence b
-    return paged_decode_attention(q_part, cache.k[layer], cache.v[layer], part.key_slots.view({Bp, Lkp}), part.n_keys);
+    return paged_decode_attention(q_part, cache.k[layer], cache.v[layer], part.key_slots.view({Bp, Lkp}), part.n_keys,
+                                  cache.quantized() ? cache.k_scale[layer] : at::Tensor(),
+                                  cache.quantized() ? cache.v_scale[layer] : at::Tensor());
   // Long prefill chunks: each sequence alone through SDPA, no [B, H, Lq, Lk] scores.
   if (part.max_new > 1 && plan.decode != DecodeAttention::FreshGather &&
       Bp * H * part.max_new * Lkp > plan.padded_budget) {
@@ -110,8 +112,8 @@ at::Tensor attend_cached(const AttentionLayout& part, const at::Tensor& q_part, 
   }
   at::Tensor kp, vp;  // [Bp, Lkp, Hkv, D]
   if (plan.decode == DecodeAttention::FreshGather) {
-    kp = cache.k[layer].index_select(0, part.key_slots);
-    vp = cache.v[layer].index_select(0, part.key_slots);
+    kp = cache.decoded(cache.select(layer, true, part.key_slots), layer, true, dtype);
+    vp = cache.decoded(cache.select(layer, false, part.key_slots), layer, false, dtype);
   } else {
     std::tie(kp, vp) = gather_cached(cache, layer, part.key_slots, dtype);
   }
@@ -172,8 +174,7 @@ at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
         .index({a.b_of_t, a.j_of_t})                                           // [T, H, D]
         .reshape({T, H * D});
   }
-  cache->k[layer].index_copy_(0, a.new_slots, k.to(cache->k[layer].scalar_type()));
-  cache->v[layer].index_copy_(0, a.new_slots, v.to(cache->v[layer].scalar_type()));
+  cache->store(layer, a.new_slots, k, v);
   if (a.parts.empty()) return attend_cached(a, q, *cache, layer, k.scalar_type(), plan).reshape({T, H * D});
   std::vector<at::Tensor> outs;  // [T_part, H, D] each, in the forward's compute dtype
   for (const auto& part : a.parts)

@@ -16,9 +16,64 @@ KvCache KvCache::allocate(const ModelConfig& cfg, int64_t n_slots, const at::Ten
     c.k.push_back(at::zeros({n_slots, heads, cfg.head_dim()}, options));
     c.v.push_back(at::zeros({n_slots, heads, cfg.head_dim()}, options));
   }
+  if (options.dtype() == at::kFloat8_e4m3fn)
+    for (size_t l = 0; l < c.k.size(); ++l) {  // the fixed policy: 1 per kv head
+      c.k_scale.push_back(at::ones({heads}, options.dtype(at::kFloat)));
+      c.v_scale.push_back(at::ones({heads}, options.dtype(at::kFloat)));
+    }
   if (cfg.n_experts > 0)
     c.routing = at::full({n_slots, cfg.n_moe_layers(), cfg.n_experts_per_tok}, -1, options.dtype(at::kShort));
   return c;
+}
+
+namespace {
+
+// x [n, Hkv, D] -> e4m3(clamp(x / scale[h], ±448)).
+at::Tensor quantize_rows(const at::Tensor& x, const at::Tensor& scale) {
+  return (x.to(at::kFloat) / scale.view({1, -1, 1})).clamp(-448.0, 448.0).to(at::kFloat8_e4m3fn);
+}
+
+}  // namespace
+
+void KvCache::store(int64_t layer, const at::Tensor& slots, const at::Tensor& keys, const at::Tensor& values) {
+  if (quantized()) {
+    k[size_t(layer)].view(at::kByte).index_copy_(0, slots, quantize_rows(keys, k_scale[size_t(layer)]).view(at::kByte));
+    v[size_t(layer)].view(at::kByte).index_copy_(0, slots,
+                                                 quantize_rows(values, v_scale[size_t(layer)]).view(at::kByte));
+    return;
+  }
+  k[size_t(layer)].index_copy_(0, slots, keys.to(k[size_t(layer)].scalar_type()));
+  v[size_t(layer)].index_copy_(0, slots, values.to(v[size_t(layer)].scalar_type()));
+}
+
+at::Tensor KvCache::select(int64_t layer, bool key, const at::Tensor& slots, const at::Tensor& out) const {
+  const at::Tensor& rows = key ? k[size_t(layer)] : v[size_t(layer)];
+  if (!quantized()) {
+    if (!out.defined()) return rows.index_select(0, slots);
+    at::Tensor o = out;
+    at::index_select_out(o, rows, 0, slots);
+    return o;
+  }
+  if (!out.defined()) return rows.view(at::kByte).index_select(0, slots).view(at::kFloat8_e4m3fn);
+  at::Tensor bytes = out.view(at::kByte);
+  at::index_select_out(bytes, rows.view(at::kByte), 0, slots);
+  return out;
+}
+
+at::Tensor KvCache::decoded(const at::Tensor& rows, int64_t layer, bool key, at::ScalarType dtype) const {
+  if (!quantized()) return rows.to(dtype);
+  const at::Tensor& scale = key ? k_scale[size_t(layer)] : v_scale[size_t(layer)];
+  std::vector<int64_t> shape(size_t(rows.dim()), 1);
+  shape[size_t(rows.dim()) - 2] = -1;  // the kv-head axis
+  return (rows.to(at::kFloat) * scale.view(shape)).to(dtype);
+}
+
+int64_t KvCache::bytes_per_token() const {
+  int64_t bytes = 0;
+  for (size_t l = 0; l < k.size(); ++l)
+    bytes += (k[l].numel() / std::max<int64_t>(1, n_slots())) * int64_t(k[l].element_size()) +
+             (v[l].numel() / std::max<int64_t>(1, n_slots())) * int64_t(v[l].element_size());
+  return bytes;
 }
 
 }  // namespace slimpi

@@ -14,10 +14,18 @@
 
 namespace slimpi {
 
+//
+// Storage dtype (rollout.kv_cache_dtype): the engine's compute dtype (fp32, bf16), bf16
+// under an fp32 engine, or float8_e4m3fn: then k holds e4m3(clamp(K / k_scale[h], ±448))
+// and reads multiply back by the head's scale (v likewise). Scale policy: fixed, one
+// per layer and kv head, 1.0 (SGLang's and vLLM's default for a checkpoint without
+// calibrated scales; K and V of more than 448 in magnitude saturate). Writes go through
+// store(), reads through decoded() or the paged kernel (given the scales).
 struct KvCache {
   // (t: the engine's tensor-parallel size; Hkv_local = Hkv / t, or 1 when t > Hkv replicates the heads)
   std::vector<at::Tensor> k;  // n_layers (+ MTP depths) x [n_slots, Hkv_local, D]
   std::vector<at::Tensor> v;  // n_layers x [n_slots, Hkv_local, D]
+  std::vector<at::Tensor> k_scale, v_scale;  // e4m3 caches: n_layers x [Hkv_local] fp32; else empty
   // Gathered keys/values of the sequences one attention call reads (the Gather decode
   // path, and prefill chunks with a cached past): [rows, n_kv_heads, D] each, re-used by
   // every layer and step, grown only when a call needs more rows.
@@ -31,6 +39,17 @@ struct KvCache {
   static KvCache allocate(const ModelConfig& cfg, int64_t n_slots, const at::TensorOptions& options,
                           int tensor_parallel = 1, int64_t mtp_layers = 0);
   int64_t n_slots() const { return k.empty() ? 0 : k[0].size(0); }
+  bool quantized() const { return !k_scale.empty(); }
+  // Writes K and V [n, Hkv_local, D] (any floating dtype) at `slots` [n] of `layer`.
+  void store(int64_t layer, const at::Tensor& slots, const at::Tensor& keys, const at::Tensor& values);
+  // Rows `slots` [n] of layer's keys (key) or values as stored -> [n, Hkv_local, D], into
+  // `out` when given (its first n rows; the same dtype). (torch has no CPU index_select
+  // or index_copy for e4m3: an e4m3 cache moves its rows as bytes.)
+  at::Tensor select(int64_t layer, bool key, const at::Tensor& slots, const at::Tensor& out = {}) const;
+  // Rows of layer's keys (key) or values as stored, [..., Hkv_local, D] -> `dtype`, de-quantised.
+  at::Tensor decoded(const at::Tensor& rows, int64_t layer, bool key, at::ScalarType dtype) const;
+  // Bytes one token's keys and values take over all layers.
+  int64_t bytes_per_token() const;
 };
 
 // One sequence of an incremental batch: n_new tokens after n_past cached ones.

@@ -36,7 +36,10 @@ KvCache allocate_engine_cache(const EngineConfig& cfg, const Transformer& model)
   // first of every sequence that can run.
   const int64_t scratch = cfg.spec_steps > 0 ? cfg.max_running * cfg.spec_steps : 0;
   return KvCache::allocate(model.config(), engine_pool_slots(cfg) + scratch,
-                           at::TensorOptions().dtype(model.weight_dtype()).device(model.device()),
+                           at::TensorOptions()
+                               .dtype(cfg.kv_cache_dtype == at::ScalarType::Undefined ? model.weight_dtype()
+                                                                                      : cfg.kv_cache_dtype)
+                               .device(model.device()),
                            model.tensor_shard().size, /*mtp_layers=*/cfg.spec_steps > 0 ? 1 : 0);
 }
 

@@ -71,6 +71,9 @@ struct EngineConfig {
   // while more sequences than this run.
   int64_t spec_steps = 0;
   int64_t spec_max_running = 0;
+  // The KV cache's storage dtype (rollout.kv_cache_dtype; model/kv_cache.h): Undefined =
+  // the model's weight dtype; kBFloat16; kFloat8_e4m3fn (per-head scales, fixed at 1).
+  at::ScalarType kv_cache_dtype = at::ScalarType::Undefined;
 };
 
 struct EngineStats {

@@ -19,7 +19,11 @@ namespace {
 // the engine's weight dtype, plus an MoE model's routing trace (int16 per expert choice).
 int64_t kv_tokens_in_memory(const Deck& deck, const ModelConfig& m, int64_t block_size) {
   const double gb = deck.get_float("rollout.kv_cache_memory_gb");
-  const int64_t element = deck.get_string("rollout.precision") == "fp32" ? 4 : 2;  // bf16 and fp8: a bf16 cache
+  const std::string& cache = deck.get_string("rollout.kv_cache_dtype");
+  const int64_t element = cache == "fp8_e4m3"                                     ? 1
+                          : cache == "bf16"                                       ? 2
+                          : deck.get_string("rollout.precision") == "fp32"        ? 4
+                                                                                  : 2;  // auto: bf16 and fp8 engines cache bf16
   const int e = int(deck.get_int("rollout.tensor_parallel"));  // each rank of an engine caches its key/value heads
   // A speculating engine caches its draft (the first MTP depth) beside the trunk's layers.
   const int64_t layers = m.n_layers + (deck.get_string("rollout.speculative") == "mtp" ? 1 : 0);
@@ -32,7 +36,7 @@ int64_t kv_tokens_in_memory(const Deck& deck, const ModelConfig& m, int64_t bloc
                     deck.get_int("rollout.kv_cache_tokens"), deck.source("rollout.kv_cache_tokens"));
   log::info("rollout.kv_cache_memory_gb = {}: {} tokens per engine ({} bytes a token on each of its ranks: {} layers "
             "x {} key/value heads x {} x 2 in {})", gb, tokens, per_token, layers, local_kv_heads(m, e), m.head_dim(),
-            element == 2 ? "bf16" : "fp32");
+            element == 1 ? "e4m3" : element == 2 ? "bf16" : "fp32");
   return tokens;
 }
 
@@ -72,6 +76,8 @@ RolloutConfig RolloutConfig::from_deck(const Deck& deck, const ModelConfig& mode
   c.engine.prefix_cache = deck.get_bool("rollout.prefix_cache");
   c.engine.chunked_prefill_tokens = deck.get_int("rollout.chunked_prefill_tokens");
   c.engine.cache_responses = deck.get_bool("rollout.cache_responses");
+  if (const std::string& cache = deck.get_string("rollout.kv_cache_dtype"); cache != "auto")
+    c.engine.kv_cache_dtype = cache == "bf16" ? at::kBFloat16 : at::kFloat8_e4m3fn;
   if (c.engine.cache_responses && !c.engine.prefix_cache)
     SLIMPI_FAIL_ALL("rollout.cache_responses = true ({}) stores responses in the prefix cache, but "
                     "rollout.prefix_cache = false ({}): turn the prefix cache on or drop the key",

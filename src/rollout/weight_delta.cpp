@@ -4,8 +4,12 @@
 #include <slimpi/error.h>
 
 #include <xxhash.h>
+#include <zstd.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <string>
+#include <vector>
 
 #include "parallel/comm_tensor.h"
 
@@ -32,6 +36,16 @@ BucketDelta encode_bucket(const at::Tensor& now, const at::Tensor& before, int64
   BucketDelta d;
   d.changed = differs.sum().item<int64_t>();
   const int64_t sparse_bytes = d.changed * (4 + element_size);
+  // XOR + zstd, on the host; kept when smaller than both others.
+  const at::Tensor x = at::bitwise_xor(now, before).cpu().contiguous();  // [B] uint8
+  std::vector<uint8_t> frame(ZSTD_compressBound(size_t(x.numel())));
+  const size_t packed = ZSTD_compress(frame.data(), frame.size(), x.data_ptr<uint8_t>(), size_t(x.numel()), 1);
+  SLIMPI_CHECK(!ZSTD_isError(packed), "weight delta: zstd: {}", ZSTD_getErrorName(packed));
+  if (int64_t(packed) < std::min(sparse_bytes, now.numel())) {
+    d.kind = DeltaKind::XorZstd;
+    d.payload = at::from_blob(frame.data(), {int64_t(packed)}, at::kByte).clone().to(now.device());
+    return d;
+  }
   if (sparse_bytes >= now.numel()) {  // dense enough: the bytes themselves are smaller
     d.kind = DeltaKind::Raw;
     d.payload = now;
@@ -53,8 +67,20 @@ void apply_bucket(const at::Tensor& bucket, DeltaKind kind, int64_t changed, con
     bucket.copy_(payload);
     return;
   }
-  SLIMPI_CHECK(payload.numel() == changed * (4 + element_size), "weight delta: {} bytes for {} changed elements",
-               payload.numel(), changed);
+  if (kind == DeltaKind::XorZstd) {
+    const at::Tensor frame = payload.cpu().contiguous();
+    at::Tensor x = at::empty({bucket.numel()}, at::kByte);
+    const size_t n = ZSTD_decompress(x.data_ptr<uint8_t>(), size_t(x.numel()), frame.data_ptr<uint8_t>(),
+                                     size_t(frame.numel()));
+    SLIMPI_CHECK(!ZSTD_isError(n) && int64_t(n) == bucket.numel(),
+                 "weight delta: a zstd payload of {} bytes gave {} for a bucket of {} bytes{}", frame.numel(),
+                 ZSTD_isError(n) ? 0 : int64_t(n), bucket.numel(),
+                 ZSTD_isError(n) ? std::string(" (") + ZSTD_getErrorName(n) + ")" : std::string());
+    bucket.bitwise_xor_(x.to(bucket.device()));
+    return;
+  }
+  SLIMPI_CHECK(kind == DeltaKind::Sparse && payload.numel() == changed * (4 + element_size),
+               "weight delta: {} bytes for {} changed elements", payload.numel(), changed);
   const at::ScalarType word = word_type(element_size);
   const at::Tensor idx = payload.narrow(0, 0, 4 * changed).view(at::kInt).to(at::kLong);
   const at::Tensor values = payload.narrow(0, 4 * changed, element_size * changed).view(word);

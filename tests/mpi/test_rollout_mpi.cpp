@@ -228,13 +228,35 @@ TEST(WeightDelta, SparseOrRawWhicheverIsSmallerAndBitwise) {
   at::Tensor applied = bb.clone();
   apply_bucket(applied, d.kind, d.changed, d.payload, 2);
   EXPECT_TRUE(at::equal(applied, nb));
-  // Over a third of the elements changed: the raw bytes are smaller.
-  at::Tensor many = at::arange(64, at::kFloat).to(at::kBFloat16).view(at::kByte);
+  // Over a third of the elements changed to bytes zstd cannot squeeze: the raw bytes are smaller.
+  at::Generator gen = at::detail::createCPUGenerator(3);
+  at::Tensor many = at::randint(0, 256, {128}, gen, at::kByte);
   const BucketDelta raw = encode_bucket(many, bb, 2);
   EXPECT_EQ(raw.kind, DeltaKind::Raw);
   at::Tensor applied2 = bb.clone();
   apply_bucket(applied2, raw.kind, raw.changed, raw.payload, 2);
   EXPECT_TRUE(at::equal(applied2, many));
+}
+
+// Half the elements moved by one unit in the last place (what a small learning rate
+// does to bf16 weights): too many for the sparse form, but their XOR is nearly all
+// zeros, and XOR + zstd is smallest; applied to the old copy it gives the new bytes.
+TEST(WeightDelta, XorZstdWhenChangesAreManyButSmall) {
+  at::Generator gen = at::detail::createCPUGenerator(4);
+  const at::Tensor before = at::randn({4096}, gen).to(at::kBFloat16);
+  at::Tensor words = before.view(at::kShort).clone();
+  words.narrow(0, 0, 2048).add_(1);  // the lowest mantissa bit of the first half (no sign or exponent crossings matter)
+  const at::Tensor now = words.view(at::kBFloat16);
+  const at::Tensor nb = now.view(at::kByte), bb = before.view(at::kByte);
+  const BucketDelta d = encode_bucket(nb, bb, 2);
+  EXPECT_EQ(d.kind, DeltaKind::XorZstd);
+  EXPECT_EQ(d.changed, 2048);
+  EXPECT_LT(d.payload.numel(), nb.numel() / 4) << "zstd of the XOR: " << d.payload.numel() << " bytes";
+  at::Tensor applied = bb.clone();
+  apply_bucket(applied, d.kind, d.changed, d.payload, 2);
+  EXPECT_TRUE(at::equal(applied, nb));
+  // A frame that does not decompress to the bucket's size is an error, not a silent partial apply.
+  EXPECT_THROW(apply_bucket(bb.narrow(0, 0, 100).clone(), d.kind, d.changed, d.payload, 2), Error);
 }
 
 }  // namespace

@@ -69,6 +69,15 @@ grep -v "^kv_cache_tokens" inputs/smoke_rl.toml >"$out/no_kv_tokens.toml"
   || { cat "$out/kv2.log"; exit 1; }
 grep -q "rollout.kv_cache_memory_gb = 0.001: 4192 tokens per engine (256 bytes a token" "$out/kv2.log" \
   || { cat "$out/kv2.log"; exit 1; }
+# An e4m3 cache: a quarter of fp32's bytes a token, twice bf16's tokens.
+"$slimpi" check "$out/no_kv_tokens.toml" --np 4 --set rollout.kv_cache_memory_gb=0.001 \
+  --set rollout.kv_cache_dtype=fp8_e4m3 >"$out/kv4.log" 2>&1 || { cat "$out/kv4.log"; exit 1; }
+grep -q "rollout.kv_cache_memory_gb = 0.001: 16776 tokens per engine (64 bytes a token" "$out/kv4.log" \
+  || { cat "$out/kv4.log"; exit 1; }
+"$slimpi" check "$out/no_kv_tokens.toml" --np 4 --set rollout.kv_cache_memory_gb=0.001 \
+  --set rollout.kv_cache_dtype=bf16 >"$out/kv5.log" 2>&1 || { cat "$out/kv5.log"; exit 1; }
+grep -q "rollout.kv_cache_memory_gb = 0.001: 8388 tokens per engine (128 bytes a token" "$out/kv5.log" \
+  || { cat "$out/kv5.log"; exit 1; }
 expect_clean_failure 4 "$out/kv3.log" "rollout.kv_cache_tokens = 4 (default; from rollout.kv_cache_memory_gb) holds 1 blocks" \
   run "$out/no_kv_tokens.toml" --set run.dir="$out/rules" --set rollout.kv_cache_memory_gb=0.000001
 "$slimpi" keys train.kl_loss_type | grep -q 'default "k1"' || { "$slimpi" keys train.kl_loss_type; exit 1; }

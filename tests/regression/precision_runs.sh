@@ -12,7 +12,8 @@
 # the reward rises, the mismatch is larger than bf16's and visible, the sync moves the
 # bytes the fp8 image holds (e4m3 projections + fp32 block scales + bf16 rest), delta
 # sync over fp8 gives the same rollouts bit for bit, and a resumed job equals a straight
-# one (its engine's first weights through FP8 from the checkpoint's masters).
+# one (its engine's first weights through FP8 from the checkpoint's masters); with an
+# e4m3 KV cache too (rollout.kv_cache_dtype = "fp8_e4m3") the reward still rises.
 # Usage: precision_runs.sh SLIMPI ROOT "MPIRUN FLAGS"
 set -euo pipefail
 source "$(dirname "$0")/run_helpers.sh"
@@ -36,6 +37,7 @@ run delta_resume 2 split bf16 bf16 "${delta_resume[@]}"
 run delta_resume 2 split bf16 bf16 "${delta_resume[@]}"
 run split_fp8 4 split bf16 fp8
 run split_fp8_delta 4 split bf16 fp8 --set rollout.weight_sync=delta --set run.n_steps=10
+run split_fp8_kv 4 split bf16 fp8 --set rollout.kv_cache_dtype=fp8_e4m3
 run fp8_straight 2 split bf16 fp8 --set run.n_steps=6
 run fp8_resume 2 split bf16 fp8 --set run.n_steps=6 --set run.job_steps=3
 run fp8_resume 2 split bf16 fp8 --set run.n_steps=6 --set run.job_steps=3
@@ -52,7 +54,8 @@ def steps(name):
     n = 40
     return {k: s[k][:n] for k in ("rollout/raw_reward", "train/train_rollout_logprob_abs_diff")} | (
         {"bytes": s["perf/weight_sync_bytes"][:n]} if "weight_sync_bytes" in s["perf"] else {})
-runs = {name: steps(name) for name in ("colo_bf16", "split_bf16", "split_mixed", "split_fp32", "split_fp8")}
+runs = {name: steps(name) for name in ("colo_bf16", "split_bf16", "split_mixed", "split_fp32", "split_fp8",
+                                     "split_fp8_kv")}
 for name, m in runs.items():
     r = m["rollout/raw_reward"]
     first, last = r[:5].mean(), r[-5:].mean()

@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 #include <slimpi/error.h>
 
+#include <functional>
+
 #include "kernels/counter_rng.h"
 #include "model/precision.h"
 #include "rollout/engine.h"
@@ -422,54 +424,40 @@ TEST(Engine, LogProbsEqualTheTrainersRecomputation) {
   EXPECT_LT(diff.mean().item<float>(), 2e-6);
 }
 
-// rollout.precision = "fp8" (rollout/fp8_weights.h): an engine on the FP8 round trip of
-// the masters against a bf16 engine of the same masters. Greedy tokens are the same
-// wherever the bf16 model's top-2 logit margin exceeds twice the largest logit change
-// FP8 makes on that sequence (no flip is possible there); every divergence is at a
-// position where it is not. Log-probs: the fp8 engine's against the fp32 masters'
-// recomputation (what train/train_rollout_logprob_abs_diff measures), within the
-// bounds below, set from the measured values with room. A random model (init 0.05) has
-// small margins: most sequences diverge somewhere, each where its margin allows.
-TEST(Engine, Fp8EngineMatchesBf16WhereMarginsAllow) {
-  const ModelConfig cfg = testing::tiny_model_config(96, 0.05);  // measured below: 4 of 16 sequences the same
-  Transformer masters(cfg, 5, at::kCPU);
-  Transformer bf16(cfg, 5, at::kCPU, at::kBFloat16), fp8(cfg, 5, at::kCPU, at::kBFloat16);
-  bf16.copy_weights_from(masters);
-  copy_through_fp8(masters, fp8);
-  const auto reqs = requests(16, 1, 0.0, 24);
-  const EngineConfig ec{4, 4096, 16, 256, true};
-  const auto a = generate(bf16, ec, reqs), b = generate(fp8, ec, reqs);
-  ASSERT_EQ(a.size(), b.size());
-  at::NoGradGuard no_grad;
+// Two engines' greedy generations of the same requests, a reference and a candidate that
+// computes slightly other numbers (FP8 weights, an FP8 KV cache). Their tokens are the
+// same wherever the reference's top-2 logit margin exceeds twice the largest logit change
+// the candidate makes on that sequence (no flip is possible there): every divergence is
+// checked to be where it is not. The candidate's log-probs are compared with the fp32
+// masters' recomputation (what train/train_rollout_logprob_abs_diff measures).
+using LogitsOf = std::function<at::Tensor(const at::Tensor& tokens)>;  // [L] -> [L, V] fp32
+struct GreedyComparison {
   int same = 0, explained = 0;
-  double worst_logit_change = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const std::vector<int64_t>& ta = a[i].tokens;
-    const at::Tensor t = at::tensor(ta, at::kLong);
-    at::Tensor la, lb;
-    {
-      ForwardPrecision bf(Precision::BF16, at::kCPU);
-      la = bf16.forward_packed(t, {t.size(0)});
-      lb = fp8.forward_packed(t, {t.size(0)});
-    }
+  double worst_logit_change = 0, logp_mean = 0, logp_max = 0;
+};
+GreedyComparison compare_greedy(const std::vector<Sample>& a, const std::vector<Sample>& b, const LogitsOf& reference,
+                                const LogitsOf& candidate, const Transformer& masters) {
+  GreedyComparison c;
+  EXPECT_EQ(a.size(), b.size());
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    const at::Tensor t = at::tensor(a[i].tokens, at::kLong);
+    const at::Tensor la = reference(t), lb = candidate(t);
     const double change = (la - lb).abs().max().item<double>();
-    worst_logit_change = std::max(worst_logit_change, change);
+    c.worst_logit_change = std::max(c.worst_logit_change, change);
     if (a[i].response() == b[i].response()) {
-      ++same;
+      ++c.same;
       continue;
     }
     size_t d = 0;  // first differing response position
     while (d < a[i].response().size() && d < b[i].response().size() && a[i].response()[d] == b[i].response()[d]) ++d;
-    ASSERT_LT(d, std::min(a[i].response().size(), b[i].response().size())) << "one response is a prefix of the other";
+    EXPECT_LT(d, std::min(a[i].response().size(), b[i].response().size())) << "one response is a prefix of the other";
     const at::Tensor top = std::get<0>(la[a[i].prompt_length + int64_t(d) - 1].topk(2));
     const double margin = (top[0] - top[1]).item<double>();
-    EXPECT_LT(margin, 2 * change) << "group " << i << " diverged at " << d << " where bf16's margin " << margin
-                                  << " exceeds twice FP8's logit change " << change;
-    ++explained;
+    EXPECT_LT(margin, 2 * change) << "group " << i << " diverged at " << d << " where the reference's margin "
+                                  << margin << " exceeds twice the candidate's logit change " << change;
+    ++c.explained;
   }
-  EXPECT_GT(worst_logit_change, 0.0) << "FP8 changed nothing";
-  EXPECT_LT(worst_logit_change, 0.2);  // measured 0.064
-  // The fp8 engine's log-probs of its own tokens against the fp32 masters' (trainer's) recomputation.
   std::vector<int64_t> tokens, seq_lens, prompt_lens;
   std::vector<float> engine_logp;
   for (const auto& s : b) {
@@ -482,11 +470,70 @@ TEST(Engine, Fp8EngineMatchesBf16WhereMarginsAllow) {
   const at::Tensor trainer = score_tokens(masters.forward_packed(t, seq_lens), response_positions(t, seq_lens, prompt_lens),
                                           1.0, false).logp;
   const at::Tensor diff = (trainer - at::tensor(engine_logp)).abs();
-  std::printf("fp8 vs bf16: %d of %zu greedy sequences the same, %d diverged where margins allow; largest logit "
-              "change %.4f; |logp - masters'| mean %.2e max %.2e\n", same, a.size(), explained, worst_logit_change,
-              diff.mean().item<double>(), diff.max().item<double>());
-  EXPECT_LT(diff.mean().item<double>(), 0.025);  // measured 8.3e-3 (bf16 engines: ~3e-4 on the smoke run)
-  EXPECT_LT(diff.max().item<double>(), 0.2);      // measured 5.5e-2
+  c.logp_mean = diff.mean().item<double>();
+  c.logp_max = diff.max().item<double>();
+  std::printf("%d of %zu greedy sequences the same, %d diverged where margins allow; largest logit change %.4f; "
+              "|logp - masters'| mean %.2e max %.2e\n", c.same, a.size(), c.explained, c.worst_logit_change,
+              c.logp_mean, c.logp_max);
+  return c;
+}
+
+// rollout.precision = "fp8" (rollout/fp8_weights.h): an engine on the FP8 round trip of
+// the masters against a bf16 engine of the same masters. Bounds set from the measured
+// values with room. A random model (init 0.05) has small margins: most sequences
+// diverge somewhere, each where its margin allows.
+TEST(Engine, Fp8EngineMatchesBf16WhereMarginsAllow) {
+  const ModelConfig cfg = testing::tiny_model_config(96, 0.05);  // measured: 4 of 16 sequences the same
+  Transformer masters(cfg, 5, at::kCPU);
+  Transformer bf16(cfg, 5, at::kCPU, at::kBFloat16), fp8(cfg, 5, at::kCPU, at::kBFloat16);
+  bf16.copy_weights_from(masters);
+  copy_through_fp8(masters, fp8);
+  const auto reqs = requests(16, 1, 0.0, 24);
+  const EngineConfig ec{4, 4096, 16, 256, true};
+  auto packed = [](const Transformer& m) {
+    return [&m](const at::Tensor& t) {
+      ForwardPrecision bf(Precision::BF16, at::kCPU);
+      return m.forward_packed(t, {t.size(0)});
+    };
+  };
+  const GreedyComparison c = compare_greedy(generate(bf16, ec, reqs), generate(fp8, ec, reqs), packed(bf16),
+                                            packed(fp8), masters);
+  EXPECT_GT(c.worst_logit_change, 0.0) << "FP8 changed nothing";
+  EXPECT_LT(c.worst_logit_change, 0.2);  // measured 0.064
+  EXPECT_LT(c.logp_mean, 0.025);         // measured 8.3e-3 (bf16 engines: ~3e-4 on the smoke run)
+  EXPECT_LT(c.logp_max, 0.2);            // measured 5.5e-2
+}
+
+// rollout.kv_cache_dtype = "fp8_e4m3" (model/kv_cache.h): a bf16 engine whose cache holds
+// e4m3 against the same engine with a bf16 cache. The candidate's logits on a sequence:
+// one prefill through an e4m3 cache (attention reads every key back de-quantised). An
+// e4m3 token takes half a bf16 one's bytes.
+TEST(Engine, Fp8KvCacheMatchesBf16CacheWhereMarginsAllow) {
+  const ModelConfig cfg = testing::tiny_model_config(96, 0.05);
+  Transformer masters(cfg, 5, at::kCPU), bf16(cfg, 5, at::kCPU, at::kBFloat16);
+  bf16.copy_weights_from(masters);
+  const auto reqs = requests(16, 1, 0.0, 24);
+  EngineConfig plain{4, 4096, 16, 256, true}, e4m3 = plain;
+  e4m3.kv_cache_dtype = at::kFloat8_e4m3fn;
+  auto through_cache = [&](at::ScalarType dtype) {
+    return [&bf16, &cfg, dtype](const at::Tensor& t) {
+      ForwardPrecision bf(Precision::BF16, at::kCPU);
+      KvCache cache = KvCache::allocate(cfg, t.size(0), at::TensorOptions().dtype(dtype));
+      return bf16.forward_incremental(t, {{0, t.size(0), at::arange(t.size(0), at::kLong)}}, cache);
+    };
+  };
+  const GreedyComparison c = compare_greedy(generate(bf16, plain, reqs), generate(bf16, e4m3, reqs),
+                                            through_cache(at::kBFloat16), through_cache(at::kFloat8_e4m3fn), masters);
+  EXPECT_GT(c.worst_logit_change, 0.0) << "the e4m3 cache changed nothing";
+  EXPECT_LT(c.worst_logit_change, 0.2);
+  EXPECT_LT(c.logp_mean, 0.025);
+  EXPECT_LT(c.logp_max, 0.2);
+  const KvCache b = KvCache::allocate(cfg, 8, at::TensorOptions().dtype(at::kBFloat16)),
+                e = KvCache::allocate(cfg, 8, at::TensorOptions().dtype(at::kFloat8_e4m3fn)),
+                f = KvCache::allocate(cfg, 8, at::TensorOptions().dtype(at::kFloat));
+  EXPECT_EQ(e.bytes_per_token() * 2, b.bytes_per_token());
+  EXPECT_EQ(e.bytes_per_token() * 4, f.bytes_per_token());
+  EXPECT_EQ(e.bytes_per_token(), 2 * cfg.n_layers * cfg.n_kv_heads * cfg.head_dim());
 }
 
 TEST(Engine, LongContextLogProbsAndTokensHoldAt4096Positions) {
