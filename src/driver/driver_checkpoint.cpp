@@ -109,7 +109,8 @@ void Driver::load_checkpoint(const std::string& chosen) {
     phases_->set_reached_target(rs.reached_target);
     if (parts_.trainer) parts_.trainer->load(chosen + "/trainer_state.h5");
     if (parts_.engine_model && parts_.engine_fp8)  // the masters through FP8, as a sync sends them
-      load_fp8_engine_weights(parts_, uint64_t(ctx_.deck.get_int("run.seed")), chosen + "/trainer_state.h5", "model");
+      load_fp8_engine_weights(*parts_.engine_model, uint64_t(ctx_.deck.get_int("run.seed")),
+                              chosen + "/trainer_state.h5");
     else if (parts_.engine_model)  // whole tensors; a tensor-parallel engine's rank keeps its part
       load_model_weights(parts_.engine_model->parameters(), chosen + "/trainer_state.h5", "model", false,
                          StoredWhole{&parts_.engine_model->config(), parts_.engine_model->tensor_shard()});

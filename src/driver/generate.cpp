@@ -1,5 +1,6 @@
 #include "model/precision.h"
 #include "driver/generate.h"
+#include "driver/run_components.h"
 
 #include <ATen/ATen.h>
 #include <slimpi/error.h>
@@ -86,9 +87,7 @@ int run_generate(RunContext& ctx) {
   Transformer model(mc, seed, device, rollout_weight_dtype(precision));
   const std::string& init_from = deck.get_string("model.init_from");
   if (precision == "fp8") {  // the weights through FP8 blocks, quantised from fp32 (rollout/fp8_weights.h)
-    Transformer masters(mc, seed, device);
-    if (!init_from.empty()) load_model_weights(masters.parameters(), init_from);
-    copy_through_fp8(masters, model);
+    load_fp8_engine_weights(model, seed, init_from);
   } else if (!init_from.empty()) {
     load_model_weights(model.parameters(), init_from);
   }

@@ -313,12 +313,11 @@ void build_run_components(const RunContext& ctx, const std::string& resume_from,
   build_rollout(ctx, c);
   // An fp8 engine's first weights through FP8 too (quantised from fp32, as every sync's).
   if (c.engine_fp8 && c.engine_model && c.rl)
-    load_fp8_engine_weights(c, uint64_t(ctx.deck.get_int("run.seed")),
-                            resume_from.empty() ? ctx.deck.get_string("model.init_from") : std::string(), "model");
+    load_fp8_engine_weights(*c.engine_model, uint64_t(ctx.deck.get_int("run.seed")),
+                            resume_from.empty() ? ctx.deck.get_string("model.init_from") : std::string());
 }
 
-void load_fp8_engine_weights(RunComponents& c, uint64_t seed, const std::string& path, const std::string& group) {
-  Transformer& engine = *c.engine_model;
+void load_fp8_engine_weights(Transformer& engine, uint64_t seed, const std::string& path, const std::string& group) {
   Transformer masters(engine.config(), seed, engine.device());  // fp32, whole: the seeded init or the file's
   if (!path.empty()) load_model_weights(masters.parameters(), path, group);
   if (!engine.sharded()) {

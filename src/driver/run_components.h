@@ -80,9 +80,11 @@ RunComponents load_run_inputs(const RunContext& ctx, RunConfigs configs);
 // is set), communicators, trainer, rollout side, weight sync. Collective.
 void build_run_components(const RunContext& ctx, const std::string& resume_from, RunComponents& c);
 
-// rollout.precision = "fp8": sets c.engine_model's weights through FP8 blocks from fp32
-// ones, the seeded init's (run seed `seed`) or those in `path` (group `group` of an
-// HDF5 file; a Hugging Face checkpoint), as the trainer's sync would quantise them.
-void load_fp8_engine_weights(RunComponents& c, uint64_t seed, const std::string& path, const std::string& group);
+// rollout.precision = "fp8": sets `engine`'s weights (a whole model or a tensor shard)
+// through FP8 blocks from fp32 ones, the seeded init's (run seed `seed`) or those in
+// `path` (group `group` of an HDF5 file; a Hugging Face checkpoint), as the trainer's
+// sync would quantise them. The run's engines and `slimpi generate`.
+void load_fp8_engine_weights(Transformer& engine, uint64_t seed, const std::string& path,
+                             const std::string& group = "model");
 
 }  // namespace slimpi

@@ -8,6 +8,7 @@
 #include "core/log.h"
 #include "model/model_config.h"
 #include "model/tensor_shard.h"
+#include "rollout/fp8_weights.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -15,15 +16,19 @@ namespace slimpi {
 
 namespace {
 
+// rollout.kv_cache_dtype as the cache's storage dtype ("auto": the engine's weight dtype).
+at::ScalarType kv_cache_dtype(const Deck& deck) {
+  const std::string& cache = deck.get_string("rollout.kv_cache_dtype");
+  if (cache == "auto") return rollout_weight_dtype(deck.get_string("rollout.precision"));
+  return cache == "bf16" ? at::kBFloat16 : at::kFloat8_e4m3fn;
+}
+
 // rollout.kv_cache_memory_gb as whole blocks of tokens: keys and values of every layer in
-// the engine's weight dtype, plus an MoE model's routing trace (int16 per expert choice).
+// the cache's dtype, plus an MoE model's routing trace (int16 per expert choice).
 int64_t kv_tokens_in_memory(const Deck& deck, const ModelConfig& m, int64_t block_size) {
   const double gb = deck.get_float("rollout.kv_cache_memory_gb");
-  const std::string& cache = deck.get_string("rollout.kv_cache_dtype");
-  const int64_t element = cache == "fp8_e4m3"                                     ? 1
-                          : cache == "bf16"                                       ? 2
-                          : deck.get_string("rollout.precision") == "fp32"        ? 4
-                                                                                  : 2;  // auto: bf16 and fp8 engines cache bf16
+  const at::ScalarType dtype = kv_cache_dtype(deck);
+  const int64_t element = int64_t(c10::elementSize(dtype));
   const int e = int(deck.get_int("rollout.tensor_parallel"));  // each rank of an engine caches its key/value heads
   // A speculating engine caches its draft (the first MTP depth) beside the trunk's layers.
   const int64_t layers = m.n_layers + (deck.get_string("rollout.speculative") == "mtp" ? 1 : 0);
@@ -36,7 +41,7 @@ int64_t kv_tokens_in_memory(const Deck& deck, const ModelConfig& m, int64_t bloc
                     deck.get_int("rollout.kv_cache_tokens"), deck.source("rollout.kv_cache_tokens"));
   log::info("rollout.kv_cache_memory_gb = {}: {} tokens per engine ({} bytes a token on each of its ranks: {} layers "
             "x {} key/value heads x {} x 2 in {})", gb, tokens, per_token, layers, local_kv_heads(m, e), m.head_dim(),
-            element == 1 ? "e4m3" : element == 2 ? "bf16" : "fp32");
+            dtype == at::kFloat8_e4m3fn ? "e4m3" : dtype == at::kBFloat16 ? "bf16" : "fp32");
   return tokens;
 }
 
@@ -76,8 +81,8 @@ RolloutConfig RolloutConfig::from_deck(const Deck& deck, const ModelConfig& mode
   c.engine.prefix_cache = deck.get_bool("rollout.prefix_cache");
   c.engine.chunked_prefill_tokens = deck.get_int("rollout.chunked_prefill_tokens");
   c.engine.cache_responses = deck.get_bool("rollout.cache_responses");
-  if (const std::string& cache = deck.get_string("rollout.kv_cache_dtype"); cache != "auto")
-    c.engine.kv_cache_dtype = cache == "bf16" ? at::kBFloat16 : at::kFloat8_e4m3fn;
+  // "auto" stays the engine model's dtype (an SFT evaluation engine runs the fp32 policy).
+  if (deck.get_string("rollout.kv_cache_dtype") != "auto") c.engine.kv_cache_dtype = kv_cache_dtype(deck);
   if (c.engine.cache_responses && !c.engine.prefix_cache)
     SLIMPI_FAIL_ALL("rollout.cache_responses = true ({}) stores responses in the prefix cache, but "
                     "rollout.prefix_cache = false ({}): turn the prefix cache on or drop the key",
