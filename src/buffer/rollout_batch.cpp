@@ -47,6 +47,14 @@ void add_engine_metrics(const EngineStats& es, std::map<std::string, double>& m)
   m["rollout/prefix_cache_hit_rate"] =
       es.prefix_query_tokens ? double(es.prefix_hit_tokens) / double(es.prefix_query_tokens) : 0.0;
   m["rollout/preemptions"] = double(es.preemptions);
+  if (es.prefill_wall_s > 0 && es.decode_wall_s > 0) {  // prefill/decode disaggregation (rollout.prefill_ranks)
+    m["rollout/pd_prefill_busy"] = es.prefill_busy_s / es.prefill_wall_s;
+    m["rollout/pd_decode_busy"] = es.decode_busy_s / es.decode_wall_s;
+    m["perf/kv_transfer_bytes"] = double(es.kv_sent_bytes);
+    m["perf/kv_transfer_tokens"] = double(es.kv_sent_tokens);
+    m["perf/kv_transfer_send_s"] = es.kv_send_s;
+    m["perf/kv_transfer_receive_s"] = es.kv_receive_s;
+  }
   if (es.spec_passes > 0) {  // speculative decoding (rollout.speculative)
     m["rollout/spec_accept_rate"] = double(es.spec_accepted) / double(std::max<int64_t>(es.spec_drafted, 1));
     // tokens a verify pass adds: its accepted drafts and the one the policy adds

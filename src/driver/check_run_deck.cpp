@@ -60,6 +60,26 @@ void check_fp8_rollout(const Deck& deck, const WorldLayout& layout) {
                     deck.source("parallel.expert_parallel"));
 }
 
+// rollout.prefill_ranks (rollout/disaggregated_router.h): both pools on rollout ranks of
+// their own, at least one engine in each.
+void check_disaggregation(const Deck& deck, const WorldLayout& layout) {
+  const int64_t n = deck.get_int("rollout.prefill_ranks");
+  if (n == 0) return;
+  const std::string why = fmt::format("rollout.prefill_ranks = {} ({}) makes the last {} rollout ranks prefill "
+                                      "engines", n, deck.source("rollout.prefill_ranks"), n);
+  if (deck.get_string("train.mode") != "rl")
+    SLIMPI_FAIL_ALL("{}, but train.mode = \"{}\" ({}) has no rollout ranks: drop the key", why,
+                    deck.get_string("train.mode"), deck.source("train.mode"));
+  if (layout.placement != Placement::Split)
+    SLIMPI_FAIL_ALL("{}, which needs rollout ranks of their own: parallel.placement = \"colocate\" ({}) gives every "
+                    "rank both roles; use parallel.placement = \"split\"", why, deck.source("parallel.placement"));
+  const int engines = layout.n_rollout / layout.engine_size;
+  if (n >= engines)
+    SLIMPI_FAIL_ALL("{}, and leaves no decode engine: the job has {} rollout ranks (parallel.rollout_ranks, {}; "
+                    "parallel.trainer_ranks, {}); use fewer prefill ranks or more rollout ranks", why, engines,
+                    deck.source("parallel.rollout_ranks"), deck.source("parallel.trainer_ranks"));
+}
+
 // Keys only train.async = "full" reads, and the rules among them.
 void check_full_async_keys(const Deck& deck) {
   const bool full = deck.get_string("train.async") == "full";
@@ -259,6 +279,7 @@ RunConfigs check_run_deck(const Deck& deck, const WorldLayout& layout) {
   check_full_async_keys(deck);
   check_delta_sync_keys(deck);
   check_fp8_rollout(deck, layout);
+  check_disaggregation(deck, layout);
   if (deck.get_string("data.path").empty())
     SLIMPI_FAIL_ALL("train.mode = \"{}\" ({}) needs a data file: set data.path", deck.get_string("train.mode"),
                     deck.source("train.mode"));

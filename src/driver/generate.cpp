@@ -21,6 +21,7 @@
 #include "rollout/rollout_config.h"
 #include "env/environment.h"
 #include "rollout/episode_runner.h"
+#include "rollout/disaggregated_router.h"
 #include "rollout/router.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -95,7 +96,15 @@ int run_generate(RunContext& ctx) {
             rc.n_samples_per_prompt, ctx.world->size(), model.n_params(),
             init_from.empty() ? "the seeded init" : init_from);
 
-  Engine engine(rc.engine, model);
+  // rollout.prefill_ranks: the last ranks prefill, the others decode (rollout/disaggregated_router.h).
+  if (rc.prefill_ranks >= ctx.world->size())
+    SLIMPI_FAIL_ALL("rollout.prefill_ranks = {} ({}) leaves no decode engine among the job's {} ranks: use fewer "
+                    "prefill ranks or more ranks", rc.prefill_ranks, deck.source("rollout.prefill_ranks"),
+                    ctx.world->size());
+  EngineConfig engine_cfg = rc.engine;
+  engine_cfg.prefill_only =
+      rc.prefill_ranks > 0 && is_prefill_rank(ctx.world->rank(), ctx.world->size(), rc.prefill_ranks);
+  Engine engine(engine_cfg, model);
   // rollout.environment: every sample is a multi-turn episode (rollout/episode_runner.h);
   // the environment's processes start before the clock.
   std::unique_ptr<Environment> env;
@@ -122,7 +131,12 @@ int run_generate(RunContext& ctx) {
     last_reported = percent;
   };
   GroupWorker& worker = episodes ? static_cast<GroupWorker&>(*episodes) : engine;
-  std::vector<Sample> samples = route_rollout(worker, ctx.world->world(), rc.engine.max_running, requests, progress);
+  EngineStats pd;  // disaggregation: this rank's transfer times and its pool's busy time
+  std::vector<Sample> samples =
+      rc.prefill_ranks > 0
+          ? route_disaggregated(engine, ctx.world->world(), rc.prefill_ranks, rc.engine.max_running, requests,
+                                progress, pd)
+          : route_rollout(worker, ctx.world->world(), rc.engine.max_running, requests, progress);
   episodes.reset();
   const double seconds = clock.seconds();
 
@@ -132,7 +146,9 @@ int run_generate(RunContext& ctx) {
   rollouts.append(samples);
   rollouts.flush();
 
-  const EngineStats st = sum_engine_stats(engine.stats(), ctx.world->world());
+  EngineStats mine = engine.stats();
+  mine += pd;
+  const EngineStats st = sum_engine_stats(mine, ctx.world->world());
   std::map<std::string, double> row = generation_metrics(samples, st, seconds);
   MetricsLog metrics(ctx.run_dir, ctx.world->world(), deck_text);
   metrics.log_step(0, row);
@@ -141,6 +157,10 @@ int run_generate(RunContext& ctx) {
             samples.size(), seconds, row["perf/rollout_tokens_per_s"], st.prefill_tokens_computed,
             st.prompt_tokens_served, double(st.prompt_tokens_served) / std::max<double>(1.0, st.prefill_tokens_computed),
             st.preemptions, ctx.run_dir);
+  if (rc.prefill_ranks > 0)
+    log::info("generate: {} prefill engine(s) sent {} prompt positions ({:.1f} MB of KV) to the decode engines; busy "
+              "{:.0f}% (prefill) and {:.0f}% (decode) of the call", rc.prefill_ranks, st.kv_sent_tokens,
+              double(st.kv_sent_bytes) / 1e6, 100 * row["rollout/pd_prefill_busy"], 100 * row["rollout/pd_decode_busy"]);
   return 0;
 }
 

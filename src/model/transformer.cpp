@@ -463,7 +463,8 @@ at::Tensor Transformer::forward_packed_hidden(const at::Tensor& tokens, const st
 }
 
 at::Tensor Transformer::forward_incremental(const at::Tensor& tokens, const std::vector<CachedSequence>& seqs,
-                                            KvCache& cache, MoeTrace* moe, at::Tensor* hidden) const {
+                                            KvCache& cache, MoeTrace* moe, at::Tensor* hidden,
+                                            bool to_logits) const {
   for (const auto& s : seqs) {
     SLIMPI_CHECK(s.n_new > 0 && s.n_past + s.n_new <= cfg_.max_seq_len,
                  "cached sequence of {} + {} tokens (model.max_seq_len = {})", s.n_past, s.n_new, cfg_.max_seq_len);
@@ -472,7 +473,7 @@ at::Tensor Transformer::forward_incremental(const at::Tensor& tokens, const std:
   }
   // Decode sequences and prefill chunks in one batch attend apart (AttentionLayout::parts).
   const SmallBatchLinearScope decode_rows;  // the few rows of a decode step (kernels/small_batch_linear.h)
-  return forward(tokens, incremental_layout(seqs, split_decode_and_prefill_, device_), &cache, moe, true, hidden);
+  return forward(tokens, incremental_layout(seqs, split_decode_and_prefill_, device_), &cache, moe, to_logits, hidden);
 }
 
 }  // namespace slimpi

@@ -130,9 +130,11 @@ class Transformer {
   // tokens [T_new] int64, the new tokens of each sequence back to back -> logits
   // [T_new, V] fp32. Writes the new tokens' keys/values into `cache` at their slots.
   // hidden: when given, set to the final norm's output [T_new, d] fp32 (the LM head's
-  // input, and the first MTP depth's).
+  // input, and the first MTP depth's). to_logits = false: the final norm's output is
+  // returned instead of the logits (a prefill engine needs only the keys and values).
   at::Tensor forward_incremental(const at::Tensor& tokens, const std::vector<CachedSequence>& seqs,
-                                 KvCache& cache, MoeTrace* moe = nullptr, at::Tensor* hidden = nullptr) const;
+                                 KvCache& cache, MoeTrace* moe = nullptr, at::Tensor* hidden = nullptr,
+                                 bool to_logits = true) const;
 
   // Multi-token prediction (model.mtp_num_layers > 0; DeepSeek-V3's MTP modules as MiMo
   // ships them). Depth i at position j reads in[j] (the previous depth's output there;

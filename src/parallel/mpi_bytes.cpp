@@ -59,13 +59,24 @@ bool message_waiting(MPI_Comm comm, int source, int tag) {
 }
 
 void await_message(MPI_Comm comm, int source, int tag, const std::string& context) {
-  if (message_waiting(comm, source, tag)) return;
+  await_any_message(comm, source, {tag}, context);
+}
+
+int await_any_message(MPI_Comm comm, int source, const std::vector<int>& tags, const std::string& context) {
+  auto waiting = [&]() {
+    for (int tag : tags)
+      if (message_waiting(comm, source, tag)) return tag;
+    return -1;
+  };
+  int tag = waiting();
+  if (tag >= 0) return tag;
   WaitGuard guard({&context, "MPI_Iprobe (asleep between probes)", 0, "", source});
   auto nap = std::chrono::microseconds(50);
-  while (!message_waiting(comm, source, tag)) {
+  while ((tag = waiting()) < 0) {
     std::this_thread::sleep_for(nap);
     nap = std::min(nap * 2, std::chrono::microseconds(1000));
   }
+  return tag;
 }
 
 void idle_barrier(MPI_Comm comm, const std::string& what) {

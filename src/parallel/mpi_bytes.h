@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace slimpi {
 
@@ -25,6 +26,9 @@ bool message_waiting(MPI_Comm comm, int source, int tag);
 // Sleeps (growing naps up to 1 ms, under the watchdog with `context`) until one is: a
 // rank waiting for work leaves its core to the ranks that work.
 void await_message(MPI_Comm comm, int source, int tag, const std::string& context);
+// The same for a message with any of `tags`: returns the tag of one that is waiting (the
+// first of `tags` when several are).
+int await_any_message(MPI_Comm comm, int source, const std::vector<int>& tags, const std::string& context);
 
 }  // namespace slimpi
 

@@ -73,6 +73,9 @@ Engine::Engine(const EngineConfig& cfg, const Transformer& model, MPI_Comm group
                                    at::TensorOptions().dtype(at::kFloat).device(model.device()));
     scratch_slot0_ = engine_pool_slots(cfg);
   }
+  SLIMPI_CHECK(!cfg.prefill_only || (!speculative() && group == MPI_COMM_NULL),
+               "a prefill engine (rollout.prefill_ranks) with speculative decoding or tensor parallelism is not "
+               "implemented");
 }
 
 Engine::~Engine() {
@@ -100,6 +103,21 @@ void Engine::add_request(const GenerationRequest& request) {
   seq->tokens = request.prompt;
   seq->prompt_length = p;
   waiting_.push_back(std::move(seq));
+}
+
+void Engine::add_prefilled(const GenerationRequest& request, KvTransfer kv) {
+  SLIMPI_CHECK(!cfg_.prefill_only, "group {}: a prefill engine does not take prefilled prompts", request.group_index);
+  SLIMPI_CHECK(kv.group_index == request.group_index && kv.n_positions == int64_t(request.prompt.size()) - 1,
+               "group {}: the KV rows handed over are group {}'s {} positions, not this prompt's first {}",
+               request.group_index, kv.group_index, kv.n_positions, int64_t(request.prompt.size()) - 1);
+  add_request(request);
+  waiting_.back()->arrived_kv = std::make_shared<const KvTransfer>(std::move(kv));
+}
+
+std::vector<std::pair<GenerationRequest, KvTransfer>> Engine::take_prefilled() {
+  std::vector<std::pair<GenerationRequest, KvTransfer>> out;
+  out.swap(prefilled_);
+  return out;
 }
 
 void Engine::add_work(const WorkItem& item) {
@@ -186,7 +204,8 @@ bool Engine::admit(Sequence& seq) {
       stats_.prefix_hit_tokens += static_cast<int64_t>(matched.size()) * bs;
     }
   }
-  const int64_t forks = seq.is_group() && seq.prompt_length % bs ? seq.request->n_samples - 1 : 0;
+  const int64_t forks =
+      seq.is_group() && seq.prompt_length % bs && !cfg_.prefill_only ? seq.request->n_samples - 1 : 0;
   const int64_t need = (n + bs - 1) / bs - static_cast<int64_t>(matched.size()) + forks;
   if (allocator_.n_free() < need) prefix_.evict(need - allocator_.n_free());
   if (allocator_.n_free() < need) {
@@ -200,6 +219,18 @@ bool Engine::admit(Sequence& seq) {
   seq.mtp_computed = std::max<int64_t>(0, seq.n_computed - 1);
   while (static_cast<int64_t>(seq.blocks.size()) * bs < n) seq.blocks.push_back(*allocator_.allocate());
   for (int64_t i = 0; i < forks; ++i) seq.fork_blocks.push_back(*allocator_.allocate());
+  if (seq.arrived_kv) {  // a prefill engine's rows: the positions past the prefix-cache hit
+    Stopwatch clock;
+    const KvTransfer& kv = *seq.arrived_kv;
+    std::vector<int64_t> slots;
+    for (int64_t p = seq.n_computed; p < kv.n_positions; ++p) slots.push_back(seq.slot(p, bs));
+    if (!slots.empty()) scatter_kv_rows(cache_, kv, seq.n_computed, slots);
+    stats_.kv_received_tokens += kv.n_positions;
+    stats_.kv_received_bytes += kv.bytes();
+    seq.n_computed = std::max(seq.n_computed, kv.n_positions);
+    seq.arrived_kv.reset();
+    stats_.kv_receive_s += clock.seconds();
+  }
   return true;
 }
 
@@ -316,6 +347,7 @@ Sample Engine::to_sample(Sequence& seq) const {
 // One iteration: admit, reserve, schedule, forward, sample, retire.
 std::vector<Sample> Engine::step() {
   if (!has_work()) return {};
+  if (cfg_.prefill_only) return step_prefill();
   ++stats_.iterations;
   for (auto& s : running_) s->row_base = -1;
   admit_waiting();
@@ -330,13 +362,15 @@ std::vector<Sample> Engine::step() {
 }
 
 // 1. Admission, first come first served. A group still prefilling counts as the samples
-//    it will fork into, so that at most max_running sequences ever run.
+//    it will fork into, so that at most max_running sequences ever run (in a prefill
+//    engine, which never forks, as one).
 void Engine::admit_waiting() {
+  auto slots_of = [&](const Sequence& s) { return s.is_group() && !cfg_.prefill_only ? s.request->n_samples : 1; };
   int64_t running = 0;
-  for (const auto& s : running_) running += s->is_group() ? s->request->n_samples : 1;
+  for (const auto& s : running_) running += slots_of(*s);
   while (!waiting_.empty()) {
     Sequence& s = *waiting_.front();
-    const int64_t slots = s.is_group() ? s.request->n_samples : 1;
+    const int64_t slots = slots_of(s);
     if (running + slots > cfg_.max_running || !admit(s)) break;
     running += slots;
     s.arrival = arrivals_++;
@@ -393,7 +427,8 @@ Engine::ScheduledBatch Engine::schedule_batch() {
   int64_t prefill_budget = cfg_.chunked_prefill_tokens > 0 ? std::min(budget, cfg_.chunked_prefill_tokens) : budget;
   for (auto& s : running_)
     if (s->pending() > 1 && prefill_budget > 0) {
-      int64_t n = std::min(s->pending(), prefill_budget);
+      // (a prefill engine stops short of the last prompt token: its decode engine runs it)
+      int64_t n = std::min(s->pending() - (cfg_.prefill_only ? 1 : 0), prefill_budget);
       prefills.emplace_back(s.get(), n);
       prefill_budget -= n;
       budget -= n;
@@ -423,7 +458,7 @@ void Engine::truncate_draft(Sequence& s, int64_t n) {
 //    the model's attention layout takes them to the device in one copy. A tensor-
 //    parallel engine announces the forward to its group first (rollout/engine_group.h)
 //    and samples from the logits gathered over the vocabulary shards.
-at::Tensor Engine::forward_batch(const ScheduledBatch& batch, at::Tensor* hidden) {
+at::Tensor Engine::forward_batch(const ScheduledBatch& batch, at::Tensor* hidden, bool to_logits) {
   const int64_t bs = cfg_.block_size;
   EngineForward f;
   f.block_copies = std::move(pending_block_copies_);
@@ -447,7 +482,8 @@ at::Tensor Engine::forward_batch(const ScheduledBatch& batch, at::Tensor* hidden
   Stopwatch forward_clock;
   MoeTrace trace;  // a mixture-of-experts policy's routing, kept per slot like K/V
   const bool moe = cache_.routing.defined();
-  at::Tensor logits = run_engine_forward(model_, cache_, precision_, f, moe ? &trace : nullptr, hidden);  // [T, V]
+  at::Tensor logits =
+      run_engine_forward(model_, cache_, precision_, f, moe ? &trace : nullptr, hidden, to_logits);  // [T, V]
   if (group_ != MPI_COMM_NULL)  // [T, Vp / e] -> [T, V]
     logits = gather_vocab_shards(*model_.tensor_shard().comm, logits, model_.config().vocab_size);
   if (moe)
@@ -566,6 +602,45 @@ std::vector<Sample> Engine::retire_finished() {
     }
   }
   return done;
+}
+
+// A prefill engine's iteration: admit, schedule prompt chunks, one forward without the
+// LM head, then hand out every prompt computed up to its last token.
+std::vector<Sample> Engine::step_prefill() {
+  ++stats_.iterations;
+  admit_waiting();
+  SLIMPI_CHECK(!running_.empty(), "engine: no prompt fits in the KV cache ({} blocks of {} tokens)",
+               allocator_.n_blocks(), cfg_.block_size);
+  hand_out_prefilled();  // prompts the prefix cache already held
+  if (running_.empty()) return {};
+  const ScheduledBatch batch = schedule_batch();
+  forward_batch(batch, nullptr, /*to_logits=*/false);
+  for (auto [s, n] : batch) s->n_computed += n;
+  hand_out_prefilled();
+  return {};
+}
+
+void Engine::hand_out_prefilled() {
+  const int64_t bs = cfg_.block_size;
+  for (auto it = running_.begin(); it != running_.end();) {
+    Sequence& s = **it;
+    const int64_t n = s.prompt_length - 1;  // the positions a decode engine takes over
+    if (s.n_computed < n) {
+      ++it;
+      continue;
+    }
+    Stopwatch clock;
+    std::vector<int64_t> slots;
+    for (int64_t p = 0; p < n; ++p) slots.push_back(s.slot(p, bs));
+    KvTransfer kv = gather_kv_rows(cache_, s.request->group_index, slots);
+    stats_.kv_sent_tokens += n;
+    stats_.kv_sent_bytes += kv.bytes();
+    stats_.kv_send_s += clock.seconds();
+    if (cfg_.prefix_cache) prefix_.insert(s.tokens, s.blocks, n);
+    prefilled_.emplace_back(*s.request, std::move(kv));
+    free_blocks(s);
+    it = running_.erase(it);
+  }
 }
 
 std::vector<Sample> Engine::run_to_completion() {

@@ -24,6 +24,11 @@
 // steps past the first in scratch slots), and the next forward verifies the chain with
 // exact rejection sampling (kernels/speculative.h): the tokens are distributed as
 // without speculation, and every stored log-prob is the policy's.
+// Prefill/decode disaggregation (rollout.prefill_ranks, rollout/disaggregated_router.h):
+// a prefill-only engine (EngineConfig::prefill_only) computes each group's prompt up to
+// its last token and hands the KV rows out (take_prefilled); a decode engine takes them
+// (add_prefilled), writes them into its own blocks at admission, and runs the group from
+// there: the last prompt token, the fork, the samples, exactly as if it had prefilled.
 // Owned by the rollout driver; single-threaded; the model is shared, not owned.
 #pragma once
 
@@ -40,6 +45,7 @@
 #include "model/transformer.h"
 #include "rollout/block_allocator.h"
 #include "rollout/group_worker.h"
+#include "rollout/kv_transfer.h"
 #include "rollout/prefix_cache.h"
 #include "rollout/request.h"
 #include "tokenizer/tokenizer.h"
@@ -74,6 +80,10 @@ struct EngineConfig {
   // The KV cache's storage dtype (rollout.kv_cache_dtype; model/kv_cache.h): Undefined =
   // the model's weight dtype; kBFloat16; kFloat8_e4m3fn (per-head scales, fixed at 1).
   at::ScalarType kv_cache_dtype = at::ScalarType::Undefined;
+  // A prefill engine (rollout.prefill_ranks): groups are computed up to their prompt's
+  // last token, then leave with their KV rows (Engine::take_prefilled); nothing samples.
+  // A group holds one running slot here (it never forks).
+  bool prefill_only = false;
 };
 
 struct EngineStats {
@@ -94,6 +104,13 @@ struct EngineStats {
   int64_t spec_passes = 0, spec_drafted = 0, spec_accepted = 0;
   int64_t spec_offered_at[kMaxSpecSteps] = {}, spec_accepted_at[kMaxSpecSteps] = {};
   double draft_s = 0;
+  // Prefill/decode disaggregation: prompt positions whose KV a prefill engine handed out
+  // and a decode engine took in (bytes of the rows), and the seconds each side spent
+  // packing and sending, receiving and writing them; per pool, the seconds its engines
+  // spent in iterations (busy) and in the routing call (wall), for the busy fractions.
+  int64_t kv_sent_tokens = 0, kv_sent_bytes = 0, kv_received_tokens = 0, kv_received_bytes = 0;
+  double kv_send_s = 0, kv_receive_s = 0;
+  double prefill_busy_s = 0, prefill_wall_s = 0, decode_busy_s = 0, decode_wall_s = 0;
 
   EngineStats& operator+=(const EngineStats& o);
   EngineStats operator-(const EngineStats& o) const;  // counters since the snapshot o
@@ -118,6 +135,16 @@ struct EngineStats {
     for (int j = 0; j < kMaxSpecSteps; ++j) fn(a.spec_offered_at[j], b.spec_offered_at[j]);
     for (int j = 0; j < kMaxSpecSteps; ++j) fn(a.spec_accepted_at[j], b.spec_accepted_at[j]);
     fn(a.draft_s, b.draft_s);
+    fn(a.kv_sent_tokens, b.kv_sent_tokens);
+    fn(a.kv_sent_bytes, b.kv_sent_bytes);
+    fn(a.kv_received_tokens, b.kv_received_tokens);
+    fn(a.kv_received_bytes, b.kv_received_bytes);
+    fn(a.kv_send_s, b.kv_send_s);
+    fn(a.kv_receive_s, b.kv_receive_s);
+    fn(a.prefill_busy_s, b.prefill_busy_s);
+    fn(a.prefill_wall_s, b.prefill_wall_s);
+    fn(a.decode_busy_s, b.decode_busy_s);
+    fn(a.decode_wall_s, b.decode_wall_s);
   }
 };
 
@@ -145,6 +172,13 @@ class Engine : public GroupWorker {
   // One iteration; returns the samples that finished in it (rollout fields and status
   // set: Completed on a stop token/string, Truncated at max_new_tokens or max_seq_len).
   std::vector<Sample> step() override;
+  // Prefill/decode disaggregation. A decode engine: queues `request` whose prompt's first
+  // prompt_length - 1 positions are in `kv` (a prefill engine's rows), written into this
+  // engine's blocks at admission (positions the prefix cache already holds are not).
+  void add_prefilled(const GenerationRequest& request, KvTransfer kv);
+  // A prefill engine: the groups whose prompts completed since the last call (their blocks
+  // are released; full ones stay in the prefix cache), in completion order.
+  std::vector<std::pair<GenerationRequest, KvTransfer>> take_prefilled();
   // Steps until every queued request is done; samples in (group, sample) order.
   std::vector<Sample> run_to_completion();
 
@@ -183,10 +217,14 @@ class Engine : public GroupWorker {
   void admit_waiting();
   void reserve_decode_slots();
   ScheduledBatch schedule_batch();
-  at::Tensor forward_batch(const ScheduledBatch& batch, at::Tensor* hidden);  // -> logits [T, V] (hidden [T, d])
+  // -> logits [T, V] (hidden [T, d]); to_logits = false: the final norm's output [T, d]
+  at::Tensor forward_batch(const ScheduledBatch& batch, at::Tensor* hidden, bool to_logits = true);
   void sample_next_tokens(const ScheduledBatch& batch, const at::Tensor& logits);
   void sample_rows(const std::vector<Sequence*>& samplers, const std::vector<int64_t>& rows, const at::Tensor& logits);
   std::vector<Sample> retire_finished();
+  // Prefill engines: step() is admit, schedule, forward, and hand out finished prompts.
+  std::vector<Sample> step_prefill();
+  void hand_out_prefilled();
   bool admit(Sequence& seq);
   bool use_tensor_sampler() const;
   bool reserve_slots(Sequence& seq, int64_t n_positions, bool may_preempt = true);
@@ -227,6 +265,7 @@ class Engine : public GroupWorker {
   // group's followers make before it.
   std::vector<std::pair<int32_t, int32_t>> pending_block_copies_;
   EngineStats stats_;
+  std::vector<std::pair<GenerationRequest, KvTransfer>> prefilled_;  // a prefill engine's finished prompts
   // Speculative decoding: the trunk's hidden state at the last position of each block
   // [n_blocks, d] (a draft entry whose next token arrives after its position's forward,
   // or that a prefix-cache hit skipped, reads it there), and the first scratch slot.

@@ -79,7 +79,7 @@ void copy_kv_blocks(KvCache& cache, const std::vector<std::pair<int32_t, int32_t
 }
 
 at::Tensor run_engine_forward(const Transformer& model, KvCache& cache, Precision precision, const EngineForward& f,
-                              MoeTrace* moe, at::Tensor* hidden) {
+                              MoeTrace* moe, at::Tensor* hidden, bool to_logits) {
   const auto long_opts = at::TensorOptions().dtype(at::kLong);
   const at::Tensor host_slots = at::tensor(f.slots, long_opts);
   std::vector<CachedSequence> seqs;
@@ -91,7 +91,8 @@ at::Tensor run_engine_forward(const Transformer& model, KvCache& cache, Precisio
   }
   at::NoGradGuard no_grad;
   ForwardPrecision scope(precision, model.device());
-  return model.forward_incremental(at::tensor(f.tokens, long_opts).to(model.device()), seqs, cache, moe, hidden);
+  return model.forward_incremental(at::tensor(f.tokens, long_opts).to(model.device()), seqs, cache, moe, hidden,
+                                   to_logits);
 }
 
 at::Tensor gather_vocab_shards(Comm& group, const at::Tensor& local, int64_t vocab_size) {

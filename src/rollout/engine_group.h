@@ -57,9 +57,10 @@ void copy_kv_blocks(KvCache& cache, const std::vector<std::pair<int32_t, int32_t
 // Runs `f` through `model` (no gradient, in `precision`), writing the new tokens' keys
 // and values into `cache`: logits [T_new, V] ([T_new, Vp / e], this rank's vocabulary
 // columns, in a tensor-parallel group). moe: records the routing (leader). hidden: the
-// final norm's output [T_new, d] (a speculating engine's draft input).
+// final norm's output [T_new, d] (a speculating engine's draft input). to_logits = false:
+// no LM head, the final norm's output is returned (a prefill engine's forwards).
 at::Tensor run_engine_forward(const Transformer& model, KvCache& cache, Precision precision, const EngineForward& f,
-                              MoeTrace* moe, at::Tensor* hidden = nullptr);
+                              MoeTrace* moe, at::Tensor* hidden = nullptr, bool to_logits = true);
 
 // A tensor-parallel group's logits shards [T, Vp / e] -> the whole rows [T, V] on the
 // group's first rank (padding dropped); undefined on the others. Collective.

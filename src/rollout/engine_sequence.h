@@ -36,6 +36,9 @@ struct Engine::Sequence {
   std::vector<float> draft_q;
   int64_t row_base = -1, row_first = 0, row_count = 0;
   int64_t spec_drafted = 0, spec_accepted = 0, spec_passes = 0;
+  // A decode engine's group whose prompt a prefill engine computed (rollout.prefill_ranks):
+  // its rows, written at admission and then dropped (a preempted group recomputes here).
+  std::shared_ptr<const KvTransfer> arrived_kv;
 
   bool is_group() const { return sample_index < 0; }
   int64_t n_response() const { return static_cast<int64_t>(tokens.size()) - prompt_length; }

@@ -67,6 +67,29 @@ void read_speculation(const Deck& deck, const ModelConfig& model, RolloutConfig&
   c.engine.spec_max_running = deck.get_int("rollout.spec_max_running");
 }
 
+// rollout.prefill_ranks against the other [rollout] and [train] keys (the layout's part
+// is checked where the engines are counted: check_run_deck, slimpi generate).
+void read_disaggregation(const Deck& deck, RolloutConfig& c) {
+  c.prefill_ranks = deck.get_int("rollout.prefill_ranks");
+  if (c.prefill_ranks == 0) return;
+  const std::string why = fmt::format("rollout.prefill_ranks = {} ({}) splits the engines into prefill and decode "
+                                      "pools", c.prefill_ranks, deck.source("rollout.prefill_ranks"));
+  auto refuse = [&](const char* key, const std::string& value, const char* what) {
+    SLIMPI_FAIL_ALL("{}; with {} = {} ({}) {}: not implemented", why, key, value, deck.source(key), what);
+  };
+  if (deck.get_int("rollout.tensor_parallel") > 1)
+    refuse("rollout.tensor_parallel", std::to_string(deck.get_int("rollout.tensor_parallel")),
+           "the engines are tensor-parallel groups, whose KV shards would move between groups");
+  if (deck.get_string("rollout.speculative") != "none")
+    refuse("rollout.speculative", "\"" + deck.get_string("rollout.speculative") + "\"",
+           "a decode engine drafts with an MTP cache layer that the prefill engine does not compute");
+  if (c.env.enabled())
+    refuse("rollout.environment", "\"" + c.env.name + "\"",
+           "every turn of an episode extends its sequence on one engine");
+  if (deck.get_string("train.async") == "full")
+    refuse("train.async", "\"full\"", "work streams across weight updates to engines that do both");
+}
+
 }  // namespace
 
 RolloutConfig RolloutConfig::from_deck(const Deck& deck, const ModelConfig& model) {
@@ -151,6 +174,7 @@ RolloutConfig RolloutConfig::from_deck(const Deck& deck, const ModelConfig& mode
     SLIMPI_FAIL_ALL("rollout.kv_cache_tokens = {} is smaller than one block (rollout.block_size = {})",
                     c.engine.kv_cache_tokens, c.engine.block_size);
   read_speculation(deck, model, c);
+  read_disaggregation(deck, c);
   if (c.offload_between_phases && deck.get_string("parallel.placement") != "colocate")
     SLIMPI_FAIL_ALL("rollout.offload_between_phases = true ({}) frees the engines' KV cache for training on the "
                     "same ranks, but parallel.placement = \"{}\" ({}) keeps rollout ranks apart: use "

@@ -20,6 +20,9 @@ struct RolloutConfig {
   std::shared_ptr<const Tokenizer> tokenizer;  // the run's vocabulary (also in engine.tokenizer)
   ChatFormat chat;                             // data.chat_template and its options
   EnvConfig env;                               // rollout.environment: multi-turn episodes (rollout/episode_runner.h)
+  // rollout.prefill_ranks: the last this many engines only prefill, the others decode
+  // (rollout/disaggregated_router.h); 0 = every engine does both.
+  int64_t prefill_ranks = 0;
 
   // Reads [rollout]; cross-key errors (a group larger than max_running, a batch token
   // budget below max_running) name the keys.

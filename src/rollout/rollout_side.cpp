@@ -7,6 +7,7 @@
 #include "kernels/counter_rng.h"
 #include "reward/batch_scorer.h"
 #include "env/environment.h"
+#include "rollout/disaggregated_router.h"
 #include "rollout/engine_group.h"
 #include "rollout/episode_runner.h"
 #include "rollout/evaluation.h"
@@ -58,13 +59,21 @@ std::vector<Sample> RolloutSide::generate(const std::vector<Prompt>& prompts, in
     episodes = std::make_unique<EpisodeRunner>(engine, *env_, tok, settings, prompts, first_group);
   }
   GroupWorker& worker = episodes ? static_cast<GroupWorker&>(*episodes) : engine;
-  std::vector<Sample> out = route_rollout(worker, engines_, cfg_.engine.max_running, requests, on_progress);
+  EngineStats pd;  // prefill/decode disaggregation: this rank's transfer times and its pool's busy time
+  std::vector<Sample> out =
+      cfg_.prefill_ranks > 0
+          ? route_disaggregated(engine, engines_, cfg_.prefill_ranks, cfg_.engine.max_running, requests, on_progress, pd)
+          : route_rollout(worker, engines_, cfg_.engine.max_running, requests, on_progress);
   if (tail_s && !done_at.empty()) {  // the last 10% of the groups: t_n - t_ceil(0.9 n)
     const size_t k90 = (9 * done_at.size() + 9) / 10;
     *tail_s = done_at.back() - done_at[k90 - 1];
   }
   engine.release_group();
-  if (stats) *stats += sum_engine_stats(engine_->stats() - before, engines_);
+  if (stats) {
+    EngineStats mine = engine_->stats() - before;
+    mine += pd;
+    *stats += sum_engine_stats(mine, engines_);
+  }
   return out;
 }
 
@@ -77,13 +86,21 @@ double RolloutSide::follow() {
 }
 
 Engine& RolloutSide::current_engine() {
-  if (!engine_) engine_ = std::make_unique<Engine>(cfg_.engine, model_, engine_group_);
+  if (!engine_) {
+    EngineConfig cfg = cfg_.engine;
+    int size = 1;
+    MPI_Comm_size(engines_, &size);
+    cfg.prefill_only = cfg_.prefill_ranks > 0 && is_prefill_rank(rank_, size, cfg_.prefill_ranks);
+    engine_ = std::make_unique<Engine>(cfg, model_, engine_group_);
+  }
   if (engine_->weight_version() != weight_version_) engine_->on_weights_updated(weight_version_);
   return *engine_;
 }
 
 StreamingRouter& RolloutSide::stream() {
   SLIMPI_CHECK(!is_follower(), "rollout: an engine group's follower has no stream of its own (it follows)");
+  SLIMPI_CHECK(cfg_.prefill_ranks == 0, "rollout: prefill/decode disaggregation does not stream (train.async = "
+               "\"full\" is refused with rollout.prefill_ranks)");
   if (stream_) return *stream_;
   Engine& engine = current_engine();
   if (cfg_.env.enabled()) {  // its own environment processes: an evaluation's episodes use env_

@@ -14,6 +14,8 @@
 // evaluate() (and, under train.async = "full", in each run of the stream: AsyncGenerator
 // calls follow()), run their leader's forwards until it releases them
 // (rollout/engine_group.h).
+// With rollout.prefill_ranks = n the last n engines are prefill engines and generate()
+// routes through both pools (rollout/disaggregated_router.h).
 // With rollout.environment every sample is a multi-turn episode (rollout/episode_runner.h):
 // the engine rank (the group's leader) holds the environment for the whole run and runs
 // the episodes of the groups routed to it; the reward is the episode's. Under

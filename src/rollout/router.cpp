@@ -11,6 +11,7 @@
 #include "core/sample_codec.h"
 #include "parallel/watchdog.h"
 #include "parallel/mpi_bytes.h"
+#include "rollout/group_assembler.h"
 
 namespace slimpi {
 namespace {
@@ -24,32 +25,6 @@ const std::string kRouterWait = "[router] waiting for an engine's results";
 int64_t request_tokens(const GenerationRequest& r) {
   return r.n_samples * (static_cast<int64_t>(r.prompt.size()) + r.params.max_new_tokens);
 }
-
-// Collects an engine's finished samples until their group is complete.
-class GroupAssembler {
- public:
-  explicit GroupAssembler(const std::vector<GenerationRequest>& requests) {
-    for (size_t i = 0; i < requests.size(); ++i) size_[requests[i].group_index] = requests[i].n_samples;
-  }
-  // Returns the groups completed by `samples`, whole.
-  std::vector<std::vector<Sample>> add(std::vector<Sample> samples) {
-    std::vector<std::vector<Sample>> complete;
-    for (auto& s : samples) {
-      auto& g = partial_[s.group_index];
-      const int64_t group = s.group_index;
-      g.push_back(std::move(s));
-      if (int64_t(g.size()) == size_.at(group)) {
-        complete.push_back(std::move(g));
-        partial_.erase(group);
-      }
-    }
-    return complete;
-  }
-
- private:
-  std::map<int64_t, int64_t> size_;
-  std::map<int64_t, std::vector<Sample>> partial_;
-};
 
 // An engine rank: take assignments from the router, run, send back whole groups; stop
 // on an empty assignment.

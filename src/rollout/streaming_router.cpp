@@ -10,6 +10,7 @@
 #include "core/sample_codec.h"
 #include "core/timer.h"
 #include "parallel/mpi_bytes.h"
+#include "parallel/posted_sends.h"
 #include "parallel/watchdog.h"
 #include "rollout/episode_runner.h"
 
@@ -105,39 +106,16 @@ const Registry<PartialPolicy>& partial_policies() {
 
 StreamingRouter::StreamingRouter(Engine& engine, EpisodeRunner* episodes, MPI_Comm rollout, int64_t max_running,
                                  SamplingParams params)
-    : engine_(engine), episodes_(episodes), comm_(rollout), max_running_(max_running), params_(std::move(params)) {
+    : engine_(engine),
+      episodes_(episodes),
+      comm_(rollout),
+      max_running_(max_running),
+      params_(std::move(params)),
+      sends_(rollout, kSendsDone) {
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
   outstanding_tokens_.assign(size_t(size_), 0);
   outstanding_seqs_.assign(size_t(size_), 0);
-}
-
-void StreamingRouter::post(std::string bytes, int dest, int tag) {
-  auto out = std::make_unique<Outgoing>(Outgoing{std::move(bytes), MPI_REQUEST_NULL});
-  check_mpi(MPI_Isend(out->bytes.data(), static_cast<int>(out->bytes.size()), MPI_BYTE, dest, tag, comm_,
-                      &out->request),
-            "MPI_Isend");
-  sends_.push_back(std::move(out));
-}
-
-void StreamingRouter::reap_sends() {
-  for (auto it = sends_.begin(); it != sends_.end();) {
-    int done = 0;
-    check_mpi(MPI_Test(&(*it)->request, &done, MPI_STATUS_IGNORE), "MPI_Test");
-    it = done ? sends_.erase(it) : std::next(it);
-  }
-}
-
-void StreamingRouter::flush_sends() {
-  reap_sends();
-  if (sends_.empty()) return;
-  WaitGuard guard({&kSendsDone, "MPI_Test (asleep between tests)"});
-  auto nap = std::chrono::microseconds(50);
-  while (!sends_.empty()) {
-    std::this_thread::sleep_for(nap);
-    nap = std::min(nap * 2, std::chrono::microseconds(1000));
-    reap_sends();
-  }
 }
 
 int64_t StreamingRouter::item_tokens(const WorkItem& w) const {
@@ -173,8 +151,8 @@ double StreamingRouter::run(const Hooks& hooks) {
         await_message(comm_, 0, kTagWork, kEngineIdle);
         const std::string msg = recv_message(comm_, 0, kTagWork, kEngineIdle);
         if (msg.at(0) == 'P') {  // every sample posted before goes ahead of the answer
-          post("A", 0, kTagSamples);
-          flush_sends();
+          sends_.post("A", 0, kTagSamples);
+          sends_.flush();
           engine_.release_group();
           return busy;
         }
@@ -183,15 +161,15 @@ double StreamingRouter::run(const Hooks& hooks) {
       busy_clock.restart();
       std::vector<Sample> done = worker().step();
       busy += busy_clock.seconds();
-      if (!done.empty()) post(samples_message(done), 0, kTagSamples);
-      reap_sends();
+      if (!done.empty()) sends_.post(samples_message(done), 0, kTagSamples);
+      sends_.reap();
     }
   }
   std::optional<WaitGuard> idle;  // held across a stretch of empty iterations
   auto nap = std::chrono::microseconds(50);
   while (!hooks.should_pause()) {
     dispatch(hooks);
-    reap_sends();
+    sends_.reap();
     bool worked = false;
     if (worker().has_work()) {
       idle.reset();
@@ -252,7 +230,7 @@ void StreamingRouter::dispatch(const Hooks& hooks) {
   }
   for (const auto& w : assign[0]) add_work(w);
   for (int e = 1; e < size_; ++e)
-    if (!assign[e].empty()) post(encode_items('W', assign[e]), e, kTagWork);
+    if (!assign[e].empty()) sends_.post(encode_items('W', assign[e]), e, kTagWork);
 }
 
 void StreamingRouter::receive_samples(std::vector<Sample> samples, int engine, const Hooks& hooks) {
@@ -275,7 +253,7 @@ void StreamingRouter::receive_samples(std::vector<Sample> samples, int engine, c
 }
 
 void StreamingRouter::pause_engines(const Hooks& hooks) {
-  for (int e = 1; e < size_; ++e) post("P", e, kTagWork);  // behind any work posted to e
+  for (int e = 1; e < size_; ++e) sends_.post("P", e, kTagWork);  // behind any work posted to e
   // Samples an engine finished before it saw the pause arrive ahead of its 'A'
   // (messages between two ranks with one tag do not overtake each other).
   for (int e = 1; e < size_; ++e)
@@ -285,7 +263,7 @@ void StreamingRouter::pause_engines(const Hooks& hooks) {
       if (msg.at(0) == 'A') break;
       receive_samples(decode_samples(msg.substr(1)), e, hooks);
     }
-  flush_sends();  // every engine has taken its work and the pause
+  sends_.flush();  // every engine has taken its work and the pause
 }
 
 std::vector<WorkItem> StreamingRouter::gather_items(const std::vector<WorkItem>& mine) {

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "core/registry.h"
+#include "parallel/posted_sends.h"
 #include "rollout/engine.h"
 
 namespace slimpi {
@@ -106,10 +107,6 @@ class StreamingRouter {
   // Every engine's `items` on the router (engine order); empty elsewhere.
   std::vector<WorkItem> gather_items(const std::vector<WorkItem>& mine);
   int64_t item_tokens(const WorkItem& w) const;
-  // Non-blocking sends: posted, then completed as the loops go on (flush: all of them).
-  void post(std::string bytes, int dest, int tag);
-  void reap_sends();
-  void flush_sends();
 
   Engine& engine_;
   EpisodeRunner* episodes_;
@@ -118,11 +115,7 @@ class StreamingRouter {
   int64_t max_running_;
   SamplingParams params_;          // every item's (requests travel without them)
   std::vector<WorkItem> parked_;   // this engine's work between update_weights and run
-  struct Outgoing {
-    std::string bytes;
-    MPI_Request request;
-  };
-  std::deque<std::unique_ptr<Outgoing>> sends_;  // posted, not yet complete (buffers must stay put)
+  PostedSends sends_;              // work and samples in flight (neither side sends blocking)
   // Router only.
   std::deque<WorkItem> todo_;                          // to dispatch before new groups
   std::vector<int64_t> outstanding_tokens_, outstanding_seqs_;  // per engine

@@ -1,0 +1,227 @@
+#include "rollout/disaggregated_router.h"
+
+#include <slimpi/error.h>
+
+#include <cstring>
+#include <map>
+#include <vector>
+
+#include "core/sample_codec.h"
+#include "core/timer.h"
+#include "parallel/mpi_bytes.h"
+#include "parallel/posted_sends.h"
+#include "rollout/group_assembler.h"
+#include "rollout/kv_transfer.h"
+
+namespace slimpi {
+namespace {
+
+constexpr int kTagPrefill = 121;  // router -> prefill engine: (group, decode rank) int64 pairs ([] = done)
+constexpr int kTagKv = 122;       // prefill engine -> decode engine: one encoded KvTransfer
+constexpr int kTagResult = 123;   // decode engine -> router: encoded samples of a finished group
+constexpr int kTagDone = 124;     // router -> decode engine: every group is back
+
+const std::string kPrefillWait = "[pd router] a prefill engine waiting for prompts";
+const std::string kDecodeWait = "[pd router] a decode engine waiting for prefilled prompts";
+const std::string kRouterWait = "[pd router] waiting for prefilled prompts or an engine's results";
+const std::string kRouterSends = "[pd router] completing the router's sends of prompts";
+
+std::string int64_bytes(const std::vector<int64_t>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int64_t));
+}
+
+std::vector<int64_t> int64_values(const std::string& bytes) {
+  std::vector<int64_t> v(bytes.size() / sizeof(int64_t));
+  std::memcpy(v.data(), bytes.data(), v.size() * sizeof(int64_t));
+  return v;
+}
+
+// What every engine rank of the call shares: the requests by group.
+struct CallRequests {
+  const std::vector<GenerationRequest>& requests;
+  std::map<int64_t, size_t> by_group;
+  explicit CallRequests(const std::vector<GenerationRequest>& r) : requests(r) {
+    for (size_t i = 0; i < r.size(); ++i) by_group[r[i].group_index] = i;
+  }
+  const GenerationRequest& at(int64_t group) const {
+    auto it = by_group.find(group);
+    SLIMPI_CHECK(it != by_group.end(), "pd router: group {} is not one of this call's", group);
+    return requests[it->second];
+  }
+};
+
+// A decode engine: one waiting KV transfer into the engine's queue.
+void take_transfer(Engine& engine, MPI_Comm comm, const CallRequests& calls, EngineStats& pd) {
+  Stopwatch clock;
+  KvTransfer kv = decode_kv_transfer(recv_message(comm, MPI_ANY_SOURCE, kTagKv, kDecodeWait));
+  const GenerationRequest& request = calls.at(kv.group_index);
+  engine.add_prefilled(request, std::move(kv));
+  pd.kv_receive_s += clock.seconds();
+}
+
+// A prefill engine: prompts from the router, KV to their decode engines; stops on [].
+void serve_prefill(Engine& engine, MPI_Comm comm, const CallRequests& calls, EngineStats& pd) {
+  std::map<int64_t, int> decode_rank;  // group -> where its KV goes
+  bool done = false;
+  while (!done || engine.has_work()) {
+    while (!done && (message_waiting(comm, 0, kTagPrefill) || !engine.has_work())) {
+      await_message(comm, 0, kTagPrefill, kPrefillWait);
+      const std::vector<int64_t> pairs = int64_values(recv_message(comm, 0, kTagPrefill, kPrefillWait));
+      if (pairs.empty()) done = true;
+      for (size_t i = 0; i + 1 < pairs.size(); i += 2) {
+        decode_rank[pairs[i]] = int(pairs[i + 1]);
+        engine.add_request(calls.at(pairs[i]));
+      }
+    }
+    if (!engine.has_work()) continue;
+    Stopwatch busy;
+    engine.step();
+    pd.prefill_busy_s += busy.seconds();
+    for (auto& [request, kv] : engine.take_prefilled()) {
+      Stopwatch send;
+      send_message(comm, encode_kv_transfer(kv), decode_rank.at(request.group_index), kTagKv);
+      pd.kv_send_s += send.seconds();
+    }
+  }
+}
+
+// A decode engine other than the router's: KV in, whole groups out, until the router's done.
+void serve_decode(Engine& engine, MPI_Comm comm, const CallRequests& calls, GroupAssembler& assembler,
+                  EngineStats& pd) {
+  bool done = false;
+  while (!done || engine.has_work()) {
+    while (!done) {
+      int tag = message_waiting(comm, MPI_ANY_SOURCE, kTagKv) ? kTagKv
+                : message_waiting(comm, 0, kTagDone)           ? kTagDone
+                                                                : -1;
+      if (tag < 0 && engine.has_work()) break;
+      if (tag < 0) tag = await_any_message(comm, MPI_ANY_SOURCE, {kTagKv, kTagDone}, kDecodeWait);
+      if (tag == kTagKv) {
+        take_transfer(engine, comm, calls, pd);
+      } else {
+        recv_message(comm, 0, kTagDone, kDecodeWait);
+        done = true;
+      }
+    }
+    if (!engine.has_work()) continue;
+    Stopwatch busy;
+    std::vector<Sample> finished = engine.step();
+    pd.decode_busy_s += busy.seconds();
+    for (auto& group : assembler.add(std::move(finished))) send_message(comm, encode_samples(group), 0, kTagResult);
+  }
+}
+
+}  // namespace
+
+std::vector<Sample> route_disaggregated(Engine& engine, MPI_Comm rollout, int64_t n_prefill, int64_t max_running,
+                                        const std::vector<GenerationRequest>& requests,
+                                        const std::function<void(const RouterProgress&)>& on_progress,
+                                        EngineStats& pd) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(rollout, &rank);
+  MPI_Comm_size(rollout, &size);
+  const int n_decode = size - int(n_prefill);
+  SLIMPI_CHECK(n_prefill >= 1 && n_decode >= 1, "pd router: {} prefill engines among {} rollout ranks (needs at "
+               "least one of each)", n_prefill, size);
+  const CallRequests calls(requests);
+  GroupAssembler assembler(requests);
+  Stopwatch wall;
+  if (is_prefill_rank(rank, size, n_prefill)) {
+    serve_prefill(engine, rollout, calls, pd);
+    pd.prefill_wall_s += wall.seconds();
+    return {};
+  }
+  if (rank != 0) {
+    serve_decode(engine, rollout, calls, assembler, pd);
+    pd.decode_wall_s += wall.seconds();
+    return {};
+  }
+
+  // The router (also a decode engine).
+  std::vector<int64_t> decode_tokens(size_t(n_decode), 0), decode_seqs(size_t(n_decode), 0);
+  std::vector<int64_t> prefill_tokens(size_t(size), 0);  // indexed by rank (the prefill ranks' entries)
+  std::map<int64_t, std::pair<int, int>> owner;          // group -> (decode rank, prefill rank)
+  std::vector<Sample> results;
+  RouterProgress progress;
+  progress.groups_total = static_cast<int64_t>(requests.size());
+  size_t next = 0;
+  auto tokens_of = [](const GenerationRequest& r) {
+    return r.n_samples * (static_cast<int64_t>(r.prompt.size()) + r.params.max_new_tokens);
+  };
+  auto finish_group = [&](std::vector<Sample>&& group) {
+    const GenerationRequest& r = calls.at(group.front().group_index);
+    const auto [d, p] = owner.at(r.group_index);
+    decode_tokens[size_t(d)] -= tokens_of(r);
+    decode_seqs[size_t(d)] -= r.n_samples;
+    prefill_tokens[size_t(p)] -= static_cast<int64_t>(r.prompt.size());
+    for (auto& s : group) {
+      progress.tokens_generated += s.response_length();
+      results.push_back(std::move(s));
+    }
+    ++progress.groups_done;
+  };
+  // Prompts go out posted: a prefill engine may be sending this rank KV at the same time.
+  PostedSends sends(rollout, kRouterSends);
+  auto hand_out = [&]() {
+    std::vector<std::vector<int64_t>> pairs(static_cast<size_t>(size));
+    while (next < requests.size()) {
+      const GenerationRequest& r = requests[next];
+      int d = -1;
+      for (int e = 0; e < n_decode; ++e)
+        if (decode_seqs[size_t(e)] + r.n_samples <= 2 * max_running &&
+            (d < 0 || decode_tokens[size_t(e)] < decode_tokens[size_t(d)]))
+          d = e;
+      if (d < 0) break;
+      int p = n_decode;
+      for (int e = n_decode; e < size; ++e)
+        if (prefill_tokens[size_t(e)] < prefill_tokens[size_t(p)]) p = e;
+      owner[r.group_index] = {d, p};
+      decode_tokens[size_t(d)] += tokens_of(r);
+      decode_seqs[size_t(d)] += r.n_samples;
+      prefill_tokens[size_t(p)] += static_cast<int64_t>(r.prompt.size());
+      pairs[size_t(p)].insert(pairs[size_t(p)].end(), {r.group_index, int64_t(d)});
+      ++next;
+    }
+    for (int p = n_decode; p < size; ++p)
+      if (!pairs[size_t(p)].empty()) sends.post(int64_bytes(pairs[size_t(p)]), p, kTagPrefill);
+    sends.reap();
+  };
+  while (progress.groups_done < progress.groups_total) {
+    hand_out();
+    while (message_waiting(rollout, MPI_ANY_SOURCE, kTagKv)) take_transfer(engine, rollout, calls, pd);
+    const int64_t before = progress.groups_done;
+    if (engine.has_work()) {
+      Stopwatch busy;
+      std::vector<Sample> finished = engine.step();
+      pd.decode_busy_s += busy.seconds();
+      for (auto& group : assembler.add(std::move(finished))) finish_group(std::move(group));
+    }
+    // Other engines' results and this engine's prompts; asleep only with nothing to run here.
+    bool block = !engine.has_work();
+    while (progress.groups_done < progress.groups_total) {
+      int tag = message_waiting(rollout, MPI_ANY_SOURCE, kTagResult) ? kTagResult
+                : message_waiting(rollout, MPI_ANY_SOURCE, kTagKv)   ? kTagKv
+                                                                     : -1;
+      if (tag < 0 && !block) break;
+      if (tag < 0) tag = await_any_message(rollout, MPI_ANY_SOURCE, {kTagResult, kTagKv}, kRouterWait);
+      block = false;
+      if (tag == kTagKv) {
+        take_transfer(engine, rollout, calls, pd);
+        continue;
+      }
+      finish_group(decode_samples(recv_message(rollout, MPI_ANY_SOURCE, kTagResult, kRouterWait)));
+      if (next < requests.size()) break;  // go hand out more
+    }
+    if (on_progress && progress.groups_done != before) on_progress(progress);
+  }
+  for (int p = n_decode; p < size; ++p) sends.post(std::string(), p, kTagPrefill);
+  for (int d = 1; d < n_decode; ++d) sends.post(std::string(), d, kTagDone);
+  sends.flush();
+  pd.decode_wall_s += wall.seconds();
+  std::sort(results.begin(), results.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.group_index, a.index) < std::tie(b.group_index, b.index);
+  });
+  return results;
+}
+
+}  // namespace slimpi

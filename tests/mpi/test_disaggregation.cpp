@@ -1,0 +1,103 @@
+// Prefill/decode disaggregation across ranks (rollout/disaggregated_router.h), at np 3
+// and 4 with 1 or 2 prefill engines: every group comes back once, with exactly the
+// samples of one plain engine (tokens, log-probs, MoE routing traces), whatever engine
+// prefilled or decoded it; prefill ranks sample nothing and hand over every prompt
+// position but the last; decode dispatch holds to 2·max_running outstanding sequences
+// (more groups than that), so the router hands out work as groups come back.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "kernels/counter_rng.h"
+#include "rollout/disaggregated_router.h"
+#include "tokenizer/byte_tokenizer.h"
+#include "../support/tiny_model.h"
+#include "../support/mpi_world.h"
+
+namespace slimpi {
+namespace {
+
+using testing::world_rank;
+using testing::world_size;
+
+ModelConfig model_config() {
+  ModelConfig c = testing::tiny_model_config(96, 0.3);
+  c.n_experts = 4;
+  c.n_experts_per_tok = 2;
+  c.moe_intermediate_size = 32;
+  c.moe_layer_freq = 2;  // layer 1 is sparse
+  return c;
+}
+
+std::vector<GenerationRequest> requests() {
+  std::vector<GenerationRequest> out;
+  for (int g = 0; g < 20; ++g) {
+    GenerationRequest r;
+    r.group_index = g;
+    r.prompt = {ByteTokenizer::kBos};
+    for (int i = 0; i < 8; ++i) r.prompt.push_back(40 + i);  // a shared header
+    for (int i = 0; i < (g * 5) % 23; ++i) r.prompt.push_back((g * 31 + i * 7) % 256);
+    r.n_samples = 3;
+    r.params.temperature = 1.0;
+    r.params.max_new_tokens = 4 + (g * 7) % 20;  // uneven lengths: dispatch matters
+    r.params.stop_token_ids = {ByteTokenizer::kEos};
+    r.seed = mix_seed(99, 0, uint64_t(g));
+    out.push_back(r);
+  }
+  return out;
+}
+
+TEST(Disaggregation, EveryGroupOnceWithOnePlainEnginesSamples) {
+  const int n = world_size();
+  Transformer model(model_config(), 13, at::kCPU);
+  const EngineConfig cfg{4, 4096, 6, 128, true};  // 2·6 outstanding sequences an engine: 4 groups
+  Engine alone(cfg, model);
+  for (const auto& r : requests()) alone.add_request(r);
+  const std::vector<Sample> single = alone.run_to_completion();
+  ASSERT_EQ(single.size(), 60u);
+  for (int64_t n_prefill = 1; n_prefill <= n - 2; ++n_prefill) {
+    SCOPED_TRACE(::testing::Message() << n_prefill << " prefill engine(s) of " << n);
+    EngineConfig mine = cfg;
+    mine.prefill_only = is_prefill_rank(world_rank(), n, n_prefill);
+    Engine engine(mine, model);
+    EngineStats pd;
+    const std::vector<Sample> routed =
+        route_disaggregated(engine, MPI_COMM_WORLD, n_prefill, cfg.max_running, requests(), {}, pd);
+    EngineStats st = engine.stats();
+    st += pd;
+    if (mine.prefill_only) {
+      EXPECT_EQ(st.generated_tokens, 0);
+      EXPECT_GT(st.kv_sent_tokens, 0) << "a prefill engine got no prompt";
+      EXPECT_GT(st.prefill_wall_s, 0.0);
+    } else {
+      EXPECT_EQ(st.kv_sent_tokens, 0);
+      EXPECT_GT(st.decode_wall_s, 0.0);
+    }
+    int64_t handed = 0;
+    for (const auto& r : requests()) handed += int64_t(r.prompt.size()) - 1;
+    const EngineStats sum = sum_engine_stats(st, MPI_COMM_WORLD);
+    EXPECT_EQ(sum.kv_sent_tokens, handed);
+    EXPECT_EQ(sum.kv_received_tokens, handed);
+    EXPECT_EQ(sum.kv_sent_bytes, sum.kv_received_bytes);
+    if (world_rank() != 0) {
+      EXPECT_TRUE(routed.empty());
+      continue;
+    }
+    ASSERT_EQ(routed.size(), single.size());
+    for (size_t i = 0; i < routed.size(); ++i) {
+      SCOPED_TRACE(::testing::Message() << "group " << i / 3 << " sample " << i % 3);
+      EXPECT_EQ(routed[i].group_index, int64_t(i / 3));
+      EXPECT_EQ(routed[i].index, int64_t(i % 3));
+      EXPECT_EQ(routed[i].tokens, single[i].tokens);
+      EXPECT_EQ(routed[i].routing, single[i].routing);
+      ASSERT_EQ(routed[i].rollout_log_probs.size(), single[i].rollout_log_probs.size());
+      for (size_t t = 0; t < routed[i].rollout_log_probs.size(); ++t)
+        EXPECT_NEAR(routed[i].rollout_log_probs[t], single[i].rollout_log_probs[t],
+                    1e-5 * std::max(1.0f, std::abs(single[i].rollout_log_probs[t])));  // fp32 round-off
+    }
+  }
+}
+
+}  // namespace
+}  // namespace slimpi
