@@ -30,9 +30,7 @@ flags=(--oversubscribe --bind-to none); [ "$(id -u)" = 0 ] && flags+=(--allow-ru
 cd "$root"
 # The smoke deck without its KV-cache size (kv_cache_memory_gb sizes it here).
 grep -v '^kv_cache_tokens' inputs/smoke_rl.toml >"$out/deck.toml"
-shape=(--set model.vocab_size=151936 --set model.hidden_size=1024 --set model.n_layers=28 --set model.n_heads=16
-       --set model.n_kv_heads=8 --set model.head_dim=128 --set model.intermediate_size=3072
-       --set model.tie_word_embeddings=true --set model.qk_norm=true --set model.max_seq_len=128)
+source perf/qwen3_shape.sh
 work=(--set run.n_steps=2 --set eval.path= --set rollout.rollout_batch_size=4 --set rollout.n_samples_per_prompt=4
       --set rollout.max_new_tokens=32 --set rollout.kv_cache_memory_gb=1
       --set train.global_batch_size=16 --set checkpoint.interval=0 --set run.threads=0)
@@ -58,7 +56,7 @@ for layout in "${layouts[@]}"; do
   esac
   OMP_WAIT_POLICY=PASSIVE mpirun "${flags[@]}" -np $np sh -c \
     '/usr/bin/time -o "$0.rss.${OMPI_COMM_WORLD_RANK:-0}" -f "%M" "$@"' "$out/$layout" build/slimpi run \
-    "$out/deck.toml" "${shape[@]}" "${work[@]}" "${args[@]}" --set run.dir="$out/$layout" \
+    "$out/deck.toml" "${qwen3_shape[@]}" "${work[@]}" "${args[@]}" --set run.dir="$out/$layout" \
     >"$out/$layout.log" 2>&1 || { tail -30 "$out/$layout.log"; exit 1; }
   /usr/bin/python3 - "$out/$layout" "$np" "$layout" <<'PY'
 import sys

@@ -250,6 +250,9 @@ std::vector<KeySpec> declare_keys() {
                 "restarted when it has written nothing for that long)"),
       int_key("rollout.env_max_reply_bytes", 1 << 20, 64, 1e10, "bytes",
               "environment = command: longest reply line; a longer one restarts the process"),
+      int_key("rollout.env_max_stderr_bytes", 1 << 16, 0, 1e10, "bytes",
+              "environment = command: stderr lines of a process logged (prefixed with the process) per process "
+              "start; the rest is read and dropped"),
       float_key("rollout.env_cpu_limit_s", 0.0, 0.0, 1e9, "s",
                 "environment = command: CPU seconds per process (RLIMIT_CPU over its life; 0 = none)"),
       int_key("rollout.env_memory_limit_mb", 0, 0, 1e9, "MiB",

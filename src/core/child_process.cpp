@@ -37,12 +37,13 @@ void close_from_3() {
 
 // The command: leads group G, stdin/stdout on the rank's pipes, dies with the rank's
 // thread too (PR_SET_PDEATHSIG). Async-signal-safe calls only.
-[[noreturn]] void exec_command(pid_t rank, int in, int out, char* const argv[]) {
+[[noreturn]] void exec_command(pid_t rank, int in, int out, int err, char* const argv[]) {
   setpgid(0, 0);
   reset_signals();
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != rank) _exit(127);  // the rank died before prctl took effect
   if (dup2(in, STDIN_FILENO) < 0 || dup2(out, STDOUT_FILENO) < 0) _exit(127);
+  if (err >= 0 && dup2(err, STDERR_FILENO) < 0) _exit(127);
   close_from_3();
   execve("/bin/sh", argv, environ);
   _exit(127);
@@ -67,11 +68,13 @@ void close_all(std::initializer_list<int> fds) {
 
 }  // namespace
 
-ChildProcess::ChildProcess(const std::string& command) {
-  int to_child[2] = {-1, -1}, from_child[2] = {-1, -1}, lifeline[2] = {-1, -1};
-  if (pipe2(to_child, O_CLOEXEC) != 0 || pipe2(from_child, O_CLOEXEC) != 0 || pipe2(lifeline, O_CLOEXEC) != 0) {
+ChildProcess::ChildProcess(const std::string& command, bool capture_stderr) {
+  int to_child[2] = {-1, -1}, from_child[2] = {-1, -1}, lifeline[2] = {-1, -1}, err_pipe[2] = {-1, -1};
+  if (pipe2(to_child, O_CLOEXEC) != 0 || pipe2(from_child, O_CLOEXEC) != 0 || pipe2(lifeline, O_CLOEXEC) != 0 ||
+      (capture_stderr && pipe2(err_pipe, O_CLOEXEC) != 0)) {
     const int e = errno;
-    close_all({to_child[0], to_child[1], from_child[0], from_child[1], lifeline[0], lifeline[1]});
+    close_all({to_child[0], to_child[1], from_child[0], from_child[1], lifeline[0], lifeline[1], err_pipe[0],
+               err_pipe[1]});
     SLIMPI_FAIL("cannot start '{}': pipe failed: {}", command, std::strerror(e));
   }
   // Everything the children need is made before fork: they may not allocate.
@@ -81,7 +84,7 @@ ChildProcess::ChildProcess(const std::string& command) {
   char* const watcher_argv[] = {sh, dash_c, watch, nullptr};
   const pid_t rank = getpid();
   const pid_t pid = fork();
-  if (pid == 0) exec_command(rank, to_child[0], from_child[1], command_argv);
+  if (pid == 0) exec_command(rank, to_child[0], from_child[1], err_pipe[1], command_argv);
   const int fork_errno = errno;
   if (pid > 0) {
     setpgid(pid, pid);  // also here: the group exists before the watcher joins it
@@ -89,27 +92,30 @@ ChildProcess::ChildProcess(const std::string& command) {
     if (watcher_ == 0) exec_watcher(pid, lifeline[0], watcher_argv);
     if (watcher_ > 0) setpgid(watcher_, pid);
   }
-  close_all({to_child[0], from_child[1], lifeline[0]});
+  close_all({to_child[0], from_child[1], lifeline[0], err_pipe[1]});
   if (pid < 0 || watcher_ < 0) {
     const int e = pid < 0 ? fork_errno : errno;
     if (pid > 0) {
       kill(-pid, SIGKILL);
       waitpid(pid, nullptr, 0);
     }
-    close_all({to_child[1], from_child[0], lifeline[1]});
+    close_all({to_child[1], from_child[0], lifeline[1], err_pipe[0]});
     SLIMPI_FAIL("cannot start '{}': fork failed: {}", command, std::strerror(e));
   }
   pid_ = pid;
   in_ = to_child[1];
   out_ = from_child[0];
   lifeline_ = lifeline[1];
+  err_ = err_pipe[0];
   fcntl(in_, F_SETFL, O_NONBLOCK);
   fcntl(out_, F_SETFL, O_NONBLOCK);
+  if (err_ >= 0) fcntl(err_, F_SETFL, O_NONBLOCK);
 }
 
 ChildProcess::~ChildProcess() {
   close_stdin();
   close_stdout();
+  close_stderr();
   kill(-pid_, SIGKILL);  // the command, its own children and the watcher
   if (!reaped_) waitpid(pid_, nullptr, 0);
   waitpid(watcher_, nullptr, 0);
@@ -124,6 +130,11 @@ void ChildProcess::close_stdin() {
 void ChildProcess::close_stdout() {
   if (out_ >= 0) close(out_);
   out_ = -1;
+}
+
+void ChildProcess::close_stderr() {
+  if (err_ >= 0) close(err_);
+  err_ = -1;
 }
 
 bool ChildProcess::wait_until(std::chrono::steady_clock::time_point deadline, int* status) {

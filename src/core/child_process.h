@@ -1,5 +1,5 @@
 // ChildProcess — an external command (/bin/sh -c COMMAND) with pipes to its stdin and
-// stdout, that cannot outlive the rank that started it.
+// stdout (and, when asked, its stderr), that cannot outlive the rank that started it.
 //
 // Role: reward commands (reward/command_reward.h) and, later, environment processes
 // run through it. Owner: the caller; the destructor kills and reaps the whole process
@@ -27,8 +27,9 @@ namespace slimpi {
 
 class ChildProcess {
  public:
-  // Starts `command`; throws slimpi::Error when pipes or fork fail.
-  explicit ChildProcess(const std::string& command);
+  // Starts `command`; throws slimpi::Error when pipes or fork fail. capture_stderr: the
+  // command's stderr goes to a pipe the caller reads (stderr_fd) instead of the rank's.
+  explicit ChildProcess(const std::string& command, bool capture_stderr = false);
   ~ChildProcess();  // closes the pipes, kills group G, reaps the command and the watcher
   ChildProcess(const ChildProcess&) = delete;
   ChildProcess& operator=(const ChildProcess&) = delete;
@@ -36,8 +37,10 @@ class ChildProcess {
   pid_t pid() const { return pid_; }  // the command's shell: also the process group's id
   int stdin_fd() const { return in_; }    // non-blocking; -1 once closed
   int stdout_fd() const { return out_; }  // non-blocking; -1 once closed
+  int stderr_fd() const { return err_; }  // non-blocking; -1 when not captured
   void close_stdin();
   void close_stdout();
+  void close_stderr();
   // Waits for the command to exit until `deadline`; false on time-out. Sets *status
   // (a waitpid status: the command's exit code or its signal).
   bool wait_until(std::chrono::steady_clock::time_point deadline, int* status);
@@ -48,6 +51,7 @@ class ChildProcess {
   pid_t pid_ = -1;
   int in_ = -1;
   int out_ = -1;
+  int err_ = -1;
   pid_t watcher_ = -1;
   int lifeline_ = -1;  // write end; the watcher kills group G when it closes
   bool reaped_ = false;

@@ -156,6 +156,7 @@ void check_environment(const Deck& deck) {
                     deck.get_string("train.advantage_estimator"), deck.source("train.advantage_estimator"));
   if (env != "command")
     for (const char* key : {"rollout.env_command", "rollout.env_processes", "rollout.env_max_reply_bytes",
+                            "rollout.env_max_stderr_bytes",
                             "rollout.env_cpu_limit_s", "rollout.env_memory_limit_mb", "rollout.env_max_restarts"})
       if (!deck.has_default_value(key))
         SLIMPI_FAIL_ALL("{} ({}) applies to rollout.environment = \"command\" only; rollout.environment is \"{}\" ({})",

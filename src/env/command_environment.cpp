@@ -49,8 +49,11 @@ std::string CommandEnvironment::describe(const Process& p) const {
 }
 
 void CommandEnvironment::start(Process& p) {
-  p.child = std::make_unique<ChildProcess>(limited_command(cfg_));
+  p.child = std::make_unique<ChildProcess>(limited_command(cfg_), /*capture_stderr=*/true);
   p.in_buf.clear();
+  p.err_buf.clear();
+  p.err_logged = 0;
+  p.err_capped = false;
   p.out_buf = encode_hello() + "\n";
   const auto deadline = Clock::now() + seconds(cfg_.timeout_s);
   std::string why;
@@ -93,7 +96,9 @@ void CommandEnvironment::start(Process& p) {
     }
     ::poll(&fd, 1, int(std::min<int64_t>(left, 100)));
     read_lines(p);  // only reads here: in_buf holds the hello
+    drain_stderr(p);
   }
+  drain_stderr(p, /*final=*/true);  // what it said before it failed
   SLIMPI_FAIL("{} did not start: {}. The environment protocol (docs/environments.md) starts with slimpi writing "
               "{{\"type\": \"hello\", \"protocol_version\": {}}} and the process answering {{\"type\": \"hello\", "
               "\"protocol_version\": {}, \"name\": ..., \"tools\": [...], \"max_concurrent_episodes\": n}}",
@@ -101,6 +106,7 @@ void CommandEnvironment::start(Process& p) {
 }
 
 void CommandEnvironment::restart(Process& p, const std::string& why) {
+  drain_stderr(p, /*final=*/true);  // its last words (a traceback) before the verdict
   ++p.restarts;
   ++restarts_;
   log::warn("{} {}; it is killed and restarted (restart {} of at most {}, rollout.env_max_restarts)", describe(p), why,
@@ -164,6 +170,53 @@ void CommandEnvironment::read_lines(Process& p) {
   }
 }
 
+void CommandEnvironment::drain_stderr(Process& p, bool final) {
+  if (!p.child) return;
+  constexpr size_t kTail = 2048;  // past the cap: the last bytes, logged if the process is restarted
+  auto say = [&](std::string_view text) {
+    const int64_t room = cfg_.max_stderr_bytes - p.err_logged;
+    if (int64_t(text.size()) <= room) {
+      log::warn("[environment process {} stderr] {}", p.index, printable_excerpt(std::string(text), text.size()));
+      p.err_logged += int64_t(text.size());
+      return;
+    }
+    p.err_capped = true;
+    log::warn("[environment process {} stderr] more than rollout.env_max_stderr_bytes = {} bytes since its start: the "
+              "rest is dropped (its last lines are logged if it is restarted)", p.index, cfg_.max_stderr_bytes);
+  };
+  char buf[65536];
+  while (p.child->stderr_fd() >= 0) {
+    const ssize_t r = read(p.child->stderr_fd(), buf, sizeof(buf));
+    if (r < 0 && errno == EINTR) continue;
+    if (r == 0) p.child->close_stderr();  // closed: it is exiting
+    if (r <= 0) break;                     // (or EAGAIN: nothing more now)
+    p.err_buf.append(buf, size_t(r));
+    if (p.err_capped) {  // read and dropped (so the process never blocks on it), the tail kept
+      if (p.err_buf.size() > kTail) p.err_buf.erase(0, p.err_buf.size() - kTail);
+      continue;
+    }
+    for (size_t nl; !p.err_capped && (nl = p.err_buf.find('\n')) != std::string::npos;) {
+      say(std::string_view(p.err_buf).substr(0, nl));
+      p.err_buf.erase(0, nl + 1);
+    }
+    if (!p.err_capped && int64_t(p.err_buf.size()) > cfg_.max_stderr_bytes) say(p.err_buf);  // one endless line
+  }
+  if (!final || p.err_buf.empty()) return;
+  if (!p.err_capped) {
+    say(p.err_buf);
+  } else {  // the last whole lines it wrote
+    const size_t first = p.err_buf.size() >= kTail ? p.err_buf.find('\n') + 1 : 0;
+    std::string_view tail = std::string_view(p.err_buf).substr(std::min(first, p.err_buf.size()));
+    for (size_t nl; !tail.empty(); tail.remove_prefix(nl == std::string_view::npos ? tail.size() : nl + 1)) {
+      nl = tail.find('\n');
+      const std::string line(tail.substr(0, nl));
+      if (!line.empty())
+        log::warn("[environment process {} stderr, last lines] {}", p.index, printable_excerpt(line, line.size()));
+    }
+  }
+  p.err_buf.clear();
+}
+
 void CommandEnvironment::reset(const EpisodeStart& start) {
   SLIMPI_CHECK(!owner_.count(start.episode), "environment: episode {} is already open", start.episode);
   Process* best = &procs_.front();
@@ -210,12 +263,14 @@ std::vector<EnvReply> CommandEnvironment::poll(double wait_s) {
   if (ready_.empty() && wait_s > 0) {
     std::vector<pollfd> fds;
     for (Process& p : procs_)
-      if (p.child && p.child->stdout_fd() >= 0) fds.push_back({p.child->stdout_fd(), POLLIN, 0});
+      for (const int fd : {p.child ? p.child->stdout_fd() : -1, p.child ? p.child->stderr_fd() : -1})
+        if (fd >= 0) fds.push_back({fd, POLLIN, 0});  // stderr too: a process blocked on it is drained
     ::poll(fds.data(), fds.size(), int(wait_s * 1000));
   }
   for (Process& p : procs_) {
     flush(p);
     read_lines(p);
+    drain_stderr(p);
     std::string restart_why;
     for (size_t nl; restart_why.empty() && (nl = p.in_buf.find('\n')) != std::string::npos;) {
       const std::string line = p.in_buf.substr(0, nl);

@@ -13,6 +13,11 @@
 // when it has written nothing for that long. A process that fails more than
 // rollout.env_max_restarts times, or whose start-up handshake fails, ends the job with
 // the reason (that is a broken command, not a bad episode).
+// A process's stderr comes through a pipe: its lines go to the job's log prefixed with
+// the process, up to rollout.env_max_stderr_bytes per process start, the rest read and
+// dropped (one line says so; its last 2 KB are kept), so a chatty or flooding environment
+// neither fills the log nor blocks on a full pipe; before a restart the process's last
+// lines are logged (its traceback, say), whether or not the cap was reached.
 // Built per rollout rank by environments(); owns its processes (core/child_process.h:
 // they die with the rank however it ends).
 #pragma once
@@ -58,6 +63,9 @@ class CommandEnvironment : public Environment {
     int64_t restarts = 0;
     int64_t max_episodes = 1;  // its hello's max_concurrent_episodes
     int64_t unsolicited = 0;   // replies with no request outstanding (dropped)
+    std::string err_buf;       // stderr read, not yet a whole line (past the cap: its last 2 KB)
+    int64_t err_logged = 0;    // stderr bytes logged since its start (rollout.env_max_stderr_bytes)
+    bool err_capped = false;   // the cap was reached and said
   };
   void start(Process& p);  // spawns and handshakes (throws: the command is broken)
   // Kills and restarts p; its waiting episodes get failed replies, the others are lost.
@@ -65,6 +73,9 @@ class CommandEnvironment : public Environment {
   void send(Process& p, const std::string& episode, const std::string& line, bool expects_reply);
   void flush(Process& p);
   void read_lines(Process& p);
+  // Reads what p wrote to stderr; logs whole lines (all of it: `final`, before a restart)
+  // within the cap, drops the rest.
+  void drain_stderr(Process& p, bool final = false);
   void fail(const std::string& episode, const std::string& why);
   std::string describe(const Process& p) const;
 

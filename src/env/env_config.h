@@ -16,6 +16,7 @@ struct EnvConfig {
   int64_t processes = 1;      // per rollout rank
   double timeout_s = 60;      // per call (reset or step)
   int64_t max_reply_bytes = 1 << 20;
+  int64_t max_stderr_bytes = 1 << 16;  // logged per process start; the rest dropped
   double cpu_limit_s = 0;       // RLIMIT_CPU per process (0: none)
   int64_t memory_limit_mb = 0;  // RLIMIT_AS per process (0: none)
   int64_t max_restarts = 10;    // per process and run; beyond: the job ends

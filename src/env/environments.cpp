@@ -27,6 +27,7 @@ EnvConfig EnvConfig::from_deck(const Deck& deck) {
   c.processes = deck.get_int("rollout.env_processes");
   c.timeout_s = deck.get_float("rollout.env_timeout_s");
   c.max_reply_bytes = deck.get_int("rollout.env_max_reply_bytes");
+  c.max_stderr_bytes = deck.get_int("rollout.env_max_stderr_bytes");
   c.cpu_limit_s = deck.get_float("rollout.env_cpu_limit_s");
   c.memory_limit_mb = deck.get_int("rollout.env_memory_limit_mb");
   c.max_restarts = deck.get_int("rollout.env_max_restarts");

@@ -312,5 +312,55 @@ TEST(CommandEnvironment, ACrashEndsItsEpisodesAndRestartsTheProcessUpToTheLimit)
   }
 }
 
+// rollout.env_max_stderr_bytes: a process that floods stderr (20000 lines, ~0.7 MB,
+// more than a pipe holds) still answers (its stderr is drained, so it never blocks),
+// the log gets its first lines, prefixed, up to the cap and one line saying the rest is
+// dropped; a process that dies past its cap has its last lines logged before the restart.
+TEST(CommandEnvironment, StderrIsLoggedWithinItsCapAndNeverBlocksTheProcess) {
+  EnvConfig cfg;
+  cfg.name = "command";
+  cfg.timeout_s = 20;
+  cfg.max_stderr_bytes = 1000;
+  cfg.command =
+      "read l; echo '{\"type\": \"hello\", \"protocol_version\": 1}'; read l; "
+      "i=0; while [ $i -lt 20000 ]; do echo \"noise line $i of a chatty environment\" >&2; i=$((i+1)); done; "
+      "echo '{\"type\": \"observation\", \"episode\": \"a\", \"token_ids\": [5]}'; "
+      "read l; echo 'boom: the last words' >&2; exit 3";
+  ::testing::internal::CaptureStderr();
+  std::vector<EnvReply> got;
+  {
+    CommandEnvironment env(cfg, 300);
+    EpisodeStart s;
+    s.episode = "a";
+    env.reset(s);
+    // (by the clock: a flooding process's stderr wakes poll() at once, many times)
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);  // a loaded machine
+    while (got.empty() && std::chrono::steady_clock::now() < deadline) got = env.poll(0.01);
+    if (got.size() != 1u || got[0].failed) {
+      const std::string log = ::testing::internal::GetCapturedStderr();
+      FAIL() << got.size() << " replies to the reset " << (got.empty() ? "" : got[0].message) << "\n" << log;
+    }
+    EpisodeAction a;
+    a.episode = "a";
+    a.turn = 1;
+    env.step(a);
+    std::vector<EnvReply> crash;
+    while (crash.empty() && std::chrono::steady_clock::now() < deadline + std::chrono::seconds(30)) crash = env.poll(0.01);
+    if (crash.size() != 1u || !crash[0].failed) {
+      const std::string log = ::testing::internal::GetCapturedStderr();
+      FAIL() << crash.size() << " replies to the step that crashes it\n" << log;
+    }
+  }
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("[environment process 0 stderr] noise line 0 of a chatty environment"), std::string::npos) << log;
+  EXPECT_NE(log.find("more than rollout.env_max_stderr_bytes = 1000 bytes since its start: the rest is dropped"),
+            std::string::npos) << log;
+  EXPECT_EQ(log.find("noise line 100 "), std::string::npos) << "lines past the cap were logged";
+  EXPECT_LT(log.size(), 20000u) << "the log got more than the cap and its messages";
+  const size_t last_words = log.find("[environment process 0 stderr, last lines] boom: the last words");
+  EXPECT_NE(last_words, std::string::npos) << "the restarted process's stderr since its restart was not logged: " << log;
+  EXPECT_LT(last_words, log.find("is killed and restarted")) << "its last words came after the restart";
+}
+
 }  // namespace
 }  // namespace slimpi
