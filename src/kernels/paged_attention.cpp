@@ -1,5 +1,7 @@
 #include "kernels/paged_attention.h"
 
+#include "kernels/e4m3.h"
+
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
@@ -15,8 +17,8 @@ namespace slimpi {
 namespace {
 
 // A slot's row of Hkv * D cache elements as fp32: the row itself when the cache is fp32,
-// else its conversion into `scratch` (in L1); e4m3 codes through a 256-entry table, times
-// their head's scale.
+// else its conversion into `scratch` (in L1); e4m3 codes by bit arithmetic
+// (kernels/e4m3.h, vectorised), times their head's scale.
 [[gnu::always_inline]] inline const float* as_float(const float* row, int64_t, int64_t, float*, const float*) {
   return row;
 }
@@ -27,20 +29,14 @@ namespace {
   for (int64_t i = 0; i < n; ++i) scratch[i] = static_cast<float>(row[i]);
   return scratch;
 }
-const std::array<float, 256>& e4m3_values() {
-  static const std::array<float, 256> table = [] {
-    std::array<float, 256> t{};
-    for (int c = 0; c < 256; ++c) t[size_t(c)] = static_cast<float>(c10::Float8_e4m3fn(uint8_t(c), c10::Float8_e4m3fn::from_bits()));
-    return t;
-  }();
-  return table;
-}
 [[gnu::always_inline]] inline const float* as_float(const c10::Float8_e4m3fn* row, int64_t Hkv, int64_t D,
                                                     float* scratch, const float* scale) {
-  const float* table = e4m3_values().data();
   const uint8_t* codes = reinterpret_cast<const uint8_t*>(row);
-  for (int64_t h = 0; h < Hkv; ++h)
-    for (int64_t d = 0; d < D; ++d) scratch[h * D + d] = table[codes[h * D + d]] * scale[h];
+  for (int64_t h = 0; h < Hkv; ++h) {
+    const float s = scale[h];
+#pragma omp simd
+    for (int64_t d = 0; d < D; ++d) scratch[h * D + d] = e4m3_to_float(codes[h * D + d]) * s;
+  }
   return scratch;
 }
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "kernels/e4m3.h"
 #include "model/tensor_shard.h"
 
 namespace slimpi {
@@ -63,6 +64,18 @@ at::Tensor KvCache::select(int64_t layer, bool key, const at::Tensor& slots, con
 at::Tensor KvCache::decoded(const at::Tensor& rows, int64_t layer, bool key, at::ScalarType dtype) const {
   if (!quantized()) return rows.to(dtype);
   const at::Tensor& scale = key ? k_scale[size_t(layer)] : v_scale[size_t(layer)];
+  if (rows.device().is_cpu() && rows.is_contiguous() && (dtype == at::kFloat || dtype == at::kBFloat16)) {
+    // One vectorised pass (kernels/e4m3.h): the same numbers as the torch ops below.
+    const int64_t Hkv = rows.size(-2), D = rows.size(-1), n = rows.numel() / std::max<int64_t>(1, Hkv * D);
+    at::Tensor out = at::empty(rows.sizes(), rows.options().dtype(dtype));
+    const at::Tensor s = scale.to(at::kFloat).contiguous();
+    const uint8_t* codes = static_cast<const uint8_t*>(rows.data_ptr());
+    if (dtype == at::kFloat)
+      e4m3_rows_to_float(codes, n, Hkv, D, s.data_ptr<float>(), out.data_ptr<float>());
+    else
+      e4m3_rows_to_bf16(codes, n, Hkv, D, s.data_ptr<float>(), out.data_ptr<c10::BFloat16>());
+    return out;
+  }
   std::vector<int64_t> shape(size_t(rows.dim()), 1);
   shape[size_t(rows.dim()) - 2] = -1;  // the kv-head axis
   return (rows.to(at::kFloat) * scale.view(shape)).to(dtype);

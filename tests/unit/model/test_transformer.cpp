@@ -2,14 +2,19 @@
 // forward == full forward; deterministic init; HF parameter names and counts.
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
+#include <c10/util/Float8_e4m3fn.h>
 #include <gtest/gtest.h>
 #include <slimpi/error.h>
+
+#include <bit>
+#include <cmath>
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <filesystem>
 
 #include "io/safetensors.h"
 #include "io/tensor_io.h"
+#include "kernels/e4m3.h"
 #include "kernels/paged_attention.h"
 #include "model/precision.h"
 #include "model/transformer.h"
@@ -107,6 +112,41 @@ TEST_P(TransformerShapes, IncrementalEqualsFull) {
 
 INSTANTIATE_TEST_SUITE_P(Variants, TransformerShapes,
                          ::testing::Combine(::testing::Bool(), ::testing::Bool(), ::testing::Bool()));
+
+// The paged kernel's e4m3 decoding (bit arithmetic, kernels/e4m3.h) is torch's
+// conversion, bit for bit, for every one of the 256 codes (NaN for the two NaN codes).
+TEST(PagedDecodeAttention, E4m3CodesConvertAsTorchDoes) {
+  for (int c = 0; c < 256; ++c) {
+    const float want = static_cast<float>(c10::Float8_e4m3fn(uint8_t(c), c10::Float8_e4m3fn::from_bits()));
+    const float got = e4m3_to_float(uint8_t(c));
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(got)) << "code " << c;
+    } else {
+      EXPECT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want)) << "code " << c << ": " << got << " vs " << want;
+    }
+  }
+}
+
+// An e4m3 cache's gathered rows de-quantised in one pass (KvCache::decoded on the CPU)
+// equal torch's (codes.to(float) * scale).to(dtype) bit for bit, fp32 and bf16, every
+// non-NaN code at every head's scale.
+TEST(PagedDecodeAttention, E4m3RowsDecodeAsTorchDoes) {
+  const ModelConfig cfg = tiny(/*gqa=*/true, false, false);
+  KvCache cache = KvCache::allocate(cfg, 8, at::TensorOptions().dtype(at::kFloat8_e4m3fn));
+  const int64_t Hkv = cache.k[0].size(1), D = cache.k[0].size(2);
+  cache.k_scale[0].copy_(at::linspace(0.37, 3.1, Hkv));
+  std::vector<uint8_t> codes;
+  for (int c = 0; codes.size() < size_t(254 * 3 / (Hkv * D) + 1) * size_t(Hkv * D); ++c)
+    if ((c & 0x7f) != 0x7f) codes.push_back(uint8_t(c % 256));  // every code but the NaNs, cyclically
+  const int64_t n = int64_t(codes.size()) / (Hkv * D);
+  const at::Tensor rows = at::from_blob(codes.data(), {n, Hkv, D}, at::kByte).clone().view(at::kFloat8_e4m3fn);
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    const at::Tensor want = (rows.to(at::kFloat) * cache.k_scale[0].view({1, Hkv, 1})).to(dtype);
+    const at::Tensor got = cache.decoded(rows, 0, /*key=*/true, dtype);
+    ASSERT_EQ(got.scalar_type(), dtype);
+    EXPECT_TRUE(at::equal(got, want)) << c10::toString(dtype);
+  }
+}
 
 // The paged kernel against dense attention over the same keys gathered in order:
 // scattered slots, grouped-query heads, fp32 and bf16 caches, one key to many.
