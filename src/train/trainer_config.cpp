@@ -142,6 +142,16 @@ TrainerConfig TrainerConfig::from_deck(const Deck& deck) {
   c.mtp_loss_coef = deck.get_float("train.mtp_loss_coef");
   c.mtp_loss = deck.get_string("train.mtp_loss");
   c.mtp_distill_top_k = deck.get_int("train.mtp_distill_top_k");
+  // Keys of the MTP loss on a policy without MTP layers, or of the distill loss under
+  // "ce", would be ignored: refused, naming them.
+  if (deck.get_int("model.mtp_num_layers") == 0)
+    for (const char* key : {"train.mtp_loss_coef", "train.mtp_loss", "train.mtp_distill_top_k"})
+      if (!deck.has_default_value(key))
+        SLIMPI_FAIL_ALL("{} ({}) trains multi-token-prediction layers, but model.mtp_num_layers = 0 ({}): give the "
+                        "model MTP layers or drop the key", key, deck.source(key), deck.source("model.mtp_num_layers"));
+  if (c.mtp_loss != "distill" && !deck.has_default_value("train.mtp_distill_top_k"))
+    SLIMPI_FAIL_ALL("train.mtp_distill_top_k ({}) applies to train.mtp_loss = \"distill\" only; train.mtp_loss is "
+                    "\"{}\" ({})", deck.source("train.mtp_distill_top_k"), c.mtp_loss, deck.source("train.mtp_loss"));
   const std::string& recompute = deck.get_string("train.recompute");
   c.recompute = recompute == "full"        ? Transformer::Recompute::Full
                 : recompute == "selective" ? Transformer::Recompute::Selective

@@ -75,6 +75,10 @@ PY
 echo "== refusals"
 refused no_mtp "rollout.speculative = \"mtp\" (--set) drafts with the policy's multi-token-prediction layers, but model.mtp_num_layers = 0" \
   2 --set rollout.speculative=mtp --set model.mtp_num_layers=0
+refused mtp_coef_without_layers "train.mtp_loss_coef (--set) trains multi-token-prediction layers, but model.mtp_num_layers = 0" \
+  2 --set train.mtp_loss_coef=0.5 --set model.mtp_num_layers=0
+refused top_k_without_distill "train.mtp_distill_top_k (--set) applies to train.mtp_loss = \"distill\" only" \
+  2 --set train.mtp_distill_top_k=4
 refused draft_tokens "rollout.spec_num_draft_tokens = 5 (--set) must be rollout.spec_num_steps + 1 = 4" \
   2 "${spec[@]}" --set rollout.spec_num_draft_tokens=5
 refused tp_engine "speculative decoding in tensor-parallel engines is not implemented" \
