@@ -37,19 +37,14 @@ job fp8_full_lr1e-6 fp8 --set train.lr=1e-6
 job fp8_delta_lr1e-6 fp8 "${delta[@]}" --set train.lr=1e-6
 /usr/bin/python3 - "$out" <<'PY'
 import sys
-import h5py, numpy as np
+sys.path.insert(0, "perf")
+from sync_stats import sync_stats
 out = sys.argv[1]
 def sync(name):
-    with h5py.File(f"{out}/{name}/metrics.h5") as f:
-        s = f["steps"]
-        n = int(np.isfinite(s["perf/weight_sync_bytes"][:]).sum())
-        b, gbps = s["perf/weight_sync_bytes"][:n], s["perf/weight_sync_gbps"][:n]
-        d = s["perf/weight_sync_density"][:n] if "weight_sync_density" in s["perf"] else np.ones(n)
-    t = b / (gbps * 1e9)
-    return np.median(b[1:]), np.median(t[1:]), np.median(d[1:]), d[1:].min(), d[1:].max(), b[0]
+    return sync_stats(f"{out}/{name}")
 rows = {name: sync(name) for name in ("bf16_full", "bf16_delta", "fp32_delta", "bf16_full_lr1e-6", "bf16_delta_lr1e-6",
                                      "fp8_full_lr1e-6", "fp8_delta_lr1e-6")}
-for name, (b, t, d, dlo, dhi, first) in rows.items():
+for name, (b, t, d, dlo, dhi, first, _) in rows.items():
     print(f"{name:18s} {b:12.0f} bytes/sync  {t * 1e3:8.3f} ms/sync  density {d:.4f} ({dlo:.4f}-{dhi:.4f})  "
           f"first sync {first:.0f} bytes")
 for name, base in (("bf16_delta", "bf16_full"), ("fp32_delta", "bf16_full"), ("bf16_delta_lr1e-6", "bf16_full_lr1e-6"),

@@ -31,16 +31,11 @@ job full
 job delta --set rollout.weight_sync=delta --set rollout.delta_anchor_interval=1000000
 /usr/bin/python3 - "$out" <<'PY'
 import sys
-import h5py, numpy as np
+sys.path.insert(0, "perf")
+from sync_stats import sync_stats
 out = sys.argv[1]
 def sync(name):
-    with h5py.File(f"{out}/{name}/metrics.h5") as f:
-        s = f["steps"]
-        n = int(np.isfinite(s["perf/weight_sync_bytes"][:]).sum())
-        b, gbps = s["perf/weight_sync_bytes"][:n], s["perf/weight_sync_gbps"][:n]
-        d = s["perf/weight_sync_density"][:n] if "weight_sync_density" in s["perf"] else np.ones(n)
-    t = b / (gbps * 1e9)
-    return np.median(b[1:]), np.median(t[1:]), np.median(d[1:]), d[1:].min(), d[1:].max(), b[0], n
+    return sync_stats(f"{out}/{name}")
 rows = {name: sync(name) for name in ("full", "delta")}
 for name, (b, t, d, dlo, dhi, first, n) in rows.items():
     print(f"{name:6s} {n} syncs: {b / 1e6:10.2f} MB/sync  {t:7.3f} s/sync  density {d:.4f} ({dlo:.4f}-{dhi:.4f})  "
