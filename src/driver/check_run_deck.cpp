@@ -73,7 +73,11 @@ void check_disaggregation(const Deck& deck, const WorldLayout& layout) {
   if (layout.placement != Placement::Split)
     SLIMPI_FAIL_ALL("{}, which needs rollout ranks of their own: parallel.placement = \"colocate\" ({}) gives every "
                     "rank both roles; use parallel.placement = \"split\"", why, deck.source("parallel.placement"));
-  const int engines = layout.n_rollout / layout.engine_size;
+  if (deck.get_string("train.async") == "full")
+    SLIMPI_FAIL_ALL("{}; with train.async = \"full\" ({}) work streams across weight updates to engines that do "
+                    "both: not implemented", why, deck.source("train.async"));
+  if (layout.engine_size > 1) return;  // tensor-parallel engines: refused with the [rollout] keys
+  const int engines = layout.n_rollout;
   if (n >= engines)
     SLIMPI_FAIL_ALL("{}, and leaves no decode engine: the job has {} rollout ranks (parallel.rollout_ranks, {}; "
                     "parallel.trainer_ranks, {}); use fewer prefill ranks or more rollout ranks", why, engines,

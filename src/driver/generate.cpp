@@ -79,6 +79,11 @@ int run_generate(RunContext& ctx) {
   const Tokenizer& tok = *rc.tokenizer;
   log::info("tokenizer: {}", tok.describe());
   if (const std::string note = describe_chat_template_choice(ctx.deck, tok); !note.empty()) log::info("{}", note);
+  // rollout.prefill_ranks: the last ranks prefill, the others decode (rollout/disaggregated_router.h).
+  if (rc.prefill_ranks >= ctx.world->size())
+    SLIMPI_FAIL_ALL("rollout.prefill_ranks = {} ({}) leaves no decode engine among the job's {} ranks: use fewer "
+                    "prefill ranks or more ranks", rc.prefill_ranks, deck.source("rollout.prefill_ranks"),
+                    ctx.world->size());
   const uint64_t seed = static_cast<uint64_t>(deck.get_int("run.seed"));
   const std::vector<Prompt> prompts = generation_prompts(deck, rc, mc);
   const std::vector<GenerationRequest> requests = generation_requests(prompts, rc, seed);
@@ -96,11 +101,6 @@ int run_generate(RunContext& ctx) {
             rc.n_samples_per_prompt, ctx.world->size(), model.n_params(),
             init_from.empty() ? "the seeded init" : init_from);
 
-  // rollout.prefill_ranks: the last ranks prefill, the others decode (rollout/disaggregated_router.h).
-  if (rc.prefill_ranks >= ctx.world->size())
-    SLIMPI_FAIL_ALL("rollout.prefill_ranks = {} ({}) leaves no decode engine among the job's {} ranks: use fewer "
-                    "prefill ranks or more ranks", rc.prefill_ranks, deck.source("rollout.prefill_ranks"),
-                    ctx.world->size());
   EngineConfig engine_cfg = rc.engine;
   engine_cfg.prefill_only =
       rc.prefill_ranks > 0 && is_prefill_rank(ctx.world->rank(), ctx.world->size(), rc.prefill_ranks);

@@ -41,7 +41,9 @@ CommandEnvironment::CommandEnvironment(const EnvConfig& cfg, int64_t vocab_size)
   }
 }
 
-CommandEnvironment::~CommandEnvironment() = default;
+CommandEnvironment::~CommandEnvironment() {
+  for (Process& p : procs_) drain_stderr(p, /*final=*/true);  // what it wrote before the end
+}
 
 std::string CommandEnvironment::describe(const Process& p) const {
   return fmt::format("environment process {} (pid {}, rollout.env_command '{}')", p.index, p.child ? p.child->pid() : -1,
@@ -54,6 +56,7 @@ void CommandEnvironment::start(Process& p) {
   p.err_buf.clear();
   p.err_logged = 0;
   p.err_capped = false;
+  p.err_tail_cut = false;
   p.out_buf = encode_hello() + "\n";
   const auto deadline = Clock::now() + seconds(cfg_.timeout_s);
   std::string why;
@@ -87,14 +90,14 @@ void CommandEnvironment::start(Process& p) {
       why = fmt::format("no hello within rollout.env_timeout_s = {} s", cfg_.timeout_s);
       break;
     }
-    pollfd fd{p.child->stdout_fd(), POLLIN, 0};
+    pollfd fds[2] = {{p.child->stdout_fd(), POLLIN, 0}, {p.child->stderr_fd(), POLLIN, 0}};  // (-1: ignored)
     if (p.child->stdout_fd() < 0) {
       int status = 0;
       p.child->wait_until(Clock::now() + seconds(1), &status);
       why = fmt::format("it exited before its hello ({})", ChildProcess::describe_status(status));
       break;
     }
-    ::poll(&fd, 1, int(std::min<int64_t>(left, 100)));
+    ::poll(fds, 2, int(std::min<int64_t>(left, 100)));
     read_lines(p);  // only reads here: in_buf holds the hello
     drain_stderr(p);
   }
@@ -172,49 +175,54 @@ void CommandEnvironment::read_lines(Process& p) {
 
 void CommandEnvironment::drain_stderr(Process& p, bool final) {
   if (!p.child) return;
-  constexpr size_t kTail = 2048;  // past the cap: the last bytes, logged if the process is restarted
-  auto say = [&](std::string_view text) {
-    const int64_t room = cfg_.max_stderr_bytes - p.err_logged;
-    if (int64_t(text.size()) <= room) {
-      log::warn("[environment process {} stderr] {}", p.index, printable_excerpt(std::string(text), text.size()));
-      p.err_logged += int64_t(text.size());
-      return;
-    }
-    p.err_capped = true;
-    log::warn("[environment process {} stderr] more than rollout.env_max_stderr_bytes = {} bytes since its start: the "
-              "rest is dropped (its last lines are logged if it is restarted)", p.index, cfg_.max_stderr_bytes);
+  constexpr size_t kTail = 2048;             // past the cap: the last bytes, logged if the process is restarted
+  const int kReadsPerCall = final ? 64 : 16;  // bounded: a process that never stops writing cannot hold the rank
+  auto keep_tail = [&]() {
+    if (p.err_buf.size() <= kTail) return;
+    p.err_buf.erase(0, p.err_buf.size() - kTail);
+    p.err_tail_cut = true;  // its first line is a fragment
   };
   char buf[65536];
-  while (p.child->stderr_fd() >= 0) {
+  for (int reads = 0; reads < kReadsPerCall && p.child->stderr_fd() >= 0; ++reads) {
     const ssize_t r = read(p.child->stderr_fd(), buf, sizeof(buf));
     if (r < 0 && errno == EINTR) continue;
     if (r == 0) p.child->close_stderr();  // closed: it is exiting
     if (r <= 0) break;                     // (or EAGAIN: nothing more now)
     p.err_buf.append(buf, size_t(r));
-    if (p.err_capped) {  // read and dropped (so the process never blocks on it), the tail kept
-      if (p.err_buf.size() > kTail) p.err_buf.erase(0, p.err_buf.size() - kTail);
-      continue;
-    }
+    // Whole lines within the cap are logged; the first that does not fit sets the cap
+    // (said once) and stays, with what follows, in the kept tail.
     for (size_t nl; !p.err_capped && (nl = p.err_buf.find('\n')) != std::string::npos;) {
-      say(std::string_view(p.err_buf).substr(0, nl));
+      if (p.err_logged + int64_t(nl) > cfg_.max_stderr_bytes) {
+        p.err_capped = true;
+        log::warn("[environment process {} stderr] more than rollout.env_max_stderr_bytes = {} bytes since its "
+                  "start: the rest is dropped (its last lines are logged if it is restarted)", p.index,
+                  cfg_.max_stderr_bytes);
+        break;
+      }
+      if (nl > 0) log::warn("[environment process {} stderr] {}", p.index, printable_excerpt(p.err_buf.substr(0, nl), nl));
+      p.err_logged += int64_t(nl);
       p.err_buf.erase(0, nl + 1);
     }
-    if (!p.err_capped && int64_t(p.err_buf.size()) > cfg_.max_stderr_bytes) say(p.err_buf);  // one endless line
+    if (!p.err_capped && p.err_logged + int64_t(p.err_buf.size()) > cfg_.max_stderr_bytes) {  // one endless line
+      p.err_capped = true;
+      log::warn("[environment process {} stderr] more than rollout.env_max_stderr_bytes = {} bytes since its start: "
+                "the rest is dropped (its last lines are logged if it is restarted)", p.index, cfg_.max_stderr_bytes);
+    }
+    if (p.err_capped) keep_tail();
   }
   if (!final || p.err_buf.empty()) return;
-  if (!p.err_capped) {
-    say(p.err_buf);
-  } else {  // the last whole lines it wrote
-    const size_t first = p.err_buf.size() >= kTail ? p.err_buf.find('\n') + 1 : 0;
-    std::string_view tail = std::string_view(p.err_buf).substr(std::min(first, p.err_buf.size()));
-    for (size_t nl; !tail.empty(); tail.remove_prefix(nl == std::string_view::npos ? tail.size() : nl + 1)) {
-      nl = tail.find('\n');
-      const std::string line(tail.substr(0, nl));
-      if (!line.empty())
-        log::warn("[environment process {} stderr, last lines] {}", p.index, printable_excerpt(line, line.size()));
-    }
+  // Its last words: the unfinished line within the cap, or the kept tail's lines.
+  std::string_view rest(p.err_buf);
+  if (p.err_tail_cut) rest.remove_prefix(std::min(rest.size(), rest.find('\n') + 1));
+  const char* label = p.err_capped ? "stderr, last lines" : "stderr";
+  while (!rest.empty()) {
+    const size_t nl = rest.find('\n');
+    const std::string line(rest.substr(0, nl));
+    if (!line.empty()) log::warn("[environment process {} {}] {}", p.index, label, printable_excerpt(line, line.size()));
+    rest.remove_prefix(nl == std::string_view::npos ? rest.size() : nl + 1);
   }
   p.err_buf.clear();
+  p.err_tail_cut = false;
 }
 
 void CommandEnvironment::reset(const EpisodeStart& start) {

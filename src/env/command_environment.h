@@ -66,6 +66,7 @@ class CommandEnvironment : public Environment {
     std::string err_buf;       // stderr read, not yet a whole line (past the cap: its last 2 KB)
     int64_t err_logged = 0;    // stderr bytes logged since its start (rollout.env_max_stderr_bytes)
     bool err_capped = false;   // the cap was reached and said
+    bool err_tail_cut = false; // the kept tail was cut: its first line is a fragment
   };
   void start(Process& p);  // spawns and handshakes (throws: the command is broken)
   // Kills and restarts p; its waiting episodes get failed replies, the others are lost.

@@ -1,6 +1,7 @@
 // e4m3 (OCP FP8 E4M3FN: 1 sign bit, 4 exponent bits of bias 7, 3 mantissa bits; no
 // infinities, S.1111.111 is NaN) to fp32 by bit arithmetic: no table lookup, so a loop
-// over codes vectorises. Exactly c10::Float8_e4m3fn's conversion (tested for all 256 codes).
+// over codes vectorises. Exactly c10::Float8_e4m3fn's conversion for every non-NaN code
+// (tested for all 254; the two NaN codes give a quiet NaN, not torch's NaN bit pattern).
 //   e > 0:  (-1)^s 2^(e - 7) (1 + m / 8)  -> fp32 exponent e - 7 + 127, mantissa m << 20
 //   e = 0:  (-1)^s 2^-6 (m / 8) = m 2^-9  -> a normal fp32, exact
 #pragma once

@@ -25,6 +25,9 @@ const std::string kPrefillWait = "[pd router] a prefill engine waiting for promp
 const std::string kDecodeWait = "[pd router] a decode engine waiting for prefilled prompts";
 const std::string kRouterWait = "[pd router] waiting for prefilled prompts or an engine's results";
 const std::string kRouterSends = "[pd router] completing the router's sends of prompts";
+// Every rank leaves a call together: no message of the next call (the same group indices,
+// as an evaluation's two calls have) can reach a rank still in this one.
+const std::string kCallEnd = "[pd router] the end of a routing call";
 
 std::string int64_bytes(const std::vector<int64_t>& v) {
   return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int64_t));
@@ -129,11 +132,13 @@ std::vector<Sample> route_disaggregated(Engine& engine, MPI_Comm rollout, int64_
   if (is_prefill_rank(rank, size, n_prefill)) {
     serve_prefill(engine, rollout, calls, pd);
     pd.prefill_wall_s += wall.seconds();
+    idle_barrier(rollout, kCallEnd);
     return {};
   }
   if (rank != 0) {
     serve_decode(engine, rollout, calls, assembler, pd);
     pd.decode_wall_s += wall.seconds();
+    idle_barrier(rollout, kCallEnd);
     return {};
   }
 
@@ -218,6 +223,7 @@ std::vector<Sample> route_disaggregated(Engine& engine, MPI_Comm rollout, int64_
   for (int d = 1; d < n_decode; ++d) sends.post(std::string(), d, kTagDone);
   sends.flush();
   pd.decode_wall_s += wall.seconds();
+  idle_barrier(rollout, kCallEnd);
   std::sort(results.begin(), results.end(), [](const auto& a, const auto& b) {
     return std::tie(a.group_index, a.index) < std::tie(b.group_index, b.index);
   });

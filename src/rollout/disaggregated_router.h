@@ -18,6 +18,8 @@
 // way). The router's sends are posted (MPI_Isend), and the engines' blocking sends go
 // to ranks that receive that tag in every state where they wait (the router waits for
 // transfers and results at once), so no cycle of waits forms.
+// Every rank leaves a call through one (sleeping) barrier, so the messages of two calls
+// in a row never meet.
 // Tokens: the decode engine samples from logits of the same prompt KV, so a disaggregated
 // call gives route_rollout's samples (the counter-based sampler); on rank 0, ordered by
 // (group, sample). Collective over the rollout communicator.

@@ -105,7 +105,9 @@ struct EngineStats {
   int64_t spec_offered_at[kMaxSpecSteps] = {}, spec_accepted_at[kMaxSpecSteps] = {};
   double draft_s = 0;
   // Prefill/decode disaggregation: prompt positions whose KV a prefill engine handed out
-  // and a decode engine took in (bytes of the rows), and the seconds each side spent
+  // and a decode engine took in (bytes of the rows; taken in: every position received,
+  // those its prefix cache already held and did not write included; its prefix-cache
+  // hits on such prompts are not in prefix_hit_tokens), and the seconds each side spent
   // packing and sending, receiving and writing them; per pool, the seconds its engines
   // spent in iterations (busy) and in the routing call (wall), for the busy fractions.
   int64_t kv_sent_tokens = 0, kv_sent_bytes = 0, kv_received_tokens = 0, kv_received_bytes = 0;

@@ -67,8 +67,8 @@ void read_speculation(const Deck& deck, const ModelConfig& model, RolloutConfig&
   c.engine.spec_max_running = deck.get_int("rollout.spec_max_running");
 }
 
-// rollout.prefill_ranks against the other [rollout] and [train] keys (the layout's part
-// is checked where the engines are counted: check_run_deck, slimpi generate).
+// rollout.prefill_ranks against the other [rollout] keys (the layout and train.async are
+// checked where the engines are counted: check_run_deck, slimpi generate).
 void read_disaggregation(const Deck& deck, RolloutConfig& c) {
   c.prefill_ranks = deck.get_int("rollout.prefill_ranks");
   if (c.prefill_ranks == 0) return;
@@ -86,8 +86,6 @@ void read_disaggregation(const Deck& deck, RolloutConfig& c) {
   if (c.env.enabled())
     refuse("rollout.environment", "\"" + c.env.name + "\"",
            "every turn of an episode extends its sequence on one engine");
-  if (deck.get_string("train.async") == "full")
-    refuse("train.async", "\"full\"", "work streams across weight updates to engines that do both");
 }
 
 }  // namespace

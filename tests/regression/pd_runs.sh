@@ -6,8 +6,8 @@
 #    4 layers x 4 kv heads x 32) and each pool's busy fraction;
 #  * RL runs, split placement, 1 trainer rank: np 3 (1 prefill + 1 decode) and np 4
 #    (1 prefill + 2 decode, also with one_step_off) generate the tokens of the plain runs
-#    with the same trainer and log the same metrics (but the prefix-cache counters: the
-#    pools cache apart);
+#    with the same trainer and log the same metrics (but the prefix-cache counters: other
+#    engines compute the prompts);
 #  * layouts and combinations it cannot run are refused with their keys.
 # Usage: pd_runs.sh SLIMPI ROOT "MPIRUN FLAGS"
 set -euo pipefail
@@ -70,7 +70,8 @@ run 4 plain4
 run 4 pd4 --set rollout.prefill_ranks=1
 run 4 plain4_off --set train.async=one_step_off
 run 4 pd4_off --set rollout.prefill_ranks=1 --set train.async=one_step_off
-# Prefix-cache hits depend on which engine holds which prompts: the two pools cache apart.
+# Prefix-cache hits depend on which engine computes which prompts (the prefill pool's, not
+# the plain engines'), so these two counters differ by design.
 same() {
   /usr/bin/python3 tests/regression/same_tokens.py \
     --except=rollout/prefill_tokens_computed,rollout/prefix_cache_hit_rate "$tag" "$out/$1" "$out/$2"

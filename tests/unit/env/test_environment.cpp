@@ -360,6 +360,11 @@ TEST(CommandEnvironment, StderrIsLoggedWithinItsCapAndNeverBlocksTheProcess) {
   const size_t last_words = log.find("[environment process 0 stderr, last lines] boom: the last words");
   EXPECT_NE(last_words, std::string::npos) << "the restarted process's stderr since its restart was not logged: " << log;
   EXPECT_LT(last_words, log.find("is killed and restarted")) << "its last words came after the restart";
+  size_t tail_lines = 0;  // the kept tail: its last 2 KB, ~40 bytes a line
+  for (size_t at = log.find("stderr, last lines]"); at != std::string::npos; at = log.find("stderr, last lines]", at + 1))
+    ++tail_lines;
+  EXPECT_GE(tail_lines, 2u);
+  EXPECT_LE(tail_lines, 2048u / 36 + 1) << "more than the last 2 KB were logged as its last lines";
 }
 
 }  // namespace

@@ -114,7 +114,7 @@ INSTANTIATE_TEST_SUITE_P(Variants, TransformerShapes,
                          ::testing::Combine(::testing::Bool(), ::testing::Bool(), ::testing::Bool()));
 
 // The paged kernel's e4m3 decoding (bit arithmetic, kernels/e4m3.h) is torch's
-// conversion, bit for bit, for every one of the 256 codes (NaN for the two NaN codes).
+// conversion, bit for bit, for every non-NaN code (a NaN for the two NaN codes).
 TEST(PagedDecodeAttention, E4m3CodesConvertAsTorchDoes) {
   for (int c = 0; c < 256; ++c) {
     const float want = static_cast<float>(c10::Float8_e4m3fn(uint8_t(c), c10::Float8_e4m3fn::from_bits()));
