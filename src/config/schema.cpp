@@ -277,6 +277,9 @@ std::vector<KeySpec> declare_keys() {
                  "verifier that scores responses against labels"),
       string_key("reward.command", "", "style command: program reading JSON lines, answering one number per line"),
       float_key("reward.command_timeout_s", 60.0, 0.01, 1e6, "s", "style command: time limit per batch"),
+      int_key("reward.command_max_stderr_bytes", 1 << 16, 0, 1e10, "bytes",
+              "style command: stderr lines of the command logged a call (prefixed); the rest read and dropped, its "
+              "last lines logged before an error"),
       // [eval]
       string_key("eval.path", "", "held-out prompts (JSONL with data.input_key and data.label_key; \"\" = no eval)"),
       int_key("eval.interval", 0, 0, 1e9, "steps", "evaluate every this many steps (0 = before the first and at the end)"),

@@ -11,8 +11,9 @@
 
 #include "core/child_process.h"
 #include "core/log.h"
+#include "core/stderr_log.h"
 #include "env/env_protocol.h"
-#include "reward/reward.h"
+#include "core/printable.h"
 
 namespace slimpi {
 namespace {
@@ -53,10 +54,10 @@ std::string CommandEnvironment::describe(const Process& p) const {
 void CommandEnvironment::start(Process& p) {
   p.child = std::make_unique<ChildProcess>(limited_command(cfg_), /*capture_stderr=*/true);
   p.in_buf.clear();
-  p.err_buf.clear();
-  p.err_logged = 0;
-  p.err_capped = false;
-  p.err_tail_cut = false;
+  if (!p.err)
+    p.err = std::make_unique<StderrLog>(fmt::format("environment process {}", p.index), cfg_.max_stderr_bytes,
+                                        "rollout.env_max_stderr_bytes");
+  p.err->reset();
   p.out_buf = encode_hello() + "\n";
   const auto deadline = Clock::now() + seconds(cfg_.timeout_s);
   std::string why;
@@ -174,55 +175,7 @@ void CommandEnvironment::read_lines(Process& p) {
 }
 
 void CommandEnvironment::drain_stderr(Process& p, bool final) {
-  if (!p.child) return;
-  constexpr size_t kTail = 2048;             // past the cap: the last bytes, logged if the process is restarted
-  const int kReadsPerCall = final ? 64 : 16;  // bounded: a process that never stops writing cannot hold the rank
-  auto keep_tail = [&]() {
-    if (p.err_buf.size() <= kTail) return;
-    p.err_buf.erase(0, p.err_buf.size() - kTail);
-    p.err_tail_cut = true;  // its first line is a fragment
-  };
-  char buf[65536];
-  for (int reads = 0; reads < kReadsPerCall && p.child->stderr_fd() >= 0; ++reads) {
-    const ssize_t r = read(p.child->stderr_fd(), buf, sizeof(buf));
-    if (r < 0 && errno == EINTR) continue;
-    if (r == 0) p.child->close_stderr();  // closed: it is exiting
-    if (r <= 0) break;                     // (or EAGAIN: nothing more now)
-    p.err_buf.append(buf, size_t(r));
-    // Whole lines within the cap are logged; the first that does not fit sets the cap
-    // (said once) and stays, with what follows, in the kept tail.
-    for (size_t nl; !p.err_capped && (nl = p.err_buf.find('\n')) != std::string::npos;) {
-      if (p.err_logged + int64_t(nl) > cfg_.max_stderr_bytes) {
-        p.err_capped = true;
-        log::warn("[environment process {} stderr] more than rollout.env_max_stderr_bytes = {} bytes since its "
-                  "start: the rest is dropped (its last lines are logged if it is restarted)", p.index,
-                  cfg_.max_stderr_bytes);
-        break;
-      }
-      if (nl > 0) log::warn("[environment process {} stderr] {}", p.index, printable_excerpt(p.err_buf.substr(0, nl), nl));
-      p.err_logged += int64_t(nl);
-      p.err_buf.erase(0, nl + 1);
-    }
-    if (!p.err_capped && p.err_logged + int64_t(p.err_buf.size()) > cfg_.max_stderr_bytes) {  // one endless line
-      p.err_capped = true;
-      log::warn("[environment process {} stderr] more than rollout.env_max_stderr_bytes = {} bytes since its start: "
-                "the rest is dropped (its last lines are logged if it is restarted)", p.index, cfg_.max_stderr_bytes);
-    }
-    if (p.err_capped) keep_tail();
-  }
-  if (!final || p.err_buf.empty()) return;
-  // Its last words: the unfinished line within the cap, or the kept tail's lines.
-  std::string_view rest(p.err_buf);
-  if (p.err_tail_cut) rest.remove_prefix(std::min(rest.size(), rest.find('\n') + 1));
-  const char* label = p.err_capped ? "stderr, last lines" : "stderr";
-  while (!rest.empty()) {
-    const size_t nl = rest.find('\n');
-    const std::string line(rest.substr(0, nl));
-    if (!line.empty()) log::warn("[environment process {} {}] {}", p.index, label, printable_excerpt(line, line.size()));
-    rest.remove_prefix(nl == std::string_view::npos ? rest.size() : nl + 1);
-  }
-  p.err_buf.clear();
-  p.err_tail_cut = false;
+  if (p.child) p.err->drain(*p.child, final);
 }
 
 void CommandEnvironment::reset(const EpisodeStart& start) {

@@ -35,6 +35,7 @@
 namespace slimpi {
 
 class ChildProcess;
+class StderrLog;
 
 class CommandEnvironment : public Environment {
  public:
@@ -63,10 +64,7 @@ class CommandEnvironment : public Environment {
     int64_t restarts = 0;
     int64_t max_episodes = 1;  // its hello's max_concurrent_episodes
     int64_t unsolicited = 0;   // replies with no request outstanding (dropped)
-    std::string err_buf;       // stderr read, not yet a whole line (past the cap: its last 2 KB)
-    int64_t err_logged = 0;    // stderr bytes logged since its start (rollout.env_max_stderr_bytes)
-    bool err_capped = false;   // the cap was reached and said
-    bool err_tail_cut = false; // the kept tail was cut: its first line is a fragment
+    std::unique_ptr<StderrLog> err;  // its stderr into the log (core/stderr_log.h)
   };
   void start(Process& p);  // spawns and handshakes (throws: the command is broken)
   // Kills and restarts p; its waiting episodes get failed replies, the others are lost.
@@ -74,8 +72,7 @@ class CommandEnvironment : public Environment {
   void send(Process& p, const std::string& episode, const std::string& line, bool expects_reply);
   void flush(Process& p);
   void read_lines(Process& p);
-  // Reads what p wrote to stderr; logs whole lines (all of it: `final`, before a restart)
-  // within the cap, drops the rest.
+  // p's stderr into the log (final: its last lines too, before a restart or the end).
   void drain_stderr(Process& p, bool final = false);
   void fail(const std::string& episode, const std::string& why);
   std::string describe(const Process& p) const;

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "core/child_process.h"
+#include "core/stderr_log.h"
 
 namespace slimpi {
 namespace {
@@ -32,7 +33,8 @@ std::string progress(const std::vector<RewardInput>& batch, size_t answered) {
 
 }  // namespace
 
-std::vector<float> command_rewards(const std::string& command, double timeout_s, const std::vector<RewardInput>& batch) {
+std::vector<float> command_rewards(const std::string& command, double timeout_s, const std::vector<RewardInput>& batch,
+                                   int64_t max_stderr_bytes) {
   SLIMPI_CHECK(!command.empty(), "reward.style = \"command\" needs reward.command");
   std::string input;
   for (const auto& b : batch)
@@ -44,7 +46,8 @@ std::vector<float> command_rewards(const std::string& command, double timeout_s,
   const size_t max_output = kMaxRewardOutputBytesPerSample * std::max<size_t>(batch.size(), 1);
 
   signal(SIGPIPE, SIG_IGN);  // a child that exits early must not kill us
-  ChildProcess child(command);  // killed with its whole process group when this call ends
+  ChildProcess child(command, /*capture_stderr=*/true);  // killed with its whole process group when this call ends
+  StderrLog err("reward.command", max_stderr_bytes, "reward.command_max_stderr_bytes");
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(timeout_s));
   size_t written = 0;
@@ -57,10 +60,12 @@ std::vector<float> command_rewards(const std::string& command, double timeout_s,
       timed_out = true;
       break;
     }
-    pollfd fds[2] = {{child.stdout_fd(), POLLIN, 0}, {child.stdin_fd(), POLLOUT, 0}};
-    int n = poll(fds, child.stdin_fd() >= 0 ? 2 : 1, static_cast<int>(std::min<int64_t>(left.count(), 1000)));
+    // (its stderr too, drained each round: a command blocked on a full stderr pipe would never finish)
+    pollfd fds[3] = {{child.stdout_fd(), POLLIN, 0}, {child.stderr_fd(), POLLIN, 0}, {child.stdin_fd(), POLLOUT, 0}};
+    int n = poll(fds, 3, static_cast<int>(std::min<int64_t>(left.count(), 1000)));
+    err.drain(child);
     if (n < 0 && errno != EINTR) break;
-    if (child.stdin_fd() >= 0 && (fds[1].revents & (POLLOUT | POLLERR | POLLHUP))) {
+    if (child.stdin_fd() >= 0 && (fds[2].revents & (POLLOUT | POLLERR | POLLHUP))) {
       ssize_t w = write(child.stdin_fd(), input.data() + written, input.size() - written);
       if (w > 0) written += size_t(w);
       else if (w < 0 && errno != EAGAIN) child.close_stdin();  // the child closed its stdin
@@ -79,6 +84,7 @@ std::vector<float> command_rewards(const std::string& command, double timeout_s,
   // Its stdout is closed (or the time is up): it must also exit before the deadline.
   int status = 0;
   if (!timed_out && !child.wait_until(deadline, &status)) timed_out = true;
+  err.drain(child, /*final=*/true);  // its last words before any verdict below
 
   std::vector<float> rewards;
   std::istringstream lines(output);

@@ -18,8 +18,11 @@ namespace slimpi {
 // outcome; a command that prints more than kMaxRewardOutputBytesPerSample bytes per
 // sample, does not exit within timeout_s (even after closing its stdout),
 // crashes, or answers anything but one finite number per sample is an error naming
-// the command and the sample.
+// the command and the sample. Its stderr goes to the log through core/stderr_log.h, at
+// most max_stderr_bytes of it a call (reward.command_max_stderr_bytes), its last lines
+// before any error.
 constexpr size_t kMaxRewardOutputBytesPerSample = 4096;
-std::vector<float> command_rewards(const std::string& command, double timeout_s, const std::vector<RewardInput>& batch);
+std::vector<float> command_rewards(const std::string& command, double timeout_s, const std::vector<RewardInput>& batch,
+                                   int64_t max_stderr_bytes = 1 << 16);
 
 }  // namespace slimpi

@@ -37,22 +37,11 @@ const Registry<RewardStyle>& reward_styles() {
       return r;
     });
     reg.add("command", [](const RewardConfig& cfg, const std::vector<RewardInput>& batch) {
-      return command_rewards(cfg.command, cfg.command_timeout_s, batch);
+      return command_rewards(cfg.command, cfg.command_timeout_s, batch, cfg.command_max_stderr_bytes);
     });
     return reg;
   }();
   return r;
-}
-
-std::string printable_excerpt(const std::string& text, size_t max_bytes) {
-  std::string out;
-  for (size_t i = 0; i < std::min(text.size(), max_bytes); ++i) {
-    const unsigned char c = static_cast<unsigned char>(text[i]);
-    if (c >= 0x20 && c < 0x7f && c != '\\') out += char(c);
-    else out += fmt::format("\\x{:02x}", c);
-  }
-  if (text.size() > max_bytes) out += "...";
-  return out;
 }
 
 RewardConfig RewardConfig::from_deck(const Deck& deck) {
@@ -60,6 +49,7 @@ RewardConfig RewardConfig::from_deck(const Deck& deck) {
   c.style = deck.get_string("reward.style");
   c.command = deck.get_string("reward.command");
   c.command_timeout_s = deck.get_float("reward.command_timeout_s");
+  c.command_max_stderr_bytes = deck.get_int("reward.command_max_stderr_bytes");
   if (c.style == "command" && c.command.empty())
     SLIMPI_FAIL_ALL("reward.style = \"command\" ({}) needs reward.command", deck.source("reward.style"));
   // The other ranks wait for the scores under the watchdog: a command allowed to run

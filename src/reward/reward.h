@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "core/printable.h"
 #include "core/registry.h"
 
 namespace slimpi {
@@ -39,6 +40,7 @@ struct RewardConfig {
   std::string style = "exact_match";
   std::string command;           // style "command": the program (run through /bin/sh -c)
   double command_timeout_s = 60;
+  int64_t command_max_stderr_bytes = 1 << 16;  // the command's stderr logged a call
 
   // Reads [reward]; style "command" without a command is a collective deck error.
   static RewardConfig from_deck(const Deck& deck);
@@ -50,10 +52,6 @@ const Registry<RewardStyle>& reward_styles();
 
 std::vector<float> compute_rewards(const RewardConfig& cfg, const std::vector<RewardInput>& batch);
 
-// The first `max_bytes` of a model's text for an error message: printable ASCII kept,
-// every other byte as \xNN (responses are raw bytes; a terminal or the launcher's
-// message forwarding must not see them), "..." when cut.
-std::string printable_excerpt(const std::string& text, size_t max_bytes = 60);
 
 // The single-sample verifiers (exposed for tests).
 float exact_match_reward(const std::string& response, const std::string& label);

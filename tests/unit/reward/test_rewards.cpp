@@ -98,6 +98,28 @@ TEST(Rewards, CommandStyleReadsOneNumberPerLine) {
   EXPECT_EQ(compute_rewards(cfg, batch), (std::vector<float>{1.0f, 0.25f, 1.0f, 0.25f}));  // invalid UTF-8 is fine
 }
 
+// reward.command_max_stderr_bytes: a command that writes ~0.7 MB to stderr (more than a
+// pipe holds) before its numbers still answers; the log gets its first lines up to the
+// cap, one line saying the rest is dropped, and its last lines.
+TEST(Rewards, CommandStderrIsLoggedWithinItsCap) {
+  RewardConfig cfg;
+  cfg.style = "command";
+  cfg.command = "i=0; while [ $i -lt 20000 ]; do echo \"reward noise $i of a chatty command\" >&2; i=$((i+1)); done; "
+                "cat >/dev/null; echo 1; echo 0; echo 'reward last words' >&2";
+  cfg.command_timeout_s = 30;
+  cfg.command_max_stderr_bytes = 500;
+  std::vector<RewardInput> batch{{"q", "a", "l"}, {"q", "b", "l"}};
+  ::testing::internal::CaptureStderr();
+  const std::vector<float> r = compute_rewards(cfg, batch);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(r, (std::vector<float>{1.0f, 0.0f}));
+  EXPECT_NE(log.find("[reward.command stderr] reward noise 0 of a chatty command"), std::string::npos) << log;
+  EXPECT_NE(log.find("more than reward.command_max_stderr_bytes = 500 bytes"), std::string::npos) << log;
+  EXPECT_NE(log.find("[reward.command stderr, last lines] reward last words"), std::string::npos) << log;
+  EXPECT_EQ(log.find("reward noise 100 "), std::string::npos) << "lines past the cap were logged";
+  EXPECT_LT(log.size(), 12000u);
+}
+
 TEST(Rewards, CommandTimeOutAndBadAnswersNameTheSample) {
   RewardConfig cfg;
   cfg.style = "command";
