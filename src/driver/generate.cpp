@@ -101,10 +101,7 @@ int run_generate(RunContext& ctx) {
             rc.n_samples_per_prompt, ctx.world->size(), model.n_params(),
             init_from.empty() ? "the seeded init" : init_from);
 
-  EngineConfig engine_cfg = rc.engine;
-  engine_cfg.prefill_only =
-      rc.prefill_ranks > 0 && is_prefill_rank(ctx.world->rank(), ctx.world->size(), rc.prefill_ranks);
-  Engine engine(engine_cfg, model);
+  Engine engine(engine_config_of_rank(rc.engine, ctx.world->rank(), ctx.world->size(), rc.prefill_ranks), model);
   // rollout.environment: every sample is a multi-turn episode (rollout/episode_runner.h);
   // the environment's processes start before the clock.
   std::unique_ptr<Environment> env;
@@ -132,11 +129,8 @@ int run_generate(RunContext& ctx) {
   };
   GroupWorker& worker = episodes ? static_cast<GroupWorker&>(*episodes) : engine;
   EngineStats pd;  // disaggregation: this rank's transfer times and its pool's busy time
-  std::vector<Sample> samples =
-      rc.prefill_ranks > 0
-          ? route_disaggregated(engine, ctx.world->world(), rc.prefill_ranks, rc.engine.max_running, requests,
-                                progress, pd)
-          : route_rollout(worker, ctx.world->world(), rc.engine.max_running, requests, progress);
+  std::vector<Sample> samples = route_groups(worker, engine, ctx.world->world(), rc.prefill_ranks,
+                                            rc.engine.max_running, requests, progress, pd);
   episodes.reset();
   const double seconds = clock.seconds();
 

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <thread>
 
 #include "core/file_write.h"
@@ -50,6 +51,16 @@ std::string recv_message(MPI_Comm comm, int source, int tag, const std::string& 
   std::string bytes(n, '\0');
   check_mpi(MPI_Recv(bytes.data(), n, MPI_BYTE, status.MPI_SOURCE, tag, comm, MPI_STATUS_IGNORE), "MPI_Recv");
   return bytes;
+}
+
+std::string int64_bytes(const std::vector<int64_t>& values) {
+  return std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(int64_t));
+}
+
+std::vector<int64_t> int64_values(const std::string& bytes) {
+  std::vector<int64_t> v(bytes.size() / sizeof(int64_t));
+  std::memcpy(v.data(), bytes.data(), v.size() * sizeof(int64_t));
+  return v;
 }
 
 bool message_waiting(MPI_Comm comm, int source, int tag) {

@@ -3,6 +3,7 @@
 
 #include <mpi.h>
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -20,6 +21,10 @@ void broadcast_string(MPI_Comm comm, std::string& text, int root);
 // be MPI_ANY_SOURCE.
 void send_message(MPI_Comm comm, const std::string& bytes, int dest, int tag);
 std::string recv_message(MPI_Comm comm, int source, int tag, const std::string& context);
+
+// int64 values as a message's bytes (same binary on both ends), and back.
+std::string int64_bytes(const std::vector<int64_t>& values);
+std::vector<int64_t> int64_values(const std::string& bytes);
 
 // Whether a message from `source` (or MPI_ANY_SOURCE) with `tag` is there to receive.
 bool message_waiting(MPI_Comm comm, int source, int tag);

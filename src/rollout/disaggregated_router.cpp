@@ -2,7 +2,6 @@
 
 #include <slimpi/error.h>
 
-#include <cstring>
 #include <map>
 #include <vector>
 
@@ -28,16 +27,6 @@ const std::string kRouterSends = "[pd router] completing the router's sends of p
 // Every rank leaves a call together: no message of the next call (the same group indices,
 // as an evaluation's two calls have) can reach a rank still in this one.
 const std::string kCallEnd = "[pd router] the end of a routing call";
-
-std::string int64_bytes(const std::vector<int64_t>& v) {
-  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int64_t));
-}
-
-std::vector<int64_t> int64_values(const std::string& bytes) {
-  std::vector<int64_t> v(bytes.size() / sizeof(int64_t));
-  std::memcpy(v.data(), bytes.data(), v.size() * sizeof(int64_t));
-  return v;
-}
 
 // What every engine rank of the call shares: the requests by group.
 struct CallRequests {
@@ -150,13 +139,10 @@ std::vector<Sample> route_disaggregated(Engine& engine, MPI_Comm rollout, int64_
   RouterProgress progress;
   progress.groups_total = static_cast<int64_t>(requests.size());
   size_t next = 0;
-  auto tokens_of = [](const GenerationRequest& r) {
-    return r.n_samples * (static_cast<int64_t>(r.prompt.size()) + r.params.max_new_tokens);
-  };
   auto finish_group = [&](std::vector<Sample>&& group) {
     const GenerationRequest& r = calls.at(group.front().group_index);
     const auto [d, p] = owner.at(r.group_index);
-    decode_tokens[size_t(d)] -= tokens_of(r);
+    decode_tokens[size_t(d)] -= request_tokens(r);
     decode_seqs[size_t(d)] -= r.n_samples;
     prefill_tokens[size_t(p)] -= static_cast<int64_t>(r.prompt.size());
     for (auto& s : group) {
@@ -171,17 +157,13 @@ std::vector<Sample> route_disaggregated(Engine& engine, MPI_Comm rollout, int64_
     std::vector<std::vector<int64_t>> pairs(static_cast<size_t>(size));
     while (next < requests.size()) {
       const GenerationRequest& r = requests[next];
-      int d = -1;
-      for (int e = 0; e < n_decode; ++e)
-        if (decode_seqs[size_t(e)] + r.n_samples <= 2 * max_running &&
-            (d < 0 || decode_tokens[size_t(e)] < decode_tokens[size_t(d)]))
-          d = e;
+      const int d = least_loaded_engine(decode_tokens, decode_seqs, r.n_samples, max_running);
       if (d < 0) break;
       int p = n_decode;
       for (int e = n_decode; e < size; ++e)
         if (prefill_tokens[size_t(e)] < prefill_tokens[size_t(p)]) p = e;
       owner[r.group_index] = {d, p};
-      decode_tokens[size_t(d)] += tokens_of(r);
+      decode_tokens[size_t(d)] += request_tokens(r);
       decode_seqs[size_t(d)] += r.n_samples;
       prefill_tokens[size_t(p)] += static_cast<int64_t>(r.prompt.size());
       pairs[size_t(p)].insert(pairs[size_t(p)].end(), {r.group_index, int64_t(d)});
@@ -224,10 +206,20 @@ std::vector<Sample> route_disaggregated(Engine& engine, MPI_Comm rollout, int64_
   sends.flush();
   pd.decode_wall_s += wall.seconds();
   idle_barrier(rollout, kCallEnd);
-  std::sort(results.begin(), results.end(), [](const auto& a, const auto& b) {
-    return std::tie(a.group_index, a.index) < std::tie(b.group_index, b.index);
-  });
+  sort_by_group_and_sample(results);
   return results;
+}
+
+std::vector<Sample> route_groups(GroupWorker& worker, Engine& engine, MPI_Comm comm, int64_t n_prefill,
+                                 int64_t max_running, const std::vector<GenerationRequest>& requests,
+                                 const std::function<void(const RouterProgress&)>& on_progress, EngineStats& pd) {
+  if (n_prefill > 0) return route_disaggregated(engine, comm, n_prefill, max_running, requests, on_progress, pd);
+  return route_rollout(worker, comm, max_running, requests, on_progress);
+}
+
+EngineConfig engine_config_of_rank(EngineConfig cfg, int rank, int size, int64_t n_prefill) {
+  cfg.prefill_only = n_prefill > 0 && is_prefill_rank(rank, size, n_prefill);
+  return cfg;
 }
 
 }  // namespace slimpi

@@ -46,4 +46,13 @@ std::vector<Sample> route_disaggregated(Engine& engine, MPI_Comm rollout, int64_
                                         const std::function<void(const RouterProgress&)>& on_progress,
                                         EngineStats& pd);
 
+// What a generation call on every engine rank runs: route_disaggregated over `engine`
+// when n_prefill > 0, route_rollout over `worker` (the engine, or its episode runner)
+// otherwise. `pd` as route_disaggregated's (untouched without disaggregation).
+std::vector<Sample> route_groups(GroupWorker& worker, Engine& engine, MPI_Comm comm, int64_t n_prefill,
+                                 int64_t max_running, const std::vector<GenerationRequest>& requests,
+                                 const std::function<void(const RouterProgress&)>& on_progress, EngineStats& pd);
+// `cfg` for rollout rank `rank` of `size`: a prefill engine when it is one of the last n_prefill.
+EngineConfig engine_config_of_rank(EngineConfig cfg, int rank, int size, int64_t n_prefill);
+
 }  // namespace slimpi

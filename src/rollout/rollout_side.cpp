@@ -61,9 +61,7 @@ std::vector<Sample> RolloutSide::generate(const std::vector<Prompt>& prompts, in
   GroupWorker& worker = episodes ? static_cast<GroupWorker&>(*episodes) : engine;
   EngineStats pd;  // prefill/decode disaggregation: this rank's transfer times and its pool's busy time
   std::vector<Sample> out =
-      cfg_.prefill_ranks > 0
-          ? route_disaggregated(engine, engines_, cfg_.prefill_ranks, cfg_.engine.max_running, requests, on_progress, pd)
-          : route_rollout(worker, engines_, cfg_.engine.max_running, requests, on_progress);
+      route_groups(worker, engine, engines_, cfg_.prefill_ranks, cfg_.engine.max_running, requests, on_progress, pd);
   if (tail_s && !done_at.empty()) {  // the last 10% of the groups: t_n - t_ceil(0.9 n)
     const size_t k90 = (9 * done_at.size() + 9) / 10;
     *tail_s = done_at.back() - done_at[k90 - 1];
@@ -87,11 +85,10 @@ double RolloutSide::follow() {
 
 Engine& RolloutSide::current_engine() {
   if (!engine_) {
-    EngineConfig cfg = cfg_.engine;
     int size = 1;
     MPI_Comm_size(engines_, &size);
-    cfg.prefill_only = cfg_.prefill_ranks > 0 && is_prefill_rank(rank_, size, cfg_.prefill_ranks);
-    engine_ = std::make_unique<Engine>(cfg, model_, engine_group_);
+    engine_ = std::make_unique<Engine>(engine_config_of_rank(cfg_.engine, rank_, size, cfg_.prefill_ranks), model_,
+                                       engine_group_);
   }
   if (engine_->weight_version() != weight_version_) engine_->on_weights_updated(weight_version_);
   return *engine_;

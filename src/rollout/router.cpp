@@ -2,7 +2,7 @@
 
 #include <slimpi/error.h>
 
-#include <cstring>
+#include <algorithm>
 #include <map>
 #include <type_traits>
 #include <vector>
@@ -22,10 +22,6 @@ constexpr int kTagResult = 102;  // engine -> router: encoded samples of finishe
 const std::string kEngineWait = "[router] an engine waiting for work";
 const std::string kRouterWait = "[router] waiting for an engine's results";
 
-int64_t request_tokens(const GenerationRequest& r) {
-  return r.n_samples * (static_cast<int64_t>(r.prompt.size()) + r.params.max_new_tokens);
-}
-
 // An engine rank: take assignments from the router, run, send back whole groups; stop
 // on an empty assignment.
 void serve_assignments(GroupWorker& engine, MPI_Comm rollout, const std::vector<GenerationRequest>& requests,
@@ -33,9 +29,7 @@ void serve_assignments(GroupWorker& engine, MPI_Comm rollout, const std::vector<
   bool done = false;
   while (!done || engine.has_work()) {
     while (!done && (message_waiting(rollout, 0, kTagAssign) || !engine.has_work())) {
-      std::string msg = recv_message(rollout, 0, kTagAssign, kEngineWait);
-      std::vector<int64_t> groups(msg.size() / sizeof(int64_t));
-      std::memcpy(groups.data(), msg.data(), msg.size());
+      const std::vector<int64_t> groups = int64_values(recv_message(rollout, 0, kTagAssign, kEngineWait));
       if (groups.empty()) done = true;
       for (int64_t g : groups) engine.add_request(requests.at(by_group.at(g)));
     }
@@ -83,11 +77,8 @@ std::vector<Sample> route_rollout(GroupWorker& engine, MPI_Comm rollout, int64_t
     // Hand out groups while some engine is under its cap.
     std::vector<std::vector<int64_t>> assign(size);
     while (next < requests.size()) {
-      int best = -1;
-      for (int e = 0; e < size; ++e)
-        if (outstanding_seqs[e] + requests[next].n_samples <= 2 * max_running &&
-            (best < 0 || outstanding_tokens[e] < outstanding_tokens[best]))
-          best = e;
+      const int best =
+          least_loaded_engine(outstanding_tokens, outstanding_seqs, requests[next].n_samples, max_running);
       if (best < 0) break;
       owner[requests[next].group_index] = best;
       outstanding_tokens[best] += request_tokens(requests[next]);
@@ -98,8 +89,7 @@ std::vector<Sample> route_rollout(GroupWorker& engine, MPI_Comm rollout, int64_t
     for (int64_t g : assign[0]) engine.add_request(requests.at(by_group.at(g)));
     for (int e = 1; e < size; ++e)
       if (!assign[e].empty())
-        send_message(rollout, std::string(reinterpret_cast<const char*>(assign[e].data()), assign[e].size() * 8), e,
-                     kTagAssign);
+        send_message(rollout, int64_bytes(assign[e]), e, kTagAssign);
 
     const int64_t before = progress.groups_done;
     if (engine.has_work())
@@ -114,10 +104,28 @@ std::vector<Sample> route_rollout(GroupWorker& engine, MPI_Comm rollout, int64_t
     if (on_progress && progress.groups_done != before) on_progress(progress);
   }
   for (int e = 1; e < size; ++e) send_message(rollout, std::string(), e, kTagAssign);  // done
-  std::sort(results.begin(), results.end(), [](const auto& a, const auto& b) {
+  sort_by_group_and_sample(results);
+  return results;
+}
+
+int least_loaded_engine(const std::vector<int64_t>& outstanding_tokens, const std::vector<int64_t>& outstanding_seqs,
+                        int64_t seqs, int64_t max_running) {
+  int best = -1;
+  for (int e = 0; e < int(outstanding_tokens.size()); ++e)
+    if (outstanding_seqs[size_t(e)] + seqs <= 2 * max_running &&
+        (best < 0 || outstanding_tokens[size_t(e)] < outstanding_tokens[size_t(best)]))
+      best = e;
+  return best;
+}
+
+int64_t request_tokens(const GenerationRequest& r) {
+  return r.n_samples * (static_cast<int64_t>(r.prompt.size()) + r.params.max_new_tokens);
+}
+
+void sort_by_group_and_sample(std::vector<Sample>& samples) {
+  std::sort(samples.begin(), samples.end(), [](const auto& a, const auto& b) {
     return std::tie(a.group_index, a.index) < std::tie(b.group_index, b.index);
   });
-  return results;
 }
 
 EngineStats sum_engine_stats(const EngineStats& mine, MPI_Comm comm) {

@@ -33,6 +33,17 @@ std::vector<Sample> route_rollout(GroupWorker& engine, MPI_Comm rollout, int64_t
                                            const std::vector<GenerationRequest>& requests,
                                            const std::function<void(const RouterProgress&)>& on_progress = {});
 
+// The dispatch rule every router shares (this one, the disaggregated and the streaming
+// router): the engine with the fewest outstanding tokens among those that stay under
+// 2·max_running outstanding sequences with `seqs` more; -1 when every engine is full.
+// outstanding_tokens, outstanding_seqs: per engine.
+int least_loaded_engine(const std::vector<int64_t>& outstanding_tokens, const std::vector<int64_t>& outstanding_seqs,
+                        int64_t seqs, int64_t max_running);
+// The tokens a group counts for while outstanding: n_samples · (prompt + max_new_tokens).
+int64_t request_tokens(const GenerationRequest& r);
+// A router's result order: by (group, sample), whatever engine ran them.
+void sort_by_group_and_sample(std::vector<Sample>& samples);
+
 // Collective over `comm`: every rank's engine counters summed (times too).
 EngineStats sum_engine_stats(const EngineStats& mine, MPI_Comm comm);
 

@@ -13,6 +13,7 @@
 #include "parallel/posted_sends.h"
 #include "parallel/watchdog.h"
 #include "rollout/episode_runner.h"
+#include "rollout/router.h"
 
 namespace slimpi {
 namespace {
@@ -216,11 +217,7 @@ void StreamingRouter::dispatch(const Hooks& hooks) {
       todo_.push_back(*item);
     }
     const int64_t seqs = item->is_group() ? item->request.n_samples : 1;
-    int best = -1;
-    for (int e = 0; e < size_; ++e)
-      if (outstanding_seqs_[e] + seqs <= 2 * max_running_ &&
-          (best < 0 || outstanding_tokens_[e] < outstanding_tokens_[best]))
-        best = e;
+    const int best = least_loaded_engine(outstanding_tokens_, outstanding_seqs_, seqs, max_running_);
     if (best < 0) break;  // every engine is full; the item waits at the front
     todo_.pop_front();
     outstanding_seqs_[best] += seqs;
