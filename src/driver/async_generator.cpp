@@ -231,11 +231,18 @@ int64_t AsyncGenerator::save(const std::string& dir, StreamState state) {
   std::vector<Sample> work;
   nlohmann::json episode_turns = nlohmann::json::array();  // an episode's turns per work item (null: none)
   for (const auto& w : state.work) {
-    if (w.episode.empty())
+    if (w.episode.empty()) {
       episode_turns.push_back(nullptr);
-    else
-      episode_turns.push_back({{"starts", w.episode.turn_starts}, {"ends", w.episode.turn_ends},
-                               {"stopped", w.episode.turn_stopped}, {"open_turn", w.episode.open_turn}});
+    } else {
+      nlohmann::json t = {{"starts", w.episode.turn_starts}, {"ends", w.episode.turn_ends},
+                          {"stopped", w.episode.turn_stopped}, {"open_turn", w.episode.open_turn}};
+      if (!w.episode.env_snapshot.empty())  // the environment's state, the transcript, the rewards so far
+        t.update({{"env_snapshot", nlohmann::json::parse(w.episode.env_snapshot)},
+                  {"transcript", nlohmann::json::parse(w.episode.transcript)},
+                  {"reward_sum", w.episode.reward_sum},
+                  {"last_reward", w.episode.last_reward}});
+      episode_turns.push_back(std::move(t));
+    }
     Sample s = w.partial;
     if (w.is_group()) {
       s.group_index = w.request.group_index;
@@ -341,6 +348,12 @@ void AsyncGenerator::load(const std::string& dir) {
         w.episode.turn_ends = t.at("ends").get<std::vector<int64_t>>();
         w.episode.turn_stopped = t.at("stopped").get<std::vector<int8_t>>();
         w.episode.open_turn = t.at("open_turn");
+        if (t.contains("env_snapshot")) {
+          w.episode.env_snapshot = t.at("env_snapshot").dump();
+          w.episode.transcript = t.at("transcript").dump();
+          w.episode.reward_sum = t.at("reward_sum");
+          w.episode.last_reward = t.at("last_reward");
+        }
       }
     }
     if (s.index >= 0) w.partial = std::move(s);

@@ -73,8 +73,8 @@ void CommandEnvironment::start(Process& p) {
         if (p.index == 0 && info_.protocol_version == 0) {
           info_ = info;
           log::info("rollout.environment = \"command\": '{}' says it is '{}' (protocol {}, {} concurrent episodes a "
-                    "process, {}deterministic)", cfg_.command, info.name, info.protocol_version,
-                    info.max_concurrent_episodes, info.deterministic ? "" : "not ");
+                    "process, {}deterministic, {}snapshots)", cfg_.command, info.name, info.protocol_version,
+                    info.max_concurrent_episodes, info.deterministic ? "" : "not ", info.snapshots ? "" : "no ");
         }
         p.last_output = Clock::now();
         return;
@@ -178,17 +178,25 @@ void CommandEnvironment::drain_stderr(Process& p, bool final) {
   if (p.child) p.err->drain(*p.child, final);
 }
 
-void CommandEnvironment::reset(const EpisodeStart& start) {
-  SLIMPI_CHECK(!owner_.count(start.episode), "environment: episode {} is already open", start.episode);
+void CommandEnvironment::reset(const EpisodeStart& start) { open(start.episode, encode_reset(start)); }
+
+void CommandEnvironment::restore(const EpisodeStart& start, int64_t turns, const std::string& snapshot) {
+  SLIMPI_CHECK(info_.snapshots, "environment: restore of episode {}, but {} takes no snapshots", start.episode,
+               info_.name);
+  open(start.episode, encode_restore(start, turns, snapshot));
+}
+
+void CommandEnvironment::open(const std::string& episode, const std::string& line) {
+  SLIMPI_CHECK(!owner_.count(episode), "environment: episode {} is already open", episode);
   Process* best = &procs_.front();
   auto room = [](const Process& p) { return p.max_episodes - int64_t(p.episodes.size()); };
   for (Process& p : procs_)
     if (room(p) > room(*best)) best = &p;
-  SLIMPI_CHECK(room(*best) > 0, "environment: episode {} reset with every process full (the caller keeps to capacity())",
-               start.episode);
-  best->episodes.insert(start.episode);
-  owner_[start.episode] = best->index;
-  send(*best, start.episode, encode_reset(start), true);
+  SLIMPI_CHECK(room(*best) > 0, "environment: episode {} opened with every process full (the caller keeps to "
+               "capacity())", episode);
+  best->episodes.insert(episode);
+  owner_[episode] = best->index;
+  send(*best, episode, line, true);
 }
 
 int64_t CommandEnvironment::capacity() const {

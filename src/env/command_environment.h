@@ -45,6 +45,7 @@ class CommandEnvironment : public Environment {
   const EnvInfo& info() const override { return info_; }
   void reset(const EpisodeStart& start) override;
   void step(const EpisodeAction& action) override;
+  void restore(const EpisodeStart& start, int64_t turns, const std::string& snapshot) override;
   void close(const std::string& episode) override;
   std::vector<EnvReply> poll(double wait_s) override;
   int64_t capacity() const override;
@@ -66,6 +67,8 @@ class CommandEnvironment : public Environment {
     int64_t unsolicited = 0;   // replies with no request outstanding (dropped)
     std::unique_ptr<StderrLog> err;  // its stderr into the log (core/stderr_log.h)
   };
+  // Opens an episode on the process with the most room with its first request (reset or restore).
+  void open(const std::string& episode, const std::string& line);
   void start(Process& p);  // spawns and handshakes (throws: the command is broken)
   // Kills and restarts p; its waiting episodes get failed replies, the others are lost.
   void restart(Process& p, const std::string& why);

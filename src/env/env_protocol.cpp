@@ -74,6 +74,9 @@ std::string read_observation(const json& j, int64_t vocab_size, EnvReply* r) {
       if (!parse_env_error(v["class"].get<std::string>(), &r->error) || r->error == EnvError::None)
         return fmt::format("error class \"{}\" (one of model, tool, infra, overlong)", v["class"].get<std::string>());
       if (v.contains("message")) r->message = v["message"].is_string() ? v["message"].get<std::string>() : dump(v["message"]);
+    } else if (key == "snapshot") {
+      if (v.is_null()) return "\"snapshot\" is null (the episode's state: any other JSON value)";
+      r->snapshot = dump(v);
     } else if (key == "metrics") {
       if (!v.is_object()) return "\"metrics\" is not an object";
       for (const auto& [name, x] : v.items()) {
@@ -113,17 +116,30 @@ bool parse_env_error(const std::string& name, EnvError* out) {
 
 std::string encode_hello() { return dump({{"type", "hello"}, {"protocol_version", kEnvProtocolVersion}}); }
 
-std::string encode_reset(const EpisodeStart& s) {
+namespace {
+
+json reset_fields(const char* type, const EpisodeStart& s) {
   json prompt = {{"text", s.prompt}, {"label", s.label}};
   if (!s.metadata_json.empty()) prompt["metadata"] = json::parse(s.metadata_json, nullptr, false);
-  return dump({{"type", "reset"},
-               {"episode", s.episode},
-               {"step", s.step},
-               {"group", s.group},
-               {"sample", s.sample},
-               {"seed", s.seed},
-               {"prompt", prompt},
-               {"limits", {{"max_turns", s.max_turns}, {"max_total_tokens", s.max_total_tokens}, {"wall_time_s", s.wall_time_s}}}});
+  return {{"type", type},
+          {"episode", s.episode},
+          {"step", s.step},
+          {"group", s.group},
+          {"sample", s.sample},
+          {"seed", s.seed},
+          {"prompt", prompt},
+          {"limits", {{"max_turns", s.max_turns}, {"max_total_tokens", s.max_total_tokens}, {"wall_time_s", s.wall_time_s}}}};
+}
+
+}  // namespace
+
+std::string encode_reset(const EpisodeStart& s) { return dump(reset_fields("reset", s)); }
+
+std::string encode_restore(const EpisodeStart& s, int64_t turns, const std::string& snapshot) {
+  json j = reset_fields("restore", s);
+  j["turns"] = turns;
+  j["snapshot"] = json::parse(snapshot);  // an observation's, parsed when it arrived
+  return dump(j);
 }
 
 std::string encode_step(const EpisodeAction& a) {
@@ -169,6 +185,10 @@ std::string decode_hello(const std::string& line, EnvInfo* info) {
     if (!j["deterministic"].is_boolean()) return "\"deterministic\" is not true or false";
     info->deterministic = j["deterministic"].get<bool>();
   }
+  if (j.contains("snapshots")) {
+    if (!j["snapshots"].is_boolean()) return "\"snapshots\" is not true or false";
+    info->snapshots = j["snapshots"].get<bool>();
+  }
   return "";
 }
 
@@ -211,8 +231,17 @@ ReplyParse decode_reply(const std::string& raw_line, int64_t vocab_size, EnvRepl
     r->done = true;
     return ReplyParse::Ok;
   }
+  if (type == "restored") {  // the answer to a restore: nothing else in it
+    for (const auto& [key, v] : j.items())
+      if (key != "type" && key != "episode") {
+        *error = fmt::format("unknown key \"{}\" in a restored reply (it holds type and episode)", key);
+        return ReplyParse::BadReply;
+      }
+    r->restored = true;
+    return ReplyParse::Ok;
+  }
   if (type != "observation") {
-    *error = fmt::format("type \"{}\" (a reply is \"observation\" or \"error\")", type);
+    *error = fmt::format("type \"{}\" (a reply is \"observation\", \"restored\" or \"error\")", type);
     return ReplyParse::BadReply;
   }
   *error = read_observation(j, vocab_size, r);

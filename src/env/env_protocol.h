@@ -2,7 +2,9 @@
 // messages slimpi writes to an environment process and the parsing of its replies.
 // One JSON object per line each way; slimpi writes hello, reset, step, close; the
 // process answers hello once, then one reply (type observation or error) per reset and
-// step, tagged with the episode, in any order. Parsing checks every field an
+// step, tagged with the episode, in any order. An environment whose hello says
+// "snapshots": true puts the episode's state in every observation ("snapshot") and
+// answers a restore (a reset's fields with a snapshot) with type restored. Parsing checks every field an
 // environment can get wrong (types, finite numbers, token ids in the vocabulary, known
 // roles and error classes) and says what is wrong. Pure functions.
 #pragma once
@@ -24,6 +26,8 @@ constexpr double kMaxAbsMetric = 1e12;
 std::string encode_hello();
 std::string encode_reset(const EpisodeStart& start);
 std::string encode_step(const EpisodeAction& action);
+// The reset's fields, "turns" (model turns the snapshot follows) and "snapshot" (JSON text).
+std::string encode_restore(const EpisodeStart& start, int64_t turns, const std::string& snapshot);
 std::string encode_close(const std::string& episode);
 
 // The process's hello; "" on success, else what is wrong with it.

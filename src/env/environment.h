@@ -45,6 +45,9 @@ struct EnvInfo {
   std::string tools_json = "[]";  // OpenAI function schemas
   int64_t max_concurrent_episodes = 1;
   bool deterministic = false;
+  // Every observation carries the episode's state ("snapshot"), and restore() brings an
+  // episode back from one: episodes in flight at a checkpoint resume without a replay.
+  bool snapshots = false;
 };
 
 struct EpisodeStart {
@@ -76,6 +79,8 @@ struct EnvReply {
   EnvError error = EnvError::None;
   std::string message;  // the error's text
   std::map<std::string, double> metrics;
+  std::string snapshot;   // the episode's state after this reply, as JSON text ("": none given)
+  bool restored = false;  // the answer to restore(): the episode is back, waiting for its next step
 };
 
 class Environment {
@@ -85,6 +90,9 @@ class Environment {
   virtual void reset(const EpisodeStart& start) = 0;
   virtual void step(const EpisodeAction& action) = 0;
   virtual void close(const std::string& episode) = 0;  // no reply
+  // Opens `start.episode` again from `snapshot` (an observation's, after `turns` model
+  // turns) in place of a reset; the reply has `restored` set. Only where info().snapshots.
+  virtual void restore(const EpisodeStart& start, int64_t turns, const std::string& snapshot);
   // Replies that arrived; waits up to wait_s for the first when none is ready.
   virtual std::vector<EnvReply> poll(double wait_s) = 0;
   // Episodes this environment can hold at once (further resets are queued by the caller).

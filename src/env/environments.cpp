@@ -7,6 +7,10 @@
 
 namespace slimpi {
 
+void Environment::restore(const EpisodeStart& start, int64_t, const std::string&) {
+  SLIMPI_FAIL("environment {} cannot restore episode {}: it does not take snapshots", info().name, start.episode);
+}
+
 const Registry<EnvFactory>& environments() {
   static const Registry<EnvFactory> r = [] {
     Registry<EnvFactory> reg("rollout.environment");

@@ -20,7 +20,7 @@ struct EpisodeRunner::Episode {
   Sample sample;  // the trajectory so far; every per-response-token field complete
   WorkItem::EpisodeTurns turns;  // the model turns sent to the environment so far (open_turn unused)
   std::unique_ptr<ChatTranscript> transcript;
-  enum class Phase { NotStarted, Reset, Turn, Step } phase = Phase::NotStarted;
+  enum class Phase { NotStarted, Reset, Restore, Turn, Step } phase = Phase::NotStarted;
   int64_t turn_start = 0;  // response length where the current model turn began
   int64_t budget = 0;      // response tokens the episode may reach
   double reward_sum = 0, last_reward = 0;
@@ -34,6 +34,9 @@ struct EpisodeRunner::Episode {
     size_t next = 0;
   };
   std::optional<Replay> replay;
+  std::string env_snapshot;  // the environment's state after the last reply (info().snapshots)
+  // A resumed episode restored from its snapshot: the checkpointed item, until restored.
+  std::optional<WorkItem> restoring;
 };
 
 namespace {
@@ -73,6 +76,23 @@ void adopt_recorded(Sample& s, const Sample& rec) {
   s.sampling_support = rec.sampling_support.empty() ? std::vector<int32_t>(r, 0) : rec.sampling_support;
   s.loss_mask = rec.loss_mask.empty() ? std::vector<float>(r, 1.0f) : rec.loss_mask;
   s.routing = rec.routing;
+}
+
+// A checkpointed episode must hold together: turns in order within the response, every
+// per-token vector R long, and either a turn under way or the last turn waiting for its reply.
+void check_record(const std::string& id, const Sample& part, const WorkItem::EpisodeTurns& t) {
+  const int64_t n = int64_t(t.turn_ends.size()), r = part.response_length();
+  bool ok = int64_t(t.turn_starts.size()) == n && int64_t(t.turn_stopped.size()) == n &&
+            int64_t(part.rollout_log_probs.size()) == r && int64_t(part.weight_versions.size()) == r &&
+            (part.loss_mask.empty() || int64_t(part.loss_mask.size()) == r) &&
+            (part.sampling_support.empty() || int64_t(part.sampling_support.size()) == r);
+  for (int64_t k = 0, at = 0; ok && k < n; at = t.turn_ends[size_t(k)], ++k)
+    ok = at <= t.turn_starts[size_t(k)] && t.turn_starts[size_t(k)] < t.turn_ends[size_t(k)] &&
+         t.turn_ends[size_t(k)] <= r;
+  ok = ok && t.open_turn <= r && (t.open_turn < 0 || n == 0 || t.open_turn >= t.turn_ends.back()) &&
+       (t.open_turn >= 0 || (n > 0 && t.turn_ends.back() == r));
+  SLIMPI_CHECK(ok, "episodes: {} resumed with a record that does not hold together ({} turns, {} response tokens, "
+               "open turn at {}): the checkpoint's async_work.h5 and async_state.json disagree", id, n, r, t.open_turn);
 }
 
 }  // namespace
@@ -153,22 +173,14 @@ void EpisodeRunner::add_work(const WorkItem& item) {
   const Sample& part = item.partial;
   Episode& e = add_episode(item.request, *item.record, part.index);
   if (part.response_length() == 0 && item.episode.empty()) return;  // not past its reset: it starts as new
-  if (env_.info().deterministic) {
-    // The record must hold together: turns in order within the response, every per-token vector R long.
-    const WorkItem::EpisodeTurns& t = item.episode;
-    const int64_t n = int64_t(t.turn_ends.size()), r = part.response_length();
-    bool ok = int64_t(t.turn_starts.size()) == n && int64_t(t.turn_stopped.size()) == n &&
-              int64_t(part.rollout_log_probs.size()) == r && int64_t(part.weight_versions.size()) == r &&
-              (part.loss_mask.empty() || int64_t(part.loss_mask.size()) == r) &&
-              (part.sampling_support.empty() || int64_t(part.sampling_support.size()) == r);
-    for (int64_t k = 0, at = 0; ok && k < n; at = t.turn_ends[size_t(k)], ++k)
-      ok = at <= t.turn_starts[size_t(k)] && t.turn_starts[size_t(k)] < t.turn_ends[size_t(k)] &&
-           t.turn_ends[size_t(k)] <= r;
-    ok = ok && t.open_turn <= r && (t.open_turn < 0 || n == 0 || t.open_turn >= t.turn_ends.back()) &&
-         (r == 0 || n > 0 || t.open_turn >= 0);  // tokens past the reset: some turn made them
-    SLIMPI_CHECK(ok, "episodes: {} resumed with a record that does not hold together ({} turns, {} response tokens, "
-                 "open turn at {}): the checkpoint's async_work.h5 and async_state.json disagree", e.id, n, r,
-                 t.open_turn);
+  if (env_.info().snapshots && !item.episode.env_snapshot.empty()) {
+    check_record(e.id, part, item.episode);
+    e.restoring = item;
+    if (!std::exchange(said_restore_, true))
+      log::all("resuming episodes in flight: each is restored from its environment's snapshot (environment {} takes "
+               "snapshots), then continues", env_.info().name);
+  } else if (env_.info().deterministic) {
+    check_record(e.id, part, item.episode);
     e.replay = Episode::Replay{part, item.episode, 0};
     if (!std::exchange(said_replay_, true))
       log::all("resuming episodes in flight: each is reset again and sent its recorded turns (environment {} "
@@ -193,6 +205,10 @@ std::vector<WorkItem> EpisodeRunner::snapshot(const std::vector<WorkItem>& turns
     w.request = e.request;
     w.request.prompt = e.group_prompt;
     w.record = e.prompt;
+    if (e.restoring) {  // not restored yet: the checkpointed state still stands
+      out.push_back(*e.restoring);
+      continue;
+    }
     if (e.replay) {  // not caught up: the checkpointed state still stands
       w.partial = e.replay->recorded;
       w.episode = e.replay->turns;
@@ -220,6 +236,12 @@ std::vector<WorkItem> EpisodeRunner::snapshot(const std::vector<WorkItem>& turns
         w.partial.spec_passes = p.spec_passes;
         w.episode.open_turn = e.turn_start;
       }
+      if (!e.env_snapshot.empty()) {  // restorable without a replay
+        w.episode.env_snapshot = e.env_snapshot;
+        w.episode.transcript = e.transcript->save();
+        w.episode.reward_sum = e.reward_sum;
+        w.episode.last_reward = e.last_reward;
+      }
     }
     out.push_back(std::move(w));
   }
@@ -242,11 +264,16 @@ void EpisodeRunner::start_waiting_episodes() {
     s.prompt = e.prompt.text;
     s.label = e.prompt.label;
     s.metadata_json = e.prompt.metadata;
-    e.phase = Episode::Phase::Reset;
+    e.phase = e.restoring ? Episode::Phase::Restore : Episode::Phase::Reset;
     e.clock = Stopwatch();
     e.wait = Stopwatch();
     ++open_in_env_;
-    env_.reset(s);
+    if (e.restoring) {  // the snapshot follows the turns answered: all but one waiting for its reply
+      const WorkItem::EpisodeTurns& t = e.restoring->episode;
+      env_.restore(s, int64_t(t.turn_ends.size()) - (t.open_turn < 0 ? 1 : 0), t.env_snapshot);
+    } else {
+      env_.reset(s);
+    }
   }
   not_started_.erase(not_started_.begin(), not_started_.begin() + std::ptrdiff_t(started));
 }
@@ -294,20 +321,22 @@ void EpisodeRunner::begin_turn(Episode& e) {
     // Caught up with the record: a turn under way continues in the engine from its tokens.
     const int64_t open = rp.turns.open_turn;
     SLIMPI_CHECK(open == r, "episodes: {} resumed with an open turn at response token {}, reached {}", e.id, open, r);
-    const int64_t recorded = rp.recorded.response_length();
-    if (recorded >= std::min(r + settings_.max_turn_tokens, e.budget))
-      return finish(e, SampleStatus::Truncated, EnvError::Overlong,
-                    fmt::format("resumed, its open turn has reached response token {}, at this job's limit of {} "
-                                "(rollout.max_new_tokens per turn, the KV cache, model.max_seq_len)",
-                                recorded, std::min(r + settings_.max_turn_tokens, e.budget)));
     adopt_recorded(e.sample, rp.recorded);  // the open turn's tokens so far, after r
     e.replay.reset();
   }
-  const int64_t start = r;
+  continue_turn(e, r);
+}
+
+void EpisodeRunner::continue_turn(Episode& e, int64_t start) {
+  const int64_t limit = std::min(start + settings_.max_turn_tokens, e.budget), r = e.sample.response_length();
+  if (r >= limit)  // a resumed turn under way, with this job's smaller limits
+    return finish(e, SampleStatus::Truncated, EnvError::Overlong,
+                  fmt::format("resumed, its open turn has reached response token {}, at this job's limit of {} "
+                              "(rollout.max_new_tokens per turn, the KV cache, model.max_seq_len)", r, limit));
   WorkItem w;
   w.request = e.request;
   w.partial = e.sample;
-  w.request.params.max_new_tokens = std::min(start + settings_.max_turn_tokens, e.budget);
+  w.request.params.max_new_tokens = limit;
   w.request.stop_strings_from = start;
   e.turn_start = start;
   e.phase = Episode::Phase::Turn;
@@ -333,35 +362,64 @@ void EpisodeRunner::on_turn(Episode& e, Sample&& turn) {
   e.turns.turn_ends.push_back(r);
   e.turns.turn_stopped.push_back(turn.status == SampleStatus::Completed);
 
+  bool on_end_of_turn = false;
+  EpisodeAction a = make_action(e, new_tokens, turn.status == SampleStatus::Completed, &on_end_of_turn);
+  s.env_tool_calls += int32_t(a.tool_calls.size());
+  e.transcript->add_model_turn(a.text, on_end_of_turn);
+  send_step(e, a);
+}
+
+EpisodeAction EpisodeRunner::make_action(const Episode& e, const std::vector<int64_t>& new_tokens, bool stopped,
+                                         bool* on_end_of_turn) const {
   const auto& stops = e.request.params.stop_token_ids;
-  const bool on_stop_token = turn.status == SampleStatus::Completed && !new_tokens.empty() &&
+  const bool on_stop_token = stopped && !new_tokens.empty() &&
                              std::find(stops.begin(), stops.end(), new_tokens.back()) != stops.end();
-  const bool on_end_of_turn = on_stop_token && new_tokens.back() == end_of_turn_id_;
+  *on_end_of_turn = on_stop_token && new_tokens.back() == end_of_turn_id_;
   EpisodeAction a;
   a.episode = e.id;
-  a.turn = s.env_turns;
+  a.turn = e.sample.env_turns;
   a.text = tokenizer_.decode(on_stop_token ? std::vector<int64_t>(new_tokens.begin(), new_tokens.end() - 1) : new_tokens);
   a.token_ids = new_tokens;
   a.tool_calls = parse_tool_calls(a.text, settings_.chat.chat_template);
-  a.finish_reason = turn.status == SampleStatus::Completed ? "stop" : "length";
-  s.env_tool_calls += int32_t(a.tool_calls.size());
-  e.transcript->add_model_turn(a.text, on_end_of_turn);
+  a.finish_reason = stopped ? "stop" : "length";
+  return a;
+}
+
+void EpisodeRunner::send_step(Episode& e, const EpisodeAction& a) {
   e.phase = Episode::Phase::Step;
   e.wait = Stopwatch();
   env_.step(a);
 }
 
 void EpisodeRunner::on_reply(Episode& e, const EnvReply& reply) {
-  SLIMPI_CHECK(e.phase == Episode::Phase::Reset || e.phase == Episode::Phase::Step,
+  SLIMPI_CHECK(e.phase == Episode::Phase::Reset || e.phase == Episode::Phase::Restore ||
+                   e.phase == Episode::Phase::Step,
                "episodes: {} got a reply it was not waiting for", e.id);
   Sample& s = e.sample;
   s.env_s += float(e.wait.seconds());
   if (reply.failed) return finish(e, SampleStatus::EnvFailed, EnvError::Infra, reply.message);
   if (reply.error == EnvError::Infra)  // the environment's own failure: as if it had crashed
     return finish(e, SampleStatus::EnvFailed, EnvError::Infra, "the environment reported an infra error: " + reply.message);
+  if (e.phase == Episode::Phase::Restore) {
+    if (reply.restored) return on_restored(e);
+    return finish(e, SampleStatus::EnvFailed, reply.error == EnvError::None ? EnvError::Infra : reply.error,
+                  reply.error == EnvError::None
+                      ? std::string("its environment answered the restore with an observation, not {\"type\": "
+                                    "\"restored\"}")
+                      : "its environment could not restore it from its snapshot: " + reply.message);
+  }
+  if (reply.restored)
+    return finish(e, SampleStatus::EnvFailed, EnvError::Infra,
+                  "its environment answered \"restored\" to a request that was not a restore");
+  if (env_.info().snapshots) {
+    if (reply.snapshot.empty() && !reply.done && !reply.truncated)
+      return finish(e, SampleStatus::EnvFailed, EnvError::Infra,
+                    fmt::format("its environment takes snapshots (\"snapshots\": true in its hello), but its "
+                                "observation after turn {} has no \"snapshot\"", s.env_turns));
+    e.env_snapshot = reply.snapshot;
+  }
   if (reply.error != EnvError::None) s.env_error = int8_t(reply.error);
   for (const auto& [name, value] : reply.metrics) s.env_metrics[name] += value;
-  const int64_t max_seq_len = engine_.max_seq_len();
 
   if (e.phase == Episode::Phase::Reset) {
     std::vector<int64_t> context;
@@ -387,14 +445,14 @@ void EpisodeRunner::on_reply(Episode& e, const EnvReply& reply) {
     e.request.prompt = context;
     s.tokens = context;
     s.prompt_length = int64_t(context.size());
-    const int64_t cache_tokens = engine_.n_blocks() * engine_.block_size();
-    e.budget = std::min({settings_.env.max_total_tokens, max_seq_len - s.prompt_length, cache_tokens - s.prompt_length});
+    e.budget = response_budget(s.prompt_length);
     if (e.budget < 1 || ((!reply.messages.empty() || !reply.token_ids.empty()) &&
                              int64_t(context.size()) > settings_.env.max_observation_tokens))
       return finish(e, SampleStatus::EnvFailed, EnvError::Overlong,
                     fmt::format("its first observation is {} tokens (rollout.env_max_observation_tokens = {}; "
                                 "model.max_seq_len = {}, the KV cache {} tokens)", context.size(),
-                                settings_.env.max_observation_tokens, max_seq_len, cache_tokens));
+                                settings_.env.max_observation_tokens, engine_.max_seq_len(),
+                                engine_.n_blocks() * engine_.block_size()));
     e.transcript = std::make_unique<ChatTranscript>(settings_.chat);
     return begin_turn(e);
   }
@@ -448,6 +506,55 @@ void EpisodeRunner::on_reply(Episode& e, const EnvReply& reply) {
               s.weight_versions.begin() + r);
   s.loss_mask.resize(size_t(r + n), 0.0f);
   begin_turn(e);
+}
+
+int64_t EpisodeRunner::response_budget(int64_t prompt_length) const {
+  const int64_t cache_tokens = engine_.n_blocks() * engine_.block_size();
+  return std::min({settings_.env.max_total_tokens, engine_.max_seq_len() - prompt_length, cache_tokens - prompt_length});
+}
+
+void EpisodeRunner::on_restored(Episode& e) {
+  const WorkItem item = std::move(*e.restoring);
+  e.restoring.reset();
+  const WorkItem::EpisodeTurns& t = item.episode;
+  Sample& s = e.sample;
+  const Sample& rec = item.partial;
+  e.request.prompt = rec.prompt();
+  s.tokens = rec.tokens;
+  s.prompt_length = rec.prompt_length;
+  adopt_recorded(s, rec);
+  s.env_turns = rec.env_turns;
+  s.env_tool_calls = rec.env_tool_calls;
+  s.env_s += rec.env_s;
+  s.env_error = rec.env_error;
+  s.env_metrics = rec.env_metrics;
+  s.spec_drafted = rec.spec_drafted;
+  s.spec_accepted = rec.spec_accepted;
+  s.spec_passes = rec.spec_passes;
+  e.turns = t;
+  e.turns.open_turn = -1;
+  try {
+    e.transcript = std::make_unique<ChatTranscript>(ChatTranscript::load(settings_.chat, t.transcript));
+  } catch (const Error& err) {
+    return finish(e, SampleStatus::EnvFailed, EnvError::Infra,
+                  fmt::format("restored from its snapshot, but its checkpointed chat transcript does not load: {}",
+                              err.what()));
+  }
+  e.reward_sum = t.reward_sum;
+  e.last_reward = t.last_reward;
+  e.env_snapshot = t.env_snapshot;
+  e.budget = response_budget(s.prompt_length);
+  if (t.open_turn >= 0) return continue_turn(e, t.open_turn);  // the turn under way, from its tokens so far
+  // The last turn was waiting for its reply, which the checkpoint did not hold: sent again.
+  if (t.turn_ends.back() > e.budget)  // this job's limits (the KV cache, max_seq_len) are smaller than the recording job's
+    return finish(e, SampleStatus::Truncated, EnvError::Overlong,
+                  fmt::format("resumed, its turn {} ends at response token {}, past this job's budget of {}",
+                              t.turn_ends.size(), t.turn_ends.back(), e.budget));
+  const auto at = s.tokens.begin() + s.prompt_length;
+  bool on_end_of_turn = false;
+  e.turn_start = t.turn_starts.back();
+  send_step(e, make_action(e, std::vector<int64_t>(at + t.turn_starts.back(), at + t.turn_ends.back()),
+                           t.turn_stopped.back() != 0, &on_end_of_turn));
 }
 
 void EpisodeRunner::diverged(Episode& e, const std::string& why) {

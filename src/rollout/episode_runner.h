@@ -31,8 +31,12 @@
 // turns again, each reply checked against the recorded observation token for token
 // (a difference fails the episode: EnvFailed, infra), then the open turn, if any,
 // continues in the engine from its recorded tokens; the result is the recorded
-// trajectory bit for bit, continued. With a non-deterministic environment the episode
-// starts again from its reset (said once per runner).
+// trajectory bit for bit, continued. With an environment that takes snapshots
+// (EnvInfo::snapshots) the item also holds the environment's state after the episode's
+// last reply, its chat transcript and rewards: the episode is restored from them (one
+// restore request, no replay; preferred when an environment is both), then its turn under
+// way continues, or its last turn, whose reply the checkpoint did not hold, is sent again.
+// Otherwise the episode starts again from its reset (said once per runner).
 // Built per generate() call by RolloutSide over its engine and environment, or once per
 // run for the stream; single-threaded.
 #pragma once
@@ -94,6 +98,20 @@ class EpisodeRunner : public GroupWorker {
   void on_reply(Episode& e, const EnvReply& reply);
   void on_turn(Episode& e, Sample&& turn);
   void begin_turn(Episode& e);
+  // The engine takes the turn that began at response offset `start` (its tokens after
+  // `start` so far in e.sample: a resumed turn under way).
+  void continue_turn(Episode& e, int64_t start);
+  // The step for a model turn of `new_tokens` (stopped: on a stop token or string, not
+  // its token limit); *on_end_of_turn: it ended on the template's end-of-turn token.
+  EpisodeAction make_action(const Episode& e, const std::vector<int64_t>& new_tokens, bool stopped,
+                            bool* on_end_of_turn) const;
+  void send_step(Episode& e, const EpisodeAction& a);
+  // The environment has restored a resumed episode (e.restoring): it continues its turn
+  // under way, or sends its last turn again when the checkpoint held no reply to it.
+  void on_restored(Episode& e);
+  // Response tokens an episode with this context may reach (rollout.env_max_total_tokens,
+  // model.max_seq_len, the KV cache).
+  int64_t response_budget(int64_t prompt_length) const;
   void finish(Episode& e, SampleStatus status, EnvError error, const std::string& why);
   Episode& find(const std::string& id);
 
@@ -109,7 +127,7 @@ class EpisodeRunner : public GroupWorker {
   int64_t end_of_turn_id_ = -1;  // the chat template's end-of-turn token (-1: not one token)
   static constexpr int64_t kFailuresSaid = 4;  // failed episodes warned of one by one; the rest summed up
   int64_t n_failed_ = 0;
-  bool said_replay_ = false, said_restart_ = false;  // resumed episodes: said once per runner
+  bool said_replay_ = false, said_restart_ = false, said_restore_ = false;  // resumed episodes: said once per runner
   std::optional<Stopwatch> paused_;                  // since pause(), until resume()
   std::vector<Sample> finished_;
 };

@@ -51,10 +51,15 @@ struct WorkItem {
   // stop token or string (finish "stop") rather than its token limit ("length").
   // open_turn: where the turn still being sampled began (-1: none, the episode waits
   // for the environment). Empty, -1: the episode has not had its first observation.
+  // With an environment that takes snapshots (env/environment.h), env_snapshot is its
+  // state after the last reply the episode took ("": none), with the episode's chat
+  // transcript (ChatTranscript::save) and its rewards so far: enough to restore it.
   struct EpisodeTurns {
     std::vector<int64_t> turn_starts, turn_ends;
     std::vector<int8_t> turn_stopped;
     int64_t open_turn = -1;
+    std::string env_snapshot, transcript;
+    double reward_sum = 0, last_reward = 0;
     bool empty() const { return turn_ends.empty() && open_turn < 0; }
   } episode;
 

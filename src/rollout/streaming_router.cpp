@@ -57,6 +57,10 @@ std::string encode_items(char kind, const std::vector<WorkItem>& items) {
     w.put_vector(it.episode.turn_ends);
     w.put_vector(it.episode.turn_stopped);
     w.put(it.episode.open_turn);
+    w.put_string(it.episode.env_snapshot);
+    w.put_string(it.episode.transcript);
+    w.put(it.episode.reward_sum);
+    w.put(it.episode.last_reward);
     partials.push_back(it.partial);
   }
   w.put_string(encode_samples(partials));
@@ -86,6 +90,10 @@ std::vector<WorkItem> decode_items(const std::string& bytes, const SamplingParam
     it.episode.turn_ends = r.get_vector<int64_t>();
     it.episode.turn_stopped = r.get_vector<int8_t>();
     it.episode.open_turn = r.get<int64_t>();
+    it.episode.env_snapshot = r.get_string();
+    it.episode.transcript = r.get_string();
+    it.episode.reward_sum = r.get<double>();
+    it.episode.last_reward = r.get<double>();
   }
   std::vector<Sample> partials = decode_samples(r.get_string());
   SLIMPI_CHECK(r.done() && partials.size() == items.size(), "work message: {} items, {} partial samples",

@@ -1,6 +1,9 @@
 #include "tokenizer/chat_transcript.h"
 
+#include <slimpi/error.h>
 #include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
 
 namespace slimpi {
 namespace {
@@ -12,6 +15,35 @@ std::string first_difference(const std::string& a, const std::string& b) {
   const size_t from = i > 40 ? i - 40 : 0;
   return fmt::format("at byte {}: it rendered \"{}\" before, \"{}\" now", i, a.substr(from, i - from + 40),
                      b.substr(from, i - from + 40));
+}
+
+// Model text is raw bytes (a turn may end inside a UTF-8 sequence): saved as a JSON
+// string of one code point per byte (U+0000..U+00FF), exact both ways.
+std::string bytes_as_code_points(const std::string& bytes) {
+  std::string out;
+  for (unsigned char b : bytes) {
+    if (b < 0x80) {
+      out += char(b);
+    } else {
+      out += char(0xC0 | (b >> 6));
+      out += char(0x80 | (b & 0x3F));
+    }
+  }
+  return out;
+}
+
+std::string code_points_as_bytes(const std::string& text) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c < 0x80) {
+      out += char(c);
+    } else {
+      SLIMPI_CHECK((c == 0xC2 || c == 0xC3) && i + 1 < text.size(), "a saved chat transcript holds a character past U+00FF");
+      out += char(((c & 0x03) << 6) | (static_cast<unsigned char>(text[++i]) & 0x3F));
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -56,6 +88,46 @@ std::string ChatTranscript::add_observation(const std::vector<ChatMessage>& mess
   }
   opened_ = full;
   return (sampled_end_ ? std::string() : end) + full.substr(at + end.size());
+}
+
+std::string ChatTranscript::save() const {
+  nlohmann::json messages = nlohmann::json::array();
+  for (const ChatMessage& m : conversation_) {
+    nlohmann::json j = {{"role", m.role}, {"content", bytes_as_code_points(m.content)}};
+    if (m.has_reasoning) j["reasoning"] = bytes_as_code_points(m.reasoning);
+    messages.push_back(std::move(j));
+  }
+  return nlohmann::json{{"template", chat_template_name(format_.chat_template)},
+                        {"enable_thinking", format_.enable_thinking},
+                        {"conversation", messages},
+                        {"opened", bytes_as_code_points(opened_)},
+                        {"sampled_end", sampled_end_}}
+      .dump();
+}
+
+ChatTranscript ChatTranscript::load(const ChatFormat& format, const std::string& saved) {
+  ChatTranscript t(format);
+  try {
+    const nlohmann::json j = nlohmann::json::parse(saved);
+    const std::string tpl = j.at("template").get<std::string>();
+    const bool thinking = j.at("enable_thinking").get<bool>();
+    SLIMPI_CHECK(tpl == chat_template_name(format.chat_template) && thinking == format.enable_thinking,
+                 "the conversation was rendered with data.chat_template = \"{}\" (enable_thinking {}); this job's is "
+                 "\"{}\" ({}): it cannot be continued under another template", tpl, thinking,
+                 chat_template_name(format.chat_template), format.enable_thinking);
+    t.conversation_.clear();
+    for (const nlohmann::json& m : j.at("conversation")) {
+      ChatMessage msg{m.at("role").get<std::string>(), code_points_as_bytes(m.at("content").get<std::string>()),
+                      m.contains("reasoning"), ""};
+      if (msg.has_reasoning) msg.reasoning = code_points_as_bytes(m.at("reasoning").get<std::string>());
+      t.conversation_.push_back(std::move(msg));
+    }
+    t.opened_ = code_points_as_bytes(j.at("opened").get<std::string>());
+    t.sampled_end_ = j.at("sampled_end").get<bool>();
+  } catch (const nlohmann::json::exception& e) {
+    SLIMPI_FAIL("a saved chat transcript is not one ChatTranscript::save() wrote: {}", e.what());
+  }
+  return t;
 }
 
 }  // namespace slimpi

@@ -17,7 +17,8 @@
 // 3 trims a turn's whitespace; the token stream keeps what was sampled).
 // Without a template (data.chat_template = "none") a tool message is appended as
 // "<tool_response>\n{content}\n</tool_response>\n" and any other as "{content}\n".
-// Owned by one episode (rollout/episode_runner.h); not thread-safe.
+// Owned by one episode (rollout/episode_runner.h), saved with it in a checkpoint when
+// its environment takes snapshots; not thread-safe.
 #pragma once
 
 #include <string>
@@ -37,6 +38,12 @@ class ChatTranscript {
   // The text to append for the observation's messages; "" and *error set when the
   // template rewrites the history the stream already holds.
   std::string add_observation(const std::vector<ChatMessage>& messages, std::string* error);
+
+  // The whole state as JSON text (a checkpoint's), and back under the same format;
+  // load() throws, saying what is wrong, on a text save() did not write or one saved
+  // under another template (or data.enable_thinking).
+  std::string save() const;
+  static ChatTranscript load(const ChatFormat& format, const std::string& saved);
 
  private:
   ChatFormat format_;

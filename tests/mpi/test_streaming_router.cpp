@@ -15,6 +15,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "kernels/counter_rng.h"
@@ -196,37 +197,65 @@ TEST(StreamingRouter, DiscardRestartsPartialResponsesAndCountsTheirTokens) {
 // A deterministic in-process environment for the episode tests: every episode takes
 // three model turns; steps 1 and 2 answer a user message "turn K: N bytes" (N: the
 // turn's text) with reward 0.25, step 3 ends it with reward 1 when N is even.
+// With snapshots, it keeps each episode's state (its turns and the bytes of all its
+// turns so far, which its observations show as "(total T)"): a state a reset cannot
+// rebuild, only a restore from the snapshot its observations carry.
 class ThreeTurnEnvironment : public Environment {
  public:
   // salt: appended to every observation (a "deterministic" environment that answers
   // otherwise after a restart).
-  explicit ThreeTurnEnvironment(bool deterministic, std::string salt = "") : salt_(std::move(salt)) {
+  explicit ThreeTurnEnvironment(bool deterministic, std::string salt = "", bool snapshots = false)
+      : salt_(std::move(salt)) {
     info_.protocol_version = 1;
     info_.name = "three_turns";
     info_.max_concurrent_episodes = 1 << 20;
     info_.deterministic = deterministic;
+    info_.snapshots = snapshots;
   }
   const EnvInfo& info() const override { return info_; }
   void reset(const EpisodeStart& start) override {
+    open_[start.episode] = {0, 0};
     EnvReply r;
     r.episode = start.episode;
+    if (info_.snapshots) r.snapshot = R"({"turns":0,"total":0})";
+    replies_.push_back({0, r});
+  }
+  void restore(const EpisodeStart& start, int64_t turns, const std::string& snapshot) override {
+    ++restores;
+    const nlohmann::json j = nlohmann::json::parse(snapshot);
+    EXPECT_EQ(j.at("turns").get<int64_t>(), turns) << start.episode;
+    open_[start.episode] = {j.at("turns").get<int64_t>(), j.at("total").get<int64_t>()};
+    EnvReply r;
+    r.episode = start.episode;
+    r.restored = true;
     replies_.push_back({0, r});
   }
   void step(const EpisodeAction& a) override {
     ++steps;
+    auto it = open_.find(a.episode);
+    if (it == open_.end()) {
+      ADD_FAILURE() << "a step for episode " << a.episode << ", neither reset nor restored here";
+      return;
+    }
+    auto& [turns, total] = it->second;
+    EXPECT_EQ(a.turn, turns + 1) << a.episode;
+    turns = a.turn;
     EnvReply r;
     r.episode = a.episode;
     const size_t n = a.text.size();
+    total += int64_t(n);
     if (a.turn >= 3) {
       r.reward = n % 2 == 0 ? 1.0 : 0.0;
       r.done = true;
     } else {
-      r.messages.push_back({"user", "turn " + std::to_string(a.turn) + ": " + std::to_string(n) + " bytes" + salt_});
+      const std::string shown = info_.snapshots ? " (total " + std::to_string(total) + ")" : "";
+      r.messages.push_back({"user", "turn " + std::to_string(a.turn) + ": " + std::to_string(n) + " bytes" + shown + salt_});
       r.reward = 0.25;
     }
+    if (info_.snapshots) r.snapshot = nlohmann::json{{"turns", turns}, {"total", total}}.dump();
     replies_.push_back({0, r});
   }
-  void close(const std::string&) override {}
+  void close(const std::string& episode) override { open_.erase(episode); }
   // A reply comes kLatency polls after its request (so that a pause finds episodes waiting).
   static constexpr int kLatency = 8;
   std::vector<EnvReply> poll(double) override {
@@ -241,11 +270,12 @@ class ThreeTurnEnvironment : public Environment {
     return out;
   }
   int64_t capacity() const override { return info_.max_concurrent_episodes; }
-  int64_t steps = 0;
+  int64_t steps = 0, restores = 0;
 
  private:
   EnvInfo info_;
   std::string salt_;
+  std::map<std::string, std::pair<int64_t, int64_t>> open_;  // episode -> (turns, bytes of its turns)
   std::deque<std::pair<int, EnvReply>> replies_;  // (polls so far, reply)
 };
 
@@ -267,12 +297,13 @@ Prompt record_of(int g) {
 }
 
 // How the environment of the resumed ranks behaves.
-enum class Resumed { Deterministic, NotDeterministic, Diverging };
+enum class Resumed { Deterministic, NotDeterministic, Diverging, Snapshots };
 
 // One rank's engine, environment and episode runner (a resumed job builds new ones).
 struct EpisodeRank {
-  EpisodeRank(const Transformer& model, bool deterministic, int64_t version, std::string salt = "")
-      : engine(engine_config(), model), env(deterministic, std::move(salt)),
+  EpisodeRank(const Transformer& model, bool deterministic, int64_t version, std::string salt = "",
+              bool snapshots = false)
+      : engine(engine_config(), model), env(deterministic, std::move(salt), snapshots),
         runner(engine, env, tokenizer, episode_settings(), no_prompts, 0) {
     if (version > 0) engine.on_weights_updated(version);
   }
@@ -290,6 +321,8 @@ struct EpisodeRun {
   std::set<std::pair<int64_t, int64_t>> recorded_observations;
   int64_t restart_version = 0;
   int64_t open_turns = 0, waiting = 0, turns_done = 0;  // of the resumed: in a turn, waiting for a reply; their turns
+  int64_t with_snapshot = 0;   // router: the items of the snapshot that hold an environment's snapshot
+  int64_t restores_after = 0;  // the resumed ranks' environments, over all ranks
 };
 
 // As run_paused, with episodes; the snapshot at pause kSnapshotPause (after 56 router
@@ -299,7 +332,8 @@ constexpr int kSnapshotPause = 6;
 EpisodeRun run_episodes_paused(const Transformer& model, Resumed resumed) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  auto ep = std::make_unique<EpisodeRank>(model, true, 0);
+  const bool snapshots = resumed == Resumed::Snapshots;
+  auto ep = std::make_unique<EpisodeRank>(model, true, 0, "", snapshots);
   auto make_router = [&] {
     return std::make_unique<StreamingRouter>(ep->engine, &ep->runner, MPI_COMM_WORLD, engine_config().max_running,
                                              params());
@@ -335,6 +369,7 @@ EpisodeRun run_episodes_paused(const Transformer& model, Resumed resumed) {
     router->update_weights(++version, PartialPolicy::Continue);  // same weights, a new version number
     if (pause == kSnapshotPause) {
       StreamState state = router->snapshot();
+      for (const WorkItem& w : state.work) out.with_snapshot += !w.episode.env_snapshot.empty();
       for (const WorkItem& w : state.work)
         if (w.response_length() > 0) {
           out.resumed[{w.partial.group_index, w.partial.index}] = w.partial.weight_version();
@@ -346,8 +381,9 @@ EpisodeRun run_episodes_paused(const Transformer& model, Resumed resumed) {
             out.recorded_observations.insert({w.partial.group_index, w.partial.index});
         }
       router.reset();
-      ep = std::make_unique<EpisodeRank>(model, resumed != Resumed::NotDeterministic, version,
-                                         resumed == Resumed::Diverging ? "!" : "");
+      // Snapshots: an environment that cannot replay (not deterministic) restores instead.
+      ep = std::make_unique<EpisodeRank>(model, resumed == Resumed::Deterministic || resumed == Resumed::Diverging,
+                                         version, resumed == Resumed::Diverging ? "!" : "", snapshots);
       router = make_router();
       out.restart_version = version;
       if (rank == 0) router->restore(std::move(state));
@@ -356,6 +392,7 @@ EpisodeRun run_episodes_paused(const Transformer& model, Resumed resumed) {
   std::sort(out.samples.begin(), out.samples.end(), [](const auto& a, const auto& b) {
     return std::tie(a.group_index, a.index) < std::tie(b.group_index, b.index);
   });
+  MPI_Allreduce(&ep->env.restores, &out.restores_after, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
   return out;
 }
 
@@ -376,7 +413,7 @@ TEST_P(StreamingEpisodesTest, PausesUpdatesAndARestartChangeNoToken) {
   for (int g = 0; g < kGroups; ++g) records.push_back(record_of(g));
   ByteTokenizer tokenizer;
   Engine alone(engine_config(), model);
-  ThreeTurnEnvironment env(true);
+  ThreeTurnEnvironment env(true, "", resumed == Resumed::Snapshots);
   EpisodeRunner runner(alone, env, tokenizer, episode_settings(), records, 0);
   for (int g = 0; g < kGroups; ++g) runner.add_request(request(g, false));
   std::vector<Sample> straight;
@@ -426,12 +463,20 @@ TEST_P(StreamingEpisodesTest, PausesUpdatesAndARestartChangeNoToken) {
     EXPECT_GT(got.waiting, 0);
     EXPECT_GT(got.turns_done, 0);
   }
+  // With snapshots every episode past its reset was restored (in a turn: it continued;
+  // waiting for a reply: its turn was sent again), none replayed; without them none was.
+  EXPECT_EQ(got.restores_after, got.with_snapshot);
+  if (resumed == Resumed::Snapshots) {
+    EXPECT_GE(got.with_snapshot, int64_t(got.resumed.size()));
+  } else {
+    EXPECT_EQ(got.with_snapshot, 0);
+  }
   for (const Sample& s : got.samples) {
     const auto r = got.resumed.find({s.group_index, s.index});
     if (r == got.resumed.end()) continue;
     ASSERT_LT(r->second, got.restart_version);
     if (resumed == Resumed::Diverging) continue;  // checked above
-    if (resumed == Resumed::Deterministic)
+    if (resumed == Resumed::Deterministic || resumed == Resumed::Snapshots)
       EXPECT_EQ(s.weight_version(), r->second) << "group " << s.group_index << " sample " << s.index;
     else
       EXPECT_GE(s.weight_version(), got.restart_version) << "group " << s.group_index << " sample " << s.index;
@@ -439,12 +484,13 @@ TEST_P(StreamingEpisodesTest, PausesUpdatesAndARestartChangeNoToken) {
 }
 
 std::string resumed_name(const ::testing::TestParamInfo<Resumed>& info) {
-  static const char* const names[] = {"Deterministic", "NotDeterministic", "Diverging"};
+  static const char* const names[] = {"Deterministic", "NotDeterministic", "Diverging", "Snapshots"};
   return names[int(info.param)];
 }
 
 INSTANTIATE_TEST_SUITE_P(Environments, StreamingEpisodesTest,
-                         ::testing::Values(Resumed::Deterministic, Resumed::NotDeterministic, Resumed::Diverging),
+                         ::testing::Values(Resumed::Deterministic, Resumed::NotDeterministic, Resumed::Diverging,
+                                           Resumed::Snapshots),
                          resumed_name);
 
 }  // namespace

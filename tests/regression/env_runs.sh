@@ -20,8 +20,11 @@
 #    checkpoints; kill -9 inside checkpoint 4's write and resumed from checkpoint 2: every
 #    episode drawn is trained or held exactly once (check_full_async.py), and every episode
 #    under way in checkpoint 2 (some past their first turns) ends as a trajectory that begins
-#    with the checkpointed tokens, log-probs and loss mask bit for bit (replayed into a fresh
-#    environment process), whose model turns the environment's log shows sent again unchanged;
+#    with the checkpointed tokens, log-probs and loss mask bit for bit: with a deterministic
+#    environment replayed into a fresh process (the environment's log shows its model turns
+#    sent again unchanged); with one that is not and takes snapshots (probe_env.py
+#    --snapshots) restored from the checkpoint's snapshot (one restore each, only a turn
+#    waiting for its reply sent again, the nonce its reset drew kept);
 #    a group with an episode its environment failed is recorded, not trained;
 #  * slimpi generate runs episodes; postprocess/transcript.py shows one;
 #  * refused with the reason: an environment without reward.style = "environment" and the
@@ -189,18 +192,25 @@ assert not dup and len(trained) == 4 * 8 * 4, (len(trained), dup[:5])
 print(f"env_runs: after kill -9 and resume, {len(trained)} episodes trained, each once")
 PY
 
-echo "== full async: kill -9 inside checkpoint 4's write, resume from 2; episodes under way are replayed"
-args=("${base[@]}" --set run.n_steps=6 --set train.async=full --set parallel.trainer_ranks=1 --set checkpoint.interval=2
-      --set checkpoint.keep_last=10 --set "rollout.env_command=$probe --delay-ms 20 --log $out/full_kill9.envlog")
+echo "== full async: kill -9 inside checkpoint 4's write, resume from 2; episodes under way are replayed or restored"
 # The environment thinks 20 ms a step: generation is slower than training, so the engines are
-# mid-episode at every checkpoint (in a turn, or waiting for a reply).
-kill9_in_checkpoint 3 full_kill9 4
-run 3 full_kill9
-grep -q "resuming at step 2 from $out/full_kill9/ckpt/step_00000002" "$out/full_kill9.log"
+# mid-episode at every checkpoint (in a turn, or waiting for a reply). full_kill9: the probe is
+# deterministic (replayed); snap_kill9: it is not, and takes snapshots (restored).
+for name in full_kill9 snap_kill9; do
+  snap=(); flag=""  # room for three turns with the nonce in the observations
+  [ $name = snap_kill9 ] && snap=(--set model.max_seq_len=160 --set rollout.env_max_total_tokens=128) && flag=--snapshots
+  args=("${base[@]}" "${snap[@]}" --set run.n_steps=6 --set train.async=full --set parallel.trainer_ranks=1
+        --set checkpoint.interval=2 --set checkpoint.keep_last=10
+        --set "rollout.env_command=$probe $flag --delay-ms 20 --log $out/$name.envlog")
+  kill9_in_checkpoint 3 $name 4
+  run 3 $name
+  grep -q "resuming at step 2 from $out/$name/ckpt/step_00000002" "$out/$name.log"
+  /usr/bin/python3 "$root/tests/regression/check_full_async.py" "$out/$name" 4 -1
+done
 grep -q "resuming episodes in flight: each is reset again and sent its recorded turns" "$out/full_kill9.log"
-/usr/bin/python3 "$root/tests/regression/check_full_async.py" "$out/full_kill9" 4 -1
+grep -q "resuming episodes in flight: each is restored from its environment's snapshot" "$out/snap_kill9.log"
 /usr/bin/python3 - "$out" <<'PY'
-import json, sys
+import json, re, sys
 import h5py, numpy as np
 out = sys.argv[1]
 def samples(path):
@@ -209,39 +219,77 @@ def samples(path):
         col = lambda k, i: g[k + "/values"][g[k + "/offsets"][i]:g[k + "/offsets"][i + 1]]
         return {(int(g["group_index"][i]), int(g["index"][i])):
                 dict(p=int(g["prompt_length"][i]), tokens=col("tokens", i), logp=col("rollout_log_probs", i),
-                     mask=col("loss_mask", i), status=int(g["status"][i]), versions=col("weight_versions", i))
+                     mask=col("loss_mask", i), status=int(g["status"][i]), versions=col("weight_versions", i),
+                     turns=int(g["env_turns"][i]))
                 for i in range(g["step"].shape[0])}
-held = samples(f"{out}/full_kill9/ckpt/step_00000002/async_work.h5")
-turns = json.load(open(f"{out}/full_kill9/ckpt/step_00000002/async_state.json"))["episode_turns"]
-rows = samples(f"{out}/full_kill9/rollouts.h5")
-under_way = {k: v for k, v in held.items() if k[1] >= 0 and len(v["tokens"]) > v["p"]}
-assert under_way, "no episode was under way in checkpoint 2"
-past_first = sum(1 for t in turns if t and len(t["ends"]) >= 1)
-assert past_first > 0, "no episode in checkpoint 2 had finished a turn"
-for k, h in under_way.items():
-    r = rows[k]
-    n, rn = len(h["tokens"]), len(h["tokens"]) - h["p"]
-    assert r["p"] == h["p"] and np.array_equal(r["tokens"][:n], h["tokens"]), (k, r["tokens"], h["tokens"])
-    assert np.array_equal(r["logp"][:rn], h["logp"]) and np.array_equal(r["versions"][:rn], h["versions"]), k
-    assert np.array_equal(r["mask"][:rn], h["mask"]), (k, r["mask"], h["mask"])
-# The environment's log (both runs): the turns an episode had taken by checkpoint 2 were sent
-# again after the resume, unchanged (what came after may differ: other weights, other timing).
-with h5py.File(f"{out}/full_kill9/ckpt/step_00000002/async_work.h5") as f:
-    order = list(zip(f["samples/group_index"][:].tolist(), f["samples/index"][:].tolist()))
-sent = {}
-for rec in map(json.loads, open(f"{out}/full_kill9.envlog")):
-    msg = json.loads(rec["line"])
-    if rec["dir"] == "in" and msg["type"] == "step":
-        sent.setdefault((msg["episode"], msg["turn"]), []).append(msg["action"]["token_ids"])
-replayed = 0
-for (g, i), t in zip(order, turns):
-    for turn in range(1, len(t["ends"]) + 1 if t else 1):
-        ids = sent[(f"{2 ** 41}/{g}/{i}", turn)]
-        assert len(ids) >= 2 and all(x == ids[0] for x in ids), (g, i, turn, ids)
-        replayed += 1
-assert replayed > 0, "no model turn was sent again"
-print(f"env_runs: full async kill -9: {len(under_way)} episodes under way in checkpoint 2 ({past_first} past a turn) "
-      f"continue bit for bit; {replayed} model turns replayed unchanged")
+for name in ["full_kill9", "snap_kill9"]:
+    ckpt = f"{out}/{name}/ckpt/step_00000002"
+    held = samples(f"{ckpt}/async_work.h5")
+    turns = json.load(open(f"{ckpt}/async_state.json"))["episode_turns"]
+    rows = samples(f"{out}/{name}/rollouts.h5")
+    under_way = {k: v for k, v in held.items() if k[1] >= 0 and len(v["tokens"]) > v["p"]}
+    assert under_way, f"{name}: no episode was under way in checkpoint 2"
+    past_first = sum(1 for t in turns if t and len(t["ends"]) >= 1)
+    assert past_first > 0, f"{name}: no episode in checkpoint 2 had finished a turn"
+    # Snapshots: every episode past its reset holds its environment's state in the checkpoint.
+    assert all(("env_snapshot" in t) == (name == "snap_kill9") for t in turns if t), name
+    for k, h in under_way.items():
+        r = rows[k]
+        n, rn = len(h["tokens"]), len(h["tokens"]) - h["p"]
+        assert r["p"] == h["p"] and np.array_equal(r["tokens"][:n], h["tokens"]), (name, k, r["tokens"], h["tokens"])
+        assert np.array_equal(r["logp"][:rn], h["logp"]) and np.array_equal(r["versions"][:rn], h["versions"]), (name, k)
+        assert np.array_equal(r["mask"][:rn], h["mask"]), (name, k, r["mask"], h["mask"])
+    # The environment's log (both runs): each episode's steps, and its restores.
+    with h5py.File(f"{ckpt}/async_work.h5") as f:
+        order = list(zip(f["samples/group_index"][:].tolist(), f["samples/index"][:].tolist()))
+    sent, restores = {}, {}
+    for rec in map(json.loads, open(f"{out}/{name}.envlog")):
+        msg = json.loads(rec["line"])
+        if rec["dir"] == "in" and msg["type"] == "step":
+            sent.setdefault((msg["episode"], msg["turn"]), []).append(msg["action"]["token_ids"])
+        if rec["dir"] == "in" and msg["type"] == "restore":
+            restores[msg["episode"]] = msg
+    again = 0
+    for (g, i), t in zip(order, turns):
+        if not t:
+            continue
+        ep = f"{2 ** 41}/{g}/{i}"
+        if name == "full_kill9":  # replayed: every turn it had taken was sent again, unchanged
+            for turn in range(1, len(t["ends"]) + 1):
+                ids = sent[(ep, turn)]
+                assert len(ids) >= 2 and all(x == ids[0] for x in ids), (g, i, turn, ids)
+                again += 1
+        else:  # restored once from the checkpoint's snapshot: only a turn waiting for its reply is sent again
+            assert ep in restores and restores[ep]["snapshot"] == t["env_snapshot"], (ep, restores.get(ep), t)
+            assert restores[ep]["turns"] == len(t["ends"]) - (t["open_turn"] < 0), (ep, restores[ep]["turns"], t)
+            for turn in range(1, len(t["ends"]) + 1):
+                ids = sent[(ep, turn)]
+                waiting = turn == len(t["ends"]) and t["open_turn"] < 0
+                assert len(ids) == (2 if waiting else 1) and all(x == ids[0] for x in ids), (ep, turn, ids, t)
+                again += waiting
+    if name == "full_kill9":
+        assert again > 0, "no model turn was sent again"
+        print(f"env_runs: full async kill -9: {len(under_way)} episodes under way in checkpoint 2 ({past_first} past "
+              f"a turn) continue bit for bit; {again} model turns replayed unchanged")
+        continue
+    # Each episode keeps the nonce its reset drew: the observations after the resume come from
+    # the restored state (a fresh reset would draw another).
+    snapshot_of = {k: t["env_snapshot"] for k, t in zip(order, turns) if t}
+    nonces = 0
+    for k, r in rows.items():
+        resp = r["tokens"][r["p"]:]
+        text = bytes(int(x) for x, m in zip(resp, r["mask"]) if m == 0 and x < 256).decode("latin-1")
+        found = re.findall(r"nonce ([0-9a-f]{4})", text)
+        assert len(set(found)) <= 1, (k, found)
+        if k in under_way and k in snapshot_of and found:
+            assert found[0] == snapshot_of[k]["nonce"], (k, found, snapshot_of[k])
+            nonces += len(found) > 1 or snapshot_of[k]["turn"] == 0  # one seen after the resume
+    assert nonces > 0, "no restored episode shows its checkpointed nonce after the resume"
+    three = sum(1 for k in snapshot_of if rows[k]["turns"] == 3 and rows[k]["status"] == 1)
+    assert three > 0, "no restored episode ran to its third turn"
+    print(f"env_runs: full async kill -9 with snapshots: {len(restores)} episodes restored (none replayed), "
+          f"{len(under_way)} under way in checkpoint 2 continue bit for bit, {again} waiting turns sent again, "
+          f"{nonces} show their checkpointed nonce after it, {three} ran to their third turn")
 PY
 
 echo "== full async: a group with an episode its environment failed is not trained"

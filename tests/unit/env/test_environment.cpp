@@ -6,6 +6,7 @@
 #include <slimpi/error.h>
 
 #include <chrono>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "env/calculator_environment.h"
@@ -113,6 +114,72 @@ TEST(ChatTranscript, AtemplateThatRewritesHistoryIsRefused) {
   thinking.add_model_turn("call", true);
   EXPECT_NE(thinking.add_observation({{"tool", "6", false, ""}}, &why), "");
   EXPECT_EQ(why, "");
+}
+
+TEST(ChatTranscript, SavedAndLoadedItContinuesAsBefore) {
+  // A turn cut inside a UTF-8 sequence (raw bytes) and a turn with reasoning survive the
+  // round trip byte for byte: the loaded transcript gives the deltas the original gives.
+  for (ChatTemplate tpl : {ChatTemplate::ChatML, ChatTemplate::Llama3, ChatTemplate::Qwen3, ChatTemplate::None}) {
+    ChatTranscript a(format(tpl));
+    std::string why;
+    a.add_model_turn("<tool_call>{\"x\": \"\xe2\x82\"}</tool_call>", false);
+    a.add_observation({{"tool", "r\xc3\xa9sultat", false, ""}, {"user", "and?", true, "a reason"}}, &why);
+    ASSERT_EQ(why, "");
+    a.add_model_turn("half \xf0\x9f", true);  // the open turn of a checkpoint waiting for its reply
+    ChatTranscript b = ChatTranscript::load(format(tpl), a.save());
+    EXPECT_EQ(b.save(), a.save());
+    const std::vector<ChatMessage> next = {{"user", "go on", false, ""}};
+    std::string why_a, why_b;
+    EXPECT_EQ(a.add_observation(next, &why_a), b.add_observation(next, &why_b)) << chat_template_name(tpl);
+    EXPECT_EQ(why_a, why_b);
+  }
+  EXPECT_THROW(ChatTranscript::load(format(ChatTemplate::ChatML), R"({"conversation": 3})"), Error);
+  // Saved under one template, it cannot continue under another.
+  const std::string chatml = ChatTranscript(format(ChatTemplate::ChatML)).save();
+  try {
+    ChatTranscript::load(format(ChatTemplate::Llama3), chatml);
+    ADD_FAILURE() << "loaded under another template";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("data.chat_template = \"chatml\""), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(ChatTranscript::load(format(ChatTemplate::ChatML), "not json"), Error);
+}
+
+TEST(EnvProtocol, SnapshotsAndRestores) {
+  EnvInfo info;
+  EXPECT_EQ(decode_hello(R"({"type":"hello","protocol_version":1,"snapshots":true})", &info), "");
+  EXPECT_TRUE(info.snapshots);
+  EXPECT_FALSE(info.deterministic);
+  EXPECT_NE(decode_hello(R"({"type":"hello","protocol_version":1,"snapshots":"yes"})", &info).find("\"snapshots\""),
+            std::string::npos);
+  EnvReply r;
+  std::string why;
+  // Any JSON value but null is a state; it comes back as it was sent.
+  ASSERT_EQ(decode_reply(R"({"type":"observation","episode":"e","snapshot":{"board":[1,2],"seed":"x"}})", 100, &r, &why),
+            ReplyParse::Ok);
+  EXPECT_EQ(r.snapshot, R"({"board":[1,2],"seed":"x"})");
+  EXPECT_FALSE(r.restored);
+  ASSERT_EQ(decode_reply(R"({"type":"observation","episode":"e"})", 100, &r, &why), ReplyParse::Ok);
+  EXPECT_EQ(r.snapshot, "");
+  EXPECT_EQ(decode_reply(R"({"type":"observation","episode":"e","snapshot":null})", 100, &r, &why), ReplyParse::BadReply);
+  EXPECT_NE(why.find("\"snapshot\" is null"), std::string::npos) << why;
+  ASSERT_EQ(decode_reply(R"({"type":"restored","episode":"e"})", 100, &r, &why), ReplyParse::Ok);
+  EXPECT_TRUE(r.restored);
+  EXPECT_EQ(decode_reply(R"({"type":"restored","episode":"e","done":true})", 100, &r, &why), ReplyParse::BadReply);
+  EXPECT_NE(why.find("unknown key \"done\" in a restored reply"), std::string::npos) << why;
+  EpisodeStart start;
+  start.episode = "9/1/0";
+  start.group = 1;
+  start.seed = 42;
+  start.prompt = "2*3?";
+  const nlohmann::json restore = nlohmann::json::parse(encode_restore(start, 2, R"({"board":[1,2]})"));
+  EXPECT_EQ(restore.at("type"), "restore");
+  EXPECT_EQ(restore.at("episode"), "9/1/0");
+  EXPECT_EQ(restore.at("turns"), 2);
+  EXPECT_EQ(restore.at("seed"), 42);
+  EXPECT_EQ(restore.at("prompt").at("text"), "2*3?");
+  EXPECT_EQ(restore.at("snapshot"), nlohmann::json::parse(R"({"board":[1,2]})"));
+  EXPECT_EQ(nlohmann::json::parse(encode_reset(start)).at("type"), "reset");
 }
 
 TEST(EnvProtocol, RepliesAreValidatedFieldByField) {
