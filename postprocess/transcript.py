@@ -107,6 +107,7 @@ def main():
         if len(mask) != len(response):
             mask = np.ones(len(response))
         has_env = "env_turns" in f["samples"]
+        contexts = set(int(c) for c in row(f, "context_starts", i)) if "context_starts" in f["samples"] else set()
         head = (f"{run}: step {step}, group {f['samples/group_index'][i]}, sample {f['samples/index'][i]}: "
                 f"status {STATUS.get(int(f['samples/status'][i]), f['samples/status'][i])}, "
                 f"raw reward {f['samples/raw_reward'][i]:g}")
@@ -121,13 +122,15 @@ def main():
     start = 0
     while start < len(response):
         end = start
-        while end < len(response) and (mask[end] > 0) == (mask[start] > 0):
+        while end < len(response) and (mask[end] > 0) == (mask[start] > 0) and (end == start or end not in contexts):
             end += 1
         seg = response[start:end]
         if mask[start] > 0:
             lp = logp[start:end] if len(logp) == len(response) else []
             extra = f", mean log-prob {np.mean(lp):.3f}" if len(lp) else ""
             print(f"--- model ({len(seg)} tokens{extra})")
+        elif start in contexts:
+            print(f"--- environment: a new context ({len(seg)} tokens; the model sees only this and what follows)")
         else:
             print(f"--- environment ({len(seg)} tokens)")
         print(decode(seg))

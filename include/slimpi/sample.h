@@ -62,6 +62,12 @@ struct Sample {
   float env_s = 0, episode_s = 0;
   int8_t env_error = 0;
   std::map<std::string, double> env_metrics;  // the replies' `metrics`, summed over the episode
+  // A trajectory split into contexts (an observation with new_context: the environment
+  // managing the model's context): the response offsets where each later context begins,
+  // ascending. The tokens from one to the next are one context the model saw on its own:
+  // the new context's tokens (loss mask 0), then its turns and observations. The trainer
+  // computes each context as its own sequence (train/packed_batch.h). Empty: one context.
+  std::vector<int64_t> context_starts;
 
   // Reward (the router).
   float raw_reward = 0.0f;  // as the reward style returned it
@@ -84,6 +90,8 @@ struct Sample {
   std::vector<float> teacher_topk_probs;
 
   int64_t response_length() const { return static_cast<int64_t>(tokens.size()) - prompt_length; }
+  // Tokens the trainer packs for it: one more per later context (train/packed_batch.h).
+  int64_t packed_length() const { return static_cast<int64_t>(tokens.size() + context_starts.size()); }
   std::vector<int64_t> prompt() const { return {tokens.begin(), tokens.begin() + prompt_length}; }
   std::vector<int64_t> response() const { return {tokens.begin() + prompt_length, tokens.end()}; }
   // The version of the first response token (0 when none).

@@ -64,8 +64,8 @@ int64_t GroupQueue::take(int64_t n, int64_t step, bool mask_offpolicy, RolloutBa
       const auto [lo, hi] = std::minmax_element(s.weight_versions.begin(), s.weight_versions.end());
       if (!s.weight_versions.empty() && *lo != *hi) {
         ++partial_samples;
-        if (mask_offpolicy) {
-          s.loss_mask.assign(s.weight_versions.size(), 1.0f);
+        if (mask_offpolicy) {  // on top of the sample's own mask (an episode's environment tokens stay 0)
+          if (s.loss_mask.empty()) s.loss_mask.assign(s.weight_versions.size(), 1.0f);
           for (size_t i = 0; i < s.weight_versions.size(); ++i)
             if (s.weight_versions[i] != *hi) s.loss_mask[i] = 0.0f;
         }

@@ -26,6 +26,7 @@ std::string encode_samples(const std::vector<Sample>& samples) {
     w.put(s.env_s);
     w.put(s.episode_s);
     w.put(s.env_error);
+    w.put_vector(s.context_starts);
     w.put<uint64_t>(s.env_metrics.size());
     for (const auto& [name, value] : s.env_metrics) {
       w.put_string(name);
@@ -68,6 +69,7 @@ std::vector<Sample> decode_samples(const std::string& bytes) {
     s.env_s = r.get<float>();
     s.episode_s = r.get<float>();
     s.env_error = r.get<int8_t>();
+    s.context_starts = r.get_vector<int64_t>();
     for (uint64_t k = r.get<uint64_t>(); k > 0; --k) {
       std::string name = r.get_string();
       s.env_metrics[name] = r.get<double>();

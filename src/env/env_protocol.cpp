@@ -64,9 +64,9 @@ std::string read_observation(const json& j, int64_t vocab_size, EnvReply* r) {
       } else {
         return fmt::format("\"reward\" is {}, not a finite number or an object of them", dump(v));
       }
-    } else if (key == "done" || key == "truncated") {
+    } else if (key == "done" || key == "truncated" || key == "new_context") {
       if (!v.is_boolean()) return fmt::format("\"{}\" is not true or false", key);
-      (key == "done" ? r->done : r->truncated) = v.get<bool>();
+      (key == "done" ? r->done : key == "truncated" ? r->truncated : r->new_context) = v.get<bool>();
     } else if (key == "error") {
       if (v.is_null()) continue;
       if (!v.is_object() || !v.contains("class") || !v["class"].is_string())

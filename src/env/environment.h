@@ -76,6 +76,9 @@ struct EnvReply {
   double reward = 0;                   // a number, or the sum of named parts
   std::map<std::string, double> reward_parts;
   bool done = false, truncated = false;
+  // The observation opens a new context: the model sees it alone from here on (the
+  // environment managing the context: a summary, a sub-agent's task), not appended.
+  bool new_context = false;
   EnvError error = EnvError::None;
   std::string message;  // the error's text
   std::map<std::string, double> metrics;

@@ -67,6 +67,8 @@ void RolloutLog::bind(bool create) {
   }
   has_env_metrics_ = create || h5::exists(g, "env_metrics");
   if (has_env_metrics_) col(env_metrics_, "env_metrics");
+  has_context_starts_ = create || h5::exists(g, "context_starts");
+  if (has_context_starts_) col(context_starts_, "context_starts");
   col(reward_, "reward");
   col(raw_reward_, "raw_reward");
   col(advantage_, "advantage");
@@ -181,6 +183,14 @@ void RolloutLog::append(const std::vector<Sample>& first, const std::vector<Samp
     metrics_text.insert(metrics_text.end(), text.begin(), text.end());
     metrics_lengths.push_back(static_cast<int64_t>(text.size()));
   }
+  std::vector<int32_t> contexts;
+  std::vector<int64_t> context_lengths;
+  for (const Sample* s : rows) {
+    SLIMPI_CHECK(has_context_starts_ || s->context_starts.empty(),
+                 "this rollouts.h5 was written before split trajectories were recorded and cannot hold them");
+    contexts.insert(contexts.end(), s->context_starts.begin(), s->context_starts.end());
+    context_lengths.push_back(static_cast<int64_t>(s->context_starts.size()));
+  }
   std::vector<std::vector<float>> column_values(token_columns_.size());
   std::vector<std::vector<int64_t>> column_lengths(token_columns_.size());
   for (size_t c = 0; c < token_columns_.size(); ++c)
@@ -195,6 +205,7 @@ void RolloutLog::append(const std::vector<Sample>& first, const std::vector<Samp
   // (Every rank counts the routing column, with or without one: the plan lines up.)
   for (const auto& l : column_lengths) counts.push_back(values_per_part(l, first.size()));
   counts.push_back(values_per_part(metrics_lengths, first.size()));
+  counts.push_back(values_per_part(context_lengths, first.size()));
   const std::vector<h5::AppendPlan> plan = h5::plan_appends(file_.comm(), counts);
   const h5::AppendPlan& row_plan = plan[0];
 
@@ -235,6 +246,8 @@ void RolloutLog::append(const std::vector<Sample>& first, const std::vector<Samp
     log::warn("this rollouts.h5 was written before the environment's metrics were recorded: they are not stored "
               "in it (metrics.h5's rollout/env_metrics/* has them)");
   }
+  if (has_context_starts_)
+    context_starts_.append(contexts.data(), context_lengths.data(), row_plan, plan[6 + token_columns_.size()]);
 }
 
 std::pair<uint64_t, uint64_t> RolloutLog::step_rows(int64_t step) const {
@@ -257,6 +270,7 @@ uint64_t RolloutLog::truncate_to_step(int64_t step) {
     env_error_.truncate_to(keep);
   }
   if (has_env_metrics_) env_metrics_.truncate_to(keep);
+  if (has_context_starts_) context_starts_.truncate_to(keep);
   for (auto* d : {&reward_, &raw_reward_, &advantage_}) d->truncate_to(keep);
   status_.truncate_to(keep);
   tokens_.truncate_to(keep);
@@ -307,6 +321,10 @@ std::vector<Sample> RolloutLog::read_rows(uint64_t first, uint64_t count) const 
   const std::vector<int64_t> met_off =
       has_env_metrics_ ? env_metrics_.read_offsets() : std::vector<int64_t>(n_samples() + 1, 0);
   const std::vector<uint8_t> met = has_env_metrics_ ? env_metrics_.read_values(met_off, first, count) : std::vector<uint8_t>();
+  const std::vector<int64_t> ctx_off =
+      has_context_starts_ ? context_starts_.read_offsets() : std::vector<int64_t>(n_samples() + 1, 0);
+  const std::vector<int32_t> ctx =
+      has_context_starts_ ? context_starts_.read_values(ctx_off, first, count) : std::vector<int32_t>();
   std::vector<std::vector<int64_t>> col_off;
   std::vector<std::vector<float>> col_values;
   for (const auto& c : token_columns_) {
@@ -344,6 +362,8 @@ std::vector<Sample> RolloutLog::read_rows(uint64_t first, uint64_t count) const 
     s.sampling_support = row_of(sup, sup_off, i);
     s.weight_versions = row_of(ver, ver_off, i);
     s.routing = row_of(rout, rout_off, i);
+    const std::vector<int32_t> starts = row_of(ctx, ctx_off, i);
+    s.context_starts.assign(starts.begin(), starts.end());
     if (met_off[i + 1] > met_off[i]) {
       const std::vector<uint8_t> text = row_of(met, met_off, i);
       const nlohmann::json j = nlohmann::json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);

@@ -14,6 +14,9 @@
 //                                             class (attribute env_error_names); 0 for
 //                                             single-turn rollouts; absent from older files
 //   tokens/{values,offsets}                   int32 CSR: prompt + response token ids
+//   context_starts/{values,offsets}           int32 CSR: a split trajectory's later contexts,
+//                                             as response offsets (Sample::context_starts;
+//                                             empty rows otherwise; absent from older files)
 //   routing/{values,offsets}                  int16 CSR: a mixture-of-experts policy's
 //                                             experts per computed token, MoE layer and
 //                                             top-k slot (Sample::routing; a row holds
@@ -101,6 +104,8 @@ class RolloutLog {
   h5::AppendableDataset<float> env_time_s_, episode_time_s_;
   h5::AppendableDataset<int8_t> env_error_;
   h5::CsrDataset<uint8_t> env_metrics_;  // each row: its env_metrics as a JSON object ("" none)
+  h5::CsrDataset<int32_t> context_starts_;
+  bool has_context_starts_ = true;  // false: a file from before split trajectories were recorded
   bool has_env_metrics_ = true;          // false: a file from before the environment's metrics were recorded
   bool said_no_metrics_column_ = false;  // such a file: the metrics left out, said once
   h5::AppendableDataset<float> reward_, raw_reward_, advantage_;

@@ -76,6 +76,7 @@ void adopt_recorded(Sample& s, const Sample& rec) {
   s.sampling_support = rec.sampling_support.empty() ? std::vector<int32_t>(r, 0) : rec.sampling_support;
   s.loss_mask = rec.loss_mask.empty() ? std::vector<float>(r, 1.0f) : rec.loss_mask;
   s.routing = rec.routing;
+  s.context_starts = rec.context_starts;
 }
 
 // A checkpointed episode must hold together: turns in order within the response, every
@@ -91,6 +92,12 @@ void check_record(const std::string& id, const Sample& part, const WorkItem::Epi
          t.turn_ends[size_t(k)] <= r;
   ok = ok && t.open_turn <= r && (t.open_turn < 0 || n == 0 || t.open_turn >= t.turn_ends.back()) &&
        (t.open_turn >= 0 || (n > 0 && t.turn_ends.back() == r));
+  // Later contexts: increasing within the response, each opened by environment tokens.
+  for (size_t c = 0; ok && c < part.context_starts.size(); ++c) {
+    const int64_t at = part.context_starts[c];
+    ok = at > (c == 0 ? 0 : part.context_starts[c - 1]) && at < r && !part.loss_mask.empty() &&
+         part.loss_mask[size_t(at)] == 0.0f;
+  }
   SLIMPI_CHECK(ok, "episodes: {} resumed with a record that does not hold together ({} turns, {} response tokens, "
                "open turn at {}): the checkpoint's async_work.h5 and async_state.json disagree", id, n, r, t.open_turn);
 }
@@ -223,7 +230,7 @@ std::vector<WorkItem> EpisodeRunner::snapshot(const std::vector<WorkItem>& turns
       if (e.phase == Episode::Phase::Turn) {
         const auto t = in_engine.find({e.sample.group_index, e.sample.index});
         SLIMPI_CHECK(t != in_engine.end(), "episodes: {} is taking a turn the engine does not hold", e.id);
-        const Sample& p = t->second->partial;
+        const Sample p = whole_trajectory(e, Sample(t->second->partial));
         w.partial.tokens = p.tokens;
         w.partial.rollout_log_probs = p.rollout_log_probs;
         w.partial.weight_versions = p.weight_versions;
@@ -287,7 +294,10 @@ EpisodeRunner::Episode& EpisodeRunner::find(const std::string& id) {
 std::vector<Sample> EpisodeRunner::step() {
   start_waiting_episodes();
   if (engine_.has_work())
-    for (Sample& turn : engine_.step()) on_turn(find(episode_id(settings_.stream, turn.group_index, turn.index)), std::move(turn));
+    for (Sample& turn : engine_.step()) {
+      Episode& e = find(episode_id(settings_.stream, turn.group_index, turn.index));
+      on_turn(e, whole_trajectory(e, std::move(turn)));
+    }
   // Nothing to decode: wait a little for the environments instead of spinning.
   for (const EnvReply& reply : env_.poll(engine_.has_work() || !finished_.empty() ? 0.0 : 0.005)) {
     auto it = episodes_.find(reply.episode);
@@ -338,6 +348,29 @@ void EpisodeRunner::continue_turn(Episode& e, int64_t start) {
   w.partial = e.sample;
   w.request.params.max_new_tokens = limit;
   w.request.stop_strings_from = start;
+  const std::vector<int64_t>& contexts = e.sample.context_starts;
+  if (!contexts.empty()) {
+    // A later context: the engine runs it as a sequence of its own, the context's opening
+    // tokens its prompt and what followed them its response (as the first context's
+    // prompt and response), sampling under the context's own seed.
+    const Sample& s = e.sample;
+    const int64_t opened = context_opened(s);
+    Sample& v = w.partial;
+    v.tokens.assign(s.tokens.begin() + s.prompt_length + contexts.back(), s.tokens.end());
+    v.prompt_length = opened - contexts.back();
+    v.rollout_log_probs.assign(s.rollout_log_probs.begin() + opened, s.rollout_log_probs.end());
+    v.weight_versions.assign(s.weight_versions.begin() + opened, s.weight_versions.end());
+    v.sampling_support = s.sampling_support.empty() ? std::vector<int32_t>()
+                                                    : std::vector<int32_t>(s.sampling_support.begin() + opened,
+                                                                           s.sampling_support.end());
+    v.loss_mask.clear();
+    v.routing.clear();
+    v.context_starts.clear();
+    w.request.prompt = v.prompt();
+    w.request.seed = mix_seed(e.request.seed, uint64_t(contexts.size()), 0x636f6e74657874ULL);
+    w.request.params.max_new_tokens = limit - opened;
+    w.request.stop_strings_from = start - opened;
+  }
   e.turn_start = start;
   e.phase = Episode::Phase::Turn;
   engine_.add_work(w);
@@ -422,18 +455,7 @@ void EpisodeRunner::on_reply(Episode& e, const EnvReply& reply) {
   for (const auto& [name, value] : reply.metrics) s.env_metrics[name] += value;
 
   if (e.phase == Episode::Phase::Reset) {
-    std::vector<int64_t> context;
-    if (!reply.messages.empty()) {
-      std::string text;
-      if (settings_.chat.enabled()) {
-        text = render_chat(reply.messages, settings_.chat, /*add_generation_prompt=*/true);
-        context = tokenizer_.encode_chat(text);
-      } else {
-        for (const ChatMessage& m : reply.messages) text += m.content + "\n";
-        context = tokenizer_.encode_prompt(text);
-      }
-    }
-    context.insert(context.end(), reply.token_ids.begin(), reply.token_ids.end());
+    std::vector<int64_t> context = context_tokens(reply);
     if (context.empty()) context = e.request.prompt;  // the prompt as slimpi renders it
     if (e.replay && context != e.replay->recorded.prompt())
       return diverged(e, fmt::format("its reset now gives a context of {} tokens that differs from the recorded {}",
@@ -475,11 +497,19 @@ void EpisodeRunner::on_reply(Episode& e, const EnvReply& reply) {
   if (s.env_turns >= settings_.env.max_turns) return finish(e, SampleStatus::Truncated, EnvError::None, "");
   if (settings_.env.episode_wall_s > 0 && e.clock.seconds() > settings_.env.episode_wall_s)
     return finish(e, SampleStatus::Truncated, EnvError::None, "");
-  std::string why;
-  const std::string delta = e.transcript->add_observation(reply.messages, &why);
-  if (!why.empty()) SLIMPI_FAIL("episode {}: {}", e.id, why);
-  std::vector<int64_t> observation = delta.empty() ? std::vector<int64_t>() : tokenizer_.encode_text(delta);
-  observation.insert(observation.end(), reply.token_ids.begin(), reply.token_ids.end());
+  std::vector<int64_t> observation;
+  if (reply.new_context) {  // the model sees this alone from here on: rendered as a conversation of its own
+    observation = context_tokens(reply);
+    if (observation.empty())
+      return finish(e, SampleStatus::EnvFailed, EnvError::Infra,
+                    fmt::format("its environment opened a new context after turn {} with nothing in it", s.env_turns));
+  } else {
+    std::string why;
+    const std::string delta = e.transcript->add_observation(reply.messages, &why);
+    if (!why.empty()) SLIMPI_FAIL("episode {}: {}", e.id, why);
+    if (!delta.empty()) observation = tokenizer_.encode_text(delta);
+    observation.insert(observation.end(), reply.token_ids.begin(), reply.token_ids.end());
+  }
   const int64_t n = int64_t(observation.size()), r = s.response_length();
   if (n > settings_.env.max_observation_tokens)
     return finish(e, SampleStatus::Truncated, EnvError::Overlong,
@@ -496,6 +526,11 @@ void EpisodeRunner::on_reply(Episode& e, const EnvReply& reply) {
         !std::equal(observation.begin(), observation.end(), at + recorded_from))
       return diverged(e, fmt::format("its observation after turn {} is {} tokens that differ from the recorded {}",
                                      s.env_turns, n, recorded_to - recorded_from));
+    const bool recorded_new = std::find(rec.context_starts.begin(), rec.context_starts.end(), r) != rec.context_starts.end();
+    if (reply.new_context != recorded_new)
+      return diverged(e, fmt::format("its observation after turn {} {} a new context, where the recorded one {}",
+                                     s.env_turns, reply.new_context ? "opens" : "does not open",
+                                     recorded_new ? "did" : "did not"));
   }
   s.tokens.insert(s.tokens.end(), observation.begin(), observation.end());
   s.rollout_log_probs.resize(size_t(r + n), 0.0f);
@@ -505,7 +540,70 @@ void EpisodeRunner::on_reply(Episode& e, const EnvReply& reply) {
     std::copy(e.replay->recorded.weight_versions.begin() + r, e.replay->recorded.weight_versions.begin() + r + n,
               s.weight_versions.begin() + r);
   s.loss_mask.resize(size_t(r + n), 0.0f);
+  if (reply.new_context) {
+    s.context_starts.push_back(r);
+    s.routing.clear();  // a split trajectory carries no routing trace (train/packed_batch.h)
+    e.transcript = std::make_unique<ChatTranscript>(settings_.chat);
+  }
   begin_turn(e);
+}
+
+int64_t EpisodeRunner::context_opened(const Sample& s) {
+  // The context's opening tokens are the environment's (loss mask 0) up to its first model
+  // token; until the model takes its first turn there, all of the trajectory after it.
+  int64_t t = s.context_starts.back();
+  while (t < int64_t(s.loss_mask.size()) && s.loss_mask[size_t(t)] == 0.0f) ++t;
+  return t;
+}
+
+std::vector<int64_t> EpisodeRunner::context_tokens(const EnvReply& reply) const {
+  std::vector<int64_t> context;
+  if (!reply.messages.empty()) {
+    std::string text;
+    if (settings_.chat.enabled()) {
+      text = render_chat(reply.messages, settings_.chat, /*add_generation_prompt=*/true);
+      context = tokenizer_.encode_chat(text);
+    } else {
+      for (const ChatMessage& m : reply.messages) text += m.content + "\n";
+      context = tokenizer_.encode_prompt(text);
+    }
+  }
+  context.insert(context.end(), reply.token_ids.begin(), reply.token_ids.end());
+  return context;
+}
+
+Sample EpisodeRunner::whole_trajectory(const Episode& e, Sample&& turn) const {
+  const Sample& s = e.sample;
+  if (s.context_starts.empty()) return std::move(turn);
+  // turn: the engine's sequence of the latest context, its prompt the context's opening
+  // tokens (up to response offset `start` in the trajectory), its response what followed.
+  const int64_t start = s.context_starts.back() + turn.prompt_length;
+  SLIMPI_CHECK(start == context_opened(s) && start + turn.response_length() >= e.turn_start,
+               "episodes: {}: the engine returned a context opened at response token {} (the trajectory's at {}) of "
+               "{} response tokens, its turn begun at {}", e.id, start, context_opened(s), turn.response_length(),
+               e.turn_start);
+  Sample out = std::move(turn);
+  std::vector<int64_t> tokens(s.tokens.begin(), s.tokens.begin() + s.prompt_length + s.context_starts.back());
+  tokens.insert(tokens.end(), out.tokens.begin(), out.tokens.end());
+  out.tokens = std::move(tokens);
+  out.prompt_length = s.prompt_length;
+  auto before = [&](const auto& field, auto& view) {  // the trajectory's entries before the turn, then the view's
+    using V = typename std::decay_t<decltype(view)>::value_type;
+    std::vector<V> whole(field.begin(), field.begin() + start);
+    whole.insert(whole.end(), view.begin(), view.end());
+    view = std::move(whole);
+  };
+  before(s.rollout_log_probs, out.rollout_log_probs);
+  before(s.weight_versions, out.weight_versions);
+  if (!out.sampling_support.empty() || !s.sampling_support.empty()) {
+    if (out.sampling_support.empty()) out.sampling_support.assign(size_t(out.response_length() - start), 0);
+    const std::vector<int32_t> earlier =
+        s.sampling_support.empty() ? std::vector<int32_t>(size_t(start), 0) : s.sampling_support;
+    before(earlier, out.sampling_support);
+  }
+  out.routing.clear();  // a split trajectory carries no routing trace (train/packed_batch.h)
+  out.context_starts = s.context_starts;
+  return out;
 }
 
 int64_t EpisodeRunner::response_budget(int64_t prompt_length) const {
@@ -528,6 +626,7 @@ void EpisodeRunner::on_restored(Episode& e) {
   s.env_s += rec.env_s;
   s.env_error = rec.env_error;
   s.env_metrics = rec.env_metrics;
+  s.context_starts = rec.context_starts;
   s.spec_drafted = rec.spec_drafted;
   s.spec_accepted = rec.spec_accepted;
   s.spec_passes = rec.spec_passes;

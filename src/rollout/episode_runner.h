@@ -109,6 +109,16 @@ class EpisodeRunner : public GroupWorker {
   // The environment has restored a resumed episode (e.restoring): it continues its turn
   // under way, or sends its last turn again when the checkpoint held no reply to it.
   void on_restored(Episode& e);
+  // The tokens of a reply's messages (rendered as a conversation with the generation
+  // prompt, or one line each without a template), then its token ids: a reset's context,
+  // or a new context.
+  std::vector<int64_t> context_tokens(const EnvReply& reply) const;
+  // Where the latest context's opening tokens end (a response offset): the engine's
+  // prompt for that context. Only for a split trajectory (s.context_starts not empty).
+  static int64_t context_opened(const Sample& s);
+  // A turn the engine returned (or holds), in the trajectory's coordinates: the engine
+  // runs a split episode's latest context as a sequence of its own (continue_turn).
+  Sample whole_trajectory(const Episode& e, Sample&& turn) const;
   // Response tokens an episode with this context may reach (rollout.env_max_total_tokens,
   // model.max_seq_len, the KV cache).
   int64_t response_budget(int64_t prompt_length) const;

@@ -127,7 +127,7 @@ at::Tensor Critic::forward(const PackedBatch& b) const {
 std::vector<std::vector<float>> Critic::values(const std::vector<Sample>& samples) const {
   at::NoGradGuard no_grad;
   std::vector<int64_t> lengths;
-  for (const auto& s : samples) lengths.push_back(int64_t(s.tokens.size()));
+  for (const auto& s : samples) lengths.push_back(s.packed_length());
   std::vector<std::vector<float>> out(samples.size());
   for (const auto& which : plan_micro_batches(lengths, cfg_.n_micro_batches, cfg_.max_tokens_per_micro_batch)) {
     const at::Tensor v = forward(pack(samples, which, trunk_->device())).cpu().contiguous();  // [N]
@@ -154,7 +154,7 @@ std::map<std::string, double> Critic::train_step(const std::vector<Sample>& loca
   MetricSums sums;
   for (const char* k : {"train/value_loss", "train/value_clipfrac"}) sums.add_value(k, 0.0);
   std::vector<int64_t> lengths;
-  for (const auto& s : local) lengths.push_back(int64_t(s.tokens.size()));
+  for (const auto& s : local) lengths.push_back(s.packed_length());
   for (const auto& which : plan_micro_batches(lengths, cfg_.n_micro_batches, cfg_.max_tokens_per_micro_batch)) {
     const PackedBatch batch = pack(local, which, device);
     const at::Tensor v = forward(batch);  // [N]

@@ -1,6 +1,7 @@
 #include "train/packed_batch.h"
 
 #include <ATen/ATen.h>
+#include <fmt/ranges.h>
 #include <slimpi/error.h>
 
 #include "model/transformer.h"
@@ -19,10 +20,30 @@ PackedBatch pack(const std::vector<Sample>& samples, const std::vector<int64_t>&
   std::vector<int64_t> tokens, owner;
   for (size_t j = 0; j < which.size(); ++j) {
     const Sample& s = samples[which[j]];
-    tokens.insert(tokens.end(), s.tokens.begin(), s.tokens.end());
-    b.seq_lens.push_back(static_cast<int64_t>(s.tokens.size()));
-    b.prompt_lens.push_back(s.prompt_length);
     owner.insert(owner.end(), s.response_length(), static_cast<int64_t>(j));
+    if (s.context_starts.empty()) {
+      tokens.insert(tokens.end(), s.tokens.begin(), s.tokens.end());
+      b.seq_lens.push_back(static_cast<int64_t>(s.tokens.size()));
+      b.prompt_lens.push_back(s.prompt_length);
+      continue;
+    }
+    // One sequence per context (see the header), each but the last ending with the next
+    // context's first token so that the response rows stay the sample's, in order.
+    const int64_t R = s.response_length();
+    const auto response = s.tokens.begin() + s.prompt_length;
+    for (size_t c = 0; c < s.context_starts.size(); ++c)
+      SLIMPI_CHECK(s.context_starts[c] > (c == 0 ? 0 : s.context_starts[c - 1]) && s.context_starts[c] < R,
+                   "sample (step {}, group {}, index {}): context starts {} are not increasing within its {} "
+                   "response tokens", s.step, s.group_index, s.index, fmt::join(s.context_starts, ", "), R);
+    int64_t from = -s.prompt_length;  // response offset where the sequence begins (the prompt's first token)
+    for (size_t c = 0; c <= s.context_starts.size(); ++c) {
+      const bool last = c == s.context_starts.size();
+      const int64_t to = last ? R : s.context_starts[c] + 1;  // past the sequence's last token
+      tokens.insert(tokens.end(), response + from, response + to);
+      b.seq_lens.push_back(to - from);
+      b.prompt_lens.push_back(c == 0 ? s.prompt_length : 1);
+      if (!last) from = s.context_starts[c];
+    }
   }
   b.tokens = at::tensor(tokens, at::kLong).to(device);
   b.sample_of_token = at::tensor(owner, at::kLong).to(device);
@@ -52,12 +73,15 @@ at::Tensor packed_routing(const std::vector<Sample>& samples, const std::vector<
                           const ModelConfig& cfg, const at::Device& device, bool required) {
   const int64_t L = cfg.n_moe_layers(), k = cfg.n_experts_per_tok, width = L * k;
   int64_t T = 0;
-  for (int64_t i : which) T += static_cast<int64_t>(samples[i].tokens.size());
+  for (int64_t i : which) T += samples[i].packed_length();
   at::Tensor out = at::full({T, L, k}, -1, at::kLong);
   int64_t row = 0;
   for (int64_t i : which) {
     const Sample& s = samples[i];
     const int64_t rows = static_cast<int64_t>(s.routing.size()) / width;
+    SLIMPI_CHECK(s.context_starts.empty() || (s.routing.empty() && !required),
+                 "sample (step {}, group {}, index {}): a trajectory split into {} contexts has no routing trace, and "
+                 "train.routing_replay needs one", s.step, s.group_index, s.index, s.context_starts.size() + 1);
     SLIMPI_CHECK((s.routing.empty() && !required) || (int64_t(s.routing.size()) == rows * width &&
                                                        rows == int64_t(s.tokens.size()) - 1),
                  "sample (step {}, group {}, index {}): a routing trace of {} expert ids for {} tokens; this model "
@@ -75,7 +99,7 @@ at::Tensor packed_routing(const std::vector<Sample>& samples, const std::vector<
     if (rows > 0)
       out.narrow(0, row, rows).copy_(at::tensor(std::vector<int64_t>(s.routing.begin(), s.routing.end()), at::kLong)
                                          .view({rows, L, k}));
-    row += static_cast<int64_t>(s.tokens.size());
+    row += s.packed_length();
   }
   return out.to(device);
 }

@@ -3,7 +3,15 @@
 // in the same order. Free functions over `samples` (owned by the caller) and the
 // indices `which` of the micro-batch's samples in it.
 //
-// Shapes: T = Σ tokens of the micro-batch's samples, N = Σ response tokens.
+// Shapes: T = Σ packed tokens of the micro-batch's samples, N = Σ response tokens.
+//
+// A trajectory split into contexts (Sample::context_starts c_1 < ... < c_m, response
+// offsets; P the prompt, R the response) packs as m + 1 sequences, each attended and
+// positioned on its own as the engine ran it: P + R[0, c_1], then R[c_k, c_{k+1}] for
+// k = 1..m-1, then R[c_m, R), the later ones with prompt length 1 (R[c_k] opens a fresh
+// sequence). Every sequence but the last ends with the next context's first token, so
+// the response rows are the sample's R in order (that token's row, predicted across the
+// boundary, is an environment token: loss mask 0). T grows by m (Sample::packed_length).
 #pragma once
 
 #include <ATen/core/Tensor.h>

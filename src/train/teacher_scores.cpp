@@ -18,7 +18,7 @@ void score_with_teacher(const Transformer& teacher, std::vector<Sample>& samples
   at::NoGradGuard no_grad;
   const bool top_k = how.top_k > 0;
   std::vector<int64_t> lengths;
-  for (const auto& s : samples) lengths.push_back(static_cast<int64_t>(s.tokens.size()));
+  for (const auto& s : samples) lengths.push_back(s.packed_length());
   for (const auto& which : plan_micro_batches(lengths, how.n_micro_batches, how.max_tokens_per_micro_batch)) {
     PackedBatch b = pack(samples, which, teacher.device());
     b.support = at::Tensor();  // the teacher's whole distribution, whatever the student sampled from

@@ -162,7 +162,7 @@ std::vector<std::vector<float>> Trainer::response_log_probs(const std::vector<Sa
                                                             const Transformer& model, bool replay) const {
   at::NoGradGuard no_grad;
   std::vector<int64_t> lengths;
-  for (const auto& s : samples) lengths.push_back(static_cast<int64_t>(s.tokens.size()));
+  for (const auto& s : samples) lengths.push_back(s.packed_length());
   const auto plan = plan_micro_batches(lengths, cfg_.n_micro_batches, cfg_.max_tokens_per_micro_batch);
   for (int64_t i = int64_t(plan.size()), n = aligned_micro_batches(i); i < n; ++i)
     idle_forward(model, cfg_.precision);  // expert parallelism: meet the group's exchanges
@@ -330,7 +330,11 @@ Trainer::StepInputs Trainer::step_inputs(const std::vector<Sample>& local) const
     if (cfg_.mode == "rl") in.advantages.push_back(per_token_tensor(s.advantages, s.response_length(), 0.0f, device));
     local_counts[0] += 1;
     local_counts[1] += mask_sum(s);
-    local_counts[2] += static_cast<double>(s.tokens.size());
+    local_counts[2] += static_cast<double>(s.packed_length());
+    SLIMPI_CHECK(k == 0 || s.context_starts.empty(),
+                 "sample (step {}, group {}, index {}) is a trajectory split into {} contexts (its environment's "
+                 "new_context), which the MTP loss does not cover yet: set train.mtp_loss_coef = 0 with this "
+                 "environment", s.step, s.group_index, s.index, s.context_starts.size() + 1);
     for (int64_t i = 0; i < k; ++i)
       local_counts[size_t(3 + i)] += mtp_counted_positions(s.prompt_length, int64_t(s.tokens.size()), s.loss_mask, i);
   }
@@ -388,7 +392,7 @@ void Trainer::arm_overlapped_reduction() {
 
 void Trainer::forwards_and_backwards(std::vector<Sample>& local, const StepInputs& in, MetricSums& sums) {
   std::vector<int64_t> lengths;
-  for (const auto& s : local) lengths.push_back(static_cast<int64_t>(s.tokens.size()));
+  for (const auto& s : local) lengths.push_back(s.packed_length());
   const auto plan = plan_micro_batches(lengths, cfg_.n_micro_batches, cfg_.max_tokens_per_micro_batch);
   // The last backward of the step reduces gradient buckets as it produces them. With
   // MPI that needs the hooks on this thread (CPU autograd runs here; CUDA autograd

@@ -127,6 +127,7 @@ Sample make_sample(int r, int step, int j) {
       s.kl.push_back(0.0625f * t);
     }
   }
+  if (s.response_length() >= 3) s.context_starts = {1, s.response_length() - 1};  // a split trajectory
   s.reward = 0.5f * j;
   s.raw_reward = float(j);
   s.status = j % 2 ? SampleStatus::Truncated : SampleStatus::Completed;
@@ -161,6 +162,7 @@ TEST(H5, RolloutLogRoundTripsEverySampleOnce) {
         EXPECT_EQ(g.rollout_log_probs, e.rollout_log_probs);
         EXPECT_EQ(g.sampling_support, e.sampling_support);
         EXPECT_EQ(g.weight_versions, e.weight_versions);
+        EXPECT_EQ(g.context_starts, e.context_starts);
         EXPECT_EQ(g.old_log_probs, e.old_log_probs);
         EXPECT_EQ(g.ref_log_probs, e.ref_log_probs);
         EXPECT_EQ(g.kl, e.kl);

@@ -23,6 +23,7 @@
 #include "env/environment.h"
 #include "rollout/episode_runner.h"
 #include "rollout/streaming_router.h"
+#include "train/packed_batch.h"
 #include "tokenizer/byte_tokenizer.h"
 #include "../support/tiny_model.h"
 
@@ -197,15 +198,18 @@ TEST(StreamingRouter, DiscardRestartsPartialResponsesAndCountsTheirTokens) {
 // A deterministic in-process environment for the episode tests: every episode takes
 // three model turns; steps 1 and 2 answer a user message "turn K: N bytes" (N: the
 // turn's text) with reward 0.25, step 3 ends it with reward 1 when N is even.
-// With snapshots, it keeps each episode's state (its turns and the bytes of all its
+// With snapshots (and, in the tests that use them, a new context after turn 1: the
+// trajectories are split, test_streaming_router's SplitEpisodes), it keeps each episode's state (its turns and the bytes of all its
 // turns so far, which its observations show as "(total T)"): a state a reset cannot
 // rebuild, only a restore from the snapshot its observations carry.
 class ThreeTurnEnvironment : public Environment {
  public:
   // salt: appended to every observation (a "deterministic" environment that answers
   // otherwise after a restart).
-  explicit ThreeTurnEnvironment(bool deterministic, std::string salt = "", bool snapshots = false)
-      : salt_(std::move(salt)) {
+  // new_context_at: the reply to that turn opens a new context ("new context K"), not appended.
+  explicit ThreeTurnEnvironment(bool deterministic, std::string salt = "", bool snapshots = false,
+                                int64_t new_context_at = 0)
+      : salt_(std::move(salt)), new_context_at_(new_context_at) {
     info_.protocol_version = 1;
     info_.name = "three_turns";
     info_.max_concurrent_episodes = 1 << 20;
@@ -250,6 +254,10 @@ class ThreeTurnEnvironment : public Environment {
     } else {
       const std::string shown = info_.snapshots ? " (total " + std::to_string(total) + ")" : "";
       r.messages.push_back({"user", "turn " + std::to_string(a.turn) + ": " + std::to_string(n) + " bytes" + shown + salt_});
+      if (a.turn == new_context_at_) {
+        r.messages = {{"user", "new context " + std::to_string(a.turn), false, ""}};
+        r.new_context = true;
+      }
       r.reward = 0.25;
     }
     if (info_.snapshots) r.snapshot = nlohmann::json{{"turns", turns}, {"total", total}}.dump();
@@ -275,6 +283,7 @@ class ThreeTurnEnvironment : public Environment {
  private:
   EnvInfo info_;
   std::string salt_;
+  int64_t new_context_at_ = 0;
   std::map<std::string, std::pair<int64_t, int64_t>> open_;  // episode -> (turns, bytes of its turns)
   std::deque<std::pair<int, EnvReply>> replies_;  // (polls so far, reply)
 };
@@ -298,12 +307,14 @@ Prompt record_of(int g) {
 
 // How the environment of the resumed ranks behaves.
 enum class Resumed { Deterministic, NotDeterministic, Diverging, Snapshots };
+// Replayed and restored episodes run split in two contexts (a new context after turn 1).
+bool split_trajectories(Resumed r) { return r == Resumed::Deterministic || r == Resumed::Snapshots; }
 
 // One rank's engine, environment and episode runner (a resumed job builds new ones).
 struct EpisodeRank {
   EpisodeRank(const Transformer& model, bool deterministic, int64_t version, std::string salt = "",
-              bool snapshots = false)
-      : engine(engine_config(), model), env(deterministic, std::move(salt), snapshots),
+              bool snapshots = false, int64_t new_context_at = 0)
+      : engine(engine_config(), model), env(deterministic, std::move(salt), snapshots, new_context_at),
         runner(engine, env, tokenizer, episode_settings(), no_prompts, 0) {
     if (version > 0) engine.on_weights_updated(version);
   }
@@ -322,6 +333,7 @@ struct EpisodeRun {
   int64_t restart_version = 0;
   int64_t open_turns = 0, waiting = 0, turns_done = 0;  // of the resumed: in a turn, waiting for a reply; their turns
   int64_t with_snapshot = 0;   // router: the items of the snapshot that hold an environment's snapshot
+  int64_t in_second_context = 0;  // router: the items of the snapshot taking a turn in their second context
   int64_t restores_after = 0;  // the resumed ranks' environments, over all ranks
 };
 
@@ -333,7 +345,8 @@ EpisodeRun run_episodes_paused(const Transformer& model, Resumed resumed) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   const bool snapshots = resumed == Resumed::Snapshots;
-  auto ep = std::make_unique<EpisodeRank>(model, true, 0, "", snapshots);
+  const int64_t new_context_at = split_trajectories(resumed) ? 1 : 0;
+  auto ep = std::make_unique<EpisodeRank>(model, true, 0, "", snapshots, new_context_at);
   auto make_router = [&] {
     return std::make_unique<StreamingRouter>(ep->engine, &ep->runner, MPI_COMM_WORLD, engine_config().max_running,
                                              params());
@@ -369,7 +382,10 @@ EpisodeRun run_episodes_paused(const Transformer& model, Resumed resumed) {
     router->update_weights(++version, PartialPolicy::Continue);  // same weights, a new version number
     if (pause == kSnapshotPause) {
       StreamState state = router->snapshot();
-      for (const WorkItem& w : state.work) out.with_snapshot += !w.episode.env_snapshot.empty();
+      for (const WorkItem& w : state.work) {
+        out.with_snapshot += !w.episode.env_snapshot.empty();
+        out.in_second_context += !w.partial.context_starts.empty() && w.episode.open_turn > w.partial.context_starts.back();
+      }
       for (const WorkItem& w : state.work)
         if (w.response_length() > 0) {
           out.resumed[{w.partial.group_index, w.partial.index}] = w.partial.weight_version();
@@ -383,7 +399,7 @@ EpisodeRun run_episodes_paused(const Transformer& model, Resumed resumed) {
       router.reset();
       // Snapshots: an environment that cannot replay (not deterministic) restores instead.
       ep = std::make_unique<EpisodeRank>(model, resumed == Resumed::Deterministic || resumed == Resumed::Diverging,
-                                         version, resumed == Resumed::Diverging ? "!" : "", snapshots);
+                                         version, resumed == Resumed::Diverging ? "!" : "", snapshots, new_context_at);
       router = make_router();
       out.restart_version = version;
       if (rank == 0) router->restore(std::move(state));
@@ -394,6 +410,84 @@ EpisodeRun run_episodes_paused(const Transformer& model, Resumed resumed) {
   });
   MPI_Allreduce(&ep->env.restores, &out.restores_after, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
   return out;
+}
+
+// An environment that opens a new context after turn 1 splits every trajectory in two
+// (Sample::context_starts): the engine runs the second context as a sequence of its own,
+// and the trainer, packing each context as its own sequence, scores every model token as
+// the engine did (each rank runs it alone).
+TEST(SplitEpisodes, TheTrainerScoresEachContextAsTheEngineRanIt) {
+  Transformer model(testing::tiny_model_config(1024, 0.2), 13, at::kCPU);
+  std::vector<Prompt> records;
+  for (int g = 0; g < 4; ++g) records.push_back(record_of(g));
+  ByteTokenizer tokenizer;
+  auto run = [&](double temperature) {
+    Engine engine(engine_config(), model);
+    ThreeTurnEnvironment env(true, "", false, /*new_context_at=*/1);
+    EpisodeRunner runner(engine, env, tokenizer, episode_settings(), records, 0);
+    for (int g = 0; g < 4; ++g) {
+      GenerationRequest r = request(g);
+      r.params.temperature = temperature;
+      runner.add_request(r);
+    }
+    std::vector<Sample> got;
+    while (runner.has_work())
+      for (Sample& s : runner.step()) got.push_back(std::move(s));
+    return got;
+  };
+  // Model turns as token lists, in order.
+  auto model_turns = [](const Sample& s) {
+    std::vector<std::vector<int64_t>> turns;
+    for (int64_t t = 0; t < s.response_length(); ++t)
+      if (s.loss_mask[size_t(t)] != 0.0f) {
+        if (t == 0 || s.loss_mask[size_t(t - 1)] == 0.0f) turns.emplace_back();
+        turns.back().push_back(s.tokens[size_t(s.prompt_length + t)]);
+      }
+    return turns;
+  };
+  // Turns 2 and 3 both run in the second context: their draws continue there (the
+  // sampling counter is the position in the context's response), never start over. At a
+  // temperature that makes every distribution nearly uniform a token is its draw: turns
+  // that reused their draws would begin alike.
+  int64_t same_start = 0;
+  for (const Sample& s : run(1000.0)) {
+    const auto turns = model_turns(s);
+    ASSERT_EQ(turns.size(), 3u);
+    same_start += turns[1][0] == turns[2][0];
+  }
+  EXPECT_LE(same_start, 2) << "the second context's turns begin with the same draws";
+  const std::vector<Sample> got = run(1.0);
+  ASSERT_EQ(got.size(), 12u);
+  const std::vector<int64_t> opened = tokenizer.encode_prompt("new context 1\n");
+  int64_t differ_unsplit = 0;
+  for (const Sample& s : got) {
+    const std::string where = "group " + std::to_string(s.group_index) + " sample " + std::to_string(s.index);
+    ASSERT_EQ(s.status, SampleStatus::Completed) << where;
+    EXPECT_EQ(s.env_turns, 3) << where;
+    ASSERT_EQ(s.context_starts.size(), 1u) << where;
+    const int64_t c = s.context_starts[0], P = s.prompt_length;
+    // The new context is the environment's message alone, then the model's turns.
+    ASSERT_LE(c + int64_t(opened.size()), s.response_length()) << where;
+    EXPECT_TRUE(std::equal(opened.begin(), opened.end(), s.tokens.begin() + P + c)) << where;
+    for (size_t t = 0; t < opened.size(); ++t) EXPECT_EQ(s.loss_mask[size_t(c) + t], 0.0f) << where;
+    const TokenLogProbs split = packed_log_probs(model, pack({s}, {0}, at::kCPU), Precision::FP32, 1.0, false);
+    Sample joined = s;
+    joined.context_starts.clear();
+    const TokenLogProbs whole = packed_log_probs(model, pack({joined}, {0}, at::kCPU), Precision::FP32, 1.0, false);
+    ASSERT_EQ(split.logp.numel(), s.response_length()) << where;
+    int64_t model_tokens_after = 0;
+    for (int64_t t = 0; t < s.response_length(); ++t) {
+      if (s.loss_mask[size_t(t)] == 0.0f) continue;
+      EXPECT_NEAR(split.logp[t].item<float>(), s.rollout_log_probs[size_t(t)], 1e-4) << where << " token " << t;
+      if (t > c) {
+        ++model_tokens_after;
+        differ_unsplit += std::abs(whole.logp[t].item<float>() - s.rollout_log_probs[size_t(t)]) > 1e-3;
+      }
+    }
+    EXPECT_GT(model_tokens_after, 0) << where;
+    EXPECT_EQ(model_turns(s).size(), 3u) << where;
+  }
+  EXPECT_GT(differ_unsplit, 0) << "scored as one sequence, the second context's tokens would not differ";
 }
 
 class StreamingEpisodesTest : public ::testing::TestWithParam<Resumed> {};
@@ -413,7 +507,7 @@ TEST_P(StreamingEpisodesTest, PausesUpdatesAndARestartChangeNoToken) {
   for (int g = 0; g < kGroups; ++g) records.push_back(record_of(g));
   ByteTokenizer tokenizer;
   Engine alone(engine_config(), model);
-  ThreeTurnEnvironment env(true, "", resumed == Resumed::Snapshots);
+  ThreeTurnEnvironment env(true, "", resumed == Resumed::Snapshots, split_trajectories(resumed) ? 1 : 0);
   EpisodeRunner runner(alone, env, tokenizer, episode_settings(), records, 0);
   for (int g = 0; g < kGroups; ++g) runner.add_request(request(g, false));
   std::vector<Sample> straight;
@@ -423,7 +517,7 @@ TEST_P(StreamingEpisodesTest, PausesUpdatesAndARestartChangeNoToken) {
     return std::tie(a.group_index, a.index) < std::tie(b.group_index, b.index);
   });
   ASSERT_EQ(got.samples.size(), straight.size());
-  int64_t multi_turn = 0;
+  int64_t multi_turn = 0, split = 0;
   for (size_t i = 0; i < straight.size(); ++i) {
     const Sample &a = got.samples[i], &b = straight[i];
     ASSERT_EQ(a.group_index, b.group_index);
@@ -444,6 +538,8 @@ TEST_P(StreamingEpisodesTest, PausesUpdatesAndARestartChangeNoToken) {
     EXPECT_EQ(a.prompt_length, b.prompt_length) << where;
     EXPECT_EQ(a.loss_mask, b.loss_mask) << where;
     EXPECT_EQ(a.env_turns, b.env_turns) << where;
+    EXPECT_EQ(a.context_starts, b.context_starts) << where;
+    split += !a.context_starts.empty();
     EXPECT_EQ(a.raw_reward, b.raw_reward) << where;
     ASSERT_EQ(a.rollout_log_probs.size(), b.rollout_log_probs.size()) << where;
     for (size_t t = 0; t < a.rollout_log_probs.size(); ++t)
@@ -451,6 +547,7 @@ TEST_P(StreamingEpisodesTest, PausesUpdatesAndARestartChangeNoToken) {
     multi_turn += a.env_turns > 1;
   }
   EXPECT_GT(multi_turn, 0);
+  if (split_trajectories(resumed)) EXPECT_GT(split, 0) << "no trajectory was split into two contexts";
   // Episodes under way at the snapshot: replayed, they keep the tokens (and versions) they
   // had (all older than the restart's); restarted, they are sampled again, at the
   // restart's version or later.
@@ -462,6 +559,7 @@ TEST_P(StreamingEpisodesTest, PausesUpdatesAndARestartChangeNoToken) {
     EXPECT_GT(got.open_turns, 0);
     EXPECT_GT(got.waiting, 0);
     EXPECT_GT(got.turns_done, 0);
+    if (split_trajectories(resumed)) EXPECT_GT(got.in_second_context, 0);
   }
   // With snapshots every episode past its reset was restored (in a turn: it continued;
   // waiting for a reply: its turn was sent again), none replayed; without them none was.

@@ -8,6 +8,8 @@
 #    tokens; the first step's episodes are the same tokens in every layout; the environment's
 #    metrics are each episode's sums (rollouts.h5 env_metrics) and their means (metrics.h5);
 #  * the environment's own first observation (reset with messages);
+#  * an environment that opens a new context (new_context) splits each trajectory in two:
+#    recorded (context_starts), and the trainer's log-probs equal the engine's;
 #  * the in-process calculator and inputs/envs/calculator.py give the same run, bit for bit;
 #  * environments that crash, hang, write garbage, flood, lie (a token id past the vocabulary),
 #    answer an over-long observation or give up (an error reply) end only their episode, with
@@ -122,6 +124,32 @@ print("env_runs: step 0's episodes are the same tokens at np 1, 2, 4 and colocat
 PY
 
 "$slimpi" check "$out/np2/deck.resolved.toml" --np 2 >"$out/check.log" 2>&1 || { cat "$out/check.log"; exit 1; }
+
+echo "== a trajectory in two contexts: the trainer scores each as the engine ran it"
+run 2 split --set run.n_steps=2 --set "rollout.env_command=$probe --new-context-at 1"
+/usr/bin/python3 - "$out/split" <<'PY'
+import sys
+import h5py, numpy as np
+run = sys.argv[1]
+with h5py.File(run + "/rollouts.h5") as f:
+    g = f["samples"]
+    col = lambda k, i: g[k + "/values"][g[k + "/offsets"][i]:g[k + "/offsets"][i + 1]]
+    n = g["step"].shape[0]
+    for i in range(n):
+        starts, p = col("context_starts", i), int(g["prompt_length"][i])
+        resp, mask = col("tokens", i)[p:], col("loss_mask", i)
+        assert int(g["status"][i]) == 1 and int(g["env_turns"][i]) == 3 and len(starts) == 1, (i, starts)
+        c = int(starts[0])
+        text = bytes(int(t) for t in resp[c:] if t < 256)
+        assert b"new context\n" in text[:16] and mask[c] == 0, (i, text[:20], mask[c])
+        assert b"turn 2:" in text and b"turn" not in bytes(int(t) for t in resp[:c] if t < 256), i
+        runs = np.diff(np.concatenate([[0], mask[c:], [0]]))  # the second context holds two model turns
+        assert (runs == 1).sum() == 2, (i, mask[c:])
+with h5py.File(run + "/metrics.h5") as f:
+    diff = f["steps/train/train_rollout_logprob_abs_diff"][:2]
+assert np.all(diff < 1e-5), diff
+print(f"env_runs: split: {n} episodes in two contexts each; train/rollout log-prob diff {diff.max():.1e}")
+PY
 
 echo "== the calculator: in process and as a program, the same run"
 args=(run inputs/smoke_rl.toml --set model.max_seq_len=64 --set reward.style=environment --set run.n_steps=2

@@ -70,6 +70,15 @@ TEST(GroupQueue, TakesInFinishingOrderAndMasksOffPolicyTokens) {
   EXPECT_TRUE(b.kept[1].loss_mask.empty());
   EXPECT_EQ(q.n_groups(), 1);
   EXPECT_TRUE(counts.empty());  // nothing stale without a bound
+  // An episode's mask (its environment's tokens 0) stays under the off-policy mask.
+  GroupQueue::Group episodes = group(9, {{1, 2, 2, 2}, {2}});
+  episodes.samples[0].loss_mask = {1.0f, 1.0f, 0.0f, 1.0f};
+  q.add(std::move(episodes), true, 2);
+  RolloutBatch c;
+  q.take(2, 3, /*mask_offpolicy=*/true, c);
+  ASSERT_EQ(c.kept.size(), 4u);
+  EXPECT_EQ(c.kept[2].group_index, 9);
+  EXPECT_EQ(c.kept[2].loss_mask, (std::vector<float>{0.0f, 1.0f, 0.0f, 1.0f}));
 }
 
 }  // namespace

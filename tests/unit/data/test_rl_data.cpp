@@ -114,6 +114,7 @@ TEST(SampleCodec, EveryFieldRoundTrips) {
   s.rollout_log_probs = {-0.1f, -2.0f};
   s.sampling_support = {3, 0};
   s.weight_versions = {4, 5};
+  s.context_starts = {1};
   s.raw_reward = 1.0f;
   s.reward = 0.5f;
   s.loss_mask = {1.0f, 0.0f};
@@ -135,6 +136,7 @@ TEST(SampleCodec, EveryFieldRoundTrips) {
   EXPECT_EQ(b.rollout_log_probs, s.rollout_log_probs);
   EXPECT_EQ(b.sampling_support, s.sampling_support);
   EXPECT_EQ(b.weight_versions, s.weight_versions);
+  EXPECT_EQ(b.context_starts, s.context_starts);
   EXPECT_EQ(b.raw_reward, s.raw_reward);
   EXPECT_EQ(b.reward, s.reward);
   EXPECT_EQ(b.loss_mask, s.loss_mask);

@@ -180,6 +180,13 @@ TEST(EnvProtocol, SnapshotsAndRestores) {
   EXPECT_EQ(restore.at("prompt").at("text"), "2*3?");
   EXPECT_EQ(restore.at("snapshot"), nlohmann::json::parse(R"({"board":[1,2]})"));
   EXPECT_EQ(nlohmann::json::parse(encode_reset(start)).at("type"), "reset");
+  // A step's reply may open a new context.
+  ASSERT_EQ(decode_reply(R"({"type":"observation","episode":"e","messages":[{"role":"user","content":"s"}],)"
+                         R"("new_context":true})", 100, &r, &why),
+            ReplyParse::Ok);
+  EXPECT_TRUE(r.new_context);
+  EXPECT_EQ(decode_reply(R"({"type":"observation","episode":"e","new_context":1})", 100, &r, &why), ReplyParse::BadReply);
+  EXPECT_NE(why.find("\"new_context\" is not true or false"), std::string::npos) << why;
 }
 
 TEST(EnvProtocol, RepliesAreValidatedFieldByField) {

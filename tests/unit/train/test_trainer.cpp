@@ -16,6 +16,7 @@
 #include "model/log_probs.h"
 #include "tokenizer/byte_tokenizer.h"
 #include "train/micro_batches.h"
+#include "train/packed_batch.h"
 #include "train/sft_data.h"
 #include "train/trainer.h"
 #include "../../support/tiny_model.h"
@@ -95,6 +96,38 @@ TrainerConfig sft_config() {
   c.adam.beta2 = 0.99;
   c.grad_bucket_bytes = 4096;  // many buckets
   return c;
+}
+
+TEST(PackedBatch, ASplitTrajectoryPacksOneSequencePerContext) {
+  // P = 3 prompt tokens, R = 12 response tokens, later contexts at 4 and 8: sequences
+  // P + R[0..4], R[4..8], R[8..12) (the first two ending with the next context's first
+  // token), scored as if each were a sample of its own, rows in the sample's order.
+  Transformer m(testing::tiny_model_config(64, 0.2), 4, at::kCPU);
+  Sample s;
+  s.prompt_length = 3;
+  for (int64_t t = 0; t < 15; ++t) s.tokens.push_back((t * 37 + 5) % 64);
+  s.context_starts = {4, 8};
+  const PackedBatch b = pack({s}, {0}, at::kCPU);
+  EXPECT_EQ(b.seq_lens, (std::vector<int64_t>{8, 5, 4}));
+  EXPECT_EQ(b.prompt_lens, (std::vector<int64_t>{3, 1, 1}));
+  EXPECT_EQ(b.tokens.size(0), s.packed_length());
+  auto part = [&](int64_t from, int64_t to, int64_t prompt) {  // tokens [from, to) as a sample
+    Sample p;
+    p.tokens.assign(s.tokens.begin() + from, s.tokens.begin() + to);
+    p.prompt_length = prompt;
+    return p;
+  };
+  const std::vector<Sample> apart = {part(0, 8, 3), part(7, 12, 1), part(11, 15, 1)};
+  const at::Tensor split = packed_log_probs(m, b, Precision::FP32, 1.0, false).logp;                       // [12]
+  const at::Tensor each = packed_log_probs(m, pack(apart, {0, 1, 2}, at::kCPU), Precision::FP32, 1.0, false).logp;
+  ASSERT_EQ(split.numel(), 12);
+  EXPECT_TRUE(at::allclose(split, each, 0, 1e-6)) << split << each;
+  Sample joined = s;
+  joined.context_starts.clear();
+  EXPECT_FALSE(at::allclose(split, packed_log_probs(m, pack({joined}, {0}, at::kCPU), Precision::FP32, 1.0, false).logp,
+                            0, 1e-4));
+  s.context_starts = {8, 4};
+  EXPECT_THROW(pack({s}, {0}, at::kCPU), Error);
 }
 
 TEST(Trainer, GradientsLiveInTheFlatBufferAndItsNormIsTheGlobalNorm) {
