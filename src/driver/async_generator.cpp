@@ -59,12 +59,15 @@ AsyncGenerator::AsyncGenerator(const Deck& deck, RolloutSide& side, PromptSource
       partial_(partial_policies().get(deck.get_string("rollout.partial"))),
       queue_(deck.get_int("rollout.max_staleness"), deck.get_string("rollout.stale_policy") == "regenerate", counts_) {
   // A synchronous step generates at most max_sampling_rounds rounds of
-  // over_sampling_batch_size (or rollout_batch_size) groups: the same bound per batch here.
+  // over_sampling_batch_size (or rollout_batch_size) groups: the same bound per batch here,
+  // wherever groups can be left out (the dynamic filter; an environment that fails
+  // episodes: one that fails them all must not stall the run).
   const int64_t per_round = deck.get_int("rollout.over_sampling_batch_size") > 0
                                 ? deck.get_int("rollout.over_sampling_batch_size")
                                 : batch_groups_;
-  max_groups_per_batch_ = filter_.is_identity() ? std::numeric_limits<int64_t>::max()
-                                                : deck.get_int("rollout.max_sampling_rounds") * per_round;
+  max_groups_per_batch_ = filter_.is_identity() && !side.config().env.enabled()
+                              ? std::numeric_limits<int64_t>::max()
+                              : deck.get_int("rollout.max_sampling_rounds") * per_round;
 }
 
 void AsyncGenerator::run_stream(const std::function<bool()>& should_pause) {
@@ -134,6 +137,7 @@ void AsyncGenerator::score_finished() {
     const bool env_failed = any_episode_failed(group.samples.begin(), group.samples.end());
     const bool kept = !env_failed && filter_.keep(group_rewards);
     if (!kept && !env_failed) ++groups_filtered_;
+    if (env_failed) ++groups_env_failed_;
     queue_.add(std::move(group), kept, step_);
   }
   unscored_.clear();
@@ -164,10 +168,12 @@ std::map<std::string, double> AsyncGenerator::take_batch(int64_t step, RolloutBa
   std::map<std::string, double> m = counts_;
   const int64_t n_groups = std::min<int64_t>(batch_groups_, queue_.n_groups());
   if (n_groups < batch_groups_ && !said_short_batch_) {
-    log::warn("step {}: the dynamic filter kept {} of {} groups: {} groups finished since the last batch, and its "
-              "bound (rollout.max_sampling_rounds x over_sampling_batch_size or rollout_batch_size = {}) was reached; "
-              "training on those. Said once: rollout/short_batch_groups in metrics.h5 counts every short batch",
-              step, n_groups, batch_groups_, groups_finished_, max_groups_per_batch_);
+    log::warn("step {}: {} of {} groups to train: {} groups finished since the last batch ({} dropped by the dynamic "
+              "filter, {} with an episode the environment failed), and the bound (rollout.max_sampling_rounds x "
+              "over_sampling_batch_size or rollout_batch_size = {}) was reached; training on those. Said once: "
+              "rollout/short_batch_groups in metrics.h5 counts every short batch",
+              step, n_groups, batch_groups_, groups_finished_, groups_filtered_, groups_env_failed_,
+              max_groups_per_batch_);
     said_short_batch_ = true;
   }
   const int64_t partial_samples = queue_.take(n_groups, step, mask_offpolicy_, batch);
@@ -182,7 +188,7 @@ std::map<std::string, double> AsyncGenerator::take_batch(int64_t step, RolloutBa
                         "rollout/async/partial_discarded", "rollout/async/partial_discarded_tokens"})
     m.emplace(k, 0.0);
   counts_.clear();
-  groups_finished_ = groups_filtered_ = 0;
+  groups_finished_ = groups_filtered_ = groups_env_failed_ = 0;
   score_s_ = 0;
   return m;
 }
@@ -274,7 +280,8 @@ int64_t AsyncGenerator::save(const std::string& dir, StreamState state) {
                             {"redraw_prompts", redraw},
                             {"counts", counts_},
                             {"groups_finished", groups_finished_},
-                            {"groups_filtered", groups_filtered_}};
+                            {"groups_filtered", groups_filtered_},
+                            {"groups_env_failed", groups_env_failed_}};
   ckpt::write_checkpoint_file(dir + "/async_state.json", j.dump(1) + "\n");
   return queue_.n_groups() + static_cast<int64_t>(open_prompts_.size());
 }
@@ -296,6 +303,7 @@ void AsyncGenerator::load(const std::string& dir) {
   counts_ = j.at("counts").get<std::map<std::string, double>>();
   groups_finished_ = j.at("groups_finished");
   groups_filtered_ = j.at("groups_filtered");
+  groups_env_failed_ = j.value("groups_env_failed", int64_t(0));  // absent from checkpoints before it was counted
   std::vector<Sample> queued = RolloutLog::open(dir + "/async_queue.h5", MPI_COMM_NULL, false).read_all();
   const size_t n_queued = j.at("queued_groups").get<size_t>() * size_t(n_samples_);
   SLIMPI_CHECK(n_queued + j.at("unused_samples").get<size_t>() == queued.size(),

@@ -105,7 +105,7 @@ class AsyncGenerator {
   // Since the last batch.
   std::map<std::string, double> counts_;
   GroupQueue queue_;  // the kept groups waiting for their batch, the untrained samples (counts into counts_)
-  int64_t groups_finished_ = 0, groups_filtered_ = 0;
+  int64_t groups_finished_ = 0, groups_filtered_ = 0, groups_env_failed_ = 0;
   bool said_short_batch_ = false;  // router: the short-batch warning is given once a job
   double score_s_ = 0;
   EngineStats streamed_;   // every rank: this engine's counters in the stream's runs

@@ -271,7 +271,7 @@ void StepPhases::train(int64_t step) {
   }
   n_global /= parts_.tensor_parallel;  // every rank of a tensor group holds the same samples
   if (n_global == 0) {
-    log::warn("step {}: no samples to train on (every group was filtered out)", step);
+    log::warn("step {}: no samples to train on (every group was filtered out, or had an episode its environment failed)", step);
     return;
   }
   int64_t n_steps = deck.get_int("train.num_steps_per_rollout");

@@ -85,7 +85,7 @@ $check "$out/stale1" 4 1
 echo "== a dynamic filter that drops every group: short batches after max_sampling_rounds x over_sampling_batch_size"
 run 3 filtered --set reward.style=exact_match --set rollout.dynamic_filter=nonzero_std \
   --set rollout.max_sampling_rounds=2 --set rollout.over_sampling_batch_size=12 --set run.n_steps=3 --set eval.path=
-grep -q "the dynamic filter kept 0 of 8 groups: .* groups finished since the last batch, and its bound (rollout.max_sampling_rounds x over_sampling_batch_size or rollout_batch_size = 24) was reached" "$out/filtered.log" \
+grep -q "0 of 8 groups to train: [0-9]* groups finished since the last batch ([0-9]* dropped by the dynamic filter, 0 with an episode the environment failed), and the bound (rollout.max_sampling_rounds x over_sampling_batch_size or rollout_batch_size = 24) was reached" "$out/filtered.log" \
   || { cat "$out/filtered.log"; echo "FAIL: no short-batch warning"; exit 1; }
 $check "$out/filtered" 4 -1
 

@@ -27,7 +27,8 @@
 #    sent again unchanged); with one that is not and takes snapshots (probe_env.py
 #    --snapshots) restored from the checkpoint's snapshot (one restore each, only a turn
 #    waiting for its reply sent again, the nonce its reset drew kept);
-#    a group with an episode its environment failed is recorded, not trained;
+#    a group with an episode its environment failed is recorded, not trained; an environment
+#    that fails every episode leaves short batches, not a stalled run;
 #  * slimpi generate runs episodes; postprocess/transcript.py shows one;
 #  * refused with the reason: an environment without reward.style = "environment" and the
 #    reverse, full async with rollout.partial other than continue, ReMax, command keys without the command environment, a command
@@ -339,6 +340,12 @@ for k, v in failed.items():
     assert all(np.isnan(rw) for st, rw in v if st == 8), (k, v)
 print(f"env_runs: full async: {len(failed)} groups with a failed episode, none trained")
 PY
+
+echo "== full async: an environment that fails every episode does not stall the run"
+run 3 full_all_fail --set run.n_steps=2 --set "rollout.env_command=$probe --fault error-all"
+grep -q "0 of 8 groups to train: .*(0 dropped by the dynamic filter, [0-9]* with an episode the environment failed)" \
+  "$out/full_all_fail.log" || { cat "$out/full_all_fail.log"; echo "FAIL: no short-batch warning"; exit 1; }
+echo "env_runs: full async: every episode failed, the run went on with short batches"
 
 echo "== slimpi generate runs episodes; transcript.py shows one"
 $mpirun -np 2 "$slimpi" generate inputs/smoke_rl.toml --set model.max_seq_len=96 --set rollout.environment=command \
