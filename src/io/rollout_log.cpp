@@ -119,6 +119,19 @@ void gather_token_field(const std::vector<const Sample*>& rows, const std::vecto
   }
 }
 
+// A per-sample vector field as a CSR column's values (converted to V) and row lengths. A
+// file without the column (has_column false) takes only empty rows: `refusal` otherwise.
+template <typename V, typename T>
+void gather_rows(const std::vector<const Sample*>& rows, const std::vector<T> Sample::*field, bool has_column,
+                 const char* refusal, std::vector<V>& values, std::vector<int64_t>& lengths) {
+  for (const Sample* s : rows) {
+    const std::vector<T>& v = s->*field;
+    SLIMPI_CHECK(has_column || v.empty(), "{}", refusal);
+    values.insert(values.end(), v.begin(), v.end());
+    lengths.push_back(static_cast<int64_t>(v.size()));
+  }
+}
+
 // Values of a CSR column per part: [n values of part 0, of part 1].
 std::vector<uint64_t> values_per_part(const std::vector<int64_t>& lengths, size_t n_first) {
   std::vector<uint64_t> out(2, 0);
@@ -169,12 +182,9 @@ void RolloutLog::append(const std::vector<Sample>& first, const std::vector<Samp
   gather_token_field(rows, &Sample::weight_versions, "weight_versions", versions, version_lengths);
   std::vector<int16_t> routing;
   std::vector<int64_t> routing_lengths;
-  for (const Sample* s : rows) {
-    SLIMPI_CHECK(has_routing_ || s->routing.empty(),
-                 "this rollouts.h5 was written before routing traces existed and cannot hold them");
-    routing.insert(routing.end(), s->routing.begin(), s->routing.end());
-    routing_lengths.push_back(static_cast<int64_t>(s->routing.size()));
-  }
+  gather_rows(rows, &Sample::routing, has_routing_,
+              "this rollouts.h5 was written before routing traces existed and cannot hold them", routing,
+              routing_lengths);
   // The environment's metrics: one JSON object per row, as bytes ("" when none).
   std::vector<uint8_t> metrics_text;
   std::vector<int64_t> metrics_lengths;
@@ -185,12 +195,9 @@ void RolloutLog::append(const std::vector<Sample>& first, const std::vector<Samp
   }
   std::vector<int32_t> contexts;
   std::vector<int64_t> context_lengths;
-  for (const Sample* s : rows) {
-    SLIMPI_CHECK(has_context_starts_ || s->context_starts.empty(),
-                 "this rollouts.h5 was written before split trajectories were recorded and cannot hold them");
-    contexts.insert(contexts.end(), s->context_starts.begin(), s->context_starts.end());
-    context_lengths.push_back(static_cast<int64_t>(s->context_starts.size()));
-  }
+  gather_rows(rows, &Sample::context_starts, has_context_starts_,
+              "this rollouts.h5 was written before split trajectories were recorded and cannot hold them", contexts,
+              context_lengths);
   std::vector<std::vector<float>> column_values(token_columns_.size());
   std::vector<std::vector<int64_t>> column_lengths(token_columns_.size());
   for (size_t c = 0; c < token_columns_.size(); ++c)

@@ -208,14 +208,14 @@ std::vector<WorkItem> EpisodeRunner::snapshot(const std::vector<WorkItem>& turns
   std::vector<WorkItem> out;
   for (const auto& [id, ep] : episodes_) {
     const Episode& e = *ep;
-    WorkItem w;
-    w.request = e.request;
-    w.request.prompt = e.group_prompt;
-    w.record = e.prompt;
     if (e.restoring) {  // not restored yet: the checkpointed state still stands
       out.push_back(*e.restoring);
       continue;
     }
+    WorkItem w;
+    w.request = e.request;
+    w.request.prompt = e.group_prompt;
+    w.record = e.prompt;
     if (e.replay) {  // not caught up: the checkpointed state still stands
       w.partial = e.replay->recorded;
       w.episode = e.replay->turns;
@@ -618,15 +618,13 @@ void EpisodeRunner::on_restored(Episode& e) {
   Sample& s = e.sample;
   const Sample& rec = item.partial;
   e.request.prompt = rec.prompt();
-  s.tokens = rec.tokens;
   s.prompt_length = rec.prompt_length;
-  adopt_recorded(s, rec);
+  adopt_recorded(s, rec);  // tokens, per-token fields, context starts
   s.env_turns = rec.env_turns;
   s.env_tool_calls = rec.env_tool_calls;
   s.env_s += rec.env_s;
   s.env_error = rec.env_error;
   s.env_metrics = rec.env_metrics;
-  s.context_starts = rec.context_starts;
   s.spec_drafted = rec.spec_drafted;
   s.spec_accepted = rec.spec_accepted;
   s.spec_passes = rec.spec_passes;
