@@ -108,4 +108,15 @@ target_link_libraries(slimpi_torch INTERFACE
   -Wl,--no-as-needed ${_t}/lib/libtorch.so ${_t}/lib/libtorch_cpu.so -Wl,--as-needed ${_t}/lib/libc10.so
   ${_cuda_libs})
 target_link_options(slimpi_torch INTERFACE -Wl,-rpath,${_t}/lib)
+
+# OpenMP: ATen's at::parallel_for is an inline `omp parallel` compiled in the caller's
+# file, so a file of ours that calls it runs serially unless built with -fopenmp
+# (slimpi_openmp_sources in src/CMakeLists.txt). Those files use the wheel's own OpenMP
+# runtime, the one thread pool that at::set_num_threads (run.threads) sizes; a wheel
+# without one bundled uses the compiler's.
+if(EXISTS ${_t}/lib/libgomp.so.1)
+  set(SLIMPI_OPENMP_RUNTIME ${_t}/lib/libgomp.so.1)
+else()
+  set(SLIMPI_OPENMP_RUNTIME -fopenmp)
+endif()
 message(STATUS "slimpi: LibTorch ${SLIMPI_TORCH_VERSION_FOUND} at ${_t}; CUDA ${SLIMPI_HAVE_CUDA}, NCCL ${SLIMPI_HAVE_NCCL}")

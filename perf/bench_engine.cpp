@@ -387,8 +387,8 @@ BENCHMARK(BM_DecodeKvE4m3VsBf16)->Iterations(20)->UseManualTime()->Unit(benchmar
 BENCHMARK(BM_DecodeNextToPrefill)->Iterations(4)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DecodeLongContext)->Iterations(6)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_SmallBatchLinear)
-    ->ArgsProduct({{1, 2, 4, 8, 16}, {3072}, {1024}})  // the Qwen3-0.6B MLP's weights: 100 MB, past the caches
-    ->ArgsProduct({{1, 4, 16}, {344}, {128}})          // the quickstart model's: 1.4 MB, in cache
+    ->ArgsProduct({{1, 2, 4, 8, 16, 32, 64}, {3072}, {1024}})  // the Qwen3-0.6B MLP's weights: 100 MB, past the caches
+    ->ArgsProduct({{1, 4, 16, 32, 64}, {344}, {128}})          // the quickstart model's: 1.4 MB, in cache
     ->Iterations(30)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_GroupPrefill)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
 

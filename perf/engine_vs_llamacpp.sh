@@ -7,7 +7,10 @@
 # perf/rollout_time = the whole batch from the first prefill to the last token.
 # llama.cpp: llama-batched-bench (its prompts not shared: every sequence its own 27
 # tokens, then 32 decode steps of all sequences; it computes logits but does not sample),
-# T = T_PP + T_TG. The two alternate, twice each; the median of each is kept.
+# T = T_PP + T_TG. The two alternate, twice each; the median of each is kept. slimpi runs
+# with OMP_WAIT_POLICY=ACTIVE: its one rank owns both cores, and its OpenMP threads then
+# spin between the ~250 parallel regions of a decode step, as llama.cpp's thread pool does
+# (PASSIVE, right where ranks share cores, made the 1-sequence run ~25% slower).
 #
 # Needs (developer-only, perf/README.md "llama.cpp"): a venv with transformers
 # (SLIMPI_HF_PYTHON, default /opt/slimpi/trl-dev/bin/python) and llama-cpp-python's
@@ -51,7 +54,7 @@ EOF
 for n in "${counts[@]}"; do
   for rep in 1 2; do
     dir="$out/slimpi_${n}_$rep"
-    OMP_WAIT_POLICY=PASSIVE mpirun "${flags[@]}" -np 1 build/slimpi generate "$out/deck.toml" \
+    OMP_WAIT_POLICY=ACTIVE mpirun "${flags[@]}" -np 1 build/slimpi generate "$out/deck.toml" \
       --set data.path="$out/prompts_$n.jsonl" --set run.dir="$dir" >"$dir.log" 2>&1 || { tail -20 "$dir.log"; exit 1; }
     "$bench" -m "$out/model.gguf" -c $((n * 59 + 64)) -b 2048 -ub 512 -npp 27 -ntg 32 -npl "$n" -t 2 -tb 2 \
       --output-format jsonl >"$out/llama_${n}_$rep.jsonl" 2>"$out/llama_${n}_$rep.log" \

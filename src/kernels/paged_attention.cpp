@@ -1,9 +1,9 @@
 #include "kernels/paged_attention.h"
 
 #include "kernels/e4m3.h"
+#include "kernels/parallel_for.h"
 
 #include <ATen/ATen.h>
-#include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Float8_e4m3fn.h>
 #include <slimpi/error.h>

@@ -1,6 +1,6 @@
 #include "kernels/sampling.h"
 
-#include <ATen/Parallel.h>
+#include "kernels/parallel_for.h"
 
 #include <algorithm>
 #include <cmath>

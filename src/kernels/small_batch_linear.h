@@ -2,20 +2,23 @@
 // a decode or verify pass feeds each linear (one per running sequence), what llama.cpp's
 // CPU matmul does for small batches.
 //
-// Why not at::linear: for 2..16 rows MKL's sgemm copies (packs) the whole weight matrix
-// on every call, which reads and writes it once more than the product itself (65% of
-// the samples of a Qwen3-0.6B-shaped decode at 8 sequences were that copy; perf/results/
-// 2026-12-03.md). Here every weight row is read from memory once per call and dotted
-// with all the rows of x: register tiles of 2 rows of x by 8 (then 4, then 1) rows of W,
-// 8 floats a lane, k in chunks of 256 so that the weight rows' chunk and x's stay in L1.
+// Why not at::linear: for up to 64 rows MKL's sgemm copies (packs) the whole weight
+// matrix on every call, which reads and writes it once more than the product itself (65%
+// of the samples of a Qwen3-0.6B-shaped decode at 8 sequences were that copy; perf/
+// results/2026-12-03.md), and on AMD CPUs it runs its AVX2 code. Here the weights are
+// read in place: a register tile of up to 8 rows of x by 3-8 rows of W (8 floats a lane,
+// all of a step's loads kept in registers), so that at up to 8 rows every weight is read
+// from memory once and used by every row of x while in a register; more rows go in groups
+// of 8 over chunks of k that stay in L1. The weight rows are split between the threads
+// (at::parallel_for; this file is built with -fopenmp, src/CMakeLists.txt).
 // perf/bench_engine's BM_SmallBatchLinear measures it against at::linear.
 //
 // Numbers: y[m, n] is one dot product whose order does not depend on the number of rows,
 // the tile, the chunking or the thread (one 8-lane fp32 accumulator over k in order, its
 // lanes summed in a fixed order, then the k tail): a row's output is the same whether it
-// runs alone or in a batch of 16 (tested). Compiled for x86-64-v4, -v3 (FMA) and plain
-// x86-64, picked at load time: the same lane order everywhere, FMA rounding where the
-// CPU has it.
+// runs alone or among 64 (tested). Compiled for x86-64-v4, -v3 (FMA) and plain x86-64,
+// picked once from the CPU: the same lane order everywhere, FMA rounding where the CPU
+// has it.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -24,18 +27,25 @@
 
 namespace slimpi {
 
-// The most rows the kernel takes. At 16 rows it and at::linear's GEMM were even on the
-// 0.6B shape (0.98-1.10x, perf/bench_engine BM_SmallBatchLinear), so larger batches stay
-// on the GEMM, whose arithmetic is the more efficient as rows grow; rows past 16 were not
-// measured with this version of the kernel.
-inline constexpr int64_t kSmallBatchLinearMaxRows = 16;
+// The most rows the kernel takes: a decode step of up to 64 running sequences, where the
+// weights stream from memory (at 16, 32 and 64 rows it was 1.3-2.2x at::linear's GEMM on
+// the 0.6B shape's 12.6 MB weights with 2 threads, 1.2-1.6x with one). Past
+// kSmallBatchLinearFewRows rows it takes only weights of kSmallBatchLinearLargeWeight
+// bytes or more: a small weight stays in cache, the product is bound by arithmetic, and
+// there the GEMM was faster (the quickstart's 176 KB weights, one thread: 0.67x at 32
+// rows, 0.52x at 64; 0.79x at 16, where the kernel ran before this rule and still does).
+// Prefill batches stay on the GEMM.
+inline constexpr int64_t kSmallBatchLinearMaxRows = 64;
+inline constexpr int64_t kSmallBatchLinearFewRows = 16;
+inline constexpr int64_t kSmallBatchLinearLargeWeight = int64_t(4) << 20;
 
 // True when dense() runs the kernel below: x and w fp32 on the CPU, w [N, K] contiguous,
-// x [..., K] with at most kSmallBatchLinearMaxRows rows, no autograd recording.
+// x [..., K] with at most kSmallBatchLinearFewRows rows (kSmallBatchLinearMaxRows for a
+// weight of kSmallBatchLinearLargeWeight bytes or more), no autograd recording.
 bool small_batch_linear_applies(const at::Tensor& x, const at::Tensor& w);
 
-// x [..., K] fp32 (any strides), w [N, K] fp32 contiguous, bias [N] or undefined ->
-// [..., N] fp32. Requires small_batch_linear_applies(x, w).
+// x [..., K] fp32 (any strides) with 1..kSmallBatchLinearMaxRows rows, w [N, K] fp32
+// contiguous, bias [N] or undefined -> [..., N] fp32.
 at::Tensor small_batch_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias = {});
 
 // While one lives, dense() on this thread runs the kernel where it applies: the engine's

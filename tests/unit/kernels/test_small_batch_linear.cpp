@@ -1,8 +1,10 @@
 // The decode-step dense kernel (kernels/small_batch_linear.h): equal to at::linear in fp64
 // to fp32 round-off for every row count it takes and shapes with k and n tails; a row's
-// output bit-identical whether it runs alone or among 16 (batch invariance); dense() is
-// at::linear outside a SmallBatchLinearScope and with autograd recording.
+// output bit-identical whether it runs alone or among the most rows (batch invariance) and
+// with one thread or three; dense() is at::linear outside a SmallBatchLinearScope and
+// with autograd recording.
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/grad_mode.h>
 #include <gtest/gtest.h>
@@ -23,7 +25,8 @@ TEST(SmallBatchLinear, EqualsTheFp64ProductToRoundOff) {
     const at::Tensor w = randn({N, K}, 1), b = randn({N}, 2);
     for (int64_t M = 1; M <= kSmallBatchLinearMaxRows; ++M) {
       const at::Tensor x = randn({M, K}, 3 + uint64_t(M));
-      ASSERT_TRUE(small_batch_linear_applies(x, w));
+      const bool large = N * K * 4 >= kSmallBatchLinearLargeWeight;  // {1024, 1030}: 4.2 MB
+      ASSERT_EQ(small_batch_linear_applies(x, w), M <= (large ? kSmallBatchLinearMaxRows : kSmallBatchLinearFewRows));
       const at::Tensor want = at::linear(x.to(at::kDouble), w.to(at::kDouble), b.to(at::kDouble));
       const at::Tensor got = small_batch_linear(x, w, b);
       ASSERT_EQ(got.sizes(), want.sizes());
@@ -36,14 +39,29 @@ TEST(SmallBatchLinear, EqualsTheFp64ProductToRoundOff) {
 
 TEST(SmallBatchLinear, ARowsOutputDoesNotDependOnTheBatch) {
   at::NoGradGuard no_grad;
-  const at::Tensor w = randn({300, 257}, 4);
-  const at::Tensor x = randn({kSmallBatchLinearMaxRows, 257}, 5);
+  // K = 777: chunks of k (with more than 8 rows) and a tail of 1.
+  const at::Tensor w = randn({300, 777}, 4);
+  const at::Tensor x = randn({kSmallBatchLinearMaxRows, 777}, 5);
   const at::Tensor all = small_batch_linear(x, w);
   for (int64_t m = 0; m < x.size(0); ++m) {
     EXPECT_TRUE(at::equal(small_batch_linear(x.narrow(0, m, 1), w), all.narrow(0, m, 1))) << "row " << m << " alone";
     if (m + 3 <= x.size(0))
       EXPECT_TRUE(at::equal(small_batch_linear(x.narrow(0, m, 3), w), all.narrow(0, m, 3))) << "rows " << m << "..+3";
   }
+}
+
+TEST(SmallBatchLinear, TheOutputDoesNotDependOnTheThreads) {
+  at::NoGradGuard no_grad;
+  const at::Tensor w = randn({1000, 300}, 11);  // blocks of 3, 4 and 8 weight rows split unevenly
+  const int threads = at::get_num_threads();
+  for (const int64_t M : {int64_t{1}, int64_t{3}, int64_t{8}, int64_t{13}, kSmallBatchLinearMaxRows}) {
+    const at::Tensor x = randn({M, 300}, 12 + uint64_t(M));
+    at::set_num_threads(1);
+    const at::Tensor one = small_batch_linear(x, w);
+    at::set_num_threads(3);
+    EXPECT_TRUE(at::equal(small_batch_linear(x, w), one)) << "M " << M;
+  }
+  at::set_num_threads(threads);
 }
 
 TEST(SmallBatchLinear, LeadingDimensionsAndStridesAreKept) {
@@ -63,7 +81,11 @@ TEST(SmallBatchLinear, DenseIsAtLinearOutsideItsScopeAndUnderAutograd) {
     EXPECT_TRUE(at::equal(dense(x, w), at::linear(x, w)));  // no scope: at::linear, bit for bit
     const SmallBatchLinearScope scope;
     EXPECT_TRUE(at::equal(dense(x, w), small_batch_linear(x, w)));
-    EXPECT_FALSE(small_batch_linear_applies(randn({kSmallBatchLinearMaxRows + 1, 48}, 10), w));
+    EXPECT_FALSE(small_batch_linear_applies(randn({kSmallBatchLinearFewRows + 1, 48}, 10), w));  // w: 12 KB
+    const at::Tensor large = at::zeros({kSmallBatchLinearLargeWeight / 4 / 64, 64});
+    EXPECT_TRUE(small_batch_linear_applies(at::zeros({kSmallBatchLinearMaxRows, 64}), large));
+    EXPECT_FALSE(small_batch_linear_applies(at::zeros({kSmallBatchLinearMaxRows + 1, 64}), large));
+    EXPECT_FALSE(small_batch_linear_applies(at::zeros({kSmallBatchLinearFewRows + 1, 64}), large.narrow(0, 1, 1000)));
     EXPECT_FALSE(small_batch_linear_applies(x.to(at::kBFloat16), w.to(at::kBFloat16)));
   }
   const SmallBatchLinearScope scope;
