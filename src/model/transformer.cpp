@@ -338,7 +338,7 @@ Transformer::ForwardContext Transformer::context(const AttentionLayout& a, KvCac
 }
 
 at::Tensor Transformer::forward(const at::Tensor& tokens, const AttentionLayout& a, KvCache* cache, MoeTrace* moe,
-                                bool to_logits, at::Tensor* hidden) const {
+                                bool to_logits, at::Tensor* hidden, const at::Tensor& logit_rows) const {
   const int64_t T = tokens.size(0);
   if (moe) {
     moe->router_logits.clear();
@@ -395,7 +395,8 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const AttentionLayout&
   x = f.to_columns(rms_norm(x, f.as_used(f.shared(final_norm_)), cfg_.rms_norm_eps));
   if (hidden) *hidden = x.to(at::kFloat);         // [T, d]
   if (!to_logits) return x.to(at::kFloat);        // [T, d]
-  return dense(x, lm_head_).to(at::kFloat);  // [T, V] (this shard's [T, Vp / t])
+  if (logit_rows.defined()) x = x.index_select(0, logit_rows.to(x.device()));  // [R, d]
+  return dense(x, lm_head_).to(at::kFloat);  // [T, V] or [R, V] (this shard's [., Vp / t])
 }
 
 // Depth i of the MTP stack (DeepSeek-V3's module k = i + 1):
@@ -464,7 +465,7 @@ at::Tensor Transformer::forward_packed_hidden(const at::Tensor& tokens, const st
 
 at::Tensor Transformer::forward_incremental(const at::Tensor& tokens, const std::vector<CachedSequence>& seqs,
                                             KvCache& cache, MoeTrace* moe, at::Tensor* hidden,
-                                            bool to_logits) const {
+                                            bool to_logits, const at::Tensor& logit_rows) const {
   for (const auto& s : seqs) {
     SLIMPI_CHECK(s.n_new > 0 && s.n_past + s.n_new <= cfg_.max_seq_len,
                  "cached sequence of {} + {} tokens (model.max_seq_len = {})", s.n_past, s.n_new, cfg_.max_seq_len);
@@ -473,7 +474,8 @@ at::Tensor Transformer::forward_incremental(const at::Tensor& tokens, const std:
   }
   // Decode sequences and prefill chunks in one batch attend apart (AttentionLayout::parts).
   const SmallBatchLinearScope decode_rows;  // the few rows of a decode step (kernels/small_batch_linear.h)
-  return forward(tokens, incremental_layout(seqs, split_decode_and_prefill_, device_), &cache, moe, to_logits, hidden);
+  return forward(tokens, incremental_layout(seqs, split_decode_and_prefill_, device_), &cache, moe, to_logits, hidden,
+                 logit_rows);
 }
 
 }  // namespace slimpi

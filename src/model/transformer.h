@@ -132,9 +132,11 @@ class Transformer {
   // hidden: when given, set to the final norm's output [T_new, d] fp32 (the LM head's
   // input, and the first MTP depth's). to_logits = false: the final norm's output is
   // returned instead of the logits (a prefill engine needs only the keys and values).
+  // logit_rows [R] int64 (defined): the LM head runs on those rows only -> logits [R, V]
+  // (an engine samples from a prompt's last position, not from every one).
   at::Tensor forward_incremental(const at::Tensor& tokens, const std::vector<CachedSequence>& seqs,
                                  KvCache& cache, MoeTrace* moe = nullptr, at::Tensor* hidden = nullptr,
-                                 bool to_logits = true) const;
+                                 bool to_logits = true, const at::Tensor& logit_rows = {}) const;
 
   // Multi-token prediction (model.mtp_num_layers > 0; DeepSeek-V3's MTP modules as MiMo
   // ships them). Depth i at position j reads in[j] (the previous depth's output there;
@@ -157,7 +159,7 @@ class Transformer {
   // The layer loop of both forwards: embedding, per layer an attention block and an MLP
   // (dense or MoE) block on the fp32 residual stream, final norm, logits.
   at::Tensor forward(const at::Tensor& tokens, const AttentionLayout& layout, KvCache* cache, MoeTrace* moe,
-                     bool to_logits = true, at::Tensor* hidden = nullptr) const;
+                     bool to_logits = true, at::Tensor* hidden = nullptr, const at::Tensor& logit_rows = {}) const;
   struct ForwardContext;
   // The context of one forward over `layout` (T tokens): parallelism, precision, the
   // attention plan, RoPE at every position.

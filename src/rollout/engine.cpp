@@ -355,7 +355,7 @@ std::vector<Sample> Engine::step() {
   reserve_decode_slots();
   const ScheduledBatch batch = schedule_batch();
   at::Tensor hidden;                                                            // [T, d] (speculation)
-  const at::Tensor logits = forward_batch(batch, speculative() ? &hidden : nullptr);  // [T, V]
+  const at::Tensor logits = forward_batch(batch, speculative() ? &hidden : nullptr);  // [R, V]
   if (speculative()) advance_draft_cache(hidden, /*after_sampling=*/false);
   sample_next_tokens(batch, logits);
   if (speculative()) advance_draft_cache(hidden, /*after_sampling=*/true);
@@ -456,16 +456,21 @@ void Engine::truncate_draft(Sequence& s, int64_t n) {
 
 // 4. One forward over the batch. The cache slot of every position each sequence
 //    attends to (slot = block_table[p / bs] * bs + p % bs), built here on the host;
-//    the model's attention layout takes them to the device in one copy. A tensor-
-//    parallel engine announces the forward to its group first (rollout/engine_group.h)
-//    and samples from the logits gathered over the vocabulary shards.
+//    the model's attention layout takes them to the device in one copy. The LM head runs
+//    only on the rows that are sampled or verified (logits_of): a prompt chunk that does
+//    not finish its prompt needs none, one that does needs its last. A tensor-parallel
+//    engine announces the forward to its group first (rollout/engine_group.h) and samples
+//    from the logits gathered over the vocabulary shards.
 at::Tensor Engine::forward_batch(const ScheduledBatch& batch, at::Tensor* hidden, bool to_logits) {
   const int64_t bs = cfg_.block_size;
   EngineForward f;
   f.block_copies = std::move(pending_block_copies_);
   pending_block_copies_.clear();
   std::vector<int64_t> new_slots;  // the slots of the tokens this forward computes, in `f.tokens` order
+  if (to_logits) f.logit_rows.emplace();
   for (auto [s, n] : batch) {
+    if (to_logits)
+      for (int64_t r = n - logits_of(*s, n); r < n; ++r) f.logit_rows->push_back(int64_t(f.tokens.size()) + r);
     s->row_base = int64_t(f.tokens.size());
     s->row_first = s->n_computed;
     s->row_count = n;
@@ -484,8 +489,8 @@ at::Tensor Engine::forward_batch(const ScheduledBatch& batch, at::Tensor* hidden
   MoeTrace trace;  // a mixture-of-experts policy's routing, kept per slot like K/V
   const bool moe = cache_.routing.defined();
   at::Tensor logits =
-      run_engine_forward(model_, cache_, precision_, f, moe ? &trace : nullptr, hidden, to_logits);  // [T, V]
-  if (group_ != MPI_COMM_NULL)  // [T, Vp / e] -> [T, V]
+      run_engine_forward(model_, cache_, precision_, f, moe ? &trace : nullptr, hidden, to_logits);  // [R, V]
+  if (group_ != MPI_COMM_NULL)  // [R, Vp / e] -> [R, V]
     logits = gather_vocab_shards(*model_.tensor_shard().comm, logits, model_.config().vocab_size);
   if (moe)
     cache_.routing.index_copy_(0, at::tensor(new_slots, at::kLong).to(cache_.routing.device()),
@@ -502,8 +507,17 @@ void Engine::release_group() {
   announce(group_, release);
 }
 
+// The logits rows a sequence's n forward rows need, its last ones: a chain to verify all
+// n; a sequence whose every token is computed by this forward its last row (it samples);
+// a prompt chunk that leaves some of its prompt to a later forward none.
+int64_t Engine::logits_of(const Sequence& s, int64_t n) {
+  if (!s.draft.empty()) return n;
+  return s.pending() == n ? 1 : 0;
+}
+
 // 5. Sequences whose every token is now computed sample their next token; a group
 //    prompt that finished prefilling forks first (all its samples read one row).
+//    `logits` holds the rows logits_of chose, in batch order.
 void Engine::sample_next_tokens(const ScheduledBatch& batch, const at::Tensor& logits) {
   Stopwatch sample_clock;
   std::vector<Sequence*> samplers;
@@ -511,13 +525,14 @@ void Engine::sample_next_tokens(const ScheduledBatch& batch, const at::Tensor& l
   int64_t row = 0;
   std::vector<std::unique_ptr<Sequence>> forked;
   for (auto [s, n] : batch) {
+    const int64_t own = logits_of(*s, n);
     if (!s->draft.empty()) {  // a chain to verify: its rows decide how many tokens it keeps
       verify_draft(*s, logits.narrow(0, row, n));
-      row += n;
+      row += own;
       continue;
     }
     s->n_computed += n;
-    row += n;
+    row += own;
     if (s->pending() != 0) continue;
     if (s->is_group()) {
       if (cfg_.prefix_cache) prefix_.insert(s->tokens, s->blocks, s->prompt_length);

@@ -219,8 +219,10 @@ class Engine : public GroupWorker {
   void admit_waiting();
   void reserve_decode_slots();
   ScheduledBatch schedule_batch();
-  // -> logits [T, V] (hidden [T, d]); to_logits = false: the final norm's output [T, d]
+  // -> logits [R, V] of the rows logits_of chooses (hidden [T, d], every row); to_logits =
+  // false: the final norm's output [T, d]
   at::Tensor forward_batch(const ScheduledBatch& batch, at::Tensor* hidden, bool to_logits = true);
+  static int64_t logits_of(const Sequence& s, int64_t n);
   void sample_next_tokens(const ScheduledBatch& batch, const at::Tensor& logits);
   void sample_rows(const std::vector<Sequence*>& samplers, const std::vector<int64_t>& rows, const at::Tensor& logits);
   std::vector<Sample> retire_finished();

@@ -15,12 +15,14 @@ namespace slimpi {
 namespace {
 
 // The announcement as one int64 vector:
-//   release, n_copies, n_tokens, n_seqs, copies (src, dst)..., tokens..., n_past..., n_new..., slots...
+//   release, n_copies, n_tokens, n_seqs, n_logit_rows (-1: every row), copies (src, dst)...,
+//   tokens..., logit_rows..., n_past..., n_new..., slots...
 std::vector<int64_t> encode(const EngineForward& f) {
   std::vector<int64_t> v{f.release ? 1 : 0, int64_t(f.block_copies.size()), int64_t(f.tokens.size()),
-                         int64_t(f.n_past.size())};
+                         int64_t(f.n_past.size()), f.logit_rows ? int64_t(f.logit_rows->size()) : -1};
   for (auto [src, dst] : f.block_copies) v.insert(v.end(), {src, dst});
   v.insert(v.end(), f.tokens.begin(), f.tokens.end());
+  if (f.logit_rows) v.insert(v.end(), f.logit_rows->begin(), f.logit_rows->end());
   v.insert(v.end(), f.n_past.begin(), f.n_past.end());
   v.insert(v.end(), f.n_new.begin(), f.n_new.end());
   v.insert(v.end(), f.slots.begin(), f.slots.end());
@@ -28,11 +30,11 @@ std::vector<int64_t> encode(const EngineForward& f) {
 }
 
 EngineForward decode(const std::vector<int64_t>& v) {
-  SLIMPI_CHECK(v.size() >= 4, "engine group: an announcement of {} numbers", v.size());
+  SLIMPI_CHECK(v.size() >= 5, "engine group: an announcement of {} numbers", v.size());
   EngineForward f;
   f.release = v[0] != 0;
   const size_t n_copies = size_t(v[1]), n_tokens = size_t(v[2]), n_seqs = size_t(v[3]);
-  size_t at = 4;
+  size_t at = 5;
   for (size_t i = 0; i < n_copies; ++i, at += 2) f.block_copies.emplace_back(int32_t(v[at]), int32_t(v[at + 1]));
   auto take = [&](size_t n) {
     std::vector<int64_t> part(v.begin() + long(at), v.begin() + long(at + n));
@@ -40,6 +42,7 @@ EngineForward decode(const std::vector<int64_t>& v) {
     return part;
   };
   f.tokens = take(n_tokens);
+  if (v[4] >= 0) f.logit_rows = take(size_t(v[4]));
   f.n_past = take(n_seqs);
   f.n_new = take(n_seqs);
   f.slots = take(v.size() - at);
@@ -91,8 +94,9 @@ at::Tensor run_engine_forward(const Transformer& model, KvCache& cache, Precisio
   }
   at::NoGradGuard no_grad;
   ForwardPrecision scope(precision, model.device());
+  const at::Tensor logit_rows = f.logit_rows ? at::tensor(*f.logit_rows, long_opts) : at::Tensor();
   return model.forward_incremental(at::tensor(f.tokens, long_opts).to(model.device()), seqs, cache, moe, hidden,
-                                   to_logits);
+                                   to_logits, logit_rows);
 }
 
 at::Tensor gather_vocab_shards(Comm& group, const at::Tensor& local, int64_t vocab_size) {

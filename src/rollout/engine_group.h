@@ -21,6 +21,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -39,7 +40,9 @@ struct EngineForward {
   std::vector<int64_t> tokens;                            // the new tokens of every sequence, back to back
   std::vector<int64_t> n_past, n_new;                     // per sequence
   std::vector<int64_t> slots;  // per sequence, back to back: the cache slot of each of its n_past + n_new positions
-  bool release = false;        // no forward: the followers return from follow()
+  // The rows of `tokens` whose logits the forward returns, in order (nullopt: every row).
+  std::optional<std::vector<int64_t>> logit_rows;
+  bool release = false;  // no forward: the followers return from follow()
 };
 
 // Announcements are control messages over MPI (`group`: the engine group's MPI
@@ -55,8 +58,8 @@ EngineForward receive_announcement(MPI_Comm group);
 void copy_kv_blocks(KvCache& cache, const std::vector<std::pair<int32_t, int32_t>>& copies, int64_t block_size);
 
 // Runs `f` through `model` (no gradient, in `precision`), writing the new tokens' keys
-// and values into `cache`: logits [T_new, V] ([T_new, Vp / e], this rank's vocabulary
-// columns, in a tensor-parallel group). moe: records the routing (leader). hidden: the
+// and values into `cache`: logits [R, V] ([R, Vp / e], this rank's vocabulary columns, in
+// a tensor-parallel group) for f.logit_rows (R of them; all T_new rows without). moe: records the routing (leader). hidden: the
 // final norm's output [T_new, d] (a speculating engine's draft input). to_logits = false:
 // no LM head, the final norm's output is returned (a prefill engine's forwards).
 at::Tensor run_engine_forward(const Transformer& model, KvCache& cache, Precision precision, const EngineForward& f,

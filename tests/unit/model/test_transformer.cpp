@@ -311,6 +311,30 @@ TEST(Transformer, Bf16IncrementalWithMixedDecodeAndPrefill) {
   }
 }
 
+// logit_rows: the LM head on the chosen rows only (an engine's prompt chunks need their
+// last row's logits, not every row's) gives exactly those rows of the whole forward's
+// logits, in the order asked, and no row when none is asked.
+TEST(Transformer, IncrementalLogitRowsAreThoseRowsOfTheWholeLogits) {
+  ModelConfig cfg = tiny(true, false, false);
+  Transformer m(cfg, 6, at::kCPU);
+  at::NoGradGuard no_grad;
+  const at::Tensor a = random_tokens(12, cfg.vocab_size, 4), b = random_tokens(9, cfg.vocab_size, 5);
+  const at::Tensor slots_a = at::arange(0, 12, at::kLong), slots_b = at::arange(20, 29, at::kLong);
+  auto run = [&](const at::Tensor& rows) {
+    KvCache cache = KvCache::allocate(cfg, 32, at::TensorOptions().dtype(at::kFloat));
+    m.forward_incremental(a.narrow(0, 0, 8), {{0, 8, slots_a.narrow(0, 0, 8)}}, cache);
+    return m.forward_incremental(at::cat({a.narrow(0, 8, 1), b}), {{8, 1, slots_a.narrow(0, 0, 9)}, {0, 9, slots_b}},
+                                 cache, nullptr, nullptr, true, rows);  // [10, V] or [R, V]
+  };
+  const at::Tensor all = run({});
+  ASSERT_EQ(all.size(0), 10);
+  const at::Tensor rows = at::tensor(std::vector<int64_t>{9, 0, 4}, at::kLong);
+  const at::Tensor some = run(rows);
+  ASSERT_EQ(some.sizes(), (std::vector<int64_t>{3, cfg.vocab_size}));
+  EXPECT_TRUE(at::equal(some, all.index_select(0, rows)));
+  EXPECT_EQ(run(at::empty({0}, at::kLong)).size(0), 0);
+}
+
 // An e4m3 KV cache (rollout.kv_cache_dtype = "fp8_e4m3"): every way decode rows read the
 // cache gives the same logits (they all read the same de-quantised keys), and those are
 // close to the full forward's (e4m3's rounding of K and V is the only change).
