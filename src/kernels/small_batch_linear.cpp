@@ -111,7 +111,11 @@ template <bool kAvx, int NR>
   for (int64_t m = 0; m < M; ++m)
     for (int j = 0; j < NR; ++j) {
       float s = lane_sum(acc[m][j]);
-      for (int64_t k = K8; k < K; ++k) s += x[m * K + k] * wn[j * K + k];
+      // The k tail in order, one FMA a term where the target has FMA (written out: GCC
+      // would otherwise vectorise the products apart from the sums, differently per
+      // target, and -v3 and -v4 would round apart).
+      for (int64_t k = K8; k < K; ++k)
+        s = kAvx ? __builtin_fmaf(x[m * K + k], wn[j * K + k], s) : s + x[m * K + k] * wn[j * K + k];
       y[m * N + n + j] = s;
     }
 }
@@ -127,35 +131,52 @@ template <bool kAvx, int NR>
   for (; n < n1; ++n) weight_block<kAvx, 1>(x, w, y, M, K, N, n, nullptr);
 }
 
-template <bool kAvx>
+// The tile's weight rows NR for its MR rows of x, so that MR x NR accumulators, NR
+// weights and one x fit kRegisters vector registers (32 of 8 floats on x86-64-v4, 16 on
+// -v3; measured on -v4 only).
+template <bool kAvx, int kRegisters>
 [[gnu::always_inline]] inline void weight_rows(const float* x, const float* w, float* y, int64_t M, int64_t K,
                                                int64_t N, int64_t n0, int64_t n1) {
-  // Registers (32 of 8 floats on x86-64-v4): MR x NR accumulators, NR weights, one x.
   const int64_t mr = std::min(M, kTileRows);
-  if (mr <= 2) return weight_rows_by<kAvx, 8>(x, w, y, M, K, N, n0, n1);
-  if (mr <= 6) return weight_rows_by<kAvx, 4>(x, w, y, M, K, N, n0, n1);
-  weight_rows_by<kAvx, 3>(x, w, y, M, K, N, n0, n1);
+  if constexpr (kRegisters >= 32) {
+    if (mr <= 2) return weight_rows_by<kAvx, 8>(x, w, y, M, K, N, n0, n1);  // 16 + 8 + 1
+    if (mr <= 6) return weight_rows_by<kAvx, 4>(x, w, y, M, K, N, n0, n1);  // 24 + 4 + 1
+    return weight_rows_by<kAvx, 3>(x, w, y, M, K, N, n0, n1);              // 24 + 3 + 1
+  } else {
+    if (mr <= 2) return weight_rows_by<kAvx, 4>(x, w, y, M, K, N, n0, n1);  // 8 + 4 + 1
+    if (mr <= 6) return weight_rows_by<kAvx, 2>(x, w, y, M, K, N, n0, n1);  // 12 + 2 + 1
+    return weight_rows_by<kAvx, 1>(x, w, y, M, K, N, n0, n1);              // 8 + 1 + 1
+  }
 }
 
 // The kernel compiled for x86-64-v4, -v3 (FMA) and plain x86-64, picked once by the CPU.
 using WeightRowsFn = void (*)(const float*, const float*, float*, int64_t, int64_t, int64_t, int64_t, int64_t);
 __attribute__((target("arch=x86-64-v4"))) void weight_rows_v4(const float* x, const float* w, float* y, int64_t M,
                                                                int64_t K, int64_t N, int64_t n0, int64_t n1) {
-  weight_rows<true>(x, w, y, M, K, N, n0, n1);
+  weight_rows<true, 32>(x, w, y, M, K, N, n0, n1);
 }
 __attribute__((target("arch=x86-64-v3"))) void weight_rows_v3(const float* x, const float* w, float* y, int64_t M,
                                                                int64_t K, int64_t N, int64_t n0, int64_t n1) {
-  weight_rows<true>(x, w, y, M, K, N, n0, n1);
+  weight_rows<true, 16>(x, w, y, M, K, N, n0, n1);
 }
 void weight_rows_x86_64(const float* x, const float* w, float* y, int64_t M, int64_t K, int64_t N, int64_t n0,
                         int64_t n1) {
-  weight_rows<false>(x, w, y, M, K, N, n0, n1);
+  weight_rows<false, 16>(x, w, y, M, K, N, n0, n1);
 }
-WeightRowsFn weight_rows_for_this_cpu() {
+WeightRowsFn weight_rows_for(SmallBatchLinearCode code) {
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("x86-64-v4")) return weight_rows_v4;
-  if (__builtin_cpu_supports("x86-64-v3")) return weight_rows_v3;
-  return weight_rows_x86_64;
+  const bool v4 = __builtin_cpu_supports("x86-64-v4"), v3 = __builtin_cpu_supports("x86-64-v3");
+  switch (code) {
+    case SmallBatchLinearCode::X86_64_V4:
+      SLIMPI_CHECK(v4, "small_batch_linear: this CPU cannot run x86-64-v4 code");
+      return weight_rows_v4;
+    case SmallBatchLinearCode::X86_64_V3:
+      SLIMPI_CHECK(v3, "small_batch_linear: this CPU cannot run x86-64-v3 code");
+      return weight_rows_v3;
+    case SmallBatchLinearCode::X86_64: return weight_rows_x86_64;
+    case SmallBatchLinearCode::Best: break;
+  }
+  return v4 ? weight_rows_v4 : v3 ? weight_rows_v3 : weight_rows_x86_64;
 }
 
 thread_local bool small_batch_scope = false;
@@ -175,19 +196,22 @@ bool small_batch_linear_applies(const at::Tensor& x, const at::Tensor& w) {
   return rows >= 1 && rows <= (large_weight ? kSmallBatchLinearMaxRows : kSmallBatchLinearFewRows);
 }
 
-at::Tensor small_batch_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias) {
+at::Tensor small_batch_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
+                              SmallBatchLinearCode code) {
   const int64_t K = w.size(1), N = w.size(0);
   const at::Tensor xc = x.reshape({-1, K}).contiguous();  // [M, K]
   const int64_t M = xc.size(0);
   SLIMPI_CHECK(M >= 1 && M <= kSmallBatchLinearMaxRows, "small_batch_linear: {} rows (1..{})", M,
                kSmallBatchLinearMaxRows);
-  static const WeightRowsFn weight_rows_fn = weight_rows_for_this_cpu();
+  static const WeightRowsFn best = weight_rows_for(SmallBatchLinearCode::Best);
+  const WeightRowsFn weight_rows_fn = code == SmallBatchLinearCode::Best ? best : weight_rows_for(code);
   at::Tensor y = at::empty({M, N}, x.options());  // [M, N]
   const float* xp = xc.data_ptr<float>();
   const float* wp = w.data_ptr<float>();
   float* yp = y.data_ptr<float>();
-  // Tasks of whole 24-row blocks (a multiple of every tile's weight rows, 8, 4 and 3); at
-  // least 3 blocks each (a task's start-up is then small against reading 72 rows of K).
+  // Tasks of whole 24-row blocks (a multiple of every tile's weight rows, 8, 4, 3, 2 and
+  // 1), 3 blocks a task at least but the last (a task's start-up is then small against
+  // reading 72 rows of K).
   constexpr int64_t kBlock = 24;
   at::parallel_for(0, (N + kBlock - 1) / kBlock, 3, [&](int64_t b0, int64_t b1) {
     weight_rows_fn(xp, wp, yp, M, K, N, kBlock * b0, std::min(N, kBlock * b1));

@@ -6,7 +6,8 @@
 // matrix on every call, which reads and writes it once more than the product itself (65%
 // of the samples of a Qwen3-0.6B-shaped decode at 8 sequences were that copy; perf/
 // results/2026-12-03.md), and on AMD CPUs it runs its AVX2 code. Here the weights are
-// read in place: a register tile of up to 8 rows of x by 3-8 rows of W (8 floats a lane,
+// read in place: a register tile of up to 8 rows of x by 3-8 rows of W (1-4 on x86-64-v3,
+// whose 16 vector registers hold fewer accumulators; 8 floats a lane,
 // all of a step's loads kept in registers), so that at up to 8 rows every weight is read
 // from memory once and used by every row of x while in a register; more rows go in groups
 // of 8 over chunks of k that stay in L1. The weight rows are split between the threads
@@ -16,9 +17,10 @@
 // Numbers: y[m, n] is one dot product whose order does not depend on the number of rows,
 // the tile, the chunking or the thread (one 8-lane fp32 accumulator over k in order, its
 // lanes summed in a fixed order, then the k tail): a row's output is the same whether it
-// runs alone or among 64 (tested). Compiled for x86-64-v4, -v3 (FMA) and plain x86-64,
-// picked once from the CPU: the same lane order everywhere, FMA rounding where the CPU
-// has it.
+// runs alone or among 64, and with any number of threads (tested). Compiled for
+// x86-64-v4, -v3 (FMA) and plain x86-64, picked once from the CPU: the same lane order
+// everywhere, so -v3 and -v4 give the same bits (tested); plain x86-64 rounds each
+// product apart.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -34,7 +36,7 @@ namespace slimpi {
 // bytes or more: a small weight stays in cache, the product is bound by arithmetic, and
 // there the GEMM was faster (the quickstart's 176 KB weights, one thread: 0.67x at 32
 // rows, 0.52x at 64; 0.79x at 16, where the kernel ran before this rule and still does).
-// Prefill batches stay on the GEMM.
+// Larger batches (most prefill chunks) stay on the GEMM.
 inline constexpr int64_t kSmallBatchLinearMaxRows = 64;
 inline constexpr int64_t kSmallBatchLinearFewRows = 16;
 inline constexpr int64_t kSmallBatchLinearLargeWeight = int64_t(4) << 20;
@@ -44,9 +46,14 @@ inline constexpr int64_t kSmallBatchLinearLargeWeight = int64_t(4) << 20;
 // weight of kSmallBatchLinearLargeWeight bytes or more), no autograd recording.
 bool small_batch_linear_applies(const at::Tensor& x, const at::Tensor& w);
 
+// Which compiled code runs: the best this CPU has, or one level (tests run each on a
+// CPU that has it).
+enum class SmallBatchLinearCode { Best, X86_64_V4, X86_64_V3, X86_64 };
+
 // x [..., K] fp32 (any strides) with 1..kSmallBatchLinearMaxRows rows, w [N, K] fp32
 // contiguous, bias [N] or undefined -> [..., N] fp32.
-at::Tensor small_batch_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias = {});
+at::Tensor small_batch_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias = {},
+                              SmallBatchLinearCode code = SmallBatchLinearCode::Best);
 
 // While one lives, dense() on this thread runs the kernel where it applies: the engine's
 // incremental forwards (model/transformer.cpp) and its drafts. Elsewhere (training,

@@ -102,8 +102,8 @@ at::Tensor run_engine_forward(const Transformer& model, KvCache& cache, Precisio
 at::Tensor gather_vocab_shards(Comm& group, const at::Tensor& local, int64_t vocab_size) {
   const at::Tensor stacked = gather_to_first(group, local.contiguous());  // [e, T, Vp / e] on rank 0
   if (!stacked.defined()) return stacked;
-  const int64_t T = local.size(0);
-  return stacked.permute({1, 0, 2}).reshape({T, -1}).narrow(1, 0, vocab_size).contiguous();  // [T, V]
+  const int64_t T = local.size(0), width = stacked.size(0) * stacked.size(2);  // T = 0: a forward without logits
+  return stacked.permute({1, 0, 2}).reshape({T, width}).narrow(1, 0, vocab_size).contiguous();  // [T, V]
 }
 
 EngineFollower::EngineFollower(const EngineConfig& cfg, const Transformer& model, MPI_Comm group)

@@ -67,7 +67,9 @@ std::vector<GenerationRequest> requests(int n_groups) {
     r.group_index = g;
     r.prompt = {ByteTokenizer::kBos};
     for (int i = 0; i < 8; ++i) r.prompt.push_back(40 + i);  // a shared header: prefix-cache hits
-    for (int i = 0; i < 3 + (g * 5) % 11; ++i) r.prompt.push_back((g * 31 + i * 7) % 256);
+    // Group 0's 22 tokens fill the first step's 16-token prefill budget without finishing
+    // their prompt: a forward that needs no logits row.
+    for (int i = 0; i < 3 + ((g + 2) * 5) % 11; ++i) r.prompt.push_back((g * 31 + i * 7) % 256);
     r.n_samples = 3;
     r.params.temperature = 1.0;
     r.params.max_new_tokens = 24;

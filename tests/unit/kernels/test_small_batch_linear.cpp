@@ -64,6 +64,25 @@ TEST(SmallBatchLinear, TheOutputDoesNotDependOnTheThreads) {
   at::set_num_threads(threads);
 }
 
+// The x86-64-v3 code (other tiles: 16 vector registers) gives the -v4 code's bits (same
+// lane order, both FMA); the plain x86-64 code (no FMA) agrees to round-off. Each runs
+// where this CPU has it.
+TEST(SmallBatchLinear, EveryCompiledCodeAgrees) {
+  at::NoGradGuard no_grad;
+  __builtin_cpu_init();
+  const at::Tensor w = randn({1000, 300}, 13);
+  for (const int64_t M : {int64_t{1}, int64_t{2}, int64_t{5}, int64_t{8}, int64_t{13}, kSmallBatchLinearMaxRows}) {
+    const at::Tensor x = randn({M, 300}, 14 + uint64_t(M));
+    const at::Tensor plain = small_batch_linear(x, w, {}, SmallBatchLinearCode::X86_64);
+    EXPECT_TRUE(at::allclose(plain, at::linear(x, w), 1e-4, 1e-4)) << "M " << M;
+    if (!__builtin_cpu_supports("x86-64-v3")) continue;
+    const at::Tensor v3 = small_batch_linear(x, w, {}, SmallBatchLinearCode::X86_64_V3);
+    EXPECT_TRUE(at::allclose(v3, plain, 1e-4, 1e-4)) << "M " << M;
+    if (__builtin_cpu_supports("x86-64-v4"))
+      EXPECT_TRUE(at::equal(small_batch_linear(x, w, {}, SmallBatchLinearCode::X86_64_V4), v3)) << "M " << M;
+  }
+}
+
 TEST(SmallBatchLinear, LeadingDimensionsAndStridesAreKept) {
   at::NoGradGuard no_grad;
   const at::Tensor w = randn({24, 40}, 6);

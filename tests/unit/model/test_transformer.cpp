@@ -313,7 +313,9 @@ TEST(Transformer, Bf16IncrementalWithMixedDecodeAndPrefill) {
 
 // logit_rows: the LM head on the chosen rows only (an engine's prompt chunks need their
 // last row's logits, not every row's) gives exactly those rows of the whole forward's
-// logits, in the order asked, and no row when none is asked.
+// logits, in the order asked, and no row when none is asked. (Bit for bit because both
+// products, 10 rows and 3, run the batch-invariant decode kernel; past its row limit the
+// whole forward's head runs on the GEMM and equals the chosen rows to round-off.)
 TEST(Transformer, IncrementalLogitRowsAreThoseRowsOfTheWholeLogits) {
   ModelConfig cfg = tiny(true, false, false);
   Transformer m(cfg, 6, at::kCPU);
