@@ -30,8 +30,9 @@
 namespace slimpi {
 
 // The most rows the kernel takes: a decode step of up to 64 running sequences, where the
-// weights stream from memory (at 16, 32 and 64 rows it was 1.3-2.2x at::linear's GEMM on
-// the 0.6B shape's 12.6 MB weights with 2 threads, 1.2-1.6x with one). Past
+// weights stream from memory (at 16, 32 and 64 rows it was 1.1-2.2x at::linear's GEMM on
+// the 0.6B shape's 12.6 MB weights with 2 threads, 1.1-1.6x with one, over two runs;
+// perf/results/2026-12-04.md). Past
 // kSmallBatchLinearFewRows rows it takes only weights of kSmallBatchLinearLargeWeight
 // bytes or more: a small weight stays in cache, the product is bound by arithmetic, and
 // there the GEMM was faster (the quickstart's 176 KB weights, one thread: 0.67x at 32
