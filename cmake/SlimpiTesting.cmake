@@ -25,3 +25,23 @@ function(slimpi_add_mpi_test name)
                          ENVIRONMENT "OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE")
   endforeach()
 endfunction()
+
+# The numeric tests once more with the x86-64 kernels of another instruction set, so that
+# a CI machine whose CPU picks other kernels cannot surprise us: MKL's AVX2 code (what MKL
+# runs on AMD EPYC whatever its AVX-512), ATen's AVX2 kernels and oneDNN without AVX-512
+# or AMX (what a Xeon's bf16 matmuls use). Registered as NAME_avx2 (serial) or
+# NAME_npN_avx2 (NP N, under mpirun), label "isa".
+set(SLIMPI_AVX2_ENV MKL_ENABLE_INSTRUCTIONS=AVX2 ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2)
+function(slimpi_rerun_on_avx2 name)
+  cmake_parse_arguments(T "" "NP" "" ${ARGN})
+  if(T_NP)
+    add_test(NAME ${name}_np${T_NP}_avx2
+             COMMAND ${MPIEXEC_EXECUTABLE} ${SLIMPI_MPIRUN_FLAGS} ${MPIEXEC_NUMPROC_FLAG} ${T_NP}
+                     $<TARGET_FILE:${name}>)
+    set_tests_properties(${name}_np${T_NP}_avx2 PROPERTIES LABELS "mpi;isa" TIMEOUT 300
+                         ENVIRONMENT "OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE;${SLIMPI_AVX2_ENV}")
+  else()
+    add_test(NAME ${name}_avx2 COMMAND ${name})
+    set_tests_properties(${name}_avx2 PROPERTIES LABELS "unit;isa" TIMEOUT 300 ENVIRONMENT "${SLIMPI_AVX2_ENV}")
+  endif()
+endfunction()

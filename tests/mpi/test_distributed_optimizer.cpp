@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <map>
 
+#include "shared_tmp.h"
 #include "io/h5.h"
 #include "io/tensor_io.h"
 #include "parallel/mpi_comm.h"
@@ -110,8 +111,8 @@ TEST(DistributedOptimizer, StepsEqualPlainAdamW) {
   EXPECT_EQ(sharded.n_steps(), 3);
 
   // The checkpoint holds whole moments, the plain trainer's.
-  const std::string dir = "dist_opt_test_np" + std::to_string(n);  // np variants may run at once
-  if (r == 0) std::filesystem::create_directories(dir);
+  const testing::SharedTmpDir scratch;  // its own: np variants and reruns may run at once
+  const std::string& dir = scratch.path();
   world.barrier();
   if (r == 0) plain.save(dir + "/plain.h5");
   sharded.save(dir + "/sharded.h5", MPI_COMM_WORLD);  // every rank writes its chunks of the moments
@@ -142,7 +143,6 @@ TEST(DistributedOptimizer, StepsEqualPlainAdamW) {
     expect_close(resumed_model.parameters()[i].tensor.detach(), plain_model.parameters()[i].tensor.detach(),
                  "resumed " + plain_model.parameters()[i].name);
   world.barrier();
-  if (r == 0) std::filesystem::remove_all(dir);
 }
 
 TEST(DistributedOptimizer, EachRankHoldsItsChunks) {

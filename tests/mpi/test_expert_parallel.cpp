@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <map>
 
+#include "shared_tmp.h"
 #include "io/h5.h"
 #include "io/tensor_io.h"
 #include "parallel/comm_tensor.h"
@@ -145,8 +146,8 @@ TEST_P(ExpertParallel, SameStepAsEveryExpertOnEveryRank) {
     if (v != Variant::FP32) continue;
 
     // The checkpoint holds the whole model and optimizer, as the baseline's does.
-    const std::string dir = "ep_test_ckpt_np" + std::to_string(n);  // np variants may run at once
-    if (r == 0) std::filesystem::create_directories(dir);
+    const testing::SharedTmpDir scratch;  // its own: np variants and reruns may run at once
+    const std::string& dir = scratch.path();
     world.barrier();
     const std::string base_path = dir + "/base.h5", shard_path = dir + "/sharded.h5";
     if (r == 0) base.save(base_path);
@@ -178,7 +179,6 @@ TEST_P(ExpertParallel, SameStepAsEveryExpertOnEveryRank) {
     for (const auto& p : gathered.parameters())
       EXPECT_TRUE(at::equal(p.tensor, want_weights.at(p.name).to(at::kBFloat16))) << "gathered " << p.name;
     world.barrier();
-    if (r == 0) std::filesystem::remove_all(dir);
   }
 }
 

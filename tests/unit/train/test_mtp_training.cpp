@@ -8,8 +8,12 @@
 #include <ATen/core/grad_mode.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdio>
+#include <filesystem>
 #include <map>
+#include <string>
 
 #include "arch/mtp_names.h"
 #include "train/mtp_loss.h"
@@ -161,7 +165,9 @@ TEST(MtpLoss, TheMtpLayersLearn) {
 // trained, they start at zero, and the trunk's step is the frozen run's continuation bit
 // for bit (the MTP loss never reaches the trunk).
 TEST(MtpLoss, AFrozenDraftsCheckpointResumesWithTheDraftTrained) {
-  const std::string path = "mtp_frozen_resume_test.h5";
+  // Its own name: the suite runs this program twice at once (tests/CMakeLists.txt: the AVX2 rerun).
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("mtp_frozen_resume_" + std::to_string(::getpid()) + ".h5")).string();
   Transformer frozen(mtp_model(1), 4, at::kCPU);
   Trainer a(sft(0.0), frozen, nullptr);
   for (int step = 0; step < 2; ++step) {

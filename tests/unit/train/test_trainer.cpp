@@ -450,7 +450,7 @@ TEST(SftData, OrderIsAPermutationPerEpochAndSplitsOverRanks) {
 }
 
 TEST(Jsonl, BadLinesNameFileLineAndKey) {
-  const std::string path = (std::filesystem::temp_directory_path() / "slimpi_bad.jsonl").string();
+  const std::string path = (std::filesystem::temp_directory_path() / ("slimpi_bad_" + std::to_string(::getpid()) + ".jsonl")).string();
   auto error_of = [&](const std::string& text) {
     std::ofstream(path) << text;
     try {
