@@ -65,17 +65,9 @@ void DistributedAdamW::reduce_scatter() {
 }
 
 double DistributedAdamW::local_norm_sq() const {
-  // Σ g² in fp64, 2^20 elements at a time: the piece's fp64 copy and its squares are
-  // then 16 MB, where a whole chunk's would be 4x the chunk (2.4 GB at 298M elements:
-  // what ended a Qwen3-0.6B-shaped TP 2 run in the OOM killer).
-  constexpr int64_t kPiece = int64_t(1) << 20;
-  at::Tensor sum = at::zeros({}, grads_.flat().options().dtype(at::kDouble));
-  for (size_t b = 0; b < buckets_.size(); ++b) {
-    const at::Tensor mine = own_chunk(b);
-    for (int64_t at = 0; at < chunk(b); at += kPiece)
-      sum += mine.narrow(0, at, std::min(kPiece, chunk(b) - at)).to(at::kDouble).square().sum();
-  }
-  return sum.item<double>();
+  double sum = 0;  // fp64 (sum_of_squares_fp64), so a sharded norm agrees with an unsharded one
+  for (size_t b = 0; b < buckets_.size(); ++b) sum += sum_of_squares_fp64(own_chunk(b));
+  return sum;
 }
 
 void DistributedAdamW::clip(double norm, double max_norm) {

@@ -34,6 +34,14 @@
 
 namespace slimpi {
 
+// Σ x² of a float tensor, accumulated in fp64 a piece of 2^20 elements at a time. Each
+// square of an fp32 value is exact in fp64 (24-bit mantissas, 48-bit product), so the
+// result is within n·2^-53 relative of the exact sum whatever the order or the CPU:
+// gradient norms agree across layouts that split the same elements differently. ATen's
+// fp32 norm accumulates in fp32 lanes: 0.3% low at 8M elements, 2.3% at 64M on the
+// Xeon of 2026-12-05, and a different error for every split of the buffer.
+double sum_of_squares_fp64(const at::Tensor& x);
+
 class GradBuffer {
  public:
   // pad_buckets_to: every bucket's length is rounded up to a multiple of it.
@@ -56,7 +64,7 @@ class GradBuffer {
   // Waits for every bucket of the armed reduction (all_reduce's first half; the
   // distributed optimizer's reduce-scatter). Returns false when none was armed.
   bool finish_reduction(Comm* comm);
-  // L2 norm of all gradients.
+  // L2 norm of all gradients, summed in fp64 (sum_of_squares_fp64).
   double global_norm() const;
   // Scales gradients by max_norm / (norm + 1e-6) when norm > max_norm (> 0).
   void clip(double norm, double max_norm);

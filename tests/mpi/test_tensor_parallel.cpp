@@ -25,6 +25,7 @@
 #include <limits>
 #include <map>
 
+#include "shared_tmp.h"
 #include "io/h5.h"
 #include "io/tensor_io.h"
 #include "model/head_log_probs.h"
@@ -336,8 +337,8 @@ TEST_P(TensorParallelStep, EqualsTheWholeModel) {
   }
 
   // The checkpoint holds whole tensors, as the whole model's does.
-  const std::string dir = "tp_test_ckpt_np" + std::to_string(n);  // np variants may run at once
-  if (world.rank() == 0) std::filesystem::create_directories(dir);
+  const testing::SharedTmpDir scratch;  // its own: np variants and reruns may run at once
+  const std::string& dir = scratch.path();
   world.barrier();
   const std::string base_path = dir + "/base.h5", split_path = dir + "/split.h5";
   if (world.rank() == 0) base.save(base_path);
@@ -396,7 +397,6 @@ TEST_P(TensorParallelStep, EqualsTheWholeModel) {
   world.barrier();
   EXPECT_FALSE(std::filesystem::exists(bad_path));
   world.barrier();
-  if (world.rank() == 0) std::filesystem::remove_all(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, TensorParallelStep,
@@ -422,6 +422,67 @@ INSTANTIATE_TEST_SUITE_P(Layouts, TensorParallelStep,
                                            // parallelism, the distributed optimizer and expert parallelism)
                                            Case{0, 1, false, false, false, false, Transformer::Recompute::None, 0, 2},
                                            Case{2, 2, true, true, true, true, Transformer::Recompute::None, 0, 1}));
+
+// The gradient norm counts every element once whatever the layout, at the shape where it
+// moved (inputs/sft_addition.toml with d 256, 2 layers, vocabulary 32000: np 1 11.534529,
+// TP 2 11.535199, ZeRO-1 11.536138). ATen's fp32 norm accumulates an 8M-element buffer in
+// fp32 lanes and rounds differently for every split of it; the norm is now summed in fp64
+// (train/grad_buffer.h), so the layouts differ only by the gradients' own round-off
+// (~1e-7 relative). One SFT step: np 1 = TP = ZeRO-1 = TP 2 x DP 2 + SP + ZeRO-1 to 1e-6.
+TEST(GradNorm, SameAtEveryLayoutAtSftAdditionScale) {
+  MpiComm world(MPI_COMM_WORLD, "trainer");
+  const int n = world.size();
+  ModelConfig cfg = testing::tiny_model_config(/*max_seq_len=*/64, /*init_std=*/0.02);
+  cfg.vocab_size = 32000;
+  cfg.hidden_size = 256;
+  cfg.n_heads = 4;
+  cfg.n_kv_heads = 4;
+  cfg.intermediate_size = 512;
+  TrainerConfig tc;
+  tc.mode = "sft";
+  tc.calculate_per_token_loss = true;
+  tc.lr.lr = 1e-3;
+  at::Generator g = at::detail::createCPUGenerator(11);
+  std::vector<Sample> all;
+  for (int i = 0; i < 8; ++i) {
+    Sample s;
+    const int64_t len = 24 + at::randint(16, {1}, g, at::kLong).item<int64_t>();
+    at::Tensor tok = at::randint(cfg.vocab_size, {len}, g, at::kLong);
+    s.tokens.assign(tok.data_ptr<int64_t>(), tok.data_ptr<int64_t>() + len);
+    s.prompt_length = 8;
+    all.push_back(s);
+  }
+  Transformer whole(cfg, 1, at::kCPU);
+  Trainer one(tc, whole, nullptr);
+  const auto want = one.train_step(all);
+  const double want_norm = want.at("train/grad_norm");
+  EXPECT_GT(want_norm, 1.0);
+
+  // One step of the layout (tensor size tp over `comm`, the rest data-parallel).
+  auto step = [&](MPI_Comm comm, int tp, bool sequence_parallel, bool zero) {
+    ModelParallel mp(comm, tp, 1, DeviceChoice{}, sequence_parallel, kv_head_replicas(cfg, tp));
+    Transformer shard(cfg, 1, at::kCPU, at::kFloat, mp.expert_shard(), mp.tensor_shard());
+    TrainerConfig c = tc;
+    c.distributed_optimizer = zero;
+    Trainer trainer(c, shard, &mp.data(), nullptr, mp.expert_replicas());
+    const int64_t dp = mp.data_size(), d = mp.data_index(), N = int64_t(all.size());
+    std::vector<Sample> mine(all.begin() + N * d / dp, all.begin() + N * (d + 1) / dp);
+    return trainer.train_step(mine);
+  };
+  auto expect_same = [&](const std::map<std::string, double>& got, const std::string& layout) {
+    EXPECT_NEAR(got.at("train/grad_norm"), want_norm, 1e-6 * want_norm) << layout;
+    EXPECT_NEAR(got.at("train/loss"), want.at("train/loss"), 1e-6 * std::abs(want.at("train/loss"))) << layout;
+  };
+  expect_same(step(MPI_COMM_WORLD, 1, false, true), "DP " + std::to_string(n) + " + ZeRO-1");
+  if (n > 1) expect_same(step(MPI_COMM_WORLD, n, false, false), "TP " + std::to_string(n));
+  if (n == 4) {
+    expect_same(step(MPI_COMM_WORLD, 2, true, true), "TP 2 x DP 2 + SP + ZeRO-1");
+    MPI_Comm half = MPI_COMM_NULL;  // two jobs of TP 2 side by side, each the whole batch
+    MPI_Comm_split(MPI_COMM_WORLD, world.rank() / 2, world.rank(), &half);
+    expect_same(step(half, 2, false, false), "TP 2");
+    MPI_Comm_free(&half);
+  }
+}
 
 // PPO's critic split over the tensor group (TP = np, and TP 2 x DP 2 at np 4; with and
 // without sequence parallelism; key/value heads replicated at TP 4 over 2 heads) against
@@ -479,8 +540,8 @@ TEST_P(TensorParallelCritic, EqualsTheWholeCritic) {
     expect_close(p.tensor.detach(), stored.part_of(p.name, whole_critic.at(p.name)), "critic " + p.name);
 
   // Its checkpoint group holds whole tensors: the whole critic reads them back.
-  const std::string path = (std::filesystem::temp_directory_path() /
-                            ("slimpi_tp_critic_" + std::to_string(n) + "_" + std::to_string(tp) + ".h5")).string();
+  const testing::SharedTmpDir scratch;  // its own: np variants and reruns may run at once
+  const std::string path = scratch.file("critic.h5");
   split.save(path, MPI_COMM_WORLD);
   MPI_Barrier(MPI_COMM_WORLD);
   Transformer reread(cfg, 9, at::kCPU);
