@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "core/log.h"
@@ -54,6 +55,33 @@ void abort_on_local_error(const std::function<void()>& body) {
     log::error("{} (aborting every rank)", e.what());
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
+}
+
+bool every_rank_arrives(MPI_Comm comm, double timeout_s) {
+  MPI_Request request = MPI_REQUEST_NULL;
+  MPI_Ibarrier(comm, &request);
+  const double deadline = MPI_Wtime() + timeout_s;
+  for (int done = 0;;) {
+    MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+    if (done) return true;
+    if (MPI_Wtime() > deadline) return false;  // (the request stays pending: the caller ends the job)
+    ::usleep(1000);
+  }
+}
+
+void end_job_for_side_error(const Error& e, MPI_Comm side, double grace_s) {
+  int rank = 0;
+  MPI_Comm_rank(side, &rank);
+  if (rank != 0) {  // sleep, not an MPI wait: the first rank's abort ends this process
+    // (In steps: the launcher's SIGTERM, which the stop-signal handler catches, ends a
+    // usleep early; the grace must still be the whole grace.)
+    for (const double until = MPI_Wtime() + grace_s; MPI_Wtime() < until;) ::usleep(10000);
+    log::error("{} (the first rank of this side did not end the job; aborting every rank)", e.what());
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  print_error_line(e.what());
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::abort();  // MPI_Abort does not return
 }
 
 }  // namespace slimpi

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "ckpt/checkpoint_dir.h"
+#include "core/exit_guard.h"
 #include "core/file_write.h"
 #include "core/log.h"
 #include "driver/check_run_deck.h"
@@ -21,6 +22,7 @@ namespace slimpi {
 Driver::Driver(RunContext& ctx) : ctx_(ctx) {
   const Deck& deck = ctx_.deck;
   parts_ = load_run_inputs(ctx_, check_run_deck(deck, ctx_.world->layout()));
+  MPI_Comm_dup(ctx_.world->world(), &errors_);
   choose_resume();
   build_run_components(ctx_, resume_from_, parts_);
   phases_ = std::make_unique<StepPhases>(ctx_, parts_);
@@ -47,14 +49,28 @@ int64_t Driver::run() {
   log::info("running steps {}..{} of {} ({})", start_step_ + 1, n_steps, n_steps, parts_.rl ? "rl" : "sft");
   Stopwatch total;
   int64_t step = start_step_;
-  for (; step < n_steps && !phases_->reached_target() && !halt_; ++step) {
-    phases_->begin_step();
-    for (const auto& p : step_table_) {
-      if (!p.used) continue;
-      Stopwatch clock;
-      p.body(step);
-      phases_->step().phase_times[fmt::format("time/{}_s", p.name)] = clock.seconds();
+  try {
+    for (; step < n_steps && !phases_->reached_target() && !halt_; ++step) {
+      phases_->begin_step();
+      for (const auto& p : step_table_) {
+        if (!p.used) continue;
+        Stopwatch clock;
+        p.body(step);
+        phases_->step().phase_times[fmt::format("time/{}_s", p.name)] = clock.seconds();
+      }
     }
+  } catch (const Error& e) {
+    // In split placement an error every trainer raises (a non-finite loss: the loss and
+    // norm are reduced over the trainers) is not seen by the rollout ranks, which wait
+    // for the trainers at record or weight sync: it must end the job from here. An error
+    // every rank raised (a write that failed, agreed over the world) still ends the job
+    // the usual way, printed once with exit code 1: the ranks agree on which it is.
+    const World& w = *ctx_.world;
+    const MPI_Comm side = w.is_trainer() ? w.trainer() : w.rollout();
+    int side_size = 0;
+    MPI_Comm_size(side, &side_size);
+    if (!e.collective() || side_size == w.size() || every_rank_arrives(errors_, 10.0)) throw;
+    end_job_for_side_error(e, side);
   }
   if (halt_) {
     log::info("stopped at the step boundary after step {} of {} in {:.3f} s; run the same command again to continue "

@@ -19,6 +19,8 @@
 // Owns the run's output files, its components and its schedule.
 #pragma once
 
+#include <mpi.h>
+
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -71,6 +73,9 @@ class Driver {
   std::unique_ptr<RolloutLog> rollouts_;
   std::unique_ptr<MetricsLog> metrics_;
   bool halt_ = false;         // stop signal or run.job_steps: checkpoint and exit 0
+  // A duplicate of the world used only to agree, after an error in the step loop, whether
+  // every rank raised it (never freed: a pending agreement may hold it; MPI_Finalize does).
+  MPI_Comm errors_ = MPI_COMM_NULL;
   int64_t start_step_ = 0;    // 0, or the step a checkpoint resumes at
   std::string ckpt_root_;     // checkpoint.dir or <run dir>/ckpt
   std::string resume_from_;   // the checkpoint this job continues, or "" (fresh)

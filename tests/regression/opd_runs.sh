@@ -126,12 +126,36 @@ refused missing_teacher "teacher.path = \"$out/nowhere\" (--set) does not exist"
 refused other_vocabulary "its tokenizer" 2 --set train.opd_kl_coef=1 \
   --set teacher.path=tests/fixtures/hf/qwen2_with_tokenizer
 grep -q "is not the student's" "$out/other_vocabulary.log"
+mkdir -p "$out/bad_config" && echo '{"model_type": ' >"$out/bad_config/config.json"
+refused bad_teacher_config "(teacher.path, --set): not valid JSON" 2 --set train.opd_kl_coef=1 \
+  --set "teacher.path=$out/bad_config"
+if grep -q "model.init_from" "$out/bad_teacher_config.log"; then
+  cat "$out/bad_teacher_config.log"; echo "FAIL: a teacher's config.json reported under model.init_from"; exit 1
+fi
 run 2 wide --set train.mode=sft --set run.n_steps=1 --set parallel.placement=colocate \
   --set data.path=inputs/data/addition_sft.jsonl --set model.hidden_size=64
 refused wrong_shape "the teacher's weights $out/wide/trainer_state.h5 do not fit the student's shape" 2 \
   --set train.opd_kl_coef=1 --set "teacher.path=$out/wide/trainer_state.h5"
 refused top_k_too_large "teacher.top_k = 300 (--set) exceeds the 260 ids both the teacher and the student" 2 \
   --set train.opd_kl_coef=1 --set "teacher.path=$teacher" --set train.opd_topk_loss_coef=1 --set teacher.top_k=300
+# A NaN teacher makes the trainers' loss NaN: in split placement the rollout ranks wait for
+# them at the record barrier, and the job must still end in seconds with the message (it
+# waited for parallel.timeout_s = 600 s, printing nothing), as it does colocated.
+cp "$teacher" "$out/nan_teacher.h5"
+/usr/bin/python3 -c "
+import sys, h5py, numpy as np
+with h5py.File(sys.argv[1], 'r+') as f:
+    w = f['model/lm_head.weight']
+    w[0, :] = np.nan
+" "$out/nan_teacher.h5"
+for placement in split colocate; do
+  start=$SECONDS
+  refused "nan_teacher_$placement" "stopping before they reach the weights" 4 --set train.opd_kl_coef=1 \
+    --set "teacher.path=$out/nan_teacher.h5" --set parallel.placement=$placement
+  [ $((SECONDS - start)) -le 90 ] || { cat "$out/nan_teacher_$placement.log"; echo "FAIL: took $((SECONDS - start)) s"; exit 1; }
+  n=$(grep -c "stopping before they reach the weights" "$out/nan_teacher_$placement.log")
+  [ "$n" = 1 ] || { cat "$out/nan_teacher_$placement.log"; echo "FAIL: the message was printed $n times"; exit 1; }
+done
 refused teacher_without_opd "teacher.path (--set) configures on-policy distillation" 2 --set "teacher.path=$teacher"
 refused router_colocated "parallel.placement = \"colocate\" (--set) has none" 2 --set train.opd_kl_coef=1 \
   --set "teacher.path=$teacher" --set teacher.placement=rollout --set parallel.placement=colocate
