@@ -13,6 +13,12 @@ Usage (a deck):  rollout.environment = "command"
                  rollout.env_command = "python3 inputs/envs/calculator.py"
 Options: --log FILE   append every line received and sent, as {"dir": "in"|"out", "line": ...}
          --max-concurrent N   episodes this process takes at once (default 256)
+
+A reset or step it cannot read (a wrong type, a missing field, a step of an episode it
+was not reset with) gets an error reply of class infra naming its episode: that episode
+fails, the process goes on. Any other bad line (not JSON, no episode, an unknown type) is
+said on stderr and skipped: a reply that names no episode would have slimpi restart the
+process.
 """
 import json
 import sys
@@ -164,20 +170,34 @@ def main():
         if log:
             log.write(json.dumps({"dir": "in", "line": line.rstrip("\n")}) + "\n")
             log.flush()
-        msg = json.loads(line)
-        kind = msg.get("type")
-        if kind == "hello":
-            send({"type": "hello", "protocol_version": 1, "name": "calculator", "tools": tools,
-                  "max_concurrent_episodes": max_concurrent, "deterministic": True})
-        elif kind == "reset":
-            episodes[msg["episode"]] = (msg["prompt"].get("label", ""), msg["limits"]["max_turns"])
-            send({"type": "observation", "episode": msg["episode"]})
-        elif kind == "step":
-            label, max_turns = episodes[msg["episode"]]
-            action = dict(msg["action"], _turn=msg["turn"])
-            send(step_reply(msg["episode"], action, max_turns, label))
-        elif kind == "close":
-            episodes.pop(msg["episode"], None)
+        msg = None
+        try:
+            msg = json.loads(line)
+            kind = msg.get("type")
+            if kind == "hello":
+                send({"type": "hello", "protocol_version": 1, "name": "calculator", "tools": tools,
+                      "max_concurrent_episodes": max_concurrent, "deterministic": True})
+            elif kind == "reset":
+                label, max_turns = msg["prompt"].get("label", ""), msg["limits"]["max_turns"]
+                if not isinstance(label, str) or not isinstance(max_turns, int):
+                    raise TypeError("prompt.label is not a string or limits.max_turns not an integer")
+                episodes[msg["episode"]] = (label, max_turns)
+                send({"type": "observation", "episode": msg["episode"]})
+            elif kind == "step":
+                label, max_turns = episodes[msg["episode"]]
+                action = dict(msg["action"], _turn=msg["turn"])
+                send(step_reply(msg["episode"], action, max_turns, label))
+            elif kind == "close":
+                episodes.pop(msg["episode"], None)
+            else:
+                raise ValueError(f"unknown type {kind!r}")
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
+            why = f"calculator.py: cannot read {line.strip()[:200]!r}: {type(e).__name__}: {e}"
+            episode = msg.get("episode") if isinstance(msg, dict) else None
+            if isinstance(episode, str) and msg.get("type") in ("reset", "step"):
+                send({"type": "error", "episode": episode, "class": "infra", "message": why})
+            else:
+                print(why, file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

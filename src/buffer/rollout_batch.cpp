@@ -84,7 +84,7 @@ void add_episode_metrics(const std::vector<Sample>& first, const std::vector<Sam
     episode_s += s.episode_s;
     failed += s.status == SampleStatus::EnvFailed;
     if (s.env_error >= 0 && s.env_error < 5) errors[s.env_error] += 1;
-    if (s.status == SampleStatus::EnvFailed) return;  // its mask was zeroed
+    if (s.status == SampleStatus::EnvFailed) return;  // never trained: its model tokens are not counted
     tokens += double(s.response_length());
     for (float x : s.loss_mask) model_tokens += x;
   };

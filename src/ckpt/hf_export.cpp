@@ -188,21 +188,35 @@ std::string export_checkpoint_to_hf(const std::string& path, const std::string& 
   const std::map<std::string, std::string> meta = {{"format", "pt"}, {"source", source.weights}};
   const auto shards = shard(tensors, options.max_shard_bytes);
   std::string files;
-  if (shards.size() == 1) {
-    write_safetensors(out_dir + "/model.safetensors", tensors, meta);
-    files = "model.safetensors";
-  } else {
-    nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", nlohmann::json::object()}};
-    for (size_t i = 0; i < shards.size(); ++i) {
-      const std::string name = fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, shards.size());
-      write_safetensors(out_dir + "/" + name, shards[i], meta);
-      for (const auto& t : shards[i]) index["weight_map"][t.name] = name;
+  std::vector<std::string> written;  // removed again when the export fails part way (a full disk)
+  try {
+    if (shards.size() == 1) {
+      written.push_back(out_dir + "/model.safetensors");
+      write_safetensors(written.back(), tensors, meta);
+      files = "model.safetensors";
+    } else {
+      nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", nlohmann::json::object()}};
+      for (size_t i = 0; i < shards.size(); ++i) {
+        const std::string name = fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, shards.size());
+        written.push_back(out_dir + "/" + name);
+        write_safetensors(written.back(), shards[i], meta);
+        for (const auto& t : shards[i]) index["weight_map"][t.name] = name;
+      }
+      written.push_back(out_dir + "/model.safetensors.index.json");
+      write_file(written.back(), index.dump(2) + "\n");
+      files = fmt::format("{} shards + model.safetensors.index.json", shards.size());
     }
-    write_file(out_dir + "/model.safetensors.index.json", index.dump(2) + "\n");
-    files = fmt::format("{} shards + model.safetensors.index.json", shards.size());
+    written.push_back(out_dir + "/config.json");
+    write_file(written.back(), config);
+    written.push_back(out_dir + "/generation_config.json");
+    write_file(written.back(), generation_config_json(ids));
+  } catch (const std::exception& e) {
+    for (const auto& path : written) {
+      std::error_code ignored;
+      std::filesystem::remove(path, ignored);
+    }
+    SLIMPI_FAIL("{} (the export's files written so far were removed: {} holds no partial model)", e.what(), out_dir);
   }
-  write_file(out_dir + "/config.json", config);
-  write_file(out_dir + "/generation_config.json", generation_config_json(ids));
   for (const auto& f : tokenizer_files) {  // the tokenizer the run trained with, as it came
     const std::filesystem::path to = std::filesystem::path(out_dir) / f.filename();
     if (!std::filesystem::exists(to) || !std::filesystem::equivalent(f, to))

@@ -3,12 +3,16 @@
 #include <slimpi/error.h>
 
 #include "ckpt/checkpoint_dir.h"
+#include "ckpt/run_state.h"
 #include "config/schema.h"
 #include "core/log.h"
 
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <filesystem>
+
+#include "io/h5.h"
 
 namespace slimpi::ckpt {
 
@@ -47,6 +51,24 @@ std::string choose_checkpoint(const Deck& deck, const std::string& root) {
                 "name a checkpoint directory",
                 deck.source("checkpoint.resume"), root, fmt::join(rejected, "\n  "));
   return "";
+}
+
+std::vector<std::string> checkpoint_inconsistencies(const std::string& dir, const Deck& stored) {
+  std::vector<std::string> out;
+  const std::string name = std::filesystem::path(dir).lexically_normal().filename().string();
+  const std::string leaf = name.empty() ? std::filesystem::path(dir).lexically_normal().parent_path().filename().string()
+                                        : name;
+  const int64_t step = read_run_state(dir + "/run_state.h5").step;
+  if (auto named = parse_step_dir_name(leaf); named && *named != step)
+    out.push_back(fmt::format("{}/run_state.h5 says step {}, but the directory is named for step {}", dir, step,
+                              *named));
+  if (stored.get_string("train.mode") == "rl" && stored.get_string("train.advantage_estimator") == "ppo") {
+    h5::File f = h5::File::open(dir + "/trainer_state.h5", false, MPI_COMM_NULL);
+    if (!h5::exists(f.id(), "critic"))
+      out.push_back(fmt::format("{}/trainer_state.h5 holds no critic group, but the run that wrote it trained one "
+                                "(its deck.json: train.advantage_estimator = \"ppo\")", dir));
+  }
+  return out;
 }
 
 CheckpointSearch newest_verified_checkpoint(const std::string& root) {

@@ -41,6 +41,13 @@ struct DeckDifferences {
 };
 DeckDifferences compare_decks(const Deck& stored, const Deck& now);
 
+// What contradicts itself in a verified checkpoint written with `stored` (its deck.json),
+// each a line naming the file: run_state.h5's step against the directory's name
+// (step_XXXXXXXX; a directory named otherwise is not compared), and a checkpoint of a
+// PPO run whose trainer_state.h5 holds no critic (resumed, the critic would silently be
+// a copy of the policy). Empty when it is consistent.
+std::vector<std::string> checkpoint_inconsistencies(const std::string& dir, const Deck& stored);
+
 // A one-line description of a layout ("split: 4 ranks, 2 trainer + 2 rollout").
 std::string describe_layout(const WorldLayout& layout);
 

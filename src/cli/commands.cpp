@@ -6,9 +6,11 @@
 
 #include <fmt/ranges.h>
 
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 
+#include "ckpt/checkpoint_dir.h"
 #include "ckpt/resume.h"
 #include "cli/make_data.h"
 #include "config/deck_broadcast.h"
@@ -178,11 +180,37 @@ std::string describe_keys_markdown() {
   return out;
 }
 
+namespace {
+
+// The weights a fresh start reads (teacher.path is checked by check_run_deck, for a run
+// too): a note for model.init_from and critic.init_from when they do not exist and the
+// job would not resume from a checkpoint (which holds the policy and the critic). A note,
+// not an error: a pipeline's later deck names what its earlier job writes
+// (inputs/quickstart_grpo.toml reads the SFT job's trainer_state.h5), and is checked
+// before that job has run.
+std::string missing_init_files(const Deck& deck) {
+  const std::string root = deck.get_string("checkpoint.dir").empty() ? run_dir_of(deck) + "/ckpt"
+                                                                       : deck.get_string("checkpoint.dir");
+  const std::string& resume = deck.get_string("checkpoint.resume");
+  const bool resumes = resume != "never" && (resume != "auto" || !ckpt::list_step_dirs(root).empty());
+  std::string notes;
+  for (const char* key : {"model.init_from", "critic.init_from"}) {
+    const std::string& path = deck.get_string(key);
+    if (!path.empty() && !resumes && !std::filesystem::exists(path))
+      notes += fmt::format("  note: {} = \"{}\" ({}) does not exist (yet): a fresh start reads its weights, and "
+                           "stops if it is still missing then\n", key, path, deck.source(key));
+  }
+  return notes;
+}
+
+}  // namespace
+
 std::string check_deck(const std::string& deck_path, const std::vector<std::string>& overrides, int n_ranks) {
   const Deck deck = load_deck_collective(MPI_COMM_WORLD, deck_path, overrides);
   const WorldLayout layout = resolve_layout(deck, n_ranks);
   check_run_deck(deck, layout);
-  return fmt::format("check: {} holds for a job of {} rank{}: {}; train.mode = \"{}\", train.async = \"{}\"\n"
+  return missing_init_files(deck) +
+         fmt::format("check: {} holds for a job of {} rank{}: {}; train.mode = \"{}\", train.async = \"{}\"\n"
                      "  (the data and evaluation files are read when the job starts)\n",
                      deck_path, n_ranks, n_ranks > 1 ? "s" : "", ckpt::describe_layout(layout),
                      deck.get_string("train.mode"), deck.get_string("train.async"));

@@ -349,7 +349,8 @@ std::vector<KeySpec> declare_keys() {
                "rewards are still scored and logged)"),
       float_key("train.lambd", 1.0, 0.0, 1.0, "", "ppo: GAE's lambda of the policy's advantages (slime's --lambd)"),
       float_key("train.lambd_value", -1.0, -1.0, 1.0, "",
-                "ppo: GAE's lambda of the critic's value targets (VAPO's decoupled lambda; -1 = train.lambd)"),
+                "ppo: GAE's lambda of the critic's value targets (VAPO's decoupled lambda): in [0, 1], or -1 = "
+                "train.lambd"),
       float_key("train.kl_coef", 0.0, 0.0, 1e6, "", "reward-side KL penalty of the reinforce_plus_plus estimators"),
       int_key("train.n_micro_batches", 1, 1, 1e6, "", "micro-batches per rank per step (gradient accumulation)"),
       int_key("train.max_tokens_per_micro_batch", 0, 0, 1e9, "tokens",

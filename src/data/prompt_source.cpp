@@ -36,6 +36,11 @@ PathSlice parse_path_slice(const std::string& spec) {
   return s;
 }
 
+std::pair<int64_t, int64_t> PathSlice::range(int64_t n) const {
+  auto clamp_index = [n](int64_t i) { return i < 0 ? std::max<int64_t>(0, n + i) : std::min(i, n); };
+  return {clamp_index(begin), end == INT64_MAX ? n : clamp_index(end)};
+}
+
 PromptSourceSpec PromptSourceSpec::from_deck(const Deck& deck, const std::string& path,
                                              std::shared_ptr<const Tokenizer> tokenizer) {
   PromptSourceSpec spec;
@@ -59,8 +64,7 @@ PromptSource::PromptSource(const PromptSourceSpec& spec, uint64_t seed) : order_
   std::vector<JsonlRecord> all =
       read_jsonl(slice.file, keys, spec.skip_bad_lines, &skipped_, optional, {spec.input_key});
   const int64_t n = static_cast<int64_t>(all.size());
-  auto clamp_index = [n](int64_t i) { return i < 0 ? std::max<int64_t>(0, n + i) : std::min(i, n); };
-  const int64_t begin = clamp_index(slice.begin), end = slice.end == INT64_MAX ? n : clamp_index(slice.end);
+  const auto [begin, end] = slice.range(n);
   if (begin >= end)
     SLIMPI_FAIL_ALL("data path '{}' selects no records (the file has {})", spec.path, n);
   const ByteTokenizer bytes;

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "data/epoch_order.h"
@@ -81,6 +82,8 @@ struct PathSlice {
   std::string file;
   int64_t begin = 0;
   int64_t end = INT64_MAX;
+  // The records [first, last) it selects of a file of n, bounds clamped as Python's.
+  std::pair<int64_t, int64_t> range(int64_t n) const;
 };
 PathSlice parse_path_slice(const std::string& spec);
 

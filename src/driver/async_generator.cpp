@@ -172,7 +172,7 @@ std::map<std::string, double> AsyncGenerator::take_batch(int64_t step, RolloutBa
               "filter, {} with an episode the environment failed), and the bound (rollout.max_sampling_rounds x "
               "over_sampling_batch_size or rollout_batch_size = {}) was reached; training on those. Said once: "
               "rollout/short_batch_groups in metrics.h5 counts every short batch",
-              step, n_groups, batch_groups_, groups_finished_, groups_filtered_, groups_env_failed_,
+              step + 1, n_groups, batch_groups_, groups_finished_, groups_filtered_, groups_env_failed_,
               max_groups_per_batch_);
     said_short_batch_ = true;
   }

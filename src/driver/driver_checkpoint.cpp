@@ -95,6 +95,10 @@ void Driver::choose_resume() {
     if (!problems.empty())
       SLIMPI_FAIL("checkpoint {} does not fit this job; these must not change:\n  {}", chosen,
                   fmt::join(problems, "\n  "));
+    if (const auto odd = ckpt::checkpoint_inconsistencies(chosen, stored); !odd.empty())
+      SLIMPI_FAIL("checkpoint {} contradicts itself and is not resumed from (damaged or edited by hand):\n  {}\n"
+                  "name another checkpoint with checkpoint.resume, or set checkpoint.resume = \"never\" to start over",
+                  chosen, fmt::join(odd, "\n  "));
     for (const auto& line : diff.other) log::info("resume: changed since the checkpoint: {}", line);
     fs::remove(ctx_.run_dir + "/COMPLETE");  // the run goes on
   });

@@ -1,5 +1,6 @@
-// `slimpi generate DECK`: the rollout side alone (slime's debug_rollout_only without
-// rewards). Every rank is an engine; rank 0 routes. The prompts of data.path (key
+// `slimpi generate DECK`: the rollout side alone (slime's debug_rollout_only; no reward
+// style runs, only an environment's episode rewards, in raw_reward). Every rank is an
+// engine; rank 0 routes. The prompts of data.path (key
 // data.input_key) become groups of rollout.n_samples_per_prompt samples, group i drawing
 // from mix_seed(run.seed, 0, i); the policy is the seeded init or model.init_from.
 // Writes rollouts.h5 (in group order) and metrics.h5/.csv (one row of rollout/* and

@@ -117,6 +117,7 @@ void StepPhases::generate_batch(int64_t step, RolloutBatch& out) {
   const bool greedy_baseline =
       advantage_estimators().get(deck.get_string("train.advantage_estimator")).centring == RewardCentring::Greedy;
   int kept = 0;
+  int64_t env_failed_groups = 0;  // (router) groups left out for an episode their environment failed
   for (int64_t round = 0; round < max_rounds && kept < want; ++round) {
     // Draw the round's prompts, generate their groups, score them, filter the groups.
     const int64_t first_group = out.groups_generated;
@@ -158,6 +159,7 @@ void StepPhases::generate_batch(int64_t step, RolloutBatch& out) {
         const bool keep = !env_failed && filter.keep(group_rewards);
         const bool surplus = keep && kept >= want;
         if (!keep && !env_failed) ++out.groups_dropped;
+        if (env_failed) ++env_failed_groups;
         if (keep && !surplus) ++kept;
         for (int64_t i = 0; i < n; ++i) {
           Sample s = std::move(samples[g * n + i]);
@@ -184,9 +186,12 @@ void StepPhases::generate_batch(int64_t step, RolloutBatch& out) {
   out.generate_s += rounds_clock.seconds();
   step_.generation_s += rounds_clock.seconds();
   if (side.is_router() && kept < want && !said_short_batch_) {
-    log::warn("step {}: the dynamic filter kept {} of {} groups after {} rounds; training on those (rewards "
-              "normalised per group). Said once: rollout/short_batch_groups in metrics.h5 counts every short batch",
-              step, kept, want, out.rounds);
+    // Steps are counted from 1 in every line a person reads (the progress line's "step k/n").
+    log::warn("step {}: {} of {} groups to train after {} round(s) of {} ({} dropped by the dynamic filter{}, {} with "
+              "an episode the environment failed); training on those (rewards normalised per group). Said once: "
+              "rollout/short_batch_groups in metrics.h5 counts every short batch",
+              step + 1, kept, want, out.rounds, per_round, out.groups_dropped,
+              filter.is_identity() ? ", which is off" : "", env_failed_groups);
     said_short_batch_ = true;
   }
 }
@@ -271,13 +276,14 @@ void StepPhases::train(int64_t step) {
   }
   n_global /= parts_.tensor_parallel;  // every rank of a tensor group holds the same samples
   if (n_global == 0) {
-    log::warn("step {}: no samples to train on (every group was filtered out, or had an episode its environment failed)", step);
+    log::warn("step {}: no samples to train on (every group was filtered out, or had an episode its environment failed)",
+              step + 1);
     return;
   }
   int64_t n_steps = deck.get_int("train.num_steps_per_rollout");
   if (n_steps == 0) n_steps = std::max<int64_t>(1, n_global / deck.get_int("train.global_batch_size"));
   if (n_steps > n_global) {  // a short batch (the filter kept few groups): no empty optimizer step
-    log::warn("step {}: {} samples for train.num_steps_per_rollout = {}: taking {} optimizer steps", step, n_global,
+    log::warn("step {}: {} samples for train.num_steps_per_rollout = {}: taking {} optimizer steps", step + 1, n_global,
               n_steps, n_global);
     n_steps = n_global;
   }
@@ -307,7 +313,7 @@ void StepPhases::train(int64_t step) {
     for (const auto& [k, v] : critic_sums) step_.metrics[k] = v;
     step_.metrics["train/critic_steps"] = double(n_steps * cc.n_epochs);
     if (critic->n_rollouts() <= cc.warmup_rollouts) {
-      log::info("step {}: critic warm-up rollout {} of {} (critic.warmup_rollouts): the policy is not trained", step,
+      log::info("step {}: critic warm-up rollout {} of {} (critic.warmup_rollouts): the policy is not trained", step + 1,
                 critic->n_rollouts(), cc.warmup_rollouts);
       train_policy = false;
     }

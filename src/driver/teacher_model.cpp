@@ -31,8 +31,14 @@ Deck hf_teacher_deck(const std::string& dir, const std::string& source) {
   std::vector<std::string> problems;
   apply_hf_config(entries, problems);
   if (!problems.empty()) {
+    // The loader names the key it reads the directory from; here that is teacher.path.
+    auto as_teacher = [](std::string text) {
+      for (size_t at; (at = text.find("model.init_from")) != std::string::npos;)
+        text.replace(at, std::string("model.init_from").size(), "teacher.path");
+      return text;
+    };
     std::string text = fmt::format("teacher.path = \"{}\" ({}):", dir, source);
-    for (const auto& p : problems) text += "\n  " + p;
+    for (const auto& p : problems) text += "\n  " + as_teacher(p);
     SLIMPI_FAIL_ALL("{}", text);
   }
   return Deck(std::move(entries));

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdlib>
+#include <set>
 
 #include "core/child_process.h"
 #include "core/log.h"
@@ -22,12 +24,43 @@ std::chrono::steady_clock::duration seconds(double s) {
   return std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(s));
 }
 
-// rollout.env_command under its rlimits (sh's ulimit: -t CPU seconds, -v KiB of address space).
+// Whether `command` is one program and its arguments, so that `exec` can run it in place
+// of sh: no shell operator, redirection, substitution or assignment, a first word that is
+// no shell builtin and names an executable file (a path, or found on PATH).
+// Conservative: anything else stays under sh.
+bool is_simple_command(const std::string& command) {
+  if (command.find_first_of(";&|()<>`$\n\\") != std::string::npos) return false;
+  const size_t begin = command.find_first_not_of(" \t");
+  if (begin == std::string::npos) return false;
+  const std::string first = command.substr(begin, command.find_first_of(" \t", begin) - begin);
+  static const std::set<std::string> builtins = {"cd",    "export", "set",    "unset",    "ulimit", "umask",
+                                                 "alias", "eval",   "exec",   "exit",     "read",   "shift",
+                                                 "trap",  "wait",   "source", "command",  "local",  "readonly",
+                                                 "return", "break", "continue", ".",      ":",      "time"};
+  if (builtins.count(first) ||
+      first.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_./+-") !=
+          std::string::npos)
+    return false;
+  if (first.find('/') != std::string::npos) return ::access(first.c_str(), X_OK) == 0;
+  const char* path = std::getenv("PATH");
+  for (std::string dirs = path ? path : ""; !dirs.empty();) {
+    const size_t colon = dirs.find(':');
+    const std::string dir = dirs.substr(0, colon);
+    dirs = colon == std::string::npos ? "" : dirs.substr(colon + 1);
+    if (!dir.empty() && ::access((dir + "/" + first).c_str(), X_OK) == 0) return true;
+  }
+  return false;
+}
+
+// rollout.env_command under its rlimits (sh's ulimit: -t CPU seconds, -v KiB of address
+// space). A simple command is exec'ed, so that the environment's own process holds the
+// pipes: sh (dash) would otherwise stay as its parent holding stdout open, and an
+// environment that closes its stdout would be noticed only at rollout.env_timeout_s.
 std::string limited_command(const EnvConfig& cfg) {
   std::string prefix;
   if (cfg.cpu_limit_s > 0) prefix += fmt::format("ulimit -t {}; ", int64_t(std::ceil(cfg.cpu_limit_s)));
   if (cfg.memory_limit_mb > 0) prefix += fmt::format("ulimit -v {}; ", cfg.memory_limit_mb * 1024);
-  return prefix + cfg.command;
+  return prefix + (is_simple_command(cfg.command) ? "exec " : "") + cfg.command;
 }
 
 }  // namespace
@@ -70,12 +103,7 @@ void CommandEnvironment::start(Process& p) {
       if (why.empty()) {
         p.in_buf.erase(0, nl + 1);
         p.max_episodes = info.max_concurrent_episodes;
-        if (p.index == 0 && info_.protocol_version == 0) {
-          info_ = info;
-          log::info("rollout.environment = \"command\": '{}' says it is '{}' (protocol {}, {} concurrent episodes a "
-                    "process, {}deterministic, {}snapshots)", cfg_.command, info.name, info.protocol_version,
-                    info.max_concurrent_episodes, info.deterministic ? "" : "not ", info.snapshots ? "" : "no ");
-        }
+        if (p.index == 0 && info_.protocol_version == 0) info_ = info;  // (the rollout side logs it)
         p.last_output = Clock::now();
         return;
       }
@@ -105,7 +133,7 @@ void CommandEnvironment::start(Process& p) {
   drain_stderr(p, /*final=*/true);  // what it said before it failed
   SLIMPI_FAIL("{} did not start: {}. The environment protocol (docs/environments.md) starts with slimpi writing "
               "{{\"type\": \"hello\", \"protocol_version\": {}}} and the process answering {{\"type\": \"hello\", "
-              "\"protocol_version\": {}, \"name\": ..., \"tools\": [...], \"max_concurrent_episodes\": n}}",
+              "\"protocol_version\": {}}} (name, tools, max_concurrent_episodes, deterministic and snapshots optional)",
               describe(p), why, kEnvProtocolVersion, kEnvProtocolVersion);
 }
 
@@ -113,8 +141,9 @@ void CommandEnvironment::restart(Process& p, const std::string& why) {
   drain_stderr(p, /*final=*/true);  // its last words (a traceback) before the verdict
   ++p.restarts;
   ++restarts_;
-  log::warn("{} {}; it is killed and restarted (restart {} of at most {}, rollout.env_max_restarts)", describe(p), why,
-            p.restarts, cfg_.max_restarts);
+  if (p.restarts <= cfg_.max_restarts)  // (past the bound, the error below says it: no restart is announced)
+    log::warn("{} {}; it is killed and restarted (restart {} of at most {}, rollout.env_max_restarts)", describe(p),
+              why, p.restarts, cfg_.max_restarts);
   for (const auto& [episode, deadline] : p.waiting) fail(episode, fmt::format("{} {}", describe(p), why));
   for (const std::string& episode : p.episodes)
     if (!p.waiting.count(episode)) lost_.insert(episode);
@@ -274,10 +303,11 @@ std::vector<EnvReply> CommandEnvironment::poll(double wait_s) {
     if (restart_why.empty() && p.in_buf.size() > size_t(cfg_.max_reply_bytes))
       restart_why = fmt::format("wrote more than rollout.env_max_reply_bytes = {} bytes without a newline",
                                 cfg_.max_reply_bytes);
-    if (restart_why.empty() && p.child->stdout_fd() < 0) {
+    if (restart_why.empty() && p.child->stdout_fd() < 0) {  // EOF on its stdout: noticed at once
       int status = 0;
-      p.child->wait_until(Clock::now() + seconds(1), &status);
-      restart_why = fmt::format("exited ({})", ChildProcess::describe_status(status));
+      restart_why = p.child->wait_until(Clock::now() + seconds(1), &status)
+                        ? fmt::format("exited ({})", ChildProcess::describe_status(status))
+                        : std::string("closed its stdout (it is still running, but can no longer reply)");
     }
     const auto now = Clock::now();
     if (restart_why.empty()) {

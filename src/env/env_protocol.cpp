@@ -105,6 +105,12 @@ const char* env_error_name(EnvError e) {
   return "?";
 }
 
+std::string describe_env_info(const EnvInfo& info) {
+  return fmt::format("'{}' (protocol {}, {} concurrent episodes a process, {}deterministic, {}snapshots)", info.name,
+                     info.protocol_version, info.max_concurrent_episodes, info.deterministic ? "" : "not ",
+                     info.snapshots ? "" : "no ");
+}
+
 bool parse_env_error(const std::string& name, EnvError* out) {
   for (EnvError e : {EnvError::None, EnvError::Model, EnvError::Tool, EnvError::Infra, EnvError::Overlong})
     if (name == env_error_name(e)) {

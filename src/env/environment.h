@@ -49,6 +49,9 @@ struct EnvInfo {
   // episode back from one: episodes in flight at a checkpoint resume without a replay.
   bool snapshots = false;
 };
+// "'calc' (protocol 1, 4 concurrent episodes a process, deterministic, no snapshots)":
+// what the job log says of an environment once it has said hello.
+std::string describe_env_info(const EnvInfo& info);
 
 struct EpisodeStart {
   std::string episode;  // unique for the run: "<stream>/<group>/<sample>"

@@ -45,6 +45,17 @@ EnvConfig EnvConfig::from_deck(const Deck& deck) {
   if (c.name == "command" && c.command.empty())
     SLIMPI_FAIL_ALL("rollout.environment = \"command\" ({}) needs rollout.env_command: the program that speaks the "
                     "environment protocol (docs/environments.md)", deck.source("rollout.environment"));
+  // The other ranks wait for a batch's episodes under the watchdog: an environment allowed
+  // to take longer than parallel.timeout_s over one reply (or one episode) would have the
+  // job ended blaming a dead peer before its own limit fires (as reward.command_timeout_s).
+  const double watchdog_s = deck.get_float("parallel.timeout_s");
+  for (const char* key : {"rollout.env_timeout_s", "rollout.env_episode_wall_s"}) {
+    const double limit = deck.get_float(key);
+    if (c.name == "command" && limit >= watchdog_s)
+      SLIMPI_FAIL_ALL("{} = {} ({}) must be below parallel.timeout_s = {} ({}): the ranks that wait for the batch's "
+                      "episodes would be stopped by the watchdog first (the wait also holds the batch's generation, so "
+                      "leave room for it)", key, limit, deck.source(key), watchdog_s, deck.source("parallel.timeout_s"));
+  }
   return c;
 }
 

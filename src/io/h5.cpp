@@ -234,7 +234,21 @@ std::string read_attr_string(hid_t loc, const std::string& name) {
   Handle attr(check(H5Aopen(loc, name.c_str(), H5P_DEFAULT), ("H5Aopen " + name).c_str()), H5Aclose);
   Handle type(check(H5Aget_type(attr.id()), "H5Aget_type"), H5Tclose);
   SLIMPI_CHECK(H5Tget_class(type.id()) == H5T_STRING, "HDF5 attribute '{}' is not a string", name);
-  SLIMPI_CHECK(!H5Tis_variable_str(type.id()), "HDF5 attribute '{}' is a variable-length string", name);
+  {
+    Handle space(check(H5Aget_space(attr.id()), "H5Aget_space"), H5Sclose);
+    SLIMPI_CHECK(H5Sget_simple_extent_npoints(space.id()) == 1, "HDF5 attribute '{}' holds {} strings, not one", name,
+                 H5Sget_simple_extent_npoints(space.id()));
+  }
+  if (H5Tis_variable_str(type.id()) > 0) {  // as h5py writes a str: read into HDF5's own buffer, then free it
+    Handle mem(check(H5Tcopy(H5T_C_S1), "H5Tcopy"), H5Tclose);
+    check_status(H5Tset_size(mem.id(), H5T_VARIABLE), "H5Tset_size");
+    check_status(H5Tset_cset(mem.id(), H5Tget_cset(type.id())), "H5Tset_cset");
+    char* text = nullptr;
+    check_status(H5Aread(attr.id(), mem.id(), &text), ("H5Aread " + name).c_str());
+    std::string value = text ? text : "";
+    H5free_memory(text);
+    return value;
+  }
   size_t n = H5Tget_size(type.id());
   std::string value(n, '\0');
   Handle mem = string_type(n);

@@ -57,6 +57,14 @@ std::string stats_text(hid_t dset, hsize_t n) {
   return s;
 }
 
+// A CSR column (io/appendable_dataset.h): a group with `values` and 1-D `offsets`.
+bool is_csr_group(hid_t group) {
+  if (!h5::exists(group, "offsets") || !h5::exists(group, "values")) return false;
+  h5::Handle off(h5::check(H5Dopen2(group, "offsets", H5P_DEFAULT), "H5Dopen offsets"), H5Dclose);
+  h5::Handle space(h5::check(H5Dget_space(off.id()), "H5Dget_space"), H5Sclose);
+  return H5Sget_simple_extent_ndims(space.id()) == 1;
+}
+
 herr_t visit_object(hid_t root, const char* name, const H5O_info_t* info, void* data) {
   auto* v = static_cast<Visit*>(data);
   std::string path = name;
@@ -66,7 +74,7 @@ herr_t visit_object(hid_t root, const char* name, const H5O_info_t* info, void* 
   std::string leaf = path.substr(path.rfind('/') + 1);
   if (info->type == H5O_TYPE_GROUP) {
     h5::Handle g = h5::open_group(root, path);
-    if (h5::exists(g.id(), "offsets") && h5::exists(g.id(), "values")) {
+    if (is_csr_group(g.id())) {
       h5::Handle off(h5::check(H5Dopen2(g.id(), "offsets", H5P_DEFAULT), "H5Dopen offsets"), H5Dclose);
       std::vector<hsize_t> dims;
       shape_text(off.id(), dims);
@@ -88,7 +96,7 @@ herr_t visit_object(hid_t root, const char* name, const H5O_info_t* info, void* 
   if (leaf == "offsets" || leaf == "values") {
     if (!parent.empty()) {
       h5::Handle g = h5::open_group(root, parent);
-      if (h5::exists(g.id(), "offsets") && h5::exists(g.id(), "values")) return 0;  // shown with its group
+      if (is_csr_group(g.id())) return 0;  // shown with its group
     }
   }
   h5::Handle d(h5::check(H5Dopen2(root, path.c_str(), H5P_DEFAULT), "H5Dopen"), H5Dclose);

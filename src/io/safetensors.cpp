@@ -189,13 +189,25 @@ void write_safetensors(const std::string& path, const std::vector<NamedTensor>& 
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');
   const uint64_t n = text.size();
-  FileWriter out(path);
-  unsigned char len[8];
-  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
-  out.write(len, 8);
-  out.write(text);
-  for (const auto& c : cpu) out.write(c.data_ptr(), static_cast<size_t>(c.numel() * c.element_size()));
-  out.close();
+  // Written under a temporary name and renamed when complete: a failed write (a full
+  // disk) leaves no truncated file under `path` for a loader to trip on.
+  const std::string partial = path + ".partial";
+  try {
+    FileWriter out(partial);
+    unsigned char len[8];
+    for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
+    out.write(len, 8);
+    out.write(text);
+    for (const auto& c : cpu) out.write(c.data_ptr(), static_cast<size_t>(c.numel() * c.element_size()));
+    out.close();
+  } catch (...) {
+    std::error_code ignored;
+    std::filesystem::remove(partial, ignored);
+    throw;
+  }
+  std::error_code ec;
+  std::filesystem::rename(partial, path, ec);
+  SLIMPI_CHECK(!ec, "cannot rename {} to {}: {}", partial, path, ec.message());
 }
 
 std::vector<NamedTensor> read_safetensors(const std::string& path) {

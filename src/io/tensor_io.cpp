@@ -56,7 +56,14 @@ h5::Handle create_tensor_dataset(hid_t loc, const std::string& name, const std::
 }
 
 StoredTensorInfo stored_tensor_info(hid_t dataset, const std::string& name) {
-  const std::string dtype = h5::read_attr_string(dataset, "dtype");
+  SLIMPI_CHECK(h5::has_attr(dataset, "dtype"), "tensor {} has no 'dtype' attribute (every tensor slimpi writes has "
+               "one: 'float32', 'bfloat16', ...); the file is damaged or was not written by slimpi", name);
+  std::string dtype;
+  try {
+    dtype = h5::read_attr_string(dataset, "dtype");
+  } catch (const Error& e) {
+    SLIMPI_FAIL("tensor {}: its 'dtype' attribute cannot be read as a string: {}", name, e.what());
+  }
   StoredTensorInfo info;
   for (const auto& t : stored_dtypes())
     if (dtype == t.name) info.dtype = &t;

@@ -244,6 +244,7 @@ std::vector<WorkItem> EpisodeRunner::snapshot(const std::vector<WorkItem>& turns
         w.episode.open_turn = e.turn_start;
       }
       if (!e.env_snapshot.empty()) {  // restorable without a replay
+        w.partial.episode_s = float(e.sample.episode_s + e.clock.seconds());  // its clock so far, as env_s
         w.episode.env_snapshot = e.env_snapshot;
         w.episode.transcript = e.transcript->save();
         w.episode.reward_sum = e.reward_sum;
@@ -622,7 +623,10 @@ void EpisodeRunner::on_restored(Episode& e) {
   adopt_recorded(s, rec);  // tokens, per-token fields, context starts
   s.env_turns = rec.env_turns;
   s.env_tool_calls = rec.env_tool_calls;
+  // One clock rule for a restored episode: env_s and episode_s both hold its time before
+  // the checkpoint plus its time since the restore (so env_s <= episode_s holds).
   s.env_s += rec.env_s;
+  s.episode_s = rec.episode_s;
   s.env_error = rec.env_error;
   s.env_metrics = rec.env_metrics;
   s.spec_drafted = rec.spec_drafted;
@@ -669,11 +673,11 @@ void EpisodeRunner::finish(Episode& e, SampleStatus status, EnvError error, cons
   s.status = status;
   if (error != EnvError::None) s.env_error = int8_t(error);
   s.raw_reward = float(settings_.env.reward == "sum" ? e.reward_sum : e.last_reward);
-  if (status == SampleStatus::EnvFailed) {
-    s.raw_reward = 0;
-    std::fill(s.loss_mask.begin(), s.loss_mask.end(), 0.0f);
-  }
-  s.episode_s = float(e.clock.seconds());
+  // A failed episode keeps the loss mask of what the model sampled (rollouts.h5 and
+  // transcript.py show whose tokens they were); it is never trained: its group is
+  // recorded with the filtered ones, and only completed or truncated samples train.
+  if (status == SampleStatus::EnvFailed) s.raw_reward = 0;
+  s.episode_s += float(e.clock.seconds());  // (a restored episode's time before its checkpoint included)
   if (std::all_of(s.sampling_support.begin(), s.sampling_support.end(), [](int32_t k) { return k == 0; }))
     s.sampling_support.clear();
   static bool said_overlong = false;  // an over-long episode is a truncation, not a failure: said once

@@ -3,6 +3,7 @@
 #include <malloc.h>
 #include <slimpi/error.h>
 
+#include "core/log.h"
 #include "core/timer.h"
 #include "kernels/counter_rng.h"
 #include "reward/batch_scorer.h"
@@ -54,7 +55,14 @@ std::vector<Sample> RolloutSide::generate(const std::vector<Prompt>& prompts, in
   };
   std::unique_ptr<EpisodeRunner> episodes;
   if (cfg_.env.enabled()) {
-    if (!env_) env_ = environments().get(cfg_.env.name)(cfg_.env, model_.config().vocab_size);
+    if (!env_) {
+      env_ = environments().get(cfg_.env.name)(cfg_.env, model_.config().vocab_size);
+      // Said by the router, which is world rank 0 only when colocated: log::all, not info.
+      if (is_router())
+        log::all("rollout.environment = \"{}\"{}: {}", cfg_.env.name,
+                 cfg_.env.name == "command" ? fmt::format(" ('{}')", cfg_.env.command) : "",
+                 describe_env_info(env_->info()));
+    }
     const EpisodeSettings settings{cfg_.env, cfg_.chat, params.max_new_tokens, stream};
     episodes = std::make_unique<EpisodeRunner>(engine, *env_, tok, settings, prompts, first_group);
   }

@@ -67,15 +67,23 @@ Critic::Critic(const TrainerConfig& trainer, const Transformer& policy, Comm* dp
     copy_trunk_from(policy);
     log::info("critic: the policy's architecture, its trunk copied from the policy's initial weights, a fresh value "
               "head ({} trained parameters on this rank)", n_trained());
-  } else if (holds_critic(from)) {
-    h5::File f = h5::File::open(from, false, MPI_COMM_NULL);
-    h5::Handle model = h5::open_group(h5::open_group(f.id(), "critic").id(), "model");
-    at::NoGradGuard no_grad;
-    read_tensors_into(model.id(), trained_, false, stored);
-    log::info("critic: trunk and value head from {} (a PPO run's critic)", from);
   } else {
-    load_model_weights(trunk_->parameters(), from, "model", false, stored);
-    log::info("critic: trunk from {}, which has no value head: a fresh value head", from);
+    SLIMPI_CHECK(std::filesystem::exists(from), "critic.init_from = \"{}\": no such file or directory (a PPO run's "
+                 "trainer_state.h5 or checkpoint, or a Hugging Face model)", from);
+    try {
+      if (holds_critic(from)) {
+        h5::File f = h5::File::open(from, false, MPI_COMM_NULL);
+        h5::Handle model = h5::open_group(h5::open_group(f.id(), "critic").id(), "model");
+        at::NoGradGuard no_grad;
+        read_tensors_into(model.id(), trained_, false, stored);
+        log::info("critic: trunk and value head from {} (a PPO run's critic)", from);
+      } else {
+        load_model_weights(trunk_->parameters(), from, "model", false, stored);
+        log::info("critic: trunk from {}, which has no value head: a fresh value head", from);
+      }
+    } catch (const std::exception& e) {  // HDF5's and the loader's text, under the key that named the file
+      SLIMPI_FAIL("critic.init_from = \"{}\" cannot be loaded: {}", from, e.what());
+    }
   }
   const double kv_replicas = double(kv_head_replicas(mc, tp.size));
   for (const auto& [kind, norm_over, replicas] :

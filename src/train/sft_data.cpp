@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "data/jsonl_file.h"
+#include "data/prompt_source.h"
 #include "tokenizer/byte_tokenizer.h"
 
 namespace slimpi {
@@ -55,8 +56,15 @@ SftData::SftData(const std::string& path, const std::string& input_key, const st
     optional.push_back(response_key);  // a conversation may carry its reply as the last message
     json_keys.push_back(input_key);
   }
-  for (const auto& r : read_jsonl(path, {input_key, response_key}, false, nullptr, optional, json_keys)) {
-    const std::string where = fmt::format("{}:{}", path, r.line);
+  // data.path may select records as file.jsonl@[a:b], as for RL prompts (data/prompt_source.h).
+  const PathSlice slice = parse_path_slice(path);
+  const std::vector<JsonlRecord> all = read_jsonl(slice.file, {input_key, response_key}, false, nullptr, optional,
+                                                  json_keys);
+  const auto [first, last] = slice.range(int64_t(all.size()));
+  if (first >= last) SLIMPI_FAIL_ALL("data path '{}' selects no records (the file has {})", path, all.size());
+  for (int64_t i = first; i < last; ++i) {
+    const JsonlRecord& r = all[size_t(i)];
+    const std::string where = fmt::format("{}:{}", slice.file, r.line);
     Sample s;
     std::vector<int64_t> response;
     if (chat.enabled()) {

@@ -57,6 +57,9 @@ void refuse_bad_combinations(const TrainerConfig& c, const Deck& deck) {
       if (k.rfind("critic.", 0) == 0 && !deck.has_default_value(k))
         SLIMPI_FAIL_ALL("{} ({}) configures the critic of train.advantage_estimator = \"ppo\"; \"{}\" ({}) has none", k,
                         deck.source(k), c.advantage_estimator, deck.source("train.advantage_estimator"));
+  if (const double lv = deck.get_float("train.lambd_value"); lv < 0 && lv != -1.0)
+    SLIMPI_FAIL_ALL("train.lambd_value = {} ({}) is GAE's lambda of the value targets: a value in [0, 1], or -1 for "
+                    "train.lambd's", lv, deck.source("train.lambd_value"));
   if (!critic)
     for (const char* k : {"train.lambd", "train.lambd_value"})
       if (!deck.has_default_value(k))

@@ -5,12 +5,15 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
+#include <slimpi/deck.h>
 
 #include <filesystem>
 #include <fstream>
 
 #include "ckpt/checkpoint_dir.h"
+#include "ckpt/resume.h"
 #include "ckpt/run_state.h"
+#include "io/h5.h"
 #include "shared_tmp.h"
 #include "../support/mpi_world.h"
 
@@ -87,6 +90,42 @@ TEST(CheckpointDir, ManifestCatchesEveryKindOfDamage) {
   problem = ckpt::verify_checkpoint(dir);
   ASSERT_TRUE(problem);
   EXPECT_NE(problem->find("manifest.json is malformed"), std::string::npos) << *problem;
+}
+
+// A checkpoint that verifies (its manifest matches) but contradicts itself is named, not
+// resumed: run_state.h5's step against the directory's name (steps would be skipped),
+// and a PPO run's trainer_state.h5 without its critic (the critic would be a copy).
+TEST(CheckpointDir, InconsistenciesAreNamed) {
+  testing::SharedTmpDir shared;
+  const std::string root = shared.path() + "/rank" + std::to_string(world_rank());
+  const std::string dir = root + "/" + ckpt::step_dir_name(3);
+  fs::create_directories(dir);
+  ckpt::RunState s;
+  s.step = 5;
+  ckpt::write_run_state(MPI_COMM_SELF, dir + "/run_state.h5", s);
+  write_file(root + "/grpo.toml", "[train]\nmode = \"rl\"\n");
+  write_file(root + "/ppo.toml", "[train]\nmode = \"rl\"\nadvantage_estimator = \"ppo\"\n");
+  const Deck grpo = load_deck(root + "/grpo.toml", {}), ppo = load_deck(root + "/ppo.toml", {});
+  auto problems = ckpt::checkpoint_inconsistencies(dir, grpo);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].find("run_state.h5 says step 5, but the directory is named for step 3"), std::string::npos)
+      << problems[0];
+  EXPECT_EQ(ckpt::checkpoint_inconsistencies(dir + "/", grpo).size(), 1u);  // a trailing slash changes nothing
+  const std::string renamed = root + "/" + ckpt::step_dir_name(5);
+  fs::rename(dir, renamed);
+  EXPECT_TRUE(ckpt::checkpoint_inconsistencies(renamed, grpo).empty());
+  {
+    h5::File f = h5::File::create(renamed + "/trainer_state.h5", MPI_COMM_NULL);
+    h5::create_group(f.id(), "model");
+  }
+  problems = ckpt::checkpoint_inconsistencies(renamed, ppo);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].find("trainer_state.h5 holds no critic group"), std::string::npos) << problems[0];
+  {
+    h5::File f = h5::File::open(renamed + "/trainer_state.h5", /*writable=*/true, MPI_COMM_NULL);
+    h5::create_group(f.id(), "critic");
+  }
+  EXPECT_TRUE(ckpt::checkpoint_inconsistencies(renamed, ppo).empty());
 }
 
 TEST(CheckpointDir, PruneKeepsTheNewestAndTheKeepEveryMultiples) {

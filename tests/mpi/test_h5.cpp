@@ -1,10 +1,12 @@
 // Parallel HDF5 at np 1, 2, 4: collective appends with uneven (and empty) per-rank
 // counts land in rank order; CSR rows; the rollout log round-trips every field.
+#include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <slimpi/error.h>
 
 #include "io/appendable_dataset.h"
 #include "io/rollout_log.h"
+#include "io/tensor_io.h"
 #include "shared_tmp.h"
 
 namespace slimpi {
@@ -188,6 +190,46 @@ TEST(H5, ErrorsCarryHdf5sMessage) {
     EXPECT_NE(what.find("HDF5: open file /nonexistent/dir/x.h5 failed: "), std::string::npos) << what;
     EXPECT_NE(what.find("unable to open file"), std::string::npos) << what;
   }
+}
+
+// A checkpoint tensor without its dtype attribute (a file edited by hand, or not slimpi's)
+// is named, not reported as HDF5's attribute error; a dtype h5py writes (a variable-length
+// str) reads like slimpi's own.
+TEST(H5, TensorWithoutDtypeIsNamed) {
+  SharedTmpDir tmp;
+  const std::string path = tmp.file("tensors" + std::to_string(rank_of_world()) + ".h5");
+  {
+    h5::File f = h5::File::create(path, MPI_COMM_NULL);
+    const hsize_t n = 3;
+    h5::Handle space(h5::check(H5Screate_simple(1, &n, nullptr), "H5Screate_simple"), H5Sclose);
+    h5::Handle d(h5::check(H5Dcreate2(f.id(), "bare", H5T_IEEE_F32LE, space.id(), H5P_DEFAULT, H5P_DEFAULT,
+                                      H5P_DEFAULT), "H5Dcreate2"),
+                 H5Dclose);
+    h5::Handle vd(h5::check(H5Dcreate2(f.id(), "vlen", H5T_IEEE_F32LE, space.id(), H5P_DEFAULT, H5P_DEFAULT,
+                                       H5P_DEFAULT), "H5Dcreate2"),
+                  H5Dclose);
+    const float values[3] = {1, 2, 3};
+    h5::check_status(H5Dwrite(vd.id(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, values), "H5Dwrite");
+    h5::Handle str(h5::check(H5Tcopy(H5T_C_S1), "H5Tcopy"), H5Tclose);
+    h5::check_status(H5Tset_size(str.id(), H5T_VARIABLE), "H5Tset_size");
+    h5::check_status(H5Tset_cset(str.id(), H5T_CSET_UTF8), "H5Tset_cset");
+    h5::Handle scalar(h5::check(H5Screate(H5S_SCALAR), "H5Screate"), H5Sclose);
+    h5::Handle attr(h5::check(H5Acreate2(vd.id(), "dtype", str.id(), scalar.id(), H5P_DEFAULT, H5P_DEFAULT),
+                              "H5Acreate2"),
+                    H5Aclose);
+    const char* text = "float32";
+    h5::check_status(H5Awrite(attr.id(), str.id(), &text), "H5Awrite");
+  }
+  h5::File f = h5::File::open(path, false, MPI_COMM_NULL);
+  try {
+    read_tensor(f.id(), "bare");
+    FAIL() << "read a tensor without dtype";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tensor bare has no 'dtype' attribute"), std::string::npos) << e.what();
+  }
+  const at::Tensor t = read_tensor(f.id(), "vlen");
+  ASSERT_EQ(t.numel(), 3);
+  EXPECT_EQ(t[2].item<float>(), 3.0f);
 }
 
 TEST(H5, LogProbCountMustMatchResponse) {

@@ -12,7 +12,7 @@
 #    recorded (context_starts), and the trainer's log-probs equal the engine's;
 #  * the in-process calculator and inputs/envs/calculator.py give the same run, bit for bit;
 #  * environments that crash, hang, write garbage, flood, lie (a token id past the vocabulary),
-#    answer an over-long observation or give up (an error reply) end only their episode, with
+#    answer an over-long observation, give up (an error reply) or close their stdout end only their episode, with
 #    its status and error class in rollouts.h5, and the job goes on; with rollout.env_fail_job
 #    the job ends naming the episode;
 #  * a chat template that rewrites history (qwen3 without thinking) ends the job, said so;
@@ -49,6 +49,11 @@ run 1 np1 --set parallel.placement=colocate --set "rollout.env_command=$probe --
 run 2 np2 --set "rollout.env_command=$probe --log $out/np2.envlog"
 run 4 np4 --set "rollout.env_command=$probe --log $out/np4.envlog"
 run 4 np4c --set parallel.placement=colocate --set "rollout.env_command=$probe --log $out/np4c.envlog"
+# The environment's hello is logged once, by the router, in split placement too (it was not).
+for name in np2 np4 np4c; do
+  n=$(grep -cF "rollout.environment = \"command\" ('$probe --log $out/$name.envlog'): 'probe' (protocol 1, 64 concurrent episodes a process, deterministic, no snapshots)" "$out/$name.log" || true)
+  [ "$n" = 1 ] || { cat "$out/$name.log"; echo "FAIL: $name: the environment's hello was logged $n times"; exit 1; }
+done
 run 2 resetmsg --set "rollout.env_command=$probe --reset-messages --log $out/resetmsg.envlog"
 
 /usr/bin/python3 - "$out" <<'PY'
@@ -162,7 +167,7 @@ $compare "$out/calc_native" "$out/calc_python" --engine-scheduling-varies 1e-5  
 echo "== environments that fail end only their episode"
 # Healthy replies get 20 s (a loaded machine must not fail them); the hang case 4 s.
 args=("${base[@]}" --set run.n_steps=1 --set rollout.env_processes=2)
-for fault in crash hang garbage flood lie overlong error; do
+for fault in crash hang garbage flood lie overlong error close-stdout; do
   timeout_s=20; [ $fault = hang ] && timeout_s=4
   run 2 "fault_$fault" --set "rollout.env_command=$probe --fault $fault --max-concurrent 1" \
     --set rollout.env_timeout_s=$timeout_s
@@ -173,7 +178,7 @@ import h5py, numpy as np
 out = sys.argv[1]
 # fault -> (status, error class) of each faulty episode (sample 0 of groups 1, 5) and its group's others
 expect = {"crash": (8, 3, 5), "hang": (8, 3, 5), "garbage": (8, 3, 5), "flood": (8, 3, 5), "lie": (8, 3, 5),
-          "overlong": (2, 4, 1), "error": (1, 2, 1)}
+          "overlong": (2, 4, 1), "error": (1, 2, 1), "close-stdout": (8, 3, 5)}
 for fault, (status, error, others) in expect.items():
     with h5py.File(f"{out}/fault_{fault}/rollouts.h5") as f:
         g = f["samples"]
@@ -188,8 +193,14 @@ for fault, (status, error, others) in expect.items():
           f"{rest.sum()} others completed")
 PY
 grep -q "exited (exit status 3); it is killed and restarted" "$out/fault_crash.log"
+# The short batch says why its groups were left out (the filter is off here; steps count from 1).
+grep -q "step 1: 6 of 8 groups to train after 1 round(s) of 8 (0 dropped by the dynamic filter, which is off, 2 with an episode the environment failed)" \
+  "$out/fault_crash.log" || { cat "$out/fault_crash.log"; echo "FAIL: the short batch's reasons"; exit 1; }
 grep -q "has written nothing for rollout.env_timeout_s = 4 s" "$out/fault_hang.log"
 grep -q "token id 1000000000 is not in the vocabulary" "$out/fault_lie.log"
+# A process that closes its stdout is noticed by the EOF, not after rollout.env_timeout_s.
+grep -q "closed its stdout (it is still running, but can no longer reply); it is killed and restarted" \
+  "$out/fault_close-stdout.log" || { cat "$out/fault_close-stdout.log"; echo "FAIL: close-stdout"; exit 1; }
 refused fail_job 'rollout.env_fail_job = true ends the job' 2 --set rollout.env_fail_job=true \
   --set "rollout.env_command=$probe --fault crash --max-concurrent 1"
 grep -q "episode 0/1/0 (group 1, sample 0)" "$out/fail_job.log"
@@ -314,6 +325,11 @@ for name in ["full_kill9", "snap_kill9"]:
             assert found[0] == snapshot_of[k]["nonce"], (k, found, snapshot_of[k])
             nonces += len(found) > 1 or snapshot_of[k]["turn"] == 0  # one seen after the resume
     assert nonces > 0, "no restored episode shows its checkpointed nonce after the resume"
+    # One clock rule: a restored episode's env_time_s and episode_time_s both hold its time
+    # before the checkpoint plus its time since (env time was kept, episode time restarted).
+    with h5py.File(f"{out}/{name}/rollouts.h5") as f:
+        env_s, episode_s = f["samples/env_time_s"][:], f["samples/episode_time_s"][:]
+    assert np.all(env_s <= episode_s + 1e-3), [(a, b) for a, b in zip(env_s, episode_s) if a > b + 1e-3]
     three = sum(1 for k in snapshot_of if rows[k]["turns"] == 3 and rows[k]["status"] == 1)
     assert three > 0, "no restored episode ran to its third turn"
     print(f"env_runs: full async kill -9 with snapshots: {len(restores)} episodes restored (none replayed), "
@@ -376,4 +392,17 @@ refused remax "ReMax's greedy baseline episodes are not implemented" 2 --set rol
 refused no_command 'needs rollout.env_command' 2 --set rollout.environment=command --set reward.style=environment
 refused no_hello 'did not start: it exited before its hello (exit status 5)' 2 --set rollout.environment=command \
   --set reward.style=environment --set 'rollout.env_command=exit 5'
+refused slow_env 'rollout.env_timeout_s = 60 (default) must be below parallel.timeout_s = 30 (--set)' 2 \
+  --set rollout.environment=command --set reward.style=environment --set "rollout.env_command=$probe" \
+  --set parallel.timeout_s=30
+refused slow_episode 'rollout.env_episode_wall_s = 50 (--set) must be below parallel.timeout_s = 40 (--set)' 2 \
+  --set rollout.environment=command --set reward.style=environment --set "rollout.env_command=$probe" \
+  --set parallel.timeout_s=40 --set rollout.env_timeout_s=20 --set rollout.env_episode_wall_s=50
+# slimpi check says it too, without a job.
+if "$slimpi" check inputs/smoke_rl.toml --np 2 --set rollout.environment=command --set reward.style=environment \
+     --set "rollout.env_command=$probe" --set parallel.timeout_s=30 >"$out/check_slow_env.log" 2>&1; then
+  cat "$out/check_slow_env.log"; echo "FAIL: check passed an environment slower than the watchdog"; exit 1
+fi
+grep -qF 'rollout.env_timeout_s = 60 (default) must be below parallel.timeout_s = 30' "$out/check_slow_env.log" \
+  || { cat "$out/check_slow_env.log"; echo "FAIL: check did not say why"; exit 1; }
 echo "env_runs: OK"

@@ -8,7 +8,9 @@
 #    job resumes from the last finished checkpoint and ends as a straight run does, bit
 #    for bit (metrics, rollouts.h5, weights);
 #  * a run whose only checkpoint was cut short starts over, keeping its files aside;
-#  * `slimpi generate` into a full disk says so and leaves no empty .slimpi.lock.
+#  * `slimpi generate` into a full disk says so and leaves no empty .slimpi.lock;
+#  * `slimpi export` into a full disk says so and leaves no truncated model.safetensors
+#    (nor any other file of the export), whole or in shards.
 # Needs root (mount -t tmpfs); exits 77 (skipped) where mounting is not allowed.
 # Usage: full_disk.sh SLIMPI ROOT "MPIRUN FLAGS"
 set -uo pipefail
@@ -93,4 +95,16 @@ timeout 120 $mpirun -np 2 "$slimpi" generate inputs/generate_addition.toml --set
 grep -q "No space left on device" "$out/gen.log" || { cat "$out/gen.log"; echo "FAIL: no reason given"; exit 1; }
 test ! -e "$disk/gen/.slimpi.lock" || { echo "FAIL: an empty .slimpi.lock was left"; exit 1; }
 echo "full_disk: generate: $(grep -m1 -o 'cannot [^:]*: No space left on device' "$out/gen.log")"
+echo "== export into a disk with too little room: no truncated weights left behind"
+for shard in 5GB 20KB; do
+  mount_disk 1m
+  fill_to 40  # room for config.json, not for the weights (~140 KiB)
+  timeout 120 "$slimpi" export "$out/straight" "$disk/hf" --max-shard-size "$shard" >"$out/export.log" 2>&1 \
+    && { cat "$out/export.log"; echo "FAIL: export into a full disk succeeded"; exit 1; }
+  grep -q "No space left on device" "$out/export.log" || { cat "$out/export.log"; echo "FAIL: export: no reason given"; exit 1; }
+  grep -q "holds no partial model" "$out/export.log" || { cat "$out/export.log"; echo "FAIL: export: no word of the clean-up"; exit 1; }
+  left=$(find "$disk/hf" -type f 2>/dev/null)
+  [ -z "$left" ] || { cat "$out/export.log"; echo "FAIL: export (shard $shard) left $left"; exit 1; }
+done
+echo "full_disk: export: $(grep -m1 -o 'cannot [^:]*: No space left on device' "$out/export.log")"
 echo "full_disk: OK"

@@ -26,6 +26,23 @@ for run in split split3 colo; do
   "$slimpi" inspect "$out/$run/metrics.h5" >"$out/inspect.txt"
   grep -q "kind: slimpi metrics" "$out/inspect.txt"
 done
+# inspect on files slimpi did not write: a `kind` stored as h5py stores a str (a
+# variable-length string), and a group with `offsets` and `values` whose offsets is a
+# scalar (not a CSR column: listed as plain datasets, not read as one; it crashed).
+/usr/bin/python3 - "$out/odd.h5" <<'PYEOF'
+import sys
+import h5py
+with h5py.File(sys.argv[1], "w") as f:
+    f.attrs["kind"] = "made by h5py"
+    g = f.create_group("odd")
+    g["offsets"] = 7
+    g["values"] = [1.0, 2.0]
+PYEOF
+"$slimpi" inspect "$out/odd.h5" >"$out/inspect_odd.txt" || { cat "$out/inspect_odd.txt"; exit 1; }
+grep -q "kind: made by h5py" "$out/inspect_odd.txt" || { cat "$out/inspect_odd.txt"; exit 1; }
+grep -Eq "^ +offsets +int64 +\[\]" "$out/inspect_odd.txt" || { cat "$out/inspect_odd.txt"; exit 1; }
+grep -Eq "^ +values +float64 +\[2\] +min 1" "$out/inspect_odd.txt" || { cat "$out/inspect_odd.txt"; exit 1; }
+
 # The resolved deck is itself a valid deck, and the same deck gives the same run.
 $mpirun -np 4 "$slimpi" run "$out/split/deck.resolved.toml" --set run.dir="$out/again" >/dev/null 2>&1
 cmp <(h5dump -d /samples/tokens/values "$out/split/rollouts.h5" | tail -n +3) \

@@ -125,6 +125,28 @@ assert steps == [0, 0, 2] and critic == [2, 2, 2], (steps, critic)
 grep -q "critic warm-up rollout 2 of 2" "$out/warmup.log"
 echo "ppo_runs: the first two rollouts trained the critic alone"
 
+echo "== critic.init_from: read by a fresh start only; named when it cannot be read"
+cp "$out/straight/trainer_state.h5" "$out/critic_init.h5"
+run 2 init_critic --set parallel.placement=colocate --set run.n_steps=2 --set run.job_steps=1 \
+  --set "critic.init_from=$out/critic_init.h5"
+grep -q "critic: trunk and value head from $out/critic_init.h5" "$out/init_critic.log"
+rm "$out/critic_init.h5"  # gone: the resumed job takes the critic from its checkpoint
+run 2 init_critic --set parallel.placement=colocate --set run.n_steps=2 --set run.job_steps=1 \
+  --set "critic.init_from=$out/critic_init.h5"
+grep -q "is not read: the critic resumes from" "$out/init_critic.log"
+refused critic_init_missing "critic.init_from = \"$out/nowhere.h5\": no such file or directory" 2 \
+  --set "critic.init_from=$out/nowhere.h5" --set run.n_steps=1
+echo 'not hdf5' >"$out/garbage.h5"
+refused critic_init_garbage "critic.init_from = \"$out/garbage.h5\" cannot be loaded" 2 \
+  --set "critic.init_from=$out/garbage.h5" --set run.n_steps=1
+"$slimpi" check inputs/smoke_rl.toml --np 2 --set train.advantage_estimator=ppo \
+  --set "critic.init_from=$out/nowhere.h5" --set "run.dir=$out/check_only" >"$out/check_init.log" 2>&1 \
+  || { cat "$out/check_init.log"; echo "FAIL: check refused the deck"; exit 1; }
+grep -qF "note: critic.init_from = \"$out/nowhere.h5\" (--set) does not exist (yet)" "$out/check_init.log" \
+  || { cat "$out/check_init.log"; echo "FAIL: check did not name critic.init_from"; exit 1; }
+refused lambd_value "train.lambd_value = -0.5 (--set) is GAE's lambda of the value targets: a value in [0, 1], or -1" 2 \
+  --set train.lambd_value=-0.5 --set run.n_steps=1
+
 refused critic_without_ppo "critic.lr (--set) configures the critic of train.advantage_estimator = \"ppo\"" 2 \
   --set train.advantage_estimator=grpo --set run.n_steps=1
 refused ppo_ep "the critic is not expert-parallel yet" 4 --set model.n_experts=4 --set parallel.expert_parallel=2 \

@@ -38,4 +38,11 @@ for run in ["colo", "split"]:
 np.testing.assert_allclose(losses["colo"], losses["split"], rtol=1e-4)
 print("sft_run: losses", losses["colo"][0], "->", losses["colo"][-1])
 PY
+# data.path with a slice (file.jsonl@[a:b]), as the docs allow: the SFT data is those records.
+$mpirun -np 1 "$slimpi" run inputs/sft_addition.toml --set run.n_steps=1 --set train.global_batch_size=8 \
+  --set model.hidden_size=32 --set model.intermediate_size=64 --set model.n_layers=1 \
+  --set 'data.path=inputs/data/addition_sft.jsonl@[100:150]' --set run.dir="$out/sliced" >"$out/sliced.log" 2>&1 \
+  || { cat "$out/sliced.log"; exit 1; }
+grep -q "SFT data: 50 samples from inputs/data/addition_sft.jsonl@\[100:150\]" "$out/sliced.log" \
+  || { cat "$out/sliced.log"; echo "FAIL: the slice was not applied"; exit 1; }
 echo "sft_run: ok"
