@@ -12,7 +12,7 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "io/h5.h"
+#include "train/critic.h"
 
 namespace slimpi::ckpt {
 
@@ -63,8 +63,7 @@ std::vector<std::string> checkpoint_inconsistencies(const std::string& dir, cons
     out.push_back(fmt::format("{}/run_state.h5 says step {}, but the directory is named for step {}", dir, step,
                               *named));
   if (stored.get_string("train.mode") == "rl" && stored.get_string("train.advantage_estimator") == "ppo") {
-    h5::File f = h5::File::open(dir + "/trainer_state.h5", false, MPI_COMM_NULL);
-    if (!h5::exists(f.id(), "critic"))
+    if (!file_holds_critic(dir + "/trainer_state.h5"))
       out.push_back(fmt::format("{}/trainer_state.h5 holds no critic group, but the run that wrote it trained one "
                                 "(its deck.json: train.advantage_estimator = \"ppo\")", dir));
   }

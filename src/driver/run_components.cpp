@@ -20,6 +20,7 @@
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "driver/teacher_model.h"
+#include "train/critic.h"
 #include "train/model_parallel.h"
 #include "train/sft_data.h"
 #include "train/trainer.h"
@@ -77,12 +78,6 @@ void load_data_sources(const RunContext& ctx, RunComponents& c) {
             c.prompt_source->n_skipped_lines());
 }
 
-// Whether a checkpoint directory's trainer_state.h5 holds a PPO critic.
-bool checkpoint_holds_critic(const std::string& checkpoint) {
-  h5::File f = h5::File::open(checkpoint + "/trainer_state.h5", false, MPI_COMM_NULL);
-  return h5::exists(f.id(), "critic");
-}
-
 // The policy (and reference) on trainer ranks, the engines' model where it is not the
 // policy itself. Weights are drawn in fp32 from the run seed whatever their dtype, so
 // a bf16 engine model starts as the fp32 policy rounded once. A resumed job takes the
@@ -137,7 +132,7 @@ void build_models(const RunContext& ctx, const std::string& resume_from, RunComp
     // A resumed PPO run takes its critic from the checkpoint: critic.init_from is read
     // only for a fresh start (it may be gone by now, as model.init_from may).
     std::string& critic_from = c.configs.trainer.critic.init_from;
-    if (!resume_from.empty() && !critic_from.empty() && checkpoint_holds_critic(resume_from)) {
+    if (!resume_from.empty() && !critic_from.empty() && file_holds_critic(resume_from + "/trainer_state.h5")) {
       log::info("critic.init_from = \"{}\" ({}) is not read: the critic resumes from {}", critic_from,
                 deck.source("critic.init_from"), resume_from);
       critic_from.clear();

@@ -37,11 +37,15 @@ ModelConfig trunk_config(const ModelConfig& policy) {
 // Whether `path` is an HDF5 file written by a PPO run (it holds a critic).
 bool holds_critic(const std::string& path) {
   if (std::filesystem::is_directory(path) || path.size() < 3 || path.substr(path.size() - 3) != ".h5") return false;
-  h5::File f = h5::File::open(path, false, MPI_COMM_NULL);
-  return h5::exists(f.id(), "critic");
+  return file_holds_critic(path);
 }
 
 }  // namespace
+
+bool file_holds_critic(const std::string& path) {
+  h5::File f = h5::File::open(path, false, MPI_COMM_NULL);
+  return h5::exists(f.id(), "critic");
+}
 
 Critic::Critic(const TrainerConfig& trainer, const Transformer& policy, Comm* dp, uint64_t seed)
     : cfg_(trainer), dp_(dp) {

@@ -41,6 +41,10 @@ class File;
 }
 struct PackedBatch;
 
+// Whether the HDF5 file at `path` (a trainer_state.h5) holds a critic group: written by a
+// PPO run. Throws naming the file when it cannot be opened.
+bool file_holds_critic(const std::string& path);
+
 class Critic {
  public:
   // trainer: the policy trainer's config (precision, micro-batches, reducer, Adam betas);
