@@ -19,7 +19,7 @@
 #include "mpi_bench_main.h"
 #include "parallel/comm_tensor.h"
 #include "parallel/mpi_comm.h"
-#include "rollout/weight_sync.h"
+#include "sync/weight_sync.h"
 #include "train/grad_buffer.h"
 
 namespace slimpi::perf {

@@ -1,7 +1,7 @@
 // The weight sync between layouts, its two routes on the same layout and bytes, in one
 // run (rollout.weight_sync_route; docs/parallelism.md, weight sync):
 //   sliced     SlicedWeightSync: each engine rank receives its shard from the trainer
-//              ranks that hold it (rollout/weight_sync_plan.h);
+//              ranks that hold it (sync/weight_sync_plan.h);
 //   broadcast  the trainer's shards gathered onto trainer rank 0 (gather_whole_model),
 //              broadcast whole to every engine rank (WeightSync, in place from the flat
 //              buffer), each engine rank keeping its slice (copy_shard_from).
@@ -21,10 +21,10 @@
 #include "mpi_bench_main.h"
 #include "model/transformer.h"
 #include "parallel/mpi_comm.h"
-#include "rollout/fp8_weights.h"
-#include "rollout/weight_sync.h"
-#include "rollout/weight_sync_plan.h"
-#include "train/whole_model.h"
+#include "sync/fp8_weights.h"
+#include "sync/weight_sync.h"
+#include "sync/weight_sync_plan.h"
+#include "sync/whole_model.h"
 
 namespace slimpi::perf {
 namespace {
@@ -97,7 +97,7 @@ BENCHMARK(BM_SlicedVsBroadcast)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 
-// rollout.precision = "fp8" (rollout/fp8_weights.h): where the quantisation runs, in one
+// rollout.precision = "fp8" (sync/fp8_weights.h): where the quantisation runs, in one
 // run at np 2 (trainer rank 0 -> one engine), on a model of shape arg 0 (0: bench_model
 // above; 1: Qwen3-0.6B's: d 1024, 28 layers, 16 heads over 8 kv heads of 128, MLP 3072,
 // vocabulary 151936, tied):

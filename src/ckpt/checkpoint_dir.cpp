@@ -1,6 +1,6 @@
 #include "ckpt/checkpoint_dir.h"
 
-#include "config/schema.h"
+#include "deck/schema.h"
 
 #include <fcntl.h>
 #include <unistd.h>

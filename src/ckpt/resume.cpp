@@ -4,7 +4,7 @@
 
 #include "ckpt/checkpoint_dir.h"
 #include "ckpt/run_state.h"
-#include "config/schema.h"
+#include "deck/schema.h"
 #include "core/log.h"
 
 #include <fmt/ranges.h>
@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "train/advantages.h"
 #include "train/critic.h"
 
 namespace slimpi::ckpt {
@@ -62,11 +63,11 @@ std::vector<std::string> checkpoint_inconsistencies(const std::string& dir, cons
   if (auto named = parse_step_dir_name(leaf); named && *named != step)
     out.push_back(fmt::format("{}/run_state.h5 says step {}, but the directory is named for step {}", dir, step,
                               *named));
-  if (stored.get_string("train.mode") == "rl" && stored.get_string("train.advantage_estimator") == "ppo") {
-    if (!file_holds_critic(dir + "/trainer_state.h5"))
-      out.push_back(fmt::format("{}/trainer_state.h5 holds no critic group, but the run that wrote it trained one "
-                                "(its deck.json: train.advantage_estimator = \"ppo\")", dir));
-  }
+  const std::string& estimator = stored.get_string("train.advantage_estimator");
+  if (stored.get_string("train.mode") == "rl" && advantage_estimators().has(estimator) &&
+      advantage_estimators().get(estimator).needs_critic && !file_holds_critic(dir + "/trainer_state.h5"))
+    out.push_back(fmt::format("{}/trainer_state.h5 holds no critic group, but the run that wrote it trained one "
+                              "(its deck.json: train.advantage_estimator = \"{}\")", dir, estimator));
   return out;
 }
 

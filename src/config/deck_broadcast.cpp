@@ -4,7 +4,7 @@
 
 #include <fmt/ranges.h>
 
-#include "config/schema.h"
+#include "deck/schema.h"
 #include "parallel/mpi_bytes.h"
 
 namespace slimpi {

@@ -15,7 +15,7 @@
 #include <sstream>
 
 #include "config/hf_config.h"
-#include "config/schema.h"
+#include "deck/schema.h"
 
 namespace slimpi {
 namespace {

@@ -16,6 +16,7 @@
 #include "driver/driver.h"
 #include "driver/step_phases.h"
 #include "rollout/rollout_side.h"
+#include "sync/engine_weights.h"
 #include "core/file_write.h"
 #include "core/log.h"
 #include "core/stop_signal.h"
@@ -112,12 +113,9 @@ void Driver::load_checkpoint(const std::string& chosen) {
     start_step_ = rs.step;
     phases_->set_reached_target(rs.reached_target);
     if (parts_.trainer) parts_.trainer->load(chosen + "/trainer_state.h5");
-    if (parts_.engine_model && parts_.engine_fp8)  // the masters through FP8, as a sync sends them
-      load_fp8_engine_weights(*parts_.engine_model, uint64_t(ctx_.deck.get_int("run.seed")),
-                              chosen + "/trainer_state.h5");
-    else if (parts_.engine_model)  // whole tensors; a tensor-parallel engine's rank keeps its part
-      load_model_weights(parts_.engine_model->parameters(), chosen + "/trainer_state.h5", "model", false,
-                         StoredWhole{&parts_.engine_model->config(), parts_.engine_model->tensor_shard()});
+    if (parts_.engine_model)  // the policy as a sync sends it (sync/engine_weights.h)
+      load_engine_weights(*parts_.engine_model, parts_.engine_fp8, uint64_t(ctx_.deck.get_int("run.seed")),
+                          chosen + "/trainer_state.h5");
     if (parts_.prompt_source) parts_.prompt_source->set_cursor(rs.prompt_cursor);
     if (parts_.rollout_side) parts_.rollout_side->set_weight_version(rs.step);
     schedule_->load_in_flight(chosen, rs.pending_groups);

@@ -17,7 +17,7 @@
 #include "io/rollout_log.h"
 #include "io/tensor_io.h"
 #include "kernels/counter_rng.h"
-#include "rollout/fp8_weights.h"
+#include "sync/engine_weights.h"
 #include "rollout/rollout_config.h"
 #include "env/environment.h"
 #include "rollout/episode_runner.h"
@@ -92,11 +92,7 @@ int run_generate(RunContext& ctx) {
   const std::string& precision = deck.get_string("rollout.precision");
   Transformer model(mc, seed, device, rollout_weight_dtype(precision));
   const std::string& init_from = deck.get_string("model.init_from");
-  if (precision == "fp8") {  // the weights through FP8 blocks, quantised from fp32 (rollout/fp8_weights.h)
-    load_fp8_engine_weights(model, seed, init_from);
-  } else if (!init_from.empty()) {
-    load_model_weights(model.parameters(), init_from);
-  }
+  load_engine_weights(model, precision == "fp8", seed, init_from);  // fp8: through FP8 blocks, as a sync sends them
   log::info("generate: {} prompts x {} samples on {} engine(s); policy {} parameters from {}", requests.size(),
             rc.n_samples_per_prompt, ctx.world->size(), model.n_params(),
             init_from.empty() ? "the seeded init" : init_from);

@@ -1,6 +1,6 @@
 // RunComponents — the per-rank parts of a running job, built once from the checked
 // deck (driver/check_run_deck.h): the tokenizer, the data sources, the models, the
-// communicators, the trainer, the rollout side and the weight-sync path. Owned by the
+// communicators, the trainer, the rollout side and the weight route. Owned by the
 // Driver for the whole job; what a rank has no part in stays null (each member says
 // who holds it). Built in two stages around the choice of the checkpoint to resume
 // (the policy's weights come from it, model.init_from only on a fresh start).
@@ -25,9 +25,7 @@ class SftData;
 class Tokenizer;
 class Trainer;
 class Transformer;
-class WeightSync;
-class SlicedWeightSync;
-struct WeightImage;
+class WeightRoute;
 
 struct RunComponents {
   RunConfigs configs;
@@ -49,19 +47,9 @@ struct RunComponents {
   // split rollout ranks (a shard with rollout.tensor_parallel); colocate: a bf16 rollout or model parallelism
   // (else policy); SFT eval with model parallelism
   std::unique_ptr<Transformer> engine_model;
-  // tensor-parallel engines with rollout.weight_sync_route = "broadcast": the whole model each rank
-  // receives before it keeps its shard
-  std::unique_ptr<Transformer> whole_engine_model;
-  std::unique_ptr<Transformer> whole_policy;    // split, model parallelism: trainer rank 0's gathered policy to push
-  at::ScalarType engine_weight_dtype = at::kFloat;  // rollout.precision's weight dtype (fp8: bf16, de-quantised)
-  bool engine_fp8 = false;                      // rollout.precision = "fp8" (rollout/fp8_weights.h)
-  // split fp8 runs, broadcast route: a rollout rank's last fp8 image received; trainer
-  // rank 0's buffer it quantises into and sends (made at the first sync)
-  std::unique_ptr<WeightImage> fp8_image;
-  std::unique_ptr<Comm> sync_comm;              // split: the weight-sync path (World::sync or sliced_sync)
+  bool engine_fp8 = false;                      // RL with rollout.precision = "fp8" (sync/fp8_weights.h)
   std::unique_ptr<Trainer> trainer;             // trainer ranks
-  std::unique_ptr<WeightSync> weight_sync;      // sync members, rollout.weight_sync_route = "broadcast"
-  std::unique_ptr<SlicedWeightSync> sliced_sync;  // sliced_sync members, rollout.weight_sync_route = "sliced"
+  std::unique_ptr<WeightRoute> weight_route;    // every rank: the policy's weights to the engines (sync/weight_route.h)
   std::unique_ptr<RolloutSide> rollout_side;    // ranks that generate (RL rollout ranks; SFT eval: trainers)
 
   RunComponents();
@@ -70,21 +58,11 @@ struct RunComponents {
   RunComponents& operator=(RunComponents&&) noexcept;
 };
 
-// rollout.weight_sync_route resolved ("auto": sliced for tensor-parallel engines).
-bool sliced_weight_sync(const Deck& deck, const WorldLayout& layout);
-
 // Stage 1, before a checkpoint is chosen: the tokenizer and the evaluation prompts
 // (every rank reads the files, so a bad file is an error all ranks raise alike).
 RunComponents load_run_inputs(const RunContext& ctx, RunConfigs configs);
 // Stage 2: data sources, models (weights from model.init_from unless `resume_from`
-// is set), communicators, trainer, rollout side, weight sync. Collective.
+// is set), communicators, trainer, rollout side, weight route. Collective.
 void build_run_components(const RunContext& ctx, const std::string& resume_from, RunComponents& c);
-
-// rollout.precision = "fp8": sets `engine`'s weights (a whole model or a tensor shard)
-// through FP8 blocks from fp32 ones, the seeded init's (run seed `seed`) or those in
-// `path` (group `group` of an HDF5 file; a Hugging Face checkpoint), as the trainer's
-// sync would quantise them. The run's engines and `slimpi generate`.
-void load_fp8_engine_weights(Transformer& engine, uint64_t seed, const std::string& path,
-                             const std::string& group = "model");
 
 }  // namespace slimpi

@@ -21,13 +21,10 @@
 #include "parallel/mpi_bytes.h"
 #include "parallel/watchdog.h"
 #include "reward/batch_scorer.h"
-#include "rollout/fp8_weights.h"
 #include "rollout/rollout_side.h"
-#include "rollout/weight_sync.h"
-#include "rollout/weight_sync_plan.h"
+#include "sync/weight_route.h"
 #include "train/advantages.h"
 #include "train/model_parallel.h"
-#include "train/whole_model.h"
 #include "train/sft_data.h"
 #include "train/teacher_scores.h"
 #include "train/trainer.h"
@@ -84,11 +81,13 @@ void StepPhases::eval(int64_t step) {
 
 void StepPhases::run_eval(int64_t row) {
   std::map<std::string, double> m;
-  if (!parts_.rl && parts_.policy && parts_.policy->sharded())  // SFT: the trainers evaluate a gathered whole model
-    gather_whole_model(*parts_.policy, parts_.engine_model.get());
-  // SFT has no weight sync: the engine runs the trainer's weights, changed since the last
-  // evaluation, so its prefix cache (KV computed under the old ones) must go.
-  if (!parts_.rl && parts_.rollout_side) parts_.rollout_side->set_weight_version(row);
+  // SFT: the engine runs the trainer's weights (a gathered whole model under model
+  // parallelism), changed since the last evaluation, so its prefix cache (KV computed
+  // under the old ones) must go.
+  if (!parts_.rl) {
+    parts_.weight_route->push(row);
+    if (parts_.rollout_side) parts_.rollout_side->set_weight_version(row);
+  }
   if (parts_.rollout_side)
     m = parts_.rollout_side->evaluate(parts_.eval_prompts, parts_.configs.reward, ctx_.deck.get_int("eval.n_samples"),
                                       kEvalStream + uint64_t(row) * 2);
@@ -114,8 +113,7 @@ void StepPhases::generate_batch(int64_t step, RolloutBatch& out) {
   const int64_t n = side.config().n_samples_per_prompt;
   // ReMax: each group's greedy response, generated beside it; its reward is the group's
   // baseline (postprocess_group_rewards); recorded, never trained.
-  const bool greedy_baseline =
-      advantage_estimators().get(deck.get_string("train.advantage_estimator")).centring == RewardCentring::Greedy;
+  const bool greedy_baseline = parts_.configs.trainer.estimator->greedy_baseline();
   int kept = 0;
   int64_t env_failed_groups = 0;  // (router) groups left out for an episode their environment failed
   for (int64_t round = 0; round < max_rounds && kept < want; ++round) {
@@ -206,9 +204,9 @@ void StepPhases::postprocess_group_rewards(RolloutBatch& batch) {
                                  !deck.get_bool("train.disable_grpo_std_normalization")};
   std::vector<float> raw;
   for (const auto& s : batch.kept) raw.push_back(s.raw_reward);
-  const std::string& estimator = deck.get_string("train.advantage_estimator");
+  const AdvantageEstimator& estimator = *parts_.configs.trainer.estimator;
   std::vector<float> baselines;  // ReMax: each kept group's greedy reward
-  if (advantage_estimators().get(estimator).centring == RewardCentring::Greedy) {
+  if (estimator.greedy_baseline()) {
     std::map<int64_t, float> greedy;
     for (const auto& s : batch.unused)
       if (s.status == SampleStatus::Baseline) greedy[s.group_index] = s.raw_reward;
@@ -289,45 +287,8 @@ void StepPhases::train(int64_t step) {
   }
   // Reference and old log-probs, KL, advantages and their whitening: once per rollout.
   for (const auto& [k, v] : trainer.prepare_rollout(local, /*recompute_old=*/n_steps > 1)) step_.metrics[k] = v;
-  // The rollout's samples in n_steps consecutive parts, one optimizer step each.
-  const size_t n_local = local.size();
-  auto each_part = [&](auto&& step_on) {
-    for (int64_t s = 0; s < n_steps; ++s) {
-      std::vector<Sample> part(std::make_move_iterator(local.begin() + n_local * s / n_steps),
-                               std::make_move_iterator(local.begin() + n_local * (s + 1) / n_steps));
-      step_on(s, part);
-      std::move(part.begin(), part.end(), local.begin() + n_local * s / n_steps);
-    }
-  };
-  // PPO: the critic first (slime's order), critic.n_epochs passes over the same parts;
-  // during critic.warmup_rollouts the policy does not move.
-  bool train_policy = true;
-  if (Critic* critic = trainer.critic()) {
-    const CriticConfig& cc = trainer.config().critic;
-    std::map<std::string, double> critic_sums;
-    for (int64_t epoch = 0; epoch < cc.n_epochs; ++epoch)
-      each_part([&](int64_t, std::vector<Sample>& part) {
-        for (const auto& [k, v] : critic->train_step(part)) critic_sums[k] += v / double(n_steps * cc.n_epochs);
-      });
-    critic->end_rollout();
-    for (const auto& [k, v] : critic_sums) step_.metrics[k] = v;
-    step_.metrics["train/critic_steps"] = double(n_steps * cc.n_epochs);
-    if (critic->n_rollouts() <= cc.warmup_rollouts) {
-      log::info("step {}: critic warm-up rollout {} of {} (critic.warmup_rollouts): the policy is not trained", step + 1,
-                critic->n_rollouts(), cc.warmup_rollouts);
-      train_policy = false;
-    }
-  }
-  std::map<std::string, double> sums;
-  if (train_policy) each_part([&](int64_t s, std::vector<Sample>& part) {
-    for (const auto& [k, v] : trainer.train_step(part)) {
-      sums[k] += v / double(n_steps);
-      // slime logs every optimizer step: train_step/<i>/<name> for train/<name>, i = 0..n_steps-1.
-      if (k.rfind("train/", 0) == 0) step_.metrics[fmt::format("train_step/{}/{}", s, k.substr(6))] = v;
-    }
-  });
-  for (const auto& [k, v] : sums) step_.metrics[k] = v;
-  step_.metrics["train/optimizer_steps"] = train_policy ? double(n_steps) : 0.0;
+  // The optimizer steps (PPO: the critic's epochs and warm-up first).
+  for (const auto& [k, v] : trainer.train_rollout(local, n_steps, step)) step_.metrics[k] = v;
   step_.metrics["perf/train_rss_mb"] = double(resident_bytes()) / double(1 << 20);  // after the optimizer steps
 }
 
@@ -352,74 +313,18 @@ void StepPhases::follow_router_cursor(const std::string& context) {
 }
 
 void StepPhases::push_weights(int64_t version, AsyncGenerator* async) {
-  RunComponents& p = parts_;
-  if (ctx_.world->layout().placement == Placement::Colocate) {
-    // The engines run the trainer's model, or a copy refreshed here: whole (gathered
-    // from the shards), this rank's tensor shard (with every expert: gathered from the
-    // expert group), or the policy in bf16.
-    if (p.engine_model && p.policy) {
-      if (p.engine_fp8) copy_through_fp8(*p.policy, *p.engine_model);  // unsharded (check_run_deck)
-      else if (p.engine_model->sharded() || !p.policy->sharded()) copy_tensor_shard(*p.policy, *p.engine_model);
-      else gather_whole_model(*p.policy, p.engine_model.get());
-    }
-    if (p.rollout_side) p.rollout_side->set_weight_version(version);
-    return;
-  }
-  int64_t v = version;
-  const bool check = ctx_.deck.get_bool("rollout.check_weight_update");
-  WeightSyncStats s;
-  if (sliced_weight_sync(ctx_.deck, ctx_.world->layout())) {
-    // Each engine rank receives its shard from the trainer ranks that hold it.
-    if (!p.sliced_sync) return;  // a trainer rank whose shards others send
-    const Transformer& mine = p.policy ? *p.policy : *p.engine_model;
-    s = p.sliced_sync->sync(mine.parameters(), p.engine_weight_dtype, &v, check);
-  } else {
-    // Model parallelism: trainer rank 0 pushes the whole policy, the groups' shards gathered.
-    if (p.policy && p.policy->sharded() && p.model_parallel->joins_gather_to_first()) {
-      if (ctx_.world->rank() == 0 && !p.whole_policy)
-        p.whole_policy = std::make_unique<Transformer>(p.policy->config(), uint64_t(ctx_.deck.get_int("run.seed")),
-                                                       p.policy->device());
-      gather_whole_model(*p.policy, p.whole_policy.get(), /*to_all=*/false);  // to trainer rank 0
-    }
-    // The engines already waited for the trainers (asleep) in the record phase's barrier.
-    if (!p.weight_sync) return;
-    // The weights in the engines' dtype: the sender's rounded from its masters when they
-    // differ (bf16), the engines' own tensors to receive into (a tensor-parallel engine's
-    // rank receives the whole model and keeps its shard).
-    const Transformer& whole = p.whole_policy       ? *p.whole_policy
-                               : p.policy           ? *p.policy
-                               : p.whole_engine_model ? *p.whole_engine_model
-                                                      : *p.engine_model;
-    // fp8 (rollout/fp8_weights.h): the sender quantises into the image it keeps, an
-    // engine receives into its own and de-quantises it below.
-    const bool sender = ctx_.world->is_trainer();
-    if (p.engine_fp8 && sender && !p.fp8_image)
-      p.fp8_image = std::make_unique<WeightImage>(fp8_weight_image(whole, /*quantize=*/false));
-    if (p.engine_fp8 && sender) fill_fp8_image(whole, *p.fp8_image);
-    const WeightImage image = p.engine_fp8 ? *p.fp8_image : weight_image(whole, p.engine_weight_dtype);
-    s = p.weight_sync->sync(image.params, &v, check, image.flat);
-    if (check) {
-      uint64_t trainer_sum = s.checksum;
-      static const std::string context = "[weight_sync] the trainer's checksum";
-      WaitGuard guard({&context, "MPI_Bcast", 1, "u64", 0});
-      MPI_Bcast(&trainer_sum, 1, MPI_UINT64_T, 0, ctx_.world->sync());
-      SLIMPI_CHECK(trainer_sum == s.checksum, "weight update {} arrived corrupted: checksum {:016x}, trainer's {:016x}",
-                   v, s.checksum, trainer_sum);
-    }
-    if (p.engine_fp8 && !sender) load_fp8_image(*p.fp8_image, p.whole_engine_model ? *p.whole_engine_model
-                                                                                  : *p.engine_model);
-    if (p.whole_engine_model) p.engine_model->copy_shard_from(*p.whole_engine_model);
-  }
-  if (async) async->update_weights(v);  // between engine iterations; rollout.partial applies
-  else if (p.rollout_side) p.rollout_side->set_weight_version(v);
-  if (ctx_.world->rank() == 0) {
-    step_.metrics["perf/weight_sync_bytes"] = double(s.bytes);
-    step_.metrics["perf/weight_sync_gbps"] = double(s.bytes) / s.seconds / 1e9;
-    if (ctx_.deck.get_string("rollout.weight_sync") == "delta") {
-      step_.metrics["perf/weight_sync_density"] = s.density;  // changed elements / elements (1: a whole sync)
-      step_.metrics["perf/weight_sync_anchor"] = s.anchor ? 1.0 : 0.0;
-      step_.metrics["perf/weight_sync_resent"] = s.resent ? 1.0 : 0.0;
-    }
+  const WeightPush pushed = parts_.weight_route->push(version);
+  if (!pushed.took_part) return;
+  if (async) async->update_weights(pushed.version);  // between engine iterations; rollout.partial applies
+  else if (parts_.rollout_side) parts_.rollout_side->set_weight_version(pushed.version);
+  if (ctx_.world->rank() != 0 || !pushed.stats) return;
+  const WeightSyncStats& s = *pushed.stats;
+  step_.metrics["perf/weight_sync_bytes"] = double(s.bytes);
+  step_.metrics["perf/weight_sync_gbps"] = double(s.bytes) / s.seconds / 1e9;
+  if (pushed.delta) {
+    step_.metrics["perf/weight_sync_density"] = s.density;  // changed elements / elements (1: a whole sync)
+    step_.metrics["perf/weight_sync_anchor"] = s.anchor ? 1.0 : 0.0;
+    step_.metrics["perf/weight_sync_resent"] = s.resent ? 1.0 : 0.0;
   }
 }
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "config/hf_config.h"
-#include "config/schema.h"
+#include "deck/schema.h"
 #include "core/log.h"
 #include "io/tensor_io.h"
 #include "tokenizer/tokenizer.h"

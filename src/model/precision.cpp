@@ -15,6 +15,10 @@ const char* precision_name(Precision p) { return p == Precision::BF16 ? "bf16" :
 
 at::ScalarType weight_dtype(Precision p) { return p == Precision::BF16 ? at::kBFloat16 : at::kFloat; }
 
+at::ScalarType rollout_weight_dtype(const std::string& precision) {
+  return precision == "fp8" ? at::kBFloat16 : weight_dtype(parse_precision(precision));
+}
+
 ForwardPrecision::ForwardPrecision(Precision p, const at::Device& device)
     : device_type_(device.type()),
       was_enabled_(at::autocast::is_autocast_enabled(device_type_)),

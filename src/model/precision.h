@@ -20,6 +20,9 @@ Precision parse_precision(const std::string& name);
 const char* precision_name(Precision p);
 // Storage dtype of weights held in this precision.
 at::ScalarType weight_dtype(Precision p);
+// The dtype an engine of rollout.precision `precision` stores its weights in ("fp32",
+// "bf16"; "fp8": bf16, holding the de-quantised weights: sync/fp8_weights.h).
+at::ScalarType rollout_weight_dtype(const std::string& precision);
 
 // RAII: while alive, forwards on `device` run in precision `p` (bf16: autocast on that
 // device type; fp32: autocast off). Restores the previous state; scoped to forwards.

@@ -13,7 +13,7 @@
 //                   weight broadcast (rollout.weight_sync_route = "broadcast")
 //   sliced_sync   — split only: the trainer ranks holding a distinct part of the model
 //                   (the tensor groups of the first trainer_expert data-parallel indices)
-//                   + every rollout rank; the planned weight sync (rollout/weight_sync_plan.h)
+//                   + every rollout rank; the planned weight sync (sync/weight_sync_plan.h)
 // MPI_COMM_NULL where a rank is not a member.
 // WorldLayout is the pure arithmetic (testable without MPI); World owns the MPI handles.
 #pragma once

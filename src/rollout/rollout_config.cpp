@@ -8,7 +8,7 @@
 #include "core/log.h"
 #include "model/model_config.h"
 #include "model/tensor_shard.h"
-#include "rollout/fp8_weights.h"
+#include "model/precision.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 

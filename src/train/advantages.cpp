@@ -1,54 +1,48 @@
 #include "train/advantages.h"
 
 #include <ATen/ATen.h>
+#include <slimpi/deck.h>
 #include <slimpi/error.h>
 
 #include <cmath>
 
-#include "train/gae.h"
+#include "train/estimators/estimators.h"
 
 namespace slimpi {
-namespace {
-
-at::Tensor kl_or_zeros(const AdvantageInputs& in) {
-  return in.kl.defined() ? in.kl : at::zeros_like(in.mask);
-}
-
-at::Tensor constant_advantage(const AdvantageInputs& in) { return at::full_like(in.mask, in.reward); }
-
-at::Tensor reinforce_plus_plus(const AdvantageInputs& in) { return discounted_returns(token_rewards(in), in.gamma); }
-
-at::Tensor ppo_gae(const AdvantageInputs& in) {
-  SLIMPI_CHECK(in.values.defined() && in.values.numel() == in.mask.numel(),
-               "the ppo estimator needs the critic's value of every response token");
-  return generalized_advantages(token_rewards(in), in.values, in.mask, in.gamma, in.lambd).advantages;
-}
-
-at::Tensor reinforce_plus_plus_baseline(const AdvantageInputs& in) {
-  return in.reward - in.kl_coef * kl_or_zeros(in);
-}
-
-}  // namespace
 
 const Registry<AdvantageEstimator>& advantage_estimators() {
   static const Registry<AdvantageEstimator> r = [] {
     Registry<AdvantageEstimator> reg("train.advantage_estimator");
-    reg.add("grpo", {constant_advantage, RewardCentring::MeanStd, "ppo_clip"});
-    reg.add("gspo", {constant_advantage, RewardCentring::MeanStd, "gspo"});
-    reg.add("cispo", {constant_advantage, RewardCentring::MeanStd, "cispo"});
-    reg.add("reinforce_plus_plus", {reinforce_plus_plus, RewardCentring::None, "ppo_clip"});
-    reg.add("reinforce_plus_plus_baseline", {reinforce_plus_plus_baseline, RewardCentring::Mean, "ppo_clip"});
-    reg.add("rloo", {constant_advantage, RewardCentring::LeaveOneOut, "ppo_clip"});
-    reg.add("ppo", {ppo_gae, RewardCentring::None, "ppo_clip", /*needs_critic=*/true});
-    reg.add("remax", {constant_advantage, RewardCentring::Greedy, "ppo_clip"});
+    for (const AdvantageEstimator& e :
+         {grpo_estimator(), gspo_estimator(), cispo_estimator(), reinforce_plus_plus_estimator(),
+          reinforce_plus_plus_baseline_estimator(), rloo_estimator(), ppo_estimator(), remax_estimator()})
+      reg.add(e.name, e);
     return reg;
   }();
   return r;
 }
 
-at::Tensor compute_advantages(const std::string& estimator, const AdvantageInputs& in) {
-  return advantage_estimators().get(estimator).advantages(in);
+at::Tensor constant_advantage(const AdvantageInputs& in) { return at::full_like(in.mask, in.reward); }
+
+void check_estimator_deck(const AdvantageEstimator& estimator, const Deck& deck) {
+  // A group baseline centres each reward on its group's mean: with one sample per group
+  // every advantage is 0 and nothing learns (slime's group math needs n >= 2).
+  if (estimator.group_baseline() && deck.get_int("rollout.n_samples_per_prompt") < 2 &&
+      !deck.get_bool("debug.rollout_only") && !deck.get_bool("train.disable_rewards_normalization"))
+    SLIMPI_FAIL_ALL("rollout.n_samples_per_prompt = 1 ({}) with train.advantage_estimator = \"{}\" ({}): each reward "
+                    "is centred on its group's mean, its own, so every advantage is 0 and nothing learns; use groups of "
+                    "2 or more, an estimator without a group baseline (reinforce_plus_plus), or "
+                    "train.disable_rewards_normalization = true",
+                    deck.source("rollout.n_samples_per_prompt"), estimator.name,
+                    deck.source("train.advantage_estimator"));
+  if (estimator.check_deck) estimator.check_deck(deck);
 }
+
+namespace {
+
+at::Tensor kl_or_zeros(const AdvantageInputs& in) { return in.kl.defined() ? in.kl : at::zeros_like(in.mask); }
+
+}  // namespace
 
 at::Tensor token_rewards(const AdvantageInputs& in) {
   at::Tensor reward = -in.kl_coef * kl_or_zeros(in) * in.mask;  // [R]
@@ -67,15 +61,15 @@ at::Tensor discounted_returns(const at::Tensor& x, double gamma) {
   return out.to(x.options());
 }
 
-std::vector<float> postprocess_rewards(const std::string& estimator, const std::vector<float>& rewards,
+std::vector<float> postprocess_rewards(const AdvantageEstimator& estimator, const std::vector<float>& rewards,
                                        int64_t n_per_group, const RewardNormalization& norm,
                                        const std::vector<float>& baselines) {
   SLIMPI_CHECK(n_per_group >= 1 && rewards.size() % n_per_group == 0,
                "{} rewards do not split into groups of {}", rewards.size(), n_per_group);
-  const RewardCentring centring = advantage_estimators().get(estimator).centring;
+  const RewardCentring centring = estimator.centring;
   SLIMPI_CHECK((centring == RewardCentring::Greedy) == !baselines.empty() &&
                    (baselines.empty() || baselines.size() * size_t(n_per_group) == rewards.size()),
-               "{}: {} greedy baselines for {} rewards in groups of {}", estimator, baselines.size(), rewards.size(),
+               "{}: {} greedy baselines for {} rewards in groups of {}", estimator.name, baselines.size(), rewards.size(),
                n_per_group);
   const bool centred = norm.enabled && centring != RewardCentring::None;
   const bool scaled = centred && norm.std_enabled && n_per_group > 1 && centring == RewardCentring::MeanStd;

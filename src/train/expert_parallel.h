@@ -10,7 +10,7 @@
 //             experts, and reduce those experts' gradients among themselves
 // Every other parameter is replicated on all N ranks and reduced over all of them.
 // Under tensor parallelism N counts the data-parallel ranks of one tensor rank
-// (train/model_parallel.h); train/whole_model.h gathers whole models.
+// (train/model_parallel.h); sync/whole_model.h gathers whole models.
 // Owned by the driver on trainer ranks; lives as long as the models that point at it.
 #pragma once
 

@@ -20,7 +20,7 @@ at::Tensor sft_objective(const ScoredMicroBatch& b, MetricSums& sums) {
 }
 
 at::Tensor rl_objective(const TrainerConfig& cfg, const ScoredMicroBatch& b, MetricSums& sums) {
-  const PolicyLoss& policy_loss = policy_losses().get(advantage_estimators().get(cfg.advantage_estimator).policy_loss);
+  const PolicyLoss& policy_loss = policy_losses().get(cfg.estimator->policy_loss);
   const PolicyLossTerms pg = policy_loss({b.logp, b.old_logp, b.advantages, b.sample_of_token, b.n_samples,
                                           cfg.eps_clip, cfg.eps_clip_high, cfg.eps_clip_c});
   at::Tensor pg_tokens = pg.loss;   // [N]

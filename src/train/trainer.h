@@ -85,6 +85,14 @@ class Trainer {
   // more forward over the rollout), weighted as the loss weighs tokens; compare it with
   // train/train_rollout_logprob_abs_diff, the same with replay.
   std::map<std::string, double> prepare_rollout(std::vector<Sample>& local, bool recompute_old);
+  // A rollout's optimizer steps, after prepare_rollout (train/rollout_training.cpp): its
+  // samples in n_steps consecutive parts, one train_step each. PPO's critic first (slime's
+  // order), critic.n_epochs passes over the same parts; during critic.warmup_rollouts the
+  // policy does not move. `step` (0-based) names the run's step in the log. Returns
+  // train_step's metrics averaged over the optimizer steps, train_step/<i>/<name> for each
+  // step's train/<name> (slime logs every one), the critic's, train/critic_steps and
+  // train/optimizer_steps. Collective over dp.
+  std::map<std::string, double> train_rollout(std::vector<Sample>& local, int64_t n_steps, int64_t step);
 
   // One optimizer step on this rank's share of the step. Collective over dp. In RL,
   // samples whose old_log_probs are empty get them from this step's forward (ρ = 1:
@@ -140,6 +148,18 @@ class Trainer {
   // its routing trace; collective over the expert group.
   std::vector<std::vector<float>> response_log_probs(const std::vector<Sample>& samples, const Transformer& model,
                                                      bool replay) const;
+
+  // prepare_rollout's steps, in order (train/rollout_preparation.cpp).
+  void score_rollout(std::vector<Sample>& local, bool with_old);  // log-probs, values, teacher
+  MetricSums declare_rollout_metrics(bool with_old) const;
+  // One sample's KL, advantages [R] before whitening (distillation's term included) and
+  // critic targets; adds its metric terms.
+  at::Tensor score_sample(Sample& s, const at::Tensor& mask, const at::Tensor& per_sample, bool with_old,
+                          MetricSums& sums);
+  void add_critic_targets(Sample& s, const AdvantageInputs& in, const at::Tensor& per_sample, MetricSums& sums) const;
+  void add_replay_gap(const Sample& s, const std::vector<float>& unreplayed, const at::Tensor& mask,
+                      const at::Tensor& per_sample, MetricSums& sums) const;
+  std::map<std::string, double> rollout_metrics(std::map<std::string, double> totals) const;
 
   // The steps of train_step, in order.
   struct StepInputs {

@@ -38,17 +38,15 @@ void refuse_bad_combinations(const TrainerConfig& c, const Deck& deck) {
     SLIMPI_FAIL_ALL("train.kl_coef = {} ({}) and train.kl_loss_coef = {} ({}) are both non-zero: use the reward-side "
                     "KL or the KL loss, not both (as slime)",
                     c.kl_coef, deck.source("train.kl_coef"), c.kl_loss_coef, deck.source("train.kl_loss_coef"));
-  const bool reinforce = c.advantage_estimator.rfind("reinforce_plus_plus", 0) == 0;
-  if (c.mode == "rl" && reinforce && !c.normalize_advantages)
+  const std::string& estimator = c.estimator->name;
+  if (c.mode == "rl" && c.estimator->needs_normalized_advantages && !c.normalize_advantages)
     SLIMPI_FAIL_ALL("train.advantage_estimator = \"{}\" ({}) needs train.normalize_advantages = true ({}), as in slime",
-                    c.advantage_estimator, deck.source("train.advantage_estimator"),
-                    deck.source("train.normalize_advantages"));
-  const bool critic = advantage_estimators().get(c.advantage_estimator).needs_critic;
-  if (c.kl_coef != 0.0 && !reinforce && !critic)
+                    estimator, deck.source("train.advantage_estimator"), deck.source("train.normalize_advantages"));
+  const bool critic = c.estimator->needs_critic;
+  if (c.kl_coef != 0.0 && !c.estimator->reward_kl)
     SLIMPI_FAIL_ALL("train.kl_coef = {} ({}) acts only on the reinforce_plus_plus and ppo estimators; "
                     "train.advantage_estimator = \"{}\" ({}) would ignore it (use train.kl_loss_coef)",
-                    c.kl_coef, deck.source("train.kl_coef"), c.advantage_estimator,
-                    deck.source("train.advantage_estimator"));
+                    c.kl_coef, deck.source("train.kl_coef"), estimator, deck.source("train.advantage_estimator"));
   if (!c.use_kl_loss && c.kl_loss_coef != 0.0 && c.mode == "rl")
     SLIMPI_FAIL_ALL("train.kl_loss_coef = {} ({}) would be ignored: train.use_kl_loss = false ({})", c.kl_loss_coef,
                     deck.source("train.kl_loss_coef"), deck.source("train.use_kl_loss"));
@@ -56,7 +54,7 @@ void refuse_bad_combinations(const TrainerConfig& c, const Deck& deck) {
     for (const auto& [k, entry] : deck.entries())
       if (k.rfind("critic.", 0) == 0 && !deck.has_default_value(k))
         SLIMPI_FAIL_ALL("{} ({}) configures the critic of train.advantage_estimator = \"ppo\"; \"{}\" ({}) has none", k,
-                        deck.source(k), c.advantage_estimator, deck.source("train.advantage_estimator"));
+                        deck.source(k), estimator, deck.source("train.advantage_estimator"));
   if (const double lv = deck.get_float("train.lambd_value"); lv < 0 && lv != -1.0)
     SLIMPI_FAIL_ALL("train.lambd_value = {} ({}) is GAE's lambda of the value targets: a value in [0, 1], or -1 for "
                     "train.lambd's", lv, deck.source("train.lambd_value"));
@@ -64,13 +62,7 @@ void refuse_bad_combinations(const TrainerConfig& c, const Deck& deck) {
     for (const char* k : {"train.lambd", "train.lambd_value"})
       if (!deck.has_default_value(k))
         SLIMPI_FAIL_ALL("{} ({}) is GAE's lambda of train.advantage_estimator = \"ppo\"; \"{}\" ({}) would ignore it",
-                        k, deck.source(k), c.advantage_estimator, deck.source("train.advantage_estimator"));
-  if (critic && c.mode == "rl")
-    if (deck.get_int("parallel.expert_parallel") > 1)
-      SLIMPI_FAIL_ALL("train.advantage_estimator = \"ppo\" ({}) with parallel.expert_parallel = {} ({}): the critic is "
-                      "not expert-parallel yet (it is split over the tensor group and replicated over the data-parallel "
-                      "ranks)", deck.source("train.advantage_estimator"), deck.get_int("parallel.expert_parallel"),
-                      deck.source("parallel.expert_parallel"));
+                        k, deck.source(k), estimator, deck.source("train.advantage_estimator"));
   const bool opd = deck.get_float("train.opd_kl_coef") > 0;
   if (opd && c.mode != "rl")
     SLIMPI_FAIL_ALL("train.opd_kl_coef ({}) distils a teacher into the policy's own samples; train.mode = \"{}\" ({}) "
@@ -114,7 +106,7 @@ void refuse_bad_combinations(const TrainerConfig& c, const Deck& deck) {
 TrainerConfig TrainerConfig::from_deck(const Deck& deck) {
   TrainerConfig c;
   c.mode = deck.get_string("train.mode");
-  c.advantage_estimator = deck.get_string("train.advantage_estimator");
+  c.estimator = &advantage_estimators().get(deck.get_string("train.advantage_estimator"));
   c.eps_clip = deck.get_float("train.eps_clip");
   c.eps_clip_high = deck.get_float("train.eps_clip_high");
   if (c.eps_clip_high == 0.0) c.eps_clip_high = c.eps_clip;

@@ -8,6 +8,7 @@
 
 #include "model/precision.h"
 #include "train/adamw.h"
+#include "train/advantages.h"
 #include "train/lr_schedule.h"
 #include "train/mismatch_correction.h"
 
@@ -29,7 +30,8 @@ struct CriticConfig {
 
 struct TrainerConfig {
   std::string mode = "sft";                  // "sft" | "rl"
-  std::string advantage_estimator = "grpo";  // also picks the policy loss (train/advantages.h)
+  // train.advantage_estimator, resolved (train/estimators/): its formula, centring, policy loss and needs
+  const AdvantageEstimator* estimator = &advantage_estimators().get("grpo");
   double eps_clip = 0.2;
   double eps_clip_high = 0.2;
   double eps_clip_c = 0.0;  // dual clip when > 1

@@ -231,7 +231,7 @@ TEST(DataParallelCritic, SameValuesAdvantagesAndCriticUpdateAsOneRank) {
   MpiComm world(MPI_COMM_WORLD, "trainer");
   const int r = world.rank(), n = world.size();
   TrainerConfig tc = rl_config(false, 2);
-  tc.advantage_estimator = "ppo";
+  tc.estimator = &advantage_estimators().get("ppo");
   tc.use_kl_loss = false;
   tc.kl_loss_coef = 0.0;
   tc.gamma = 0.97;

@@ -9,7 +9,7 @@
 //   norms and a mixture-of-experts layer; in bf16 (where each rank's partial sums are
 //   rounded before the group adds them, so draws may part) the sampled tokens'
 //   log-probs are the whole bf16 model's to that rounding;
-// - the sliced weight sync (rollout/weight_sync_plan.h) from a trainer layout (TP t x
+// - the sliced weight sync (sync/weight_sync_plan.h) from a trainer layout (TP t x
 //   EP G) to engines of TP e leaves on every engine rank exactly its slice of the whole
 //   tensors (the trainer's values, in the engines' dtype): TP 2 -> engines of TP 1, 2
 //   and 4, TP 1 -> TP 2, TP 2 x EP 2 (experts at two data-parallel indices) -> TP 2;
@@ -31,7 +31,7 @@
 #include "parallel/mpi_comm.h"
 #include "rollout/engine.h"
 #include "rollout/engine_group.h"
-#include "rollout/weight_sync_plan.h"
+#include "sync/weight_sync_plan.h"
 #include "tokenizer/byte_tokenizer.h"
 #include "../support/tiny_model.h"
 #include "../support/mpi_world.h"

@@ -21,7 +21,7 @@
 #include "parallel/device.h"
 #include "parallel/mpi_comm.h"
 #include "train/expert_parallel.h"
-#include "train/whole_model.h"
+#include "sync/whole_model.h"
 #include "train/trainer.h"
 #include "../support/tensor_checks.h"
 #include "../support/tiny_model.h"

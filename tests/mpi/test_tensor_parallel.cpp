@@ -38,7 +38,7 @@
 #include "parallel/tp_mappings.h"
 #include "train/model_parallel.h"
 #include "train/trainer.h"
-#include "train/whole_model.h"
+#include "sync/whole_model.h"
 #include "../support/tensor_checks.h"
 #include "../support/tiny_model.h"
 
@@ -502,7 +502,7 @@ TEST_P(TensorParallelCritic, EqualsTheWholeCritic) {
   const int d = mp.data_index();
   TrainerConfig tc;
   tc.mode = "rl";
-  tc.advantage_estimator = "ppo";
+  tc.estimator = &advantage_estimators().get("ppo");
   tc.gamma = 0.9;
   tc.lambd = 0.8;
   tc.n_micro_batches = 2;

@@ -141,7 +141,7 @@ close split_tp1 split_tp2_sliced
 run 4 split_tp1_etp2_bf16 --set rollout.tensor_parallel=2 --set rollout.precision=bf16
 grep -q "step 4/4" "$out/split_tp1_etp2_bf16.log"
 # An fp8 engine of 2 ranks: "auto" takes the broadcast route (a block is quantised whole);
-# each rank de-quantises the whole image and keeps its shard (rollout/fp8_weights.h).
+# each rank de-quantises the whole image and keeps its shard (sync/fp8_weights.h).
 run 4 split_tp1_etp2_fp8 --set rollout.tensor_parallel=2 --set rollout.precision=fp8 --set rollout.check_weight_update=true
 grep -q "weight sync: broadcast" "$out/split_tp1_etp2_fp8.log"
 grep -q "step 4/4" "$out/split_tp1_etp2_fp8.log"

@@ -1,4 +1,4 @@
-// Block-wise FP8 weights (model/fp8_blocks.h, rollout/fp8_weights.h): the quantiser
+// Block-wise FP8 weights (model/fp8_blocks.h, sync/fp8_weights.h): the quantiser
 // against a reference written here (every e4m3 code decoded from its bits, the nearest
 // chosen by search), the scale grid's layout with partial blocks, the round trip's
 // error bound, the fp8 image's layout and bytes, and a Hugging Face FP8 checkpoint
@@ -22,7 +22,7 @@
 #include "io/tensor_io.h"
 #include "model/fp8_blocks.h"
 #include "model/transformer.h"
-#include "rollout/fp8_weights.h"
+#include "sync/fp8_weights.h"
 
 namespace slimpi {
 namespace {

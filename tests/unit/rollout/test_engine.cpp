@@ -12,7 +12,7 @@
 #include "kernels/counter_rng.h"
 #include "model/precision.h"
 #include "rollout/engine.h"
-#include "rollout/fp8_weights.h"
+#include "sync/fp8_weights.h"
 #include "tokenizer/byte_tokenizer.h"
 #include "model/log_probs.h"
 #include "../../support/tiny_model.h"
@@ -478,7 +478,7 @@ GreedyComparison compare_greedy(const std::vector<Sample>& a, const std::vector<
   return c;
 }
 
-// rollout.precision = "fp8" (rollout/fp8_weights.h): an engine on the FP8 round trip of
+// rollout.precision = "fp8" (sync/fp8_weights.h): an engine on the FP8 round trip of
 // the masters against a bf16 engine of the same masters. Bounds set from the measured
 // values with room. A random model (init 0.05) has small margins: most sequences
 // diverge somewhere, each where its margin allows.

@@ -21,7 +21,7 @@ ModelConfig critic_model() { return testing::tiny_model_config(32, 0.02); }
 TrainerConfig ppo_config() {
   TrainerConfig c;
   c.mode = "rl";
-  c.advantage_estimator = "ppo";
+  c.estimator = &advantage_estimators().get("ppo");
   c.lr.lr = 1e-3;
   c.critic.lr.lr = 3e-3;
   c.critic.seed = 7;

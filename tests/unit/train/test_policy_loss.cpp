@@ -90,24 +90,24 @@ TEST(Kl, EstimatorsPinnedBySlime) {
 
 TEST(Rewards, GrpoNormalisationUsesUnbiasedStdPlusEpsilon) {
   std::vector<float> r{1, 0, 0, 1, 0.5, 0.5, 0.5, 0.5};
-  std::vector<float> got = postprocess_rewards("grpo", r, 4, {});
+  std::vector<float> got = postprocess_rewards(advantage_estimators().get("grpo"), r, 4, {});
   const double sd = std::sqrt(1.0 / 3.0);  // unbiased std of {1, 0, 0, 1}
   EXPECT_NEAR(got[0], 0.5 / (sd + 1e-6), 1e-6);
   EXPECT_NEAR(got[1], -0.5 / (sd + 1e-6), 1e-6);
   for (int i = 4; i < 8; ++i) EXPECT_EQ(got[i], 0.0f);  // zero std: centred only
   // std normalisation off: centred only; normalisation off: unchanged.
-  EXPECT_NEAR(postprocess_rewards("grpo", r, 4, {true, false})[0], 0.5, 1e-7);
-  EXPECT_EQ(postprocess_rewards("grpo", r, 4, {false, true}), r);
+  EXPECT_NEAR(postprocess_rewards(advantage_estimators().get("grpo"), r, 4, {true, false})[0], 0.5, 1e-7);
+  EXPECT_EQ(postprocess_rewards(advantage_estimators().get("grpo"), r, 4, {false, true}), r);
   // reinforce_plus_plus_baseline: centred, never scaled; reinforce_plus_plus: raw.
-  EXPECT_NEAR(postprocess_rewards("reinforce_plus_plus_baseline", r, 4, {})[0], 0.5, 1e-7);
-  EXPECT_EQ(postprocess_rewards("reinforce_plus_plus", r, 4, {}), r);
+  EXPECT_NEAR(postprocess_rewards(advantage_estimators().get("reinforce_plus_plus_baseline"), r, 4, {})[0], 0.5, 1e-7);
+  EXPECT_EQ(postprocess_rewards(advantage_estimators().get("reinforce_plus_plus"), r, 4, {}), r);
 }
 
 // RLOO: each sample's baseline is the mean of its group's other samples; a group's
 // advantages sum to 0; never scaled by the std; normalisation off leaves R.
 TEST(Rewards, RlooSubtractsTheMeanOfTheOtherSamples) {
   const std::vector<float> r{1, 0, 0, 1, 0.9f, 0.2f, 0.4f, 0.3f};
-  const std::vector<float> got = postprocess_rewards("rloo", r, 4, {});
+  const std::vector<float> got = postprocess_rewards(advantage_estimators().get("rloo"), r, 4, {});
   for (int g = 0; g < 2; ++g) {
     double sum = 0;
     for (int i = 0; i < 4; ++i) {
@@ -120,28 +120,28 @@ TEST(Rewards, RlooSubtractsTheMeanOfTheOtherSamples) {
     EXPECT_NEAR(sum, 0.0, 1e-6) << "group " << g;
   }
   EXPECT_NEAR(got[0], 2.0 / 3.0, 1e-7);  // 1 - (0 + 0 + 1) / 3
-  EXPECT_EQ(postprocess_rewards("rloo", r, 4, {true, false}), got);  // no std to turn off
-  EXPECT_EQ(postprocess_rewards("rloo", r, 4, {false, true}), r);
-  EXPECT_EQ(postprocess_rewards("rloo", {3.0f, -1.0f}, 1, {}), (std::vector<float>{0.0f, 0.0f}));
+  EXPECT_EQ(postprocess_rewards(advantage_estimators().get("rloo"), r, 4, {true, false}), got);  // no std to turn off
+  EXPECT_EQ(postprocess_rewards(advantage_estimators().get("rloo"), r, 4, {false, true}), r);
+  EXPECT_EQ(postprocess_rewards(advantage_estimators().get("rloo"), {3.0f, -1.0f}, 1, {}), (std::vector<float>{0.0f, 0.0f}));
   AdvantageInputs in;
   in.reward = got[0];
   in.mask = vec({1, 1, 0});
-  expect_near(compute_advantages("rloo", in), {got[0], got[0], got[0]});
+  expect_near(advantage_estimators().get("rloo").advantages(in), {got[0], got[0], got[0]});
 }
 
 // ReMax: each group's rewards less its greedy response's (one baseline per group).
 TEST(Rewards, RemaxSubtractsTheGreedyResponsesReward) {
   const std::vector<float> r{1, 0, 0, 1, 0.75f, 0.25f};
-  EXPECT_EQ(postprocess_rewards("remax", r, 3, {}, {1.0f, 0.5f}),
+  EXPECT_EQ(postprocess_rewards(advantage_estimators().get("remax"), r, 3, {}, {1.0f, 0.5f}),
             (std::vector<float>{0, -1, -1, 0.5f, 0.25f, -0.25f}));
-  EXPECT_EQ(postprocess_rewards("remax", r, 3, {false, true}, {1.0f, 0.5f}), r);  // normalisation off: raw
-  EXPECT_EQ(postprocess_rewards("remax", {2.0f, 3.0f}, 1, {}, {1.0f, 1.0f}), (std::vector<float>{1.0f, 2.0f}));
-  EXPECT_THROW(postprocess_rewards("remax", r, 3, {}), Error);              // no baselines
-  EXPECT_THROW(postprocess_rewards("grpo", r, 3, {}, {1.0f, 0.5f}), Error);  // baselines for another estimator
+  EXPECT_EQ(postprocess_rewards(advantage_estimators().get("remax"), r, 3, {false, true}, {1.0f, 0.5f}), r);  // normalisation off: raw
+  EXPECT_EQ(postprocess_rewards(advantage_estimators().get("remax"), {2.0f, 3.0f}, 1, {}, {1.0f, 1.0f}), (std::vector<float>{1.0f, 2.0f}));
+  EXPECT_THROW(postprocess_rewards(advantage_estimators().get("remax"), r, 3, {}), Error);              // no baselines
+  EXPECT_THROW(postprocess_rewards(advantage_estimators().get("grpo"), r, 3, {}, {1.0f, 0.5f}), Error);  // baselines for another estimator
 }
 
 TEST(Rewards, OneSamplePerGroupTurnsStdNormalisationOff) {
-  std::vector<float> got = postprocess_rewards("grpo", {3.0f, -1.0f}, 1, {});
+  std::vector<float> got = postprocess_rewards(advantage_estimators().get("grpo"), {3.0f, -1.0f}, 1, {});
   EXPECT_EQ(got, (std::vector<float>{0.0f, 0.0f}));  // r − mean of a group of one
 }
 
@@ -152,12 +152,54 @@ TEST(Advantages, EstimatorsPerToken) {
   in.kl = vec({0.1, 0.2, 0.3, 0.4});
   in.kl_coef = 0.5;
   in.gamma = 0.5;
-  expect_near(compute_advantages("grpo", in), {1.5f, 1.5f, 1.5f, 1.5f});
-  expect_near(compute_advantages("reinforce_plus_plus_baseline", in), {1.45f, 1.4f, 1.35f, 1.3f}, 1e-6);
+  expect_near(advantage_estimators().get("grpo").advantages(in), {1.5f, 1.5f, 1.5f, 1.5f});
+  expect_near(advantage_estimators().get("reinforce_plus_plus_baseline").advantages(in), {1.45f, 1.4f, 1.35f, 1.3f}, 1e-6);
   // token rewards: [−0.05, −0.1, −0.15 + 1.5, 0] ; G = serial discounted sums
   const float r2 = 1.35f, r1 = -0.1f + 0.5f * r2, r0 = -0.05f + 0.5f * r1;
-  expect_near(compute_advantages("reinforce_plus_plus", in), {r0, r1, r2, 0.0f}, 1e-6);
-  EXPECT_THROW(compute_advantages("ppo_with_critic", in), Error);
+  expect_near(advantage_estimators().get("reinforce_plus_plus").advantages(in), {r0, r1, r2, 0.0f}, 1e-6);
+  EXPECT_THROW(advantage_estimators().get("ppo_with_critic").advantages(in), Error);
+}
+
+// One row per estimator (train/estimators/): its traits and what it makes of one
+// group of rewards. A registered estimator without a row fails here.
+struct EstimatorRow {
+  const char* name;
+  RewardCentring centring;
+  const char* policy_loss;
+  bool needs_critic, reward_kl, needs_normalized_advantages, own_deck_rules;
+  std::vector<float> r;  // postprocess_rewards of {1, 0, 0, 1} in groups of 2 (remax: greedy baselines {1, 0})
+};
+
+TEST(Advantages, EveryEstimatorHasItsRow) {
+  const float s = float(1 / (std::sqrt(0.5) + 1e-6));  // (R − mean) / (std + 1e-6), std of {1, 0} = sqrt(1/2)
+  const std::vector<EstimatorRow> rows = {
+      {"grpo", RewardCentring::MeanStd, "ppo_clip", false, false, false, false, {0.5f * s, -0.5f * s, -0.5f * s, 0.5f * s}},
+      {"gspo", RewardCentring::MeanStd, "gspo", false, false, false, false, {0.5f * s, -0.5f * s, -0.5f * s, 0.5f * s}},
+      {"cispo", RewardCentring::MeanStd, "cispo", false, false, false, false, {0.5f * s, -0.5f * s, -0.5f * s, 0.5f * s}},
+      {"rloo", RewardCentring::LeaveOneOut, "ppo_clip", false, false, false, false, {1, -1, -1, 1}},
+      {"remax", RewardCentring::Greedy, "ppo_clip", false, false, false, true, {0, -1, 0, 1}},
+      {"reinforce_plus_plus", RewardCentring::None, "ppo_clip", false, true, true, false, {1, 0, 0, 1}},
+      {"reinforce_plus_plus_baseline", RewardCentring::Mean, "ppo_clip", false, true, true, false, {0.5, -0.5, -0.5, 0.5}},
+      {"ppo", RewardCentring::None, "ppo_clip", true, true, false, true, {1, 0, 0, 1}},
+  };
+  EXPECT_EQ(rows.size(), advantage_estimators().names().size());
+  for (const EstimatorRow& row : rows) {
+    SCOPED_TRACE(row.name);
+    ASSERT_TRUE(advantage_estimators().has(row.name));
+    const AdvantageEstimator& e = advantage_estimators().get(row.name);
+    EXPECT_EQ(e.name, row.name);
+    EXPECT_EQ(e.centring, row.centring);
+    EXPECT_EQ(e.policy_loss, row.policy_loss);
+    EXPECT_TRUE(policy_losses().has(e.policy_loss));
+    EXPECT_EQ(e.needs_critic, row.needs_critic);
+    EXPECT_EQ(e.reward_kl, row.reward_kl);
+    EXPECT_EQ(e.needs_normalized_advantages, row.needs_normalized_advantages);
+    EXPECT_EQ(bool(e.check_deck), row.own_deck_rules);
+    const std::vector<float> baselines = e.greedy_baseline() ? std::vector<float>{1, 0} : std::vector<float>{};
+    const std::vector<float> r = postprocess_rewards(e, {1, 0, 0, 1}, 2, {}, baselines);
+    ASSERT_EQ(r.size(), row.r.size());
+    for (size_t i = 0; i < r.size(); ++i) EXPECT_NEAR(r[i], row.r[i], 1e-6) << "sample " << i;
+  }
 }
 
 TEST(Advantages, DiscountedReturnsMatchTheDefinition) {

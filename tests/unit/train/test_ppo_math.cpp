@@ -60,11 +60,11 @@ TEST(Gae, PpoEstimatorShapesTheRewardWithTheKlOnTheLastCountedToken) {
   // r_t = −0.5·kl_t on counted tokens, + 1 on token 2 (the last counted).
   expect_near(token_rewards(in), {-0.05, 0.1, 0.85, 0.0}, 1e-6);
   const GaeResult want = generalized_advantages(vec({-0.05f, 0.1f, 0.85f, 0.0f}), in.values, in.mask, 0.9, 0.8);
-  expect_near(compute_advantages("ppo", in), {want.advantages[0].item<double>(), want.advantages[1].item<double>(),
+  expect_near(advantage_estimators().get("ppo").advantages(in), {want.advantages[0].item<double>(), want.advantages[1].item<double>(),
                                               want.advantages[2].item<double>(), 0.0});
   EXPECT_TRUE(advantage_estimators().get("ppo").needs_critic);
   EXPECT_FALSE(advantage_estimators().get("grpo").needs_critic);
-  EXPECT_EQ(postprocess_rewards("ppo", {1.0f, 0.0f, 0.5f, 0.5f}, 2, {}), (std::vector<float>{1.0f, 0.0f, 0.5f, 0.5f}));
+  EXPECT_EQ(postprocess_rewards(advantage_estimators().get("ppo"), {1.0f, 0.0f, 0.5f, 0.5f}, 2, {}), (std::vector<float>{1.0f, 0.0f, 0.5f, 0.5f}));
 }
 
 TEST(ValueLoss, EqualsSlimesClippedValueLoss) {

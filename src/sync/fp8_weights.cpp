@@ -1,4 +1,4 @@
-#include "rollout/fp8_weights.h"
+#include "sync/fp8_weights.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
@@ -44,10 +44,6 @@ int64_t numel_of(const std::vector<int64_t>& shape) {
 }
 
 }  // namespace
-
-at::ScalarType rollout_weight_dtype(const std::string& precision) {
-  return precision == "fp8" ? at::kBFloat16 : weight_dtype(parse_precision(precision));
-}
 
 WeightImage fp8_weight_image(const Transformer& model, bool quantize) {
   SLIMPI_CHECK(!model.sharded(), "fp8 image: a whole model is needed (this one is a shard)");

@@ -1,4 +1,4 @@
-#include "rollout/weight_sync.h"
+#include "sync/weight_sync.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
@@ -11,7 +11,7 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "parallel/comm_tensor.h"
-#include "rollout/weight_delta.h"
+#include "sync/weight_delta.h"
 
 namespace slimpi {
 namespace {

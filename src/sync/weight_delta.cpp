@@ -1,4 +1,4 @@
-#include "rollout/weight_delta.h"
+#include "sync/weight_delta.h"
 
 #include <ATen/ATen.h>
 #include <slimpi/error.h>

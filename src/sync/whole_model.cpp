@@ -1,4 +1,4 @@
-#include "train/whole_model.h"
+#include "sync/whole_model.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>

@@ -3,7 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "config/schema.h"
+#include "deck/schema.h"
 
 namespace slimpi {
 

@@ -1,4 +1,4 @@
-#include "rollout/weight_sync_plan.h"
+#include "sync/weight_sync_plan.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
@@ -18,7 +18,7 @@
 #include "model/transformer.h"
 #include "parallel/comm.h"
 #include "parallel/comm_tensor.h"
-#include "rollout/weight_delta.h"
+#include "sync/weight_delta.h"
 
 namespace slimpi {
 namespace {

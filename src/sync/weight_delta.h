@@ -11,7 +11,7 @@
 // The codec is pure functions on byte tensors (uint8, one device). DeltaVersions keeps
 // the one piece of protocol both routes share (which version each member's copy holds,
 // when an anchor is due); the transfers and checks around them are WeightSync's
-// (broadcast, rollout/weight_sync.h) and SlicedWeightSync's (rollout/weight_sync_plan.h).
+// (broadcast, sync/weight_sync.h) and SlicedWeightSync's (sync/weight_sync_plan.h).
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -1,5 +1,6 @@
-// Schema — the one place a deck key is declared: its type, default, range or choices,
-// unit and one-line help. Owned by nobody (a static table); read by the deck loader,
+// Schema — every deck key: its type, default, range or choices, unit and one-line help.
+// Each folder declares the keys its code reads (deck/key_tables.h: <folder>_keys.cpp);
+// the Schema holds them all, gathered once (a static table). Read by the deck loader,
 // by `slimpi keys`, and by the typed configs of each subsystem.
 // Invariant: every key is "table.name" (snake_case), and every default satisfies its
 // own range/choices (checked by a unit test).

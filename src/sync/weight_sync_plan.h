@@ -20,10 +20,10 @@
 // global order, (receiver, sender), on every rank: blocking sends cannot deadlock.
 // With `checksum`, each sender sends the FNV-1a of the bytes it sent to a receiver, and
 // the receiver refuses a pair whose bytes hash differently, naming its tensors.
-// Delta sync (rollout.weight_sync = "delta"): as WeightSync's (rollout/weight_sync.h),
+// Delta sync (rollout.weight_sync = "delta"): as WeightSync's (sync/weight_sync.h),
 // pair by pair: a sender keeps the wire bytes it last sent on each of its pairs, a
 // receiver rebuilds its side from its own tensors; each pair's bytes go as their delta
-// (rollout/weight_delta.h) in chunks of at most bucket_bytes, the receiver checks the
+// (sync/weight_delta.h) in chunks of at most bucket_bytes, the receiver checks the
 // result's XXH3 against the sender's before taking it, and any pair's mismatch sends
 // the whole plan again. Anchors as WeightSync's.
 // Owned by the driver on sliced_sync members; collective over that communicator.
@@ -38,8 +38,8 @@
 
 #include "core/named_tensor.h"
 #include "model/model_config.h"
-#include "rollout/weight_delta.h"
-#include "rollout/weight_sync.h"
+#include "sync/weight_delta.h"
+#include "sync/weight_sync.h"
 
 namespace slimpi {
 

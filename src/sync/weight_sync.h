@@ -13,7 +13,7 @@
 // Delta sync (rollout.weight_sync = "delta", DeltaSyncConfig): every rank remembers the
 // version its copy holds (the root keeps a copy of the bytes it last sent; an engine's
 // copy is its own parameters). When all hold the same version, each bucket travels as
-// its delta against it (rollout/weight_delta.h: raw or sparse, the smaller); then every
+// its delta against it (sync/weight_delta.h: raw or sparse, the smaller); then every
 // engine hashes its result (XXH3) against the root's hash, and on any difference the
 // whole model is sent again. An anchor (everything, as a full sync) goes when the copies
 // disagree or are missing (the first sync, a resumed job), and every
@@ -30,7 +30,7 @@
 
 #include "model/transformer.h"
 #include "parallel/comm.h"
-#include "rollout/weight_delta.h"
+#include "sync/weight_delta.h"
 
 namespace slimpi {
 

@@ -4,7 +4,7 @@
 #include <regex>
 
 #include "cli/commands.h"
-#include "config/schema.h"
+#include "deck/schema.h"
 
 namespace slimpi {
 namespace {

@@ -18,13 +18,9 @@
 #pragma once
 
 #include "model/transformer.h"
-#include "rollout/weight_sync.h"
+#include "sync/weight_sync.h"
 
 namespace slimpi {
-
-// The dtype an engine of rollout.precision `precision` stores its weights in ("fp32",
-// "bf16"; "fp8": bf16, holding the de-quantised weights).
-at::ScalarType rollout_weight_dtype(const std::string& precision);
 
 // The fp8 image's layout for `model`'s parameters, on its device: quantised from them
 // when `quantize`, zeros otherwise (a buffer to receive into or to fill).

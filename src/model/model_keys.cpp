@@ -1,0 +1,51 @@
+// Deck keys of the policy model:
+// declared beside the code that reads them, collected by deck_keys() (cli/deck_keys.cpp).
+#include "deck/key_tables.h"
+
+namespace slimpi {
+
+std::vector<KeySpec> model_keys() {
+  return {
+      // [model]
+      int_key("model.vocab_size", 260, 2, 1e7, "tokens", "vocabulary size (the byte tokenizer needs 259)"),
+      int_key("model.hidden_size", 128, 2, 1e6, "", "model width d"),
+      int_key("model.n_layers", 4, 1, 1e4, "", "transformer blocks L"),
+      int_key("model.n_heads", 4, 1, 1e4, "", "query heads H (hidden_size / n_heads = head dim D unless model.head_dim)"),
+      int_key("model.n_kv_heads", 0, 0, 1e4, "", "key/value heads (grouped-query attention; 0 = n_heads)"),
+      int_key("model.intermediate_size", 344, 1, 1e7, "", "SwiGLU MLP width"),
+      int_key("model.max_seq_len", 512, 2, 1e7, "tokens", "longest prompt + response the model accepts"),
+      float_key("model.rope_theta", 10000.0, 1.0, 1e12, "", "RoPE base"),
+      float_key("model.rms_norm_eps", 1e-6, 0.0, 1.0, "", "RMSNorm epsilon"),
+      float_key("model.init_std", 0.02, 0.0, 10.0, "", "std of the normal initialisation of weights"),
+      bool_key("model.tie_word_embeddings", false, "LM head shares the embedding matrix"),
+      bool_key("model.qkv_bias", false, "biases on the q/k/v projections (Qwen2; Llama/Qwen3 attention_bias)"),
+      bool_key("model.o_bias", false, "bias on the o projection (Llama/Qwen3 attention_bias)"),
+      bool_key("model.qk_norm", false, "RMSNorm of each query and key head before RoPE (Qwen3's q_norm/k_norm)"),
+      int_key("model.n_experts", 0, 0, 32767, "experts",
+              "mixture of experts: routed experts per MoE layer (0 = dense; Qwen3-MoE's num_experts)"),
+      int_key("model.n_experts_per_tok", 2, 1, 1e5, "experts", "MoE: experts each token is routed to (top-k)"),
+      int_key("model.moe_intermediate_size", 0, 0, 1e9, "", "MoE: each expert's MLP width (0 = intermediate_size)"),
+      bool_key("model.norm_topk_prob", true, "MoE: renormalise the top-k router probabilities to sum to 1"),
+      int_key("model.shared_expert_intermediate_size", 0, 0, 1e9, "",
+              "MoE: width of a shared expert every token runs, behind a sigmoid gate (Qwen2-MoE; 0 = none)"),
+      int_key("model.mtp_num_layers", 0, 0, 16, "layers",
+              "multi-token prediction depths (DeepSeek-V3's MTP modules, as MiMo ships them): depth i predicts the "
+              "token i + 2 ahead; the rollout's speculative draft (rollout.speculative = \"mtp\"); 0 = none"),
+      int_key("model.moe_layer_freq", 1, 1, 1e6, "layers",
+              "MoE: layer l (from 0) is sparse when (l + 1) % moe_layer_freq == 0 (Qwen3-MoE's decoder_sparse_step)"),
+      int_key("model.head_dim", 0, 0, 1e5, "", "head dimension D (0 = hidden_size / n_heads; Qwen3 sets it)"),
+      choice_key("model.rope_scaling", "none", {"none", "linear", "llama3"},
+                 "RoPE frequency scaling (Hugging Face rope_scaling): linear = every frequency / rope_factor; "
+                 "llama3 = Llama 3.1's blend by wavelength"),
+      float_key("model.rope_factor", 1.0, 1e-6, 1e6, "", "rope_scaling factor"),
+      float_key("model.rope_low_freq_factor", 1.0, 1e-6, 1e6, "", "llama3 rope_scaling: low_freq_factor"),
+      float_key("model.rope_high_freq_factor", 4.0, 1e-6, 1e6, "", "llama3 rope_scaling: high_freq_factor"),
+      int_key("model.rope_original_max_seq_len", 8192, 1, 1e9, "tokens",
+              "llama3 rope_scaling: original_max_position_embeddings"),
+      string_key("model.init_from", "",
+                 "start from these weights instead of the seeded init: a trainer_state.h5 (group /model), "
+                 "a checkpoint's trainer_state.h5, or a Hugging Face export (directory or .safetensors)")
+  };
+}
+
+}  // namespace slimpi
