@@ -5,8 +5,9 @@
 # The jobs: the quickstart SFT (100 steps, np 4) and 30 GRPO steps from it (np 4 split,
 # eval every 10 steps), 12 one_step_off GRPO steps from it, 6 PPO steps from it (a critic
 # with two warm-up rollouts and two epochs, two optimizer steps a rollout, the
-# reward-side KL), and an MoE policy through RL with a bf16 rollout and routing replay
-# (np 4).
+# reward-side KL), 4 distillation steps (the SFT policy as the teacher: reverse KL and
+# top-k loss) of a seeded policy with an MTP layer, and an MoE policy through RL with a
+# bf16 rollout and routing replay (np 4).
 # In the split GRPO runs (two engines fed by a router) an engine's batches depend on
 # when requests arrive: the same binary twice gives engine log-probs up to 5.6e-6 apart
 # on 5% of the tokens (1.5e-5 on one token of 439k, 1.3% of them differing, on
@@ -50,7 +51,7 @@ moe=(--set run.n_steps=4 --set model.n_experts=8 --set model.n_experts_per_tok=2
 
 for which in old new; do
   mkdir -p "$out/$which"
-  echo "same_behaviour: $which binary: SFT, GRPO, one_step_off, PPO, MoE"
+  echo "same_behaviour: $which binary: SFT, GRPO, one_step_off, PPO, distillation with MTP, MoE"
   run "$which" sft inputs/quickstart_sft.toml --set run.n_steps=100 --set eval.stop_at_pass1=0 --set eval.interval=50
   sft=$out/$which/sft/trainer_state.h5
   run "$which" grpo inputs/quickstart_grpo.toml --set run.n_steps=30 --set eval.interval=10 --set model.init_from="$sft"
@@ -59,10 +60,13 @@ for which in old new; do
   run "$which" ppo inputs/quickstart_grpo.toml --set run.n_steps=6 --set eval.interval=0 --set model.init_from="$sft" \
     --set train.advantage_estimator=ppo --set critic.warmup_rollouts=2 --set critic.n_epochs=2 \
     --set train.num_steps_per_rollout=2 --set train.kl_coef=0.01
+  run "$which" distill_mtp inputs/quickstart_grpo.toml --set run.n_steps=4 --set eval.interval=0 --set model.init_from= \
+    --set rollout.dynamic_filter=none --set model.mtp_num_layers=1 --set train.mtp_loss_coef=0.1 \
+    --set train.opd_kl_coef=0.5 --set teacher.path="$sft" --set teacher.top_k=4 --set train.opd_topk_loss_coef=0.5
   run "$which" moe inputs/smoke_rl.toml "${moe[@]}"
 done
-for name in sft grpo one_step_off ppo moe; do
-  tol=(); [ "$name" = grpo ] || [ "$name" = one_step_off ] || [ "$name" = ppo ] && tol=(--engine-scheduling-varies 5e-5)
+for name in sft grpo one_step_off ppo distill_mtp moe; do
+  tol=(); [ "$name" = moe ] || [ "$name" = sft ] || tol=(--engine-scheduling-varies 5e-5)
   "${compare[@]}" "$out/old/$name" "$out/new/$name" "${tol[@]}" >/dev/null || { echo "same_behaviour: $name differs" >&2; exit 1; }
   echo "same_behaviour: $name: the same bit for bit"
 done

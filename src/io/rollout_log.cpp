@@ -141,120 +141,142 @@ std::vector<uint64_t> values_per_part(const std::vector<int64_t>& lengths, size_
 
 }  // namespace
 
+// One value per sample: the fixed-size columns of rollouts.h5, in row order.
+struct RolloutLog::RowColumns {
+  std::vector<int64_t> step, group, index, version, version_max;
+  std::vector<int32_t> prompt_len, response_len, drafted, accepted, passes, env_turns, env_calls;
+  std::vector<float> reward, raw, advantage, env_s, episode_s;
+  std::vector<int8_t> status, env_error;
+
+  explicit RowColumns(const std::vector<const Sample*>& rows) {
+    for (const Sample* p : rows) {
+      const Sample& s = *p;
+      env_turns.push_back(s.env_turns);
+      env_calls.push_back(s.env_tool_calls);
+      env_s.push_back(s.env_s);
+      episode_s.push_back(s.episode_s);
+      env_error.push_back(s.env_error);
+      step.push_back(s.step);
+      group.push_back(s.group_index);
+      index.push_back(s.index);
+      version.push_back(s.weight_version());
+      version_max.push_back(s.weight_versions.empty() ? version.back() : s.weight_versions.back());
+      prompt_len.push_back(static_cast<int32_t>(s.prompt_length));
+      response_len.push_back(static_cast<int32_t>(s.response_length()));
+      drafted.push_back(s.spec_drafted);
+      accepted.push_back(s.spec_accepted);
+      passes.push_back(s.spec_passes);
+      reward.push_back(s.reward);
+      raw.push_back(s.raw_reward);
+      advantage.push_back(s.advantages.empty() ? (std::isnan(s.reward) ? NAN : 0.0f) : s.advantages.front());
+      status.push_back(static_cast<int8_t>(s.status));
+    }
+  }
+};
+
+// The variable-length columns (CSR values and row lengths), in row order.
+struct RolloutLog::CsrColumns {
+  std::vector<int32_t> tokens, support, contexts;
+  std::vector<int64_t> token_lengths, versions, support_lengths, version_lengths, routing_lengths, metrics_lengths,
+      context_lengths;
+  std::vector<int16_t> routing;
+  std::vector<uint8_t> metrics_text;  // the environment's metrics: one JSON object per row, as bytes ("" none)
+  std::vector<std::vector<float>> column_values;  // per TokenColumn
+  std::vector<std::vector<int64_t>> column_lengths;
+};
+
+RolloutLog::CsrColumns RolloutLog::gather_csr(const std::vector<const Sample*>& rows) const {
+  CsrColumns c;
+  for (const Sample* s : rows) {
+    c.tokens.insert(c.tokens.end(), s->tokens.begin(), s->tokens.end());
+    c.token_lengths.push_back(static_cast<int64_t>(s->tokens.size()));
+  }
+  gather_token_field(rows, &Sample::sampling_support, "sampling_support", c.support, c.support_lengths);
+  gather_token_field(rows, &Sample::weight_versions, "weight_versions", c.versions, c.version_lengths);
+  gather_rows(rows, &Sample::routing, has_routing_,
+              "this rollouts.h5 was written before routing traces existed and cannot hold them", c.routing,
+              c.routing_lengths);
+  for (const Sample* s : rows) {
+    const std::string text = s->env_metrics.empty() ? std::string() : nlohmann::json(s->env_metrics).dump();
+    c.metrics_text.insert(c.metrics_text.end(), text.begin(), text.end());
+    c.metrics_lengths.push_back(static_cast<int64_t>(text.size()));
+  }
+  gather_rows(rows, &Sample::context_starts, has_context_starts_,
+              "this rollouts.h5 was written before split trajectories were recorded and cannot hold them", c.contexts,
+              c.context_lengths);
+  c.column_values.resize(token_columns_.size());
+  c.column_lengths.resize(token_columns_.size());
+  for (size_t k = 0; k < token_columns_.size(); ++k)
+    gather_token_field(rows, token_columns_[k].field, token_columns_[k].name, c.column_values[k],
+                       c.column_lengths[k]);
+  return c;
+}
+
 void RolloutLog::append(const std::vector<Sample>& first, const std::vector<Sample>& second) {
   std::vector<const Sample*> rows;
   for (const Sample& s : first) rows.push_back(&s);
   for (const Sample& s : second) rows.push_back(&s);
-  const size_t n = rows.size();
-  std::vector<int64_t> step(n), group(n), index(n), version(n), version_max(n), token_lengths(n);
-  std::vector<int32_t> prompt_len(n), response_len(n), tokens, drafted(n), accepted(n), passes(n);
-  std::vector<float> reward(n), raw(n), advantage(n);
-  std::vector<int8_t> status(n), env_error(n);
-  std::vector<int32_t> env_turns(n), env_calls(n);
-  std::vector<float> env_s(n), episode_s(n);
-  for (size_t i = 0; i < n; ++i) {
-    const Sample& s = *rows[i];
-    env_turns[i] = s.env_turns;
-    env_calls[i] = s.env_tool_calls;
-    env_s[i] = s.env_s;
-    episode_s[i] = s.episode_s;
-    env_error[i] = s.env_error;
-    step[i] = s.step;
-    group[i] = s.group_index;
-    index[i] = s.index;
-    version[i] = s.weight_version();
-    version_max[i] = s.weight_versions.empty() ? version[i] : s.weight_versions.back();
-    prompt_len[i] = static_cast<int32_t>(s.prompt_length);
-    response_len[i] = static_cast<int32_t>(s.response_length());
-    drafted[i] = s.spec_drafted;
-    accepted[i] = s.spec_accepted;
-    passes[i] = s.spec_passes;
-    reward[i] = s.reward;
-    raw[i] = s.raw_reward;
-    advantage[i] = s.advantages.empty() ? (std::isnan(s.reward) ? NAN : 0.0f) : s.advantages.front();
-    status[i] = static_cast<int8_t>(s.status);
-    tokens.insert(tokens.end(), s.tokens.begin(), s.tokens.end());
-    token_lengths[i] = static_cast<int64_t>(s.tokens.size());
-  }
-  std::vector<int32_t> support;
-  std::vector<int64_t> versions, support_lengths, version_lengths;
-  gather_token_field(rows, &Sample::sampling_support, "sampling_support", support, support_lengths);
-  gather_token_field(rows, &Sample::weight_versions, "weight_versions", versions, version_lengths);
-  std::vector<int16_t> routing;
-  std::vector<int64_t> routing_lengths;
-  gather_rows(rows, &Sample::routing, has_routing_,
-              "this rollouts.h5 was written before routing traces existed and cannot hold them", routing,
-              routing_lengths);
-  // The environment's metrics: one JSON object per row, as bytes ("" when none).
-  std::vector<uint8_t> metrics_text;
-  std::vector<int64_t> metrics_lengths;
-  for (const Sample* s : rows) {
-    const std::string text = s->env_metrics.empty() ? std::string() : nlohmann::json(s->env_metrics).dump();
-    metrics_text.insert(metrics_text.end(), text.begin(), text.end());
-    metrics_lengths.push_back(static_cast<int64_t>(text.size()));
-  }
-  std::vector<int32_t> contexts;
-  std::vector<int64_t> context_lengths;
-  gather_rows(rows, &Sample::context_starts, has_context_starts_,
-              "this rollouts.h5 was written before split trajectories were recorded and cannot hold them", contexts,
-              context_lengths);
-  std::vector<std::vector<float>> column_values(token_columns_.size());
-  std::vector<std::vector<int64_t>> column_lengths(token_columns_.size());
-  for (size_t c = 0; c < token_columns_.size(); ++c)
-    gather_token_field(rows, token_columns_[c].field, token_columns_[c].name, column_values[c], column_lengths[c]);
-
+  const RowColumns r(rows);
+  const CsrColumns c = gather_csr(rows);
   // One exchange of counts for every dataset: rows, then each CSR column's values.
   std::vector<std::vector<uint64_t>> counts{{first.size(), second.size()},
-                                            values_per_part(token_lengths, first.size()),
-                                            values_per_part(support_lengths, first.size()),
-                                            values_per_part(version_lengths, first.size()),
-                                            values_per_part(routing_lengths, first.size())};
+                                            values_per_part(c.token_lengths, first.size()),
+                                            values_per_part(c.support_lengths, first.size()),
+                                            values_per_part(c.version_lengths, first.size()),
+                                            values_per_part(c.routing_lengths, first.size())};
   // (Every rank counts the routing column, with or without one: the plan lines up.)
-  for (const auto& l : column_lengths) counts.push_back(values_per_part(l, first.size()));
-  counts.push_back(values_per_part(metrics_lengths, first.size()));
-  counts.push_back(values_per_part(context_lengths, first.size()));
+  for (const auto& l : c.column_lengths) counts.push_back(values_per_part(l, first.size()));
+  counts.push_back(values_per_part(c.metrics_lengths, first.size()));
+  counts.push_back(values_per_part(c.context_lengths, first.size()));
   const std::vector<h5::AppendPlan> plan = h5::plan_appends(file_.comm(), counts);
-  const h5::AppendPlan& row_plan = plan[0];
-
-  step_.append(step.data(), row_plan);
-  group_index_.append(group.data(), row_plan);
-  index_.append(index.data(), row_plan);
-  weight_version_.append(version.data(), row_plan);
-  if (has_version_max_) weight_version_max_.append(version_max.data(), row_plan);
-  prompt_length_.append(prompt_len.data(), row_plan);
-  response_length_.append(response_len.data(), row_plan);
-  if (has_spec_) {
-    spec_drafted_.append(drafted.data(), row_plan);
-    spec_accepted_.append(accepted.data(), row_plan);
-    spec_passes_.append(passes.data(), row_plan);
-  }
-  if (has_env_) {
-    env_turns_.append(env_turns.data(), row_plan);
-    env_tool_calls_.append(env_calls.data(), row_plan);
-    env_time_s_.append(env_s.data(), row_plan);
-    episode_time_s_.append(episode_s.data(), row_plan);
-    env_error_.append(env_error.data(), row_plan);
-  }
-  reward_.append(reward.data(), row_plan);
-  raw_reward_.append(raw.data(), row_plan);
-  advantage_.append(advantage.data(), row_plan);
-  status_.append(status.data(), row_plan);
-  tokens_.append(tokens.data(), token_lengths.data(), row_plan, plan[1]);
-  sampling_support_.append(support.data(), support_lengths.data(), row_plan, plan[2]);
-  weight_versions_.append(versions.data(), version_lengths.data(), row_plan, plan[3]);
-  if (has_routing_) routing_.append(routing.data(), routing_lengths.data(), row_plan, plan[4]);
-  for (size_t c = 0; c < token_columns_.size(); ++c)
-    token_columns_[c].data.append(column_values[c].data(), column_lengths[c].data(), row_plan, plan[5 + c]);
-  if (has_env_metrics_)
-    env_metrics_.append(metrics_text.data(), metrics_lengths.data(), row_plan, plan[5 + token_columns_.size()]);
-  else if (!said_no_metrics_column_ &&
-           std::any_of(rows.begin(), rows.end(), [](const Sample* s) { return !s->env_metrics.empty(); })) {
+  append_rows(r, plan[0]);
+  append_csr(c, plan);
+  if (!has_env_metrics_ && !said_no_metrics_column_ &&
+      std::any_of(rows.begin(), rows.end(), [](const Sample* s) { return !s->env_metrics.empty(); })) {
     said_no_metrics_column_ = true;
     log::warn("this rollouts.h5 was written before the environment's metrics were recorded: they are not stored "
               "in it (metrics.h5's rollout/env_metrics/* has them)");
   }
+}
+
+void RolloutLog::append_rows(const RowColumns& r, const h5::AppendPlan& row_plan) {
+  step_.append(r.step.data(), row_plan);
+  group_index_.append(r.group.data(), row_plan);
+  index_.append(r.index.data(), row_plan);
+  weight_version_.append(r.version.data(), row_plan);
+  if (has_version_max_) weight_version_max_.append(r.version_max.data(), row_plan);
+  prompt_length_.append(r.prompt_len.data(), row_plan);
+  response_length_.append(r.response_len.data(), row_plan);
+  if (has_spec_) {
+    spec_drafted_.append(r.drafted.data(), row_plan);
+    spec_accepted_.append(r.accepted.data(), row_plan);
+    spec_passes_.append(r.passes.data(), row_plan);
+  }
+  if (has_env_) {
+    env_turns_.append(r.env_turns.data(), row_plan);
+    env_tool_calls_.append(r.env_calls.data(), row_plan);
+    env_time_s_.append(r.env_s.data(), row_plan);
+    episode_time_s_.append(r.episode_s.data(), row_plan);
+    env_error_.append(r.env_error.data(), row_plan);
+  }
+  reward_.append(r.reward.data(), row_plan);
+  raw_reward_.append(r.raw.data(), row_plan);
+  advantage_.append(r.advantage.data(), row_plan);
+  status_.append(r.status.data(), row_plan);
+}
+
+void RolloutLog::append_csr(const CsrColumns& c, const std::vector<h5::AppendPlan>& plan) {
+  const h5::AppendPlan& row_plan = plan[0];
+  tokens_.append(c.tokens.data(), c.token_lengths.data(), row_plan, plan[1]);
+  sampling_support_.append(c.support.data(), c.support_lengths.data(), row_plan, plan[2]);
+  weight_versions_.append(c.versions.data(), c.version_lengths.data(), row_plan, plan[3]);
+  if (has_routing_) routing_.append(c.routing.data(), c.routing_lengths.data(), row_plan, plan[4]);
+  for (size_t k = 0; k < token_columns_.size(); ++k)
+    token_columns_[k].data.append(c.column_values[k].data(), c.column_lengths[k].data(), row_plan, plan[5 + k]);
+  if (has_env_metrics_)
+    env_metrics_.append(c.metrics_text.data(), c.metrics_lengths.data(), row_plan, plan[5 + token_columns_.size()]);
   if (has_context_starts_)
-    context_starts_.append(contexts.data(), context_lengths.data(), row_plan, plan[6 + token_columns_.size()]);
+    context_starts_.append(c.contexts.data(), c.context_lengths.data(), row_plan, plan[6 + token_columns_.size()]);
 }
 
 std::pair<uint64_t, uint64_t> RolloutLog::step_rows(int64_t step) const {

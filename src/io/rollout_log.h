@@ -84,6 +84,12 @@ class RolloutLog {
   std::vector<Sample> read_rows(uint64_t first, uint64_t count) const;
   // Rows [first, last) holding step `step` (first == last: none).
   std::pair<uint64_t, uint64_t> step_rows(int64_t step) const;
+  // append's steps: the samples' columns, then the rows' datasets and the CSR ones.
+  struct RowColumns;
+  struct CsrColumns;
+  CsrColumns gather_csr(const std::vector<const Sample*>& rows) const;
+  void append_rows(const RowColumns& r, const h5::AppendPlan& row_plan);
+  void append_csr(const CsrColumns& c, const std::vector<h5::AppendPlan>& plan);
 
   // The per-response-token float columns, each with the Sample field it stores.
   struct TokenColumn {

@@ -8,7 +8,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <memory>
+#include <tuple>
 
 #include "kernels/small_batch_linear.h"
 #include "parallel/comm.h"
@@ -59,38 +61,36 @@ void Transformer::pack_parameters() {
   }
 }
 
-Transformer::Transformer(const ModelConfig& cfg, uint64_t seed, const at::Device& device, at::ScalarType weights,
-                         const ExpertShard& experts, const TensorShard& tensor)
-    : cfg_(cfg), device_(device), weights_(weights), experts_(experts), tensor_(tensor) {
+namespace {
+
+void check_shards(const ModelConfig& cfg, at::ScalarType weights, const ExpertShard& experts,
+                  const TensorShard& tensor) {
   SLIMPI_CHECK(tensor.size == 1 || (tensor.comm && tensor.comm->size() == tensor.size && tensor.rank >= 0 &&
                                     tensor.rank < tensor.size),
                "tensor shard {} of {} without its group", tensor.rank, tensor.size);
   check_tensor_parallel_shape(cfg, tensor.size);
-  {
-    const int64_t columns = padded_vocab_size(cfg.vocab_size, tensor.size) / tensor.size;
-    vocab_begin_ = columns * tensor.rank;
-    n_real_vocab_ = std::clamp<int64_t>(cfg.vocab_size - vocab_begin_, 0, columns);
-  }
   SLIMPI_CHECK(experts.size == 1 || (cfg.n_experts > 0 && cfg.n_experts % experts.size == 0 && experts.comm &&
                                      experts.rank >= 0 && experts.rank < experts.size),
                "expert shard {} of {} for a model of {} experts (the group size must divide the expert count)",
                experts.rank, experts.size, cfg.n_experts);
   SLIMPI_CHECK(weights == at::kFloat || weights == at::kBFloat16, "model weights in {}: only fp32 or bf16",
                std::string(c10::toString(weights)));
-  // All parameters drawn on the CPU from one generator, in name order, then moved. Each
-  // name is spelled once: add() records where the parameter binds (a LayerParams field),
-  // and the loop after pack_parameters() points there once the storage is final.
-  at::Generator gen = at::detail::createCPUGenerator(seed);
-  const int64_t d = cfg.hidden_size, hd = cfg.head_dim(), q_width = cfg.n_heads * hd, kv = cfg.n_kv_heads * hd,
-                f = cfg.intermediate_size;
-  auto normal = [&](std::vector<int64_t> shape) { return at::normal(0.0, cfg.init_std, shape, gen); };
-  auto ones = [&](int64_t n) { return at::ones({n}, at::kFloat); };
-  auto zeros = [&](int64_t n) { return at::zeros({n}, at::kFloat); };
-  const int64_t first = experts.first(cfg.n_experts), n_mine = experts.count(cfg.n_experts);
+}
 
-  // A layer's attention block and norms, and a dense MLP, under prefix p (a trunk layer
-  // or an MTP depth's layer).
-  auto add_attention = [&](const std::string& p, LayerParams& lp) {
+// The parameters drawn on the CPU from one generator, in name order; each is recorded
+// through `add` with the LayerParams field it binds to. A block's attention and norms,
+// its dense MLP or its experts, under prefix p (a trunk layer or an MTP depth's layer).
+struct ParameterDraw {
+  const ModelConfig& cfg;
+  at::Generator gen;
+  std::function<void(const std::string&, at::Tensor, at::Tensor*)> add;
+
+  at::Tensor normal(std::vector<int64_t> shape) { return at::normal(0.0, cfg.init_std, shape, gen); }
+  static at::Tensor ones(int64_t n) { return at::ones({n}, at::kFloat); }
+  static at::Tensor zeros(int64_t n) { return at::zeros({n}, at::kFloat); }
+
+  void attention(const std::string& p, Transformer::LayerParams& lp) {
+    const int64_t d = cfg.hidden_size, hd = cfg.head_dim(), q_width = cfg.n_heads * hd, kv = cfg.n_kv_heads * hd;
     add(p + "input_layernorm.weight", ones(d), &lp.input_norm);
     add(p + "self_attn.q_proj.weight", normal({q_width, d}), &lp.q);
     add(p + "self_attn.k_proj.weight", normal({kv, d}), &lp.k);
@@ -107,28 +107,21 @@ Transformer::Transformer(const ModelConfig& cfg, uint64_t seed, const at::Device
       add(p + "self_attn.k_norm.weight", ones(hd), &lp.k_norm);
     }
     add(p + "post_attention_layernorm.weight", ones(d), &lp.post_norm);
-  };
-  auto add_dense_mlp = [&](const std::string& p, LayerParams& lp) {
+  }
+
+  void dense_mlp(const std::string& p, Transformer::LayerParams& lp) {
+    const int64_t d = cfg.hidden_size, f = cfg.intermediate_size;
     add(p + "mlp.gate_proj.weight", normal({f, d}), &lp.gate);
     add(p + "mlp.up_proj.weight", normal({f, d}), &lp.up);
     add(p + "mlp.down_proj.weight", normal({d, f}), &lp.down);
-  };
+  }
 
-  layers_.resize(size_t(cfg.n_layers));  // stable addresses for the bindings
-  add("model.embed_tokens.weight", normal({cfg.vocab_size, d}), &embed_);
-  for (int64_t l = 0; l < cfg.n_layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    LayerParams& lp = layers_[size_t(l)];
-    add_attention(p, lp);
-    if (!cfg.is_moe_layer(l)) {
-      add_dense_mlp(p, lp);
-      continue;
-    }
-    // Qwen3-MoE names: the router, then each expert's MLP. Every expert is drawn (the
-    // generator's sequence does not depend on the shard); an expert-parallel shard keeps
-    // its own block.
-    const int64_t fe = cfg.moe_intermediate_size;
-    MoeWeights& moe = lp.moe;
+  // Qwen3-MoE names: the router, then each expert's MLP. Every expert is drawn (the
+  // generator's sequence does not depend on the shard); an expert-parallel shard keeps
+  // its own block. Qwen2-MoE's shared expert after them.
+  void moe_mlp(const std::string& p, MoeWeights& moe, const ExpertShard& experts) {
+    const int64_t d = cfg.hidden_size, fe = cfg.moe_intermediate_size;
+    const int64_t first = experts.first(cfg.n_experts), n_mine = experts.count(cfg.n_experts);
     moe.first_expert = first;
     moe.ep = experts.size > 1 ? experts.comm : nullptr;
     moe.gate.resize(size_t(n_mine));
@@ -143,39 +136,66 @@ Transformer::Transformer(const ModelConfig& cfg, uint64_t seed, const at::Device
       add(pe + "up_proj.weight", up, &moe.up[size_t(e - first)]);
       add(pe + "down_proj.weight", down, &moe.down[size_t(e - first)]);
     }
-    if (const int64_t fs = cfg.shared_expert_intermediate_size; fs > 0) {  // Qwen2-MoE
+    if (const int64_t fs = cfg.shared_expert_intermediate_size; fs > 0) {
       add(p + "mlp.shared_expert.gate_proj.weight", normal({fs, d}), &moe.shared_gate_proj);
       add(p + "mlp.shared_expert.up_proj.weight", normal({fs, d}), &moe.shared_up);
       add(p + "mlp.shared_expert.down_proj.weight", normal({d, fs}), &moe.shared_down);
       add(p + "mlp.shared_expert_gate.weight", normal({1, d}), &moe.shared_gate);
     }
   }
-  add("model.norm.weight", ones(d), &final_norm_);
-  if (!cfg.tie_word_embeddings) add("lm_head.weight", normal({cfg.vocab_size, d}), &lm_head_);
+};
+
+// RoPE tables [S, D]: angle(pos, i) = pos * f_i (f_i = theta^(-2i/D), scaled as the
+// config says), duplicated over both halves; cos and sin.
+std::pair<at::Tensor, at::Tensor> rope_tables(const ModelConfig& cfg, const at::Device& device) {
+  at::Tensor inv_freq = at::tensor(cfg.rope_inv_freq(), at::kDouble);                 // [D/2]
+  at::Tensor angles = at::outer(at::arange(cfg.max_seq_len, at::kDouble), inv_freq);  // [S, D/2]
+  at::Tensor full = at::cat({angles, angles}, -1);                                     // [S, D]
+  return {full.cos().to(at::kFloat).to(device), full.sin().to(at::kFloat).to(device)};
+}
+
+}  // namespace
+
+Transformer::Transformer(const ModelConfig& cfg, uint64_t seed, const at::Device& device, at::ScalarType weights,
+                         const ExpertShard& experts, const TensorShard& tensor)
+    : cfg_(cfg), device_(device), weights_(weights), experts_(experts), tensor_(tensor) {
+  check_shards(cfg, weights, experts, tensor);
+  const int64_t columns = padded_vocab_size(cfg.vocab_size, tensor.size) / tensor.size;
+  vocab_begin_ = columns * tensor.rank;
+  n_real_vocab_ = std::clamp<int64_t>(cfg.vocab_size - vocab_begin_, 0, columns);
+  // Each name is spelled once: add() records where the parameter binds (a LayerParams
+  // field), and the loop after pack_parameters() points there once the storage is final.
+  ParameterDraw draw{cfg, at::detail::createCPUGenerator(seed),
+                     [this](const std::string& name, at::Tensor t, at::Tensor* binds_to) { add(name, t, binds_to); }};
+  const int64_t d = cfg.hidden_size;
+  layers_.resize(size_t(cfg.n_layers));  // stable addresses for the bindings
+  add("model.embed_tokens.weight", draw.normal({cfg.vocab_size, d}), &embed_);
+  for (int64_t l = 0; l < cfg.n_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    LayerParams& lp = layers_[size_t(l)];
+    draw.attention(p, lp);
+    if (cfg.is_moe_layer(l)) draw.moe_mlp(p, lp.moe, experts);
+    else draw.dense_mlp(p, lp);
+  }
+  add("model.norm.weight", draw.ones(d), &final_norm_);
+  if (!cfg.tie_word_embeddings) add("lm_head.weight", draw.normal({cfg.vocab_size, d}), &lm_head_);
   // MTP depths last, so that the trunk draws the same numbers with or without them.
   mtp_.resize(size_t(cfg.mtp_num_layers));
   for (int64_t i = 0; i < cfg.mtp_num_layers; ++i) {
     const std::string p = "model.mtp_layers." + std::to_string(i) + ".";
     MtpParams& m = mtp_[size_t(i)];
-    add(p + "token_layernorm.weight", ones(d), &m.token_norm);
-    add(p + "hidden_layernorm.weight", ones(d), &m.hidden_norm);
-    add(p + "input_proj.weight", normal({d, 2 * d}), &m.input_proj);
-    add_attention(p, m.block);
-    add_dense_mlp(p, m.block);
-    add(p + "final_layernorm.weight", ones(d), &m.final_norm);
+    add(p + "token_layernorm.weight", draw.ones(d), &m.token_norm);
+    add(p + "hidden_layernorm.weight", draw.ones(d), &m.hidden_norm);
+    add(p + "input_proj.weight", draw.normal({d, 2 * d}), &m.input_proj);
+    draw.attention(p, m.block);
+    draw.dense_mlp(p, m.block);
+    add(p + "final_layernorm.weight", draw.ones(d), &m.final_norm);
   }
   pack_parameters();
   for (size_t i = 0; i < params_.size(); ++i) *bindings_[i] = params_[i].tensor;
   bindings_.clear();  // (pointers into this object: not kept past construction)
   if (cfg.tie_word_embeddings) lm_head_ = embed_;
-
-  // RoPE tables: angle(pos, i) = pos * f_i (f_i = theta^(-2i/D), scaled as the config
-  // says), duplicated over both halves.
-  at::Tensor inv_freq = at::tensor(cfg.rope_inv_freq(), at::kDouble);                            // [D/2]
-  at::Tensor angles = at::outer(at::arange(cfg.max_seq_len, at::kDouble), inv_freq);             // [S, D/2]
-  at::Tensor full = at::cat({angles, angles}, -1);                                                // [S, D]
-  rope_cos_ = full.cos().to(at::kFloat).to(device_);
-  rope_sin_ = full.sin().to(at::kFloat).to(device_);
+  std::tie(rope_cos_, rope_sin_) = rope_tables(cfg, device_);
 }
 
 void Transformer::copy_weights_from(const Transformer& other) {

@@ -38,7 +38,10 @@
 // way continues, or its last turn, whose reply the checkpoint did not hold, is sent again.
 // Otherwise the episode starts again from its reset (said once per runner).
 // Built per generate() call by RolloutSide over its engine and environment, or once per
-// run for the stream; single-threaded.
+// run for the stream; single-threaded. Three files: the state machine (episode_runner.cpp:
+// NotStarted -> Reset or Restore -> Turn <-> Step -> finished), resume and replay
+// (episode_resume.cpp) and the trajectory's views (episode_trajectory.cpp); an open
+// episode's state is rollout/episode.h.
 #pragma once
 
 #include <map>
@@ -95,12 +98,34 @@ class EpisodeRunner : public GroupWorker {
   void diverged(Episode& e, const std::string& why);
   // The failures beyond the first kFailuresSaid since the last call, summed up in one warning.
   void say_unsaid_failures();
+  // The state machine (episode_runner.cpp). A reply: accepted (false: it ended the
+  // episode or restored it), then the reset's context or the observation after a turn.
   void on_reply(Episode& e, const EnvReply& reply);
+  bool accept_reply(Episode& e, const EnvReply& reply);
+  void on_reset(Episode& e, const EnvReply& reply);
+  void on_observation(Episode& e, const EnvReply& reply);
+  // The observation's tokens: a new context rendered alone, or the transcript's delta and
+  // the reply's token ids; false when it ended the episode.
+  bool observation_tokens(Episode& e, const EnvReply& reply, std::vector<int64_t>* out);
   void on_turn(Episode& e, Sample&& turn);
   void begin_turn(Episode& e);
   // The engine takes the turn that began at response offset `start` (its tokens after
   // `start` so far in e.sample: a resumed turn under way).
   void continue_turn(Episode& e, int64_t start);
+
+  // Resume and replay (episode_resume.cpp). A replayed episode's next turn at response
+  // length r: a recorded one sent again (true), or caught up (false: it continues in the
+  // engine from the record's open turn).
+  bool replay_turn(Episode& e, int64_t r);
+  // Response offsets of the recorded observation after the turn just answered (to < 0:
+  // the record ended waiting for this reply, and the replay is over).
+  struct RecordedSpan {
+    int64_t from = -1, to = -1;
+  };
+  RecordedSpan recorded_observation(Episode& e);
+  // The replayed observation is the recorded one (false: the episode diverged and ended).
+  bool matches_record(Episode& e, const std::vector<int64_t>& observation, bool new_context,
+                      const RecordedSpan& recorded);
   // The step for a model turn of `new_tokens` (stopped: on a stop token or string, not
   // its token limit); *on_end_of_turn: it ended on the template's end-of-turn token.
   EpisodeAction make_action(const Episode& e, const std::vector<int64_t>& new_tokens, bool stopped,
@@ -122,6 +147,11 @@ class EpisodeRunner : public GroupWorker {
   // Response tokens an episode with this context may reach (rollout.env_max_total_tokens,
   // model.max_seq_len, the KV cache).
   int64_t response_budget(int64_t prompt_length) const;
+  // The engine's work for a turn from response offset `start` up to `limit` response
+  // tokens: the trajectory, or its latest context as a sequence of its own.
+  WorkItem turn_work(const Episode& e, int64_t start, int64_t limit) const;
+  // The observation's tokens after the trajectory (loss mask 0, log-prob 0).
+  void append_observation(Episode& e, const std::vector<int64_t>& observation, bool new_context);
   void finish(Episode& e, SampleStatus status, EnvError error, const std::string& why);
   Episode& find(const std::string& id);
 

@@ -13,6 +13,7 @@
 #include "train/expert_parallel.h"
 #include "train/gae.h"
 #include "train/gradient_groups.h"
+#include "train/loss/loss_term.h"
 #include "train/teacher_scores.h"
 #include "model/head_log_probs.h"
 #include "model/head_top_k.h"
@@ -81,6 +82,7 @@ Trainer::Trainer(const TrainerConfig& cfg, Transformer& policy, Comm* dp, const 
       optimizer_(cfg.distributed_optimizer ? nullptr : std::make_unique<AdamW>(trainable(policy, train_mtp_), cfg.adam)),
       moe_(policy.config().n_experts > 0),
       moe_layers_(moe_layer_indices(policy.config())) {
+  loss_terms_ = build_loss_terms(cfg_, policy_);  // over this Trainer's own config (the terms keep a reference)
   SLIMPI_CHECK(!(needs_reference(cfg_) && !reference_), "the KL loss and the reward-side KL need a reference model");
   SLIMPI_CHECK(!expert_group_ || !reference_ || reference_->expert_shard().comm == expert_group_,
                "the reference model must be sharded over the policy's expert group");
@@ -229,19 +231,7 @@ MetricSums Trainer::declare_step_metrics() const {
   // Every metric a step can log, declared up front: the list reduced over dp must be
   // the same on every rank, including a rank that holds no sample this step.
   MetricSums sums;
-  for (const char* k : {"train/loss", "train/entropy_loss"}) sums.add_value(k, 0.0);
-  if (moe_) declare_moe_metrics(moe_layers_, sums);
-  if (train_mtp_) declare_mtp_metrics(policy_.n_mtp_layers(), sums);
-  if (cfg_.mode == "rl") {
-    for (const char* k : {"train/pg_loss", "train/pg_clipfrac", "train/ppo_kl", "train/train_rollout_logprob_abs_diff"})
-      sums.add_value(k, 0.0);
-    if (cfg_.use_tis) {
-      for (const std::string& k : mismatch_metric_names(cfg_.mismatch)) sums.add_value("train/" + k, 0.0);
-      sums.add_value("train/ois", 0.0);
-    }
-    if (cfg_.use_kl_loss) sums.add_value("train/kl_loss", 0.0);
-    if (cfg_.opd_topk_loss_coef > 0) sums.add_value("train/opd_topk_kl", 0.0);
-  }
+  for (const auto& term : loss_terms_) term->declare_metrics(sums);
   return sums;
 }
 
@@ -293,19 +283,26 @@ void Trainer::forwards_and_backwards(std::vector<Sample>& local, const StepInput
 at::Tensor Trainer::micro_batch_loss(std::vector<Sample>& local, const std::vector<int64_t>& which,
                                      const StepInputs& in, MetricSums& sums) {
   const at::Device device = policy_.device();
-  const ModelConfig& mc = policy_.config();
-  const bool moe = moe_;
   PackedBatch b = pack(local, which, device);
   MoeTrace trace;
   at::Tensor rollout_routing;  // [T, L, k] the engine's experts, -1 where none
-  if (moe) rollout_routing = packed_routing(local, which, mc, device, cfg_.routing_replay);
+  if (moe_) rollout_routing = packed_routing(local, which, policy_.config(), device, cfg_.routing_replay);
   if (cfg_.routing_replay) trace.replay = rollout_routing;
   at::Tensor hidden;  // [T, d] the trunk's output: the MTP layers' and the top-k distillation's input
   const bool topk_distill = cfg_.mode == "rl" && cfg_.opd_topk_loss_coef > 0;
   const TokenLogProbs lp = packed_log_probs(policy_, b, cfg_.precision, cfg_.temperature, /*with_entropy=*/true,
-                                            moe ? &trace : nullptr, train_mtp_ || topk_distill ? &hidden : nullptr);
-  if (moe) add_routing_agreement(trace, rollout_routing, moe_layers_, sums);
+                                            moe_ ? &trace : nullptr, train_mtp_ || topk_distill ? &hidden : nullptr);
+  if (moe_) add_routing_agreement(trace, rollout_routing, moe_layers_, sums);
+  const ScoredMicroBatch scored = score_micro_batch(local, which, b, lp, in);
+  MicroBatchView mb{local, which, b, scored, hidden, moe_ ? &trace : nullptr, {}, in.n_tokens, in.n_mtp};
+  for (int64_t i : which) mb.masks.push_back(in.masks[i]);
+  at::Tensor loss;  // the terms in order (train/loss/loss_term.h), each added to the sum so far
+  for (const auto& term : loss_terms_) loss = term->add_to(loss, mb, sums);
+  return loss;
+}
 
+ScoredMicroBatch Trainer::score_micro_batch(std::vector<Sample>& local, const std::vector<int64_t>& which,
+                                            const PackedBatch& b, const TokenLogProbs& lp, const StepInputs& in) {
   ScoredMicroBatch scored;
   scored.logp = lp.logp;
   scored.entropy = lp.entropy;
@@ -316,59 +313,16 @@ at::Tensor Trainer::micro_batch_loss(std::vector<Sample>& local, const std::vect
   }
   scored.mask = at::cat(mask_parts);
   scored.weight = reducer_weights(local, which, b, scored.mask, in.n_samples, in.n_masked, cfg_.calculate_per_token_loss);
-  at::Tensor loss;
-  if (cfg_.mode != "rl") {
-    loss = sft_objective(scored, sums);
-  } else {
-    scored.advantages = at::cat(adv_parts);
-    scored.old_logp = old_log_probs(local, which, lp.logp);
-    if (!local[which[0]].rollout_log_probs.empty())
-      scored.rollout_logp = gather_field(local, which, &Sample::rollout_log_probs, 0.0f, device);
-    if (cfg_.use_kl_loss) scored.ref_logp = gather_field(local, which, &Sample::ref_log_probs, 0.0f, device);
-    scored.sample_of_token = b.sample_of_token;
-    scored.n_samples = int64_t(which.size());
-    loss = rl_objective(cfg_, scored, sums);
-    if (topk_distill) loss = loss + topk_distillation_loss(local, which, b, hidden, scored.weight, sums);
-  }
-  if (moe)
-    loss = add_router_losses(loss, trace, mc.n_experts_per_tok, double(b.tokens.size(0)) / in.n_tokens, cfg_, sums);
-  if (train_mtp_) {  // the draft's own loss: its gradient reaches the MTP layers alone (train/mtp_loss.h)
-    std::vector<at::Tensor> masks;
-    for (int64_t i : which) masks.push_back(in.masks[i]);
-    const MtpLossSpec spec{cfg_.mtp_loss_coef, cfg_.mtp_loss, cfg_.mtp_distill_top_k, in.n_mtp, cfg_.precision};
-    loss = loss + mtp_loss(policy_, b, hidden, masks, spec, sums);
-  }
-  return loss;
-}
-
-at::Tensor Trainer::topk_distillation_loss(const std::vector<Sample>& local, const std::vector<int64_t>& which,
-                                           const PackedBatch& b, const at::Tensor& hidden, const at::Tensor& weight,
-                                           MetricSums& sums) const {
-  // KL(q ‖ p_θ) over the teacher's top-k of each token: Σ_j q_j (log q_j − log p_θ(j)), p_θ
-  // the student's softmax at the temperature, through head_log_probs (one LM-head product
-  // per listed token: k per response row; the gradient reaches the trunk and the head).
+  if (cfg_.mode != "rl") return scored;
   const at::Device device = policy_.device();
-  std::vector<int64_t> ids;
-  std::vector<float> q;
-  for (int64_t i : which) {
-    const Sample& s = local[size_t(i)];
-    SLIMPI_CHECK(int64_t(s.teacher_topk_ids.size()) == s.response_length() * cfg_.opd_top_k,
-                 "sample (step {}, group {}, index {}) has {} teacher top-k ids for {} tokens x top_k {}", s.step,
-                 s.group_index, s.index, s.teacher_topk_ids.size(), s.response_length(), cfg_.opd_top_k);
-    ids.insert(ids.end(), s.teacher_topk_ids.begin(), s.teacher_topk_ids.end());
-    q.insert(q.end(), s.teacher_topk_probs.begin(), s.teacher_topk_probs.end());
-  }
-  const int64_t k = cfg_.opd_top_k, N = weight.size(0);
-  const at::Tensor rows = response_positions(b.tokens, b.seq_lens, b.prompt_lens).logit_rows;  // [N]
-  const at::Tensor logp = head_log_probs(hidden, policy_.lm_head(),
-                                         {rows.repeat_interleave(k), at::tensor(ids, at::kLong).to(device)},
-                                         cfg_.temperature, false, {}, vocab_shard_of(policy_),
-                                         cfg_.precision == Precision::BF16)
-                              .logp.view({N, k});  // [N, k]
-  const at::Tensor qt = at::tensor(q, at::kFloat).to(device).view({N, k});
-  const at::Tensor kl = (qt * (qt.clamp_min(1e-30).log() - logp)).sum(1);  // [N]
-  sums.add("train/opd_topk_kl", kl, weight);
-  return cfg_.opd_topk_loss_coef * (kl * weight).sum();
+  scored.advantages = at::cat(adv_parts);
+  scored.old_logp = old_log_probs(local, which, lp.logp);
+  if (!local[which[0]].rollout_log_probs.empty())
+    scored.rollout_logp = gather_field(local, which, &Sample::rollout_log_probs, 0.0f, device);
+  if (cfg_.use_kl_loss) scored.ref_logp = gather_field(local, which, &Sample::ref_log_probs, 0.0f, device);
+  scored.sample_of_token = b.sample_of_token;
+  scored.n_samples = int64_t(which.size());
+  return scored;
 }
 
 at::Tensor Trainer::old_log_probs(std::vector<Sample>& local, const std::vector<int64_t>& which,

@@ -47,12 +47,15 @@
 #include "train/critic.h"
 #include "train/distributed_optimizer.h"
 #include "train/grad_buffer.h"
+#include "train/loss/loss_term.h"
+#include "train/rl_objective.h"
 #include "train/metric_sums.h"
 #include "train/trainer_config.h"
 
 namespace slimpi {
 
 struct PackedBatch;
+struct TokenLogProbs;
 
 class Trainer {
  public:
@@ -61,6 +64,8 @@ class Trainer {
   // expert-sharded policy, the ranks holding the same experts (ExpertGroups::replicas).
   Trainer(const TrainerConfig& cfg, Transformer& policy, Comm* dp, const Transformer* reference = nullptr,
           Comm* expert_replicas = nullptr);
+  Trainer(const Trainer&) = delete;  // its loss terms refer to its config
+  Trainer& operator=(const Trainer&) = delete;
   // A reference model is needed for the KL loss and for the reward-side KL.
   static bool needs_reference(const TrainerConfig& cfg);
 
@@ -174,11 +179,10 @@ class Trainer {
   void forwards_and_backwards(std::vector<Sample>& local, const StepInputs& in, MetricSums& sums);
   at::Tensor micro_batch_loss(std::vector<Sample>& local, const std::vector<int64_t>& which, const StepInputs& in,
                               MetricSums& sums);
-  // On-policy distillation's top-k loss of the micro-batch (0-dim, with autograd): the KL
-  // from the teacher's top-k (renormalised) to the student's softmax, reducer-weighted.
-  at::Tensor topk_distillation_loss(const std::vector<Sample>& local, const std::vector<int64_t>& which,
-                                    const PackedBatch& b, const at::Tensor& hidden, const at::Tensor& weight,
-                                    MetricSums& sums) const;
+  // The micro-batch's tokens as the loss terms read them: log-probs, entropy, mask and
+  // reducer weights; RL: advantages, old, rollout and reference log-probs.
+  ScoredMicroBatch score_micro_batch(std::vector<Sample>& local, const std::vector<int64_t>& which,
+                                     const PackedBatch& b, const TokenLogProbs& lp, const StepInputs& in);
   // [N] the micro-batch's old log-probs: the samples' own, or (none yet: one optimizer
   // step per rollout) this forward's `logp`, detached and stored in the samples.
   at::Tensor old_log_probs(std::vector<Sample>& local, const std::vector<int64_t>& which,
@@ -221,6 +225,7 @@ class Trainer {
   // Whether this rank is the first of its tensor group to hold its part of parameter
   // `param` (tensor rank 0 for a replicated one).
   bool first_in_tensor_group(const std::string& param) const;
+  LossTerms loss_terms_;  // the micro-batch loss's terms, in order (train/loss/loss_term.h)
   std::unique_ptr<Critic> critic_;  // ppo's value model
   const Transformer* teacher_ = nullptr;  // on-policy distillation's
   bool moe_ = false;                // model.n_experts > 0
