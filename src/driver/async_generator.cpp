@@ -286,6 +286,48 @@ int64_t AsyncGenerator::save(const std::string& dir, StreamState state) {
   return queue_.n_groups() + static_cast<int64_t>(open_prompts_.size());
 }
 
+namespace {
+
+// An episode's turns as async_state.json holds them (with an environment's snapshot,
+// its transcript and rewards when it takes snapshots).
+WorkItem::EpisodeTurns episode_turns_from(const nlohmann::json& t) {
+  WorkItem::EpisodeTurns e;
+  e.turn_starts = t.at("starts").get<std::vector<int64_t>>();
+  e.turn_ends = t.at("ends").get<std::vector<int64_t>>();
+  e.turn_stopped = t.at("stopped").get<std::vector<int8_t>>();
+  e.open_turn = t.at("open_turn");
+  if (t.contains("env_snapshot")) {
+    e.env_snapshot = t.at("env_snapshot").dump();
+    e.transcript = t.at("transcript").dump();
+    e.reward_sum = t.at("reward_sum");
+    e.last_reward = t.at("last_reward");
+  }
+  return e;
+}
+
+// The kept groups waiting for their batch, the unused samples and the prompts to draw
+// again: async_queue.h5's samples split as async_state.json (j) counts them.
+void restore_queue(GroupQueue& queue, const std::string& dir, const nlohmann::json& j, int64_t n_samples) {
+  std::vector<Sample> queued = RolloutLog::open(dir + "/async_queue.h5", MPI_COMM_NULL, false).read_all();
+  const size_t n_queued = j.at("queued_groups").get<size_t>() * size_t(n_samples);
+  SLIMPI_CHECK(n_queued + j.at("unused_samples").get<size_t>() == queued.size(),
+               "{}/async_queue.h5 holds {} samples; async_state.json says {} queued groups and {} unused samples",
+               dir, queued.size(), j.at("queued_groups").get<size_t>(), j.at("unused_samples").get<size_t>());
+  std::deque<GroupQueue::Group> groups;
+  for (size_t k = 0; k < j.at("queued_groups").get<size_t>(); ++k) {
+    GroupQueue::Group g{prompt_from(j.at("queued_prompts").at(k)), {}};
+    for (int64_t i = 0; i < n_samples; ++i) g.samples.push_back(std::move(queued[k * size_t(n_samples) + size_t(i)]));
+    groups.push_back(std::move(g));
+  }
+  std::vector<Sample> unused(std::make_move_iterator(queued.begin() + long(n_queued)),
+                             std::make_move_iterator(queued.end()));
+  std::deque<Prompt> redraws;
+  for (const auto& p : j.at("redraw_prompts")) redraws.push_back(prompt_from(p));
+  queue.restore(std::move(groups), std::move(unused), std::move(redraws));
+}
+
+}  // namespace
+
 void AsyncGenerator::load(const std::string& dir) {
   const std::string path = dir + "/async_state.json";
   std::ifstream in(path);
@@ -304,22 +346,7 @@ void AsyncGenerator::load(const std::string& dir) {
   groups_finished_ = j.at("groups_finished");
   groups_filtered_ = j.at("groups_filtered");
   groups_env_failed_ = j.value("groups_env_failed", int64_t(0));  // absent from checkpoints before it was counted
-  std::vector<Sample> queued = RolloutLog::open(dir + "/async_queue.h5", MPI_COMM_NULL, false).read_all();
-  const size_t n_queued = j.at("queued_groups").get<size_t>() * size_t(n_samples_);
-  SLIMPI_CHECK(n_queued + j.at("unused_samples").get<size_t>() == queued.size(),
-               "{}/async_queue.h5 holds {} samples; async_state.json says {} queued groups and {} unused samples",
-               dir, queued.size(), j.at("queued_groups").get<size_t>(), j.at("unused_samples").get<size_t>());
-  std::deque<QueuedGroup> groups;
-  for (size_t k = 0; k < j.at("queued_groups").get<size_t>(); ++k) {
-    QueuedGroup g{prompt_from(j.at("queued_prompts").at(k)), {}};
-    for (int64_t i = 0; i < n_samples_; ++i) g.samples.push_back(std::move(queued[k * size_t(n_samples_) + size_t(i)]));
-    groups.push_back(std::move(g));
-  }
-  std::vector<Sample> unused(std::make_move_iterator(queued.begin() + long(n_queued)),
-                             std::make_move_iterator(queued.end()));
-  std::deque<Prompt> redraws;
-  for (const auto& p : j.at("redraw_prompts")) redraws.push_back(prompt_from(p));
-  queue_.restore(std::move(groups), std::move(unused), std::move(redraws));
+  restore_queue(queue_, dir, j, n_samples_);
   for (const auto& [g, p] : j.at("open_prompts").items()) open_prompts_[std::stoll(g)] = prompt_from(p);
   std::vector<Sample> all = RolloutLog::open(dir + "/async_work.h5", MPI_COMM_NULL, false).read_all();
   const size_t n_work = j.at("work_items");
@@ -350,19 +377,7 @@ void AsyncGenerator::load(const std::string& dir) {
     if (side_.config().env.enabled()) {  // an episode: its context is its reset's; the group's prompt is the record's
       w.record = open_prompts_.at(s.group_index);
       w.request.prompt = prompt_token_ids(tokenizer_, *w.record);
-      const nlohmann::json& t = j.at("episode_turns").at(i);
-      if (!t.is_null()) {
-        w.episode.turn_starts = t.at("starts").get<std::vector<int64_t>>();
-        w.episode.turn_ends = t.at("ends").get<std::vector<int64_t>>();
-        w.episode.turn_stopped = t.at("stopped").get<std::vector<int8_t>>();
-        w.episode.open_turn = t.at("open_turn");
-        if (t.contains("env_snapshot")) {
-          w.episode.env_snapshot = t.at("env_snapshot").dump();
-          w.episode.transcript = t.at("transcript").dump();
-          w.episode.reward_sum = t.at("reward_sum");
-          w.episode.last_reward = t.at("last_reward");
-        }
-      }
+      if (const nlohmann::json& t = j.at("episode_turns").at(i); !t.is_null()) w.episode = episode_turns_from(t);
     }
     if (s.index >= 0) w.partial = std::move(s);
     state.work.push_back(std::move(w));

@@ -68,6 +68,39 @@ std::map<std::string, double> generation_metrics(const std::vector<Sample>& samp
   return row;
 }
 
+// The progress line of a generate call: rewritten in place on a terminal, else every
+// tenth of the groups as a log line.
+std::function<void(const RouterProgress&)> progress_printer(const Stopwatch& clock) {
+  const bool tty = isatty(fileno(stdout));
+  return [&clock, tty, last_reported = int64_t(-1)](const RouterProgress& p) mutable {
+    const int64_t percent = 100 * p.groups_done / std::max<int64_t>(1, p.groups_total);
+    const std::string line = fmt::format("generate: groups {}/{}  tokens {}  {:.0f} tokens/s", p.groups_done,
+                                         p.groups_total, p.tokens_generated, p.tokens_generated / clock.seconds());
+    if (tty) {
+      std::printf("\r%s", line.c_str());
+      std::fflush(stdout);
+      if (p.groups_done == p.groups_total) std::printf("\n");
+    } else if (percent / 10 != last_reported / 10 || p.groups_done == p.groups_total) {
+      log::info("{}", line);
+    }
+    last_reported = percent;
+  };
+}
+
+// The call's summary lines.
+void describe_generation(size_t n_samples, double seconds, const EngineStats& st, std::map<std::string, double>& row,
+                         int64_t prefill_ranks, const std::string& run_dir) {
+  log::info("generate: {} samples in {:.2f} s, {:.0f} tokens/s; prefill computed {} of {} prompt tokens served "
+            "({:.1f}x sharing), {} preemptions; rollouts in {}/rollouts.h5",
+            n_samples, seconds, row["perf/rollout_tokens_per_s"], st.prefill_tokens_computed,
+            st.prompt_tokens_served, double(st.prompt_tokens_served) / std::max<double>(1.0, st.prefill_tokens_computed),
+            st.preemptions, run_dir);
+  if (prefill_ranks > 0)
+    log::info("generate: {} prefill engine(s) sent {} prompt positions ({:.1f} MB of KV) to the decode engines; busy "
+              "{:.0f}% (prefill) and {:.0f}% (decode) of the call", prefill_ranks, st.kv_sent_tokens,
+              double(st.kv_sent_bytes) / 1e6, 100 * row["rollout/pd_prefill_busy"], 100 * row["rollout/pd_decode_busy"]);
+}
+
 }  // namespace
 
 int run_generate(RunContext& ctx) {
@@ -108,21 +141,7 @@ int run_generate(RunContext& ctx) {
                                                prompts, 0);
   }
   Stopwatch clock;
-  const bool tty = isatty(fileno(stdout));
-  int64_t last_reported = -1;
-  auto progress = [&](const RouterProgress& p) {
-    const int64_t percent = 100 * p.groups_done / std::max<int64_t>(1, p.groups_total);
-    const std::string line = fmt::format("generate: groups {}/{}  tokens {}  {:.0f} tokens/s", p.groups_done,
-                                         p.groups_total, p.tokens_generated, p.tokens_generated / clock.seconds());
-    if (tty) {
-      std::printf("\r%s", line.c_str());
-      std::fflush(stdout);
-      if (p.groups_done == p.groups_total) std::printf("\n");
-    } else if (percent / 10 != last_reported / 10 || p.groups_done == p.groups_total) {
-      log::info("{}", line);
-    }
-    last_reported = percent;
-  };
+  auto progress = progress_printer(clock);
   GroupWorker& worker = episodes ? static_cast<GroupWorker&>(*episodes) : engine;
   EngineStats pd;  // disaggregation: this rank's transfer times and its pool's busy time
   std::vector<Sample> samples = route_groups(worker, engine, ctx.world->world(), rc.prefill_ranks,
@@ -142,15 +161,7 @@ int run_generate(RunContext& ctx) {
   std::map<std::string, double> row = generation_metrics(samples, st, seconds);
   MetricsLog metrics(ctx.run_dir, ctx.world->world(), deck_text);
   metrics.log_step(0, row);
-  log::info("generate: {} samples in {:.2f} s, {:.0f} tokens/s; prefill computed {} of {} prompt tokens served "
-            "({:.1f}x sharing), {} preemptions; rollouts in {}/rollouts.h5",
-            samples.size(), seconds, row["perf/rollout_tokens_per_s"], st.prefill_tokens_computed,
-            st.prompt_tokens_served, double(st.prompt_tokens_served) / std::max<double>(1.0, st.prefill_tokens_computed),
-            st.preemptions, ctx.run_dir);
-  if (rc.prefill_ranks > 0)
-    log::info("generate: {} prefill engine(s) sent {} prompt positions ({:.1f} MB of KV) to the decode engines; busy "
-              "{:.0f}% (prefill) and {:.0f}% (decode) of the call", rc.prefill_ranks, st.kv_sent_tokens,
-              double(st.kv_sent_bytes) / 1e6, 100 * row["rollout/pd_prefill_busy"], 100 * row["rollout/pd_decode_busy"]);
+  describe_generation(samples.size(), seconds, st, row, rc.prefill_ranks, ctx.run_dir);
   return 0;
 }
 

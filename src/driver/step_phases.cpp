@@ -55,6 +55,68 @@ std::map<std::string, double> decode_metrics(const std::string& bytes) {
   return m;
 }
 
+// The router's scores of a round: the groups' samples, then the greedy baselines.
+std::vector<float> score_round(const RewardConfig& reward, const Tokenizer& tokenizer,
+                               const std::vector<Prompt>& prompts, int64_t first_group,
+                               const std::vector<Sample>& samples, const std::vector<Sample>& greedy) {
+  BatchScorer scorer(reward, tokenizer);
+  for (const auto& s : samples) scorer.add(prompts[s.group_index - first_group], s);
+  for (const auto& s : greedy) scorer.add(prompts[s.group_index - first_group], s);
+  return scorer.score();
+}
+
+// ReMax: each group's greedy response, scored after the `n_sampled` samples (r), is
+// recorded as the group's baseline (index n, after its sampled responses), never trained.
+void record_greedy_baselines(const std::vector<float>& r, size_t n_sampled, int64_t first_group, int64_t step,
+                             int64_t n, std::vector<Sample>& greedy, RolloutBatch& out) {
+  for (size_t g = 0; g < greedy.size(); ++g) {
+    Sample& s = greedy[g];
+    SLIMPI_CHECK(s.group_index == first_group + int64_t(g), "ReMax: greedy response {} is of group {}", g,
+                 s.group_index);
+    s.step = step;
+    s.raw_reward = r[n_sampled + g];
+    s.index = n;
+    retire(s, SampleStatus::Baseline);
+    out.unused.push_back(std::move(s));
+  }
+}
+
+struct RoundFilter {
+  const DynamicFilter& filter;
+  int64_t step, n, want;  // the step, samples per group, groups the batch wants
+};
+
+// Each group of the round kept (until `kept` reaches want) or recorded: filtered, surplus,
+// or (a group with an episode its environment failed) with the filtered ones. Returns the
+// groups with a failed episode.
+int64_t keep_groups(const RoundFilter& f, const std::vector<float>& r, std::vector<Sample>& samples, int& kept,
+                    RolloutBatch& out) {
+  const int64_t n = f.n;
+  int64_t env_failed_groups = 0;
+  for (size_t g = 0; g * n < samples.size(); ++g) {
+    const std::vector<float> group_rewards(r.begin() + g * n, r.begin() + (g + 1) * n);
+    const bool env_failed =
+        any_episode_failed(samples.begin() + std::ptrdiff_t(g * n), samples.begin() + std::ptrdiff_t((g + 1) * n));
+    const bool keep = !env_failed && f.filter.keep(group_rewards);
+    const bool surplus = keep && kept >= f.want;
+    if (!keep && !env_failed) ++out.groups_dropped;
+    if (env_failed) ++env_failed_groups;
+    if (keep && !surplus) ++kept;
+    for (int64_t i = 0; i < n; ++i) {
+      Sample s = std::move(samples[g * n + i]);
+      s.step = f.step;
+      s.raw_reward = r[g * n + i];
+      if (keep && !surplus) {
+        out.kept.push_back(std::move(s));
+      } else {
+        retire(s, keep ? SampleStatus::Surplus : SampleStatus::Filtered);  // (a failed episode stays EnvFailed)
+        out.unused.push_back(std::move(s));
+      }
+    }
+  }
+  return env_failed_groups;
+}
+
 }  // namespace
 
 StepPhases::StepPhases(RunContext& ctx, RunComponents& parts) : ctx_(ctx), parts_(parts) {
@@ -134,43 +196,12 @@ void StepPhases::generate_batch(int64_t step, RolloutBatch& out) {
     ++out.rounds;
     if (side.is_router()) {
       Stopwatch clock;
-      BatchScorer scorer(parts_.configs.reward, *parts_.tokenizer);
-      for (const auto& s : samples) scorer.add(prompts[s.group_index - first_group], s);
-      for (const auto& s : greedy) scorer.add(prompts[s.group_index - first_group], s);
-      const std::vector<float> r = scorer.score();  // the groups' samples, then the greedy ones
+      const std::vector<float> r = score_round(parts_.configs.reward, *parts_.tokenizer, prompts, first_group,
+                                               samples, greedy);
       out.score_s += clock.seconds();
-      for (size_t g = 0; g < greedy.size(); ++g) {
-        Sample& s = greedy[g];
-        SLIMPI_CHECK(s.group_index == first_group + int64_t(g), "ReMax: greedy response {} is of group {}", g,
-                     s.group_index);
-        s.step = step;
-        s.raw_reward = r[samples.size() + g];
-        s.index = n;  // after the group's sampled responses
-        retire(s, SampleStatus::Baseline);
-        out.unused.push_back(std::move(s));
-      }
-      for (size_t g = 0; g * n < samples.size(); ++g) {
-        const std::vector<float> group_rewards(r.begin() + g * n, r.begin() + (g + 1) * n);
-        // A group with an episode its environment failed is recorded with the filtered groups.
-        const bool env_failed =
-            any_episode_failed(samples.begin() + std::ptrdiff_t(g * n), samples.begin() + std::ptrdiff_t((g + 1) * n));
-        const bool keep = !env_failed && filter.keep(group_rewards);
-        const bool surplus = keep && kept >= want;
-        if (!keep && !env_failed) ++out.groups_dropped;
-        if (env_failed) ++env_failed_groups;
-        if (keep && !surplus) ++kept;
-        for (int64_t i = 0; i < n; ++i) {
-          Sample s = std::move(samples[g * n + i]);
-          s.step = step;
-          s.raw_reward = r[g * n + i];
-          if (keep && !surplus) {
-            out.kept.push_back(std::move(s));
-          } else {
-            retire(s, keep ? SampleStatus::Surplus : SampleStatus::Filtered);  // (a failed episode stays EnvFailed)
-            out.unused.push_back(std::move(s));
-          }
-        }
-      }
+      record_greedy_baselines(r, samples.size(), first_group, step, n, greedy, out);
+      const RoundFilter rf{filter, step, n, want};
+      env_failed_groups += keep_groups(rf, r, samples, kept, out);
     }
     static const std::string kept_context = "[rollout] the router's count of kept groups";
     WaitGuard guard({&kept_context, "MPI_Bcast", 1, "i32", 0});

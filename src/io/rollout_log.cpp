@@ -323,6 +323,14 @@ std::vector<Sample> RolloutLog::read_trained(int64_t step) const {
 }
 
 std::vector<Sample> RolloutLog::read_rows(uint64_t first, uint64_t count) const {
+  std::vector<Sample> out(count);
+  const std::vector<int32_t> response_len = read_fixed_columns(first, out);
+  read_csr_columns(first, response_len, out);
+  return out;
+}
+
+std::vector<int32_t> RolloutLog::read_fixed_columns(uint64_t first, std::vector<Sample>& out) const {
+  const uint64_t count = out.size();
   auto step = step_.read(first, count), group = group_index_.read(first, count);
   auto index = index_.read(first, count);
   auto prompt_len = prompt_length_.read(first, count), response_len = response_length_.read(first, count);
@@ -338,6 +346,30 @@ std::vector<Sample> RolloutLog::read_rows(uint64_t first, uint64_t count) const 
   auto env_s = has_env_ ? env_time_s_.read(first, count) : zeros;
   auto episode_s = has_env_ ? episode_time_s_.read(first, count) : zeros;
   auto env_error = has_env_ ? env_error_.read(first, count) : std::vector<int8_t>(count, 0);
+  for (size_t k = 0; k < out.size(); ++k) {
+    Sample& s = out[k];
+    s.step = step[k];
+    s.group_index = group[k];
+    s.index = index[k];
+    s.reward = reward[k];
+    s.raw_reward = raw[k];
+    s.status = static_cast<SampleStatus>(status[k]);
+    s.prompt_length = prompt_len[k];
+    s.spec_drafted = drafted[k];
+    s.spec_accepted = accepted[k];
+    s.spec_passes = passes[k];
+    s.env_turns = turns[k];
+    s.env_tool_calls = calls[k];
+    s.env_s = env_s[k];
+    s.episode_s = episode_s[k];
+    s.env_error = env_error[k];
+  }
+  return response_len;
+}
+
+void RolloutLog::read_csr_columns(uint64_t first, const std::vector<int32_t>& response_len,
+                                  std::vector<Sample>& out) const {
+  const uint64_t count = out.size();
   // Each CSR column: its offsets whole (8 bytes a row), its values only for these rows;
   // row_of indexes them from the first row's offset.
   auto tok_off = tokens_.read_offsets(), sup_off = sampling_support_.read_offsets();
@@ -345,13 +377,12 @@ std::vector<Sample> RolloutLog::read_rows(uint64_t first, uint64_t count) const 
   auto tok = tokens_.read_values(tok_off, first, count);
   auto sup = sampling_support_.read_values(sup_off, first, count);
   auto ver = weight_versions_.read_values(ver_off, first, count);
-  const std::vector<int64_t> rout_off = has_routing_ ? routing_.read_offsets() : std::vector<int64_t>(n_samples() + 1, 0);
+  const std::vector<int64_t> no_rows(n_samples() + 1, 0);  // the offsets of a column the file lacks
+  const std::vector<int64_t> rout_off = has_routing_ ? routing_.read_offsets() : no_rows;
   const std::vector<int16_t> rout = has_routing_ ? routing_.read_values(rout_off, first, count) : std::vector<int16_t>();
-  const std::vector<int64_t> met_off =
-      has_env_metrics_ ? env_metrics_.read_offsets() : std::vector<int64_t>(n_samples() + 1, 0);
+  const std::vector<int64_t> met_off = has_env_metrics_ ? env_metrics_.read_offsets() : no_rows;
   const std::vector<uint8_t> met = has_env_metrics_ ? env_metrics_.read_values(met_off, first, count) : std::vector<uint8_t>();
-  const std::vector<int64_t> ctx_off =
-      has_context_starts_ ? context_starts_.read_offsets() : std::vector<int64_t>(n_samples() + 1, 0);
+  const std::vector<int64_t> ctx_off = has_context_starts_ ? context_starts_.read_offsets() : no_rows;
   const std::vector<int32_t> ctx =
       has_context_starts_ ? context_starts_.read_values(ctx_off, first, count) : std::vector<int32_t>();
   std::vector<std::vector<int64_t>> col_off;
@@ -364,30 +395,14 @@ std::vector<Sample> RolloutLog::read_rows(uint64_t first, uint64_t count) const 
     using V = typename std::decay_t<decltype(values)>::value_type;
     return std::vector<V>(values.begin() + (offsets[i] - offsets[first]), values.begin() + (offsets[i + 1] - offsets[first]));
   };
-  std::vector<Sample> out(count);
   for (size_t k = 0; k < out.size(); ++k) {
     const size_t i = first + k;
     Sample& s = out[k];
-    s.step = step[k];
-    s.group_index = group[k];
-    s.index = index[k];
-    s.reward = reward[k];
-    s.raw_reward = raw[k];
-    s.status = static_cast<SampleStatus>(status[k]);
-    SLIMPI_CHECK(tok_off[i + 1] - tok_off[i] == prompt_len[k] + response_len[k],
+    SLIMPI_CHECK(tok_off[i + 1] - tok_off[i] == s.prompt_length + response_len[k],
                  "rollouts.h5 row {}: tokens row has {} ids, lengths say {} + {}", i, tok_off[i + 1] - tok_off[i],
-                 prompt_len[k], response_len[k]);
+                 s.prompt_length, response_len[k]);
     const std::vector<int32_t> ids = row_of(tok, tok_off, i);
     s.tokens.assign(ids.begin(), ids.end());
-    s.prompt_length = prompt_len[k];
-    s.spec_drafted = drafted[k];
-    s.spec_accepted = accepted[k];
-    s.spec_passes = passes[k];
-    s.env_turns = turns[k];
-    s.env_tool_calls = calls[k];
-    s.env_s = env_s[k];
-    s.episode_s = episode_s[k];
-    s.env_error = env_error[k];
     s.sampling_support = row_of(sup, sup_off, i);
     s.weight_versions = row_of(ver, ver_off, i);
     s.routing = row_of(rout, rout_off, i);
@@ -401,7 +416,6 @@ std::vector<Sample> RolloutLog::read_rows(uint64_t first, uint64_t count) const 
     }
     for (size_t c = 0; c < token_columns_.size(); ++c) s.*(token_columns_[c].field) = row_of(col_values[c], col_off[c], i);
   }
-  return out;
 }
 
 }  // namespace slimpi

@@ -82,6 +82,10 @@ class RolloutLog {
  private:
   void bind(bool create);
   std::vector<Sample> read_rows(uint64_t first, uint64_t count) const;
+  // read_rows' steps: the fixed-size columns (returns the rows' response lengths), then
+  // the variable-length ones, checked against those lengths.
+  std::vector<int32_t> read_fixed_columns(uint64_t first, std::vector<Sample>& out) const;
+  void read_csr_columns(uint64_t first, const std::vector<int32_t>& response_len, std::vector<Sample>& out) const;
   // Rows [first, last) holding step `step` (first == last: none).
   std::pair<uint64_t, uint64_t> step_rows(int64_t step) const;
   // append's steps: the samples' columns, then the rows' datasets and the CSR ones.

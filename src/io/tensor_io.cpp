@@ -108,73 +108,107 @@ void read_tensors_into(hid_t loc, const std::vector<NamedTensor>& targets, bool 
 
 namespace {
 
+// How the model's tensor names appear in a Hugging Face checkpoint's files: slimpi's, or
+// its family's (arch/architecture.h: Mixtral names its MoE tensors its own way) when the
+// files use that naming (errors then name what the files would hold); MTP depths as
+// slimpi's (MiMo's) or DeepSeek-V3's "model.layers.<L + i>." (arch/mtp_names.h).
+struct HfNames {
+  const Architecture* naming = nullptr;
+  bool deepseek_mtp = false;
+  int64_t n_layers = 0;  // the trunk's
+
+  HfNames(const SafetensorsReader& reader, const std::vector<NamedTensor>& like) {
+    std::vector<std::string> names;
+    for (const auto& [name, e] : reader.entries()) names.push_back(name);
+    naming = architecture_naming(names);
+    deepseek_mtp = uses_deepseek_mtp_names(names);
+    for (const auto& l : like)
+      if (l.name.rfind("model.layers.", 0) == 0) n_layers = std::max<int64_t>(n_layers, std::stoll(l.name.substr(13)) + 1);
+  }
+  std::string in_files(const std::string& name) const {
+    if (deepseek_mtp && is_mtp_parameter(name)) return deepseek_mtp_name(name, n_layers);
+    return naming ? naming->tensor_name(name) : name;
+  }
+};
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// A tensor of the files the model does not take that is no error: another expert shard's,
+// a DeepSeek MTP depth's copy of the shared embedding or head, an FP8 weight's block
+// scales (read with it), HF's non-parameter RoPE buffer, a tied model's stored lm_head
+// equal to its embedding.
+bool expected_extra(const SafetensorsReader& reader, const std::string& name, const std::set<std::string>& wanted,
+                    const HfNames& names, bool experts_sharded, bool tied) {
+  if (experts_sharded && is_hf_expert_name(name)) return true;
+  if (names.deepseek_mtp && is_deepseek_mtp_copy(name)) return true;
+  if (const std::string tail = "_scale_inv"; name.size() > tail.size() && ends_with(name, tail)) {
+    const std::string weight = name.substr(0, name.size() - tail.size());
+    if (wanted.count(weight) && reader.entries().at(weight).dtype == at::kFloat8_e4m3fn) return true;
+  }
+  if (ends_with(name, "rotary_emb.inv_freq")) return true;
+  return name == "lm_head.weight" && tied && reader.contains("model.embed_tokens.weight") &&
+         at::equal(reader.read(name), reader.read("model.embed_tokens.weight"));
+}
+
+std::string listed(const std::vector<std::string>& names) {
+  const size_t shown = std::min<size_t>(names.size(), 12);
+  std::string text = fmt::format("{}", fmt::join(names.begin(), names.begin() + shown, ", "));
+  if (shown < names.size()) text += fmt::format(", ... ({} in all)", names.size());
+  return text;
+}
+
+// Tensor `name` of the files as floating point: an F8_E4M3 weight de-quantised with its
+// "<name>_scale_inv" block scales (model/fp8_blocks.h).
+at::Tensor read_hf_tensor(const SafetensorsReader& reader, const std::string& name) {
+  const std::string& where = reader.description();
+  at::Tensor whole = reader.read(name);
+  if (whole.scalar_type() != at::kFloat8_e4m3fn) return whole;
+  const std::string scales = fp8_scale_name(name);
+  SLIMPI_CHECK(reader.contains(scales) && whole.dim() == 2, "{}: {} is F8_E4M3 but {}", where, name,
+               whole.dim() != 2 ? "not a matrix" : "the files hold no " + scales + " (its block scales)");
+  const at::Tensor s = reader.read(scales);
+  SLIMPI_CHECK(s.scalar_type() == at::kFloat && s.sizes().vec() == fp8_scale_shape(whole.size(0), whole.size(1)),
+               "{}: {} is {} {}; a {}x{} F8_E4M3 weight in 128 x 128 blocks needs F32 {}", where, scales,
+               std::string(c10::toString(s.scalar_type())), fmt::join(s.sizes(), "x"), whole.size(0), whole.size(1),
+               fmt::join(fp8_scale_shape(whole.size(0), whole.size(1)), "x"));
+  return dequantize_fp8_blocks(whole, s, at::kFloat);
+}
+
 // Copies the tensors of a Hugging Face checkpoint (io/safetensors.h: a file, a directory, a
 // sharded index) into `like`, all checked by name and shape first: a tensor the model
 // needs and the files lack, or one the files hold and the model does not use, is an
-// error listing them all (never dropped or left at its init). HF's non-parameter buffer
-// rotary_emb.inv_freq is skipped, and a stored lm_head.weight of a tied model is
-// accepted only when it equals the embedding it is tied to. An FP8 checkpoint's e4m3
-// weights are de-quantised with their "<name>_scale_inv" block scales (model/fp8_blocks.h).
+// error listing them all (never dropped or left at its init); the expected extras
+// (expected_extra) pass. A model given MTP depths that the files do not hold keeps their
+// fresh initialisation.
 void load_hf_tensors_into(const std::string& path, const std::vector<NamedTensor>& like, bool experts_sharded,
                           const StoredWhole& stored) {
   SafetensorsReader reader(path);
   const std::string& where = reader.description();
+  const HfNames names(reader, like);
+  bool files_have_mtp = false;
+  for (const auto& l : like)
+    files_have_mtp = files_have_mtp || (is_mtp_parameter(l.name) && reader.contains(names.in_files(l.name)));
+  auto loaded = [&](const NamedTensor& l) { return files_have_mtp || !is_mtp_parameter(l.name); };
   std::set<std::string> wanted;
   std::vector<std::string> missing, unused, wrong;
-  // A tensor's name in the files: slimpi's, or its family's (arch/architecture.h: Mixtral
-  // names its MoE tensors its own way) when the files use that naming (errors then name
-  // what the files would hold).
-  std::vector<std::string> names;
-  for (const auto& [name, e] : reader.entries()) names.push_back(name);
-  const Architecture* naming = architecture_naming(names);
-  // MTP depths: slimpi's (MiMo's) names, or DeepSeek-V3's "model.layers.<L + i>." (arch/mtp_names.h).
-  const bool deepseek_mtp = uses_deepseek_mtp_names(names);
-  int64_t n_layers = 0;
-  for (const auto& l : like)
-    if (l.name.rfind("model.layers.", 0) == 0) n_layers = std::max<int64_t>(n_layers, std::stoll(l.name.substr(13)) + 1);
-  auto file_name = [&](const std::string& name) {
-    if (deepseek_mtp && is_mtp_parameter(name)) return deepseek_mtp_name(name, n_layers);
-    return naming ? naming->tensor_name(name) : name;
-  };
-  // A model given MTP depths that the files do not hold keeps their fresh initialisation.
-  bool files_have_mtp = false;
-  for (const auto& l : like) files_have_mtp = files_have_mtp || (is_mtp_parameter(l.name) && reader.contains(file_name(l.name)));
-  auto loaded = [&](const NamedTensor& l) { return files_have_mtp || !is_mtp_parameter(l.name); };
   int64_t n_fresh = 0;
   for (const auto& l : like) {
     if (!loaded(l)) {
       ++n_fresh;
       continue;
     }
-    wanted.insert(file_name(l.name));
-    if (!reader.contains(file_name(l.name))) missing.push_back(file_name(l.name));
+    wanted.insert(names.in_files(l.name));
+    if (!reader.contains(names.in_files(l.name))) missing.push_back(names.in_files(l.name));
   }
   if (n_fresh > 0)
     log::info("{} holds no multi-token-prediction layers: the model's {} MTP tensors keep their fresh initialisation",
               where, n_fresh);
   const bool tied = wanted.count("lm_head.weight") == 0;
-  for (const auto& [name, e] : reader.entries()) {
-    if (wanted.count(name)) continue;
-    if (experts_sharded && is_hf_expert_name(name)) continue;  // another shard's
-    if (deepseek_mtp && is_deepseek_mtp_copy(name)) continue;  // an MTP depth's copy of the shared embedding or head
-    if (const std::string tail = "_scale_inv"; name.size() > tail.size() &&
-        name.compare(name.size() - tail.size(), tail.size(), tail) == 0 &&
-        wanted.count(name.substr(0, name.size() - tail.size())) &&
-        reader.entries().at(name.substr(0, name.size() - tail.size())).dtype == at::kFloat8_e4m3fn)
-      continue;  // an FP8 weight's block scales, read with it
-    const std::string buffer = "rotary_emb.inv_freq";  // HF's non-parameter RoPE buffer
-    if (name.size() >= buffer.size() && name.compare(name.size() - buffer.size(), buffer.size(), buffer) == 0) continue;
-    if (name == "lm_head.weight" && tied && reader.contains("model.embed_tokens.weight") &&
-        at::equal(reader.read(name), reader.read("model.embed_tokens.weight")))
-      continue;
-    unused.push_back(name);
-  }
-  auto listed = [](const std::vector<std::string>& names) {
-    const size_t shown = std::min<size_t>(names.size(), 12);
-    std::string text = fmt::format("{}", fmt::join(names.begin(), names.begin() + shown, ", "));
-    if (shown < names.size()) text += fmt::format(", ... ({} in all)", names.size());
-    return text;
-  };
+  for (const auto& [name, e] : reader.entries())
+    if (!wanted.count(name) && !expected_extra(reader, name, wanted, names, experts_sharded, tied))
+      unused.push_back(name);
   SLIMPI_CHECK(missing.empty() && unused.empty(),
                "{} does not match the model{}{}{}", where,
                missing.empty() ? "" : "; the model needs tensors the files lack: " + listed(missing),
@@ -182,7 +216,7 @@ void load_hf_tensors_into(const std::string& path, const std::vector<NamedTensor
                tied && !unused.empty() ? " (a tied model has no lm_head.weight; check model.tie_word_embeddings)" : "");
   for (const auto& l : like) {
     if (!loaded(l)) continue;
-    const SafetensorsReader::Entry& e = reader.entries().at(file_name(l.name));
+    const SafetensorsReader::Entry& e = reader.entries().at(names.in_files(l.name));
     const bool same_kind = at::isFloatingType(e.dtype) && at::isFloatingType(l.tensor.scalar_type());
     const std::vector<int64_t> shape = stored.whole_shape(l.name, l.tensor.sizes().vec());
     if (e.shape != shape || !same_kind)  // floating dtypes are converted by the copy below
@@ -194,19 +228,8 @@ void load_hf_tensors_into(const std::string& path, const std::vector<NamedTensor
   at::NoGradGuard no_grad;
   for (const auto& l : like) {  // one whole tensor read at a time
     if (!loaded(l)) continue;
-    at::Tensor whole = reader.read(file_name(l.name));
-    if (whole.scalar_type() == at::kFloat8_e4m3fn) {
-      const std::string scales = fp8_scale_name(file_name(l.name));
-      SLIMPI_CHECK(reader.contains(scales) && whole.dim() == 2, "{}: {} is F8_E4M3 but {}", where, file_name(l.name),
-                   whole.dim() != 2 ? "not a matrix" : "the files hold no " + scales + " (its block scales)");
-      const at::Tensor s = reader.read(scales);
-      SLIMPI_CHECK(s.scalar_type() == at::kFloat && s.sizes().vec() == fp8_scale_shape(whole.size(0), whole.size(1)),
-                   "{}: {} is {} {}; a {}x{} F8_E4M3 weight in 128 x 128 blocks needs F32 {}", where, scales,
-                   std::string(c10::toString(s.scalar_type())), fmt::join(s.sizes(), "x"), whole.size(0), whole.size(1),
-                   fmt::join(fp8_scale_shape(whole.size(0), whole.size(1)), "x"));
-      whole = dequantize_fp8_blocks(whole, s, at::kFloat);
-    }
-    if (deepseek_mtp && is_mtp_input_proj(l.name)) whole = swap_input_proj_halves(whole);  // [emb ; h] -> [h ; emb]
+    at::Tensor whole = read_hf_tensor(reader, names.in_files(l.name));
+    if (names.deepseek_mtp && is_mtp_input_proj(l.name)) whole = swap_input_proj_halves(whole);  // [emb ; h] -> [h ; emb]
     l.tensor.copy_(stored.part_of(l.name, whole));
   }
 }

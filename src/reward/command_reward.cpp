@@ -31,33 +31,41 @@ std::string progress(const std::vector<RewardInput>& batch, size_t answered) {
   return "at " + describe(batch, answered);
 }
 
-}  // namespace
-
-std::vector<float> command_rewards(const std::string& command, double timeout_s, const std::vector<RewardInput>& batch,
-                                   int64_t max_stderr_bytes) {
-  SLIMPI_CHECK(!command.empty(), "reward.style = \"command\" needs reward.command");
+// One JSON line per sample: {"prompt", "response", "label"}. Responses are raw bytes from
+// the model: invalid UTF-8 is replaced (U+FFFD), not fatal.
+std::string reward_input(const std::vector<RewardInput>& batch) {
   std::string input;
   for (const auto& b : batch)
-    // Responses are raw bytes from the model: invalid UTF-8 is replaced (U+FFFD), not fatal.
     input += nlohmann::json{{"prompt", b.prompt}, {"response", b.response}, {"label", b.label}}.dump(
                  -1, ' ', false, nlohmann::json::error_handler_t::replace) +
              "\n";
-  // The answer is one number per line: anything past this is a runaway command.
-  const size_t max_output = kMaxRewardOutputBytesPerSample * std::max<size_t>(batch.size(), 1);
+  return input;
+}
 
+// What the command printed, how it ended, and whether the deadline passed first.
+struct CommandRun {
+  std::string output;
+  int status = 0;
+  bool timed_out = false;
+};
+
+// Feeds `input` to `command` on its stdin while reading its stdout (and draining its stderr
+// into the log) until it closes its stdout and exits, or `timeout_s` passes. More than
+// `max_output` bytes of output end the call.
+CommandRun run_command(const std::string& command, const std::string& input, double timeout_s, size_t max_output,
+                       size_t n_samples, int64_t max_stderr_bytes) {
   signal(SIGPIPE, SIG_IGN);  // a child that exits early must not kill us
   ChildProcess child(command, /*capture_stderr=*/true);  // killed with its whole process group when this call ends
   StderrLog err("reward.command", max_stderr_bytes, "reward.command_max_stderr_bytes");
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(timeout_s));
   size_t written = 0;
-  std::string output;
-  bool timed_out = false;
+  CommandRun run;
   while (child.stdout_fd() >= 0) {
     if (written == input.size()) child.close_stdin();
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) {
-      timed_out = true;
+      run.timed_out = true;
       break;
     }
     // (its stderr too, drained each round: a command blocked on a full stderr pipe would never finish)
@@ -73,19 +81,22 @@ std::vector<float> command_rewards(const std::string& command, double timeout_s,
     if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
       char buf[4096];
       ssize_t r = read(child.stdout_fd(), buf, sizeof(buf));
-      if (r > 0) output.append(buf, size_t(r));
+      if (r > 0) run.output.append(buf, size_t(r));
       else if (r == 0 || errno != EAGAIN) child.close_stdout();
-      if (output.size() > max_output)
+      if (run.output.size() > max_output)
         SLIMPI_FAIL("reward.command '{}' printed more than {} bytes for {} samples (at most {} per sample): "
                     "expected one number per line; the command was killed",
-                    command, max_output, batch.size(), kMaxRewardOutputBytesPerSample);
+                    command, max_output, n_samples, kMaxRewardOutputBytesPerSample);
     }
   }
   // Its stdout is closed (or the time is up): it must also exit before the deadline.
-  int status = 0;
-  if (!timed_out && !child.wait_until(deadline, &status)) timed_out = true;
-  err.drain(child, /*final=*/true);  // its last words before any verdict below
+  if (!run.timed_out && !child.wait_until(deadline, &run.status)) run.timed_out = true;
+  err.drain(child, /*final=*/true);  // its last words before any verdict
+  return run;
+}
 
+// One number per non-blank line, in input order.
+std::vector<float> parse_rewards(const std::string& output, const std::vector<RewardInput>& batch) {
   std::vector<float> rewards;
   std::istringstream lines(output);
   for (std::string line; std::getline(lines, line);) {
@@ -99,11 +110,24 @@ std::vector<float> command_rewards(const std::string& command, double timeout_s,
                                                 : fmt::format("after all {} samples had their number", batch.size()));
     rewards.push_back(static_cast<float>(v));
   }
-  if (timed_out)
+  return rewards;
+}
+
+}  // namespace
+
+std::vector<float> command_rewards(const std::string& command, double timeout_s, const std::vector<RewardInput>& batch,
+                                   int64_t max_stderr_bytes) {
+  SLIMPI_CHECK(!command.empty(), "reward.style = \"command\" needs reward.command");
+  // The answer is one number per line: anything past this is a runaway command.
+  const size_t max_output = kMaxRewardOutputBytesPerSample * std::max<size_t>(batch.size(), 1);
+  const CommandRun run = run_command(command, reward_input(batch), timeout_s, max_output, batch.size(),
+                                     max_stderr_bytes);
+  const std::vector<float> rewards = parse_rewards(run.output, batch);
+  if (run.timed_out)
     SLIMPI_FAIL("reward.command '{}' timed out after {} s (reward.command_timeout_s) {}; it was killed", command,
                 timeout_s, progress(batch, rewards.size()));
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    SLIMPI_FAIL("reward.command '{}' failed ({}) {}", command, ChildProcess::describe_status(status),
+  if (!WIFEXITED(run.status) || WEXITSTATUS(run.status) != 0)
+    SLIMPI_FAIL("reward.command '{}' failed ({}) {}", command, ChildProcess::describe_status(run.status),
                 progress(batch, rewards.size()));
   if (rewards.size() < batch.size())
     SLIMPI_FAIL("reward.command gave {} numbers for {} samples: missing the one for {}", rewards.size(), batch.size(),

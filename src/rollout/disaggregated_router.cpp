@@ -103,6 +103,111 @@ void serve_decode(Engine& engine, MPI_Comm comm, const CallRequests& calls, Grou
   }
 }
 
+// The router (rollout rank 0, also a decode engine): hands each group to the least-loaded
+// decode engine and the prefill engine with the fewest prompt tokens outstanding,
+// decodes its own share, and collects every group's samples.
+class PdRouter {
+ public:
+  PdRouter(Engine& engine, MPI_Comm rollout, int n_decode, int size, int64_t max_running,
+           const std::vector<GenerationRequest>& requests, const CallRequests& calls, EngineStats& pd)
+      : engine_(engine), rollout_(rollout), n_decode_(n_decode), size_(size), max_running_(max_running),
+        requests_(requests), calls_(calls), pd_(pd), assembler_(requests), decode_tokens_(size_t(n_decode), 0),
+        decode_seqs_(size_t(n_decode), 0), prefill_tokens_(size_t(size), 0), sends_(rollout, kRouterSends) {
+    progress_.groups_total = static_cast<int64_t>(requests.size());
+  }
+
+  std::vector<Sample> run(const std::function<void(const RouterProgress&)>& on_progress) {
+    while (progress_.groups_done < progress_.groups_total) {
+      hand_out();
+      while (message_waiting(rollout_, MPI_ANY_SOURCE, kTagKv)) take_transfer(engine_, rollout_, calls_, pd_);
+      const int64_t before = progress_.groups_done;
+      if (engine_.has_work()) {
+        Stopwatch busy;
+        std::vector<Sample> finished = engine_.step();
+        pd_.decode_busy_s += busy.seconds();
+        for (auto& group : assembler_.add(std::move(finished))) finish_group(std::move(group));
+      }
+      take_messages(/*block=*/!engine_.has_work());  // asleep only with nothing to run here
+      if (on_progress && progress_.groups_done != before) on_progress(progress_);
+    }
+    for (int p = n_decode_; p < size_; ++p) sends_.post(std::string(), p, kTagPrefill);
+    for (int d = 1; d < n_decode_; ++d) sends_.post(std::string(), d, kTagDone);
+    sends_.flush();
+    return std::move(results_);
+  }
+
+ private:
+  // Groups to engines while a decode engine has room. Prompts go out posted: a prefill
+  // engine may be sending this rank KV at the same time.
+  void hand_out() {
+    std::vector<std::vector<int64_t>> pairs(static_cast<size_t>(size_));
+    while (next_ < requests_.size()) {
+      const GenerationRequest& r = requests_[next_];
+      const int d = least_loaded_engine(decode_tokens_, decode_seqs_, r.n_samples, max_running_);
+      if (d < 0) break;
+      int p = n_decode_;
+      for (int e = n_decode_; e < size_; ++e)
+        if (prefill_tokens_[size_t(e)] < prefill_tokens_[size_t(p)]) p = e;
+      owner_[r.group_index] = {d, p};
+      decode_tokens_[size_t(d)] += request_tokens(r);
+      decode_seqs_[size_t(d)] += r.n_samples;
+      prefill_tokens_[size_t(p)] += static_cast<int64_t>(r.prompt.size());
+      pairs[size_t(p)].insert(pairs[size_t(p)].end(), {r.group_index, int64_t(d)});
+      ++next_;
+    }
+    for (int p = n_decode_; p < size_; ++p)
+      if (!pairs[size_t(p)].empty()) sends_.post(int64_bytes(pairs[size_t(p)]), p, kTagPrefill);
+    sends_.reap();
+  }
+
+  // Other engines' results and this engine's prefilled prompts (waiting for one when `block`).
+  void take_messages(bool block) {
+    while (progress_.groups_done < progress_.groups_total) {
+      int tag = message_waiting(rollout_, MPI_ANY_SOURCE, kTagResult) ? kTagResult
+                : message_waiting(rollout_, MPI_ANY_SOURCE, kTagKv)   ? kTagKv
+                                                                      : -1;
+      if (tag < 0 && !block) break;
+      if (tag < 0) tag = await_any_message(rollout_, MPI_ANY_SOURCE, {kTagResult, kTagKv}, kRouterWait);
+      block = false;
+      if (tag == kTagKv) {
+        take_transfer(engine_, rollout_, calls_, pd_);
+        continue;
+      }
+      finish_group(decode_samples(recv_message(rollout_, MPI_ANY_SOURCE, kTagResult, kRouterWait)));
+      if (next_ < requests_.size()) break;  // go hand out more
+    }
+  }
+
+  void finish_group(std::vector<Sample>&& group) {
+    const GenerationRequest& r = calls_.at(group.front().group_index);
+    const auto [d, p] = owner_.at(r.group_index);
+    decode_tokens_[size_t(d)] -= request_tokens(r);
+    decode_seqs_[size_t(d)] -= r.n_samples;
+    prefill_tokens_[size_t(p)] -= static_cast<int64_t>(r.prompt.size());
+    for (auto& s : group) {
+      progress_.tokens_generated += s.response_length();
+      results_.push_back(std::move(s));
+    }
+    ++progress_.groups_done;
+  }
+
+  Engine& engine_;
+  MPI_Comm rollout_;
+  int n_decode_, size_;
+  int64_t max_running_;
+  const std::vector<GenerationRequest>& requests_;
+  const CallRequests& calls_;
+  EngineStats& pd_;
+  GroupAssembler assembler_;
+  std::vector<int64_t> decode_tokens_, decode_seqs_;  // outstanding per decode engine
+  std::vector<int64_t> prefill_tokens_;               // indexed by rank (the prefill ranks' entries)
+  std::map<int64_t, std::pair<int, int>> owner_;      // group -> (decode rank, prefill rank)
+  std::vector<Sample> results_;
+  RouterProgress progress_;
+  size_t next_ = 0;  // the next request to hand out
+  PostedSends sends_;
+};
+
 }  // namespace
 
 std::vector<Sample> route_disaggregated(Engine& engine, MPI_Comm rollout, int64_t n_prefill, int64_t max_running,
@@ -116,7 +221,6 @@ std::vector<Sample> route_disaggregated(Engine& engine, MPI_Comm rollout, int64_
   SLIMPI_CHECK(n_prefill >= 1 && n_decode >= 1, "pd router: {} prefill engines among {} rollout ranks (needs at "
                "least one of each)", n_prefill, size);
   const CallRequests calls(requests);
-  GroupAssembler assembler(requests);
   Stopwatch wall;
   if (is_prefill_rank(rank, size, n_prefill)) {
     serve_prefill(engine, rollout, calls, pd);
@@ -125,85 +229,14 @@ std::vector<Sample> route_disaggregated(Engine& engine, MPI_Comm rollout, int64_
     return {};
   }
   if (rank != 0) {
+    GroupAssembler assembler(requests);
     serve_decode(engine, rollout, calls, assembler, pd);
     pd.decode_wall_s += wall.seconds();
     idle_barrier(rollout, kCallEnd);
     return {};
   }
-
-  // The router (also a decode engine).
-  std::vector<int64_t> decode_tokens(size_t(n_decode), 0), decode_seqs(size_t(n_decode), 0);
-  std::vector<int64_t> prefill_tokens(size_t(size), 0);  // indexed by rank (the prefill ranks' entries)
-  std::map<int64_t, std::pair<int, int>> owner;          // group -> (decode rank, prefill rank)
-  std::vector<Sample> results;
-  RouterProgress progress;
-  progress.groups_total = static_cast<int64_t>(requests.size());
-  size_t next = 0;
-  auto finish_group = [&](std::vector<Sample>&& group) {
-    const GenerationRequest& r = calls.at(group.front().group_index);
-    const auto [d, p] = owner.at(r.group_index);
-    decode_tokens[size_t(d)] -= request_tokens(r);
-    decode_seqs[size_t(d)] -= r.n_samples;
-    prefill_tokens[size_t(p)] -= static_cast<int64_t>(r.prompt.size());
-    for (auto& s : group) {
-      progress.tokens_generated += s.response_length();
-      results.push_back(std::move(s));
-    }
-    ++progress.groups_done;
-  };
-  // Prompts go out posted: a prefill engine may be sending this rank KV at the same time.
-  PostedSends sends(rollout, kRouterSends);
-  auto hand_out = [&]() {
-    std::vector<std::vector<int64_t>> pairs(static_cast<size_t>(size));
-    while (next < requests.size()) {
-      const GenerationRequest& r = requests[next];
-      const int d = least_loaded_engine(decode_tokens, decode_seqs, r.n_samples, max_running);
-      if (d < 0) break;
-      int p = n_decode;
-      for (int e = n_decode; e < size; ++e)
-        if (prefill_tokens[size_t(e)] < prefill_tokens[size_t(p)]) p = e;
-      owner[r.group_index] = {d, p};
-      decode_tokens[size_t(d)] += request_tokens(r);
-      decode_seqs[size_t(d)] += r.n_samples;
-      prefill_tokens[size_t(p)] += static_cast<int64_t>(r.prompt.size());
-      pairs[size_t(p)].insert(pairs[size_t(p)].end(), {r.group_index, int64_t(d)});
-      ++next;
-    }
-    for (int p = n_decode; p < size; ++p)
-      if (!pairs[size_t(p)].empty()) sends.post(int64_bytes(pairs[size_t(p)]), p, kTagPrefill);
-    sends.reap();
-  };
-  while (progress.groups_done < progress.groups_total) {
-    hand_out();
-    while (message_waiting(rollout, MPI_ANY_SOURCE, kTagKv)) take_transfer(engine, rollout, calls, pd);
-    const int64_t before = progress.groups_done;
-    if (engine.has_work()) {
-      Stopwatch busy;
-      std::vector<Sample> finished = engine.step();
-      pd.decode_busy_s += busy.seconds();
-      for (auto& group : assembler.add(std::move(finished))) finish_group(std::move(group));
-    }
-    // Other engines' results and this engine's prompts; asleep only with nothing to run here.
-    bool block = !engine.has_work();
-    while (progress.groups_done < progress.groups_total) {
-      int tag = message_waiting(rollout, MPI_ANY_SOURCE, kTagResult) ? kTagResult
-                : message_waiting(rollout, MPI_ANY_SOURCE, kTagKv)   ? kTagKv
-                                                                     : -1;
-      if (tag < 0 && !block) break;
-      if (tag < 0) tag = await_any_message(rollout, MPI_ANY_SOURCE, {kTagResult, kTagKv}, kRouterWait);
-      block = false;
-      if (tag == kTagKv) {
-        take_transfer(engine, rollout, calls, pd);
-        continue;
-      }
-      finish_group(decode_samples(recv_message(rollout, MPI_ANY_SOURCE, kTagResult, kRouterWait)));
-      if (next < requests.size()) break;  // go hand out more
-    }
-    if (on_progress && progress.groups_done != before) on_progress(progress);
-  }
-  for (int p = n_decode; p < size; ++p) sends.post(std::string(), p, kTagPrefill);
-  for (int d = 1; d < n_decode; ++d) sends.post(std::string(), d, kTagDone);
-  sends.flush();
+  std::vector<Sample> results = PdRouter(engine, rollout, n_decode, size, max_running, requests, calls, pd)
+                                    .run(on_progress);
   pd.decode_wall_s += wall.seconds();
   idle_barrier(rollout, kCallEnd);
   sort_by_group_and_sample(results);

@@ -90,6 +90,53 @@ void read_disaggregation(const Deck& deck, RolloutConfig& c) {
 
 }  // namespace
 
+namespace {
+
+// What the engines' sizes must hold: a group decodes at once on one engine, every running
+// sequence decodes a token an iteration, the shortest prompt and its response fit the
+// context and the KV cache.
+void check_engine_limits(const RolloutConfig& c, const Deck& deck) {
+  if (c.n_samples_per_prompt > c.engine.max_running)
+    SLIMPI_FAIL_ALL("rollout.n_samples_per_prompt = {} ({}) exceeds rollout.max_running = {} ({}): a group decodes "
+                    "at once on one engine",
+                    c.n_samples_per_prompt, deck.source("rollout.n_samples_per_prompt"), c.engine.max_running,
+                    deck.source("rollout.max_running"));
+  if (c.engine.max_batch_tokens < c.engine.max_running)
+    SLIMPI_FAIL_ALL("rollout.max_batch_tokens = {} ({}) must be at least rollout.max_running = {} ({}): every "
+                    "running sequence decodes one token per iteration",
+                    c.engine.max_batch_tokens, deck.source("rollout.max_batch_tokens"), c.engine.max_running,
+                    deck.source("rollout.max_running"));
+  const int64_t eval_samples = deck.get_int("eval.n_samples");
+  if (!deck.get_string("eval.path").empty() && eval_samples > c.engine.max_running)
+    SLIMPI_FAIL_ALL("eval.n_samples = {} ({}) exceeds rollout.max_running = {} ({}): an eval group decodes at once "
+                    "on one engine",
+                    eval_samples, deck.source("eval.n_samples"), c.engine.max_running, deck.source("rollout.max_running"));
+  const int64_t max_seq_len = deck.get_int("model.max_seq_len");
+  const bool generates = deck.get_string("train.mode") == "rl" || !deck.get_string("eval.path").empty();
+  if (generates && c.sampling.max_new_tokens + 2 > max_seq_len)
+    SLIMPI_FAIL_ALL("rollout.max_new_tokens = {} ({}) leaves no room for a prompt in model.max_seq_len = {} ({}): "
+                    "BOS, at least one prompt token and the response must fit",
+                    c.sampling.max_new_tokens, deck.source("rollout.max_new_tokens"), max_seq_len,
+                    deck.source("model.max_seq_len"));
+  // The smallest group (a 2-token prompt) must fit the cache: one response of
+  // max_new_tokens, and a block per sample for the forked partial prompt block.
+  const int64_t n_blocks = c.engine.kv_cache_tokens / c.engine.block_size;
+  const int64_t need = std::max((2 + c.sampling.max_new_tokens + c.engine.block_size - 1) / c.engine.block_size,
+                                c.n_samples_per_prompt);
+  if (generates && need > n_blocks)
+    SLIMPI_FAIL_ALL("rollout.kv_cache_tokens = {} ({}{}) holds {} blocks of rollout.block_size = {}; even the "
+                    "shortest prompt needs {} (rollout.max_new_tokens = {}, rollout.n_samples_per_prompt = {})",
+                    c.engine.kv_cache_tokens, deck.source("rollout.kv_cache_tokens"),
+                    deck.get_float("rollout.kv_cache_memory_gb") > 0 ? "; from rollout.kv_cache_memory_gb" : "",
+                    n_blocks, c.engine.block_size,
+                    need, c.sampling.max_new_tokens, c.n_samples_per_prompt);
+  if (c.engine.kv_cache_tokens < c.engine.block_size)
+    SLIMPI_FAIL_ALL("rollout.kv_cache_tokens = {} is smaller than one block (rollout.block_size = {})",
+                    c.engine.kv_cache_tokens, c.engine.block_size);
+}
+
+}  // namespace
+
 RolloutConfig RolloutConfig::from_deck(const Deck& deck, const ModelConfig& model) {
   RolloutConfig c;
   c.engine.block_size = deck.get_int("rollout.block_size");
@@ -134,43 +181,7 @@ RolloutConfig RolloutConfig::from_deck(const Deck& deck, const ModelConfig& mode
     }
   }
   c.n_samples_per_prompt = deck.get_int("rollout.n_samples_per_prompt");
-  if (c.n_samples_per_prompt > c.engine.max_running)
-    SLIMPI_FAIL_ALL("rollout.n_samples_per_prompt = {} ({}) exceeds rollout.max_running = {} ({}): a group decodes "
-                    "at once on one engine",
-                    c.n_samples_per_prompt, deck.source("rollout.n_samples_per_prompt"), c.engine.max_running,
-                    deck.source("rollout.max_running"));
-  if (c.engine.max_batch_tokens < c.engine.max_running)
-    SLIMPI_FAIL_ALL("rollout.max_batch_tokens = {} ({}) must be at least rollout.max_running = {} ({}): every "
-                    "running sequence decodes one token per iteration",
-                    c.engine.max_batch_tokens, deck.source("rollout.max_batch_tokens"), c.engine.max_running,
-                    deck.source("rollout.max_running"));
-  const int64_t eval_samples = deck.get_int("eval.n_samples");
-  if (!deck.get_string("eval.path").empty() && eval_samples > c.engine.max_running)
-    SLIMPI_FAIL_ALL("eval.n_samples = {} ({}) exceeds rollout.max_running = {} ({}): an eval group decodes at once "
-                    "on one engine",
-                    eval_samples, deck.source("eval.n_samples"), c.engine.max_running, deck.source("rollout.max_running"));
-  const int64_t max_seq_len = deck.get_int("model.max_seq_len");
-  const bool generates = deck.get_string("train.mode") == "rl" || !deck.get_string("eval.path").empty();
-  if (generates && c.sampling.max_new_tokens + 2 > max_seq_len)
-    SLIMPI_FAIL_ALL("rollout.max_new_tokens = {} ({}) leaves no room for a prompt in model.max_seq_len = {} ({}): "
-                    "BOS, at least one prompt token and the response must fit",
-                    c.sampling.max_new_tokens, deck.source("rollout.max_new_tokens"), max_seq_len,
-                    deck.source("model.max_seq_len"));
-  // The smallest group (a 2-token prompt) must fit the cache: one response of
-  // max_new_tokens, and a block per sample for the forked partial prompt block.
-  const int64_t n_blocks = c.engine.kv_cache_tokens / c.engine.block_size;
-  const int64_t need = std::max((2 + c.sampling.max_new_tokens + c.engine.block_size - 1) / c.engine.block_size,
-                                c.n_samples_per_prompt);
-  if (generates && need > n_blocks)
-    SLIMPI_FAIL_ALL("rollout.kv_cache_tokens = {} ({}{}) holds {} blocks of rollout.block_size = {}; even the "
-                    "shortest prompt needs {} (rollout.max_new_tokens = {}, rollout.n_samples_per_prompt = {})",
-                    c.engine.kv_cache_tokens, deck.source("rollout.kv_cache_tokens"),
-                    deck.get_float("rollout.kv_cache_memory_gb") > 0 ? "; from rollout.kv_cache_memory_gb" : "",
-                    n_blocks, c.engine.block_size,
-                    need, c.sampling.max_new_tokens, c.n_samples_per_prompt);
-  if (c.engine.kv_cache_tokens < c.engine.block_size)
-    SLIMPI_FAIL_ALL("rollout.kv_cache_tokens = {} is smaller than one block (rollout.block_size = {})",
-                    c.engine.kv_cache_tokens, c.engine.block_size);
+  check_engine_limits(c, deck);
   read_speculation(deck, model, c);
   read_disaggregation(deck, c);
   if (c.offload_between_phases && deck.get_string("parallel.placement") != "colocate")

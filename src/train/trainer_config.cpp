@@ -9,9 +9,8 @@ namespace slimpi {
 
 namespace {
 
-// slime's rules (its arguments.py asserts them), keys a setting would ignore, and
-// AdamW's ranges.
-void refuse_bad_combinations(const TrainerConfig& c, const Deck& deck) {
+// Routing replay and the routers' losses: a mixture-of-experts RL policy's.
+void refuse_moe_combinations(const TrainerConfig& c, const Deck& deck) {
   if (c.routing_replay && c.mode != "rl")
     SLIMPI_FAIL_ALL("train.routing_replay ({}) replays the experts the rollout engine chose; train.mode = \"{}\" ({}) "
                     "has no rollouts",
@@ -28,6 +27,11 @@ void refuse_bad_combinations(const TrainerConfig& c, const Deck& deck) {
       if (!deck.has_default_value(k))
         SLIMPI_FAIL_ALL("{} ({}) weighs a mixture-of-experts router loss, but model.n_experts = 0 ({})", k,
                         deck.source(k), deck.source("model.n_experts"));
+}
+
+// The policy loss, the KL terms and the estimator's needs (slime's arguments.py asserts
+// most of them); the critic's and GAE's keys where no critic would read them.
+void refuse_objective_combinations(const TrainerConfig& c, const Deck& deck) {
   if (!c.use_tis && !deck.has_default_value("train.tis_function"))
     SLIMPI_FAIL_ALL("train.tis_function ({}) is the correction of train.use_tis, which is false ({})",
                     deck.source("train.tis_function"), deck.source("train.use_tis"));
@@ -63,6 +67,10 @@ void refuse_bad_combinations(const TrainerConfig& c, const Deck& deck) {
       if (!deck.has_default_value(k))
         SLIMPI_FAIL_ALL("{} ({}) is GAE's lambda of train.advantage_estimator = \"ppo\"; \"{}\" ({}) would ignore it",
                         k, deck.source(k), estimator, deck.source("train.advantage_estimator"));
+}
+
+// On-policy distillation: its keys without it, its teacher's placement.
+void refuse_distillation_combinations(const TrainerConfig& c, const Deck& deck) {
   const bool opd = deck.get_float("train.opd_kl_coef") > 0;
   if (opd && c.mode != "rl")
     SLIMPI_FAIL_ALL("train.opd_kl_coef ({}) distils a teacher into the policy's own samples; train.mode = \"{}\" ({}) "
@@ -94,6 +102,14 @@ void refuse_bad_combinations(const TrainerConfig& c, const Deck& deck) {
                       "does not score with a teacher yet; use teacher.placement = \"trainer\"", where,
                       deck.source("train.async"));
   }
+}
+
+// slime's rules (its arguments.py asserts them), keys a setting would ignore, and
+// AdamW's ranges.
+void refuse_bad_combinations(const TrainerConfig& c, const Deck& deck) {
+  refuse_moe_combinations(c, deck);
+  refuse_objective_combinations(c, deck);
+  refuse_distillation_combinations(c, deck);
   if (c.adam.beta1 >= 1.0 || c.adam.beta2 >= 1.0)
     SLIMPI_FAIL_ALL("train.adam_beta1 = {} ({}) and train.adam_beta2 = {} ({}) must each be in [0, 1)", c.adam.beta1,
                     deck.source("train.adam_beta1"), c.adam.beta2, deck.source("train.adam_beta2"));
