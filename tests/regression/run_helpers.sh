@@ -33,6 +33,18 @@ job_runs() {  # job_runs NAME NP ARGS...: slimpi ARGS must finish (exit 0) withi
   echo "$tag: $name: ran"
 }
 
+steps_done() {  # steps_done RUN_DIR N: the run finished step N of N (COMPLETE; metrics.h5 rows 0..N-1, a step's each, and N with the final evaluation)
+  /usr/bin/python3 - "$1" "$2" <<'PY' || exit 1
+import os, sys
+import h5py
+run, n = sys.argv[1], int(sys.argv[2])
+assert os.path.exists(run + "/COMPLETE"), f"{run}: no COMPLETE marker"
+with h5py.File(run + "/metrics.h5", "r") as f:
+    steps = [int(s) for s in f["steps/step"][:]]
+    assert steps in (list(range(n)), list(range(n + 1))), f"{run}: metrics.h5 holds the rows of steps {steps} for {n} steps"
+PY
+}
+
 run() {  # run NP NAME [--set ...]: one job step, must succeed
   local np=$1 name=$2; shift 2
   $mpirun -np "$np" "$slimpi" "${args[@]}" --set run.dir="$out/$name" "$@" >>"$out/$name.log" 2>&1 \
@@ -58,6 +70,9 @@ kill9_in_checkpoint() {  # kill9_in_checkpoint NP NAME STEP: kill -9 every rank 
     || { cat "$out/$name.log"; echo "FAIL: the job never paused in checkpoint $step"; exit 1; }
   kill -9 $(pgrep -f "^[^ ]*slimpi run .*run.dir=$out/$name( |$)") "$job" 2>/dev/null || true
   wait "$job" 2>/dev/null || true
+  # The ranks are gone only when the kernel has reaped them: until then the run directory's
+  # lock still names a live process, and the resume would be refused as a second job.
+  for _ in $(seq 100); do pgrep -f "^[^ ]*slimpi run .*run.dir=$out/$name( |$)" >/dev/null || break; sleep 0.1; done
 }
 
 killed_rank_ends_job() {  # killed_rank_ends_job NP NAME STEPS: kill -9 the last rank after step 2

@@ -45,7 +45,7 @@ grep -q "SIGUSR1 received: stopping after step" "$out/usr1.log"
 grep -q "stopped at the step boundary after step" "$out/usr1.log"
 test ! -e "$out/usr1/COMPLETE"
 run usr1
-grep -q "finished: step 12 of 12" "$out/usr1.log"
+steps_done "$out/usr1" 12
 $compare "$out/straight" "$out/usr1"
 
 echo "== SIGTERM to the ranks"

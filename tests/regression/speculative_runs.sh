@@ -58,9 +58,9 @@ PY
 # A bf16 engine, and fully asynchronous RL (partial rollouts carried across weight
 # updates, their drafts dropped and the draft's cache rebuilt where they resume), speculating.
 run 2 spec_bf16 "${spec[@]}" --set rollout.precision=bf16
-grep -q "step 4/4" "$out/spec_bf16.log"
+steps_done "$out/spec_bf16" 4
 run 2 spec_async "${spec[@]}" --set train.async=full --set rollout.partial=continue
-grep -q "step 4/4" "$out/spec_async.log"
+steps_done "$out/spec_async" 4
 
 head -8 inputs/data/addition_eval.jsonl >"$out/prompts.jsonl"
 $mpirun -np 1 "$slimpi" generate inputs/smoke_rl.toml --set model.mtp_num_layers=1 --set rollout.speculative=mtp \

@@ -99,7 +99,7 @@ close co4_tp1 co4_etp4
 # bf16 engines: a copy of each rank's shard, refreshed every step (its tokens are its own)
 run 2 co2_etp2_bf16 "${cetp[@]}" --set rollout.precision=bf16
 grep -q "running a copy of its shards refreshed at every step" "$out/co2_etp2_bf16.log"
-grep -q "step 4/4" "$out/co2_etp2_bf16.log"
+steps_done "$out/co2_etp2_bf16" 4
 
 echo "== the distributed optimizer: DP 4 and TP 2 x DP 2, and its job steps bit for bit"
 run 4 co4_do --set parallel.placement=colocate --set train.distributed_optimizer=true
@@ -139,12 +139,12 @@ close split_tp1 split_tp2_sliced
 # Whole trainers, a bf16 engine of 2 ranks: its row-parallel sums round in bf16 in another
 # order than one rank's products, so its tokens are its own; the run must work and record.
 run 4 split_tp1_etp2_bf16 --set rollout.tensor_parallel=2 --set rollout.precision=bf16
-grep -q "step 4/4" "$out/split_tp1_etp2_bf16.log"
+steps_done "$out/split_tp1_etp2_bf16" 4
 # An fp8 engine of 2 ranks: "auto" takes the broadcast route (a block is quantised whole);
 # each rank de-quantises the whole image and keeps its shard (sync/fp8_weights.h).
 run 4 split_tp1_etp2_fp8 --set rollout.tensor_parallel=2 --set rollout.precision=fp8 --set rollout.check_weight_update=true
 grep -q "weight sync: broadcast" "$out/split_tp1_etp2_fp8.log"
-grep -q "step 4/4" "$out/split_tp1_etp2_fp8.log"
+steps_done "$out/split_tp1_etp2_fp8" 4
 run 4 async_etp2 --set train.async=one_step_off "${etp[@]}"
 close async_tp1 async_etp2
 run 4 split_etp2_chunked "${etp[@]}" --set run.job_steps=2
