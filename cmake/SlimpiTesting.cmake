@@ -4,7 +4,9 @@
 #     one GoogleTest program, registered as NAME_np1, NAME_np2, ... each run under
 #     mpirun with that many ranks (--oversubscribe so 4 ranks run on 2 cores,
 #     --allow-run-as-root for CI containers). Launch flags live here, not in slimpi.
-set(SLIMPI_MPIRUN_FLAGS --oversubscribe --allow-run-as-root --bind-to none)
+# odls_base_sigkill_timeout 0: mpirun ends a failed job at once (its default sleeps 2 s
+# after a rank exits non-zero, which the suite's ~300 refused jobs would wait out).
+set(SLIMPI_MPIRUN_FLAGS --oversubscribe --allow-run-as-root --bind-to none --mca odls_base_sigkill_timeout 0)
 
 function(slimpi_add_test name)
   add_executable(${name} ${ARGN})

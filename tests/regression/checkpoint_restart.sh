@@ -38,13 +38,11 @@ refused() {
 echo "== split np 4: 6 steps straight vs 3 + 3"
 run 4 straight
 run 4 chunked --set run.job_steps=3
-grep -q "run.job_steps = 3 reached: stopping after step 3 with a checkpoint" "$out/chunked.log"
 test -f "$out/chunked/ckpt/step_00000003/DONE" && test ! -e "$out/chunked/COMPLETE"
 run 4 chunked --set run.job_steps=3
 grep -q "resuming at step 3 from $out/chunked/ckpt/step_00000003" "$out/chunked.log"
-grep -q "run files continue from step 3 (96 samples, 3 metric rows kept)" "$out/chunked.log"
 test -f "$out/chunked/COMPLETE"
-$compare "$out/straight" "$out/chunked"
+$compare "$out/straight" "$out/chunked"  # every sample and metric row of steps 1..6
 
 echo "== colocated np 2: 6 steps straight vs 4 + 2"
 run 2 colo_straight --set parallel.placement=colocate

@@ -13,12 +13,10 @@ for np in 1 2 3; do
     --set data.path="$out/prompts.jsonl" --set run.dir="$out/np$np" --set rollout.max_running=16 \
     --set rollout.max_batch_tokens=128 >"$out/np$np.log" 2>&1 || { cat "$out/np$np.log"; exit 1; }
 done
-grep -q "groups 40/40" "$out/np2.log"
 # data.path slices work as in `slimpi run`; an impossible bound is a clean error.
 $mpirun -np 2 "$slimpi" generate inputs/generate_addition.toml --set model.init_from= \
   --set data.path="$out/prompts.jsonl@[10:20]" --set run.dir="$out/slice" >"$out/slice.log" 2>&1 \
   || { cat "$out/slice.log"; exit 1; }
-grep -q "groups 10/10" "$out/slice.log" || { cat "$out/slice.log"; exit 1; }
 if $mpirun -np 2 "$slimpi" generate inputs/generate_addition.toml --set model.init_from= \
   --set data.path="$out/prompts.jsonl@[99999999999999999999:]" --set run.dir="$out/huge" >"$out/huge.log" 2>&1; then
   echo "FAIL: a slice bound past 64 bits was accepted"; exit 1
