@@ -280,13 +280,13 @@ void BM_MoeLayerVsMatmul(benchmark::State& state) {
   }
   const at::Tensor h = at::randn({T, d}, g).set_requires_grad(true);
   auto moe = [&] {
-    MoeLayerOutput o = moe_mlp(h, w, k, true);
+    MoeLayerOutput o = moe_mlp(h, w, MoeRouting{k, true});
     o.out.sum().backward();
   };
   std::vector<int64_t> rows;  // the router's rows per expert
   {
     at::NoGradGuard no_grad;
-    const at::Tensor counts = at::bincount(moe_mlp(h, w, k, true).chosen.reshape({-1}), {}, E);
+    const at::Tensor counts = at::bincount(moe_mlp(h, w, MoeRouting{k, true}).chosen.reshape({-1}), {}, E);
     for (int64_t e = 0; e < E; ++e) rows.push_back(counts[e].item<int64_t>());
   }
   std::vector<at::Tensor> xs, dys, dhs;

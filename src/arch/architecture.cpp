@@ -11,7 +11,7 @@ const Registry<Architecture>& architectures() {
     Registry<Architecture> reg("Hugging Face model_type");
     for (const Architecture& a : {llama_architecture(), qwen2_architecture(), qwen3_architecture(),
                                   qwen2_moe_architecture(), qwen3_moe_architecture(), mixtral_architecture(),
-                                  mimo_architecture()})
+                                  mimo_architecture(), glm4_moe_architecture()})
       reg.add(a.model_type, a);
     return reg;
   }();
@@ -36,7 +36,7 @@ const Architecture* architecture_of_config(const std::string& hf_class, const st
 
 const Architecture* export_architecture(const ModelConfig& cfg) {
   for (const Architecture* a : all_architectures())
-    if (a->moe == (cfg.n_experts > 0) && a->fits(cfg)) return a;
+    if (a->moe == (cfg.n_experts > 0) && a->deepseek_moe == cfg.uses_deepseek_features() && a->fits(cfg)) return a;
   return nullptr;
 }
 

@@ -45,6 +45,10 @@ struct Architecture {
   // ("model.mtp_layers.<i>.", MiMo); the others' files use DeepSeek-V3's names
   // (arch/mtp_names.h).
   bool mtp_names = false;
+  // Whether the family's MoE layers are DeepSeekMoE's (sigmoid router, shared experts,
+  // dense first layers) and its attention may rotate part of each head; the other
+  // families never export a model with any of these (ModelConfig::uses_deepseek_features).
+  bool deepseek_moe = false;
 };
 
 // Keyed by model_type.
@@ -70,6 +74,7 @@ Architecture qwen2_moe_architecture();
 Architecture qwen3_moe_architecture();
 Architecture mixtral_architecture();
 Architecture mimo_architecture();
+Architecture glm4_moe_architecture();
 
 // Readers and writers several families share (arch/shared_fields.cpp).
 // attention_bias: q/k/v and o biases alike (Llama, Qwen3).
@@ -79,5 +84,13 @@ void refuse_experts(const nlohmann::json& c, HfConfigReader& r);
 // Qwen2-MoE / Qwen3-MoE expert fields (num_experts or num_local_experts, ...).
 void read_qwen_moe(const nlohmann::json& c, HfConfigReader& r);
 void write_qwen_moe(const ModelConfig& cfg, nlohmann::json& j);
+// partial_rotary_factor, in rope_parameters (transformers 5) or at the top level; `absent`
+// when neither has it.
+void read_partial_rotary_factor(const nlohmann::json& c, HfConfigReader& r, double absent);
+// DeepSeekMoE's fields (n_routed_experts, n_group, topk_group, routed_scaling_factor,
+// n_shared_experts, first_k_dense_replace, ...; arch/glm4_moe.cpp), in and out.
+void read_deepseek_moe(const nlohmann::json& c, HfConfigReader& r);
+void write_deepseek_moe(const ModelConfig& cfg, nlohmann::json& j);
+bool is_deepseek_moe(const ModelConfig& cfg);
 
 }  // namespace slimpi

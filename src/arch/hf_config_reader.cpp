@@ -4,6 +4,12 @@
 
 namespace slimpi {
 
+bool HfConfigReader::has(const std::string& key) const {
+  for (const auto& k : keys)
+    if (std::get<0>(k) == key) return true;
+  return false;
+}
+
 void HfConfigReader::set(const std::string& key, DeckValue v, const std::string& field) {
   for (auto& k : keys)
     if (std::get<0>(k) == key) {

@@ -22,6 +22,8 @@ struct HfConfigReader {
   std::vector<std::tuple<std::string, DeckValue, std::string>> keys;  // deck key, value, config field
   std::vector<std::string> problems;
 
+  // Whether deck key `key` was set.
+  bool has(const std::string& key) const;
   // Sets deck key `key` (a later call for the same key wins).
   void set(const std::string& key, DeckValue v, const std::string& field);
   template <class... A>

@@ -46,4 +46,16 @@ void write_qwen_moe(const ModelConfig& cfg, nlohmann::json& j) {
   j["mlp_only_layers"] = nlohmann::json::array();
 }
 
+void read_partial_rotary_factor(const nlohmann::json& c, HfConfigReader& r, double absent) {
+  std::optional<double> f;
+  const char* field = "partial_rotary_factor";
+  if (auto it = c.find("rope_parameters"); it != c.end() && it->is_object()) {
+    f = get_float(*it, "partial_rotary_factor");
+    if (f) field = "rope_parameters.partial_rotary_factor";
+  }
+  if (!f) f = get_float(c, "partial_rotary_factor");
+  if (f && !(*f > 0 && *f <= 1)) r.fail("'{}' = {} must be in (0, 1]", field, *f);
+  else r.set("model.partial_rotary_factor", f.value_or(absent), f ? field : "architectures (its default)");
+}
+
 }  // namespace slimpi

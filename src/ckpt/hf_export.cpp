@@ -50,6 +50,11 @@ std::string hf_config_json(const ModelConfig& cfg, const std::string& dtype, con
                "an o_proj bias without q/k/v biases has no Hugging Face architecture");
   const bool shared = cfg.shared_expert_intermediate_size > 0;
   const Architecture* arch = export_architecture(cfg);  // arch/architecture.h: at most one fits
+  SLIMPI_CHECK(arch || !cfg.uses_deepseek_features(),
+               "this model has no Hugging Face architecture to export to: DeepSeekMoE routing (model.moe_router = "
+               "\"sigmoid\", shared experts, dense first layers) or partial RoPE export as Glm4MoeForCausalLM only: "
+               "a mixture of experts with model.moe_router = \"sigmoid\", model.moe_router_bias = true, "
+               "model.moe_layer_freq = 1, no gated shared expert and no o bias");
   if (!arch) {
     std::vector<std::string> why;  // what keeps this model from the architecture closest to it
     if (cfg.qk_norm) {
@@ -67,7 +72,7 @@ std::string hf_config_json(const ModelConfig& cfg, const std::string& dtype, con
                 "no q/k norms, no o bias), MixtralForCausalLM (no q/k norms, shared expert or biases, every layer "
                 "sparse, model.norm_topk_prob = true)", fmt::join(why, "; "));
   }
-  SLIMPI_CHECK(!cfg.qk_norm || cfg.qkv_bias == cfg.o_bias,
+  SLIMPI_CHECK(!cfg.qk_norm || arch->deepseek_moe || cfg.qkv_bias == cfg.o_bias,
                "Qwen3 has biases on all of q/k/v/o or none (model.qkv_bias = {}, model.o_bias = {})",
                cfg.qkv_bias, cfg.o_bias);
   nlohmann::json j = {

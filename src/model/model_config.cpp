@@ -3,12 +3,14 @@
 #include <slimpi/deck.h>
 #include <slimpi/error.h>
 
+#include <fmt/format.h>
+
 #include <cmath>
 
 namespace slimpi {
 
 std::vector<double> ModelConfig::rope_inv_freq() const {
-  const int64_t D = head_dim();
+  const int64_t D = rotary_dim();
   std::vector<double> f;
   for (int64_t i = 0; i < D / 2; ++i) f.push_back(std::pow(rope_theta, -2.0 * double(i) / double(D)));
   if (rope_scaling == "linear") {
@@ -42,7 +44,8 @@ int64_t ModelConfig::matmul_params() const {
   const int64_t d = hidden_size, q = n_heads * head_dim(), kv = n_kv_heads * head_dim();
   const int64_t attention = d * q + 2 * d * kv + q * d;  // q, k, v, o
   const int64_t mlp = 3 * d * intermediate_size;        // gate, up, down
-  const int64_t shared = shared_expert_intermediate_size > 0 ? 3 * d * shared_expert_intermediate_size + d : 0;
+  const int64_t shared = (shared_expert_intermediate_size > 0 ? 3 * d * shared_expert_intermediate_size + d : 0) +
+                         3 * d * shared_experts_width();
   const int64_t moe = d * n_experts + n_experts_per_tok * 3 * d * moe_intermediate_size + shared;  // router, top-k, shared
   const int64_t n_moe = n_moe_layers();
   return n_layers * attention + (n_layers - n_moe) * mlp + n_moe * moe + vocab_size * d;  // + LM head
@@ -70,10 +73,42 @@ int64_t ModelConfig::n_params() const {
   const int64_t n_moe = n_moe_layers();
   const int64_t mlps = (n_layers - n_moe) * 3 * d * intermediate_size +
                        n_moe * (d * n_experts + n_experts * 3 * d * moe_intermediate_size +
-                                (shared_expert_intermediate_size > 0 ? 3 * d * shared_expert_intermediate_size + d : 0));
+                                (shared_expert_intermediate_size > 0 ? 3 * d * shared_expert_intermediate_size + d : 0) +
+                                3 * d * shared_experts_width() + (moe_router_bias ? n_experts : 0));
   return vocab_size * d * (tie_word_embeddings ? 1 : 2) + n_layers * attention_params(*this) + mlps + d +
          mtp_num_layers * n_mtp_params_per_layer();
 }
+
+namespace {
+
+// The DeepSeekMoE keys against each other and the expert count.
+void check_deepseek_moe(const ModelConfig& c, const Deck& deck) {
+  auto key = [&](const char* k) { return fmt::format("{} ({})", k, deck.source(k)); };
+  const bool sigmoid = c.moe_router == "sigmoid";
+  if (c.moe_router_bias && !sigmoid)
+    SLIMPI_FAIL_ALL("{} = true needs model.moe_router = \"sigmoid\" (the correction bias is DeepSeekMoE's)",
+                    key("model.moe_router_bias"));
+  if (c.n_shared_experts > 0 && c.shared_expert_intermediate_size > 0)
+    SLIMPI_FAIL_ALL("{} = {} and {} = {}: a model has DeepSeekMoE's ungated shared experts or Qwen2-MoE's gated "
+                    "one, not both", key("model.n_shared_experts"), c.n_shared_experts,
+                    key("model.shared_expert_intermediate_size"), c.shared_expert_intermediate_size);
+  if (c.n_experts == 0) return;
+  if (c.moe_n_group > 1 && !sigmoid)
+    SLIMPI_FAIL_ALL("{} = {} (group-limited routing) needs model.moe_router = \"sigmoid\"", key("model.moe_n_group"),
+                    c.moe_n_group);
+  if (c.n_experts % c.moe_n_group != 0 || (c.moe_n_group > 1 && c.n_experts / c.moe_n_group < 2))
+    SLIMPI_FAIL_ALL("{} = {} must divide model.n_experts = {} into groups of at least 2 experts (a group scores "
+                    "as the sum of its top 2)", key("model.moe_n_group"), c.moe_n_group, c.n_experts);
+  if (c.moe_topk_group > c.moe_n_group)
+    SLIMPI_FAIL_ALL("{} = {} exceeds {} = {}", key("model.moe_topk_group"), c.moe_topk_group,
+                    key("model.moe_n_group"), c.moe_n_group);
+  if (c.n_experts_per_tok > c.moe_topk_group * (c.n_experts / c.moe_n_group))
+    SLIMPI_FAIL_ALL("{} = {} exceeds the {} experts of the model.moe_topk_group = {} groups a token may use",
+                    key("model.n_experts_per_tok"), c.n_experts_per_tok,
+                    c.moe_topk_group * (c.n_experts / c.moe_n_group), c.moe_topk_group);
+}
+
+}  // namespace
 
 ModelConfig ModelConfig::from_deck(const Deck& deck) {
   ModelConfig c;
@@ -106,18 +141,32 @@ ModelConfig ModelConfig::from_deck(const Deck& deck) {
   c.moe_layer_freq = deck.get_int("model.moe_layer_freq");
   c.shared_expert_intermediate_size = deck.get_int("model.shared_expert_intermediate_size");
   c.mtp_num_layers = deck.get_int("model.mtp_num_layers");
+  c.moe_router = deck.get_string("model.moe_router");
+  c.moe_router_bias = deck.get_bool("model.moe_router_bias");
+  c.moe_n_group = deck.get_int("model.moe_n_group");
+  c.moe_topk_group = deck.get_int("model.moe_topk_group");
+  c.moe_routed_scaling_factor = deck.get_float("model.moe_routed_scaling_factor");
+  c.n_shared_experts = deck.get_int("model.n_shared_experts");
+  c.first_k_dense_replace = deck.get_int("model.first_k_dense_replace");
+  c.partial_rotary_factor = deck.get_float("model.partial_rotary_factor");
+  check_deepseek_moe(c, deck);
   if (c.n_experts > 0 && c.n_experts_per_tok > c.n_experts)
     SLIMPI_FAIL_ALL("model.n_experts_per_tok = {} ({}) exceeds model.n_experts = {} ({})", c.n_experts_per_tok,
                     deck.source("model.n_experts_per_tok"), c.n_experts, deck.source("model.n_experts"));
   if (c.n_experts > 0 && c.n_moe_layers() == 0)
-    SLIMPI_FAIL_ALL("model.moe_layer_freq = {} ({}) leaves none of the {} layers sparse", c.moe_layer_freq,
-                    deck.source("model.moe_layer_freq"), c.n_layers);
+    SLIMPI_FAIL_ALL("model.moe_layer_freq = {} ({}) and model.first_k_dense_replace = {} ({}) leave none of the {} "
+                    "layers sparse", c.moe_layer_freq, deck.source("model.moe_layer_freq"), c.first_k_dense_replace,
+                    deck.source("model.first_k_dense_replace"), c.n_layers);
   if (c.explicit_head_dim == 0 && c.hidden_size % c.n_heads != 0)
     SLIMPI_FAIL_ALL("model.hidden_size = {} must be a multiple of model.n_heads = {} (or set model.head_dim)",
                     c.hidden_size, c.n_heads);
   if (c.head_dim() % 2 != 0)
     SLIMPI_FAIL_ALL("the head dimension {} ({}) must be even (RoPE rotates pairs)", c.head_dim(),
                     c.explicit_head_dim > 0 ? "model.head_dim" : "model.hidden_size / model.n_heads");
+  if (c.rotary_dim() < 2 || c.rotary_dim() % 2 != 0)
+    SLIMPI_FAIL_ALL("model.partial_rotary_factor = {} ({}) rotates {} of the head's {} dimensions: RoPE needs an "
+                    "even number, at least 2", c.partial_rotary_factor, deck.source("model.partial_rotary_factor"),
+                    c.rotary_dim(), c.head_dim());
   if (c.n_heads % c.n_kv_heads != 0)
     SLIMPI_FAIL_ALL("model.n_heads = {} must be a multiple of model.n_kv_heads = {}", c.n_heads, c.n_kv_heads);
   if (c.rope_scaling == "llama3" && !(c.rope_high_freq_factor > c.rope_low_freq_factor))

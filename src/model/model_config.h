@@ -52,15 +52,41 @@ struct ModelConfig {
   bool norm_topk_prob = true;
   int64_t moe_layer_freq = 1;
   int64_t shared_expert_intermediate_size = 0;  // Qwen2-MoE's gated shared expert (0: none)
+  // DeepSeekMoE (DeepSeek-V3, GLM-4.5; model/moe.h): sigmoid router scores, a score
+  // correction bias for choosing experts only, group-limited top-k, the weights times
+  // routed_scaling_factor, n_shared_experts ungated shared experts of
+  // moe_intermediate_size each (run as one MLP), and the first first_k_dense_replace
+  // layers dense.
+  std::string moe_router = "softmax";  // "softmax" or "sigmoid"
+  bool moe_router_bias = false;        // e_score_correction_bias (sigmoid only)
+  int64_t moe_n_group = 1, moe_topk_group = 1;
+  double moe_routed_scaling_factor = 1.0;
+  int64_t n_shared_experts = 0;
+  int64_t first_k_dense_replace = 0;
+  // RoPE rotates the first rotary_dim() dimensions of each head (GLM-4.5: half of them).
+  double partial_rotary_factor = 1.0;
   // Multi-token prediction (DeepSeek-V3's MTP modules, as MiMo ships them): depth i of
   // mtp_num_layers predicts the token i + 2 places ahead from the previous depth's
   // output and the embedding of the token i + 1 ahead (model/transformer.h). 0: none.
   int64_t mtp_num_layers = 0;
 
   int64_t head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : hidden_size / n_heads; }
-  bool is_moe_layer(int64_t layer) const { return n_experts > 0 && (layer + 1) % moe_layer_freq == 0; }
+  // transformers' int(head_dim · partial_rotary_factor).
+  int64_t rotary_dim() const { return int64_t(double(head_dim()) * partial_rotary_factor); }
+  bool is_moe_layer(int64_t layer) const {
+    return n_experts > 0 && layer >= first_k_dense_replace && (layer + 1) % moe_layer_freq == 0;
+  }
+  // Whether the model uses anything of DeepSeekMoE or partial RoPE (the families that
+  // export such a model are arch/architecture.h's deepseek_moe ones).
+  bool uses_deepseek_features() const {
+    return partial_rotary_factor != 1.0 || (n_experts > 0 && (moe_router != "softmax" || moe_router_bias ||
+                                                              moe_n_group > 1 || moe_routed_scaling_factor != 1.0 ||
+                                                              n_shared_experts > 0 || first_k_dense_replace > 0));
+  }
+  // The shared experts' MLP width (DeepSeekMoE's n_shared_experts · moe_intermediate_size; 0: none).
+  int64_t shared_experts_width() const { return n_shared_experts * moe_intermediate_size; }
   int64_t n_moe_layers() const;
-  // RoPE inverse frequencies, scaling applied: theta^(-2i/D) for i < D/2.
+  // RoPE inverse frequencies, scaling applied: theta^(-2i/R) for i < R/2, R = rotary_dim().
   std::vector<double> rope_inv_freq() const;
   // Parameters of the model (embeddings, head and MTP layers included).
   int64_t n_params() const;

@@ -28,6 +28,24 @@ std::vector<KeySpec> model_keys() {
       bool_key("model.norm_topk_prob", true, "MoE: renormalise the top-k router probabilities to sum to 1"),
       int_key("model.shared_expert_intermediate_size", 0, 0, 1e9, "",
               "MoE: width of a shared expert every token runs, behind a sigmoid gate (Qwen2-MoE; 0 = none)"),
+      choice_key("model.moe_router", "softmax", {"softmax", "sigmoid"},
+                 "MoE router scores: softmax over the experts (Qwen, Mixtral) or each expert's sigmoid "
+                 "(DeepSeekMoE: DeepSeek-V3, GLM-4.5; scoring_func)"),
+      bool_key("model.moe_router_bias", false,
+               "MoE, sigmoid router: a per-expert score correction bias (e_score_correction_bias) added only to "
+               "choose experts; loaded, checkpointed, synced and exported, never trained"),
+      int_key("model.moe_n_group", 1, 1, 1024, "groups",
+              "MoE, sigmoid router: expert groups (n_group); a token uses the moe_topk_group groups whose top-2 "
+              "scores sum highest"),
+      int_key("model.moe_topk_group", 1, 1, 1024, "groups", "MoE, sigmoid router: groups a token may use (topk_group)"),
+      float_key("model.moe_routed_scaling_factor", 1.0, 1e-6, 1e6, "",
+                "MoE: the routed experts' weights times this (routed_scaling_factor)"),
+      int_key("model.n_shared_experts", 0, 0, 1024, "experts",
+              "MoE: DeepSeekMoE's ungated shared experts every token runs, as one MLP of n_shared_experts x "
+              "moe_intermediate_size (0 = none)"),
+      int_key("model.first_k_dense_replace", 0, 0, 1e6, "layers", "MoE: the first k layers keep the dense MLP"),
+      float_key("model.partial_rotary_factor", 1.0, 1e-6, 1.0, "",
+                "RoPE rotates the first head_dim x factor dimensions of each head (GLM-4.5: 0.5)"),
       int_key("model.mtp_num_layers", 0, 0, 16, "layers",
               "multi-token prediction depths (DeepSeek-V3's MTP modules, as MiMo ships them): depth i predicts the "
               "token i + 2 ahead; the rollout's speculative draft (rollout.speculative = \"mtp\"); 0 = none"),

@@ -1,12 +1,17 @@
 #include "model/moe.h"
 
 #include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <slimpi/error.h>
 
 #include "kernels/small_batch_linear.h"
 #include "parallel/comm.h"
 #include "parallel/comm_tensor.h"
 #include "parallel/row_exchange.h"
+
+#include <limits>
+#include <utility>
 
 namespace slimpi {
 
@@ -72,14 +77,48 @@ at::Tensor run_sharded_experts(const at::Tensor& x, const at::Tensor& counts, co
 
 }  // namespace
 
-MoeLayerOutput moe_mlp(const at::Tensor& h, const MoeWeights& w, int64_t k, bool norm_topk_prob,
-                       const at::Tensor& replay) {
-  const int64_t T = h.size(0), E = w.router.size(0);
+namespace {
+
+// The router's scores [T, E] fp32 and its own choice [T, k] (the formulas in moe.h).
+// The sigmoid router's logits are fp32 products (transformers keeps DeepSeekMoE's gate in
+// fp32; a bf16 product would move choices).
+std::pair<at::Tensor, at::Tensor> route(const at::Tensor& h, const MoeWeights& w, const MoeRouting& r,
+                                        at::Tensor& router_logits) {
+  if (!r.sigmoid) {
+    router_logits = dense(h, w.router).to(at::kFloat);  // [T, E]
+    const at::Tensor probs = at::softmax(router_logits, -1);
+    return {probs, std::get<1>(at::topk(probs, r.k, -1))};
+  }
+  // In a bf16 forward the router and the bias are used as their bf16 roundings, as every
+  // weight is (model/transformer.h): fp32 masters and a bf16 engine's weights route alike.
+  const c10::DeviceType device = h.device().type();
+  const bool bf16 = at::autocast::is_autocast_enabled(device) && at::autocast::get_autocast_dtype(device) == at::kBFloat16;
+  auto as_used = [&](const at::Tensor& t) { return (bf16 ? t.to(at::kBFloat16) : t).to(at::kFloat); };
+  {
+    const c10::impl::ExcludeDispatchKeyGuard fp32(c10::autocast_dispatch_keyset);
+    router_logits = at::linear(h.to(at::kFloat), as_used(w.router));  // [T, E]
+  }
+  const at::Tensor scores = at::sigmoid(router_logits);  // [T, E]
+  at::Tensor choice = (w.score_bias.defined() ? scores + as_used(w.score_bias.detach()) : scores).detach();
+  const int64_t T = h.size(0), E = w.router.size(0), G = r.n_group;
+  if (G > 1) {
+    const at::Tensor by_group = choice.view({T, G, E / G});                                    // [T, G, E/G]
+    const at::Tensor group_score = std::get<0>(at::topk(by_group, 2, -1)).sum(-1);             // [T, G]
+    const at::Tensor kept = std::get<1>(at::topk(group_score, r.topk_group, -1));              // [T, topk_group]
+    const at::Tensor group_mask = at::zeros({T, G}, at::kBool).to(h.device()).scatter(1, kept, true);
+    choice = choice.masked_fill(group_mask.logical_not().unsqueeze(-1).expand({T, G, E / G}).reshape({T, E}),
+                                -std::numeric_limits<float>::infinity());
+  }
+  return {scores, std::get<1>(at::topk(choice, r.k, -1))};
+}
+
+}  // namespace
+
+MoeLayerOutput moe_mlp(const at::Tensor& h, const MoeWeights& w, const MoeRouting& r, const at::Tensor& replay) {
+  const int64_t T = h.size(0), E = w.router.size(0), k = r.k;
   MoeLayerOutput o;
-  o.router_logits = dense(h, w.router).to(at::kFloat);  // [T, E]
-  const at::Tensor probs = at::softmax(o.router_logits, -1);  // [T, E] fp32
-  at::Tensor weights;                                         // [T, k]
-  std::tie(weights, o.routed) = at::topk(probs, k, -1);
+  const auto [scores, own] = route(h, w, r, o.router_logits);  // [T, E] fp32, [T, k]
+  o.routed = own;
   o.chosen = o.routed;
   if (replay.defined()) {
     SLIMPI_CHECK(replay.dim() == 2 && replay.size(0) == T && replay.size(1) == k,
@@ -90,9 +129,10 @@ MoeLayerOutput moe_mlp(const at::Tensor& h, const MoeWeights& w, int64_t k, bool
     // Checked before any kernel indexes with them (on a GPU a bad id is a device assert).
     SLIMPI_CHECK(T == 0 || (given.min().item<int64_t>() >= -1 && o.chosen.max().item<int64_t>() < E),
                  "routing replay: expert ids outside [0, {}) (or -1: route)", E);
-    weights = probs.gather(1, o.chosen);
   }
-  if (norm_topk_prob) weights = weights / weights.sum(-1, /*keepdim=*/true);
+  at::Tensor weights = scores.gather(1, o.chosen);  // [T, k]
+  if (r.norm_topk_prob) weights = weights / (r.sigmoid ? weights.sum(-1, true) + 1e-20 : weights.sum(-1, true));
+  if (r.scale != 1.0) weights = weights * r.scale;
   weights = weights.to(h.scalar_type());
 
   // Token-expert pairs sorted by expert: each expert's rows are one contiguous run.
@@ -104,16 +144,18 @@ MoeLayerOutput moe_mlp(const at::Tensor& h, const MoeWeights& w, int64_t k, bool
   const at::Tensor expert_out = w.ep ? run_sharded_experts(x, counts, w) : run_experts(x, counts.data_ptr<int64_t>(), w, false);
   const at::Tensor y = expert_out * weights.reshape({-1}).index_select(0, order).unsqueeze(1);  // [T·k, d]
   o.out = at::zeros_like(h).index_add(0, token_of_pair, y);
-  if (w.shared_gate.defined())
-    o.out = o.out + at::sigmoid(dense(h, w.shared_gate)) *
-                        dense(at::silu(dense(h, w.shared_gate_proj)) * dense(h, w.shared_up), w.shared_down);
+  if (w.shared_up.defined()) {
+    const at::Tensor shared = dense(at::silu(dense(h, w.shared_gate_proj)) * dense(h, w.shared_up), w.shared_down);
+    o.out = o.out + (w.shared_gate.defined() ? at::sigmoid(dense(h, w.shared_gate)) * shared : shared);
+  }
   return o;
 }
 
-at::Tensor moe_load_balancing_loss(const std::vector<at::Tensor>& router_logits, int64_t k) {
+at::Tensor moe_load_balancing_loss(const std::vector<at::Tensor>& router_logits, int64_t k, bool sigmoid) {
   const at::Tensor z = at::cat(router_logits);  // [L·T, E]
   const int64_t E = z.size(1);
-  const at::Tensor p = at::softmax(z, -1);
+  at::Tensor p = sigmoid ? at::sigmoid(z) : at::softmax(z, -1);
+  if (sigmoid) p = p / (p.sum(-1, true) + 1e-20);
   const at::Tensor chosen = std::get<1>(at::topk(p, k, -1));                    // [L·T, k]
   const at::Tensor share = at::one_hot(chosen, E).to(at::kFloat).mean(0);     // [k, E]
   return (share * p.mean(0).unsqueeze(0)).sum() * double(E);

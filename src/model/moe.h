@@ -1,20 +1,31 @@
-// Sparse mixture-of-experts MLP (Qwen3-MoE / Mixtral style), one layer:
+// Sparse mixture-of-experts MLP, one layer:
 //   router logits z = h · W_routerᵀ                         [T, E]
-//   p = softmax(z) in fp32;  (w, i) = top-k of p per token  [T, k]
-//   w /= Σ w  when norm_topk_prob
+//   softmax router (Qwen3-MoE, Mixtral):
+//     p = softmax(z) in fp32;  (w, i) = top-k of p per token  [T, k]
+//   sigmoid router (DeepSeekMoE: DeepSeek-V3, GLM-4.5; z in fp32 from fp32 h and W):
+//     p = σ(z);  c = p + b (b: the score correction bias, or 0) chooses, p weighs:
+//     with G groups of E/G experts, group g scores Σ of its top-2 c; a token keeps the
+//     topk_group best groups (c = −∞ elsewhere);  i = top-k of c;  w = p gathered at i
+//   w /= Σ w (+ 1e-20 for sigmoid, as transformers) when norm_topk_prob;  w *= scale
 //   out_t = Σ_j w_tj · down_e(silu(gate_e(h_t)) ⊙ up_e(h_t)),  e = i_tj
-// Dropless: every token runs its k experts. With a shared expert (Qwen2-MoE) every token
-// also runs it, weighted by a sigmoid gate: out_t += σ(h_t · g) · SwiGLU_shared(h_t). The token-expert pairs are sorted by expert,
+// Dropless: every token runs its k experts. With a shared expert every token also runs
+// it: Qwen2-MoE's behind a sigmoid gate, out_t += σ(h_t · g) · SwiGLU_shared(h_t);
+// DeepSeekMoE's ungated, out_t += SwiGLU_shared(h_t). The correction bias b is read
+// detached: its gradient is always zero (it is a parameter only so that loading,
+// checkpoints, the weight sync and export carry it; AdamW leaves a parameter whose
+// gradient is zero exactly as it is). The token-expert pairs are sorted by expert,
 // so each expert runs one GEMM over its rows (a loop over experts, not tokens), and the
 // weighted outputs are added back per token with one index_add.
 // Replay (Rollout Routing Replay): given expert ids [T, k], the layer runs those experts
 // instead of its own top-k, with weights from its own router: p gathered at the given
-// ids (renormalised when norm_topk_prob), as slime's R3 does. A row of -1 routes that
+// ids (renormalised when norm_topk_prob, scaled), as slime's R3 does. A row of -1 routes that
 // token by the router (a token the engine never ran: a sequence's last).
 // Auxiliary losses over the router logits of every MoE layer of a forward:
 //   load balancing (transformers' load_balancing_loss_func, no attention mask): with the
 //     layers' tokens together, E · Σ_j Σ_e f_je · P_e, f_je = share of tokens whose j-th
-//     choice is e, P_e = mean router probability of e
+//     choice (by the router's scores, no bias or groups) is e, P_e = mean router
+//     probability of e (sigmoid router: σ(z) normalised over the experts, as Megatron's
+//     aux loss takes sigmoid scores)
 //   z-loss (ST-MoE): mean over layers' tokens of logsumexp(z)²
 // Expert parallelism (parallel.expert_parallel = G): the E experts are sharded in blocks
 // over the G ranks of an expert-parallel group, rank g holding [g·E/G, (g+1)·E/G); the
@@ -43,15 +54,26 @@ struct ExpertShard {
   int64_t count(int64_t n_experts) const { return n_experts / size; }
 };
 
+// How a layer's router picks and weighs experts (the formulas above).
+struct MoeRouting {
+  int64_t k = 2;                // experts per token
+  bool norm_topk_prob = true;
+  bool sigmoid = false;         // DeepSeekMoE's sigmoid scores (else softmax)
+  int64_t n_group = 1, topk_group = 1;
+  double scale = 1.0;           // routed_scaling_factor
+};
+
 struct MoeWeights {
   at::Tensor router;                    // [E, d]: every expert's row, also when sharded
+  at::Tensor score_bias;                // [E] DeepSeekMoE's e_score_correction_bias (undefined: none)
   std::vector<at::Tensor> gate, up;     // E_local x [f, d]: experts first_expert, first_expert + 1, ...
   std::vector<at::Tensor> down;         // E_local x [d, f]
   int64_t first_expert = 0;
   Comm* ep = nullptr;                   // expert-parallel group (null: every expert is local)
-  // Qwen2-MoE's shared expert (undefined: none): out += σ(h · shared_gate) · SwiGLU(h).
+  // The shared expert (undefined: none): out += SwiGLU(h), times σ(h · shared_gate) when
+  // the gate is defined (Qwen2-MoE; DeepSeekMoE's n_shared_experts are ungated).
   at::Tensor shared_gate_proj, shared_up, shared_down;  // [fs, d], [fs, d], [d, fs]
-  at::Tensor shared_gate;                               // [1, d]
+  at::Tensor shared_gate;                               // [1, d] or undefined
 };
 
 struct MoeLayerOutput {
@@ -62,11 +84,11 @@ struct MoeLayerOutput {
 };
 
 // h [T, d]; replay [T, k] int64 or undefined (route by the router's top-k).
-MoeLayerOutput moe_mlp(const at::Tensor& h, const MoeWeights& w, int64_t k, bool norm_topk_prob,
+MoeLayerOutput moe_mlp(const at::Tensor& h, const MoeWeights& w, const MoeRouting& routing,
                        const at::Tensor& replay = at::Tensor());
 
 // router_logits: one [T, E] fp32 tensor per MoE layer (the same T). Scalars with autograd.
-at::Tensor moe_load_balancing_loss(const std::vector<at::Tensor>& router_logits, int64_t k);
+at::Tensor moe_load_balancing_loss(const std::vector<at::Tensor>& router_logits, int64_t k, bool sigmoid = false);
 at::Tensor moe_router_z_loss(const std::vector<at::Tensor>& router_logits);
 
 }  // namespace slimpi

@@ -27,12 +27,15 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
   return (xf * r).to(x.scalar_type()) * w;
 }
 
-// RoPE, Hugging Face's rotate-half layout: x * cos + rotate_half(x) * sin.
-// x [T, heads, D], cos/sin [T, 1, D].
+// RoPE, Hugging Face's rotate-half layout over the first R dimensions of each head (R =
+// D unless partial_rotary_factor < 1; the rest pass): x_r * cos + rotate_half(x_r) * sin.
+// x [T, heads, D], cos/sin [T, 1, R].
 at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  const int64_t half = x.size(-1) / 2;
-  at::Tensor rotated = at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
-  return x * cos + rotated * sin;
+  const int64_t R = cos.size(-1), half = R / 2;
+  const at::Tensor xr = R == x.size(-1) ? x : x.narrow(-1, 0, R);
+  at::Tensor rotated = at::cat({-xr.narrow(-1, half, half), xr.narrow(-1, 0, half)}, -1);
+  const at::Tensor out = xr * cos + rotated * sin;
+  return R == x.size(-1) ? out : at::cat({out, x.narrow(-1, R, x.size(-1) - R)}, -1);
 }
 
 }  // namespace
@@ -116,9 +119,10 @@ struct ParameterDraw {
     add(p + "mlp.down_proj.weight", normal({d, f}), &lp.down);
   }
 
-  // Qwen3-MoE names: the router, then each expert's MLP. Every expert is drawn (the
-  // generator's sequence does not depend on the shard); an expert-parallel shard keeps
-  // its own block. Qwen2-MoE's shared expert after them.
+  // Qwen3-MoE names: the router (and DeepSeekMoE's score correction bias, zeros), then
+  // each expert's MLP. Every expert is drawn (the generator's sequence does not depend on
+  // the shard); an expert-parallel shard keeps its own block. Qwen2-MoE's gated shared
+  // expert or DeepSeekMoE's shared experts after them.
   void moe_mlp(const std::string& p, MoeWeights& moe, const ExpertShard& experts) {
     const int64_t d = cfg.hidden_size, fe = cfg.moe_intermediate_size;
     const int64_t first = experts.first(cfg.n_experts), n_mine = experts.count(cfg.n_experts);
@@ -128,6 +132,7 @@ struct ParameterDraw {
     moe.up.resize(size_t(n_mine));
     moe.down.resize(size_t(n_mine));
     add(p + "mlp.gate.weight", normal({cfg.n_experts, d}), &moe.router);
+    if (cfg.moe_router_bias) add(p + "mlp.gate.e_score_correction_bias", zeros(cfg.n_experts), &moe.score_bias);
     for (int64_t e = 0; e < cfg.n_experts; ++e) {
       const std::string pe = p + "mlp.experts." + std::to_string(e) + ".";
       at::Tensor gate = normal({fe, d}), up = normal({fe, d}), down = normal({d, fe});
@@ -142,11 +147,16 @@ struct ParameterDraw {
       add(p + "mlp.shared_expert.down_proj.weight", normal({d, fs}), &moe.shared_down);
       add(p + "mlp.shared_expert_gate.weight", normal({1, d}), &moe.shared_gate);
     }
+    if (const int64_t fs = cfg.shared_experts_width(); fs > 0) {  // DeepSeekMoE's, ungated
+      add(p + "mlp.shared_experts.gate_proj.weight", normal({fs, d}), &moe.shared_gate_proj);
+      add(p + "mlp.shared_experts.up_proj.weight", normal({fs, d}), &moe.shared_up);
+      add(p + "mlp.shared_experts.down_proj.weight", normal({d, fs}), &moe.shared_down);
+    }
   }
 };
 
-// RoPE tables [S, D]: angle(pos, i) = pos * f_i (f_i = theta^(-2i/D), scaled as the
-// config says), duplicated over both halves; cos and sin.
+// RoPE tables [S, R] (R = the rotary dimensions): angle(pos, i) = pos * f_i (f_i =
+// theta^(-2i/R), scaled as the config says), duplicated over both halves; cos and sin.
 std::pair<at::Tensor, at::Tensor> rope_tables(const ModelConfig& cfg, const at::Device& device) {
   at::Tensor inv_freq = at::tensor(cfg.rope_inv_freq(), at::kDouble);                 // [D/2]
   at::Tensor angles = at::outer(at::arange(cfg.max_seq_len, at::kDouble), inv_freq);  // [S, D/2]
@@ -196,6 +206,8 @@ Transformer::Transformer(const ModelConfig& cfg, uint64_t seed, const at::Device
   bindings_.clear();  // (pointers into this object: not kept past construction)
   if (cfg.tie_word_embeddings) lm_head_ = embed_;
   std::tie(rope_cos_, rope_sin_) = rope_tables(cfg, device_);
+  routing_ = {cfg.n_experts_per_tok, cfg.norm_topk_prob, cfg.moe_router == "sigmoid", cfg.moe_n_group,
+              cfg.moe_topk_group, cfg.moe_routed_scaling_factor};
 }
 
 void Transformer::copy_weights_from(const Transformer& other) {
@@ -399,7 +411,7 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const AttentionLayout&
     }
     const at::Tensor h = rms_norm(x, f.as_used(f.shared(p.post_norm)), cfg_.rms_norm_eps);
     const at::Tensor replay = moe && moe->replay.defined() ? moe->replay.select(1, moe_layer) : at::Tensor();
-    MoeLayerOutput routed = moe_mlp(f.whole_rows(h), p.moe, cfg_.n_experts_per_tok, cfg_.norm_topk_prob, replay);
+    MoeLayerOutput routed = moe_mlp(f.whole_rows(h), p.moe, routing_, replay);
     x = x + f.own_rows(routed.out);
     if (moe) {
       chosen.push_back(routed.chosen);

@@ -203,7 +203,8 @@ class Transformer {
   };
   std::vector<MtpParams> mtp_;
   at::Tensor embed_, final_norm_, lm_head_;
-  at::Tensor rope_cos_, rope_sin_;  // [max_seq_len, D]
+  at::Tensor rope_cos_, rope_sin_;  // [max_seq_len, R], R = cfg.rotary_dim()
+  MoeRouting routing_;              // the MoE layers' router (model/moe.h)
 };
 
 }  // namespace slimpi

@@ -43,9 +43,9 @@ void add_routing_agreement(const MoeTrace& trace, const at::Tensor& rollout_rout
   }
 }
 
-at::Tensor add_router_losses(at::Tensor loss, const MoeTrace& trace, int64_t k, double share,
+at::Tensor add_router_losses(at::Tensor loss, const MoeTrace& trace, int64_t k, bool sigmoid, double share,
                              const TrainerConfig& cfg, MetricSums& sums) {
-  const at::Tensor aux = moe_load_balancing_loss(trace.router_logits, k);
+  const at::Tensor aux = moe_load_balancing_loss(trace.router_logits, k, sigmoid);
   const at::Tensor z = moe_router_z_loss(trace.router_logits);
   if (cfg.moe_aux_loss_coef > 0) loss = loss + share * cfg.moe_aux_loss_coef * aux;
   if (cfg.moe_z_loss_coef > 0) loss = loss + share * cfg.moe_z_loss_coef * z;

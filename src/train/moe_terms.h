@@ -33,7 +33,8 @@ void add_routing_agreement(const MoeTrace& trace, const at::Tensor& rollout_rout
                            const std::vector<int64_t>& moe_layers, MetricSums& sums);
 // loss + share · (aux_coef · aux + z_coef · z), each term added only when its
 // coefficient is > 0; the terms go into `sums` weighted by `share` either way.
-at::Tensor add_router_losses(at::Tensor loss, const MoeTrace& trace, int64_t k, double share,
+// sigmoid: the routers score by sigmoid (DeepSeekMoE; model/moe.h's aux loss for it).
+at::Tensor add_router_losses(at::Tensor loss, const MoeTrace& trace, int64_t k, bool sigmoid, double share,
                              const TrainerConfig& cfg, MetricSums& sums);
 // The reduced per-layer counts -> shares (layers that saw no trace get no entry).
 void finish_routing_metrics(const std::vector<int64_t>& moe_layers, std::map<std::string, double>& metrics);

@@ -208,7 +208,10 @@ TEST(HeadLogProbs, EqualTheLogitsPath) {
 // The model of a case: grouped-query attention (2 key/value heads where the group
 // allows it, or `kv_heads`: fewer than t replicates them) with q/k norms and q/k/v
 // biases; tied or untied; with one MoE layer.
-ModelConfig tp_config(int t, bool tied, bool moe, int kv_heads = 0, int mtp = 0) {
+// deepseek: GLM-4.5's shape of it: RoPE over half of each head, and the MoE layer
+// DeepSeekMoE's (sigmoid router with a correction bias, 2 groups of which a token uses 1,
+// weights scaled by 2.5, one ungated shared expert; layer 0 dense by first_k_dense_replace).
+ModelConfig tp_config(int t, bool tied, bool moe, int kv_heads = 0, int mtp = 0, bool deepseek = false) {
   ModelConfig c = testing::tiny_model_config(/*max_seq_len=*/32, /*init_std=*/0.1);
   c.n_heads = 8;
   c.n_kv_heads = kv_heads > 0 ? kv_heads : std::max(2, t);
@@ -223,6 +226,17 @@ ModelConfig tp_config(int t, bool tied, bool moe, int kv_heads = 0, int mtp = 0)
     c.n_experts_per_tok = 2;
     c.moe_intermediate_size = 16;
     c.moe_layer_freq = 2;  // layer 1 sparse, layer 0 dense
+  }
+  if (deepseek) {
+    c.partial_rotary_factor = 0.5;
+    c.moe_router = "sigmoid";
+    c.moe_router_bias = true;
+    c.moe_n_group = 2;
+    c.moe_topk_group = 1;
+    c.moe_routed_scaling_factor = 2.5;
+    c.n_shared_experts = 1;
+    c.moe_layer_freq = 1;
+    c.first_k_dense_replace = 1;
   }
   return c;
 }
@@ -269,7 +283,17 @@ struct Case {
   Transformer::Recompute recompute = Transformer::Recompute::None;
   int kv_heads = 0;  // > 0: the model's key/value heads (fewer than the group: replicated)
   int mtp = 0;       // MTP depths (train/mtp_loss.h)
+  bool deepseek = false;  // DeepSeekMoE and partial RoPE (tp_config)
 };
+
+// DeepSeekMoE's correction biases (zero at init) set to values that move choices, the
+// same in every model of a case.
+void set_score_biases(Transformer& m) {
+  at::NoGradGuard no_grad;
+  for (auto& p : m.parameters())
+    if (p.name.find("e_score_correction_bias") != std::string::npos)
+      p.tensor.copy_(at::linspace(0.3, -0.2, p.tensor.numel(), at::kFloat));
+}
 
 class TensorParallelStep : public ::testing::TestWithParam<Case> {};
 
@@ -281,13 +305,15 @@ TEST_P(TensorParallelStep, EqualsTheWholeModel) {
   if (n % tp != 0 || (n / tp) % c.expert_parallel != 0 || (c.expert_parallel > 1 && !c.moe) || (tp == 1 && n > 1) ||
       (c.sequence_parallel && tp == 1))
     GTEST_SKIP() << "TP " << tp << " x EP " << c.expert_parallel << " at np " << n;
-  const ModelConfig cfg = tp_config(tp, c.tied, c.moe, c.kv_heads, c.mtp);
+  const ModelConfig cfg = tp_config(tp, c.tied, c.moe, c.kv_heads, c.mtp, c.deepseek);
   ModelParallel mp(MPI_COMM_WORLD, tp, c.expert_parallel, DeviceChoice{}, c.sequence_parallel,
                    kv_head_replicas(cfg, tp));
   const int d = mp.data_index();
 
   // The whole model, data-parallel over the same data-parallel group.
   Transformer whole(cfg, 1, at::kCPU), whole_ref(cfg, 2, at::kCPU);
+  set_score_biases(whole);
+  set_score_biases(whole_ref);
   Trainer base(rl_config(), whole, &mp.data(), &whole_ref);
   std::vector<Sample> want = samples_of(d);
   auto want_rollout = base.prepare_rollout(want, /*recompute_old=*/true);
@@ -297,6 +323,8 @@ TEST_P(TensorParallelStep, EqualsTheWholeModel) {
 
   Transformer shard(cfg, 1, at::kCPU, at::kFloat, mp.expert_shard(), mp.tensor_shard());
   Transformer shard_ref(cfg, 2, at::kCPU, at::kFloat, mp.expert_shard(), mp.tensor_shard());
+  set_score_biases(shard);
+  set_score_biases(shard_ref);
   if (tp > 1) ASSERT_LT(shard.n_params(), whole.n_params());
   TrainerConfig split_cfg = rl_config();
   split_cfg.distributed_optimizer = c.distributed_optimizer;
@@ -316,6 +344,9 @@ TEST_P(TensorParallelStep, EqualsTheWholeModel) {
     EXPECT_NEAR(got_step.at(k), x, 1e-5 * std::max(1.0, std::abs(x))) << k;
   }
   EXPECT_GT(want_step.at("train/grad_norm"), 0.5);  // the clip acted
+  for (const auto& p : whole.parameters())  // DeepSeekMoE's correction bias is never trained
+    if (p.name.find("e_score_correction_bias") != std::string::npos)
+      EXPECT_TRUE(at::equal(p.tensor, at::linspace(0.3, -0.2, p.tensor.numel(), at::kFloat))) << p.name;
   const StoredWhole stored{&cfg, mp.tensor_shard()};
   for (const auto& p : shard.parameters()) {
     // (The distributed optimizer sums the gradients into its chunks; .grad() keeps this rank's own.)
@@ -421,7 +452,13 @@ INSTANTIATE_TEST_SUITE_P(Layouts, TensorParallelStep,
                                            // two MTP depths trained beside the policy (with sequence
                                            // parallelism, the distributed optimizer and expert parallelism)
                                            Case{0, 1, false, false, false, false, Transformer::Recompute::None, 0, 2},
-                                           Case{2, 2, true, true, true, true, Transformer::Recompute::None, 0, 1}));
+                                           Case{2, 2, true, true, true, true, Transformer::Recompute::None, 0, 1},
+                                           // DeepSeekMoE and partial RoPE (GLM-4.5's shape): whole, and TP 2 x
+                                           // EP 2 with sequence parallelism and the distributed optimizer
+                                           Case{0, 1, false, true, false, false, Transformer::Recompute::None, 0, 0,
+                                                true},
+                                           Case{2, 2, false, true, true, true, Transformer::Recompute::Full, 0, 0,
+                                                true}));
 
 // The gradient norm counts every element once whatever the layout, at the shape where it
 // moved (inputs/sft_addition.toml with d 256, 2 layers, vocabulary 32000: np 1 11.534529,

@@ -16,7 +16,11 @@
 #    and step 0's (the initial weights) at np 1 too;
 #  * postprocess/moe_routing.py prints and plots expert load and agreement from the files;
 #  * one_step_off with an MoE policy resumes bit for bit (the pending batch keeps its traces);
-#  * train.routing_replay and the router-loss coefficients on a dense model are refused.
+#  * train.routing_replay and the router-loss coefficients on a dense model are refused;
+#  * DeepSeekMoE (sigmoid router with its correction bias, groups, scaled weights, a shared
+#    expert, a dense first layer; half-rotary attention) learns at np 4 split with expert
+#    parallelism 2, its trainer routes exactly as its engine, the correction bias is never
+#    trained, and 2 + 2 job steps equal 4 straight.
 # Usage: moe_runs.sh SLIMPI ROOT "MPIRUN FLAGS"
 set -euo pipefail
 source "$(dirname "$0")/run_helpers.sh"
@@ -139,4 +143,38 @@ for key in train.routing_replay=true train.moe_aux_loss_coef=0.1; do
   fi
   grep -q "model.n_experts = 0 (default)" "$out/dense.log" || { cat "$out/dense.log"; exit 1; }
 done
+echo "== DeepSeekMoE (GLM-4.5's shape): learns at np 4 split with expert parallelism 2; the trainer routes as the engine"
+ds=(--set model.moe_router=sigmoid --set model.moe_router_bias=true --set model.moe_n_group=4
+    --set model.moe_topk_group=2 --set model.moe_routed_scaling_factor=2.5 --set model.n_shared_experts=1
+    --set model.first_k_dense_replace=1 --set model.partial_rotary_factor=0.5 --set parallel.trainer_ranks=2
+    --set parallel.expert_parallel=2 --set eval.path=)
+run 4 deepseek "${ds[@]}" --set run.n_steps=40 --set train.lr=3e-3 --set rollout.rollout_batch_size=16 \
+  --set rollout.n_samples_per_prompt=8 --set train.global_batch_size=128
+run 4 deepseek_straight "${ds[@]}"
+run 4 deepseek_chunked "${ds[@]}" --set run.job_steps=2
+run 4 deepseek_chunked "${ds[@]}" --set run.job_steps=2
+$compare "$out/deepseek_straight" "$out/deepseek_chunked"
+/usr/bin/python3 - "$out" <<'PY'
+import sys
+import h5py
+import numpy as np
+out = sys.argv[1]
+with h5py.File(f"{out}/deepseek/metrics.h5") as f:
+    r = f["steps/rollout/raw_reward"][:40]
+    agree = f["steps/train_step/0/routing_agreement"][:40]
+with h5py.File(f"{out}/deepseek/rollouts.h5") as f:
+    s = f["samples"]
+    toff, rout, roff = s["tokens/offsets"][:], s["routing/values"][:], s["routing/offsets"][:]
+    # layer 0 is dense (first_k_dense_replace = 1): one MoE layer, top-2
+    assert all(roff[i + 1] - roff[i] == (toff[i + 1] - toff[i] - 1) * 2 for i in range(len(roff) - 1))
+    assert rout.min() >= 0 and rout.max() < 8
+with h5py.File(f"{out}/deepseek/trainer_state.h5") as f:  # the correction bias is never trained
+    assert not f["model/model.layers.1.mlp.gate.e_score_correction_bias"][:].any()
+    assert "model/model.layers.1.mlp.shared_experts.up_proj.weight" in f
+first, last = r[:5].mean(), r[-5:].mean()
+print(f"moe_runs: DeepSeekMoE reward {first:.4f} -> {last:.4f}; routing agreement at each rollout's first step "
+      f"{agree.min():.4f} (min)")
+assert last > 0.1 and last > 5 * first, "the DeepSeekMoE policy did not learn"
+assert np.all(agree == 1.0), agree
+PY
 echo "moe_runs: OK"

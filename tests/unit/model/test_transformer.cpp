@@ -23,7 +23,10 @@
 namespace slimpi {
 namespace {
 
-ModelConfig tiny(bool gqa, bool bias, bool tied) {
+// glm: GLM-4.5's shape: RoPE over half of each head, and DeepSeekMoE layers after a
+// dense first one (sigmoid router with a correction bias, 2 groups of which a token uses
+// 1, weights scaled by 2.5, one shared expert).
+ModelConfig tiny(bool gqa, bool bias, bool tied, bool glm = false) {
   ModelConfig c;
   c.vocab_size = 50;
   c.hidden_size = 32;
@@ -35,6 +38,19 @@ ModelConfig tiny(bool gqa, bool bias, bool tied) {
   c.qkv_bias = bias;
   c.tie_word_embeddings = tied;
   c.init_std = 0.2;  // larger than usual: makes attention patterns matter in the checks
+  if (glm) {
+    c.partial_rotary_factor = 0.5;
+    c.n_experts = 4;
+    c.n_experts_per_tok = 2;
+    c.moe_intermediate_size = 16;
+    c.moe_router = "sigmoid";
+    c.moe_router_bias = true;
+    c.moe_n_group = 2;
+    c.moe_topk_group = 1;
+    c.moe_routed_scaling_factor = 2.5;
+    c.n_shared_experts = 1;
+    c.first_k_dense_replace = 1;
+  }
   return c;
 }
 
@@ -43,11 +59,11 @@ at::Tensor random_tokens(int64_t n, int64_t vocab, uint64_t seed) {
   return at::randint(vocab, {n}, g, at::kLong);
 }
 
-class TransformerShapes : public ::testing::TestWithParam<std::tuple<bool, bool, bool>> {};
+class TransformerShapes : public ::testing::TestWithParam<std::tuple<bool, bool, bool, bool>> {};
 
 TEST_P(TransformerShapes, PackedEqualsPerSequence) {
-  auto [gqa, bias, tied] = GetParam();
-  Transformer m(tiny(gqa, bias, tied), 7, at::kCPU);
+  auto [gqa, bias, tied, glm] = GetParam();
+  Transformer m(tiny(gqa, bias, tied, glm), 7, at::kCPU);
   if (bias)  // biases start at zero; make them matter
     for (auto& p : m.parameters())
       if (p.name.find("bias") != std::string::npos) p.tensor.data().normal_(0, 0.5);
@@ -64,8 +80,8 @@ TEST_P(TransformerShapes, PackedEqualsPerSequence) {
 }
 
 TEST_P(TransformerShapes, IncrementalEqualsFull) {
-  auto [gqa, bias, tied] = GetParam();
-  ModelConfig cfg = tiny(gqa, bias, tied);
+  auto [gqa, bias, tied, glm] = GetParam();
+  ModelConfig cfg = tiny(gqa, bias, tied, glm);
   Transformer m(cfg, 11, at::kCPU);
   at::NoGradGuard no_grad;
   // Two sequences, prefilled in chunks of different sizes while the other decodes, then
@@ -111,7 +127,8 @@ TEST_P(TransformerShapes, IncrementalEqualsFull) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, TransformerShapes,
-                         ::testing::Combine(::testing::Bool(), ::testing::Bool(), ::testing::Bool()));
+                         ::testing::Combine(::testing::Bool(), ::testing::Bool(), ::testing::Bool(),
+                                            ::testing::Bool()));
 
 // The paged kernel's e4m3 decoding (bit arithmetic, kernels/e4m3.h) is torch's
 // conversion, bit for bit, for every non-NaN code (a NaN for the two NaN codes).
@@ -217,8 +234,9 @@ TEST(Transformer, DeterministicInitAndHuggingFaceNames) {
 // batch: same logits and gradients on mixed lengths, with and without grouped-query
 // heads, in fp32 (and close in bf16).
 TEST_P(TransformerShapes, UnpaddedAttentionEqualsPadded) {
-  auto [gqa, bias, tied] = GetParam();
+  auto [gqa, bias, tied, glm] = GetParam();
   ModelConfig cfg = tiny(gqa, bias, tied);
+  if (glm) cfg.partial_rotary_factor = 0.5;  // GLM-4.5's attention (its MoE routing could flip on round-off)
   Transformer padded(cfg, 11, at::kCPU), unpadded(cfg, 11, at::kCPU);
   padded.set_padded_attention_budget(int64_t(1) << 40);
   unpadded.set_padded_attention_budget(0);
