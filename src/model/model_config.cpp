@@ -60,21 +60,26 @@ int64_t attention_params(const ModelConfig& c) {
          (c.qk_norm ? 2 * c.head_dim() : 0);
 }
 
+// One MoE layer's MLP: router (and correction bias), experts, shared expert(s).
+int64_t moe_params(const ModelConfig& c) {
+  const int64_t d = c.hidden_size;
+  return d * c.n_experts + c.n_experts * 3 * d * c.moe_intermediate_size +
+         (c.shared_expert_intermediate_size > 0 ? 3 * d * c.shared_expert_intermediate_size + d : 0) +
+         3 * d * c.shared_experts_width() + (c.moe_router_bias ? c.n_experts : 0);
+}
+
 }  // namespace
 
 int64_t ModelConfig::n_mtp_params_per_layer() const {
   const int64_t d = hidden_size;
-  // token and hidden norms, input projection [d, 2d], a dense layer, its final norm
-  return 2 * d + 2 * d * d + attention_params(*this) + 3 * d * intermediate_size + d;
+  // token and hidden norms, input projection [d, 2d], a dense (or MoE) layer, its final norm
+  return 2 * d + 2 * d * d + attention_params(*this) + (mtp_is_moe() ? moe_params(*this) : 3 * d * intermediate_size) + d;
 }
 
 int64_t ModelConfig::n_params() const {
   const int64_t d = hidden_size;
   const int64_t n_moe = n_moe_layers();
-  const int64_t mlps = (n_layers - n_moe) * 3 * d * intermediate_size +
-                       n_moe * (d * n_experts + n_experts * 3 * d * moe_intermediate_size +
-                                (shared_expert_intermediate_size > 0 ? 3 * d * shared_expert_intermediate_size + d : 0) +
-                                3 * d * shared_experts_width() + (moe_router_bias ? n_experts : 0));
+  const int64_t mlps = (n_layers - n_moe) * 3 * d * intermediate_size + n_moe * moe_params(*this);
   return vocab_size * d * (tie_word_embeddings ? 1 : 2) + n_layers * attention_params(*this) + mlps + d +
          mtp_num_layers * n_mtp_params_per_layer();
 }

@@ -198,7 +198,8 @@ Transformer::Transformer(const ModelConfig& cfg, uint64_t seed, const at::Device
     add(p + "hidden_layernorm.weight", draw.ones(d), &m.hidden_norm);
     add(p + "input_proj.weight", draw.normal({d, 2 * d}), &m.input_proj);
     draw.attention(p, m.block);
-    draw.dense_mlp(p, m.block);
+    if (cfg.mtp_is_moe()) draw.moe_mlp(p, m.block.moe, experts);
+    else draw.dense_mlp(p, m.block);
     add(p + "final_layernorm.weight", draw.ones(d), &m.final_norm);
   }
   pack_parameters();
@@ -433,8 +434,8 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const AttentionLayout&
 
 // Depth i of the MTP stack (DeepSeek-V3's module k = i + 1):
 //   h_i = final_norm_i(Layer_i(input_proj_i([hidden_norm_i(h_{i-1}) ; token_norm_i(E(x_next))])))
-// with Layer_i a dense transformer layer over the same positions (its own KV cache layer,
-// n_layers + i), E the trunk's embedding read detached (an MTP loss trains the MTP
+// with Layer_i a transformer layer over the same positions (its own KV cache layer,
+// n_layers + i; dense, or an MoE layer in a DeepSeekMoE model: ModelConfig::mtp_is_moe), E the trunk's embedding read detached (an MTP loss trains the MTP
 // layers only) and the concatenation in MiMo's order (hidden first). Never sequence-
 // parallel (every rank holds every token's row), never recomputed.
 at::Tensor Transformer::mtp_depth(int64_t depth, const at::Tensor& in, const at::Tensor& next,
@@ -451,7 +452,10 @@ at::Tensor Transformer::mtp_depth(int64_t depth, const at::Tensor& in, const at:
                                     -1);                                       // [T, 2d]
   at::Tensor x = dense(joined, m.input_proj).to(at::kFloat);            // [T, d]
   x = x + attention_block(m.block, cfg_.n_layers + depth, x, f);
-  x = dense_mlp_residual(m.block, x, f);
+  if (cfg_.mtp_is_moe())  // routed by its own router, never traced or replayed
+    x = x + moe_mlp(rms_norm(x, f.as_used(m.block.post_norm), cfg_.rms_norm_eps), m.block.moe, routing_).out;
+  else
+    x = dense_mlp_residual(m.block, x, f);
   return rms_norm(x, f.as_used(m.final_norm), cfg_.rms_norm_eps).to(at::kFloat);  // [T, d]
 }
 

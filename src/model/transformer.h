@@ -196,7 +196,7 @@ class Transformer {
   at::Tensor flat_;  // [n_params] every parameter's storage
   std::vector<LayerParams> layers_;
   // One MTP depth: its token and hidden norms, input projection [d, 2d] (hidden columns
-  // first), a dense transformer layer, its final norm.
+  // first), a transformer layer (dense; an MoE layer when cfg_.mtp_is_moe()), its final norm.
   struct MtpParams {
     at::Tensor token_norm, hidden_norm, input_proj, final_norm;
     LayerParams block;

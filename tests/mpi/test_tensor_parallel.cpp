@@ -454,10 +454,11 @@ INSTANTIATE_TEST_SUITE_P(Layouts, TensorParallelStep,
                                            Case{0, 1, false, false, false, false, Transformer::Recompute::None, 0, 2},
                                            Case{2, 2, true, true, true, true, Transformer::Recompute::None, 0, 1},
                                            // DeepSeekMoE and partial RoPE (GLM-4.5's shape): whole, and TP 2 x
-                                           // EP 2 with sequence parallelism and the distributed optimizer
+                                           // EP 2 with sequence parallelism, the distributed optimizer and an
+                                           // MTP depth (an MoE layer, as GLM-4.5's)
                                            Case{0, 1, false, true, false, false, Transformer::Recompute::None, 0, 0,
                                                 true},
-                                           Case{2, 2, false, true, true, true, Transformer::Recompute::Full, 0, 0,
+                                           Case{2, 2, false, true, true, true, Transformer::Recompute::Full, 0, 1,
                                                 true}));
 
 // The gradient norm counts every element once whatever the layout, at the shape where it

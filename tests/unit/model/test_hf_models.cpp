@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "arch/architecture.h"
+#include "arch/mtp_names.h"
 #include "ckpt/hf_export.h"
 #include "io/safetensors.h"
 #include "io/tensor_io.h"
@@ -211,6 +212,41 @@ TEST_F(HfDir, Glm4MoeConfigRoundTripsAndBadFieldsAreErrors) {
   const std::string dense = deck_error(
       edited("llama_gqa_untied", [](nlohmann::json& c) { c["rope_parameters"]["partial_rotary_factor"] = 0.5; }));
   EXPECT_NE(dense.find("partial_rotary_factor != 1 is not supported for this architecture"), std::string::npos) << dense;
+}
+
+// GLM-4.5's next-token-prediction layer as released checkpoints store it
+// (model.layers.<L>.{enorm, hnorm, eh_proj, shared_head.norm} and an MoE decoder layer,
+// with copies of the embedding and head): it loads as slimpi's MTP depth, an MoE layer;
+// the trunk is unchanged; the export's DeepSeek-V3 names hold the same tensors.
+TEST_F(HfDir, Glm4NextnLayerLoadsAsAnMoeMtpDepth) {
+  const fs::path dir = kFixtures / "glm4_moe_nextn";
+  const ModelConfig cfg = ModelConfig::from_deck(deck_for(dir));
+  EXPECT_EQ(cfg.mtp_num_layers, 1);
+  EXPECT_TRUE(cfg.mtp_is_moe());
+  Transformer m(cfg, 1, at::kCPU);
+  EXPECT_EQ(m.n_params(), cfg.n_params());
+  load_model_weights(m.parameters(), dir.string());
+  EXPECT_LT(golden_gap(dir, m), 2e-5);  // glm4_moe_grouped's trunk and logits
+  std::map<std::string, at::Tensor> file;
+  for (auto& t : read_safetensors((dir / "model.safetensors").string())) file[t.name] = t.tensor;
+  int64_t matched = 0;
+  for (const auto& p : m.parameters()) {
+    if (!is_mtp_parameter(p.name)) continue;
+    const std::string theirs = deepseek_mtp_name(p.name, cfg.n_layers);
+    ASSERT_TRUE(file.count(theirs)) << p.name << " -> " << theirs;
+    const at::Tensor want = is_mtp_input_proj(p.name) ? swap_input_proj_halves(file[theirs]) : file[theirs];
+    EXPECT_TRUE(at::equal(p.tensor, want)) << p.name;
+    ++matched;
+  }
+  EXPECT_EQ(matched, 4 + 11 + 2 + 3 * 8 + 3);  // norms and projection; attention; router and bias; experts; shared
+  EXPECT_EQ(deepseek_mtp_name("model.mtp_layers.0.mlp.gate.e_score_correction_bias", 3),
+            "model.layers.3.mlp.gate.e_score_correction_bias");
+  at::NoGradGuard no_grad;
+  const at::Tensor tokens = at::arange(1, 12, at::kLong);
+  const at::Tensor hidden = m.forward_packed_hidden(tokens, {11});
+  const at::Tensor out = m.forward_mtp_packed(0, hidden, tokens.roll(-1), {11});  // [11, d]
+  EXPECT_EQ(out.sizes(), hidden.sizes());
+  EXPECT_TRUE(at::isfinite(out).all().item<bool>());
 }
 
 // Mixtral: its config reads as every layer sparse with the expert width in

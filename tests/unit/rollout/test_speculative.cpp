@@ -286,6 +286,26 @@ TEST(SpeculativeEngine, MixtureOfExpertsKeepsTheAcceptedTokensRoutingTraces) {
   expect_same(plain, spec, /*routing=*/true);
 }
 
+// DeepSeekMoE (GLM-4.5's, DeepSeek-V3's): the MTP depth is an MoE layer itself; drafted
+// by it, greedy speculation still gives greedy decoding's tokens and routing traces.
+TEST(SpeculativeEngine, DeepSeekMoeDraftFromAnMoeMtpLayer) {
+  ModelConfig c = spec_model(260, /*moe=*/true);
+  c.moe_router = "sigmoid";
+  c.moe_router_bias = true;
+  c.n_shared_experts = 1;
+  c.moe_routed_scaling_factor = 2.5;
+  c.partial_rotary_factor = 0.5;
+  ASSERT_TRUE(c.mtp_is_moe());
+  Transformer m(c, 5, at::kCPU);
+  EXPECT_NO_THROW(m.parameter("model.mtp_layers.0.mlp.experts.3.up_proj.weight"));
+  const auto reqs = requests(5, 2, 0.0, 1.0);
+  const std::vector<Sample> plain = run(m, engine(0), reqs);
+  EngineStats st;
+  const std::vector<Sample> spec = run(m, engine(2), reqs, &st);
+  EXPECT_GT(st.spec_accepted, 0);
+  expect_same(plain, spec, /*routing=*/true);
+}
+
 // The policy's own distribution (after the rule) of the token after `prefix`.
 std::vector<float> policy_distribution(const Transformer& m, const std::vector<int64_t>& prefix, const SamplingRow& rule) {
   at::NoGradGuard no_grad;
