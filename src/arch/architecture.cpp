@@ -11,7 +11,8 @@ const Registry<Architecture>& architectures() {
     Registry<Architecture> reg("Hugging Face model_type");
     for (const Architecture& a : {llama_architecture(), qwen2_architecture(), qwen3_architecture(),
                                   qwen2_moe_architecture(), qwen3_moe_architecture(), mixtral_architecture(),
-                                  mimo_architecture(), glm4_moe_architecture()})
+                                  mimo_architecture(), glm4_moe_architecture(), deepseek_v3_architecture(),
+                                  glm4_moe_lite_architecture()})
       reg.add(a.model_type, a);
     return reg;
   }();

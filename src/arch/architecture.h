@@ -75,6 +75,8 @@ Architecture qwen3_moe_architecture();
 Architecture mixtral_architecture();
 Architecture mimo_architecture();
 Architecture glm4_moe_architecture();
+Architecture deepseek_v3_architecture();
+Architecture glm4_moe_lite_architecture();
 
 // Readers and writers several families share (arch/shared_fields.cpp).
 // attention_bias: q/k/v and o biases alike (Llama, Qwen3).

@@ -73,7 +73,7 @@ Architecture glm4_moe_architecture() {
     read_partial_rotary_factor(c, r, 0.5);
     read_deepseek_moe(c, r);
   };
-  a.fits = [](const ModelConfig& cfg) { return is_deepseek_moe(cfg) && !cfg.o_bias; };
+  a.fits = [](const ModelConfig& cfg) { return is_deepseek_moe(cfg) && !cfg.o_bias && !cfg.is_mla(); };
   a.write_config = [](const ModelConfig& cfg, nlohmann::json& j) {
     write_deepseek_moe(cfg, j);
     j["attention_bias"] = cfg.qkv_bias;

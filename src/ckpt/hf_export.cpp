@@ -52,9 +52,10 @@ std::string hf_config_json(const ModelConfig& cfg, const std::string& dtype, con
   const Architecture* arch = export_architecture(cfg);  // arch/architecture.h: at most one fits
   SLIMPI_CHECK(arch || !cfg.uses_deepseek_features(),
                "this model has no Hugging Face architecture to export to: DeepSeekMoE routing (model.moe_router = "
-               "\"sigmoid\", shared experts, dense first layers) or partial RoPE export as Glm4MoeForCausalLM only: "
-               "a mixture of experts with model.moe_router = \"sigmoid\", model.moe_router_bias = true, "
-               "model.moe_layer_freq = 1, no gated shared expert and no o bias");
+               "\"sigmoid\", shared experts, dense first layers), partial RoPE or latent attention export as "
+               "Glm4MoeForCausalLM or DeepseekV3ForCausalLM only: a mixture of experts with model.moe_router = "
+               "\"sigmoid\", model.moe_router_bias = true, model.moe_layer_freq = 1, no gated shared expert and no o "
+               "bias (DeepseekV3ForCausalLM: with model.kv_lora_rank > 0)");
   if (!arch) {
     std::vector<std::string> why;  // what keeps this model from the architecture closest to it
     if (cfg.qk_norm) {

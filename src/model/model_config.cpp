@@ -40,9 +40,22 @@ int64_t ModelConfig::n_moe_layers() const {
   return n;
 }
 
+namespace {
+
+// The attention block's matrices: q, k, v, o (MLA: its projections).
+int64_t attention_matrices(const ModelConfig& c) {
+  const int64_t d = c.hidden_size, H = c.n_heads;
+  if (!c.is_mla()) return d * H * c.head_dim() + 2 * d * c.n_kv_heads * c.head_dim() + H * c.head_dim() * d;
+  const int64_t q = c.q_lora_rank > 0 ? d * c.q_lora_rank + c.q_lora_rank * H * c.head_dim() : d * H * c.head_dim();
+  return q + d * (c.kv_lora_rank + c.qk_rope_head_dim) + c.kv_lora_rank * H * (c.qk_nope_head_dim + c.v_head_dim) +
+         H * c.v_head_dim * d;
+}
+
+}  // namespace
+
 int64_t ModelConfig::matmul_params() const {
-  const int64_t d = hidden_size, q = n_heads * head_dim(), kv = n_kv_heads * head_dim();
-  const int64_t attention = d * q + 2 * d * kv + q * d;  // q, k, v, o
+  const int64_t d = hidden_size;
+  const int64_t attention = attention_matrices(*this);
   const int64_t mlp = 3 * d * intermediate_size;        // gate, up, down
   const int64_t shared = (shared_expert_intermediate_size > 0 ? 3 * d * shared_expert_intermediate_size + d : 0) +
                          3 * d * shared_experts_width();
@@ -56,7 +69,8 @@ namespace {
 // An attention block and its two norms.
 int64_t attention_params(const ModelConfig& c) {
   const int64_t d = c.hidden_size, q = c.n_heads * c.head_dim(), kv = c.n_kv_heads * c.head_dim();
-  return d * q + 2 * d * kv + q * d + 2 * d + (c.qkv_bias ? q + 2 * kv : 0) + (c.o_bias ? d : 0) +
+  if (c.is_mla()) return attention_matrices(c) + 2 * d + c.q_lora_rank + c.kv_lora_rank;  // + the latents' norms
+  return attention_matrices(c) + 2 * d + (c.qkv_bias ? q + 2 * kv : 0) + (c.o_bias ? d : 0) +
          (c.qk_norm ? 2 * c.head_dim() : 0);
 }
 
@@ -113,6 +127,27 @@ void check_deepseek_moe(const ModelConfig& c, const Deck& deck) {
                     c.moe_topk_group * (c.n_experts / c.moe_n_group), c.moe_topk_group);
 }
 
+// Multi-head latent attention's keys: its dimensions, and what it does not combine with.
+void check_mla(ModelConfig& c, const Deck& deck) {
+  if (!c.is_mla()) {
+    if (c.q_lora_rank > 0 || c.rope_interleave)
+      SLIMPI_FAIL_ALL("model.q_lora_rank ({}) and model.rope_interleave ({}) are multi-head latent attention's: they "
+                      "need model.kv_lora_rank > 0", deck.source("model.q_lora_rank"), deck.source("model.rope_interleave"));
+    return;
+  }
+  if (c.qk_nope_head_dim <= 0 || c.qk_rope_head_dim <= 0 || c.qk_rope_head_dim % 2 != 0 || c.v_head_dim <= 0)
+    SLIMPI_FAIL_ALL("model.kv_lora_rank = {} ({}): multi-head latent attention needs model.qk_nope_head_dim > 0, an "
+                    "even model.qk_rope_head_dim > 0 and model.v_head_dim > 0 (now {}, {}, {})", c.kv_lora_rank,
+                    deck.source("model.kv_lora_rank"), c.qk_nope_head_dim, c.qk_rope_head_dim, c.v_head_dim);
+  if (c.v_head_dim > c.head_dim())
+    SLIMPI_FAIL_ALL("model.v_head_dim = {} ({}) exceeds the query/key head dimension {} (qk_nope_head_dim + "
+                    "qk_rope_head_dim): not supported", c.v_head_dim, deck.source("model.v_head_dim"), c.head_dim());
+  if (c.qkv_bias || c.o_bias || c.qk_norm || c.partial_rotary_factor != 1.0)
+    SLIMPI_FAIL_ALL("multi-head latent attention (model.kv_lora_rank = {}) has no q/k/v or o biases, q/k norms or "
+                    "partial rotary factor (its rotary part is model.qk_rope_head_dim)", c.kv_lora_rank);
+  c.n_kv_heads = c.n_heads;  // every head its own key and value once the latent is expanded
+}
+
 }  // namespace
 
 ModelConfig ModelConfig::from_deck(const Deck& deck) {
@@ -154,7 +189,14 @@ ModelConfig ModelConfig::from_deck(const Deck& deck) {
   c.n_shared_experts = deck.get_int("model.n_shared_experts");
   c.first_k_dense_replace = deck.get_int("model.first_k_dense_replace");
   c.partial_rotary_factor = deck.get_float("model.partial_rotary_factor");
+  c.kv_lora_rank = deck.get_int("model.kv_lora_rank");
+  c.q_lora_rank = deck.get_int("model.q_lora_rank");
+  c.qk_nope_head_dim = deck.get_int("model.qk_nope_head_dim");
+  c.qk_rope_head_dim = deck.get_int("model.qk_rope_head_dim");
+  c.v_head_dim = deck.get_int("model.v_head_dim");
+  c.rope_interleave = deck.get_bool("model.rope_interleave");
   check_deepseek_moe(c, deck);
+  check_mla(c, deck);
   if (c.n_experts > 0 && c.n_experts_per_tok > c.n_experts)
     SLIMPI_FAIL_ALL("model.n_experts_per_tok = {} ({}) exceeds model.n_experts = {} ({})", c.n_experts_per_tok,
                     deck.source("model.n_experts_per_tok"), c.n_experts, deck.source("model.n_experts"));
@@ -162,10 +204,10 @@ ModelConfig ModelConfig::from_deck(const Deck& deck) {
     SLIMPI_FAIL_ALL("model.moe_layer_freq = {} ({}) and model.first_k_dense_replace = {} ({}) leave none of the {} "
                     "layers sparse", c.moe_layer_freq, deck.source("model.moe_layer_freq"), c.first_k_dense_replace,
                     deck.source("model.first_k_dense_replace"), c.n_layers);
-  if (c.explicit_head_dim == 0 && c.hidden_size % c.n_heads != 0)
+  if (!c.is_mla() && c.explicit_head_dim == 0 && c.hidden_size % c.n_heads != 0)
     SLIMPI_FAIL_ALL("model.hidden_size = {} must be a multiple of model.n_heads = {} (or set model.head_dim)",
                     c.hidden_size, c.n_heads);
-  if (c.head_dim() % 2 != 0)
+  if (!c.is_mla() && c.head_dim() % 2 != 0)
     SLIMPI_FAIL_ALL("the head dimension {} ({}) must be even (RoPE rotates pairs)", c.head_dim(),
                     c.explicit_head_dim > 0 ? "model.head_dim" : "model.hidden_size / model.n_heads");
   if (c.rotary_dim() < 2 || c.rotary_dim() % 2 != 0)

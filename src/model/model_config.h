@@ -65,21 +65,39 @@ struct ModelConfig {
   int64_t first_k_dense_replace = 0;
   // RoPE rotates the first rotary_dim() dimensions of each head (GLM-4.5: half of them).
   double partial_rotary_factor = 1.0;
+  // Multi-head latent attention (DeepSeek-V3, GLM-4.7-Flash; kv_lora_rank > 0): queries
+  // through q_a_proj → q_a_layernorm → q_b_proj (q_proj when q_lora_rank = 0); keys and
+  // values from a latent c of kv_lora_rank values per token (kv_a_proj_with_mqa →
+  // kv_a_layernorm → kv_b_proj) and one shared rotary key of qk_rope_head_dim; per head
+  // qk_nope_head_dim + qk_rope_head_dim for queries and keys, v_head_dim for values.
+  int64_t kv_lora_rank = 0;  // 0: not MLA
+  int64_t q_lora_rank = 0;   // 0: q_proj
+  int64_t qk_nope_head_dim = 0, qk_rope_head_dim = 0, v_head_dim = 0;
+  bool rope_interleave = false;  // the rotary dims in interleaved pairs (DeepSeek's layout)
   // Multi-token prediction (DeepSeek-V3's MTP modules, as MiMo ships them): depth i of
   // mtp_num_layers predicts the token i + 2 places ahead from the previous depth's
   // output and the embedding of the token i + 1 ahead (model/transformer.h). 0: none.
   int64_t mtp_num_layers = 0;
 
-  int64_t head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : hidden_size / n_heads; }
-  // transformers' int(head_dim · partial_rotary_factor).
-  int64_t rotary_dim() const { return int64_t(double(head_dim()) * partial_rotary_factor); }
+  bool is_mla() const { return kv_lora_rank > 0; }
+  // The query/key head dimension (MLA: qk_nope_head_dim + qk_rope_head_dim).
+  int64_t head_dim() const {
+    if (is_mla()) return qk_nope_head_dim + qk_rope_head_dim;
+    return explicit_head_dim > 0 ? explicit_head_dim : hidden_size / n_heads;
+  }
+  // The value head dimension (MLA: v_head_dim; else head_dim()).
+  int64_t value_head_dim() const { return is_mla() ? v_head_dim : head_dim(); }
+  // transformers' int(head_dim · partial_rotary_factor) (MLA: qk_rope_head_dim).
+  int64_t rotary_dim() const {
+    return is_mla() ? qk_rope_head_dim : int64_t(double(head_dim()) * partial_rotary_factor);
+  }
   bool is_moe_layer(int64_t layer) const {
     return n_experts > 0 && layer >= first_k_dense_replace && (layer + 1) % moe_layer_freq == 0;
   }
   // Whether the model uses anything of DeepSeekMoE or partial RoPE (the families that
   // export such a model are arch/architecture.h's deepseek_moe ones).
   bool uses_deepseek_features() const {
-    return partial_rotary_factor != 1.0 || (n_experts > 0 && (moe_router != "softmax" || moe_router_bias ||
+    return partial_rotary_factor != 1.0 || is_mla() || (n_experts > 0 && (moe_router != "softmax" || moe_router_bias ||
                                                               moe_n_group > 1 || moe_routed_scaling_factor != 1.0 ||
                                                               n_shared_experts > 0 || first_k_dense_replace > 0));
   }

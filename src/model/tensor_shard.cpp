@@ -39,6 +39,12 @@ ParameterSplit parameter_split(const std::string& full_name, const ModelConfig& 
   if (ends_with(name, ".self_attn.k_proj.weight") || ends_with(name, ".self_attn.k_proj.bias") ||
       ends_with(name, ".self_attn.v_proj.weight") || ends_with(name, ".self_attn.v_proj.bias"))
     return {0, kv, kv, kv_head_replicas(cfg, t)};
+  if (cfg.is_mla()) {  // by heads: q_b_proj's and kv_b_proj's rows, o_proj's columns; the latents whole
+    const int64_t kv_b = cfg.n_heads * (cfg.qk_nope_head_dim + cfg.v_head_dim), o = cfg.n_heads * cfg.v_head_dim;
+    if (ends_with(name, ".self_attn.q_b_proj.weight")) return {0, q, q};
+    if (ends_with(name, ".self_attn.kv_b_proj.weight")) return {0, kv_b, kv_b};
+    if (ends_with(name, ".self_attn.o_proj.weight")) return {1, o, o};
+  }
   if (ends_with(name, ".self_attn.o_proj.weight")) return {1, q, q};
   // The dense MLP only: ".mlp.experts.<e>." and ".mlp.shared_expert." tensors are MoE's.
   if (ends_with(name, ".mlp.gate_proj.weight") || ends_with(name, ".mlp.up_proj.weight")) return {0, f, f};

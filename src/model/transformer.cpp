@@ -14,31 +14,11 @@
 
 #include "kernels/small_batch_linear.h"
 #include "parallel/comm.h"
+#include "model/forward_context.h"
 #include "model/recompute.h"
 #include "parallel/tp_mappings.h"
 
 namespace slimpi {
-namespace {
-
-// RMSNorm in fp32: x * rsqrt(mean(x^2) + eps) * w.
-at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
-  at::Tensor xf = x.to(at::kFloat);
-  at::Tensor r = at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
-  return (xf * r).to(x.scalar_type()) * w;
-}
-
-// RoPE, Hugging Face's rotate-half layout over the first R dimensions of each head (R =
-// D unless partial_rotary_factor < 1; the rest pass): x_r * cos + rotate_half(x_r) * sin.
-// x [T, heads, D], cos/sin [T, 1, R].
-at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  const int64_t R = cos.size(-1), half = R / 2;
-  const at::Tensor xr = R == x.size(-1) ? x : x.narrow(-1, 0, R);
-  at::Tensor rotated = at::cat({-xr.narrow(-1, half, half), xr.narrow(-1, 0, half)}, -1);
-  const at::Tensor out = xr * cos + rotated * sin;
-  return R == x.size(-1) ? out : at::cat({out, x.narrow(-1, R, x.size(-1) - R)}, -1);
-}
-
-}  // namespace
 
 void Transformer::add(const std::string& name, at::Tensor t, at::Tensor* binds_to) {
   if (tensor_.size > 1) t = shard_of_whole(t, parameter_split(name, cfg_, tensor_.size), tensor_);
@@ -95,6 +75,10 @@ struct ParameterDraw {
   void attention(const std::string& p, Transformer::LayerParams& lp) {
     const int64_t d = cfg.hidden_size, hd = cfg.head_dim(), q_width = cfg.n_heads * hd, kv = cfg.n_kv_heads * hd;
     add(p + "input_layernorm.weight", ones(d), &lp.input_norm);
+    if (cfg.is_mla()) {
+      latent_attention(p, lp);
+      return;
+    }
     add(p + "self_attn.q_proj.weight", normal({q_width, d}), &lp.q);
     add(p + "self_attn.k_proj.weight", normal({kv, d}), &lp.k);
     add(p + "self_attn.v_proj.weight", normal({kv, d}), &lp.v);
@@ -109,6 +93,23 @@ struct ParameterDraw {
       add(p + "self_attn.q_norm.weight", ones(hd), &lp.q_norm);
       add(p + "self_attn.k_norm.weight", ones(hd), &lp.k_norm);
     }
+    add(p + "post_attention_layernorm.weight", ones(d), &lp.post_norm);
+  }
+
+  // Multi-head latent attention's projections, under DeepSeek-V3's names.
+  void latent_attention(const std::string& p, Transformer::LayerParams& lp) {
+    const int64_t d = cfg.hidden_size, H = cfg.n_heads, r = cfg.kv_lora_rank;
+    if (cfg.q_lora_rank > 0) {
+      add(p + "self_attn.q_a_proj.weight", normal({cfg.q_lora_rank, d}), &lp.q_a);
+      add(p + "self_attn.q_a_layernorm.weight", ones(cfg.q_lora_rank), &lp.q_a_norm);
+      add(p + "self_attn.q_b_proj.weight", normal({H * cfg.head_dim(), cfg.q_lora_rank}), &lp.q);
+    } else {
+      add(p + "self_attn.q_proj.weight", normal({H * cfg.head_dim(), d}), &lp.q);
+    }
+    add(p + "self_attn.kv_a_proj_with_mqa.weight", normal({r + cfg.qk_rope_head_dim, d}), &lp.kv_a);
+    add(p + "self_attn.kv_a_layernorm.weight", ones(r), &lp.kv_a_norm);
+    add(p + "self_attn.kv_b_proj.weight", normal({H * (cfg.qk_nope_head_dim + cfg.v_head_dim), r}), &lp.kv_b);
+    add(p + "self_attn.o_proj.weight", normal({d, H * cfg.v_head_dim}), &lp.o);
     add(p + "post_attention_layernorm.weight", ones(d), &lp.post_norm);
   }
 
@@ -244,54 +245,10 @@ int64_t Transformer::n_params() const {
   return n;
 }
 
-// What every layer of one forward shares.
-struct Transformer::ForwardContext {
-  const AttentionLayout& layout;
-  KvCache* cache;
-  AttentionPlan plan;
-  at::Tensor cos, sin;  // [T, 1, D] RoPE at every token's position
-  // In a bf16 forward every weight is used as its bf16 rounding, as autocast does for
-  // the matrix products: the embedding and the norm weights too, so fp32 masters
-  // (training) and bf16 weights (a bf16 engine) compute the same thing.
-  bool bf16 = false;
-  at::Tensor as_used(const at::Tensor& w) const { return bf16 ? w.to(at::kBFloat16) : w; }
-  // Tensor parallelism (null: none) and sequence parallelism: the residual stream then
-  // holds rows [r·T_pad/t, (r+1)·T_pad/t) of the T tokens padded to T_pad (a multiple of t).
-  Comm* tp = nullptr;
-  bool sp = false;
-  int64_t n_tokens = 0, n_padded = 0;
-  Recompute recompute = Recompute::None;  // what this forward recomputes in backward (training only)
-  std::shared_ptr<const AttentionLayout> kept_layout = nullptr;  // with recompute: `layout`, kept for backward
-  // A replicated weight applied to this rank's rows: under sequence parallelism each
-  // rank's gradient is a part, which copy_to_tp sums over the group.
-  at::Tensor shared(const at::Tensor& w) const { return sp ? copy_to_tp(tp, w) : w; }
-  // A replicated key/value head's weight (t > Hkv): its gradient summed over the replicas.
-  Comm* kv_replicas = nullptr;
-  at::Tensor kv_shared(const at::Tensor& w) const { return kv_replicas ? copy_to_tp(kv_replicas, w) : w; }
-  // The column-parallel side of a layer: this rank's rows [T_local, d] -> every token's
-  // [T, d] (copy_to_tp, or gathered over the sequence).
-  at::Tensor to_columns(const at::Tensor& h) const {
-    if (!sp) return copy_to_tp(tp, h);
-    return gather_from_sequence(tp, h).narrow(0, 0, n_tokens);
-  }
-  // The row-parallel side: partial sums [T, d] -> this rank's rows of their sum.
-  at::Tensor from_rows(const at::Tensor& partial) const {
-    if (!sp) return reduce_from_tp(tp, partial);
-    return reduce_scatter_to_sequence(tp, padded(partial));
-  }
-  // A block every rank runs whole (MoE layers): this rank's rows -> every token's, each
-  // rank's gradient its own rows; and back, each rank keeping its rows.
-  at::Tensor whole_rows(const at::Tensor& h) const {
-    return sp ? gather_from_sequence_for_replicated(tp, h).narrow(0, 0, n_tokens) : h;
-  }
-  at::Tensor own_rows(const at::Tensor& y) const { return sp ? scatter_to_sequence(tp, padded(y)) : y; }
-  at::Tensor padded(const at::Tensor& rows) const {
-    return n_padded == n_tokens ? rows : at::constant_pad_nd(rows, {0, 0, 0, n_padded - n_tokens});
-  }
-};
 
 at::Tensor Transformer::attention_block(const LayerParams& p, int64_t cache_layer, const at::Tensor& x,
                                         const ForwardContext& f) const {
+  if (cfg_.is_mla()) return latent_attention_block(p, cache_layer, x, f);
   // Tensor parallelism: this shard's H/t query heads and Hkv/t key/value heads (column-
   // parallel q/k/v, row-parallel o; the sum over shards is reduce_from_tp). Each head's
   // q/k norm weight is shared by every shard's heads: copy_to_tp sums its gradient.
@@ -312,16 +269,22 @@ at::Tensor Transformer::attention_block(const LayerParams& p, int64_t cache_laye
   q = apply_rope(q, f.cos, f.sin);
   k = apply_rope(k, f.cos, f.sin);
   const at::Tensor v = dense(h, kv_weight(p.v), kv_weight(p.v_bias)).view({T, Hkv, D});  // [T, Hkv, D]
+  return output_projection(p, attend_heads(q, k, v, cache_layer, f), f);
+}
+
+at::Tensor Transformer::attend_heads(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                     int64_t cache_layer, const ForwardContext& f) const {
   // Selective recomputation: the attention's inner products (scores, softmax) run again in backward.
-  const at::Tensor attn = f.recompute == Recompute::Selective
-                              ? recomputed([layout = f.kept_layout, plan = f.plan, cache_layer](
-                                               const std::vector<at::Tensor>& in) {
-                                  return std::vector<at::Tensor>{attend(in[0], in[1], in[2], *layout, nullptr,
-                                                                        cache_layer, plan)};
-                                }, {q, k, v})[0]
-                              : attend(q, k, v, f.layout, f.cache, cache_layer, f.plan);  // [T, H * D]
-  if (!tp) return dense(attn, p.o, p.o_bias);                                   // [T, d]
-  const at::Tensor out = f.from_rows(dense(attn, p.o));                         // [T_local, d]
+  if (f.recompute == Recompute::Selective)
+    return recomputed([layout = f.kept_layout, plan = f.plan, cache_layer](const std::vector<at::Tensor>& in) {
+             return std::vector<at::Tensor>{attend(in[0], in[1], in[2], *layout, nullptr, cache_layer, plan)};
+           }, {q, k, v})[0];
+  return attend(q, k, v, f.layout, f.cache, cache_layer, f.plan);  // [T, H * D]
+}
+
+at::Tensor Transformer::output_projection(const LayerParams& p, const at::Tensor& attn, const ForwardContext& f) const {
+  if (!f.tp) return dense(attn, p.o, p.o_bias);          // [T, d]
+  const at::Tensor out = f.from_rows(dense(attn, p.o));  // [T_local, d]
   return p.o_bias.defined() ? out + f.shared(p.o_bias) : out;
 }
 

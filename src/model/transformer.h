@@ -60,6 +60,8 @@ class Transformer {
   // a sparse layer has moe set and no dense gate/up/down).
   struct LayerParams {
     at::Tensor input_norm, q, k, v, q_bias, k_bias, v_bias, o, o_bias, q_norm, k_norm, post_norm, gate, up, down;
+    // Multi-head latent attention (q is q_b_proj, or q_proj without a query latent).
+    at::Tensor q_a, q_a_norm, kv_a, kv_a_norm, kv_b;
     MoeWeights moe;
   };
 
@@ -173,6 +175,15 @@ class Transformer {
   // cache_layer: the KV cache's layer this block reads and writes (an MTP depth i: n_layers + i).
   at::Tensor attention_block(const LayerParams& p, int64_t cache_layer, const at::Tensor& x,
                              const ForwardContext& f) const;
+  // q [T, H, D], k/v [T, Hkv, D] (this shard's heads) -> attention [T, H * D] (through the
+  // cache when the forward has one; recomputed in backward under selective recomputation).
+  at::Tensor attend_heads(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t cache_layer,
+                          const ForwardContext& f) const;
+  // attention [T, H * Dv] -> o_proj's output [T_local, d] (row-parallel under tensor parallelism).
+  at::Tensor output_projection(const LayerParams& p, const at::Tensor& attn, const ForwardContext& f) const;
+  // The same block as multi-head latent attention (model/transformer_mla.cpp).
+  at::Tensor latent_attention_block(const LayerParams& p, int64_t cache_layer, const at::Tensor& x,
+                                    const ForwardContext& f) const;
   // x [T_local, d] -> x + the dense MLP block of `layer`.
   at::Tensor dense_mlp_residual(const LayerParams& p, const at::Tensor& x, const ForwardContext& f) const;
   // Appends parameter `name` (drawn as `t`); `binds_to` is the member that holds it

@@ -211,7 +211,10 @@ TEST(HeadLogProbs, EqualTheLogitsPath) {
 // deepseek: GLM-4.5's shape of it: RoPE over half of each head, and the MoE layer
 // DeepSeekMoE's (sigmoid router with a correction bias, 2 groups of which a token uses 1,
 // weights scaled by 2.5, one ungated shared expert; layer 0 dense by first_k_dense_replace).
-ModelConfig tp_config(int t, bool tied, bool moe, int kv_heads = 0, int mtp = 0, bool deepseek = false) {
+// mla: DeepSeek-V3's multi-head latent attention (a query latent, interleaved rotary
+// pairs, values narrower than keys; no biases or q/k norms).
+ModelConfig tp_config(int t, bool tied, bool moe, int kv_heads = 0, int mtp = 0, bool deepseek = false,
+                      bool mla = false) {
   ModelConfig c = testing::tiny_model_config(/*max_seq_len=*/32, /*init_std=*/0.1);
   c.n_heads = 8;
   c.n_kv_heads = kv_heads > 0 ? kv_heads : std::max(2, t);
@@ -237,6 +240,17 @@ ModelConfig tp_config(int t, bool tied, bool moe, int kv_heads = 0, int mtp = 0,
     c.n_shared_experts = 1;
     c.moe_layer_freq = 1;
     c.first_k_dense_replace = 1;
+  }
+  if (mla) {
+    c.partial_rotary_factor = 1.0;
+    c.qk_norm = c.qkv_bias = c.o_bias = false;
+    c.kv_lora_rank = 16;
+    c.q_lora_rank = 12;
+    c.qk_nope_head_dim = 8;
+    c.qk_rope_head_dim = 4;
+    c.v_head_dim = 6;
+    c.rope_interleave = true;
+    c.n_kv_heads = c.n_heads;
   }
   return c;
 }
@@ -284,6 +298,7 @@ struct Case {
   int kv_heads = 0;  // > 0: the model's key/value heads (fewer than the group: replicated)
   int mtp = 0;       // MTP depths (train/mtp_loss.h)
   bool deepseek = false;  // DeepSeekMoE and partial RoPE (tp_config)
+  bool mla = false;       // multi-head latent attention (tp_config)
 };
 
 // DeepSeekMoE's correction biases (zero at init) set to values that move choices, the
@@ -305,7 +320,7 @@ TEST_P(TensorParallelStep, EqualsTheWholeModel) {
   if (n % tp != 0 || (n / tp) % c.expert_parallel != 0 || (c.expert_parallel > 1 && !c.moe) || (tp == 1 && n > 1) ||
       (c.sequence_parallel && tp == 1))
     GTEST_SKIP() << "TP " << tp << " x EP " << c.expert_parallel << " at np " << n;
-  const ModelConfig cfg = tp_config(tp, c.tied, c.moe, c.kv_heads, c.mtp, c.deepseek);
+  const ModelConfig cfg = tp_config(tp, c.tied, c.moe, c.kv_heads, c.mtp, c.deepseek, c.mla);
   ModelParallel mp(MPI_COMM_WORLD, tp, c.expert_parallel, DeviceChoice{}, c.sequence_parallel,
                    kv_head_replicas(cfg, tp));
   const int d = mp.data_index();
@@ -410,8 +425,10 @@ TEST_P(TensorParallelStep, EqualsTheWholeModel) {
   // An inf in the part one rank writes (the last tensor rank's rows of q_proj): that rank
   // throws, every rank gets through the collective calls, and no file is left.
   const int bad_rank = tp > 1 ? tp - 1 : 0;
+  const std::string poisoned = std::string("model.layers.0.self_attn.") + (cfg.q_lora_rank > 0 ? "q_b_proj" : "q_proj") +
+                               ".weight";
   for (const auto& p : shard.parameters())
-    if (world.rank() == bad_rank && p.name == "model.layers.0.self_attn.q_proj.weight") {
+    if (world.rank() == bad_rank && p.name == poisoned) {
       at::NoGradGuard no_grad;
       p.tensor.view(-1)[0] = std::numeric_limits<float>::infinity();
     }
@@ -421,8 +438,7 @@ TEST_P(TensorParallelStep, EqualsTheWholeModel) {
     split.save(bad_path, MPI_COMM_WORLD);
   } catch (const Error& e) {
     threw = true;
-    EXPECT_NE(std::string(e.what()).find("model.layers.0.self_attn.q_proj.weight holds NaN or inf"), std::string::npos)
-        << e.what();
+    EXPECT_NE(std::string(e.what()).find(poisoned + " holds NaN or inf"), std::string::npos) << e.what();
   }
   EXPECT_EQ(threw, world.rank() == bad_rank);
   world.barrier();
@@ -459,7 +475,16 @@ INSTANTIATE_TEST_SUITE_P(Layouts, TensorParallelStep,
                                            Case{0, 1, false, true, false, false, Transformer::Recompute::None, 0, 0,
                                                 true},
                                            Case{2, 2, false, true, true, true, Transformer::Recompute::Full, 0, 1,
-                                                true}));
+                                                true},
+                                           // DeepSeek-V3's shape: multi-head latent attention (heads split, the
+                                           // latents whole) with DeepSeekMoE, whole and TP x EP 2 + SP + ZeRO-1
+                                           // with selective recomputation and an MTP depth
+                                           Case{0, 1, false, true, false, false, Transformer::Recompute::None, 0, 0,
+                                                true, true},
+                                           Case{2, 2, true, true, true, true, Transformer::Recompute::Selective, 0, 1,
+                                                true, true},
+                                           Case{0, 1, false, false, true, true, Transformer::Recompute::Full, 0, 0,
+                                                false, true}));
 
 // The gradient norm counts every element once whatever the layout, at the shape where it
 // moved (inputs/sft_addition.toml with d 256, 2 layers, vocabulary 32000: np 1 11.534529,

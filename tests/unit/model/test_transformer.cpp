@@ -23,10 +23,13 @@
 namespace slimpi {
 namespace {
 
-// glm: GLM-4.5's shape: RoPE over half of each head, and DeepSeekMoE layers after a
-// dense first one (sigmoid router with a correction bias, 2 groups of which a token uses
-// 1, weights scaled by 2.5, one shared expert).
-ModelConfig tiny(bool gqa, bool bias, bool tied, bool glm = false) {
+// The model families' shapes beyond Llama / Qwen: GLM-4.5's (RoPE over half of each
+// head, and DeepSeekMoE layers after a dense first one: sigmoid router with a correction
+// bias, 2 groups of which a token uses 1, weights scaled by 2.5, one shared expert), and
+// DeepSeek-V3's (the same MoE, multi-head latent attention with a query latent,
+// interleaved rotary pairs and values narrower than keys; no biases).
+enum Variant { kPlain = 0, kGlm = 1, kDeepSeek = 2 };
+ModelConfig tiny(bool gqa, bool bias, bool tied, int variant = kPlain) {
   ModelConfig c;
   c.vocab_size = 50;
   c.hidden_size = 32;
@@ -38,8 +41,8 @@ ModelConfig tiny(bool gqa, bool bias, bool tied, bool glm = false) {
   c.qkv_bias = bias;
   c.tie_word_embeddings = tied;
   c.init_std = 0.2;  // larger than usual: makes attention patterns matter in the checks
-  if (glm) {
-    c.partial_rotary_factor = 0.5;
+  if (variant != kPlain) {
+    c.partial_rotary_factor = variant == kGlm ? 0.5 : 1.0;
     c.n_experts = 4;
     c.n_experts_per_tok = 2;
     c.moe_intermediate_size = 16;
@@ -51,6 +54,16 @@ ModelConfig tiny(bool gqa, bool bias, bool tied, bool glm = false) {
     c.n_shared_experts = 1;
     c.first_k_dense_replace = 1;
   }
+  if (variant == kDeepSeek) {
+    c.kv_lora_rank = 16;
+    c.q_lora_rank = 12;
+    c.qk_nope_head_dim = 8;
+    c.qk_rope_head_dim = 4;
+    c.v_head_dim = 6;
+    c.rope_interleave = true;
+    c.qkv_bias = false;
+    c.n_kv_heads = c.n_heads;
+  }
   return c;
 }
 
@@ -59,11 +72,11 @@ at::Tensor random_tokens(int64_t n, int64_t vocab, uint64_t seed) {
   return at::randint(vocab, {n}, g, at::kLong);
 }
 
-class TransformerShapes : public ::testing::TestWithParam<std::tuple<bool, bool, bool, bool>> {};
+class TransformerShapes : public ::testing::TestWithParam<std::tuple<bool, bool, bool, int>> {};
 
 TEST_P(TransformerShapes, PackedEqualsPerSequence) {
-  auto [gqa, bias, tied, glm] = GetParam();
-  Transformer m(tiny(gqa, bias, tied, glm), 7, at::kCPU);
+  auto [gqa, bias, tied, variant] = GetParam();
+  Transformer m(tiny(gqa, bias, tied, variant), 7, at::kCPU);
   if (bias)  // biases start at zero; make them matter
     for (auto& p : m.parameters())
       if (p.name.find("bias") != std::string::npos) p.tensor.data().normal_(0, 0.5);
@@ -80,8 +93,8 @@ TEST_P(TransformerShapes, PackedEqualsPerSequence) {
 }
 
 TEST_P(TransformerShapes, IncrementalEqualsFull) {
-  auto [gqa, bias, tied, glm] = GetParam();
-  ModelConfig cfg = tiny(gqa, bias, tied, glm);
+  auto [gqa, bias, tied, variant] = GetParam();
+  ModelConfig cfg = tiny(gqa, bias, tied, variant);
   Transformer m(cfg, 11, at::kCPU);
   at::NoGradGuard no_grad;
   // Two sequences, prefilled in chunks of different sizes while the other decodes, then
@@ -128,7 +141,7 @@ TEST_P(TransformerShapes, IncrementalEqualsFull) {
 
 INSTANTIATE_TEST_SUITE_P(Variants, TransformerShapes,
                          ::testing::Combine(::testing::Bool(), ::testing::Bool(), ::testing::Bool(),
-                                            ::testing::Bool()));
+                                            ::testing::Values(int(kPlain), int(kGlm), int(kDeepSeek))));
 
 // The paged kernel's e4m3 decoding (bit arithmetic, kernels/e4m3.h) is torch's
 // conversion, bit for bit, for every non-NaN code (a NaN for the two NaN codes).
@@ -234,9 +247,10 @@ TEST(Transformer, DeterministicInitAndHuggingFaceNames) {
 // batch: same logits and gradients on mixed lengths, with and without grouped-query
 // heads, in fp32 (and close in bf16).
 TEST_P(TransformerShapes, UnpaddedAttentionEqualsPadded) {
-  auto [gqa, bias, tied, glm] = GetParam();
-  ModelConfig cfg = tiny(gqa, bias, tied);
-  if (glm) cfg.partial_rotary_factor = 0.5;  // GLM-4.5's attention (its MoE routing could flip on round-off)
+  auto [gqa, bias, tied, variant] = GetParam();
+  // The families' attention only (an MoE routing could flip on round-off between the paths).
+  ModelConfig cfg = tiny(gqa, bias, tied, variant);
+  cfg.n_experts = 0;
   Transformer padded(cfg, 11, at::kCPU), unpadded(cfg, 11, at::kCPU);
   padded.set_padded_attention_budget(int64_t(1) << 40);
   unpadded.set_padded_attention_budget(0);
