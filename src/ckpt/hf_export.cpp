@@ -99,6 +99,15 @@ std::string hf_config_json(const ModelConfig& cfg, const std::string& dtype, con
   if (cfg.mtp_num_layers > 0) j["num_nextn_predict_layers"] = cfg.mtp_num_layers;  // DeepSeek-V3's and MiMo's key
   if (cfg.rope_scaling == "linear") {
     j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", cfg.rope_factor}};
+  } else if (cfg.rope_scaling == "yarn") {
+    nlohmann::json y = {{"rope_type", "yarn"}, {"factor", cfg.rope_factor},
+                        {"original_max_position_embeddings", cfg.rope_original_max_seq_len},
+                        {"beta_fast", cfg.rope_beta_fast}, {"beta_slow", cfg.rope_beta_slow},
+                        {"truncate", cfg.rope_truncate}};
+    if (cfg.rope_mscale > 0) y["mscale"] = cfg.rope_mscale;
+    if (cfg.rope_mscale_all_dim > 0) y["mscale_all_dim"] = cfg.rope_mscale_all_dim;
+    if (cfg.rope_attention_factor > 0) y["attention_factor"] = cfg.rope_attention_factor;
+    j["rope_scaling"] = y;
   } else if (cfg.rope_scaling == "llama3") {
     j["rope_scaling"] = {{"rope_type", "llama3"},
                          {"factor", cfg.rope_factor},

@@ -30,6 +30,26 @@ bool same_value(const DeckValue& a, const DeckValue& b) {
   return a == b;
 }
 
+// YaRN's fields (ModelConfig's rope_* keys): factor and original_max_position_embeddings
+// required, the rest transformers' defaults when absent.
+void read_yarn(const json& y, const std::string& f, HfConfigReader& r) {
+  r.set("model.rope_scaling", std::string("yarn"), f + ".rope_type");
+  auto factor = get_float(y, "factor");
+  auto original = get_int(y, "original_max_position_embeddings");
+  if (!factor || *factor <= 0 || !original || *original <= 0) {
+    r.fail("{} of type yarn needs a positive 'factor' and 'original_max_position_embeddings'", f);
+    return;
+  }
+  r.set("model.rope_factor", *factor, f + ".factor");
+  r.set("model.rope_original_max_seq_len", *original, f + ".original_max_position_embeddings");
+  for (const auto& [field, key] : {std::pair{"beta_fast", "model.rope_beta_fast"}, {"beta_slow", "model.rope_beta_slow"},
+                                   {"mscale", "model.rope_mscale"}, {"mscale_all_dim", "model.rope_mscale_all_dim"},
+                                   {"attention_factor", "model.rope_attention_factor"}})
+    if (auto v = get_float(y, field); v && *v < 0) r.fail("{}.{} = {} must not be negative", f, field, *v);
+    else if (v && *v > 0) r.set(key, *v, f + "." + field);
+  if (auto t = get_bool(y, "truncate")) r.set("model.rope_truncate", *t, f + ".truncate");
+}
+
 void resolve_rope(const json& c, HfConfigReader& r) {
   // transformers 5 writes rope_parameters {rope_type, rope_theta, factor, ...}; earlier
   // versions (and most Hub checkpoints) rope_theta and rope_scaling at the top level.
@@ -56,6 +76,8 @@ void resolve_rope(const json& c, HfConfigReader& r) {
   const std::string f = scaling_field;
   if (type == "default") {
     r.set("model.rope_scaling", std::string("none"), f);
+  } else if (type == "yarn") {
+    read_yarn(*scaling, f, r);
   } else if (type == "linear" || type == "llama3") {
     r.set("model.rope_scaling", type, f + ".rope_type");
     auto factor = get_float(*scaling, "factor");
@@ -73,7 +95,7 @@ void resolve_rope(const json& c, HfConfigReader& r) {
       }
     }
   } else {
-    r.fail("{} type '{}' is not supported (default, linear, llama3): it changes every attention score", f, type);
+    r.fail("{} type '{}' is not supported (default, linear, llama3, yarn): it changes every attention score", f, type);
   }
 }
 

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace slimpi {
@@ -13,7 +14,28 @@ std::vector<double> ModelConfig::rope_inv_freq() const {
   const int64_t D = rotary_dim();
   std::vector<double> f;
   for (int64_t i = 0; i < D / 2; ++i) f.push_back(std::pow(rope_theta, -2.0 * double(i) / double(D)));
-  if (rope_scaling == "linear") {
+  if (rope_scaling == "yarn") {
+    // Dimension pair i rotates θ^(-2i/D) per position; the pairs that complete more than
+    // beta_fast rotations over the original context keep it, those under beta_slow are
+    // interpolated (/ factor), with a linear ramp between (transformers' formula).
+    const double pi = std::acos(-1.0), base = rope_theta, Dd = double(D);
+    auto correction_dim = [&](double rotations) {
+      return Dd * std::log(double(rope_original_max_seq_len) / (rotations * 2 * pi)) / (2 * std::log(base));
+    };
+    double low = correction_dim(rope_beta_fast), high = correction_dim(rope_beta_slow);
+    if (rope_truncate) {
+      low = std::floor(low);
+      high = std::ceil(high);
+    }
+    low = std::max(low, 0.0);
+    high = std::min(high, Dd - 1);
+    if (low == high) high += 0.001;
+    for (size_t i = 0; i < f.size(); ++i) {
+      const double ramp = std::clamp((double(i) - low) / (high - low), 0.0, 1.0);
+      const double extrapolated = 1 - ramp;  // the share of the original frequency
+      f[i] = f[i] / rope_factor * (1 - extrapolated) + f[i] * extrapolated;
+    }
+  } else if (rope_scaling == "linear") {
     for (double& x : f) x /= rope_factor;
   } else if (rope_scaling == "llama3") {
     // Hugging Face's _compute_llama3_parameters: wavelength λ = 2π / f; λ above
@@ -32,6 +54,26 @@ std::vector<double> ModelConfig::rope_inv_freq() const {
     }
   }
   return f;
+}
+
+namespace {
+
+double yarn_mscale(double scale, double k) { return scale <= 1 ? 1.0 : 0.1 * k * std::log(scale) + 1.0; }
+
+}  // namespace
+
+double ModelConfig::rope_cos_sin_factor() const {
+  if (rope_scaling != "yarn") return 1.0;
+  if (rope_attention_factor > 0) return rope_attention_factor;
+  if (rope_mscale > 0 && rope_mscale_all_dim > 0)
+    return yarn_mscale(rope_factor, rope_mscale) / yarn_mscale(rope_factor, rope_mscale_all_dim);
+  return yarn_mscale(rope_factor, 1.0);
+}
+
+double ModelConfig::softmax_scale_factor() const {
+  if (rope_scaling != "yarn" || !is_mla() || rope_mscale_all_dim <= 0) return 1.0;
+  const double m = yarn_mscale(rope_factor, rope_mscale_all_dim);
+  return m * m;
 }
 
 int64_t ModelConfig::n_moe_layers() const {
@@ -167,6 +209,12 @@ ModelConfig ModelConfig::from_deck(const Deck& deck) {
   c.rope_low_freq_factor = deck.get_float("model.rope_low_freq_factor");
   c.rope_high_freq_factor = deck.get_float("model.rope_high_freq_factor");
   c.rope_original_max_seq_len = deck.get_int("model.rope_original_max_seq_len");
+  c.rope_beta_fast = deck.get_float("model.rope_beta_fast");
+  c.rope_beta_slow = deck.get_float("model.rope_beta_slow");
+  c.rope_mscale = deck.get_float("model.rope_mscale");
+  c.rope_mscale_all_dim = deck.get_float("model.rope_mscale_all_dim");
+  c.rope_attention_factor = deck.get_float("model.rope_attention_factor");
+  c.rope_truncate = deck.get_bool("model.rope_truncate");
   c.rms_norm_eps = deck.get_float("model.rms_norm_eps");
   c.init_std = deck.get_float("model.init_std");
   c.tie_word_embeddings = deck.get_bool("model.tie_word_embeddings");

@@ -35,6 +35,17 @@ struct ModelConfig {
   double rope_low_freq_factor = 1.0;
   double rope_high_freq_factor = 4.0;
   int64_t rope_original_max_seq_len = 8192;
+  // YaRN (rope_scaling "yarn", transformers' _compute_yarn_parameters): frequencies blend
+  // from extrapolated (fast dims) to interpolated by rope_factor (slow dims) over the
+  // correction range of beta_fast / beta_slow rotations at original_max_seq_len (floored /
+  // ceiled when truncate); cos and sin times the attention factor (given, or
+  // m(factor, mscale) / m(factor, mscale_all_dim) with both, or m(factor), where
+  // m(s, k) = 0.1 k ln s + 1); multi-head latent attention also multiplies its softmax
+  // scale by m(factor, mscale_all_dim)² (DeepSeek-V3).
+  double rope_beta_fast = 32.0, rope_beta_slow = 1.0;
+  double rope_mscale = 0.0, rope_mscale_all_dim = 0.0;  // 0: not given
+  double rope_attention_factor = 0.0;                   // 0: derived
+  bool rope_truncate = true;
   double rms_norm_eps = 1e-6;
   double init_std = 0.02;
   bool tie_word_embeddings = false;
@@ -109,6 +120,10 @@ struct ModelConfig {
   int64_t n_moe_layers() const;
   // RoPE inverse frequencies, scaling applied: theta^(-2i/R) for i < R/2, R = rotary_dim().
   std::vector<double> rope_inv_freq() const;
+  // What cos and sin are multiplied by (1 but for YaRN).
+  double rope_cos_sin_factor() const;
+  // What the attention softmax scale 1/√D is multiplied by (1 but for YaRN with latent attention).
+  double softmax_scale_factor() const;
   // Parameters of the model (embeddings, head and MTP layers included).
   int64_t n_params() const;
   // Parameters of one MTP depth (its norms, input projection and transformer layer).

@@ -60,14 +60,23 @@ std::vector<KeySpec> model_keys() {
       int_key("model.moe_layer_freq", 1, 1, 1e6, "layers",
               "MoE: layer l (from 0) is sparse when (l + 1) % moe_layer_freq == 0 (Qwen3-MoE's decoder_sparse_step)"),
       int_key("model.head_dim", 0, 0, 1e5, "", "head dimension D (0 = hidden_size / n_heads; Qwen3 sets it)"),
-      choice_key("model.rope_scaling", "none", {"none", "linear", "llama3"},
+      choice_key("model.rope_scaling", "none", {"none", "linear", "llama3", "yarn"},
                  "RoPE frequency scaling (Hugging Face rope_scaling): linear = every frequency / rope_factor; "
-                 "llama3 = Llama 3.1's blend by wavelength"),
+                 "llama3 = Llama 3.1's blend by wavelength; yarn = YaRN (DeepSeek-V3, Qwen3 long context)"),
+      float_key("model.rope_beta_fast", 32.0, 1e-6, 1e6, "", "yarn rope_scaling: beta_fast"),
+      float_key("model.rope_beta_slow", 1.0, 1e-6, 1e6, "", "yarn rope_scaling: beta_slow"),
+      float_key("model.rope_mscale", 0.0, 0.0, 1e6, "", "yarn rope_scaling: mscale (0 = not given)"),
+      float_key("model.rope_mscale_all_dim", 0.0, 0.0, 1e6, "",
+                "yarn rope_scaling: mscale_all_dim (0 = not given; latent attention's softmax scale grows by "
+                "its mscale squared)"),
+      float_key("model.rope_attention_factor", 0.0, 0.0, 1e6, "",
+                "yarn rope_scaling: attention_factor on cos and sin (0 = derived from factor and the mscales)"),
+      bool_key("model.rope_truncate", true, "yarn rope_scaling: truncate the correction range to whole dimensions"),
       float_key("model.rope_factor", 1.0, 1e-6, 1e6, "", "rope_scaling factor"),
       float_key("model.rope_low_freq_factor", 1.0, 1e-6, 1e6, "", "llama3 rope_scaling: low_freq_factor"),
       float_key("model.rope_high_freq_factor", 4.0, 1e-6, 1e6, "", "llama3 rope_scaling: high_freq_factor"),
       int_key("model.rope_original_max_seq_len", 8192, 1, 1e9, "tokens",
-              "llama3 rope_scaling: original_max_position_embeddings"),
+              "llama3 and yarn rope_scaling: original_max_position_embeddings"),
       string_key("model.init_from", "",
                  "start from these weights instead of the seeded init: a trainer_state.h5 (group /model), "
                  "a checkpoint's trainer_state.h5, or a Hugging Face export (directory or .safetensors)")

@@ -162,7 +162,8 @@ std::pair<at::Tensor, at::Tensor> rope_tables(const ModelConfig& cfg, const at::
   at::Tensor inv_freq = at::tensor(cfg.rope_inv_freq(), at::kDouble);                 // [D/2]
   at::Tensor angles = at::outer(at::arange(cfg.max_seq_len, at::kDouble), inv_freq);  // [S, D/2]
   at::Tensor full = at::cat({angles, angles}, -1);                                     // [S, D]
-  return {full.cos().to(at::kFloat).to(device), full.sin().to(at::kFloat).to(device)};
+  const double factor = cfg.rope_cos_sin_factor();                                     // YaRN's attention factor
+  return {(full.cos() * factor).to(at::kFloat).to(device), (full.sin() * factor).to(at::kFloat).to(device)};
 }
 
 }  // namespace

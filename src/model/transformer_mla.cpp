@@ -4,7 +4,8 @@
 //   [c|k_r] = kv_a(h);  c ← norm_kv(c)                                   [r], [R] (one rotary key for every head)
 //   [k_n|v] = kv_b(c)                                                     [H, nope + Dv]
 //   q_r, k_r ← RoPE (interleaved pairs de-interleaved first: the same rotation);
-//   score_h = (q_n·k_n + q_r·k_r) / √(nope + R);  out = o_proj(softmax · v)
+//   score_h = (q_n·k_n + q_r·k_r) · m / √(nope + R);  out = o_proj(softmax · v)
+// (m = 1, or YaRN's mscale(factor, mscale_all_dim)², ModelConfig::softmax_scale_factor).
 // Each head's dimensions are laid out [rotary | no-rope] here (the order of a dot
 // product's terms does not change it), so RoPE is the common one over the first R; the
 // values are padded with zeros to nope + R, so that every attention path and the KV cache
@@ -53,7 +54,8 @@ at::Tensor Transformer::latent_attention_block(const LayerParams& p, int64_t cac
   }
   q_rot = apply_rope(q_rot, f.cos, f.sin);
   k_rot = apply_rope(k_rot, f.cos, f.sin);
-  const at::Tensor qh = at::cat({q_rot, q.narrow(-1, 0, nope)}, -1);                   // [T, H, D]
+  at::Tensor qh = at::cat({q_rot, q.narrow(-1, 0, nope)}, -1);                         // [T, H, D]
+  if (const double m = cfg_.softmax_scale_factor(); m != 1.0) qh = qh * m;  // YaRN's mscale², in the scores
   const at::Tensor kh = at::cat({k_rot.expand({T, H, R}), kv.narrow(-1, 0, nope)}, -1);  // [T, H, D]
   const at::Tensor v = at::constant_pad_nd(kv.narrow(-1, nope, Dv), {0, D - Dv});        // [T, H, D]
   const at::Tensor attn = attend_heads(qh, kh, v, cache_layer, f).view({T, H, D}).narrow(-1, 0, Dv);

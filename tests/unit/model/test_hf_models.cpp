@@ -103,7 +103,8 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenLogits,
                                            "qwen2_linear_rope_sharded", "qwen3_head_dim_bf16", "qwen3_tied",
                                            "qwen3_moe", "qwen3_moe_step2_bf16", "qwen2_moe_shared", "mixtral",
                                            "qwen3_fp8", "glm4_moe_grouped", "glm4_moe_plain_bf16", "deepseek_v3",
-                                           "deepseek_v3_no_q_lora_bf16", "glm4_moe_lite"));
+                                           "deepseek_v3_no_q_lora_bf16", "glm4_moe_lite", "deepseek_v3_yarn",
+                                           "qwen3_yarn"));
 
 // Qwen3-MoE, Qwen2-MoE, Mixtral and GLM-4.5 (DeepSeekMoE): every token's top-k experts in every
 // sparse layer and the load-balancing loss (where transformers computes one) equal transformers'; replaying those experts gives the same logits, replaying
@@ -358,8 +359,8 @@ TEST_F(HfDir, ConfigFieldsThatChangeTheMathAndAreNotSupportedAreErrors) {
     }));
   };
   std::vector<std::pair<std::string, std::string>> cases;
-  cases.emplace_back(error_of("yarn", [](auto& c) { c["rope_parameters"]["rope_type"] = "yarn"; }),
-                     "type 'yarn' is not supported");
+  cases.emplace_back(error_of("longrope", [](auto& c) { c["rope_parameters"]["rope_type"] = "longrope"; }),
+                     "type 'longrope' is not supported");
   fs::remove_all(tmp_ / "llama_gqa_untied");
   cases.emplace_back(error_of("gelu", [](auto& c) { c["hidden_act"] = "gelu"; }), "hidden_act 'gelu' is not supported");
   fs::remove_all(tmp_ / "llama_gqa_untied");
