@@ -12,10 +12,10 @@ namespace slimpi {
 KvCache KvCache::allocate(const ModelConfig& cfg, int64_t n_slots, const at::TensorOptions& options,
                           int tensor_parallel, int64_t mtp_layers) {
   KvCache c;
-  const int64_t heads = local_kv_heads(cfg, tensor_parallel);
+  const auto [heads, dim] = kv_cache_row(cfg, tensor_parallel);
   for (int64_t l = 0; l < cfg.n_layers + std::min(mtp_layers, cfg.mtp_num_layers); ++l) {
-    c.k.push_back(at::zeros({n_slots, heads, cfg.head_dim()}, options));
-    c.v.push_back(at::zeros({n_slots, heads, cfg.head_dim()}, options));
+    c.k.push_back(at::zeros({n_slots, heads, dim}, options));
+    c.v.push_back(at::zeros({n_slots, heads, dim}, options));
   }
   if (options.dtype() == at::kFloat8_e4m3fn)
     for (size_t l = 0; l < c.k.size(); ++l) {  // the fixed policy: 1 per kv head

@@ -22,7 +22,8 @@ namespace slimpi {
 // calibrated scales; K and V of more than 448 in magnitude saturate). Writes go through
 // store(), reads through decoded() or the paged kernel (given the scales).
 struct KvCache {
-  // (t: the engine's tensor-parallel size; Hkv_local = Hkv / t, or 1 when t > Hkv replicates the heads)
+  // (t: the engine's tensor-parallel size; Hkv_local = Hkv / t, or 1 when t > Hkv replicates the heads;
+  // multi-head latent attention: Hkv_local = 1, D = its latent's width: model/tensor_shard.h, kv_cache_row)
   std::vector<at::Tensor> k;  // n_layers (+ MTP depths) x [n_slots, Hkv_local, D]
   std::vector<at::Tensor> v;  // n_layers x [n_slots, Hkv_local, D]
   std::vector<at::Tensor> k_scale, v_scale;  // e4m3 caches: n_layers x [Hkv_local] fp32; else empty

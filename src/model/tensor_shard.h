@@ -55,6 +55,15 @@ struct TensorShard {
 int kv_head_replicas(const ModelConfig& cfg, int t);
 // Key/value heads a rank of a tensor group of t holds (Hkv / t, or 1 when replicated).
 int64_t local_kv_heads(const ModelConfig& cfg, int t);
+// One token's row of a layer's KV cache on each rank of an engine of t ranks: key/value
+// heads and their dimension (keys and values alike). Multi-head latent attention caches
+// its latent instead: one row of kv_lora_rank + qk_rope_head_dim values (the normalised
+// latent and the rotary key; values: the latent, zero-padded), shared by every head and
+// held whole by every rank (model/transformer_mla.cpp).
+struct KvCacheRow {
+  int64_t heads = 0, dim = 0;
+};
+KvCacheRow kv_cache_row(const ModelConfig& cfg, int t);
 
 // Vocabulary rows of the embedding and LM head at tensor-parallel size t: V at t = 1,
 // else V rounded up to a multiple of 128 · t (Megatron's make-vocab-size-divisible-by).

@@ -184,6 +184,11 @@ class Transformer {
   // The same block as multi-head latent attention (model/transformer_mla.cpp).
   at::Tensor latent_attention_block(const LayerParams& p, int64_t cache_layer, const at::Tensor& x,
                                     const ForwardContext& f) const;
+  // The engine's form of it: the latent cache and W_UK / W_UV absorbed (transformer_mla.cpp).
+  // q_nope [T, H, nope], q_rot [T, H, R] (RoPE applied), latent [T, r] (normalised), k_rot [T, 1, R].
+  at::Tensor absorbed_attention(const LayerParams& p, int64_t cache_layer, const at::Tensor& q_nope,
+                                const at::Tensor& q_rot, const at::Tensor& latent, const at::Tensor& k_rot,
+                                const ForwardContext& f) const;
   // x [T_local, d] -> x + the dense MLP block of `layer`.
   at::Tensor dense_mlp_residual(const LayerParams& p, const at::Tensor& x, const ForwardContext& f) const;
   // Appends parameter `name` (drawn as `t`); `binds_to` is the member that holds it

@@ -8,13 +8,21 @@
 // (m = 1, or YaRN's mscale(factor, mscale_all_dim)², ModelConfig::softmax_scale_factor).
 // Each head's dimensions are laid out [rotary | no-rope] here (the order of a dot
 // product's terms does not change it), so RoPE is the common one over the first R; the
-// values are padded with zeros to nope + R, so that every attention path and the KV cache
-// hold one head dimension (the cache holds expanded keys and values: the latent cache and
-// the absorbed decode of issue 48 are not here yet). Tensor parallelism: this shard's
+// values are padded with zeros to nope + R, so that every attention path holds one head
+// dimension. That is the trainer's form. The engine (a forward with a KV cache) caches
+// the latent instead and attends in the absorbed form: W_UK (kv_b's key rows) folded into
+// the query, q_lat = q_n · W_UK_h [r]; one shared "head" [c | k_r] of r + R per token,
+// scores q_lat·c + q_r·k_r (the same numbers as q_n·k_n + q_r·k_r, to round-off); the
+// weighted sum over the latents, then W_UV_h (kv_b's value rows) per head. That is
+// multi-query attention with one key/value head of r + R (values: the latent, zero-padded
+// by R), so every cache path (paged decode, gathered prefill, prefix cache, preemption,
+// e4m3, PD transfer) takes it unchanged. Tensor parallelism: this shard's
 // H / t heads (the rows of q_b / q_proj and kv_b, the columns of o_proj); the latent
 // projections and their norms are whole on every shard, their gradients summed over the
 // group (copy_to_tp).
 #include <ATen/ATen.h>
+
+#include <cmath>
 
 #include "kernels/small_batch_linear.h"
 #include "model/forward_context.h"
@@ -54,11 +62,30 @@ at::Tensor Transformer::latent_attention_block(const LayerParams& p, int64_t cac
   }
   q_rot = apply_rope(q_rot, f.cos, f.sin);
   k_rot = apply_rope(k_rot, f.cos, f.sin);
+  if (f.cache) return absorbed_attention(p, cache_layer, q.narrow(-1, 0, nope), q_rot, latent, k_rot, f);
   at::Tensor qh = at::cat({q_rot, q.narrow(-1, 0, nope)}, -1);                         // [T, H, D]
   if (const double m = cfg_.softmax_scale_factor(); m != 1.0) qh = qh * m;  // YaRN's mscale², in the scores
   const at::Tensor kh = at::cat({k_rot.expand({T, H, R}), kv.narrow(-1, 0, nope)}, -1);  // [T, H, D]
   const at::Tensor v = at::constant_pad_nd(kv.narrow(-1, nope, Dv), {0, D - Dv});        // [T, H, D]
   const at::Tensor attn = attend_heads(qh, kh, v, cache_layer, f).view({T, H, D}).narrow(-1, 0, Dv);
+  return output_projection(p, attn.reshape({T, H * Dv}), f);
+}
+
+at::Tensor Transformer::absorbed_attention(const LayerParams& p, int64_t cache_layer, const at::Tensor& q_nope,
+                                           const at::Tensor& q_rot, const at::Tensor& latent, const at::Tensor& k_rot,
+                                           const ForwardContext& f) const {
+  const int64_t T = f.n_tokens, H = cfg_.n_heads / tensor_.size, R = cfg_.qk_rope_head_dim,
+                nope = cfg_.qk_nope_head_dim, Dv = cfg_.v_head_dim, r = cfg_.kv_lora_rank;
+  const at::Tensor w = p.kv_b.view({H, nope + Dv, r});
+  const at::Tensor w_uk = w.narrow(1, 0, nope), w_uv = w.narrow(1, nope, Dv);       // [H, nope, r], [H, Dv, r]
+  const at::Tensor q_latent = at::einsum("thn,hnr->thr", {q_nope, w_uk});           // [T, H, r]
+  // attend() divides by √(r + R); the scores are divided by √(nope + R) (times YaRN's m).
+  const double scale = std::sqrt(double(r + R) / double(cfg_.head_dim())) * cfg_.softmax_scale_factor();
+  const at::Tensor qa = at::cat({q_latent, q_rot.to(q_latent.scalar_type())}, -1) * scale;  // [T, H, r + R]
+  const at::Tensor ka = at::cat({latent, k_rot.squeeze(1).to(latent.scalar_type())}, -1).unsqueeze(1);  // [T, 1, r + R]
+  const at::Tensor va = at::constant_pad_nd(latent, {0, R}).unsqueeze(1);                // [T, 1, r + R]
+  const at::Tensor o_latent = attend_heads(qa, ka, va, cache_layer, f).view({T, H, r + R}).narrow(-1, 0, r);
+  const at::Tensor attn = at::einsum("thr,hvr->thv", {o_latent, w_uv});                 // [T, H, Dv]
   return output_projection(p, attn.reshape({T, H * Dv}), f);
 }
 

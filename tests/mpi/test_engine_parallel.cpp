@@ -44,7 +44,8 @@ using testing::world_size;
 
 // 8 query heads over 4 key/value heads (or `kv_heads`: replicated over a larger group):
 // splits over 1, 2 or 4 ranks.
-ModelConfig engine_model_config(bool moe, int kv_heads = 4, int mtp = 0) {
+// mla: DeepSeek-V3's shape (multi-head latent attention, cached as its latent; DeepSeekMoE).
+ModelConfig engine_model_config(bool moe, int kv_heads = 4, int mtp = 0, bool mla = false) {
   ModelConfig c = testing::tiny_model_config(96, 0.3);
   c.mtp_num_layers = mtp;
   c.n_heads = 8;
@@ -56,6 +57,22 @@ ModelConfig engine_model_config(bool moe, int kv_heads = 4, int mtp = 0) {
     c.n_experts_per_tok = 2;
     c.moe_intermediate_size = 32;
     c.moe_layer_freq = 2;  // layer 1 is sparse
+  }
+  if (mla) {
+    c.qk_norm = false;
+    c.kv_lora_rank = 16;
+    c.q_lora_rank = 24;
+    c.qk_nope_head_dim = 8;
+    c.qk_rope_head_dim = 4;
+    c.v_head_dim = 6;
+    c.rope_interleave = true;
+    c.n_kv_heads = c.n_heads;
+    if (moe) {
+      c.moe_router = "sigmoid";
+      c.moe_router_bias = true;
+      c.n_shared_experts = 1;
+      c.moe_routed_scaling_factor = 2.5;
+    }
   }
   return c;
 }
@@ -105,13 +122,13 @@ void expect_same_samples(const std::vector<Sample>& got, const std::vector<Sampl
 
 // Engines of e ranks over the world's first ranks (groups of e consecutive ranks, each
 // running the same requests): every leader's samples equal a one-rank engine's.
-void expect_engines_match_one_rank(int e, bool moe, at::ScalarType dtype, int kv_heads = 4) {
+void expect_engines_match_one_rank(int e, bool moe, at::ScalarType dtype, int kv_heads = 4, bool mla = false) {
   const int n = world_size(), rank = world_rank();
   if (n % e != 0) GTEST_SKIP() << "np " << n << " does not split into engines of " << e;
   MPI_Comm group_mpi;
   MPI_Comm_split(MPI_COMM_WORLD, rank / e, rank, &group_mpi);
   MpiComm group(group_mpi, "engine_group");
-  const ModelConfig cfg = engine_model_config(moe, kv_heads);
+  const ModelConfig cfg = engine_model_config(moe, kv_heads, 0, mla);
   const TensorShard shard{group.rank(), e, &group, false};
   Transformer model(cfg, 5, at::kCPU, dtype, {}, shard);
   const std::vector<GenerationRequest> reqs = requests(6);
@@ -166,6 +183,10 @@ TEST(TensorParallelEngine, AMixtureOfExpertsModelKeepsItsRoutingTraces) {
   expect_engines_match_one_rank(2, true, at::kFloat);
 }
 TEST(TensorParallelEngine, Bf16) { expect_engines_match_one_rank(2, false, at::kBFloat16); }
+// Multi-head latent attention: each rank attends with its heads over the whole latent it
+// caches (DeepSeekMoE layers whole on every rank).
+TEST(TensorParallelEngine, LatentAttentionTwoRanks) { expect_engines_match_one_rank(2, true, at::kFloat, 4, true); }
+TEST(TensorParallelEngine, LatentAttentionFourRanks) { expect_engines_match_one_rank(4, true, at::kFloat, 4, true); }
 // Two key/value heads over four ranks: each rank caches the one its query heads use.
 TEST(TensorParallelEngine, ReplicatedKeyValueHeads) { expect_engines_match_one_rank(4, false, at::kFloat, 2); }
 

@@ -20,7 +20,9 @@
 #  * DeepSeekMoE (sigmoid router with its correction bias, groups, scaled weights, a shared
 #    expert, a dense first layer; half-rotary attention) learns at np 4 split with expert
 #    parallelism 2, its trainer routes exactly as its engine, the correction bias is never
-#    trained, and 2 + 2 job steps equal 4 straight.
+#    trained, and 2 + 2 job steps equal 4 straight;
+#  * DeepSeek-V3's shape (multi-head latent attention, its engine of 2 ranks attending over
+#    the cached latent) learns, its engine's log-probs the trainer's to fp32 round-off.
 # Usage: moe_runs.sh SLIMPI ROOT "MPIRUN FLAGS"
 set -euo pipefail
 source "$(dirname "$0")/run_helpers.sh"
@@ -176,5 +178,27 @@ print(f"moe_runs: DeepSeekMoE reward {first:.4f} -> {last:.4f}; routing agreemen
       f"{agree.min():.4f} (min)")
 assert last > 0.1 and last > 5 * first, "the DeepSeekMoE policy did not learn"
 assert np.all(agree == 1.0), agree
+PY
+echo "== DeepSeek-V3's shape (latent attention + DeepSeekMoE): learns at np 4 split, EP 2, an engine of 2 ranks"
+mla=(--set model.kv_lora_rank=16 --set model.q_lora_rank=24 --set model.qk_nope_head_dim=8
+     --set model.qk_rope_head_dim=4 --set model.v_head_dim=6 --set model.rope_interleave=true
+     --set model.partial_rotary_factor=1 --set rollout.tensor_parallel=2)
+run 4 deepseek_mla "${ds[@]}" "${mla[@]}" --set run.n_steps=40 --set train.lr=3e-3 --set rollout.rollout_batch_size=16 \
+  --set rollout.n_samples_per_prompt=8 --set train.global_batch_size=128
+/usr/bin/python3 - "$out" <<'PY'
+import sys
+import h5py
+import numpy as np
+out = sys.argv[1]
+with h5py.File(f"{out}/deepseek_mla/metrics.h5") as f:
+    r = f["steps/rollout/raw_reward"][:40]
+    gap = f["steps/train_step/0/train_rollout_logprob_abs_diff"][:40]
+first, last = r[:5].mean(), r[-5:].mean()
+# The engine attends over the cached latent (absorbed), the trainer in the expanded form:
+# the same numbers to fp32 round-off.
+print(f"moe_runs: latent attention + DeepSeekMoE reward {first:.4f} -> {last:.4f}; train/rollout log-prob gap at "
+      f"each rollout's first step {np.nanmax(gap):.3g} (max)")
+assert last > 0.1 and last > 5 * first, "the latent-attention policy did not learn"
+assert np.nanmax(gap) < 1e-4, gap
 PY
 echo "moe_runs: OK"

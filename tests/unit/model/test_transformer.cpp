@@ -112,6 +112,10 @@ TEST_P(TransformerShapes, IncrementalEqualsFull) {
     m.set_decode_attention(mode);
     m.set_padded_attention_budget(budget);
     KvCache cache = KvCache::allocate(cfg, 64, at::kFloat);
+    if (variant == kDeepSeek) {  // the latent cache: one row of kv_lora_rank + qk_rope_head_dim a token
+      EXPECT_EQ(cache.k[0].sizes(), (std::vector<int64_t>{64, 1, 16 + 4}));
+      EXPECT_EQ(cache.bytes_per_token(), 2 * 2 * (16 + 4) * 4);  // 2 layers, keys and values, fp32
+    }
     // (new a, new b); {1, 2} and {4, 1} mix a decode row with a prefill chunk, which
     // attend in separate calls (decode first, then prefill first).
     std::vector<std::pair<int64_t, int64_t>> steps{{5, 3}, {1, 2}, {4, 1}, {1, 1}, {1, 1}, {1, 0}};
