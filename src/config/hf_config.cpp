@@ -42,9 +42,10 @@ void read_yarn(const json& y, const std::string& f, HfConfigReader& r) {
   }
   r.set("model.rope_factor", *factor, f + ".factor");
   r.set("model.rope_original_max_seq_len", *original, f + ".original_max_position_embeddings");
-  for (const auto& [field, key] : {std::pair{"beta_fast", "model.rope_beta_fast"}, {"beta_slow", "model.rope_beta_slow"},
-                                   {"mscale", "model.rope_mscale"}, {"mscale_all_dim", "model.rope_mscale_all_dim"},
-                                   {"attention_factor", "model.rope_attention_factor"}})
+  for (const auto& [field, key] :
+       {std::pair{"beta_fast", "model.rope_beta_fast"}, {"beta_slow", "model.rope_beta_slow"},
+        {"mscale", "model.rope_mscale"}, {"mscale_all_dim", "model.rope_mscale_all_dim"},
+        {"attention_factor", "model.rope_attention_factor"}})
     if (auto v = get_float(y, field); v && *v < 0) r.fail("{}.{} = {} must not be negative", f, field, *v);
     else if (v && *v > 0) r.set(key, *v, f + "." + field);
   if (auto t = get_bool(y, "truncate")) r.set("model.rope_truncate", *t, f + ".truncate");

@@ -129,7 +129,8 @@ int64_t moe_params(const ModelConfig& c) {
 int64_t ModelConfig::n_mtp_params_per_layer() const {
   const int64_t d = hidden_size;
   // token and hidden norms, input projection [d, 2d], a dense (or MoE) layer, its final norm
-  return 2 * d + 2 * d * d + attention_params(*this) + (mtp_is_moe() ? moe_params(*this) : 3 * d * intermediate_size) + d;
+  const int64_t mlp = mtp_is_moe() ? moe_params(*this) : 3 * d * intermediate_size;
+  return 2 * d + 2 * d * d + attention_params(*this) + mlp + d;
 }
 
 int64_t ModelConfig::n_params() const {
@@ -174,7 +175,8 @@ void check_mla(ModelConfig& c, const Deck& deck) {
   if (!c.is_mla()) {
     if (c.q_lora_rank > 0 || c.rope_interleave)
       SLIMPI_FAIL_ALL("model.q_lora_rank ({}) and model.rope_interleave ({}) are multi-head latent attention's: they "
-                      "need model.kv_lora_rank > 0", deck.source("model.q_lora_rank"), deck.source("model.rope_interleave"));
+                      "need model.kv_lora_rank > 0", deck.source("model.q_lora_rank"),
+                      deck.source("model.rope_interleave"));
     return;
   }
   if (c.qk_nope_head_dim <= 0 || c.qk_rope_head_dim <= 0 || c.qk_rope_head_dim % 2 != 0 || c.v_head_dim <= 0)

@@ -49,11 +49,14 @@ std::vector<KeySpec> model_keys() {
       int_key("model.kv_lora_rank", 0, 0, 1e5, "",
               "multi-head latent attention (DeepSeek-V3, GLM-4.7-Flash): the key/value latent's width per token "
               "(0 = ordinary attention)"),
-      int_key("model.q_lora_rank", 0, 0, 1e5, "", "MLA: the query latent's width (0 = q_proj straight from the hidden state)"),
+      int_key("model.q_lora_rank", 0, 0, 1e5, "",
+              "MLA: the query latent's width (0 = q_proj straight from the hidden state)"),
       int_key("model.qk_nope_head_dim", 0, 0, 1e5, "", "MLA: the query/key dimensions of each head without RoPE"),
-      int_key("model.qk_rope_head_dim", 0, 0, 1e5, "", "MLA: the rotary query/key dimensions (the key's shared by every head)"),
+      int_key("model.qk_rope_head_dim", 0, 0, 1e5, "",
+              "MLA: the rotary query/key dimensions (the key's shared by every head)"),
       int_key("model.v_head_dim", 0, 0, 1e5, "", "MLA: each head's value dimension"),
-      bool_key("model.rope_interleave", false, "MLA: the rotary dimensions rotate as interleaved pairs (DeepSeek's layout)"),
+      bool_key("model.rope_interleave", false,
+               "MLA: the rotary dimensions rotate as interleaved pairs (DeepSeek's layout)"),
       int_key("model.mtp_num_layers", 0, 0, 16, "layers",
               "multi-token prediction depths (DeepSeek-V3's MTP modules, as MiMo ships them): depth i predicts the "
               "token i + 2 ahead; the rollout's speculative draft (rollout.speculative = \"mtp\"); 0 = none"),

@@ -92,7 +92,8 @@ std::pair<at::Tensor, at::Tensor> route(const at::Tensor& h, const MoeWeights& w
   // In a bf16 forward the router and the bias are used as their bf16 roundings, as every
   // weight is (model/transformer.h): fp32 masters and a bf16 engine's weights route alike.
   const c10::DeviceType device = h.device().type();
-  const bool bf16 = at::autocast::is_autocast_enabled(device) && at::autocast::get_autocast_dtype(device) == at::kBFloat16;
+  const bool bf16 =
+      at::autocast::is_autocast_enabled(device) && at::autocast::get_autocast_dtype(device) == at::kBFloat16;
   auto as_used = [&](const at::Tensor& t) { return (bf16 ? t.to(at::kBFloat16) : t).to(at::kFloat); };
   {
     const c10::impl::ExcludeDispatchKeyGuard fp32(c10::autocast_dispatch_keyset);

@@ -59,20 +59,9 @@ ModelConfig engine_model_config(bool moe, int kv_heads = 4, int mtp = 0, bool ml
     c.moe_layer_freq = 2;  // layer 1 is sparse
   }
   if (mla) {
-    c.qk_norm = false;
-    c.kv_lora_rank = 16;
+    testing::use_latent_attention(c);
     c.q_lora_rank = 24;
-    c.qk_nope_head_dim = 8;
-    c.qk_rope_head_dim = 4;
-    c.v_head_dim = 6;
-    c.rope_interleave = true;
-    c.n_kv_heads = c.n_heads;
-    if (moe) {
-      c.moe_router = "sigmoid";
-      c.moe_router_bias = true;
-      c.n_shared_experts = 1;
-      c.moe_routed_scaling_factor = 2.5;
-    }
+    if (moe) testing::use_deepseek_moe(c, /*n_group=*/1, /*topk_group=*/1, /*first_k_dense=*/0);
   }
   return c;
 }

@@ -232,26 +232,10 @@ ModelConfig tp_config(int t, bool tied, bool moe, int kv_heads = 0, int mtp = 0,
   }
   if (deepseek) {
     c.partial_rotary_factor = 0.5;
-    c.moe_router = "sigmoid";
-    c.moe_router_bias = true;
-    c.moe_n_group = 2;
-    c.moe_topk_group = 1;
-    c.moe_routed_scaling_factor = 2.5;
-    c.n_shared_experts = 1;
     c.moe_layer_freq = 1;
-    c.first_k_dense_replace = 1;
+    testing::use_deepseek_moe(c, /*n_group=*/2, /*topk_group=*/1, /*first_k_dense=*/1);
   }
-  if (mla) {
-    c.partial_rotary_factor = 1.0;
-    c.qk_norm = c.qkv_bias = c.o_bias = false;
-    c.kv_lora_rank = 16;
-    c.q_lora_rank = 12;
-    c.qk_nope_head_dim = 8;
-    c.qk_rope_head_dim = 4;
-    c.v_head_dim = 6;
-    c.rope_interleave = true;
-    c.n_kv_heads = c.n_heads;
-  }
+  if (mla) testing::use_latent_attention(c);
   return c;
 }
 

@@ -20,4 +20,32 @@ inline ModelConfig tiny_model_config(int64_t max_seq_len, double init_std) {
   return c;
 }
 
+// DeepSeekMoE routing (GLM-4.5, DeepSeek-V3) on a model with experts: sigmoid router with
+// a correction bias, n_group groups of which a token uses topk_group, weights x 2.5, one
+// shared expert; the first first_k_dense layers dense.
+inline void use_deepseek_moe(ModelConfig& c, int64_t n_group, int64_t topk_group, int64_t first_k_dense) {
+  c.moe_router = "sigmoid";
+  c.moe_router_bias = true;
+  c.moe_n_group = n_group;
+  c.moe_topk_group = topk_group;
+  c.moe_routed_scaling_factor = 2.5;
+  c.n_shared_experts = 1;
+  c.first_k_dense_replace = first_k_dense;
+}
+
+// DeepSeek-V3's multi-head latent attention at a test's scale: a query latent of 12,
+// a key/value latent of 16, per head 8 no-rope + 4 rotary dims (interleaved pairs) and 6
+// value dims; no biases or q/k norms (MLA has none).
+inline void use_latent_attention(ModelConfig& c) {
+  c.qkv_bias = c.o_bias = c.qk_norm = false;
+  c.partial_rotary_factor = 1.0;
+  c.kv_lora_rank = 16;
+  c.q_lora_rank = 12;
+  c.qk_nope_head_dim = 8;
+  c.qk_rope_head_dim = 4;
+  c.v_head_dim = 6;
+  c.rope_interleave = true;
+  c.n_kv_heads = c.n_heads;
+}
+
 }  // namespace slimpi::testing

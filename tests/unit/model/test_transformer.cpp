@@ -19,6 +19,7 @@
 #include "model/precision.h"
 #include "model/transformer.h"
 #include "model/log_probs.h"
+#include "../../support/tiny_model.h"
 
 namespace slimpi {
 namespace {
@@ -46,24 +47,9 @@ ModelConfig tiny(bool gqa, bool bias, bool tied, int variant = kPlain) {
     c.n_experts = 4;
     c.n_experts_per_tok = 2;
     c.moe_intermediate_size = 16;
-    c.moe_router = "sigmoid";
-    c.moe_router_bias = true;
-    c.moe_n_group = 2;
-    c.moe_topk_group = 1;
-    c.moe_routed_scaling_factor = 2.5;
-    c.n_shared_experts = 1;
-    c.first_k_dense_replace = 1;
+    testing::use_deepseek_moe(c, /*n_group=*/2, /*topk_group=*/1, /*first_k_dense=*/1);
   }
-  if (variant == kDeepSeek) {
-    c.kv_lora_rank = 16;
-    c.q_lora_rank = 12;
-    c.qk_nope_head_dim = 8;
-    c.qk_rope_head_dim = 4;
-    c.v_head_dim = 6;
-    c.rope_interleave = true;
-    c.qkv_bias = false;
-    c.n_kv_heads = c.n_heads;
-  }
+  if (variant == kDeepSeek) testing::use_latent_attention(c);
   return c;
 }
 

@@ -290,10 +290,7 @@ TEST(SpeculativeEngine, MixtureOfExpertsKeepsTheAcceptedTokensRoutingTraces) {
 // by it, greedy speculation still gives greedy decoding's tokens and routing traces.
 TEST(SpeculativeEngine, DeepSeekMoeDraftFromAnMoeMtpLayer) {
   ModelConfig c = spec_model(260, /*moe=*/true);
-  c.moe_router = "sigmoid";
-  c.moe_router_bias = true;
-  c.n_shared_experts = 1;
-  c.moe_routed_scaling_factor = 2.5;
+  testing::use_deepseek_moe(c, /*n_group=*/1, /*topk_group=*/1, /*first_k_dense=*/0);
   c.partial_rotary_factor = 0.5;
   ASSERT_TRUE(c.mtp_is_moe());
   Transformer m(c, 5, at::kCPU);
