@@ -31,6 +31,9 @@
 //                          alternating; and the memory bound, a sum over the same
 //                          weights. Counters kernel_gb_per_s, mkl_gb_per_s,
 //                          bound_gb_per_s (weight bytes a second), kernel_over_mkl (speed).
+//   BM_MlaDecodeAbsorbedVsExpanded/B  one decode forward of B = 1, 8, 64 sequences at 1024
+//                          cached tokens, DeepSeek-V3's attention shape at reduced width:
+//                          the latent cache (absorbed) vs expanded keys and values.
 // Threads: $SLIMPI_THREADS (default 1). Run: build/perf/bench_engine
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -380,6 +383,55 @@ void BM_SmallBatchLinear(benchmark::State& state) {
   state.counters["kernel_over_mkl"] = t.b / t.a;
 }
 
+// One decode forward of B sequences at 1024 cached tokens on a model with DeepSeek-V3's
+// attention shape at reduced width (d 1024, 16 heads of 128 + 64 query/key and 128 value
+// dims, key/value latent 512, query latent 384, 2 dense layers): the latent cache with
+// the absorbed product (the engine's) against the expanded keys and values cached per
+// head, alternating in one run. Counters: absorbed_ms, expanded_ms, expanded_over_absorbed
+// (time), and each cache's bytes per token (KvCache::bytes_per_token, both layers, fp32).
+void BM_MlaDecodeAbsorbedVsExpanded(benchmark::State& state) {
+  ModelConfig c = quickstart_model();
+  c.hidden_size = 1024;
+  c.n_layers = 2;
+  c.n_heads = c.n_kv_heads = 16;
+  c.intermediate_size = 2048;
+  c.max_seq_len = 2048;
+  c.kv_lora_rank = 512;
+  c.q_lora_rank = 384;
+  c.qk_nope_head_dim = 128;
+  c.qk_rope_head_dim = 64;
+  c.v_head_dim = 128;
+  c.rope_interleave = true;
+  Transformer m(c, 1, at::kCPU);
+  const int64_t B = state.range(0), context = 1024;
+  KvCache latent = KvCache::allocate(c, B * context, at::kFloat, 1, 0, true);
+  KvCache expanded = KvCache::allocate(c, B * context, at::kFloat, 1, 0, false);
+  for (KvCache* cache : {&latent, &expanded})  // values matter only for the softmax's shape
+    for (size_t l = 0; l < cache->k.size(); ++l) {
+      cache->k[l].normal_();
+      cache->v[l].normal_();
+    }
+  std::vector<CachedSequence> seqs;
+  for (int64_t s = 0; s < B; ++s) seqs.push_back({context - 1, 1, at::arange(s * context, (s + 1) * context, at::kLong)});
+  const at::Tensor tokens = at::arange(B, at::kLong) % 250;
+  auto run = [&](bool absorbed) {
+    m.set_latent_cache(absorbed);
+    at::NoGradGuard no_grad;
+    m.forward_incremental(tokens, seqs, absorbed ? latent : expanded);
+  };
+  run(true);
+  run(false);
+  const AbSeconds t = alternate(state, wall_seconds, [&] { run(true); }, [&] { run(false); });
+  const double n = double(state.iterations());
+  state.counters["absorbed_ms"] = 1e3 * t.a / n;
+  state.counters["expanded_ms"] = 1e3 * t.b / n;
+  state.counters["absorbed_tokens_per_s"] = double(B) * n / t.a;
+  state.counters["expanded_tokens_per_s"] = double(B) * n / t.b;
+  state.counters["expanded_over_absorbed"] = t.b / t.a;
+  state.counters["latent_bytes_per_token"] = double(latent.bytes_per_token());
+  state.counters["expanded_bytes_per_token"] = double(expanded.bytes_per_token());
+}
+
 BENCHMARK(BM_KvCacheVsRecompute)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DecodeShare)->Iterations(20)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DecodeBf16VsFp32)->Iterations(20)->UseManualTime()->Unit(benchmark::kMillisecond);
@@ -391,6 +443,8 @@ BENCHMARK(BM_SmallBatchLinear)
     ->ArgsProduct({{1, 4, 16, 32, 64}, {344}, {128}})          // the quickstart model's: 1.4 MB, in cache
     ->Iterations(30)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_GroupPrefill)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_MlaDecodeAbsorbedVsExpanded)->Arg(1)->Arg(8)->Arg(64)->Iterations(6)->UseManualTime()->Unit(
+    benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace slimpi::perf

@@ -10,9 +10,9 @@
 namespace slimpi {
 
 KvCache KvCache::allocate(const ModelConfig& cfg, int64_t n_slots, const at::TensorOptions& options,
-                          int tensor_parallel, int64_t mtp_layers) {
+                          int tensor_parallel, int64_t mtp_layers, bool latent) {
   KvCache c;
-  const auto [heads, dim] = kv_cache_row(cfg, tensor_parallel);
+  const auto [heads, dim] = kv_cache_row(cfg, tensor_parallel, latent);
   for (int64_t l = 0; l < cfg.n_layers + std::min(mtp_layers, cfg.mtp_num_layers); ++l) {
     c.k.push_back(at::zeros({n_slots, heads, dim}, options));
     c.v.push_back(at::zeros({n_slots, heads, dim}, options));

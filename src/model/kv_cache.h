@@ -37,8 +37,10 @@ struct KvCache {
   // tensor_parallel: the engine's group size; each rank caches its Hkv_local heads
   // (model/tensor_shard.h, local_kv_heads). mtp_layers: layers n_layers .. n_layers +
   // mtp_layers - 1 too, the first MTP depths' (a speculating engine's draft).
+  // latent: multi-head latent attention's latent rows (false: its expanded keys and
+  // values, for a model with set_latent_cache(false); model/tensor_shard.h, kv_cache_row).
   static KvCache allocate(const ModelConfig& cfg, int64_t n_slots, const at::TensorOptions& options,
-                          int tensor_parallel = 1, int64_t mtp_layers = 0);
+                          int tensor_parallel = 1, int64_t mtp_layers = 0, bool latent = true);
   int64_t n_slots() const { return k.empty() ? 0 : k[0].size(0); }
   bool quantized() const { return !k_scale.empty(); }
   // Writes K and V [n, Hkv_local, D] (any floating dtype) at `slots` [n] of `layer`.

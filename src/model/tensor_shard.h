@@ -63,7 +63,9 @@ int64_t local_kv_heads(const ModelConfig& cfg, int t);
 struct KvCacheRow {
   int64_t heads = 0, dim = 0;
 };
-KvCacheRow kv_cache_row(const ModelConfig& cfg, int t);
+// latent = false: MLA's expanded keys and values instead (each head's, values zero-padded
+// to the key width; Transformer::set_latent_cache(false), which perf/ compares against).
+KvCacheRow kv_cache_row(const ModelConfig& cfg, int t, bool latent = true);
 
 // Vocabulary rows of the embedding and LM head at tensor-parallel size t: V at t = 1,
 // else V rounded up to a multiple of 128 · t (Megatron's make-vocab-size-divisible-by).

@@ -109,6 +109,10 @@ class Transformer {
   enum class Recompute { None, Selective, Full };
   void set_recompute(Recompute mode) { recompute_ = mode; }
   void set_decode_attention(DecodeAttention mode) { decode_attention_ = mode; }
+  // Multi-head latent attention in incremental forwards: the latent cache and the absorbed
+  // form (default), or the expanded keys and values cached per head (a KvCache allocated
+  // with latent = false; perf/ compares the two). The same outputs to fp32 round-off.
+  void set_latent_cache(bool latent) { latent_cache_ = latent; }
   // Sets every weight to `other`'s (same config), converting the dtype: a bf16 rollout
   // copy of the fp32 policy on a colocated rank. No gradient is tracked.
   void copy_weights_from(const Transformer& other);
@@ -207,6 +211,7 @@ class Transformer {
   bool split_decode_and_prefill_ = true;
   Recompute recompute_ = Recompute::None;
   DecodeAttention decode_attention_ = DecodeAttention::Auto;
+  bool latent_cache_ = true;
   std::vector<NamedTensor> params_;
   std::vector<at::Tensor*> bindings_;  // during construction: where params_[i] binds
   at::Tensor flat_;  // [n_params] every parameter's storage

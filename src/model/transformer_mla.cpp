@@ -62,7 +62,8 @@ at::Tensor Transformer::latent_attention_block(const LayerParams& p, int64_t cac
   }
   q_rot = apply_rope(q_rot, f.cos, f.sin);
   k_rot = apply_rope(k_rot, f.cos, f.sin);
-  if (f.cache) return absorbed_attention(p, cache_layer, q.narrow(-1, 0, nope), q_rot, latent, k_rot, f);
+  if (f.cache && latent_cache_)
+    return absorbed_attention(p, cache_layer, q.narrow(-1, 0, nope), q_rot, latent, k_rot, f);
   at::Tensor qh = at::cat({q_rot, q.narrow(-1, 0, nope)}, -1);                         // [T, H, D]
   if (const double m = cfg_.softmax_scale_factor(); m != 1.0) qh = qh * m;  // YaRN's mscale², in the scores
   const at::Tensor kh = at::cat({k_rot.expand({T, H, R}), kv.narrow(-1, 0, nope)}, -1);  // [T, H, D]

@@ -129,6 +129,29 @@ TEST_P(TransformerShapes, IncrementalEqualsFull) {
   }
 }
 
+// Multi-head latent attention's two incremental forms, the latent cache with the absorbed
+// product (the engine's) and the expanded keys and values cached per head, both give
+// the full forward's logits, step by step.
+TEST(Transformer, LatentAndExpandedCachesGiveTheFullForward) {
+  const ModelConfig cfg = tiny(true, false, false, kDeepSeek);
+  Transformer m(cfg, 13, at::kCPU);
+  at::NoGradGuard no_grad;
+  const at::Tensor a = random_tokens(12, 50, 4);
+  const at::Tensor full = m.forward_packed(a, {12});
+  const at::Tensor slots = at::arange(0, 24, 2, at::kLong);
+  for (bool latent : {true, false}) {
+    m.set_latent_cache(latent);
+    KvCache cache = KvCache::allocate(cfg, 32, at::kFloat, 1, 0, latent);
+    EXPECT_EQ(cache.k[0].size(1), latent ? 1 : cfg.n_heads);
+    int64_t past = 0;
+    for (int64_t n : {5, 1, 3, 1, 1, 1}) {
+      const at::Tensor logits = m.forward_incremental(a.narrow(0, past, n), {{past, n, slots.narrow(0, 0, past + n)}}, cache);
+      EXPECT_TRUE(at::allclose(logits, full.narrow(0, past, n), 1e-5, 1e-5)) << (latent ? "latent" : "expanded") << " at " << past;
+      past += n;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Variants, TransformerShapes,
                          ::testing::Combine(::testing::Bool(), ::testing::Bool(), ::testing::Bool(),
                                             ::testing::Values(int(kPlain), int(kGlm), int(kDeepSeek))));
