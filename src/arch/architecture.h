@@ -15,6 +15,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -91,7 +92,12 @@ void write_qwen_moe(const ModelConfig& cfg, nlohmann::json& j);
 void read_partial_rotary_factor(const nlohmann::json& c, HfConfigReader& r, double absent);
 // DeepSeekMoE's fields (n_routed_experts, n_group, topk_group, routed_scaling_factor,
 // n_shared_experts, first_k_dense_replace, ...; arch/glm4_moe.cpp), in and out.
-void read_deepseek_moe(const nlohmann::json& c, HfConfigReader& r);
+// absent: the transformers config class's defaults for fields config.json leaves out.
+struct DeepSeekMoeDefaults {
+  double routed_scaling_factor;
+  int64_t n_group, topk_group, first_k_dense_replace;
+};
+void read_deepseek_moe(const nlohmann::json& c, HfConfigReader& r, const DeepSeekMoeDefaults& absent);
 void write_deepseek_moe(const ModelConfig& cfg, nlohmann::json& j);
 bool is_deepseek_moe(const ModelConfig& cfg);
 

@@ -44,17 +44,14 @@ void read_mlp_layer_types(const nlohmann::json& c, HfConfigReader& r) {
   else r.set("model.first_k_dense_replace", dense, "mlp_layer_types");
 }
 
-Architecture mla_family(const char* model_type, const char* hf_class) {
+Architecture mla_family(const char* model_type, const char* hf_class,
+                        void (*read_config)(const nlohmann::json& c, HfConfigReader& r)) {
   Architecture a;
   a.model_type = model_type;
   a.hf_class = hf_class;
   a.moe = true;
   a.deepseek_moe = true;
-  a.read_config = [](const nlohmann::json& c, HfConfigReader& r) {
-    read_mla(c, r);
-    read_deepseek_moe(c, r);
-    read_mlp_layer_types(c, r);
-  };
+  a.read_config = read_config;
   a.write_config = [](const ModelConfig& cfg, nlohmann::json& j) {
     write_deepseek_moe(cfg, j);
     j["kv_lora_rank"] = cfg.kv_lora_rank;
@@ -72,13 +69,22 @@ Architecture mla_family(const char* model_type, const char* hf_class) {
 }  // namespace
 
 Architecture deepseek_v3_architecture() {
-  Architecture a = mla_family("deepseek_v3", "DeepseekV3ForCausalLM");
+  Architecture a = mla_family("deepseek_v3", "DeepseekV3ForCausalLM",
+                              [](const nlohmann::json& c, HfConfigReader& r) {
+    read_mla(c, r);
+    read_deepseek_moe(c, r, {2.5, 8, 4, 3});  // DeepseekV3Config's defaults
+  });
   a.fits = [](const ModelConfig& cfg) { return cfg.is_mla() && is_deepseek_moe(cfg); };
   return a;
 }
 
 Architecture glm4_moe_lite_architecture() {
-  Architecture a = mla_family("glm4_moe_lite", "Glm4MoeLiteForCausalLM");
+  Architecture a = mla_family("glm4_moe_lite", "Glm4MoeLiteForCausalLM",
+                              [](const nlohmann::json& c, HfConfigReader& r) {
+    read_mla(c, r);
+    read_deepseek_moe(c, r, {1.8, 1, 1, 1});  // Glm4MoeLiteConfig's defaults (mlp_layer_types: one dense layer)
+    read_mlp_layer_types(c, r);
+  });
   a.fits = [](const ModelConfig&) { return false; };  // exported as deepseek_v3 (the same model)
   return a;
 }

@@ -9,29 +9,32 @@
 // mlp.shared_experts.*).
 #include <nlohmann/json.hpp>
 
+#include <tuple>
+
 #include "arch/architecture.h"
 #include "arch/hf_config_reader.h"
 #include "model/model_config.h"
 
 namespace slimpi {
 
-void read_deepseek_moe(const nlohmann::json& c, HfConfigReader& r) {
+void read_deepseek_moe(const nlohmann::json& c, HfConfigReader& r, const DeepSeekMoeDefaults& absent) {
   r.required(c, "n_routed_experts", "model.n_experts");
   r.required(c, "num_experts_per_tok", "model.n_experts_per_tok");
   r.required(c, "moe_intermediate_size", "model.moe_intermediate_size");
   r.set("model.moe_router", std::string("sigmoid"), "architectures (DeepSeekMoE: sigmoid router)");
   r.set("model.moe_router_bias", true, "architectures (DeepSeekMoE: e_score_correction_bias)");
   r.set("model.norm_topk_prob", get_bool(c, "norm_topk_prob").value_or(true), "norm_topk_prob");
-  r.set("model.moe_routed_scaling_factor", get_float(c, "routed_scaling_factor").value_or(1.0),
+  r.set("model.moe_routed_scaling_factor", get_float(c, "routed_scaling_factor").value_or(absent.routed_scaling_factor),
         "routed_scaling_factor");
-  for (const auto& [field, key] : {std::pair{"n_group", "model.moe_n_group"}, {"topk_group", "model.moe_topk_group"}})
+  for (const auto& [field, key, def] : {std::tuple{"n_group", "model.moe_n_group", absent.n_group},
+                                        {"topk_group", "model.moe_topk_group", absent.topk_group}})
     if (auto n = get_int(c, field); n && *n <= 0) r.fail("'{}' = {} must be positive", field, *n);
-    else r.set(key, n.value_or(1), field);
+    else r.set(key, n.value_or(def), field);
   if (auto n = get_int(c, "n_shared_experts"); n && *n < 0) r.fail("'n_shared_experts' = {} must not be negative", *n);
   else r.set("model.n_shared_experts", n.value_or(1), "n_shared_experts");
   if (auto n = get_int(c, "first_k_dense_replace"); n && *n < 0)
     r.fail("'first_k_dense_replace' = {} must not be negative", *n);
-  else r.set("model.first_k_dense_replace", n.value_or(1), "first_k_dense_replace");
+  else r.set("model.first_k_dense_replace", n.value_or(absent.first_k_dense_replace), "first_k_dense_replace");
   r.set("model.moe_layer_freq", int64_t(1), "architectures (DeepSeekMoE: every layer past the dense ones sparse)");
   r.set("model.shared_expert_intermediate_size", int64_t(0), "architectures (DeepSeekMoE: ungated shared experts)");
   const std::string scoring = c.value("scoring_func", std::string("sigmoid"));
@@ -71,7 +74,7 @@ Architecture glm4_moe_architecture() {
     r.set("model.o_bias", false, "architectures (GLM-4.5: no o bias)");
     r.set("model.qk_norm", get_bool(c, "use_qk_norm").value_or(false), "use_qk_norm");
     read_partial_rotary_factor(c, r, 0.5);
-    read_deepseek_moe(c, r);
+    read_deepseek_moe(c, r, {1.0, 1, 1, 1});  // Glm4MoeConfig's defaults
   };
   a.fits = [](const ModelConfig& cfg) { return is_deepseek_moe(cfg) && !cfg.o_bias && !cfg.is_mla(); };
   a.write_config = [](const ModelConfig& cfg, nlohmann::json& j) {

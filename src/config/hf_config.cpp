@@ -174,6 +174,17 @@ HfConfigReader resolve(const std::string& file, const json& c) {
     }
   arch->read_config(c, r);
   refuse_unsupported_fields(c, r);
+  // What a family leaves unset is the plain model's (softmax routing, whole rotary heads,
+  // no latent attention): a deck that sets one of these otherwise would change the
+  // checkpoint's math, which apply_hf_config then refuses as a contradiction.
+  const std::vector<std::pair<const char*, DeckValue>> plain = {
+      {"model.moe_router", std::string("softmax")}, {"model.moe_router_bias", false},
+      {"model.moe_n_group", int64_t(1)}, {"model.moe_topk_group", int64_t(1)},
+      {"model.moe_routed_scaling_factor", 1.0}, {"model.n_shared_experts", int64_t(0)},
+      {"model.first_k_dense_replace", int64_t(0)}, {"model.partial_rotary_factor", 1.0},
+      {"model.kv_lora_rank", int64_t(0)}, {"model.q_lora_rank", int64_t(0)}, {"model.rope_interleave", false}};
+  for (const auto& [key, value] : plain)
+    if (!r.has(key)) r.set(key, value, "architectures (" + std::string(arch->hf_class) + ": none)");
   return r;
 }
 

@@ -50,10 +50,14 @@ at::Tensor Transformer::latent_attention_block(const LayerParams& p, int64_t cac
                 nope = cfg_.qk_nope_head_dim, Dv = cfg_.v_head_dim, r = cfg_.kv_lora_rank;
   auto whole = [&](const at::Tensor& w) { return f.tp ? copy_to_tp(f.tp, w) : w; };  // on every shard
   const at::Tensor h = f.to_columns(rms_norm(x, f.as_used(f.shared(p.input_norm)), eps));  // [T, d]
-  const at::Tensor q_in = p.q_a.defined() ? rms_norm(dense(h, whole(p.q_a)), f.as_used(whole(p.q_a_norm)), eps) : h;
+  // The latents' norms use 1e-6 whatever rms_norm_eps says (transformers' and DeepSeek's
+  // reference code build them with their class default).
+  constexpr double kLatentEps = 1e-6;
+  const at::Tensor q_in =
+      p.q_a.defined() ? rms_norm(dense(h, whole(p.q_a)), f.as_used(whole(p.q_a_norm)), kLatentEps) : h;
   const at::Tensor q = dense(q_in, p.q).view({T, H, D});                                   // [T, H, nope + R]
   const at::Tensor kv_a = dense(h, whole(p.kv_a));                                          // [T, r + R]
-  const at::Tensor latent = rms_norm(kv_a.narrow(-1, 0, r), f.as_used(whole(p.kv_a_norm)), eps);  // [T, r]
+  const at::Tensor latent = rms_norm(kv_a.narrow(-1, 0, r), f.as_used(whole(p.kv_a_norm)), kLatentEps);  // [T, r]
   const at::Tensor kv = dense(latent, p.kv_b).view({T, H, nope + Dv});                      // [T, H, nope + Dv]
   at::Tensor q_rot = q.narrow(-1, nope, R), k_rot = kv_a.narrow(-1, r, R).unsqueeze(1);     // [T, H, R], [T, 1, R]
   if (cfg_.rope_interleave) {

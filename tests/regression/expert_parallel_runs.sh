@@ -125,4 +125,6 @@ refused 4 "the model has none: model.n_experts = 0" --set parallel.expert_parall
 refused 4 "it must divide model.n_experts = 6" "${moe[@]}" --set model.n_experts=6 --set parallel.expert_parallel=4 \
   --set parallel.placement=colocate
 refused 4 "it must divide the number of trainer ranks, 2" "${moe[@]}" --set parallel.expert_parallel=4
+refused 4 "the model's MTP depths are MoE layers" "${moe[@]}" --set model.moe_router=sigmoid --set model.mtp_num_layers=1 \
+  --set train.mtp_loss_coef=0.1 --set parallel.expert_parallel=2
 echo "expert_parallel_runs: OK"

@@ -212,6 +212,13 @@ TEST_F(HfDir, Glm4MoeConfigRoundTripsAndBadFieldsAreErrors) {
       {error_of([](auto& c) { c["num_experts_per_tok"] = 5; }), "exceeds the 4 experts of the model.moe_topk_group = 2"},
   };
   for (const auto& [message, want] : cases) EXPECT_NE(message.find(want), std::string::npos) << message;
+  // A field config.json leaves out takes its family's transformers default (DeepSeek-V3's
+  // routed_scaling_factor 2.5, not GLM-4.5's 1.0); a deck that gives a plain family
+  // DeepSeekMoE's routing contradicts its config.
+  const fs::path bare = edited("deepseek_v3", [](nlohmann::json& c) { c.erase("routed_scaling_factor"); });
+  EXPECT_EQ(ModelConfig::from_deck(deck_for(bare)).moe_routed_scaling_factor, 2.5);
+  const std::string routed = deck_error(kFixtures / "qwen3_moe", {"model.moe_router=sigmoid"});
+  EXPECT_NE(routed.find("model.moe_router = \"sigmoid\" (--set) contradicts"), std::string::npos) << routed;
   const std::string dense = deck_error(
       edited("llama_gqa_untied", [](nlohmann::json& c) { c["rope_parameters"]["partial_rotary_factor"] = 0.5; }));
   EXPECT_NE(dense.find("partial_rotary_factor != 1 is not supported for this architecture"), std::string::npos) << dense;
