@@ -15,8 +15,8 @@
 // scores q_lat·c + q_r·k_r (the same numbers as q_n·k_n + q_r·k_r, to round-off); the
 // weighted sum over the latents, then W_UV_h (kv_b's value rows) per head. That is
 // multi-query attention with one key/value head of r + R (values: the latent, zero-padded
-// by R), so every cache path (paged decode, gathered prefill, prefix cache, preemption,
-// e4m3, PD transfer) takes it unchanged. Tensor parallelism: this shard's
+// by R), so every cache path takes it unchanged (paged decode, gathered prefill, prefix
+// cache and preemption tested with it; e4m3 and PD transfer not yet). Tensor parallelism: this shard's
 // H / t heads (the rows of q_b / q_proj and kv_b, the columns of o_proj); the latent
 // projections and their norms are whole on every shard, their gradients summed over the
 // group (copy_to_tp).
