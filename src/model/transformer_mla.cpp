@@ -58,7 +58,6 @@ at::Tensor Transformer::latent_attention_block(const LayerParams& p, int64_t cac
   const at::Tensor q = dense(q_in, p.q).view({T, H, D});                                   // [T, H, nope + R]
   const at::Tensor kv_a = dense(h, whole(p.kv_a));                                          // [T, r + R]
   const at::Tensor latent = rms_norm(kv_a.narrow(-1, 0, r), f.as_used(whole(p.kv_a_norm)), kLatentEps);  // [T, r]
-  const at::Tensor kv = dense(latent, p.kv_b).view({T, H, nope + Dv});                      // [T, H, nope + Dv]
   at::Tensor q_rot = q.narrow(-1, nope, R), k_rot = kv_a.narrow(-1, r, R).unsqueeze(1);     // [T, H, R], [T, 1, R]
   if (cfg_.rope_interleave) {
     q_rot = deinterleave(q_rot);
@@ -66,8 +65,9 @@ at::Tensor Transformer::latent_attention_block(const LayerParams& p, int64_t cac
   }
   q_rot = apply_rope(q_rot, f.cos, f.sin);
   k_rot = apply_rope(k_rot, f.cos, f.sin);
-  if (f.cache && latent_cache_)
+  if (f.cache && latent_cache_)  // (kv_b applies after attention there: no per-head keys and values here)
     return absorbed_attention(p, cache_layer, q.narrow(-1, 0, nope), q_rot, latent, k_rot, f);
+  const at::Tensor kv = dense(latent, p.kv_b).view({T, H, nope + Dv});                      // [T, H, nope + Dv]
   at::Tensor qh = at::cat({q_rot, q.narrow(-1, 0, nope)}, -1);                         // [T, H, D]
   if (const double m = cfg_.softmax_scale_factor(); m != 1.0) qh = qh * m;  // YaRN's mscale², in the scores
   const at::Tensor kh = at::cat({k_rot.expand({T, H, R}), kv.narrow(-1, 0, nope)}, -1);  // [T, H, D]
