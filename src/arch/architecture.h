@@ -16,7 +16,9 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/registry.h"
@@ -87,8 +89,9 @@ void refuse_experts(const nlohmann::json& c, HfConfigReader& r);
 // Qwen2-MoE / Qwen3-MoE expert fields (num_experts or num_local_experts, ...).
 void read_qwen_moe(const nlohmann::json& c, HfConfigReader& r);
 void write_qwen_moe(const ModelConfig& cfg, nlohmann::json& j);
-// partial_rotary_factor, in rope_parameters (transformers 5) or at the top level; `absent`
-// when neither has it.
+// partial_rotary_factor, in rope_parameters (transformers 5) or at the top level, with the
+// field it came from (nullopt: neither has it); read as the deck key, `absent` when neither.
+std::optional<std::pair<double, const char*>> find_partial_rotary_factor(const nlohmann::json& c);
 void read_partial_rotary_factor(const nlohmann::json& c, HfConfigReader& r, double absent);
 // DeepSeekMoE's fields (n_routed_experts, n_group, topk_group, routed_scaling_factor,
 // n_shared_experts, first_k_dense_replace, ...; arch/glm4_moe.cpp), in and out.

@@ -46,16 +46,17 @@ void write_qwen_moe(const ModelConfig& cfg, nlohmann::json& j) {
   j["mlp_only_layers"] = nlohmann::json::array();
 }
 
+std::optional<std::pair<double, const char*>> find_partial_rotary_factor(const nlohmann::json& c) {
+  if (auto it = c.find("rope_parameters"); it != c.end() && it->is_object())
+    if (auto f = get_float(*it, "partial_rotary_factor")) return std::pair{*f, "rope_parameters.partial_rotary_factor"};
+  if (auto f = get_float(c, "partial_rotary_factor")) return std::pair{*f, "partial_rotary_factor"};
+  return std::nullopt;
+}
+
 void read_partial_rotary_factor(const nlohmann::json& c, HfConfigReader& r, double absent) {
-  std::optional<double> f;
-  const char* field = "partial_rotary_factor";
-  if (auto it = c.find("rope_parameters"); it != c.end() && it->is_object()) {
-    f = get_float(*it, "partial_rotary_factor");
-    if (f) field = "rope_parameters.partial_rotary_factor";
-  }
-  if (!f) f = get_float(c, "partial_rotary_factor");
-  if (f && !(*f > 0 && *f <= 1)) r.fail("'{}' = {} must be in (0, 1]", field, *f);
-  else r.set("model.partial_rotary_factor", f.value_or(absent), f ? field : "architectures (its default)");
+  const auto f = find_partial_rotary_factor(c);
+  if (f && !(f->first > 0 && f->first <= 1)) r.fail("'{}' = {} must be in (0, 1]", f->second, f->first);
+  else r.set("model.partial_rotary_factor", f ? f->first : absent, f ? f->second : "architectures (its default)");
 }
 
 }  // namespace slimpi

@@ -113,11 +113,9 @@ void refuse_unsupported_fields(const json& c, HfConfigReader& r) {
         break;
       }
   if (get_float(c, "attention_dropout").value_or(0.0) != 0.0) r.fail("attention_dropout != 0 is not supported");
-  if (!r.has("model.partial_rotary_factor")) {  // the families that rotate part of each head read it themselves
-    const json* rope = c.contains("rope_parameters") && c["rope_parameters"].is_object() ? &c["rope_parameters"] : &c;
-    if (get_float(c, "partial_rotary_factor").value_or(get_float(*rope, "partial_rotary_factor").value_or(1.0)) != 1.0)
-      r.fail("partial_rotary_factor != 1 is not supported for this architecture");
-  }
+  // (the families that rotate part of each head read it themselves)
+  if (const auto f = find_partial_rotary_factor(c); !r.has("model.partial_rotary_factor") && f && f->first != 1.0)
+    r.fail("{} = {}: partial_rotary_factor != 1 is not supported for this architecture", f->second, f->first);
   // Block-wise FP8 checkpoints (model/fp8_blocks.h) load de-quantised; other schemes are refused.
   if (auto q = c.find("quantization_config"); q != c.end() && !q->is_null()) {
     const std::string method = q->value("quant_method", std::string("?"));

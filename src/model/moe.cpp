@@ -75,10 +75,6 @@ at::Tensor run_sharded_experts(const at::Tensor& x, const at::Tensor& counts, co
   return exchange_rows(ep, y, recv_rows, send_rows);  // [P, d]
 }
 
-}  // namespace
-
-namespace {
-
 // The router's scores [T, E] fp32 and its own choice [T, k] (the formulas in moe.h).
 // The sigmoid router's logits are fp32 products (transformers keeps DeepSeekMoE's gate in
 // fp32; a bf16 product would move choices).

@@ -2,7 +2,8 @@
 //   router logits z = h · W_routerᵀ                         [T, E]
 //   softmax router (Qwen3-MoE, Mixtral):
 //     p = softmax(z) in fp32;  (w, i) = top-k of p per token  [T, k]
-//   sigmoid router (DeepSeekMoE: DeepSeek-V3, GLM-4.5; z in fp32 from fp32 h and W):
+//   sigmoid router (DeepSeekMoE: DeepSeek-V3, GLM-4.5; z an fp32 product, W and b used as
+//   their bf16 roundings in a bf16 forward, as every weight is):
 //     p = σ(z);  c = p + b (b: the score correction bias, or 0) chooses, p weighs:
 //     with G groups of E/G experts, group g scores Σ of its top-2 c; a token keeps the
 //     topk_group best groups (c = −∞ elsewhere);  i = top-k of c;  w = p gathered at i
