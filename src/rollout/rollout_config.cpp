@@ -173,12 +173,14 @@ RolloutConfig RolloutConfig::from_deck(const Deck& deck, const ModelConfig& mode
   // prefix cache, so the next turn re-uses its KV instead of recomputing it.
   if (c.env.enabled() && c.engine.prefix_cache) c.engine.cache_responses = true;
   if (chat.enabled()) {
-    const std::vector<int64_t> marker = c.tokenizer->encode_text(chat.end_of_turn());
-    auto& stops = c.sampling.stop_token_ids;
-    if (marker.size() == 1 && std::find(stops.begin(), stops.end(), marker[0]) == stops.end()) {
-      stops.push_back(marker[0]);
-      log::info("data.chat_template = {}: {} (id {}) ends a generation too", chat_template_name(chat.chat_template),
-                chat.end_of_turn(), marker[0]);
+    for (const std::string& end : chat.turn_ends()) {
+      const std::vector<int64_t> marker = c.tokenizer->encode_text(end);
+      auto& stops = c.sampling.stop_token_ids;
+      if (marker.size() == 1 && std::find(stops.begin(), stops.end(), marker[0]) == stops.end()) {
+        stops.push_back(marker[0]);
+        log::info("data.chat_template = {}: {} (id {}) ends a generation too", chat_template_name(chat.chat_template),
+                  end, marker[0]);
+      }
     }
   }
   c.n_samples_per_prompt = deck.get_int("rollout.n_samples_per_prompt");

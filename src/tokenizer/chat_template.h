@@ -2,19 +2,31 @@
 // prompt text a chat model was trained on, the way Hugging Face transformers'
 // apply_chat_template renders these models' Jinja templates (checked against it on
 // the conversations of tests/fixtures/chat):
-//   chatml  Qwen2 / Qwen2.5 ChatML: "<|im_start|>{role}\n{content}<|im_end|>\n" per
-//           message; tool results as a user turn of <tool_response> blocks
-//   llama3  Llama 3 Instruct: bos_token, then "<|start_header_id|>{role}<|end_header_id|>
-//           \n\n{content stripped}<|eot_id|>" per message
-//   qwen3   Qwen3: ChatML with the <think> rules (reasoning of assistant turns after the
-//           last user query is kept as a <think> block; the rest is dropped) and
-//           enable_thinking (false: an empty <think> block opens the generation)
-// ChatFormat::system_prompt is a slimpi option, not part of any template: a system
-// message put first when the conversation has none (Qwen2.5-Instruct's template does
-// this with "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.").
+//   chatml       Qwen2 / Qwen2.5 ChatML: "<|im_start|>{role}\n{content}<|im_end|>\n" per
+//                message; tool results as a user turn of <tool_response> blocks
+//   llama3       Llama 3 Instruct: bos_token, then "<|start_header_id|>{role}<|end_header_id|>
+//                \n\n{content stripped}<|eot_id|>" per message
+//   qwen3        Qwen3: ChatML with the <think> rules (reasoning of assistant turns after the
+//                last user query is kept as a <think> block; the rest is dropped) and
+//                enable_thinking (false: an empty <think> block opens the generation)
+//   glm45        GLM-4.5 / GLM-4.5-Air (glm4_moe): "[gMASK]<sop>", <|system|> <|user|>
+//                <|assistant|> <|observation|> openers and no closing marker (the next
+//                message's opener ends a turn); every assistant turn has a <think> block;
+//                enable_thinking (false: "/nothink" after each user message, an empty
+//                <think></think> opens the generation)
+//   deepseek_r1  DeepSeek-R1 (deepseek_v3): bos_token, the system prompt, <｜User｜> and
+//                <｜Assistant｜> turns closed by <｜end▁of▁sentence｜>, tool outputs; the
+//                generation opens with "<think>\n" and an earlier turn's reasoning is dropped
+//                (so a multi-turn episode under it is refused: ChatTranscript)
+// chat_renderers.cpp has each one's rules. ChatFormat::system_prompt is a slimpi option, not
+// part of any template: a system message put first when the conversation has none
+// (Qwen2.5-Instruct's template does this with "You are Qwen, created by Alibaba Cloud. You
+// are a helpful assistant.").
 // A generation stops at the end-of-turn marker when the vocabulary has it as one token
-// (RolloutConfig adds its id to the stop ids); an SFT reply is trained up to and with
-// it, plus the vocabulary's EOS where the marker is not one token (the byte tokenizer).
+// (RolloutConfig adds its id to the stop ids; glm45's <|observation|> too); an SFT reply is
+// trained up to and with it (glm45's reply gets <|user|>, which the next message would
+// open with), plus the vocabulary's EOS where the marker is not one token (the byte
+// tokenizer).
 // Roles: system, user, assistant, and tool (chatml and qwen3: a user turn of
 // <tool_response> blocks). Llama 3 (3.0's template) has no tool role for prompts; a
 // multi-turn environment's tool results render as Llama 3.1's ipython turn. Structured
@@ -43,17 +55,21 @@ struct ChatMessage {
   std::string reasoning;
 };
 
-enum class ChatTemplate { None, ChatML, Llama3, Qwen3 };
+enum class ChatTemplate { None, ChatML, Llama3, Qwen3, Glm45, DeepSeekR1 };
 
 struct ChatFormat {
   ChatTemplate chat_template = ChatTemplate::None;
   std::string system_prompt;     // "" = none
-  bool enable_thinking = true;   // qwen3 only
-  std::string bos_token;         // llama3: the text the template starts with
+  bool enable_thinking = true;   // qwen3 and glm45
+  std::string bos_token;         // llama3, deepseek_r1: the text the template starts with
 
   bool enabled() const { return chat_template != ChatTemplate::None; }
-  // The text that ends an assistant turn: "<|im_end|>" (chatml, qwen3), "<|eot_id|>" (llama3).
+  // The text that ends an assistant turn: "<|im_end|>" (chatml, qwen3), "<|eot_id|>" (llama3),
+  // "<|user|>" (glm45), "<｜end▁of▁sentence｜>" (deepseek_r1).
   std::string end_of_turn() const;
+  // Every text that can end an assistant turn: end_of_turn(), and glm45's <|observation|>
+  // (the turn before tool results).
+  std::vector<std::string> turn_ends() const;
   // From data.chat_template, data.system_prompt and data.enable_thinking; checks that
   // they fit together and with the tokenizer (llama3 needs its bos_token). "auto" is
   // the template the model ships when slimpi recognises it, none when it ships none,
@@ -67,17 +83,27 @@ struct ChatFormat {
 struct ChatTemplateSpec {
   ChatTemplate id;
   const char* name;
-  const char* end_of_turn;  // the text that ends an assistant turn ("" for none)
+  const char* end_of_turn;       // the text that ends an assistant turn ("" for none)
+  const char* tool_end_of_turn;  // what ends a turn followed by tool results, when not end_of_turn ("" = same)
+  bool reply_closes_itself;      // a rendered assistant turn ends with end_of_turn (glm45: the next opener does)
+  bool reads_reasoning;          // accepts an assistant message's reasoning_content (qwen3, glm45)
+  bool needs_bos;                // starts with the tokenizer's bos_token (llama3, deepseek_r1)
+  const char* thinking_off;      // the generation prompt's tail under enable_thinking = false;
+                                 // nullptr = the template has no thinking switch
   std::string (*render)(const std::vector<ChatMessage>& messages, const ChatFormat& format, bool add_generation_prompt);
 };
 const Registry<ChatTemplateSpec>& chat_templates();
+const ChatTemplateSpec& chat_template_spec(ChatTemplate t);
 
 ChatTemplate parse_chat_template(const std::string& name);  // throws on an unknown name ("auto" included)
 const char* chat_template_name(ChatTemplate t);
 
 // Which built-in template a model's shipped Jinja template is, by the markers it writes:
 // <|im_start|> with <think> = qwen3, <|im_start|> = chatml, <|start_header_id|> with
-// <|eot_id|> = llama3; nullopt for anything else (or no text).
+// <|eot_id|> = llama3, [gMASK]<sop> with <|observation|> and '\n<think></think>' = glm45
+// (GLM-4.7's template writes <think> without the newline and is not it), <｜User｜> and
+// <｜Assistant｜> with '<think>\n' = deepseek_r1 (DeepSeek-V3's own template opens no
+// <think> and is not it); nullopt for anything else (or no text).
 std::optional<ChatTemplate> recognise_chat_template(const std::string& jinja);
 
 // One log line when the model ships a chat template and data.chat_template does not

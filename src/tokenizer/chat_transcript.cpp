@@ -56,10 +56,11 @@ ChatTranscript::ChatTranscript(const ChatFormat& format) : format_(format) {
 
 void ChatTranscript::add_model_turn(const std::string& text, bool ended_on_end_of_turn) {
   if (!format_.enabled()) return;
-  // qwen3 without thinking opened the turn with an empty <think> block (its generation
-  // prompt): the turn's message carries it, as the model's own text would.
-  const bool empty_think = format_.chat_template == ChatTemplate::Qwen3 && !format_.enable_thinking;
-  conversation_.push_back({"assistant", empty_think ? "<think>\n\n</think>\n\n" + text : text, false, ""});
+  // Without thinking (qwen3, glm45) the generation prompt opened the turn with an empty
+  // <think> block: the turn's message carries it, as the model's own text would.
+  const char* thinking_off = chat_template_spec(format_.chat_template).thinking_off;
+  const bool empty_think = thinking_off != nullptr && !format_.enable_thinking;
+  conversation_.push_back({"assistant", empty_think ? thinking_off + text : text, false, ""});
   sampled_end_ = ended_on_end_of_turn;
 }
 
@@ -79,15 +80,24 @@ std::string ChatTranscript::add_observation(const std::vector<ChatMessage>& mess
                          chat_template_name(format_.chat_template), first_difference(opened_, full));
     return "";
   }
-  const std::string end = format_.end_of_turn();
-  const size_t at = full.find(end, opened_.size());  // the end of the model's turn as rendered
+  // The end of the model's turn as rendered: the first of the template's turn ends (glm45
+  // ends a turn with the opener of what follows: <|user|>, or <|observation|> before tools).
+  size_t at = std::string::npos;
+  std::string end;
+  for (const std::string& e : format_.turn_ends()) {
+    const size_t k = full.find(e, opened_.size());
+    if (k < at) at = k, end = e;
+  }
   if (at == std::string::npos) {
     *error = fmt::format("the {} chat template rendered the model's turn without its end-of-turn marker {}",
-                         chat_template_name(format_.chat_template), end);
+                         chat_template_name(format_.chat_template), format_.end_of_turn());
     return "";
   }
   opened_ = full;
-  return (sampled_end_ ? std::string() : end) + full.substr(at + end.size());
+  // A sampled end-of-turn token is in the stream already; another marker is appended (a
+  // glm45 turn that sampled <|user|> before tool results keeps it, then <|observation|>).
+  const bool in_stream = sampled_end_ && end == format_.end_of_turn();
+  return (in_stream ? std::string() : end) + full.substr(at + end.size());
 }
 
 std::string ChatTranscript::save() const {

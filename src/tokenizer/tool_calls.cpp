@@ -43,9 +43,115 @@ ToolCall from_json_text(const std::string& body, const std::string& raw, std::in
   return call;
 }
 
+// One GLM-4.5 call's body (between <tool_call> and </tool_call>):
+//   NAME [\n] (<arg_key>K</arg_key> [\n] <arg_value>V</arg_value> [\n])*
+// A value that parses as JSON is that JSON value, any other is the string as written
+// (the template writes strings raw and other values as JSON, as SGLang's glm45 parser reads them).
+ToolCall from_glm_body(const std::string& body, const std::string& raw) {
+  ToolCall call;
+  call.raw = raw;
+  const auto trim = [](const std::string& x) {
+    const size_t b = x.find_first_not_of(" \t\r\n"), e = x.find_last_not_of(" \t\r\n");
+    return b == std::string::npos ? std::string() : x.substr(b, e - b + 1);
+  };
+  const size_t first_key = body.find("<arg_key>");
+  const std::string name = trim(body.substr(0, first_key));
+  if (name.empty() || name.find_first_of(" \t\r\n<>") != std::string::npos) {
+    call.error = "no function name before the arguments";
+    return call;
+  }
+  nlohmann::json args = nlohmann::json::object();
+  for (size_t at = first_key; at != std::string::npos; at = body.find("<arg_key>", at)) {
+    const size_t key_end = body.find("</arg_key>", at);
+    const size_t value_at = key_end == std::string::npos ? key_end : body.find("<arg_value>", key_end);
+    const size_t value_end = value_at == std::string::npos ? value_at : body.find("</arg_value>", value_at);
+    if (value_end == std::string::npos) {
+      call.error = "an <arg_key> without its </arg_key> <arg_value>...</arg_value>";
+      return call;
+    }
+    const std::string key = body.substr(at + 9, key_end - at - 9);
+    if (!trim(body.substr(key_end + 10, value_at - key_end - 10)).empty()) {
+      call.error = "text between </arg_key> and <arg_value> of '" + key + "'";
+      return call;
+    }
+    if (args.contains(key)) {
+      call.error = "argument '" + key + "' given twice";
+      return call;
+    }
+    const std::string value = body.substr(value_at + 11, value_end - value_at - 11);
+    const nlohmann::json parsed = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
+    args[key] = parsed.is_discarded() ? nlohmann::json(value) : parsed;
+    at = value_end + 12;
+  }
+  call.name = name;
+  call.arguments_json = args.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return call;
+}
+
+std::vector<ToolCall> parse_glm_calls(const std::string& text) {
+  std::vector<ToolCall> calls;
+  for (size_t at = text.find(kOpen); at != std::string::npos; at = text.find(kOpen, at)) {
+    const size_t body = at + std::string(kOpen).size();
+    const size_t end = text.find(kClose, body);
+    if (end == std::string::npos) {
+      calls.push_back({"", "", text.substr(at), "no closing </tool_call>"});
+      break;
+    }
+    calls.push_back(from_glm_body(text.substr(body, end - body), text.substr(at, end + std::string(kClose).size() - at)));
+    at = end + std::string(kClose).size();
+  }
+  return calls;
+}
+
+// DeepSeek-V3 / R1 calls: <｜tool▁call▁begin｜>TYPE<｜tool▁sep｜>NAME\n```json\nARGS\n```<｜tool▁call▁end｜>,
+// inside <｜tool▁calls▁begin｜> ... <｜tool▁calls▁end｜>.
+constexpr const char* kDsCallBegin = "<｜tool▁call▁begin｜>";
+constexpr const char* kDsCallEnd = "<｜tool▁call▁end｜>";
+constexpr const char* kDsSep = "<｜tool▁sep｜>";
+constexpr const char* kDsCallsEnd = "<｜tool▁calls▁end｜>";
+
+std::vector<ToolCall> parse_deepseek_calls(const std::string& text) {
+  std::vector<ToolCall> calls;
+  const std::string begin_marker = kDsCallBegin, end_marker = kDsCallEnd, sep = kDsSep;
+  for (size_t at = text.find(begin_marker); at != std::string::npos; at = text.find(begin_marker, at)) {
+    const size_t end = text.find(end_marker, at);
+    ToolCall call;
+    call.raw = text.substr(at, end == std::string::npos ? std::string::npos : end + end_marker.size() - at);
+    if (end == std::string::npos) {
+      call.error = std::string("no closing ") + kDsCallEnd;
+      calls.push_back(call);
+      break;
+    }
+    const std::string body = text.substr(at + begin_marker.size(), end - at - begin_marker.size());
+    at = end + end_marker.size();
+    const size_t s = body.find(sep);
+    const size_t name_end = s == std::string::npos ? s : body.find('\n', s);
+    const size_t open = name_end == std::string::npos ? name_end : body.find("```json", name_end);
+    const size_t close = open == std::string::npos ? open : body.rfind("```");
+    if (close == std::string::npos || close <= open) {
+      call.error = std::string("not TYPE") + kDsSep + "NAME\n```json\n{...}\n```";
+      calls.push_back(call);
+      continue;
+    }
+    const std::string name = body.substr(s + sep.size(), name_end - s - sep.size());
+    const nlohmann::json args = nlohmann::json::parse(body.substr(open + 7, close - open - 7), nullptr, false);
+    if (name.empty()) call.error = "no function name";
+    else if (args.is_discarded()) call.error = "arguments are not valid JSON";
+    else if (!args.is_object()) call.error = "arguments are not a JSON object";
+    if (call.error.empty()) {
+      call.name = name;
+      call.arguments_json = args.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    }
+    calls.push_back(call);
+  }
+  return calls;
+}
+
 }  // namespace
 
 std::vector<ToolCall> parse_tool_calls(const std::string& text, ChatTemplate t) {
+  if (t == ChatTemplate::Glm45) return parse_glm_calls(text);
+  if (t == ChatTemplate::DeepSeekR1) return parse_deepseek_calls(text);
   std::vector<ToolCall> calls;
   if (t == ChatTemplate::Llama3) {
     const size_t first = text.find_first_not_of(" \t\r\n");
@@ -69,6 +175,9 @@ std::vector<ToolCall> parse_tool_calls(const std::string& text, ChatTemplate t) 
   return calls;
 }
 
-std::string tool_call_stop(ChatTemplate t) { return t == ChatTemplate::Llama3 ? "" : kClose; }
+std::string tool_call_stop(ChatTemplate t) {
+  if (t == ChatTemplate::Llama3) return "";
+  return t == ChatTemplate::DeepSeekR1 ? kDsCallsEnd : kClose;
+}
 
 }  // namespace slimpi

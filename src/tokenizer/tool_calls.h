@@ -5,7 +5,12 @@
 //                        (Qwen2.5 / Qwen3, Hermes style), any number per turn
 //   llama3               the whole turn is one JSON object {"name": ..., "parameters": {...}}
 //                        (Llama 3.1's JSON tool calling; "arguments" is accepted too)
-// A block that is not valid JSON, or has no string "name", is still returned, with
+//   glm45                <tool_call>NAME\n<arg_key>K</arg_key>\n<arg_value>V</arg_value>\n...
+//                        </tool_call> blocks (GLM-4.5; GLM-4.7's form without the newlines
+//                        too); a value that parses as JSON is that value, else a string
+//   deepseek_r1          <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{...}\n```
+//                        <｜tool▁call▁end｜> blocks (DeepSeek-V3 / R1), any number per turn
+// A block that is malformed (not valid JSON, no string "name", ...) is still returned, with
 // `error` saying why and `raw` its text: the environment decides what a malformed call
 // costs. Pure functions.
 #pragma once
@@ -27,7 +32,8 @@ struct ToolCall {
 std::vector<ToolCall> parse_tool_calls(const std::string& text, ChatTemplate t);
 
 // The stop string that ends a turn at its tool call, for the templates whose calls are
-// closed by a marker ("</tool_call>"); "" for llama3 (its calls end the turn).
+// closed by a marker ("</tool_call>"; deepseek_r1: "<｜tool▁calls▁end｜>"); "" for llama3
+// (its calls end the turn).
 std::string tool_call_stop(ChatTemplate t);
 
 }  // namespace slimpi

@@ -47,11 +47,105 @@ TEST(ToolCalls, Llama3TurnIsOneJsonCall) {
             "not an object with a string \"name\"");
 }
 
+// GLM-4.5 writes strings raw and other values as JSON (its template: `v | tojson if v is
+// not string else v`), with or without GLM-4.7's newlines.
+TEST(ToolCalls, GlmKeyValueBlocks) {
+  const std::string text =
+      "<think>plan</think>\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n"
+      "<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n<arg_key>opts</arg_key>\n<arg_value>{\"unit\": \"C\"}"
+      "</arg_value>\n</tool_call>"
+      "<tool_call>now</tool_call>"
+      "<tool_call>f<arg_key>a</arg_key><arg_value>x y</arg_value><arg_key>a</arg_key><arg_value>2</arg_value></tool_call>"
+      "<tool_call><arg_key>a</arg_key><arg_value>1</arg_value></tool_call>"
+      "<tool_call>g<arg_key>a</arg_key>oops</tool_call>"
+      "<tool_call>h\n<arg_key>b";
+  const std::vector<ToolCall> calls = parse_tool_calls(text, ChatTemplate::Glm45);
+  ASSERT_EQ(calls.size(), 6u);
+  EXPECT_EQ(calls[0].name, "get_weather");
+  EXPECT_EQ(calls[0].arguments_json, R"({"city":"Paris","days":3,"opts":{"unit":"C"}})");
+  EXPECT_EQ(calls[0].error, "");
+  EXPECT_EQ(calls[0].raw.substr(0, 22), "<tool_call>get_weather");
+  EXPECT_EQ(calls[1].name, "now");  // no arguments
+  EXPECT_EQ(calls[1].arguments_json, "{}");
+  EXPECT_EQ(calls[2].error, "argument 'a' given twice");
+  EXPECT_EQ(calls[3].error, "no function name before the arguments");
+  EXPECT_EQ(calls[4].error, "an <arg_key> without its </arg_key> <arg_value>...</arg_value>");
+  EXPECT_EQ(calls[5].error, "no closing </tool_call>");
+  EXPECT_EQ(tool_call_stop(ChatTemplate::Glm45), "</tool_call>");
+}
+
+TEST(ToolCalls, DeepSeekFencedJsonBlocks) {
+  const std::string text =
+      "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Paris\"}\n```"
+      "<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>add\n```json\n[1, 2]\n```<｜tool▁call▁end｜>"
+      "<｜tool▁call▁begin｜>function<｜tool▁sep｜>bad\n```json\n{oops}\n```<｜tool▁call▁end｜>"
+      "<｜tool▁call▁begin｜>no separator<｜tool▁call▁end｜><｜tool▁calls▁end｜>"
+      "<｜tool▁call▁begin｜>function<｜tool▁sep｜>cut\n```json\n{";
+  const std::vector<ToolCall> calls = parse_tool_calls(text, ChatTemplate::DeepSeekR1);
+  ASSERT_EQ(calls.size(), 5u);
+  EXPECT_EQ(calls[0].name, "get_weather");
+  EXPECT_EQ(calls[0].arguments_json, R"({"city":"Paris"})");
+  EXPECT_EQ(calls[0].error, "");
+  EXPECT_EQ(calls[1].error, "arguments are not a JSON object");
+  EXPECT_EQ(calls[2].error, "arguments are not valid JSON");
+  EXPECT_NE(calls[3].error.find("not TYPE"), std::string::npos) << calls[3].error;
+  EXPECT_EQ(calls[4].error, "no closing <｜tool▁call▁end｜>");
+  EXPECT_TRUE(parse_tool_calls("plain answer", ChatTemplate::DeepSeekR1).empty());
+  EXPECT_EQ(tool_call_stop(ChatTemplate::DeepSeekR1), "<｜tool▁calls▁end｜>");
+}
+
 ChatFormat format(ChatTemplate t) {
   ChatFormat f;
   f.chat_template = t;
   if (t == ChatTemplate::Llama3) f.bos_token = "<|begin_of_text|>";
+  if (t == ChatTemplate::DeepSeekR1) f.bos_token = "<｜begin▁of▁sentence｜>";
   return f;
+}
+
+// GLM-4.5 ends a turn with the opener of what follows: a turn stopped at its tool call
+// gets <|observation|> and the tool results; one that sampled <|user|> (the end-of-turn
+// stop id) gets the user message without a second <|user|>. Reasoning is kept through
+// tool rounds and dropped once a new user message comes: that rewrite is refused.
+TEST(ChatTranscript, Glm45TurnsEndWithTheNextOpener) {
+  ChatTranscript t(format(ChatTemplate::Glm45));
+  std::string why;
+  t.add_model_turn("\n<think>plan</think>\n<tool_call>f\n<arg_key>x</arg_key>\n<arg_value>1</arg_value>\n</tool_call>",
+                   false);
+  EXPECT_EQ(t.add_observation({{"tool", "2", false, ""}}, &why),
+            "<|observation|>\n<tool_response>\n2\n</tool_response><|assistant|>");
+  EXPECT_EQ(why, "");
+  t.add_model_turn("\n<think>again</think>\n<tool_call>g</tool_call>", false);
+  EXPECT_EQ(t.add_observation({{"tool", "3", false, ""}, {"tool", "4", false, ""}}, &why),
+            "<|observation|>\n<tool_response>\n3\n</tool_response>\n<tool_response>\n4\n</tool_response><|assistant|>");
+  EXPECT_EQ(why, "");
+  t.add_model_turn("\n<think>done</think>\nx is 2", true);
+  EXPECT_EQ(t.add_observation({{"user", "thanks", false, ""}}, &why), "");
+  EXPECT_NE(why.find("rewrites the conversation's history"), std::string::npos) << why;
+
+  ChatTranscript plain(format(ChatTemplate::Glm45));
+  plain.add_model_turn("\n<think></think>\nhello", true);
+  EXPECT_EQ(plain.add_observation({{"user", "thanks", false, ""}}, &why), "\nthanks<|assistant|>");
+  EXPECT_EQ(why, "");
+  plain.add_model_turn("\n<think></think>\ncalling<tool_call>f</tool_call>", false);  // stopped at the call
+  EXPECT_EQ(plain.add_observation({{"tool", "r", false, ""}}, &why),
+            "<|observation|>\n<tool_response>\nr\n</tool_response><|assistant|>");
+  // Without thinking the generation prompt's empty <think></think> belongs to the turn.
+  ChatFormat off = format(ChatTemplate::Glm45);
+  off.enable_thinking = false;
+  ChatTranscript quiet(off);
+  quiet.add_model_turn("\nanswer", true);
+  EXPECT_EQ(quiet.add_observation({{"user", "more", false, ""}}, &why), "\nmore/nothink<|assistant|>\n<think></think>");
+  EXPECT_EQ(why, "");
+}
+
+// DeepSeek-R1 drops a finished turn's reasoning: its generation prompt's <think> is gone
+// once the turn exists, so a multi-turn episode is refused at the first observation.
+TEST(ChatTranscript, DeepSeekR1CannotContinueAConversation) {
+  ChatTranscript t(format(ChatTemplate::DeepSeekR1));
+  std::string why;
+  t.add_model_turn("reasoning</think>answer", true);
+  EXPECT_EQ(t.add_observation({{"tool", "6", false, ""}}, &why), "");
+  EXPECT_NE(why.find("rewrites the conversation's history"), std::string::npos) << why;
 }
 
 TEST(ChatTranscript, ChatmlDeltaClosesTheTurnAndOpensTheNext) {
@@ -119,7 +213,8 @@ TEST(ChatTranscript, AtemplateThatRewritesHistoryIsRefused) {
 TEST(ChatTranscript, SavedAndLoadedItContinuesAsBefore) {
   // A turn cut inside a UTF-8 sequence (raw bytes) and a turn with reasoning survive the
   // round trip byte for byte: the loaded transcript gives the deltas the original gives.
-  for (ChatTemplate tpl : {ChatTemplate::ChatML, ChatTemplate::Llama3, ChatTemplate::Qwen3, ChatTemplate::None}) {
+  for (ChatTemplate tpl :
+       {ChatTemplate::ChatML, ChatTemplate::Llama3, ChatTemplate::Qwen3, ChatTemplate::Glm45, ChatTemplate::None}) {
     ChatTranscript a(format(tpl));
     std::string why;
     a.add_model_turn("<tool_call>{\"x\": \"\xe2\x82\"}</tool_call>", false);

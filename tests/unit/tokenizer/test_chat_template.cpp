@@ -1,6 +1,7 @@
-// Chat templates: slimpi's built-in chatml / llama3 / qwen3 renderings against what
-// transformers' apply_chat_template makes of the models' own Jinja templates (Qwen2.5,
-// plain ChatML, Llama 3 Instruct, Qwen3 with and without thinking) on 23 conversations
+// Chat templates: slimpi's built-in chatml / llama3 / qwen3 / glm45 / deepseek_r1 renderings
+// against what transformers' apply_chat_template makes of the models' own Jinja templates
+// (Qwen2.5, plain ChatML, Llama 3 Instruct, Qwen3 and GLM-4.5 with and without thinking,
+// DeepSeek-R1) on 28 conversations
 // (tests/fixtures/chat/make_fixtures.py): text and token ids identical. Then what the
 // templates cannot render is refused, and the data paths (RL prompts, SFT pairs) use them.
 #include <gtest/gtest.h>
@@ -33,7 +34,7 @@ ChatFormat format_of(const nlohmann::json& c, const Tokenizer& tok) {
 
 TEST(ChatTemplate, RendersAndEncodesAsTransformersDoes) {
   const nlohmann::json cases = nlohmann::json::parse(std::ifstream(kFixtures / "cases.json"))["cases"];
-  ASSERT_GE(cases.size(), 200u);
+  ASSERT_GE(cases.size(), 370u);
   std::map<std::string, std::shared_ptr<HfTokenizer>> tokenizers;
   std::map<std::string, int> per_setting;
   int failures = 0;
@@ -52,7 +53,10 @@ TEST(ChatTemplate, RendersAndEncodesAsTransformersDoes) {
     ++per_setting[c["setting"]];
   }
   EXPECT_EQ(failures, 0);
-  EXPECT_EQ(per_setting.size(), 5u);  // chatml_qwen2.5, chatml_plain, llama3, qwen3, qwen3_no_thinking
+  // chatml_qwen2.5, chatml_plain, llama3, qwen3, qwen3_no_thinking, glm45, glm45_no_thinking, deepseek_r1
+  EXPECT_EQ(per_setting.size(), 8u);
+  EXPECT_EQ(per_setting["glm45"], 56);
+  EXPECT_EQ(per_setting["deepseek_r1"], 50);
 }
 
 TEST(ChatTemplate, StripsUnicodeWhitespaceAsPython) {
@@ -73,6 +77,17 @@ TEST(ChatTemplate, RecognisesShippedTemplatesByTheirMarkers) {
   EXPECT_EQ(recognise_chat_template("{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'"
                                     " + message['content'] | trim + '<|eot_id|>' }}"),
             ChatTemplate::Llama3);
+  // GLM-4.5's (zai-org/GLM-4.5) and DeepSeek-R1's (deepseek-ai/DeepSeek-R1) markers; GLM-4.7
+  // writes <think> without the newline and DeepSeek-V3 opens no <think>: not these.
+  EXPECT_EQ(recognise_chat_template("[gMASK]<sop>\n{%- if add_generation_prompt -%}<|assistant|>{{- '\\n<think></think>' "
+                                    "if (enable_thinking is defined and not enable_thinking) else '' -}}{% endif %}"
+                                    "{{- '<|observation|>' }}"),
+            ChatTemplate::Glm45);
+  EXPECT_EQ(recognise_chat_template("[gMASK]<sop>{{ '<think></think>' }}<|assistant|><think>{{- '<|observation|>' }}"),
+            std::nullopt);
+  EXPECT_EQ(recognise_chat_template("{{'<｜User｜>' + message['content']}}{{'<｜Assistant｜><think>\\n'}}"),
+            ChatTemplate::DeepSeekR1);
+  EXPECT_EQ(recognise_chat_template("{{'<｜User｜>' + message['content']}}{{'<｜Assistant｜>'}}"), std::nullopt);
   EXPECT_EQ(recognise_chat_template("{% for m in messages %}### {{ m.role }}: {{ m.content }}{% endfor %}"),
             std::nullopt);
   EXPECT_EQ(recognise_chat_template(""), std::nullopt);
@@ -212,6 +227,31 @@ TEST(ChatTemplate, SftSplitsTheReplyOffTheConversation) {
                             {R"({"prompt": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}, {"role": "assistant", "content": "c"}]})"}),
                 "prompt", "response", 4096, 1, tok, chat);
     ADD_FAILURE() << "a context the template renders two ways was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("renders this conversation's context differently"), std::string::npos)
+        << e.what();
+  }
+  // glm45 closes no turn in its text: the reply is trained up to the opener that ends it,
+  // <|user|> (a stop id), after the template's think block.
+  HfTokenizer glm((kFixtures / "glm_chat").string());
+  chat.chat_template = ChatTemplate::Glm45;
+  chat.bos_token = "";
+  SftData g(write_lines("slimpi_chat_sft_glm.jsonl", {R"({"prompt": "hi", "response": " yo "})"}), "prompt",
+            "response", 4096, 1, glm, chat);
+  const Sample gs = g.batch(0, 1, 0, 1)[0];
+  EXPECT_EQ(std::vector<int64_t>(gs.tokens.begin(), gs.tokens.begin() + gs.prompt_length),
+            glm.encode_chat("[gMASK]<sop><|user|>\nhi<|assistant|>"));
+  EXPECT_EQ(std::vector<int64_t>(gs.tokens.begin() + gs.prompt_length, gs.tokens.end()),
+            glm.encode_text("\n<think></think>\nyo<|user|>"));
+  // deepseek_r1 opens the generation with <think> but drops it from a finished turn: its
+  // context renders two ways, so SFT under it is refused.
+  HfTokenizer ds((kFixtures / "deepseek_chat").string());
+  chat.chat_template = ChatTemplate::DeepSeekR1;
+  chat.bos_token = ds.bos_token();
+  try {
+    SftData bad(write_lines("slimpi_chat_sft_r1.jsonl", {R"({"prompt": "hi", "response": "yo"})"}), "prompt",
+                "response", 4096, 1, ds, chat);
+    ADD_FAILURE() << "deepseek_r1 SFT was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("renders this conversation's context differently"), std::string::npos)
         << e.what();

@@ -1,0 +1,233 @@
+// The built-in chat templates' render functions (registered in chat_template.cpp's
+// chat_templates()); each is checked against transformers' rendering of the model's own
+// Jinja template on tests/fixtures/chat. Pure functions.
+#include "tokenizer/chat_renderers.h"
+
+namespace slimpi {
+namespace {
+
+bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
+bool ends_with(const std::string& s, const std::string& p) {
+  return s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
+}
+// Python's lstrip('\n') / rstrip('\n') / strip('\n').
+std::string lstrip_newlines(const std::string& s) {
+  const size_t b = s.find_first_not_of('\n');
+  return b == std::string::npos ? std::string() : s.substr(b);
+}
+std::string rstrip_newlines(const std::string& s) {
+  const size_t e = s.find_last_not_of('\n');
+  return e == std::string::npos ? std::string() : s.substr(0, e + 1);
+}
+std::string strip_newlines(const std::string& s) { return rstrip_newlines(lstrip_newlines(s)); }
+
+// Python's str.isspace() for one code point.
+bool is_python_space(char32_t c) {
+  return (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x20) || c == 0x85 || c == 0xa0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 || c == 0x202f || c == 0x205f || c == 0x3000;
+}
+
+// Decodes the code point starting at s[i] (valid UTF-8: the JSON parser checked it);
+// returns its length in bytes.
+size_t decode_utf8(const std::string& s, size_t i, char32_t* c) {
+  const auto b = static_cast<unsigned char>(s[i]);
+  const size_t n = b < 0x80 ? 1 : b < 0xe0 ? 2 : b < 0xf0 ? 3 : 4;
+  char32_t v = n == 1 ? b : n == 2 ? (b & 0x1f) : n == 3 ? (b & 0x0f) : (b & 0x07);
+  for (size_t k = 1; k < n && i + k < s.size(); ++k) v = (v << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3f);
+  *c = v;
+  return n;
+}
+
+// An assistant message's reasoning and answer, as Qwen3's and GLM-4.5's templates take
+// them: reasoning_content when given; else, when the content holds </think>,
+//   reasoning = content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n')
+//   content   = content.split('</think>')[-1].lstrip('\n')
+void split_reasoning(const ChatMessage& msg, std::string* reasoning, std::string* content) {
+  *content = msg.content;
+  reasoning->clear();
+  if (msg.has_reasoning) {
+    *reasoning = msg.reasoning;
+  } else if (content->find("</think>") != std::string::npos) {
+    std::string before = rstrip_newlines(content->substr(0, content->find("</think>")));
+    const size_t open = before.rfind("<think>");
+    if (open != std::string::npos) before = before.substr(open + 7);
+    *reasoning = lstrip_newlines(before);
+    *content = lstrip_newlines(content->substr(content->rfind("</think>") + 8));
+  }
+}
+
+constexpr const char* kImStart = "<|im_start|>";
+constexpr const char* kImEnd = "<|im_end|>\n";
+
+// A run of tool messages is one user turn of <tool_response> blocks (Qwen2.5, Qwen3).
+void render_tool_message(const std::vector<ChatMessage>& m, size_t i, std::string* out) {
+  if (i == 0 || m[i - 1].role != "tool") *out += std::string(kImStart) + "user";
+  *out += "\n<tool_response>\n" + m[i].content + "\n</tool_response>";
+  if (i + 1 == m.size() || m[i + 1].role != "tool") *out += kImEnd;
+}
+
+}  // namespace
+
+std::string render_chatml(const std::vector<ChatMessage>& m, bool gen) {
+  std::string out;
+  for (size_t i = 0; i < m.size(); ++i) {
+    if (m[i].role == "tool") render_tool_message(m, i, &out);
+    else out += kImStart + m[i].role + "\n" + m[i].content + kImEnd;
+  }
+  if (gen) out += std::string(kImStart) + "assistant\n";
+  return out;
+}
+
+std::string render_llama3(const std::vector<ChatMessage>& m, const std::string& bos, bool gen) {
+  std::string out = bos;
+  for (const ChatMessage& msg : m)
+    // A tool result (an environment's observation) is Llama 3.1's ipython turn.
+    out += "<|start_header_id|>" + (msg.role == "tool" ? std::string("ipython") : msg.role) +
+           "<|end_header_id|>\n\n" + strip_unicode_whitespace(msg.content) +
+           "<|eot_id|>";
+  if (gen) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  return out;
+}
+
+std::string render_qwen3(const std::vector<ChatMessage>& m, bool enable_thinking, bool gen) {
+  const size_t n = m.size();
+  std::string out;
+  if (m[0].role == "system") out += std::string(kImStart) + "system\n" + m[0].content + kImEnd;
+  // The last user message that is not a tool response: assistant turns after it keep
+  // their reasoning.
+  size_t last_query = n - 1;
+  for (size_t k = n; k-- > 0;) {
+    const std::string& c = m[k].content;
+    if (m[k].role == "user" && !(starts_with(c, "<tool_response>") && ends_with(c, "</tool_response>"))) {
+      last_query = k;
+      break;
+    }
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const ChatMessage& msg = m[i];
+    if (msg.role == "user" || (msg.role == "system" && i > 0)) {
+      out += kImStart + msg.role + "\n" + msg.content + kImEnd;
+    } else if (msg.role == "assistant") {
+      std::string content, reasoning;
+      split_reasoning(msg, &reasoning, &content);
+      if (i > last_query && (i + 1 == n || !reasoning.empty()))
+        out += std::string(kImStart) + "assistant\n<think>\n" + strip_newlines(reasoning) + "\n</think>\n\n" +
+               lstrip_newlines(content);
+      else
+        out += std::string(kImStart) + "assistant\n" + content;
+      out += kImEnd;
+    } else if (msg.role == "tool") {
+      render_tool_message(m, i, &out);
+    }
+  }
+  if (gen) {
+    out += std::string(kImStart) + "assistant\n";
+    if (!enable_thinking) out += "<think>\n\n</think>\n\n";
+  }
+  return out;
+}
+
+
+
+// GLM-4.5's template (zai-org/GLM-4.5, also GLM-4.5-Air): "[gMASK]<sop>", then per message
+//   system     "<|system|>\n{content}"
+//   user       "<|user|>\n{content}" (+ "/nothink" when thinking is off and it does not end so)
+//   assistant  "<|assistant|>" + ("\n<think>{reasoning.strip()}</think>" after the last user
+//              message when it has reasoning, else "\n<think></think>") + ("\n{content.strip()}"
+//              when not blank); no closing marker: the next message's opener ends the turn
+//   tool       "<|observation|>" before a run of tool messages, then
+//              "\n<tool_response>\n{content}\n</tool_response>" each
+// and the generation prompt "<|assistant|>" (+ "\n<think></think>" when thinking is off).
+std::string render_glm45(const std::vector<ChatMessage>& m, bool enable_thinking, bool gen) {
+  size_t last_user = std::string::npos;  // ns.last_user_index (-1 when there is none)
+  for (size_t k = 0; k < m.size(); ++k)
+    if (m[k].role == "user") last_user = k;
+  std::string out = "[gMASK]<sop>";
+  for (size_t i = 0; i < m.size(); ++i) {
+    const ChatMessage& msg = m[i];
+    if (msg.role == "user") {
+      out += "<|user|>\n" + msg.content;
+      if (!enable_thinking && !ends_with(msg.content, "/nothink")) out += "/nothink";
+    } else if (msg.role == "assistant") {
+      std::string content, reasoning;
+      split_reasoning(msg, &reasoning, &content);
+      const bool after_last_user = last_user == std::string::npos || i > last_user;
+      out += "<|assistant|>";
+      out += after_last_user && !reasoning.empty()
+                 ? "\n<think>" + strip_unicode_whitespace(reasoning) + "</think>"
+                 : std::string("\n<think></think>");
+      const std::string answer = strip_unicode_whitespace(content);
+      if (!answer.empty()) out += "\n" + answer;
+    } else if (msg.role == "tool") {
+      if (i == 0 || m[i - 1].role != "tool") out += "<|observation|>";
+      out += "\n<tool_response>\n" + msg.content + "\n</tool_response>";
+    } else if (msg.role == "system") {
+      out += "<|system|>\n" + msg.content;
+    }
+  }
+  if (gen) out += enable_thinking ? "<|assistant|>" : "<|assistant|>\n<think></think>";
+  return out;
+}
+
+// DeepSeek-R1's template (deepseek-ai/DeepSeek-R1, a deepseek_v3 model): bos_token, the
+// last system message's content, then per message
+//   user       "<｜User｜>{content}"
+//   assistant  "<｜Assistant｜>{content after its last </think>}<｜end▁of▁sentence｜>"; right
+//              after tool results "<｜tool▁outputs▁end｜>{content}<｜end▁of▁sentence｜>"
+//   tool       "<｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>{content}<｜tool▁output▁end｜>" for
+//              the conversation's first tool message, "\n<｜tool▁output▁begin｜>{content}
+//              <｜tool▁output▁end｜>" for every later one (the template never resets it)
+// and, when the last message is a tool result, "<｜tool▁outputs▁end｜>" and no generation
+// prompt; otherwise the generation prompt "<｜Assistant｜><think>\n". An earlier turn's
+// reasoning is dropped, so a conversation cannot be continued token for token.
+std::string render_deepseek_r1(const std::vector<ChatMessage>& m, const std::string& bos, bool gen) {
+  std::string system;
+  for (const ChatMessage& msg : m)
+    if (msg.role == "system") system = msg.content;
+  std::string out = bos + system;
+  bool after_tool = false, first_output = true;
+  for (const ChatMessage& msg : m) {
+    if (msg.role == "user") {
+      after_tool = false;
+      out += "<｜User｜>" + msg.content;
+    } else if (msg.role == "assistant") {
+      if (after_tool) {
+        out += "<｜tool▁outputs▁end｜>" + msg.content + "<｜end▁of▁sentence｜>";
+        after_tool = false;
+      } else {
+        const size_t think_end = msg.content.rfind("</think>");
+        out += "<｜Assistant｜>" +
+               (think_end == std::string::npos ? msg.content : msg.content.substr(think_end + 8)) +
+               "<｜end▁of▁sentence｜>";
+      }
+    } else if (msg.role == "tool") {
+      after_tool = true;
+      out += first_output ? "<｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>" : "\n<｜tool▁output▁begin｜>";
+      out += msg.content + "<｜tool▁output▁end｜>";
+      first_output = false;
+    }
+  }
+  if (after_tool) out += "<｜tool▁outputs▁end｜>";
+  else if (gen) out += "<｜Assistant｜><think>\n";
+  return out;
+}
+
+
+std::string strip_unicode_whitespace(const std::string& s) {
+  size_t begin = 0, end = 0;  // [begin, end): the first non-space code point to past the last
+  bool seen = false;
+  for (size_t i = 0; i < s.size();) {
+    char32_t c;
+    const size_t len = decode_utf8(s, i, &c);
+    if (!is_python_space(c)) {
+      if (!seen) begin = i;
+      seen = true;
+      end = i + len;
+    }
+    i += len;
+  }
+  return seen ? s.substr(begin, end - begin) : std::string();
+}
+
+
+}  // namespace slimpi
