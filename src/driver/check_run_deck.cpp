@@ -176,14 +176,6 @@ void check_expert_parallel(const Deck& deck, const ModelConfig& model, const Wor
   if (model.n_experts % ep != 0)
     SLIMPI_FAIL_ALL("{}: it must divide model.n_experts = {} ({})", what, model.n_experts,
                     deck.source("model.n_experts"));
-  // A rank whose micro-batches run out meets its group's trunk exchanges with a one-token
-  // forward (train/trainer.cpp), not the MTP depths': their exchanges would wait forever.
-  if (model.mtp_is_moe() && model.mtp_num_layers > 0 && deck.get_float("train.mtp_loss_coef") > 0)
-    SLIMPI_FAIL_ALL("{}, and the model's MTP depths are MoE layers (a DeepSeekMoE model, model.mtp_num_layers = {}) "
-                    "trained by train.mtp_loss_coef = {} ({}): not supported yet (the depths' expert exchanges are "
-                    "not matched on a rank with fewer micro-batches); set train.mtp_loss_coef = 0 or "
-                    "parallel.expert_parallel = 1", what, model.mtp_num_layers, deck.get_float("train.mtp_loss_coef"),
-                    deck.source("train.mtp_loss_coef"));
   const int64_t tp = deck.get_int("parallel.tensor_parallel");
   if (tp == 1 && layout.n_trainer % ep != 0)
     SLIMPI_FAIL_ALL("{}: it must divide the number of trainer ranks, {} (parallel.trainer_ranks, {}; "

@@ -77,7 +77,12 @@ at::Tensor mtp_loss(const Transformer& model, const PackedBatch& b, const at::Te
       h = model.forward_mtp_packed(i, in, at::tensor(next, at::kLong).to(device), b.seq_lens);
     }
     in = h;
-    if (rows.empty()) continue;  // (the ranks of a tensor group hold the same samples: all skip alike)
+    if (rows.empty()) {
+      // Nothing to count, but the depth stays in the backward (with a zero): under expert
+      // parallelism its MoE exchanges' backward must meet the other ranks'.
+      total = total + h.sum() * 0.0;
+      continue;
+    }
     // Under tensor parallelism each shard's head gives its part of the gradient of h: the
     // head's branch enters through copy_to_tp, which sums them (the trunk's final norm does
     // the same); the next depth's branch reads h as every rank holds it.

@@ -60,11 +60,23 @@ int64_t padding(const TrainerConfig& cfg, Comm* group) {
 }
 
 // A one-token forward for a rank with no micro-batch left while its expert group still
-// runs some: it meets the others' token exchanges and contributes nothing.
-at::Tensor idle_forward(const Transformer& model, Precision precision) {
+// runs some: it meets the others' token exchanges and contributes nothing. with_mtp: the
+// MTP depths run after the trunk, on its detached output, as the MTP loss runs them (MoE
+// depths exchange tokens too); every output enters the zero so that the backward meets
+// the exchanges' backward in the order a real micro-batch's does (train/mtp_loss.cpp
+// likewise keeps a depth with no counted row in the graph).
+at::Tensor idle_forward(const Transformer& model, Precision precision, bool with_mtp = false) {
   ForwardPrecision scope(precision, model.device());
   const at::Tensor token = at::zeros({1}, at::TensorOptions().dtype(at::kLong).device(model.device()));
-  return model.forward_packed(token, {1}).sum() * 0.0;
+  if (!with_mtp) return model.forward_packed(token, {1}).sum() * 0.0;
+  const at::Tensor hidden = model.forward_packed_hidden(token, {1});  // [1, d]
+  at::Tensor zero = hidden.sum() * 0.0;
+  at::Tensor in = hidden.detach();
+  for (int64_t i = 0; i < model.n_mtp_layers(); ++i) {
+    in = model.forward_mtp_packed(i, in, token, {1});
+    zero = zero + in.sum() * 0.0;
+  }
+  return zero;
 }
 
 }  // namespace
@@ -270,8 +282,9 @@ void Trainer::forwards_and_backwards(std::vector<Sample>& local, const StepInput
     // Expert parallelism: past its own micro-batches a rank runs idle forwards while its
     // group still runs some, each with its backward, in a real micro-batch's order: the
     // token exchanges of the group's ranks pair up by call order.
-    at::Tensor loss = micro < int64_t(plan.size()) ? micro_batch_loss(local, plan[micro], in, sums)
-                                                   : idle_forward(policy_, cfg_.precision);
+    at::Tensor loss = micro < int64_t(plan.size())
+                          ? micro_batch_loss(local, plan[micro], in, sums)
+                          : idle_forward(policy_, cfg_.precision, train_mtp_ && policy_.config().mtp_is_moe());
     if (micro + 1 == n_runs && overlap) arm_overlapped_reduction();
     loss.backward();
   }

@@ -4,8 +4,9 @@
 // every rank (to fp32 round-off), also when the ranks run different numbers of
 // micro-batches (a rank with none included); its checkpoint is the whole model's, and
 // loads back into a shard; gathering the shards gives the whole model. Also with routing
-// replay and its unreplayed-gap forward, and in bf16 with every token replayed onto two
-// experts (ranks holding others receive nothing).
+// replay and its unreplayed-gap forward, in bf16 with every token replayed onto two
+// experts (ranks holding others receive nothing), and for a DeepSeekMoE model whose
+// trained MTP depth is an MoE layer (its exchanges met by a rank with no micro-batch).
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
@@ -32,23 +33,31 @@ namespace {
 using testing::by_name;
 using testing::expect_close;
 
-ModelConfig moe_config() {
+// How a case runs: fp32; fp32 replaying random traces (with the unreplayed-gap forward);
+// bf16 replaying traces that name experts 0 and 1 only, so that the ranks holding the
+// others receive no rows at all; a DeepSeekMoE model (sigmoid router, 2 groups, a shared
+// expert) whose trained MTP depth is an MoE layer, so that a rank out of micro-batches
+// meets the depth's exchanges too.
+enum class Variant { FP32, Replay, Bf16OnlyTwoExperts, DeepSeekMtp };
+
+ModelConfig moe_config(Variant v = Variant::FP32) {
   ModelConfig c = testing::tiny_model_config(/*max_seq_len=*/32, /*init_std=*/0.1);
   c.n_experts = 8;
   c.n_experts_per_tok = 2;
   c.moe_intermediate_size = 24;
   c.shared_expert_intermediate_size = 16;
+  if (v == Variant::DeepSeekMtp) {
+    c.shared_expert_intermediate_size = 0;
+    testing::use_deepseek_moe(c, /*n_group=*/2, /*topk_group=*/1, /*first_k_dense=*/0);
+    c.mtp_num_layers = 1;
+  }
   return c;
 }
 
-// How a case runs: fp32; fp32 replaying random traces (with the unreplayed-gap forward);
-// bf16 replaying traces that name experts 0 and 1 only, so that the ranks holding the
-// others receive no rows at all.
-enum class Variant { FP32, Replay, Bf16OnlyTwoExperts };
-
 TrainerConfig config(int64_t micro, Variant v = Variant::FP32) {
   TrainerConfig c;
-  c.routing_replay = c.routing_replay_gap = v != Variant::FP32;
+  c.mtp_loss_coef = v == Variant::DeepSeekMtp ? 0.3 : 0.0;
+  c.routing_replay = c.routing_replay_gap = v == Variant::Replay || v == Variant::Bf16OnlyTwoExperts;
   if (v == Variant::Bf16OnlyTwoExperts) c.precision = Precision::BF16;
   c.mode = "rl";
   c.use_kl_loss = true;
@@ -82,8 +91,9 @@ std::vector<Sample> samples_of(int r, int n, Variant v = Variant::FP32) {
     s.tokens.assign(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + len);
     s.prompt_length = 2 + i % 3;
     s.reward = at::randn({1}, g).item<float>();
-    if (v != Variant::FP32) s.rollout_log_probs.assign(size_t(s.response_length()), -3.0f);
-    for (int64_t tok = 0; v != Variant::FP32 && tok + 1 < len; ++tok)  // [tokens - 1, 2 layers, top-2]
+    const bool replayed = v == Variant::Replay || v == Variant::Bf16OnlyTwoExperts;
+    if (replayed) s.rollout_log_probs.assign(size_t(s.response_length()), -3.0f);
+    for (int64_t tok = 0; replayed && tok + 1 < len; ++tok)  // [tokens - 1, 2 layers, top-2]
       for (int64_t l = 0; l < 2; ++l) {
         const int16_t a = v == Variant::Replay ? int16_t((tok * 3 + l + i) % 8) : 0;
         s.routing.insert(s.routing.end(), {a, int16_t(v == Variant::Replay ? (a + 1 + tok % 7) % 8 : 1)});
@@ -106,7 +116,7 @@ TEST_P(ExpertParallel, SameStepAsEveryExpertOnEveryRank) {
   for (int64_t micro : {1, 2}) {
     SCOPED_TRACE("micro-batches " + std::to_string(micro));
     // Every expert on every rank: the data-parallel baseline.
-    Transformer whole(moe_config(), 1, at::kCPU), whole_ref(moe_config(), 2, at::kCPU);
+    Transformer whole(moe_config(v), 1, at::kCPU), whole_ref(moe_config(v), 2, at::kCPU);
     Trainer base(config(micro, v), whole, &world, &whole_ref);
     std::vector<Sample> want = samples_of(r, n, v);
     auto want_rollout = base.prepare_rollout(want, /*recompute_old=*/true);
@@ -115,8 +125,8 @@ TEST_P(ExpertParallel, SameStepAsEveryExpertOnEveryRank) {
     const auto want_weights = by_name(whole.parameters(), false);
 
     ExpertGroups groups(MPI_COMM_WORLD, ep, DeviceChoice{});
-    Transformer shard(moe_config(), 1, at::kCPU, at::kFloat, groups.shard());
-    Transformer shard_ref(moe_config(), 2, at::kCPU, at::kFloat, groups.shard());
+    Transformer shard(moe_config(v), 1, at::kCPU, at::kFloat, groups.shard());
+    Transformer shard_ref(moe_config(v), 2, at::kCPU, at::kFloat, groups.shard());
     ASSERT_LT(shard.n_params(), whole.n_params());
     MpiComm dp(MPI_COMM_WORLD, "trainer");
     Trainer sharded(config(micro, v), shard, &dp, &shard_ref, &groups.replicas());
@@ -134,10 +144,11 @@ TEST_P(ExpertParallel, SameStepAsEveryExpertOnEveryRank) {
       if (k.rfind("perf/", 0) == 0) continue;
       EXPECT_NEAR(got_step.at(k), x, mtol * std::max(1.0, std::abs(x))) << k;
     }
-    if (v != Variant::FP32)  // replay acted (the traces are not the routers' choices)
+    if (v == Variant::Replay || v == Variant::Bf16OnlyTwoExperts)  // replay acted (the traces are not the routers' choices)
       EXPECT_NE(want_rollout.at("train/train_rollout_logprob_abs_diff_unreplayed"),
                 want_step.at("train/train_rollout_logprob_abs_diff"));
     EXPECT_GT(want_step.at("train/grad_norm"), 0.5);  // the clip acted
+    if (v == Variant::DeepSeekMtp) EXPECT_GT(want_step.at("train/mtp_loss"), 0.0);  // the depth trained
     ASSERT_NE(sharded.expert_grads(), nullptr);
     for (const auto& p : shard.parameters()) {
       expect_close(p.tensor.grad(), want_grads.at(p.name), "gradient of " + p.name, rtol, atol);
@@ -185,7 +196,7 @@ TEST_P(ExpertParallel, SameStepAsEveryExpertOnEveryRank) {
 INSTANTIATE_TEST_SUITE_P(GroupSizes, ExpertParallel,
                          ::testing::Combine(::testing::Values(2, 0),  // 0: every rank one group
                                             ::testing::Values(Variant::FP32, Variant::Replay,
-                                                              Variant::Bf16OnlyTwoExperts)));
+                                                              Variant::Bf16OnlyTwoExperts, Variant::DeepSeekMtp)));
 
 TEST(ExpertParallel, ShiftsExpertIndicesInNames) {
   EXPECT_EQ(shift_expert_index("model.layers.3.mlp.experts.5.up_proj.weight", 4),

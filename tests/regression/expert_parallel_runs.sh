@@ -12,6 +12,7 @@
 #    expert_parallel = 1 continues it (same tokens), and `slimpi export` writes it; an
 #    expert-parallel run starts from that Hugging Face export;
 #  * SFT with evaluation (the trainers gather a whole model to generate) matches;
+#  * a DeepSeekMoE model training an MoE MTP depth gives the same run at expert_parallel 2;
 #  * impossible group sizes, a dense model, and GPUs over MPI are refused by name.
 # Usage: expert_parallel_runs.sh SLIMPI ROOT "MPIRUN FLAGS"
 set -euo pipefail
@@ -49,6 +50,14 @@ run 4 co4_ep1 --set parallel.placement=colocate --set train.routing_replay=true
 run 4 co4_ep2 --set parallel.placement=colocate --set parallel.expert_parallel=2 --set train.routing_replay=true
 grep -q "expert parallelism: 2 groups of 2 data-parallel ranks" "$out/co4_ep2.log"
 close co4_ep1 co4_ep2
+
+echo "== a DeepSeekMoE model whose trained MTP depth is an MoE layer, np 4 split"
+dsmtp=(--set model.moe_router=sigmoid --set model.moe_router_bias=true --set model.moe_n_group=2
+       --set model.moe_topk_group=1 --set model.n_shared_experts=1 --set model.mtp_num_layers=1
+       --set train.mtp_loss_coef=0.3)
+run 4 mtp_ep1 "${dsmtp[@]}"
+run 4 mtp_ep2 "${dsmtp[@]}" --set parallel.expert_parallel=2
+close mtp_ep1 mtp_ep2
 
 echo "== one_step_off, np 4 split"
 run 4 async_ep1 --set train.async=one_step_off
@@ -125,6 +134,4 @@ refused 4 "the model has none: model.n_experts = 0" --set parallel.expert_parall
 refused 4 "it must divide model.n_experts = 6" "${moe[@]}" --set model.n_experts=6 --set parallel.expert_parallel=4 \
   --set parallel.placement=colocate
 refused 4 "it must divide the number of trainer ranks, 2" "${moe[@]}" --set parallel.expert_parallel=4
-refused 4 "the model's MTP depths are MoE layers" "${moe[@]}" --set model.moe_router=sigmoid --set model.mtp_num_layers=1 \
-  --set train.mtp_loss_coef=0.1 --set parallel.expert_parallel=2
 echo "expert_parallel_runs: OK"
