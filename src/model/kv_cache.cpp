@@ -12,15 +12,16 @@ namespace slimpi {
 KvCache KvCache::allocate(const ModelConfig& cfg, int64_t n_slots, const at::TensorOptions& options,
                           int tensor_parallel, int64_t mtp_layers, bool latent) {
   KvCache c;
-  const auto [heads, dim] = kv_cache_row(cfg, tensor_parallel, latent);
+  const auto [heads, dim, rows] = kv_cache_row(cfg, tensor_parallel, latent);
+  c.values_are_keys = rows == 1;
   for (int64_t l = 0; l < cfg.n_layers + std::min(mtp_layers, cfg.mtp_num_layers); ++l) {
     c.k.push_back(at::zeros({n_slots, heads, dim}, options));
-    c.v.push_back(at::zeros({n_slots, heads, dim}, options));
+    c.v.push_back(c.values_are_keys ? c.k.back() : at::zeros({n_slots, heads, dim}, options));
   }
   if (options.dtype() == at::kFloat8_e4m3fn)
     for (size_t l = 0; l < c.k.size(); ++l) {  // the fixed policy: 1 per kv head
       c.k_scale.push_back(at::ones({heads}, options.dtype(at::kFloat)));
-      c.v_scale.push_back(at::ones({heads}, options.dtype(at::kFloat)));
+      c.v_scale.push_back(c.values_are_keys ? c.k_scale.back() : at::ones({heads}, options.dtype(at::kFloat)));
     }
   if (cfg.n_experts > 0)
     c.routing = at::full({n_slots, cfg.n_moe_layers(), cfg.n_experts_per_tok}, -1, options.dtype(at::kShort));
@@ -39,12 +40,13 @@ at::Tensor quantize_rows(const at::Tensor& x, const at::Tensor& scale) {
 void KvCache::store(int64_t layer, const at::Tensor& slots, const at::Tensor& keys, const at::Tensor& values) {
   if (quantized()) {
     k[size_t(layer)].view(at::kByte).index_copy_(0, slots, quantize_rows(keys, k_scale[size_t(layer)]).view(at::kByte));
-    v[size_t(layer)].view(at::kByte).index_copy_(0, slots,
-                                                 quantize_rows(values, v_scale[size_t(layer)]).view(at::kByte));
+    if (!values_are_keys)
+      v[size_t(layer)].view(at::kByte).index_copy_(0, slots,
+                                                   quantize_rows(values, v_scale[size_t(layer)]).view(at::kByte));
     return;
   }
   k[size_t(layer)].index_copy_(0, slots, keys.to(k[size_t(layer)].scalar_type()));
-  v[size_t(layer)].index_copy_(0, slots, values.to(v[size_t(layer)].scalar_type()));
+  if (!values_are_keys) v[size_t(layer)].index_copy_(0, slots, values.to(v[size_t(layer)].scalar_type()));
 }
 
 at::Tensor KvCache::select(int64_t layer, bool key, const at::Tensor& slots, const at::Tensor& out) const {
@@ -83,9 +85,10 @@ at::Tensor KvCache::decoded(const at::Tensor& rows, int64_t layer, bool key, at:
 
 int64_t KvCache::bytes_per_token() const {
   int64_t bytes = 0;
-  for (size_t l = 0; l < k.size(); ++l)
-    bytes += (k[l].numel() / std::max<int64_t>(1, n_slots())) * int64_t(k[l].element_size()) +
-             (v[l].numel() / std::max<int64_t>(1, n_slots())) * int64_t(v[l].element_size());
+  for (size_t l = 0; l < k.size(); ++l) {
+    bytes += (k[l].numel() / std::max<int64_t>(1, n_slots())) * int64_t(k[l].element_size());
+    if (!values_are_keys) bytes += (v[l].numel() / std::max<int64_t>(1, n_slots())) * int64_t(v[l].element_size());
+  }
   return bytes;
 }
 

@@ -27,6 +27,11 @@ struct KvCache {
   std::vector<at::Tensor> k;  // n_layers (+ MTP depths) x [n_slots, Hkv_local, D]
   std::vector<at::Tensor> v;  // n_layers x [n_slots, Hkv_local, D]
   std::vector<at::Tensor> k_scale, v_scale;  // e4m3 caches: n_layers x [Hkv_local] fp32; else empty
+  // Multi-head latent attention's latent cache: v[l] is k[l] (the same tensor, and
+  // v_scale k_scale): the values are the latent, the keys' first kv_lora_rank columns, and
+  // the absorbed attention keeps only those columns of its output. store() writes the keys
+  // alone; the block copies and KV transfers move them once.
+  bool values_are_keys = false;
   // Gathered keys/values of the sequences one attention call reads (the Gather decode
   // path, and prefill chunks with a cached past): [rows, n_kv_heads, D] each, re-used by
   // every layer and step, grown only when a call needs more rows.

@@ -29,8 +29,8 @@ int kv_head_replicas(const ModelConfig& cfg, int t) {
 int64_t local_kv_heads(const ModelConfig& cfg, int t) { return cfg.n_kv_heads * kv_head_replicas(cfg, t) / t; }
 
 KvCacheRow kv_cache_row(const ModelConfig& cfg, int t, bool latent) {
-  if (cfg.is_mla() && latent) return {1, cfg.kv_lora_rank + cfg.qk_rope_head_dim};
-  return {local_kv_heads(cfg, t), cfg.head_dim()};
+  if (cfg.is_mla() && latent) return {1, cfg.kv_lora_rank + cfg.qk_rope_head_dim, 1};
+  return {local_kv_heads(cfg, t), cfg.head_dim(), 2};
 }
 
 ParameterSplit parameter_split(const std::string& full_name, const ModelConfig& cfg, int t) {

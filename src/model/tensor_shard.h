@@ -56,12 +56,15 @@ int kv_head_replicas(const ModelConfig& cfg, int t);
 // Key/value heads a rank of a tensor group of t holds (Hkv / t, or 1 when replicated).
 int64_t local_kv_heads(const ModelConfig& cfg, int t);
 // One token's row of a layer's KV cache on each rank of an engine of t ranks: key/value
-// heads and their dimension (keys and values alike). Multi-head latent attention caches
-// its latent instead: one row of kv_lora_rank + qk_rope_head_dim values (the normalised
-// latent and the rotary key; values: the latent, zero-padded), shared by every head and
-// held whole by every rank (model/transformer_mla.cpp).
+// heads and their dimension (keys and values alike), and how many such rows a token
+// takes a layer (2: keys and values). Multi-head latent attention caches its latent
+// instead: one row of kv_lora_rank + qk_rope_head_dim values (the normalised latent and
+// the rotary key), shared by every head, held whole by every rank, and read as the values
+// too (their first kv_lora_rank columns are the latent): 1 row a layer
+// (model/transformer_mla.cpp, KvCache::values_are_keys).
 struct KvCacheRow {
   int64_t heads = 0, dim = 0;
+  int64_t rows = 2;
 };
 // latent = false: MLA's expanded keys and values instead (each head's, values zero-padded
 // to the key width; Transformer::set_latent_cache(false), which perf/ compares against).

@@ -14,9 +14,11 @@
 // the query, q_lat = q_n · W_UK_h [r]; one shared "head" [c | k_r] of r + R per token,
 // scores q_lat·c + q_r·k_r (the same numbers as q_n·k_n + q_r·k_r, to round-off); the
 // weighted sum over the latents, then W_UV_h (kv_b's value rows) per head. That is
-// multi-query attention with one key/value head of r + R (values: the latent, zero-padded
-// by R), so every cache path takes it unchanged (paged decode, gathered prefill, prefix
-// cache and preemption tested with it; e4m3 and PD transfer not yet). Tensor parallelism: this shard's
+// multi-query attention with one key/value head of r + R whose values are its keys (the
+// first r columns of the output, the weighted latents, are kept), so the cache holds one
+// row of r + R a token and layer (KvCache::values_are_keys) and every cache path takes it
+// (paged decode, gathered prefill, prefix cache, preemption, the e4m3 cache and PD
+// transfer tested with it). Tensor parallelism: this shard's
 // H / t heads (the rows of q_b / q_proj and kv_b, the columns of o_proj); the latent
 // projections and their norms are whole on every shard, their gradients summed over the
 // group (copy_to_tp).
@@ -88,8 +90,10 @@ at::Tensor Transformer::absorbed_attention(const LayerParams& p, int64_t cache_l
   const double scale = std::sqrt(double(r + R) / double(cfg_.head_dim())) * cfg_.softmax_scale_factor();
   const at::Tensor qa = at::cat({q_latent, q_rot.to(q_latent.scalar_type())}, -1) * scale;  // [T, H, r + R]
   const at::Tensor ka = at::cat({latent, k_rot.squeeze(1).to(latent.scalar_type())}, -1).unsqueeze(1);  // [T, 1, r + R]
-  const at::Tensor va = at::constant_pad_nd(latent, {0, R}).unsqueeze(1);                // [T, 1, r + R]
-  const at::Tensor o_latent = attend_heads(qa, ka, va, cache_layer, f).view({T, H, r + R}).narrow(-1, 0, r);
+  // The values are the keys (the cache holds one row: KvCache::values_are_keys): the
+  // weighted sum's first r columns are the weighted latents; its last R (over the rotary
+  // keys) are dropped.
+  const at::Tensor o_latent = attend_heads(qa, ka, ka, cache_layer, f).view({T, H, r + R}).narrow(-1, 0, r);
   const at::Tensor attn = at::einsum("thr,hvr->thv", {o_latent, w_uv});                 // [T, H, Dv]
   return output_projection(p, attn.reshape({T, H * Dv}), f);
 }

@@ -74,7 +74,8 @@ void copy_kv_blocks(KvCache& cache, const std::vector<std::pair<int32_t, int32_t
   for (auto [src, dst] : copies) {
     for (size_t l = 0; l < cache.k.size(); ++l) {
       cache.k[l].narrow(0, int64_t(dst) * bs, bs).copy_(cache.k[l].narrow(0, int64_t(src) * bs, bs));
-      cache.v[l].narrow(0, int64_t(dst) * bs, bs).copy_(cache.v[l].narrow(0, int64_t(src) * bs, bs));
+      if (!cache.values_are_keys)
+        cache.v[l].narrow(0, int64_t(dst) * bs, bs).copy_(cache.v[l].narrow(0, int64_t(src) * bs, bs));
     }
     if (cache.routing.defined())
       cache.routing.narrow(0, int64_t(dst) * bs, bs).copy_(cache.routing.narrow(0, int64_t(src) * bs, bs));

@@ -10,12 +10,13 @@ namespace {
 
 constexpr uint32_t kKvTransferMagic = 0x4b565431;  // "KVT1"
 
-// The cache's sections in transfer order: K and V of every layer, then the routing trace.
+// The cache's sections in transfer order: K and V of every layer (K alone for a latent
+// cache, whose values are its keys), then the routing trace.
 std::vector<const at::Tensor*> sections(const KvCache& cache) {
   std::vector<const at::Tensor*> out;
   for (size_t l = 0; l < cache.k.size(); ++l) {
     out.push_back(&cache.k[l]);
-    out.push_back(&cache.v[l]);
+    if (!cache.values_are_keys) out.push_back(&cache.v[l]);
   }
   if (cache.routing.defined()) out.push_back(&cache.routing);
   return out;

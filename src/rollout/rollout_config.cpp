@@ -33,7 +33,7 @@ int64_t kv_tokens_in_memory(const Deck& deck, const ModelConfig& m, int64_t bloc
   // A speculating engine caches its draft (the first MTP depth) beside the trunk's layers.
   const int64_t layers = m.n_layers + (deck.get_string("rollout.speculative") == "mtp" ? 1 : 0);
   const KvCacheRow row = kv_cache_row(m, e);
-  const int64_t per_token = 2 * layers * row.heads * row.dim * element +
+  const int64_t per_token = row.rows * layers * row.heads * row.dim * element +
                             (m.n_experts > 0 ? 2 * m.n_moe_layers() * m.n_experts_per_tok : 0);
   const int64_t tokens = int64_t(gb * double(int64_t(1) << 30) / double(per_token)) / block_size * block_size;
   if (!deck.is_default("rollout.kv_cache_tokens"))
@@ -41,7 +41,9 @@ int64_t kv_tokens_in_memory(const Deck& deck, const ModelConfig& m, int64_t bloc
                     "cache: set one", gb, deck.source("rollout.kv_cache_memory_gb"),
                     deck.get_int("rollout.kv_cache_tokens"), deck.source("rollout.kv_cache_tokens"));
   log::info("rollout.kv_cache_memory_gb = {}: {} tokens per engine ({} bytes a token on each of its ranks: {} layers "
-            "x {} key/value heads x {} x 2 in {})", gb, tokens, per_token, layers, row.heads, row.dim,
+            "x {} in {})", gb, tokens, per_token, layers,
+            row.rows == 2 ? fmt::format("{} key/value heads x {} x 2", row.heads, row.dim)
+                          : fmt::format("one latent row of {} (keys and values)", row.dim),
             dtype == at::kFloat8_e4m3fn ? "e4m3" : dtype == at::kBFloat16 ? "bf16" : "fp32");
   return tokens;
 }

@@ -100,7 +100,9 @@ TEST_P(TransformerShapes, IncrementalEqualsFull) {
     KvCache cache = KvCache::allocate(cfg, 64, at::kFloat);
     if (variant == kDeepSeek) {  // the latent cache: one row of kv_lora_rank + qk_rope_head_dim a token
       EXPECT_EQ(cache.k[0].sizes(), (std::vector<int64_t>{64, 1, 16 + 4}));
-      EXPECT_EQ(cache.bytes_per_token(), 2 * 2 * (16 + 4) * 4);  // 2 layers, keys and values, fp32
+      EXPECT_EQ(cache.bytes_per_token(), 2 * (16 + 4) * 4);  // 2 layers, the values read from the keys, fp32
+      EXPECT_TRUE(cache.values_are_keys);
+      EXPECT_TRUE(cache.v[0].is_same(cache.k[0]));
     }
     // (new a, new b); {1, 2} and {4, 1} mix a decode row with a prefill chunk, which
     // attend in separate calls (decode first, then prefill first).

@@ -2,7 +2,8 @@
 // tests/mpi/test_disaggregation.cpp): a prefill engine's KV rows, through their message
 // bytes, into a decode engine give exactly one plain engine's samples (tokens, log-probs,
 // MoE routing traces), with prefix sharing on both sides, chunked prefill, preemption on
-// the decode side, a one-token prompt, bf16 and an e4m3 KV cache; the rows are the
+// the decode side, a one-token prompt, bf16 and an e4m3 KV cache, latent attention's
+// latent rows (DeepSeek-V3's shape); the rows are the
 // prompt's positions but its last; a transfer that does not fit the decode engine's cache,
 // or a cut message, is refused naming the group.
 #include <ATen/ATen.h>
@@ -164,6 +165,37 @@ TEST(Disaggregation, MixtureOfExpertsRoutingAndBf16WithAnE4m3Cache) {
   const KvCache e4m3 = KvCache::allocate(c, 1, at::TensorOptions().dtype(at::kFloat8_e4m3fn));
   const int64_t routing_bytes = 2 * c.n_moe_layers() * c.n_experts_per_tok;  // int16 a choice
   EXPECT_EQ(pd.prefill.kv_sent_bytes, pd.prefill.kv_sent_tokens * (e4m3.bytes_per_token() + routing_bytes));
+}
+
+// A DeepSeek-V3-shaped model (latent attention, DeepSeekMoE): the handed-over rows are
+// the latent cache's (kv_lora_rank + qk_rope_head_dim per row, not per-head keys and
+// values); the decode engine's absorbed decode over them gives one plain engine's
+// samples, fp32 and bf16 with an e4m3 cache, with the prefix cache and preemption.
+TEST(Disaggregation, LatentAttentionHandsOverTheLatentRows) {
+  ModelConfig c = testing::tiny_model_config(128, 0.3);
+  c.n_experts = 4;
+  c.n_experts_per_tok = 2;
+  c.moe_intermediate_size = 32;
+  testing::use_deepseek_moe(c, /*n_group=*/2, /*topk_group=*/1, /*first_k_dense=*/1);
+  testing::use_latent_attention(c);
+  Transformer masters(c, 11, at::kCPU), bf16(c, 11, at::kCPU, at::kBFloat16);
+  bf16.copy_weights_from(masters);
+  const auto reqs = requests(8, 3, 1.0, /*header=*/6);
+  EngineConfig cfg{4, 8192, 16, 256, true};
+  const EngineConfig tight{4, 4 * 20, 16, 256, true};  // 20 blocks of 4: the decode engine preempts
+  const std::vector<Sample> one = plain(masters, cfg, reqs);
+  const EngineConfig four_at_once{4, 8192, 4, 256, true};  // later prompts find the header cached
+  const Disaggregated fp32 = disaggregated(masters, four_at_once, tight, reqs);
+  expect_same_samples(one, fp32.samples);
+  EXPECT_GT(fp32.decode.preemptions, 0);
+  EXPECT_GT(fp32.prefill.prefix_hit_tokens, 0);
+  const int64_t routing_bytes = 2 * c.n_moe_layers() * c.n_experts_per_tok;  // int16 a choice
+  const int64_t latent_bytes = 4 * c.n_layers * (c.kv_lora_rank + c.qk_rope_head_dim);  // fp32, one row a layer
+  EXPECT_EQ(fp32.prefill.kv_sent_bytes, fp32.prefill.kv_sent_tokens * (latent_bytes + routing_bytes));
+  cfg.kv_cache_dtype = at::kFloat8_e4m3fn;
+  const Disaggregated e4m3 = disaggregated(bf16, cfg, cfg, reqs);
+  expect_same_samples(plain(bf16, cfg, reqs), e4m3.samples);
+  EXPECT_EQ(e4m3.prefill.kv_sent_bytes, e4m3.prefill.kv_sent_tokens * (latent_bytes / 4 + routing_bytes));
 }
 
 TEST(Disaggregation, RefusesRowsThatDoNotFitAndCutMessages) {

@@ -507,33 +507,44 @@ TEST(Engine, Fp8EngineMatchesBf16WhereMarginsAllow) {
 // rollout.kv_cache_dtype = "fp8_e4m3" (model/kv_cache.h): a bf16 engine whose cache holds
 // e4m3 against the same engine with a bf16 cache. The candidate's logits on a sequence:
 // one prefill through an e4m3 cache (attention reads every key back de-quantised). An
-// e4m3 token takes half a bf16 one's bytes.
+// e4m3 token takes half a bf16 one's bytes. Also with multi-head latent attention, whose
+// cache rows are the latent and the shared rotary key (absorbed decode over e4m3 rows).
 TEST(Engine, Fp8KvCacheMatchesBf16CacheWhereMarginsAllow) {
-  const ModelConfig cfg = testing::tiny_model_config(96, 0.05);
-  Transformer masters(cfg, 5, at::kCPU), bf16(cfg, 5, at::kCPU, at::kBFloat16);
-  bf16.copy_weights_from(masters);
-  const auto reqs = requests(16, 1, 0.0, 24);
-  EngineConfig plain{4, 4096, 16, 256, true}, e4m3 = plain;
-  e4m3.kv_cache_dtype = at::kFloat8_e4m3fn;
-  auto through_cache = [&](at::ScalarType dtype) {
-    return [&bf16, &cfg, dtype](const at::Tensor& t) {
-      ForwardPrecision bf(Precision::BF16, at::kCPU);
-      KvCache cache = KvCache::allocate(cfg, t.size(0), at::TensorOptions().dtype(dtype));
-      return bf16.forward_incremental(t, {{0, t.size(0), at::arange(t.size(0), at::kLong)}}, cache);
+  for (const bool mla : {false, true}) {
+    SCOPED_TRACE(mla ? "latent attention" : "grouped-query attention");
+    ModelConfig cfg = testing::tiny_model_config(96, 0.05);
+    if (mla) testing::use_latent_attention(cfg);
+    Transformer masters(cfg, 5, at::kCPU), bf16(cfg, 5, at::kCPU, at::kBFloat16);
+    bf16.copy_weights_from(masters);
+    const auto reqs = requests(16, 1, 0.0, 24);
+    EngineConfig plain{4, 4096, 16, 256, true}, e4m3 = plain;
+    e4m3.kv_cache_dtype = at::kFloat8_e4m3fn;
+    auto through_cache = [&](at::ScalarType dtype) {
+      return [&bf16, &cfg, dtype](const at::Tensor& t) {
+        ForwardPrecision bf(Precision::BF16, at::kCPU);
+        KvCache cache = KvCache::allocate(cfg, t.size(0), at::TensorOptions().dtype(dtype));
+        return bf16.forward_incremental(t, {{0, t.size(0), at::arange(t.size(0), at::kLong)}}, cache);
+      };
     };
-  };
-  const GreedyComparison c = compare_greedy(generate(bf16, plain, reqs), generate(bf16, e4m3, reqs),
-                                            through_cache(at::kBFloat16), through_cache(at::kFloat8_e4m3fn), masters);
-  EXPECT_GT(c.worst_logit_change, 0.0) << "the e4m3 cache changed nothing";
-  EXPECT_LT(c.worst_logit_change, 0.2);
-  EXPECT_LT(c.logp_mean, 0.025);
-  EXPECT_LT(c.logp_max, 0.2);
-  const KvCache b = KvCache::allocate(cfg, 8, at::TensorOptions().dtype(at::kBFloat16)),
-                e = KvCache::allocate(cfg, 8, at::TensorOptions().dtype(at::kFloat8_e4m3fn)),
-                f = KvCache::allocate(cfg, 8, at::TensorOptions().dtype(at::kFloat));
-  EXPECT_EQ(e.bytes_per_token() * 2, b.bytes_per_token());
-  EXPECT_EQ(e.bytes_per_token() * 4, f.bytes_per_token());
-  EXPECT_EQ(e.bytes_per_token(), 2 * cfg.n_layers * cfg.n_kv_heads * cfg.head_dim());
+    const GreedyComparison c = compare_greedy(generate(bf16, plain, reqs), generate(bf16, e4m3, reqs),
+                                              through_cache(at::kBFloat16), through_cache(at::kFloat8_e4m3fn),
+                                              masters);
+    std::printf("e4m3 cache%s: worst logit change %.3g, |dlogp| mean %.3g max %.3g\n", mla ? " (MLA)" : "",
+                c.worst_logit_change, c.logp_mean, c.logp_max);
+    EXPECT_GT(c.worst_logit_change, 0.0) << "the e4m3 cache changed nothing";
+    EXPECT_LT(c.worst_logit_change, 0.2);
+    EXPECT_LT(c.logp_mean, 0.025);
+    EXPECT_LT(c.logp_max, 0.2);
+    const KvCache b = KvCache::allocate(cfg, 8, at::TensorOptions().dtype(at::kBFloat16)),
+                  e = KvCache::allocate(cfg, 8, at::TensorOptions().dtype(at::kFloat8_e4m3fn)),
+                  f = KvCache::allocate(cfg, 8, at::TensorOptions().dtype(at::kFloat));
+    EXPECT_EQ(e.bytes_per_token() * 2, b.bytes_per_token());
+    EXPECT_EQ(e.bytes_per_token() * 4, f.bytes_per_token());
+    // Per layer a key row and a value row of GQA's heads × head_dim; MLA's one row of
+    // kv_lora_rank + qk_rope_head_dim, its values read from its keys.
+    if (mla) EXPECT_EQ(e.bytes_per_token(), cfg.n_layers * (cfg.kv_lora_rank + cfg.qk_rope_head_dim));
+    else EXPECT_EQ(e.bytes_per_token(), 2 * cfg.n_layers * cfg.n_kv_heads * cfg.head_dim());
+  }
 }
 
 TEST(Engine, LongContextLogProbsAndTokensHoldAt4096Positions) {
