@@ -203,6 +203,13 @@ void check_splits_over(const Deck& deck, const ModelConfig& model, const std::st
                     "split over the group, or, when fewer than its {} ranks, each replicated on {} / n_kv_heads of "
                     "them; {} sets the group)", what, model.n_kv_heads, deck.source("model.n_kv_heads"), n, n, n, key);
   divisible("model.intermediate_size", model.intermediate_size, "the MLP's columns are");
+  divisible("model.shared_expert_intermediate_size", model.shared_expert_intermediate_size,
+            "the shared expert's columns are");
+  if (model.shared_experts_width() % n != 0)
+    SLIMPI_FAIL_ALL("{}: the shared experts' width, model.n_shared_experts × model.moe_intermediate_size = {} × {} "
+                    "({}; {}), is not divisible by {} (their columns are split over the group as a dense MLP's)",
+                    what, model.n_shared_experts, model.moe_intermediate_size, deck.source("model.n_shared_experts"),
+                    deck.source("model.moe_intermediate_size"), n);
 }
 
 // Tensor parallelism: trainer ranks hold one shard of the dense layers (model/tensor_shard.h).

@@ -141,11 +141,12 @@ MoeLayerOutput moe_mlp(const at::Tensor& h, const MoeWeights& w, const MoeRoutin
   const at::Tensor expert_out = w.ep ? run_sharded_experts(x, counts, w) : run_experts(x, counts.data_ptr<int64_t>(), w, false);
   const at::Tensor y = expert_out * weights.reshape({-1}).index_select(0, order).unsqueeze(1);  // [T·k, d]
   o.out = at::zeros_like(h).index_add(0, token_of_pair, y);
-  if (w.shared_up.defined()) {
-    const at::Tensor shared = dense(at::silu(dense(h, w.shared_gate_proj)) * dense(h, w.shared_up), w.shared_down);
-    o.out = o.out + (w.shared_gate.defined() ? at::sigmoid(dense(h, w.shared_gate)) * shared : shared);
-  }
   return o;
+}
+
+at::Tensor shared_experts_mlp(const at::Tensor& h, const MoeWeights& w) {
+  if (!w.shared_up.defined()) return {};
+  return dense(at::silu(dense(h, w.shared_gate_proj)) * dense(h, w.shared_up), w.shared_down);
 }
 
 at::Tensor moe_load_balancing_loss(const std::vector<at::Tensor>& router_logits, int64_t k, bool sigmoid) {

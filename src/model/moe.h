@@ -11,7 +11,9 @@
 //   out_t = Σ_j w_tj · down_e(silu(gate_e(h_t)) ⊙ up_e(h_t)),  e = i_tj
 // Dropless: every token runs its k experts. With a shared expert every token also runs
 // it: Qwen2-MoE's behind a sigmoid gate, out_t += σ(h_t · g) · SwiGLU_shared(h_t);
-// DeepSeekMoE's ungated, out_t += SwiGLU_shared(h_t). The correction bias b is read
+// DeepSeekMoE's ungated, out_t += SwiGLU_shared(h_t). moe_mlp gives the routed part; the
+// shared part is shared_experts_mlp's (the caller adds it: under tensor parallelism the
+// shared experts split as a dense MLP does, Transformer::moe_residual). The correction bias b is read
 // detached: its gradient is always zero (it is a parameter only so that loading,
 // checkpoints, the weight sync and export carry it; AdamW leaves a parameter whose
 // gradient is zero exactly as it is). The token-expert pairs are sorted by expert,
@@ -84,9 +86,15 @@ struct MoeLayerOutput {
   at::Tensor router_logits;  // [T, E] fp32 (autograd through the router)
 };
 
-// h [T, d]; replay [T, k] int64 or undefined (route by the router's top-k).
+// The routed experts. h [T, d]; replay [T, k] int64 or undefined (route by the router's top-k).
 MoeLayerOutput moe_mlp(const at::Tensor& h, const MoeWeights& w, const MoeRouting& routing,
                        const at::Tensor& replay = at::Tensor());
+
+// The shared experts' SwiGLU, down(silu(gate(h)) ⊙ up(h)), h [T, d] -> [T, d] in h's dtype,
+// without Qwen2-MoE's gate (applied to the sum); undefined when the layer has none. With
+// weights split over a tensor-parallel group (gate/up rows, down columns) it is this
+// rank's partial sum.
+at::Tensor shared_experts_mlp(const at::Tensor& h, const MoeWeights& w);
 
 // router_logits: one [T, E] fp32 tensor per MoE layer (the same T). Scalars with autograd.
 at::Tensor moe_load_balancing_loss(const std::vector<at::Tensor>& router_logits, int64_t k, bool sigmoid = false);

@@ -4,6 +4,7 @@
 #include <slimpi/error.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "model/model_config.h"
 
@@ -51,9 +52,18 @@ ParameterSplit parameter_split(const std::string& full_name, const ModelConfig& 
     if (ends_with(name, ".self_attn.o_proj.weight")) return {1, o, o};
   }
   if (ends_with(name, ".self_attn.o_proj.weight")) return {1, q, q};
-  // The dense MLP only: ".mlp.experts.<e>." and ".mlp.shared_expert." tensors are MoE's.
+  // The dense MLP (".mlp.experts.<e>." tensors are the routed experts', whole on every rank).
   if (ends_with(name, ".mlp.gate_proj.weight") || ends_with(name, ".mlp.up_proj.weight")) return {0, f, f};
   if (ends_with(name, ".mlp.down_proj.weight")) return {1, f, f};
+  // The shared experts split as the dense MLP does: DeepSeekMoE's n_shared_experts of
+  // moe_intermediate_size (one MLP of their total width), Qwen2-MoE's shared expert (its
+  // gate, shared_expert_gate, is whole).
+  for (const auto& [part, fs] : {std::pair<const char*, int64_t>{".mlp.shared_experts.", cfg.shared_experts_width()},
+                                 {".mlp.shared_expert.", cfg.shared_expert_intermediate_size}}) {
+    const std::string prefix(part);
+    if (ends_with(name, prefix + "gate_proj.weight") || ends_with(name, prefix + "up_proj.weight")) return {0, fs, fs};
+    if (ends_with(name, prefix + "down_proj.weight")) return {1, fs, fs};
+  }
   return {};
 }
 
@@ -148,6 +158,9 @@ void check_tensor_parallel_shape(const ModelConfig& cfg, int t) {
                t);
   SLIMPI_CHECK(cfg.intermediate_size % t == 0, "tensor parallelism over {} ranks splits the MLP: intermediate_size "
                "{} is not divisible by {}", t, cfg.intermediate_size, t);
+  SLIMPI_CHECK(cfg.shared_experts_width() % t == 0 && cfg.shared_expert_intermediate_size % t == 0,
+               "tensor parallelism over {} ranks splits the shared experts as a dense MLP: their width {} is not "
+               "divisible by {}", t, std::max(cfg.shared_experts_width(), cfg.shared_expert_intermediate_size), t);
 }
 
 }  // namespace slimpi

@@ -295,6 +295,14 @@ at::Tensor Transformer::dense_mlp_residual(const LayerParams& p, const at::Tenso
   return x + f.from_rows(dense(at::silu(dense(hp, p.gate)) * dense(hp, p.up), p.down));
 }
 
+at::Tensor Transformer::moe_residual(const MoeWeights& w, const at::Tensor& routed, const at::Tensor& h,
+                                     const ForwardContext& f) const {
+  const at::Tensor out = f.own_rows(routed);
+  if (!w.shared_up.defined()) return out;
+  const at::Tensor shared = f.from_rows(shared_experts_mlp(f.to_columns(h), w));  // [T_own, d]
+  return out + (w.shared_gate.defined() ? at::sigmoid(dense(h, f.shared(w.shared_gate))) * shared : shared);
+}
+
 at::Tensor Transformer::embed(const at::Tensor& tokens, const ForwardContext& f, const at::Tensor& weight) const {
   if (tensor_.size == 1) return at::embedding(f.as_used(weight), tokens).to(at::kFloat);  // [T, d]
   // Vocab-parallel: this shard's rows look up their tokens, every other token is zero
@@ -377,7 +385,7 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const AttentionLayout&
     const at::Tensor h = rms_norm(x, f.as_used(f.shared(p.post_norm)), cfg_.rms_norm_eps);
     const at::Tensor replay = moe && moe->replay.defined() ? moe->replay.select(1, moe_layer) : at::Tensor();
     MoeLayerOutput routed = moe_mlp(f.whole_rows(h), p.moe, routing_, replay);
-    x = x + f.own_rows(routed.out);
+    x = x + moe_residual(p.moe, routed.out, h, f);
     if (moe) {
       chosen.push_back(routed.chosen);
       own.push_back(routed.routed);
@@ -417,10 +425,12 @@ at::Tensor Transformer::mtp_depth(int64_t depth, const at::Tensor& in, const at:
                                     -1);                                       // [T, 2d]
   at::Tensor x = dense(joined, m.input_proj).to(at::kFloat);            // [T, d]
   x = x + attention_block(m.block, cfg_.n_layers + depth, x, f);
-  if (cfg_.mtp_is_moe())  // routed by its own router, never traced or replayed
-    x = x + moe_mlp(rms_norm(x, f.as_used(m.block.post_norm), cfg_.rms_norm_eps), m.block.moe, routing_).out;
-  else
+  if (cfg_.mtp_is_moe()) {  // routed by its own router, never traced or replayed
+    const at::Tensor h = rms_norm(x, f.as_used(m.block.post_norm), cfg_.rms_norm_eps);
+    x = x + moe_residual(m.block.moe, moe_mlp(h, m.block.moe, routing_).out, h, f);
+  } else {
     x = dense_mlp_residual(m.block, x, f);
+  }
   return rms_norm(x, f.as_used(m.final_norm), cfg_.rms_norm_eps).to(at::kFloat);  // [T, d]
 }
 

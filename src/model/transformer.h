@@ -195,6 +195,12 @@ class Transformer {
                                 const ForwardContext& f) const;
   // x [T_local, d] -> x + the dense MLP block of `layer`.
   at::Tensor dense_mlp_residual(const LayerParams& p, const at::Tensor& x, const ForwardContext& f) const;
+  // An MoE block's output rows (this rank's under sequence parallelism): the routed
+  // experts' `routed` [T, d] (every token, run whole on every rank of a tensor group) plus
+  // the shared experts over h (the post-norm rows, [T_own, d]), split as a dense MLP is
+  // (column-parallel gate/up, row-parallel down), then Qwen2-MoE's σ(h · g).
+  at::Tensor moe_residual(const MoeWeights& w, const at::Tensor& routed, const at::Tensor& h,
+                          const ForwardContext& f) const;
   // Appends parameter `name` (drawn as `t`); `binds_to` is the member that holds it
   // once pack_parameters() gave it its final storage.
   void add(const std::string& name, at::Tensor t, at::Tensor* binds_to);

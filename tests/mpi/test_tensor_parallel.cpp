@@ -207,10 +207,12 @@ TEST(HeadLogProbs, EqualTheLogitsPath) {
 
 // The model of a case: grouped-query attention (2 key/value heads where the group
 // allows it, or `kv_heads`: fewer than t replicates them) with q/k norms and q/k/v
-// biases; tied or untied; with one MoE layer.
+// biases; tied or untied; with one MoE layer (and Qwen2-MoE's gated shared expert, split
+// over the group as a dense MLP).
 // deepseek: GLM-4.5's shape of it: RoPE over half of each head, and the MoE layer
 // DeepSeekMoE's (sigmoid router with a correction bias, 2 groups of which a token uses 1,
-// weights scaled by 2.5, one ungated shared expert; layer 0 dense by first_k_dense_replace).
+// weights scaled by 2.5, one ungated shared expert split as a dense MLP; layer 0 dense by
+// first_k_dense_replace).
 // mla: DeepSeek-V3's multi-head latent attention (a query latent, interleaved rotary
 // pairs, values narrower than keys; no biases or q/k norms).
 ModelConfig tp_config(int t, bool tied, bool moe, int kv_heads = 0, int mtp = 0, bool deepseek = false,
@@ -229,6 +231,7 @@ ModelConfig tp_config(int t, bool tied, bool moe, int kv_heads = 0, int mtp = 0,
     c.n_experts_per_tok = 2;
     c.moe_intermediate_size = 16;
     c.moe_layer_freq = 2;  // layer 1 sparse, layer 0 dense
+    if (!deepseek) c.shared_expert_intermediate_size = 8;  // Qwen2-MoE's gated shared expert
   }
   if (deepseek) {
     c.partial_rotary_factor = 0.5;
@@ -613,7 +616,17 @@ TEST(TensorShard, SplitsAndPadsAsMegatron) {
   EXPECT_EQ(parameter_split("exp_avg/model.layers.1.self_attn.o_proj.weight", cfg, 2).dim, 1);
   EXPECT_EQ(parameter_split("model.layers.0.mlp.down_proj.weight", cfg, 2).dim, 1);
   EXPECT_FALSE(parameter_split("model.layers.0.mlp.experts.3.gate_proj.weight", cfg, 2).split());
-  EXPECT_FALSE(parameter_split("model.layers.0.mlp.shared_expert.up_proj.weight", cfg, 2).split());
+  // Shared experts split as the dense MLP: Qwen2-MoE's (its gate whole) and DeepSeekMoE's.
+  ModelConfig moe = tp_config(2, false, true);
+  EXPECT_EQ(parameter_split("model.layers.1.mlp.shared_expert.up_proj.weight", moe, 2).dim, 0);
+  EXPECT_EQ(parameter_split("model.layers.1.mlp.shared_expert.down_proj.weight", moe, 2).dim, 1);
+  EXPECT_FALSE(parameter_split("model.layers.1.mlp.shared_expert_gate.weight", moe, 2).split());
+  moe = tp_config(2, false, true, 0, 0, /*deepseek=*/true);
+  const ParameterSplit shared_gate = parameter_split("model.layers.1.mlp.shared_experts.gate_proj.weight", moe, 2);
+  EXPECT_EQ(shared_gate.dim, 0);
+  EXPECT_EQ(shared_gate.whole, moe.n_shared_experts * moe.moe_intermediate_size);
+  EXPECT_EQ(parameter_split("model.layers.1.mlp.shared_experts.down_proj.weight", moe, 2).dim, 1);
+  EXPECT_FALSE(parameter_split("model.layers.1.mlp.gate.e_score_correction_bias", moe, 2).split());
   EXPECT_FALSE(parameter_split("model.layers.0.self_attn.q_norm.weight", cfg, 2).split());
   EXPECT_FALSE(parameter_split("model.layers.0.self_attn.q_proj.weight", cfg, 1).split());
   const ParameterSplit vocab = parameter_split("lm_head.weight", cfg, 2);
