@@ -30,24 +30,56 @@ bool same_value(const DeckValue& a, const DeckValue& b) {
   return a == b;
 }
 
-// YaRN's fields (ModelConfig's rope_* keys): factor and original_max_position_embeddings
-// required, the rest transformers' defaults when absent.
-void read_yarn(const json& y, const std::string& f, HfConfigReader& r) {
+// The pretraining length of a llama3 or yarn RoPE, as transformers' standardize_rope_params
+// takes it: a top-level original_max_position_embeddings first (Phi-3's and some DeepSeek
+// conversions' place for it), else the scaling object's, else max_position_embeddings.
+struct OriginalLength {
+  std::optional<int64_t> tokens;
+  std::string source;
+};
+OriginalLength original_length(const json& c, const json& scaling, const std::string& f) {
+  if (auto top = get_int(c, "original_max_position_embeddings")) return {top, "original_max_position_embeddings"};
+  if (auto own = get_int(scaling, "original_max_position_embeddings"))
+    return {own, f + ".original_max_position_embeddings"};
+  return {get_int(c, "max_position_embeddings"), "max_position_embeddings"};
+}
+
+// Multi-head latent attention's softmax scale grows by YaRN's mscale(factor,
+// mscale_all_dim)² under any rope type but the default (transformers' yarn_apply_mscale):
+// read for linear and llama3 too.
+void read_mscale_all_dim(const json& y, const std::string& f, HfConfigReader& r) {
+  if (auto v = get_float(y, "mscale_all_dim"); v && *v < 0) r.fail("{}.mscale_all_dim = {} must not be negative", f, *v);
+  else if (v && *v > 0) r.set("model.rope_mscale_all_dim", *v, f + ".mscale_all_dim");
+}
+
+// YaRN's fields (ModelConfig's rope_* keys): the pretraining length (original_length) and
+// factor (absent: max_position_embeddings over that length, as DeepSeek's configs allow),
+// the rest transformers' defaults when absent.
+void read_yarn(const json& c, const json& y, const std::string& f, HfConfigReader& r) {
   r.set("model.rope_scaling", std::string("yarn"), f + ".rope_type");
-  auto factor = get_float(y, "factor");
-  auto original = get_int(y, "original_max_position_embeddings");
-  if (!factor || *factor <= 0 || !original || *original <= 0) {
-    r.fail("{} of type yarn needs a positive 'factor' and 'original_max_position_embeddings'", f);
+  const OriginalLength original = original_length(c, y, f);
+  if (!original.tokens || *original.tokens <= 0) {
+    r.fail("{} of type yarn needs a positive 'original_max_position_embeddings' (or max_position_embeddings)", f);
     return;
   }
-  r.set("model.rope_factor", *factor, f + ".factor");
-  r.set("model.rope_original_max_seq_len", *original, f + ".original_max_position_embeddings");
+  auto factor = get_float(y, "factor");
+  std::string factor_source = f + ".factor";
+  if (!factor && get_int(c, "max_position_embeddings")) {
+    factor = double(*get_int(c, "max_position_embeddings")) / double(*original.tokens);
+    factor_source = "max_position_embeddings / " + original.source;
+  }
+  if (!factor || *factor <= 0) {
+    r.fail("{} of type yarn needs a positive 'factor'", f);
+    return;
+  }
+  r.set("model.rope_factor", *factor, factor_source);
+  r.set("model.rope_original_max_seq_len", *original.tokens, original.source);
   for (const auto& [field, key] :
        {std::pair{"beta_fast", "model.rope_beta_fast"}, {"beta_slow", "model.rope_beta_slow"},
-        {"mscale", "model.rope_mscale"}, {"mscale_all_dim", "model.rope_mscale_all_dim"},
-        {"attention_factor", "model.rope_attention_factor"}})
+        {"mscale", "model.rope_mscale"}, {"attention_factor", "model.rope_attention_factor"}})
     if (auto v = get_float(y, field); v && *v < 0) r.fail("{}.{} = {} must not be negative", f, field, *v);
     else if (v && *v > 0) r.set(key, *v, f + "." + field);
+  read_mscale_all_dim(y, f, r);
   if (auto t = get_bool(y, "truncate")) r.set("model.rope_truncate", *t, f + ".truncate");
 }
 
@@ -78,21 +110,22 @@ void resolve_rope(const json& c, HfConfigReader& r) {
   if (type == "default") {
     r.set("model.rope_scaling", std::string("none"), f);
   } else if (type == "yarn") {
-    read_yarn(*scaling, f, r);
+    read_yarn(c, *scaling, f, r);
   } else if (type == "linear" || type == "llama3") {
     r.set("model.rope_scaling", type, f + ".rope_type");
     auto factor = get_float(*scaling, "factor");
     if (!factor || *factor <= 0) r.fail("{} of type {} needs a positive 'factor'", f, type);
     else r.set("model.rope_factor", *factor, f + ".factor");
+    read_mscale_all_dim(*scaling, f, r);
     if (type == "llama3") {
       auto low = get_float(*scaling, "low_freq_factor"), high = get_float(*scaling, "high_freq_factor");
-      auto original = get_int(*scaling, "original_max_position_embeddings");
-      if (!low || !high || !original)
+      const OriginalLength original = original_length(c, *scaling, f);
+      if (!low || !high || !original.tokens)
         r.fail("{} of type llama3 needs low_freq_factor, high_freq_factor and original_max_position_embeddings", f);
       else {
         r.set("model.rope_low_freq_factor", *low, f + ".low_freq_factor");
         r.set("model.rope_high_freq_factor", *high, f + ".high_freq_factor");
-        r.set("model.rope_original_max_seq_len", *original, f + ".original_max_position_embeddings");
+        r.set("model.rope_original_max_seq_len", *original.tokens, original.source);
       }
     }
   } else {

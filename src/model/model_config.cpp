@@ -71,7 +71,7 @@ double ModelConfig::rope_cos_sin_factor() const {
 }
 
 double ModelConfig::softmax_scale_factor() const {
-  if (rope_scaling != "yarn" || !is_mla() || rope_mscale_all_dim <= 0) return 1.0;
+  if (rope_scaling == "none" || !is_mla() || rope_mscale_all_dim <= 0) return 1.0;
   const double m = yarn_mscale(rope_factor, rope_mscale_all_dim);
   return m * m;
 }
@@ -171,7 +171,7 @@ void check_deepseek_moe(const ModelConfig& c, const Deck& deck) {
 }
 
 // Multi-head latent attention's keys: its dimensions, and what it does not combine with.
-void check_mla(ModelConfig& c, const Deck& deck) {
+void check_mla(const ModelConfig& c, const Deck& deck) {
   if (!c.is_mla()) {
     if (c.q_lora_rank > 0 || c.rope_interleave)
       SLIMPI_FAIL_ALL("model.q_lora_rank ({}) and model.rope_interleave ({}) are multi-head latent attention's: they "
@@ -189,7 +189,6 @@ void check_mla(ModelConfig& c, const Deck& deck) {
   if (c.qkv_bias || c.o_bias || c.qk_norm || c.partial_rotary_factor != 1.0)
     SLIMPI_FAIL_ALL("multi-head latent attention (model.kv_lora_rank = {}) has no q/k/v or o biases, q/k norms or "
                     "partial rotary factor (its rotary part is model.qk_rope_head_dim)", c.kv_lora_rank);
-  c.n_kv_heads = c.n_heads;  // every head its own key and value once the latent is expanded
 }
 
 }  // namespace
@@ -247,6 +246,7 @@ ModelConfig ModelConfig::from_deck(const Deck& deck) {
   c.rope_interleave = deck.get_bool("model.rope_interleave");
   check_deepseek_moe(c, deck);
   check_mla(c, deck);
+  if (c.is_mla()) c.n_kv_heads = c.n_heads;  // every head its own key and value once the latent is expanded
   if (c.n_experts > 0 && c.n_experts_per_tok > c.n_experts)
     SLIMPI_FAIL_ALL("model.n_experts_per_tok = {} ({}) exceeds model.n_experts = {} ({})", c.n_experts_per_tok,
                     deck.source("model.n_experts_per_tok"), c.n_experts, deck.source("model.n_experts"));

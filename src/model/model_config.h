@@ -122,7 +122,9 @@ struct ModelConfig {
   std::vector<double> rope_inv_freq() const;
   // What cos and sin are multiplied by (1 but for YaRN).
   double rope_cos_sin_factor() const;
-  // What the attention softmax scale 1/√D is multiplied by (1 but for YaRN with latent attention).
+  // What the attention softmax scale 1/√D is multiplied by: 1 but for latent attention
+  // under a rope_scaling with mscale_all_dim (yarn_mscale(factor, mscale_all_dim)², as
+  // transformers' yarn_apply_mscale for every rope type but the default).
   double softmax_scale_factor() const;
   // Parameters of the model (embeddings, head and MTP layers included).
   int64_t n_params() const;

@@ -70,8 +70,8 @@ std::vector<KeySpec> model_keys() {
       float_key("model.rope_beta_slow", 1.0, 1e-6, 1e6, "", "yarn rope_scaling: beta_slow"),
       float_key("model.rope_mscale", 0.0, 0.0, 1e6, "", "yarn rope_scaling: mscale (0 = not given)"),
       float_key("model.rope_mscale_all_dim", 0.0, 0.0, 1e6, "",
-                "yarn rope_scaling: mscale_all_dim (0 = not given; latent attention's softmax scale grows by "
-                "its mscale squared)"),
+                "rope_scaling's mscale_all_dim (0 = not given; yarn's attention factor uses it, and latent "
+                "attention's softmax scale grows by its mscale squared under any rope_scaling)"),
       float_key("model.rope_attention_factor", 0.0, 0.0, 1e6, "",
                 "yarn rope_scaling: attention_factor on cos and sin (0 = derived from factor and the mscales)"),
       bool_key("model.rope_truncate", true, "yarn rope_scaling: truncate the correction range to whole dimensions"),

@@ -20,7 +20,7 @@
 #  * DeepSeekMoE (sigmoid router with its correction bias, groups, scaled weights, a shared
 #    expert, a dense first layer; half-rotary attention) learns at np 4 split with expert
 #    parallelism 2, its trainer routes exactly as its engine, the correction bias is never
-#    trained, and 2 + 2 job steps equal 4 straight;
+#    trained, and 2 + 2 job steps equal 4 straight (with DeepSeek-V3's latent attention);
 #  * DeepSeek-V3's shape (multi-head latent attention, its engine of 2 ranks attending over
 #    the cached latent) learns, its engine's log-probs the trainer's to fp32 round-off.
 # Usage: moe_runs.sh SLIMPI ROOT "MPIRUN FLAGS"
@@ -152,9 +152,13 @@ ds=(--set model.moe_router=sigmoid --set model.moe_router_bias=true --set model.
     --set parallel.expert_parallel=2 --set eval.path=)
 run 4 deepseek "${ds[@]}" --set run.n_steps=40 --set train.lr=3e-3 --set rollout.rollout_batch_size=16 \
   --set rollout.n_samples_per_prompt=8 --set train.global_batch_size=128
-run 4 deepseek_straight "${ds[@]}"
-run 4 deepseek_chunked "${ds[@]}" --set run.job_steps=2
-run 4 deepseek_chunked "${ds[@]}" --set run.job_steps=2
+# DeepSeek-V3's attention too (latent attention, an engine of 2 ranks over the cached latent).
+mla=(--set model.kv_lora_rank=16 --set model.q_lora_rank=24 --set model.qk_nope_head_dim=8
+     --set model.qk_rope_head_dim=4 --set model.v_head_dim=6 --set model.rope_interleave=true
+     --set model.partial_rotary_factor=1 --set rollout.tensor_parallel=2)
+run 4 deepseek_straight "${ds[@]}" "${mla[@]}"
+run 4 deepseek_chunked "${ds[@]}" "${mla[@]}" --set run.job_steps=2
+run 4 deepseek_chunked "${ds[@]}" "${mla[@]}" --set run.job_steps=2
 $compare "$out/deepseek_straight" "$out/deepseek_chunked"
 /usr/bin/python3 - "$out" <<'PY'
 import sys
@@ -180,9 +184,6 @@ assert last > 0.1 and last > 5 * first, "the DeepSeekMoE policy did not learn"
 assert np.all(agree == 1.0), agree
 PY
 echo "== DeepSeek-V3's shape (latent attention + DeepSeekMoE): learns at np 4 split, EP 2, an engine of 2 ranks"
-mla=(--set model.kv_lora_rank=16 --set model.q_lora_rank=24 --set model.qk_nope_head_dim=8
-     --set model.qk_rope_head_dim=4 --set model.v_head_dim=6 --set model.rope_interleave=true
-     --set model.partial_rotary_factor=1 --set rollout.tensor_parallel=2)
 run 4 deepseek_mla "${ds[@]}" "${mla[@]}" --set run.n_steps=40 --set train.lr=3e-3 --set rollout.rollout_batch_size=16 \
   --set rollout.n_samples_per_prompt=8 --set train.global_batch_size=128
 /usr/bin/python3 - "$out" <<'PY'

@@ -104,7 +104,8 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenLogits,
                                            "qwen3_moe", "qwen3_moe_step2_bf16", "qwen2_moe_shared", "mixtral",
                                            "qwen3_fp8", "glm4_moe_grouped", "glm4_moe_plain_bf16", "deepseek_v3",
                                            "deepseek_v3_no_q_lora_bf16", "glm4_moe_lite", "deepseek_v3_yarn",
-                                           "qwen3_yarn", "deepseek_v3_fp8", "glm4_moe_fp8"));
+                                           "qwen3_yarn", "deepseek_v3_fp8", "glm4_moe_fp8",
+                                           "deepseek_v3_linear_mscale"));
 
 // Qwen3-MoE, Qwen2-MoE, Mixtral and GLM-4.5 (DeepSeekMoE): every token's top-k experts in every
 // sparse layer and the load-balancing loss (where transformers computes one) equal transformers'; replaying those experts gives the same logits, replaying
@@ -340,6 +341,34 @@ TEST_F(HfDir, TopLevelRopeScalingAsTransformers4WritesIt) {
   Transformer m(cfg, 1, at::kCPU);
   load_model_weights(m.parameters(), dir.string());
   EXPECT_LT(golden_gap(dir, m), 1e-4);
+}
+
+// YaRN's pretraining length where configs put it, as transformers' standardize_rope_params
+// reads it: a top-level original_max_position_embeddings wins over the scaling object's
+// (the same logits when it says the same); yarn without a factor takes
+// max_position_embeddings over that length (DeepSeek's configs allow it).
+TEST_F(HfDir, YarnLengthAndFactorWhereConfigsPutThem) {
+  const fs::path top = edited("deepseek_v3_yarn", [](nlohmann::json& c) {
+    c["original_max_position_embeddings"] = c["rope_parameters"]["original_max_position_embeddings"];
+    c["rope_parameters"]["original_max_position_embeddings"] = 1000;  // overridden by the top level
+    c["rope_parameters"].erase("factor");  // 128 / 32 = 4, the fixture's factor
+  });
+  const Deck deck = deck_for(top);
+  const ModelConfig cfg = ModelConfig::from_deck(deck);
+  EXPECT_EQ(cfg.rope_original_max_seq_len, 32);
+  EXPECT_EQ(cfg.rope_factor, 4.0);
+  EXPECT_EQ(deck.source("model.rope_original_max_seq_len").find("config.json (original_max_position_embeddings)") !=
+                std::string::npos,
+            true)
+      << deck.source("model.rope_original_max_seq_len");
+  Transformer m(cfg, 1, at::kCPU);
+  load_model_weights(m.parameters(), top.string());
+  EXPECT_LT(golden_gap(top, m), 2e-5);
+  // No length anywhere but max_position_embeddings: that is the pretraining length.
+  const fs::path bare = edited("qwen3_yarn", [](nlohmann::json& c) {
+    c["rope_parameters"].erase("original_max_position_embeddings");
+  });
+  EXPECT_EQ(ModelConfig::from_deck(deck_for(bare)).rope_original_max_seq_len, 128);
 }
 
 TEST_F(HfDir, DeckKeysThatContradictTheConfigAreErrors) {
