@@ -7,10 +7,10 @@ weights in bf16 safetensors shards (developer-run, for perf/real_width_step.sh).
 deepseek_v3  DeepSeek-V3's layer (hidden 7168, 128 heads, query latent 1536, key/value
              latent 512, per head 128 no-rope + 64 rotary dims and 128 value dims, experts
              of 2048 with one shared expert, sigmoid routing in groups, YaRN factor 40 over
-             4096) at 1 layer, 4 routed experts (2 groups, top-2), vocabulary 8192
+             4096) at 1 layer, 4 routed experts (2 groups, top-2), vocabulary 8192, no MTP layer
 glm45_air    GLM-4.5-Air's layer (hidden 4096, 96 heads / 8 key/value heads of 128,
              half-rotary, q/k/v biases, experts of 1408 with one shared expert) at 1
-             layer, 4 routed experts (top-2), vocabulary 8192
+             layer, 4 routed experts (top-2), vocabulary 8192, no MTP layer
 Widths are the released config.json's; depth, expert count and vocabulary are cut so that
 a training step fits four ranks of a 24 GiB machine.
 """
@@ -27,7 +27,7 @@ SHAPES = {
         n_routed_experts=4, num_experts_per_tok=2, n_group=2, topk_group=1, routed_scaling_factor=2.5,
         first_k_dense_replace=0, norm_topk_prob=True, kv_lora_rank=512, q_lora_rank=1536,
         qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, rope_interleave=True,
-        max_position_embeddings=163840, rms_norm_eps=1e-6, tie_word_embeddings=False,
+        max_position_embeddings=163840, rms_norm_eps=1e-6, tie_word_embeddings=False, num_nextn_predict_layers=0,
         rope_parameters=dict(rope_type="yarn", rope_theta=10000.0, factor=40.0,
                              original_max_position_embeddings=4096, beta_fast=32, beta_slow=1,
                              mscale=1.0, mscale_all_dim=1.0))),
@@ -37,6 +37,7 @@ SHAPES = {
         n_shared_experts=1, n_routed_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1,
         routed_scaling_factor=1.0, first_k_dense_replace=0, norm_topk_prob=True, attention_bias=True,
         use_qk_norm=False, max_position_embeddings=131072, rms_norm_eps=1e-5, tie_word_embeddings=False,
+        num_nextn_predict_layers=0,
         rope_parameters=dict(rope_type="default", rope_theta=1000000.0, partial_rotary_factor=0.5))),
 }
 

@@ -6,10 +6,11 @@
 #   deepseek_v3  latent attention (128 heads, latents 1536 / 512), DeepSeekMoE experts
 #                of 2048 + a shared one, YaRN
 #   glm45_air    96 heads / 8 key/value heads, half-rotary, experts of 1408 + a shared one
-# Layout: 4 colocated ranks as tensor parallel 2 x data parallel 2, the experts sharded
-# over the data-parallel pairs (parallel.expert_parallel = 2), the distributed optimizer,
-# full recomputation; each tensor group an engine of 2 ranks (rollout.tensor_parallel =
-# 2) in bf16. Work: 2 GRPO steps of 8 samples (2 prompts x 4) x 16 new tokens.
+# Layout: 2 trainer ranks with the experts sharded over them (parallel.expert_parallel =
+# 2), the distributed optimizer and full recomputation; 2 rollout ranks as one
+# tensor-parallel engine (rollout.tensor_parallel = 2) in bf16, fed by the sliced weight
+# sync. (Four colocated ranks as TP 2 x EP 2 ran out of this VM's 24 GiB.) Work: 2 GRPO
+# steps of 8 samples (2 prompts x 4) x 16 new tokens.
 # Reported: each rank's peak RSS (/usr/bin/time's high-water mark) and the second step's
 # time. The models are made once into $SLIMPI_REAL_WIDTH_DIR (default /tmp/slimpi_real_width).
 # Usage: perf/real_width_step.sh [SHAPE ...]   (default: deepseek_v3 glm45_air)
@@ -23,11 +24,22 @@ models=${SLIMPI_REAL_WIDTH_DIR:-/tmp/slimpi_real_width}
 out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
 flags=(--oversubscribe --bind-to none); [ "$(id -u)" = 0 ] && flags+=(--allow-run-as-root)
 cd "$root"
-grep -v '^kv_cache_tokens' inputs/smoke_rl.toml >"$out/deck.toml"
+# The smoke deck's data, rollout and reward, without its model (config.json gives it) or
+# KV-cache size (kv_cache_memory_gb sizes it here).
+/usr/bin/python3 - inputs/smoke_rl.toml "$out/deck.toml" <<'PY'
+import sys
+lines, skip = [], False
+for line in open(sys.argv[1]):
+    if line.startswith("["):
+        skip = line.strip() == "[model]"
+    if not skip and not line.startswith("kv_cache_tokens"):
+        lines.append(line)
+open(sys.argv[2], "w").writelines(lines)
+PY
 work=(--set run.n_steps=2 --set eval.path= --set rollout.rollout_batch_size=2 --set rollout.n_samples_per_prompt=4
       --set rollout.max_new_tokens=16 --set rollout.kv_cache_memory_gb=0.25 --set train.global_batch_size=8
       --set checkpoint.interval=0 --set run.threads=0 --set model.max_seq_len=128)
-layout=(--set parallel.placement=colocate --set parallel.tensor_parallel=2 --set parallel.expert_parallel=2
+layout=(--set parallel.placement=split --set parallel.trainer_ranks=2 --set parallel.expert_parallel=2
         --set rollout.tensor_parallel=2 --set rollout.precision=bf16 --set train.distributed_optimizer=true
         --set train.recompute=full)
 for shape in "${shapes[@]}"; do
@@ -45,8 +57,11 @@ rss = [int(open(f"{run}.rss.{r}").read().split()[-1]) / 1024 for r in range(4)]
 with h5py.File(f"{run}/metrics.h5") as f:
     step = f["steps/perf/step_time"][1]
     n = len(f["steps/perf/step_time"])
-params = [l for l in open(log) if "parameters" in l and "tensor parallel" in l][:1]
+said = [l.split("] ", 1)[-1].strip() for l in open(log)
+        if l.split("] ", 1)[-1].startswith(("policy:", "expert parallelism:", "tensor-parallel engine"))]
 print(f"real_width_step: {shape}: {n} steps; peak RSS per rank (MB) " + " / ".join(f"{x:.0f}" for x in rss) +
-      f"; step 2: {step:.1f} s" + (f"\n  {params[0].strip()}" if params else ""))
+      f" (trainer 0, 1, rollout 2, 3); step 2: {step:.1f} s")
+for line in said:
+    print(f"  {line}")
 PY
 done

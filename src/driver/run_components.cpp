@@ -196,17 +196,26 @@ void describe_engines(const RunContext& ctx, const RunComponents& c, at::ScalarT
   const bool own_shards = rollout_weights == at::kFloat && ctx.deck.get_int("parallel.expert_parallel") == 1;
   if (c.rl && engine_tp > 1)
     log::info("tensor-parallel engines: {} engine{} of {} {} (the first of each routes and samples); each "
-              "rank holds {} of {} query heads, {} of {} key/value heads{}, {} of {} MLP columns and its heads' KV cache",
+              "rank holds {} of {} query heads, {}, {} of {} MLP columns{} and {}",
               layout.n_rollout / engine_tp, layout.n_rollout / engine_tp > 1 ? "s" : "", engine_tp,
               layout.placement == Placement::Colocate
                   ? (own_shards ? "ranks, each a tensor group of the trainer running the policy's own shards"
                                 : "ranks, each a tensor group of the trainer running a copy of its shards refreshed at "
                                   "every step")
                   : "rollout ranks",
-              cfg.n_heads / engine_tp, cfg.n_heads, local_kv_heads(cfg, engine_tp), cfg.n_kv_heads,
-              kv_head_replicas(cfg, engine_tp) > 1
-                  ? fmt::format(" (each replicated on {} ranks)", kv_head_replicas(cfg, engine_tp)) : "",
-              cfg.intermediate_size / engine_tp, cfg.intermediate_size);
+              cfg.n_heads / engine_tp, cfg.n_heads,
+              cfg.is_mla() ? std::string("the key/value latent projections whole")
+                           : fmt::format("{} of {} key/value heads{}", local_kv_heads(cfg, engine_tp), cfg.n_kv_heads,
+                                         kv_head_replicas(cfg, engine_tp) > 1
+                                             ? fmt::format(" (each replicated on {} ranks)",
+                                                           kv_head_replicas(cfg, engine_tp))
+                                             : ""),
+              cfg.intermediate_size / engine_tp, cfg.intermediate_size,
+              cfg.shared_experts_width() + cfg.shared_expert_intermediate_size > 0
+                  ? " (the shared experts' too), every routed expert"
+                  : cfg.n_experts > 0 ? ", every routed expert" : "",
+              cfg.is_mla() ? "the whole latent KV cache (one row of the latent and the rotary key a token)"
+                           : "its heads' KV cache");
   if (const int64_t steps = c.configs.rollout.engine.spec_steps; c.rl && steps > 0)
     log::info("speculative decoding: chains of {} tokens drafted by the policy's first MTP depth and verified by exact "
               "rejection sampling{}; the draft is the policy's own MTP layers, in its weights (every weight sync "
