@@ -32,8 +32,9 @@ void check_blocks(const at::Tensor& q, const at::Tensor& scale_inv) {
 }  // namespace
 
 bool is_fp8_weight(const std::string& name) {
-  const std::string tail = "_proj.weight";
-  return name.size() > tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+  for (const std::string tail : {"_proj.weight", "_proj_with_mqa.weight"})
+    if (name.size() > tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0) return true;
+  return false;
 }
 
 std::string fp8_scale_name(const std::string& weight_name) { return weight_name + "_scale_inv"; }

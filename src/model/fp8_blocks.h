@@ -28,7 +28,9 @@ struct Fp8Blocks {
   at::Tensor scale_inv;  // [ceil(N / 128), ceil(K / 128)] fp32
 };
 
-// Whether parameter `name` (slimpi's Hugging Face-style name) is held in FP8 by an fp8 engine.
+// Whether parameter `name` (slimpi's Hugging Face-style name) is held in FP8 by an fp8
+// engine: the linear projections, "*_proj.weight" and latent attention's
+// "kv_a_proj_with_mqa.weight" (DeepSeek-V3's FP8 checkpoints hold exactly these in e4m3).
 bool is_fp8_weight(const std::string& name);
 // The name of `weight_name`'s block scales: "x.weight" -> "x.weight_scale_inv".
 std::string fp8_scale_name(const std::string& weight_name);

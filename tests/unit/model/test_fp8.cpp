@@ -107,6 +107,12 @@ TEST(Fp8Blocks, WhichTensorsAndScaleNames) {
   EXPECT_TRUE(is_fp8_weight("model.layers.0.self_attn.q_proj.weight"));
   EXPECT_TRUE(is_fp8_weight("model.layers.3.mlp.experts.7.down_proj.weight"));
   EXPECT_TRUE(is_fp8_weight("model.mtp_layers.0.input_proj.weight"));
+  // Latent attention's projections, as DeepSeek-V3's FP8 checkpoints hold them.
+  for (const char* p : {"q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj"})
+    EXPECT_TRUE(is_fp8_weight(std::string("model.layers.1.self_attn.") + p + ".weight")) << p;
+  EXPECT_FALSE(is_fp8_weight("model.layers.1.self_attn.kv_a_layernorm.weight"));
+  EXPECT_TRUE(is_fp8_weight("model.layers.1.mlp.shared_experts.down_proj.weight"));
+  EXPECT_FALSE(is_fp8_weight("model.layers.1.mlp.gate.e_score_correction_bias"));
   EXPECT_FALSE(is_fp8_weight("model.layers.0.self_attn.q_proj.bias"));
   EXPECT_FALSE(is_fp8_weight("model.embed_tokens.weight"));
   EXPECT_FALSE(is_fp8_weight("lm_head.weight"));

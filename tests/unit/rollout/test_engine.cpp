@@ -483,25 +483,40 @@ GreedyComparison compare_greedy(const std::vector<Sample>& a, const std::vector<
 // values with room. A random model (init 0.05) has small margins: most sequences
 // diverge somewhere, each where its margin allows.
 TEST(Engine, Fp8EngineMatchesBf16WhereMarginsAllow) {
-  const ModelConfig cfg = testing::tiny_model_config(96, 0.05);  // measured: 4 of 16 sequences the same
-  Transformer masters(cfg, 5, at::kCPU);
-  Transformer bf16(cfg, 5, at::kCPU, at::kBFloat16), fp8(cfg, 5, at::kCPU, at::kBFloat16);
-  bf16.copy_weights_from(masters);
-  copy_through_fp8(masters, fp8);
-  const auto reqs = requests(16, 1, 0.0, 24);
-  const EngineConfig ec{4, 4096, 16, 256, true};
-  auto packed = [](const Transformer& m) {
-    return [&m](const at::Tensor& t) {
-      ForwardPrecision bf(Precision::BF16, at::kCPU);
-      return m.forward_packed(t, {t.size(0)});
+  // Also DeepSeek-V3's shape (latent attention, DeepSeekMoE): its latent projections and
+  // experts go through e4m3 blocks, its router and correction bias through bf16.
+  for (const bool deepseek : {false, true}) {
+    SCOPED_TRACE(deepseek ? "DeepSeek-V3's shape" : "dense");
+    ModelConfig cfg = testing::tiny_model_config(96, 0.05);  // measured: 4 of 16 sequences the same
+    if (deepseek) {
+      cfg.n_experts = 4;
+      cfg.n_experts_per_tok = 2;
+      cfg.moe_intermediate_size = 32;
+      testing::use_deepseek_moe(cfg, /*n_group=*/2, /*topk_group=*/1, /*first_k_dense=*/1);
+      testing::use_latent_attention(cfg);
+    }
+    Transformer masters(cfg, 5, at::kCPU);
+    Transformer bf16(cfg, 5, at::kCPU, at::kBFloat16), fp8(cfg, 5, at::kCPU, at::kBFloat16);
+    bf16.copy_weights_from(masters);
+    copy_through_fp8(masters, fp8);
+    const auto reqs = requests(16, 1, 0.0, 24);
+    const EngineConfig ec{4, 4096, 16, 256, true};
+    auto packed = [](const Transformer& m) {
+      return [&m](const at::Tensor& t) {
+        ForwardPrecision bf(Precision::BF16, at::kCPU);
+        return m.forward_packed(t, {t.size(0)});
+      };
     };
-  };
-  const GreedyComparison c = compare_greedy(generate(bf16, ec, reqs), generate(fp8, ec, reqs), packed(bf16),
-                                            packed(fp8), masters);
-  EXPECT_GT(c.worst_logit_change, 0.0) << "FP8 changed nothing";
-  EXPECT_LT(c.worst_logit_change, 0.2);  // measured 0.064
-  EXPECT_LT(c.logp_mean, 0.025);         // measured 8.3e-3 (bf16 engines: ~3e-4 on the smoke run)
-  EXPECT_LT(c.logp_max, 0.2);            // measured 5.5e-2
+    const GreedyComparison c = compare_greedy(generate(bf16, ec, reqs), generate(fp8, ec, reqs), packed(bf16),
+                                              packed(fp8), masters);
+    // Measured: dense 0.064 / 8.3e-3 / 5.5e-2 (bf16 engines: ~3e-4 mean on the smoke run);
+    // DeepSeek-V3's shape 0.87 / 9.7e-3 / 0.28: where the e4m3 rounding flips a token's
+    // experts the layer's output jumps (latent attention alone: 0.059 / 6.8e-3 / 2.8e-2).
+    EXPECT_GT(c.worst_logit_change, 0.0) << "FP8 changed nothing";
+    EXPECT_LT(c.worst_logit_change, deepseek ? 1.5 : 0.2);
+    EXPECT_LT(c.logp_mean, 0.025);
+    EXPECT_LT(c.logp_max, deepseek ? 0.5 : 0.2);
+  }
 }
 
 // rollout.kv_cache_dtype = "fp8_e4m3" (model/kv_cache.h): a bf16 engine whose cache holds
