@@ -203,21 +203,20 @@ at::Tensor attend_padded(const at::Tensor& q, const at::Tensor& k, const at::Ten
 // Through torch's scaled_dot_product_attention (a flash kernel on CPU and GPU: score
 // memory O(block) per head, never O(L²)). Query i sees keys 0..n_past+i: the causal flag
 // when n_past = 0, else a [Lq, Lk] boolean mask (SDPA's causal flag aligns the diagonal
-// top-left).
+// top-left). Grouped keys and values are not repeated per query head (enable_gqa: the
+// same numbers as repeating them, bit for bit on the CPU, without H / Hkv copies; latent
+// attention's one head of r + R would otherwise be copied H times at every prefill).
 at::Tensor attend_one_sequence(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t n_past) {
-  const int64_t Lq = q.size(0), Lk = k.size(0), g = q.size(1) / k.size(1);
+  const int64_t Lq = q.size(0), Lk = k.size(0);
   auto heads_first = [](const at::Tensor& x) { return x.transpose(0, 1).unsqueeze(0); };  // [1, heads, L, D]
-  at::Tensor kh = heads_first(k), vh = heads_first(v);
-  if (g > 1) {
-    kh = kh.repeat_interleave(g, 1);  // [1, H, Lk, D]
-    vh = vh.repeat_interleave(g, 1);
-  }
   std::optional<at::Tensor> mask;
   if (n_past > 0) {
     const auto opts = at::TensorOptions().dtype(at::kLong).device(q.device());
     mask = at::arange(Lk, opts).view({1, Lk}) <= (at::arange(Lq, opts) + n_past).view({Lq, 1});  // [Lq, Lk]
   }
-  return at::scaled_dot_product_attention(heads_first(q), kh, vh, mask, 0.0, /*is_causal=*/n_past == 0)
+  return at::scaled_dot_product_attention(heads_first(q), heads_first(k), heads_first(v), mask, 0.0,
+                                          /*is_causal=*/n_past == 0, std::nullopt,
+                                          /*enable_gqa=*/q.size(1) != k.size(1))
       .squeeze(0)
       .transpose(0, 1);  // [Lq, H, D]
 }
