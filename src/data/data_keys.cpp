@@ -17,15 +17,15 @@ std::vector<KeySpec> data_keys() {
       string_key("data.metadata_key", "", "JSONL key of per-prompt metadata kept with the prompt (\"\" = none)"),
       choice_key("data.chat_template", "none", with_auto(chat_templates().names()),
                  "render prompts as conversations (a string prompt is one user message): chatml (Qwen2/2.5), "
-                 "llama3 (Llama 3 Instruct), qwen3 (Qwen3, <think> rules), glm45 (GLM-4.5 / 4.5-Air), deepseek_r1 "
-                 "(DeepSeek-R1); none = the prompt text as it is; auto = the one the tokenizer's model ships when "
+                 "llama3 (Llama 3 Instruct), qwen3 (Qwen3, <think> rules), glm45 (GLM-4.5 / 4.5-Air), glm47 "
+                 "(GLM-4.7 / 4.7-Flash), deepseek_r1 (DeepSeek-R1); none = the prompt text as it is; auto = the one the tokenizer's model ships when "
                  "slimpi implements it (none when it ships none)"),
       string_key("data.system_prompt", "",
                  "with a chat template: a system message put first in every conversation that has none "
                  "(Qwen2.5-Instruct's default: \"You are Qwen, created by Alibaba Cloud. You are a helpful assistant.\")"),
       bool_key("data.enable_thinking", true,
-               "qwen3 and glm45 templates: false opens every generation with an empty <think></think> block "
-               "(glm45 also ends each user message with /nothink)"),
+               "qwen3, glm45 and glm47 templates: false opens every generation with an empty <think></think> "
+               "block (glm47: with </think>; glm45 also ends each user message with /nothink)"),
       bool_key("data.skip_bad_lines", false, "skip malformed prompt lines (counted in rollout/skipped_lines) instead of stopping")
   };
 }

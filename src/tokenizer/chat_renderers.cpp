@@ -169,6 +169,43 @@ std::string render_glm45(const std::vector<ChatMessage>& m, bool enable_thinking
   return out;
 }
 
+// GLM-4.7's template (GLM-4.7 and GLM-4.7-Flash, glm4_moe_lite): GLM-4.5's openers without
+// their newlines, "[gMASK]<sop>", then per message
+//   system     "<|system|>{content}";  user "<|user|>{content}"
+//   assistant  "<|assistant|>" + ("<think>{reasoning.strip()}</think>" after the last user
+//              message when it has reasoning, else "</think>") + content.strip()
+//   tool       "<|observation|>" before a run of tool messages, then
+//              "<tool_response>{content}</tool_response>" each
+// and the generation prompt "<|assistant|><think>" ("<|assistant|></think>" when
+// thinking is off). clear_thinking is left undefined, as transformers' default.
+std::string render_glm47(const std::vector<ChatMessage>& m, bool enable_thinking, bool gen) {
+  size_t last_user = std::string::npos;
+  for (size_t k = 0; k < m.size(); ++k)
+    if (m[k].role == "user") last_user = k;
+  std::string out = "[gMASK]<sop>";
+  for (size_t i = 0; i < m.size(); ++i) {
+    const ChatMessage& msg = m[i];
+    if (msg.role == "user") {
+      out += "<|user|>" + msg.content;
+    } else if (msg.role == "assistant") {
+      std::string content, reasoning;
+      split_reasoning(msg, &reasoning, &content);
+      const bool after_last_user = last_user == std::string::npos || i > last_user;
+      out += "<|assistant|>";
+      out += after_last_user && !reasoning.empty() ? "<think>" + strip_unicode_whitespace(reasoning) + "</think>"
+                                                   : std::string("</think>");
+      out += strip_unicode_whitespace(content);
+    } else if (msg.role == "tool") {
+      if (i == 0 || m[i - 1].role != "tool") out += "<|observation|>";
+      out += "<tool_response>" + msg.content + "</tool_response>";
+    } else if (msg.role == "system") {
+      out += "<|system|>" + msg.content;
+    }
+  }
+  if (gen) out += enable_thinking ? "<|assistant|><think>" : "<|assistant|></think>";
+  return out;
+}
+
 // DeepSeek-R1's template (deepseek-ai/DeepSeek-R1, a deepseek_v3 model): bos_token, the
 // last system message's content, then per message
 //   user       "<｜User｜>{content}"

@@ -29,6 +29,10 @@ const Registry<ChatTemplateSpec>& chat_templates() {
                       "\n<think></think>", [](const Messages& m, const ChatFormat& f, bool gen) {
                         return render_glm45(m, f.enable_thinking, gen);
                       }});
+    reg.add("glm47", {ChatTemplate::Glm47, "glm47", "<|user|>", "<|observation|>", false, true, false, "</think>",
+                      [](const Messages& m, const ChatFormat& f, bool gen) {
+                        return render_glm47(m, f.enable_thinking, gen);
+                      }});
     reg.add("deepseek_r1", {ChatTemplate::DeepSeekR1, "deepseek_r1", "<｜end▁of▁sentence｜>", "", true, false, true,
                             nullptr, [](const Messages& m, const ChatFormat& f, bool gen) {
                               return render_deepseek_r1(m, f.bos_token, gen);
@@ -62,6 +66,9 @@ std::optional<ChatTemplate> recognise_chat_template(const std::string& jinja) {
   if (has("<|im_start|>")) return has("<think>") ? ChatTemplate::Qwen3 : ChatTemplate::ChatML;
   if (has("<|start_header_id|>") && has("<|eot_id|>")) return ChatTemplate::Llama3;
   if (has("[gMASK]<sop>") && has("<|observation|>") && has("'\\n<think></think>'")) return ChatTemplate::Glm45;
+  if (has("[gMASK]<sop>") && has("<|observation|>") && has("clear_thinking") && has("else '<think>'") &&
+      !has("reasoning_effort"))
+    return ChatTemplate::Glm47;
   if (has("<｜User｜>") && has("<｜Assistant｜>") && has("<think>\\n")) return ChatTemplate::DeepSeekR1;
   return std::nullopt;
 }
@@ -131,7 +138,7 @@ ChatFormat ChatFormat::from_deck(const Deck& deck, const Tokenizer& tokenizer) {
                     deck.source("data.system_prompt"), deck.source("data.chat_template"), rendering_templates());
   const ChatTemplateSpec& spec = chat_template_spec(f.chat_template);
   if (!f.enable_thinking && spec.thinking_off == nullptr)
-    SLIMPI_FAIL_ALL("data.enable_thinking = false ({}) is a switch of the qwen3 and glm45 templates; "
+    SLIMPI_FAIL_ALL("data.enable_thinking = false ({}) is a switch of the qwen3, glm45 and glm47 templates; "
                     "data.chat_template = {} ({}) has none",
                     deck.source("data.enable_thinking"), chat_template_name(f.chat_template),
                     deck.source("data.chat_template"));

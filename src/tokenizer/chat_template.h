@@ -14,6 +14,9 @@
 //                message's opener ends a turn); every assistant turn has a <think> block;
 //                enable_thinking (false: "/nothink" after each user message, an empty
 //                <think></think> opens the generation)
+//   glm47        GLM-4.7 / GLM-4.7-Flash (glm4_moe_lite): glm45's markers without the
+//                newlines; a turn without kept reasoning opens with "</think>"; the
+//                generation opens with "<think>" ("</think>" when thinking is off)
 //   deepseek_r1  DeepSeek-R1 (deepseek_v3): bos_token, the system prompt, <｜User｜> and
 //                <｜Assistant｜> turns closed by <｜end▁of▁sentence｜>, tool outputs; the
 //                generation opens with "<think>\n" and an earlier turn's reasoning is dropped
@@ -55,12 +58,12 @@ struct ChatMessage {
   std::string reasoning;
 };
 
-enum class ChatTemplate { None, ChatML, Llama3, Qwen3, Glm45, DeepSeekR1 };
+enum class ChatTemplate { None, ChatML, Llama3, Qwen3, Glm45, Glm47, DeepSeekR1 };
 
 struct ChatFormat {
   ChatTemplate chat_template = ChatTemplate::None;
   std::string system_prompt;     // "" = none
-  bool enable_thinking = true;   // qwen3 and glm45
+  bool enable_thinking = true;   // qwen3, glm45 and glm47
   std::string bos_token;         // llama3, deepseek_r1: the text the template starts with
 
   bool enabled() const { return chat_template != ChatTemplate::None; }
@@ -86,7 +89,7 @@ struct ChatTemplateSpec {
   const char* end_of_turn;       // the text that ends an assistant turn ("" for none)
   const char* tool_end_of_turn;  // what ends a turn followed by tool results, when not end_of_turn ("" = same)
   bool reply_closes_itself;      // a rendered assistant turn ends with end_of_turn (glm45: the next opener does)
-  bool reads_reasoning;          // accepts an assistant message's reasoning_content (qwen3, glm45)
+  bool reads_reasoning;          // accepts an assistant message's reasoning_content (qwen3, glm45, glm47)
   bool needs_bos;                // starts with the tokenizer's bos_token (llama3, deepseek_r1)
   const char* thinking_off;      // the generation prompt's tail under enable_thinking = false;
                                  // nullptr = the template has no thinking switch
@@ -100,8 +103,9 @@ const char* chat_template_name(ChatTemplate t);
 
 // Which built-in template a model's shipped Jinja template is, by the markers it writes:
 // <|im_start|> with <think> = qwen3, <|im_start|> = chatml, <|start_header_id|> with
-// <|eot_id|> = llama3, [gMASK]<sop> with <|observation|> and '\n<think></think>' = glm45
-// (GLM-4.7's template writes <think> without the newline and is not it), <｜User｜> and
+// <|eot_id|> = llama3, [gMASK]<sop> with <|observation|> and '\n<think></think>' = glm45,
+// [gMASK]<sop> with <|observation|>, clear_thinking and an "else '<think>'" generation
+// prompt but no reasoning_effort = glm47 (GLM-5's templates are neither), <｜User｜> and
 // <｜Assistant｜> with '<think>\n' = deepseek_r1 (DeepSeek-V3's own template opens no
 // <think> and is not it); nullopt for anything else (or no text).
 std::optional<ChatTemplate> recognise_chat_template(const std::string& jinja);

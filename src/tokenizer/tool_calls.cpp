@@ -150,7 +150,7 @@ std::vector<ToolCall> parse_deepseek_calls(const std::string& text) {
 }  // namespace
 
 std::vector<ToolCall> parse_tool_calls(const std::string& text, ChatTemplate t) {
-  if (t == ChatTemplate::Glm45) return parse_glm_calls(text);
+  if (t == ChatTemplate::Glm45 || t == ChatTemplate::Glm47) return parse_glm_calls(text);
   if (t == ChatTemplate::DeepSeekR1) return parse_deepseek_calls(text);
   std::vector<ToolCall> calls;
   if (t == ChatTemplate::Llama3) {

@@ -5,9 +5,9 @@
 //                        (Qwen2.5 / Qwen3, Hermes style), any number per turn
 //   llama3               the whole turn is one JSON object {"name": ..., "parameters": {...}}
 //                        (Llama 3.1's JSON tool calling; "arguments" is accepted too)
-//   glm45                <tool_call>NAME\n<arg_key>K</arg_key>\n<arg_value>V</arg_value>\n...
-//                        </tool_call> blocks (GLM-4.5; GLM-4.7's form without the newlines
-//                        too); a value that parses as JSON is that value, else a string
+//   glm45, glm47         <tool_call>NAME\n<arg_key>K</arg_key>\n<arg_value>V</arg_value>\n...
+//                        </tool_call> blocks (GLM-4.5; GLM-4.7's form is the same without
+//                        the newlines); a value that parses as JSON is that value, else a string
 //   deepseek_r1          <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{...}\n```
 //                        <｜tool▁call▁end｜> blocks (DeepSeek-V3 / R1), any number per turn
 // A block that is malformed (not valid JSON, no string "name", ...) is still returned, with

@@ -72,6 +72,8 @@ TEST(ToolCalls, GlmKeyValueBlocks) {
   EXPECT_EQ(calls[4].error, "an <arg_key> without its </arg_key> <arg_value>...</arg_value>");
   EXPECT_EQ(calls[5].error, "no closing </tool_call>");
   EXPECT_EQ(tool_call_stop(ChatTemplate::Glm45), "</tool_call>");
+  EXPECT_EQ(parse_tool_calls(text, ChatTemplate::Glm47).size(), 6u);  // GLM-4.7 writes the same blocks
+  EXPECT_EQ(tool_call_stop(ChatTemplate::Glm47), "</tool_call>");
 }
 
 TEST(ToolCalls, DeepSeekFencedJsonBlocks) {
@@ -136,6 +138,29 @@ TEST(ChatTranscript, Glm45TurnsEndWithTheNextOpener) {
   quiet.add_model_turn("\nanswer", true);
   EXPECT_EQ(quiet.add_observation({{"user", "more", false, ""}}, &why), "\nmore/nothink<|assistant|>\n<think></think>");
   EXPECT_EQ(why, "");
+}
+
+// GLM-4.7: the generation opens with <think>; the model's turn "reasoning</think>answer"
+// renders back under it, through tool rounds; without thinking the turn opens with
+// </think>. A turn with thinking on but no reasoning renders as "</think>..." where the
+// stream holds "<think></think>...": refused as a rewrite.
+TEST(ChatTranscript, Glm47TurnsKeepTheirOpenedThinkBlock) {
+  ChatTranscript t(format(ChatTemplate::Glm47));
+  std::string why;
+  t.add_model_turn("plan</think>calling<tool_call>f<arg_key>x</arg_key><arg_value>1</arg_value></tool_call>", false);
+  EXPECT_EQ(t.add_observation({{"tool", "2", false, ""}}, &why),
+            "<|observation|><tool_response>2</tool_response><|assistant|><think>");
+  EXPECT_EQ(why, "");
+  ChatFormat off = format(ChatTemplate::Glm47);
+  off.enable_thinking = false;
+  ChatTranscript quiet(off);
+  quiet.add_model_turn("answer", true);
+  EXPECT_EQ(quiet.add_observation({{"user", "more", false, ""}}, &why), "more<|assistant|></think>");
+  EXPECT_EQ(why, "");
+  ChatTranscript empty(format(ChatTemplate::Glm47));
+  empty.add_model_turn("</think>answer", true);
+  EXPECT_EQ(empty.add_observation({{"user", "more", false, ""}}, &why), "");
+  EXPECT_NE(why.find("rewrites the conversation's history"), std::string::npos) << why;
 }
 
 // DeepSeek-R1 drops a finished turn's reasoning: its generation prompt's <think> is gone
@@ -214,11 +239,17 @@ TEST(ChatTranscript, SavedAndLoadedItContinuesAsBefore) {
   // A turn cut inside a UTF-8 sequence (raw bytes) and a turn with reasoning survive the
   // round trip byte for byte: the loaded transcript gives the deltas the original gives.
   for (ChatTemplate tpl :
-       {ChatTemplate::ChatML, ChatTemplate::Llama3, ChatTemplate::Qwen3, ChatTemplate::Glm45, ChatTemplate::None}) {
+       {ChatTemplate::ChatML, ChatTemplate::Llama3, ChatTemplate::Qwen3, ChatTemplate::Glm45, ChatTemplate::Glm47,
+        ChatTemplate::None}) {
     ChatTranscript a(format(tpl));
     std::string why;
-    a.add_model_turn("<tool_call>{\"x\": \"\xe2\x82\"}</tool_call>", false);
-    a.add_observation({{"tool", "r\xc3\xa9sultat", false, ""}, {"user", "and?", true, "a reason"}}, &why);
+    // (GLM-4.7 opened the turn with <think>: the turn closes it, as its model's would; a
+    // user message would drop that reasoning, so its observation is the tool's alone.)
+    const bool glm47 = tpl == ChatTemplate::Glm47;
+    a.add_model_turn(std::string(glm47 ? "r</think>" : "") + "<tool_call>{\"x\": \"\xe2\x82\"}</tool_call>", false);
+    std::vector<ChatMessage> observation = {{"tool", "r\xc3\xa9sultat", false, ""}};
+    if (!glm47) observation.push_back({"user", "and?", true, "a reason"});
+    a.add_observation(observation, &why);
     ASSERT_EQ(why, "");
     a.add_model_turn("half \xf0\x9f", true);  // the open turn of a checkpoint waiting for its reply
     ChatTranscript b = ChatTranscript::load(format(tpl), a.save());

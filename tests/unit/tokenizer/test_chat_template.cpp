@@ -1,7 +1,7 @@
 // Chat templates: slimpi's built-in chatml / llama3 / qwen3 / glm45 / deepseek_r1 renderings
 // against what transformers' apply_chat_template makes of the models' own Jinja templates
-// (Qwen2.5, plain ChatML, Llama 3 Instruct, Qwen3 and GLM-4.5 with and without thinking,
-// DeepSeek-R1) on 28 conversations
+// (Qwen2.5, plain ChatML, Llama 3 Instruct, Qwen3, GLM-4.5 and GLM-4.7 with and without
+// thinking, DeepSeek-R1) on 28 conversations
 // (tests/fixtures/chat/make_fixtures.py): text and token ids identical. Then what the
 // templates cannot render is refused, and the data paths (RL prompts, SFT pairs) use them.
 #include <gtest/gtest.h>
@@ -34,7 +34,7 @@ ChatFormat format_of(const nlohmann::json& c, const Tokenizer& tok) {
 
 TEST(ChatTemplate, RendersAndEncodesAsTransformersDoes) {
   const nlohmann::json cases = nlohmann::json::parse(std::ifstream(kFixtures / "cases.json"))["cases"];
-  ASSERT_GE(cases.size(), 370u);
+  ASSERT_GE(cases.size(), 480u);
   std::map<std::string, std::shared_ptr<HfTokenizer>> tokenizers;
   std::map<std::string, int> per_setting;
   int failures = 0;
@@ -53,9 +53,11 @@ TEST(ChatTemplate, RendersAndEncodesAsTransformersDoes) {
     ++per_setting[c["setting"]];
   }
   EXPECT_EQ(failures, 0);
-  // chatml_qwen2.5, chatml_plain, llama3, qwen3, qwen3_no_thinking, glm45, glm45_no_thinking, deepseek_r1
-  EXPECT_EQ(per_setting.size(), 8u);
+  // chatml_qwen2.5, chatml_plain, llama3, qwen3, qwen3_no_thinking, glm45, glm45_no_thinking, glm47,
+  // glm47_no_thinking, deepseek_r1
+  EXPECT_EQ(per_setting.size(), 10u);
   EXPECT_EQ(per_setting["glm45"], 56);
+  EXPECT_EQ(per_setting["glm47"], 56);
   EXPECT_EQ(per_setting["deepseek_r1"], 50);
 }
 
@@ -85,6 +87,13 @@ TEST(ChatTemplate, RecognisesShippedTemplatesByTheirMarkers) {
             ChatTemplate::Glm45);
   EXPECT_EQ(recognise_chat_template("[gMASK]<sop>{{ '<think></think>' }}<|assistant|><think>{{- '<|observation|>' }}"),
             std::nullopt);
+  // GLM-4.7's (zai-org/GLM-4.7-Flash), and GLM-5's, which sets a reasoning effort: not it.
+  const std::string glm47 =
+      "[gMASK]<sop>{%- if ((clear_thinking is defined and not clear_thinking) or loop.index0 > ns.last_user_index) "
+      "-%}{{- '<|observation|>' }}<|assistant|>{{- '</think>' if (enable_thinking is defined and not enable_thinking) "
+      "else '<think>' -}}";
+  EXPECT_EQ(recognise_chat_template(glm47), ChatTemplate::Glm47);
+  EXPECT_EQ(recognise_chat_template("{%- set effective_reasoning_effort = reasoning_effort -%}" + glm47), std::nullopt);
   EXPECT_EQ(recognise_chat_template("{{'<｜User｜>' + message['content']}}{{'<｜Assistant｜><think>\\n'}}"),
             ChatTemplate::DeepSeekR1);
   EXPECT_EQ(recognise_chat_template("{{'<｜User｜>' + message['content']}}{{'<｜Assistant｜>'}}"), std::nullopt);
@@ -243,6 +252,17 @@ TEST(ChatTemplate, SftSplitsTheReplyOffTheConversation) {
             glm.encode_chat("[gMASK]<sop><|user|>\nhi<|assistant|>"));
   EXPECT_EQ(std::vector<int64_t>(gs.tokens.begin() + gs.prompt_length, gs.tokens.end()),
             glm.encode_text("\n<think></think>\nyo<|user|>"));
+  // glm47 without thinking: the generation opens with </think>, the reply follows it.
+  chat.chat_template = ChatTemplate::Glm47;
+  chat.enable_thinking = false;
+  SftData g47(write_lines("slimpi_chat_sft_glm47.jsonl", {R"({"prompt": "hi", "response": " yo "})"}), "prompt",
+              "response", 4096, 1, glm, chat);
+  const Sample g47s = g47.batch(0, 1, 0, 1)[0];
+  EXPECT_EQ(std::vector<int64_t>(g47s.tokens.begin(), g47s.tokens.begin() + g47s.prompt_length),
+            glm.encode_chat("[gMASK]<sop><|user|>hi<|assistant|></think>"));
+  EXPECT_EQ(std::vector<int64_t>(g47s.tokens.begin() + g47s.prompt_length, g47s.tokens.end()),
+            glm.encode_text("yo<|user|>"));
+  chat.enable_thinking = true;
   // deepseek_r1 opens the generation with <think> but drops it from a finished turn: its
   // context renders two ways, so SFT under it is refused.
   HfTokenizer ds((kFixtures / "deepseek_chat").string());
