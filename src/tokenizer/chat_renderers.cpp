@@ -206,21 +206,31 @@ std::string render_glm47(const std::vector<ChatMessage>& m, bool enable_thinking
   return out;
 }
 
-// DeepSeek-R1's template (deepseek-ai/DeepSeek-R1, a deepseek_v3 model): bos_token, the
-// last system message's content, then per message
+namespace {
+
+// DeepSeek's templates: bos_token, the system prompt, then per message
 //   user       "<｜User｜>{content}"
-//   assistant  "<｜Assistant｜>{content after its last </think>}<｜end▁of▁sentence｜>"; right
-//              after tool results "<｜tool▁outputs▁end｜>{content}<｜end▁of▁sentence｜>"
+//   assistant  "<｜Assistant｜>{content}<｜end▁of▁sentence｜>"; right after tool results
+//              "<｜tool▁outputs▁end｜>{content}<｜end▁of▁sentence｜>"
 //   tool       "<｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>{content}<｜tool▁output▁end｜>" for
 //              the conversation's first tool message, "\n<｜tool▁output▁begin｜>{content}
-//              <｜tool▁output▁end｜>" for every later one (the template never resets it)
+//              <｜tool▁output▁end｜>" for every later one (the templates never reset it)
 // and, when the last message is a tool result, "<｜tool▁outputs▁end｜>" and no generation
-// prompt; otherwise the generation prompt "<｜Assistant｜><think>\n". An earlier turn's
-// reasoning is dropped, so a conversation cannot be continued token for token.
-std::string render_deepseek_r1(const std::vector<ChatMessage>& m, const std::string& bos, bool gen) {
+// prompt; otherwise the generation prompt "<｜Assistant｜>".
+// DeepSeek-R1 (deepseek-ai/DeepSeek-R1): the last system message is the system prompt; a
+// turn not after tool results keeps only its content after its last </think>; the
+// generation prompt is "<｜Assistant｜><think>\n" (so a finished turn never renders as it
+// was opened: a conversation cannot be continued token for token).
+// DeepSeek-V3 (deepseek-ai/DeepSeek-V3-0324): every system message, joined by a blank
+// line, is the system prompt; turns as written; the generation prompt "<｜Assistant｜>".
+std::string render_deepseek(const std::vector<ChatMessage>& m, const std::string& bos, bool gen, bool r1) {
   std::string system;
-  for (const ChatMessage& msg : m)
-    if (msg.role == "system") system = msg.content;
+  bool first_system = true;
+  for (const ChatMessage& msg : m) {
+    if (msg.role != "system") continue;
+    system = r1 || first_system ? msg.content : system + "\n\n" + msg.content;
+    first_system = false;
+  }
   std::string out = bos + system;
   bool after_tool = false, first_output = true;
   for (const ChatMessage& msg : m) {
@@ -232,7 +242,7 @@ std::string render_deepseek_r1(const std::vector<ChatMessage>& m, const std::str
         out += "<｜tool▁outputs▁end｜>" + msg.content + "<｜end▁of▁sentence｜>";
         after_tool = false;
       } else {
-        const size_t think_end = msg.content.rfind("</think>");
+        const size_t think_end = r1 ? msg.content.rfind("</think>") : std::string::npos;
         out += "<｜Assistant｜>" +
                (think_end == std::string::npos ? msg.content : msg.content.substr(think_end + 8)) +
                "<｜end▁of▁sentence｜>";
@@ -245,10 +255,19 @@ std::string render_deepseek_r1(const std::vector<ChatMessage>& m, const std::str
     }
   }
   if (after_tool) out += "<｜tool▁outputs▁end｜>";
-  else if (gen) out += "<｜Assistant｜><think>\n";
+  else if (gen) out += r1 ? "<｜Assistant｜><think>\n" : "<｜Assistant｜>";
   return out;
 }
 
+}  // namespace
+
+std::string render_deepseek_r1(const std::vector<ChatMessage>& m, const std::string& bos, bool gen) {
+  return render_deepseek(m, bos, gen, /*r1=*/true);
+}
+
+std::string render_deepseek_v3(const std::vector<ChatMessage>& m, const std::string& bos, bool gen) {
+  return render_deepseek(m, bos, gen, /*r1=*/false);
+}
 
 std::string strip_unicode_whitespace(const std::string& s) {
   size_t begin = 0, end = 0;  // [begin, end): the first non-space code point to past the last

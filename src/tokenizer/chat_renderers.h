@@ -17,5 +17,6 @@ std::string render_qwen3(const std::vector<ChatMessage>& m, bool enable_thinking
 std::string render_glm45(const std::vector<ChatMessage>& m, bool enable_thinking, bool gen);
 std::string render_glm47(const std::vector<ChatMessage>& m, bool enable_thinking, bool gen);
 std::string render_deepseek_r1(const std::vector<ChatMessage>& m, const std::string& bos, bool gen);
+std::string render_deepseek_v3(const std::vector<ChatMessage>& m, const std::string& bos, bool gen);
 
 }  // namespace slimpi

@@ -37,6 +37,10 @@ const Registry<ChatTemplateSpec>& chat_templates() {
                             nullptr, [](const Messages& m, const ChatFormat& f, bool gen) {
                               return render_deepseek_r1(m, f.bos_token, gen);
                             }});
+    reg.add("deepseek_v3", {ChatTemplate::DeepSeekV3, "deepseek_v3", "<｜end▁of▁sentence｜>", "", true, false, true,
+                            nullptr, [](const Messages& m, const ChatFormat& f, bool gen) {
+                              return render_deepseek_v3(m, f.bos_token, gen);
+                            }});
     return reg;
   }();
   return r;
@@ -70,6 +74,7 @@ std::optional<ChatTemplate> recognise_chat_template(const std::string& jinja) {
       !has("reasoning_effort"))
     return ChatTemplate::Glm47;
   if (has("<｜User｜>") && has("<｜Assistant｜>") && has("<think>\\n")) return ChatTemplate::DeepSeekR1;
+  if (has("<｜User｜>") && has("<｜Assistant｜>") && has("is_first_sp") && !has("<think>")) return ChatTemplate::DeepSeekV3;
   return std::nullopt;
 }
 

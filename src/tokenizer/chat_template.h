@@ -21,6 +21,9 @@
 //                <｜Assistant｜> turns closed by <｜end▁of▁sentence｜>, tool outputs; the
 //                generation opens with "<think>\n" and an earlier turn's reasoning is dropped
 //                (so a multi-turn episode under it is refused: ChatTranscript)
+//   deepseek_v3  DeepSeek-V3-0324 (deepseek_v3): deepseek_r1's markers, every system message
+//                joined by a blank line, turns as written, the generation opened with
+//                <｜Assistant｜> alone
 // chat_renderers.cpp has each one's rules. ChatFormat::system_prompt is a slimpi option, not
 // part of any template: a system message put first when the conversation has none
 // (Qwen2.5-Instruct's template does this with "You are Qwen, created by Alibaba Cloud. You
@@ -58,17 +61,17 @@ struct ChatMessage {
   std::string reasoning;
 };
 
-enum class ChatTemplate { None, ChatML, Llama3, Qwen3, Glm45, Glm47, DeepSeekR1 };
+enum class ChatTemplate { None, ChatML, Llama3, Qwen3, Glm45, Glm47, DeepSeekR1, DeepSeekV3 };
 
 struct ChatFormat {
   ChatTemplate chat_template = ChatTemplate::None;
   std::string system_prompt;     // "" = none
   bool enable_thinking = true;   // qwen3, glm45 and glm47
-  std::string bos_token;         // llama3, deepseek_r1: the text the template starts with
+  std::string bos_token;         // llama3, deepseek_r1, deepseek_v3: the text the template starts with
 
   bool enabled() const { return chat_template != ChatTemplate::None; }
   // The text that ends an assistant turn: "<|im_end|>" (chatml, qwen3), "<|eot_id|>" (llama3),
-  // "<|user|>" (glm45), "<｜end▁of▁sentence｜>" (deepseek_r1).
+  // "<|user|>" (glm45, glm47), "<｜end▁of▁sentence｜>" (deepseek_r1, deepseek_v3).
   std::string end_of_turn() const;
   // Every text that can end an assistant turn: end_of_turn(), and glm45's <|observation|>
   // (the turn before tool results).
@@ -90,7 +93,7 @@ struct ChatTemplateSpec {
   const char* tool_end_of_turn;  // what ends a turn followed by tool results, when not end_of_turn ("" = same)
   bool reply_closes_itself;      // a rendered assistant turn ends with end_of_turn (glm45: the next opener does)
   bool reads_reasoning;          // accepts an assistant message's reasoning_content (qwen3, glm45, glm47)
-  bool needs_bos;                // starts with the tokenizer's bos_token (llama3, deepseek_r1)
+  bool needs_bos;                // starts with the tokenizer's bos_token (llama3, deepseek_r1, deepseek_v3)
   const char* thinking_off;      // the generation prompt's tail under enable_thinking = false;
                                  // nullptr = the template has no thinking switch
   std::string (*render)(const std::vector<ChatMessage>& messages, const ChatFormat& format, bool add_generation_prompt);
@@ -106,8 +109,9 @@ const char* chat_template_name(ChatTemplate t);
 // <|eot_id|> = llama3, [gMASK]<sop> with <|observation|> and '\n<think></think>' = glm45,
 // [gMASK]<sop> with <|observation|>, clear_thinking and an "else '<think>'" generation
 // prompt but no reasoning_effort = glm47 (GLM-5's templates are neither), <｜User｜> and
-// <｜Assistant｜> with '<think>\n' = deepseek_r1 (DeepSeek-V3's own template opens no
-// <think> and is not it); nullopt for anything else (or no text).
+// <｜Assistant｜> with '<think>\n' = deepseek_r1, with is_first_sp (V3-0324's joined system
+// prompts) and no <think> = deepseek_v3 (DeepSeek-V3's first template, which keeps only the
+// last system message, is neither); nullopt for anything else (or no text).
 std::optional<ChatTemplate> recognise_chat_template(const std::string& jinja);
 
 // One log line when the model ships a chat template and data.chat_template does not

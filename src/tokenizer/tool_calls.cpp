@@ -151,7 +151,7 @@ std::vector<ToolCall> parse_deepseek_calls(const std::string& text) {
 
 std::vector<ToolCall> parse_tool_calls(const std::string& text, ChatTemplate t) {
   if (t == ChatTemplate::Glm45 || t == ChatTemplate::Glm47) return parse_glm_calls(text);
-  if (t == ChatTemplate::DeepSeekR1) return parse_deepseek_calls(text);
+  if (t == ChatTemplate::DeepSeekR1 || t == ChatTemplate::DeepSeekV3) return parse_deepseek_calls(text);
   std::vector<ToolCall> calls;
   if (t == ChatTemplate::Llama3) {
     const size_t first = text.find_first_not_of(" \t\r\n");
@@ -177,7 +177,7 @@ std::vector<ToolCall> parse_tool_calls(const std::string& text, ChatTemplate t) 
 
 std::string tool_call_stop(ChatTemplate t) {
   if (t == ChatTemplate::Llama3) return "";
-  return t == ChatTemplate::DeepSeekR1 ? kDsCallsEnd : kClose;
+  return t == ChatTemplate::DeepSeekR1 || t == ChatTemplate::DeepSeekV3 ? kDsCallsEnd : kClose;
 }
 
 }  // namespace slimpi

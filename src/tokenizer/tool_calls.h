@@ -8,7 +8,7 @@
 //   glm45, glm47         <tool_call>NAME\n<arg_key>K</arg_key>\n<arg_value>V</arg_value>\n...
 //                        </tool_call> blocks (GLM-4.5; GLM-4.7's form is the same without
 //                        the newlines); a value that parses as JSON is that value, else a string
-//   deepseek_r1          <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{...}\n```
+//   deepseek_r1, _v3     <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{...}\n```
 //                        <｜tool▁call▁end｜> blocks (DeepSeek-V3 / R1), any number per turn
 // A block that is malformed (not valid JSON, no string "name", ...) is still returned, with
 // `error` saying why and `raw` its text: the environment decides what a malformed call
@@ -32,7 +32,7 @@ struct ToolCall {
 std::vector<ToolCall> parse_tool_calls(const std::string& text, ChatTemplate t);
 
 // The stop string that ends a turn at its tool call, for the templates whose calls are
-// closed by a marker ("</tool_call>"; deepseek_r1: "<｜tool▁calls▁end｜>"); "" for llama3
+// closed by a marker ("</tool_call>"; deepseek_r1 and _v3: "<｜tool▁calls▁end｜>"); "" for llama3
 // (its calls end the turn).
 std::string tool_call_stop(ChatTemplate t);
 

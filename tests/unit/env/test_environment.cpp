@@ -84,6 +84,7 @@ TEST(ToolCalls, DeepSeekFencedJsonBlocks) {
       "<｜tool▁call▁begin｜>no separator<｜tool▁call▁end｜><｜tool▁calls▁end｜>"
       "<｜tool▁call▁begin｜>function<｜tool▁sep｜>cut\n```json\n{";
   const std::vector<ToolCall> calls = parse_tool_calls(text, ChatTemplate::DeepSeekR1);
+  EXPECT_EQ(parse_tool_calls(text, ChatTemplate::DeepSeekV3).size(), 5u);
   ASSERT_EQ(calls.size(), 5u);
   EXPECT_EQ(calls[0].name, "get_weather");
   EXPECT_EQ(calls[0].arguments_json, R"({"city":"Paris"})");
@@ -100,7 +101,7 @@ ChatFormat format(ChatTemplate t) {
   ChatFormat f;
   f.chat_template = t;
   if (t == ChatTemplate::Llama3) f.bos_token = "<|begin_of_text|>";
-  if (t == ChatTemplate::DeepSeekR1) f.bos_token = "<｜begin▁of▁sentence｜>";
+  if (t == ChatTemplate::DeepSeekR1 || t == ChatTemplate::DeepSeekV3) f.bos_token = "<｜begin▁of▁sentence｜>";
   return f;
 }
 
@@ -171,6 +172,23 @@ TEST(ChatTranscript, DeepSeekR1CannotContinueAConversation) {
   t.add_model_turn("reasoning</think>answer", true);
   EXPECT_EQ(t.add_observation({{"tool", "6", false, ""}}, &why), "");
   EXPECT_NE(why.find("rewrites the conversation's history"), std::string::npos) << why;
+}
+
+// DeepSeek-V3-0324 renders turns as written: a turn stopped at its calls' end gets the end
+// of sentence and the tool outputs, after which the model continues (no Assistant tag);
+// a turn that sampled the end of sentence gets the user message alone.
+TEST(ChatTranscript, DeepSeekV3ContinuesThroughToolOutputs) {
+  ChatTranscript t(format(ChatTemplate::DeepSeekV3));
+  std::string why;
+  t.add_model_turn("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{}\n```<｜tool▁call▁end｜>"
+                   "<｜tool▁calls▁end｜>",
+                   false);
+  EXPECT_EQ(t.add_observation({{"tool", "6", false, ""}}, &why),
+            "<｜end▁of▁sentence｜><｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>6<｜tool▁output▁end｜><｜tool▁outputs▁end｜>");
+  EXPECT_EQ(why, "");
+  t.add_model_turn("it is 6", true);
+  EXPECT_EQ(t.add_observation({{"user", "thanks", false, ""}}, &why), "<｜User｜>thanks<｜Assistant｜>");
+  EXPECT_EQ(why, "");
 }
 
 TEST(ChatTranscript, ChatmlDeltaClosesTheTurnAndOpensTheNext) {

@@ -1,7 +1,7 @@
 // Chat templates: slimpi's built-in chatml / llama3 / qwen3 / glm45 / deepseek_r1 renderings
 // against what transformers' apply_chat_template makes of the models' own Jinja templates
 // (Qwen2.5, plain ChatML, Llama 3 Instruct, Qwen3, GLM-4.5 and GLM-4.7 with and without
-// thinking, DeepSeek-R1) on 28 conversations
+// thinking, DeepSeek-R1, DeepSeek-V3-0324) on 28 conversations
 // (tests/fixtures/chat/make_fixtures.py): text and token ids identical. Then what the
 // templates cannot render is refused, and the data paths (RL prompts, SFT pairs) use them.
 #include <gtest/gtest.h>
@@ -34,7 +34,7 @@ ChatFormat format_of(const nlohmann::json& c, const Tokenizer& tok) {
 
 TEST(ChatTemplate, RendersAndEncodesAsTransformersDoes) {
   const nlohmann::json cases = nlohmann::json::parse(std::ifstream(kFixtures / "cases.json"))["cases"];
-  ASSERT_GE(cases.size(), 480u);
+  ASSERT_GE(cases.size(), 530u);
   std::map<std::string, std::shared_ptr<HfTokenizer>> tokenizers;
   std::map<std::string, int> per_setting;
   int failures = 0;
@@ -54,8 +54,9 @@ TEST(ChatTemplate, RendersAndEncodesAsTransformersDoes) {
   }
   EXPECT_EQ(failures, 0);
   // chatml_qwen2.5, chatml_plain, llama3, qwen3, qwen3_no_thinking, glm45, glm45_no_thinking, glm47,
-  // glm47_no_thinking, deepseek_r1
-  EXPECT_EQ(per_setting.size(), 10u);
+  // glm47_no_thinking, deepseek_r1, deepseek_v3
+  EXPECT_EQ(per_setting.size(), 11u);
+  EXPECT_EQ(per_setting["deepseek_v3"], 50);
   EXPECT_EQ(per_setting["glm45"], 56);
   EXPECT_EQ(per_setting["glm47"], 56);
   EXPECT_EQ(per_setting["deepseek_r1"], 50);
@@ -96,6 +97,10 @@ TEST(ChatTemplate, RecognisesShippedTemplatesByTheirMarkers) {
   EXPECT_EQ(recognise_chat_template("{%- set effective_reasoning_effort = reasoning_effort -%}" + glm47), std::nullopt);
   EXPECT_EQ(recognise_chat_template("{{'<｜User｜>' + message['content']}}{{'<｜Assistant｜><think>\\n'}}"),
             ChatTemplate::DeepSeekR1);
+  // DeepSeek-V3-0324's joins its system messages (is_first_sp); V3's first template is neither.
+  EXPECT_EQ(recognise_chat_template("{% set ns = namespace(is_first_sp=true) %}{{'<｜User｜>' + message['content']}}"
+                                    "{{'<｜Assistant｜>'}}"),
+            ChatTemplate::DeepSeekV3);
   EXPECT_EQ(recognise_chat_template("{{'<｜User｜>' + message['content']}}{{'<｜Assistant｜>'}}"), std::nullopt);
   EXPECT_EQ(recognise_chat_template("{% for m in messages %}### {{ m.role }}: {{ m.content }}{% endfor %}"),
             std::nullopt);
@@ -276,6 +281,15 @@ TEST(ChatTemplate, SftSplitsTheReplyOffTheConversation) {
     EXPECT_NE(std::string(e.what()).find("renders this conversation's context differently"), std::string::npos)
         << e.what();
   }
+  // deepseek_v3 renders a turn as written: the reply and its end of sentence.
+  chat.chat_template = ChatTemplate::DeepSeekV3;
+  SftData v3(write_lines("slimpi_chat_sft_v3.jsonl", {R"({"prompt": "hi", "response": "yo"})"}), "prompt", "response",
+             4096, 1, ds, chat);
+  const Sample v3s = v3.batch(0, 1, 0, 1)[0];
+  EXPECT_EQ(std::vector<int64_t>(v3s.tokens.begin(), v3s.tokens.begin() + v3s.prompt_length),
+            ds.encode_chat("<｜begin▁of▁sentence｜><｜User｜>hi<｜Assistant｜>"));
+  EXPECT_EQ(std::vector<int64_t>(v3s.tokens.begin() + v3s.prompt_length, v3s.tokens.end()),
+            ds.encode_text("yo<｜end▁of▁sentence｜>"));
   // The byte vocabulary spells the marker in bytes: the reply ends with its EOS too.
   ByteTokenizer bytes;
   chat.chat_template = ChatTemplate::ChatML;
