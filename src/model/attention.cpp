@@ -75,18 +75,22 @@ AttentionLayout make_layout(const std::vector<int64_t>& n_past, const std::vecto
 }
 
 // Keys and values of `slots` of layer `layer`, gathered into the cache's reused buffer:
-// K, V [n, Hkv, D] in the compute dtype `dtype`.
+// K, V [n, Hkv, D] in the compute dtype `dtype` (one tensor twice for a latent cache,
+// whose values are its keys).
 std::pair<at::Tensor, at::Tensor> gather_cached(KvCache& cache, int64_t layer, const at::Tensor& slots,
                                                 at::ScalarType dtype) {
   const int64_t rows = slots.size(0), Hkv = cache.k[layer].size(1), D = cache.k[layer].size(2);
   if (!cache.gathered_k.defined() || cache.gathered_k.size(0) < rows) {  // grow, never shrink
     cache.gathered_k = at::empty({rows, Hkv, D}, cache.k[layer].options());
-    cache.gathered_v = at::empty({rows, Hkv, D}, cache.v[layer].options());
+    if (!cache.values_are_keys) cache.gathered_v = at::empty({rows, Hkv, D}, cache.v[layer].options());
   }
-  at::Tensor kg = cache.gathered_k.narrow(0, 0, rows), vg = cache.gathered_v.narrow(0, 0, rows);
+  at::Tensor kg = cache.gathered_k.narrow(0, 0, rows);
   cache.select(layer, true, slots, kg);
+  const at::Tensor k = cache.decoded(kg, layer, true, dtype);
+  if (cache.values_are_keys) return {k, k};
+  at::Tensor vg = cache.gathered_v.narrow(0, 0, rows);
   cache.select(layer, false, slots, vg);
-  return {cache.decoded(kg, layer, true, dtype), cache.decoded(vg, layer, false, dtype)};
+  return {k, cache.decoded(vg, layer, false, dtype)};
 }
 
 // Queries of `part` against their sequences' cached keys (padded within the part,
@@ -113,7 +117,7 @@ at::Tensor attend_cached(const AttentionLayout& part, const at::Tensor& q_part, 
   at::Tensor kp, vp;  // [Bp, Lkp, Hkv, D]
   if (plan.decode == DecodeAttention::FreshGather) {
     kp = cache.decoded(cache.select(layer, true, part.key_slots), layer, true, dtype);
-    vp = cache.decoded(cache.select(layer, false, part.key_slots), layer, false, dtype);
+    vp = cache.values_are_keys ? kp : cache.decoded(cache.select(layer, false, part.key_slots), layer, false, dtype);
   } else {
     std::tie(kp, vp) = gather_cached(cache, layer, part.key_slots, dtype);
   }

@@ -75,6 +75,7 @@ struct MoeWeights {
   Comm* ep = nullptr;                   // expert-parallel group (null: every expert is local)
   // The shared expert (undefined: none): out += SwiGLU(h), times σ(h · shared_gate) when
   // the gate is defined (Qwen2-MoE; DeepSeekMoE's n_shared_experts are ungated).
+  // ([fs / t, d], [fs / t, d], [d, fs / t]: this rank's slice under tensor parallelism t)
   at::Tensor shared_gate_proj, shared_up, shared_down;  // [fs, d], [fs, d], [d, fs]
   at::Tensor shared_gate;                               // [1, d] or undefined
 };

@@ -159,8 +159,9 @@ void check_tensor_parallel_shape(const ModelConfig& cfg, int t) {
   SLIMPI_CHECK(cfg.intermediate_size % t == 0, "tensor parallelism over {} ranks splits the MLP: intermediate_size "
                "{} is not divisible by {}", t, cfg.intermediate_size, t);
   SLIMPI_CHECK(cfg.shared_experts_width() % t == 0 && cfg.shared_expert_intermediate_size % t == 0,
-               "tensor parallelism over {} ranks splits the shared experts as a dense MLP: their width {} is not "
-               "divisible by {}", t, std::max(cfg.shared_experts_width(), cfg.shared_expert_intermediate_size), t);
+               "tensor parallelism over {} ranks splits the shared experts as a dense MLP: their width (n_shared_experts "
+               "x moe_intermediate_size = {}, shared_expert_intermediate_size = {}) is not divisible by {}", t,
+               cfg.shared_experts_width(), cfg.shared_expert_intermediate_size, t);
 }
 
 }  // namespace slimpi

@@ -17,7 +17,8 @@
 //                                           vocabulary V padded with zero rows to Vp, a
 //                                           multiple of 128·t (padded rows are masked out
 //                                           of every softmax and never exported)
-// Everything else (norms, o_proj's bias, MoE layers: routers and experts, which expert
+//   mlp.shared_expert(s).{gate,up,down}     as the dense MLP: the shared experts' width / t
+// Everything else (norms, o_proj's bias, MoE routers and routed experts, which expert
 // parallelism shards instead) is replicated. At t = 1 nothing is split or padded.
 // Shards keep the whole model's parameter names; a shard's values are exactly the
 // whole tensor's rows or columns (the model draws every whole tensor, then keeps its

@@ -23,8 +23,9 @@
 // (input through copy_to_tp) followed by a row-parallel one (output through
 // reduce_from_tp), the embedding is vocab-parallel (each shard looks up its rows, the
 // rest are zero, reduce_from_tp sums), the LM head gives this shard's vocabulary
-// columns of the logits; MoE layers run whole on every shard (expert parallelism splits
-// them). Every forward is then collective over the tensor-parallel group.
+// columns of the logits; an MoE layer's router and routed experts run whole on every
+// shard (expert parallelism splits the experts), its shared experts split as the dense
+// MLP. Every forward is then collective over the tensor-parallel group.
 // Invariant: parameters are created in name order from one generator seeded by the
 // run seed, so the same config and seed give bit-identical weights on any device (and,
 // sharded, the same numbers in each shard's slice).

@@ -260,10 +260,10 @@ void EpisodeRunner::on_restored(Episode& e) {
                   fmt::format("resumed, its turn {} ends at response token {}, past this job's budget of {}",
                               t.turn_ends.size(), t.turn_ends.back(), e.budget));
   const auto at = s.tokens.begin() + s.prompt_length;
-  bool on_end_of_turn = false;
+  std::string sampled_end;  // (the transcript holds it already)
   e.turn_start = t.turn_starts.back();
   send_step(e, make_action(e, std::vector<int64_t>(at + t.turn_starts.back(), at + t.turn_ends.back()),
-                           t.turn_stopped.back() != 0, &on_end_of_turn));
+                           t.turn_stopped.back() != 0, &sampled_end));
 }
 
 void EpisodeRunner::diverged(Episode& e, const std::string& why) {

@@ -19,10 +19,10 @@ EpisodeRunner::EpisodeRunner(Engine& engine, Environment& env, const Tokenizer& 
                              const EpisodeSettings& settings, const std::vector<Prompt>& prompts, int64_t first_group)
     : engine_(engine), env_(env), tokenizer_(tokenizer), settings_(settings), prompts_(prompts),
       first_group_(first_group) {
-  if (settings_.chat.enabled()) {
-    const std::vector<int64_t> marker = tokenizer_.encode_text(settings_.chat.end_of_turn());
-    if (marker.size() == 1) end_of_turn_id_ = marker[0];
-  }
+  if (settings_.chat.enabled())
+    for (const std::string& end : settings_.chat.turn_ends())
+      if (const std::vector<int64_t> marker = tokenizer_.encode_text(end); marker.size() == 1)
+        turn_end_ids_.emplace_back(marker[0], end);
 }
 
 EpisodeRunner::~EpisodeRunner() {
@@ -289,19 +289,21 @@ void EpisodeRunner::on_turn(Episode& e, Sample&& turn) {
   e.turns.turn_ends.push_back(r);
   e.turns.turn_stopped.push_back(turn.status == SampleStatus::Completed);
 
-  bool on_end_of_turn = false;
-  EpisodeAction a = make_action(e, new_tokens, turn.status == SampleStatus::Completed, &on_end_of_turn);
+  std::string sampled_end;
+  EpisodeAction a = make_action(e, new_tokens, turn.status == SampleStatus::Completed, &sampled_end);
   s.env_tool_calls += int32_t(a.tool_calls.size());
-  e.transcript->add_model_turn(a.text, on_end_of_turn);
+  e.transcript->add_model_turn(a.text, sampled_end);
   send_step(e, a);
 }
 
 EpisodeAction EpisodeRunner::make_action(const Episode& e, const std::vector<int64_t>& new_tokens, bool stopped,
-                                         bool* on_end_of_turn) const {
+                                         std::string* sampled_end) const {
   const auto& stops = e.request.params.stop_token_ids;
   const bool on_stop_token = stopped && !new_tokens.empty() &&
                              std::find(stops.begin(), stops.end(), new_tokens.back()) != stops.end();
-  *on_end_of_turn = on_stop_token && new_tokens.back() == end_of_turn_id_;
+  sampled_end->clear();
+  for (const auto& [id, text] : turn_end_ids_)
+    if (on_stop_token && new_tokens.back() == id) *sampled_end = text;
   EpisodeAction a;
   a.episode = e.id;
   a.turn = e.sample.env_turns;

@@ -127,9 +127,10 @@ class EpisodeRunner : public GroupWorker {
   bool matches_record(Episode& e, const std::vector<int64_t>& observation, bool new_context,
                       const RecordedSpan& recorded);
   // The step for a model turn of `new_tokens` (stopped: on a stop token or string, not
-  // its token limit); *on_end_of_turn: it ended on the template's end-of-turn token.
+  // its token limit); *sampled_end: the template's turn end it sampled as its stop token
+  // ("" = none).
   EpisodeAction make_action(const Episode& e, const std::vector<int64_t>& new_tokens, bool stopped,
-                            bool* on_end_of_turn) const;
+                            std::string* sampled_end) const;
   void send_step(Episode& e, const EpisodeAction& a);
   // The environment has restored a resumed episode (e.restoring): it continues its turn
   // under way, or sends its last turn again when the checkpoint held no reply to it.
@@ -164,7 +165,8 @@ class EpisodeRunner : public GroupWorker {
   std::map<std::string, std::unique_ptr<Episode>> episodes_;  // open (started or waiting to start)
   std::vector<std::string> not_started_;                      // in arrival order
   int64_t open_in_env_ = 0;
-  int64_t end_of_turn_id_ = -1;  // the chat template's end-of-turn token (-1: not one token)
+  // The chat template's turn ends that are one token each: id -> text (ChatFormat::turn_ends).
+  std::vector<std::pair<int64_t, std::string>> turn_end_ids_;
   static constexpr int64_t kFailuresSaid = 4;  // failed episodes warned of one by one; the rest summed up
   int64_t n_failed_ = 0;
   bool said_replay_ = false, said_restart_ = false, said_restore_ = false;  // resumed episodes: said once per runner

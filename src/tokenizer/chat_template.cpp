@@ -74,7 +74,9 @@ std::optional<ChatTemplate> recognise_chat_template(const std::string& jinja) {
       !has("reasoning_effort"))
     return ChatTemplate::Glm47;
   if (has("<｜User｜>") && has("<｜Assistant｜>") && has("<think>\\n")) return ChatTemplate::DeepSeekR1;
-  if (has("<｜User｜>") && has("<｜Assistant｜>") && has("is_first_sp") && !has("<think>")) return ChatTemplate::DeepSeekV3;
+  if (has("<｜User｜>") && has("<｜Assistant｜>") && has("is_first_sp") && !has("<think>") &&
+      !has("</think>"))  // (R1-style templates that drop reasoning with content.split('</think>') are not it)
+    return ChatTemplate::DeepSeekV3;
   return std::nullopt;
 }
 

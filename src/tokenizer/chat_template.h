@@ -29,8 +29,8 @@
 // (Qwen2.5-Instruct's template does this with "You are Qwen, created by Alibaba Cloud. You
 // are a helpful assistant.").
 // A generation stops at the end-of-turn marker when the vocabulary has it as one token
-// (RolloutConfig adds its id to the stop ids; glm45's <|observation|> too); an SFT reply is
-// trained up to and with it (glm45's reply gets <|user|>, which the next message would
+// (RolloutConfig adds its id to the stop ids; GLM's <|observation|> too); an SFT reply is
+// trained up to and with it (a GLM reply gets <|user|>, which the next message would
 // open with), plus the vocabulary's EOS where the marker is not one token (the byte
 // tokenizer).
 // Roles: system, user, assistant, and tool (chatml and qwen3: a user turn of
@@ -57,7 +57,7 @@ class Tokenizer;
 struct ChatMessage {
   std::string role;
   std::string content;
-  bool has_reasoning = false;  // reasoning_content given (qwen3), possibly ""
+  bool has_reasoning = false;  // reasoning_content given (qwen3, glm45, glm47), possibly ""
   std::string reasoning;
 };
 
@@ -91,7 +91,7 @@ struct ChatTemplateSpec {
   const char* name;
   const char* end_of_turn;       // the text that ends an assistant turn ("" for none)
   const char* tool_end_of_turn;  // what ends a turn followed by tool results, when not end_of_turn ("" = same)
-  bool reply_closes_itself;      // a rendered assistant turn ends with end_of_turn (glm45: the next opener does)
+  bool reply_closes_itself;      // a rendered assistant turn ends with end_of_turn (GLM: the next opener does)
   bool reads_reasoning;          // accepts an assistant message's reasoning_content (qwen3, glm45, glm47)
   bool needs_bos;                // starts with the tokenizer's bos_token (llama3, deepseek_r1, deepseek_v3)
   const char* thinking_off;      // the generation prompt's tail under enable_thinking = false;

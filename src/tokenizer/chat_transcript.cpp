@@ -54,14 +54,14 @@ ChatTranscript::ChatTranscript(const ChatFormat& format) : format_(format) {
   opened_ = render_chat(conversation_, format_, /*add_generation_prompt=*/true);
 }
 
-void ChatTranscript::add_model_turn(const std::string& text, bool ended_on_end_of_turn) {
+void ChatTranscript::add_model_turn(const std::string& text, const std::string& sampled_end) {
   if (!format_.enabled()) return;
-  // Without thinking (qwen3, glm45) the generation prompt opened the turn with an empty
+  // Without thinking (qwen3, glm45, glm47) the generation prompt opened the turn with an empty
   // <think> block: the turn's message carries it, as the model's own text would.
   const char* thinking_off = chat_template_spec(format_.chat_template).thinking_off;
   const bool empty_think = thinking_off != nullptr && !format_.enable_thinking;
   conversation_.push_back({"assistant", empty_think ? thinking_off + text : text, false, ""});
-  sampled_end_ = ended_on_end_of_turn;
+  sampled_end_ = sampled_end;
 }
 
 std::string ChatTranscript::add_observation(const std::vector<ChatMessage>& messages, std::string* error) {
@@ -80,7 +80,7 @@ std::string ChatTranscript::add_observation(const std::vector<ChatMessage>& mess
                          chat_template_name(format_.chat_template), first_difference(opened_, full));
     return "";
   }
-  // The end of the model's turn as rendered: the first of the template's turn ends (glm45
+  // The end of the model's turn as rendered: the first of the template's turn ends (GLM
   // ends a turn with the opener of what follows: <|user|>, or <|observation|> before tools).
   size_t at = std::string::npos;
   std::string end;
@@ -94,9 +94,9 @@ std::string ChatTranscript::add_observation(const std::vector<ChatMessage>& mess
     return "";
   }
   opened_ = full;
-  // A sampled end-of-turn token is in the stream already; another marker is appended (a
-  // glm45 turn that sampled <|user|> before tool results keeps it, then <|observation|>).
-  const bool in_stream = sampled_end_ && end == format_.end_of_turn();
+  // A sampled turn end is in the stream already; another marker is appended (a GLM turn
+  // that sampled <|user|> before tool results keeps it, then <|observation|>).
+  const bool in_stream = sampled_end_ == end;
   return (in_stream ? std::string() : end) + full.substr(at + end.size());
 }
 
@@ -111,7 +111,7 @@ std::string ChatTranscript::save() const {
                         {"enable_thinking", format_.enable_thinking},
                         {"conversation", messages},
                         {"opened", bytes_as_code_points(opened_)},
-                        {"sampled_end", sampled_end_}}
+                        {"sampled_end", bytes_as_code_points(sampled_end_)}}
       .dump();
 }
 
@@ -133,7 +133,9 @@ ChatTranscript ChatTranscript::load(const ChatFormat& format, const std::string&
       t.conversation_.push_back(std::move(msg));
     }
     t.opened_ = code_points_as_bytes(j.at("opened").get<std::string>());
-    t.sampled_end_ = j.at("sampled_end").get<bool>();
+    const nlohmann::json& end = j.at("sampled_end");  // (a bool before GLM's two turn ends: the end of turn)
+    t.sampled_end_ = end.is_boolean() ? (end.get<bool>() ? format.end_of_turn() : std::string())
+                                      : code_points_as_bytes(end.get<std::string>());
   } catch (const nlohmann::json::exception& e) {
     SLIMPI_FAIL("a saved chat transcript is not one ChatTranscript::save() wrote: {}", e.what());
   }

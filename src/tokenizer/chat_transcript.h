@@ -32,9 +32,10 @@ class ChatTranscript {
  public:
   explicit ChatTranscript(const ChatFormat& format);
 
-  // The model's turn: its text (decoded, without the token that stopped it) and
-  // whether it ended on the template's end-of-turn token.
-  void add_model_turn(const std::string& text, bool ended_on_end_of_turn);
+  // The model's turn: its text (decoded, without the token that stopped it) and the
+  // turn end it sampled (one of ChatFormat::turn_ends(), as one token; "" = none: a stop
+  // string, another stop token or the token limit ended it).
+  void add_model_turn(const std::string& text, const std::string& sampled_end);
   // The text to append for the observation's messages; "" and *error set when the
   // template rewrites the history the stream already holds.
   std::string add_observation(const std::vector<ChatMessage>& messages, std::string* error);
@@ -49,7 +50,7 @@ class ChatTranscript {
   ChatFormat format_;
   std::vector<ChatMessage> conversation_;
   std::string opened_;         // P: the render that opened the latest model turn
-  bool sampled_end_ = false;   // the latest turn ended on the end-of-turn token
+  std::string sampled_end_;    // the turn end the latest turn sampled ("" = none)
 };
 
 }  // namespace slimpi

@@ -38,7 +38,7 @@ std::pair<std::string, std::string> split_conversation(const JsonlRecord& r, boo
   // The trained reply runs up to and with the end-of-turn marker (what comes after it
   // opens the next turn and is never generated).
   std::string reply = whole.substr(prompt.size());
-  // glm45 writes no marker after a reply (the next message's opener ends it): the reply
+  // GLM writes no marker after a reply (the next message's opener ends it): the reply
   // is trained to end with the end-of-turn opener <|user|>, as a generation stops there.
   if (!chat_template_spec(chat.chat_template).reply_closes_itself) reply += chat.end_of_turn();
   const size_t end = reply.rfind(chat.end_of_turn());

@@ -113,30 +113,38 @@ TEST(ChatTranscript, Glm45TurnsEndWithTheNextOpener) {
   ChatTranscript t(format(ChatTemplate::Glm45));
   std::string why;
   t.add_model_turn("\n<think>plan</think>\n<tool_call>f\n<arg_key>x</arg_key>\n<arg_value>1</arg_value>\n</tool_call>",
-                   false);
+                   "");
   EXPECT_EQ(t.add_observation({{"tool", "2", false, ""}}, &why),
             "<|observation|>\n<tool_response>\n2\n</tool_response><|assistant|>");
   EXPECT_EQ(why, "");
-  t.add_model_turn("\n<think>again</think>\n<tool_call>g</tool_call>", false);
+  t.add_model_turn("\n<think>again</think>\n<tool_call>g</tool_call>", "");
   EXPECT_EQ(t.add_observation({{"tool", "3", false, ""}, {"tool", "4", false, ""}}, &why),
             "<|observation|>\n<tool_response>\n3\n</tool_response>\n<tool_response>\n4\n</tool_response><|assistant|>");
   EXPECT_EQ(why, "");
-  t.add_model_turn("\n<think>done</think>\nx is 2", true);
+  t.add_model_turn("\n<think>done</think>\nx is 2", "<|user|>");
   EXPECT_EQ(t.add_observation({{"user", "thanks", false, ""}}, &why), "");
   EXPECT_NE(why.find("rewrites the conversation's history"), std::string::npos) << why;
 
   ChatTranscript plain(format(ChatTemplate::Glm45));
-  plain.add_model_turn("\n<think></think>\nhello", true);
+  plain.add_model_turn("\n<think></think>\nhello", "<|user|>");
   EXPECT_EQ(plain.add_observation({{"user", "thanks", false, ""}}, &why), "\nthanks<|assistant|>");
   EXPECT_EQ(why, "");
-  plain.add_model_turn("\n<think></think>\ncalling<tool_call>f</tool_call>", false);  // stopped at the call
+  plain.add_model_turn("\n<think></think>\ncalling<tool_call>f</tool_call>", "");  // stopped at the call
   EXPECT_EQ(plain.add_observation({{"tool", "r", false, ""}}, &why),
             "<|observation|>\n<tool_response>\nr\n</tool_response><|assistant|>");
+  // A turn that sampled <|observation|> (a stop id) has it in the stream already; one that
+  // sampled <|user|> before tool results keeps it, and <|observation|> follows.
+  ChatTranscript observed(format(ChatTemplate::Glm45));
+  observed.add_model_turn("\n<think></think>\n<tool_call>f", "<|observation|>");
+  EXPECT_EQ(observed.add_observation({{"tool", "r", false, ""}}, &why), "\n<tool_response>\nr\n</tool_response><|assistant|>");
+  observed.add_model_turn("\n<think></think>\ndone", "<|user|>");
+  EXPECT_EQ(observed.add_observation({{"tool", "s", false, ""}}, &why),
+            "<|observation|>\n<tool_response>\ns\n</tool_response><|assistant|>");
   // Without thinking the generation prompt's empty <think></think> belongs to the turn.
   ChatFormat off = format(ChatTemplate::Glm45);
   off.enable_thinking = false;
   ChatTranscript quiet(off);
-  quiet.add_model_turn("\nanswer", true);
+  quiet.add_model_turn("\nanswer", "<|user|>");
   EXPECT_EQ(quiet.add_observation({{"user", "more", false, ""}}, &why), "\nmore/nothink<|assistant|>\n<think></think>");
   EXPECT_EQ(why, "");
 }
@@ -148,18 +156,18 @@ TEST(ChatTranscript, Glm45TurnsEndWithTheNextOpener) {
 TEST(ChatTranscript, Glm47TurnsKeepTheirOpenedThinkBlock) {
   ChatTranscript t(format(ChatTemplate::Glm47));
   std::string why;
-  t.add_model_turn("plan</think>calling<tool_call>f<arg_key>x</arg_key><arg_value>1</arg_value></tool_call>", false);
+  t.add_model_turn("plan</think>calling<tool_call>f<arg_key>x</arg_key><arg_value>1</arg_value></tool_call>", "");
   EXPECT_EQ(t.add_observation({{"tool", "2", false, ""}}, &why),
             "<|observation|><tool_response>2</tool_response><|assistant|><think>");
   EXPECT_EQ(why, "");
   ChatFormat off = format(ChatTemplate::Glm47);
   off.enable_thinking = false;
   ChatTranscript quiet(off);
-  quiet.add_model_turn("answer", true);
+  quiet.add_model_turn("answer", "<|user|>");
   EXPECT_EQ(quiet.add_observation({{"user", "more", false, ""}}, &why), "more<|assistant|></think>");
   EXPECT_EQ(why, "");
   ChatTranscript empty(format(ChatTemplate::Glm47));
-  empty.add_model_turn("</think>answer", true);
+  empty.add_model_turn("</think>answer", "<|user|>");
   EXPECT_EQ(empty.add_observation({{"user", "more", false, ""}}, &why), "");
   EXPECT_NE(why.find("rewrites the conversation's history"), std::string::npos) << why;
 }
@@ -169,7 +177,7 @@ TEST(ChatTranscript, Glm47TurnsKeepTheirOpenedThinkBlock) {
 TEST(ChatTranscript, DeepSeekR1CannotContinueAConversation) {
   ChatTranscript t(format(ChatTemplate::DeepSeekR1));
   std::string why;
-  t.add_model_turn("reasoning</think>answer", true);
+  t.add_model_turn("reasoning</think>answer", "<｜end▁of▁sentence｜>");
   EXPECT_EQ(t.add_observation({{"tool", "6", false, ""}}, &why), "");
   EXPECT_NE(why.find("rewrites the conversation's history"), std::string::npos) << why;
 }
@@ -182,11 +190,11 @@ TEST(ChatTranscript, DeepSeekV3ContinuesThroughToolOutputs) {
   std::string why;
   t.add_model_turn("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{}\n```<｜tool▁call▁end｜>"
                    "<｜tool▁calls▁end｜>",
-                   false);
+                   "");
   EXPECT_EQ(t.add_observation({{"tool", "6", false, ""}}, &why),
             "<｜end▁of▁sentence｜><｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>6<｜tool▁output▁end｜><｜tool▁outputs▁end｜>");
   EXPECT_EQ(why, "");
-  t.add_model_turn("it is 6", true);
+  t.add_model_turn("it is 6", "<｜end▁of▁sentence｜>");
   EXPECT_EQ(t.add_observation({{"user", "thanks", false, ""}}, &why), "<｜User｜>thanks<｜Assistant｜>");
   EXPECT_EQ(why, "");
 }
@@ -195,12 +203,12 @@ TEST(ChatTranscript, ChatmlDeltaClosesTheTurnAndOpensTheNext) {
   ChatTranscript t(format(ChatTemplate::ChatML));
   std::string why;
   // Stopped by the </tool_call> string: the template's <|im_end|> is the environment's.
-  t.add_model_turn("<tool_call>{}</tool_call>", /*ended_on_stop_token=*/false);
+  t.add_model_turn("<tool_call>{}</tool_call>", "");
   EXPECT_EQ(t.add_observation({{"tool", "6", false, ""}}, &why),
             "<|im_end|>\n<|im_start|>user\n<tool_response>\n6\n</tool_response><|im_end|>\n<|im_start|>assistant\n");
   EXPECT_EQ(why, "");
   // Stopped by the <|im_end|> token: only the newline after it is the environment's.
-  t.add_model_turn("it is 6", /*ended_on_stop_token=*/true);
+  t.add_model_turn("it is 6", "<|im_end|>");
   EXPECT_EQ(t.add_observation({{"user", "sure?", false, ""}}, &why),
             "\n<|im_start|>user\nsure?<|im_end|>\n<|im_start|>assistant\n");
 }
@@ -208,7 +216,7 @@ TEST(ChatTranscript, ChatmlDeltaClosesTheTurnAndOpensTheNext) {
 TEST(ChatTranscript, Llama3ToolResultsAreIpythonTurns) {
   ChatTranscript t(format(ChatTemplate::Llama3));
   std::string why;
-  t.add_model_turn("{\"name\": \"calculator\", \"parameters\": {}}", true);
+  t.add_model_turn("{\"name\": \"calculator\", \"parameters\": {}}", "<|eot_id|>");
   EXPECT_EQ(t.add_observation({{"tool", "6", false, ""}}, &why),
             "<|start_header_id|>ipython<|end_header_id|>\n\n6<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
   EXPECT_EQ(why, "");
@@ -218,19 +226,19 @@ TEST(ChatTranscript, ATrimmedTurnIsNotARewrite) {
   // Llama 3 trims a turn's whitespace; the stream keeps what was sampled, and goes on.
   ChatTranscript t(format(ChatTemplate::Llama3));
   std::string why;
-  t.add_model_turn("  42 \n", true);
+  t.add_model_turn("  42 \n", "<|eot_id|>");
   EXPECT_EQ(t.add_observation({{"user", "sure?", false, ""}}, &why),
             "<|start_header_id|>user<|end_header_id|>\n\nsure?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
   EXPECT_EQ(why, "");
   // A second turn that a length limit cut: the template's marker is the environment's.
-  t.add_model_turn("{\"name\"", false);
+  t.add_model_turn("{\"name\"", "");
   EXPECT_EQ(t.add_observation({{"tool", "6", false, ""}}, &why).substr(0, 10), "<|eot_id|>");
 }
 
 TEST(ChatTranscript, NoTemplateAppendsTheContent) {
   ChatTranscript t(format(ChatTemplate::None));
   std::string why;
-  t.add_model_turn("x", false);
+  t.add_model_turn("x", "");
   EXPECT_EQ(t.add_observation({{"tool", "6", false, ""}, {"user", "go on", false, ""}}, &why),
             "<tool_response>\n6\n</tool_response>\ngo on\n");
 }
@@ -242,13 +250,13 @@ TEST(ChatTranscript, AtemplateThatRewritesHistoryIsRefused) {
   f.enable_thinking = false;
   ChatTranscript t(f);
   std::string why;
-  t.add_model_turn("call", true);
+  t.add_model_turn("call", "<|im_end|>");
   EXPECT_EQ(t.add_observation({{"tool", "6", false, ""}}, &why), "");
   EXPECT_NE(why.find("rewrites the conversation's history"), std::string::npos) << why;
   EXPECT_NE(why.find("<think>"), std::string::npos) << why;
   // With thinking on and no reasoning in the turn, Qwen3 keeps history as written.
   ChatTranscript thinking(format(ChatTemplate::Qwen3));
-  thinking.add_model_turn("call", true);
+  thinking.add_model_turn("call", "<|im_end|>");
   EXPECT_NE(thinking.add_observation({{"tool", "6", false, ""}}, &why), "");
   EXPECT_EQ(why, "");
 }
@@ -264,12 +272,12 @@ TEST(ChatTranscript, SavedAndLoadedItContinuesAsBefore) {
     // (GLM-4.7 opened the turn with <think>: the turn closes it, as its model's would; a
     // user message would drop that reasoning, so its observation is the tool's alone.)
     const bool glm47 = tpl == ChatTemplate::Glm47;
-    a.add_model_turn(std::string(glm47 ? "r</think>" : "") + "<tool_call>{\"x\": \"\xe2\x82\"}</tool_call>", false);
+    a.add_model_turn(std::string(glm47 ? "r</think>" : "") + "<tool_call>{\"x\": \"\xe2\x82\"}</tool_call>", "");
     std::vector<ChatMessage> observation = {{"tool", "r\xc3\xa9sultat", false, ""}};
     if (!glm47) observation.push_back({"user", "and?", true, "a reason"});
     a.add_observation(observation, &why);
     ASSERT_EQ(why, "");
-    a.add_model_turn("half \xf0\x9f", true);  // the open turn of a checkpoint waiting for its reply
+    a.add_model_turn("half \xf0\x9f", format(tpl).end_of_turn());  // the open turn of a checkpoint waiting for its reply
     ChatTranscript b = ChatTranscript::load(format(tpl), a.save());
     EXPECT_EQ(b.save(), a.save());
     const std::vector<ChatMessage> next = {{"user", "go on", false, ""}};

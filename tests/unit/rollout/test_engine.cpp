@@ -544,8 +544,6 @@ TEST(Engine, Fp8KvCacheMatchesBf16CacheWhereMarginsAllow) {
     const GreedyComparison c = compare_greedy(generate(bf16, plain, reqs), generate(bf16, e4m3, reqs),
                                               through_cache(at::kBFloat16), through_cache(at::kFloat8_e4m3fn),
                                               masters);
-    std::printf("e4m3 cache%s: worst logit change %.3g, |dlogp| mean %.3g max %.3g\n", mla ? " (MLA)" : "",
-                c.worst_logit_change, c.logp_mean, c.logp_max);
     EXPECT_GT(c.worst_logit_change, 0.0) << "the e4m3 cache changed nothing";
     EXPECT_LT(c.worst_logit_change, 0.2);
     EXPECT_LT(c.logp_mean, 0.025);

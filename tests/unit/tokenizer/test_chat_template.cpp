@@ -1,4 +1,5 @@
-// Chat templates: slimpi's built-in chatml / llama3 / qwen3 / glm45 / deepseek_r1 renderings
+// Chat templates: slimpi's built-in chatml / llama3 / qwen3 / glm45 / glm47 / deepseek_r1 /
+// deepseek_v3 renderings
 // against what transformers' apply_chat_template makes of the models' own Jinja templates
 // (Qwen2.5, plain ChatML, Llama 3 Instruct, Qwen3, GLM-4.5 and GLM-4.7 with and without
 // thinking, DeepSeek-R1, DeepSeek-V3-0324) on 28 conversations
@@ -102,6 +103,9 @@ TEST(ChatTemplate, RecognisesShippedTemplatesByTheirMarkers) {
                                     "{{'<｜Assistant｜>'}}"),
             ChatTemplate::DeepSeekV3);
   EXPECT_EQ(recognise_chat_template("{{'<｜User｜>' + message['content']}}{{'<｜Assistant｜>'}}"), std::nullopt);
+  EXPECT_EQ(recognise_chat_template("{% set ns = namespace(is_first_sp=true) %}{{'<｜User｜>' + message['content']}}"
+                                    "{% set content = content.split('</think>')[-1] %}{{'<｜Assistant｜>'}}"),
+            std::nullopt);  // an R1-style template that drops reasoning
   EXPECT_EQ(recognise_chat_template("{% for m in messages %}### {{ m.role }}: {{ m.content }}{% endfor %}"),
             std::nullopt);
   EXPECT_EQ(recognise_chat_template(""), std::nullopt);
