@@ -129,16 +129,27 @@ std::string render_qwen3(const std::vector<ChatMessage>& m, bool enable_thinking
 
 
 
-// GLM-4.5's template (zai-org/GLM-4.5, also GLM-4.5-Air): "[gMASK]<sop>", then per message
-//   system     "<|system|>\n{content}"
-//   user       "<|user|>\n{content}" (+ "/nothink" when thinking is off and it does not end so)
-//   assistant  "<|assistant|>" + ("\n<think>{reasoning.strip()}</think>" after the last user
-//              message when it has reasoning, else "\n<think></think>") + ("\n{content.strip()}"
-//              when not blank); no closing marker: the next message's opener ends the turn
+namespace {
+
+// What GLM-4.5's and GLM-4.7's templates write differently; the rest is one template.
+struct GlmStyle {
+  const char* nl;            // between an opener or a tag and its text: "\n" (4.5), "" (4.7)
+  const char* no_reasoning;  // an assistant turn without kept reasoning, and the generation
+                             // prompt's tail without thinking: "\n<think></think>", "</think>"
+  const char* gen_thinking;  // the generation prompt's tail with thinking: "", "<think>"
+  bool nothink_suffix;       // without thinking, user messages end with "/nothink" (4.5)
+};
+
+// "[gMASK]<sop>", then per message (nl between each opener and its text)
+//   system     "<|system|>{content}";  user "<|user|>{content}" (+ "/nothink", 4.5 without
+//              thinking, when it does not end so)
+//   assistant  "<|assistant|>" + ("<think>{reasoning.strip()}</think>" after the last user
+//              message when it has reasoning, else no_reasoning) + content.strip() when not blank
 //   tool       "<|observation|>" before a run of tool messages, then
-//              "\n<tool_response>\n{content}\n</tool_response>" each
-// and the generation prompt "<|assistant|>" (+ "\n<think></think>" when thinking is off).
-std::string render_glm45(const std::vector<ChatMessage>& m, bool enable_thinking, bool gen) {
+//              "<tool_response>{content}</tool_response>" each
+// and the generation prompt "<|assistant|>" + gen_thinking (no_reasoning without thinking).
+std::string render_glm(const std::vector<ChatMessage>& m, bool enable_thinking, bool gen, const GlmStyle& g) {
+  const std::string nl = g.nl;
   size_t last_user = std::string::npos;  // ns.last_user_index (-1 when there is none)
   for (size_t k = 0; k < m.size(); ++k)
     if (m[k].role == "user") last_user = k;
@@ -146,64 +157,43 @@ std::string render_glm45(const std::vector<ChatMessage>& m, bool enable_thinking
   for (size_t i = 0; i < m.size(); ++i) {
     const ChatMessage& msg = m[i];
     if (msg.role == "user") {
-      out += "<|user|>\n" + msg.content;
-      if (!enable_thinking && !ends_with(msg.content, "/nothink")) out += "/nothink";
+      out += "<|user|>" + nl + msg.content;
+      if (g.nothink_suffix && !enable_thinking && !ends_with(msg.content, "/nothink")) out += "/nothink";
     } else if (msg.role == "assistant") {
       std::string content, reasoning;
       split_reasoning(msg, &reasoning, &content);
       const bool after_last_user = last_user == std::string::npos || i > last_user;
       out += "<|assistant|>";
-      out += after_last_user && !reasoning.empty()
-                 ? "\n<think>" + strip_unicode_whitespace(reasoning) + "</think>"
-                 : std::string("\n<think></think>");
+      out += after_last_user && !reasoning.empty() ? nl + "<think>" + strip_unicode_whitespace(reasoning) + "</think>"
+                                                   : std::string(g.no_reasoning);
       const std::string answer = strip_unicode_whitespace(content);
-      if (!answer.empty()) out += "\n" + answer;
+      if (!answer.empty()) out += nl + answer;
     } else if (msg.role == "tool") {
       if (i == 0 || m[i - 1].role != "tool") out += "<|observation|>";
-      out += "\n<tool_response>\n" + msg.content + "\n</tool_response>";
+      out += nl + "<tool_response>" + nl + msg.content + nl + "</tool_response>";
     } else if (msg.role == "system") {
-      out += "<|system|>\n" + msg.content;
+      out += "<|system|>" + nl + msg.content;
     }
   }
-  if (gen) out += enable_thinking ? "<|assistant|>" : "<|assistant|>\n<think></think>";
+  if (gen) out += std::string("<|assistant|>") + (enable_thinking ? g.gen_thinking : g.no_reasoning);
   return out;
 }
 
+}  // namespace
+
+// GLM-4.5's template (zai-org/GLM-4.5, also GLM-4.5-Air): newlines between openers and
+// text, "\n<think></think>" for a turn without kept reasoning, no closing marker (the next
+// message's opener ends a turn), "/nothink" without thinking.
+std::string render_glm45(const std::vector<ChatMessage>& m, bool enable_thinking, bool gen) {
+  return render_glm(m, enable_thinking, gen, {"\n", "\n<think></think>", "", true});
+}
+
 // GLM-4.7's template (GLM-4.7 and GLM-4.7-Flash, glm4_moe_lite): GLM-4.5's openers without
-// their newlines, "[gMASK]<sop>", then per message
-//   system     "<|system|>{content}";  user "<|user|>{content}"
-//   assistant  "<|assistant|>" + ("<think>{reasoning.strip()}</think>" after the last user
-//              message when it has reasoning, else "</think>") + content.strip()
-//   tool       "<|observation|>" before a run of tool messages, then
-//              "<tool_response>{content}</tool_response>" each
-// and the generation prompt "<|assistant|><think>" ("<|assistant|></think>" when
-// thinking is off). clear_thinking is left undefined, as transformers' default.
+// their newlines, "</think>" for a turn without kept reasoning, the generation opened with
+// "<think>" ("</think>" without thinking). clear_thinking is left undefined, as
+// transformers' default.
 std::string render_glm47(const std::vector<ChatMessage>& m, bool enable_thinking, bool gen) {
-  size_t last_user = std::string::npos;
-  for (size_t k = 0; k < m.size(); ++k)
-    if (m[k].role == "user") last_user = k;
-  std::string out = "[gMASK]<sop>";
-  for (size_t i = 0; i < m.size(); ++i) {
-    const ChatMessage& msg = m[i];
-    if (msg.role == "user") {
-      out += "<|user|>" + msg.content;
-    } else if (msg.role == "assistant") {
-      std::string content, reasoning;
-      split_reasoning(msg, &reasoning, &content);
-      const bool after_last_user = last_user == std::string::npos || i > last_user;
-      out += "<|assistant|>";
-      out += after_last_user && !reasoning.empty() ? "<think>" + strip_unicode_whitespace(reasoning) + "</think>"
-                                                   : std::string("</think>");
-      out += strip_unicode_whitespace(content);
-    } else if (msg.role == "tool") {
-      if (i == 0 || m[i - 1].role != "tool") out += "<|observation|>";
-      out += "<tool_response>" + msg.content + "</tool_response>";
-    } else if (msg.role == "system") {
-      out += "<|system|>" + msg.content;
-    }
-  }
-  if (gen) out += enable_thinking ? "<|assistant|><think>" : "<|assistant|></think>";
-  return out;
+  return render_glm(m, enable_thinking, gen, {"", "</think>", "<think>", false});
 }
 
 namespace {
