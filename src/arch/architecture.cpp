@@ -12,7 +12,8 @@ const Registry<Architecture>& architectures() {
     for (const Architecture& a : {llama_architecture(), qwen2_architecture(), qwen3_architecture(),
                                   qwen2_moe_architecture(), qwen3_moe_architecture(), mixtral_architecture(),
                                   mimo_architecture(), glm4_moe_architecture(), deepseek_v3_architecture(),
-                                  glm4_moe_lite_architecture()})
+                                  glm4_moe_lite_architecture(), qwen3_5_architecture(), qwen3_5_text_architecture(),
+                                  qwen3_5_moe_architecture(), qwen3_5_moe_text_architecture()})
       reg.add(a.model_type, a);
     return reg;
   }();
@@ -36,8 +37,12 @@ const Architecture* architecture_of_config(const std::string& hf_class, const st
 }
 
 const Architecture* export_architecture(const ModelConfig& cfg) {
-  for (const Architecture* a : all_architectures())
-    if (a->moe == (cfg.n_experts > 0) && a->deepseek_moe == cfg.uses_deepseek_features() && a->fits(cfg)) return a;
+  for (const Architecture* a : all_architectures()) {
+    if (a->moe != (cfg.n_experts > 0) || a->hybrid != cfg.is_hybrid()) continue;
+    // (a hybrid family's partial RoPE is its own, not DeepSeek's)
+    if (!a->hybrid && a->deepseek_moe != cfg.uses_deepseek_features()) continue;
+    if (a->fits(cfg)) return a;
+  }
   return nullptr;
 }
 

@@ -52,6 +52,15 @@ struct Architecture {
   // dense first layers) and its attention may rotate part of each head; the other
   // families never export a model with any of these (ModelConfig::uses_deepseek_features).
   bool deepseek_moe = false;
+  // Hybrid linear attention (Gated DeltaNet layers; ModelConfig::is_hybrid): such families
+  // export only hybrid models, the others never one.
+  bool hybrid = false;
+  // config.json holds the text model's fields in "text_config" (a multimodal class whose
+  // text model slimpi runs); "architectures" stays the top level's.
+  bool nested_text_config = false;
+  // Tensors of this family's files that the text model does not take (a vision tower,
+  // MTP layers slimpi does not read): skipped on load, counted in one log line.
+  bool (*not_loaded)(const std::string& file_name) = nullptr;
 };
 
 // Keyed by model_type.
@@ -80,6 +89,10 @@ Architecture mimo_architecture();
 Architecture glm4_moe_architecture();
 Architecture deepseek_v3_architecture();
 Architecture glm4_moe_lite_architecture();
+Architecture qwen3_5_architecture();
+Architecture qwen3_5_text_architecture();
+Architecture qwen3_5_moe_architecture();
+Architecture qwen3_5_moe_text_architecture();
 
 // Readers and writers several families share (arch/shared_fields.cpp).
 // attention_bias: q/k/v and o biases alike (Llama, Qwen3).

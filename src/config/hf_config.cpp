@@ -139,7 +139,7 @@ void refuse_unsupported_fields(const json& c, HfConfigReader& r) {
   if (act != "silu") r.fail("hidden_act '{}' is not supported (silu)", act);
   if (get_bool(c, "mlp_bias").value_or(false)) r.fail("mlp_bias = true is not supported");
   if (get_bool(c, "use_sliding_window").value_or(false)) r.fail("use_sliding_window = true is not supported");
-  if (auto it = c.find("layer_types"); it != c.end() && it->is_array())
+  if (auto it = c.find("layer_types"); it != c.end() && it->is_array() && !r.has("model.full_attention_interval"))
     for (const auto& t : *it)
       if (t != "full_attention") {
         r.fail("layer_types has '{}' layers: only full_attention is supported", t.dump());
@@ -167,23 +167,30 @@ void refuse_unsupported_fields(const json& c, HfConfigReader& r) {
 
 // The fields every family has, then the family's own (arch/architecture.h), then the
 // fields that change the math and that this model does not implement.
-HfConfigReader resolve(const std::string& file, const json& c) {
+HfConfigReader resolve(const std::string& file, const json& top) {
   HfConfigReader r;
   r.file = file;
   std::string hf_class;
-  if (auto it = c.find("architectures"); it != c.end() && it->is_array() && !it->empty() && (*it)[0].is_string())
+  if (auto it = top.find("architectures"); it != top.end() && it->is_array() && !it->empty() && (*it)[0].is_string())
     hf_class = (*it)[0].get<std::string>();
-  const std::string model_type = c.value("model_type", std::string());
+  const std::string model_type = top.value("model_type", std::string());
   const Architecture* arch = architecture_of_config(hf_class, model_type);
   if (!arch) {
     r.fail("architecture '{}' (model_type '{}') is not supported: {}", hf_class, model_type, architecture_classes());
     return r;
   }
+  // A multimodal class: the text model's fields are text_config's.
+  if (arch->nested_text_config && !(top.contains("text_config") && top["text_config"].is_object())) {
+    r.fail("{} keeps its text model's fields in 'text_config', and this config has none", arch->hf_class);
+    return r;
+  }
+  const json& c = arch->nested_text_config ? top["text_config"] : top;
+  if (arch->nested_text_config) r.file = file + " text_config";
   r.required(c, "vocab_size", "model.vocab_size");
   r.required(c, "hidden_size", "model.hidden_size");
   r.required(c, "num_hidden_layers", "model.n_layers");
   r.required(c, "num_attention_heads", "model.n_heads");
-  r.required(c, "intermediate_size", "model.intermediate_size");
+  if (!arch->moe || c.contains("intermediate_size")) r.required(c, "intermediate_size", "model.intermediate_size");
   const int64_t heads = get_int(c, "num_attention_heads").value_or(1);
   const int64_t kv_heads = get_int(c, "num_key_value_heads").value_or(heads);
   if (kv_heads <= 0) r.fail("'num_key_value_heads' = {} must be positive", kv_heads);
@@ -213,7 +220,9 @@ HfConfigReader resolve(const std::string& file, const json& c) {
       {"model.moe_n_group", int64_t(1)}, {"model.moe_topk_group", int64_t(1)},
       {"model.moe_routed_scaling_factor", 1.0}, {"model.n_shared_experts", int64_t(0)},
       {"model.first_k_dense_replace", int64_t(0)}, {"model.partial_rotary_factor", 1.0},
-      {"model.kv_lora_rank", int64_t(0)}, {"model.q_lora_rank", int64_t(0)}, {"model.rope_interleave", false}};
+      {"model.kv_lora_rank", int64_t(0)}, {"model.q_lora_rank", int64_t(0)}, {"model.rope_interleave", false},
+      {"model.full_attention_interval", int64_t(1)}, {"model.attn_output_gate", false},
+      {"model.zero_centered_norm", false}};
   for (const auto& [key, value] : plain)
     if (!r.has(key)) r.set(key, value, "architectures (" + std::string(arch->hf_class) + ": none)");
   return r;

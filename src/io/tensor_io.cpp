@@ -206,9 +206,15 @@ void load_hf_tensors_into(const std::string& path, const std::vector<NamedTensor
     log::info("{} holds no multi-token-prediction layers: the model's {} MTP tensors keep their fresh initialisation",
               where, n_fresh);
   const bool tied = wanted.count("lm_head.weight") == 0;
-  for (const auto& [name, e] : reader.entries())
-    if (!wanted.count(name) && !expected_extra(reader, name, wanted, names, experts_sharded, tied))
-      unused.push_back(name);
+  int64_t n_not_loaded = 0;  // the family's tensors outside the text model (a vision tower, MTP layers)
+  for (const auto& [name, e] : reader.entries()) {
+    if (wanted.count(name)) continue;
+    if (names.naming && names.naming->not_loaded && names.naming->not_loaded(name)) ++n_not_loaded;
+    else if (!expected_extra(reader, name, wanted, names, experts_sharded, tied)) unused.push_back(name);
+  }
+  if (n_not_loaded > 0)
+    log::info("{}: {} tensors outside the {} text model (vision tower, MTP layers) are not loaded", where,
+              n_not_loaded, names.naming->hf_class);
   SLIMPI_CHECK(missing.empty() && unused.empty(),
                "{} does not match the model{}{}{}", where,
                missing.empty() ? "" : "; the model needs tensors the files lack: " + listed(missing),

@@ -136,23 +136,26 @@ AttentionLayout packed_layout(const std::vector<int64_t>& seq_lens, const at::De
 
 AttentionLayout incremental_layout(const std::vector<CachedSequence>& seqs, bool split_decode_and_prefill,
                                    const at::Device& device) {
-  std::vector<int64_t> n_past, n_new;
+  std::vector<int64_t> n_past, n_new, state_slots;
   std::vector<at::Tensor> slots;
   for (const auto& s : seqs) {
     n_past.push_back(s.n_past);
     n_new.push_back(s.n_new);
     slots.push_back(s.slots);
+    state_slots.push_back(s.state_slot);
   }
   AttentionLayout layout = make_layout(n_past, n_new, slots, device);
+  layout.state_slots = state_slots;
   const bool decodes = std::any_of(n_new.begin(), n_new.end(), [](int64_t n) { return n == 1; });
   const bool prefills = std::any_of(n_new.begin(), n_new.end(), [](int64_t n) { return n > 1; });
   if (!decodes || !prefills || !split_decode_and_prefill) return layout;
   for (bool decode : {true, false}) {
-    std::vector<int64_t> past, fresh, rows;
+    std::vector<int64_t> past, fresh, rows, part_states;
     std::vector<at::Tensor> part_slots;
     int64_t row = 0;
     for (size_t i = 0; i < seqs.size(); ++i) {
       if ((n_new[i] == 1) == decode) {
+        part_states.push_back(state_slots[i]);
         past.push_back(n_past[i]);
         fresh.push_back(n_new[i]);
         part_slots.push_back(slots[i]);
@@ -162,6 +165,7 @@ AttentionLayout incremental_layout(const std::vector<CachedSequence>& seqs, bool
     }
     AttentionLayout::Part part;
     part.layout = make_layout(past, fresh, part_slots, device);
+    part.layout.state_slots = part_states;
     part.token_index = at::tensor(rows, at::kLong).to(device);
     layout.parts.push_back(std::move(part));
   }

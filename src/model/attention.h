@@ -48,6 +48,7 @@ struct AttentionLayout {
   at::Tensor key_slots;       // cached: [B * max_keys] slot of every padded key (0 where padding)
   std::vector<int64_t> seq_lens;  // packed (no cache): each sequence's length
   std::vector<int64_t> n_past_host, n_new_host;  // [B] each, on the host
+  std::vector<int64_t> state_slots;              // cached, hybrid models: [B] each sequence's state slot
   // Incremental batches holding both decode (one new token) and prefill sequences: the
   // two attend in separate calls, so decode rows are never padded to a prefill chunk.
   // Each part: its own layout over its sequences, and token_index [T_part], the rows of

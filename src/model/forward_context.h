@@ -44,6 +44,10 @@ struct Transformer::ForwardContext {
   // (training) and bf16 weights (a bf16 engine) compute the same thing.
   bool bf16 = false;
   at::Tensor as_used(const at::Tensor& w) const { return bf16 ? w.to(at::kBFloat16) : w; }
+  // An RMSNorm weight as applied: w, or 1 + w for a zero-centred norm (ModelConfig::
+  // zero_centered_norm; in fp32, from w's rounding).
+  bool zero_centered = false;
+  at::Tensor norm_weight(const at::Tensor& w) const { return zero_centered ? as_used(w).to(at::kFloat) + 1.0 : as_used(w); }
   // Tensor parallelism (null: none) and sequence parallelism: the residual stream then
   // holds rows [r·T_pad/t, (r+1)·T_pad/t) of the T tokens padded to T_pad (a multiple of t).
   Comm* tp = nullptr;

@@ -10,18 +10,25 @@
 namespace slimpi {
 
 KvCache KvCache::allocate(const ModelConfig& cfg, int64_t n_slots, const at::TensorOptions& options,
-                          int tensor_parallel, int64_t mtp_layers, bool latent) {
+                          int tensor_parallel, int64_t mtp_layers, bool latent, int64_t n_state_slots) {
   KvCache c;
   const auto [heads, dim, rows] = kv_cache_row(cfg, tensor_parallel, latent);
   c.values_are_keys = rows == 1;
   for (int64_t l = 0; l < cfg.n_layers + std::min(mtp_layers, cfg.mtp_num_layers); ++l) {
-    c.k.push_back(at::zeros({n_slots, heads, dim}, options));
+    c.k.push_back(at::zeros({n_slots, l < cfg.n_layers && cfg.is_linear_layer(l) ? 0 : heads, dim}, options));
     c.v.push_back(c.values_are_keys ? c.k.back() : at::zeros({n_slots, heads, dim}, options));
   }
   if (options.dtype() == at::kFloat8_e4m3fn)
     for (size_t l = 0; l < c.k.size(); ++l) {  // the fixed policy: 1 per kv head
       c.k_scale.push_back(at::ones({heads}, options.dtype(at::kFloat)));
       c.v_scale.push_back(c.values_are_keys ? c.k_scale.back() : at::ones({heads}, options.dtype(at::kFloat)));
+    }
+  const auto state = options.dtype(at::kFloat);
+  for (int64_t l = 0; l < cfg.n_layers; ++l)
+    if (cfg.is_linear_layer(l)) {
+      c.conv_state.push_back(at::zeros({n_state_slots, cfg.linear_conv_dim(), cfg.linear_conv_kernel_dim - 1}, state));
+      c.delta_state.push_back(at::zeros(
+          {n_state_slots, cfg.linear_num_value_heads, cfg.linear_key_head_dim, cfg.linear_value_head_dim}, state));
     }
   if (cfg.n_experts > 0)
     c.routing = at::full({n_slots, cfg.n_moe_layers(), cfg.n_experts_per_tok}, -1, options.dtype(at::kShort));
@@ -81,6 +88,18 @@ at::Tensor KvCache::decoded(const at::Tensor& rows, int64_t layer, bool key, at:
   std::vector<int64_t> shape(size_t(rows.dim()), 1);
   shape[size_t(rows.dim()) - 2] = -1;  // the kv-head axis
   return (rows.to(at::kFloat) * scale.view(shape)).to(dtype);
+}
+
+void KvCache::copy_state(int64_t from, int64_t to) {
+  for (auto* states : {&conv_state, &delta_state})
+    for (at::Tensor& s : *states) s.select(0, to).copy_(s.select(0, from));
+}
+
+int64_t KvCache::state_bytes_per_sequence() const {
+  int64_t bytes = 0;
+  for (const auto* states : {&conv_state, &delta_state})
+    for (const at::Tensor& s : *states) bytes += s[0].numel() * int64_t(s.element_size());
+  return bytes;
 }
 
 int64_t KvCache::bytes_per_token() const {

@@ -39,14 +39,31 @@ struct KvCache {
   // Mixture-of-experts policies: the experts each slot's token ran, kept with its K/V so
   // that tokens served from the prefix cache still have their routing trace.
   at::Tensor routing;  // [n_slots, n_moe_layers, k] int16 (undefined for dense models)
+  // Hybrid linear-attention models (ModelConfig::is_hybrid): each sequence's Gated DeltaNet
+  // state lives in a state slot of its own (the engine gives one to every running
+  // sequence), per linear layer i (the i-th such layer of the model): the convolution's
+  // last K - 1 inputs and the delta rule's recurrent state, both fp32. A sequence's state
+  // is its whole past, so it is only right for the positions its sequence computed; a
+  // forward over a sequence with no past (n_past = 0) starts from zeros whatever the slot
+  // holds. The full-attention layers keep their K/V rows above; a linear layer's are
+  // empty ([n_slots, 0, D]).
+  std::vector<at::Tensor> conv_state;   // n_linear_layers x [n_state_slots, conv_dim, K - 1]
+  std::vector<at::Tensor> delta_state;  // n_linear_layers x [n_state_slots, Hv, Dk, Dv]
   // tensor_parallel: the engine's group size; each rank caches its Hkv_local heads
   // (model/tensor_shard.h, local_kv_heads). mtp_layers: layers n_layers .. n_layers +
   // mtp_layers - 1 too, the first MTP depths' (a speculating engine's draft).
   // latent: multi-head latent attention's latent rows (false: its expanded keys and
   // values, for a model with set_latent_cache(false); model/tensor_shard.h, kv_cache_row).
+  // n_state_slots: the linear layers' state slots (hybrid models).
   static KvCache allocate(const ModelConfig& cfg, int64_t n_slots, const at::TensorOptions& options,
-                          int tensor_parallel = 1, int64_t mtp_layers = 0, bool latent = true);
+                          int tensor_parallel = 1, int64_t mtp_layers = 0, bool latent = true,
+                          int64_t n_state_slots = 0);
   int64_t n_slots() const { return k.empty() ? 0 : k[0].size(0); }
+  int64_t n_state_slots() const { return conv_state.empty() ? 0 : conv_state[0].size(0); }
+  // Every linear layer's state of slot `from` copied into slot `to` (a group's fork).
+  void copy_state(int64_t from, int64_t to);
+  // Bytes one sequence's state takes over all linear layers.
+  int64_t state_bytes_per_sequence() const;
   bool quantized() const { return !k_scale.empty(); }
   // Writes K and V [n, Hkv_local, D] (any floating dtype) at `slots` [n] of `layer`.
   void store(int64_t layer, const at::Tensor& slots, const at::Tensor& keys, const at::Tensor& values);
@@ -65,6 +82,7 @@ struct CachedSequence {
   int64_t n_past = 0;
   int64_t n_new = 0;
   at::Tensor slots;  // [n_past + n_new] int64: the cache slot of every position 0..n_past+n_new-1
+  int64_t state_slot = -1;  // hybrid models: its linear layers' state slot (KvCache::conv_state)
 };
 
 }  // namespace slimpi

@@ -87,7 +87,8 @@ namespace {
 // The attention block's matrices: q, k, v, o (MLA: its projections).
 int64_t attention_matrices(const ModelConfig& c) {
   const int64_t d = c.hidden_size, H = c.n_heads;
-  if (!c.is_mla()) return d * H * c.head_dim() + 2 * d * c.n_kv_heads * c.head_dim() + H * c.head_dim() * d;
+  const int64_t q_rows = H * c.head_dim() * (c.attn_output_gate ? 2 : 1);  // (gated: each head's query and gate)
+  if (!c.is_mla()) return d * q_rows + 2 * d * c.n_kv_heads * c.head_dim() + H * c.head_dim() * d;
   const int64_t q = c.q_lora_rank > 0 ? d * c.q_lora_rank + c.q_lora_rank * H * c.head_dim() : d * H * c.head_dim();
   return q + d * (c.kv_lora_rank + c.qk_rope_head_dim) + c.kv_lora_rank * H * (c.qk_nope_head_dim + c.v_head_dim) +
          H * c.v_head_dim * d;
@@ -95,15 +96,38 @@ int64_t attention_matrices(const ModelConfig& c) {
 
 }  // namespace
 
+int64_t ModelConfig::n_linear_layers() const {
+  int64_t n = 0;
+  for (int64_t l = 0; l < n_layers; ++l) n += is_linear_layer(l) ? 1 : 0;
+  return n;
+}
+
+namespace {
+
+// A Gated DeltaNet layer's matrices: in_proj_qkv, in_proj_z, in_proj_b, in_proj_a, out_proj.
+int64_t linear_attention_matrices(const ModelConfig& c) {
+  const int64_t d = c.hidden_size;
+  return d * c.linear_conv_dim() + 2 * d * c.linear_value_dim() + 2 * d * c.linear_num_value_heads;
+}
+
+// Its other parameters: the convolution's taps, dt_bias, A_log, the gated norm.
+int64_t linear_attention_vectors(const ModelConfig& c) {
+  return c.linear_conv_dim() * c.linear_conv_kernel_dim + 2 * c.linear_num_value_heads + c.linear_value_head_dim;
+}
+
+}  // namespace
+
 int64_t ModelConfig::matmul_params() const {
   const int64_t d = hidden_size;
+  const int64_t n_linear = n_linear_layers();
   const int64_t attention = attention_matrices(*this);
   const int64_t mlp = 3 * d * intermediate_size;        // gate, up, down
   const int64_t shared = (shared_expert_intermediate_size > 0 ? 3 * d * shared_expert_intermediate_size + d : 0) +
                          3 * d * shared_experts_width();
   const int64_t moe = d * n_experts + n_experts_per_tok * 3 * d * moe_intermediate_size + shared;  // router, top-k, shared
   const int64_t n_moe = n_moe_layers();
-  return n_layers * attention + (n_layers - n_moe) * mlp + n_moe * moe + vocab_size * d;  // + LM head
+  return (n_layers - n_linear) * attention + n_linear * linear_attention_matrices(*this) + (n_layers - n_moe) * mlp +
+         n_moe * moe + vocab_size * d;  // + LM head
 }
 
 namespace {
@@ -137,11 +161,33 @@ int64_t ModelConfig::n_params() const {
   const int64_t d = hidden_size;
   const int64_t n_moe = n_moe_layers();
   const int64_t mlps = (n_layers - n_moe) * 3 * d * intermediate_size + n_moe * moe_params(*this);
-  return vocab_size * d * (tie_word_embeddings ? 1 : 2) + n_layers * attention_params(*this) + mlps + d +
+  const int64_t n_linear = n_linear_layers();
+  const int64_t token_mixers = (n_layers - n_linear) * attention_params(*this) +
+                               n_linear * (linear_attention_matrices(*this) + linear_attention_vectors(*this) + 2 * d);
+  return vocab_size * d * (tie_word_embeddings ? 1 : 2) + token_mixers + mlps + d +
          mtp_num_layers * n_mtp_params_per_layer();
 }
 
 namespace {
+
+// The Gated DeltaNet keys: heads and dimensions given, value heads a multiple of key heads.
+void check_linear_attention(const ModelConfig& c, const Deck& deck) {
+  if (!c.is_hybrid()) return;
+  const char* keys[] = {"model.linear_num_key_heads", "model.linear_num_value_heads", "model.linear_key_head_dim",
+                        "model.linear_value_head_dim"};
+  for (const char* k : keys)
+    if (deck.get_int(k) <= 0)
+      SLIMPI_FAIL_ALL("model.full_attention_interval = {} ({}) makes Gated DeltaNet layers, which need {} > 0 ({})",
+                      c.full_attention_interval, deck.source("model.full_attention_interval"), k, deck.source(k));
+  if (c.linear_num_value_heads % c.linear_num_key_heads != 0)
+    SLIMPI_FAIL_ALL("model.linear_num_value_heads = {} ({}) must be a multiple of model.linear_num_key_heads = {} ({})",
+                    c.linear_num_value_heads, deck.source("model.linear_num_value_heads"), c.linear_num_key_heads,
+                    deck.source("model.linear_num_key_heads"));
+  if (c.is_mla())
+    SLIMPI_FAIL_ALL("model.full_attention_interval = {} ({}) with multi-head latent attention (model.kv_lora_rank = "
+                    "{}): no model has both", c.full_attention_interval, deck.source("model.full_attention_interval"),
+                    c.kv_lora_rank);
+}
 
 // The DeepSeekMoE keys against each other and the expert count.
 void check_deepseek_moe(const ModelConfig& c, const Deck& deck) {
@@ -244,7 +290,16 @@ ModelConfig ModelConfig::from_deck(const Deck& deck) {
   c.qk_rope_head_dim = deck.get_int("model.qk_rope_head_dim");
   c.v_head_dim = deck.get_int("model.v_head_dim");
   c.rope_interleave = deck.get_bool("model.rope_interleave");
+  c.full_attention_interval = deck.get_int("model.full_attention_interval");
+  c.linear_num_key_heads = deck.get_int("model.linear_num_key_heads");
+  c.linear_num_value_heads = deck.get_int("model.linear_num_value_heads");
+  c.linear_key_head_dim = deck.get_int("model.linear_key_head_dim");
+  c.linear_value_head_dim = deck.get_int("model.linear_value_head_dim");
+  c.linear_conv_kernel_dim = deck.get_int("model.linear_conv_kernel_dim");
+  c.attn_output_gate = deck.get_bool("model.attn_output_gate");
+  c.zero_centered_norm = deck.get_bool("model.zero_centered_norm");
   check_deepseek_moe(c, deck);
+  check_linear_attention(c, deck);
   check_mla(c, deck);
   if (c.is_mla()) c.n_kv_heads = c.n_heads;  // every head its own key and value once the latent is expanded
   if (c.n_experts > 0 && c.n_experts_per_tok > c.n_experts)

@@ -89,7 +89,30 @@ struct ModelConfig {
   // mtp_num_layers predicts the token i + 2 places ahead from the previous depth's
   // output and the embedding of the token i + 1 ahead (model/transformer.h). 0: none.
   int64_t mtp_num_layers = 0;
+  // Hybrid linear attention (Qwen3.5, Qwen3-Next; model/gated_delta_net.h): layer l is full
+  // attention when (l + 1) % full_attention_interval == 0, else a Gated DeltaNet layer of
+  // linear_num_key_heads key heads of linear_key_head_dim (shared by
+  // linear_num_value_heads / linear_num_key_heads value heads each) and
+  // linear_num_value_heads value heads of linear_value_head_dim, its q/k/v through a causal
+  // depthwise convolution of linear_conv_kernel_dim taps. 1: every layer full attention.
+  int64_t full_attention_interval = 1;
+  int64_t linear_num_key_heads = 0, linear_num_value_heads = 0;
+  int64_t linear_key_head_dim = 0, linear_value_head_dim = 0;
+  int64_t linear_conv_kernel_dim = 4;
+  // Qwen3-Next's gated attention: q_proj yields each head's query and an output gate
+  // (per head [query; gate]), the attention output times sigmoid(gate) before o_proj.
+  bool attn_output_gate = false;
+  // Zero-centred RMSNorm (Qwen3-Next, Qwen3.5; Gemma's): every RMSNorm weight w of the
+  // blocks, the final norm and the q/k norms is stored as w and applied as 1 + w.
+  bool zero_centered_norm = false;
 
+  bool is_hybrid() const { return full_attention_interval > 1; }
+  bool is_linear_layer(int64_t layer) const { return is_hybrid() && (layer + 1) % full_attention_interval != 0; }
+  int64_t n_linear_layers() const;
+  int64_t linear_key_dim() const { return linear_num_key_heads * linear_key_head_dim; }
+  int64_t linear_value_dim() const { return linear_num_value_heads * linear_value_head_dim; }
+  // The convolved channels: queries, keys, values back to back.
+  int64_t linear_conv_dim() const { return 2 * linear_key_dim() + linear_value_dim(); }
   bool is_mla() const { return kv_lora_rank > 0; }
   // The query/key head dimension (MLA: qk_nope_head_dim + qk_rope_head_dim).
   int64_t head_dim() const {

@@ -60,6 +60,21 @@ std::vector<KeySpec> model_keys() {
       int_key("model.mtp_num_layers", 0, 0, 16, "layers",
               "multi-token prediction depths (DeepSeek-V3's MTP modules, as MiMo ships them): depth i predicts the "
               "token i + 2 ahead; the rollout's speculative draft (rollout.speculative = \"mtp\"); 0 = none"),
+      int_key("model.full_attention_interval", 1, 1, 1e6, "layers",
+              "hybrid linear attention (Qwen3.5, Qwen3-Next): layer l (from 0) is full attention when (l + 1) % "
+              "interval == 0, every other layer Gated DeltaNet linear attention (1 = every layer full attention)"),
+      int_key("model.linear_num_key_heads", 0, 0, 1e5, "", "Gated DeltaNet: query/key heads"),
+      int_key("model.linear_num_value_heads", 0, 0, 1e5, "",
+              "Gated DeltaNet: value heads (a multiple of the key heads, which they share)"),
+      int_key("model.linear_key_head_dim", 0, 0, 1e5, "", "Gated DeltaNet: each query/key head's dimension"),
+      int_key("model.linear_value_head_dim", 0, 0, 1e5, "", "Gated DeltaNet: each value head's dimension"),
+      int_key("model.linear_conv_kernel_dim", 4, 1, 64, "taps",
+              "Gated DeltaNet: the causal depthwise convolution over q/k/v"),
+      bool_key("model.attn_output_gate", false,
+               "gated attention (Qwen3-Next, Qwen3.5): q_proj also yields a per-head output gate, the attention "
+               "output times its sigmoid"),
+      bool_key("model.zero_centered_norm", false,
+               "RMSNorm weights stored as w and applied as 1 + w (Qwen3-Next, Qwen3.5)"),
       int_key("model.moe_layer_freq", 1, 1, 1e6, "layers",
               "MoE: layer l (from 0) is sparse when (l + 1) % moe_layer_freq == 0 (Qwen3-MoE's decoder_sparse_step)"),
       int_key("model.head_dim", 0, 0, 1e5, "", "head dimension D (0 = hidden_size / n_heads; Qwen3 sets it)"),

@@ -150,6 +150,9 @@ StoredWhole::Span StoredWhole::span_of(const std::string& name, const std::vecto
 
 void check_tensor_parallel_shape(const ModelConfig& cfg, int t) {
   if (t <= 1) return;
+  SLIMPI_CHECK(!cfg.is_hybrid(), "tensor parallelism over {} ranks of a hybrid linear-attention model "
+               "(model.full_attention_interval = {}) is not implemented: its Gated DeltaNet layers are not split",
+               t, cfg.full_attention_interval);
   SLIMPI_CHECK(cfg.n_heads % t == 0, "tensor parallelism over {} ranks splits attention by heads: the model has {} "
                "query heads, not divisible by {}", t, cfg.n_heads, t);
   SLIMPI_CHECK(cfg.n_kv_heads % t == 0 || t % cfg.n_kv_heads == 0, "tensor parallelism over {} ranks splits "

@@ -71,15 +71,23 @@ struct ParameterDraw {
   at::Tensor normal(std::vector<int64_t> shape) { return at::normal(0.0, cfg.init_std, shape, gen); }
   static at::Tensor ones(int64_t n) { return at::ones({n}, at::kFloat); }
   static at::Tensor zeros(int64_t n) { return at::zeros({n}, at::kFloat); }
+  // An RMSNorm's weight: ones, or zeros for a zero-centred norm (applied as 1 + w).
+  at::Tensor norm(int64_t n) const { return cfg.zero_centered_norm ? zeros(n) : ones(n); }
 
-  void attention(const std::string& p, Transformer::LayerParams& lp) {
+  // linear: a Gated DeltaNet layer's token mixer instead (a hybrid model's linear layers).
+  void attention(const std::string& p, Transformer::LayerParams& lp, bool linear = false) {
     const int64_t d = cfg.hidden_size, hd = cfg.head_dim(), q_width = cfg.n_heads * hd, kv = cfg.n_kv_heads * hd;
-    add(p + "input_layernorm.weight", ones(d), &lp.input_norm);
+    add(p + "input_layernorm.weight", norm(d), &lp.input_norm);
     if (cfg.is_mla()) {
       latent_attention(p, lp);
       return;
     }
-    add(p + "self_attn.q_proj.weight", normal({q_width, d}), &lp.q);
+    if (linear) {
+      linear_attention(p, lp);
+      return;
+    }
+    // (gated attention: each head's query rows, then its gate's)
+    add(p + "self_attn.q_proj.weight", normal({q_width * (cfg.attn_output_gate ? 2 : 1), d}), &lp.q);
     add(p + "self_attn.k_proj.weight", normal({kv, d}), &lp.k);
     add(p + "self_attn.v_proj.weight", normal({kv, d}), &lp.v);
     if (cfg.qkv_bias) {
@@ -90,10 +98,27 @@ struct ParameterDraw {
     add(p + "self_attn.o_proj.weight", normal({d, q_width}), &lp.o);
     if (cfg.o_bias) add(p + "self_attn.o_proj.bias", zeros(d), &lp.o_bias);
     if (cfg.qk_norm) {
-      add(p + "self_attn.q_norm.weight", ones(hd), &lp.q_norm);
-      add(p + "self_attn.k_norm.weight", ones(hd), &lp.k_norm);
+      add(p + "self_attn.q_norm.weight", norm(hd), &lp.q_norm);
+      add(p + "self_attn.k_norm.weight", norm(hd), &lp.k_norm);
     }
-    add(p + "post_attention_layernorm.weight", ones(d), &lp.post_norm);
+    add(p + "post_attention_layernorm.weight", norm(d), &lp.post_norm);
+  }
+
+  // A Gated DeltaNet layer under Qwen3.5's names. A_log = log(U(0.01, 16)) and dt_bias = 1,
+  // as transformers initialises them.
+  void linear_attention(const std::string& p, Transformer::LayerParams& lp) {
+    const int64_t d = cfg.hidden_size, Hv = cfg.linear_num_value_heads, vd = cfg.linear_value_dim();
+    const std::string a = p + "linear_attn.";
+    add(a + "in_proj_qkv.weight", normal({cfg.linear_conv_dim(), d}), &lp.lin_qkv);
+    add(a + "in_proj_z.weight", normal({vd, d}), &lp.lin_z);
+    add(a + "in_proj_b.weight", normal({Hv, d}), &lp.lin_b);
+    add(a + "in_proj_a.weight", normal({Hv, d}), &lp.lin_a);
+    add(a + "conv1d.weight", normal({cfg.linear_conv_dim(), 1, cfg.linear_conv_kernel_dim}), &lp.lin_conv);
+    add(a + "dt_bias", ones(Hv), &lp.lin_dt_bias);
+    add(a + "A_log", at::empty({Hv}, at::kFloat).uniform_(0.01, 16.0, gen).log(), &lp.lin_a_log);
+    add(a + "norm.weight", ones(cfg.linear_value_head_dim), &lp.lin_norm);
+    add(a + "out_proj.weight", normal({d, vd}), &lp.lin_out);
+    add(p + "post_attention_layernorm.weight", norm(d), &lp.post_norm);
   }
 
   // Multi-head latent attention's projections, under DeepSeek-V3's names.
@@ -182,27 +207,28 @@ Transformer::Transformer(const ModelConfig& cfg, uint64_t seed, const at::Device
   const int64_t d = cfg.hidden_size;
   layers_.resize(size_t(cfg.n_layers));  // stable addresses for the bindings
   add("model.embed_tokens.weight", draw.normal({cfg.vocab_size, d}), &embed_);
-  for (int64_t l = 0; l < cfg.n_layers; ++l) {
+  for (int64_t l = 0, linear = 0; l < cfg.n_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     LayerParams& lp = layers_[size_t(l)];
-    draw.attention(p, lp);
+    if (cfg.is_linear_layer(l)) lp.linear_index = linear++;
+    draw.attention(p, lp, cfg.is_linear_layer(l));
     if (cfg.is_moe_layer(l)) draw.moe_mlp(p, lp.moe, experts);
     else draw.dense_mlp(p, lp);
   }
-  add("model.norm.weight", draw.ones(d), &final_norm_);
+  add("model.norm.weight", draw.norm(d), &final_norm_);
   if (!cfg.tie_word_embeddings) add("lm_head.weight", draw.normal({cfg.vocab_size, d}), &lm_head_);
   // MTP depths last, so that the trunk draws the same numbers with or without them.
   mtp_.resize(size_t(cfg.mtp_num_layers));
   for (int64_t i = 0; i < cfg.mtp_num_layers; ++i) {
     const std::string p = "model.mtp_layers." + std::to_string(i) + ".";
     MtpParams& m = mtp_[size_t(i)];
-    add(p + "token_layernorm.weight", draw.ones(d), &m.token_norm);
-    add(p + "hidden_layernorm.weight", draw.ones(d), &m.hidden_norm);
+    add(p + "token_layernorm.weight", draw.norm(d), &m.token_norm);
+    add(p + "hidden_layernorm.weight", draw.norm(d), &m.hidden_norm);
     add(p + "input_proj.weight", draw.normal({d, 2 * d}), &m.input_proj);
     draw.attention(p, m.block);
     if (cfg.mtp_is_moe()) draw.moe_mlp(p, m.block.moe, experts);
     else draw.dense_mlp(p, m.block);
-    add(p + "final_layernorm.weight", draw.ones(d), &m.final_norm);
+    add(p + "final_layernorm.weight", draw.norm(d), &m.final_norm);
   }
   pack_parameters();
   for (size_t i = 0; i < params_.size(); ++i) *bindings_[i] = params_[i].tensor;
@@ -250,6 +276,7 @@ int64_t Transformer::n_params() const {
 at::Tensor Transformer::attention_block(const LayerParams& p, int64_t cache_layer, const at::Tensor& x,
                                         const ForwardContext& f) const {
   if (cfg_.is_mla()) return latent_attention_block(p, cache_layer, x, f);
+  if (p.linear_index >= 0) return linear_attention_block(p, x, f);
   // Tensor parallelism: this shard's H/t query heads and Hkv/t key/value heads (column-
   // parallel q/k/v, row-parallel o; the sum over shards is reduce_from_tp). Each head's
   // q/k norm weight is shared by every shard's heads: copy_to_tp sums its gradient.
@@ -259,18 +286,26 @@ at::Tensor Transformer::attention_block(const LayerParams& p, int64_t cache_laye
   Comm* tp = f.tp;
   const int64_t T = f.n_tokens, H = cfg_.n_heads / tensor_.size, Hkv = local_kv_heads(cfg_, tensor_.size),
                 D = cfg_.head_dim();
-  const at::Tensor h = f.to_columns(rms_norm(x, f.as_used(f.shared(p.input_norm)), cfg_.rms_norm_eps));  // [T, d]
+  const at::Tensor h = f.to_columns(rms_norm(x, f.norm_weight(f.shared(p.input_norm)), cfg_.rms_norm_eps));  // [T, d]
   auto kv_weight = [&](const at::Tensor& w) { return w.defined() ? f.kv_shared(w) : w; };
-  at::Tensor q = dense(h, p.q, p.q_bias).view({T, H, D});                          // [T, H, D]
+  at::Tensor q = dense(h, p.q, p.q_bias);  // [T, H * D] ([T, H * 2D] gated: each head's query, then its gate)
+  at::Tensor gate;                         // [T, H * D] (gated attention)
+  if (cfg_.attn_output_gate) {
+    const at::Tensor both = q.view({T, H, 2 * D});
+    gate = both.narrow(-1, D, D).reshape({T, H * D});
+    q = both.narrow(-1, 0, D);
+  }
+  q = q.reshape({T, H, D});  // [T, H, D]
   at::Tensor k = dense(h, kv_weight(p.k), kv_weight(p.k_bias)).view({T, Hkv, D});  // [T, Hkv, D]
   if (cfg_.qk_norm) {  // Qwen3: each head RMS-normalised before RoPE
-    q = rms_norm(q, f.as_used(copy_to_tp(tp, p.q_norm)), cfg_.rms_norm_eps);
-    k = rms_norm(k, f.as_used(copy_to_tp(tp, p.k_norm)), cfg_.rms_norm_eps);
+    q = rms_norm(q, f.norm_weight(copy_to_tp(tp, p.q_norm)), cfg_.rms_norm_eps);
+    k = rms_norm(k, f.norm_weight(copy_to_tp(tp, p.k_norm)), cfg_.rms_norm_eps);
   }
   q = apply_rope(q, f.cos, f.sin);
   k = apply_rope(k, f.cos, f.sin);
   const at::Tensor v = dense(h, kv_weight(p.v), kv_weight(p.v_bias)).view({T, Hkv, D});  // [T, Hkv, D]
-  return output_projection(p, attend_heads(q, k, v, cache_layer, f), f);
+  const at::Tensor attn = attend_heads(q, k, v, cache_layer, f);                          // [T, H * D]
+  return output_projection(p, gate.defined() ? attn * at::sigmoid(gate) : attn, f);
 }
 
 at::Tensor Transformer::attend_heads(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -291,7 +326,7 @@ at::Tensor Transformer::output_projection(const LayerParams& p, const at::Tensor
 
 at::Tensor Transformer::dense_mlp_residual(const LayerParams& p, const at::Tensor& x, const ForwardContext& f) const {
   // SwiGLU; tensor-parallel: column-parallel gate/up, row-parallel down.
-  const at::Tensor hp = f.to_columns(rms_norm(x, f.as_used(f.shared(p.post_norm)), cfg_.rms_norm_eps));
+  const at::Tensor hp = f.to_columns(rms_norm(x, f.norm_weight(f.shared(p.post_norm)), cfg_.rms_norm_eps));
   return x + f.from_rows(dense(at::silu(dense(hp, p.gate)) * dense(hp, p.up), p.down));
 }
 
@@ -328,6 +363,7 @@ Transformer::ForwardContext Transformer::context(const AttentionLayout& a, KvCac
   f.n_padded = f.sp ? (T + tensor_.size - 1) / tensor_.size * tensor_.size : T;
   f.bf16 = at::autocast::is_autocast_enabled(device_.type()) &&
            at::autocast::get_autocast_dtype(device_.type()) == at::kBFloat16;
+  f.zero_centered = cfg_.zero_centered_norm;
   // Auto: the paged kernel for an fp32 forward on the CPU. A bf16 forward gathers and
   // runs the same attention ops as the bf16 trainer (padded batches below the budget,
   // per-sequence SDPA above it), so where both take the same path a bf16 engine samples
@@ -382,7 +418,7 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const AttentionLayout&
         continue;
       }
     }
-    const at::Tensor h = rms_norm(x, f.as_used(f.shared(p.post_norm)), cfg_.rms_norm_eps);
+    const at::Tensor h = rms_norm(x, f.norm_weight(f.shared(p.post_norm)), cfg_.rms_norm_eps);
     const at::Tensor replay = moe && moe->replay.defined() ? moe->replay.select(1, moe_layer) : at::Tensor();
     MoeLayerOutput routed = moe_mlp(f.whole_rows(h), p.moe, routing_, replay);
     x = x + moe_residual(p.moe, routed.out, h, f);
@@ -397,7 +433,7 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const AttentionLayout&
     moe->chosen = at::stack(chosen, 1);  // [T, n_moe_layers, k]
     moe->routed = at::stack(own, 1);
   }
-  x = f.to_columns(rms_norm(x, f.as_used(f.shared(final_norm_)), cfg_.rms_norm_eps));
+  x = f.to_columns(rms_norm(x, f.norm_weight(f.shared(final_norm_)), cfg_.rms_norm_eps));
   if (hidden) *hidden = x.to(at::kFloat);         // [T, d]
   if (!to_logits) return x.to(at::kFloat);        // [T, d]
   if (logit_rows.defined()) x = x.index_select(0, logit_rows.to(x.device()));  // [R, d]
@@ -420,18 +456,18 @@ at::Tensor Transformer::mtp_depth(int64_t depth, const at::Tensor& in, const at:
   const MtpParams& m = mtp_[size_t(depth)];
   const ForwardContext f = context(a, cache, T, /*sequence_parallel=*/false);
   const at::Tensor e = embed(next, f, embed_.detach());  // [T, d]
-  const at::Tensor joined = at::cat({rms_norm(in.to(at::kFloat), f.as_used(m.hidden_norm), cfg_.rms_norm_eps),
-                                     rms_norm(e, f.as_used(m.token_norm), cfg_.rms_norm_eps)},
+  const at::Tensor joined = at::cat({rms_norm(in.to(at::kFloat), f.norm_weight(m.hidden_norm), cfg_.rms_norm_eps),
+                                     rms_norm(e, f.norm_weight(m.token_norm), cfg_.rms_norm_eps)},
                                     -1);                                       // [T, 2d]
   at::Tensor x = dense(joined, m.input_proj).to(at::kFloat);            // [T, d]
   x = x + attention_block(m.block, cfg_.n_layers + depth, x, f);
   if (cfg_.mtp_is_moe()) {  // routed by its own router, never traced or replayed
-    const at::Tensor h = rms_norm(x, f.as_used(m.block.post_norm), cfg_.rms_norm_eps);
+    const at::Tensor h = rms_norm(x, f.norm_weight(m.block.post_norm), cfg_.rms_norm_eps);
     x = x + moe_residual(m.block.moe, moe_mlp(h, m.block.moe, routing_).out, h, f);
   } else {
     x = dense_mlp_residual(m.block, x, f);
   }
-  return rms_norm(x, f.as_used(m.final_norm), cfg_.rms_norm_eps).to(at::kFloat);  // [T, d]
+  return rms_norm(x, f.norm_weight(m.final_norm), cfg_.rms_norm_eps).to(at::kFloat);  // [T, d]
 }
 
 at::Tensor Transformer::forward_mtp_packed(int64_t depth, const at::Tensor& in, const at::Tensor& next,

@@ -11,8 +11,10 @@
 //                        writes the new keys/values into a KvCache at given slots
 //                        (prefill chunks and decode steps of the rollout engine)
 // Both run the same layer loop (forward()): per layer an attention block (RMSNorm, q/k/v
-// projections, optional q/k norms, RoPE, attention of model/attention.h, output
-// projection) and an MLP block (SwiGLU, or the MoE layer of model/moe.h), each added to
+// projections, optional q/k norms, RoPE, attention of model/attention.h, optional output
+// gate, output projection; or, in a hybrid model's linear layers, a Gated DeltaNet block,
+// model/transformer_linear.cpp, whose state an incremental forward keeps in the KvCache's
+// state slots) and an MLP block (SwiGLU, or the MoE layer of model/moe.h), each added to
 // the residual stream; attention differs only in where keys/values come from.
 // Precision: weights are stored in fp32 (the trainer's masters) or bf16 (a bf16 rollout
 // engine); drawn in fp32 either way and rounded once. The residual stream, RMSNorm,
@@ -63,6 +65,12 @@ class Transformer {
     at::Tensor input_norm, q, k, v, q_bias, k_bias, v_bias, o, o_bias, q_norm, k_norm, post_norm, gate, up, down;
     // Multi-head latent attention (q is q_b_proj, or q_proj without a query latent).
     at::Tensor q_a, q_a_norm, kv_a, kv_a_norm, kv_b;
+    // A Gated DeltaNet layer (model/transformer_linear.cpp; no q/k/v/o then): in_proj_qkv
+    // [2·Hk·Dk + Hv·Dv, d], in_proj_z [Hv·Dv, d], in_proj_b / in_proj_a [Hv, d], conv1d
+    // [conv_dim, 1, K], dt_bias / A_log [Hv], the gated norm [Dv], out_proj [d, Hv·Dv];
+    // linear_index: its place among the model's linear layers (its KvCache state), -1 if none.
+    at::Tensor lin_qkv, lin_z, lin_b, lin_a, lin_conv, lin_dt_bias, lin_a_log, lin_norm, lin_out;
+    int64_t linear_index = -1;
     MoeWeights moe;
   };
 
@@ -194,6 +202,13 @@ class Transformer {
   at::Tensor absorbed_attention(const LayerParams& p, int64_t cache_layer, const at::Tensor& q_nope,
                                 const at::Tensor& q_rot, const at::Tensor& latent, const at::Tensor& k_rot,
                                 const ForwardContext& f) const;
+  // The token mixer of a Gated DeltaNet layer (model/transformer_linear.cpp): x [T, d] ->
+  // [T, d], the chunked delta rule over every sequence (training, prefill), the recurrent
+  // step for decode rows, through the cache's state slots when the forward has a cache.
+  at::Tensor linear_attention_block(const LayerParams& p, const at::Tensor& x, const ForwardContext& f) const;
+  // The same over the sequences of one layout (a part of an incremental batch): h [T_l, d].
+  at::Tensor linear_attention(const LayerParams& p, const at::Tensor& h, const AttentionLayout& a,
+                              KvCache* cache) const;
   // x [T_local, d] -> x + the dense MLP block of `layer`.
   at::Tensor dense_mlp_residual(const LayerParams& p, const at::Tensor& x, const ForwardContext& f) const;
   // An MoE block's output rows (this rank's under sequence parallelism): the routed

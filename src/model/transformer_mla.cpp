@@ -51,7 +51,7 @@ at::Tensor Transformer::latent_attention_block(const LayerParams& p, int64_t cac
   const int64_t T = f.n_tokens, H = cfg_.n_heads / tensor_.size, D = cfg_.head_dim(), R = cfg_.qk_rope_head_dim,
                 nope = cfg_.qk_nope_head_dim, Dv = cfg_.v_head_dim, r = cfg_.kv_lora_rank;
   auto whole = [&](const at::Tensor& w) { return f.tp ? copy_to_tp(f.tp, w) : w; };  // on every shard
-  const at::Tensor h = f.to_columns(rms_norm(x, f.as_used(f.shared(p.input_norm)), eps));  // [T, d]
+  const at::Tensor h = f.to_columns(rms_norm(x, f.norm_weight(f.shared(p.input_norm)), eps));  // [T, d]
   // The latents' norms use 1e-6 whatever rms_norm_eps says (transformers' and DeepSeek's
   // reference code build them with their class default).
   constexpr double kLatentEps = 1e-6;

@@ -40,7 +40,8 @@ KvCache allocate_engine_cache(const EngineConfig& cfg, const Transformer& model)
                                .dtype(cfg.kv_cache_dtype == at::ScalarType::Undefined ? model.weight_dtype()
                                                                                       : cfg.kv_cache_dtype)
                                .device(model.device()),
-                           model.tensor_shard().size, /*mtp_layers=*/cfg.spec_steps > 0 ? 1 : 0);
+                           model.tensor_shard().size, /*mtp_layers=*/cfg.spec_steps > 0 ? 1 : 0, /*latent=*/true,
+                           /*n_state_slots=*/model.config().is_hybrid() ? cfg.max_running : 0);
 }
 
 Precision engine_precision(const Transformer& model) {
@@ -76,6 +77,13 @@ Engine::Engine(const EngineConfig& cfg, const Transformer& model, MPI_Comm group
   SLIMPI_CHECK(!cfg.prefill_only || (!speculative() && group == MPI_COMM_NULL),
                "a prefill engine (rollout.prefill_ranks) with speculative decoding or tensor parallelism is not "
                "implemented");
+  if (hybrid()) {
+    SLIMPI_CHECK(!cfg.prefix_cache && !speculative() && !cfg.prefill_only,
+                 "an engine of a hybrid linear-attention model runs without the prefix cache, speculative decoding "
+                 "and prefill/decode disaggregation (rollout.prefix_cache = false, rollout.speculative = \"none\", "
+                 "rollout.prefill_ranks = 0)");
+    for (int32_t s = int32_t(cfg.max_running) - 1; s >= 0; --s) free_state_slots_.push_back(s);
+  }
 }
 
 Engine::~Engine() {
@@ -186,6 +194,8 @@ void Engine::free_blocks(Sequence& seq) {
   for (int32_t b : seq.fork_blocks) allocator_.unref(b);
   seq.blocks.clear();
   seq.fork_blocks.clear();
+  if (seq.state_slot >= 0) free_state_slots_.push_back(seq.state_slot);
+  seq.state_slot = -1;
   seq.n_computed = 0;
   seq.mtp_computed = 0;
   truncate_draft(seq, 0);
@@ -215,6 +225,11 @@ bool Engine::admit(Sequence& seq) {
   }
   seq.blocks = matched;
   seq.n_computed = static_cast<int64_t>(matched.size()) * bs;
+  if (hybrid()) {  // (admission keeps the running sequences within max_running: a slot is free)
+    SLIMPI_CHECK(!free_state_slots_.empty(), "engine: no free state slot for a hybrid model's sequence");
+    seq.state_slot = free_state_slots_.back();
+    free_state_slots_.pop_back();
+  }
   // The matched blocks hold the draft's entries up to the one their last token completes
   // (its slot is in the next block): that one is computed from the stored hidden state.
   seq.mtp_computed = std::max<int64_t>(0, seq.n_computed - 1);
@@ -281,6 +296,13 @@ std::vector<std::unique_ptr<Engine::Sequence>> Engine::fork(std::unique_ptr<Sequ
     for (int64_t b = 0; b < full; ++b) {
       allocator_.ref(leader->blocks[b]);
       s->blocks.push_back(leader->blocks[b]);
+    }
+    if (hybrid()) {  // the prompt's state, copied for each sample
+      SLIMPI_CHECK(!free_state_slots_.empty(), "engine: no free state slot for sample {} of group {}", i,
+                   leader->request->group_index);
+      s->state_slot = free_state_slots_.back();
+      free_state_slots_.pop_back();
+      cache_.copy_state(leader->state_slot, s->state_slot);
     }
     if (p % bs) {  // copy-on-write of the shared partial block, done at the fork
       const std::pair<int32_t, int32_t> copy{leader->blocks[full], leader->fork_blocks[i - 1]};
@@ -479,6 +501,7 @@ at::Tensor Engine::forward_batch(const ScheduledBatch& batch, at::Tensor* hidden
     f.tokens.insert(f.tokens.end(), s->draft.begin(), s->draft.end());
     f.n_past.push_back(s->n_computed);
     f.n_new.push_back(n);
+    if (hybrid()) f.state_slots.push_back(s->state_slot);
     for (int64_t p = 0; p < s->n_computed + n; ++p) f.slots.push_back(s->slot(p, bs));
     for (int64_t p = s->n_computed; p < s->n_computed + n; ++p) new_slots.push_back(s->slot(p, bs));
     const bool decode = s->pending() == 1 && s->n_computed >= s->prompt_length;  // (a verify pass too)

@@ -29,6 +29,13 @@
 // its last token and hands the KV rows out (take_prefilled); a decode engine takes them
 // (add_prefilled), writes them into its own blocks at admission, and runs the group from
 // there: the last prompt token, the fork, the samples, exactly as if it had prefilled.
+// Hybrid linear-attention models (Qwen3.5; ModelConfig::is_hybrid): every admitted sequence
+// also holds a state slot of the cache (its Gated DeltaNet layers' conv and recurrent
+// state, max_running of them), filled by its prefill, advanced by each forward, copied at
+// the fork and released with its blocks; a preempted sequence recomputes it from position
+// 0. A state is a whole prefix's, not a block's, so the prefix cache is off for such
+// models (EngineConfig::prefix_cache must be false); speculative decoding and
+// prefill/decode disaggregation are not implemented for them.
 // Owned by the rollout driver; single-threaded; the model is shared, not owned.
 #pragma once
 
@@ -275,6 +282,9 @@ class Engine : public GroupWorker {
   // or that a prefix-cache hit skipped, reads it there), and the first scratch slot.
   at::Tensor block_last_hidden_;
   int64_t scratch_slot0_ = 0;
+  // Hybrid models: the state slots no sequence holds.
+  std::vector<int32_t> free_state_slots_;
+  bool hybrid() const { return model_.config().is_hybrid(); }
 };
 
 }  // namespace slimpi

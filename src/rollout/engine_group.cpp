@@ -16,25 +16,27 @@ namespace {
 
 // The announcement as one int64 vector:
 //   release, n_copies, n_tokens, n_seqs, n_logit_rows (-1: every row), copies (src, dst)...,
-//   tokens..., logit_rows..., n_past..., n_new..., slots...
+//   tokens..., logit_rows..., n_past..., n_new..., state_slots (n_seqs or none)..., slots...
 std::vector<int64_t> encode(const EngineForward& f) {
   std::vector<int64_t> v{f.release ? 1 : 0, int64_t(f.block_copies.size()), int64_t(f.tokens.size()),
-                         int64_t(f.n_past.size()), f.logit_rows ? int64_t(f.logit_rows->size()) : -1};
+                         int64_t(f.n_past.size()), f.logit_rows ? int64_t(f.logit_rows->size()) : -1,
+                         f.state_slots.empty() ? 0 : 1};
   for (auto [src, dst] : f.block_copies) v.insert(v.end(), {src, dst});
   v.insert(v.end(), f.tokens.begin(), f.tokens.end());
   if (f.logit_rows) v.insert(v.end(), f.logit_rows->begin(), f.logit_rows->end());
   v.insert(v.end(), f.n_past.begin(), f.n_past.end());
   v.insert(v.end(), f.n_new.begin(), f.n_new.end());
+  v.insert(v.end(), f.state_slots.begin(), f.state_slots.end());
   v.insert(v.end(), f.slots.begin(), f.slots.end());
   return v;
 }
 
 EngineForward decode(const std::vector<int64_t>& v) {
-  SLIMPI_CHECK(v.size() >= 5, "engine group: an announcement of {} numbers", v.size());
+  SLIMPI_CHECK(v.size() >= 6, "engine group: an announcement of {} numbers", v.size());
   EngineForward f;
   f.release = v[0] != 0;
   const size_t n_copies = size_t(v[1]), n_tokens = size_t(v[2]), n_seqs = size_t(v[3]);
-  size_t at = 5;
+  size_t at = 6;
   for (size_t i = 0; i < n_copies; ++i, at += 2) f.block_copies.emplace_back(int32_t(v[at]), int32_t(v[at + 1]));
   auto take = [&](size_t n) {
     std::vector<int64_t> part(v.begin() + long(at), v.begin() + long(at + n));
@@ -45,6 +47,7 @@ EngineForward decode(const std::vector<int64_t>& v) {
   if (v[4] >= 0) f.logit_rows = take(size_t(v[4]));
   f.n_past = take(n_seqs);
   f.n_new = take(n_seqs);
+  if (v[5] != 0) f.state_slots = take(n_seqs);
   f.slots = take(v.size() - at);
   return f;
 }
@@ -90,7 +93,8 @@ at::Tensor run_engine_forward(const Transformer& model, KvCache& cache, Precisio
   int64_t offset = 0;
   for (size_t i = 0; i < f.n_past.size(); ++i) {
     const int64_t n = f.n_past[i] + f.n_new[i];
-    seqs.push_back({f.n_past[i], f.n_new[i], host_slots.narrow(0, offset, n)});
+    seqs.push_back({f.n_past[i], f.n_new[i], host_slots.narrow(0, offset, n),
+                    f.state_slots.empty() ? int64_t(-1) : f.state_slots[i]});
     offset += n;
   }
   at::NoGradGuard no_grad;

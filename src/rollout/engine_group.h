@@ -40,6 +40,7 @@ struct EngineForward {
   std::vector<int64_t> tokens;                            // the new tokens of every sequence, back to back
   std::vector<int64_t> n_past, n_new;                     // per sequence
   std::vector<int64_t> slots;  // per sequence, back to back: the cache slot of each of its n_past + n_new positions
+  std::vector<int64_t> state_slots;  // hybrid models: per sequence, its linear layers' state slot (else empty)
   // The rows of `tokens` whose logits the forward returns, in order (nullopt: every row).
   std::optional<std::vector<int64_t>> logit_rows;
   bool release = false;  // no forward: the followers return from follow()

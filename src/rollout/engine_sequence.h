@@ -21,6 +21,7 @@ struct Engine::Sequence {
   int64_t n_computed = 0;       // leading tokens whose K/V are in `blocks`
   std::vector<int32_t> blocks;  // block table: position p lives in blocks[p / block_size]
   std::vector<int32_t> fork_blocks;  // group prompt: partial-block copies for samples 1..n-1
+  int32_t state_slot = -1;           // hybrid models: its Gated DeltaNet state (KvCache::conv_state), while admitted
   std::vector<float> log_probs;
   std::vector<int32_t> support;  // per response token: size of the sampling set (0: whole vocab)
   std::vector<int64_t> versions;

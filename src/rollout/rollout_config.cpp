@@ -30,12 +30,27 @@ int64_t kv_tokens_in_memory(const Deck& deck, const ModelConfig& m, int64_t bloc
   const at::ScalarType dtype = kv_cache_dtype(deck);
   const int64_t element = int64_t(c10::elementSize(dtype));
   const int e = int(deck.get_int("rollout.tensor_parallel"));  // each rank of an engine caches its key/value heads
-  // A speculating engine caches its draft (the first MTP depth) beside the trunk's layers.
-  const int64_t layers = m.n_layers + (deck.get_string("rollout.speculative") == "mtp" ? 1 : 0);
+  // A speculating engine caches its draft (the first MTP depth) beside the trunk's layers
+  // (a hybrid model's linear layers cache no token: their state is per sequence).
+  const int64_t layers = m.n_layers - m.n_linear_layers() + (deck.get_string("rollout.speculative") == "mtp" ? 1 : 0);
   const KvCacheRow row = kv_cache_row(m, e);
   const int64_t per_token = row.rows * layers * row.heads * row.dim * element +
                             (m.n_experts > 0 ? 2 * m.n_moe_layers() * m.n_experts_per_tok : 0);
-  const int64_t tokens = int64_t(gb * double(int64_t(1) << 30) / double(per_token)) / block_size * block_size;
+  // Hybrid models: rollout.max_running sequences' linear-layer states (fp32) come first.
+  const int64_t state_bytes = m.n_linear_layers() * 4 *
+                              (m.linear_conv_dim() * (m.linear_conv_kernel_dim - 1) +
+                               m.linear_num_value_heads * m.linear_key_head_dim * m.linear_value_head_dim) *
+                              deck.get_int("rollout.max_running");
+  const double budget = gb * double(int64_t(1) << 30) - double(state_bytes);
+  if (budget < double(per_token * block_size))
+    SLIMPI_FAIL_ALL("rollout.kv_cache_memory_gb = {} ({}) does not hold the linear layers' states of "
+                    "rollout.max_running = {} sequences ({} bytes) and one block of tokens", gb,
+                    deck.source("rollout.kv_cache_memory_gb"), deck.get_int("rollout.max_running"), state_bytes);
+  const int64_t tokens = int64_t(budget / double(per_token)) / block_size * block_size;
+  if (state_bytes > 0)
+    log::info("rollout.kv_cache_memory_gb = {}: {} bytes hold the Gated DeltaNet states of rollout.max_running = {} "
+              "sequences ({} linear layers)", gb, state_bytes, deck.get_int("rollout.max_running"),
+              m.n_linear_layers());
   if (!deck.is_default("rollout.kv_cache_tokens"))
     SLIMPI_FAIL_ALL("rollout.kv_cache_memory_gb = {} ({}) and rollout.kv_cache_tokens = {} ({}) both size the KV "
                     "cache: set one", gb, deck.source("rollout.kv_cache_memory_gb"),
@@ -150,6 +165,18 @@ RolloutConfig RolloutConfig::from_deck(const Deck& deck, const ModelConfig& mode
   c.engine.max_running = deck.get_int("rollout.max_running");
   c.engine.max_batch_tokens = deck.get_int("rollout.max_batch_tokens");
   c.engine.prefix_cache = deck.get_bool("rollout.prefix_cache");
+  if (model.is_hybrid() && c.engine.prefix_cache) {
+    // A Gated DeltaNet state is the whole prefix's: a cached block alone cannot restart a
+    // sequence (rollout/engine.h). Off, and said; asked for, an error.
+    if (!deck.is_default("rollout.prefix_cache"))
+      SLIMPI_FAIL_ALL("rollout.prefix_cache = true ({}) with a hybrid linear-attention model "
+                      "(model.full_attention_interval = {}): its linear layers' state is not kept per cached prefix, "
+                      "so the prefix cache is not available; set rollout.prefix_cache = false",
+                      deck.source("rollout.prefix_cache"), model.full_attention_interval);
+    c.engine.prefix_cache = false;
+    log::info("rollout.prefix_cache: off for a hybrid linear-attention model (model.full_attention_interval = {}): "
+              "every prompt is prefilled whole", model.full_attention_interval);
+  }
   c.engine.chunked_prefill_tokens = deck.get_int("rollout.chunked_prefill_tokens");
   c.engine.cache_responses = deck.get_bool("rollout.cache_responses");
   // "auto" stays the engine model's dtype (an SFT evaluation engine runs the fp32 policy).

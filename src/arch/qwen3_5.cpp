@@ -1,0 +1,158 @@
+// Qwen3.5 (Qwen3_5ForConditionalGeneration, Qwen3_5MoeForConditionalGeneration) and their
+// text models alone (Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM): hybrid linear attention,
+// three of every four layers Gated DeltaNet (model/transformer_linear.cpp) and the fourth
+// Qwen3-Next's gated full attention (q/k norms, an output gate from q_proj, a quarter of
+// each head rotated), zero-centred RMSNorms; the MoE variant's every layer a softmax-routed
+// MoE (top-k renormalised) with a sigmoid-gated shared expert.
+//   * The Hub's checkpoints are the multimodal class: the text model's fields are its
+//     config.json's text_config, its tensors "model.language_model.*"; the vision tower
+//     ("model.visual.*") and the MTP layers ("mtp.*") are not loaded (one log line).
+//   * Their RoPE is multimodal (mrope_section over three position axes); a text token has
+//     the same position on all three, where it is ordinary RoPE over the rotary dims.
+//   * A model exports as the text class (config.json without text_config, "model.*"
+//     tensors), which transformers loads as it is.
+#include <nlohmann/json.hpp>
+
+#include "arch/architecture.h"
+#include "arch/hf_config_reader.h"
+#include "model/model_config.h"
+
+namespace slimpi {
+namespace {
+
+// layer_types as full_attention_interval: every interval-th layer full attention, the
+// rest linear (the only pattern Qwen3.5 and Qwen3-Next ship).
+void read_layer_types(const nlohmann::json& c, HfConfigReader& r) {
+  auto it = c.find("layer_types");
+  if (it == c.end() || it->is_null()) {
+    const int64_t interval = get_int(c, "full_attention_interval").value_or(4);
+    if (interval < 1) r.fail("'full_attention_interval' = {} must be positive", interval);
+    else r.set("model.full_attention_interval", interval,
+               c.contains("full_attention_interval") ? "full_attention_interval" : "architectures (its default 4)");
+    return;
+  }
+  int64_t interval = 0;
+  bool ok = it->is_array() && !it->empty();
+  for (size_t l = 0; ok && l < it->size(); ++l) {
+    const nlohmann::json& t = (*it)[l];
+    if (t == "full_attention" && interval == 0) interval = int64_t(l) + 1;
+    ok = t == "linear_attention" || t == "full_attention";
+  }
+  if (ok && interval == 0) interval = int64_t(it->size()) + 1;  // (no full-attention layer: all linear)
+  for (size_t l = 0; ok && l < it->size(); ++l)
+    ok = ((*it)[l] == "full_attention") == ((int64_t(l) + 1) % interval == 0);
+  if (!ok)
+    r.fail("layer_types = {} is not supported: linear_attention layers with every n-th layer full_attention",
+           it->dump());
+  else
+    r.set("model.full_attention_interval", interval, "layer_types");
+}
+
+void read_hybrid(const nlohmann::json& c, HfConfigReader& r) {
+  if (!get_int(c, "head_dim")) r.set("model.head_dim", int64_t(256), "head_dim (Qwen3.5's default)");
+  read_attention_bias(c, r);
+  r.set("model.qk_norm", true, "architectures (Qwen3.5: q_norm/k_norm)");
+  r.set("model.attn_output_gate", true, "architectures (Qwen3.5: gated attention)");
+  r.set("model.zero_centered_norm", true, "architectures (Qwen3.5: RMSNorm applied as 1 + w)");
+  read_partial_rotary_factor(c, r, 0.25);
+  read_layer_types(c, r);
+  r.required(c, "linear_num_key_heads", "model.linear_num_key_heads");
+  r.required(c, "linear_num_value_heads", "model.linear_num_value_heads");
+  r.required(c, "linear_key_head_dim", "model.linear_key_head_dim");
+  r.required(c, "linear_value_head_dim", "model.linear_value_head_dim");
+  if (auto k = get_int(c, "linear_conv_kernel_dim"); k && *k < 2) r.fail("'linear_conv_kernel_dim' = {} must be at least 2", *k);
+  else r.set("model.linear_conv_kernel_dim", k.value_or(4), k ? "linear_conv_kernel_dim" : "architectures (default 4)");
+}
+
+// Qwen3.5-MoE: every layer sparse, top-k always renormalised, a gated shared expert.
+void read_hybrid_moe(const nlohmann::json& c, HfConfigReader& r) {
+  r.required(c, "num_experts", "model.n_experts");
+  r.required(c, "num_experts_per_tok", "model.n_experts_per_tok");
+  r.required(c, "moe_intermediate_size", "model.moe_intermediate_size");
+  r.required(c, "shared_expert_intermediate_size", "model.shared_expert_intermediate_size");
+  r.set("model.norm_topk_prob", true, "architectures (Qwen3.5-MoE renormalises the top-k)");
+  r.set("model.moe_layer_freq", int64_t(1), "architectures (Qwen3.5-MoE: every layer sparse)");
+  if (!c.contains("intermediate_size"))  // (no dense layer: the dense MLP width is never used)
+    if (auto f = get_int(c, "moe_intermediate_size"))
+      r.set("model.intermediate_size", *f, "moe_intermediate_size (Qwen3.5-MoE has no dense layer)");
+}
+
+bool fits_hybrid(const ModelConfig& cfg) {
+  return cfg.is_hybrid() && cfg.qk_norm && cfg.attn_output_gate && cfg.zero_centered_norm && !cfg.is_mla() &&
+         cfg.moe_router == "softmax" && !cfg.moe_router_bias && cfg.n_shared_experts == 0 &&
+         cfg.first_k_dense_replace == 0 && cfg.mtp_num_layers == 0;
+}
+
+void write_hybrid(const ModelConfig& cfg, nlohmann::json& j) {
+  j["attention_bias"] = cfg.qkv_bias;
+  j["full_attention_interval"] = cfg.full_attention_interval;
+  nlohmann::json types = nlohmann::json::array();
+  for (int64_t l = 0; l < cfg.n_layers; ++l) types.push_back(cfg.is_linear_layer(l) ? "linear_attention" : "full_attention");
+  j["layer_types"] = types;
+  j["linear_num_key_heads"] = cfg.linear_num_key_heads;
+  j["linear_num_value_heads"] = cfg.linear_num_value_heads;
+  j["linear_key_head_dim"] = cfg.linear_key_head_dim;
+  j["linear_value_head_dim"] = cfg.linear_value_head_dim;
+  j["linear_conv_kernel_dim"] = cfg.linear_conv_kernel_dim;
+  j["partial_rotary_factor"] = cfg.partial_rotary_factor;
+}
+
+void write_hybrid_moe(const ModelConfig& cfg, nlohmann::json& j) {
+  write_hybrid(cfg, j);
+  j["num_experts"] = cfg.n_experts;
+  j["num_experts_per_tok"] = cfg.n_experts_per_tok;
+  j["moe_intermediate_size"] = cfg.moe_intermediate_size;
+  j["shared_expert_intermediate_size"] = cfg.shared_expert_intermediate_size;
+}
+
+// The multimodal checkpoints' names: the text model under model.language_model.
+std::string language_model_name(const std::string& name) {
+  if (name.rfind("model.", 0) == 0) return "model.language_model." + name.substr(6);
+  return name;
+}
+
+bool outside_text_model(const std::string& file_name) {
+  return file_name.rfind("model.visual.", 0) == 0 || file_name.rfind("mtp.", 0) == 0;
+}
+
+Architecture hybrid_family(const char* model_type, const char* hf_class, bool moe, bool multimodal) {
+  Architecture a;
+  a.model_type = model_type;
+  a.hf_class = hf_class;
+  a.moe = moe;
+  a.hybrid = true;
+  a.nested_text_config = multimodal;
+  a.read_config = moe ? +[](const nlohmann::json& c, HfConfigReader& r) {
+    read_hybrid(c, r);
+    read_hybrid_moe(c, r);
+  } : +[](const nlohmann::json& c, HfConfigReader& r) {
+    read_hybrid(c, r);
+    refuse_experts(c, r);
+  };
+  // (a model exports as the text class; the multimodal one is read only)
+  a.fits = multimodal ? +[](const ModelConfig&) { return false; }
+           : moe      ? +[](const ModelConfig& cfg) { return fits_hybrid(cfg) && cfg.shared_expert_intermediate_size > 0; }
+                      : +[](const ModelConfig& cfg) { return fits_hybrid(cfg); };
+  a.write_config = moe ? write_hybrid_moe : write_hybrid;
+  if (multimodal) {
+    a.tensor_name = language_model_name;
+    a.file_marker = "model.language_model.";
+  }
+  a.not_loaded = outside_text_model;
+  return a;
+}
+
+}  // namespace
+
+Architecture qwen3_5_architecture() {
+  return hybrid_family("qwen3_5", "Qwen3_5ForConditionalGeneration", false, true);
+}
+Architecture qwen3_5_text_architecture() { return hybrid_family("qwen3_5_text", "Qwen3_5ForCausalLM", false, false); }
+Architecture qwen3_5_moe_architecture() {
+  return hybrid_family("qwen3_5_moe", "Qwen3_5MoeForConditionalGeneration", true, true);
+}
+Architecture qwen3_5_moe_text_architecture() {
+  return hybrid_family("qwen3_5_moe_text", "Qwen3_5MoeForCausalLM", true, false);
+}
+
+}  // namespace slimpi

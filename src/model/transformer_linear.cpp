@@ -1,0 +1,117 @@
+// Gated DeltaNet: the token mixer of a hybrid model's linear layers (Qwen3.5, Qwen3-Next),
+// as transformers' Qwen3_5GatedDeltaNet computes it. For the tokens of one sequence, with
+// h the input norm's output [T, d]:
+//   [q; k; v] = silu(causal depthwise conv1d_K(h · W_qkv^T))   q, k [T, Hk, Dk], v [T, Hv, Dv]
+//   q <- l2norm(q) / sqrt(Dk),  k <- l2norm(k)                  (each key head shared by Hv / Hk
+//                                                               consecutive value heads)
+//   beta = sigmoid(h · W_b^T),  g = -exp(A_log) · softplus(h · W_a^T + dt_bias)      [T, Hv]
+//   o = the gated delta rule over (q, k, v, g, beta)            (model/gated_delta_rule.h)
+//   out = (rmsnorm_Dv(o) · w_norm · silu(h · W_z^T)) · W_out^T
+// The convolution sees only its own sequence's past: zeros before position 0, and in an
+// incremental forward the last K - 1 inputs before the new tokens (the cache's conv state).
+// The rule runs in fp32 from fp32 q/k/v (the projections are rounded as the forward's
+// precision says), its state carried in fp32.
+#include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
+#include <slimpi/error.h>
+
+#include <cmath>
+
+#include "kernels/small_batch_linear.h"
+#include "model/forward_context.h"
+#include "model/gated_delta_rule.h"
+
+namespace slimpi {
+namespace {
+
+// x [..., D] -> x / sqrt(sum x^2 + 1e-6) (the FLA library's l2norm, as transformers uses it).
+at::Tensor l2_normalized(const at::Tensor& x) { return x * at::rsqrt(x.pow(2).sum(-1, true) + 1e-6); }
+
+// rows [T, X] -> [B, L, X], token t at (b_of_t[t], j_of_t[t]), zeros elsewhere.
+at::Tensor padded(const at::Tensor& rows, const AttentionLayout& a) {
+  return at::zeros({a.n_seqs, a.max_new, rows.size(1)}, rows.options()).index_put({a.b_of_t, a.j_of_t}, rows);
+}
+
+}  // namespace
+
+at::Tensor Transformer::linear_attention_block(const LayerParams& p, const at::Tensor& x,
+                                               const ForwardContext& f) const {
+  SLIMPI_CHECK(!f.tp, "Gated DeltaNet layers under tensor parallelism are not implemented");
+  const at::Tensor h = rms_norm(x, f.norm_weight(p.input_norm), cfg_.rms_norm_eps);  // [T, d]
+  const AttentionLayout& a = f.layout;
+  if (a.parts.empty()) return linear_attention(p, h, a, f.cache);
+  // Decode rows and prefill chunks apart: the decode rows take the recurrent step, unpadded.
+  at::Tensor out = at::empty({h.size(0), cfg_.hidden_size}, h.options().dtype(at::kFloat));
+  for (const auto& part : a.parts)
+    out.index_copy_(0, part.token_index,
+                    linear_attention(p, h.index_select(0, part.token_index), part.layout, f.cache).to(at::kFloat));
+  return out;  // [T, d]
+}
+
+at::Tensor Transformer::linear_attention(const LayerParams& p, const at::Tensor& h, const AttentionLayout& a,
+                                         KvCache* cache) const {
+  const int64_t T = h.size(0), B = a.n_seqs, L = a.max_new;
+  const int64_t Hk = cfg_.linear_num_key_heads, Hv = cfg_.linear_num_value_heads;
+  const int64_t Dk = cfg_.linear_key_head_dim, Dv = cfg_.linear_value_head_dim;
+  const int64_t C = cfg_.linear_conv_dim(), K = cfg_.linear_conv_kernel_dim, past_len = K - 1;
+  const bool bf16 = at::autocast::is_autocast_enabled(h.device().type()) &&
+                    at::autocast::get_autocast_dtype(h.device().type()) == at::kBFloat16;
+  auto as_used = [&](const at::Tensor& w) { return (bf16 ? w.to(at::kBFloat16) : w).to(at::kFloat); };
+  const int64_t li = p.linear_index;
+  // Each sequence's state slot; a sequence without past starts from zeros.
+  at::Tensor slots, no_past;  // [B] int64, [B] bool
+  if (cache) {
+    SLIMPI_CHECK(int64_t(a.state_slots.size()) == B && li < int64_t(cache->conv_state.size()),
+                 "Gated DeltaNet layer {}: an incremental forward needs every sequence's state slot ({} of {} given; "
+                 "the cache holds {} linear layers)", li, a.state_slots.size(), B, cache->conv_state.size());
+    for (int64_t s : a.state_slots)
+      SLIMPI_CHECK(s >= 0 && s < cache->n_state_slots(), "state slot {} outside the cache's {}", s,
+                   cache->n_state_slots());
+    slots = at::tensor(a.state_slots, at::kLong).to(h.device());
+    std::vector<uint8_t> fresh;
+    for (int64_t n : a.n_past_host) fresh.push_back(n == 0);
+    no_past = at::tensor(fresh, at::kByte).to(at::kBool).to(h.device());
+  }
+
+  // The convolution over each sequence's q/k/v channels, its K - 1 inputs before the new ones first.
+  const at::Tensor mixed = dense(h, p.lin_qkv).to(at::kFloat);           // [T, C]
+  const at::Tensor fresh_in = padded(mixed, a).transpose(1, 2);         // [B, C, L]
+  at::Tensor past = at::zeros({B, C, past_len}, fresh_in.options());    // [B, C, K - 1]
+  if (cache) past = cache->conv_state[size_t(li)].index_select(0, slots).masked_fill(no_past.view({B, 1, 1}), 0.0);
+  const at::Tensor joined = at::cat({past, fresh_in}, 2);              // [B, C, K - 1 + L]
+  const at::Tensor conv = at::silu(at::conv1d(joined, as_used(p.lin_conv), at::Tensor(), at::IntArrayRef{1}, at::IntArrayRef{0}, at::IntArrayRef{1}, C));  // [B, C, L]
+  if (cache) {  // the new conv state: the last K - 1 inputs of each sequence, n_new[b] .. n_new[b] + K - 2 of `joined`
+    std::vector<int64_t> last;
+    for (int64_t n : a.n_new_host)
+      for (int64_t i = 0; i < past_len; ++i) last.push_back(n + i);
+    const at::Tensor index = at::tensor(last, at::kLong).to(h.device()).view({B, 1, past_len}).expand({B, C, past_len});
+    cache->conv_state[size_t(li)].index_copy_(0, slots, joined.gather(2, index));
+  }
+  const at::Tensor y = conv.transpose(1, 2);                                                  // [B, L, C]
+  at::Tensor q = l2_normalized(y.narrow(-1, 0, Hk * Dk).reshape({B, L, Hk, Dk})) / std::sqrt(double(Dk));
+  at::Tensor k = l2_normalized(y.narrow(-1, Hk * Dk, Hk * Dk).reshape({B, L, Hk, Dk}));     // [B, L, Hk, Dk]
+  const at::Tensor v = y.narrow(-1, 2 * Hk * Dk, Hv * Dv).reshape({B, L, Hv, Dv});           // [B, L, Hv, Dv]
+  if (Hv != Hk) {  // value head j reads key head j / (Hv / Hk)
+    q = q.repeat_interleave(Hv / Hk, 2);
+    k = k.repeat_interleave(Hv / Hk, 2);
+  }
+  // Write strength and log decay, zero past each sequence's end (the state passes them unchanged).
+  const at::Tensor beta = padded(at::sigmoid(dense(h, p.lin_b).to(at::kFloat)), a);  // [B, L, Hv]
+  const at::Tensor decay_rate = as_used(p.lin_a_log).exp();                          // [Hv]
+  const at::Tensor g =
+      padded(-decay_rate * at::softplus(dense(h, p.lin_a).to(at::kFloat) + as_used(p.lin_dt_bias)), a);  // [B, L, Hv]
+  at::Tensor state;  // [B, Hv, Dk, Dv]
+  if (cache) state = cache->delta_state[size_t(li)].index_select(0, slots).masked_fill(no_past.view({B, 1, 1, 1}), 0.0);
+  at::Tensor final_state;
+  const at::Tensor o = cache && L == 1 ? gated_delta_rule_recurrent(q, k, v, g, beta, state, &final_state)
+                                       : gated_delta_rule_chunked(q, k, v, g, beta, state, cache ? &final_state : nullptr);
+  if (cache) cache->delta_state[size_t(li)].index_copy_(0, slots, final_state);
+  // The gated RMSNorm over each value head, then out_proj.
+  const at::Tensor rows = o.index({a.b_of_t, a.j_of_t});                                     // [T, Hv, Dv]
+  const at::Tensor z = dense(h, p.lin_z).to(at::kFloat).view({T, Hv, Dv});                  // [T, Hv, Dv]
+  const at::Tensor normed = rows * at::rsqrt(rows.pow(2).mean(-1, true) + cfg_.rms_norm_eps) * as_used(p.lin_norm);
+  const at::Tensor gated = (normed * at::silu(z)).view({T, Hv * Dv});                       // [T, Hv * Dv]
+  return dense(bf16 ? gated.to(at::kBFloat16) : gated, p.lin_out).to(at::kFloat);           // [T, d]
+}
+
+}  // namespace slimpi
