@@ -136,7 +136,7 @@ namespace {
 int64_t attention_params(const ModelConfig& c) {
   const int64_t d = c.hidden_size, q = c.n_heads * c.head_dim(), kv = c.n_kv_heads * c.head_dim();
   if (c.is_mla()) return attention_matrices(c) + 2 * d + c.q_lora_rank + c.kv_lora_rank;  // + the latents' norms
-  return attention_matrices(c) + 2 * d + (c.qkv_bias ? q + 2 * kv : 0) + (c.o_bias ? d : 0) +
+  return attention_matrices(c) + 2 * d + (c.qkv_bias ? q * (c.attn_output_gate ? 2 : 1) + 2 * kv : 0) + (c.o_bias ? d : 0) +
          (c.qk_norm ? 2 * c.head_dim() : 0);
 }
 

@@ -91,7 +91,7 @@ struct ParameterDraw {
     add(p + "self_attn.k_proj.weight", normal({kv, d}), &lp.k);
     add(p + "self_attn.v_proj.weight", normal({kv, d}), &lp.v);
     if (cfg.qkv_bias) {
-      add(p + "self_attn.q_proj.bias", zeros(q_width), &lp.q_bias);
+      add(p + "self_attn.q_proj.bias", zeros(q_width * (cfg.attn_output_gate ? 2 : 1)), &lp.q_bias);
       add(p + "self_attn.k_proj.bias", zeros(kv), &lp.k_bias);
       add(p + "self_attn.v_proj.bias", zeros(kv), &lp.v_bias);
     }

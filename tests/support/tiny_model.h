@@ -48,4 +48,22 @@ inline void use_latent_attention(ModelConfig& c) {
   c.n_kv_heads = c.n_heads;
 }
 
+// Qwen3.5's shape: layers 0-2 of 4 Gated DeltaNet (2 key heads of 8 shared by 4 value
+// heads of 8, a 4-tap convolution), layer 3 gated full attention with q/k norms rotating a
+// quarter of each head, zero-centred RMSNorms.
+inline void use_gated_delta_net(ModelConfig& c) {
+  c.n_layers = 4;
+  c.full_attention_interval = 4;
+  c.linear_num_key_heads = 2;
+  c.linear_num_value_heads = 4;
+  c.linear_key_head_dim = 8;
+  c.linear_value_head_dim = 8;
+  c.linear_conv_kernel_dim = 4;
+  c.attn_output_gate = true;
+  c.zero_centered_norm = true;
+  c.qk_norm = true;
+  c.explicit_head_dim = 8;
+  c.partial_rotary_factor = 0.25;
+}
+
 }  // namespace slimpi::testing

@@ -28,8 +28,10 @@ namespace {
 // head, and DeepSeekMoE layers after a dense first one: sigmoid router with a correction
 // bias, 2 groups of which a token uses 1, weights scaled by 2.5, one shared expert), and
 // DeepSeek-V3's (the same MoE, multi-head latent attention with a query latent,
-// interleaved rotary pairs and values narrower than keys; no biases).
-enum Variant { kPlain = 0, kGlm = 1, kDeepSeek = 2 };
+// interleaved rotary pairs and values narrower than keys; no biases), and Qwen3.5's (three
+// Gated DeltaNet layers and a gated full-attention one rotating a quarter of each head,
+// zero-centred norms).
+enum Variant { kPlain = 0, kGlm = 1, kDeepSeek = 2, kQwen35 = 3 };
 ModelConfig tiny(bool gqa, bool bias, bool tied, int variant = kPlain) {
   ModelConfig c;
   c.vocab_size = 50;
@@ -42,6 +44,10 @@ ModelConfig tiny(bool gqa, bool bias, bool tied, int variant = kPlain) {
   c.qkv_bias = bias;
   c.tie_word_embeddings = tied;
   c.init_std = 0.2;  // larger than usual: makes attention patterns matter in the checks
+  if (variant == kQwen35) {
+    testing::use_gated_delta_net(c);
+    return c;
+  }
   if (variant != kPlain) {
     c.partial_rotary_factor = variant == kGlm ? 0.5 : 1.0;
     c.n_experts = 4;
@@ -52,6 +58,14 @@ ModelConfig tiny(bool gqa, bool bias, bool tied, int variant = kPlain) {
   if (variant == kDeepSeek) testing::use_latent_attention(c);
   return c;
 }
+
+// The bar two fp32 evaluations of the same logits in another order meet: 1e-5, or for the
+// Qwen3.5 shape 1e-4. Its gated norm rescales each value head's output o to unit RMS, and
+// in this tiny model (init_std 0.2, 8-wide heads) o is often ~1e-2, so its fp32 round-off
+// (~1e-8 absolute) grows by 1/rms(o) before the later layers amplify it: packed against
+// alone differ by 3.5e-5 here, and by less than 1e-5 with the linear layers in fp64
+// (measured by hand on 2026-12-06).
+double fp32_bar(int variant) { return variant == kQwen35 ? 1e-4 : 1e-5; }
 
 at::Tensor random_tokens(int64_t n, int64_t vocab, uint64_t seed) {
   at::Generator g = at::detail::createCPUGenerator(seed);
@@ -73,7 +87,8 @@ TEST_P(TransformerShapes, PackedEqualsPerSequence) {
   int64_t start = 0;
   for (int64_t n : lens) {
     at::Tensor alone = m.forward_packed(tokens.narrow(0, start, n), {n});
-    EXPECT_TRUE(at::allclose(packed.narrow(0, start, n), alone, 1e-5, 1e-5)) << "sequence at " << start;
+    EXPECT_TRUE(at::allclose(packed.narrow(0, start, n), alone, fp32_bar(variant), fp32_bar(variant)))
+        << "sequence at " << start << ": " << (packed.narrow(0, start, n) - alone).abs().max().item<double>();
     start += n;
   }
 }
@@ -97,7 +112,7 @@ TEST_P(TransformerShapes, IncrementalEqualsFull) {
     SCOPED_TRACE("decode attention mode " + std::to_string(int(mode)) + ", padded budget " + std::to_string(budget));
     m.set_decode_attention(mode);
     m.set_padded_attention_budget(budget);
-    KvCache cache = KvCache::allocate(cfg, 64, at::kFloat);
+    KvCache cache = KvCache::allocate(cfg, 64, at::kFloat, 1, 0, true, /*n_state_slots=*/3);
     if (variant == kDeepSeek) {  // the latent cache: one row of kv_lora_rank + qk_rope_head_dim a token
       EXPECT_EQ(cache.k[0].sizes(), (std::vector<int64_t>{64, 1, 16 + 4}));
       EXPECT_EQ(cache.bytes_per_token(), 2 * (16 + 4) * 4);  // 2 layers, the values read from the keys, fp32
@@ -112,17 +127,18 @@ TEST_P(TransformerShapes, IncrementalEqualsFull) {
       std::vector<CachedSequence> seqs;
       std::vector<at::Tensor> toks;
       if (na) {
-        seqs.push_back({pa, na, slots_a.narrow(0, 0, pa + na)});
+        seqs.push_back({pa, na, slots_a.narrow(0, 0, pa + na), /*state_slot=*/2});
         toks.push_back(a.narrow(0, pa, na));
       }
       if (nb) {
-        seqs.push_back({pb, nb, slots_b.narrow(0, 0, pb + nb)});
+        seqs.push_back({pb, nb, slots_b.narrow(0, 0, pb + nb), /*state_slot=*/0});
         toks.push_back(b.narrow(0, pb, nb));
       }
       at::Tensor logits = m.forward_incremental(at::cat(toks), seqs, cache);
-      EXPECT_TRUE(at::allclose(logits.narrow(0, 0, na), full_a.narrow(0, pa, na), 1e-5, 1e-5)) << "a at " << pa;
+      const double bar = fp32_bar(variant);
+      EXPECT_TRUE(at::allclose(logits.narrow(0, 0, na), full_a.narrow(0, pa, na), bar, bar)) << "a at " << pa;
       if (nb)
-        EXPECT_TRUE(at::allclose(logits.narrow(0, na, nb), full_b.narrow(0, pb, nb), 1e-5, 1e-5)) << "b at " << pb;
+        EXPECT_TRUE(at::allclose(logits.narrow(0, na, nb), full_b.narrow(0, pb, nb), bar, bar)) << "b at " << pb;
       pa += na;
       pb += nb;
     }
@@ -156,7 +172,7 @@ TEST(Transformer, LatentAndExpandedCachesGiveTheFullForward) {
 
 INSTANTIATE_TEST_SUITE_P(Variants, TransformerShapes,
                          ::testing::Combine(::testing::Bool(), ::testing::Bool(), ::testing::Bool(),
-                                            ::testing::Values(int(kPlain), int(kGlm), int(kDeepSeek))));
+                                            ::testing::Values(int(kPlain), int(kGlm), int(kDeepSeek), int(kQwen35))));
 
 // The paged kernel's e4m3 decoding (bit arithmetic, kernels/e4m3.h) is torch's
 // conversion, bit for bit, for every non-NaN code (a NaN for the two NaN codes).
@@ -272,14 +288,14 @@ TEST_P(TransformerShapes, UnpaddedAttentionEqualsPadded) {
   const std::vector<int64_t> lens{1, 64, 7, 33, 2};
   const at::Tensor tokens = random_tokens(107, cfg.vocab_size, 8);
   const at::Tensor a = padded.forward_packed(tokens, lens), b = unpadded.forward_packed(tokens, lens);
-  EXPECT_TRUE(at::allclose(a, b, 1e-5, 1e-5)) << "max |diff| " << (a - b).abs().max().item<double>();
+  EXPECT_TRUE(at::allclose(a, b, fp32_bar(variant), fp32_bar(variant))) << "max |diff| " << (a - b).abs().max().item<double>();
   at::log_softmax(a, 1).select(1, 4).sum().backward();
   at::log_softmax(b, 1).select(1, 4).sum().backward();
   for (size_t i = 0; i < padded.parameters().size(); ++i) {
     const at::Tensor& ga = padded.parameters()[i].tensor.grad();
     const at::Tensor& gb = unpadded.parameters()[i].tensor.grad();
     // fp32 round-off relative to the gradient's scale (the two paths sum in other orders)
-    EXPECT_LT((ga - gb).abs().max().item<double>(), 1e-5 * std::max(ga.abs().max().item<double>(), 1e-3))
+    EXPECT_LT((ga - gb).abs().max().item<double>(), fp32_bar(variant) * std::max(ga.abs().max().item<double>(), 1e-3))
         << padded.parameters()[i].name;
   }
   at::NoGradGuard no_grad;

@@ -1,0 +1,168 @@
+// The rollout engine on a hybrid linear-attention model (Qwen3.5's shape): every sequence's
+// Gated DeltaNet state in a state slot of its own. Greedy generation equals transformers'
+// generate() on the qwen3_5 fixture; samples do not depend on batching, chunked prefill,
+// the fork of a group (its state copied to each sample) or preemption (the state
+// recomputed); log-probs equal the trainer's recomputation (the chunked form); slots are
+// not leaked; the prefix cache is refused.
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+#include <gtest/gtest.h>
+#include <slimpi/deck.h>
+#include <slimpi/error.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "io/safetensors.h"
+#include "io/tensor_io.h"
+#include "kernels/counter_rng.h"
+#include "model/log_probs.h"
+#include "rollout/engine.h"
+#include "tokenizer/byte_tokenizer.h"
+#include "../../support/tiny_model.h"
+
+namespace slimpi {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The bar on log-probs two fp32 evaluations of this random model meet. Its linear layers'
+// outputs o are often nearly cancelled (q.k ~ 1e-5: rms(o) down to 3e-6 where |v| ~ 0.1,
+// A_log's init lets a head forget its state within a token), and the gated norm rescales o
+// to unit RMS, multiplying o's fp32 round-off (~1e-9 absolute) by up to 1/rms(o): measured
+// 3.2e-4 at most and 4.5e-6 on average between the engine and the trainer (2026-12-06).
+// The smoke task's trained model is measured in perf/results.
+constexpr double kLogpBar = 1e-3, kLogpMeanBar = 2e-5;
+
+ModelConfig hybrid_config() {
+  ModelConfig c = testing::tiny_model_config(160, 0.2);
+  testing::use_gated_delta_net(c);
+  return c;
+}
+
+std::vector<GenerationRequest> requests(int n_groups, int64_t n_samples, double temperature, int64_t max_new) {
+  std::vector<GenerationRequest> out;
+  for (int g = 0; g < n_groups; ++g) {
+    GenerationRequest r;
+    r.group_index = g;
+    r.prompt = {ByteTokenizer::kBos};
+    for (int64_t i = 1; i < 5 + (g * 7) % 23; ++i) r.prompt.push_back((g * 31 + i * 7) % 256);
+    r.n_samples = n_samples;
+    r.params.temperature = temperature;
+    r.params.max_new_tokens = max_new;
+    r.params.stop_token_ids = {ByteTokenizer::kEos};
+    r.seed = mix_seed(99, 0, uint64_t(g));
+    out.push_back(r);
+  }
+  return out;
+}
+
+EngineConfig hybrid_engine(int64_t kv_tokens, int64_t max_running, int64_t max_batch_tokens, int64_t chunked = 0) {
+  EngineConfig cfg{4, kv_tokens, max_running, max_batch_tokens, /*prefix_cache=*/false};
+  cfg.chunked_prefill_tokens = chunked;
+  return cfg;
+}
+
+std::vector<Sample> generate(const Transformer& m, const EngineConfig& cfg, const std::vector<GenerationRequest>& reqs,
+                             EngineStats* stats = nullptr) {
+  Engine e(cfg, m);
+  for (const auto& r : reqs) e.add_request(r);
+  auto out = e.run_to_completion();
+  EXPECT_EQ(e.n_free_blocks(), e.n_blocks()) << "KV blocks leaked";
+  if (stats) *stats = e.stats();
+  return out;
+}
+
+TEST(HybridEngine, GreedyEqualsTransformersGenerate) {
+  const fs::path dir = fs::path(SLIMPI_SOURCE_DIR) / "tests/fixtures/hf/qwen3_5";
+  const fs::path deck_file = fs::temp_directory_path() / ("slimpi_hybrid_" + std::to_string(::getpid()) + ".toml");
+  std::ofstream(deck_file) << "[run]\nname = \"hybrid\"\n";
+  const ModelConfig cfg = ModelConfig::from_deck(load_deck(deck_file.string(), {"model.init_from=" + dir.string()}));
+  fs::remove(deck_file);
+  ASSERT_TRUE(cfg.is_hybrid());
+  Transformer m(cfg, 1, at::kCPU);
+  load_model_weights(m.parameters(), dir.string());
+  std::map<std::string, at::Tensor> g;
+  for (const auto& t : read_safetensors((dir / "golden.safetensors").string())) g[t.name] = t.tensor;
+  const at::Tensor prompt = g.at("generate_prompt_0"), want = g.at("generate_0");
+  GenerationRequest r;
+  r.prompt.assign(prompt.data_ptr<int64_t>(), prompt.data_ptr<int64_t>() + prompt.numel());
+  r.params.temperature = 0;
+  r.params.max_new_tokens = want.numel();
+  // Whole prefill, and the prompt prefilled 2 tokens a forward (chunked, the state carried).
+  for (int64_t chunk : {0, 2}) {
+    const auto out = generate(m, hybrid_engine(256, 4, 64, chunk), {r});
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_EQ(out[0].response(), std::vector<int64_t>(want.data_ptr<int64_t>(), want.data_ptr<int64_t>() + want.numel()))
+        << "chunked prefill " << chunk;
+  }
+}
+
+void expect_same_samples(const std::vector<Sample>& a, const std::vector<Sample>& b, double logp_bar) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].response(), b[i].response()) << "group " << a[i].group_index << " sample " << a[i].index;
+    for (size_t t = 0; t < std::min(a[i].rollout_log_probs.size(), b[i].rollout_log_probs.size()); ++t)
+      EXPECT_NEAR(a[i].rollout_log_probs[t], b[i].rollout_log_probs[t], logp_bar);
+  }
+}
+
+// Groups of 3 (each fork copies the prompt's state), 8 sequences at once against one at
+// a time with 3-token prefill chunks, and a KV cache so small that sequences are preempted
+// and recomputed: the same tokens.
+TEST(HybridEngine, SamplesDoNotDependOnBatchingForkOrPreemption) {
+  Transformer m(hybrid_config(), 5, at::kCPU);
+  const auto reqs = requests(6, 3, 1.0, 40);
+  EngineStats roomy_stats, tight_stats;
+  const auto roomy = generate(m, hybrid_engine(4096, 24, 512), reqs, &roomy_stats);
+  const auto narrow = generate(m, hybrid_engine(4096, 3, 3, 3), reqs);
+  const auto tight = generate(m, hybrid_engine(4 * 24, 24, 512), reqs, &tight_stats);  // 24 blocks of 4
+  ASSERT_EQ(roomy.size(), 18u);
+  EXPECT_EQ(roomy_stats.preemptions, 0);
+  EXPECT_GT(tight_stats.preemptions, 0);
+  std::set<std::vector<int64_t>> distinct;
+  for (const auto& s : roomy) distinct.insert(s.response());
+  EXPECT_GT(distinct.size(), 12u);  // the samples of a group differ (each its own stream from the copied state)
+  expect_same_samples(roomy, narrow, kLogpBar);
+  expect_same_samples(roomy, tight, kLogpBar);
+}
+
+// The engine's log-probs (chunked prefill, the recurrent decode step, preemption) against
+// the trainer's recomputation of the same tokens (the chunked form over packed sequences).
+TEST(HybridEngine, LogProbsEqualTheTrainersRecomputation) {
+  Transformer m(hybrid_config(), 7, at::kCPU);
+  const auto out = generate(m, hybrid_engine(4 * 32, 16, 64, 16), requests(8, 3, 0.8, 30));
+  at::NoGradGuard no_grad;
+  std::vector<int64_t> tokens, seq_lens, prompt_lens;
+  std::vector<float> engine_logp;
+  for (const auto& s : out) {
+    tokens.insert(tokens.end(), s.tokens.begin(), s.tokens.end());
+    seq_lens.push_back(int64_t(s.tokens.size()));
+    prompt_lens.push_back(s.prompt_length);
+    engine_logp.insert(engine_logp.end(), s.rollout_log_probs.begin(), s.rollout_log_probs.end());
+  }
+  const at::Tensor t = at::tensor(tokens, at::kLong);
+  const at::Tensor trainer =
+      score_tokens(m.forward_packed(t, seq_lens), response_positions(t, seq_lens, prompt_lens), 0.8, false).logp;
+  const at::Tensor diff = (trainer - at::tensor(engine_logp)).abs();
+  std::printf("hybrid engine vs trainer log-probs: mean |d| %.3g, max %.3g over %lld tokens\n",
+              diff.mean().item<double>(), diff.max().item<double>(), static_cast<long long>(diff.numel()));
+  EXPECT_LT(diff.max().item<double>(), kLogpBar);
+  EXPECT_LT(diff.mean().item<double>(), kLogpMeanBar);
+}
+
+TEST(HybridEngine, PrefixCacheIsRefused) {
+  Transformer m(hybrid_config(), 1, at::kCPU);
+  EngineConfig cfg = hybrid_engine(256, 4, 64);
+  cfg.prefix_cache = true;
+  try {
+    Engine e(cfg, m);
+    FAIL() << "an engine with the prefix cache on a hybrid model";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rollout.prefix_cache = false"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace slimpi
