@@ -61,6 +61,9 @@ struct Architecture {
   // Tensors of this family's files that the text model does not take (a vision tower,
   // MTP layers slimpi does not read): skipped on load, counted in one log line.
   bool (*not_loaded)(const std::string& file_name) = nullptr;
+  // The shape slimpi's tensor `name` of shape `shape` has in this family's files where it
+  // differs (a depthwise conv1d's unit dimension: [C, K] -> [C, 1, K]); null: the same.
+  std::vector<int64_t> (*file_shape)(const std::string& name, const std::vector<int64_t>& shape) = nullptr;
 };
 
 // Keyed by model_type.

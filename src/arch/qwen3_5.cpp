@@ -139,6 +139,11 @@ Architecture hybrid_family(const char* model_type, const char* hf_class, bool mo
     a.file_marker = "model.language_model.";
   }
   a.not_loaded = outside_text_model;
+  a.file_shape = [](const std::string& name, const std::vector<int64_t>& shape) {
+    const std::string conv = "linear_attn.conv1d.weight";
+    const bool is_conv = name.size() >= conv.size() && name.compare(name.size() - conv.size(), conv.size(), conv) == 0;
+    return is_conv && shape.size() == 2 ? std::vector<int64_t>{shape[0], 1, shape[1]} : shape;
+  };
   return a;
 }
 

@@ -185,6 +185,7 @@ std::string export_checkpoint_to_hf(const std::string& path, const std::string& 
   for (const auto& p : model.parameters()) {
     at::Tensor t = p.tensor.detach();
     if (options.dtype == "bf16") t = t.to(at::kBFloat16);
+    if (arch->file_shape) t = t.reshape(arch->file_shape(p.name, t.sizes().vec()));
     std::string name = arch->tensor_name ? arch->tensor_name(p.name) : p.name;  // the family's file names
     if (is_mtp_parameter(p.name) && !arch->mtp_names) {  // DeepSeek-V3's layout of MTP depths (arch/mtp_names.h)
       name = deepseek_mtp_name(p.name, cfg.n_layers);

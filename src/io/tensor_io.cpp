@@ -152,6 +152,13 @@ bool expected_extra(const SafetensorsReader& reader, const std::string& name, co
          at::equal(reader.read(name), reader.read("model.embed_tokens.weight"));
 }
 
+std::vector<int64_t> without_unit_dims(const std::vector<int64_t>& shape) {
+  std::vector<int64_t> out;
+  for (int64_t n : shape)
+    if (n != 1) out.push_back(n);
+  return out;
+}
+
 std::string listed(const std::vector<std::string>& names) {
   const size_t shown = std::min<size_t>(names.size(), 12);
   std::string text = fmt::format("{}", fmt::join(names.begin(), names.begin() + shown, ", "));
@@ -225,7 +232,7 @@ void load_hf_tensors_into(const std::string& path, const std::vector<NamedTensor
     const SafetensorsReader::Entry& e = reader.entries().at(names.in_files(l.name));
     const bool same_kind = at::isFloatingType(e.dtype) && at::isFloatingType(l.tensor.scalar_type());
     const std::vector<int64_t> shape = stored.whole_shape(l.name, l.tensor.sizes().vec());
-    if (e.shape != shape || !same_kind)  // floating dtypes are converted by the copy below
+    if (without_unit_dims(e.shape) != without_unit_dims(shape) || !same_kind)  // (dtypes: converted by the copy below)
       wrong.push_back(fmt::format("{} is {} {}, the model needs {} {}", l.name, fmt::join(e.shape, "x"),
                                   std::string(c10::toString(e.dtype)), fmt::join(shape, "x"),
                                   std::string(c10::toString(l.tensor.scalar_type()))));
@@ -234,7 +241,8 @@ void load_hf_tensors_into(const std::string& path, const std::vector<NamedTensor
   at::NoGradGuard no_grad;
   for (const auto& l : like) {  // one whole tensor read at a time
     if (!loaded(l)) continue;
-    at::Tensor whole = read_hf_tensor(reader, names.in_files(l.name));
+    // (a tensor the files hold with unit dimensions the model's lacks: a depthwise conv1d's [C, 1, K])
+    at::Tensor whole = read_hf_tensor(reader, names.in_files(l.name)).reshape(stored.whole_shape(l.name, l.tensor.sizes().vec()));
     if (names.deepseek_mtp && is_mtp_input_proj(l.name)) whole = swap_input_proj_halves(whole);  // [emb ; h] -> [h ; emb]
     l.tensor.copy_(stored.part_of(l.name, whole));
   }

@@ -113,7 +113,8 @@ struct ParameterDraw {
     add(a + "in_proj_z.weight", normal({vd, d}), &lp.lin_z);
     add(a + "in_proj_b.weight", normal({Hv, d}), &lp.lin_b);
     add(a + "in_proj_a.weight", normal({Hv, d}), &lp.lin_a);
-    add(a + "conv1d.weight", normal({cfg.linear_conv_dim(), 1, cfg.linear_conv_kernel_dim}), &lp.lin_conv);
+    // (held as [conv_dim, K]; the files' [conv_dim, 1, K]: io/tensor_io.h, Architecture::file_shape)
+    add(a + "conv1d.weight", normal({cfg.linear_conv_dim(), cfg.linear_conv_kernel_dim}), &lp.lin_conv);
     add(a + "dt_bias", ones(Hv), &lp.lin_dt_bias);
     add(a + "A_log", at::empty({Hv}, at::kFloat).uniform_(0.01, 16.0, gen).log(), &lp.lin_a_log);
     add(a + "norm.weight", ones(cfg.linear_value_head_dim), &lp.lin_norm);

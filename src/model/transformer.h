@@ -67,7 +67,8 @@ class Transformer {
     at::Tensor q_a, q_a_norm, kv_a, kv_a_norm, kv_b;
     // A Gated DeltaNet layer (model/transformer_linear.cpp; no q/k/v/o then): in_proj_qkv
     // [2·Hk·Dk + Hv·Dv, d], in_proj_z [Hv·Dv, d], in_proj_b / in_proj_a [Hv, d], conv1d
-    // [conv_dim, 1, K], dt_bias / A_log [Hv], the gated norm [Dv], out_proj [d, Hv·Dv];
+    // [conv_dim, K] (Hugging Face's [conv_dim, 1, K] without its unit dimension), dt_bias /
+    // A_log [Hv], the gated norm [Dv], out_proj [d, Hv·Dv];
     // linear_index: its place among the model's linear layers (its KvCache state), -1 if none.
     at::Tensor lin_qkv, lin_z, lin_b, lin_a, lin_conv, lin_dt_bias, lin_a_log, lin_norm, lin_out;
     int64_t linear_index = -1;

@@ -165,6 +165,15 @@ RolloutConfig RolloutConfig::from_deck(const Deck& deck, const ModelConfig& mode
   c.engine.max_running = deck.get_int("rollout.max_running");
   c.engine.max_batch_tokens = deck.get_int("rollout.max_batch_tokens");
   c.engine.prefix_cache = deck.get_bool("rollout.prefix_cache");
+  if (model.is_hybrid())
+    for (const auto& [key, off] : {std::pair<const char*, bool>{"rollout.speculative",
+                                                                 deck.get_string("rollout.speculative") == "none"},
+                                   {"rollout.prefill_ranks", deck.get_int("rollout.prefill_ranks") == 0}})
+      if (!off)
+        SLIMPI_FAIL_ALL("{} ({}) with a hybrid linear-attention model (model.full_attention_interval = {}): not "
+                        "implemented (the engine would have to carry its linear layers' state between engines or "
+                        "back over rejected drafts); drop the key", key, deck.source(key),
+                        model.full_attention_interval);
   if (model.is_hybrid() && c.engine.prefix_cache) {
     // A Gated DeltaNet state is the whole prefix's: a cached block alone cannot restart a
     // sequence (rollout/engine.h). Off, and said; asked for, an error.
