@@ -128,6 +128,35 @@ TEST(HybridEngine, SamplesDoNotDependOnBatchingForkOrPreemption) {
   expect_same_samples(roomy, tight, kLogpBar);
 }
 
+// train.async = "full" takes unfinished work out of an engine (partial responses) and
+// continues it in another: the continued sequence is prefilled again from position 0,
+// recomputing its linear layers' state, and gives the uninterrupted generation's tokens.
+TEST(HybridEngine, PartialWorkContinuesElsewhereWithTheSameTokens) {
+  Transformer m(hybrid_config(), 8, at::kCPU);
+  const EngineConfig cfg = hybrid_engine(4096, 16, 256);
+  const auto reqs = requests(6, 3, 1.0, 14);
+  const std::vector<Sample> straight = generate(m, cfg, reqs);
+  for (int cut : {1, 5, 9}) {
+    Engine first(cfg, m);
+    for (const auto& r : reqs) first.add_request(r);
+    std::vector<Sample> out;
+    for (int i = 0; i < cut && first.has_work(); ++i)
+      for (auto& s : first.step()) out.push_back(std::move(s));
+    const std::vector<WorkItem> items = first.take_in_flight();
+    EXPECT_EQ(first.n_free_blocks(), first.n_blocks()) << "KV blocks leaked";
+    int64_t partial_tokens = 0;
+    for (const auto& w : items) partial_tokens += w.response_length();
+    if (cut >= 5) EXPECT_GT(partial_tokens, 0) << "cut " << cut;  // some responses were under way
+    Engine second(cfg, m);
+    for (const auto& w : items) second.add_work(w);
+    for (auto& s : second.run_to_completion()) out.push_back(std::move(s));
+    std::sort(out.begin(), out.end(), [](const Sample& a, const Sample& b) {
+      return std::tie(a.group_index, a.index) < std::tie(b.group_index, b.index);
+    });
+    expect_same_samples(out, straight, kLogpBar);
+  }
+}
+
 // The engine's log-probs (chunked prefill, the recurrent decode step, preemption) against
 // the trainer's recomputation of the same tokens (the chunked form over packed sequences).
 TEST(HybridEngine, LogProbsEqualTheTrainersRecomputation) {

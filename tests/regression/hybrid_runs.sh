@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Hybrid linear-attention policies (Qwen3.5's shape: three Gated DeltaNet layers and one
+# gated full-attention layer, zero-centred norms) through RL, on a reward they learn from
+# (digit_reward.py):
+#  * the dense hybrid learns at np 4 split; the trainer's log-probs (the chunked delta
+#    rule over packed sequences) are the engine's (chunked prefill, the recurrent decode
+#    step) to fp32 round-off: |old - rollout| mean <= 2e-6 (measured 7.4e-7 on 2026-12-06);
+#  * the MoE hybrid (Qwen3.5-MoE: every layer sparse, a gated shared expert) runs at np 2
+#    colocated and records its routing traces (4 MoE layers x top-2 per token);
+#  * one_step_off over 2 + 2 job steps equals 4 straight, bit for bit (the optimizer state
+#    of the linear layers' parameters and the pending batch across the restart);
+#  * train.async = "full", straight and in 3 + 3 + 2 job steps: every sample once
+#    (check_full_async.py; with 6-token responses the engines finish before the trainer,
+#    so no partial response is carried here: tests/unit/rollout/test_engine_hybrid.cpp
+#    continues partial work in another engine, its linear layers' state recomputed);
+#  * refused, with the key named: tensor parallelism, an explicit prefix cache,
+#    speculative decoding.
+# Usage: hybrid_runs.sh SLIMPI ROOT "MPIRUN FLAGS"
+set -euo pipefail
+source "$(dirname "$0")/run_helpers.sh"
+regression_setup "$@"
+compare="/usr/bin/python3 $root/tests/regression/compare_runs.py"
+args=(run inputs/smoke_rl.toml --set model.n_layers=4 --set model.full_attention_interval=4
+      --set model.linear_num_key_heads=2 --set model.linear_num_value_heads=4 --set model.linear_key_head_dim=8
+      --set model.linear_value_head_dim=8 --set model.attn_output_gate=true --set model.zero_centered_norm=true
+      --set model.qk_norm=true --set model.head_dim=8 --set model.partial_rotary_factor=0.25 --set model.init_std=0.2
+      --set reward.style=command --set "reward.command=/usr/bin/python3 $root/tests/regression/digit_reward.py"
+      --set eval.path=)
+
+echo "== dense hybrid: learns at np 4 split; the trainer's log-probs are the engine's"
+run 4 learns --set run.n_steps=40 --set train.lr=3e-3 --set rollout.rollout_batch_size=16 \
+  --set rollout.n_samples_per_prompt=8 --set train.global_batch_size=128
+grep -q "rollout.prefix_cache: off for a hybrid linear-attention model" "$out/learns.log"
+/usr/bin/python3 - "$out/learns" <<'PY'
+import sys
+import h5py
+import numpy as np
+run = sys.argv[1]
+with h5py.File(f"{run}/metrics.h5") as f:
+    r = f["steps/rollout/raw_reward"][:40]
+with h5py.File(f"{run}/rollouts.h5") as f:
+    s = f["samples"]
+    old, rollout = s["old_log_probs/values"][:], s["rollout_log_probs/values"][:]
+d = np.abs(old - rollout)
+first, last = r[:5].mean(), r[-5:].mean()
+print(f"hybrid_runs: reward {first:.4f} -> {last:.4f}; |trainer - engine log-prob| mean {d.mean():.3g} max "
+      f"{d.max():.3g} over {d.size} tokens")
+assert last > 0.1 and last > 5 * first, "the hybrid policy did not learn"
+assert d.mean() < 2e-6, d.mean()
+PY
+
+echo "== MoE hybrid (Qwen3.5-MoE's shape) at np 2 colocated: routing traces of its 4 sparse layers"
+run 2 moe --set parallel.placement=colocate --set model.n_experts=4 --set model.n_experts_per_tok=2 \
+  --set model.moe_intermediate_size=16 --set model.shared_expert_intermediate_size=24
+/usr/bin/python3 - "$out/moe" <<'PY'
+import sys
+import h5py
+run = sys.argv[1]
+with h5py.File(f"{run}/rollouts.h5") as f:
+    s = f["samples"]
+    toff, rout, roff = s["tokens/offsets"][:], s["routing/values"][:], s["routing/offsets"][:]
+assert all(roff[i + 1] - roff[i] == (toff[i + 1] - toff[i] - 1) * 4 * 2 for i in range(len(roff) - 1))
+assert rout.min() >= 0 and rout.max() < 4
+print(f"hybrid_runs: MoE hybrid recorded {len(roff) - 1} samples' routing traces")
+PY
+
+echo "== one_step_off: 2 + 2 job steps equal 4 straight"
+run 4 straight --set run.n_steps=4 --set train.async=one_step_off
+run 4 chunked --set run.n_steps=4 --set train.async=one_step_off --set run.job_steps=2
+run 4 chunked --set run.n_steps=4 --set train.async=one_step_off --set run.job_steps=2
+$compare "$out/straight" "$out/chunked"
+
+echo "== full async: every sample once, straight and in 3 + 3 + 2 job steps"
+full=(--set run.n_steps=8 --set checkpoint.interval=2 --set checkpoint.keep_last=10 --set train.async=full
+      --set parallel.trainer_ranks=1 --set train.lr=3e-3)
+run 3 full "${full[@]}"
+/usr/bin/python3 "$root/tests/regression/check_full_async.py" "$out/full" 4 -1
+for i in 1 2; do run 3 full_chunked "${full[@]}" --set run.job_steps=3; done
+run 3 full_chunked "${full[@]}"
+/usr/bin/python3 "$root/tests/regression/check_full_async.py" "$out/full_chunked" 4 -1
+
+echo "== refused"
+refused tp "a hybrid linear-attention model's Gated DeltaNet layers" 4 --set parallel.trainer_ranks=2 \
+  --set parallel.tensor_parallel=2
+refused prefix "rollout.prefix_cache = true" 2 --set rollout.prefix_cache=true
+refused speculative "rollout.speculative" 2 --set rollout.speculative=mtp --set model.mtp_num_layers=1
+echo "hybrid_runs: OK"
