@@ -34,6 +34,15 @@
 //   BM_MlaDecodeAbsorbedVsExpanded/B  one decode forward of B = 1, 8, 64 sequences at 1024
 //                          cached tokens, DeepSeek-V3's attention shape at reduced width:
 //                          the latent cache (absorbed) vs expanded keys and values.
+//   BM_HybridDecodeVsQwen3/C  one decode forward of 4 sequences at C = 1k, 8k, 32k cached
+//                          tokens: a Qwen3.5-shaped hybrid (6 Gated DeltaNet layers, 2 gated
+//                          full-attention ones) against a Qwen3-shaped model of the same
+//                          width and depth (8 full-attention layers), alternating. Counters
+//                          hybrid_over_qwen3 (speed) and each one's cache bytes a sequence.
+//   BM_DeltaRuleChunkedVsRecurrent  the gated delta rule over a 4096-token prefill (16 value
+//                          heads of 128 x 128 state, fp32): the chunked form against the
+//                          token-by-token recurrence, alternating. Counter
+//                          recurrent_over_chunked (time).
 // Threads: $SLIMPI_THREADS (default 1). Run: build/perf/bench_engine
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -41,10 +50,12 @@
 #include <benchmark/benchmark.h>
 
 #include <chrono>
+#include <cmath>
 
 #include "alternate.h"
 #include "kernels/counter_rng.h"
 #include "kernels/small_batch_linear.h"
+#include "model/gated_delta_rule.h"
 #include "rollout/engine.h"
 #include "tokenizer/byte_tokenizer.h"
 
@@ -432,6 +443,88 @@ void BM_MlaDecodeAbsorbedVsExpanded(benchmark::State& state) {
   state.counters["expanded_bytes_per_token"] = double(expanded.bytes_per_token());
 }
 
+// Qwen3.5's shape at reduced width: d 1024, 8 layers, full attention 8 query heads of 128
+// over 2 key/value heads (gated, a quarter rotated), Gated DeltaNet 8 key heads of 128
+// shared by 16 value heads of 128; the Qwen3 model the same without the linear layers.
+ModelConfig hybrid_bench_model(bool hybrid, int64_t max_seq_len) {
+  ModelConfig c = quickstart_model();
+  c.hidden_size = 1024;
+  c.n_layers = 8;
+  c.n_heads = 8;
+  c.n_kv_heads = 2;
+  c.explicit_head_dim = 128;
+  c.intermediate_size = 2816;
+  c.max_seq_len = max_seq_len;
+  c.qk_norm = true;
+  if (hybrid) {
+    c.full_attention_interval = 4;
+    c.linear_num_key_heads = 8;
+    c.linear_num_value_heads = 16;
+    c.linear_key_head_dim = 128;
+    c.linear_value_head_dim = 128;
+    c.attn_output_gate = true;
+    c.zero_centered_norm = true;
+    c.partial_rotary_factor = 0.25;
+  }
+  return c;
+}
+
+void BM_HybridDecodeVsQwen3(benchmark::State& state) {
+  const int64_t B = 4, context = state.range(0);
+  const ModelConfig hc = hybrid_bench_model(true, context + 1), qc = hybrid_bench_model(false, context + 1);
+  Transformer hybrid(hc, 1, at::kCPU), qwen3(qc, 1, at::kCPU);
+  KvCache hcache = KvCache::allocate(hc, B * context, at::kFloat, 1, 0, true, /*n_state_slots=*/B);
+  KvCache qcache = KvCache::allocate(qc, B * context, at::kFloat, 1, 0, true);
+  for (KvCache* cache : {&hcache, &qcache}) {  // values matter only for the softmax's shape
+    for (size_t l = 0; l < cache->k.size(); ++l) {
+      cache->k[l].normal_();
+      cache->v[l].normal_();
+    }
+    for (auto& s : cache->delta_state) s.normal_(0, 0.1);
+    for (auto& s : cache->conv_state) s.normal_();
+  }
+  std::vector<CachedSequence> seqs;
+  for (int64_t s = 0; s < B; ++s)
+    seqs.push_back({context - 1, 1, at::arange(s * context, (s + 1) * context, at::kLong), s});
+  const at::Tensor tokens = at::arange(B, at::kLong) % 250;
+  auto run = [&](const Transformer& m, KvCache& cache) {
+    at::NoGradGuard no_grad;
+    m.forward_incremental(tokens, seqs, cache);
+  };
+  run(hybrid, hcache);
+  run(qwen3, qcache);
+  const AbSeconds t = alternate(state, wall_seconds, [&] { run(hybrid, hcache); }, [&] { run(qwen3, qcache); });
+  const double n = double(state.iterations());
+  state.counters["hybrid_tokens_per_s"] = double(B) * n / t.a;
+  state.counters["qwen3_tokens_per_s"] = double(B) * n / t.b;
+  state.counters["hybrid_over_qwen3"] = t.b / t.a;
+  state.counters["hybrid_cache_bytes_per_seq"] =
+      double(hcache.bytes_per_token() * context + hcache.state_bytes_per_sequence());
+  state.counters["qwen3_cache_bytes_per_seq"] = double(qcache.bytes_per_token() * context);
+}
+
+void BM_DeltaRuleChunkedVsRecurrent(benchmark::State& state) {
+  const int64_t L = 4096, H = 16, D = 128;
+  at::Generator gen = at::detail::createCPUGenerator(3);
+  auto unit = [&](std::vector<int64_t> shape) {
+    at::Tensor x = at::randn(shape, gen, at::kFloat);
+    return x / x.norm(2, -1, true);
+  };
+  const at::Tensor q = unit({1, L, H, D}) / std::sqrt(double(D)), k = unit({1, L, H, D});
+  const at::Tensor v = at::randn({1, L, H, D}, gen, at::kFloat);
+  const at::Tensor g = at::rand({1, L, H}, gen, at::kFloat).mul(0.1).neg(), beta = at::rand({1, L, H}, gen, at::kFloat);
+  at::NoGradGuard no_grad;
+  at::Tensor s_chunked, s_recurrent;
+  auto chunked = [&] { gated_delta_rule_chunked(q, k, v, g, beta, {}, &s_chunked); };
+  auto recurrent = [&] { gated_delta_rule_recurrent(q, k, v, g, beta, {}, &s_recurrent); };
+  const AbSeconds t = alternate(state, wall_seconds, chunked, recurrent);
+  const double n = double(state.iterations());
+  state.counters["chunked_ms"] = 1e3 * t.a / n;
+  state.counters["recurrent_ms"] = 1e3 * t.b / n;
+  state.counters["recurrent_over_chunked"] = t.b / t.a;
+  state.counters["final_state_gap"] = (s_chunked - s_recurrent).abs().max().item<double>();
+}
+
 BENCHMARK(BM_KvCacheVsRecompute)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DecodeShare)->Iterations(20)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DecodeBf16VsFp32)->Iterations(20)->UseManualTime()->Unit(benchmark::kMillisecond);
@@ -445,6 +538,9 @@ BENCHMARK(BM_SmallBatchLinear)
 BENCHMARK(BM_GroupPrefill)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_MlaDecodeAbsorbedVsExpanded)->Arg(1)->Arg(8)->Arg(64)->Iterations(6)->UseManualTime()->Unit(
     benchmark::kMillisecond);
+BENCHMARK(BM_HybridDecodeVsQwen3)->Arg(1024)->Arg(8192)->Arg(32768)->Iterations(6)->UseManualTime()->Unit(
+    benchmark::kMillisecond);
+BENCHMARK(BM_DeltaRuleChunkedVsRecurrent)->Iterations(2)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace slimpi::perf
