@@ -13,7 +13,7 @@ const Registry<Architecture>& architectures() {
                                   qwen2_moe_architecture(), qwen3_moe_architecture(), mixtral_architecture(),
                                   mimo_architecture(), glm4_moe_architecture(), deepseek_v3_architecture(),
                                   glm4_moe_lite_architecture(), qwen3_5_architecture(), qwen3_5_text_architecture(),
-                                  qwen3_5_moe_architecture(), qwen3_5_moe_text_architecture()})
+                                  qwen3_5_moe_architecture(), qwen3_5_moe_text_architecture(), qwen3_next_architecture()})
       reg.add(a.model_type, a);
     return reg;
   }();

@@ -96,6 +96,7 @@ Architecture qwen3_5_architecture();
 Architecture qwen3_5_text_architecture();
 Architecture qwen3_5_moe_architecture();
 Architecture qwen3_5_moe_text_architecture();
+Architecture qwen3_next_architecture();
 
 // Readers and writers several families share (arch/shared_fields.cpp).
 // attention_bias: q/k/v and o biases alike (Llama, Qwen3).

@@ -11,6 +11,10 @@
 //     the same position on all three, where it is ordinary RoPE over the rotary dims.
 //   * A model exports as the text class (config.json without text_config, "model.*"
 //     tensors), which transformers loads as it is.
+// Qwen3NextForCausalLM (Qwen3-Next, their predecessor) shares this file: the same layers
+// with the DeltaNet projections fused per key head (in_proj_qkvz, in_proj_ba;
+// model.linear_fused_projections) and Qwen3-MoE's fields (decoder_sparse_step,
+// norm_topk_prob; dense layers between sparse ones), a gated shared expert.
 #include <nlohmann/json.hpp>
 
 #include "arch/architecture.h"
@@ -79,6 +83,7 @@ void read_hybrid_moe(const nlohmann::json& c, HfConfigReader& r) {
 
 bool fits_hybrid(const ModelConfig& cfg) {
   return cfg.is_hybrid() && cfg.qk_norm && cfg.attn_output_gate && cfg.zero_centered_norm && !cfg.is_mla() &&
+         !cfg.linear_fused_projections &&
          cfg.moe_router == "softmax" && !cfg.moe_router_bias && cfg.n_shared_experts == 0 &&
          cfg.first_k_dense_replace == 0 && cfg.mtp_num_layers == 0;
 }
@@ -147,7 +152,35 @@ Architecture hybrid_family(const char* model_type, const char* hf_class, bool mo
   return a;
 }
 
+// Qwen3-Next's files use slimpi's names (in_proj_qkvz, in_proj_ba are the parameters'
+// own); the naming is the family's only so that its MTP layers are skipped.
+std::string same_name(const std::string& name) { return name; }
+
 }  // namespace
+
+Architecture qwen3_next_architecture() {
+  Architecture a = hybrid_family("qwen3_next", "Qwen3NextForCausalLM", true, false);
+  a.read_config = [](const nlohmann::json& c, HfConfigReader& r) {
+    read_hybrid(c, r);
+    r.set("model.linear_fused_projections", true, "architectures (Qwen3-Next: in_proj_qkvz, in_proj_ba)");
+    read_qwen_moe(c, r);
+    r.required(c, "shared_expert_intermediate_size", "model.shared_expert_intermediate_size");
+  };
+  a.fits = [](const ModelConfig& cfg) {
+    return cfg.is_hybrid() && cfg.qk_norm && cfg.attn_output_gate && cfg.zero_centered_norm &&
+           cfg.linear_fused_projections && cfg.moe_router == "softmax" && !cfg.moe_router_bias &&
+           cfg.n_shared_experts == 0 && cfg.first_k_dense_replace == 0 && cfg.mtp_num_layers == 0 &&
+           cfg.shared_expert_intermediate_size > 0;
+  };
+  a.write_config = [](const ModelConfig& cfg, nlohmann::json& j) {
+    write_hybrid(cfg, j);
+    write_qwen_moe(cfg, j);
+    j["shared_expert_intermediate_size"] = cfg.shared_expert_intermediate_size;
+  };
+  a.tensor_name = same_name;
+  a.file_marker = ".linear_attn.in_proj_qkvz.";
+  return a;
+}
 
 Architecture qwen3_5_architecture() {
   return hybrid_family("qwen3_5", "Qwen3_5ForConditionalGeneration", false, true);

@@ -222,6 +222,7 @@ HfConfigReader resolve(const std::string& file, const json& top) {
       {"model.first_k_dense_replace", int64_t(0)}, {"model.partial_rotary_factor", 1.0},
       {"model.kv_lora_rank", int64_t(0)}, {"model.q_lora_rank", int64_t(0)}, {"model.rope_interleave", false},
       {"model.full_attention_interval", int64_t(1)}, {"model.attn_output_gate", false},
+      {"model.linear_fused_projections", false},
       {"model.zero_centered_norm", false}};
   for (const auto& [key, value] : plain)
     if (!r.has(key)) r.set(key, value, "architectures (" + std::string(arch->hf_class) + ": none)");

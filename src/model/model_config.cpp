@@ -296,6 +296,7 @@ ModelConfig ModelConfig::from_deck(const Deck& deck) {
   c.linear_key_head_dim = deck.get_int("model.linear_key_head_dim");
   c.linear_value_head_dim = deck.get_int("model.linear_value_head_dim");
   c.linear_conv_kernel_dim = deck.get_int("model.linear_conv_kernel_dim");
+  c.linear_fused_projections = deck.get_bool("model.linear_fused_projections");
   c.attn_output_gate = deck.get_bool("model.attn_output_gate");
   c.zero_centered_norm = deck.get_bool("model.zero_centered_norm");
   check_deepseek_moe(c, deck);

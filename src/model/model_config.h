@@ -99,6 +99,10 @@ struct ModelConfig {
   int64_t linear_num_key_heads = 0, linear_num_value_heads = 0;
   int64_t linear_key_head_dim = 0, linear_value_head_dim = 0;
   int64_t linear_conv_kernel_dim = 4;
+  // Qwen3-Next's layout of the projections: in_proj_qkvz [Hk·(2·Dk + 2·(Hv/Hk)·Dv), d], per
+  // key head its query, key, values and z rows, and in_proj_ba [2·Hv, d], per key head its
+  // b then a rows; Qwen3.5's four separate ones otherwise.
+  bool linear_fused_projections = false;
   // Qwen3-Next's gated attention: q_proj yields each head's query and an output gate
   // (per head [query; gate]), the attention output times sigmoid(gate) before o_proj.
   bool attn_output_gate = false;

@@ -70,6 +70,9 @@ std::vector<KeySpec> model_keys() {
       int_key("model.linear_value_head_dim", 0, 0, 1e5, "", "Gated DeltaNet: each value head's dimension"),
       int_key("model.linear_conv_kernel_dim", 4, 1, 64, "taps",
               "Gated DeltaNet: the causal depthwise convolution over q/k/v"),
+      bool_key("model.linear_fused_projections", false,
+               "Gated DeltaNet: the projections fused per key head, as Qwen3-Next ships them (in_proj_qkvz, "
+               "in_proj_ba); Qwen3.5's in_proj_qkv / _z / _b / _a otherwise"),
       bool_key("model.attn_output_gate", false,
                "gated attention (Qwen3-Next, Qwen3.5): q_proj also yields a per-head output gate, the attention "
                "output times its sigmoid"),

@@ -109,10 +109,15 @@ struct ParameterDraw {
   void linear_attention(const std::string& p, Transformer::LayerParams& lp) {
     const int64_t d = cfg.hidden_size, Hv = cfg.linear_num_value_heads, vd = cfg.linear_value_dim();
     const std::string a = p + "linear_attn.";
-    add(a + "in_proj_qkv.weight", normal({cfg.linear_conv_dim(), d}), &lp.lin_qkv);
-    add(a + "in_proj_z.weight", normal({vd, d}), &lp.lin_z);
-    add(a + "in_proj_b.weight", normal({Hv, d}), &lp.lin_b);
-    add(a + "in_proj_a.weight", normal({Hv, d}), &lp.lin_a);
+    if (cfg.linear_fused_projections) {  // Qwen3-Next's: qkv and z rows in one, b and a in another
+      add(a + "in_proj_qkvz.weight", normal({cfg.linear_conv_dim() + vd, d}), &lp.lin_qkv);
+      add(a + "in_proj_ba.weight", normal({2 * Hv, d}), &lp.lin_b);
+    } else {
+      add(a + "in_proj_qkv.weight", normal({cfg.linear_conv_dim(), d}), &lp.lin_qkv);
+      add(a + "in_proj_z.weight", normal({vd, d}), &lp.lin_z);
+      add(a + "in_proj_b.weight", normal({Hv, d}), &lp.lin_b);
+      add(a + "in_proj_a.weight", normal({Hv, d}), &lp.lin_a);
+    }
     // (held as [conv_dim, K]; the files' [conv_dim, 1, K]: io/tensor_io.h, Architecture::file_shape)
     add(a + "conv1d.weight", normal({cfg.linear_conv_dim(), cfg.linear_conv_kernel_dim}), &lp.lin_conv);
     add(a + "dt_bias", ones(Hv), &lp.lin_dt_bias);

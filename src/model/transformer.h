@@ -69,6 +69,8 @@ class Transformer {
     // [2·Hk·Dk + Hv·Dv, d], in_proj_z [Hv·Dv, d], in_proj_b / in_proj_a [Hv, d], conv1d
     // [conv_dim, K] (Hugging Face's [conv_dim, 1, K] without its unit dimension), dt_bias /
     // A_log [Hv], the gated norm [Dv], out_proj [d, Hv·Dv];
+    // Qwen3-Next's fused layout (ModelConfig::linear_fused_projections): lin_qkv is in_proj_qkvz,
+    // lin_b in_proj_ba, lin_z and lin_a undefined.
     // linear_index: its place among the model's linear layers (its KvCache state), -1 if none.
     at::Tensor lin_qkv, lin_z, lin_b, lin_a, lin_conv, lin_dt_bias, lin_a_log, lin_norm, lin_out;
     int64_t linear_index = -1;

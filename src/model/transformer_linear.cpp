@@ -24,6 +24,26 @@
 namespace slimpi {
 namespace {
 
+// The projections of h [T, d]: q/k/v channels [T, 2·Hk·Dk + Hv·Dv] (queries, keys, values
+// back to back), z [T, Hv·Dv], b and a [T, Hv], from Qwen3.5's four matrices or Qwen3-Next's
+// two fused ones (per key head i: q_i, k_i, the values and z rows of its Hv/Hk value heads;
+// b then a rows of those heads).
+struct Projections {
+  at::Tensor qkv, z, b, a;
+};
+Projections project(const at::Tensor& h, const Transformer::LayerParams& p, const ModelConfig& c) {
+  if (!c.linear_fused_projections)
+    return {dense(h, p.lin_qkv).to(at::kFloat), dense(h, p.lin_z).to(at::kFloat), dense(h, p.lin_b).to(at::kFloat),
+            dense(h, p.lin_a).to(at::kFloat)};
+  const int64_t T = h.size(0), Hk = c.linear_num_key_heads, Dk = c.linear_key_head_dim;
+  const int64_t r = c.linear_num_value_heads / Hk, Dv = c.linear_value_head_dim;
+  const at::Tensor qkvz = dense(h, p.lin_qkv).to(at::kFloat).view({T, Hk, 2 * Dk + 2 * r * Dv});
+  const at::Tensor ba = dense(h, p.lin_b).to(at::kFloat).view({T, Hk, 2 * r});
+  auto heads = [&](const at::Tensor& x, int64_t from, int64_t n) { return x.narrow(-1, from, n).reshape({T, -1}); };
+  return {at::cat({heads(qkvz, 0, Dk), heads(qkvz, Dk, Dk), heads(qkvz, 2 * Dk, r * Dv)}, 1),
+          heads(qkvz, 2 * Dk + r * Dv, r * Dv), heads(ba, 0, r), heads(ba, r, r)};
+}
+
 // x [..., D] -> x / sqrt(sum x^2 + 1e-6) (the FLA library's l2norm, as transformers uses it).
 at::Tensor l2_normalized(const at::Tensor& x) { return x * at::rsqrt(x.pow(2).sum(-1, true) + 1e-6); }
 
@@ -74,7 +94,8 @@ at::Tensor Transformer::linear_attention(const LayerParams& p, const at::Tensor&
   }
 
   // The convolution over each sequence's q/k/v channels, its K - 1 inputs before the new ones first.
-  const at::Tensor mixed = dense(h, p.lin_qkv).to(at::kFloat);           // [T, C]
+  const Projections proj = project(h, p, cfg_);
+  const at::Tensor& mixed = proj.qkv;                                    // [T, C]
   const at::Tensor fresh_in = padded(mixed, a).transpose(1, 2);         // [B, C, L]
   at::Tensor past = at::zeros({B, C, past_len}, fresh_in.options());    // [B, C, K - 1]
   if (cache) past = cache->conv_state[size_t(li)].index_select(0, slots).masked_fill(no_past.view({B, 1, 1}), 0.0);
@@ -96,10 +117,10 @@ at::Tensor Transformer::linear_attention(const LayerParams& p, const at::Tensor&
     k = k.repeat_interleave(Hv / Hk, 2);
   }
   // Write strength and log decay, zero past each sequence's end (the state passes them unchanged).
-  const at::Tensor beta = padded(at::sigmoid(dense(h, p.lin_b).to(at::kFloat)), a);  // [B, L, Hv]
+  const at::Tensor beta = padded(at::sigmoid(proj.b), a);  // [B, L, Hv]
   const at::Tensor decay_rate = as_used(p.lin_a_log).exp();                          // [Hv]
   const at::Tensor g =
-      padded(-decay_rate * at::softplus(dense(h, p.lin_a).to(at::kFloat) + as_used(p.lin_dt_bias)), a);  // [B, L, Hv]
+      padded(-decay_rate * at::softplus(proj.a + as_used(p.lin_dt_bias)), a);  // [B, L, Hv]
   at::Tensor state;  // [B, Hv, Dk, Dv]
   if (cache) state = cache->delta_state[size_t(li)].index_select(0, slots).masked_fill(no_past.view({B, 1, 1, 1}), 0.0);
   at::Tensor final_state;
@@ -108,7 +129,7 @@ at::Tensor Transformer::linear_attention(const LayerParams& p, const at::Tensor&
   if (cache) cache->delta_state[size_t(li)].index_copy_(0, slots, final_state);
   // The gated RMSNorm over each value head, then out_proj.
   const at::Tensor rows = o.index({a.b_of_t, a.j_of_t});                                     // [T, Hv, Dv]
-  const at::Tensor z = dense(h, p.lin_z).to(at::kFloat).view({T, Hv, Dv});                  // [T, Hv, Dv]
+  const at::Tensor z = proj.z.view({T, Hv, Dv});                                            // [T, Hv, Dv]
   const at::Tensor normed = rows * at::rsqrt(rows.pow(2).mean(-1, true) + cfg_.rms_norm_eps) * as_used(p.lin_norm);
   const at::Tensor gated = (normed * at::silu(z)).view({T, Hv * Dv});                       // [T, Hv * Dv]
   return dense(bf16 ? gated.to(at::kBFloat16) : gated, p.lin_out).to(at::kFloat);           // [T, d]

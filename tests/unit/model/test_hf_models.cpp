@@ -118,7 +118,8 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenLogits,
                                            "qwen3_fp8", "glm4_moe_grouped", "glm4_moe_plain_bf16", "deepseek_v3",
                                            "deepseek_v3_no_q_lora_bf16", "glm4_moe_lite", "deepseek_v3_yarn",
                                            "qwen3_yarn", "deepseek_v3_fp8", "glm4_moe_fp8",
-                                           "deepseek_v3_linear_mscale", "qwen3_5", "qwen3_5_moe_bf16"));
+                                           "deepseek_v3_linear_mscale", "qwen3_5", "qwen3_5_moe_bf16",
+                                           "qwen3_next"));
 
 // Qwen3-MoE, Qwen2-MoE, Mixtral and GLM-4.5 (DeepSeekMoE): every token's top-k experts in every
 // sparse layer and the load-balancing loss (where transformers computes one) equal transformers'; replaying those experts gives the same logits, replaying
@@ -164,7 +165,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenMoe,
                          ::testing::Values("qwen3_moe", "qwen3_moe_step2_bf16", "qwen2_moe_shared", "mixtral",
                                            "glm4_moe_grouped", "glm4_moe_plain_bf16", "deepseek_v3",
                                            "deepseek_v3_no_q_lora_bf16", "glm4_moe_lite", "deepseek_v3_fp8",
-                                           "glm4_moe_fp8", "qwen3_5_moe_bf16"));
+                                           "glm4_moe_fp8", "qwen3_5_moe_bf16", "qwen3_next"));
 
 // GLM-4.5: config.json's DeepSeekMoE and attention fields as deck keys (the partial
 // rotary factor in rope_parameters, or defaulted to 0.5 as transformers does); the export's
