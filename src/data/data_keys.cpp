@@ -24,7 +24,7 @@ std::vector<KeySpec> data_keys() {
                  "with a chat template: a system message put first in every conversation that has none "
                  "(Qwen2.5-Instruct's default: \"You are Qwen, created by Alibaba Cloud. You are a helpful assistant.\")"),
       bool_key("data.enable_thinking", true,
-               "qwen3, glm45 and glm47 templates: false opens every generation with an empty <think></think> "
+               "qwen3, qwen3_5, glm45 and glm47 templates: false opens every generation with an empty <think></think> "
                "block (glm47: with </think>; glm45 also ends each user message with /nothink)"),
       bool_key("data.skip_bad_lines", false, "skip malformed prompt lines (counted in rollout/skipped_lines) instead of stopping")
   };

@@ -3,6 +3,8 @@
 // Jinja template on tests/fixtures/chat. Pure functions.
 #include "tokenizer/chat_renderers.h"
 
+#include <slimpi/error.h>
+
 namespace slimpi {
 namespace {
 
@@ -66,7 +68,19 @@ void render_tool_message(const std::vector<ChatMessage>& m, size_t i, std::strin
   if (i + 1 == m.size() || m[i + 1].role != "tool") *out += kImEnd;
 }
 
+// The last user message that is not a tool response (its content, as the template tests
+// it, stripped first by qwen3_5): assistant turns after it keep their reasoning. npos: none.
+size_t last_user_query(const std::vector<ChatMessage>& m, bool strip) {
+  for (size_t k = m.size(); k-- > 0;) {
+    const std::string c = strip ? strip_unicode_whitespace(m[k].content) : m[k].content;
+    if (m[k].role == "user" && !(starts_with(c, "<tool_response>") && ends_with(c, "</tool_response>"))) return k;
+  }
+  return std::string::npos;
+}
+
 }  // namespace
+
+bool has_user_query(const std::vector<ChatMessage>& m) { return last_user_query(m, true) != std::string::npos; }
 
 std::string render_chatml(const std::vector<ChatMessage>& m, bool gen) {
   std::string out;
@@ -93,16 +107,8 @@ std::string render_qwen3(const std::vector<ChatMessage>& m, bool enable_thinking
   const size_t n = m.size();
   std::string out;
   if (m[0].role == "system") out += std::string(kImStart) + "system\n" + m[0].content + kImEnd;
-  // The last user message that is not a tool response: assistant turns after it keep
-  // their reasoning.
-  size_t last_query = n - 1;
-  for (size_t k = n; k-- > 0;) {
-    const std::string& c = m[k].content;
-    if (m[k].role == "user" && !(starts_with(c, "<tool_response>") && ends_with(c, "</tool_response>"))) {
-      last_query = k;
-      break;
-    }
-  }
+  // Assistant turns after the last user query keep their reasoning (none: every turn).
+  const size_t found = last_user_query(m, false), last_query = found == std::string::npos ? n - 1 : found;
   for (size_t i = 0; i < n; ++i) {
     const ChatMessage& msg = m[i];
     if (msg.role == "user" || (msg.role == "system" && i > 0)) {
@@ -128,6 +134,44 @@ std::string render_qwen3(const std::vector<ChatMessage>& m, bool enable_thinking
 }
 
 
+
+// Qwen3.5 (its Jinja, the 4B-and-larger models' one): every content stripped first, then
+//   system     "<|im_start|>system\n{content}<|im_end|>\n", first only
+//   user       "<|im_start|>user\n{content}<|im_end|>\n"
+//   assistant  "<|im_start|>assistant\n" + ("<think>\n{reasoning.strip()}\n</think>\n\n" after the
+//              last user query, even when empty) + content (its <think> block split off as
+//              qwen3 splits it) + "<|im_end|>\n"
+//   tool       qwen3's <tool_response> blocks, the user turn opened unless the run starts the
+//              conversation
+// and the generation prompt "<|im_start|>assistant\n<think>\n" ("<think>\n\n</think>\n\n" without
+// thinking). parse_chat_messages refuses what the template raises on.
+std::string render_qwen3_5(const std::vector<ChatMessage>& m, bool enable_thinking, bool gen) {
+  const size_t n = m.size(), last_query = last_user_query(m, true);
+  SLIMPI_CHECK(last_query != std::string::npos, "qwen3_5 template: no user query in the conversation");
+  std::string out;
+  for (size_t i = 0; i < n; ++i) {
+    ChatMessage msg = m[i];
+    msg.content = strip_unicode_whitespace(msg.content);
+    if (msg.role == "system") {
+      SLIMPI_CHECK(i == 0, "qwen3_5 template: a system message after the first (message {})", i);
+      out += std::string(kImStart) + "system\n" + msg.content + kImEnd;
+    } else if (msg.role == "user") {
+      out += std::string(kImStart) + "user\n" + msg.content + kImEnd;
+    } else if (msg.role == "assistant") {
+      std::string content, reasoning;
+      split_reasoning(msg, &reasoning, &content);
+      out += std::string(kImStart) + "assistant\n";
+      if (i > last_query) out += "<think>\n" + strip_unicode_whitespace(reasoning) + "\n</think>\n\n";
+      out += content + kImEnd;
+    } else if (msg.role == "tool") {
+      if (i > 0 && m[i - 1].role != "tool") out += std::string(kImStart) + "user";
+      out += "\n<tool_response>\n" + msg.content + "\n</tool_response>";
+      if (i + 1 == n || m[i + 1].role != "tool") out += kImEnd;
+    }
+  }
+  if (gen) out += std::string(kImStart) + "assistant\n" + (enable_thinking ? "<think>\n" : "<think>\n\n</think>\n\n");
+  return out;
+}
 
 namespace {
 

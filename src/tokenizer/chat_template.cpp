@@ -25,6 +25,10 @@ const Registry<ChatTemplateSpec>& chat_templates() {
                       [](const Messages& m, const ChatFormat& f, bool gen) {
                         return render_qwen3(m, f.enable_thinking, gen);
                       }});
+    reg.add("qwen3_5", {ChatTemplate::Qwen3_5, "qwen3_5", "<|im_end|>", "", true, true, false,
+                        "<think>\n\n</think>\n\n", [](const Messages& m, const ChatFormat& f, bool gen) {
+                          return render_qwen3_5(m, f.enable_thinking, gen);
+                        }});
     reg.add("glm45", {ChatTemplate::Glm45, "glm45", "<|user|>", "<|observation|>", false, true, false,
                       "\n<think></think>", [](const Messages& m, const ChatFormat& f, bool gen) {
                         return render_glm45(m, f.enable_thinking, gen);
@@ -67,7 +71,13 @@ const char* chat_template_name(ChatTemplate t) { return chat_template_spec(t).na
 
 std::optional<ChatTemplate> recognise_chat_template(const std::string& jinja) {
   const auto has = [&](const char* marker) { return jinja.find(marker) != std::string::npos; };
-  if (has("<|im_start|>")) return has("<think>") ? ChatTemplate::Qwen3 : ChatTemplate::ChatML;
+  if (has("<|im_start|>") && has("<think>") && has("<function=") && has("<parameter=")) {
+    if (has("enable_thinking is false")) return ChatTemplate::Qwen3_5;
+    return std::nullopt;  // (Qwen3.5-0.8B / 2B: thinking off unless asked for)
+  }
+  // (Qwen3-2507 Thinking's, which Qwen3-Next-Thinking ships, always opens with <think>: no switch, not qwen3)
+  if (has("<|im_start|>") && has("<think>")) return has("enable_thinking") ? std::optional(ChatTemplate::Qwen3) : std::nullopt;
+  if (has("<|im_start|>")) return ChatTemplate::ChatML;
   if (has("<|start_header_id|>") && has("<|eot_id|>")) return ChatTemplate::Llama3;
   if (has("[gMASK]<sop>") && has("<|observation|>") && has("'\\n<think></think>'")) return ChatTemplate::Glm45;
   if (has("[gMASK]<sop>") && has("<|observation|>") && has("clear_thinking") && has("else '<think>'") &&
@@ -145,7 +155,7 @@ ChatFormat ChatFormat::from_deck(const Deck& deck, const Tokenizer& tokenizer) {
                     deck.source("data.system_prompt"), deck.source("data.chat_template"), rendering_templates());
   const ChatTemplateSpec& spec = chat_template_spec(f.chat_template);
   if (!f.enable_thinking && spec.thinking_off == nullptr)
-    SLIMPI_FAIL_ALL("data.enable_thinking = false ({}) is a switch of the qwen3, glm45 and glm47 templates; "
+    SLIMPI_FAIL_ALL("data.enable_thinking = false ({}) is a switch of the qwen3, qwen3_5, glm45 and glm47 templates; "
                     "data.chat_template = {} ({}) has none",
                     deck.source("data.enable_thinking"), chat_template_name(f.chat_template),
                     deck.source("data.chat_template"));
@@ -197,6 +207,15 @@ std::string parse_chat_messages(const nlohmann::json& value, ChatTemplate t, std
     if (msg.has_reasoning && msg.role != "assistant")
       return fmt::format("message {}: reasoning_content belongs to assistant messages, not {}", i, msg.role);
     out->push_back(std::move(msg));
+  }
+  if (t == ChatTemplate::Qwen3_5) {  // what Qwen3.5's template raises on
+    for (size_t i = 1; i < out->size(); ++i)
+      if ((*out)[i].role == "system")
+        return fmt::format("message {}: a system message after the first (the qwen3_5 template raises 'System "
+                           "message must be at the beginning.')", i);
+    if (!has_user_query(*out))
+      return "no user message that is not a <tool_response> (the qwen3_5 template raises 'No user query found in "
+             "messages.')";
   }
   return "";
 }

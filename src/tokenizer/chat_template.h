@@ -9,6 +9,12 @@
 //   qwen3        Qwen3: ChatML with the <think> rules (reasoning of assistant turns after the
 //                last user query is kept as a <think> block; the rest is dropped) and
 //                enable_thinking (false: an empty <think> block opens the generation)
+//   qwen3_5      Qwen3.5 (qwen3_5, qwen3_5_moe; the template of its 4B and larger models): qwen3's
+//                turns with every content stripped, a <think> block on every assistant turn
+//                after the last user query (empty when it has no reasoning), the generation
+//                opened with "<think>\n" (an empty block when thinking is off); a system
+//                message only first and a conversation with a user query, as its template
+//                raises otherwise (refused by parse_chat_messages)
 //   glm45        GLM-4.5 / GLM-4.5-Air (glm4_moe): "[gMASK]<sop>", <|system|> <|user|>
 //                <|assistant|> <|observation|> openers and no closing marker (the next
 //                message's opener ends a turn); every assistant turn has a <think> block;
@@ -57,16 +63,16 @@ class Tokenizer;
 struct ChatMessage {
   std::string role;
   std::string content;
-  bool has_reasoning = false;  // reasoning_content given (qwen3, glm45, glm47), possibly ""
+  bool has_reasoning = false;  // reasoning_content given (qwen3, qwen3_5, glm45, glm47), possibly ""
   std::string reasoning;
 };
 
-enum class ChatTemplate { None, ChatML, Llama3, Qwen3, Glm45, Glm47, DeepSeekR1, DeepSeekV3 };
+enum class ChatTemplate { None, ChatML, Llama3, Qwen3, Qwen3_5, Glm45, Glm47, DeepSeekR1, DeepSeekV3 };
 
 struct ChatFormat {
   ChatTemplate chat_template = ChatTemplate::None;
   std::string system_prompt;     // "" = none
-  bool enable_thinking = true;   // qwen3, glm45 and glm47
+  bool enable_thinking = true;   // qwen3, qwen3_5, glm45 and glm47
   std::string bos_token;         // llama3, deepseek_r1, deepseek_v3: the text the template starts with
 
   bool enabled() const { return chat_template != ChatTemplate::None; }
@@ -92,7 +98,7 @@ struct ChatTemplateSpec {
   const char* end_of_turn;       // the text that ends an assistant turn ("" for none)
   const char* tool_end_of_turn;  // what ends a turn followed by tool results, when not end_of_turn ("" = same)
   bool reply_closes_itself;      // a rendered assistant turn ends with end_of_turn (GLM: the next opener does)
-  bool reads_reasoning;          // accepts an assistant message's reasoning_content (qwen3, glm45, glm47)
+  bool reads_reasoning;          // accepts an assistant message's reasoning_content (qwen3, qwen3_5, glm45, glm47)
   bool needs_bos;                // starts with the tokenizer's bos_token (llama3, deepseek_r1, deepseek_v3)
   const char* thinking_off;      // the generation prompt's tail under enable_thinking = false;
                                  // nullptr = the template has no thinking switch
@@ -105,7 +111,10 @@ ChatTemplate parse_chat_template(const std::string& name);  // throws on an unkn
 const char* chat_template_name(ChatTemplate t);
 
 // Which built-in template a model's shipped Jinja template is, by the markers it writes:
-// <|im_start|> with <think> = qwen3, <|im_start|> = chatml, <|start_header_id|> with
+// <|im_start|> with <think> and <function=...> tool calls opening the generation with
+// <think> unless thinking is off = qwen3_5 (its 0.8B/2B variant, thinking off unless
+// asked, is not), <|im_start|> with <think> and the enable_thinking switch = qwen3 (Qwen3-2507
+// Thinking's, always opening with <think>, is not), <|im_start|> = chatml, <|start_header_id|> with
 // <|eot_id|> = llama3, [gMASK]<sop> with <|observation|> and '\n<think></think>' = glm45,
 // [gMASK]<sop> with <|observation|>, clear_thinking and an "else '<think>'" generation
 // prompt but no reasoning_effort = glm47 (GLM-5's templates are neither), <｜User｜> and

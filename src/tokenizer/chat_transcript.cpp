@@ -56,7 +56,7 @@ ChatTranscript::ChatTranscript(const ChatFormat& format) : format_(format) {
 
 void ChatTranscript::add_model_turn(const std::string& text, const std::string& sampled_end) {
   if (!format_.enabled()) return;
-  // Without thinking (qwen3, glm45, glm47) the generation prompt opened the turn with an empty
+  // Without thinking (qwen3, qwen3_5, glm45, glm47) the generation prompt opened the turn with an empty
   // <think> block: the turn's message carries it, as the model's own text would.
   const char* thinking_off = chat_template_spec(format_.chat_template).thinking_off;
   const bool empty_think = thinking_off != nullptr && !format_.enable_thinking;

@@ -103,6 +103,68 @@ std::vector<ToolCall> parse_glm_calls(const std::string& text) {
   return calls;
 }
 
+// Qwen3.5's calls (Qwen3-Coder's XML form, as SGLang's and vLLM's qwen3_coder parsers read it):
+//   <tool_call>\n<function=NAME>\n(<parameter=KEY>\nVALUE\n</parameter>\n)*</function>\n</tool_call>
+// A value loses one leading and one trailing newline; one that parses as JSON is that JSON
+// value, any other the string as written (the parsers convert by the tool's schema, which
+// slimpi does not have: a string-typed argument that looks like a number arrives as one).
+ToolCall from_qwen_xml_body(const std::string& body, const std::string& raw) {
+  ToolCall call;
+  call.raw = raw;
+  const size_t fn = body.find("<function=");
+  const size_t name_end = fn == std::string::npos ? fn : body.find('>', fn);
+  const size_t fn_end = name_end == std::string::npos ? name_end : body.find("</function>", name_end);
+  if (fn_end == std::string::npos) {
+    call.error = "not <function=NAME>...</function>";
+    return call;
+  }
+  const std::string name = body.substr(fn + 10, name_end - fn - 10);
+  if (name.empty() || name.find_first_of(" \t\r\n<") != std::string::npos) {
+    call.error = "no function name in <function=...>";
+    return call;
+  }
+  nlohmann::json args = nlohmann::json::object();
+  const std::string params = body.substr(name_end + 1, fn_end - name_end - 1);
+  for (size_t at = params.find("<parameter="); at != std::string::npos; at = params.find("<parameter=", at)) {
+    const size_t key_end = params.find('>', at);
+    const size_t value_end = key_end == std::string::npos ? key_end : params.find("</parameter>", key_end);
+    if (value_end == std::string::npos) {
+      call.error = "a <parameter=...> without its closing </parameter>";
+      return call;
+    }
+    const std::string key = params.substr(at + 11, key_end - at - 11);
+    if (args.contains(key)) {
+      call.error = "argument '" + key + "' given twice";
+      return call;
+    }
+    std::string value = params.substr(key_end + 1, value_end - key_end - 1);
+    if (!value.empty() && value.front() == '\n') value.erase(0, 1);
+    if (!value.empty() && value.back() == '\n') value.pop_back();
+    const nlohmann::json parsed = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
+    args[key] = parsed.is_discarded() ? nlohmann::json(value) : parsed;
+    at = value_end + 12;
+  }
+  call.name = name;
+  call.arguments_json = args.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return call;
+}
+
+// <tool_call> ... </tool_call> blocks, each body parsed by `body_call`.
+std::vector<ToolCall> parse_blocks(const std::string& text, ToolCall (*body_call)(const std::string&, const std::string&)) {
+  std::vector<ToolCall> calls;
+  for (size_t at = text.find(kOpen); at != std::string::npos; at = text.find(kOpen, at)) {
+    const size_t body = at + std::string(kOpen).size();
+    const size_t end = text.find(kClose, body);
+    if (end == std::string::npos) {  // an unclosed call (the turn ran out of tokens)
+      calls.push_back({"", "", text.substr(at), "no closing </tool_call>"});
+      break;
+    }
+    calls.push_back(body_call(text.substr(body, end - body), text.substr(at, end + std::string(kClose).size() - at)));
+    at = end + std::string(kClose).size();
+  }
+  return calls;
+}
+
 // DeepSeek-V3 / R1 calls: <｜tool▁call▁begin｜>TYPE<｜tool▁sep｜>NAME\n```json\nARGS\n```<｜tool▁call▁end｜>,
 // inside <｜tool▁calls▁begin｜> ... <｜tool▁calls▁end｜>.
 constexpr const char* kDsCallBegin = "<｜tool▁call▁begin｜>";
@@ -151,6 +213,7 @@ std::vector<ToolCall> parse_deepseek_calls(const std::string& text) {
 
 std::vector<ToolCall> parse_tool_calls(const std::string& text, ChatTemplate t) {
   if (t == ChatTemplate::Glm45 || t == ChatTemplate::Glm47) return parse_glm_calls(text);
+  if (t == ChatTemplate::Qwen3_5) return parse_blocks(text, from_qwen_xml_body);
   if (t == ChatTemplate::DeepSeekR1 || t == ChatTemplate::DeepSeekV3) return parse_deepseek_calls(text);
   std::vector<ToolCall> calls;
   if (t == ChatTemplate::Llama3) {

@@ -8,6 +8,9 @@
 //   glm45, glm47         <tool_call>NAME\n<arg_key>K</arg_key>\n<arg_value>V</arg_value>\n...
 //                        </tool_call> blocks (GLM-4.5; GLM-4.7's form is the same without
 //                        the newlines); a value that parses as JSON is that value, else a string
+//   qwen3_5              <tool_call>\n<function=NAME>\n<parameter=K>\nV\n</parameter>\n...</function>
+//                        \n</tool_call> blocks (Qwen3.5, Qwen3-Coder's XML form); a value that
+//                        parses as JSON is that value, else a string
 //   deepseek_r1, _v3     <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{...}\n```
 //                        <｜tool▁call▁end｜> blocks (DeepSeek-V3 / R1), any number per turn
 // A block that is malformed (not valid JSON, no string "name", ...) is still returned, with

@@ -76,6 +76,32 @@ TEST(ToolCalls, GlmKeyValueBlocks) {
   EXPECT_EQ(tool_call_stop(ChatTemplate::Glm47), "</tool_call>");
 }
 
+// Qwen3.5 (Qwen3-Coder's XML form): one newline trimmed off each end of a value; a value
+// that parses as JSON is that value, any other the string.
+TEST(ToolCalls, Qwen3_5XmlFunctionBlocks) {
+  const std::string text =
+      "I will look.\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nNew York\n</parameter>\n"
+      "<parameter=days>\n3\n</parameter>\n<parameter=opts>\n{\"unit\": \"C\"}\n</parameter>\n"
+      "<parameter=note>\ntwo\nlines\n</parameter>\n</function>\n</tool_call>\n"
+      "<tool_call>\n<function=now>\n</function>\n</tool_call>"
+      "<tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\n<parameter=a>\n2\n</parameter>\n</function>\n</tool_call>"
+      "<tool_call>\n{\"name\": \"hermes\"}\n</tool_call>"
+      "<tool_call>\n<function=g>\n<parameter=a>\n1\n</function>\n</tool_call>"
+      "<tool_call>\n<function=h>";
+  const std::vector<ToolCall> calls = parse_tool_calls(text, ChatTemplate::Qwen3_5);
+  ASSERT_EQ(calls.size(), 6u);
+  EXPECT_EQ(calls[0].name, "get_weather");
+  EXPECT_EQ(calls[0].arguments_json, R"({"city":"New York","days":3,"note":"two\nlines","opts":{"unit":"C"}})");
+  EXPECT_EQ(calls[0].error, "");
+  EXPECT_EQ(calls[1].name, "now");
+  EXPECT_EQ(calls[1].arguments_json, "{}");
+  EXPECT_EQ(calls[2].error, "argument 'a' given twice");
+  EXPECT_EQ(calls[3].error, "not <function=NAME>...</function>");
+  EXPECT_EQ(calls[4].error, "a <parameter=...> without its closing </parameter>");
+  EXPECT_EQ(calls[5].error, "no closing </tool_call>");
+  EXPECT_EQ(tool_call_stop(ChatTemplate::Qwen3_5), "</tool_call>");
+}
+
 TEST(ToolCalls, DeepSeekFencedJsonBlocks) {
   const std::string text =
       "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Paris\"}\n```"
@@ -169,6 +195,24 @@ TEST(ChatTranscript, Glm47TurnsKeepTheirOpenedThinkBlock) {
   ChatTranscript empty(format(ChatTemplate::Glm47));
   empty.add_model_turn("</think>answer", "<|user|>");
   EXPECT_EQ(empty.add_observation({{"user", "more", false, ""}}, &why), "");
+  EXPECT_NE(why.find("rewrites the conversation's history"), std::string::npos) << why;
+}
+
+// Qwen3.5: the generation opens with "<think>\n"; after a tool round the turn still follows
+// the last user query, so its opened <think> block stays and the episode continues; a new
+// user message drops the earlier turns' reasoning (their opened "<think>\n" with it): refused.
+TEST(ChatTranscript, Qwen3_5ToolRoundsKeepTheThinkBlock) {
+  ChatTranscript t(format(ChatTemplate::Qwen3_5));
+  std::string why;
+  t.add_model_turn("plan\n</think>\n\n<tool_call>\n<function=f>\n<parameter=x>\n1\n</parameter>\n</function>\n"
+                   "</tool_call>",
+                   "");
+  EXPECT_EQ(t.add_observation({{"tool", "2", false, ""}}, &why),
+            "<|im_end|>\n<|im_start|>user\n<tool_response>\n2\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+            "<think>\n");
+  EXPECT_EQ(why, "");
+  t.add_model_turn("x is 2\n</think>\n\nIt is 2.", "<|im_end|>");
+  EXPECT_EQ(t.add_observation({{"user", "thanks", false, ""}}, &why), "");
   EXPECT_NE(why.find("rewrites the conversation's history"), std::string::npos) << why;
 }
 

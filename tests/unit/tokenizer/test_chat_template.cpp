@@ -54,9 +54,11 @@ TEST(ChatTemplate, RendersAndEncodesAsTransformersDoes) {
     ++per_setting[c["setting"]];
   }
   EXPECT_EQ(failures, 0);
-  // chatml_qwen2.5, chatml_plain, llama3, qwen3, qwen3_no_thinking, glm45, glm45_no_thinking, glm47,
-  // glm47_no_thinking, deepseek_r1, deepseek_v3
-  EXPECT_EQ(per_setting.size(), 11u);
+  // chatml_qwen2.5, chatml_plain, llama3, qwen3, qwen3_no_thinking, qwen3_5, qwen3_5_no_thinking, glm45,
+  // glm45_no_thinking, glm47, glm47_no_thinking, deepseek_r1, deepseek_v3
+  EXPECT_EQ(per_setting.size(), 13u);
+  EXPECT_EQ(per_setting["qwen3_5"], 52);
+  EXPECT_EQ(per_setting["qwen3_5_no_thinking"], 52);
   EXPECT_EQ(per_setting["deepseek_v3"], 50);
   EXPECT_EQ(per_setting["glm45"], 56);
   EXPECT_EQ(per_setting["glm47"], 56);
@@ -78,6 +80,20 @@ TEST(ChatTemplate, RecognisesShippedTemplatesByTheirMarkers) {
   EXPECT_EQ(recognise_chat_template("{%- if enable_thinking is defined %}<think>\\n\\n</think>{%- endif %}"
                                     "{{- '<|im_start|>assistant\\n' }}"),
             ChatTemplate::Qwen3);
+  // Qwen3-2507 Thinking's (Qwen3-Next-80B-A3B-Thinking): <think> always opens the generation, no switch.
+  EXPECT_EQ(recognise_chat_template("{{- '<|im_start|>' + message.role }}{{- '<|im_start|>assistant\\n<think>\\n' }}"),
+            std::nullopt);
+  // Qwen3.5's (Qwen/Qwen3.5-27B): XML tool calls, <think> opening the generation unless
+  // thinking is off; its 0.8B / 2B variant opens it only when asked: not it.
+  const std::string qwen3_5 =
+      "{{- '<|im_start|>' + message.role }}{{- '<tool_call>\\n<function=' + tool_call.name + '>\\n' }}"
+      "{{- '<parameter=' + args_name + '>\\n' }}{{- '<|im_start|>assistant\\n' }}";
+  EXPECT_EQ(recognise_chat_template(qwen3_5 + "{%- if enable_thinking is defined and enable_thinking is false %}"
+                                    "{{- '<think>\\n\\n</think>\\n\\n' }}{%- else %}{{- '<think>\\n' }}"),
+            ChatTemplate::Qwen3_5);
+  EXPECT_EQ(recognise_chat_template(qwen3_5 + "{%- if enable_thinking is defined and enable_thinking is true %}"
+                                    "{{- '<think>\\n' }}{%- else %}{{- '<think>\\n\\n</think>\\n\\n' }}"),
+            std::nullopt);
   EXPECT_EQ(recognise_chat_template("{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'"
                                     " + message['content'] | trim + '<|eot_id|>' }}"),
             ChatTemplate::Llama3);
@@ -137,6 +153,17 @@ TEST(ChatTemplate, RefusesWhatItCannotRender) {
   EXPECT_NE(problem(R"([{"role": "user", "content": "a", "reasoning_content": "r"}])", ChatTemplate::Qwen3)
                 .find("assistant messages"),
             std::string::npos);
+  // What Qwen3.5's template raises on: a late system message, no user query.
+  EXPECT_NE(problem(R"([{"role": "user", "content": "a"}, {"role": "system", "content": "s"}])", ChatTemplate::Qwen3_5)
+                .find("System message must be at the beginning"),
+            std::string::npos);
+  EXPECT_NE(problem(R"([{"role": "system", "content": "s"}])", ChatTemplate::Qwen3_5).find("No user query"),
+            std::string::npos);
+  EXPECT_NE(problem(R"([{"role": "user", "content": " <tool_response>x</tool_response>\n"}])", ChatTemplate::Qwen3_5)
+                .find("No user query"),
+            std::string::npos);
+  EXPECT_EQ(problem(R"([{"role": "system", "content": "s"}, {"role": "user", "content": "q"}])", ChatTemplate::Qwen3_5),
+            "");
   EXPECT_THROW(parse_chat_template("chatml2"), Error);
 }
 
