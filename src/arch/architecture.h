@@ -58,6 +58,8 @@ struct Architecture {
   // config.json holds the text model's fields in "text_config" (a multimodal class whose
   // text model slimpi runs); "architectures" stays the top level's.
   bool nested_text_config = false;
+  // Every layer sparse (Qwen3.5-MoE): config.json may leave out intermediate_size.
+  bool no_dense_layers = false;
   // Tensors of this family's files that the text model does not take (a vision tower,
   // MTP layers slimpi does not read): skipped on load, counted in one log line.
   bool (*not_loaded)(const std::string& file_name) = nullptr;

@@ -37,16 +37,19 @@ void read_layer_types(const nlohmann::json& c, HfConfigReader& r) {
   }
   int64_t interval = 0;
   bool ok = it->is_array() && !it->empty();
+  if (ok && get_int(c, "num_hidden_layers") && int64_t(it->size()) != *get_int(c, "num_hidden_layers")) {
+    r.fail("layer_types has {} entries for num_hidden_layers = {}", it->size(), *get_int(c, "num_hidden_layers"));
+    return;
+  }
   for (size_t l = 0; ok && l < it->size(); ++l) {
     const nlohmann::json& t = (*it)[l];
     if (t == "full_attention" && interval == 0) interval = int64_t(l) + 1;
     ok = t == "linear_attention" || t == "full_attention";
   }
-  if (ok && interval == 0) interval = int64_t(it->size()) + 1;  // (no full-attention layer: all linear)
-  for (size_t l = 0; ok && l < it->size(); ++l)
+  for (size_t l = 0; ok && interval > 0 && l < it->size(); ++l)
     ok = ((*it)[l] == "full_attention") == ((int64_t(l) + 1) % interval == 0);
-  if (!ok)
-    r.fail("layer_types = {} is not supported: linear_attention layers with every n-th layer full_attention",
+  if (!ok || interval <= 1)  // (interval 1: no linear layer; none: no full-attention layer)
+    r.fail("layer_types = {} is not supported: linear_attention layers with every n-th layer (n > 1) full_attention",
            it->dump());
   else
     r.set("model.full_attention_interval", interval, "layer_types");
@@ -83,7 +86,7 @@ void read_hybrid_moe(const nlohmann::json& c, HfConfigReader& r) {
 
 bool fits_hybrid(const ModelConfig& cfg) {
   return cfg.is_hybrid() && cfg.qk_norm && cfg.attn_output_gate && cfg.zero_centered_norm && !cfg.is_mla() &&
-         !cfg.linear_fused_projections &&
+         !cfg.linear_fused_projections && cfg.moe_n_group == 1 && cfg.moe_routed_scaling_factor == 1.0 &&
          cfg.moe_router == "softmax" && !cfg.moe_router_bias && cfg.n_shared_experts == 0 &&
          cfg.first_k_dense_replace == 0 && cfg.mtp_num_layers == 0;
 }
@@ -127,6 +130,7 @@ Architecture hybrid_family(const char* model_type, const char* hf_class, bool mo
   a.moe = moe;
   a.hybrid = true;
   a.nested_text_config = multimodal;
+  a.no_dense_layers = moe;
   a.read_config = moe ? +[](const nlohmann::json& c, HfConfigReader& r) {
     read_hybrid(c, r);
     read_hybrid_moe(c, r);
@@ -136,7 +140,10 @@ Architecture hybrid_family(const char* model_type, const char* hf_class, bool mo
   };
   // (a model exports as the text class; the multimodal one is read only)
   a.fits = multimodal ? +[](const ModelConfig&) { return false; }
-           : moe      ? +[](const ModelConfig& cfg) { return fits_hybrid(cfg) && cfg.shared_expert_intermediate_size > 0; }
+           : moe      ? +[](const ModelConfig& cfg) {
+                          return fits_hybrid(cfg) && cfg.shared_expert_intermediate_size > 0 && cfg.norm_topk_prob &&
+                                 cfg.moe_layer_freq == 1;
+                        }
                       : +[](const ModelConfig& cfg) { return fits_hybrid(cfg); };
   a.write_config = moe ? write_hybrid_moe : write_hybrid;
   if (multimodal) {
@@ -160,6 +167,7 @@ std::string same_name(const std::string& name) { return name; }
 
 Architecture qwen3_next_architecture() {
   Architecture a = hybrid_family("qwen3_next", "Qwen3NextForCausalLM", true, false);
+  a.no_dense_layers = false;  // (decoder_sparse_step > 1 leaves dense layers)
   a.read_config = [](const nlohmann::json& c, HfConfigReader& r) {
     read_hybrid(c, r);
     r.set("model.linear_fused_projections", true, "architectures (Qwen3-Next: in_proj_qkvz, in_proj_ba)");
@@ -169,6 +177,7 @@ Architecture qwen3_next_architecture() {
   a.fits = [](const ModelConfig& cfg) {
     return cfg.is_hybrid() && cfg.qk_norm && cfg.attn_output_gate && cfg.zero_centered_norm &&
            cfg.linear_fused_projections && cfg.moe_router == "softmax" && !cfg.moe_router_bias &&
+           cfg.moe_n_group == 1 && cfg.moe_routed_scaling_factor == 1.0 &&
            cfg.n_shared_experts == 0 && cfg.first_k_dense_replace == 0 && cfg.mtp_num_layers == 0 &&
            cfg.shared_expert_intermediate_size > 0;
   };

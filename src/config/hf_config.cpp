@@ -134,12 +134,12 @@ void resolve_rope(const json& c, HfConfigReader& r) {
 }
 
 // Fields that change the math and that this model does not implement (any family).
-void refuse_unsupported_fields(const json& c, HfConfigReader& r) {
+void refuse_unsupported_fields(const json& c, HfConfigReader& r, bool hybrid) {
   const std::string act = c.value("hidden_act", std::string("silu"));
   if (act != "silu") r.fail("hidden_act '{}' is not supported (silu)", act);
   if (get_bool(c, "mlp_bias").value_or(false)) r.fail("mlp_bias = true is not supported");
   if (get_bool(c, "use_sliding_window").value_or(false)) r.fail("use_sliding_window = true is not supported");
-  if (auto it = c.find("layer_types"); it != c.end() && it->is_array() && !r.has("model.full_attention_interval"))
+  if (auto it = c.find("layer_types"); it != c.end() && it->is_array() && !hybrid)  // (hybrid families read their own)
     for (const auto& t : *it)
       if (t != "full_attention") {
         r.fail("layer_types has '{}' layers: only full_attention is supported", t.dump());
@@ -190,7 +190,8 @@ HfConfigReader resolve(const std::string& file, const json& top) {
   r.required(c, "hidden_size", "model.hidden_size");
   r.required(c, "num_hidden_layers", "model.n_layers");
   r.required(c, "num_attention_heads", "model.n_heads");
-  if (!arch->moe || c.contains("intermediate_size")) r.required(c, "intermediate_size", "model.intermediate_size");
+  if (!arch->no_dense_layers || c.contains("intermediate_size"))
+    r.required(c, "intermediate_size", "model.intermediate_size");
   const int64_t heads = get_int(c, "num_attention_heads").value_or(1);
   const int64_t kv_heads = get_int(c, "num_key_value_heads").value_or(heads);
   if (kv_heads <= 0) r.fail("'num_key_value_heads' = {} must be positive", kv_heads);
@@ -211,7 +212,7 @@ HfConfigReader resolve(const std::string& file, const json& top) {
       break;
     }
   arch->read_config(c, r);
-  refuse_unsupported_fields(c, r);
+  refuse_unsupported_fields(c, r, arch->hybrid);
   // What a family leaves unset is the plain model's (softmax routing, whole rotary heads,
   // no latent attention): a deck that sets one of these otherwise would change the
   // checkpoint's math, which apply_hf_config then refuses as a contradiction.

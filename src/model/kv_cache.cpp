@@ -15,8 +15,9 @@ KvCache KvCache::allocate(const ModelConfig& cfg, int64_t n_slots, const at::Ten
   const auto [heads, dim, rows] = kv_cache_row(cfg, tensor_parallel, latent);
   c.values_are_keys = rows == 1;
   for (int64_t l = 0; l < cfg.n_layers + std::min(mtp_layers, cfg.mtp_num_layers); ++l) {
-    c.k.push_back(at::zeros({n_slots, l < cfg.n_layers && cfg.is_linear_layer(l) ? 0 : heads, dim}, options));
-    c.v.push_back(c.values_are_keys ? c.k.back() : at::zeros({n_slots, heads, dim}, options));
+    const int64_t layer_heads = l < cfg.n_layers && cfg.is_linear_layer(l) ? 0 : heads;  // (a linear layer caches none)
+    c.k.push_back(at::zeros({n_slots, layer_heads, dim}, options));
+    c.v.push_back(c.values_are_keys ? c.k.back() : at::zeros({n_slots, layer_heads, dim}, options));
   }
   if (options.dtype() == at::kFloat8_e4m3fn)
     for (size_t l = 0; l < c.k.size(); ++l) {  // the fixed policy: 1 per kv head

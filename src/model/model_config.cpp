@@ -172,7 +172,14 @@ namespace {
 
 // The Gated DeltaNet keys: heads and dimensions given, value heads a multiple of key heads.
 void check_linear_attention(const ModelConfig& c, const Deck& deck) {
-  if (!c.is_hybrid()) return;
+  if (!c.is_hybrid()) {
+    for (const char* k : {"model.attn_output_gate", "model.zero_centered_norm", "model.linear_fused_projections"})
+      if (deck.get_bool(k))
+        SLIMPI_FAIL_ALL("{} = true ({}) is Qwen3.5's and Qwen3-Next's, which go with Gated DeltaNet layers: set "
+                        "model.full_attention_interval > 1 ({}) or drop the key (no other family has it)",
+                        k, deck.source(k), deck.source("model.full_attention_interval"));
+    return;
+  }
   const char* keys[] = {"model.linear_num_key_heads", "model.linear_num_value_heads", "model.linear_key_head_dim",
                         "model.linear_value_head_dim"};
   for (const char* k : keys)

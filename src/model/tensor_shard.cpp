@@ -41,7 +41,10 @@ ParameterSplit parameter_split(const std::string& full_name, const ModelConfig& 
   const int64_t hd = cfg.head_dim(), q = cfg.n_heads * hd, kv = cfg.n_kv_heads * hd, f = cfg.intermediate_size;
   if (name == "model.embed_tokens.weight" || name == "lm_head.weight")
     return {0, cfg.vocab_size, padded_vocab_size(cfg.vocab_size, t)};
-  if (ends_with(name, ".self_attn.q_proj.weight") || ends_with(name, ".self_attn.q_proj.bias")) return {0, q, q};
+  if (ends_with(name, ".self_attn.q_proj.weight") || ends_with(name, ".self_attn.q_proj.bias")) {
+    const int64_t rows = cfg.attn_output_gate ? 2 * q : q;  // (gated: each head's query and gate rows, contiguous)
+    return {0, rows, rows};
+  }
   if (ends_with(name, ".self_attn.k_proj.weight") || ends_with(name, ".self_attn.k_proj.bias") ||
       ends_with(name, ".self_attn.v_proj.weight") || ends_with(name, ".self_attn.v_proj.bias"))
     return {0, kv, kv, kv_head_replicas(cfg, t)};

@@ -105,7 +105,9 @@ class Transformer {
   at::Device device() const { return device_; }
   at::ScalarType weight_dtype() const { return weights_; }
   // Padded-attention scores (B · heads · longest²) above which packed sequences attend
-  // without padding. Default kPaddedAttentionBudget; 0 = always unpadded.
+  // without padding (and, for Gated DeltaNet layers, padded q/k/v channels, B · longest ·
+  // conv_dim, above which each sequence runs alone). Default kPaddedAttentionBudget; 0 =
+  // always unpadded.
   static constexpr int64_t kPaddedAttentionBudget = int64_t(1) << 22;
   int64_t padded_attention_budget() const { return padded_attention_budget_; }
   void set_padded_attention_budget(int64_t elements) { padded_attention_budget_ = elements; }

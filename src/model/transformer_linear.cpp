@@ -9,13 +9,16 @@
 //   out = (rmsnorm_Dv(o) · w_norm · silu(h · W_z^T)) · W_out^T
 // The convolution sees only its own sequence's past: zeros before position 0, and in an
 // incremental forward the last K - 1 inputs before the new tokens (the cache's conv state).
-// The rule runs in fp32 from fp32 q/k/v (the projections are rounded as the forward's
-// precision says), its state carried in fp32.
+// The projections and out_proj run in the forward's precision (a bf16 forward rounds them,
+// and the weights, to bf16); the convolution, the rule, its state and the gated norm run in
+// fp32 whatever it is.
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <slimpi/error.h>
 
 #include <cmath>
+#include <optional>
 
 #include "kernels/small_batch_linear.h"
 #include "model/forward_context.h"
@@ -59,6 +62,17 @@ at::Tensor Transformer::linear_attention_block(const LayerParams& p, const at::T
   SLIMPI_CHECK(!f.tp, "Gated DeltaNet layers under tensor parallelism are not implemented");
   const at::Tensor h = rms_norm(x, f.norm_weight(p.input_norm), cfg_.rms_norm_eps);  // [T, d]
   const AttentionLayout& a = f.layout;
+  // Packed sequences are padded to the longest; past the padded budget (in elements of the
+  // q/k/v channels, as attention's is in scores) each sequence runs alone instead.
+  if (!f.cache && a.n_seqs > 1 && a.n_seqs * a.max_new * cfg_.linear_conv_dim() > padded_attention_budget_) {
+    std::vector<at::Tensor> outs;
+    int64_t start = 0;
+    for (int64_t n : a.seq_lens) {
+      outs.push_back(linear_attention(p, h.narrow(0, start, n), packed_layout({n}, h.device()), nullptr));
+      start += n;
+    }
+    return at::cat(outs);  // [T, d]
+  }
   if (a.parts.empty()) return linear_attention(p, h, a, f.cache);
   // Decode rows and prefill chunks apart: the decode rows take the recurrent step, unpadded.
   at::Tensor out = at::empty({h.size(0), cfg_.hidden_size}, h.options().dtype(at::kFloat));
@@ -93,8 +107,12 @@ at::Tensor Transformer::linear_attention(const LayerParams& p, const at::Tensor&
     no_past = at::tensor(fresh, at::kByte).to(at::kBool).to(h.device());
   }
 
+  const Projections proj = project(h, p, cfg_);  // (rounded to bf16 by a bf16 forward's autocast)
+  // From here to the gated norm everything runs in fp32, the bf16 forward's too (autocast
+  // would run the convolution and the rule's products in bf16 and round the state).
+  std::optional<c10::impl::ExcludeDispatchKeyGuard> fp32;
+  if (bf16) fp32.emplace(c10::autocast_dispatch_keyset);
   // The convolution over each sequence's q/k/v channels, its K - 1 inputs before the new ones first.
-  const Projections proj = project(h, p, cfg_);
   const at::Tensor& mixed = proj.qkv;                                    // [T, C]
   const at::Tensor fresh_in = padded(mixed, a).transpose(1, 2);         // [B, C, L]
   at::Tensor past = at::zeros({B, C, past_len}, fresh_in.options());    // [B, C, K - 1]
@@ -132,7 +150,8 @@ at::Tensor Transformer::linear_attention(const LayerParams& p, const at::Tensor&
   const at::Tensor z = proj.z.view({T, Hv, Dv});                                            // [T, Hv, Dv]
   const at::Tensor normed = rows * at::rsqrt(rows.pow(2).mean(-1, true) + cfg_.rms_norm_eps) * as_used(p.lin_norm);
   const at::Tensor gated = (normed * at::silu(z)).view({T, Hv * Dv});                       // [T, Hv * Dv]
-  return dense(bf16 ? gated.to(at::kBFloat16) : gated, p.lin_out).to(at::kFloat);           // [T, d]
+  fp32.reset();
+  return dense(gated, p.lin_out).to(at::kFloat);  // [T, d] (out_proj in the forward's precision)
 }
 
 }  // namespace slimpi

@@ -115,6 +115,8 @@ void Engine::add_request(const GenerationRequest& request) {
 
 void Engine::add_prefilled(const GenerationRequest& request, KvTransfer kv) {
   SLIMPI_CHECK(!cfg_.prefill_only, "group {}: a prefill engine does not take prefilled prompts", request.group_index);
+  SLIMPI_CHECK(!hybrid(), "group {}: prefilled prompts for a hybrid linear-attention model (its linear layers' state "
+               "does not travel with the KV rows)", request.group_index);
   SLIMPI_CHECK(kv.group_index == request.group_index && kv.n_positions == int64_t(request.prompt.size()) - 1,
                "group {}: the KV rows handed over are group {}'s {} positions, not this prompt's first {}",
                request.group_index, kv.group_index, kv.n_positions, int64_t(request.prompt.size()) - 1);

@@ -188,7 +188,7 @@ fails no_tokenizer "tokenizer.path = \"$out\" (--set): no tokenizer.json there" 
   --set tokenizer.path="$out"
 fails messages_without_template "chat_prompts.jsonl:1: key 'messages': holds a list of messages" \
   generate "$out/deck.toml" --set data.path="$out/chat_prompts.jsonl" --set data.input_key=messages
-fails thinking_without_qwen3 "data.enable_thinking = false (--set) is a switch of the qwen3, glm45 and glm47 templates" \
+fails thinking_without_qwen3 "data.enable_thinking = false (--set) is a switch of the qwen3, qwen3_5, glm45 and glm47 templates" \
   run "$out/deck.toml" --set data.chat_template=chatml --set data.enable_thinking=false
 fails llama3_without_bos "data.chat_template = llama3 (--set) starts every conversation with the tokenizer's bos_token" \
   run "$out/deck.toml" --set data.chat_template=llama3

@@ -278,6 +278,37 @@ TEST_F(HfDir, Glm4NextnLayerLoadsAsAnMoeMtpDepth) {
 // Mixtral: its config reads as every layer sparse with the expert width in
 // intermediate_size; its tensor names (block_sparse_moe.*, w1 / w3 / w2) map to slimpi's;
 // a sliding window that could act and router jitter are refused.
+// Qwen3.5's config: what its families cannot be is refused, naming the field.
+TEST_F(HfDir, Qwen3_5ConfigsThatAreNotItAreErrors) {
+  auto error_of = [&](const std::function<void(nlohmann::json&)>& edit) {
+    fs::remove_all(tmp_ / "qwen3_5");  // (each case its own copy)
+    return deck_error(edited("qwen3_5", edit));
+  };
+  EXPECT_NE(error_of([](auto& c) { c["text_config"]["layer_types"] = {"linear_attention", "full_attention"}; })
+                .find("layer_types has 2 entries for num_hidden_layers = 4"),
+            std::string::npos);
+  EXPECT_NE(error_of([](auto& c) {
+              c["text_config"]["layer_types"] = {"full_attention", "full_attention", "full_attention", "full_attention"};
+            }).find("is not supported"),
+            std::string::npos);
+  EXPECT_NE(error_of([](auto& c) {
+              c["text_config"]["layer_types"] = {"linear_attention", "full_attention", "linear_attention",
+                                                 "linear_attention"};
+            }).find("is not supported"),
+            std::string::npos);
+  EXPECT_NE(error_of([](auto& c) { c.erase("text_config"); }).find("keeps its text model's fields in 'text_config'"),
+            std::string::npos);
+  EXPECT_NE(error_of([](auto& c) { c["text_config"].erase("linear_num_value_heads"); }).find("linear_num_value_heads"),
+            std::string::npos);
+  // The gate and the zero-centred norms belong to hybrid models only (a deck cannot give them to another).
+  try {
+    ModelConfig::from_deck(load_deck((tmp_ / "deck.toml").string(), {"model.attn_output_gate=true"}));
+    ADD_FAILURE() << "a gated attention without Gated DeltaNet layers";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model.full_attention_interval > 1"), std::string::npos) << e.what();
+  }
+}
+
 TEST_F(HfDir, MixtralConfigAndNames) {
   const ModelConfig cfg = ModelConfig::from_deck(deck_for(kFixtures / "mixtral"));
   EXPECT_EQ(cfg.n_experts, 4);

@@ -119,6 +119,12 @@ TEST_P(TransformerShapes, IncrementalEqualsFull) {
       EXPECT_TRUE(cache.values_are_keys);
       EXPECT_TRUE(cache.v[0].is_same(cache.k[0]));
     }
+    if (variant == kQwen35) {  // the linear layers cache no K/V: only layer 3's rows, keys and values
+      EXPECT_EQ(cache.k[0].size(1), 0);
+      EXPECT_EQ(cache.v[0].size(1), 0);
+      EXPECT_EQ(cache.bytes_per_token(), 2 * cfg.n_kv_heads * cfg.head_dim() * 4);
+      EXPECT_EQ(cache.state_bytes_per_sequence(), 3 * 4 * (64 * 3 + 4 * 8 * 8));  // 3 layers: conv + delta state, fp32
+    }
     // (new a, new b); {1, 2} and {4, 1} mix a decode row with a prefill chunk, which
     // attend in separate calls (decode first, then prefill first).
     std::vector<std::pair<int64_t, int64_t>> steps{{5, 3}, {1, 2}, {4, 1}, {1, 1}, {1, 1}, {1, 0}};
@@ -351,6 +357,31 @@ TEST(Transformer, Bf16ForwardOfMastersEqualsBf16Weights) {
 // A bf16 engine's incremental forward, decode rows next to prefill chunks: by default
 // (Auto) it runs the trainer's own bf16 attention ops, so its logits are the trainer's
 // to round-off of the summation order; the paged kernel (fp32 accumulation) is close.
+// A bf16 forward of the Qwen3.5 shape: its linear layers run the convolution, the delta
+// rule, the state and the gated norm in fp32 (only the projections round), so the bf16
+// trainer's chunked forward and a bf16 engine's prefill and recurrent decode steps (the
+// state carried between forwards in fp32) give the same logits to fp32 round-off as
+// amplified in this random model (test_transformer's fp32_bar), not to bf16's.
+TEST(Transformer, Bf16HybridIncrementalKeepsTheStateInFp32) {
+  const ModelConfig cfg = tiny(true, false, false, kQwen35);
+  Transformer m(cfg, 6, at::kCPU, at::kBFloat16);
+  at::NoGradGuard no_grad;
+  ForwardPrecision bf16(Precision::BF16, at::kCPU);
+  const at::Tensor a = random_tokens(20, cfg.vocab_size, 4);
+  const at::Tensor full = m.forward_packed(a, {20});
+  KvCache cache = KvCache::allocate(cfg, 32, at::TensorOptions().dtype(at::kBFloat16), 1, 0, true, 1);
+  EXPECT_EQ(cache.delta_state[0].scalar_type(), at::kFloat);
+  const at::Tensor slots = at::arange(0, 20, at::kLong);
+  int64_t past = 0;
+  for (int64_t n : {7, 1, 1, 5, 1, 1, 1, 1, 1, 1}) {
+    const at::Tensor logits = m.forward_incremental(a.narrow(0, past, n), {{past, n, slots.narrow(0, 0, past + n), 0}}, cache);
+    EXPECT_TRUE(at::allclose(logits, full.narrow(0, past, n), fp32_bar(kQwen35), fp32_bar(kQwen35)))
+        << "at " << past << ": " << (logits - full.narrow(0, past, n)).abs().max().item<float>();
+    past += n;
+  }
+  EXPECT_EQ(past, 20);
+}
+
 TEST(Transformer, Bf16IncrementalWithMixedDecodeAndPrefill) {
   ModelConfig cfg = tiny(true, false, false);
   Transformer m(cfg, 6, at::kCPU, at::kBFloat16);
