@@ -118,7 +118,9 @@ at::Tensor Transformer::linear_attention(const LayerParams& p, const at::Tensor&
   at::Tensor past = at::zeros({B, C, past_len}, fresh_in.options());    // [B, C, K - 1]
   if (cache) past = cache->conv_state[size_t(li)].index_select(0, slots).masked_fill(no_past.view({B, 1, 1}), 0.0);
   const at::Tensor joined = at::cat({past, fresh_in}, 2);              // [B, C, K - 1 + L]
-  const at::Tensor conv = at::silu(at::conv1d(joined, as_used(p.lin_conv).unsqueeze(1), at::Tensor(), at::IntArrayRef{1}, at::IntArrayRef{0}, at::IntArrayRef{1}, C));  // [B, C, L]
+  const at::Tensor taps = as_used(p.lin_conv).unsqueeze(1);            // [C, 1, K]: depthwise, one group a channel
+  const at::Tensor conv = at::silu(at::conv1d(joined, taps, at::Tensor(), at::IntArrayRef{1}, at::IntArrayRef{0},
+                                              at::IntArrayRef{1}, C));  // [B, C, L]
   if (cache) {  // the new conv state: the last K - 1 inputs of each sequence, n_new[b] .. n_new[b] + K - 2 of `joined`
     std::vector<int64_t> last;
     for (int64_t n : a.n_new_host)
@@ -135,10 +137,9 @@ at::Tensor Transformer::linear_attention(const LayerParams& p, const at::Tensor&
     k = k.repeat_interleave(Hv / Hk, 2);
   }
   // Write strength and log decay, zero past each sequence's end (the state passes them unchanged).
-  const at::Tensor beta = padded(at::sigmoid(proj.b), a);  // [B, L, Hv]
-  const at::Tensor decay_rate = as_used(p.lin_a_log).exp();                          // [Hv]
-  const at::Tensor g =
-      padded(-decay_rate * at::softplus(proj.a + as_used(p.lin_dt_bias)), a);  // [B, L, Hv]
+  const at::Tensor beta = padded(at::sigmoid(proj.b), a);                                     // [B, L, Hv]
+  const at::Tensor decay_rate = as_used(p.lin_a_log).exp();                                   // [Hv]
+  const at::Tensor g = padded(-decay_rate * at::softplus(proj.a + as_used(p.lin_dt_bias)), a);  // [B, L, Hv]
   at::Tensor state;  // [B, Hv, Dk, Dv]
   if (cache) state = cache->delta_state[size_t(li)].index_select(0, slots).masked_fill(no_past.view({B, 1, 1, 1}), 0.0);
   at::Tensor final_state;
