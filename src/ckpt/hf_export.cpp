@@ -50,7 +50,17 @@ std::string hf_config_json(const ModelConfig& cfg, const std::string& dtype, con
                "an o_proj bias without q/k/v biases has no Hugging Face architecture");
   const bool shared = cfg.shared_expert_intermediate_size > 0;
   const Architecture* arch = export_architecture(cfg);  // arch/architecture.h: at most one fits
-  SLIMPI_CHECK(arch || !cfg.uses_deepseek_features(),
+  SLIMPI_CHECK(arch || !cfg.is_hybrid(),
+               "this hybrid linear-attention model has no Hugging Face architecture to export to: Qwen3_5ForCausalLM "
+               "and Qwen3_5MoeForCausalLM need model.qk_norm, model.attn_output_gate and model.zero_centered_norm = "
+               "true and Qwen3.5's separate projections (the MoE: every layer sparse, a gated shared expert, "
+               "model.norm_topk_prob = true, softmax routing); Qwen3NextForCausalLM the same with "
+               "model.linear_fused_projections = true, a gated shared expert and softmax routing; none has MTP layers "
+               "(this model: qk_norm {}, attn_output_gate {}, zero_centered_norm {}, linear_fused_projections {}, "
+               "{} experts, shared expert width {}, mtp_num_layers {})",
+               cfg.qk_norm, cfg.attn_output_gate, cfg.zero_centered_norm, cfg.linear_fused_projections, cfg.n_experts,
+               cfg.shared_expert_intermediate_size, cfg.mtp_num_layers);
+  SLIMPI_CHECK(arch || cfg.is_hybrid() || !cfg.uses_deepseek_features(),
                "this model has no Hugging Face architecture to export to: DeepSeekMoE routing (model.moe_router = "
                "\"sigmoid\", shared experts, dense first layers), partial RoPE or latent attention export as "
                "Glm4MoeForCausalLM or DeepseekV3ForCausalLM only: a mixture of experts with model.moe_router = "

@@ -17,7 +17,7 @@ std::vector<KeySpec> data_keys() {
       string_key("data.metadata_key", "", "JSONL key of per-prompt metadata kept with the prompt (\"\" = none)"),
       choice_key("data.chat_template", "none", with_auto(chat_templates().names()),
                  "render prompts as conversations (a string prompt is one user message): chatml (Qwen2/2.5), "
-                 "llama3 (Llama 3 Instruct), qwen3 (Qwen3, <think> rules), glm45 (GLM-4.5 / 4.5-Air), glm47 "
+                 "llama3 (Llama 3 Instruct), qwen3 (Qwen3, <think> rules), qwen3_5 (Qwen3.5), glm45 (GLM-4.5 / 4.5-Air), glm47 "
                  "(GLM-4.7 / 4.7-Flash), deepseek_r1 (DeepSeek-R1), deepseek_v3 (DeepSeek-V3-0324); none = the prompt text as it is; auto = the one the tokenizer's model ships when "
                  "slimpi implements it (none when it ships none)"),
       string_key("data.system_prompt", "",

@@ -220,8 +220,7 @@ void load_hf_tensors_into(const std::string& path, const std::vector<NamedTensor
     else if (!expected_extra(reader, name, wanted, names, experts_sharded, tied)) unused.push_back(name);
   }
   if (n_not_loaded > 0)
-    log::info("{}: {} tensors outside the {} text model (vision tower, MTP layers) are not loaded", where,
-              n_not_loaded, names.naming->hf_class);
+    log::info("{}: {} tensors outside the text model (vision tower, MTP layers) are not loaded", where, n_not_loaded);
   SLIMPI_CHECK(missing.empty() && unused.empty(),
                "{} does not match the model{}{}{}", where,
                missing.empty() ? "" : "; the model needs tensors the files lack: " + listed(missing),
@@ -233,7 +232,7 @@ void load_hf_tensors_into(const std::string& path, const std::vector<NamedTensor
     const bool same_kind = at::isFloatingType(e.dtype) && at::isFloatingType(l.tensor.scalar_type());
     const std::vector<int64_t> shape = stored.whole_shape(l.name, l.tensor.sizes().vec());
     if (without_unit_dims(e.shape) != without_unit_dims(shape) || !same_kind)  // (dtypes: converted by the copy below)
-      wrong.push_back(fmt::format("{} is {} {}, the model needs {} {}", l.name, fmt::join(e.shape, "x"),
+      wrong.push_back(fmt::format("{} is {} {}, the model needs {} {}", names.in_files(l.name), fmt::join(e.shape, "x"),
                                   std::string(c10::toString(e.dtype)), fmt::join(shape, "x"),
                                   std::string(c10::toString(l.tensor.scalar_type()))));
   }

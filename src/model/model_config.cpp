@@ -186,6 +186,10 @@ void check_linear_attention(const ModelConfig& c, const Deck& deck) {
     if (deck.get_int(k) <= 0)
       SLIMPI_FAIL_ALL("model.full_attention_interval = {} ({}) makes Gated DeltaNet layers, which need {} > 0 ({})",
                       c.full_attention_interval, deck.source("model.full_attention_interval"), k, deck.source(k));
+  if (c.full_attention_interval > c.n_layers)
+    SLIMPI_FAIL_ALL("model.full_attention_interval = {} ({}) leaves none of the {} layers full attention (Qwen3.5 and "
+                    "Qwen3-Next have some; a model of linear layers alone is not supported)",
+                    c.full_attention_interval, deck.source("model.full_attention_interval"), c.n_layers);
   if (c.linear_num_value_heads % c.linear_num_key_heads != 0)
     SLIMPI_FAIL_ALL("model.linear_num_value_heads = {} ({}) must be a multiple of model.linear_num_key_heads = {} ({})",
                     c.linear_num_value_heads, deck.source("model.linear_num_value_heads"), c.linear_num_key_heads,

@@ -68,7 +68,7 @@ std::vector<KeySpec> model_keys() {
               "Gated DeltaNet: value heads (a multiple of the key heads, which they share)"),
       int_key("model.linear_key_head_dim", 0, 0, 1e5, "", "Gated DeltaNet: each query/key head's dimension"),
       int_key("model.linear_value_head_dim", 0, 0, 1e5, "", "Gated DeltaNet: each value head's dimension"),
-      int_key("model.linear_conv_kernel_dim", 4, 1, 64, "taps",
+      int_key("model.linear_conv_kernel_dim", 4, 2, 64, "taps",
               "Gated DeltaNet: the causal depthwise convolution over q/k/v"),
       bool_key("model.linear_fused_projections", false,
                "Gated DeltaNet: the projections fused per key head, as Qwen3-Next ships them (in_proj_qkvz, "

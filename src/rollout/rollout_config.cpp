@@ -166,14 +166,14 @@ RolloutConfig RolloutConfig::from_deck(const Deck& deck, const ModelConfig& mode
   c.engine.max_batch_tokens = deck.get_int("rollout.max_batch_tokens");
   c.engine.prefix_cache = deck.get_bool("rollout.prefix_cache");
   if (model.is_hybrid())
-    for (const auto& [key, off] : {std::pair<const char*, bool>{"rollout.speculative",
-                                                                 deck.get_string("rollout.speculative") == "none"},
-                                   {"rollout.prefill_ranks", deck.get_int("rollout.prefill_ranks") == 0}})
+    for (const auto& [key, off, why] :
+         {std::tuple<const char*, bool, const char*>{"rollout.speculative", deck.get_string("rollout.speculative") == "none",
+                                                     "a rejected draft would need the linear layers' state before it"},
+          {"rollout.prefill_ranks", deck.get_int("rollout.prefill_ranks") == 0,
+           "the linear layers' state would have to travel with the KV rows"}})
       if (!off)
         SLIMPI_FAIL_ALL("{} ({}) with a hybrid linear-attention model (model.full_attention_interval = {}): not "
-                        "implemented (the engine would have to carry its linear layers' state between engines or "
-                        "back over rejected drafts); drop the key", key, deck.source(key),
-                        model.full_attention_interval);
+                        "implemented ({}); drop the key", key, deck.source(key), model.full_attention_interval, why);
   if (model.is_hybrid() && c.engine.prefix_cache) {
     // A Gated DeltaNet state is the whole prefix's: a cached block alone cannot restart a
     // sequence (rollout/engine.h). Off, and said; asked for, an error.
@@ -190,6 +190,10 @@ RolloutConfig RolloutConfig::from_deck(const Deck& deck, const ModelConfig& mode
   c.engine.cache_responses = deck.get_bool("rollout.cache_responses");
   // "auto" stays the engine model's dtype (an SFT evaluation engine runs the fp32 policy).
   if (deck.get_string("rollout.kv_cache_dtype") != "auto") c.engine.kv_cache_dtype = kv_cache_dtype(deck);
+  if (model.is_hybrid() && c.engine.cache_responses)
+    SLIMPI_FAIL_ALL("rollout.cache_responses = true ({}) stores responses in the prefix cache, which a hybrid "
+                    "linear-attention model (model.full_attention_interval = {}) runs without: drop the key",
+                    deck.source("rollout.cache_responses"), model.full_attention_interval);
   if (c.engine.cache_responses && !c.engine.prefix_cache)
     SLIMPI_FAIL_ALL("rollout.cache_responses = true ({}) stores responses in the prefix cache, but "
                     "rollout.prefix_cache = false ({}): turn the prefix cache on or drop the key",

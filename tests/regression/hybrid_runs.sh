@@ -16,8 +16,10 @@
 #    (check_full_async.py; with 6-token responses the engines finish before the trainer,
 #    so no partial response is carried here: tests/unit/rollout/test_engine_hybrid.cpp
 #    continues partial work in another engine, its linear layers' state recomputed);
-#  * refused, with the key named: tensor parallelism, an explicit prefix cache,
-#    speculative decoding.
+#  * refused, with the key named: tensor parallelism, an explicit prefix cache, cached
+#    responses, speculative decoding, no full-attention layer;
+#  * the learnt policy exports as Qwen3_5ForCausalLM; a hybrid no family fits (plain norms)
+#    is refused by export, saying what the families need.
 # Usage: hybrid_runs.sh SLIMPI ROOT "MPIRUN FLAGS"
 set -euo pipefail
 source "$(dirname "$0")/run_helpers.sh"
@@ -108,4 +110,17 @@ refused tp "a hybrid linear-attention model's Gated DeltaNet layers" 4 --set par
   --set parallel.tensor_parallel=2
 refused prefix "rollout.prefix_cache = true" 2 --set rollout.prefix_cache=true
 refused speculative "rollout.speculative" 2 --set rollout.speculative=mtp --set model.mtp_num_layers=1
+refused cache_responses "rollout.cache_responses = true (--set) stores responses in the prefix cache, which a hybrid" 2 \
+  --set rollout.cache_responses=true
+refused all_linear "leaves none of the 4 layers full attention" 2 --set model.full_attention_interval=5
+
+echo "== export: the learnt policy as Qwen3_5ForCausalLM; a hybrid no family fits is refused, saying why"
+"$slimpi" export "$out/learns" "$out/learns_hf" >"$out/export.log" 2>&1 || { cat "$out/export.log"; exit 1; }
+grep -q '"Qwen3_5ForCausalLM"' "$out/learns_hf/config.json"
+run 1 plain_norms --set run.n_steps=1 --set model.zero_centered_norm=false --set parallel.placement=colocate
+if "$slimpi" export "$out/plain_norms" "$out/plain_hf" >"$out/plain_export.log" 2>&1; then
+  echo "FAIL: a hybrid without zero-centred norms exported"; exit 1
+fi
+grep -q "hybrid linear-attention model has no Hugging Face architecture to export to" "$out/plain_export.log" \
+  || { cat "$out/plain_export.log"; exit 1; }
 echo "hybrid_runs: OK"
