@@ -117,6 +117,12 @@ struct ModelConfig {
   int64_t linear_value_dim() const { return linear_num_value_heads * linear_value_head_dim; }
   // The convolved channels: queries, keys, values back to back.
   int64_t linear_conv_dim() const { return 2 * linear_key_dim() + linear_value_dim(); }
+  // One sequence's state over every linear layer, in values (KvCache::conv_state and
+  // delta_state: the convolution's last K - 1 inputs, the [Hv, Dk, Dv] recurrent state).
+  int64_t linear_state_size() const {
+    return n_linear_layers() * (linear_conv_dim() * (linear_conv_kernel_dim - 1) +
+                                linear_num_value_heads * linear_key_head_dim * linear_value_head_dim);
+  }
   bool is_mla() const { return kv_lora_rank > 0; }
   // The query/key head dimension (MLA: qk_nope_head_dim + qk_rope_head_dim).
   int64_t head_dim() const {

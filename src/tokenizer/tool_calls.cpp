@@ -43,6 +43,13 @@ ToolCall from_json_text(const std::string& body, const std::string& raw, std::in
   return call;
 }
 
+// An argument value written as text: the JSON value it parses as, else the string as written
+// (GLM's and Qwen3.5's templates write strings raw and other values as JSON).
+nlohmann::json json_or_string(const std::string& value) {
+  const nlohmann::json parsed = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
+  return parsed.is_discarded() ? nlohmann::json(value) : parsed;
+}
+
 // One GLM-4.5 call's body (between <tool_call> and </tool_call>):
 //   NAME [\n] (<arg_key>K</arg_key> [\n] <arg_value>V</arg_value> [\n])*
 // A value that parses as JSON is that JSON value, any other is the string as written
@@ -78,29 +85,12 @@ ToolCall from_glm_body(const std::string& body, const std::string& raw) {
       call.error = "argument '" + key + "' given twice";
       return call;
     }
-    const std::string value = body.substr(value_at + 11, value_end - value_at - 11);
-    const nlohmann::json parsed = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
-    args[key] = parsed.is_discarded() ? nlohmann::json(value) : parsed;
+    args[key] = json_or_string(body.substr(value_at + 11, value_end - value_at - 11));
     at = value_end + 12;
   }
   call.name = name;
   call.arguments_json = args.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   return call;
-}
-
-std::vector<ToolCall> parse_glm_calls(const std::string& text) {
-  std::vector<ToolCall> calls;
-  for (size_t at = text.find(kOpen); at != std::string::npos; at = text.find(kOpen, at)) {
-    const size_t body = at + std::string(kOpen).size();
-    const size_t end = text.find(kClose, body);
-    if (end == std::string::npos) {
-      calls.push_back({"", "", text.substr(at), "no closing </tool_call>"});
-      break;
-    }
-    calls.push_back(from_glm_body(text.substr(body, end - body), text.substr(at, end + std::string(kClose).size() - at)));
-    at = end + std::string(kClose).size();
-  }
-  return calls;
 }
 
 // Qwen3.5's calls (Qwen3-Coder's XML form, as SGLang's and vLLM's qwen3_coder parsers read it):
@@ -140,8 +130,7 @@ ToolCall from_qwen_xml_body(const std::string& body, const std::string& raw) {
     std::string value = params.substr(key_end + 1, value_end - key_end - 1);
     if (!value.empty() && value.front() == '\n') value.erase(0, 1);
     if (!value.empty() && value.back() == '\n') value.pop_back();
-    const nlohmann::json parsed = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
-    args[key] = parsed.is_discarded() ? nlohmann::json(value) : parsed;
+    args[key] = json_or_string(value);
     at = value_end + 12;
   }
   call.name = name;
@@ -212,30 +201,18 @@ std::vector<ToolCall> parse_deepseek_calls(const std::string& text) {
 }  // namespace
 
 std::vector<ToolCall> parse_tool_calls(const std::string& text, ChatTemplate t) {
-  if (t == ChatTemplate::Glm45 || t == ChatTemplate::Glm47) return parse_glm_calls(text);
+  if (t == ChatTemplate::Glm45 || t == ChatTemplate::Glm47) return parse_blocks(text, from_glm_body);
   if (t == ChatTemplate::Qwen3_5) return parse_blocks(text, from_qwen_xml_body);
   if (t == ChatTemplate::DeepSeekR1 || t == ChatTemplate::DeepSeekV3) return parse_deepseek_calls(text);
-  std::vector<ToolCall> calls;
   if (t == ChatTemplate::Llama3) {
+    std::vector<ToolCall> calls;
     const size_t first = text.find_first_not_of(" \t\r\n");
     if (first != std::string::npos && text[first] == '{') calls.push_back(from_json_text(text, text, {"parameters", "arguments"}));
     return calls;
   }
-  for (size_t at = text.find(kOpen); at != std::string::npos; at = text.find(kOpen, at)) {
-    const size_t body = at + std::string(kOpen).size();
-    const size_t end = text.find(kClose, body);
-    if (end == std::string::npos) {  // an unclosed call (the turn ran out of tokens)
-      ToolCall call;
-      call.raw = text.substr(at);
-      call.error = "no closing </tool_call>";
-      calls.push_back(call);
-      break;
-    }
-    calls.push_back(from_json_text(text.substr(body, end - body), text.substr(at, end + std::string(kClose).size() - at),
-                                   {"arguments"}));
-    at = end + std::string(kClose).size();
-  }
-  return calls;
+  return parse_blocks(text, [](const std::string& body, const std::string& raw) {
+    return from_json_text(body, raw, {"arguments"});
+  });
 }
 
 std::string tool_call_stop(ChatTemplate t) {

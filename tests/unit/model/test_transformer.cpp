@@ -124,6 +124,7 @@ TEST_P(TransformerShapes, IncrementalEqualsFull) {
       EXPECT_EQ(cache.v[0].size(1), 0);
       EXPECT_EQ(cache.bytes_per_token(), 2 * cfg.n_kv_heads * cfg.head_dim() * 4);
       EXPECT_EQ(cache.state_bytes_per_sequence(), 3 * 4 * (64 * 3 + 4 * 8 * 8));  // 3 layers: conv + delta state, fp32
+      EXPECT_EQ(cache.state_bytes_per_sequence(), 4 * cfg.linear_state_size());
     }
     // (new a, new b); {1, 2} and {4, 1} mix a decode row with a prefill chunk, which
     // attend in separate calls (decode first, then prefill first).

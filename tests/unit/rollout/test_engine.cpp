@@ -14,7 +14,7 @@
 #include "rollout/engine.h"
 #include "sync/fp8_weights.h"
 #include "tokenizer/byte_tokenizer.h"
-#include "model/log_probs.h"
+#include "../../support/logp_gap.h"
 #include "../../support/tiny_model.h"
 
 namespace slimpi {
@@ -407,19 +407,7 @@ TEST(Engine, LogProbsEqualTheTrainersRecomputation) {
   Transformer m(model_config(), 7, at::kCPU);
   auto reqs = requests(8, 3, 0.8, 30, /*shared_prefix=*/6);
   auto out = generate(m, EngineConfig{4, 4 * 24, 32, 64, true}, reqs);  // preemptions, prefixes, chunked prefill
-  at::NoGradGuard no_grad;
-  std::vector<int64_t> tokens, seq_lens, prompt_lens;
-  std::vector<float> engine_logp;
-  for (const auto& s : out) {
-    tokens.insert(tokens.end(), s.tokens.begin(), s.tokens.end());
-    seq_lens.push_back(int64_t(s.tokens.size()));
-    prompt_lens.push_back(s.prompt_length);
-    engine_logp.insert(engine_logp.end(), s.rollout_log_probs.begin(), s.rollout_log_probs.end());
-  }
-  at::Tensor t = at::tensor(tokens, at::kLong);
-  at::Tensor logits = m.forward_packed(t, seq_lens);
-  at::Tensor trainer_logp = score_tokens(logits, response_positions(t, seq_lens, prompt_lens), 0.8, false).logp;
-  at::Tensor diff = (trainer_logp - at::tensor(engine_logp)).abs();
+  const at::Tensor diff = testing::trainer_engine_logp_gap(m, out, 0.8);
   EXPECT_LT(diff.max().item<float>(), 1e-5);
   EXPECT_LT(diff.mean().item<float>(), 2e-6);
 }
@@ -458,18 +446,7 @@ GreedyComparison compare_greedy(const std::vector<Sample>& a, const std::vector<
                                   << margin << " exceeds twice the candidate's logit change " << change;
     ++c.explained;
   }
-  std::vector<int64_t> tokens, seq_lens, prompt_lens;
-  std::vector<float> engine_logp;
-  for (const auto& s : b) {
-    tokens.insert(tokens.end(), s.tokens.begin(), s.tokens.end());
-    seq_lens.push_back(int64_t(s.tokens.size()));
-    prompt_lens.push_back(s.prompt_length);
-    engine_logp.insert(engine_logp.end(), s.rollout_log_probs.begin(), s.rollout_log_probs.end());
-  }
-  const at::Tensor t = at::tensor(tokens, at::kLong);
-  const at::Tensor trainer = score_tokens(masters.forward_packed(t, seq_lens), response_positions(t, seq_lens, prompt_lens),
-                                          1.0, false).logp;
-  const at::Tensor diff = (trainer - at::tensor(engine_logp)).abs();
+  const at::Tensor diff = testing::trainer_engine_logp_gap(masters, b, 1.0);
   c.logp_mean = diff.mean().item<double>();
   c.logp_max = diff.max().item<double>();
   std::printf("%d of %zu greedy sequences the same, %d diverged where margins allow; largest logit change %.4f; "
@@ -580,21 +557,9 @@ TEST(Engine, LongContextLogProbsAndTokensHoldAt4096Positions) {
   }
   auto out = generate(m, EngineConfig{16, 4 * 4096, 4, 512, true}, reqs);
   ASSERT_EQ(out.size(), 4u);
-  std::vector<int64_t> tokens, seq_lens, prompt_lens;
-  std::vector<float> engine_logp;
-  for (const auto& s : out) {
-    ASSERT_EQ(int64_t(s.tokens.size()), 4096);
-    tokens.insert(tokens.end(), s.tokens.begin(), s.tokens.end());
-    seq_lens.push_back(int64_t(s.tokens.size()));
-    prompt_lens.push_back(s.prompt_length);
-    engine_logp.insert(engine_logp.end(), s.rollout_log_probs.begin(), s.rollout_log_probs.end());
-  }
-  at::NoGradGuard no_grad;
+  for (const auto& s : out) ASSERT_EQ(int64_t(s.tokens.size()), 4096);
   EXPECT_GT(4 * m.config().n_heads * 4096 * 4096, m.padded_attention_budget());  // the unpadded path
-  const at::Tensor t = at::tensor(tokens, at::kLong);
-  const at::Tensor trainer_logp =
-      score_tokens(m.forward_packed(t, seq_lens), response_positions(t, seq_lens, prompt_lens), 1.0, false).logp;
-  const at::Tensor diff = (trainer_logp - at::tensor(engine_logp)).abs();
+  const at::Tensor diff = testing::trainer_engine_logp_gap(m, out, 1.0);
   // The bar, |Δ| < 1e-5, at 4096 positions: measured 2.9e-6 at most (it was
   // 1.1e-5 before the paged kernel summed its softmax denominators in fp64 and V in tiles).
   // The mean depends on the CPU's BLAS kernels: 1.02e-6 on a Zen 5 EPYC (avx512_vp2intersect,

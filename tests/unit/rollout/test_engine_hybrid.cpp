@@ -17,9 +17,9 @@
 #include "io/safetensors.h"
 #include "io/tensor_io.h"
 #include "kernels/counter_rng.h"
-#include "model/log_probs.h"
 #include "rollout/engine.h"
 #include "tokenizer/byte_tokenizer.h"
+#include "../../support/logp_gap.h"
 #include "../../support/tiny_model.h"
 
 namespace slimpi {
@@ -162,19 +162,7 @@ TEST(HybridEngine, PartialWorkContinuesElsewhereWithTheSameTokens) {
 TEST(HybridEngine, LogProbsEqualTheTrainersRecomputation) {
   Transformer m(hybrid_config(), 7, at::kCPU);
   const auto out = generate(m, hybrid_engine(4 * 32, 16, 64, 16), requests(8, 3, 0.8, 30));
-  at::NoGradGuard no_grad;
-  std::vector<int64_t> tokens, seq_lens, prompt_lens;
-  std::vector<float> engine_logp;
-  for (const auto& s : out) {
-    tokens.insert(tokens.end(), s.tokens.begin(), s.tokens.end());
-    seq_lens.push_back(int64_t(s.tokens.size()));
-    prompt_lens.push_back(s.prompt_length);
-    engine_logp.insert(engine_logp.end(), s.rollout_log_probs.begin(), s.rollout_log_probs.end());
-  }
-  const at::Tensor t = at::tensor(tokens, at::kLong);
-  const at::Tensor trainer =
-      score_tokens(m.forward_packed(t, seq_lens), response_positions(t, seq_lens, prompt_lens), 0.8, false).logp;
-  const at::Tensor diff = (trainer - at::tensor(engine_logp)).abs();
+  const at::Tensor diff = testing::trainer_engine_logp_gap(m, out, 0.8);
   std::printf("hybrid engine vs trainer log-probs: mean |d| %.3g, max %.3g over %lld tokens\n",
               diff.mean().item<double>(), diff.max().item<double>(), static_cast<long long>(diff.numel()));
   EXPECT_LT(diff.max().item<double>(), kLogpBar);
