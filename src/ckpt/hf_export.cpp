@@ -17,6 +17,7 @@
 #include "core/file_write.h"
 #include "io/safetensors.h"
 #include "io/tensor_io.h"
+#include "model/linear_channels.h"
 #include "model/transformer.h"
 #include <slimpi/deck.h>
 
@@ -186,7 +187,7 @@ std::string export_checkpoint_to_hf(const std::string& path, const std::string& 
   std::vector<std::filesystem::path> tokenizer_files;  // (older checkpoints read as "bytes": read_checkpoint_deck)
   const HfSpecialIds ids = special_ids_of(deck.get_string("tokenizer.path"), tokenizer_files);
   Transformer model(cfg, /*seed=*/0, at::Device(at::kCPU));
-  load_model_weights(model.parameters(), source.weights);
+  load_model_weights(model.parameters(), source.weights, "model", false, StoredWhole{&cfg, {}});
   const std::string config = hf_config_json(cfg, options.dtype, ids);
 
   std::vector<NamedTensor> tensors;
@@ -195,6 +196,7 @@ std::string export_checkpoint_to_hf(const std::string& path, const std::string& 
   for (const auto& p : model.parameters()) {
     at::Tensor t = p.tensor.detach();
     if (options.dtype == "bf16") t = t.to(at::kBFloat16);
+    if (holds_linear_channels(p.name, cfg)) t = linear_channels_to_hf(t, cfg);  // (grouped by key head in slimpi)
     if (arch->file_shape) t = t.reshape(arch->file_shape(p.name, t.sizes().vec()));
     std::string name = arch->tensor_name ? arch->tensor_name(p.name) : p.name;  // the family's file names
     if (is_mtp_parameter(p.name) && !arch->mtp_names) {  // DeepSeek-V3's layout of MTP depths (arch/mtp_names.h)

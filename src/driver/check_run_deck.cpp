@@ -198,9 +198,8 @@ void check_splits_over(const Deck& deck, const ModelConfig& model, const std::st
                       deck.source(field), n, part);
   };
   if (model.is_hybrid())
-    SLIMPI_FAIL_ALL("{}: a hybrid linear-attention model's Gated DeltaNet layers (model.full_attention_interval = {}, "
-                    "{}) are not split over ranks (not implemented): set {} = 1", what, model.full_attention_interval,
-                    deck.source("model.full_attention_interval"), key);
+    divisible("model.linear_num_key_heads", model.linear_num_key_heads,
+              "the Gated DeltaNet layers' key heads are");
   divisible("model.n_heads", model.n_heads, "query heads are");
   if (model.n_kv_heads % n != 0 && n % model.n_kv_heads != 0)
     SLIMPI_FAIL_ALL("{}: model.n_kv_heads = {} ({}) neither is divisible by {} nor divides it (key/value heads are "

@@ -137,6 +137,11 @@ void describe_model_parallel(const Deck& deck, const ModelConfig& cfg, const Mod
               "group, so each is held whole by {} consecutive tensor ranks (the ones whose query heads attend with "
               "it), which sum its gradients; this rank holds key/value head {}", cfg.n_kv_heads, tp, rep,
               mp.tensor_rank() / rep);
+  if (tp > 1 && cfg.is_hybrid())
+    log::info("tensor parallelism of the Gated DeltaNet layers: this rank runs {} of {} linear key heads and the {} of "
+              "{} value heads that read them (their projections, convolution channels and recurrent state), out_proj "
+              "row-parallel", cfg.linear_num_key_heads / tp, cfg.linear_num_key_heads, cfg.linear_num_value_heads / tp,
+              cfg.linear_num_value_heads);
   if (distributed_optimizer)
     log::info("distributed optimizer: the AdamW moments sharded over the {} data-parallel rank{} of each tensor "
               "rank{}", mp.data_size(), mp.data_size() > 1 ? "s" : "",
@@ -215,7 +220,10 @@ void describe_engines(const RunContext& ctx, const RunComponents& c, at::ScalarT
                   ? " (the shared experts' too), every routed expert"
                   : cfg.n_experts > 0 ? ", every routed expert" : "",
               cfg.is_mla() ? "the whole latent KV cache (one row of the latent and the rotary key a token)"
-                           : "its heads' KV cache");
+              : cfg.is_hybrid()
+                  ? fmt::format("its heads' KV cache and state slots ({} of {} linear key heads)",
+                                cfg.linear_num_key_heads / engine_tp, cfg.linear_num_key_heads)
+                  : std::string("its heads' KV cache"));
   if (const int64_t steps = c.configs.rollout.engine.spec_steps; c.rl && steps > 0)
     log::info("speculative decoding: chains of {} tokens drafted by the policy's first MTP depth and verified by exact "
               "rejection sampling{}; the draft is the policy's own MTP layers, in its weights (every weight sync "

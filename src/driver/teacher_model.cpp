@@ -85,7 +85,7 @@ TeacherSource resolve_teacher(const Deck& deck, const ModelConfig& student, cons
 std::unique_ptr<Transformer> load_teacher(const TeacherSource& source, const at::Device& device) {
   auto teacher = std::make_unique<Transformer>(source.config, 0, device, at::kFloat);
   try {
-    load_model_weights(teacher->parameters(), source.weights, "model");
+    load_model_weights(teacher->parameters(), source.weights, "model", false, StoredWhole{&source.config, {}});
   } catch (const Error& e) {  // on the trainer ranks alone: one rank's error, naming the key
     SLIMPI_FAIL("teacher.path: the teacher's weights {} do not fit {}: {}", source.weights, source.shape, e.what());
   }

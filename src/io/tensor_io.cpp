@@ -17,6 +17,8 @@
 #include "io/safetensors.h"
 #include "io/tensor_pieces.h"
 #include "model/fp8_blocks.h"
+#include "model/linear_channels.h"
+#include "model/model_config.h"
 
 namespace slimpi {
 
@@ -243,11 +245,39 @@ void load_hf_tensors_into(const std::string& path, const std::vector<NamedTensor
     // (a tensor the files hold with unit dimensions the model's lacks: a depthwise conv1d's [C, 1, K])
     at::Tensor whole = read_hf_tensor(reader, names.in_files(l.name)).reshape(stored.whole_shape(l.name, l.tensor.sizes().vec()));
     if (names.deepseek_mtp && is_mtp_input_proj(l.name)) whole = swap_input_proj_halves(whole);  // [emb ; h] -> [h ; emb]
+    if (l.name.find(".linear_attn.") != std::string::npos) {
+      SLIMPI_CHECK(stored.cfg, "loading {} from {}: a Gated DeltaNet layer's tensors need the model's shape "
+                   "(StoredWhole::cfg) to be put in slimpi's channel order", l.name, where);
+      if (holds_linear_channels(l.name, *stored.cfg)) whole = linear_channels_from_hf(whole, *stored.cfg);
+    }
     l.tensor.copy_(stored.part_of(l.name, whole));
   }
 }
 
 }  // namespace
+
+void mark_linear_channel_order(hid_t group, const ModelConfig& cfg) {
+  if (cfg.is_hybrid()) h5::write_attr(group, kLinearChannelsAttr, std::string(kLinearChannelsByKeyHead));
+}
+
+void check_linear_channel_order(hid_t group, const std::vector<NamedTensor>& params, const StoredWhole& stored,
+                                const std::string& path) {
+  bool linear = false;
+  for (const auto& p : params) linear = linear || p.name.find(".linear_attn.") != std::string::npos;
+  if (!linear) return;
+  SLIMPI_CHECK(stored.cfg, "loading {}: a Gated DeltaNet layer's tensors need the model's shape (StoredWhole::cfg)",
+               path);
+  bool reordered = false;  // (with one key head the two orders are the same)
+  for (const auto& p : params)
+    reordered = reordered || (holds_linear_channels(p.name, *stored.cfg) && stored.cfg->linear_num_key_heads > 1);
+  const bool grouped = h5::has_attr(group, kLinearChannelsAttr) &&
+                       h5::read_attr_string(group, kLinearChannelsAttr) == kLinearChannelsByKeyHead;
+  SLIMPI_CHECK(grouped || !reordered,
+               "{}: its hybrid model's Gated DeltaNet tensors (in_proj_qkv, conv1d) are in Hugging Face's channel "
+               "order, written by a slimpi from before 2026-12-07 (no '{}' attribute on its model group); this slimpi "
+               "holds them grouped by key head. Export the checkpoint with the slimpi that wrote it (slimpi export) "
+               "and start from the export (model.init_from)", path, kLinearChannelsAttr);
+}
 
 void load_model_weights(const std::vector<NamedTensor>& params, const std::string& path, const std::string& group,
                         bool experts_sharded, const StoredWhole& stored) {
@@ -261,6 +291,7 @@ void load_model_weights(const std::vector<NamedTensor>& params, const std::strin
   } else {
     h5::File f = h5::File::open(path, false, MPI_COMM_NULL);
     h5::Handle g = h5::open_group(f.id(), group);
+    check_linear_channel_order(g.id(), params, stored, path);
     read_tensors_into(g.id(), params, /*any_float=*/true, stored);
   }
 }

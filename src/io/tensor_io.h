@@ -58,8 +58,18 @@ void read_tensors_into(hid_t loc, const std::vector<NamedTensor>& targets, bool 
 // through a memory map instead, fp32/bf16/fp16 converted, tensors matched by name: every
 // tensor missing, unused or mis-shaped is an error listing them. experts_sharded: `params`
 // hold one expert-parallel shard, so the other shards' "mlp.experts.<e>." tensors are
-// not unused. stored: as for read_tensors_into (tensor parallelism). One tensor at a time:
+// not unused. stored: as for read_tensors_into (tensor parallelism); its cfg is required for
+// a hybrid model (its channel order, above). One tensor at a time:
 // besides the parameters, at most one tensor (whole, for a Hugging Face file) is held.
+// A hybrid model's Gated DeltaNet q/k/v channels are held grouped by key head
+// (model/linear_channels.h): a Hugging Face checkpoint's are converted as they load, and
+// slimpi's own model groups carry an attribute that says their order (written by
+// mark_linear_channel_order; one without it, from an older slimpi, is refused by
+// check_linear_channel_order, naming `path`). Both do nothing for other models.
+void mark_linear_channel_order(hid_t group, const ModelConfig& cfg);
+void check_linear_channel_order(hid_t group, const std::vector<NamedTensor>& params, const StoredWhole& stored,
+                                const std::string& path);
+
 void load_model_weights(const std::vector<NamedTensor>& params, const std::string& path,
                         const std::string& group = "model", bool experts_sharded = false,
                         const StoredWhole& stored = {});

@@ -25,11 +25,12 @@ KvCache KvCache::allocate(const ModelConfig& cfg, int64_t n_slots, const at::Ten
       c.v_scale.push_back(c.values_are_keys ? c.k_scale.back() : at::ones({heads}, options.dtype(at::kFloat)));
     }
   const auto state = options.dtype(at::kFloat);
+  const LinearHeads local = cfg.is_hybrid() ? local_linear_heads(cfg, tensor_parallel) : LinearHeads{};  // this rank's
   for (int64_t l = 0; l < cfg.n_layers; ++l)
     if (cfg.is_linear_layer(l)) {
-      c.conv_state.push_back(at::zeros({n_state_slots, cfg.linear_conv_dim(), cfg.linear_conv_kernel_dim - 1}, state));
-      c.delta_state.push_back(at::zeros(
-          {n_state_slots, cfg.linear_num_value_heads, cfg.linear_key_head_dim, cfg.linear_value_head_dim}, state));
+      c.conv_state.push_back(at::zeros({n_state_slots, local.conv_dim, cfg.linear_conv_kernel_dim - 1}, state));
+      c.delta_state.push_back(
+          at::zeros({n_state_slots, local.value_heads, cfg.linear_key_head_dim, cfg.linear_value_head_dim}, state));
     }
   if (cfg.n_experts > 0)
     c.routing = at::full({n_slots, cfg.n_moe_layers(), cfg.n_experts_per_tok}, -1, options.dtype(at::kShort));

@@ -47,8 +47,8 @@ struct KvCache {
   // forward over a sequence with no past (n_past = 0) starts from zeros whatever the slot
   // holds. The full-attention layers keep their K/V rows above; a linear layer's are
   // empty ([n_slots, 0, D]).
-  std::vector<at::Tensor> conv_state;   // n_linear_layers x [n_state_slots, conv_dim, K - 1]
-  std::vector<at::Tensor> delta_state;  // n_linear_layers x [n_state_slots, Hv, Dk, Dv]
+  std::vector<at::Tensor> conv_state;   // n_linear_layers x [n_state_slots, C_local, K - 1] (this rank's channels)
+  std::vector<at::Tensor> delta_state;  // n_linear_layers x [n_state_slots, Hv_local, Dk, Dv] (this rank's value heads)
   // tensor_parallel: the engine's group size; each rank caches its Hkv_local heads
   // (model/tensor_shard.h, local_kv_heads). mtp_layers: layers n_layers .. n_layers +
   // mtp_layers - 1 too, the first MTP depths' (a speculating engine's draft).

@@ -17,6 +17,10 @@ bool ends_with(const std::string& s, const std::string& tail) {
 
 }  // namespace
 
+LinearHeads local_linear_heads(const ModelConfig& cfg, int t) {
+  return {cfg.linear_num_key_heads / t, cfg.linear_num_value_heads / t, cfg.linear_conv_dim() / t};
+}
+
 int64_t padded_vocab_size(int64_t vocab_size, int t) {
   if (t <= 1) return vocab_size;
   const int64_t multiple = 128 * int64_t(t);
@@ -55,6 +59,21 @@ ParameterSplit parameter_split(const std::string& full_name, const ModelConfig& 
     if (ends_with(name, ".self_attn.o_proj.weight")) return {1, o, o};
   }
   if (ends_with(name, ".self_attn.o_proj.weight")) return {1, q, q};
+  // A Gated DeltaNet layer by key heads (and the value heads that read them): its q/k/v
+  // channels grouped by key head (model/linear_channels.h), Qwen3-Next's fused rows, z, b,
+  // a, dt_bias and A_log by value head, out_proj's columns; the gated norm whole.
+  if (cfg.is_hybrid() && name.find(".linear_attn.") != std::string::npos) {
+    const int64_t c = cfg.linear_conv_dim(), vd = cfg.linear_value_dim(), hv = cfg.linear_num_value_heads;
+    if (ends_with(name, ".in_proj_qkv.weight") || ends_with(name, ".conv1d.weight")) return {0, c, c};
+    if (ends_with(name, ".in_proj_qkvz.weight")) return {0, c + vd, c + vd};
+    if (ends_with(name, ".in_proj_ba.weight")) return {0, 2 * hv, 2 * hv};
+    if (ends_with(name, ".in_proj_z.weight")) return {0, vd, vd};
+    if (ends_with(name, ".in_proj_b.weight") || ends_with(name, ".in_proj_a.weight") ||
+        ends_with(name, ".dt_bias") || ends_with(name, ".A_log"))
+      return {0, hv, hv};
+    if (ends_with(name, ".out_proj.weight")) return {1, vd, vd};
+    return {};
+  }
   // The dense MLP (".mlp.experts.<e>." tensors are the routed experts', whole on every rank).
   if (ends_with(name, ".mlp.gate_proj.weight") || ends_with(name, ".mlp.up_proj.weight")) return {0, f, f};
   if (ends_with(name, ".mlp.down_proj.weight")) return {1, f, f};
@@ -153,9 +172,9 @@ StoredWhole::Span StoredWhole::span_of(const std::string& name, const std::vecto
 
 void check_tensor_parallel_shape(const ModelConfig& cfg, int t) {
   if (t <= 1) return;
-  SLIMPI_CHECK(!cfg.is_hybrid(), "tensor parallelism over {} ranks of a hybrid linear-attention model "
-               "(model.full_attention_interval = {}) is not implemented: its Gated DeltaNet layers are not split",
-               t, cfg.full_attention_interval);
+  SLIMPI_CHECK(!cfg.is_hybrid() || cfg.linear_num_key_heads % t == 0, "tensor parallelism over {} ranks splits a "
+               "hybrid model's Gated DeltaNet layers by key heads: the model has {} (linear_num_key_heads), not "
+               "divisible by {}", t, cfg.linear_num_key_heads, t);
   SLIMPI_CHECK(cfg.n_heads % t == 0, "tensor parallelism over {} ranks splits attention by heads: the model has {} "
                "query heads, not divisible by {}", t, cfg.n_heads, t);
   SLIMPI_CHECK(cfg.n_kv_heads % t == 0 || t % cfg.n_kv_heads == 0, "tensor parallelism over {} ranks splits "

@@ -18,6 +18,13 @@
 //                                           multiple of 128·t (padded rows are masked out
 //                                           of every softmax and never exported)
 //   mlp.shared_expert(s).{gate,up,down}     as the dense MLP: the shared experts' width / t
+//   linear_attn.* (a hybrid model's Gated   key heads [r·Hk/t, (r+1)·Hk/t) and the value
+//   DeltaNet layers)                        heads that read them: in_proj_qkv's rows and
+//                                           conv1d's channels (grouped by key head:
+//                                           model/linear_channels.h), Qwen3-Next's
+//                                           in_proj_qkvz / in_proj_ba rows (grouped in
+//                                           its files), in_proj_z/b/a rows, dt_bias and
+//                                           A_log; out_proj's columns; norm whole
 // Everything else (norms, o_proj's bias, MoE routers and routed experts, which expert
 // parallelism shards instead) is replicated. At t = 1 nothing is split or padded.
 // Shards keep the whole model's parameter names; a shard's values are exactly the
@@ -70,6 +77,13 @@ struct KvCacheRow {
 // latent = false: MLA's expanded keys and values instead (each head's, values zero-padded
 // to the key width; Transformer::set_latent_cache(false), which perf/ compares against).
 KvCacheRow kv_cache_row(const ModelConfig& cfg, int t, bool latent = true);
+
+// A Gated DeltaNet layer's heads on each rank of a tensor group of t (t divides the key
+// heads): key heads Hk / t, value heads Hv / t, convolved q/k/v channels C / t.
+struct LinearHeads {
+  int64_t key_heads = 0, value_heads = 0, conv_dim = 0;
+};
+LinearHeads local_linear_heads(const ModelConfig& cfg, int t);
 
 // Vocabulary rows of the embedding and LM head at tensor-parallel size t: V at t = 1,
 // else V rounded up to a multiple of 128 · t (Megatron's make-vocab-size-divisible-by).
@@ -138,8 +152,8 @@ struct StoredWhole::Span {
 bool first_holder(const std::string& name, const ModelConfig& cfg, const TensorShard& shard);
 
 // Refuses (slimpi::Error, with the numbers) a model that cannot split over t ranks:
-// query heads or the MLP width not divisible by t, key/value heads neither divisible
-// by t nor dividing it.
+// query heads, the MLP width or a hybrid model's linear key heads not divisible by t,
+// key/value heads neither divisible by t nor dividing it.
 void check_tensor_parallel_shape(const ModelConfig& cfg, int t);
 
 }  // namespace slimpi

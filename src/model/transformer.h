@@ -207,13 +207,15 @@ class Transformer {
   at::Tensor absorbed_attention(const LayerParams& p, int64_t cache_layer, const at::Tensor& q_nope,
                                 const at::Tensor& q_rot, const at::Tensor& latent, const at::Tensor& k_rot,
                                 const ForwardContext& f) const;
-  // The token mixer of a Gated DeltaNet layer (model/transformer_linear.cpp): x [T, d] ->
-  // [T, d], the chunked delta rule over every sequence (training, prefill), the recurrent
+  // The token mixer of a Gated DeltaNet layer (model/transformer_linear.cpp): x [T_local, d]
+  // -> [T_local, d], the chunked delta rule over every sequence (training, prefill), the recurrent
   // step for decode rows, through the cache's state slots when the forward has a cache.
   at::Tensor linear_attention_block(const LayerParams& p, const at::Tensor& x, const ForwardContext& f) const;
-  // The same over the sequences of one layout (a part of an incremental batch): h [T_l, d].
-  at::Tensor linear_attention(const LayerParams& p, const at::Tensor& h, const AttentionLayout& a,
-                              KvCache* cache) const;
+  // The same up to out_proj over the sequences of one layout (a part of an incremental
+  // batch): h [T_l, d] -> the gated norm's output [T_l, Hv·Dv] (this rank's value heads,
+  // fp32); norm: the gated norm's weight as this forward applies it.
+  at::Tensor linear_attention(const LayerParams& p, const at::Tensor& norm, const at::Tensor& h,
+                              const AttentionLayout& a, KvCache* cache) const;
   // x [T_local, d] -> x + the dense MLP block of `layer`.
   at::Tensor dense_mlp_residual(const LayerParams& p, const at::Tensor& x, const ForwardContext& f) const;
   // An MoE block's output rows (this rank's under sequence parallelism): the routed

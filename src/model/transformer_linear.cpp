@@ -7,6 +7,10 @@
 //   beta = sigmoid(h · W_b^T),  g = -exp(A_log) · softplus(h · W_a^T + dt_bias)      [T, Hv]
 //   o = the gated delta rule over (q, k, v, g, beta)            (model/gated_delta_rule.h)
 //   out = (rmsnorm_Dv(o) · w_norm · silu(h · W_z^T)) · W_out^T
+// The q/k/v channels are held grouped by key head (model/linear_channels.h). Under tensor
+// parallelism t each rank runs its Hk / t key heads and the Hv / t value heads that read
+// them, whole (column-parallel projections, convolution, rule and gated norm; row-parallel
+// out_proj, summed over the group as attention's o_proj is).
 // The convolution sees only its own sequence's past: zeros before position 0, and in an
 // incremental forward the last K - 1 inputs before the new tokens (the cache's conv state).
 // The projections and out_proj run in the forward's precision (a bf16 forward rounds them,
@@ -23,28 +27,29 @@
 #include "kernels/small_batch_linear.h"
 #include "model/forward_context.h"
 #include "model/gated_delta_rule.h"
+#include "model/tensor_shard.h"
 
 namespace slimpi {
 namespace {
 
-// The projections of h [T, d]: q/k/v channels [T, 2·Hk·Dk + Hv·Dv] (queries, keys, values
-// back to back), z [T, Hv·Dv], b and a [T, Hv], from Qwen3.5's four matrices or Qwen3-Next's
-// two fused ones (per key head i: q_i, k_i, the values and z rows of its Hv/Hk value heads;
-// b then a rows of those heads).
+// The projections of h [T, d] for this rank's heads (Hk, Hv: the local counts): q/k/v
+// channels [T, Hk·(2·Dk + r·Dv)] grouped by key head (per key head i: q_i, k_i, then the
+// values of its r = Hv/Hk value heads), z [T, Hv·Dv], b and a [T, Hv], from Qwen3.5's four
+// matrices or Qwen3-Next's two fused ones (per key head i: q_i, k_i, the values and z rows
+// of its value heads; b then a rows of those heads).
 struct Projections {
   at::Tensor qkv, z, b, a;
 };
-Projections project(const at::Tensor& h, const Transformer::LayerParams& p, const ModelConfig& c) {
+Projections project(const at::Tensor& h, const Transformer::LayerParams& p, const ModelConfig& c, int64_t Hk) {
   if (!c.linear_fused_projections)
     return {dense(h, p.lin_qkv).to(at::kFloat), dense(h, p.lin_z).to(at::kFloat), dense(h, p.lin_b).to(at::kFloat),
             dense(h, p.lin_a).to(at::kFloat)};
-  const int64_t T = h.size(0), Hk = c.linear_num_key_heads, Dk = c.linear_key_head_dim;
-  const int64_t r = c.linear_num_value_heads / Hk, Dv = c.linear_value_head_dim;
+  const int64_t T = h.size(0), Dk = c.linear_key_head_dim;
+  const int64_t r = c.linear_num_value_heads / c.linear_num_key_heads, Dv = c.linear_value_head_dim;
   const at::Tensor qkvz = dense(h, p.lin_qkv).to(at::kFloat).view({T, Hk, 2 * Dk + 2 * r * Dv});
   const at::Tensor ba = dense(h, p.lin_b).to(at::kFloat).view({T, Hk, 2 * r});
   auto heads = [&](const at::Tensor& x, int64_t from, int64_t n) { return x.narrow(-1, from, n).reshape({T, -1}); };
-  return {at::cat({heads(qkvz, 0, Dk), heads(qkvz, Dk, Dk), heads(qkvz, 2 * Dk, r * Dv)}, 1),
-          heads(qkvz, 2 * Dk + r * Dv, r * Dv), heads(ba, 0, r), heads(ba, r, r)};
+  return {heads(qkvz, 0, 2 * Dk + r * Dv), heads(qkvz, 2 * Dk + r * Dv, r * Dv), heads(ba, 0, r), heads(ba, r, r)};
 }
 
 // x [..., D] -> x / sqrt(sum x^2 + 1e-6) (the FLA library's l2norm, as transformers uses it).
@@ -59,35 +64,43 @@ at::Tensor padded(const at::Tensor& rows, const AttentionLayout& a) {
 
 at::Tensor Transformer::linear_attention_block(const LayerParams& p, const at::Tensor& x,
                                                const ForwardContext& f) const {
-  SLIMPI_CHECK(!f.tp, "Gated DeltaNet layers under tensor parallelism are not implemented");
-  const at::Tensor h = rms_norm(x, f.norm_weight(p.input_norm), cfg_.rms_norm_eps);  // [T, d]
+  const at::Tensor h = f.to_columns(rms_norm(x, f.norm_weight(f.shared(p.input_norm)), cfg_.rms_norm_eps));  // [T, d]
+  // The gated norm's weight is shared by every rank's value heads: copy_to_tp sums its gradient.
+  const at::Tensor norm = copy_to_tp(f.tp, p.lin_norm);
   const AttentionLayout& a = f.layout;
+  const int64_t width = local_linear_heads(cfg_, tensor_.size).value_heads * cfg_.linear_value_head_dim;
+  at::Tensor gated;  // [T, Hv·Dv] (this rank's value heads), fp32
   // Packed sequences are padded to the longest; past the padded budget (in elements of the
   // q/k/v channels, as attention's is in scores) each sequence runs alone instead.
-  if (!f.cache && a.n_seqs > 1 && a.n_seqs * a.max_new * cfg_.linear_conv_dim() > padded_attention_budget_) {
+  if (!f.cache && a.n_seqs > 1 &&
+      a.n_seqs * a.max_new * local_linear_heads(cfg_, tensor_.size).conv_dim > padded_attention_budget_) {
     std::vector<at::Tensor> outs;
     int64_t start = 0;
     for (int64_t n : a.seq_lens) {
-      outs.push_back(linear_attention(p, h.narrow(0, start, n), packed_layout({n}, h.device()), nullptr));
+      outs.push_back(linear_attention(p, norm, h.narrow(0, start, n), packed_layout({n}, h.device()), nullptr));
       start += n;
     }
-    return at::cat(outs);  // [T, d]
+    gated = at::cat(outs);
+  } else if (a.parts.empty()) {
+    gated = linear_attention(p, norm, h, a, f.cache);
+  } else {
+    // Decode rows and prefill chunks apart: the decode rows take the recurrent step, unpadded.
+    gated = at::empty({h.size(0), width}, h.options().dtype(at::kFloat));
+    for (const auto& part : a.parts)
+      gated.index_copy_(0, part.token_index,
+                        linear_attention(p, norm, h.index_select(0, part.token_index), part.layout, f.cache));
   }
-  if (a.parts.empty()) return linear_attention(p, h, a, f.cache);
-  // Decode rows and prefill chunks apart: the decode rows take the recurrent step, unpadded.
-  at::Tensor out = at::empty({h.size(0), cfg_.hidden_size}, h.options().dtype(at::kFloat));
-  for (const auto& part : a.parts)
-    out.index_copy_(0, part.token_index,
-                    linear_attention(p, h.index_select(0, part.token_index), part.layout, f.cache).to(at::kFloat));
-  return out;  // [T, d]
+  // out_proj in the forward's precision: row-parallel under tensor parallelism.
+  if (f.tp) return f.from_rows(dense(gated, p.lin_out));  // [T_local, d]
+  return dense(gated, p.lin_out).to(at::kFloat);          // [T, d]
 }
 
-at::Tensor Transformer::linear_attention(const LayerParams& p, const at::Tensor& h, const AttentionLayout& a,
-                                         KvCache* cache) const {
+at::Tensor Transformer::linear_attention(const LayerParams& p, const at::Tensor& norm, const at::Tensor& h,
+                                         const AttentionLayout& a, KvCache* cache) const {
   const int64_t T = h.size(0), B = a.n_seqs, L = a.max_new;
-  const int64_t Hk = cfg_.linear_num_key_heads, Hv = cfg_.linear_num_value_heads;
-  const int64_t Dk = cfg_.linear_key_head_dim, Dv = cfg_.linear_value_head_dim;
-  const int64_t C = cfg_.linear_conv_dim(), K = cfg_.linear_conv_kernel_dim, past_len = K - 1;
+  const auto [Hk, Hv, C] = local_linear_heads(cfg_, tensor_.size);  // this rank's heads and channels
+  const int64_t Dk = cfg_.linear_key_head_dim, Dv = cfg_.linear_value_head_dim, r = Hv / Hk;
+  const int64_t K = cfg_.linear_conv_kernel_dim, past_len = K - 1;
   const bool bf16 = at::autocast::is_autocast_enabled(h.device().type()) &&
                     at::autocast::get_autocast_dtype(h.device().type()) == at::kBFloat16;
   auto as_used = [&](const at::Tensor& w) { return (bf16 ? w.to(at::kBFloat16) : w).to(at::kFloat); };
@@ -107,7 +120,7 @@ at::Tensor Transformer::linear_attention(const LayerParams& p, const at::Tensor&
     no_past = at::tensor(fresh, at::kByte).to(at::kBool).to(h.device());
   }
 
-  const Projections proj = project(h, p, cfg_);  // (rounded to bf16 by a bf16 forward's autocast)
+  const Projections proj = project(h, p, cfg_, Hk);  // (rounded to bf16 by a bf16 forward's autocast)
   // From here to the gated norm everything runs in fp32, the bf16 forward's too (autocast
   // would run the convolution and the rule's products in bf16 and round the state).
   std::optional<c10::impl::ExcludeDispatchKeyGuard> fp32;
@@ -128,13 +141,13 @@ at::Tensor Transformer::linear_attention(const LayerParams& p, const at::Tensor&
     const at::Tensor index = at::tensor(last, at::kLong).to(h.device()).view({B, 1, past_len}).expand({B, C, past_len});
     cache->conv_state[size_t(li)].index_copy_(0, slots, joined.gather(2, index));
   }
-  const at::Tensor y = conv.transpose(1, 2);                                                  // [B, L, C]
-  at::Tensor q = l2_normalized(y.narrow(-1, 0, Hk * Dk).reshape({B, L, Hk, Dk})) / std::sqrt(double(Dk));
-  at::Tensor k = l2_normalized(y.narrow(-1, Hk * Dk, Hk * Dk).reshape({B, L, Hk, Dk}));     // [B, L, Hk, Dk]
-  const at::Tensor v = y.narrow(-1, 2 * Hk * Dk, Hv * Dv).reshape({B, L, Hv, Dv});           // [B, L, Hv, Dv]
-  if (Hv != Hk) {  // value head j reads key head j / (Hv / Hk)
-    q = q.repeat_interleave(Hv / Hk, 2);
-    k = k.repeat_interleave(Hv / Hk, 2);
+  const at::Tensor y = conv.transpose(1, 2).reshape({B, L, Hk, 2 * Dk + r * Dv});  // each key head's channels
+  at::Tensor q = l2_normalized(y.narrow(-1, 0, Dk)) / std::sqrt(double(Dk));       // [B, L, Hk, Dk]
+  at::Tensor k = l2_normalized(y.narrow(-1, Dk, Dk));                              // [B, L, Hk, Dk]
+  const at::Tensor v = y.narrow(-1, 2 * Dk, r * Dv).reshape({B, L, Hv, Dv});       // [B, L, Hv, Dv]
+  if (r > 1) {  // value head j reads key head j / r
+    q = q.repeat_interleave(r, 2);
+    k = k.repeat_interleave(r, 2);
   }
   // Write strength and log decay, zero past each sequence's end (the state passes them unchanged).
   const at::Tensor beta = padded(at::sigmoid(proj.b), a);                                     // [B, L, Hv]
@@ -146,13 +159,11 @@ at::Tensor Transformer::linear_attention(const LayerParams& p, const at::Tensor&
   const at::Tensor o = cache && L == 1 ? gated_delta_rule_recurrent(q, k, v, g, beta, state, &final_state)
                                        : gated_delta_rule_chunked(q, k, v, g, beta, state, cache ? &final_state : nullptr);
   if (cache) cache->delta_state[size_t(li)].index_copy_(0, slots, final_state);
-  // The gated RMSNorm over each value head, then out_proj.
+  // The gated RMSNorm over each value head.
   const at::Tensor rows = o.index({a.b_of_t, a.j_of_t});                                     // [T, Hv, Dv]
   const at::Tensor z = proj.z.view({T, Hv, Dv});                                            // [T, Hv, Dv]
-  const at::Tensor normed = rows * at::rsqrt(rows.pow(2).mean(-1, true) + cfg_.rms_norm_eps) * as_used(p.lin_norm);
-  const at::Tensor gated = (normed * at::silu(z)).view({T, Hv * Dv});                       // [T, Hv * Dv]
-  fp32.reset();
-  return dense(gated, p.lin_out).to(at::kFloat);  // [T, d] (out_proj in the forward's precision)
+  const at::Tensor normed = rows * at::rsqrt(rows.pow(2).mean(-1, true) + cfg_.rms_norm_eps) * as_used(norm);
+  return (normed * at::silu(z)).view({T, Hv * Dv});                                         // [T, Hv * Dv] fp32
 }
 
 }  // namespace slimpi

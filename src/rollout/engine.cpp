@@ -305,6 +305,7 @@ std::vector<std::unique_ptr<Engine::Sequence>> Engine::fork(std::unique_ptr<Sequ
       s->state_slot = free_state_slots_.back();
       free_state_slots_.pop_back();
       cache_.copy_state(leader->state_slot, s->state_slot);
+      if (group_ != MPI_COMM_NULL) pending_state_copies_.emplace_back(leader->state_slot, s->state_slot);
     }
     if (p % bs) {  // copy-on-write of the shared partial block, done at the fork
       const std::pair<int32_t, int32_t> copy{leader->blocks[full], leader->fork_blocks[i - 1]};
@@ -490,6 +491,8 @@ at::Tensor Engine::forward_batch(const ScheduledBatch& batch, at::Tensor* hidden
   EngineForward f;
   f.block_copies = std::move(pending_block_copies_);
   pending_block_copies_.clear();
+  f.state_copies = std::move(pending_state_copies_);
+  pending_state_copies_.clear();
   std::vector<int64_t> new_slots;  // the slots of the tokens this forward computes, in `f.tokens` order
   if (to_logits) f.logit_rows.emplace();
   for (auto [s, n] : batch) {

@@ -275,6 +275,7 @@ class Engine : public GroupWorker {
   // Tensor-parallel engines: the forks' block copies since the last forward, which the
   // group's followers make before it.
   std::vector<std::pair<int32_t, int32_t>> pending_block_copies_;
+  std::vector<std::pair<int32_t, int32_t>> pending_state_copies_;  // (a hybrid model's forks: state slots)
   EngineStats stats_;
   std::vector<std::pair<GenerationRequest, KvTransfer>> prefilled_;  // a prefill engine's finished prompts
   // Speculative decoding: the trunk's hidden state at the last position of each block

@@ -15,13 +15,16 @@ namespace slimpi {
 namespace {
 
 // The announcement as one int64 vector:
-//   release, n_copies, n_tokens, n_seqs, n_logit_rows (-1: every row), copies (src, dst)...,
-//   tokens..., logit_rows..., n_past..., n_new..., state_slots (n_seqs or none)..., slots...
+//   release, n_copies, n_tokens, n_seqs, n_logit_rows (-1: every row), state_slots given (0/1),
+//   n_state_copies, copies (src, dst)..., state copies (src, dst)..., tokens..., logit_rows...,
+//   n_past..., n_new..., state_slots (n_seqs or none)..., slots...
+constexpr size_t kHeader = 7;
 std::vector<int64_t> encode(const EngineForward& f) {
   std::vector<int64_t> v{f.release ? 1 : 0, int64_t(f.block_copies.size()), int64_t(f.tokens.size()),
                          int64_t(f.n_past.size()), f.logit_rows ? int64_t(f.logit_rows->size()) : -1,
-                         f.state_slots.empty() ? 0 : 1};
+                         f.state_slots.empty() ? 0 : 1, int64_t(f.state_copies.size())};
   for (auto [src, dst] : f.block_copies) v.insert(v.end(), {src, dst});
+  for (auto [src, dst] : f.state_copies) v.insert(v.end(), {src, dst});
   v.insert(v.end(), f.tokens.begin(), f.tokens.end());
   if (f.logit_rows) v.insert(v.end(), f.logit_rows->begin(), f.logit_rows->end());
   v.insert(v.end(), f.n_past.begin(), f.n_past.end());
@@ -32,12 +35,13 @@ std::vector<int64_t> encode(const EngineForward& f) {
 }
 
 EngineForward decode(const std::vector<int64_t>& v) {
-  SLIMPI_CHECK(v.size() >= 6, "engine group: an announcement of {} numbers", v.size());
+  SLIMPI_CHECK(v.size() >= kHeader, "engine group: an announcement of {} numbers", v.size());
   EngineForward f;
   f.release = v[0] != 0;
   const size_t n_copies = size_t(v[1]), n_tokens = size_t(v[2]), n_seqs = size_t(v[3]);
-  size_t at = 6;
+  size_t at = kHeader;
   for (size_t i = 0; i < n_copies; ++i, at += 2) f.block_copies.emplace_back(int32_t(v[at]), int32_t(v[at + 1]));
+  for (size_t i = 0; i < size_t(v[6]); ++i, at += 2) f.state_copies.emplace_back(int32_t(v[at]), int32_t(v[at + 1]));
   auto take = [&](size_t n) {
     std::vector<int64_t> part(v.begin() + long(at), v.begin() + long(at + n));
     at += n;
@@ -128,6 +132,7 @@ void EngineFollower::follow() {
     const EngineForward f = receive_announcement(group_);
     if (f.release) return;
     copy_kv_blocks(cache_, f.block_copies, cfg_.block_size);
+    for (auto [src, dst] : f.state_copies) cache_.copy_state(src, dst);
     const at::Tensor logits = run_engine_forward(model_, cache_, precision_, f, nullptr);  // [T, Vp / e]
     gather_vocab_shards(group, logits, model_.config().vocab_size);
   }

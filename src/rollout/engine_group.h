@@ -4,7 +4,8 @@
 // The group's first rank (the leader) runs the Engine: the router talks to it alone, and
 // it keeps the scheduler, the block tables, the prefix cache and the sampler. Before
 // each forward it announces the batch to the group: the KV blocks to copy first (a
-// fork's copy of its prompt's shared partial block), then the tokens and every
+// fork's copy of its prompt's shared partial block; a hybrid model's fork also copies its
+// prompt's linear-layer state slot), then the tokens and every
 // sequence's past length, new-token count and cache slots. Every rank runs that forward
 // on its shard of the model (model/tensor_shard.h: its query and key/value heads, MLP
 // columns and vocabulary rows) over its heads' KV cache, joined by the model's
@@ -13,8 +14,9 @@
 // of the group agrees on them by construction. The other ranks (followers) hold no
 // scheduler state: between the leader's calls they wait in EngineFollower::follow()
 // until it releases them.
-// Invariant: every rank of a group has the same KV slots (one EngineConfig), and after
-// each announced forward their caches hold the same tokens slot by slot (each its heads).
+// Invariant: every rank of a group has the same KV slots and state slots (one EngineConfig),
+// and after each announced forward their caches hold the same tokens slot by slot and the
+// same sequences' states state slot by state slot (each its heads).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -37,6 +39,7 @@ class Comm;
 // One forward of an engine, as the leader announces it (and as the engine runs it).
 struct EngineForward {
   std::vector<std::pair<int32_t, int32_t>> block_copies;  // (source, destination) KV blocks, before the forward
+  std::vector<std::pair<int32_t, int32_t>> state_copies;  // hybrid models: (source, destination) state slots, before it
   std::vector<int64_t> tokens;                            // the new tokens of every sequence, back to back
   std::vector<int64_t> n_past, n_new;                     // per sequence
   std::vector<int64_t> slots;  // per sequence, back to back: the cache slot of each of its n_past + n_new positions

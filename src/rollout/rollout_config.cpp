@@ -36,8 +36,9 @@ int64_t kv_tokens_in_memory(const Deck& deck, const ModelConfig& m, int64_t bloc
   const KvCacheRow row = kv_cache_row(m, e);
   const int64_t per_token = row.rows * layers * row.heads * row.dim * element +
                             (m.n_experts > 0 ? 2 * m.n_moe_layers() * m.n_experts_per_tok : 0);
-  // Hybrid models: rollout.max_running sequences' linear-layer states (fp32) come first.
-  const int64_t state_bytes = 4 * m.linear_state_size() * deck.get_int("rollout.max_running");
+  // Hybrid models: rollout.max_running sequences' linear-layer states (fp32; each rank of
+  // an engine holds its 1/e of the heads) come first.
+  const int64_t state_bytes = 4 * m.linear_state_size() / e * deck.get_int("rollout.max_running");
   const double budget = gb * double(int64_t(1) << 30) - double(state_bytes);
   if (budget < double(per_token * block_size))
     SLIMPI_FAIL_ALL("rollout.kv_cache_memory_gb = {} ({}) does not hold the linear layers' states of "

@@ -10,7 +10,7 @@ namespace {
 // The fp32 masters (whole: the seeded init or the file's) through FP8 into `engine`.
 void load_through_fp8(Transformer& engine, uint64_t seed, const std::string& path, const std::string& group) {
   Transformer masters(engine.config(), seed, engine.device());
-  if (!path.empty()) load_model_weights(masters.parameters(), path, group);
+  if (!path.empty()) load_model_weights(masters.parameters(), path, group, false, StoredWhole{&engine.config(), {}});
   if (!engine.sharded()) {
     copy_through_fp8(masters, engine);
     return;

@@ -79,6 +79,7 @@ Critic::Critic(const TrainerConfig& trainer, const Transformer& policy, Comm* dp
         h5::File f = h5::File::open(from, false, MPI_COMM_NULL);
         h5::Handle model = h5::open_group(h5::open_group(f.id(), "critic").id(), "model");
         at::NoGradGuard no_grad;
+        check_linear_channel_order(model.id(), trained_, stored, from);
         read_tensors_into(model.id(), trained_, false, stored);
         log::info("critic: trunk and value head from {} (a PPO run's critic)", from);
       } else {
@@ -224,6 +225,7 @@ void Critic::save(const h5::File& file, bool dp_first, std::exception_ptr& error
   for (const auto& [group, tensors] : {std::pair{"model", &trained_}, std::pair{"optimizer", &moments}}) {
     h5::Handle g = h5::create_group(critic.id(), group);
     if (std::string(group) == "optimizer") h5::write_attr(g.id(), "n_steps", optimizer_->n_steps());
+    if (std::string(group) == "model") mark_linear_channel_order(g.id(), trunk_->config());
     try {
       std::vector<TensorPiece> pieces;
       for (const auto& t : *tensors)
@@ -242,7 +244,9 @@ bool Critic::load(const std::string& path) {
   h5::Handle critic = h5::open_group(f.id(), "critic");
   at::NoGradGuard no_grad;
   const StoredWhole stored{&trunk_->config(), trunk_->tensor_shard()};
-  read_tensors_into(h5::open_group(critic.id(), "model").id(), trained_, false, stored);
+  h5::Handle model = h5::open_group(critic.id(), "model");
+  check_linear_channel_order(model.id(), trained_, stored, path);
+  read_tensors_into(model.id(), trained_, false, stored);
   h5::Handle opt = h5::open_group(critic.id(), "optimizer");
   read_tensors_into(opt.id(), optimizer_->state(), false, stored);
   optimizer_->set_n_steps(h5::read_attr_int(opt.id(), "n_steps"));

@@ -109,6 +109,7 @@ void Trainer::save(const std::string& path, MPI_Comm trainer) const {
     {
       h5::Handle model = h5::create_group(f.id(), "model");
       keep_going([&] { write_tensor_pieces(f, model.id(), stored, params, model_pieces); });
+      mark_linear_channel_order(model.id(), policy_.config());
     }
     {
       h5::Handle opt = h5::create_group(f.id(), "optimizer");

@@ -45,7 +45,11 @@ using testing::world_size;
 // 8 query heads over 4 key/value heads (or `kv_heads`: replicated over a larger group):
 // splits over 1, 2 or 4 ranks.
 // mla: DeepSeek-V3's shape (multi-head latent attention, cached as its latent; DeepSeekMoE).
-ModelConfig engine_model_config(bool moe, int kv_heads = 4, int mtp = 0, bool mla = false) {
+// hybrid: Qwen3.5's (layers 0-2 Gated DeltaNet, 4 key heads shared by 8 value heads; layer
+// 3 gated full attention): no prefix cache (rollout/engine.h).
+constexpr double kHybridLogpBar = 3e-4;
+
+ModelConfig engine_model_config(bool moe, int kv_heads = 4, int mtp = 0, bool mla = false, bool hybrid = false) {
   ModelConfig c = testing::tiny_model_config(96, 0.3);
   c.mtp_num_layers = mtp;
   c.n_heads = 8;
@@ -62,6 +66,16 @@ ModelConfig engine_model_config(bool moe, int kv_heads = 4, int mtp = 0, bool ml
     testing::use_latent_attention(c);
     c.q_lora_rank = 24;
     if (moe) testing::use_deepseek_moe(c, /*n_group=*/1, /*topk_group=*/1, /*first_k_dense=*/0);
+  }
+  if (hybrid) {
+    testing::use_gated_delta_net(c);
+    c.linear_num_key_heads = 4;
+    c.linear_num_value_heads = 8;
+    // The gated norm multiplies fp32 round-off by up to 1/sqrt(eps) where a random model's
+    // linear-layer output nearly cancels (tests/unit/rollout/test_engine_hybrid.cpp): at
+    // 1e-4 (Qwen3.5's is 1e-6) that bound is 1e2 and two evaluations' log-probs meet within
+    // kHybridLogpBar.
+    c.rms_norm_eps = 1e-4;
   }
   return c;
 }
@@ -111,28 +125,31 @@ void expect_same_samples(const std::vector<Sample>& got, const std::vector<Sampl
 
 // Engines of e ranks over the world's first ranks (groups of e consecutive ranks, each
 // running the same requests): every leader's samples equal a one-rank engine's.
-void expect_engines_match_one_rank(int e, bool moe, at::ScalarType dtype, int kv_heads = 4, bool mla = false) {
+void expect_engines_match_one_rank(int e, bool moe, at::ScalarType dtype, int kv_heads = 4, bool mla = false,
+                                   bool hybrid = false) {
   const int n = world_size(), rank = world_rank();
   if (n % e != 0) GTEST_SKIP() << "np " << n << " does not split into engines of " << e;
   MPI_Comm group_mpi;
   MPI_Comm_split(MPI_COMM_WORLD, rank / e, rank, &group_mpi);
   MpiComm group(group_mpi, "engine_group");
-  const ModelConfig cfg = engine_model_config(moe, kv_heads, 0, mla);
+  const ModelConfig cfg = engine_model_config(moe, kv_heads, 0, mla, hybrid);
   const TensorShard shard{group.rank(), e, &group, false};
   Transformer model(cfg, 5, at::kCPU, dtype, {}, shard);
   const std::vector<GenerationRequest> reqs = requests(6);
+  EngineConfig engine_cfg = small_engine();
+  engine_cfg.prefix_cache = !hybrid;
   if (group.rank() == 0) {
-    Engine engine(small_engine(), model, group_mpi);
+    Engine engine(engine_cfg, model, group_mpi);
     for (const auto& r : reqs) engine.add_request(r);
     const std::vector<Sample> got = engine.run_to_completion();
     engine.release_group();
     EXPECT_GT(engine.stats().preemptions, 0) << "the cache should be tight enough to preempt";
-    EXPECT_GT(engine.stats().prefix_hit_tokens, 0);
+    if (!hybrid) EXPECT_GT(engine.stats().prefix_hit_tokens, 0);
     Transformer whole(cfg, 5, at::kCPU, dtype);
     if (dtype == at::kFloat) {
-      Engine reference(small_engine(), whole);
+      Engine reference(engine_cfg, whole);
       for (const auto& r : reqs) reference.add_request(r);
-      expect_same_samples(got, reference.run_to_completion(), 1e-4);
+      expect_same_samples(got, reference.run_to_completion(), hybrid ? kHybridLogpBar : 1e-4);
     } else {
       // bf16: each rank's row-parallel partial product is rounded to bf16 before the
       // group sums them, where one rank rounds the whole product once, so the draws may
@@ -154,14 +171,14 @@ void expect_engines_match_one_rank(int e, bool moe, at::ScalarType dtype, int kv
         }
         return sum / double(std::max<int64_t>(n, 1));
       };
-      Engine reference(small_engine(), whole);
+      Engine reference(engine_cfg, whole);
       for (const auto& r : reqs) reference.add_request(r);
       const double gap_group = mean_gap(got), gap_one = mean_gap(reference.run_to_completion());
       EXPECT_LT(gap_one, 1e-3);
       EXPECT_LT(gap_group, 0.04) << "one rank: " << gap_one;
     }
   } else {
-    EngineFollower(small_engine(), model, group_mpi).follow();
+    EngineFollower(engine_cfg, model, group_mpi).follow();
   }
   MPI_Comm_free(&group_mpi);
 }
@@ -177,6 +194,13 @@ TEST(TensorParallelEngine, Bf16) { expect_engines_match_one_rank(2, false, at::k
 TEST(TensorParallelEngine, LatentAttentionTwoRanks) { expect_engines_match_one_rank(2, true, at::kFloat, 4, true); }
 TEST(TensorParallelEngine, LatentAttentionFourRanks) { expect_engines_match_one_rank(4, true, at::kFloat, 4, true); }
 // Two key/value heads over four ranks: each rank caches the one its query heads use.
+// Qwen3.5's hybrid layers: each rank's key heads' conv and recurrent states in its state slots.
+TEST(TensorParallelEngine, HybridLinearAttentionTwoRanks) {
+  expect_engines_match_one_rank(2, false, at::kFloat, 4, false, true);
+}
+TEST(TensorParallelEngine, HybridLinearAttentionFourRanksWithExperts) {
+  expect_engines_match_one_rank(4, true, at::kFloat, 4, false, true);
+}
 TEST(TensorParallelEngine, ReplicatedKeyValueHeads) { expect_engines_match_one_rank(4, false, at::kFloat, 2); }
 
 // The world's first layout.n_members() ranks as the sliced sync's communicator
@@ -192,13 +216,13 @@ MPI_Comm sync_members(const SyncLayout& layout) {
 // shards of the model drawn with seed 11, engines shards of seed 12 (in `wire`); after
 // the sync every engine rank holds its slice of the seed-11 model in `wire`.
 void expect_sliced_sync_delivers_slices(const SyncLayout& layout, bool moe, at::ScalarType wire, int kv_heads = 4,
-                                        int mtp = 0) {
+                                        int mtp = 0, bool hybrid = false) {
   const int rank = world_rank();
   if (world_size() < layout.n_members()) GTEST_SKIP() << "needs " << layout.n_members() << " ranks";
   MPI_Comm sync_mpi = sync_members(layout);
   if (sync_mpi == MPI_COMM_NULL) return;
   MpiComm sync(sync_mpi, "sliced_sync");
-  const ModelConfig cfg = engine_model_config(moe, kv_heads, mtp);
+  const ModelConfig cfg = engine_model_config(moe, kv_heads, mtp, false, hybrid);
   const bool trainer = rank < layout.n_trainer_members();
   const int t = layout.trainer_tensor, e = layout.engine_tensor;
   // Trainer members: tensor groups (same data index) and expert groups (same tensor rank).
@@ -277,6 +301,13 @@ TEST(SlicedWeightSync, ReplicatedKeyValueHeadsOnBothSides) {
 }
 TEST(SlicedWeightSync, ReplicatedKeyValueHeadsOnTheEngine) {
   expect_sliced_sync_delivers_slices({2, 1, 1, 4}, false, at::kFloat, 2);
+}
+// A hybrid model's Gated DeltaNet layers, split by key heads on both sides.
+TEST(SlicedWeightSync, HybridLayersFromTp2ToAnEngineOfTp4) {
+  expect_sliced_sync_delivers_slices({2, 1, 1, 4}, false, at::kFloat, 4, 0, /*hybrid=*/true);
+}
+TEST(SlicedWeightSync, HybridLayersFromTp1ToAnEngineOfTp2InBf16) {
+  expect_sliced_sync_delivers_slices({1, 1, 1, 2}, true, at::kBFloat16, 4, 0, /*hybrid=*/true);
 }
 // The draft travels with the policy: MTP layers sliced like the trunk's.
 TEST(SlicedWeightSync, MtpLayersReachTheEnginesWithTheTrunk) {

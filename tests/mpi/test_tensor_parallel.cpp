@@ -30,6 +30,7 @@
 #include "io/tensor_io.h"
 #include "model/head_log_probs.h"
 #include "model/log_probs.h"
+#include "model/linear_channels.h"
 #include "model/tensor_shard.h"
 #include "model/vocab_parallel_log_probs.h"
 #include "parallel/comm_tensor.h"
@@ -215,8 +216,12 @@ TEST(HeadLogProbs, EqualTheLogitsPath) {
 // first_k_dense_replace).
 // mla: DeepSeek-V3's multi-head latent attention (a query latent, interleaved rotary
 // pairs, values narrower than keys; no biases or q/k norms).
+// hybrid: Qwen3.5's shape (tiny_model.h, use_gated_delta_net): layers 0-2 Gated DeltaNet
+// with 4 key heads shared by 8 value heads (split by key heads over 1, 2 or 4 ranks),
+// layer 3 gated full attention; with moe, Qwen3.5-MoE's (layers 1 and 3 sparse, the gated
+// shared expert).
 ModelConfig tp_config(int t, bool tied, bool moe, int kv_heads = 0, int mtp = 0, bool deepseek = false,
-                      bool mla = false) {
+                      bool mla = false, bool hybrid = false) {
   ModelConfig c = testing::tiny_model_config(/*max_seq_len=*/32, /*init_std=*/0.1);
   c.n_heads = 8;
   c.n_kv_heads = kv_heads > 0 ? kv_heads : std::max(2, t);
@@ -239,6 +244,12 @@ ModelConfig tp_config(int t, bool tied, bool moe, int kv_heads = 0, int mtp = 0,
     testing::use_deepseek_moe(c, /*n_group=*/2, /*topk_group=*/1, /*first_k_dense=*/1);
   }
   if (mla) testing::use_latent_attention(c);
+  if (hybrid) {
+    testing::use_gated_delta_net(c);
+    c.linear_num_key_heads = 4;
+    c.linear_num_value_heads = 8;
+    c.qkv_bias = c.o_bias = false;  // (Qwen3.5's attention has none)
+  }
   return c;
 }
 
@@ -286,6 +297,7 @@ struct Case {
   int mtp = 0;       // MTP depths (train/mtp_loss.h)
   bool deepseek = false;  // DeepSeekMoE and partial RoPE (tp_config)
   bool mla = false;       // multi-head latent attention (tp_config)
+  bool hybrid = false;    // Gated DeltaNet layers (tp_config)
 };
 
 // DeepSeekMoE's correction biases (zero at init) set to values that move choices, the
@@ -307,7 +319,7 @@ TEST_P(TensorParallelStep, EqualsTheWholeModel) {
   if (n % tp != 0 || (n / tp) % c.expert_parallel != 0 || (c.expert_parallel > 1 && !c.moe) || (tp == 1 && n > 1) ||
       (c.sequence_parallel && tp == 1))
     GTEST_SKIP() << "TP " << tp << " x EP " << c.expert_parallel << " at np " << n;
-  const ModelConfig cfg = tp_config(tp, c.tied, c.moe, c.kv_heads, c.mtp, c.deepseek, c.mla);
+  const ModelConfig cfg = tp_config(tp, c.tied, c.moe, c.kv_heads, c.mtp, c.deepseek, c.mla, c.hybrid);
   ModelParallel mp(MPI_COMM_WORLD, tp, c.expert_parallel, DeviceChoice{}, c.sequence_parallel,
                    kv_head_replicas(cfg, tp));
   const int d = mp.data_index();
@@ -412,8 +424,9 @@ TEST_P(TensorParallelStep, EqualsTheWholeModel) {
   // An inf in the part one rank writes (the last tensor rank's rows of q_proj): that rank
   // throws, every rank gets through the collective calls, and no file is left.
   const int bad_rank = tp > 1 ? tp - 1 : 0;
-  const std::string poisoned = std::string("model.layers.0.self_attn.") + (cfg.q_lora_rank > 0 ? "q_b_proj" : "q_proj") +
-                               ".weight";
+  const std::string poisoned = cfg.is_hybrid() ? "model.layers.0.linear_attn.in_proj_qkv.weight"
+                               : std::string("model.layers.0.self_attn.") +
+                                     (cfg.q_lora_rank > 0 ? "q_b_proj" : "q_proj") + ".weight";
   for (const auto& p : shard.parameters())
     if (world.rank() == bad_rank && p.name == poisoned) {
       at::NoGradGuard no_grad;
@@ -471,7 +484,18 @@ INSTANTIATE_TEST_SUITE_P(Layouts, TensorParallelStep,
                                            Case{2, 2, true, true, true, true, Transformer::Recompute::Selective, 0, 1,
                                                 true, true},
                                            Case{0, 1, false, false, true, true, Transformer::Recompute::Full, 0, 0,
-                                                false, true}));
+                                                false, true},
+                                           // Qwen3.5's hybrid layers (Gated DeltaNet split by key heads): whole;
+                                           // with sequence parallelism, the distributed optimizer and full
+                                           // recomputation; Qwen3.5-MoE's at TP 2 x EP 2
+                                           Case{.tensor_parallel = 0, .expert_parallel = 1, .tied = false,
+                                                .moe = false, .hybrid = true},
+                                           Case{.tensor_parallel = 0, .expert_parallel = 1, .tied = true,
+                                                .moe = false, .sequence_parallel = true,
+                                                .distributed_optimizer = true,
+                                                .recompute = Transformer::Recompute::Full, .hybrid = true},
+                                           Case{.tensor_parallel = 2, .expert_parallel = 2, .tied = false,
+                                                .moe = true, .sequence_parallel = true, .hybrid = true}));
 
 // The gradient norm counts every element once whatever the layout, at the shape where it
 // moved (inputs/sft_addition.toml with d 256, 2 layers, vocabulary 32000: np 1 11.534529,
@@ -653,6 +677,49 @@ TEST(TensorShard, SplitsAndPadsAsMegatron) {
   cfg.n_kv_heads = 4;
   cfg.n_heads = 12;
   EXPECT_THROW(check_tensor_parallel_shape(cfg, 6), Error);  // 4 neither divides 6 nor is divisible by it
+}
+
+// A hybrid model's Gated DeltaNet layers split by key heads: the q/k/v channels (grouped by
+// key head in slimpi, model/linear_channels.h) in one contiguous run per rank, the value
+// heads' tensors by rows, out_proj by columns, the gated norm whole.
+TEST(TensorShard, GatedDeltaNetLayersSplitByKeyHeads) {
+  ModelConfig cfg = tp_config(4, false, false, 0, 0, false, false, /*hybrid=*/true);
+  const std::string a = "model.layers.0.linear_attn.";
+  const int64_t C = cfg.linear_conv_dim(), vd = cfg.linear_value_dim(), hv = cfg.linear_num_value_heads;
+  for (const auto& [name, dim, whole] :
+       {std::tuple{"in_proj_qkv.weight", 0, C}, {"conv1d.weight", 0, C}, {"in_proj_z.weight", 0, vd},
+        {"in_proj_b.weight", 0, hv}, {"in_proj_a.weight", 0, hv}, {"dt_bias", 0, hv}, {"A_log", 0, hv},
+        {"out_proj.weight", 1, vd}}) {
+    const ParameterSplit split = parameter_split(a + name, cfg, 4);
+    EXPECT_EQ(split.dim, dim) << name;
+    EXPECT_EQ(split.whole, whole) << name;
+  }
+  EXPECT_FALSE(parameter_split(a + "norm.weight", cfg, 4).split());
+  EXPECT_EQ(local_linear_heads(cfg, 4).key_heads, 1);
+  EXPECT_EQ(local_linear_heads(cfg, 4).value_heads, 2);
+  EXPECT_EQ(local_linear_heads(cfg, 2).conv_dim, C / 2);
+  // Rank r's channels are key head r's query, key and its value heads' values.
+  const at::Tensor hf_rows = at::arange(C, at::kFloat);  // Hugging Face's order: all q, all k, all v
+  const at::Tensor held = linear_channels_from_hf(hf_rows, cfg);
+  EXPECT_TRUE(at::equal(linear_channels_to_hf(held, cfg), hf_rows));
+  const int64_t Dk = cfg.linear_key_head_dim, Dv = cfg.linear_value_head_dim, Hk = cfg.linear_num_key_heads;
+  const ParameterSplit qkv = parameter_split(a + "in_proj_qkv.weight", cfg, 4);
+  for (int r = 0; r < 4; ++r) {
+    const at::Tensor want = at::cat({at::arange(r * Dk, (r + 1) * Dk), at::arange(Hk * Dk + r * Dk, Hk * Dk + (r + 1) * Dk),
+                                     at::arange(2 * Hk * Dk + r * 2 * Dv, 2 * Hk * Dk + (r + 1) * 2 * Dv)})
+                             .to(at::kFloat);
+    EXPECT_TRUE(at::equal(shard_of_whole(held, qkv, {r, 4, nullptr}), want)) << "rank " << r;
+  }
+  // Qwen3-Next's fused projections are grouped by key head in its files already.
+  cfg.linear_fused_projections = true;
+  EXPECT_FALSE(holds_linear_channels(a + "in_proj_qkvz.weight", cfg));
+  EXPECT_TRUE(holds_linear_channels(a + "conv1d.weight", cfg));
+  EXPECT_EQ(parameter_split(a + "in_proj_qkvz.weight", cfg, 4).whole, C + vd);
+  EXPECT_EQ(parameter_split(a + "in_proj_ba.weight", cfg, 4).whole, 2 * hv);
+  cfg.linear_num_key_heads = 2;
+  cfg.linear_num_value_heads = 4;
+  EXPECT_NO_THROW(check_tensor_parallel_shape(cfg, 2));
+  EXPECT_THROW(check_tensor_parallel_shape(cfg, 4), Error);  // 2 key heads over 4 ranks
 }
 
 // A run of a shard's elements, read through its span's blocks out of the whole tensor,

@@ -16,8 +16,15 @@
 #    (check_full_async.py; with 6-token responses the engines finish before the trainer,
 #    so no partial response is carried here: tests/unit/rollout/test_engine_hybrid.cpp
 #    continues partial work in another engine, its linear layers' state recomputed);
-#  * refused, with the key named: tensor parallelism, an explicit prefix cache, cached
-#    responses, speculative decoding, no full-attention layer;
+#  * tensor parallelism (the Gated DeltaNet layers split by key heads): TP 2 trainers with
+#    engines of 2 ranks generate the tokens of TP 1, colocated (with sequence parallelism)
+#    and split; the exported policy loads into TP 2 from its Hugging Face files (its q/k/v
+#    channels reordered by key head, then split) and generates what TP 1 does, with the
+#    learnt reward;
+#  * a checkpoint in the channel order of an older slimpi (no linear_channels attribute) is
+#    refused, saying so;
+#  * refused, with the key named: a tensor group that does not divide the key heads, an
+#    explicit prefix cache, cached responses, speculative decoding, no full-attention layer;
 #  * the learnt policy exports as Qwen3_5ForCausalLM; a hybrid no family fits (plain norms)
 #    is refused by export, saying what the families need.
 # Usage: hybrid_runs.sh SLIMPI ROOT "MPIRUN FLAGS"
@@ -105,9 +112,25 @@ for i in 1 2; do run 3 full_chunked "${full[@]}" --set run.job_steps=3; done
 run 3 full_chunked "${full[@]}"
 /usr/bin/python3 "$root/tests/regression/check_full_async.py" "$out/full_chunked" 4 -1
 
+echo "== tensor parallelism: TP 2 trainers and engines of 2 ranks generate the tokens of TP 1"
+close() {  # RUN_A RUN_B: same tokens, rewards, advantages and old log-probs
+  /usr/bin/python3 "$root/tests/regression/same_tokens.py" "$tag" "$out/$1" "$out/$2" tokens/values tokens/offsets \
+    reward step advantages/values old_log_probs/values
+}
+tp=(--set run.n_steps=3 --set train.global_batch_size=32)  # (one optimizer step a rollout: DP 1 and 2 alike)
+run 2 co_tp1 --set parallel.placement=colocate "${tp[@]}"
+run 2 co_tp2 --set parallel.placement=colocate --set parallel.tensor_parallel=2 --set rollout.tensor_parallel=2 \
+  --set parallel.sequence_parallel=true "${tp[@]}"
+close co_tp1 co_tp2
+run 4 split_tp1 --set parallel.trainer_ranks=2 "${tp[@]}"
+run 4 split_tp2 --set parallel.trainer_ranks=2 --set parallel.tensor_parallel=2 --set rollout.tensor_parallel=2 "${tp[@]}"
+grep -q "this rank runs 1 of 2 linear key heads" "$out/split_tp2.log"
+grep -q "state slots (1 of 2 linear key heads)" "$out/split_tp2.log"
+close split_tp1 split_tp2
+
 echo "== refused"
-refused tp "a hybrid linear-attention model's Gated DeltaNet layers" 4 --set parallel.trainer_ranks=2 \
-  --set parallel.tensor_parallel=2
+refused tp4 "model.linear_num_key_heads = 2 (--set) is not divisible by 4" 4 --set parallel.placement=colocate \
+  --set parallel.tensor_parallel=4
 refused prefix "rollout.prefix_cache = true" 2 --set rollout.prefix_cache=true
 refused speculative "rollout.speculative" 2 --set rollout.speculative=mtp --set model.mtp_num_layers=1
 refused cache_responses "rollout.cache_responses = true (--set) stores responses in the prefix cache, which a hybrid" 2 \
@@ -117,6 +140,27 @@ refused all_linear "leaves none of the 4 layers full attention" 2 --set model.fu
 echo "== export: the learnt policy as Qwen3_5ForCausalLM; a hybrid no family fits is refused, saying why"
 "$slimpi" export "$out/learns" "$out/learns_hf" >"$out/export.log" 2>&1 || { cat "$out/export.log"; exit 1; }
 grep -q '"Qwen3_5ForCausalLM"' "$out/learns_hf/config.json"
+from_hf=(--set parallel.placement=colocate --set run.n_steps=1 --set train.global_batch_size=32
+         --set "model.init_from=$out/learns_hf")
+run 2 from_hf_tp1 "${from_hf[@]}"
+run 2 from_hf_tp2 "${from_hf[@]}" --set parallel.tensor_parallel=2 --set rollout.tensor_parallel=2
+close from_hf_tp1 from_hf_tp2
+/usr/bin/python3 - "$out/learns" "$out/from_hf_tp2" <<'PY'
+import sys
+import h5py
+with h5py.File(f"{sys.argv[1]}/metrics.h5") as f:
+    learnt = f["steps/rollout/raw_reward"][35:40].mean()
+with h5py.File(f"{sys.argv[2]}/metrics.h5") as f:
+    loaded = f["steps/rollout/raw_reward"][0]
+print(f"hybrid_runs: the export loaded at TP 2 scores {loaded:.4f} (the learnt policy's last steps: {learnt:.4f})")
+assert loaded > 0.5 * learnt, "the exported policy did not load into TP 2 as learnt"
+PY
+state=$(find "$out/learns" -name trainer_state.h5 | sort | tail -1)
+cp "$state" "$out/old_order.h5"
+/usr/bin/python3 -c "import h5py, sys; f = h5py.File(sys.argv[1], 'a'); del f['model'].attrs['linear_channels']" \
+  "$out/old_order.h5"
+refused old_order "are in Hugging Face's channel order, written by a slimpi from before" 2 \
+  --set parallel.placement=colocate --set "model.init_from=$out/old_order.h5"
 run 1 plain_norms --set run.n_steps=1 --set model.zero_centered_norm=false --set parallel.placement=colocate
 if "$slimpi" export "$out/plain_norms" "$out/plain_hf" >"$out/plain_export.log" 2>&1; then
   echo "FAIL: a hybrid without zero-centred norms exported"; exit 1

@@ -105,7 +105,7 @@ TEST_P(GoldenLogits, ModelFromConfigJsonMatchesTransformers) {
   EXPECT_NE(deck.source("model.hidden_size").find("config.json (hidden_size)"), std::string::npos);
   const ModelConfig cfg = ModelConfig::from_deck(deck);
   Transformer m(cfg, 1, at::kCPU);
-  load_model_weights(m.parameters(), dir.string());
+  load_model_weights(m.parameters(), dir.string(), "model", false, StoredWhole{&m.config(), {}});
   const double gap = golden_gap(dir, m), bar = golden_bar(dir);
   std::printf("%s: largest |logit - transformers'| %.3g (bar %.3g)\n", GetParam().c_str(), gap, bar);
   EXPECT_LT(gap, bar);  // measured 2.2e-6 to 6.7e-6 (fp32 round-off of logits of size ~10); Qwen3.5 below
@@ -132,7 +132,7 @@ TEST_P(GoldenMoe, RoutingAndLoadBalancingLossMatchTransformers) {
   const ModelConfig cfg = ModelConfig::from_deck(deck_for(dir));
   ASSERT_GT(cfg.n_experts, 0);
   Transformer m(cfg, 1, at::kCPU);
-  load_model_weights(m.parameters(), dir.string());
+  load_model_weights(m.parameters(), dir.string(), "model", false, StoredWhole{&m.config(), {}});
   std::map<std::string, at::Tensor> g;
   for (const auto& t : read_safetensors((dir / "golden.safetensors").string())) g[t.name] = t.tensor;
   for (int i = 0; g.count("tokens_" + std::to_string(i)); ++i) {
