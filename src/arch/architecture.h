@@ -44,10 +44,11 @@ struct Architecture {
   const char* file_marker = nullptr;
   // The text that names a routed expert's tensor in this family's files.
   const char* expert_marker = ".mlp.experts.";
-  // Whether the family names multi-token-prediction depths as slimpi does
-  // ("model.mtp_layers.<i>.", MiMo); the others' files use DeepSeek-V3's names
-  // (arch/mtp_names.h).
-  bool mtp_names = false;
+  // How the family's files name multi-token-prediction depths (arch/mtp_names.h):
+  // DeepSeek-V3's "model.layers.<L + i>." (the default), slimpi's own "model.mtp_layers.<i>."
+  // (MiMo), or Qwen3.5's "mtp.*" (one depth).
+  enum class MtpLayout { DeepSeek, Slimpi, Qwen };
+  MtpLayout mtp_layout = MtpLayout::DeepSeek;
   // Whether the family's MoE layers are DeepSeekMoE's (sigmoid router, shared experts,
   // dense first layers) and its attention may rotate part of each head; the other
   // families never export a model with any of these (ModelConfig::uses_deepseek_features).

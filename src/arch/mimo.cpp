@@ -12,7 +12,7 @@ Architecture mimo_architecture() {
   a.model_type = "mimo";
   a.hf_class = "MiMoForCausalLM";
   a.fits = [](const ModelConfig& cfg) { return !cfg.qk_norm && cfg.qkv_bias && !cfg.o_bias && cfg.mtp_num_layers > 0; };
-  a.mtp_names = true;
+  a.mtp_layout = Architecture::MtpLayout::Slimpi;
   return a;
 }
 

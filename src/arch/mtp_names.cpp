@@ -21,6 +21,11 @@ const std::array<std::pair<const char*, const char*>, 4> kRenamed{{{"token_layer
                                                                   {"input_proj.weight", "eh_proj.weight"},
                                                                   {"final_layernorm.weight", "shared_head.norm.weight"}}};
 
+const std::array<std::pair<const char*, const char*>, 4> kQwenRenamed{{{"token_layernorm.weight", "pre_fc_norm_embedding.weight"},
+                                                                      {"hidden_layernorm.weight", "pre_fc_norm_hidden.weight"},
+                                                                      {"input_proj.weight", "fc.weight"},
+                                                                      {"final_layernorm.weight", "norm.weight"}}};
+
 }  // namespace
 
 bool is_mtp_parameter(const std::string& name) { return name.rfind(kMtpPrefix, 0) == 0; }
@@ -35,6 +40,22 @@ std::string deepseek_mtp_name(const std::string& name, int64_t n_layers) {
   for (const auto& [ours, theirs] : kRenamed)
     if (tail == ours) tail = theirs;
   return "model.layers." + std::to_string(n_layers + depth) + "." + tail;
+}
+
+std::string qwen_mtp_name(const std::string& name) {
+  SLIMPI_CHECK(is_mtp_parameter(name), "{} is not an MTP depth's tensor", name);
+  const size_t dot = name.find('.', kMtpPrefix.size());
+  const std::string depth = name.substr(kMtpPrefix.size(), dot - kMtpPrefix.size()), tail = name.substr(dot + 1);
+  SLIMPI_CHECK(depth == "0", "{}: Qwen3.5's files hold one MTP depth (mtp.*; model.mtp_num_layers = 1)", name);
+  for (const auto& [ours, theirs] : kQwenRenamed)
+    if (tail == ours) return std::string("mtp.") + theirs;
+  return "mtp.layers.0." + tail;
+}
+
+bool uses_qwen_mtp_names(const std::vector<std::string>& file_tensor_names) {
+  for (const auto& n : file_tensor_names)
+    if (n == "mtp.fc.weight") return true;
+  return false;
 }
 
 bool uses_deepseek_mtp_names(const std::vector<std::string>& file_tensor_names) {

@@ -6,7 +6,8 @@
 // MoE (top-k renormalised) with a sigmoid-gated shared expert.
 //   * The Hub's checkpoints are the multimodal class: the text model's fields are its
 //     config.json's text_config, its tensors "model.language_model.*"; the vision tower
-//     ("model.visual.*") and the MTP layers ("mtp.*") are not loaded (one log line).
+//     ("model.visual.*") is not loaded (one log line), nor are the MTP layers ("mtp.*")
+//     unless the model has an MTP depth (mtp_num_hidden_layers; arch/mtp_names.h).
 //   * Their RoPE is multimodal (mrope_section over three position axes); a text token has
 //     the same position on all three, where it is ordinary RoPE over the rotary dims.
 //   * A model exports as the text class (config.json without text_config, "model.*"
@@ -55,7 +56,23 @@ void read_layer_types(const nlohmann::json& c, HfConfigReader& r) {
     r.set("model.full_attention_interval", interval, "layer_types");
 }
 
+// The MTP depth (at most one: the files' mtp.* share one input projection over depths) and
+// whether it has its own embedding (not supported).
+void read_mtp(const nlohmann::json& c, HfConfigReader& r) {
+  if (auto n = get_int(c, "mtp_num_hidden_layers"); n && *n > 1)
+    r.fail("'mtp_num_hidden_layers' = {}: slimpi reads one MTP depth of this family (the files' mtp.* layers "
+           "share one input projection and norms over depths)", *n);
+  if (auto own = get_bool(c, "mtp_use_dedicated_embeddings"); own && *own)
+    r.fail("'mtp_use_dedicated_embeddings' = true: an MTP depth with its own embedding is not implemented (slimpi's "
+           "read the trunk's)");
+}
+
+void write_mtp(const ModelConfig& cfg, nlohmann::json& j) {
+  if (cfg.mtp_num_layers > 0) j["mtp_num_hidden_layers"] = cfg.mtp_num_layers;
+}
+
 void read_hybrid(const nlohmann::json& c, HfConfigReader& r) {
+  read_mtp(c, r);
   if (!get_int(c, "head_dim")) r.set("model.head_dim", int64_t(256), "head_dim (Qwen3.5's default)");
   read_attention_bias(c, r);
   r.set("model.qk_norm", true, "architectures (Qwen3.5: q_norm/k_norm)");
@@ -88,10 +105,12 @@ bool fits_hybrid(const ModelConfig& cfg) {
   return cfg.is_hybrid() && cfg.qk_norm && cfg.attn_output_gate && cfg.zero_centered_norm && !cfg.is_mla() &&
          !cfg.linear_fused_projections && cfg.moe_n_group == 1 && cfg.moe_routed_scaling_factor == 1.0 &&
          cfg.moe_router == "softmax" && !cfg.moe_router_bias && cfg.n_shared_experts == 0 &&
-         cfg.first_k_dense_replace == 0 && cfg.mtp_num_layers == 0;
+         cfg.first_k_dense_replace == 0 && cfg.mtp_num_layers <= 1;
 }
 
+
 void write_hybrid(const ModelConfig& cfg, nlohmann::json& j) {
+  write_mtp(cfg, j);
   j["attention_bias"] = cfg.qkv_bias;
   j["full_attention_interval"] = cfg.full_attention_interval;
   nlohmann::json types = nlohmann::json::array();
@@ -151,6 +170,7 @@ Architecture hybrid_family(const char* model_type, const char* hf_class, bool mo
     a.file_marker = "model.language_model.";
   }
   a.not_loaded = outside_text_model;
+  a.mtp_layout = Architecture::MtpLayout::Qwen;
   a.file_shape = [](const std::string& name, const std::vector<int64_t>& shape) {
     const std::string conv = "linear_attn.conv1d.weight";
     const bool is_conv = name.size() >= conv.size() && name.compare(name.size() - conv.size(), conv.size(), conv) == 0;
@@ -178,7 +198,7 @@ Architecture qwen3_next_architecture() {
     return cfg.is_hybrid() && cfg.qk_norm && cfg.attn_output_gate && cfg.zero_centered_norm &&
            cfg.linear_fused_projections && cfg.moe_router == "softmax" && !cfg.moe_router_bias &&
            cfg.moe_n_group == 1 && cfg.moe_routed_scaling_factor == 1.0 &&
-           cfg.n_shared_experts == 0 && cfg.first_k_dense_replace == 0 && cfg.mtp_num_layers == 0 &&
+           cfg.n_shared_experts == 0 && cfg.first_k_dense_replace == 0 && cfg.mtp_num_layers <= 1 &&
            cfg.shared_expert_intermediate_size > 0;
   };
   a.write_config = [](const ModelConfig& cfg, nlohmann::json& j) {
@@ -188,6 +208,7 @@ Architecture qwen3_next_architecture() {
   };
   a.tensor_name = same_name;
   a.file_marker = ".linear_attn.in_proj_qkvz.";
+  a.mtp_layout = Architecture::MtpLayout::Qwen;
   return a;
 }
 

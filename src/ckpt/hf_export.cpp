@@ -56,7 +56,8 @@ std::string hf_config_json(const ModelConfig& cfg, const std::string& dtype, con
                "and Qwen3_5MoeForCausalLM need model.qk_norm, model.attn_output_gate and model.zero_centered_norm = "
                "true and Qwen3.5's separate projections (the MoE: every layer sparse, a gated shared expert, "
                "model.norm_topk_prob = true, softmax routing); Qwen3NextForCausalLM the same with "
-               "model.linear_fused_projections = true, a gated shared expert and softmax routing; none has MTP layers "
+               "model.linear_fused_projections = true, a gated shared expert and softmax routing; each at most one MTP "
+               "layer "
                "(this model: qk_norm {}, attn_output_gate {}, zero_centered_norm {}, linear_fused_projections {}, "
                "{} experts, shared expert width {}, mtp_num_layers {})",
                cfg.qk_norm, cfg.attn_output_gate, cfg.zero_centered_norm, cfg.linear_fused_projections, cfg.n_experts,
@@ -199,9 +200,10 @@ std::string export_checkpoint_to_hf(const std::string& path, const std::string& 
     if (holds_linear_channels(p.name, cfg)) t = linear_channels_to_hf(t, cfg);  // (grouped by key head in slimpi)
     if (arch->file_shape) t = t.reshape(arch->file_shape(p.name, t.sizes().vec()));
     std::string name = arch->tensor_name ? arch->tensor_name(p.name) : p.name;  // the family's file names
-    if (is_mtp_parameter(p.name) && !arch->mtp_names) {  // DeepSeek-V3's layout of MTP depths (arch/mtp_names.h)
-      name = deepseek_mtp_name(p.name, cfg.n_layers);
-      if (is_mtp_input_proj(p.name)) t = swap_input_proj_halves(t);
+    if (is_mtp_parameter(p.name) && arch->mtp_layout != Architecture::MtpLayout::Slimpi) {  // (arch/mtp_names.h)
+      name = arch->mtp_layout == Architecture::MtpLayout::Qwen ? qwen_mtp_name(p.name)
+                                                                : deepseek_mtp_name(p.name, cfg.n_layers);
+      if (is_mtp_input_proj(p.name)) t = swap_input_proj_halves(t);  // [h ; emb] -> [emb ; h]
     }
     tensors.push_back({name, t});
     total += t.numel() * t.element_size();

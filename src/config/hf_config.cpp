@@ -203,9 +203,10 @@ HfConfigReader resolve(const std::string& file, const json& top) {
   r.set("model.rms_norm_eps", get_float(c, "rms_norm_eps").value_or(1e-6), "rms_norm_eps");
   r.set("model.tie_word_embeddings", get_bool(c, "tie_word_embeddings").value_or(false), "tie_word_embeddings");
   // Multi-token prediction depths, where the config has them (DeepSeek-V3, MiMo and GLM
-  // name them num_nextn_predict_layers, others num_mtp_layers); a config without either
-  // leaves model.mtp_num_layers to the deck (fresh MTP layers for a model without them).
-  for (const char* field : {"num_nextn_predict_layers", "num_mtp_layers"})
+  // name them num_nextn_predict_layers, Qwen3.5 and Qwen3-Next mtp_num_hidden_layers,
+  // others num_mtp_layers); a config without any leaves model.mtp_num_layers to the deck
+  // (fresh MTP layers for a model without them).
+  for (const char* field : {"num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_layers"})
     if (auto n = get_int(c, field)) {
       if (*n < 0) r.fail("'{}' = {} must not be negative", field, *n);
       else r.set("model.mtp_num_layers", *n, field);

@@ -113,10 +113,11 @@ namespace {
 // How the model's tensor names appear in a Hugging Face checkpoint's files: slimpi's, or
 // its family's (arch/architecture.h: Mixtral names its MoE tensors its own way) when the
 // files use that naming (errors then name what the files would hold); MTP depths as
-// slimpi's (MiMo's) or DeepSeek-V3's "model.layers.<L + i>." (arch/mtp_names.h).
+// slimpi's (MiMo's), DeepSeek-V3's "model.layers.<L + i>." or Qwen3.5's "mtp.*"
+// (arch/mtp_names.h).
 struct HfNames {
   const Architecture* naming = nullptr;
-  bool deepseek_mtp = false;
+  bool deepseek_mtp = false, qwen_mtp = false;
   int64_t n_layers = 0;  // the trunk's
 
   HfNames(const SafetensorsReader& reader, const std::vector<NamedTensor>& like) {
@@ -124,11 +125,13 @@ struct HfNames {
     for (const auto& [name, e] : reader.entries()) names.push_back(name);
     naming = architecture_naming(names);
     deepseek_mtp = uses_deepseek_mtp_names(names);
+    qwen_mtp = uses_qwen_mtp_names(names);
     for (const auto& l : like)
       if (l.name.rfind("model.layers.", 0) == 0) n_layers = std::max<int64_t>(n_layers, std::stoll(l.name.substr(13)) + 1);
   }
   std::string in_files(const std::string& name) const {
     if (deepseek_mtp && is_mtp_parameter(name)) return deepseek_mtp_name(name, n_layers);
+    if (qwen_mtp && is_mtp_parameter(name)) return qwen_mtp_name(name);
     return naming ? naming->tensor_name(name) : name;
   }
 };
@@ -244,7 +247,8 @@ void load_hf_tensors_into(const std::string& path, const std::vector<NamedTensor
     if (!loaded(l)) continue;
     // (a tensor the files hold with unit dimensions the model's lacks: a depthwise conv1d's [C, 1, K])
     at::Tensor whole = read_hf_tensor(reader, names.in_files(l.name)).reshape(stored.whole_shape(l.name, l.tensor.sizes().vec()));
-    if (names.deepseek_mtp && is_mtp_input_proj(l.name)) whole = swap_input_proj_halves(whole);  // [emb ; h] -> [h ; emb]
+    if ((names.deepseek_mtp || names.qwen_mtp) && is_mtp_input_proj(l.name))
+      whole = swap_input_proj_halves(whole);  // [emb ; h] -> [h ; emb]
     if (l.name.find(".linear_attn.") != std::string::npos) {
       SLIMPI_CHECK(stored.cfg, "loading {} from {}: a Gated DeltaNet layer's tensors need the model's shape "
                    "(StoredWhole::cfg) to be put in slimpi's channel order", l.name, where);

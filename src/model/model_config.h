@@ -146,8 +146,9 @@ struct ModelConfig {
                                                               n_shared_experts > 0 || first_k_dense_replace > 0));
   }
   // Whether each MTP depth's block is an MoE layer: a DeepSeekMoE model's is, as
-  // DeepSeek-V3's and GLM-4.5's are (the other families' MTP depths are dense).
-  bool mtp_is_moe() const { return n_experts > 0 && moe_router == "sigmoid"; }
+  // DeepSeek-V3's and GLM-4.5's are, and a hybrid MoE model's (Qwen3.5-MoE's, Qwen3-Next's);
+  // the other families' MTP depths are dense.
+  bool mtp_is_moe() const { return n_experts > 0 && (moe_router == "sigmoid" || is_hybrid()); }
   // The shared experts' MLP width (DeepSeekMoE's n_shared_experts · moe_intermediate_size; 0: none).
   int64_t shared_experts_width() const { return n_shared_experts * moe_intermediate_size; }
   int64_t n_moe_layers() const;

@@ -26,7 +26,10 @@
 #  * refused, with the key named: a tensor group that does not divide the key heads, an
 #    explicit prefix cache, cached responses, speculative decoding, no full-attention layer;
 #  * the learnt policy exports as Qwen3_5ForCausalLM; a hybrid no family fits (plain norms)
-#    is refused by export, saying what the families need.
+#    is refused by export, saying what the families need;
+#  * an MTP depth trained beside the hybrid (its gated full-attention layer) exports as
+#    Qwen3.5's mtp.* (mtp.fc's halves [embedding ; hidden], mtp_num_hidden_layers = 1) and a
+#    run starts from that export with the depth loaded (its MTP loss where the run left it).
 # Usage: hybrid_runs.sh SLIMPI ROOT "MPIRUN FLAGS"
 set -euo pipefail
 source "$(dirname "$0")/run_helpers.sh"
@@ -167,4 +170,52 @@ if "$slimpi" export "$out/plain_norms" "$out/plain_hf" >"$out/plain_export.log" 
 fi
 grep -q "hybrid linear-attention model has no Hugging Face architecture to export to" "$out/plain_export.log" \
   || { cat "$out/plain_export.log"; exit 1; }
+echo "== an MTP depth: trained, exported as Qwen3.5's mtp.*, loaded back"
+run 2 mtp --set parallel.placement=colocate --set run.n_steps=3 --set model.mtp_num_layers=1 \
+  --set train.mtp_loss_coef=0.3
+"$slimpi" export "$out/mtp" "$out/mtp_hf" >"$out/mtp_export.log" 2>&1 || { cat "$out/mtp_export.log"; exit 1; }
+/usr/bin/python3 - "$out/mtp" "$out/mtp_hf" <<'PY'
+import json
+import struct
+import sys
+import h5py
+import numpy as np
+run, hf = sys.argv[1:3]
+raw = open(f"{hf}/model.safetensors", "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+header = json.loads(raw[8:8 + n])
+def tensor(name):
+    b, e = header[name]["data_offsets"]
+    return np.frombuffer(raw[8 + n + b:8 + n + e], dtype="<f4").reshape(header[name]["shape"])
+cfg = json.load(open(f"{hf}/config.json"))
+assert cfg["architectures"] == ["Qwen3_5ForCausalLM"] and cfg["mtp_num_hidden_layers"] == 1, cfg
+assert not any(k.startswith("model.mtp_layers.") for k in header), "slimpi's MTP names in a Qwen3.5 export"
+with h5py.File(f"{run}/trainer_state.h5") as f:
+    m = f["model"]
+    proj = m["model.mtp_layers.0.input_proj.weight"][:]
+    d = proj.shape[0]
+    assert np.array_equal(tensor("mtp.fc.weight"), np.concatenate([proj[:, d:], proj[:, :d]], 1))
+    for ours, theirs in [("token_layernorm.weight", "pre_fc_norm_embedding.weight"),
+                         ("hidden_layernorm.weight", "pre_fc_norm_hidden.weight"), ("final_layernorm.weight", "norm.weight"),
+                         ("self_attn.q_proj.weight", "layers.0.self_attn.q_proj.weight"),
+                         ("mlp.down_proj.weight", "layers.0.mlp.down_proj.weight")]:
+        assert np.array_equal(tensor("mtp." + theirs), m["model.mtp_layers.0." + ours][:]), theirs
+print("hybrid_runs: the MTP depth exported as Qwen3.5's mtp.*")
+PY
+run 2 mtp_from_hf --set parallel.placement=colocate --set run.n_steps=1 --set "model.init_from=$out/mtp_hf" \
+  --set train.mtp_loss_coef=0.3 --set train.lr=0  # (lr 0: its checkpoint holds the weights it loaded)
+if grep -q "holds no multi-token-prediction layers" "$out/mtp_from_hf.log"; then
+  echo "FAIL: the export's MTP depth was not read"; exit 1
+fi
+/usr/bin/python3 - "$out/mtp" "$out/mtp_from_hf" <<'PY'
+import sys
+import h5py
+import numpy as np
+with h5py.File(f"{sys.argv[1]}/trainer_state.h5") as a, h5py.File(f"{sys.argv[2]}/trainer_state.h5") as b:
+    names = [k for k in a["model"] if k.startswith("model.mtp_layers.0.")]
+    assert len(names) == 15, names
+    for k in names:
+        assert np.array_equal(a["model"][k][:], b["model"][k][:]), k
+print(f"hybrid_runs: a run from the export holds the MTP depth's {len(names)} tensors as trained")
+PY
 echo "hybrid_runs: OK"

@@ -275,6 +275,53 @@ TEST_F(HfDir, Glm4NextnLayerLoadsAsAnMoeMtpDepth) {
   EXPECT_TRUE(at::isfinite(out).all().item<bool>());
 }
 
+// Qwen3.5's and Qwen3-Next's MTP depth: config.json's mtp_num_hidden_layers, tensors
+// "mtp.*" (arch/mtp_names.h: one input projection "fc" over [embedding ; hidden], the
+// norms, the layer "mtp.layers.0.*": gated full attention, an MoE layer in the MoE models).
+// A fixture with an MTP depth's tensors added loads them into slimpi's depth, its trunk
+// unchanged; more than one depth, or one with its own embedding, is refused.
+TEST_F(HfDir, Qwen3_5MtpDepthLoadsFromItsMtpTensors) {
+  EXPECT_EQ(qwen_mtp_name("model.mtp_layers.0.input_proj.weight"), "mtp.fc.weight");
+  EXPECT_EQ(qwen_mtp_name("model.mtp_layers.0.token_layernorm.weight"), "mtp.pre_fc_norm_embedding.weight");
+  EXPECT_EQ(qwen_mtp_name("model.mtp_layers.0.hidden_layernorm.weight"), "mtp.pre_fc_norm_hidden.weight");
+  EXPECT_EQ(qwen_mtp_name("model.mtp_layers.0.final_layernorm.weight"), "mtp.norm.weight");
+  EXPECT_EQ(qwen_mtp_name("model.mtp_layers.0.self_attn.q_proj.weight"), "mtp.layers.0.self_attn.q_proj.weight");
+  EXPECT_THROW(qwen_mtp_name("model.mtp_layers.1.input_proj.weight"), Error);
+  for (const std::string name : {"qwen3_5", "qwen3_5_moe_bf16", "qwen3_next"}) {
+    const bool nested = name != "qwen3_next";
+    const fs::path dir = edited(name, [&](nlohmann::json& c) { (nested ? c["text_config"] : c)["mtp_num_hidden_layers"] = 1; });
+    const ModelConfig cfg = ModelConfig::from_deck(deck_for(dir));
+    ASSERT_EQ(cfg.mtp_num_layers, 1) << name;
+    EXPECT_EQ(cfg.mtp_is_moe(), cfg.n_experts > 0) << name;
+    // The files' MTP tensors: a seeded slimpi model's depth, in Qwen3.5's names and layout.
+    Transformer source(cfg, 5, at::kCPU);
+    std::vector<NamedTensor> files = read_safetensors((dir / "model.safetensors").string());
+    int64_t n_mtp = 0;
+    for (const auto& p : source.parameters())
+      if (is_mtp_parameter(p.name)) {
+        const at::Tensor t = p.tensor.detach();
+        files.push_back({qwen_mtp_name(p.name), is_mtp_input_proj(p.name) ? swap_input_proj_halves(t) : t});
+        ++n_mtp;
+      }
+    // norms and projection; the attention and its norms; router, experts, shared expert and its gate, or the MLP
+    EXPECT_EQ(n_mtp, 4 + 8 + (cfg.n_experts > 0 ? 1 + 3 * cfg.n_experts + 3 + 1 : 3)) << name;
+    write_safetensors((dir / "model.safetensors").string(), files);
+    Transformer m(cfg, 1, at::kCPU);
+    load_model_weights(m.parameters(), dir.string(), "model", false, StoredWhole{&m.config(), {}});
+    for (const auto& p : m.parameters())
+      if (is_mtp_parameter(p.name)) EXPECT_TRUE(at::equal(p.tensor, source.parameter(p.name))) << name << ": " << p.name;
+    EXPECT_LT(golden_gap(dir, m), golden_bar(dir)) << name;  // the trunk as it was
+  }
+  fs::remove_all(tmp_ / "qwen3_5");
+  EXPECT_NE(deck_error(edited("qwen3_5", [](auto& c) { c["text_config"]["mtp_num_hidden_layers"] = 2; }))
+                .find("'mtp_num_hidden_layers' = 2: slimpi reads one MTP depth"),
+            std::string::npos);
+  fs::remove_all(tmp_ / "qwen3_5");
+  EXPECT_NE(deck_error(edited("qwen3_5", [](auto& c) { c["text_config"]["mtp_use_dedicated_embeddings"] = true; }))
+                .find("'mtp_use_dedicated_embeddings' = true"),
+            std::string::npos);
+}
+
 // Mixtral: its config reads as every layer sparse with the expert width in
 // intermediate_size; its tensor names (block_sparse_moe.*, w1 / w3 / w2) map to slimpi's;
 // a sliding window that could act and router jitter are refused.
