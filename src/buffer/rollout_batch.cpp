@@ -63,6 +63,8 @@ void add_engine_metrics(const EngineStats& es, std::map<std::string, double>& m)
       if (es.spec_offered_at[j] > 0)
         m[fmt::format("rollout/spec_accept_rate_step{}", j + 1)] =
             double(es.spec_accepted_at[j]) / double(es.spec_offered_at[j]);
+    // a hybrid model: tokens computed again after a rejected draft (their state restored)
+    if (es.spec_state_restores > 0) m["rollout/spec_recomputed_tokens"] = double(es.spec_recomputed_tokens);
   }
 }
 

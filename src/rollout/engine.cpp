@@ -31,6 +31,10 @@ EngineStats EngineStats::operator-(const EngineStats& o) const {
 
 int64_t engine_pool_slots(const EngineConfig& cfg) { return (cfg.kv_cache_tokens / cfg.block_size) * cfg.block_size; }
 
+int64_t engine_state_slots(const EngineConfig& cfg, const ModelConfig& model) {
+  return model.is_hybrid() ? cfg.max_running * (cfg.spec_steps > 0 ? 2 : 1) : 0;
+}
+
 KvCache allocate_engine_cache(const EngineConfig& cfg, const Transformer& model) {
   // Speculation: the first MTP depth's layer, and a scratch slot per chain step past the
   // first of every sequence that can run.
@@ -41,7 +45,7 @@ KvCache allocate_engine_cache(const EngineConfig& cfg, const Transformer& model)
                                                                                       : cfg.kv_cache_dtype)
                                .device(model.device()),
                            model.tensor_shard().size, /*mtp_layers=*/cfg.spec_steps > 0 ? 1 : 0, /*latent=*/true,
-                           /*n_state_slots=*/model.config().is_hybrid() ? cfg.max_running : 0);
+                           /*n_state_slots=*/engine_state_slots(cfg, model.config()));
 }
 
 Precision engine_precision(const Transformer& model) {
@@ -78,10 +82,9 @@ Engine::Engine(const EngineConfig& cfg, const Transformer& model, MPI_Comm group
                "a prefill engine (rollout.prefill_ranks) with speculative decoding or tensor parallelism is not "
                "implemented");
   if (hybrid()) {
-    SLIMPI_CHECK(!cfg.prefix_cache && !speculative() && !cfg.prefill_only,
-                 "an engine of a hybrid linear-attention model runs without the prefix cache, speculative decoding "
-                 "and prefill/decode disaggregation (rollout.prefix_cache = false, rollout.speculative = \"none\", "
-                 "rollout.prefill_ranks = 0)");
+    SLIMPI_CHECK(!cfg.prefix_cache && !cfg.prefill_only,
+                 "an engine of a hybrid linear-attention model runs without the prefix cache and prefill/decode "
+                 "disaggregation (rollout.prefix_cache = false, rollout.prefill_ranks = 0)");
     for (int32_t s = int32_t(cfg.max_running) - 1; s >= 0; --s) free_state_slots_.push_back(s);
   }
 }
@@ -507,6 +510,7 @@ at::Tensor Engine::forward_batch(const ScheduledBatch& batch, at::Tensor* hidden
     f.n_past.push_back(s->n_computed);
     f.n_new.push_back(n);
     if (hybrid()) f.state_slots.push_back(s->state_slot);
+    if (hybrid() && !s->draft.empty()) cache_.copy_state(s->state_slot, state_snapshot_slot(s->state_slot));  // (verify_draft)
     for (int64_t p = 0; p < s->n_computed + n; ++p) f.slots.push_back(s->slot(p, bs));
     for (int64_t p = s->n_computed; p < s->n_computed + n; ++p) new_slots.push_back(s->slot(p, bs));
     const bool decode = s->pending() == 1 && s->n_computed >= s->prompt_length;  // (a verify pass too)

@@ -111,6 +111,10 @@ struct EngineStats {
   int64_t spec_passes = 0, spec_drafted = 0, spec_accepted = 0;
   int64_t spec_offered_at[kMaxSpecSteps] = {}, spec_accepted_at[kMaxSpecSteps] = {};
   double draft_s = 0;
+  // A hybrid model's chains with a rejected draft: their linear layers' state restored to
+  // before the chain, and the tokens computed again for it (the last verified token and
+  // the accepted drafts; Engine::verify_draft).
+  int64_t spec_state_restores = 0, spec_recomputed_tokens = 0;
   // Prefill/decode disaggregation: prompt positions whose KV a prefill engine handed out
   // and a decode engine took in (bytes of the rows; taken in: every position received,
   // those its prefix cache already held and did not write included; its prefix-cache
@@ -144,6 +148,8 @@ struct EngineStats {
     for (int j = 0; j < kMaxSpecSteps; ++j) fn(a.spec_offered_at[j], b.spec_offered_at[j]);
     for (int j = 0; j < kMaxSpecSteps; ++j) fn(a.spec_accepted_at[j], b.spec_accepted_at[j]);
     fn(a.draft_s, b.draft_s);
+    fn(a.spec_state_restores, b.spec_state_restores);
+    fn(a.spec_recomputed_tokens, b.spec_recomputed_tokens);
     fn(a.kv_sent_tokens, b.kv_sent_tokens);
     fn(a.kv_sent_bytes, b.kv_sent_bytes);
     fn(a.kv_received_tokens, b.kv_received_tokens);
@@ -163,6 +169,9 @@ struct EngineStats {
 KvCache allocate_engine_cache(const EngineConfig& cfg, const Transformer& model);
 // The slots of the pool's blocks (scratch slots for draft chains follow them).
 int64_t engine_pool_slots(const EngineConfig& cfg);
+// A hybrid model's state slots (none for others): one per sequence that can run, and a
+// speculating engine's snapshot of each before its chain is verified (state_snapshot_slot).
+int64_t engine_state_slots(const EngineConfig& cfg, const ModelConfig& model);
 // The precision an engine's forwards run in: its weights' dtype decides (bf16 or fp32).
 Precision engine_precision(const Transformer& model);
 
@@ -286,6 +295,9 @@ class Engine : public GroupWorker {
   // Hybrid models: the state slots no sequence holds.
   std::vector<int32_t> free_state_slots_;
   bool hybrid() const { return model_.config().is_hybrid(); }
+  // Where a speculating hybrid engine keeps a drafted sequence's state while its chain is
+  // verified (the slots past the running sequences' own).
+  int64_t state_snapshot_slot(int64_t state_slot) const { return cfg_.max_running + state_slot; }
 };
 
 }  // namespace slimpi

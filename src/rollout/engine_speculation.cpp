@@ -225,6 +225,7 @@ void Engine::verify_draft(Sequence& s, const at::Tensor& rows) {
                                                  at::tensor(support64, at::kLong));  // [k]
   const int64_t first = s.n_computed;  // the last verified token's position
   int64_t appended = 0;
+  bool ended = false;
   for (int64_t i = 0; i < k; ++i) {
     s.tokens.push_back(v.tokens[size_t(i)]);
     s.support.push_back(v.support[size_t(i)]);
@@ -232,11 +233,21 @@ void Engine::verify_draft(Sequence& s, const at::Tensor& rows) {
     s.versions.push_back(weight_version_);
     ++stats_.generated_tokens;
     ++appended;
-    if (finished(s)) break;  // a stop among the accepted drafts ends the response there
+    if ((ended = finished(s))) break;  // a stop among the accepted drafts ends the response there
   }
   s.n_computed = first + appended;  // the last verified token and the accepted drafts appended
   // Drafts kept: the accepted ones the response took (a stop among them ends it there).
   const int64_t kept = std::min(v.n_accepted, appended);
+  if (hybrid() && kept < D && !ended) {
+    // The linear layers' state went past the rejected drafts, and a state cannot be cut
+    // back: the one from before the chain is restored, and the last verified token and
+    // the accepted drafts are computed again with the next forward (their K/V rows are
+    // rewritten with the same values; their tokens and log-probs stand).
+    cache_.copy_state(state_snapshot_slot(s.state_slot), s.state_slot);
+    s.n_computed = first;
+    ++stats_.spec_state_restores;
+    stats_.spec_recomputed_tokens += 1 + kept;
+  }
   ++stats_.spec_passes;
   stats_.spec_drafted += D;
   stats_.spec_accepted += kept;

@@ -37,8 +37,10 @@ int64_t kv_tokens_in_memory(const Deck& deck, const ModelConfig& m, int64_t bloc
   const int64_t per_token = row.rows * layers * row.heads * row.dim * element +
                             (m.n_experts > 0 ? 2 * m.n_moe_layers() * m.n_experts_per_tok : 0);
   // Hybrid models: rollout.max_running sequences' linear-layer states (fp32; each rank of
-  // an engine holds its 1/e of the heads) come first.
-  const int64_t state_bytes = 4 * m.linear_state_size() / e * deck.get_int("rollout.max_running");
+  // an engine holds its 1/e of the heads; a speculating engine a snapshot of each too:
+  // rollout/engine.h, engine_state_slots) come first.
+  const int64_t state_copies = deck.get_string("rollout.speculative") == "mtp" ? 2 : 1;
+  const int64_t state_bytes = 4 * m.linear_state_size() / e * deck.get_int("rollout.max_running") * state_copies;
   const double budget = gb * double(int64_t(1) << 30) - double(state_bytes);
   if (budget < double(per_token * block_size))
     SLIMPI_FAIL_ALL("rollout.kv_cache_memory_gb = {} ({}) does not hold the linear layers' states of "
@@ -163,15 +165,10 @@ RolloutConfig RolloutConfig::from_deck(const Deck& deck, const ModelConfig& mode
   c.engine.max_running = deck.get_int("rollout.max_running");
   c.engine.max_batch_tokens = deck.get_int("rollout.max_batch_tokens");
   c.engine.prefix_cache = deck.get_bool("rollout.prefix_cache");
-  if (model.is_hybrid())
-    for (const auto& [key, off, why] :
-         {std::tuple<const char*, bool, const char*>{"rollout.speculative", deck.get_string("rollout.speculative") == "none",
-                                                     "a rejected draft would need the linear layers' state before it"},
-          {"rollout.prefill_ranks", deck.get_int("rollout.prefill_ranks") == 0,
-           "the linear layers' state would have to travel with the KV rows"}})
-      if (!off)
-        SLIMPI_FAIL_ALL("{} ({}) with a hybrid linear-attention model (model.full_attention_interval = {}): not "
-                        "implemented ({}); drop the key", key, deck.source(key), model.full_attention_interval, why);
+  if (model.is_hybrid() && deck.get_int("rollout.prefill_ranks") != 0)
+    SLIMPI_FAIL_ALL("rollout.prefill_ranks ({}) with a hybrid linear-attention model (model.full_attention_interval = "
+                    "{}): not implemented (the linear layers' state would have to travel with the KV rows); drop the "
+                    "key", deck.source("rollout.prefill_ranks"), model.full_attention_interval);
   if (model.is_hybrid() && c.engine.prefix_cache) {
     // A Gated DeltaNet state is the whole prefix's: a cached block alone cannot restart a
     // sequence (rollout/engine.h). Off, and said; asked for, an error.

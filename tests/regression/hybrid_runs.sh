@@ -24,10 +24,13 @@
 #  * a checkpoint in the channel order of an older slimpi (no linear_channels attribute) is
 #    refused, saying so;
 #  * refused, with the key named: a tensor group that does not divide the key heads, an
-#    explicit prefix cache, cached responses, speculative decoding, no full-attention layer;
+#    explicit prefix cache, cached responses, no full-attention layer;
 #  * the learnt policy exports as Qwen3_5ForCausalLM; a hybrid no family fits (plain norms)
 #    is refused by export, saying what the families need;
-#  * an MTP depth trained beside the hybrid (its gated full-attention layer) exports as
+#  * an MTP depth trained beside the hybrid (its gated full-attention layer) drafts for
+#    speculative decoding (a rejected draft's chain restores the linear layers' state from
+#    before it and recomputes the kept tokens: the trainer's log-probs are still the
+#    engine's to fp32 round-off), exports as
 #    Qwen3.5's mtp.* (mtp.fc's halves [embedding ; hidden], mtp_num_hidden_layers = 1) and a
 #    run starts from that export with the depth loaded (its MTP loss where the run left it).
 # Usage: hybrid_runs.sh SLIMPI ROOT "MPIRUN FLAGS"
@@ -135,7 +138,6 @@ echo "== refused"
 refused tp4 "model.linear_num_key_heads = 2 (--set) is not divisible by 4" 4 --set parallel.placement=colocate \
   --set parallel.tensor_parallel=4
 refused prefix "rollout.prefix_cache = true" 2 --set rollout.prefix_cache=true
-refused speculative "rollout.speculative" 2 --set rollout.speculative=mtp --set model.mtp_num_layers=1
 refused cache_responses "rollout.cache_responses = true (--set) stores responses in the prefix cache, which a hybrid" 2 \
   --set rollout.cache_responses=true
 refused all_linear "leaves none of the 4 layers full attention" 2 --set model.full_attention_interval=5
@@ -172,7 +174,22 @@ grep -q "hybrid linear-attention model has no Hugging Face architecture to expor
   || { cat "$out/plain_export.log"; exit 1; }
 echo "== an MTP depth: trained, exported as Qwen3.5's mtp.*, loaded back"
 run 2 mtp --set parallel.placement=colocate --set run.n_steps=3 --set model.mtp_num_layers=1 \
-  --set train.mtp_loss_coef=0.3
+  --set train.mtp_loss_coef=0.3 --set rollout.speculative=mtp --set rollout.spec_num_steps=2
+/usr/bin/python3 - "$out/mtp" <<'PY'
+import sys
+import h5py
+import numpy as np
+run = sys.argv[1]
+with h5py.File(f"{run}/metrics.h5") as f:
+    rate, recomputed = f["steps/rollout/spec_accept_rate"][:3], f["steps/rollout/spec_recomputed_tokens"][:3]
+with h5py.File(f"{run}/rollouts.h5") as f:
+    s = f["samples"]
+    d = np.abs(s["old_log_probs/values"][:] - s["rollout_log_probs/values"][:])
+print(f"hybrid_runs: speculating with the MTP depth: accept rate {rate.mean():.3f}, {recomputed.sum():.0f} tokens "
+      f"recomputed after rejected drafts; |trainer - engine log-prob| mean {d.mean():.3g} max {d.max():.3g}")
+assert rate.min() > 0 and recomputed.sum() > 0, (rate, recomputed)
+assert d.mean() < 2e-6, d.mean()
+PY
 "$slimpi" export "$out/mtp" "$out/mtp_hf" >"$out/mtp_export.log" 2>&1 || { cat "$out/mtp_export.log"; exit 1; }
 /usr/bin/python3 - "$out/mtp" "$out/mtp_hf" <<'PY'
 import json
