@@ -138,9 +138,8 @@ std::string language_model_name(const std::string& name) {
   return name;
 }
 
-bool outside_text_model(const std::string& file_name) {
-  return file_name.rfind("model.visual.", 0) == 0 || file_name.rfind("mtp.", 0) == 0;
-}
+// (MTP layers a model without a depth does not take are skipped for every family: io/tensor_io.cpp)
+bool outside_text_model(const std::string& file_name) { return file_name.rfind("model.visual.", 0) == 0; }
 
 Architecture hybrid_family(const char* model_type, const char* hf_class, bool moe, bool multimodal) {
   Architecture a;

@@ -310,6 +310,12 @@ void apply_hf_config(std::map<std::string, DeckEntry>& entries, std::vector<std:
   for (const auto& [key, value, field] : r.keys) {
     DeckEntry& e = entries.at(key);
     if (e.source == "default" || same_meaning(key, e.value, value, entries)) continue;
+    if (key == "model.mtp_num_layers" && std::get<int64_t>(e.value) == 0) {
+      // Leaving the checkpoint's MTP layers out (memory, a model that never drafts): allowed, said.
+      log::info("model.mtp_num_layers = 0 ({}): the {} MTP layer(s) of {} ({}) are not loaded", e.source,
+                std::get<int64_t>(value), file, field);
+      continue;
+    }
     if (key == "model.max_seq_len" && std::get<int64_t>(e.value) <= std::get<int64_t>(value)) {
       // Training at a shorter context than the model supports is a real use: allowed, said.
       log::info("model.max_seq_len = {} ({}) is below {} = {} in {}: the run uses the shorter context",

@@ -59,6 +59,7 @@ TeacherSource resolve_teacher(const Deck& deck, const ModelConfig& student, cons
   if (fs::is_directory(path) && fs::exists(fs::path(path) / "config.json")) {
     const Deck teacher_deck = hf_teacher_deck(path, source);
     cfg = ModelConfig::from_deck(teacher_deck);
+    cfg.mtp_num_layers = 0;  // (its files' MTP layers are skipped: io/tensor_io.cpp)
     const auto teacher_vocab = make_tokenizer(teacher_deck.get_string("tokenizer.path"));
     const std::string difference = vocabulary_difference(tokenizer, *teacher_vocab);
     if (!difference.empty())

@@ -129,6 +129,14 @@ struct HfNames {
     for (const auto& l : like)
       if (l.name.rfind("model.layers.", 0) == 0) n_layers = std::max<int64_t>(n_layers, std::stoll(l.name.substr(13)) + 1);
   }
+  // Whether a file tensor belongs to an MTP depth in any layout (Qwen3.5's "mtp.*",
+  // slimpi's "model.mtp_layers.", DeepSeek-V3's layers past the trunk's).
+  bool is_mtp_file_tensor(const std::string& name) const {
+    if (name.rfind("mtp.", 0) == 0 || name.rfind("model.mtp_layers.", 0) == 0) return true;
+    const std::string layers = "model.layers.";
+    if (!deepseek_mtp || name.rfind(layers, 0) != 0) return false;
+    return std::stoll(name.substr(layers.size())) >= n_layers;
+  }
   std::string in_files(const std::string& name) const {
     if (deepseek_mtp && is_mtp_parameter(name)) return deepseek_mtp_name(name, n_layers);
     if (qwen_mtp && is_mtp_parameter(name)) return qwen_mtp_name(name);
@@ -218,11 +226,19 @@ void load_hf_tensors_into(const std::string& path, const std::vector<NamedTensor
     log::info("{} holds no multi-token-prediction layers: the model's {} MTP tensors keep their fresh initialisation",
               where, n_fresh);
   const bool tied = wanted.count("lm_head.weight") == 0;
-  int64_t n_not_loaded = 0;  // the family's tensors outside the text model (a vision tower, MTP layers)
+  bool model_has_mtp = false;
+  for (const auto& l : like) model_has_mtp = model_has_mtp || is_mtp_parameter(l.name);
+  // The family's tensors outside the text model (a vision tower), and the files' MTP
+  // layers when the model has none (model.mtp_num_layers = 0: a critic, a teacher, a deck
+  // that drops them).
+  int64_t n_not_loaded = 0;
   for (const auto& [name, e] : reader.entries()) {
     if (wanted.count(name)) continue;
-    if (names.naming && names.naming->not_loaded && names.naming->not_loaded(name)) ++n_not_loaded;
-    else if (!expected_extra(reader, name, wanted, names, experts_sharded, tied)) unused.push_back(name);
+    if ((names.naming && names.naming->not_loaded && names.naming->not_loaded(name)) ||
+        (!model_has_mtp && names.is_mtp_file_tensor(name)))
+      ++n_not_loaded;
+    else if (!expected_extra(reader, name, wanted, names, experts_sharded, tied))
+      unused.push_back(name);
   }
   if (n_not_loaded > 0)
     log::info("{}: {} tensors outside the text model (vision tower, MTP layers) are not loaded", where, n_not_loaded);

@@ -115,7 +115,8 @@ struct ModelConfig {
   int64_t n_linear_layers() const;
   int64_t linear_key_dim() const { return linear_num_key_heads * linear_key_head_dim; }
   int64_t linear_value_dim() const { return linear_num_value_heads * linear_value_head_dim; }
-  // The convolved channels: queries, keys, values back to back.
+  // The convolved channels: each key head's query and key and its value heads' values
+  // (slimpi's order, grouped by key head: model/linear_channels.h).
   int64_t linear_conv_dim() const { return 2 * linear_key_dim() + linear_value_dim(); }
   // One sequence's state over every linear layer, in values (KvCache::conv_state and
   // delta_state: the convolution's last K - 1 inputs, the [Hv, Dk, Dv] recurrent state).
@@ -146,9 +147,12 @@ struct ModelConfig {
                                                               n_shared_experts > 0 || first_k_dense_replace > 0));
   }
   // Whether each MTP depth's block is an MoE layer: a DeepSeekMoE model's is, as
-  // DeepSeek-V3's and GLM-4.5's are, and a hybrid MoE model's (Qwen3.5-MoE's, Qwen3-Next's);
-  // the other families' MTP depths are dense.
-  bool mtp_is_moe() const { return n_experts > 0 && (moe_router == "sigmoid" || is_hybrid()); }
+  // DeepSeek-V3's and GLM-4.5's are, and a hybrid MoE model's whose every layer is sparse
+  // (Qwen3.5-MoE's, Qwen3-Next's: their readers take the depth's MLP as layer 0's); the
+  // other families' MTP depths are dense.
+  bool mtp_is_moe() const {
+    return n_experts > 0 && (moe_router == "sigmoid" || (is_hybrid() && moe_layer_freq == 1));
+  }
   // The shared experts' MLP width (DeepSeekMoE's n_shared_experts · moe_intermediate_size; 0: none).
   int64_t shared_experts_width() const { return n_shared_experts * moe_intermediate_size; }
   int64_t n_moe_layers() const;

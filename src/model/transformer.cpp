@@ -449,7 +449,8 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const AttentionLayout&
 // Depth i of the MTP stack (DeepSeek-V3's module k = i + 1):
 //   h_i = final_norm_i(Layer_i(input_proj_i([hidden_norm_i(h_{i-1}) ; token_norm_i(E(x_next))])))
 // with Layer_i a transformer layer over the same positions (its own KV cache layer,
-// n_layers + i; dense, or an MoE layer in a DeepSeekMoE model: ModelConfig::mtp_is_moe),
+// n_layers + i; full attention in a hybrid model; dense, or an MoE layer in a DeepSeekMoE
+// model or a hybrid MoE one: ModelConfig::mtp_is_moe),
 // E the trunk's embedding read detached (an MTP loss trains the MTP layers only) and the
 // concatenation in MiMo's order (hidden first). Never sequence-parallel (every rank holds
 // every token's row), never recomputed.

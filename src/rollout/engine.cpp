@@ -82,9 +82,8 @@ Engine::Engine(const EngineConfig& cfg, const Transformer& model, MPI_Comm group
                "a prefill engine (rollout.prefill_ranks) with speculative decoding or tensor parallelism is not "
                "implemented");
   if (hybrid()) {
-    SLIMPI_CHECK(!cfg.prefix_cache && !cfg.prefill_only,
-                 "an engine of a hybrid linear-attention model runs without the prefix cache and prefill/decode "
-                 "disaggregation (rollout.prefix_cache = false, rollout.prefill_ranks = 0)");
+    SLIMPI_CHECK(!cfg.prefix_cache, "an engine of a hybrid linear-attention model runs without the prefix cache "
+                 "(rollout.prefix_cache = false)");
     for (int32_t s = int32_t(cfg.max_running) - 1; s >= 0; --s) free_state_slots_.push_back(s);
   }
 }
@@ -118,8 +117,6 @@ void Engine::add_request(const GenerationRequest& request) {
 
 void Engine::add_prefilled(const GenerationRequest& request, KvTransfer kv) {
   SLIMPI_CHECK(!cfg_.prefill_only, "group {}: a prefill engine does not take prefilled prompts", request.group_index);
-  SLIMPI_CHECK(!hybrid(), "group {}: prefilled prompts for a hybrid linear-attention model (its linear layers' state "
-               "does not travel with the KV rows)", request.group_index);
   SLIMPI_CHECK(kv.group_index == request.group_index && kv.n_positions == int64_t(request.prompt.size()) - 1,
                "group {}: the KV rows handed over are group {}'s {} positions, not this prompt's first {}",
                request.group_index, kv.group_index, kv.n_positions, int64_t(request.prompt.size()) - 1);
@@ -203,6 +200,7 @@ void Engine::free_blocks(Sequence& seq) {
   seq.state_slot = -1;
   seq.n_computed = 0;
   seq.mtp_computed = 0;
+  seq.routing_kept_until = 0;
   truncate_draft(seq, 0);
 }
 
@@ -246,6 +244,7 @@ bool Engine::admit(Sequence& seq) {
     std::vector<int64_t> slots;
     for (int64_t p = seq.n_computed; p < kv.n_positions; ++p) slots.push_back(seq.slot(p, bs));
     if (!slots.empty()) scatter_kv_rows(cache_, kv, seq.n_computed, slots);
+    if (hybrid() && kv.n_positions > 0) scatter_state(cache_, kv, seq.state_slot);  // (its state after them)
     stats_.kv_received_tokens += kv.n_positions;
     stats_.kv_received_bytes += kv.bytes();
     seq.n_computed = std::max(seq.n_computed, kv.n_positions);
@@ -496,7 +495,8 @@ at::Tensor Engine::forward_batch(const ScheduledBatch& batch, at::Tensor* hidden
   pending_block_copies_.clear();
   f.state_copies = std::move(pending_state_copies_);
   pending_state_copies_.clear();
-  std::vector<int64_t> new_slots;  // the slots of the tokens this forward computes, in `f.tokens` order
+  // The slots of the tokens this forward computes whose MoE routing it records, and their rows of `f.tokens`.
+  std::vector<int64_t> routing_slots, routing_rows;
   if (to_logits) f.logit_rows.emplace();
   for (auto [s, n] : batch) {
     if (to_logits)
@@ -510,9 +510,13 @@ at::Tensor Engine::forward_batch(const ScheduledBatch& batch, at::Tensor* hidden
     f.n_past.push_back(s->n_computed);
     f.n_new.push_back(n);
     if (hybrid()) f.state_slots.push_back(s->state_slot);
-    if (hybrid() && !s->draft.empty()) cache_.copy_state(s->state_slot, state_snapshot_slot(s->state_slot));  // (verify_draft)
+    if (hybrid() && !s->draft.empty())  // the state before the chain, for verify_draft
+      cache_.copy_state(s->state_slot, state_snapshot_slot(s->state_slot));
     for (int64_t p = 0; p < s->n_computed + n; ++p) f.slots.push_back(s->slot(p, bs));
-    for (int64_t p = s->n_computed; p < s->n_computed + n; ++p) new_slots.push_back(s->slot(p, bs));
+    for (int64_t p = std::max(s->n_computed, s->routing_kept_until); p < s->n_computed + n; ++p) {
+      routing_slots.push_back(s->slot(p, bs));
+      routing_rows.push_back(s->row_base + p - s->n_computed);
+    }
     const bool decode = s->pending() == 1 && s->n_computed >= s->prompt_length;  // (a verify pass too)
     if (!decode) stats_.prefill_tokens_computed += n;  // prompts, and recomputation after preemption
   }
@@ -524,9 +528,13 @@ at::Tensor Engine::forward_batch(const ScheduledBatch& batch, at::Tensor* hidden
       run_engine_forward(model_, cache_, precision_, f, moe ? &trace : nullptr, hidden, to_logits);  // [R, V]
   if (group_ != MPI_COMM_NULL)  // [R, Vp / e] -> [R, V]
     logits = gather_vocab_shards(*model_.tensor_shard().comm, logits, model_.config().vocab_size);
-  if (moe)
-    cache_.routing.index_copy_(0, at::tensor(new_slots, at::kLong).to(cache_.routing.device()),
-                               trace.chosen.to(at::kShort));
+  if (moe) {
+    const auto device = cache_.routing.device();
+    cache_.routing.index_copy_(0, at::tensor(routing_slots, at::kLong).to(device),
+                               trace.chosen.index_select(0, at::tensor(routing_rows, at::kLong).to(trace.chosen.device()))
+                                   .to(at::kShort)
+                                   .to(device));
+  }
   stats_.forward_s += forward_clock.seconds();
   stats_.forward_tokens += static_cast<int64_t>(f.tokens.size());
   return logits;
@@ -680,7 +688,7 @@ void Engine::hand_out_prefilled() {
     Stopwatch clock;
     std::vector<int64_t> slots;
     for (int64_t p = 0; p < n; ++p) slots.push_back(s.slot(p, bs));
-    KvTransfer kv = gather_kv_rows(cache_, s.request->group_index, slots);
+    KvTransfer kv = gather_kv_rows(cache_, s.request->group_index, slots, hybrid() && n > 0 ? s.state_slot : -1);
     stats_.kv_sent_tokens += n;
     stats_.kv_sent_bytes += kv.bytes();
     stats_.kv_send_s += clock.seconds();

@@ -148,8 +148,6 @@ struct EngineStats {
     for (int j = 0; j < kMaxSpecSteps; ++j) fn(a.spec_offered_at[j], b.spec_offered_at[j]);
     for (int j = 0; j < kMaxSpecSteps; ++j) fn(a.spec_accepted_at[j], b.spec_accepted_at[j]);
     fn(a.draft_s, b.draft_s);
-    fn(a.spec_state_restores, b.spec_state_restores);
-    fn(a.spec_recomputed_tokens, b.spec_recomputed_tokens);
     fn(a.kv_sent_tokens, b.kv_sent_tokens);
     fn(a.kv_sent_bytes, b.kv_sent_bytes);
     fn(a.kv_received_tokens, b.kv_received_tokens);
@@ -160,6 +158,9 @@ struct EngineStats {
     fn(a.prefill_wall_s, b.prefill_wall_s);
     fn(a.decode_busy_s, b.decode_busy_s);
     fn(a.decode_wall_s, b.decode_wall_s);
+    // (counters added later go last: pending_rollout.json stores them in this order)
+    fn(a.spec_state_restores, b.spec_state_restores);
+    fn(a.spec_recomputed_tokens, b.spec_recomputed_tokens);
   }
 };
 

@@ -37,6 +37,10 @@ struct Engine::Sequence {
   std::vector<float> draft_q;
   int64_t row_base = -1, row_first = 0, row_count = 0;
   int64_t spec_drafted = 0, spec_accepted = 0, spec_passes = 0;
+  // A hybrid model's chain whose state was restored (Engine::verify_draft): positions below
+  // this keep the MoE routing the verify pass recorded (the pass their log-probs came
+  // from); the forward that computes them again does not overwrite it.
+  int64_t routing_kept_until = 0;
   // A decode engine's group whose prompt a prefill engine computed (rollout.prefill_ranks):
   // its rows, written at admission and then dropped (a preempted group recomputes here).
   std::shared_ptr<const KvTransfer> arrived_kv;

@@ -242,9 +242,11 @@ void Engine::verify_draft(Sequence& s, const at::Tensor& rows) {
     // The linear layers' state went past the rejected drafts, and a state cannot be cut
     // back: the one from before the chain is restored, and the last verified token and
     // the accepted drafts are computed again with the next forward (their K/V rows are
-    // rewritten with the same values; their tokens and log-probs stand).
+    // rewritten, equal to round-off; their tokens, log-probs and MoE routing stand, from
+    // this verify pass).
     cache_.copy_state(state_snapshot_slot(s.state_slot), s.state_slot);
     s.n_computed = first;
+    s.routing_kept_until = first + 1 + kept;
     ++stats_.spec_state_restores;
     stats_.spec_recomputed_tokens += 1 + kept;
   }

@@ -8,7 +8,7 @@
 namespace slimpi {
 namespace {
 
-constexpr uint32_t kKvTransferMagic = 0x4b565431;  // "KVT1"
+constexpr uint32_t kKvTransferMagic = 0x4b565432;  // "KVT2" (KVT1: before the linear-layer state)
 
 // The cache's sections in transfer order: K and V of every layer (K alone for a latent
 // cache, whose values are its keys), then the routing trace.
@@ -25,12 +25,30 @@ std::vector<const at::Tensor*> sections(const KvCache& cache) {
 // A section's rows as bytes: [n_slots, bytes a row] (a view; the tensors are contiguous).
 at::Tensor byte_rows(const at::Tensor& t) { return t.view(at::kByte).view({t.size(0), -1}); }
 
+// A hybrid model's state tensors in transfer order: each linear layer's conv state, then
+// its recurrent state ([n_state_slots, ...] each).
+std::vector<at::Tensor*> state_sections(KvCache& cache) {
+  std::vector<at::Tensor*> out;
+  for (size_t l = 0; l < cache.conv_state.size(); ++l) {
+    out.push_back(&cache.conv_state[l]);
+    out.push_back(&cache.delta_state[l]);
+  }
+  return out;
+}
+
 }  // namespace
 
-KvTransfer gather_kv_rows(const KvCache& cache, int64_t group_index, const std::vector<int64_t>& slots) {
+KvTransfer gather_kv_rows(const KvCache& cache, int64_t group_index, const std::vector<int64_t>& slots,
+                          int64_t state_slot) {
   KvTransfer t;
   t.group_index = group_index;
   t.n_positions = static_cast<int64_t>(slots.size());
+  if (state_slot >= 0)
+    for (at::Tensor* s : state_sections(const_cast<KvCache&>(cache))) {  // (read only)
+      const at::Tensor row = byte_rows(*s)[state_slot].cpu().contiguous();
+      t.state_bytes.push_back(row.numel());
+      t.state.append(static_cast<const char*>(row.data_ptr()), size_t(row.numel()));
+    }
   const auto secs = sections(cache);
   if (secs.empty()) return t;
   const at::Tensor index = at::tensor(slots, at::kLong).to(secs.front()->device());
@@ -65,6 +83,22 @@ void scatter_kv_rows(KvCache& cache, const KvTransfer& t, int64_t first, const s
   }
 }
 
+void scatter_state(KvCache& cache, const KvTransfer& t, int64_t state_slot) {
+  const std::vector<at::Tensor*> secs = state_sections(cache);
+  SLIMPI_CHECK(t.state_bytes.size() == secs.size(), "group {}: the KV transfer carries {} linear-layer state tensors, "
+               "this engine's cache {} (the prefill and decode engines disagree on the model)", t.group_index,
+               t.state_bytes.size(), secs.size());
+  int64_t offset = 0;
+  for (size_t i = 0; i < secs.size(); ++i) {
+    at::Tensor dest = byte_rows(*secs[i])[state_slot];
+    SLIMPI_CHECK(dest.numel() == t.state_bytes[i], "group {}: linear-layer state tensor {} of the KV transfer has {} "
+                 "bytes, this engine's {}", t.group_index, i, t.state_bytes[i], dest.numel());
+    char* base = const_cast<char*>(t.state.data()) + offset;
+    dest.copy_(at::from_blob(base, {t.state_bytes[i]}, at::kByte));
+    offset += t.state_bytes[i];
+  }
+}
+
 std::string encode_kv_transfer(const KvTransfer& t) {
   ByteWriter w;
   w.put(kKvTransferMagic);
@@ -72,6 +106,8 @@ std::string encode_kv_transfer(const KvTransfer& t) {
   w.put(t.n_positions);
   w.put_vector(t.row_bytes);
   w.put_string(t.payload);
+  w.put_vector(t.state_bytes);
+  w.put_string(t.state);
   return w.take();
 }
 
@@ -83,8 +119,11 @@ KvTransfer decode_kv_transfer(const std::string& bytes) {
   t.n_positions = r.get<int64_t>();
   t.row_bytes = r.get_vector<int64_t>();
   t.payload = r.get_string();
+  t.state_bytes = r.get_vector<int64_t>();
+  t.state = r.get_string();
   int64_t expected = 0;
   for (int64_t b : t.row_bytes) expected += b * t.n_positions;
+  for (int64_t b : t.state_bytes) expected += b;
   SLIMPI_CHECK(r.done() && t.n_positions >= 0 && expected == t.bytes(),
                "group {}: a KV transfer of {} positions carries {} bytes where its sections need {}", t.group_index,
                t.n_positions, t.bytes(), expected);

@@ -49,8 +49,8 @@ int64_t kv_tokens_in_memory(const Deck& deck, const ModelConfig& m, int64_t bloc
   const int64_t tokens = int64_t(budget / double(per_token)) / block_size * block_size;
   if (state_bytes > 0)
     log::info("rollout.kv_cache_memory_gb = {}: {} bytes hold the Gated DeltaNet states of rollout.max_running = {} "
-              "sequences ({} linear layers)", gb, state_bytes, deck.get_int("rollout.max_running"),
-              m.n_linear_layers());
+              "sequences ({} linear layers{})", gb, state_bytes, deck.get_int("rollout.max_running"),
+              m.n_linear_layers(), state_copies > 1 ? "; and a copy of each, speculative decoding's snapshots" : "");
   if (!deck.is_default("rollout.kv_cache_tokens"))
     SLIMPI_FAIL_ALL("rollout.kv_cache_memory_gb = {} ({}) and rollout.kv_cache_tokens = {} ({}) both size the KV "
                     "cache: set one", gb, deck.source("rollout.kv_cache_memory_gb"),
@@ -165,10 +165,6 @@ RolloutConfig RolloutConfig::from_deck(const Deck& deck, const ModelConfig& mode
   c.engine.max_running = deck.get_int("rollout.max_running");
   c.engine.max_batch_tokens = deck.get_int("rollout.max_batch_tokens");
   c.engine.prefix_cache = deck.get_bool("rollout.prefix_cache");
-  if (model.is_hybrid() && deck.get_int("rollout.prefill_ranks") != 0)
-    SLIMPI_FAIL_ALL("rollout.prefill_ranks ({}) with a hybrid linear-attention model (model.full_attention_interval = "
-                    "{}): not implemented (the linear layers' state would have to travel with the KV rows); drop the "
-                    "key", deck.source("rollout.prefill_ranks"), model.full_attention_interval);
   if (model.is_hybrid() && c.engine.prefix_cache) {
     // A Gated DeltaNet state is the whole prefix's: a cached block alone cannot restart a
     // sequence (rollout/engine.h). Off, and said; asked for, an error.

@@ -49,7 +49,8 @@ using testing::world_size;
 // 3 gated full attention): no prefix cache (rollout/engine.h).
 constexpr double kHybridLogpBar = 3e-4;
 
-ModelConfig engine_model_config(bool moe, int kv_heads = 4, int mtp = 0, bool mla = false, bool hybrid = false) {
+ModelConfig engine_model_config(bool moe, int kv_heads = 4, int mtp = 0, bool mla = false, bool hybrid = false,
+                                bool fused = false) {
   ModelConfig c = testing::tiny_model_config(96, 0.3);
   c.mtp_num_layers = mtp;
   c.n_heads = 8;
@@ -71,6 +72,7 @@ ModelConfig engine_model_config(bool moe, int kv_heads = 4, int mtp = 0, bool ml
     testing::use_gated_delta_net(c);
     c.linear_num_key_heads = 4;
     c.linear_num_value_heads = 8;
+    c.linear_fused_projections = fused;  // (Qwen3-Next's in_proj_qkvz, in_proj_ba)
     // The gated norm multiplies fp32 round-off by up to 1/sqrt(eps) where a random model's
     // linear-layer output nearly cancels (tests/unit/rollout/test_engine_hybrid.cpp): at
     // 1e-4 (Qwen3.5's is 1e-6) that bound is 1e2 and two evaluations' log-probs meet within
@@ -126,13 +128,13 @@ void expect_same_samples(const std::vector<Sample>& got, const std::vector<Sampl
 // Engines of e ranks over the world's first ranks (groups of e consecutive ranks, each
 // running the same requests): every leader's samples equal a one-rank engine's.
 void expect_engines_match_one_rank(int e, bool moe, at::ScalarType dtype, int kv_heads = 4, bool mla = false,
-                                   bool hybrid = false) {
+                                   bool hybrid = false, bool fused = false) {
   const int n = world_size(), rank = world_rank();
   if (n % e != 0) GTEST_SKIP() << "np " << n << " does not split into engines of " << e;
   MPI_Comm group_mpi;
   MPI_Comm_split(MPI_COMM_WORLD, rank / e, rank, &group_mpi);
   MpiComm group(group_mpi, "engine_group");
-  const ModelConfig cfg = engine_model_config(moe, kv_heads, 0, mla, hybrid);
+  const ModelConfig cfg = engine_model_config(moe, kv_heads, 0, mla, hybrid, fused);
   const TensorShard shard{group.rank(), e, &group, false};
   Transformer model(cfg, 5, at::kCPU, dtype, {}, shard);
   const std::vector<GenerationRequest> reqs = requests(6);
@@ -200,6 +202,9 @@ TEST(TensorParallelEngine, HybridLinearAttentionTwoRanks) {
 }
 TEST(TensorParallelEngine, HybridLinearAttentionFourRanksWithExperts) {
   expect_engines_match_one_rank(4, true, at::kFloat, 4, false, true);
+}
+TEST(TensorParallelEngine, HybridFusedProjectionsTwoRanks) {  // Qwen3-Next's in_proj_qkvz / in_proj_ba
+  expect_engines_match_one_rank(2, true, at::kFloat, 4, false, true, /*fused=*/true);
 }
 TEST(TensorParallelEngine, ReplicatedKeyValueHeads) { expect_engines_match_one_rank(4, false, at::kFloat, 2); }
 

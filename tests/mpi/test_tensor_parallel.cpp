@@ -219,9 +219,9 @@ TEST(HeadLogProbs, EqualTheLogitsPath) {
 // hybrid: Qwen3.5's shape (tiny_model.h, use_gated_delta_net): layers 0-2 Gated DeltaNet
 // with 4 key heads shared by 8 value heads (split by key heads over 1, 2 or 4 ranks),
 // layer 3 gated full attention; with moe, Qwen3.5-MoE's (layers 1 and 3 sparse, the gated
-// shared expert).
+// shared expert); fused: Qwen3-Next's fused projections (in_proj_qkvz, in_proj_ba).
 ModelConfig tp_config(int t, bool tied, bool moe, int kv_heads = 0, int mtp = 0, bool deepseek = false,
-                      bool mla = false, bool hybrid = false) {
+                      bool mla = false, bool hybrid = false, bool fused = false) {
   ModelConfig c = testing::tiny_model_config(/*max_seq_len=*/32, /*init_std=*/0.1);
   c.n_heads = 8;
   c.n_kv_heads = kv_heads > 0 ? kv_heads : std::max(2, t);
@@ -249,6 +249,7 @@ ModelConfig tp_config(int t, bool tied, bool moe, int kv_heads = 0, int mtp = 0,
     c.linear_num_key_heads = 4;
     c.linear_num_value_heads = 8;
     c.qkv_bias = c.o_bias = false;  // (Qwen3.5's attention has none)
+    c.linear_fused_projections = fused;
   }
   return c;
 }
@@ -298,6 +299,7 @@ struct Case {
   bool deepseek = false;  // DeepSeekMoE and partial RoPE (tp_config)
   bool mla = false;       // multi-head latent attention (tp_config)
   bool hybrid = false;    // Gated DeltaNet layers (tp_config)
+  bool fused = false;     // their projections fused as Qwen3-Next's (tp_config)
 };
 
 // DeepSeekMoE's correction biases (zero at init) set to values that move choices, the
@@ -319,7 +321,7 @@ TEST_P(TensorParallelStep, EqualsTheWholeModel) {
   if (n % tp != 0 || (n / tp) % c.expert_parallel != 0 || (c.expert_parallel > 1 && !c.moe) || (tp == 1 && n > 1) ||
       (c.sequence_parallel && tp == 1))
     GTEST_SKIP() << "TP " << tp << " x EP " << c.expert_parallel << " at np " << n;
-  const ModelConfig cfg = tp_config(tp, c.tied, c.moe, c.kv_heads, c.mtp, c.deepseek, c.mla, c.hybrid);
+  const ModelConfig cfg = tp_config(tp, c.tied, c.moe, c.kv_heads, c.mtp, c.deepseek, c.mla, c.hybrid, c.fused);
   ModelParallel mp(MPI_COMM_WORLD, tp, c.expert_parallel, DeviceChoice{}, c.sequence_parallel,
                    kv_head_replicas(cfg, tp));
   const int d = mp.data_index();
@@ -424,7 +426,9 @@ TEST_P(TensorParallelStep, EqualsTheWholeModel) {
   // An inf in the part one rank writes (the last tensor rank's rows of q_proj): that rank
   // throws, every rank gets through the collective calls, and no file is left.
   const int bad_rank = tp > 1 ? tp - 1 : 0;
-  const std::string poisoned = cfg.is_hybrid() ? "model.layers.0.linear_attn.in_proj_qkv.weight"
+  const std::string poisoned = cfg.is_hybrid() ? std::string("model.layers.0.linear_attn.") +
+                                                     (cfg.linear_fused_projections ? "in_proj_qkvz" : "in_proj_qkv") +
+                                                     ".weight"
                                : std::string("model.layers.0.self_attn.") +
                                      (cfg.q_lora_rank > 0 ? "q_b_proj" : "q_proj") + ".weight";
   for (const auto& p : shard.parameters())
@@ -487,7 +491,8 @@ INSTANTIATE_TEST_SUITE_P(Layouts, TensorParallelStep,
                                                 false, true},
                                            // Qwen3.5's hybrid layers (Gated DeltaNet split by key heads): whole;
                                            // with sequence parallelism, the distributed optimizer and full
-                                           // recomputation; Qwen3.5-MoE's at TP 2 x EP 2
+                                           // recomputation; Qwen3.5-MoE's at TP 2 x EP 2; Qwen3-Next's fused
+                                           // projections with an MTP depth (an MoE layer)
                                            Case{.tensor_parallel = 0, .expert_parallel = 1, .tied = false,
                                                 .moe = false, .hybrid = true},
                                            Case{.tensor_parallel = 0, .expert_parallel = 1, .tied = true,
@@ -495,7 +500,9 @@ INSTANTIATE_TEST_SUITE_P(Layouts, TensorParallelStep,
                                                 .distributed_optimizer = true,
                                                 .recompute = Transformer::Recompute::Full, .hybrid = true},
                                            Case{.tensor_parallel = 2, .expert_parallel = 2, .tied = false,
-                                                .moe = true, .sequence_parallel = true, .hybrid = true}));
+                                                .moe = true, .sequence_parallel = true, .hybrid = true},
+                                           Case{.tensor_parallel = 0, .expert_parallel = 1, .tied = false,
+                                                .moe = true, .mtp = 1, .hybrid = true, .fused = true}));
 
 // The gradient norm counts every element once whatever the layout, at the shape where it
 // moved (inputs/sft_addition.toml with d 256, 2 layers, vocabulary 32000: np 1 11.534529,

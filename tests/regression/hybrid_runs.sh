@@ -21,6 +21,8 @@
 #    and split; the exported policy loads into TP 2 from its Hugging Face files (its q/k/v
 #    channels reordered by key head, then split) and generates what TP 1 does, with the
 #    learnt reward;
+#  * prefill/decode disaggregation (np 3: a prefill engine hands a decode engine the prompt's
+#    full-attention rows and the linear layers' state) generates what two plain engines do;
 #  * a checkpoint in the channel order of an older slimpi (no linear_channels attribute) is
 #    refused, saying so;
 #  * refused, with the key named: a tensor group that does not divide the key heads, an
@@ -133,6 +135,12 @@ run 4 split_tp2 --set parallel.trainer_ranks=2 --set parallel.tensor_parallel=2 
 grep -q "this rank runs 1 of 2 linear key heads" "$out/split_tp2.log"
 grep -q "state slots (1 of 2 linear key heads)" "$out/split_tp2.log"
 close split_tp1 split_tp2
+
+echo "== prefill/decode disaggregation: a prefill engine hands the decode engine the rows and the linear layers' state"
+run 3 plain3 --set parallel.trainer_ranks=1 "${tp[@]}"
+run 3 pd3 --set parallel.trainer_ranks=1 --set rollout.prefill_ranks=1 "${tp[@]}"
+/usr/bin/python3 "$root/tests/regression/same_tokens.py" \
+  --except=rollout/prefill_tokens_computed,rollout/prefix_cache_hit_rate "$tag" "$out/plain3" "$out/pd3"
 
 echo "== refused"
 refused tp4 "model.linear_num_key_heads = 2 (--set) is not divisible by 4" 4 --set parallel.placement=colocate \

@@ -279,7 +279,8 @@ TEST_F(HfDir, Glm4NextnLayerLoadsAsAnMoeMtpDepth) {
 // "mtp.*" (arch/mtp_names.h: one input projection "fc" over [embedding ; hidden], the
 // norms, the layer "mtp.layers.0.*": gated full attention, an MoE layer in the MoE models).
 // A fixture with an MTP depth's tensors added loads them into slimpi's depth, its trunk
-// unchanged; more than one depth, or one with its own embedding, is refused.
+// unchanged, or, with model.mtp_num_layers = 0, skipped; more than one depth, or one with
+// its own embedding, is refused.
 TEST_F(HfDir, Qwen3_5MtpDepthLoadsFromItsMtpTensors) {
   EXPECT_EQ(qwen_mtp_name("model.mtp_layers.0.input_proj.weight"), "mtp.fc.weight");
   EXPECT_EQ(qwen_mtp_name("model.mtp_layers.0.token_layernorm.weight"), "mtp.pre_fc_norm_embedding.weight");
@@ -292,7 +293,9 @@ TEST_F(HfDir, Qwen3_5MtpDepthLoadsFromItsMtpTensors) {
     const fs::path dir = edited(name, [&](nlohmann::json& c) { (nested ? c["text_config"] : c)["mtp_num_hidden_layers"] = 1; });
     const ModelConfig cfg = ModelConfig::from_deck(deck_for(dir));
     ASSERT_EQ(cfg.mtp_num_layers, 1) << name;
-    EXPECT_EQ(cfg.mtp_is_moe(), cfg.n_experts > 0) << name;
+    // (an MoE layer where every layer is: Qwen3.5-MoE's; the qwen3_next fixture's
+    // decoder_sparse_step 2 leaves layer 0, whose MLP the depth's follows, dense)
+    EXPECT_EQ(cfg.mtp_is_moe(), name == "qwen3_5_moe_bf16") << name;
     // The files' MTP tensors: a seeded slimpi model's depth, in Qwen3.5's names and layout.
     Transformer source(cfg, 5, at::kCPU);
     std::vector<NamedTensor> files = read_safetensors((dir / "model.safetensors").string());
@@ -304,13 +307,22 @@ TEST_F(HfDir, Qwen3_5MtpDepthLoadsFromItsMtpTensors) {
         ++n_mtp;
       }
     // norms and projection; the attention and its norms; router, experts, shared expert and its gate, or the MLP
-    EXPECT_EQ(n_mtp, 4 + 8 + (cfg.n_experts > 0 ? 1 + 3 * cfg.n_experts + 3 + 1 : 3)) << name;
+    EXPECT_EQ(n_mtp, 4 + 8 + (cfg.mtp_is_moe() ? 1 + 3 * cfg.n_experts + 3 + 1 : 3)) << name;
     write_safetensors((dir / "model.safetensors").string(), files);
     Transformer m(cfg, 1, at::kCPU);
     load_model_weights(m.parameters(), dir.string(), "model", false, StoredWhole{&m.config(), {}});
     for (const auto& p : m.parameters())
       if (is_mtp_parameter(p.name)) EXPECT_TRUE(at::equal(p.tensor, source.parameter(p.name))) << name << ": " << p.name;
     EXPECT_LT(golden_gap(dir, m), golden_bar(dir)) << name;  // the trunk as it was
+    // A deck's model.mtp_num_layers = 0 leaves the files' depth out (a critic's or a
+    // teacher's trunk too): its tensors are skipped, not unused.
+    const ModelConfig without = ModelConfig::from_deck(deck_for(dir, {"model.mtp_num_layers=0"}));
+    EXPECT_EQ(without.mtp_num_layers, 0) << name;
+    Transformer trunk(without, 1, at::kCPU);
+    EXPECT_NO_THROW(load_model_weights(trunk.parameters(), dir.string(), "model", false,
+                                       StoredWhole{&trunk.config(), {}}))
+        << name;
+    EXPECT_LT(golden_gap(dir, trunk), golden_bar(dir)) << name;
   }
   fs::remove_all(tmp_ / "qwen3_5");
   EXPECT_NE(deck_error(edited("qwen3_5", [](auto& c) { c["text_config"]["mtp_num_hidden_layers"] = 2; }))

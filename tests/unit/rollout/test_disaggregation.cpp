@@ -3,7 +3,7 @@
 // bytes, into a decode engine give exactly one plain engine's samples (tokens, log-probs,
 // MoE routing traces), with prefix sharing on both sides, chunked prefill, preemption on
 // the decode side, a one-token prompt, bf16 and an e4m3 KV cache, latent attention's
-// latent rows (DeepSeek-V3's shape); the rows are the
+// latent rows (DeepSeek-V3's shape), a hybrid model's linear-layer state; the rows are the
 // prompt's positions but its last; a transfer that does not fit the decode engine's cache,
 // or a cut message, is refused naming the group.
 #include <ATen/ATen.h>
@@ -196,6 +196,56 @@ TEST(Disaggregation, LatentAttentionHandsOverTheLatentRows) {
   const Disaggregated e4m3 = disaggregated(bf16, cfg, cfg, reqs);
   expect_same_samples(plain(bf16, cfg, reqs), e4m3.samples);
   EXPECT_EQ(e4m3.prefill.kv_sent_bytes, e4m3.prefill.kv_sent_tokens * (latent_bytes / 4 + routing_bytes));
+}
+
+// A hybrid model (Qwen3.5's shape): its linear layers cache no rows, so the prefill
+// engine hands over the full-attention layer's rows and the sequence's linear-layer state
+// after the prompt's last-but-one position (each layer's convolution and recurrent state,
+// fp32), and the decode engine continues from that state: one plain engine's samples,
+// with the prompts prefilled in chunks and the decode engine preempting (a preempted
+// sequence recomputes from position 0). A decode engine whose linear layers have another
+// shape refuses the state, naming the group.
+TEST(Disaggregation, HybridModelsHandOverTheLinearLayersState) {
+  ModelConfig c = testing::tiny_model_config(128, 0.2);
+  testing::use_gated_delta_net(c);
+  // (the gated norm's round-off amplification bounded by 1/sqrt(eps) = 1e2:
+  // tests/unit/rollout/test_engine_hybrid.cpp; the two sides compute the prompt in other pieces)
+  c.rms_norm_eps = 1e-4;
+  Transformer m(c, 3, at::kCPU);
+  const auto reqs = requests(8, 3, 1.0, /*header=*/6);
+  const EngineConfig cfg{4, 8192, 16, 256, false};
+  EngineConfig chunked = cfg;
+  chunked.chunked_prefill_tokens = 8;
+  const EngineConfig tight{4, 4 * 20, 16, 256, false};  // 20 blocks of 4: the decode engine preempts
+  const Disaggregated pd = disaggregated(m, chunked, tight, reqs);
+  expect_same_samples(plain(m, cfg, reqs), pd.samples, 3e-4);
+  EXPECT_GT(pd.decode.preemptions, 0);
+  const KvCache like = KvCache::allocate(c, 1, at::TensorOptions().dtype(at::kFloat), 1, 0, true, /*n_state_slots=*/1);
+  int64_t handed = 0, with_rows = 0;
+  for (const auto& r : reqs) {
+    handed += int64_t(r.prompt.size()) - 1;
+    with_rows += r.prompt.size() > 1;
+  }
+  EXPECT_GT(like.state_bytes_per_sequence(), 0);
+  EXPECT_EQ(pd.prefill.kv_sent_bytes, handed * like.bytes_per_token() + with_rows * like.state_bytes_per_sequence());
+
+  ModelConfig other = c;
+  other.linear_value_head_dim = 4;
+  Transformer m_other(other, 3, at::kCPU);
+  EngineConfig prefill_cfg = cfg;
+  prefill_cfg.prefill_only = true;
+  Engine p(prefill_cfg, m), d(cfg, m_other);
+  p.add_request(reqs[1]);
+  while (p.has_work()) p.step();
+  auto handed_over = p.take_prefilled();
+  ASSERT_EQ(handed_over.size(), 1u);
+  d.add_prefilled(handed_over[0].first, decode_kv_transfer(encode_kv_transfer(handed_over[0].second)));
+  try {
+    d.step();
+    FAIL() << "a state of another shape was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("group 1: linear-layer state tensor"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Disaggregation, RefusesRowsThatDoNotFitAndCutMessages) {

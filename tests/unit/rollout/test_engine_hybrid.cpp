@@ -181,9 +181,9 @@ TEST(HybridEngine, LogProbsEqualTheTrainersRecomputation) {
 // Speculative decoding (rollout.speculative = "mtp", the policy's MTP depth drafting): a
 // verified chain with a rejected draft restores the linear layers' state from before the
 // chain and computes the kept tokens again with the next forward (Engine::verify_draft).
-// Greedy drafting gives greedy decoding's tokens; sampled, every stored log-prob is the
-// trainer's recomputation of its token (a state left past a rejected draft gives ~1),
-// with drafts both accepted and rejected.
+// Greedy drafting gives greedy decoding's tokens; sampled (chunked prefill, a cache tight
+// enough to preempt), every stored log-prob is the trainer's recomputation of its token (a
+// state left past a rejected draft gives ~1), with drafts both accepted and rejected.
 TEST(HybridEngine, SpeculativeDecodingRestoresTheStateBeforeARejectedDraft) {
   ModelConfig c = hybrid_config();
   c.mtp_num_layers = 1;
@@ -197,10 +197,11 @@ TEST(HybridEngine, SpeculativeDecodingRestoresTheStateBeforeARejectedDraft) {
     expect_same_samples(generate(m, cfg, greedy, &st), plain, kLogpBar);
     EXPECT_GT(st.spec_passes, 0) << steps << " steps";
   }
-  EngineConfig cfg = hybrid_engine(4096, 8, 256, 16);
+  EngineConfig cfg = hybrid_engine(4 * 32, 8, 256, 16);  // 32 blocks of 4: sequences are preempted
   cfg.spec_steps = 3;
   EngineStats st;
   const auto sampled = generate(m, cfg, requests(8, 3, 1.0, 30), &st);
+  EXPECT_GT(st.preemptions, 0);
   EXPECT_GT(st.spec_accepted, 0);
   EXPECT_GT(st.spec_state_restores, 0);
   EXPECT_GE(st.spec_recomputed_tokens, st.spec_state_restores);
