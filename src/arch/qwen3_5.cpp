@@ -16,6 +16,7 @@
 // with the DeltaNet projections fused per key head (in_proj_qkvz, in_proj_ba;
 // model.linear_fused_projections) and Qwen3-MoE's fields (decoder_sparse_step,
 // norm_topk_prob; dense layers between sparse ones), a gated shared expert.
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "arch/architecture.h"
@@ -56,12 +57,14 @@ void read_layer_types(const nlohmann::json& c, HfConfigReader& r) {
     r.set("model.full_attention_interval", interval, "layer_types");
 }
 
-// The MTP depth (at most one: the files' mtp.* share one input projection over depths) and
-// whether it has its own embedding (not supported).
+// The MTP depth: the files' first (their depths share one input projection and norms, and
+// slimpi's depths each have their own: the others are not read, io/tensor_io.cpp); whether
+// it has its own embedding (not supported).
 void read_mtp(const nlohmann::json& c, HfConfigReader& r) {
   if (auto n = get_int(c, "mtp_num_hidden_layers"); n && *n > 1)
-    r.fail("'mtp_num_hidden_layers' = {}: slimpi reads one MTP depth of this family (the files' mtp.* layers "
-           "share one input projection and norms over depths)", *n);
+    r.set("model.mtp_num_layers", int64_t(1),
+          fmt::format("mtp_num_hidden_layers = {}: the first, mtp.layers.0 (the others share its input projection "
+                      "and norms, which slimpi's depths do not)", *n));
   if (auto own = get_bool(c, "mtp_use_dedicated_embeddings"); own && *own)
     r.fail("'mtp_use_dedicated_embeddings' = true: an MTP depth with its own embedding is not implemented (slimpi's "
            "read the trunk's)");

@@ -118,7 +118,7 @@ namespace {
 struct HfNames {
   const Architecture* naming = nullptr;
   bool deepseek_mtp = false, qwen_mtp = false;
-  int64_t n_layers = 0;  // the trunk's
+  int64_t n_layers = 0, n_mtp = 0;  // the trunk's layers, the model's MTP depths
 
   HfNames(const SafetensorsReader& reader, const std::vector<NamedTensor>& like) {
     std::vector<std::string> names;
@@ -126,11 +126,18 @@ struct HfNames {
     naming = architecture_naming(names);
     deepseek_mtp = uses_deepseek_mtp_names(names);
     qwen_mtp = uses_qwen_mtp_names(names);
-    for (const auto& l : like)
+    for (const auto& l : like) {
       if (l.name.rfind("model.layers.", 0) == 0) n_layers = std::max<int64_t>(n_layers, std::stoll(l.name.substr(13)) + 1);
+      if (is_mtp_parameter(l.name)) n_mtp = std::max<int64_t>(n_mtp, std::stoll(l.name.substr(17)) + 1);
+    }
   }
   // Whether a file tensor belongs to an MTP depth in any layout (Qwen3.5's "mtp.*",
   // slimpi's "model.mtp_layers.", DeepSeek-V3's layers past the trunk's).
+  // A Qwen3.5 layout's depth past the model's (mtp.layers.<k>., k >= n_mtp): not read.
+  bool is_extra_qwen_mtp_depth(const std::string& name) const {
+    const std::string layers = "mtp.layers.";
+    return qwen_mtp && name.rfind(layers, 0) == 0 && std::stoll(name.substr(layers.size())) >= n_mtp;
+  }
   bool is_mtp_file_tensor(const std::string& name) const {
     if (name.rfind("mtp.", 0) == 0 || name.rfind("model.mtp_layers.", 0) == 0) return true;
     const std::string layers = "model.layers.";
@@ -235,7 +242,7 @@ void load_hf_tensors_into(const std::string& path, const std::vector<NamedTensor
   for (const auto& [name, e] : reader.entries()) {
     if (wanted.count(name)) continue;
     if ((names.naming && names.naming->not_loaded && names.naming->not_loaded(name)) ||
-        (!model_has_mtp && names.is_mtp_file_tensor(name)))
+        (!model_has_mtp && names.is_mtp_file_tensor(name)) || names.is_extra_qwen_mtp_depth(name))
       ++n_not_loaded;
     else if (!expected_extra(reader, name, wanted, names, experts_sharded, tied))
       unused.push_back(name);
@@ -294,9 +301,9 @@ void check_linear_channel_order(hid_t group, const std::vector<NamedTensor>& par
                        h5::read_attr_string(group, kLinearChannelsAttr) == kLinearChannelsByKeyHead;
   SLIMPI_CHECK(grouped || !reordered,
                "{}: its hybrid model's Gated DeltaNet tensors (in_proj_qkv, conv1d) are in Hugging Face's channel "
-               "order, written by a slimpi from before 2026-12-07 (no '{}' attribute on its model group); this slimpi "
-               "holds them grouped by key head. Export the checkpoint with the slimpi that wrote it (slimpi export) "
-               "and start from the export (model.init_from)", path, kLinearChannelsAttr);
+               "order, written by an older slimpi (no '{}' attribute on its model group: before the channels were held "
+               "grouped by key head). Export the checkpoint with the slimpi that wrote it (slimpi export) and start "
+               "from the export (model.init_from)", path, kLinearChannelsAttr);
 }
 
 void load_model_weights(const std::vector<NamedTensor>& params, const std::string& path, const std::string& group,

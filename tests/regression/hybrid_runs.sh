@@ -172,7 +172,7 @@ state=$(find "$out/learns" -name trainer_state.h5 | sort | tail -1)
 cp "$state" "$out/old_order.h5"
 /usr/bin/python3 -c "import h5py, sys; f = h5py.File(sys.argv[1], 'a'); del f['model'].attrs['linear_channels']" \
   "$out/old_order.h5"
-refused old_order "are in Hugging Face's channel order, written by a slimpi from before" 2 \
+refused old_order "are in Hugging Face's channel order, written by an older slimpi" 2 \
   --set parallel.placement=colocate --set "model.init_from=$out/old_order.h5"
 run 1 plain_norms --set run.n_steps=1 --set model.zero_centered_norm=false --set parallel.placement=colocate
 if "$slimpi" export "$out/plain_norms" "$out/plain_hf" >"$out/plain_export.log" 2>&1; then

@@ -279,8 +279,8 @@ TEST_F(HfDir, Glm4NextnLayerLoadsAsAnMoeMtpDepth) {
 // "mtp.*" (arch/mtp_names.h: one input projection "fc" over [embedding ; hidden], the
 // norms, the layer "mtp.layers.0.*": gated full attention, an MoE layer in the MoE models).
 // A fixture with an MTP depth's tensors added loads them into slimpi's depth, its trunk
-// unchanged, or, with model.mtp_num_layers = 0, skipped; more than one depth, or one with
-// its own embedding, is refused.
+// unchanged, or, with model.mtp_num_layers = 0, skipped; of two depths the first is read;
+// a depth with its own embedding is refused.
 TEST_F(HfDir, Qwen3_5MtpDepthLoadsFromItsMtpTensors) {
   EXPECT_EQ(qwen_mtp_name("model.mtp_layers.0.input_proj.weight"), "mtp.fc.weight");
   EXPECT_EQ(qwen_mtp_name("model.mtp_layers.0.token_layernorm.weight"), "mtp.pre_fc_norm_embedding.weight");
@@ -324,10 +324,31 @@ TEST_F(HfDir, Qwen3_5MtpDepthLoadsFromItsMtpTensors) {
         << name;
     EXPECT_LT(golden_gap(dir, trunk), golden_bar(dir)) << name;
   }
+  // Two depths in the files: slimpi reads the first (the depths share mtp.fc and the norms);
+  // the second's layer is not read.
   fs::remove_all(tmp_ / "qwen3_5");
-  EXPECT_NE(deck_error(edited("qwen3_5", [](auto& c) { c["text_config"]["mtp_num_hidden_layers"] = 2; }))
-                .find("'mtp_num_hidden_layers' = 2: slimpi reads one MTP depth"),
-            std::string::npos);
+  const fs::path two = edited("qwen3_5", [](auto& c) { c["text_config"]["mtp_num_hidden_layers"] = 2; });
+  const Deck two_deck = deck_for(two);
+  const ModelConfig one = ModelConfig::from_deck(two_deck);
+  EXPECT_EQ(one.mtp_num_layers, 1);
+  EXPECT_NE(two_deck.source("model.mtp_num_layers").find("mtp_num_hidden_layers = 2: the first"), std::string::npos)
+      << two_deck.source("model.mtp_num_layers");
+  {
+    Transformer source(one, 5, at::kCPU);
+    std::vector<NamedTensor> files = read_safetensors((two / "model.safetensors").string());
+    for (const auto& p : source.parameters())
+      if (is_mtp_parameter(p.name)) {
+        const at::Tensor t = p.tensor.detach();
+        files.push_back({qwen_mtp_name(p.name), is_mtp_input_proj(p.name) ? swap_input_proj_halves(t) : t});
+        if (p.name.find(".mtp_layers.0.self_attn.") != std::string::npos)  // a second depth's layer
+          files.push_back({"mtp.layers.1." + p.name.substr(std::string("model.mtp_layers.0.").size()), t});
+      }
+    write_safetensors((two / "model.safetensors").string(), files);
+    Transformer m(one, 1, at::kCPU);
+    EXPECT_NO_THROW(load_model_weights(m.parameters(), two.string(), "model", false, StoredWhole{&m.config(), {}}));
+    EXPECT_TRUE(at::equal(m.parameter("model.mtp_layers.0.input_proj.weight"),
+                          source.parameter("model.mtp_layers.0.input_proj.weight")));
+  }
   fs::remove_all(tmp_ / "qwen3_5");
   EXPECT_NE(deck_error(edited("qwen3_5", [](auto& c) { c["text_config"]["mtp_use_dedicated_embeddings"] = true; }))
                 .find("'mtp_use_dedicated_embeddings' = true"),
