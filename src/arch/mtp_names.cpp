@@ -21,10 +21,12 @@ const std::array<std::pair<const char*, const char*>, 4> kRenamed{{{"token_layer
                                                                   {"input_proj.weight", "eh_proj.weight"},
                                                                   {"final_layernorm.weight", "shared_head.norm.weight"}}};
 
-const std::array<std::pair<const char*, const char*>, 4> kQwenRenamed{{{"token_layernorm.weight", "pre_fc_norm_embedding.weight"},
-                                                                      {"hidden_layernorm.weight", "pre_fc_norm_hidden.weight"},
-                                                                      {"input_proj.weight", "fc.weight"},
-                                                                      {"final_layernorm.weight", "norm.weight"}}};
+// slimpi's tail -> Qwen3.5's (after "mtp."), for the tensors outside the depth's layer.
+const std::array<std::pair<const char*, const char*>, 4> kQwenRenamed{
+    {{"token_layernorm.weight", "pre_fc_norm_embedding.weight"},
+     {"hidden_layernorm.weight", "pre_fc_norm_hidden.weight"},
+     {"input_proj.weight", "fc.weight"},
+     {"final_layernorm.weight", "norm.weight"}}};
 
 }  // namespace
 

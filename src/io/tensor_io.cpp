@@ -126,9 +126,11 @@ struct HfNames {
     naming = architecture_naming(names);
     deepseek_mtp = uses_deepseek_mtp_names(names);
     qwen_mtp = uses_qwen_mtp_names(names);
+    const std::string layers = "model.layers.", depths = "model.mtp_layers.";
     for (const auto& l : like) {
-      if (l.name.rfind("model.layers.", 0) == 0) n_layers = std::max<int64_t>(n_layers, std::stoll(l.name.substr(13)) + 1);
-      if (is_mtp_parameter(l.name)) n_mtp = std::max<int64_t>(n_mtp, std::stoll(l.name.substr(17)) + 1);
+      if (l.name.rfind(layers, 0) == 0)
+        n_layers = std::max<int64_t>(n_layers, std::stoll(l.name.substr(layers.size())) + 1);
+      if (is_mtp_parameter(l.name)) n_mtp = std::max<int64_t>(n_mtp, std::stoll(l.name.substr(depths.size())) + 1);
     }
   }
   // Whether a file tensor belongs to an MTP depth in any layout (Qwen3.5's "mtp.*",
