@@ -231,6 +231,10 @@ void describe_engines(const RunContext& ctx, const RunComponents& c, at::ScalarT
               c.configs.rollout.engine.spec_max_running > 0
                   ? fmt::format(", none while more than {} sequences run", c.configs.rollout.engine.spec_max_running)
                   : std::string());
+  if (const int64_t prefill = ctx.deck.get_int("rollout.prefill_ranks"); c.rl && prefill > 0)
+    log::info("prefill/decode disaggregation: {} prefill engine(s) on the last rollout ranks hand the KV rows{} of "
+              "the prompts they compute to {} decode engine(s)", prefill,
+              cfg.is_hybrid() ? " and the linear layers' state" : "", layout.n_rollout - prefill);
 }
 
 // The engines' model where it is not the policy: their own on split rollout ranks; on

@@ -42,10 +42,17 @@ int64_t kv_tokens_in_memory(const Deck& deck, const ModelConfig& m, int64_t bloc
   const int64_t state_copies = deck.get_string("rollout.speculative") == "mtp" ? 2 : 1;
   const int64_t state_bytes = 4 * m.linear_state_size() / e * deck.get_int("rollout.max_running") * state_copies;
   const double budget = gb * double(int64_t(1) << 30) - double(state_bytes);
-  if (budget < double(per_token * block_size))
-    SLIMPI_FAIL_ALL("rollout.kv_cache_memory_gb = {} ({}) does not hold the linear layers' states of "
-                    "rollout.max_running = {} sequences ({} bytes) and one block of tokens", gb,
-                    deck.source("rollout.kv_cache_memory_gb"), deck.get_int("rollout.max_running"), state_bytes);
+  if (budget < double(per_token * block_size)) {
+    const double least_gb = double(state_bytes + per_token * block_size) / double(int64_t(1) << 30);
+    if (state_bytes > 0)
+      SLIMPI_FAIL_ALL("rollout.kv_cache_memory_gb = {} ({}) does not hold the linear layers' states of "
+                      "rollout.max_running = {} sequences ({} bytes) and one block of tokens: it needs at least {:.3g}",
+                      gb, deck.source("rollout.kv_cache_memory_gb"), deck.get_int("rollout.max_running"), state_bytes,
+                      least_gb);
+    SLIMPI_FAIL_ALL("rollout.kv_cache_memory_gb = {} ({}) does not hold one block of {} tokens ({} bytes): it needs at "
+                    "least {:.3g}", gb, deck.source("rollout.kv_cache_memory_gb"), block_size, per_token * block_size,
+                    least_gb);
+  }
   const int64_t tokens = int64_t(budget / double(per_token)) / block_size * block_size;
   if (state_bytes > 0)
     log::info("rollout.kv_cache_memory_gb = {}: {} bytes hold the Gated DeltaNet states of rollout.max_running = {} "
