@@ -128,12 +128,11 @@ for source in "$out/sft_stop" "$out/sft_stop/ckpt" "$ckpt" "$ckpt/trainer_state.
   cmp "$out/hf_$name/config.json" "$out/hf_$(echo "$out/sft_stop" | md5sum | cut -c1-8)/config.json" \
     || { echo "FAIL: export of $source gave another config.json"; exit 1; }
 done
-/usr/bin/python3 - "$out"/hf_*/model.safetensors <<'PY'
-import struct, sys
+PYTHONPATH=tests/regression /usr/bin/python3 - "$out"/hf_*/model.safetensors <<'PY'
+import sys
+from safetensors_file import SafetensorsFile
 def weights(path):  # the data section: the header holds the source path, the tensors do not
-    data = open(path, "rb").read()
-    n = struct.unpack("<Q", data[:8])[0]
-    return data[8 + n:]
+    return SafetensorsFile(path).data
 first = weights(sys.argv[1])
 assert all(weights(p) == first for p in sys.argv[2:]), "exports of one run hold different weights"
 print(f"bad_luck: {len(sys.argv) - 1} exports hold the same {len(first)} bytes of weights")

@@ -15,17 +15,16 @@ $mpirun -np 2 "$slimpi" run inputs/smoke_rl.toml --set parallel.placement=coloca
 ckpt="$out/run/ckpt/step_00000003"
 "$slimpi" export "$ckpt" "$out/hf" | tee "$out/export.log"
 
-/usr/bin/python3 - "$ckpt" "$out/hf" <<'PY'
+PYTHONPATH=tests/regression /usr/bin/python3 - "$ckpt" "$out/hf" <<'PY'
 import json
-import struct
 import sys
 import h5py
 import numpy as np
+from safetensors_file import SafetensorsFile
 ckpt, hf = sys.argv[1], sys.argv[2]
-raw = open(f"{hf}/model.safetensors", "rb").read()
-n = struct.unpack("<Q", raw[:8])[0]
-header = json.loads(raw[8:8 + n])
-assert n % 8 == 0 and header["__metadata__"]["format"] == "pt"
+st = SafetensorsFile(f"{hf}/model.safetensors")
+header = st.header
+assert st.header_bytes % 8 == 0 and header["__metadata__"]["format"] == "pt"
 with h5py.File(f"{ckpt}/trainer_state.h5") as f:
     names = []
     f["model"].visit(lambda k: names.append(k) if isinstance(f["model"][k], h5py.Dataset) else None)
@@ -33,9 +32,7 @@ with h5py.File(f"{ckpt}/trainer_state.h5") as f:
     for name in names:
         info = header[name]
         assert info["dtype"] == "F32", info
-        b, e = info["data_offsets"]
-        x = np.frombuffer(raw[8 + n + b:8 + n + e], dtype="<f4").reshape(info["shape"])
-        assert np.array_equal(x, f["model"][name][:]), name
+        assert np.array_equal(st.tensor(name), f["model"][name][:]), name
     # smoke_rl's model: 2 x (4 projections of attention, 3 of the MLP, 2 norms) + embedding, head, final norm
     assert len(names) == 21 and sum(int(np.prod(header[k]["shape"])) for k in names) == 35232, names
 cfg = json.load(open(f"{hf}/config.json"))
@@ -50,20 +47,18 @@ PY
 # Sharded fp32 (index.json + shards) and bf16 exports.
 "$slimpi" export "$ckpt" "$out/hf_sharded" --max-shard-size 20KB | tee "$out/export_sharded.log"
 "$slimpi" export "$ckpt" "$out/hf_bf16" --dtype bf16 >/dev/null
-/usr/bin/python3 - "$out/hf_sharded" "$out/hf_bf16" <<'PY'
+PYTHONPATH=tests/regression /usr/bin/python3 - "$out/hf_sharded" "$out/hf_bf16" <<'PY'
 import json
 import os
-import struct
 import sys
+from safetensors_file import SafetensorsFile
 sharded, bf16 = sys.argv[1], sys.argv[2]
 index = json.load(open(f"{sharded}/model.safetensors.index.json"))
 shards = sorted(set(index["weight_map"].values()))
 assert len(shards) > 1 and not os.path.exists(f"{sharded}/model.safetensors"), shards
 for s in shards:
-    raw = open(f"{sharded}/{s}", "rb").read()
-    assert len(raw) <= 20 * 1024 + 4096 or len(json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]])) == 2, s
-raw = open(f"{bf16}/model.safetensors", "rb").read()
-header = json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]])
+    assert os.path.getsize(f"{sharded}/{s}") <= 20 * 1024 + 4096 or len(SafetensorsFile(f"{sharded}/{s}").header) == 2, s
+header = SafetensorsFile(f"{bf16}/model.safetensors").header
 assert all(v["dtype"] == "BF16" for k, v in header.items() if k != "__metadata__")
 assert json.load(open(f"{bf16}/config.json"))["torch_dtype"] == "bfloat16"
 assert json.load(open(f"{bf16}/generation_config.json"))["eos_token_id"] == 258
@@ -98,19 +93,15 @@ for family in llama mimo; do
   $mpirun -np 1 "$slimpi" run inputs/smoke_rl.toml --set parallel.placement=colocate --set run.n_steps=2 "${flags[@]}" \
     --set run.dir="$out/mtp_$family" >"$out/mtp_$family.log" 2>&1 || { cat "$out/mtp_$family.log"; exit 1; }
   "$slimpi" export "$out/mtp_$family/ckpt/step_00000002" "$out/hf_mtp_$family" >/dev/null
-  /usr/bin/python3 - "$out/mtp_$family" "$out/hf_mtp_$family" $family <<'PY'
+  PYTHONPATH=tests/regression /usr/bin/python3 - "$out/mtp_$family" "$out/hf_mtp_$family" $family <<'PY'
 import json
-import struct
 import sys
 import h5py
 import numpy as np
+from safetensors_file import SafetensorsFile
 run, hf, family = sys.argv[1:4]
-raw = open(f"{hf}/model.safetensors", "rb").read()
-n = struct.unpack("<Q", raw[:8])[0]
-header = json.loads(raw[8:8 + n])
-def tensor(name):
-    b, e = header[name]["data_offsets"]
-    return np.frombuffer(raw[8 + n + b:8 + n + e], dtype="<f4").reshape(header[name]["shape"])
+st = SafetensorsFile(f"{hf}/model.safetensors")
+header, tensor = st.header, st.tensor
 cfg = json.load(open(f"{hf}/config.json"))
 assert cfg["num_nextn_predict_layers"] == 1, cfg
 with h5py.File(f"{run}/trainer_state.h5") as f:

@@ -199,19 +199,15 @@ assert rate.min() > 0 and recomputed.sum() > 0, (rate, recomputed)
 assert d.mean() < 2e-6, d.mean()
 PY
 "$slimpi" export "$out/mtp" "$out/mtp_hf" >"$out/mtp_export.log" 2>&1 || { cat "$out/mtp_export.log"; exit 1; }
-/usr/bin/python3 - "$out/mtp" "$out/mtp_hf" <<'PY'
+PYTHONPATH=tests/regression /usr/bin/python3 - "$out/mtp" "$out/mtp_hf" <<'PY'
 import json
-import struct
 import sys
 import h5py
 import numpy as np
+from safetensors_file import SafetensorsFile
 run, hf = sys.argv[1:3]
-raw = open(f"{hf}/model.safetensors", "rb").read()
-n = struct.unpack("<Q", raw[:8])[0]
-header = json.loads(raw[8:8 + n])
-def tensor(name):
-    b, e = header[name]["data_offsets"]
-    return np.frombuffer(raw[8 + n + b:8 + n + e], dtype="<f4").reshape(header[name]["shape"])
+st = SafetensorsFile(f"{hf}/model.safetensors")
+header, tensor = st.header, st.tensor
 cfg = json.load(open(f"{hf}/config.json"))
 assert cfg["architectures"] == ["Qwen3_5ForCausalLM"] and cfg["mtp_num_hidden_layers"] == 1, cfg
 assert not any(k.startswith("model.mtp_layers.") for k in header), "slimpi's MTP names in a Qwen3.5 export"
