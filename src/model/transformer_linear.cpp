@@ -68,12 +68,13 @@ at::Tensor Transformer::linear_attention_block(const LayerParams& p, const at::T
   // The gated norm's weight is shared by every rank's value heads: copy_to_tp sums its gradient.
   const at::Tensor norm = copy_to_tp(f.tp, p.lin_norm);
   const AttentionLayout& a = f.layout;
-  const int64_t width = local_linear_heads(cfg_, tensor_.size).value_heads * cfg_.linear_value_head_dim;
+  const LinearHeads local = local_linear_heads(cfg_, tensor_.size);  // this rank's heads and channels
+  const int64_t width = local.value_heads * cfg_.linear_value_head_dim;
   at::Tensor gated;  // [T, Hv·Dv] (this rank's value heads), fp32
   // Packed sequences are padded to the longest; past the padded budget (in elements of the
   // q/k/v channels, as attention's is in scores) each sequence runs alone instead.
   if (!f.cache && a.n_seqs > 1 &&
-      a.n_seqs * a.max_new * local_linear_heads(cfg_, tensor_.size).conv_dim > padded_attention_budget_) {
+      a.n_seqs * a.max_new * local.conv_dim > padded_attention_budget_) {
     std::vector<at::Tensor> outs;
     int64_t start = 0;
     for (int64_t n : a.seq_lens) {

@@ -26,9 +26,10 @@ std::vector<const at::Tensor*> sections(const KvCache& cache) {
 at::Tensor byte_rows(const at::Tensor& t) { return t.view(at::kByte).view({t.size(0), -1}); }
 
 // A hybrid model's state tensors in transfer order: each linear layer's conv state, then
-// its recurrent state ([n_state_slots, ...] each).
-std::vector<at::Tensor*> state_sections(KvCache& cache) {
-  std::vector<at::Tensor*> out;
+// its recurrent state ([n_state_slots, ...] each); const for a const cache.
+template <class Cache>
+auto state_sections(Cache& cache) {
+  std::vector<decltype(&cache.conv_state[0])> out;
   for (size_t l = 0; l < cache.conv_state.size(); ++l) {
     out.push_back(&cache.conv_state[l]);
     out.push_back(&cache.delta_state[l]);
@@ -44,7 +45,7 @@ KvTransfer gather_kv_rows(const KvCache& cache, int64_t group_index, const std::
   t.group_index = group_index;
   t.n_positions = static_cast<int64_t>(slots.size());
   if (state_slot >= 0)
-    for (at::Tensor* s : state_sections(const_cast<KvCache&>(cache))) {  // (read only)
+    for (const at::Tensor* s : state_sections(cache)) {
       const at::Tensor row = byte_rows(*s)[state_slot].cpu().contiguous();
       t.state_bytes.push_back(row.numel());
       t.state.append(static_cast<const char*>(row.data_ptr()), size_t(row.numel()));
@@ -84,7 +85,7 @@ void scatter_kv_rows(KvCache& cache, const KvTransfer& t, int64_t first, const s
 }
 
 void scatter_state(KvCache& cache, const KvTransfer& t, int64_t state_slot) {
-  const std::vector<at::Tensor*> secs = state_sections(cache);
+  const std::vector<at::Tensor*> secs = state_sections(cache);  // (this cache's, written)
   SLIMPI_CHECK(t.state_bytes.size() == secs.size(), "group {}: the KV transfer carries {} linear-layer state tensors, "
                "this engine's cache {} (the prefill and decode engines disagree on the model)", t.group_index,
                t.state_bytes.size(), secs.size());
