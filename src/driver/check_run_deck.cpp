@@ -246,6 +246,30 @@ void check_engine_tensor_parallel(const Deck& deck, const ModelConfig& model, bo
 
 }  // namespace
 
+void check_exact_on_policy(const Deck& deck, const ModelConfig& model) {
+  if (deck.get_string("train.on_policy") != "exact") return;
+  const std::string why = fmt::format("train.on_policy = \"exact\" ({})", deck.source("train.on_policy"));
+  for (const char* key : {"train.precision", "rollout.precision"})
+    if (deck.get_string(key) != "fp32")
+      SLIMPI_FAIL_ALL("{} runs fp32 forwards only; {} = \"{}\" ({}): set it to \"fp32\" or drop train.on_policy", why,
+                      key, deck.get_string(key), deck.source(key));
+  if (deck.get_string("rollout.kv_cache_dtype") != "auto")
+    SLIMPI_FAIL_ALL("{} keeps keys and values in fp32; rollout.kv_cache_dtype = \"{}\" ({}): drop the key", why,
+                    deck.get_string("rollout.kv_cache_dtype"), deck.source("rollout.kv_cache_dtype"));
+  for (const char* key : {"parallel.tensor_parallel", "rollout.tensor_parallel"})
+    if (deck.get_int(key) != 1)
+      SLIMPI_FAIL_ALL("{} runs on one tensor rank in this version (its all-reduces would need a fixed order); {} = "
+                      "{} ({})", why, key, deck.get_int(key), deck.source(key));
+  if (model.is_mla())
+    SLIMPI_FAIL_ALL("{} has no batch-invariant latent attention yet; the model ({}) is multi-head latent attention",
+                    why, deck.source("model.kv_lora_rank"));
+  if (model.is_hybrid())
+    SLIMPI_FAIL_ALL("{} has no batch-invariant linear attention yet; the model has Gated DeltaNet layers ({})", why,
+                    deck.source("model.full_attention_interval"));
+  if (deck.get_string("run.device") == "cuda")
+    SLIMPI_FAIL_ALL("{} runs on the CPU in this version; run.device = \"cuda\" ({})", why, deck.source("run.device"));
+}
+
 std::string run_dir_of(const Deck& deck) {
   const std::string& dir = deck.get_string("run.dir");
   return dir.empty() ? "runs/" + deck.get_string("run.name") : dir;
@@ -266,6 +290,7 @@ RunConfigs check_run_deck(const Deck& deck, const WorldLayout& layout) {
   check_debug_modes(deck);
   RunConfigs c;
   c.model = ModelConfig::from_deck(deck);
+  check_exact_on_policy(deck, c.model);
   c.trainer = TrainerConfig::from_deck(deck);
   check_tensor_parallel(deck, c.model, layout);
   check_engine_tensor_parallel(deck, c.model, rl);

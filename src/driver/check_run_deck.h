@@ -37,4 +37,9 @@ std::string run_dir_of(const Deck& deck);
 
 RunConfigs check_run_deck(const Deck& deck, const WorldLayout& layout);
 
+// train.on_policy = "exact": what this version's batch-invariant kernels cover (fp32,
+// the CPU, one tensor rank, attention that is neither latent nor linear). A collective
+// error naming the key otherwise. (Also checked by `slimpi generate`.)
+void check_exact_on_policy(const Deck& deck, const ModelConfig& model);
+
 }  // namespace slimpi

@@ -1,5 +1,6 @@
 #include "model/precision.h"
 #include "driver/generate.h"
+#include "driver/check_run_deck.h"
 #include "driver/run_components.h"
 
 #include <ATen/ATen.h>
@@ -108,6 +109,7 @@ int run_generate(RunContext& ctx) {
   if (deck.get_string("data.path").empty())
     SLIMPI_FAIL_ALL("slimpi generate needs prompts: set data.path (JSONL, prompt text under data.input_key)");
   ModelConfig mc = ModelConfig::from_deck(deck);
+  check_exact_on_policy(deck, mc);
   RolloutConfig rc = RolloutConfig::from_deck(deck, mc);
   const Tokenizer& tok = *rc.tokenizer;
   log::info("tokenizer: {}", tok.describe());

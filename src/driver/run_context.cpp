@@ -17,6 +17,7 @@
 #include "core/file_write.h"
 #include "core/log.h"
 #include "core/runtime_info.h"
+#include "kernels/batch_invariant.h"
 #include "parallel/mpi_bytes.h"
 #include "parallel/watchdog.h"
 
@@ -101,6 +102,14 @@ RunContext set_up_run(MPI_Comm world, const std::string& deck_path, const std::v
   RuntimeSettings rt = apply_runtime_settings(world, ctx.deck.get_int("run.threads"));
   ctx.device = choose_device(world, ctx.deck.get_string("run.device"), ctx.deck.get_string("parallel.comm_backend"),
                              rt.local_rank);
+  // Exact on-policy: the batch-invariant kernels for every forward of this process, set
+  // before any model exists (kernels/batch_invariant.h).
+  const bool exact = ctx.deck.get_string("train.on_policy") == "exact";
+  if (exact && ctx.device.use_cuda)
+    SLIMPI_FAIL_ALL("train.on_policy = \"exact\" ({}) runs on the CPU in this version; run.device = \"{}\" ({}) chose "
+                    "the GPU: set run.device = \"cpu\"", ctx.deck.source("train.on_policy"),
+                    ctx.deck.get_string("run.device"), ctx.deck.source("run.device"));
+  set_exact_numerics(exact);
 
   const std::string resolved = ctx.deck.to_toml();
   run_on_all_and_agree(world, "run directory " + ctx.run_dir, [&] {

@@ -5,6 +5,9 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 #include <slimpi/error.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include "kernels/batch_invariant.h"
 
 #include <algorithm>
 
@@ -222,7 +225,73 @@ at::Tensor small_batch_linear(const at::Tensor& x, const at::Tensor& w, const at
   return y.view(shape);
 }
 
+at::Tensor batch_invariant_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias) {
+  SLIMPI_CHECK(x.is_cpu() && w.is_cpu() && x.scalar_type() == at::kFloat && w.scalar_type() == at::kFloat &&
+                   x.size(-1) == w.size(1) && w.dim() == 2,
+               "batch_invariant_linear: fp32 host x [..., {}] and w [N, K] expected, got w {}", x.size(-1),
+               c10::str(w.sizes()));
+  const int64_t K = w.size(1), N = w.size(0);
+  const at::Tensor xc = x.reshape({-1, K}).contiguous();  // [M, K]
+  const at::Tensor wc = w.contiguous();
+  const int64_t M = xc.size(0);
+  std::vector<int64_t> shape = x.sizes().vec();
+  shape.back() = N;
+  if (M == 0) return at::zeros(shape, x.options());
+  static const WeightRowsFn best = weight_rows_for(SmallBatchLinearCode::Best);
+  at::Tensor y = at::empty({M, N}, x.options());  // [M, N]
+  const float* xp = xc.data_ptr<float>();
+  const float* wp = wc.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  // Row blocks of kSmallBatchLinearMaxRows, each against every weight row: a task per
+  // (row block, 24 weight rows). Every y[m, n] is the same dot product whichever task
+  // computes it (small_batch_linear.h).
+  constexpr int64_t kBlock = 24;
+  const int64_t row_blocks = (M + kSmallBatchLinearMaxRows - 1) / kSmallBatchLinearMaxRows;
+  const int64_t col_blocks = (N + kBlock - 1) / kBlock;
+  at::parallel_for(0, row_blocks * col_blocks, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t rb = t / col_blocks, cb = t % col_blocks;
+      const int64_t m0 = rb * kSmallBatchLinearMaxRows, rows = std::min(kSmallBatchLinearMaxRows, M - m0);
+      best(xp + m0 * K, wp, yp + m0 * N, rows, K, N, kBlock * cb, std::min(N, kBlock * (cb + 1)));
+    }
+  });
+  if (bias.defined()) y.add_(bias);
+  return y.view(shape);
+}
+
+namespace {
+
+// The batch-invariant product's value, at::linear's gradients (the bias is added outside,
+// by autograd: the same fp32 sums as adding it inside):
+//   ∂x = g · W,  ∂W = gᵀ · x
+struct BatchInvariantLinear : public torch::autograd::Function<BatchInvariantLinear> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w) {
+    ctx->save_for_backward({x, w});
+    at::NoGradGuard no_grad;
+    return batch_invariant_linear(x, w);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &x = saved[0], &w = saved[1];
+    const int64_t K = w.size(1), N = w.size(0);
+    const at::Tensor g = grads[0].reshape({-1, N});  // [M, N]
+    const at::Tensor dx = x.requires_grad() ? g.mm(w).view(x.sizes()) : at::Tensor();
+    const at::Tensor dw = w.requires_grad() ? g.t().mm(x.reshape({-1, K})) : at::Tensor();
+    return {dx, dw};
+  }
+};
+
+}  // namespace
+
 at::Tensor dense(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias) {
+  if (exact_numerics()) {
+    const bool grad = at::GradMode::is_enabled() &&
+                      (x.requires_grad() || w.requires_grad() || (bias.defined() && bias.requires_grad()));
+    if (!grad) return batch_invariant_linear(x, w, bias);
+    const at::Tensor y = BatchInvariantLinear::apply(x, w);
+    return bias.defined() ? y + bias : y;
+  }
   if (small_batch_scope && small_batch_linear_applies(x, w)) return small_batch_linear(x, w, bias);
   return at::linear(x, w, bias.defined() ? std::optional<at::Tensor>(bias) : std::nullopt);
 }

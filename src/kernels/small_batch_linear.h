@@ -71,7 +71,14 @@ class SmallBatchLinearScope {
   bool previous_;
 };
 
-// at::linear(x, w, bias); inside a SmallBatchLinearScope the kernel above where it applies.
+// The kernel above for any number of rows (blocks of kSmallBatchLinearMaxRows): each
+// y[m, n] the same dot product whatever rows share the call. fp32 host tensors, x [..., K],
+// w [N, K], bias [N] or undefined -> [..., N]; no autograd (dense() adds it).
+at::Tensor batch_invariant_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias = {});
+
+// at::linear(x, w, bias); inside a SmallBatchLinearScope the kernel above where it applies;
+// in exact numerics (kernels/batch_invariant.h) batch_invariant_linear for every call, with
+// at::linear's gradients.
 at::Tensor dense(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias = {});
 
 }  // namespace slimpi

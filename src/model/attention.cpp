@@ -1,6 +1,7 @@
 #include "model/attention.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <slimpi/error.h>
 
 #include <ATen/ops/scaled_dot_product_attention.h>
@@ -10,7 +11,9 @@
 #include <optional>
 #include <tuple>
 
+#include "kernels/batch_invariant.h"
 #include "kernels/paged_attention.h"
+#include "model/recompute.h"
 #include "model/kv_cache.h"
 
 namespace slimpi {
@@ -172,17 +175,61 @@ AttentionLayout incremental_layout(const std::vector<CachedSequence>& seqs, bool
   return layout;
 }
 
+namespace {
+
+// Packed sequences without a cache through ATen: padded below the budget, each sequence
+// alone above it -> [T, H * D].
+at::Tensor attend_packed(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionLayout& a,
+                         const AttentionPlan& plan) {
+  const int64_t T = q.size(0), H = q.size(1), D = q.size(2);
+  if (a.n_seqs * H * a.max_new * a.max_keys > plan.padded_budget)
+    return attend_unpadded(q, k, v, a.seq_lens).reshape({T, H * D});
+  return attend_padded(pad(q, a), pad(k, a), pad(v, a), a.q_pos, a.n_keys)  // [B, Lq, H, D]
+      .index({a.b_of_t, a.j_of_t})                                           // [T, H, D]
+      .reshape({T, H * D});
+}
+
+// Exact numerics (model/exact_ops.h): every query row through the batch-invariant kernel,
+// the packed batch's keys read in place (sequence b's at rows start_b ..), a cached
+// batch's where they lie in the cache. Token t sees positions[t] + 1 keys. Under autograd
+// the gradient is attend_packed's.
+at::Tensor attend_exact(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionLayout& a,
+                        KvCache* cache, int64_t layer, const AttentionPlan& plan) {
+  const int64_t T = q.size(0), H = q.size(1), D = q.size(2);
+  const at::Tensor seq_of_row = a.b_of_t.cpu(), n_keys = a.positions.cpu() + 1;  // [T] each
+  if (cache) {
+    SLIMPI_CHECK(!cache->quantized() && !cache->values_are_keys && cache->k[layer].scalar_type() == at::kFloat,
+                 "exact numerics: an fp32 key/value cache is needed (not e4m3, bf16 or a latent cache)");
+    return attention_rows(q, cache->k[layer], cache->v[layer], a.key_slots.cpu().view({a.n_seqs, a.max_keys}),
+                          seq_of_row, n_keys)
+        .reshape({T, H * D});
+  }
+  std::vector<int64_t> slots(size_t(a.n_seqs * a.max_new), 0);  // [B, max_new]: sequence b's rows
+  for (int64_t b = 0, start = 0; b < a.n_seqs; start += a.seq_lens[size_t(b)], ++b)
+    for (int64_t j = 0; j < a.seq_lens[size_t(b)]; ++j) slots[size_t(b * a.max_new + j)] = start + j;
+  const at::Tensor key_slots = at::tensor(slots, at::kLong).view({a.n_seqs, a.max_new});
+  // (captured by value: the backward runs after the caller's layout is gone)
+  RecomputedBlock exact = [key_slots, seq_of_row, n_keys, T, H, D](const std::vector<at::Tensor>& in) {
+    return std::vector{attention_rows(in[0], in[1], in[2], key_slots, seq_of_row, n_keys).reshape({T, H * D})};
+  };
+  if (!at::GradMode::is_enabled() || !(q.requires_grad() || k.requires_grad() || v.requires_grad()))
+    return exact({q, k, v})[0];
+  return value_with_gradient_of(
+      exact,
+      [layout = a, plan](const std::vector<at::Tensor>& in) {
+        return std::vector{attend_packed(in[0], in[1], in[2], layout, plan)};
+      },
+      {q, k, v})[0];
+}
+
+}  // namespace
+
 at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionLayout& a,
                   KvCache* cache, int64_t layer, const AttentionPlan& plan) {
   const int64_t T = q.size(0), H = q.size(1), D = q.size(2);
-  if (!cache) {
-    if (a.n_seqs * H * a.max_new * a.max_keys > plan.padded_budget)
-      return attend_unpadded(q, k, v, a.seq_lens).reshape({T, H * D});
-    return attend_padded(pad(q, a), pad(k, a), pad(v, a), a.q_pos, a.n_keys)  // [B, Lq, H, D]
-        .index({a.b_of_t, a.j_of_t})                                           // [T, H, D]
-        .reshape({T, H * D});
-  }
-  cache->store(layer, a.new_slots, k, v);
+  if (cache) cache->store(layer, a.new_slots, k, v);
+  if (exact_numerics()) return attend_exact(q, k, v, a, cache, layer, plan);
+  if (!cache) return attend_packed(q, k, v, a, plan);
   if (a.parts.empty()) return attend_cached(a, q, *cache, layer, k.scalar_type(), plan).reshape({T, H * D});
   std::vector<at::Tensor> outs;  // [T_part, H, D] each, in the forward's compute dtype
   for (const auto& part : a.parts)

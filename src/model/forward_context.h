@@ -10,17 +10,12 @@
 
 #include <memory>
 
+#include "model/exact_ops.h"
 #include "model/transformer.h"
 #include "parallel/tp_mappings.h"
 
 namespace slimpi {
 
-// RMSNorm in fp32: x * rsqrt(mean(x^2) + eps) * w.
-inline at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
-  at::Tensor xf = x.to(at::kFloat);
-  at::Tensor r = at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
-  return (xf * r).to(x.scalar_type()) * w;
-}
 
 // RoPE, Hugging Face's rotate-half layout over the first R dimensions of each head (R =
 // D unless partial_rotary_factor < 1; the rest pass): x_r * cos + rotate_half(x_r) * sin.

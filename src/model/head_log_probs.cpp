@@ -7,6 +7,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/batch_invariant.h"
+#include "kernels/small_batch_linear.h"
+#include "model/exact_ops.h"
 #include "parallel/comm.h"
 #include "parallel/comm_tensor.h"
 
@@ -42,17 +45,28 @@ struct HeadLogProbEntropy : public torch::autograd::Function<HeadLogProbEntropy>
                                const at::Tensor& targets, Comm* comm, int64_t begin, int64_t n_real,
                                double temperature, bool bf16) {
     const Shape s{comm, begin, n_real, temperature, bf16};
+    const bool exact = exact_numerics();
+    SLIMPI_CHECK(!exact || (!comm && !bf16 && head.scalar_type() == at::kFloat),
+                 "exact numerics: log-probs of an fp32 head on one rank only");
     const int64_t N = rows.size(0), step = chunk_rows(head.size(0));
     const at::TensorOptions fp32 = rows.options().dtype(at::kFloat);
     at::Tensor m = at::empty({N}, fp32), log_s = at::empty({N}, fp32), logp = at::empty({N}, fp32),
                entropy = at::empty({N}, fp32);
     for (int64_t r = 0; r < N; r += step) {
       const int64_t n = std::min(step, N - r);
-      const ChunkStatistics c =
-          chunk_statistics(chunk_logits(rows.narrow(0, r, n), head, s), targets.narrow(0, r, n), comm, begin, n_real);
+      const at::Tensor h = rows.narrow(0, r, n);
+      // Exact numerics: the batch-invariant product and the one log-prob definition the
+      // engine samples with (model/exact_ops.h); the statistics the backward reads are
+      // the same z's.
+      const at::Tensor z_raw = exact ? batch_invariant_linear(h, head) : at::Tensor();  // [n, V]
+      const ChunkStatistics c = chunk_statistics(exact ? mask_padding(temperature != 1.0 ? z_raw / temperature : z_raw, n_real)
+                                                       : chunk_logits(h, head, s),
+                                                 targets.narrow(0, r, n), comm, begin, n_real);
       m.narrow(0, r, n).copy_(c.m);
       log_s.narrow(0, r, n).copy_(c.log_s);
-      logp.narrow(0, r, n).copy_(c.logp);
+      logp.narrow(0, r, n).copy_(
+          exact ? token_log_probs_rows(z_raw, at::full({n}, float(temperature), fp32), targets.narrow(0, r, n), {})
+                : c.logp);
       entropy.narrow(0, r, n).copy_(c.entropy);
     }
     ctx->save_for_backward({rows, head, targets, m, log_s, entropy});
@@ -100,6 +114,19 @@ TokenLogProbs head_log_probs(const at::Tensor& hidden, const at::Tensor& head, c
   const at::Tensor rows = hidden.index_select(0, at.logit_rows);  // [N, d]
   if (any_truncated(support)) {
     // The scored rows' logits, whole (the top-k / top-p support needs each row's largest).
+    if (exact_numerics()) {  // the engine's definition (model/exact_ops.h); entropy as below
+      SLIMPI_CHECK(!shard.comm && !bf16, "exact numerics: log-probs of an fp32 head on one rank only");
+      const at::Tensor logits = dense(rows, head);  // [N, V]
+      TokenLogProbs r;
+      r.logp = sampled_token_log_probs(logits, at::full({rows.size(0)}, float(temperature), logits.options()),
+                                       at.targets, support);
+      if (with_entropy) {
+        ScoredPositions all = at;
+        all.logit_rows = at::arange(rows.size(0), at.logit_rows.options());
+        r.entropy = score_tokens(logits, all, temperature, true, support).entropy;
+      }
+      return r;
+    }
     const at::Tensor logits = head_product(rows, head, bf16);
     ScoredPositions all = at;
     all.logit_rows = at::arange(rows.size(0), at.logit_rows.options());

@@ -6,6 +6,7 @@
 #include <slimpi/error.h>
 
 #include "kernels/small_batch_linear.h"
+#include "model/exact_ops.h"
 #include "parallel/comm.h"
 #include "parallel/comm_tensor.h"
 #include "parallel/row_exchange.h"
@@ -30,7 +31,7 @@ at::Tensor run_experts(const at::Tensor& x, const int64_t* n_rows, const MoeWeig
   for (size_t e = 0; e < w.gate.size(); ++e) {
     if (n_rows[e] == 0 && !run_empty) continue;
     const at::Tensor xe = x.narrow(0, start, n_rows[e]);
-    ys.push_back(dense(at::silu(dense(xe, w.gate[e])) * dense(xe, w.up[e]), w.down[e]));
+    ys.push_back(dense(swiglu(dense(xe, w.gate[e]), dense(xe, w.up[e])), w.down[e]));
     start += n_rows[e];
   }
   return ys.empty() ? x.narrow(0, 0, 0) : at::cat(ys);  // [P, d]; empty only for P = 0 (no token)
@@ -82,7 +83,7 @@ std::pair<at::Tensor, at::Tensor> route(const at::Tensor& h, const MoeWeights& w
                                         at::Tensor& router_logits) {
   if (!r.sigmoid) {
     router_logits = dense(h, w.router).to(at::kFloat);  // [T, E]
-    const at::Tensor probs = at::softmax(router_logits, -1);
+    const at::Tensor probs = softmax_last(router_logits);
     return {probs, std::get<1>(at::topk(probs, r.k, -1))};
   }
   // In a bf16 forward the router and the bias are used as their bf16 roundings, as every
@@ -95,7 +96,7 @@ std::pair<at::Tensor, at::Tensor> route(const at::Tensor& h, const MoeWeights& w
     const c10::impl::ExcludeDispatchKeyGuard fp32(c10::autocast_dispatch_keyset);
     router_logits = at::linear(h.to(at::kFloat), as_used(w.router));  // [T, E]
   }
-  const at::Tensor scores = at::sigmoid(router_logits);  // [T, E]
+  const at::Tensor scores = sigmoid_of(router_logits);  // [T, E]
   at::Tensor choice = (w.score_bias.defined() ? scores + as_used(w.score_bias.detach()) : scores).detach();
   const int64_t T = h.size(0), E = w.router.size(0), G = r.n_group;
   if (G > 1) {
@@ -128,7 +129,7 @@ MoeLayerOutput moe_mlp(const at::Tensor& h, const MoeWeights& w, const MoeRoutin
                  "routing replay: expert ids outside [0, {}) (or -1: route)", E);
   }
   at::Tensor weights = scores.gather(1, o.chosen);  // [T, k]
-  if (r.norm_topk_prob) weights = weights / (r.sigmoid ? weights.sum(-1, true) + 1e-20 : weights.sum(-1, true));
+  if (r.norm_topk_prob) weights = normalize_last(weights, r.sigmoid ? 1e-20 : 0.0);
   if (r.scale != 1.0) weights = weights * r.scale;
   weights = weights.to(h.scalar_type());
 
@@ -146,7 +147,7 @@ MoeLayerOutput moe_mlp(const at::Tensor& h, const MoeWeights& w, const MoeRoutin
 
 at::Tensor shared_experts_mlp(const at::Tensor& h, const MoeWeights& w) {
   if (!w.shared_up.defined()) return {};
-  return dense(at::silu(dense(h, w.shared_gate_proj)) * dense(h, w.shared_up), w.shared_down);
+  return dense(swiglu(dense(h, w.shared_gate_proj), dense(h, w.shared_up)), w.shared_down);
 }
 
 at::Tensor moe_load_balancing_loss(const std::vector<at::Tensor>& router_logits, int64_t k, bool sigmoid) {

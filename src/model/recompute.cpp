@@ -15,7 +15,8 @@ using torch::autograd::variable_list;
 
 // The block and the autocast state of its forward, kept in the autograd context.
 struct BlockHolder : torch::CustomClassHolder {
-  RecomputedBlock block;
+  RecomputedBlock block;     // run in forward, without autograd
+  RecomputedBlock gradient;  // run again in backward, with autograd (null: block)
   c10::DeviceType device = c10::DeviceType::CPU;
   bool autocast = false;
   at::ScalarType autocast_dtype = at::kFloat;
@@ -42,7 +43,7 @@ struct Recompute : public torch::autograd::Function<Recompute> {
       const at::ScalarType was_dtype = at::autocast::get_autocast_dtype(holder->device);
       at::autocast::set_autocast_enabled(holder->device, holder->autocast);
       if (holder->autocast) at::autocast::set_autocast_dtype(holder->device, holder->autocast_dtype);
-      outputs = holder->block(inputs);
+      outputs = holder->gradient ? holder->gradient(inputs) : holder->block(inputs);
       at::autocast::set_autocast_enabled(holder->device, was);
       at::autocast::set_autocast_dtype(holder->device, was_dtype);
     }
@@ -62,9 +63,15 @@ struct Recompute : public torch::autograd::Function<Recompute> {
 }  // namespace
 
 std::vector<at::Tensor> recomputed(RecomputedBlock block, const std::vector<at::Tensor>& inputs) {
+  return value_with_gradient_of(std::move(block), nullptr, inputs);
+}
+
+std::vector<at::Tensor> value_with_gradient_of(RecomputedBlock value, RecomputedBlock gradient,
+                                               const std::vector<at::Tensor>& inputs) {
   SLIMPI_CHECK(!inputs.empty(), "recomputed: a block without inputs");
   auto holder = c10::make_intrusive<BlockHolder>();
-  holder->block = std::move(block);
+  holder->block = std::move(value);
+  holder->gradient = std::move(gradient);
   holder->device = inputs.front().device().type();
   holder->autocast = at::autocast::is_autocast_enabled(holder->device);
   holder->autocast_dtype = at::autocast::get_autocast_dtype(holder->device);

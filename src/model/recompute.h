@@ -23,4 +23,11 @@ using RecomputedBlock = std::function<std::vector<at::Tensor>(const std::vector<
 // tensors (an input not requiring grad gets none).
 std::vector<at::Tensor> recomputed(RecomputedBlock block, const std::vector<at::Tensor>& inputs);
 
+// value(inputs) in forward; backward runs gradient(inputs) with autograd and
+// back-propagates through it: the values of one computation with the gradients of
+// another that computes the same function (exact numerics' kernels have no autograd
+// formulas of their own: model/exact_ops.h).
+std::vector<at::Tensor> value_with_gradient_of(RecomputedBlock value, RecomputedBlock gradient,
+                                               const std::vector<at::Tensor>& inputs);
+
 }  // namespace slimpi

@@ -311,7 +311,7 @@ at::Tensor Transformer::attention_block(const LayerParams& p, int64_t cache_laye
   k = apply_rope(k, f.cos, f.sin);
   const at::Tensor v = dense(h, kv_weight(p.v), kv_weight(p.v_bias)).view({T, Hkv, D});  // [T, Hkv, D]
   const at::Tensor attn = attend_heads(q, k, v, cache_layer, f);                          // [T, H * D]
-  return output_projection(p, gate.defined() ? attn * at::sigmoid(gate) : attn, f);
+  return output_projection(p, gate.defined() ? attn * sigmoid_of(gate) : attn, f);
 }
 
 at::Tensor Transformer::attend_heads(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -333,7 +333,7 @@ at::Tensor Transformer::output_projection(const LayerParams& p, const at::Tensor
 at::Tensor Transformer::dense_mlp_residual(const LayerParams& p, const at::Tensor& x, const ForwardContext& f) const {
   // SwiGLU; tensor-parallel: column-parallel gate/up, row-parallel down.
   const at::Tensor hp = f.to_columns(rms_norm(x, f.norm_weight(f.shared(p.post_norm)), cfg_.rms_norm_eps));
-  return x + f.from_rows(dense(at::silu(dense(hp, p.gate)) * dense(hp, p.up), p.down));
+  return x + f.from_rows(dense(swiglu(dense(hp, p.gate), dense(hp, p.up)), p.down));
 }
 
 at::Tensor Transformer::moe_residual(const MoeWeights& w, const at::Tensor& routed, const at::Tensor& h,
@@ -341,7 +341,7 @@ at::Tensor Transformer::moe_residual(const MoeWeights& w, const at::Tensor& rout
   const at::Tensor out = f.own_rows(routed);
   if (!w.shared_up.defined()) return out;
   const at::Tensor shared = f.from_rows(shared_experts_mlp(f.to_columns(h), w));  // [T_own, d]
-  return out + (w.shared_gate.defined() ? at::sigmoid(dense(h, f.shared(w.shared_gate))) * shared : shared);
+  return out + (w.shared_gate.defined() ? sigmoid_of(dense(h, f.shared(w.shared_gate))) * shared : shared);
 }
 
 at::Tensor Transformer::embed(const at::Tensor& tokens, const ForwardContext& f, const at::Tensor& weight) const {

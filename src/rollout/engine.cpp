@@ -10,6 +10,7 @@
 #include "kernels/counter_rng.h"
 #include "kernels/sampling.h"
 #include "kernels/sampling_tensor.h"
+#include "model/exact_ops.h"
 #include "model/log_probs.h"
 #include "model/precision.h"
 #include "rollout/engine_group.h"
@@ -626,8 +627,7 @@ void Engine::sample_rows(const std::vector<Sequence*>& samplers, const std::vect
   // Log-probs exactly as the trainer computes them: fp32 logits / T, renormalised over
   // the sampling support (model/log_probs.h). Then tokens, supports and log-probs come
   // to the host in one copy: [3, R] float64 holds int64 token ids exactly (< 2^53).
-  const at::Tensor scale = at::tensor(temps, at::kFloat).to(z.device()).unsqueeze(1);  // [R, 1]
-  const at::Tensor logp = log_probs_over_support(z / scale, next, support);            // [R]
+  const at::Tensor logp = sampled_token_log_probs(z, at::tensor(temps, at::kFloat), next, support);  // [R]
   const at::Tensor host = at::stack({next.to(at::kDouble), support.to(at::kDouble), logp.to(at::kDouble)})
                               .cpu()
                               .contiguous();  // [3, R]

@@ -25,6 +25,7 @@
 #include "kernels/sampling.h"
 #include "kernels/small_batch_linear.h"
 #include "kernels/speculative.h"
+#include "model/exact_ops.h"
 #include "model/log_probs.h"
 #include "model/precision.h"
 #include "rollout/engine.h"
@@ -221,8 +222,8 @@ void Engine::verify_draft(Sequence& s, const at::Tensor& rows) {
   const int64_t k = int64_t(v.tokens.size());
   const double temperature = params.temperature > 0 ? params.temperature : 1.0;
   std::vector<int64_t> support64(v.support.begin(), v.support.end());
-  const at::Tensor logp = log_probs_over_support(z.narrow(0, 0, k) / temperature, at::tensor(v.tokens, at::kLong),
-                                                 at::tensor(support64, at::kLong));  // [k]
+  const at::Tensor logp = sampled_token_log_probs(z.narrow(0, 0, k), at::full({k}, float(temperature), z.options()),
+                                                  at::tensor(v.tokens, at::kLong), at::tensor(support64, at::kLong));  // [k]
   const int64_t first = s.n_computed;  // the last verified token's position
   int64_t appended = 0;
   bool ended = false;

@@ -64,9 +64,31 @@ std::map<std::string, double> Trainer::prepare_rollout(std::vector<Sample>& loca
   return rollout_metrics(sums.reduce(dp_));
 }
 
+bool Trainer::old_from_rollout(const std::vector<Sample>& local) const {
+  if (!cfg_.exact_on_policy || !cfg_.synchronous) return false;
+  // Every token of every sample from one version of the weights (this rollout's: the
+  // loop is synchronous), with its rollout log-prob; agreed over the data-parallel ranks,
+  // since the forward it replaces is collective there.
+  int32_t ok = 1;
+  int64_t version = -1;
+  for (const Sample& s : local) {
+    if (int64_t(s.rollout_log_probs.size()) != s.response_length()) ok = 0;
+    for (int64_t v : s.weight_versions) {
+      if (version < 0) version = v;
+      if (v != version) ok = 0;
+    }
+  }
+  if (dp_) dp_->allreduce(&ok, 1, DType::I32, ReduceOp::Min);
+  return ok == 1;
+}
+
 void Trainer::score_rollout(std::vector<Sample>& local, bool with_old) {
   if (reference_) compute_log_probs(local, /*reference=*/true);
-  if (with_old) compute_log_probs(local, /*reference=*/false);
+  if (with_old && old_from_rollout(local)) {  // exact on-policy: the engine's are the trainer's bits
+    for (Sample& s : local) s.old_log_probs = s.rollout_log_probs;
+  } else if (with_old) {
+    compute_log_probs(local, /*reference=*/false);
+  }
   if (critic_) {  // the values before this rollout's critic steps: GAE's and the value loss's V_old
     std::vector<std::vector<float>> values = critic_->values(local);
     for (size_t i = 0; i < local.size(); ++i) local[i].values = std::move(values[i]);

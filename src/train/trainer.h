@@ -71,6 +71,10 @@ class Trainer {
 
   // Fills old_log_probs (policy) or ref_log_probs (reference) of `samples`, no grad.
   void compute_log_probs(std::vector<Sample>& samples, bool reference) const;
+  // Whether this rollout's old log-probs are its rollout log-probs (exact on-policy,
+  // synchronous, every sample from one weight version; agreed over dp): then
+  // prepare_rollout copies them instead of running the forward pass. Collective over dp.
+  bool old_from_rollout(const std::vector<Sample>& samples) const;
 
   // RL, once per rollout, before its optimizer steps; collective over dp. Fills, per
   // sample: values (the critic's, ppo), teacher_log_probs (with a teacher), ref_log_probs (when a reference exists), old_log_probs (when

@@ -138,6 +138,8 @@ TrainerConfig TrainerConfig::from_deck(const Deck& deck) {
   c.moe_aux_loss_coef = deck.get_float("train.moe_aux_loss_coef");
   c.moe_z_loss_coef = deck.get_float("train.moe_z_loss_coef");
   c.use_tis = deck.get_bool("train.use_tis");
+  c.exact_on_policy = deck.get_string("train.on_policy") == "exact";
+  c.synchronous = deck.get_string("train.async") == "off";
   c.mismatch = MismatchConfig::from_deck(deck);
   c.calculate_per_token_loss = deck.get_bool("train.calculate_per_token_loss");
   // Log-probs are taken at the sampling temperature (greedy rollouts: 1).

@@ -48,6 +48,11 @@ struct TrainerConfig {
   double moe_aux_loss_coef = 0.0;  // MoE policies: load-balancing and router z-loss weights
   double moe_z_loss_coef = 0.0;
   bool use_tis = false;
+  // train.on_policy = "exact" (kernels/batch_invariant.h): the engine's log-probs are the
+  // trainer's bit for bit; with train.async = "off" the old log-probs are then the
+  // rollout's (no forward pass of their own: Trainer::old_from_rollout).
+  bool exact_on_policy = false;
+  bool synchronous = true;  // train.async = "off"
   MismatchConfig mismatch;  // with use_tis: the correction (train/mismatch_correction.h)
   bool calculate_per_token_loss = false;
   bool normalize_advantages = false;

@@ -1,0 +1,310 @@
+#include "kernels/batch_invariant.h"
+
+#include "kernels/parallel_for.h"
+
+#include <ATen/ATen.h>
+#include <slimpi/error.h>
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <vector>
+
+namespace slimpi {
+namespace {
+
+// (This file is compiled with -ffp-contract=off: src/CMakeLists.txt.)
+constexpr int kLanes = 16;
+
+// Σ_i term(i) for i in [0, n): element i into lane i mod 16 in index order, then the
+// lanes in one fixed tree. Acc: the lanes' type (float or double).
+template <class Acc, class Term>
+[[gnu::always_inline]] inline Acc lane_sum(int64_t n, Term term) {
+  Acc acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+#pragma omp simd
+    for (int l = 0; l < kLanes; ++l) acc[l] += Acc(term(i + l));
+  }
+  for (int l = 0; i < n; ++i, ++l) acc[l] += Acc(term(i));
+  for (int width = kLanes / 2; width >= 1; width /= 2)
+    for (int l = 0; l < width; ++l) acc[l] += acc[l + width];
+  return acc[0];
+}
+
+// exp(x) in fp32 by plain arithmetic: n = floor(x·log2(e) + 1/2), r = x − n·ln2 (ln2 in
+// two parts, Cody-Waite), e^r = 1 + r + r²·P(r) (Cephes' expf polynomial), times 2^n
+// built in the exponent bits. Relative error ~1e-7 on [−87, 88]; 0 below −87 (and for
+// −inf), no overflow handling above 88 (every caller subtracts a row's max first).
+[[gnu::always_inline]] inline float exp_fixed(float x) {
+  const bool zero = !(x >= -87.0f);
+  const float xc = std::min(std::max(x, -87.0f), 88.0f);
+  const float n = __builtin_floorf(xc * 1.44269504088896341f + 0.5f);
+  float r = xc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  const float z = r * r;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = (p * z + r) + 1.0f;
+  const float scale = std::bit_cast<float>(int32_t((int32_t(n) + 127) << 23));
+  return zero ? 0.0f : p * scale;
+}
+
+at::Tensor host_fp32(const at::Tensor& x, const char* what) {
+  SLIMPI_CHECK(x.defined() && x.is_cpu() && x.scalar_type() == at::kFloat,
+               "{}: fp32 host tensors only (exact on-policy mode runs on the CPU in fp32)", what);
+  return x.contiguous();
+}
+
+float row_max(const float* x, int64_t n) {
+  float m = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, x[i]);
+  return m;
+}
+
+// Per-thread scratch rows, grown on demand and reused.
+std::vector<float>& scratch(int which, int64_t n) {
+  thread_local std::vector<float> rows[2];
+  if (int64_t(rows[which].size()) < n) rows[which].resize(size_t(n));
+  return rows[which];
+}
+
+// The kernels' element loops, one compiled clone per level the CPU may have (all round
+// alike: no contraction, the same operations in every clone).
+#if defined(__x86_64__) && defined(__GNUC__)
+#define SLIMPI_BI_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define SLIMPI_BI_CLONES
+#endif
+
+SLIMPI_BI_CLONES void rms_norm_row(const float* x, const float* w, float* y, int64_t n, double eps) {
+  const double ss = lane_sum<double>(n, [&](int64_t i) { return double(x[i]) * double(x[i]); });
+  const float rho = static_cast<float>(1.0 / std::sqrt(ss / double(n) + eps));
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] = (x[i] * rho) * w[i];
+}
+
+SLIMPI_BI_CLONES void silu_mul_span(const float* g, const float* u, float* y, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] = (g[i] / (1.0f + exp_fixed(-g[i]))) * u[i];
+}
+
+SLIMPI_BI_CLONES void sigmoid_span(const float* x, float* y, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] = 1.0f / (1.0f + exp_fixed(-x[i]));
+}
+
+SLIMPI_BI_CLONES void softmax_row(const float* x, float* y, int64_t n) {
+  const float m = row_max(x, n);
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] = exp_fixed(x[i] - m);
+  const float inv = static_cast<float>(1.0 / lane_sum<double>(n, [&](int64_t i) { return y[i]; }));
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] = y[i] * inv;
+}
+
+// z [V] already divided by the temperature; `sorted`: a scratch row of V when k > 0.
+SLIMPI_BI_CLONES double log_sum_exp_shifted(const float* z, int64_t V, float m, int64_t k, float* sorted) {
+  if (k <= 0 || k >= V) return std::log(lane_sum<double>(V, [&](int64_t j) { return exp_fixed(z[j] - m); }));
+  std::copy(z, z + V, sorted);
+  std::partial_sort(sorted, sorted + k, sorted + V, std::greater<float>());
+  return std::log(lane_sum<double>(k, [&](int64_t j) { return exp_fixed(sorted[j] - m); }));
+}
+
+SLIMPI_BI_CLONES void divide_row(const float* x, float t, float* z, int64_t n) {
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j) z[j] = x[j] / t;
+}
+
+// One query row, all heads (see attention_rows). qs: [H, D] scratch for the scaled query.
+SLIMPI_BI_CLONES void attention_row(const float* q, const float* K, const float* V, const int64_t* slots, int64_t n,
+                                    int64_t H, int64_t Hkv, int64_t D, float* out) {
+  const int64_t g = H / Hkv, stride = Hkv * D;
+  const float inv_sqrt_d = static_cast<float>(1.0 / std::sqrt(double(D)));
+  float* qs = scratch(0, H * D + H * D).data();  // [H, D] scaled query, then [H, D] a tile's sum
+  float* tile = qs + H * D;
+  float* s = scratch(1, H * n).data();  // [H, n] scores, then weights
+#pragma omp simd
+  for (int64_t i = 0; i < H * D; ++i) qs[i] = q[i] * inv_sqrt_d;
+  for (int64_t t = 0; t < n; ++t) {
+    const float* kt = K + slots[t] * stride;
+    for (int64_t h = 0; h < H; ++h) {
+      const float* qh = qs + h * D;
+      const float* kh = kt + (h / g) * D;
+      s[h * n + t] = lane_sum<float>(D, [&](int64_t d) { return qh[d] * kh[d]; });
+    }
+  }
+  thread_local std::vector<float> inv;
+  inv.assign(size_t(H), 0.0f);
+  for (int64_t h = 0; h < H; ++h) {
+    float* sh = s + h * n;
+    const float m = row_max(sh, n);
+#pragma omp simd
+    for (int64_t t = 0; t < n; ++t) sh[t] = exp_fixed(sh[t] - m);
+    inv[size_t(h)] = static_cast<float>(1.0 / lane_sum<double>(n, [&](int64_t t) { return sh[t]; }));
+  }
+  constexpr int64_t kTile = 64;
+  std::fill(out, out + H * D, 0.0f);
+  for (int64_t t0 = 0; t0 < n; t0 += kTile) {
+    std::fill(tile, tile + H * D, 0.0f);
+    for (int64_t t = t0; t < std::min(n, t0 + kTile); ++t) {
+      const float* vt = V + slots[t] * stride;
+      for (int64_t h = 0; h < H; ++h) {
+        const float p = s[h * n + t];
+        const float* vh = vt + (h / g) * D;
+        float* th = tile + h * D;
+#pragma omp simd
+        for (int64_t d = 0; d < D; ++d) th[d] = th[d] + p * vh[d];
+      }
+    }
+#pragma omp simd
+    for (int64_t i = 0; i < H * D; ++i) out[i] = out[i] + tile[i];
+  }
+  for (int64_t h = 0; h < H; ++h)
+#pragma omp simd
+    for (int64_t d = 0; d < D; ++d) out[h * D + d] = out[h * D + d] * inv[size_t(h)];
+}
+
+std::atomic<bool> exact_on{false};
+
+}  // namespace
+
+at::Tensor rms_norm_rows(const at::Tensor& x, const at::Tensor& w, double eps) {
+  const at::Tensor xc = host_fp32(x, "rms_norm_rows"), wc = host_fp32(w, "rms_norm_rows");
+  const int64_t n = xc.size(-1), R = n == 0 ? 0 : xc.numel() / n;
+  SLIMPI_CHECK(wc.numel() == n, "rms_norm_rows: a weight of {} for rows of {}", wc.numel(), n);
+  at::Tensor y = at::empty_like(xc);
+  const float *xp = xc.data_ptr<float>(), *wp = wc.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  at::parallel_for(0, R, 16, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) rms_norm_row(xp + r * n, wp, yp + r * n, n, eps);
+  });
+  return y;
+}
+
+at::Tensor silu_mul_elementwise(const at::Tensor& g, const at::Tensor& u) {
+  const at::Tensor gc = host_fp32(g, "silu_mul"), uc = host_fp32(u, "silu_mul");
+  SLIMPI_CHECK(gc.sizes() == uc.sizes(), "silu_mul: shapes {} and {}", c10::str(gc.sizes()), c10::str(uc.sizes()));
+  at::Tensor y = at::empty_like(gc);
+  const float *gp = gc.data_ptr<float>(), *up = uc.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  at::parallel_for(0, gc.numel(), 1 << 14,
+                   [&](int64_t i0, int64_t i1) { silu_mul_span(gp + i0, up + i0, yp + i0, i1 - i0); });
+  return y;
+}
+
+at::Tensor sigmoid_elementwise(const at::Tensor& x) {
+  const at::Tensor xc = host_fp32(x, "sigmoid");
+  at::Tensor y = at::empty_like(xc);
+  const float* xp = xc.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  at::parallel_for(0, xc.numel(), 1 << 14, [&](int64_t i0, int64_t i1) { sigmoid_span(xp + i0, yp + i0, i1 - i0); });
+  return y;
+}
+
+at::Tensor softmax_rows(const at::Tensor& x) {
+  const at::Tensor xc = host_fp32(x, "softmax_rows");
+  const int64_t n = xc.size(-1), R = n == 0 ? 0 : xc.numel() / n;
+  at::Tensor y = at::empty_like(xc);
+  const float* xp = xc.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  at::parallel_for(0, R, 16, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) softmax_row(xp + r * n, yp + r * n, n);
+  });
+  return y;
+}
+
+at::Tensor normalize_rows(const at::Tensor& x, double eps) {
+  const at::Tensor xc = host_fp32(x, "normalize_rows");
+  const int64_t k = xc.size(-1), R = k == 0 ? 0 : xc.numel() / k;
+  at::Tensor y = at::empty_like(xc);
+  const float* xp = xc.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  const float e = static_cast<float>(eps);
+  for (int64_t r = 0; r < R; ++r) {
+    float s = 0.0f;
+    for (int64_t j = 0; j < k; ++j) s = s + xp[r * k + j];
+    s = s + e;
+    for (int64_t j = 0; j < k; ++j) yp[r * k + j] = xp[r * k + j] / s;
+  }
+  return y;
+}
+
+at::Tensor token_log_probs_rows(const at::Tensor& logits, const at::Tensor& temperature, const at::Tensor& targets,
+                                const at::Tensor& support) {
+  const at::Tensor zc = host_fp32(logits, "token_log_probs"), tc = host_fp32(temperature, "token_log_probs");
+  SLIMPI_CHECK(zc.dim() == 2 && tc.numel() == zc.size(0) && targets.numel() == zc.size(0) &&
+                   (!support.defined() || support.numel() == zc.size(0)),
+               "token_log_probs: logits {}, {} temperatures, {} targets", c10::str(zc.sizes()), tc.numel(),
+               targets.numel());
+  const int64_t N = zc.size(0), V = zc.size(1);
+  const at::Tensor tg = targets.to(at::kCPU, at::kLong).contiguous();
+  const at::Tensor sp = support.defined() ? support.to(at::kCPU, at::kLong).contiguous() : at::zeros({N}, at::kLong);
+  const int64_t *tp = tg.data_ptr<int64_t>(), *kp = sp.data_ptr<int64_t>();
+  for (int64_t r = 0; r < N; ++r)
+    SLIMPI_CHECK(tp[r] >= 0 && tp[r] < V, "token_log_probs: row {} scores token {} of a {}-token vocabulary", r, tp[r], V);
+  at::Tensor out = at::empty({N}, zc.options());
+  const float *lp = zc.data_ptr<float>(), *temp = tc.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  at::parallel_for(0, N, 1, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      SLIMPI_CHECK(temp[r] > 0, "token_log_probs: row {} at temperature {}", r, temp[r]);
+      float* z = scratch(0, V).data();
+      divide_row(lp + r * V, temp[r], z, V);
+      const float m = row_max(z, V);
+      const double lse = log_sum_exp_shifted(z, V, m, kp[r], kp[r] > 0 ? scratch(1, V).data() : nullptr);
+      op[r] = static_cast<float>((double(z[tp[r]]) - double(m)) - lse);
+    }
+  });
+  return out;
+}
+
+at::Tensor attention_rows(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& key_slots,
+                          const at::Tensor& seq_of_row, const at::Tensor& n_keys) {
+  const at::Tensor qc = host_fp32(q, "attention_rows"), kc = host_fp32(k, "attention_rows"),
+                   vc = host_fp32(v, "attention_rows");
+  SLIMPI_CHECK(qc.dim() == 3 && kc.dim() == 3 && kc.sizes() == vc.sizes() && kc.size(2) == qc.size(2) &&
+                   kc.size(1) > 0 && qc.size(1) % kc.size(1) == 0,
+               "attention_rows: q {} against k/v {}", c10::str(qc.sizes()), c10::str(kc.sizes()));
+  const int64_t R = qc.size(0), H = qc.size(1), D = qc.size(2), Hkv = kc.size(1), n_slots = kc.size(0);
+  const at::Tensor slots = key_slots.to(at::kCPU, at::kLong).contiguous();
+  const at::Tensor seq = seq_of_row.to(at::kCPU, at::kLong).contiguous();
+  const at::Tensor lens = n_keys.to(at::kCPU, at::kLong).contiguous();
+  SLIMPI_CHECK(slots.dim() == 2 && seq.numel() == R && lens.numel() == R,
+               "attention_rows: slots {}, {} rows' sequences and key counts for {} rows", c10::str(slots.sizes()),
+               seq.numel(), R);
+  const int64_t B = slots.size(0), max_keys = slots.size(1);
+  const int64_t *sp = slots.data_ptr<int64_t>(), *bp = seq.data_ptr<int64_t>(), *np = lens.data_ptr<int64_t>();
+  for (int64_t r = 0; r < R; ++r) {  // every slot a row reads, checked before any is read
+    SLIMPI_CHECK(bp[r] >= 0 && bp[r] < B && np[r] >= 1 && np[r] <= max_keys,
+                 "attention_rows: row {} of sequence {} (of {}) with {} keys (of {})", r, bp[r], B, np[r], max_keys);
+  }
+  for (int64_t b = 0; b < B; ++b) {
+    int64_t used = 0;
+    for (int64_t r = 0; r < R; ++r)
+      if (bp[r] == b) used = std::max(used, np[r]);
+    for (int64_t t = 0; t < used; ++t)
+      SLIMPI_CHECK(sp[b * max_keys + t] >= 0 && sp[b * max_keys + t] < n_slots,
+                   "attention_rows: sequence {} key {} at slot {} of {}", b, t, sp[b * max_keys + t], n_slots);
+  }
+  at::Tensor out = at::empty({R, H, D}, qc.options());
+  const float *qp = qc.data_ptr<float>(), *kp = kc.data_ptr<float>(), *vp = vc.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  at::parallel_for(0, R, 1, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      attention_row(qp + r * H * D, kp, vp, sp + bp[r] * max_keys, np[r], H, Hkv, D, op + r * H * D);
+  });
+  return out;
+}
+
+void set_exact_numerics(bool on) { exact_on.store(on); }
+bool exact_numerics() { return exact_on.load(); }
+
+}  // namespace slimpi
