@@ -15,6 +15,7 @@
 
 #include <cmath>
 
+#include "core/log.h"
 #include "train/advantages.h"
 #include "train/gae.h"
 #include "train/metric_sums.h"
@@ -85,6 +86,10 @@ bool Trainer::old_from_rollout(const std::vector<Sample>& local) const {
 void Trainer::score_rollout(std::vector<Sample>& local, bool with_old) {
   if (reference_) compute_log_probs(local, /*reference=*/true);
   if (with_old && old_from_rollout(local)) {  // exact on-policy: the engine's are the trainer's bits
+    if (!said_old_from_rollout_)
+      log::info("exact on-policy: the old log-probs are the rollout's, bit for bit the trainer's (their forward "
+                "pass over the batch is skipped)");
+    said_old_from_rollout_ = true;
     for (Sample& s : local) s.old_log_probs = s.rollout_log_probs;
   } else if (with_old) {
     compute_log_probs(local, /*reference=*/false);

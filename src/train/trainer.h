@@ -201,6 +201,7 @@ class Trainer {
   bool overlaps_grad_reduce() const;
   void arm_overlapped_reduction();
 
+  bool said_old_from_rollout_ = false;  // the log line of old_from_rollout, once a run
   Comm* expert_group_ = nullptr;     // the policy's expert-parallel group (null: no expert parallelism)
   Comm* expert_replicas_ = nullptr;  // ranks holding this rank's experts
   Comm* tensor_group_ = nullptr;     // the policy's tensor-parallel group (null: no tensor parallelism)

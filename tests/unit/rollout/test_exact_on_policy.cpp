@@ -1,0 +1,314 @@
+// Exact on-policy mode (train.on_policy = "exact", docs/exact_on_policy.md): the
+// batch-invariant kernels give a row the same bits whatever shares its call, and so the
+// trainer's log-prob of every sampled token (its loss's forward, autograd on) equals the
+// engine's bit for bit: dense and MoE models, the prefix cache, chunked prefill,
+// preemption, top-k / top-p, speculative decoding's verify pass. The kernels agree with
+// ATen to fp32 round-off, and training's gradients are ATen's.
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "kernels/batch_invariant.h"
+#include "kernels/counter_rng.h"
+#include "kernels/small_batch_linear.h"
+#include "model/attention.h"
+#include "model/exact_ops.h"
+#include "model/precision.h"
+#include "rollout/engine.h"
+#include "tokenizer/byte_tokenizer.h"
+#include "train/packed_batch.h"
+#include "../../support/tiny_model.h"
+
+namespace slimpi {
+namespace {
+
+// Exact numerics on for a test's lifetime (the switch is process-wide).
+struct ExactNumerics {
+  ExactNumerics() { set_exact_numerics(true); }
+  ~ExactNumerics() { set_exact_numerics(false); }
+};
+
+bool same_bits(const at::Tensor& a, const at::Tensor& b) {
+  const at::Tensor x = a.contiguous(), y = b.contiguous();
+  return x.sizes() == y.sizes() && x.scalar_type() == y.scalar_type() &&
+         std::memcmp(x.data_ptr(), y.data_ptr(), size_t(x.numel()) * x.element_size()) == 0;
+}
+
+// --- the kernels ---
+
+// Row r of `rows` computed alone, and among `n` rows (the others random), at every
+// position 0, n/2 and n-1: the same bits.
+using RowKernel = std::function<at::Tensor(const at::Tensor& rows)>;  // [R, ...] -> [R, ...]
+void expect_rows_invariant(const RowKernel& kernel, const at::Tensor& row, const char* what) {
+  const at::Tensor alone = kernel(row.unsqueeze(0))[0];
+  for (int64_t n : {7, 64, 300}) {
+    std::vector<int64_t> shape{n};
+    for (int64_t d : row.sizes()) shape.push_back(d);
+    at::Tensor batch = at::randn(shape, row.options());
+    for (int64_t at_row : {int64_t(0), n / 2, n - 1}) {
+      batch[at_row].copy_(row);
+      EXPECT_TRUE(same_bits(kernel(batch)[at_row], alone)) << what << ": row " << at_row << " of " << n;
+    }
+  }
+}
+
+TEST(BatchInvariantKernels, ARowIsTheSameBitsAloneAndAmongOthers) {
+  at::manual_seed(3);
+  const at::Tensor w = at::randn({96, 80}), norm_w = at::randn({80}), bias = at::randn({96});
+  expect_rows_invariant([&](const at::Tensor& x) { return batch_invariant_linear(x, w, bias); }, at::randn({80}),
+                        "linear");
+  expect_rows_invariant([&](const at::Tensor& x) { return rms_norm_rows(x, norm_w, 1e-6); }, at::randn({80}),
+                        "rms_norm");
+  expect_rows_invariant([&](const at::Tensor& x) { return softmax_rows(x); }, at::randn({80}) * 4, "softmax");
+  expect_rows_invariant([&](const at::Tensor& x) { return silu_mul_elementwise(x, x.flip(-1)); }, at::randn({80}) * 4,
+                        "silu_mul");
+  expect_rows_invariant([&](const at::Tensor& x) { return sigmoid_elementwise(x); }, at::randn({33}) * 6, "sigmoid");
+  // Log-probs: each row's temperature, target and support are its own.
+  expect_rows_invariant(
+      [&](const at::Tensor& z) {
+        const int64_t R = z.size(0);
+        return token_log_probs_rows(z, at::full({R}, 0.7f), at::full({R}, 5, at::kLong), at::full({R}, 13, at::kLong))
+            .unsqueeze(1);
+      },
+      at::randn({1000}) * 3, "token_log_probs");
+  // Attention: query rows of one sequence of 40 keys, each seeing its own prefix.
+  const at::Tensor k = at::randn({40, 2, 16}), v = at::randn({40, 2, 16});
+  const at::Tensor slots = at::arange(40, at::kLong).unsqueeze(0);
+  expect_rows_invariant(
+      [&](const at::Tensor& q) {
+        const int64_t R = q.size(0);
+        return attention_rows(q, k, v, slots, at::zeros({R}, at::kLong), at::full({R}, 29, at::kLong));
+      },
+      at::randn({4, 16}), "attention");
+}
+
+TEST(BatchInvariantKernels, AgreeWithAtenToRoundOff) {
+  at::manual_seed(4);
+  const at::Tensor x = at::randn({37, 80}) * 3, w = at::randn({80});
+  // Each kernel's round-off: a few fp32 ulps of its O(1) results (exp_fixed's ~1e-7
+  // relative, sums of <= 1000 terms in fp64 or 16 fp32 lanes).
+  EXPECT_TRUE(at::allclose(rms_norm_rows(x, w, 1e-6), at::rsqrt(x.pow(2).mean(-1, true) + 1e-6) * x * w, 1e-5, 1e-6));
+  EXPECT_TRUE(at::allclose(softmax_rows(x), at::softmax(x, -1), 1e-5, 1e-7));
+  EXPECT_TRUE(at::allclose(silu_mul_elementwise(x, x.cos()), at::silu(x) * x.cos(), 1e-5, 1e-6));
+  EXPECT_TRUE(at::allclose(sigmoid_elementwise(x * 10), at::sigmoid(x * 10), 1e-5, 1e-7));
+  const at::Tensor W = at::randn({50, 80});
+  EXPECT_TRUE(at::allclose(batch_invariant_linear(x, W), at::linear(x, W), 1e-5, 1e-4));
+  const at::Tensor z = at::randn({6, 1000}) * 4, targets = at::tensor({0, 5, 999, 17, 3, 500}, at::kLong);
+  const at::Tensor support = at::tensor({0, 0, 7, 1000, 1, 64}, at::kLong);
+  const at::Tensor t = at::tensor({1.0f, 0.5f, 1.3f, 1.0f, 1.0f, 0.9f});
+  EXPECT_TRUE(at::allclose(token_log_probs_rows(z, t, targets, support),
+                           log_probs_over_support(z / t.unsqueeze(1), targets, support), 1e-5, 1e-5));
+  // Attention against the padded ATen path, grouped-query, sequences of 1, 9 and 33.
+  const std::vector<int64_t> lens{9, 1, 33};
+  const int64_t T = 43;
+  const at::Tensor q = at::randn({T, 4, 16}), k = at::randn({T, 2, 16}), v = at::randn({T, 2, 16});
+  const AttentionLayout layout = packed_layout(lens, at::kCPU);
+  const AttentionPlan plan{int64_t(1) << 40, DecodeAttention::Gather};
+  const at::Tensor reference = attend(q, k, v, layout, nullptr, 0, plan);
+  const ExactNumerics exact;
+  EXPECT_TRUE(at::allclose(attend(q, k, v, layout, nullptr, 0, plan), reference, 1e-5, 1e-6));
+}
+
+// --- the model and the engine ---
+
+ModelConfig dense_model() { return testing::tiny_model_config(96, 0.2); }
+
+ModelConfig moe_model(bool deepseek) {
+  ModelConfig c = testing::tiny_model_config(96, 0.2);
+  c.n_experts = 4;
+  c.n_experts_per_tok = 2;
+  c.moe_intermediate_size = 32;
+  c.norm_topk_prob = true;
+  if (deepseek) testing::use_deepseek_moe(c, /*n_group=*/2, /*topk_group=*/1, /*first_k_dense=*/1);
+  return c;
+}
+
+std::vector<GenerationRequest> requests(int n_groups, int64_t n_samples, double temperature, int64_t top_k,
+                                        double top_p) {
+  std::vector<GenerationRequest> out;
+  for (int g = 0; g < n_groups; ++g) {
+    GenerationRequest r;
+    r.group_index = g;
+    r.prompt = {ByteTokenizer::kBos};
+    for (int64_t i = 0; i < 6; ++i) r.prompt.push_back(60 + i % 13);  // a shared header: prefix hits
+    for (int64_t i = 0; i < 4 + (g * 7) % 13; ++i) r.prompt.push_back((g * 31 + i * 7) % 256);
+    r.n_samples = n_samples;
+    r.params.temperature = temperature;
+    r.params.top_k = top_k;
+    r.params.top_p = top_p;
+    r.params.max_new_tokens = 8 + (g * 5) % 23;
+    r.params.stop_token_ids = {ByteTokenizer::kEos};
+    r.seed = mix_seed(4321, 0, uint64_t(g));
+    out.push_back(r);
+  }
+  return out;
+}
+
+std::vector<Sample> generate(const Transformer& m, const EngineConfig& cfg, const std::vector<GenerationRequest>& reqs,
+                             EngineStats* stats) {
+  Engine e(cfg, m);
+  for (const auto& r : reqs) e.add_request(r);
+  std::vector<Sample> out = e.run_to_completion();
+  *stats = e.stats();
+  return out;
+}
+
+// Every response token's log-prob as the trainer's loss computes it (packed micro-batches
+// of `per_batch` samples, autograd on, the parameters requiring gradients), against the
+// engine's: the count of tokens whose bits differ, and the largest difference.
+struct Agreement {
+  int64_t tokens = 0, differ = 0;
+  double max_gap = 0;
+};
+Agreement trainer_vs_engine(const Transformer& m, const std::vector<Sample>& samples, double temperature,
+                            size_t per_batch) {
+  Agreement a;
+  for (size_t first = 0; first < samples.size(); first += per_batch) {
+    std::vector<int64_t> which;
+    for (size_t i = first; i < std::min(samples.size(), first + per_batch); ++i) which.push_back(int64_t(i));
+    const PackedBatch b = pack(samples, which, at::kCPU);
+    const at::Tensor logp = packed_log_probs(m, b, Precision::FP32, temperature, /*with_entropy=*/true).logp;
+    EXPECT_TRUE(logp.requires_grad());
+    std::vector<float> engine;
+    for (int64_t i : which)
+      engine.insert(engine.end(), samples[size_t(i)].rollout_log_probs.begin(), samples[size_t(i)].rollout_log_probs.end());
+    const at::Tensor mine = logp.detach().contiguous();
+    EXPECT_EQ(mine.numel(), int64_t(engine.size()));
+    for (int64_t t = 0; t < std::min<int64_t>(mine.numel(), int64_t(engine.size())); ++t) {
+      const float x = mine.data_ptr<float>()[t], y = engine[size_t(t)];
+      ++a.tokens;
+      if (std::memcmp(&x, &y, sizeof x) != 0) ++a.differ;
+      a.max_gap = std::max(a.max_gap, std::abs(double(x) - double(y)));
+    }
+  }
+  return a;
+}
+
+void expect_bit_for_bit(const Transformer& m, const EngineConfig& cfg, const std::vector<GenerationRequest>& reqs,
+                        double temperature, bool expect_preemption) {
+  EngineStats stats;
+  const std::vector<Sample> out = generate(m, cfg, reqs, &stats);
+  if (expect_preemption) EXPECT_GT(stats.preemptions, 0);
+  EXPECT_GT(stats.prefix_hit_tokens, 0);
+  for (size_t per_batch : {size_t(1), size_t(5), out.size()}) {
+    const Agreement a = trainer_vs_engine(m, out, temperature, per_batch);
+    EXPECT_GT(a.tokens, 200);
+    EXPECT_EQ(a.differ, 0) << a.differ << " of " << a.tokens << " tokens differ (largest gap " << a.max_gap
+                           << ") with micro-batches of " << per_batch << " samples";
+  }
+}
+
+// Preemption (96 cache tokens for 32 running sequences), prefix hits (the shared header),
+// chunked prefill (64 tokens a forward): every composition of batch the engine makes.
+EngineConfig tight_engine() { return EngineConfig{4, 4 * 24, 32, 64, true}; }
+
+TEST(ExactOnPolicy, DenseModelTrainerLogProbsAreTheEnginesBitForBit) {
+  const ExactNumerics exact;
+  const Transformer m(dense_model(), 7, at::kCPU);
+  expect_bit_for_bit(m, tight_engine(), requests(8, 3, 0.8, 0, 1.0), 0.8, true);
+}
+
+TEST(ExactOnPolicy, TopKAndTopPSupportsToo) {
+  const ExactNumerics exact;
+  const Transformer m(dense_model(), 8, at::kCPU);
+  expect_bit_for_bit(m, tight_engine(), requests(6, 3, 1.0, 20, 0.9), 1.0, true);
+}
+
+TEST(ExactOnPolicy, MixtureOfExpertsRoutingIncluded) {
+  const ExactNumerics exact;
+  for (bool deepseek : {false, true}) {
+    const Transformer m(moe_model(deepseek), 9, at::kCPU);
+    expect_bit_for_bit(m, tight_engine(), requests(6, 3, 0.9, 0, 1.0), 0.9, true);
+  }
+}
+
+TEST(ExactOnPolicy, SpeculativeDecodingsVerifyPassToo) {
+  const ExactNumerics exact;
+  ModelConfig c = dense_model();
+  c.mtp_num_layers = 1;
+  const Transformer m(c, 10, at::kCPU);
+  EngineConfig cfg{4, 8192, 16, 512, true};
+  cfg.spec_steps = 2;
+  EngineStats stats;
+  const std::vector<Sample> out = generate(m, cfg, requests(6, 3, 1.0, 0, 1.0), &stats);
+  EXPECT_GT(stats.spec_accepted, 0);
+  const Agreement a = trainer_vs_engine(m, out, 1.0, 4);
+  EXPECT_GT(a.tokens, 200);
+  EXPECT_EQ(a.differ, 0) << a.differ << " of " << a.tokens << " tokens differ (largest gap " << a.max_gap << ")";
+}
+
+// Without the mode the same engine and trainer differ in the last bits: what the mode fixes.
+TEST(ExactOnPolicy, WithoutTheModeTheBitsDiffer) {
+  const Transformer m(dense_model(), 7, at::kCPU);
+  EngineStats stats;
+  const std::vector<Sample> out = generate(m, tight_engine(), requests(8, 3, 0.8, 0, 1.0), &stats);
+  const Agreement a = trainer_vs_engine(m, out, 0.8, out.size());
+  EXPECT_GT(a.differ, 0);
+  EXPECT_LT(a.max_gap, 1e-5);
+}
+
+// A prompt's logits rows alone and packed among 1, 6 and 63 other sequences: the same bits.
+TEST(ExactOnPolicy, LogitsRowsDoNotDependOnTheBatch) {
+  const ExactNumerics exact;
+  at::NoGradGuard no_grad;
+  const Transformer m(moe_model(false), 11, at::kCPU);
+  const at::Tensor prompt = at::randint(0, 256, {23}, at::kLong);
+  const at::Tensor alone = m.forward_packed(prompt, {23});
+  for (int64_t others : {1, 6, 63}) {
+    std::vector<at::Tensor> parts;
+    std::vector<int64_t> lens;
+    int64_t start = 0, total = 0;
+    for (int64_t i = 0; i < others; ++i) {
+      if (i == others / 2) {
+        start = total;
+        parts.push_back(prompt);
+        lens.push_back(23);
+        total += 23;
+      }
+      lens.push_back(3 + (i * 5) % 40);
+      parts.push_back(at::randint(0, 256, {lens.back()}, at::kLong));
+      total += lens.back();
+    }
+    const at::Tensor logits = m.forward_packed(at::cat(parts), lens);
+    EXPECT_TRUE(same_bits(logits.narrow(0, start, 23), alone)) << "among " << others << " others";
+  }
+}
+
+// Training under the mode: the kernels give the values, ATen's formulas the gradients,
+// which are the default mode's to fp32 round-off.
+TEST(ExactOnPolicy, GradientsAreTheDefaultModesToRoundOff) {
+  for (bool moe : {false, true}) {
+    const ModelConfig c = moe ? moe_model(true) : dense_model();
+    std::vector<at::Tensor> grads[2];
+    for (int exact_mode = 0; exact_mode < 2; ++exact_mode) {
+      set_exact_numerics(exact_mode == 1);
+      const Transformer m(c, 12, at::kCPU);
+      const at::Tensor tokens = at::randint(0, 256, {40}, at::TensorOptions().dtype(at::kLong)).fill_(0) +
+                                at::arange(40, at::kLong) * 7 % 256;
+      Sample s;
+      s.tokens.assign(tokens.data_ptr<int64_t>(), tokens.data_ptr<int64_t>() + 40);
+      s.prompt_length = 10;
+      Sample s2 = s;
+      s2.tokens.resize(25);
+      const PackedBatch b = pack({s, s2}, {0, 1}, at::kCPU);
+      const at::Tensor logp = packed_log_probs(m, b, Precision::FP32, 0.9, false).logp;
+      logp.sum().backward();
+      for (const auto& p : m.parameters())  // (undefined: a parameter the forward did not use)
+        grads[exact_mode].push_back(p.tensor.grad().defined() ? p.tensor.grad().clone() : at::zeros_like(p.tensor));
+    }
+    set_exact_numerics(false);
+    ASSERT_EQ(grads[0].size(), grads[1].size());
+    for (size_t i = 0; i < grads[0].size(); ++i) {
+      const double scale = grads[0][i].abs().max().item<double>();
+      EXPECT_LE((grads[0][i] - grads[1][i]).abs().max().item<double>(), 1e-4 * scale + 1e-7)
+          << (moe ? "moe" : "dense") << " parameter " << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace slimpi
