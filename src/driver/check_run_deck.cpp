@@ -256,10 +256,13 @@ void check_exact_on_policy(const Deck& deck, const ModelConfig& model) {
   if (deck.get_string("rollout.kv_cache_dtype") != "auto")
     SLIMPI_FAIL_ALL("{} keeps keys and values in fp32; rollout.kv_cache_dtype = \"{}\" ({}): drop the key", why,
                     deck.get_string("rollout.kv_cache_dtype"), deck.source("rollout.kv_cache_dtype"));
-  for (const char* key : {"parallel.tensor_parallel", "rollout.tensor_parallel"})
-    if (deck.get_int(key) != 1)
-      SLIMPI_FAIL_ALL("{} runs on one tensor rank in this version (its all-reduces would need a fixed order); {} = "
-                      "{} ({})", why, key, deck.get_int(key), deck.source(key));
+  // A row-parallel layer's sum is over the group's parts: the same parts only in groups
+  // of one size (colocated too: engines of one rank there run a whole copy of the model).
+  if (deck.get_int("parallel.tensor_parallel") != deck.get_int("rollout.tensor_parallel"))
+    SLIMPI_FAIL_ALL("{} needs engines of the trainers' tensor size: parallel.tensor_parallel = {} ({}), "
+                    "rollout.tensor_parallel = {} ({})", why, deck.get_int("parallel.tensor_parallel"),
+                    deck.source("parallel.tensor_parallel"), deck.get_int("rollout.tensor_parallel"),
+                    deck.source("rollout.tensor_parallel"));
   if (model.is_mla())
     SLIMPI_FAIL_ALL("{} has no batch-invariant latent attention yet; the model ({}) is multi-head latent attention",
                     why, deck.source("model.kv_lora_rank"));

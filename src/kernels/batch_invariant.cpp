@@ -38,9 +38,10 @@ template <class Acc, class Term>
 // exp(x) in fp32 by plain arithmetic: n = floor(x·log2(e) + 1/2), r = x − n·ln2 (ln2 in
 // two parts, Cody-Waite), e^r = 1 + r + r²·P(r) (Cephes' expf polynomial), times 2^n
 // built in the exponent bits. Relative error ~1e-7 on [−87, 88]; 0 below −87 (and for
-// −inf), no overflow handling above 88 (every caller subtracts a row's max first).
+// −inf), NaN for NaN (a diverged model's NaN reaches the loss, as ATen's exp would pass
+// it on), no overflow handling above 88 (every caller subtracts a row's max first).
 [[gnu::always_inline]] inline float exp_fixed(float x) {
-  const bool zero = !(x >= -87.0f);
+  const bool zero = x < -87.0f;
   const float xc = std::min(std::max(x, -87.0f), 88.0f);
   const float n = __builtin_floorf(xc * 1.44269504088896341f + 0.5f);
   float r = xc - n * 0.693359375f;
@@ -123,53 +124,61 @@ SLIMPI_BI_CLONES void divide_row(const float* x, float t, float* z, int64_t n) {
   for (int64_t j = 0; j < n; ++j) z[j] = x[j] / t;
 }
 
-// One query row, all heads (see attention_rows). qs: [H, D] scratch for the scaled query.
-SLIMPI_BI_CLONES void attention_row(const float* q, const float* K, const float* V, const int64_t* slots, int64_t n,
-                                    int64_t H, int64_t Hkv, int64_t D, float* out) {
+// One sequence's query rows against one kv head and its g query heads (see
+// attention_rows). The sequence's keys of that head are first laid out transposed, KT[d][t]
+// (so that a score row is D vectorised passes over t, each score summed over d in order);
+// the values are read where they lie. Every row's numbers depend on its query, its n keys
+// and nothing else. rows: the query rows (indices into q and out), n_keys: each row's.
+SLIMPI_BI_CLONES void attention_group(const float* q, const float* K, const float* V, const int64_t* slots,
+                                      const std::vector<int64_t>& rows, const int64_t* n_keys, int64_t kvh, int64_t H,
+                                      int64_t Hkv, int64_t D, float* out) {
   const int64_t g = H / Hkv, stride = Hkv * D;
+  int64_t n_max = 0;
+  for (int64_t r : rows) n_max = std::max(n_max, n_keys[r]);
   const float inv_sqrt_d = static_cast<float>(1.0 / std::sqrt(double(D)));
-  float* qs = scratch(0, H * D + H * D).data();  // [H, D] scaled query, then [H, D] a tile's sum
-  float* tile = qs + H * D;
-  float* s = scratch(1, H * n).data();  // [H, n] scores, then weights
-#pragma omp simd
-  for (int64_t i = 0; i < H * D; ++i) qs[i] = q[i] * inv_sqrt_d;
-  for (int64_t t = 0; t < n; ++t) {
-    const float* kt = K + slots[t] * stride;
-    for (int64_t h = 0; h < H; ++h) {
-      const float* qh = qs + h * D;
-      const float* kh = kt + (h / g) * D;
-      s[h * n + t] = lane_sum<float>(D, [&](int64_t d) { return qh[d] * kh[d]; });
-    }
-  }
-  thread_local std::vector<float> inv;
-  inv.assign(size_t(H), 0.0f);
-  for (int64_t h = 0; h < H; ++h) {
-    float* sh = s + h * n;
-    const float m = row_max(sh, n);
-#pragma omp simd
-    for (int64_t t = 0; t < n; ++t) sh[t] = exp_fixed(sh[t] - m);
-    inv[size_t(h)] = static_cast<float>(1.0 / lane_sum<double>(n, [&](int64_t t) { return sh[t]; }));
+  float* kt = scratch(0, D * n_max + n_max + 2 * D).data();  // KT [D, n_max], then s [n_max], qs [D], tile [D]
+  float* s = kt + D * n_max;
+  float* qs = s + n_max;
+  float* tile = qs + D;
+  for (int64_t t = 0; t < n_max; ++t) {
+    const float* k = K + slots[t] * stride + kvh * D;
+    for (int64_t d = 0; d < D; ++d) kt[d * n_max + t] = k[d];
   }
   constexpr int64_t kTile = 64;
-  std::fill(out, out + H * D, 0.0f);
-  for (int64_t t0 = 0; t0 < n; t0 += kTile) {
-    std::fill(tile, tile + H * D, 0.0f);
-    for (int64_t t = t0; t < std::min(n, t0 + kTile); ++t) {
-      const float* vt = V + slots[t] * stride;
-      for (int64_t h = 0; h < H; ++h) {
-        const float p = s[h * n + t];
-        const float* vh = vt + (h / g) * D;
-        float* th = tile + h * D;
+  for (int64_t r : rows) {
+    const int64_t n = n_keys[r];
+    for (int64_t h = kvh * g; h < (kvh + 1) * g; ++h) {
+      const float* qh = q + (r * H + h) * D;
 #pragma omp simd
-        for (int64_t d = 0; d < D; ++d) th[d] = th[d] + p * vh[d];
+      for (int64_t d = 0; d < D; ++d) qs[d] = qh[d] * inv_sqrt_d;
+      std::fill(s, s + n, 0.0f);
+      for (int64_t d = 0; d < D; ++d) {
+        const float qd = qs[d];
+        const float* kd = kt + d * n_max;
+#pragma omp simd
+        for (int64_t t = 0; t < n; ++t) s[t] = s[t] + qd * kd[t];
       }
+      const float m = row_max(s, n);
+#pragma omp simd
+      for (int64_t t = 0; t < n; ++t) s[t] = exp_fixed(s[t] - m);
+      const float inv = static_cast<float>(1.0 / lane_sum<double>(n, [&](int64_t t) { return s[t]; }));
+      float* oh = out + (r * H + h) * D;
+      std::fill(oh, oh + D, 0.0f);
+      for (int64_t t0 = 0; t0 < n; t0 += kTile) {
+        std::fill(tile, tile + D, 0.0f);
+        for (int64_t t = t0; t < std::min(n, t0 + kTile); ++t) {
+          const float p = s[t];
+          const float* vt = V + slots[t] * stride + kvh * D;
+#pragma omp simd
+          for (int64_t d = 0; d < D; ++d) tile[d] = tile[d] + p * vt[d];
+        }
+#pragma omp simd
+        for (int64_t d = 0; d < D; ++d) oh[d] = oh[d] + tile[d];
+      }
+#pragma omp simd
+      for (int64_t d = 0; d < D; ++d) oh[d] = oh[d] * inv;
     }
-#pragma omp simd
-    for (int64_t i = 0; i < H * D; ++i) out[i] = out[i] + tile[i];
   }
-  for (int64_t h = 0; h < H; ++h)
-#pragma omp simd
-    for (int64_t d = 0; d < D; ++d) out[h * D + d] = out[h * D + d] * inv[size_t(h)];
 }
 
 std::atomic<bool> exact_on{false};
@@ -282,14 +291,15 @@ at::Tensor attention_rows(const at::Tensor& q, const at::Tensor& k, const at::Te
                seq.numel(), R);
   const int64_t B = slots.size(0), max_keys = slots.size(1);
   const int64_t *sp = slots.data_ptr<int64_t>(), *bp = seq.data_ptr<int64_t>(), *np = lens.data_ptr<int64_t>();
-  for (int64_t r = 0; r < R; ++r) {  // every slot a row reads, checked before any is read
+  std::vector<std::vector<int64_t>> rows_of(static_cast<size_t>(B));  // each sequence's query rows
+  for (int64_t r = 0; r < R; ++r) {
     SLIMPI_CHECK(bp[r] >= 0 && bp[r] < B && np[r] >= 1 && np[r] <= max_keys,
                  "attention_rows: row {} of sequence {} (of {}) with {} keys (of {})", r, bp[r], B, np[r], max_keys);
+    rows_of[size_t(bp[r])].push_back(r);
   }
-  for (int64_t b = 0; b < B; ++b) {
+  for (int64_t b = 0; b < B; ++b) {  // every slot a row reads, checked before any is read
     int64_t used = 0;
-    for (int64_t r = 0; r < R; ++r)
-      if (bp[r] == b) used = std::max(used, np[r]);
+    for (int64_t r : rows_of[size_t(b)]) used = std::max(used, np[r]);
     for (int64_t t = 0; t < used; ++t)
       SLIMPI_CHECK(sp[b * max_keys + t] >= 0 && sp[b * max_keys + t] < n_slots,
                    "attention_rows: sequence {} key {} at slot {} of {}", b, t, sp[b * max_keys + t], n_slots);
@@ -297,9 +307,13 @@ at::Tensor attention_rows(const at::Tensor& q, const at::Tensor& k, const at::Te
   at::Tensor out = at::empty({R, H, D}, qc.options());
   const float *qp = qc.data_ptr<float>(), *kp = kc.data_ptr<float>(), *vp = vc.data_ptr<float>();
   float* op = out.data_ptr<float>();
-  at::parallel_for(0, R, 1, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r)
-      attention_row(qp + r * H * D, kp, vp, sp + bp[r] * max_keys, np[r], H, Hkv, D, op + r * H * D);
+  // A task per (sequence, kv head): tasks write disjoint rows and heads of out.
+  at::parallel_for(0, B * Hkv, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t task = t0; task < t1; ++task) {
+      const int64_t b = task / Hkv, kvh = task % Hkv;
+      if (!rows_of[size_t(b)].empty())
+        attention_group(qp, kp, vp, sp + b * max_keys, rows_of[size_t(b)], np, kvh, H, Hkv, D, op);
+    }
   });
   return out;
 }

@@ -57,7 +57,7 @@ at::Tensor token_log_probs_rows(const at::Tensor& logits, const at::Tensor& temp
 // sees that sequence's first n_keys[r] keys, which lie at slots key_slots[seq, 0 ..
 // n_keys[r]) of K and V (a paged cache's slots, or a packed batch's own rows). Per head h
 // (kv head h / (H / Hkv)):
-//   s_t = (q_h · (1/sqrt(D))) · K_t   (a 16-lane dot product)
+//   s_t = Σ_d (q_h[d] · (1/sqrt(D))) · K_t[d]   (summed over d in order)
 //   p_t = exp_fixed(s_t − max s),  S = Σ_t p_t (fp64, in key order)
 //   out = (Σ_t p_t V_t) · float(1 / S)   (fp32, in tiles of 64 keys, each tile's sum
 //                                           added to the total in key order)

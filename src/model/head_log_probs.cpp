@@ -12,6 +12,7 @@
 #include "model/exact_ops.h"
 #include "parallel/comm.h"
 #include "parallel/comm_tensor.h"
+#include "parallel/tp_mappings.h"
 
 namespace slimpi {
 namespace {
@@ -39,6 +40,15 @@ at::Tensor chunk_logits(const at::Tensor& h, const at::Tensor& head, const Shape
   return mask_padding(z, s.n_real);
 }
 
+// Exact numerics with a vocab-parallel head: every shard's columns of the rows' logits,
+// [n, Vl] -> [n, V] (the real vocabulary: the padded shards' first `vocab` columns), what
+// a tensor-parallel engine gathers before it samples (rollout/engine_group.h).
+at::Tensor whole_vocabulary(const at::Tensor& z_shard, Comm* comm, int64_t vocab) {
+  if (!comm) return z_shard;
+  const at::Tensor all = allgather(*comm, z_shard.contiguous());  // [t, n, Vl]
+  return all.permute({1, 0, 2}).reshape({z_shard.size(0), -1}).narrow(1, 0, vocab).contiguous();
+}
+
 struct HeadLogProbEntropy : public torch::autograd::Function<HeadLogProbEntropy> {
   // rows [N, d] fp32, head [Vl, d], targets [N] -> {logp [N], entropy [N]}.
   static variable_list forward(AutogradContext* ctx, const at::Tensor& rows, const at::Tensor& head,
@@ -46,8 +56,9 @@ struct HeadLogProbEntropy : public torch::autograd::Function<HeadLogProbEntropy>
                                double temperature, bool bf16) {
     const Shape s{comm, begin, n_real, temperature, bf16};
     const bool exact = exact_numerics();
-    SLIMPI_CHECK(!exact || (!comm && !bf16 && head.scalar_type() == at::kFloat),
-                 "exact numerics: log-probs of an fp32 head on one rank only");
+    SLIMPI_CHECK(!exact || (!bf16 && head.scalar_type() == at::kFloat), "exact numerics: log-probs of an fp32 head only");
+    int64_t vocab = n_real;  // the whole vocabulary: every shard's real columns
+    if (exact && comm) comm->allreduce(&vocab, 1, DType::I64, ReduceOp::Sum);
     const int64_t N = rows.size(0), step = chunk_rows(head.size(0));
     const at::TensorOptions fp32 = rows.options().dtype(at::kFloat);
     at::Tensor m = at::empty({N}, fp32), log_s = at::empty({N}, fp32), logp = at::empty({N}, fp32),
@@ -64,9 +75,10 @@ struct HeadLogProbEntropy : public torch::autograd::Function<HeadLogProbEntropy>
                                                  targets.narrow(0, r, n), comm, begin, n_real);
       m.narrow(0, r, n).copy_(c.m);
       log_s.narrow(0, r, n).copy_(c.log_s);
-      logp.narrow(0, r, n).copy_(
-          exact ? token_log_probs_rows(z_raw, at::full({n}, float(temperature), fp32), targets.narrow(0, r, n), {})
-                : c.logp);
+      logp.narrow(0, r, n).copy_(exact ? token_log_probs_rows(whole_vocabulary(z_raw, comm, vocab),
+                                                                at::full({n}, float(temperature), fp32),
+                                                                targets.narrow(0, r, n), {})
+                                       : c.logp);
       entropy.narrow(0, r, n).copy_(c.entropy);
     }
     ctx->save_for_backward({rows, head, targets, m, log_s, entropy});
@@ -115,8 +127,13 @@ TokenLogProbs head_log_probs(const at::Tensor& hidden, const at::Tensor& head, c
   if (any_truncated(support)) {
     // The scored rows' logits, whole (the top-k / top-p support needs each row's largest).
     if (exact_numerics()) {  // the engine's definition (model/exact_ops.h); entropy as below
-      SLIMPI_CHECK(!shard.comm && !bf16, "exact numerics: log-probs of an fp32 head on one rank only");
-      const at::Tensor logits = dense(rows, head);  // [N, V]
+      SLIMPI_CHECK(!bf16, "exact numerics: log-probs of an fp32 head only");
+      at::Tensor logits = dense(rows, head);  // [N, V] ([N, Vl] a vocab shard's)
+      if (shard.comm) {  // the whole rows, as a tensor-parallel engine gathers them
+        int64_t vocab = shard.n_real;
+        shard.comm->allreduce(&vocab, 1, DType::I64, ReduceOp::Sum);
+        logits = gather_from_tp(shard.comm, logits).narrow(1, 0, vocab);
+      }
       TokenLogProbs r;
       r.logp = sampled_token_log_probs(logits, at::full({rows.size(0)}, float(temperature), logits.options()),
                                        at.targets, support);

@@ -4,6 +4,7 @@
 #include <slimpi/error.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "kernels/batch_invariant.h"
 #include "parallel/comm.h"
 #include "parallel/comm_tensor.h"
 
@@ -22,10 +23,20 @@ at::Tensor own_slice(Comm& comm, const at::Tensor& x, int64_t dim) {
   return x.narrow(dim, n / t * comm.rank(), n / t).contiguous();
 }
 
+// Σ_r all[r] in rank order: [t, ...] -> [...]. Exact numerics' sum (kernels/
+// batch_invariant.h): the same additions in the trainer's group and the engine's, whatever
+// algorithm MPI or NCCL would pick for the message's size.
+at::Tensor sum_in_rank_order(const at::Tensor& all) {
+  at::Tensor out = all[0].clone();
+  for (int64_t r = 1; r < all.size(0); ++r) out.add_(all[r]);
+  return out;
+}
+
 at::Tensor run(Op op, Comm& comm, const at::Tensor& x) {
   switch (op) {
     case Op::None: return x;
     case Op::AllReduce: {
+      if (exact_numerics()) return sum_in_rank_order(allgather(comm, x.contiguous()));
       at::Tensor out = x.contiguous().clone();
       allreduce(comm, out);
       return out;
@@ -42,7 +53,9 @@ at::Tensor run(Op op, Comm& comm, const at::Tensor& x) {
       shape[0] *= comm.size();
       return all.reshape(shape);
     }
-    case Op::ReduceScatterFirst: return reduce_scatter(comm, x.contiguous());
+    case Op::ReduceScatterFirst:
+      if (exact_numerics()) return own_slice(comm, sum_in_rank_order(allgather(comm, x.contiguous())), 0);
+      return reduce_scatter(comm, x.contiguous());
   }
   return x;
 }

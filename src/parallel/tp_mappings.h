@@ -19,7 +19,10 @@
 // whose gradients are then complete, not parts, on every rank).
 //
 // "Own slice": rank r of t keeps elements [r · n/t, (r + 1) · n/t) (n % t == 0, checked).
-// A one-rank comm (or a null one) makes every function the identity.
+// A one-rank comm (or a null one) makes every function the identity. Under exact
+// numerics (kernels/batch_invariant.h) a sum over the group is an all-gather and the
+// ranks' parts added in rank order (a reduce-scatter keeps its own slice of that), so a
+// trainer's group and an engine's of the same size add the same numbers alike.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -74,8 +74,8 @@ std::vector<KeySpec> train_keys() {
       choice_key("train.on_policy", "approximate", {"approximate", "exact"},
                  "exact: the trainer computes every sampled token's log-prob with the engine's bits (batch-"
                  "invariant kernels in both forwards, docs/exact_on_policy.md); with train.async = \"off\" the old "
-                 "log-probs are then the rollout's, without their forward pass. fp32, CPU, one tensor rank, "
-                 "dense or MoE attention models"),
+                 "log-probs are then the rollout's, without their forward pass. fp32 on the CPU; dense or MoE "
+                 "attention models; engines of the trainers' tensor size"),
       choice_key("train.recompute", "none", {"none", "selective", "full"},
                  "activation recomputation in backward: selective = attention's inner products, full = each "
                  "layer's attention and dense MLP blocks (same gradients, less activation memory)"),

@@ -10,7 +10,9 @@
 #    and at np 2 colocated;
 #  * with 2 optimizer steps a rollout the old log-probs are the rollout's (the log says
 #    their forward pass is skipped), and the first step's PPO KL is exactly 0;
-#  * an MoE policy with expert parallelism 2 at np 4: exactly 0 too;
+#  * an MoE policy with expert parallelism 2 at np 4, tensor parallelism (trainers and an
+#    engine of 2 with sequence parallelism; 4 colocated) and prefill/decode
+#    disaggregation at np 3: exactly 0 too;
 #  * what the mode does not cover yet is refused with its key.
 # Usage: exact_runs.sh SLIMPI ROOT "MPIRUN FLAGS"
 set -euo pipefail
@@ -35,6 +37,14 @@ run 4 two_steps "${exact[@]}"
 grep -q "exact on-policy: the old log-probs are the rollout's" "$out/two_steps.log"
 run 4 moe "${exact[@]}" "${one_step[@]}" --set model.n_experts=4 --set model.n_experts_per_tok=2 \
     --set model.moe_intermediate_size=32 --set parallel.expert_parallel=2
+# Tensor parallelism: trainers of 2 and an engine of 2 (split, with sequence parallelism),
+# and 4 colocated (the sums in rank order over 4 parts; replicated kv heads); a
+# disaggregated run (the prefill engine's KV rows to the decode engine).
+run 4 tp2 "${exact[@]}" "${one_step[@]}" --set parallel.tensor_parallel=2 --set rollout.tensor_parallel=2 \
+    --set parallel.sequence_parallel=true
+run 4 tp4 "${exact[@]}" "${one_step[@]}" --set parallel.placement=colocate --set parallel.tensor_parallel=4 \
+    --set rollout.tensor_parallel=4
+run 3 pd "${exact[@]}" "${one_step[@]}" --set parallel.trainer_ranks=1 --set rollout.prefill_ranks=1
 
 /usr/bin/python3 - "$out" <<'PY'
 import sys
@@ -45,7 +55,7 @@ def steps(name):
     f = h5py.File(f"{out}/{name}/metrics.h5")
     s = f["steps"]
     return s, s["step"][:] < 3  # the last row is the final evaluation's
-for name in ["exact", "colocated", "moe"]:
+for name in ["exact", "colocated", "moe", "tp2", "tp4", "pd"]:
     s, rows = steps(name)
     gap = s["train/train_rollout_logprob_abs_diff"][rows]
     assert len(gap) == 3 and np.all(gap == 0.0), (name, gap)
@@ -71,7 +81,9 @@ PY
 
 refused bf16 'train.on_policy = "exact"' 2 "${exact[@]}" --set train.precision=bf16
 refused kv_fp8 'rollout.kv_cache_dtype' 2 "${exact[@]}" --set rollout.kv_cache_dtype=fp8_e4m3
-refused tp 'parallel.tensor_parallel' 4 "${exact[@]}" --set parallel.tensor_parallel=2 --set parallel.trainer_ranks=2
+refused tp "needs engines of the trainers' tensor size" 4 "${exact[@]}" --set parallel.tensor_parallel=2
+refused tp_colocated "needs engines of the trainers' tensor size" 2 "${exact[@]}" --set parallel.tensor_parallel=2 \
+    --set parallel.placement=colocate
 refused mla 'latent attention' 2 "${exact[@]}" --set model.kv_lora_rank=16 --set model.q_lora_rank=12 \
     --set model.qk_nope_head_dim=8 --set model.qk_rope_head_dim=4 --set model.v_head_dim=6 --set model.n_kv_heads=4
 echo "$tag: OK"

@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <numeric>
 
 #include "kernels/batch_invariant.h"
@@ -111,6 +112,20 @@ TEST(BatchInvariantKernels, AgreeWithAtenToRoundOff) {
   const at::Tensor reference = attend(q, k, v, layout, nullptr, 0, plan);
   const ExactNumerics exact;
   EXPECT_TRUE(at::allclose(attend(q, k, v, layout, nullptr, 0, plan), reference, 1e-5, 1e-6));
+}
+
+// A diverged model's NaN reaches the log-prob (and so the loss's non-finite check), and
+// masked logits (−inf) weigh nothing.
+TEST(BatchInvariantKernels, NanPropagatesAndMinusInfinityWeighsNothing) {
+  at::Tensor z = at::randn({2, 50});
+  z[0][7] = std::numeric_limits<float>::quiet_NaN();
+  z[1][9] = -std::numeric_limits<float>::infinity();
+  const at::Tensor logp = token_log_probs_rows(z, at::ones({2}), at::tensor({3, 4}, at::kLong), {});
+  EXPECT_TRUE(std::isnan(logp[0].item<float>()));
+  const at::Tensor finite = at::cat({z[1].narrow(0, 0, 9), z[1].narrow(0, 10, 40)});
+  EXPECT_NEAR(logp[1].item<float>(), at::log_softmax(finite, 0)[4].item<float>(), 1e-6);
+  EXPECT_TRUE(std::isnan(softmax_rows(z)[0][0].item<float>()));
+  EXPECT_TRUE(std::isnan(rms_norm_rows(z, at::ones({50}), 1e-6)[0][0].item<float>()));
 }
 
 // --- the model and the engine ---
