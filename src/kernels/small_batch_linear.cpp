@@ -17,9 +17,13 @@ namespace {
 // (v8 values never cross a call: every helper is always_inline; the ABI note does not apply.)
 #pragma GCC diagnostic ignored "-Wpsabi"
 using v8 = float __attribute__((vector_size(32)));
+// The exact-numerics product's 16 lanes (batch_invariant_linear): one zmm register on
+// x86-64-v4, two ymm halves on -v3 (the same operations lane by lane, so the same bits).
+using v16 = float __attribute__((vector_size(64)));
 
-[[gnu::always_inline]] inline v8 load8(const float* p) {
-  v8 v;
+template <class V>
+[[gnu::always_inline]] inline V load(const float* p) {
+  V v;
   __builtin_memcpy(&v, p, sizeof v);
   return v;
 }
@@ -31,15 +35,20 @@ constexpr int kTileCols = 8;
 // v, kept in a register where the target has 256-bit ones (kAvx: x86-64-v3 and up): GCC
 // would otherwise fold a load that several FMAs use into each of them (a load per FMA),
 // which cost ~15% at 8 rows with the weights streaming from memory.
-template <bool kAvx>
-[[gnu::always_inline]] inline v8 in_register(v8 v) {
-  if constexpr (kAvx) __asm__("" : "+v"(v));
+template <bool kKeep, class V>
+[[gnu::always_inline]] inline V in_register(V v) {
+  if constexpr (kKeep) __asm__("" : "+v"(v));
   return v;
 }
 
 // The lanes of an accumulator summed in one fixed order.
 [[gnu::always_inline]] inline float lane_sum(v8 a) {
   return ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
+}
+[[gnu::always_inline]] inline float lane_sum(v16 a) {
+  v8 half;
+  for (int l = 0; l < 8; ++l) half[l] = a[l] + a[l + 8];
+  return lane_sum(half);
 }
 
 // The register tile: MR (<= 8) rows of x by NR rows of w, one 8-lane accumulator per
@@ -51,19 +60,20 @@ template <bool kAvx>
 // x 3 weight rows, two threads: ~19 GB/s without, ~27 GB/s with, in a microbenchmark of
 // this loop). acc holds the tile's accumulators between calls ([MR][NR] of the caller's
 // [M][NR]).
-template <bool kAvx, int MR, int NR>
-[[gnu::always_inline]] inline void tile(const float* x, const float* w, const float* next, v8 (*acc)[kTileCols],
+template <class V, bool kKeep, int MR, int NR>
+[[gnu::always_inline]] inline void tile(const float* x, const float* w, const float* next, V (*acc)[kTileCols],
                                         int64_t K, int64_t k0, int64_t k1) {
-  v8 a[MR][NR];
+  constexpr int L = sizeof(V) / sizeof(float);
+  V a[MR][NR];
   for (int i = 0; i < MR; ++i)
     for (int j = 0; j < NR; ++j) a[i][j] = acc[i][j];
-  for (int64_t k = k0; k < k1; k += 8) {
+  for (int64_t k = k0; k < k1; k += L) {
     if (next != nullptr && k % 16 == 0)  // one prefetch a 64-byte line
       for (int j = 0; j < NR; ++j) __builtin_prefetch(next + j * K + k, 0, 2);
-    v8 wv[NR];
-    for (int j = 0; j < NR; ++j) wv[j] = in_register<kAvx>(load8(w + j * K + k));
+    V wv[NR];
+    for (int j = 0; j < NR; ++j) wv[j] = in_register<kKeep>(load<V>(w + j * K + k));
     for (int i = 0; i < MR; ++i) {
-      const v8 xv = in_register<kAvx>(load8(x + i * K + k));
+      const V xv = in_register<kKeep>(load<V>(x + i * K + k));
       for (int j = 0; j < NR; ++j) a[i][j] += xv * wv[j];
     }
   }
@@ -72,18 +82,18 @@ template <bool kAvx, int MR, int NR>
 }
 
 // tile<mr, NR> for a run-time mr in 1..8.
-template <bool kAvx, int NR>
+template <class V, bool kKeep, int NR>
 [[gnu::always_inline]] inline void tile_rows(int64_t mr, const float* x, const float* w, const float* next,
-                                             v8 (*acc)[kTileCols], int64_t K, int64_t k0, int64_t k1) {
+                                             V (*acc)[kTileCols], int64_t K, int64_t k0, int64_t k1) {
   switch (mr) {
-    case 1: return tile<kAvx, 1, NR>(x, w, next, acc, K, k0, k1);
-    case 2: return tile<kAvx, 2, NR>(x, w, next, acc, K, k0, k1);
-    case 3: return tile<kAvx, 3, NR>(x, w, next, acc, K, k0, k1);
-    case 4: return tile<kAvx, 4, NR>(x, w, next, acc, K, k0, k1);
-    case 5: return tile<kAvx, 5, NR>(x, w, next, acc, K, k0, k1);
-    case 6: return tile<kAvx, 6, NR>(x, w, next, acc, K, k0, k1);
-    case 7: return tile<kAvx, 7, NR>(x, w, next, acc, K, k0, k1);
-    default: return tile<kAvx, 8, NR>(x, w, next, acc, K, k0, k1);
+    case 1: return tile<V, kKeep, 1, NR>(x, w, next, acc, K, k0, k1);
+    case 2: return tile<V, kKeep, 2, NR>(x, w, next, acc, K, k0, k1);
+    case 3: return tile<V, kKeep, 3, NR>(x, w, next, acc, K, k0, k1);
+    case 4: return tile<V, kKeep, 4, NR>(x, w, next, acc, K, k0, k1);
+    case 5: return tile<V, kKeep, 5, NR>(x, w, next, acc, K, k0, k1);
+    case 6: return tile<V, kKeep, 6, NR>(x, w, next, acc, K, k0, k1);
+    case 7: return tile<V, kKeep, 7, NR>(x, w, next, acc, K, k0, k1);
+    default: return tile<V, kKeep, 8, NR>(x, w, next, acc, K, k0, k1);
   }
 }
 
@@ -97,19 +107,20 @@ template <bool kAvx, int NR>
 // none).
 constexpr int64_t kChunk = 256;
 
-template <bool kAvx, int NR>
+template <class V, bool kFma, bool kKeep, int NR>
 [[gnu::always_inline]] inline void weight_block(const float* x, const float* w, float* y, int64_t M, int64_t K,
                                                 int64_t N, int64_t n, const float* next) {
-  v8 acc[kSmallBatchLinearMaxRows][kTileCols];
+  constexpr int L = sizeof(V) / sizeof(float);
+  V acc[kSmallBatchLinearMaxRows][kTileCols];
   for (int64_t m = 0; m < M; ++m)
-    for (int j = 0; j < NR; ++j) acc[m][j] = v8{};
-  const int64_t K8 = K - K % 8;
+    for (int j = 0; j < NR; ++j) acc[m][j] = V{};
+  const int64_t K8 = K - K % L;  // (the lanes' part of k; the tail after)
   const float* wn = w + n * K;
   const int64_t chunk = M <= kTileRows ? K8 : kChunk;
   for (int64_t k0 = 0; k0 < K8; k0 += chunk) {
     const int64_t k1 = std::min(K8, k0 + chunk);
     for (int64_t m = 0; m < M; m += kTileRows)
-      tile_rows<kAvx, NR>(std::min(kTileRows, M - m), x + m * K, wn, m == 0 ? next : nullptr, acc + m, K, k0, k1);
+      tile_rows<V, kKeep, NR>(std::min(kTileRows, M - m), x + m * K, wn, m == 0 ? next : nullptr, acc + m, K, k0, k1);
   }
   for (int64_t m = 0; m < M; ++m)
     for (int j = 0; j < NR; ++j) {
@@ -118,7 +129,7 @@ template <bool kAvx, int NR>
       // would otherwise vectorise the products apart from the sums, differently per
       // target, and -v3 and -v4 would round apart).
       for (int64_t k = K8; k < K; ++k)
-        s = kAvx ? __builtin_fmaf(x[m * K + k], wn[j * K + k], s) : s + x[m * K + k] * wn[j * K + k];
+        s = kFma ? __builtin_fmaf(x[m * K + k], wn[j * K + k], s) : s + x[m * K + k] * wn[j * K + k];
       y[m * N + n + j] = s;
     }
 }
@@ -126,29 +137,34 @@ template <bool kAvx, int NR>
 // Rows [n0, n1) of w against all M rows of x, in blocks of NR weight rows (as many as
 // fit the registers beside the tile's rows of x), the last < NR one at a time; each block
 // prefetches the next one's rows within [n0, n1).
-template <bool kAvx, int NR>
+template <class V, bool kFma, bool kKeep, int NR>
 [[gnu::always_inline]] inline void weight_rows_by(const float* x, const float* w, float* y, int64_t M, int64_t K,
                                                   int64_t N, int64_t n0, int64_t n1) {
   int64_t n = n0;
-  for (; n + NR <= n1; n += NR) weight_block<kAvx, NR>(x, w, y, M, K, N, n, n + 2 * NR <= n1 ? w + (n + NR) * K : nullptr);
-  for (; n < n1; ++n) weight_block<kAvx, 1>(x, w, y, M, K, N, n, nullptr);
+  for (; n + NR <= n1; n += NR)
+    weight_block<V, kFma, kKeep, NR>(x, w, y, M, K, N, n, n + 2 * NR <= n1 ? w + (n + NR) * K : nullptr);
+  for (; n < n1; ++n) weight_block<V, kFma, kKeep, 1>(x, w, y, M, K, N, n, nullptr);
 }
 
 // The tile's weight rows NR for its MR rows of x, so that MR x NR accumulators, NR
 // weights and one x fit kRegisters vector registers (32 of 8 floats on x86-64-v4, 16 on
-// -v3; measured on -v4 only).
-template <bool kAvx, int kRegisters>
+// -v3; 8 of 16 floats on -v3 for the exact product's v16; measured on -v4 only). V: the
+// accumulators' lanes; kFma: the target fuses multiply-adds; kKeep: V fits one register.
+template <class V, bool kFma, bool kKeep, int kRegisters>
 [[gnu::always_inline]] inline void weight_rows(const float* x, const float* w, float* y, int64_t M, int64_t K,
                                                int64_t N, int64_t n0, int64_t n1) {
   const int64_t mr = std::min(M, kTileRows);
   if constexpr (kRegisters >= 32) {
-    if (mr <= 2) return weight_rows_by<kAvx, 8>(x, w, y, M, K, N, n0, n1);  // 16 + 8 + 1
-    if (mr <= 6) return weight_rows_by<kAvx, 4>(x, w, y, M, K, N, n0, n1);  // 24 + 4 + 1
-    return weight_rows_by<kAvx, 3>(x, w, y, M, K, N, n0, n1);              // 24 + 3 + 1
+    if (mr <= 2) return weight_rows_by<V, kFma, kKeep, 8>(x, w, y, M, K, N, n0, n1);  // 16 + 8 + 1
+    if (mr <= 6) return weight_rows_by<V, kFma, kKeep, 4>(x, w, y, M, K, N, n0, n1);  // 24 + 4 + 1
+    return weight_rows_by<V, kFma, kKeep, 3>(x, w, y, M, K, N, n0, n1);              // 24 + 3 + 1
+  } else if constexpr (kRegisters >= 16) {
+    if (mr <= 2) return weight_rows_by<V, kFma, kKeep, 4>(x, w, y, M, K, N, n0, n1);  // 8 + 4 + 1
+    if (mr <= 6) return weight_rows_by<V, kFma, kKeep, 2>(x, w, y, M, K, N, n0, n1);  // 12 + 2 + 1
+    return weight_rows_by<V, kFma, kKeep, 1>(x, w, y, M, K, N, n0, n1);              // 8 + 1 + 1
   } else {
-    if (mr <= 2) return weight_rows_by<kAvx, 4>(x, w, y, M, K, N, n0, n1);  // 8 + 4 + 1
-    if (mr <= 6) return weight_rows_by<kAvx, 2>(x, w, y, M, K, N, n0, n1);  // 12 + 2 + 1
-    return weight_rows_by<kAvx, 1>(x, w, y, M, K, N, n0, n1);              // 8 + 1 + 1
+    if (mr <= 2) return weight_rows_by<V, kFma, kKeep, 2>(x, w, y, M, K, N, n0, n1);  // 4 + 2 + 1
+    return weight_rows_by<V, kFma, kKeep, 1>(x, w, y, M, K, N, n0, n1);
   }
 }
 
@@ -156,15 +172,15 @@ template <bool kAvx, int kRegisters>
 using WeightRowsFn = void (*)(const float*, const float*, float*, int64_t, int64_t, int64_t, int64_t, int64_t);
 __attribute__((target("arch=x86-64-v4"))) void weight_rows_v4(const float* x, const float* w, float* y, int64_t M,
                                                                int64_t K, int64_t N, int64_t n0, int64_t n1) {
-  weight_rows<true, 32>(x, w, y, M, K, N, n0, n1);
+  weight_rows<v8, true, true, 32>(x, w, y, M, K, N, n0, n1);
 }
 __attribute__((target("arch=x86-64-v3"))) void weight_rows_v3(const float* x, const float* w, float* y, int64_t M,
                                                                int64_t K, int64_t N, int64_t n0, int64_t n1) {
-  weight_rows<true, 16>(x, w, y, M, K, N, n0, n1);
+  weight_rows<v8, true, true, 16>(x, w, y, M, K, N, n0, n1);
 }
 void weight_rows_x86_64(const float* x, const float* w, float* y, int64_t M, int64_t K, int64_t N, int64_t n0,
                         int64_t n1) {
-  weight_rows<false, 16>(x, w, y, M, K, N, n0, n1);
+  weight_rows<v8, false, false, 16>(x, w, y, M, K, N, n0, n1);
 }
 WeightRowsFn weight_rows_for(SmallBatchLinearCode code) {
   __builtin_cpu_init();
@@ -180,6 +196,38 @@ WeightRowsFn weight_rows_for(SmallBatchLinearCode code) {
     case SmallBatchLinearCode::Best: break;
   }
   return v4 ? weight_rows_v4 : v3 ? weight_rows_v3 : weight_rows_x86_64;
+}
+
+// The exact-numerics product (batch_invariant_linear): the same tiles over 16 lanes, so
+// a large batch runs 512-bit FMAs on x86-64-v4; -v3 runs each v16 as two 256-bit halves,
+// the same operations lane by lane (the same bits as -v4: tested); plain x86-64 rounds
+// each product apart.
+__attribute__((target("arch=x86-64-v4"))) void exact_rows_v4(const float* x, const float* w, float* y, int64_t M,
+                                                              int64_t K, int64_t N, int64_t n0, int64_t n1) {
+  weight_rows<v16, true, true, 32>(x, w, y, M, K, N, n0, n1);
+}
+__attribute__((target("arch=x86-64-v3"))) void exact_rows_v3(const float* x, const float* w, float* y, int64_t M,
+                                                              int64_t K, int64_t N, int64_t n0, int64_t n1) {
+  weight_rows<v16, true, false, 8>(x, w, y, M, K, N, n0, n1);
+}
+void exact_rows_x86_64(const float* x, const float* w, float* y, int64_t M, int64_t K, int64_t N, int64_t n0,
+                       int64_t n1) {
+  weight_rows<v16, false, false, 8>(x, w, y, M, K, N, n0, n1);
+}
+WeightRowsFn exact_rows_for(SmallBatchLinearCode code) {
+  __builtin_cpu_init();
+  const bool v4 = __builtin_cpu_supports("x86-64-v4"), v3 = __builtin_cpu_supports("x86-64-v3");
+  switch (code) {
+    case SmallBatchLinearCode::X86_64_V4:
+      SLIMPI_CHECK(v4, "batch_invariant_linear: this CPU cannot run x86-64-v4 code");
+      return exact_rows_v4;
+    case SmallBatchLinearCode::X86_64_V3:
+      SLIMPI_CHECK(v3, "batch_invariant_linear: this CPU cannot run x86-64-v3 code");
+      return exact_rows_v3;
+    case SmallBatchLinearCode::X86_64: return exact_rows_x86_64;
+    case SmallBatchLinearCode::Best: break;
+  }
+  return v4 ? exact_rows_v4 : v3 ? exact_rows_v3 : exact_rows_x86_64;
 }
 
 thread_local bool small_batch_scope = false;
@@ -225,7 +273,8 @@ at::Tensor small_batch_linear(const at::Tensor& x, const at::Tensor& w, const at
   return y.view(shape);
 }
 
-at::Tensor batch_invariant_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias) {
+at::Tensor batch_invariant_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
+                                  SmallBatchLinearCode code) {
   SLIMPI_CHECK(x.is_cpu() && w.is_cpu() && x.scalar_type() == at::kFloat && w.scalar_type() == at::kFloat &&
                    x.size(-1) == w.size(1) && w.dim() == 2,
                "batch_invariant_linear: fp32 host x [..., {}] and w [N, K] expected, got w {}", x.size(-1),
@@ -237,7 +286,14 @@ at::Tensor batch_invariant_linear(const at::Tensor& x, const at::Tensor& w, cons
   std::vector<int64_t> shape = x.sizes().vec();
   shape.back() = N;
   if (M == 0) return at::zeros(shape, x.options());
-  static const WeightRowsFn best = weight_rows_for(SmallBatchLinearCode::Best);
+  // 16 lanes where k is long enough for the wider FMAs to pay for the longer lane sum
+  // (a property of the weight, so each weight's products keep one order whatever the rows).
+  static const WeightRowsFn best_wide = exact_rows_for(SmallBatchLinearCode::Best);
+  static const WeightRowsFn best_narrow = weight_rows_for(SmallBatchLinearCode::Best);
+  const bool wide = K >= kBatchInvariantWideK;
+  const WeightRowsFn best = code == SmallBatchLinearCode::Best ? (wide ? best_wide : best_narrow)
+                            : wide                              ? exact_rows_for(code)
+                                                                : weight_rows_for(code);
   at::Tensor y = at::empty({M, N}, x.options());  // [M, N]
   const float* xp = xc.data_ptr<float>();
   const float* wp = wc.data_ptr<float>();

@@ -71,10 +71,18 @@ class SmallBatchLinearScope {
   bool previous_;
 };
 
-// The kernel above for any number of rows (blocks of kSmallBatchLinearMaxRows): each
-// y[m, n] the same dot product whatever rows share the call. fp32 host tensors, x [..., K],
-// w [N, K], bias [N] or undefined -> [..., N]; no autograd (dense() adds it).
-at::Tensor batch_invariant_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias = {});
+// Exact numerics' product: the kernel above for any number of rows (blocks of
+// kSmallBatchLinearMaxRows), with 16 lanes for weights of K >= kBatchInvariantWideK
+// (element k of a dot product into lane k mod 16, the lanes summed in one fixed tree,
+// then the k tail in order; 512-bit FMAs on x86-64-v4, two 256-bit halves with the same
+// bits on -v3) and the 8 lanes above for shorter ones (where the 16-lane sum cost more
+// than the wider FMAs saved: the quickstart's K = 128 prefill ran 1.8x the default's
+// against 1.5x, perf/results/2026-12-06.md). Each y[m, n] is the same dot product whatever
+// rows share the call. fp32 host tensors, x [..., K], w [N, K], bias [N] or undefined ->
+// [..., N]; no autograd (dense() adds it).
+inline constexpr int64_t kBatchInvariantWideK = 512;
+at::Tensor batch_invariant_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias = {},
+                                  SmallBatchLinearCode code = SmallBatchLinearCode::Best);
 
 // at::linear(x, w, bias); inside a SmallBatchLinearScope the kernel above where it applies;
 // in exact numerics (kernels/batch_invariant.h) batch_invariant_linear for every call, with

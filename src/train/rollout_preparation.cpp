@@ -66,7 +66,7 @@ std::map<std::string, double> Trainer::prepare_rollout(std::vector<Sample>& loca
 }
 
 bool Trainer::old_from_rollout(const std::vector<Sample>& local) const {
-  if (!cfg_.exact_on_policy || !cfg_.synchronous) return false;
+  if (!cfg_.exact_on_policy || !cfg_.synchronous || cfg_.recompute_old_log_probs) return false;
   // Every token of every sample from one version of the weights (this rollout's: the
   // loop is synchronous), with its rollout log-prob; agreed over the data-parallel ranks,
   // since the forward it replaces is collective there.

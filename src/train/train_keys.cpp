@@ -76,6 +76,9 @@ std::vector<KeySpec> train_keys() {
                  "invariant kernels in both forwards, docs/exact_on_policy.md); with train.async = \"off\" the old "
                  "log-probs are then the rollout's, without their forward pass. fp32 on the CPU; dense or MoE "
                  "attention models; engines of the trainers' tensor size"),
+      bool_key("debug.recompute_old_log_probs", false,
+               "train.on_policy = \"exact\": compute the old log-probs by their forward pass anyway, to measure "
+               "what skipping it saves and to see it give the rollout's bits"),
       choice_key("train.recompute", "none", {"none", "selective", "full"},
                  "activation recomputation in backward: selective = attention's inner products, full = each "
                  "layer's attention and dense MLP blocks (same gradients, less activation memory)"),

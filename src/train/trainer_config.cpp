@@ -140,6 +140,12 @@ TrainerConfig TrainerConfig::from_deck(const Deck& deck) {
   c.use_tis = deck.get_bool("train.use_tis");
   c.exact_on_policy = deck.get_string("train.on_policy") == "exact";
   c.synchronous = deck.get_string("train.async") == "off";
+  c.recompute_old_log_probs = deck.get_bool("debug.recompute_old_log_probs");
+  if (c.recompute_old_log_probs && !c.exact_on_policy)
+    SLIMPI_FAIL_ALL("debug.recompute_old_log_probs ({}) applies to train.on_policy = \"exact\" only (without it the "
+                    "old log-probs are always recomputed); train.on_policy is \"{}\" ({})",
+                    deck.source("debug.recompute_old_log_probs"), deck.get_string("train.on_policy"),
+                    deck.source("train.on_policy"));
   c.mismatch = MismatchConfig::from_deck(deck);
   c.calculate_per_token_loss = deck.get_bool("train.calculate_per_token_loss");
   // Log-probs are taken at the sampling temperature (greedy rollouts: 1).

@@ -53,6 +53,7 @@ struct TrainerConfig {
   // rollout's (no forward pass of their own: Trainer::old_from_rollout).
   bool exact_on_policy = false;
   bool synchronous = true;  // train.async = "off"
+  bool recompute_old_log_probs = false;  // debug.recompute_old_log_probs: the pass runs anyway
   MismatchConfig mismatch;  // with use_tis: the correction (train/mismatch_correction.h)
   bool calculate_per_token_loss = false;
   bool normalize_advantages = false;

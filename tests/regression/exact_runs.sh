@@ -9,7 +9,8 @@
 #    the machine loaded differently (a busy process on every core during the second run),
 #    and at np 2 colocated;
 #  * with 2 optimizer steps a rollout the old log-probs are the rollout's (the log says
-#    their forward pass is skipped), and the first step's PPO KL is exactly 0;
+#    their forward pass is skipped), and the first step's PPO KL is exactly 0; with the
+#    pass forced (debug.recompute_old_log_probs) it gives the rollout's bits;
 #  * an MoE policy with expert parallelism 2 at np 4, tensor parallelism (trainers and an
 #    engine of 2 with sequence parallelism; 4 colocated) and prefill/decode
 #    disaggregation at np 3: exactly 0 too;
@@ -35,6 +36,8 @@ run 2 colocated_again "${exact[@]}" "${one_step[@]}" --set parallel.placement=co
 /usr/bin/python3 tests/regression/compare_runs.py "$out/colocated" "$out/colocated_again"
 run 4 two_steps "${exact[@]}"
 grep -q "exact on-policy: the old log-probs are the rollout's" "$out/two_steps.log"
+run 4 two_steps_recomputed "${exact[@]}" --set debug.recompute_old_log_probs=true
+! grep -q "exact on-policy: the old log-probs are the rollout's" "$out/two_steps_recomputed.log"
 run 4 moe "${exact[@]}" "${one_step[@]}" --set model.n_experts=4 --set model.n_experts_per_tok=2 \
     --set model.moe_intermediate_size=32 --set parallel.expert_parallel=2
 # Tensor parallelism: trainers of 2 and an engine of 2 (split, with sequence parallelism),
@@ -55,7 +58,7 @@ def steps(name):
     f = h5py.File(f"{out}/{name}/metrics.h5")
     s = f["steps"]
     return s, s["step"][:] < 3  # the last row is the final evaluation's
-for name in ["exact", "colocated", "moe", "tp2", "tp4", "pd"]:
+for name in ["exact", "colocated", "moe", "tp2", "tp4", "pd", "two_steps_recomputed"]:
     s, rows = steps(name)
     gap = s["train/train_rollout_logprob_abs_diff"][rows]
     assert len(gap) == 3 and np.all(gap == 0.0), (name, gap)

@@ -62,6 +62,9 @@ TEST(BatchInvariantKernels, ARowIsTheSameBitsAloneAndAmongOthers) {
   const at::Tensor w = at::randn({96, 80}), norm_w = at::randn({80}), bias = at::randn({96});
   expect_rows_invariant([&](const at::Tensor& x) { return batch_invariant_linear(x, w, bias); }, at::randn({80}),
                         "linear");
+  const at::Tensor wide = at::randn({40, 600});  // K >= kBatchInvariantWideK: 16 lanes
+  expect_rows_invariant([&](const at::Tensor& x) { return batch_invariant_linear(x, wide); }, at::randn({600}),
+                        "linear (16 lanes)");
   expect_rows_invariant([&](const at::Tensor& x) { return rms_norm_rows(x, norm_w, 1e-6); }, at::randn({80}),
                         "rms_norm");
   expect_rows_invariant([&](const at::Tensor& x) { return softmax_rows(x); }, at::randn({80}) * 4, "softmax");
@@ -85,6 +88,22 @@ TEST(BatchInvariantKernels, ARowIsTheSameBitsAloneAndAmongOthers) {
         return attention_rows(q, k, v, slots, at::zeros({R}, at::kLong), at::full({R}, 29, at::kLong));
       },
       at::randn({4, 16}), "attention");
+}
+
+// The product's 16 lanes are one register on x86-64-v4 and two halves on -v3: the same
+// operations, the same bits (K = 200: 8 lanes and a tail of 0; K = 520: 16 lanes and a
+// tail of 8).
+TEST(BatchInvariantKernels, ProductIsTheSameBitsOnX86_64V3AndV4) {
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("x86-64-v4")) GTEST_SKIP() << "this CPU has no x86-64-v4";
+  at::manual_seed(5);
+  for (int64_t K : {200, 520})
+    for (int64_t M : {1, 5, 8, 70}) {
+      const at::Tensor x = at::randn({M, K}), w = at::randn({37, K});
+      EXPECT_TRUE(same_bits(batch_invariant_linear(x, w, {}, SmallBatchLinearCode::X86_64_V4),
+                            batch_invariant_linear(x, w, {}, SmallBatchLinearCode::X86_64_V3)))
+          << M << " rows of " << K;
+    }
 }
 
 TEST(BatchInvariantKernels, AgreeWithAtenToRoundOff) {
