@@ -246,7 +246,7 @@ void check_engine_tensor_parallel(const Deck& deck, const ModelConfig& model, bo
 
 }  // namespace
 
-void check_exact_on_policy(const Deck& deck, const ModelConfig& model) {
+void check_exact_on_policy(const Deck& deck, const ModelConfig& model, bool trainer_scores_engines) {
   if (deck.get_string("train.on_policy") != "exact") return;
   const std::string why = fmt::format("train.on_policy = \"exact\" ({})", deck.source("train.on_policy"));
   for (const char* key : {"train.precision", "rollout.precision"})
@@ -258,7 +258,7 @@ void check_exact_on_policy(const Deck& deck, const ModelConfig& model) {
                     deck.get_string("rollout.kv_cache_dtype"), deck.source("rollout.kv_cache_dtype"));
   // A row-parallel layer's sum is over the group's parts: the same parts only in groups
   // of one size (colocated too: engines of one rank there run a whole copy of the model).
-  if (deck.get_int("parallel.tensor_parallel") != deck.get_int("rollout.tensor_parallel"))
+  if (trainer_scores_engines && deck.get_int("parallel.tensor_parallel") != deck.get_int("rollout.tensor_parallel"))
     SLIMPI_FAIL_ALL("{} needs engines of the trainers' tensor size: parallel.tensor_parallel = {} ({}), "
                     "rollout.tensor_parallel = {} ({})", why, deck.get_int("parallel.tensor_parallel"),
                     deck.source("parallel.tensor_parallel"), deck.get_int("rollout.tensor_parallel"),
@@ -293,7 +293,7 @@ RunConfigs check_run_deck(const Deck& deck, const WorldLayout& layout) {
   check_debug_modes(deck);
   RunConfigs c;
   c.model = ModelConfig::from_deck(deck);
-  check_exact_on_policy(deck, c.model);
+  check_exact_on_policy(deck, c.model, rl);
   c.trainer = TrainerConfig::from_deck(deck);
   check_tensor_parallel(deck, c.model, layout);
   check_engine_tensor_parallel(deck, c.model, rl);

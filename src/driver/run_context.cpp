@@ -109,6 +109,14 @@ RunContext set_up_run(MPI_Comm world, const std::string& deck_path, const std::v
     SLIMPI_FAIL_ALL("train.on_policy = \"exact\" ({}) runs on the CPU in this version; run.device = \"{}\" ({}) chose "
                     "the GPU: set run.device = \"cpu\"", ctx.deck.source("train.on_policy"),
                     ctx.deck.get_string("run.device"), ctx.deck.source("run.device"));
+  if (exact) {  // one kernel level on every rank, or the ranks' products round apart
+    int level[2] = {exact_kernel_level(), -exact_kernel_level()};  // MAX of both: the highest and the lowest
+    MPI_Allreduce(MPI_IN_PLACE, level, 2, MPI_INT, MPI_MAX, world);
+    if (level[0] != -level[1])
+      SLIMPI_FAIL_ALL("train.on_policy = \"exact\" ({}) needs every rank on CPUs of one x86-64 level (their kernels "
+                      "round alike); this job's ranks run x86-64-v{} and -v{} code: place it on one kind of node",
+                      ctx.deck.source("train.on_policy"), -level[1], level[0]);
+  }
   set_exact_numerics(exact);
 
   const std::string resolved = ctx.deck.to_toml();

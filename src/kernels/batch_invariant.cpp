@@ -43,7 +43,8 @@ template <class Acc, class Term>
 [[gnu::always_inline]] inline float exp_fixed(float x) {
   const bool zero = x < -87.0f;
   const float xc = std::min(std::max(x, -87.0f), 88.0f);
-  const float n = __builtin_floorf(xc * 1.44269504088896341f + 0.5f);
+  const float n_or_nan = __builtin_floorf(xc * 1.44269504088896341f + 0.5f);
+  const float n = n_or_nan == n_or_nan ? n_or_nan : 0.0f;  // (NaN: a defined conversion below; p stays NaN)
   float r = xc - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
   const float z = r * r;
@@ -319,6 +320,15 @@ at::Tensor attention_rows(const at::Tensor& q, const at::Tensor& k, const at::Te
 }
 
 void set_exact_numerics(bool on) { exact_on.store(on); }
+
+int exact_kernel_level() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("x86-64-v4") ? 4 : __builtin_cpu_supports("x86-64-v3") ? 3 : 1;
+#else
+  return 0;
+#endif
+}
 bool exact_numerics() { return exact_on.load(); }
 
 }  // namespace slimpi

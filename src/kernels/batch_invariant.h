@@ -73,4 +73,9 @@ at::Tensor attention_rows(const at::Tensor& q, const at::Tensor& k, const at::Te
 void set_exact_numerics(bool on);
 bool exact_numerics();
 
+// The code level the kernels run on this CPU: 4 (x86-64-v4), 3 (-v3) or 1 (plain x86-64,
+// whose products round apart from the fused multiply-adds of the others). Ranks that
+// compare log-probs must run one level (driver/run_context.cpp checks it).
+int exact_kernel_level();
+
 }  // namespace slimpi

@@ -5,6 +5,7 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <slimpi/error.h>
 
+#include "kernels/batch_invariant.h"
 #include "kernels/small_batch_linear.h"
 #include "model/exact_ops.h"
 #include "parallel/comm.h"
@@ -94,7 +95,8 @@ std::pair<at::Tensor, at::Tensor> route(const at::Tensor& h, const MoeWeights& w
   auto as_used = [&](const at::Tensor& t) { return (bf16 ? t.to(at::kBFloat16) : t).to(at::kFloat); };
   {
     const c10::impl::ExcludeDispatchKeyGuard fp32(c10::autocast_dispatch_keyset);
-    router_logits = at::linear(h.to(at::kFloat), as_used(w.router));  // [T, E]
+    router_logits = exact_numerics() ? dense(h.to(at::kFloat), as_used(w.router))        // [T, E]
+                                     : at::linear(h.to(at::kFloat), as_used(w.router));
   }
   const at::Tensor scores = sigmoid_of(router_logits);  // [T, E]
   at::Tensor choice = (w.score_bias.defined() ? scores + as_used(w.score_bias.detach()) : scores).detach();

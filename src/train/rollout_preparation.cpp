@@ -14,6 +14,7 @@
 #include <slimpi/error.h>
 
 #include <cmath>
+#include <limits>
 
 #include "core/log.h"
 #include "train/advantages.h"
@@ -66,21 +67,31 @@ std::map<std::string, double> Trainer::prepare_rollout(std::vector<Sample>& loca
 }
 
 bool Trainer::old_from_rollout(const std::vector<Sample>& local) const {
-  if (!cfg_.exact_on_policy || !cfg_.synchronous || cfg_.recompute_old_log_probs) return false;
-  // Every token of every sample from one version of the weights (this rollout's: the
-  // loop is synchronous), with its rollout log-prob; agreed over the data-parallel ranks,
-  // since the forward it replaces is collective there.
-  int32_t ok = 1;
-  int64_t version = -1;
+  if (!cfg_.exact_on_policy || !cfg_.rollouts_from_current_weights || cfg_.recompute_old_log_probs) return false;
+  // Every response token of every sample sampled by one version of the weights, the same
+  // on every data-parallel rank (the rollout of this step: the loop is synchronous and the
+  // rollouts were not replayed from a file), with its rollout log-prob, and no token the
+  // engine did not sample (an environment's observation tokens carry a placeholder 0).
+  // Agreed over dp, since the forward it replaces is collective there.
+  int64_t ok = 1, lo = std::numeric_limits<int64_t>::max(), hi = std::numeric_limits<int64_t>::min();
   for (const Sample& s : local) {
-    if (int64_t(s.rollout_log_probs.size()) != s.response_length()) ok = 0;
+    const int64_t R = s.response_length();
+    if (int64_t(s.rollout_log_probs.size()) != R || int64_t(s.weight_versions.size()) != R) ok = 0;
     for (int64_t v : s.weight_versions) {
-      if (version < 0) version = v;
-      if (v != version) ok = 0;
+      lo = std::min(lo, v);
+      hi = std::max(hi, v);
     }
+    for (float m : s.loss_mask)
+      if (m != 1.0f) ok = 0;
   }
-  if (dp_) dp_->allreduce(&ok, 1, DType::I32, ReduceOp::Min);
-  return ok == 1;
+  if (dp_) {
+    int64_t neg_lo = -lo, agree[3] = {-ok, neg_lo, hi};  // one MAX: of -ok (any 0 wins), of -lo, of hi
+    dp_->allreduce(agree, 3, DType::I64, ReduceOp::Max);
+    ok = -agree[0];
+    lo = -agree[1];
+    hi = agree[2];
+  }
+  return ok == 1 && lo == hi;
 }
 
 void Trainer::score_rollout(std::vector<Sample>& local, bool with_old) {

@@ -139,7 +139,7 @@ TrainerConfig TrainerConfig::from_deck(const Deck& deck) {
   c.moe_z_loss_coef = deck.get_float("train.moe_z_loss_coef");
   c.use_tis = deck.get_bool("train.use_tis");
   c.exact_on_policy = deck.get_string("train.on_policy") == "exact";
-  c.synchronous = deck.get_string("train.async") == "off";
+  c.rollouts_from_current_weights = deck.get_string("train.async") == "off" && !deck.get_bool("debug.train_only");
   c.recompute_old_log_probs = deck.get_bool("debug.recompute_old_log_probs");
   if (c.recompute_old_log_probs && !c.exact_on_policy)
     SLIMPI_FAIL_ALL("debug.recompute_old_log_probs ({}) applies to train.on_policy = \"exact\" only (without it the "

@@ -49,10 +49,10 @@ struct TrainerConfig {
   double moe_z_loss_coef = 0.0;
   bool use_tis = false;
   // train.on_policy = "exact" (kernels/batch_invariant.h): the engine's log-probs are the
-  // trainer's bit for bit; with train.async = "off" the old log-probs are then the
-  // rollout's (no forward pass of their own: Trainer::old_from_rollout).
+  // trainer's bit for bit; with rollouts of the current weights the old log-probs are then
+  // the rollout's (no forward pass of their own: Trainer::old_from_rollout).
   bool exact_on_policy = false;
-  bool synchronous = true;  // train.async = "off"
+  bool rollouts_from_current_weights = true;  // train.async = "off" and not debug.train_only
   bool recompute_old_log_probs = false;  // debug.recompute_old_log_probs: the pass runs anyway
   MismatchConfig mismatch;  // with use_tis: the correction (train/mismatch_correction.h)
   bool calculate_per_token_loss = false;

@@ -260,6 +260,21 @@ TEST(ExactOnPolicy, MixtureOfExpertsRoutingIncluded) {
   }
 }
 
+// A width where the products take 16 lanes (K = 512: kBatchInvariantWideK) and MKL's
+// GEMM would block rows differently: DeepSeekMoE routing (the sigmoid router's product).
+TEST(ExactOnPolicy, WideModelWithDeepSeekMoeRouting) {
+  const ExactNumerics exact;
+  ModelConfig c = moe_model(/*deepseek=*/true);
+  c.hidden_size = 512;
+  c.n_heads = 8;
+  c.n_kv_heads = 4;
+  c.intermediate_size = 128;
+  c.moe_intermediate_size = 64;
+  c.init_std = 0.05;
+  const Transformer m(c, 13, at::kCPU);
+  expect_bit_for_bit(m, tight_engine(), requests(6, 3, 1.0, 0, 1.0), 1.0, true);
+}
+
 TEST(ExactOnPolicy, SpeculativeDecodingsVerifyPassToo) {
   const ExactNumerics exact;
   ModelConfig c = dense_model();
