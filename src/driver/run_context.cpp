@@ -1,5 +1,6 @@
 #include "driver/run_context.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <slimpi/error.h>
 
 #include <fcntl.h>
@@ -11,6 +12,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 
 #include "config/deck_broadcast.h"
 #include "driver/check_run_deck.h"
@@ -18,6 +20,7 @@
 #include "core/log.h"
 #include "core/runtime_info.h"
 #include "kernels/batch_invariant.h"
+#include "kernels/counter_rng.h"
 #include "parallel/mpi_bytes.h"
 #include "parallel/watchdog.h"
 
@@ -118,6 +121,14 @@ RunContext set_up_run(MPI_Comm world, const std::string& deck_path, const std::v
                       ctx.deck.source("train.on_policy"), -level[1], level[0]);
   }
   set_exact_numerics(exact);
+  // torch's default CPU generator, which libtorch seeds from the OS at load: nothing of
+  // slimpi draws from it (every draw has its own generator or counter), but checkpoints
+  // record its state, so it is seeded from run.seed and the rank, and a run's files repeat.
+  {
+    at::Generator gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_current_seed(mix_seed(uint64_t(ctx.deck.get_int("run.seed")), 0x746f726368ull, uint64_t(ctx.world->rank())));
+  }
 
   const std::string resolved = ctx.deck.to_toml();
   run_on_all_and_agree(world, "run directory " + ctx.run_dir, [&] {

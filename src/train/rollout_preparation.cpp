@@ -101,7 +101,8 @@ void Trainer::score_rollout(std::vector<Sample>& local, bool with_old) {
       log::info("exact on-policy: the old log-probs are the rollout's, bit for bit the trainer's (their forward "
                 "pass over the batch is skipped)");
     said_old_from_rollout_ = true;
-    for (Sample& s : local) s.old_log_probs = s.rollout_log_probs;
+    for (Sample& s : local) s.old_log_probs = s.rollout_log_probs;  // (for the KL and distillation terms below)
+    old_from_first_step_ = true;
   } else if (with_old) {
     compute_log_probs(local, /*reference=*/false);
   }

@@ -11,6 +11,7 @@ namespace slimpi {
 
 std::map<std::string, double> Trainer::train_rollout(std::vector<Sample>& local, int64_t n_steps, int64_t step) {
   std::map<std::string, double> metrics;
+  const bool old_copied = old_from_first_step_;  // (Trainer::old_from_first_step_)
   // The rollout's samples in n_steps consecutive parts, one optimizer step each.
   const size_t n_local = local.size();
   auto each_part = [&](auto&& step_on) {
@@ -44,8 +45,19 @@ std::map<std::string, double> Trainer::train_rollout(std::vector<Sample>& local,
       sums[k] += v / double(n_steps);
       if (k.rfind("train/", 0) == 0) metrics[fmt::format("train_step/{}/{}", s, k.substr(6))] = v;
     }
+    old_from_first_step_ = false;  // (the first step wrote its forward's log-probs into the samples)
   });
+  old_from_first_step_ = false;  // (also when the policy was not trained)
   for (const auto& [k, v] : sums) metrics[k] = v;
+  if (old_copied && train_policy) {
+    // The old log-probs came from the rollout (exact on-policy): only the first step's
+    // part had them replaced by the trainer's own forward; the later parts' would compare
+    // the rollout's with themselves. The trainer-engine gap is the first step's.
+    const std::string gap = "train/train_rollout_logprob_abs_diff";
+    if (metrics.count("train_step/0/train_rollout_logprob_abs_diff"))
+      metrics[gap] = metrics["train_step/0/train_rollout_logprob_abs_diff"];
+    for (int64_t s = 1; s < n_steps; ++s) metrics.erase(fmt::format("train_step/{}/train_rollout_logprob_abs_diff", s));
+  }
   metrics["train/optimizer_steps"] = train_policy ? double(n_steps) : 0.0;
   return metrics;
 }

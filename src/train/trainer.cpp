@@ -340,13 +340,14 @@ ScoredMicroBatch Trainer::score_micro_batch(std::vector<Sample>& local, const st
 
 at::Tensor Trainer::old_log_probs(std::vector<Sample>& local, const std::vector<int64_t>& which,
                                   const at::Tensor& logp) const {
-  bool have_old = true;
+  bool have_old = !old_from_first_step_;  // (exact on-policy: the first step's forward is the old policy's)
   for (int64_t i : which) have_old = have_old && !local[i].old_log_probs.empty();
   // Gathered either way: the gather checks every sample's vector has one entry a token.
   at::Tensor stored = gather_field(local, which, &Sample::old_log_probs, 0.0f, policy_.device());
   if (have_old) return stored;
-  // One step per rollout: this forward's policy is the old one (ρ = 1); the samples
-  // keep it (rollouts.h5 records it).
+  // One step per rollout, or the first step when the old log-probs came from the rollout:
+  // this forward's policy is the old one (ρ = 1); the samples keep it (rollouts.h5
+  // records it).
   at::Tensor old = logp.detach();
   at::Tensor captured = old.cpu().contiguous();
   int64_t start = 0;

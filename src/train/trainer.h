@@ -202,6 +202,12 @@ class Trainer {
   void arm_overlapped_reduction();
 
   bool said_old_from_rollout_ = false;  // the log line of old_from_rollout, once a run
+  // Set when prepare_rollout took the old log-probs from the rollout: the rollout's first
+  // optimizer step replaces them with its own forward's (the trainer's numbers under the
+  // rollout's weights, bits equal to the engine's), so that
+  // train/train_rollout_logprob_abs_diff compares the trainer with the engine, not the
+  // rollout with itself. Cleared after that step.
+  bool old_from_first_step_ = false;
   Comm* expert_group_ = nullptr;     // the policy's expert-parallel group (null: no expert parallelism)
   Comm* expert_replicas_ = nullptr;  // ranks holding this rank's experts
   Comm* tensor_group_ = nullptr;     // the policy's tensor-parallel group (null: no tensor parallelism)

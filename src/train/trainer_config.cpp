@@ -143,7 +143,7 @@ TrainerConfig TrainerConfig::from_deck(const Deck& deck) {
   c.recompute_old_log_probs = deck.get_bool("debug.recompute_old_log_probs");
   if (c.recompute_old_log_probs && !c.exact_on_policy)
     SLIMPI_FAIL_ALL("debug.recompute_old_log_probs ({}) applies to train.on_policy = \"exact\" only (without it the "
-                    "old log-probs are always recomputed); train.on_policy is \"{}\" ({})",
+                    "old log-probs always come from the trainer's forward); train.on_policy is \"{}\" ({})",
                     deck.source("debug.recompute_old_log_probs"), deck.get_string("train.on_policy"),
                     deck.source("train.on_policy"));
   c.mismatch = MismatchConfig::from_deck(deck);

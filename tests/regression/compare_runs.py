@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Asserts that two run directories hold the same run, bit for bit.
 
-Usage: compare_runs.py RUN_A RUN_B [--engine-scheduling-varies ATOL]
+Usage: compare_runs.py RUN_A RUN_B [--engine-scheduling-varies ATOL] [--with-rng]
 --engine-scheduling-varies: with several engines fed by a router, an engine's batches
 depend on when requests arrive, and so do a token's engine log-prob (the batch it was
 computed in) and the prefix cache's hits. Then the engine's log-probs (rollouts.h5
@@ -11,7 +11,8 @@ rollout/prefix_cache_hit_rate, rollout/preemptions) are not compared; every toke
 reward, trainer-side value and weight still must be equal bit for bit.
 metrics.h5: the same steps and, in every column but measurements of the machine
 (perf/*_time, perf/*_s seconds, time/*, tokens/s, GB/s, resident memory perf/*_rss_mb), the same values (NaN where NaN); rollouts.h5: every dataset equal;
-the final trainer_state.h5: the same model and optimizer tensors.
+the final trainer_state.h5: the same model and optimizer tensors (--with-rng: and the
+recorded generator states, rng/*, which a run seeds from run.seed).
 """
 import sys
 
@@ -24,6 +25,9 @@ if "--engine-scheduling-varies" in args:
     i = args.index("--engine-scheduling-varies")
     engine_atol = float(args[i + 1])
     del args[i:i + 2]
+with_rng = "--with-rng" in args
+if with_rng:
+    args.remove("--with-rng")
 a, b = args[0], args[1]
 
 
@@ -79,7 +83,7 @@ with h5py.File(f"{a}/trainer_state.h5") as fa, h5py.File(f"{b}/trainer_state.h5"
     tensors = []
     fa.visit(lambda n: tensors.append(n) if isinstance(fa[n], h5py.Dataset) else None)
     for n in tensors:
-        if n.startswith("rng/"):
+        if n.startswith("rng/") and not with_rng:
             continue
         assert same(fa[n][:], fb[n][:]), f"trainer_state.h5 {n} differs"
 

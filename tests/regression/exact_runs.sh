@@ -5,7 +5,8 @@
 #    token is the engine's bit for bit: train/train_rollout_logprob_abs_diff is exactly 0
 #    every step (and not without the mode), and rollouts.h5's old_log_probs (the
 #    training forward's) equal its rollout_log_probs;
-#  * the run repeats bit for bit (metrics, rollouts, trainer state; timings aside) with
+#  * the run repeats bit for bit (metrics, rollouts, trainer state with its recorded
+#    generator states; timings aside) with
 #    the machine loaded differently (a busy process on every core during the second run),
 #    and at np 2 colocated;
 #  * with 2 optimizer steps a rollout the old log-probs are the rollout's (the log says
@@ -19,7 +20,10 @@
 set -euo pipefail
 source "$(dirname "$0")/run_helpers.sh"
 regression_setup "$@"
-args=(run inputs/smoke_rl.toml --set run.n_steps=3 --set rollout.temperature=1.0 --set model.init_std=0.2)
+# (f1 rewards and an entropy term: the policy moves every step, so the later steps'
+# rollouts and the trainer state depend on what was learnt)
+args=(run inputs/smoke_rl.toml --set run.n_steps=3 --set rollout.temperature=1.0 --set model.init_std=0.2
+      --set reward.style=f1 --set train.entropy_coef=0.01)
 exact=(--set train.on_policy=exact)
 one_step=(--set train.global_batch_size=32)
 
@@ -30,10 +34,10 @@ run 4 plain "${one_step[@]}"
 busy=$!
 run 4 exact_loaded "${exact[@]}" "${one_step[@]}"
 pkill -P $busy 2>/dev/null || true; kill $busy 2>/dev/null || true
-/usr/bin/python3 tests/regression/compare_runs.py "$out/exact" "$out/exact_loaded"
+/usr/bin/python3 tests/regression/compare_runs.py "$out/exact" "$out/exact_loaded" --with-rng
 run 2 colocated "${exact[@]}" "${one_step[@]}" --set parallel.placement=colocate
 run 2 colocated_again "${exact[@]}" "${one_step[@]}" --set parallel.placement=colocate
-/usr/bin/python3 tests/regression/compare_runs.py "$out/colocated" "$out/colocated_again"
+/usr/bin/python3 tests/regression/compare_runs.py "$out/colocated" "$out/colocated_again" --with-rng
 run 4 two_steps "${exact[@]}"
 grep -q "exact on-policy: the old log-probs are the rollout's" "$out/two_steps.log"
 run 4 two_steps_recomputed "${exact[@]}" --set debug.recompute_old_log_probs=true
@@ -79,7 +83,12 @@ print(f"plain: |trainer - engine| mean {gap.mean():.2e} per step (not 0)")
 s, rows = steps("two_steps")
 kl0 = s["train_step/0/ppo_kl"][rows] if "train_step/0/ppo_kl" in s else None
 assert kl0 is not None and np.all(kl0 == 0.0), ("first step's ppo_kl", kl0)
-print("two_steps: old log-probs from the rollout; the first optimizer step's ppo_kl is exactly 0")
+# The first step's part: the trainer's forward against the engine's (not the copy against itself).
+gap = s["train/train_rollout_logprob_abs_diff"][rows]
+assert np.array_equal(gap, s["train_step/0/train_rollout_logprob_abs_diff"][rows]) and np.all(gap == 0.0), gap
+assert "train_step/1/train_rollout_logprob_abs_diff" not in s, "the second step's gap compares the copy with itself"
+assert np.all(s["train_step/1/ppo_kl"][rows] != 0.0), "the policy did not move"
+print("two_steps: old log-probs from the rollout; the first step's forward equals them: gap and ppo_kl exactly 0")
 PY
 
 refused bf16 'train.on_policy = "exact"' 2 "${exact[@]}" --set train.precision=bf16
