@@ -253,9 +253,6 @@ void check_exact_on_policy(const Deck& deck, const ModelConfig& model, bool trai
     if (deck.get_string(key) != "fp32")
       SLIMPI_FAIL_ALL("{} runs fp32 forwards only; {} = \"{}\" ({}): set it to \"fp32\" or drop train.on_policy", why,
                       key, deck.get_string(key), deck.source(key));
-  if (deck.get_string("rollout.kv_cache_dtype") != "auto")
-    SLIMPI_FAIL_ALL("{} keeps keys and values in fp32; rollout.kv_cache_dtype = \"{}\" ({}): drop the key", why,
-                    deck.get_string("rollout.kv_cache_dtype"), deck.source("rollout.kv_cache_dtype"));
   // A row-parallel layer's sum is over the group's parts: the same parts only in groups
   // of one size (colocated too: engines of one rank there run a whole copy of the model).
   if (trainer_scores_engines && deck.get_int("parallel.tensor_parallel") != deck.get_int("rollout.tensor_parallel"))

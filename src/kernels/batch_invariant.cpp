@@ -1,8 +1,11 @@
 #include "kernels/batch_invariant.h"
 
+#include "kernels/e4m3.h"
 #include "kernels/parallel_for.h"
 
 #include <ATen/ATen.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Float8_e4m3fn.h>
 #include <slimpi/error.h>
 
 #include <algorithm>
@@ -128,22 +131,37 @@ SLIMPI_BI_CLONES void divide_row(const float* x, float t, float* z, int64_t n) {
 // One sequence's query rows against one kv head and its g query heads (see
 // attention_rows). The sequence's keys of that head are first laid out transposed, KT[d][t]
 // (so that a score row is D vectorised passes over t, each score summed over d in order);
-// the values are read where they lie. Every row's numbers depend on its query, its n keys
-// and nothing else. rows: the query rows (indices into q and out), n_keys: each row's.
-SLIMPI_BI_CLONES void attention_group(const float* q, const float* K, const float* V, const int64_t* slots,
-                                      const std::vector<int64_t>& rows, const int64_t* n_keys, int64_t kvh, int64_t H,
-                                      int64_t Hkv, int64_t D, float* out) {
+// the values are read as fp32 rows too, VT [n_max, D]. A cache of bf16 or e4m3 (times the
+// head's scale) is read as its fp32 values (kernels/e4m3.h). Every row's numbers depend on
+// its query, its n keys and nothing else. rows: the query rows (indices into q and out),
+// n_keys: each row's.
+[[gnu::always_inline]] inline float as_fp32(float x, float) { return x; }
+[[gnu::always_inline]] inline float as_fp32(c10::BFloat16 x, float) { return static_cast<float>(x); }
+[[gnu::always_inline]] inline float as_fp32(c10::Float8_e4m3fn x, float scale) {
+  return e4m3_to_float(std::bit_cast<uint8_t>(x)) * scale;
+}
+
+template <class KV>
+[[gnu::always_inline]] inline void attention_group(const float* q, const KV* K, const KV* V, const float* k_scale,
+                                                   const float* v_scale, const int64_t* slots,
+                                                   const std::vector<int64_t>& rows, const int64_t* n_keys, int64_t kvh,
+                                                   int64_t H, int64_t Hkv, int64_t D, float* out) {
   const int64_t g = H / Hkv, stride = Hkv * D;
   int64_t n_max = 0;
   for (int64_t r : rows) n_max = std::max(n_max, n_keys[r]);
   const float inv_sqrt_d = static_cast<float>(1.0 / std::sqrt(double(D)));
-  float* kt = scratch(0, D * n_max + n_max + 2 * D).data();  // KT [D, n_max], then s [n_max], qs [D], tile [D]
-  float* s = kt + D * n_max;
+  // KT [D, n_max], VT [n_max, D], then s [n_max], qs [D], tile [D]
+  float* kt = scratch(0, 2 * D * n_max + n_max + 2 * D).data();
+  float* vt_rows = kt + D * n_max;
+  float* s = vt_rows + D * n_max;
   float* qs = s + n_max;
   float* tile = qs + D;
+  const float ks = k_scale ? k_scale[kvh] : 1.0f, vs = v_scale ? v_scale[kvh] : 1.0f;
   for (int64_t t = 0; t < n_max; ++t) {
-    const float* k = K + slots[t] * stride + kvh * D;
-    for (int64_t d = 0; d < D; ++d) kt[d * n_max + t] = k[d];
+    const KV* k = K + slots[t] * stride + kvh * D;
+    const KV* v = V + slots[t] * stride + kvh * D;
+    for (int64_t d = 0; d < D; ++d) kt[d * n_max + t] = as_fp32(k[d], ks);
+    for (int64_t d = 0; d < D; ++d) vt_rows[t * D + d] = as_fp32(v[d], vs);
   }
   constexpr int64_t kTile = 64;
   for (int64_t r : rows) {
@@ -169,7 +187,7 @@ SLIMPI_BI_CLONES void attention_group(const float* q, const float* K, const floa
         std::fill(tile, tile + D, 0.0f);
         for (int64_t t = t0; t < std::min(n, t0 + kTile); ++t) {
           const float p = s[t];
-          const float* vt = V + slots[t] * stride + kvh * D;
+          const float* vt = vt_rows + t * D;
 #pragma omp simd
           for (int64_t d = 0; d < D; ++d) tile[d] = tile[d] + p * vt[d];
         }
@@ -180,6 +198,26 @@ SLIMPI_BI_CLONES void attention_group(const float* q, const float* K, const floa
       for (int64_t d = 0; d < D; ++d) oh[d] = oh[d] * inv;
     }
   }
+}
+
+// attention_group for each storage of the keys and values, one clone per CPU level.
+SLIMPI_BI_CLONES void attention_group_f32(const float* q, const float* K, const float* V, const float*, const float*,
+                                          const int64_t* slots, const std::vector<int64_t>& rows,
+                                          const int64_t* n_keys, int64_t kvh, int64_t H, int64_t Hkv, int64_t D,
+                                          float* out) {
+  attention_group(q, K, V, nullptr, nullptr, slots, rows, n_keys, kvh, H, Hkv, D, out);
+}
+SLIMPI_BI_CLONES void attention_group_bf16(const float* q, const c10::BFloat16* K, const c10::BFloat16* V,
+                                           const float*, const float*, const int64_t* slots,
+                                           const std::vector<int64_t>& rows, const int64_t* n_keys, int64_t kvh,
+                                           int64_t H, int64_t Hkv, int64_t D, float* out) {
+  attention_group(q, K, V, nullptr, nullptr, slots, rows, n_keys, kvh, H, Hkv, D, out);
+}
+SLIMPI_BI_CLONES void attention_group_e4m3(const float* q, const c10::Float8_e4m3fn* K, const c10::Float8_e4m3fn* V,
+                                           const float* k_scale, const float* v_scale, const int64_t* slots,
+                                           const std::vector<int64_t>& rows, const int64_t* n_keys, int64_t kvh,
+                                           int64_t H, int64_t Hkv, int64_t D, float* out) {
+  attention_group(q, K, V, k_scale, v_scale, slots, rows, n_keys, kvh, H, Hkv, D, out);
 }
 
 std::atomic<bool> exact_on{false};
@@ -277,9 +315,19 @@ at::Tensor token_log_probs_rows(const at::Tensor& logits, const at::Tensor& temp
 }
 
 at::Tensor attention_rows(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& key_slots,
-                          const at::Tensor& seq_of_row, const at::Tensor& n_keys) {
-  const at::Tensor qc = host_fp32(q, "attention_rows"), kc = host_fp32(k, "attention_rows"),
-                   vc = host_fp32(v, "attention_rows");
+                          const at::Tensor& seq_of_row, const at::Tensor& n_keys, const at::Tensor& k_scale,
+                          const at::Tensor& v_scale) {
+  const at::Tensor qc = host_fp32(q, "attention_rows");
+  const at::ScalarType storage = k.scalar_type();
+  const bool e4m3 = storage == at::kFloat8_e4m3fn;
+  SLIMPI_CHECK(k.is_cpu() && v.is_cpu() && v.scalar_type() == storage &&
+                   (storage == at::kFloat || storage == at::kBFloat16 || e4m3),
+               "attention_rows: host keys and values of fp32, bf16 or e4m3 (one dtype)");
+  const at::Tensor kc = k.contiguous(), vc = v.contiguous();
+  const at::Tensor ksc = e4m3 ? k_scale.to(at::kFloat).contiguous() : at::Tensor();
+  const at::Tensor vsc = e4m3 ? v_scale.to(at::kFloat).contiguous() : at::Tensor();
+  SLIMPI_CHECK(!e4m3 || (ksc.numel() == k.size(1) && vsc.numel() == k.size(1)),
+               "attention_rows: an e4m3 cache needs a scale per kv head ({})", k.size(1));
   SLIMPI_CHECK(qc.dim() == 3 && kc.dim() == 3 && kc.sizes() == vc.sizes() && kc.size(2) == qc.size(2) &&
                    kc.size(1) > 0 && qc.size(1) % kc.size(1) == 0,
                "attention_rows: q {} against k/v {}", c10::str(qc.sizes()), c10::str(kc.sizes()));
@@ -306,20 +354,36 @@ at::Tensor attention_rows(const at::Tensor& q, const at::Tensor& k, const at::Te
                    "attention_rows: sequence {} key {} at slot {} of {}", b, t, sp[b * max_keys + t], n_slots);
   }
   at::Tensor out = at::empty({R, H, D}, qc.options());
-  const float *qp = qc.data_ptr<float>(), *kp = kc.data_ptr<float>(), *vp = vc.data_ptr<float>();
+  const float* qp = qc.data_ptr<float>();
   float* op = out.data_ptr<float>();
   // A task per (sequence, kv head): tasks write disjoint rows and heads of out.
   at::parallel_for(0, B * Hkv, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t task = t0; task < t1; ++task) {
       const int64_t b = task / Hkv, kvh = task % Hkv;
-      if (!rows_of[size_t(b)].empty())
-        attention_group(qp, kp, vp, sp + b * max_keys, rows_of[size_t(b)], np, kvh, H, Hkv, D, op);
+      const std::vector<int64_t>& rows = rows_of[size_t(b)];
+      if (rows.empty()) continue;
+      const int64_t* bs = sp + b * max_keys;
+      if (storage == at::kFloat)
+        attention_group_f32(qp, kc.data_ptr<float>(), vc.data_ptr<float>(), nullptr, nullptr, bs, rows, np, kvh, H,
+                            Hkv, D, op);
+      else if (storage == at::kBFloat16)
+        attention_group_bf16(qp, kc.data_ptr<c10::BFloat16>(), vc.data_ptr<c10::BFloat16>(), nullptr, nullptr, bs,
+                             rows, np, kvh, H, Hkv, D, op);
+      else
+        attention_group_e4m3(qp, kc.data_ptr<c10::Float8_e4m3fn>(), vc.data_ptr<c10::Float8_e4m3fn>(),
+                             ksc.data_ptr<float>(), vsc.data_ptr<float>(), bs, rows, np, kvh, H, Hkv, D, op);
     }
   });
   return out;
 }
 
 void set_exact_numerics(bool on) { exact_on.store(on); }
+
+namespace {
+std::atomic<at::ScalarType> kv_storage{at::kFloat};
+}  // namespace
+void set_exact_kv_storage(at::ScalarType storage) { kv_storage.store(storage); }
+at::ScalarType exact_kv_storage() { return kv_storage.load(); }
 
 int exact_kernel_level() {
 #if defined(__x86_64__) && defined(__GNUC__)

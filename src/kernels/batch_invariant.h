@@ -61,10 +61,12 @@ at::Tensor token_log_probs_rows(const at::Tensor& logits, const at::Tensor& temp
 //   p_t = exp_fixed(s_t − max s),  S = Σ_t p_t (fp64, in key order)
 //   out = (Σ_t p_t V_t) · float(1 / S)   (fp32, in tiles of 64 keys, each tile's sum
 //                                           added to the total in key order)
-// q [R, H, D], K/V [n_slots, Hkv, D], key_slots [B, max_keys] int64, seq_of_row [R] int64,
-// n_keys [R] int64 -> [R, H, D].
+// q [R, H, D] fp32, K/V [n_slots, Hkv, D] fp32, bf16 or e4m3 (a cache's storage, read as
+// its fp32 values: e4m3 codes times k_scale / v_scale [Hkv] fp32), key_slots [B, max_keys]
+// int64, seq_of_row [R] int64, n_keys [R] int64 -> [R, H, D].
 at::Tensor attention_rows(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& key_slots,
-                          const at::Tensor& seq_of_row, const at::Tensor& n_keys);
+                          const at::Tensor& seq_of_row, const at::Tensor& n_keys, const at::Tensor& k_scale = {},
+                          const at::Tensor& v_scale = {});
 
 // The process-wide switch (set once at start-up from the deck, on every rank, before a
 // model computes): while on, the model's forwards and the log-probs of sampled tokens
@@ -72,6 +74,12 @@ at::Tensor attention_rows(const at::Tensor& q, const at::Tensor& k, const at::Te
 // the engine alike (model/exact_ops.h says where).
 void set_exact_numerics(bool on);
 bool exact_numerics();
+
+// The storage of the engines' key/value cache (rollout.kv_cache_dtype: fp32, bf16 or
+// e4m3), set with the switch: under exact numerics the trainer's attention reads its keys
+// and values as that cache holds them (model/kv_cache.h kv_storage_values). fp32 unless set.
+void set_exact_kv_storage(at::ScalarType storage);
+at::ScalarType exact_kv_storage();
 
 // The code level the kernels run on this CPU: 4 (x86-64-v4), 3 (-v3) or 1 (plain x86-64,
 // whose products round apart from the fused multiply-adds of the others). Ranks that

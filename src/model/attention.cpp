@@ -198,19 +198,26 @@ at::Tensor attend_exact(const at::Tensor& q, const at::Tensor& k, const at::Tens
   const int64_t T = q.size(0), H = q.size(1), D = q.size(2);
   const at::Tensor seq_of_row = a.b_of_t.cpu(), n_keys = a.positions.cpu() + 1;  // [T] each
   if (cache) {
-    SLIMPI_CHECK(!cache->quantized() && !cache->values_are_keys && cache->k[layer].scalar_type() == at::kFloat,
-                 "exact numerics: an fp32 key/value cache is needed (not e4m3, bf16 or a latent cache)");
+    SLIMPI_CHECK(!cache->values_are_keys && cache->k[layer].scalar_type() == exact_kv_storage(),
+                 "exact numerics: a key/value cache of {} (exact_kv_storage) expected, not {}{}",
+                 c10::toString(exact_kv_storage()), c10::toString(cache->k[layer].scalar_type()),
+                 cache->values_are_keys ? " (a latent cache)" : "");
     return attention_rows(q, cache->k[layer], cache->v[layer], a.key_slots.cpu().view({a.n_seqs, a.max_keys}),
-                          seq_of_row, n_keys)
+                          seq_of_row, n_keys, cache->quantized() ? cache->k_scale[layer] : at::Tensor(),
+                          cache->quantized() ? cache->v_scale[layer] : at::Tensor())
         .reshape({T, H * D});
   }
+  // The keys and values as the engines' cache holds them (fp32, or rounded to its bf16 or e4m3).
+  const at::ScalarType storage = exact_kv_storage();
   std::vector<int64_t> slots(size_t(a.n_seqs * a.max_new), 0);  // [B, max_new]: sequence b's rows
   for (int64_t b = 0, start = 0; b < a.n_seqs; start += a.seq_lens[size_t(b)], ++b)
     for (int64_t j = 0; j < a.seq_lens[size_t(b)]; ++j) slots[size_t(b * a.max_new + j)] = start + j;
   const at::Tensor key_slots = at::tensor(slots, at::kLong).view({a.n_seqs, a.max_new});
   // (captured by value: the backward runs after the caller's layout is gone)
-  RecomputedBlock exact = [key_slots, seq_of_row, n_keys, T, H, D](const std::vector<at::Tensor>& in) {
-    return std::vector{attention_rows(in[0], in[1], in[2], key_slots, seq_of_row, n_keys).reshape({T, H * D})};
+  RecomputedBlock exact = [key_slots, seq_of_row, n_keys, T, H, D, storage](const std::vector<at::Tensor>& in) {
+    const at::Tensor k = storage == at::kFloat ? in[1] : kv_storage_values(in[1], storage);
+    const at::Tensor v = storage == at::kFloat ? in[2] : kv_storage_values(in[2], storage);
+    return std::vector{attention_rows(in[0], k, v, key_slots, seq_of_row, n_keys).reshape({T, H * D})};
   };
   if (!at::GradMode::is_enabled() || !(q.requires_grad() || k.requires_grad() || v.requires_grad()))
     return exact({q, k, v})[0];

@@ -1,5 +1,7 @@
 #include "model/kv_cache.h"
 
+#include <slimpi/error.h>
+
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -20,9 +22,10 @@ KvCache KvCache::allocate(const ModelConfig& cfg, int64_t n_slots, const at::Ten
     c.v.push_back(c.values_are_keys ? c.k.back() : at::zeros({n_slots, layer_heads, dim}, options));
   }
   if (options.dtype() == at::kFloat8_e4m3fn)
-    for (size_t l = 0; l < c.k.size(); ++l) {  // the fixed policy: 1 per kv head
-      c.k_scale.push_back(at::ones({heads}, options.dtype(at::kFloat)));
-      c.v_scale.push_back(c.values_are_keys ? c.k_scale.back() : at::ones({heads}, options.dtype(at::kFloat)));
+    for (size_t l = 0; l < c.k.size(); ++l) {  // the fixed policy: kKvCacheScale per kv head
+      c.k_scale.push_back(at::full({heads}, kKvCacheScale, options.dtype(at::kFloat)));
+      c.v_scale.push_back(c.values_are_keys ? c.k_scale.back()
+                                            : at::full({heads}, kKvCacheScale, options.dtype(at::kFloat)));
     }
   const auto state = options.dtype(at::kFloat);
   const LinearHeads local = cfg.is_hybrid() ? local_linear_heads(cfg, tensor_parallel) : LinearHeads{};  // this rank's
@@ -45,6 +48,14 @@ at::Tensor quantize_rows(const at::Tensor& x, const at::Tensor& scale) {
 }
 
 }  // namespace
+
+at::Tensor kv_storage_values(const at::Tensor& x, at::ScalarType storage) {
+  if (storage == at::kFloat) return x.to(at::kFloat);
+  if (storage == at::kBFloat16) return x.to(at::kBFloat16).to(at::kFloat);
+  SLIMPI_CHECK(storage == at::kFloat8_e4m3fn, "kv_storage_values: a cache of fp32, bf16 or e4m3");
+  const at::Tensor scale = at::full({x.size(1)}, kKvCacheScale, x.options().dtype(at::kFloat));
+  return quantize_rows(x, scale).to(at::kFloat) * scale.view({1, -1, 1});
+}
 
 void KvCache::store(int64_t layer, const at::Tensor& slots, const at::Tensor& keys, const at::Tensor& values) {
   if (quantized()) {

@@ -21,6 +21,14 @@ namespace slimpi {
 // per layer and kv head, 1.0 (SGLang's and vLLM's default for a checkpoint without
 // calibrated scales; K and V of more than 448 in magnitude saturate). Writes go through
 // store(), reads through decoded() or the paged kernel (given the scales).
+// An e4m3 cache's scale, every layer and kv head (the fixed policy above).
+inline constexpr float kKvCacheScale = 1.0f;
+
+// What a cache stored as `storage` (fp32, bf16 or e4m3) gives back for rows x [n, Hkv, D]:
+// the fp32 values the engine's attention reads (exact on-policy: the trainer's attention
+// reads its keys and values as the engine's cache holds them, model/attention.cpp).
+at::Tensor kv_storage_values(const at::Tensor& x, at::ScalarType storage);
+
 struct KvCache {
   // (t: the engine's tensor-parallel size; Hkv_local = Hkv / t, or 1 when t > Hkv replicates the heads;
   // multi-head latent attention: Hkv_local = 1, D = its latent's width: model/tensor_shard.h, kv_cache_row)

@@ -14,7 +14,7 @@
 #    pass forced (debug.recompute_old_log_probs) it gives the rollout's bits;
 #  * an MoE policy with expert parallelism 2 at np 4, tensor parallelism (trainers and an
 #    engine of 2 with sequence parallelism; 4 colocated) and prefill/decode
-#    disaggregation at np 3: exactly 0 too;
+#    disaggregation at np 3, KV caches of e4m3 (split) and bf16 (colocated): exactly 0 too;
 #  * what the mode does not cover yet is refused with its key.
 # Usage: exact_runs.sh SLIMPI ROOT "MPIRUN FLAGS"
 set -euo pipefail
@@ -52,6 +52,9 @@ run 4 tp2 "${exact[@]}" "${one_step[@]}" --set parallel.tensor_parallel=2 --set 
 run 4 tp4 "${exact[@]}" "${one_step[@]}" --set parallel.placement=colocate --set parallel.tensor_parallel=4 \
     --set rollout.tensor_parallel=4
 run 3 pd "${exact[@]}" "${one_step[@]}" --set parallel.trainer_ranks=1 --set rollout.prefill_ranks=1
+# KV caches of e4m3 and bf16 under fp32 engines: the trainer's attention reads them rounded alike.
+run 4 kv_fp8 "${exact[@]}" "${one_step[@]}" --set rollout.kv_cache_dtype=fp8_e4m3
+run 2 kv_bf16 "${exact[@]}" "${one_step[@]}" --set rollout.kv_cache_dtype=bf16 --set parallel.placement=colocate
 
 /usr/bin/python3 - "$out" <<'PY'
 import sys
@@ -62,7 +65,7 @@ def steps(name):
     f = h5py.File(f"{out}/{name}/metrics.h5")
     s = f["steps"]
     return s, s["step"][:] < 3  # the last row is the final evaluation's
-for name in ["exact", "colocated", "moe", "tp2", "tp4", "pd", "two_steps_recomputed"]:
+for name in ["exact", "colocated", "moe", "tp2", "tp4", "pd", "kv_fp8", "kv_bf16", "two_steps_recomputed"]:
     s, rows = steps(name)
     gap = s["train/train_rollout_logprob_abs_diff"][rows]
     assert len(gap) == 3 and np.all(gap == 0.0), (name, gap)
@@ -92,7 +95,6 @@ print("two_steps: old log-probs from the rollout; the first step's forward equal
 PY
 
 refused bf16 'train.on_policy = "exact"' 2 "${exact[@]}" --set train.precision=bf16
-refused kv_fp8 'rollout.kv_cache_dtype' 2 "${exact[@]}" --set rollout.kv_cache_dtype=fp8_e4m3
 refused tp "needs engines of the trainers' tensor size" 4 "${exact[@]}" --set parallel.tensor_parallel=2
 refused tp_colocated "needs engines of the trainers' tensor size" 2 "${exact[@]}" --set parallel.tensor_parallel=2 \
     --set parallel.placement=colocate

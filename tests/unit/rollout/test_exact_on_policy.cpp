@@ -290,6 +290,20 @@ TEST(ExactOnPolicy, SpeculativeDecodingsVerifyPassToo) {
   EXPECT_EQ(a.differ, 0) << a.differ << " of " << a.tokens << " tokens differ (largest gap " << a.max_gap << ")";
 }
 
+// A bf16 or e4m3 KV cache under fp32 engines: the trainer's attention reads its keys and
+// values rounded as the cache holds them.
+TEST(ExactOnPolicy, Bf16AndE4m3KvCaches) {
+  const ExactNumerics exact;
+  const Transformer m(dense_model(), 14, at::kCPU);
+  for (at::ScalarType storage : {at::kBFloat16, at::kFloat8_e4m3fn}) {
+    set_exact_kv_storage(storage);
+    EngineConfig cfg = tight_engine();
+    cfg.kv_cache_dtype = storage;
+    expect_bit_for_bit(m, cfg, requests(6, 3, 0.9, 0, 1.0), 0.9, true);
+  }
+  set_exact_kv_storage(at::kFloat);
+}
+
 // Without the mode the same engine and trainer differ in the last bits: what the mode fixes.
 TEST(ExactOnPolicy, WithoutTheModeTheBitsDiffer) {
   const Transformer m(dense_model(), 7, at::kCPU);
