@@ -59,7 +59,8 @@ at::Tensor small_batch_linear(const at::Tensor& x, const at::Tensor& w, const at
 // While one lives, dense() on this thread runs the kernel where it applies: the engine's
 // incremental forwards (model/transformer.cpp) and its drafts. Elsewhere (training,
 // log-prob recomputation, full recompute) dense() is at::linear, so the trainer's numbers
-// never depend on the kernel. Nests.
+// never depend on the kernel, except under exact numerics (kernels/batch_invariant.h),
+// where every dense() is batch_invariant_linear on both sides. Nests.
 class SmallBatchLinearScope {
  public:
   SmallBatchLinearScope();
