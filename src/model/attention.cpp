@@ -1,7 +1,6 @@
 #include "model/attention.h"
 
 #include <ATen/ATen.h>
-#include <ATen/core/grad_mode.h>
 #include <slimpi/error.h>
 
 #include <ATen/ops/scaled_dot_product_attention.h>
@@ -219,8 +218,6 @@ at::Tensor attend_exact(const at::Tensor& q, const at::Tensor& k, const at::Tens
     const at::Tensor v = storage == at::kFloat ? in[2] : kv_storage_values(in[2], storage);
     return std::vector{attention_rows(in[0], k, v, key_slots, seq_of_row, n_keys).reshape({T, H * D})};
   };
-  if (!at::GradMode::is_enabled() || !(q.requires_grad() || k.requires_grad() || v.requires_grad()))
-    return exact({q, k, v})[0];
   return value_with_gradient_of(
       exact,
       [layout = a, plan](const std::vector<at::Tensor>& in) {

@@ -7,6 +7,8 @@
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <algorithm>
+
 namespace slimpi {
 namespace {
 
@@ -69,6 +71,15 @@ std::vector<at::Tensor> recomputed(RecomputedBlock block, const std::vector<at::
 std::vector<at::Tensor> value_with_gradient_of(RecomputedBlock value, RecomputedBlock gradient,
                                                const std::vector<at::Tensor>& inputs) {
   SLIMPI_CHECK(!inputs.empty(), "recomputed: a block without inputs");
+  // No input to differentiate: the block's values alone, no autograd node (what the node
+  // would give: outputs without gradients).
+  const bool any_grad = at::GradMode::is_enabled() && std::any_of(inputs.begin(), inputs.end(), [](const at::Tensor& x) {
+                          return x.defined() && x.requires_grad();
+                        });
+  if (!any_grad) {
+    at::NoGradGuard no_grad;
+    return value(inputs);
+  }
   auto holder = c10::make_intrusive<BlockHolder>();
   holder->block = std::move(value);
   holder->gradient = std::move(gradient);

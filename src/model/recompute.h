@@ -26,7 +26,8 @@ std::vector<at::Tensor> recomputed(RecomputedBlock block, const std::vector<at::
 // value(inputs) in forward; backward runs gradient(inputs) with autograd and
 // back-propagates through it: the values of one computation with the gradients of
 // another that computes the same function (exact numerics' kernels have no autograd
-// formulas of their own: model/exact_ops.h).
+// formulas of their own: model/exact_ops.h). With no input requiring a gradient (or
+// autograd off) it is value(inputs) without autograd.
 std::vector<at::Tensor> value_with_gradient_of(RecomputedBlock value, RecomputedBlock gradient,
                                                const std::vector<at::Tensor>& inputs);
 
