@@ -182,20 +182,29 @@ void weight_rows_x86_64(const float* x, const float* w, float* y, int64_t M, int
                         int64_t n1) {
   weight_rows<v8, false, false, 16>(x, w, y, M, K, N, n0, n1);
 }
-WeightRowsFn weight_rows_for(SmallBatchLinearCode code) {
-  __builtin_cpu_init();
-  const bool v4 = __builtin_cpu_supports("x86-64-v4"), v3 = __builtin_cpu_supports("x86-64-v3");
+
+// One kernel's code per x86-64 level, and which runs: `code`, or the best this CPU has
+// (exact_kernel_level, kernels/batch_invariant.h: the one CPU probe of the kernels).
+struct LevelCode {
+  WeightRowsFn v4, v3, x86_64;
+  const char* kernel;  // for the message
+};
+WeightRowsFn code_for(const LevelCode& c, SmallBatchLinearCode code) {
+  const int level = exact_kernel_level();
   switch (code) {
     case SmallBatchLinearCode::X86_64_V4:
-      SLIMPI_CHECK(v4, "small_batch_linear: this CPU cannot run x86-64-v4 code");
-      return weight_rows_v4;
+      SLIMPI_CHECK(level >= 4, "{}: this CPU cannot run x86-64-v4 code", c.kernel);
+      return c.v4;
     case SmallBatchLinearCode::X86_64_V3:
-      SLIMPI_CHECK(v3, "small_batch_linear: this CPU cannot run x86-64-v3 code");
-      return weight_rows_v3;
-    case SmallBatchLinearCode::X86_64: return weight_rows_x86_64;
+      SLIMPI_CHECK(level >= 3, "{}: this CPU cannot run x86-64-v3 code", c.kernel);
+      return c.v3;
+    case SmallBatchLinearCode::X86_64: return c.x86_64;
     case SmallBatchLinearCode::Best: break;
   }
-  return v4 ? weight_rows_v4 : v3 ? weight_rows_v3 : weight_rows_x86_64;
+  return level >= 4 ? c.v4 : level >= 3 ? c.v3 : c.x86_64;
+}
+WeightRowsFn weight_rows_for(SmallBatchLinearCode code) {
+  return code_for({weight_rows_v4, weight_rows_v3, weight_rows_x86_64, "small_batch_linear"}, code);
 }
 
 // The exact-numerics product (batch_invariant_linear): the same tiles over 16 lanes, so
@@ -215,19 +224,7 @@ void exact_rows_x86_64(const float* x, const float* w, float* y, int64_t M, int6
   weight_rows<v16, false, false, 8>(x, w, y, M, K, N, n0, n1);
 }
 WeightRowsFn exact_rows_for(SmallBatchLinearCode code) {
-  __builtin_cpu_init();
-  const bool v4 = __builtin_cpu_supports("x86-64-v4"), v3 = __builtin_cpu_supports("x86-64-v3");
-  switch (code) {
-    case SmallBatchLinearCode::X86_64_V4:
-      SLIMPI_CHECK(v4, "batch_invariant_linear: this CPU cannot run x86-64-v4 code");
-      return exact_rows_v4;
-    case SmallBatchLinearCode::X86_64_V3:
-      SLIMPI_CHECK(v3, "batch_invariant_linear: this CPU cannot run x86-64-v3 code");
-      return exact_rows_v3;
-    case SmallBatchLinearCode::X86_64: return exact_rows_x86_64;
-    case SmallBatchLinearCode::Best: break;
-  }
-  return v4 ? exact_rows_v4 : v3 ? exact_rows_v3 : exact_rows_x86_64;
+  return code_for({exact_rows_v4, exact_rows_v3, exact_rows_x86_64, "batch_invariant_linear"}, code);
 }
 
 thread_local bool small_batch_scope = false;
