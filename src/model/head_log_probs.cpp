@@ -40,13 +40,16 @@ at::Tensor chunk_logits(const at::Tensor& h, const at::Tensor& head, const Shape
   return mask_padding(z, s.n_real);
 }
 
-// Exact numerics with a vocab-parallel head: every shard's columns of the rows' logits,
-// [n, Vl] -> [n, V] (the real vocabulary: the padded shards' first `vocab` columns), what
-// a tensor-parallel engine gathers before it samples (rollout/engine_group.h).
+// Exact numerics with a vocab-parallel head: the vocabulary's size (every shard's real
+// columns), and every shard's columns of the rows' logits, [n, Vl] -> [n, V] (the padded
+// shards' first `vocab` columns), what a tensor-parallel engine gathers before it samples
+// (rollout/engine_group.h). gather_from_tp: differentiable where the caller needs it.
+int64_t whole_vocabulary_size(Comm* comm, int64_t n_real) {
+  if (comm) comm->allreduce(&n_real, 1, DType::I64, ReduceOp::Sum);
+  return n_real;
+}
 at::Tensor whole_vocabulary(const at::Tensor& z_shard, Comm* comm, int64_t vocab) {
-  if (!comm) return z_shard;
-  const at::Tensor all = allgather(*comm, z_shard.contiguous());  // [t, n, Vl]
-  return all.permute({1, 0, 2}).reshape({z_shard.size(0), -1}).narrow(1, 0, vocab).contiguous();
+  return comm ? gather_from_tp(comm, z_shard).narrow(1, 0, vocab) : z_shard;
 }
 
 struct HeadLogProbEntropy : public torch::autograd::Function<HeadLogProbEntropy> {
@@ -57,8 +60,7 @@ struct HeadLogProbEntropy : public torch::autograd::Function<HeadLogProbEntropy>
     const Shape s{comm, begin, n_real, temperature, bf16};
     const bool exact = exact_numerics();
     SLIMPI_CHECK(!exact || (!bf16 && head.scalar_type() == at::kFloat), "exact numerics: log-probs of an fp32 head only");
-    int64_t vocab = n_real;  // the whole vocabulary: every shard's real columns
-    if (exact && comm) comm->allreduce(&vocab, 1, DType::I64, ReduceOp::Sum);
+    const int64_t vocab = exact ? whole_vocabulary_size(comm, n_real) : n_real;
     const int64_t N = rows.size(0), step = chunk_rows(head.size(0));
     const at::TensorOptions fp32 = rows.options().dtype(at::kFloat);
     at::Tensor m = at::empty({N}, fp32), log_s = at::empty({N}, fp32), logp = at::empty({N}, fp32),
@@ -128,12 +130,9 @@ TokenLogProbs head_log_probs(const at::Tensor& hidden, const at::Tensor& head, c
     // The scored rows' logits, whole (the top-k / top-p support needs each row's largest).
     if (exact_numerics()) {  // the engine's definition (model/exact_ops.h); entropy as below
       SLIMPI_CHECK(!bf16, "exact numerics: log-probs of an fp32 head only");
-      at::Tensor logits = dense(rows, head);  // [N, V] ([N, Vl] a vocab shard's)
-      if (shard.comm) {  // the whole rows, as a tensor-parallel engine gathers them
-        int64_t vocab = shard.n_real;
-        shard.comm->allreduce(&vocab, 1, DType::I64, ReduceOp::Sum);
-        logits = gather_from_tp(shard.comm, logits).narrow(1, 0, vocab);
-      }
+      // [N, V]: the whole rows, as a tensor-parallel engine gathers them
+      const at::Tensor logits = whole_vocabulary(dense(rows, head), shard.comm,
+                                                 whole_vocabulary_size(shard.comm, shard.comm ? shard.n_real : 0));
       TokenLogProbs r;
       r.logp = sampled_token_log_probs(logits, at::full({rows.size(0)}, float(temperature), logits.options()),
                                        at.targets, support);
