@@ -249,10 +249,20 @@ void check_engine_tensor_parallel(const Deck& deck, const ModelConfig& model, bo
 void check_exact_on_policy(const Deck& deck, const ModelConfig& model, bool trainer_scores_engines) {
   if (deck.get_string("train.on_policy") != "exact") return;
   const std::string why = fmt::format("train.on_policy = \"exact\" ({})", deck.source("train.on_policy"));
-  for (const char* key : {"train.precision", "rollout.precision"})
-    if (deck.get_string(key) != "fp32")
-      SLIMPI_FAIL_ALL("{} runs fp32 forwards only; {} = \"{}\" ({}): set it to \"fp32\" or drop train.on_policy", why,
-                      key, deck.get_string(key), deck.source(key));
+  // The trainer's forward and the engine's compute alike in one precision: fp32, or bf16
+  // (the trainer's fp32 masters used as their bf16 roundings, which is what a bf16 engine
+  // holds). FP8 engines hold other weights than the trainer uses.
+  const std::string& train_precision = deck.get_string("train.precision");
+  const std::string& rollout_precision = deck.get_string("rollout.precision");
+  if (trainer_scores_engines && rollout_precision == "fp8")
+    SLIMPI_FAIL_ALL("{} needs the engines to hold the weights the trainer uses; rollout.precision = \"fp8\" ({}) "
+                    "quantises them in blocks: set it to \"{}\" (train.precision, {})", why,
+                    deck.source("rollout.precision"), train_precision, deck.source("train.precision"));
+  if (trainer_scores_engines && train_precision != rollout_precision)
+    SLIMPI_FAIL_ALL("{} needs the trainer and the engines to compute in one precision; train.precision = \"{}\" ({}), "
+                    "rollout.precision = \"{}\" ({}): set both to \"fp32\" or both to \"bf16\"", why,
+                    train_precision, deck.source("train.precision"), rollout_precision,
+                    deck.source("rollout.precision"));
   // A row-parallel layer's sum is over the group's parts: the same parts only in groups
   // of one size (colocated too: engines of one rank there run a whole copy of the model).
   if (trainer_scores_engines && deck.get_int("parallel.tensor_parallel") != deck.get_int("rollout.tensor_parallel"))

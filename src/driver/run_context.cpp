@@ -23,6 +23,7 @@
 #include "kernels/counter_rng.h"
 #include "parallel/mpi_bytes.h"
 #include "parallel/watchdog.h"
+#include "rollout/rollout_config.h"
 
 namespace slimpi {
 namespace {
@@ -121,8 +122,7 @@ RunContext set_up_run(MPI_Comm world, const std::string& deck_path, const std::v
                       ctx.deck.source("train.on_policy"), -level[1], level[0]);
   }
   set_exact_numerics(exact);
-  const std::string& kv = ctx.deck.get_string("rollout.kv_cache_dtype");  // ("auto": exact mode's fp32 engines)
-  set_exact_kv_storage(kv == "bf16" ? at::kBFloat16 : kv == "fp8_e4m3" ? at::kFloat8_e4m3fn : at::kFloat);
+  set_exact_kv_storage(kv_cache_dtype(ctx.deck));  // ("auto": the engines' weight dtype)
   // torch's default CPU generator, which libtorch seeds from the OS at load: nothing of
   // slimpi draws from it (every draw has its own generator or counter), but checkpoints
   // record its state, so it is seeded from run.seed and the rank, and a run's files repeat.

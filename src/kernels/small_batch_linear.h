@@ -79,15 +79,24 @@ class SmallBatchLinearScope {
 // bits on -v3) and the 8 lanes above for shorter ones (where the 16-lane sum cost more
 // than the wider FMAs saved: the quickstart's K = 128 prefill ran 1.8x the default's
 // against 1.5x, perf/results/2026-12-06.md). Each y[m, n] is the same dot product whatever
-// rows share the call. fp32 host tensors, x [..., K], w [N, K], bias [N] or undefined ->
-// [..., N]; no autograd (dense() adds it).
+// rows share the call. Host tensors, x [..., K] fp32 or bf16 (widened: exact), w [N, K]
+// fp32 or bf16, bias [N] fp32 or undefined -> [..., N] fp32; no autograd (dense() adds
+// it). bf16 weights run 16 lanes at every K, each weight widened to fp32 in a register as
+// it is loaded: the same bits as the fp32 kernel on w.to(kFloat), from half the bytes.
 inline constexpr int64_t kBatchInvariantWideK = 512;
 at::Tensor batch_invariant_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias = {},
                                   SmallBatchLinearCode code = SmallBatchLinearCode::Best);
 
+// Exact numerics' linear layer, differentiable: batch_invariant_linear's value with
+// at::linear's gradients. `bf16`: as a bf16 forward's autocast linear computes it, with x,
+// w and bias rounded to bf16 first, the sums in fp32 and the result rounded to bf16
+// (y = bf16(x_b · w_bᵀ + b_b)); fp32 otherwise. dense() calls it with its autocast state;
+// callers that know their precision (the trainer's log-prob head) call it directly.
+at::Tensor exact_dense(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias, bool bf16);
+
 // at::linear(x, w, bias); inside a SmallBatchLinearScope the kernel above where it applies;
-// in exact numerics (kernels/batch_invariant.h) batch_invariant_linear for every call, with
-// at::linear's gradients.
+// in exact numerics (kernels/batch_invariant.h) exact_dense for every call, bf16 where
+// autocast is on in bf16 (a bf16 forward), as at::linear would be.
 at::Tensor dense(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias = {});
 
 }  // namespace slimpi

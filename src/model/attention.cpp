@@ -190,8 +190,9 @@ at::Tensor attend_packed(const at::Tensor& q, const at::Tensor& k, const at::Ten
 
 // Exact numerics (model/exact_ops.h): every query row through the batch-invariant kernel,
 // the packed batch's keys read in place (sequence b's at rows start_b ..), a cached
-// batch's where they lie in the cache. Token t sees positions[t] + 1 keys. Under autograd
-// the gradient is attend_packed's.
+// batch's where they lie in the cache. Token t sees positions[t] + 1 keys. The value is
+// rounded to v's dtype, as attend_packed's (a bf16 forward's bf16); under autograd the
+// gradient is attend_packed's.
 at::Tensor attend_exact(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionLayout& a,
                         KvCache* cache, int64_t layer, const AttentionPlan& plan) {
   const int64_t T = q.size(0), H = q.size(1), D = q.size(2);
@@ -201,10 +202,12 @@ at::Tensor attend_exact(const at::Tensor& q, const at::Tensor& k, const at::Tens
                  "exact numerics: a key/value cache of {} (exact_kv_storage) expected, not {}{}",
                  c10::toString(exact_kv_storage()), c10::toString(cache->k[layer].scalar_type()),
                  cache->values_are_keys ? " (a latent cache)" : "");
-    return attention_rows(q, cache->k[layer], cache->v[layer], a.key_slots.cpu().view({a.n_seqs, a.max_keys}),
-                          seq_of_row, n_keys, cache->quantized() ? cache->k_scale[layer] : at::Tensor(),
+    return attention_rows(q.to(at::kFloat), cache->k[layer], cache->v[layer],
+                          a.key_slots.cpu().view({a.n_seqs, a.max_keys}), seq_of_row, n_keys,
+                          cache->quantized() ? cache->k_scale[layer] : at::Tensor(),
                           cache->quantized() ? cache->v_scale[layer] : at::Tensor())
-        .reshape({T, H * D});
+        .reshape({T, H * D})
+        .to(v.scalar_type());
   }
   // The keys and values as the engines' cache holds them (fp32, or rounded to its bf16 or e4m3).
   const at::ScalarType storage = exact_kv_storage();
@@ -214,9 +217,10 @@ at::Tensor attend_exact(const at::Tensor& q, const at::Tensor& k, const at::Tens
   const at::Tensor key_slots = at::tensor(slots, at::kLong).view({a.n_seqs, a.max_new});
   // (captured by value: the backward runs after the caller's layout is gone)
   RecomputedBlock exact = [key_slots, seq_of_row, n_keys, T, H, D, storage](const std::vector<at::Tensor>& in) {
-    const at::Tensor k = storage == at::kFloat ? in[1] : kv_storage_values(in[1], storage);
-    const at::Tensor v = storage == at::kFloat ? in[2] : kv_storage_values(in[2], storage);
-    return std::vector{attention_rows(in[0], k, v, key_slots, seq_of_row, n_keys).reshape({T, H * D})};
+    const at::Tensor k = kv_storage_values(in[1], storage), v = kv_storage_values(in[2], storage);  // fp32
+    return std::vector{attention_rows(in[0].to(at::kFloat), k, v, key_slots, seq_of_row, n_keys)
+                           .reshape({T, H * D})
+                           .to(in[2].scalar_type())};
   };
   return value_with_gradient_of(
       exact,

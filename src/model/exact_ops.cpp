@@ -10,10 +10,26 @@
 namespace slimpi {
 namespace {
 
-// exact(inputs) as the value; under autograd, reference's gradient.
-at::Tensor exact_value(const RecomputedBlock& exact, const RecomputedBlock& reference,
-                       const std::vector<at::Tensor>& inputs) {
-  return value_with_gradient_of(exact, reference, inputs)[0];
+using Tensors = std::vector<at::Tensor>;
+
+// The kernels' operands: fp32 host tensors (a bf16 forward's tensors widened, exactly).
+at::Tensor fp32(const at::Tensor& t) { return t.to(at::kFloat); }
+
+// kernel(the inputs in fp32) rounded to `dtype` (the dtype ATen's op gives: a bf16
+// forward's bf16) as the value; under autograd, reference's gradient.
+template <class Kernel, class Reference>
+at::Tensor exact_value(Kernel kernel, Reference reference, const Tensors& inputs, at::ScalarType dtype) {
+  return value_with_gradient_of(
+      [kernel, dtype](const Tensors& in) {
+        Tensors wide;
+        for (const at::Tensor& t : in) wide.push_back(fp32(t));
+        return Tensors{kernel(wide).to(dtype)};
+      },
+      [reference](const Tensors& in) { return Tensors{reference(in)}; }, inputs)[0];
+}
+
+at::ScalarType promoted(const at::Tensor& a, const at::Tensor& b) {
+  return at::promote_types(a.scalar_type(), b.scalar_type());
 }
 
 at::Tensor rms_norm_reference(const at::Tensor& x, const at::Tensor& w, double eps) {
@@ -22,38 +38,41 @@ at::Tensor rms_norm_reference(const at::Tensor& x, const at::Tensor& w, double e
   return (xf * r).to(x.scalar_type()) * w;
 }
 
+at::Tensor normalize_reference(const at::Tensor& x, double eps) {
+  return eps != 0.0 ? x / (x.sum(-1, true) + eps) : x / x.sum(-1, true);
+}
+
 }  // namespace
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
   if (!exact_numerics()) return rms_norm_reference(x, w, eps);
-  return exact_value([eps](const std::vector<at::Tensor>& in) { return std::vector{rms_norm_rows(in[0], in[1], eps)}; },
-                     [eps](const std::vector<at::Tensor>& in) { return std::vector{rms_norm_reference(in[0], in[1], eps)}; },
-                     {x, w});
+  return exact_value([eps](const Tensors& in) { return rms_norm_rows(in[0], in[1], eps); },
+                     [eps](const Tensors& in) { return rms_norm_reference(in[0], in[1], eps); }, {x, w},
+                     promoted(x, w));
 }
 
 at::Tensor swiglu(const at::Tensor& g, const at::Tensor& u) {
   if (!exact_numerics()) return at::silu(g) * u;
-  return exact_value([](const std::vector<at::Tensor>& in) { return std::vector{silu_mul_elementwise(in[0], in[1])}; },
-                     [](const std::vector<at::Tensor>& in) { return std::vector{at::silu(in[0]) * in[1]}; }, {g, u});
+  return exact_value([](const Tensors& in) { return silu_mul_elementwise(in[0], in[1]); },
+                     [](const Tensors& in) { return at::silu(in[0]) * in[1]; }, {g, u}, promoted(g, u));
 }
 
 at::Tensor sigmoid_of(const at::Tensor& x) {
   if (!exact_numerics()) return at::sigmoid(x);
-  return exact_value([](const std::vector<at::Tensor>& in) { return std::vector{sigmoid_elementwise(in[0])}; },
-                     [](const std::vector<at::Tensor>& in) { return std::vector{at::sigmoid(in[0])}; }, {x});
+  return exact_value([](const Tensors& in) { return sigmoid_elementwise(in[0]); },
+                     [](const Tensors& in) { return at::sigmoid(in[0]); }, {x}, x.scalar_type());
 }
 
 at::Tensor softmax_last(const at::Tensor& x) {
   if (!exact_numerics()) return at::softmax(x, -1);
-  return exact_value([](const std::vector<at::Tensor>& in) { return std::vector{softmax_rows(in[0])}; },
-                     [](const std::vector<at::Tensor>& in) { return std::vector{at::softmax(in[0], -1)}; }, {x});
+  return exact_value([](const Tensors& in) { return softmax_rows(in[0]); },
+                     [](const Tensors& in) { return at::softmax(in[0], -1); }, {x}, x.scalar_type());
 }
 
 at::Tensor normalize_last(const at::Tensor& x, double eps) {
-  auto reference = [eps](const at::Tensor& t) { return eps != 0.0 ? t / (t.sum(-1, true) + eps) : t / t.sum(-1, true); };
-  if (!exact_numerics()) return reference(x);
-  return exact_value([eps](const std::vector<at::Tensor>& in) { return std::vector{normalize_rows(in[0], eps)}; },
-                     [reference](const std::vector<at::Tensor>& in) { return std::vector{reference(in[0])}; }, {x});
+  if (!exact_numerics()) return normalize_reference(x, eps);
+  return exact_value([eps](const Tensors& in) { return normalize_rows(in[0], eps); },
+                     [eps](const Tensors& in) { return normalize_reference(in[0], eps); }, {x}, x.scalar_type());
 }
 
 at::Tensor sampled_token_log_probs(const at::Tensor& logits, const at::Tensor& temperature, const at::Tensor& targets,
@@ -62,12 +81,9 @@ at::Tensor sampled_token_log_probs(const at::Tensor& logits, const at::Tensor& t
     return log_probs_over_support(z.to(at::kFloat) / t.to(z.device()).unsqueeze(1), targets, support);
   };
   if (!exact_numerics()) return reference(logits, temperature);
-  return exact_value(
-      [targets, support](const std::vector<at::Tensor>& in) {
-        return std::vector{token_log_probs_rows(in[0], in[1], targets, support)};
-      },
-      [reference](const std::vector<at::Tensor>& in) { return std::vector{reference(in[0], in[1])}; },
-      {logits, temperature});
+  return exact_value([targets, support](const Tensors& in) { return token_log_probs_rows(in[0], in[1], targets, support); },
+                     [reference](const Tensors& in) { return reference(in[0], in[1]); }, {logits, temperature},
+                     at::kFloat);
 }
 
 }  // namespace slimpi

@@ -59,7 +59,6 @@ struct HeadLogProbEntropy : public torch::autograd::Function<HeadLogProbEntropy>
                                double temperature, bool bf16) {
     const Shape s{comm, begin, n_real, temperature, bf16};
     const bool exact = exact_numerics();
-    SLIMPI_CHECK(!exact || (!bf16 && head.scalar_type() == at::kFloat), "exact numerics: log-probs of an fp32 head only");
     const int64_t vocab = exact ? whole_vocabulary_size(comm, n_real) : n_real;
     const int64_t N = rows.size(0), step = chunk_rows(head.size(0));
     const at::TensorOptions fp32 = rows.options().dtype(at::kFloat);
@@ -71,7 +70,7 @@ struct HeadLogProbEntropy : public torch::autograd::Function<HeadLogProbEntropy>
       // Exact numerics: the batch-invariant product and the one log-prob definition the
       // engine samples with (model/exact_ops.h); the statistics the backward reads are
       // the same z's.
-      const at::Tensor z_raw = exact ? batch_invariant_linear(h, head) : at::Tensor();  // [n, V]
+      const at::Tensor z_raw = exact ? exact_dense(h, head, {}, bf16).to(at::kFloat) : at::Tensor();  // [n, V]
       const ChunkStatistics c = chunk_statistics(exact ? mask_padding(temperature != 1.0 ? z_raw / temperature : z_raw, n_real)
                                                        : chunk_logits(h, head, s),
                                                  targets.narrow(0, r, n), comm, begin, n_real);
@@ -129,9 +128,9 @@ TokenLogProbs head_log_probs(const at::Tensor& hidden, const at::Tensor& head, c
   if (any_truncated(support)) {
     // The scored rows' logits, whole (the top-k / top-p support needs each row's largest).
     if (exact_numerics()) {  // the engine's definition (model/exact_ops.h); entropy as below
-      SLIMPI_CHECK(!bf16, "exact numerics: log-probs of an fp32 head only");
-      // [N, V]: the whole rows, as a tensor-parallel engine gathers them
-      const at::Tensor logits = whole_vocabulary(dense(rows, head), shard.comm,
+      // [N, V]: the whole rows, as a tensor-parallel engine gathers them (a bf16 forward's
+      // logits rounded to bf16, as the engine's head gives them)
+      const at::Tensor logits = whole_vocabulary(exact_dense(rows, head, {}, bf16).to(at::kFloat), shard.comm,
                                                  whole_vocabulary_size(shard.comm, shard.comm ? shard.n_real : 0));
       TokenLogProbs r;
       r.logp = sampled_token_log_probs(logits, at::full({rows.size(0)}, float(temperature), logits.options()),

@@ -14,14 +14,13 @@
 
 namespace slimpi {
 
-namespace {
-
-// rollout.kv_cache_dtype as the cache's storage dtype ("auto": the engine's weight dtype).
 at::ScalarType kv_cache_dtype(const Deck& deck) {
   const std::string& cache = deck.get_string("rollout.kv_cache_dtype");
   if (cache == "auto") return rollout_weight_dtype(deck.get_string("rollout.precision"));
   return cache == "bf16" ? at::kBFloat16 : at::kFloat8_e4m3fn;
 }
+
+namespace {
 
 // rollout.kv_cache_memory_gb as whole blocks of tokens: keys and values of every layer in
 // the cache's dtype, plus an MoE model's routing trace (int16 per expert choice).

@@ -30,4 +30,8 @@ struct RolloutConfig {
   static RolloutConfig from_deck(const Deck& deck, const ModelConfig& model);
 };
 
+// rollout.kv_cache_dtype as the engines' cache storage dtype ("auto": the engines' weight
+// dtype, rollout.precision's).
+at::ScalarType kv_cache_dtype(const Deck& deck);
+
 }  // namespace slimpi

@@ -15,6 +15,10 @@
 #  * an MoE policy with expert parallelism 2 at np 4, tensor parallelism (trainers and an
 #    engine of 2 with sequence parallelism; 4 colocated) and prefill/decode
 #    disaggregation at np 3, KV caches of e4m3 (split) and bf16 (colocated): exactly 0 too;
+#  * bf16 forwards (train.precision = rollout.precision = "bf16": the trainer's fp32
+#    masters as their bf16 roundings, the engines' bf16 weights and cache) at np 4 split,
+#    with MoE and expert parallelism 2, and with tensor parallelism 2: exactly 0, and a
+#    rerun repeats bit for bit;
 #  * what the mode does not cover yet is refused with its key.
 # Usage: exact_runs.sh SLIMPI ROOT "MPIRUN FLAGS"
 set -euo pipefail
@@ -55,6 +59,15 @@ run 3 pd "${exact[@]}" "${one_step[@]}" --set parallel.trainer_ranks=1 --set rol
 # KV caches of e4m3 and bf16 under fp32 engines: the trainer's attention reads them rounded alike.
 run 4 kv_fp8 "${exact[@]}" "${one_step[@]}" --set rollout.kv_cache_dtype=fp8_e4m3
 run 2 kv_bf16 "${exact[@]}" "${one_step[@]}" --set rollout.kv_cache_dtype=bf16 --set parallel.placement=colocate
+# bf16 forwards.
+bf16=(--set train.precision=bf16 --set rollout.precision=bf16)
+run 4 bf16 "${exact[@]}" "${one_step[@]}" "${bf16[@]}"
+run 4 bf16_again "${exact[@]}" "${one_step[@]}" "${bf16[@]}"
+/usr/bin/python3 tests/regression/compare_runs.py "$out/bf16" "$out/bf16_again" --with-rng
+run 4 bf16_moe "${exact[@]}" "${one_step[@]}" "${bf16[@]}" --set model.n_experts=4 --set model.n_experts_per_tok=2 \
+    --set model.moe_intermediate_size=32 --set parallel.expert_parallel=2
+run 4 bf16_tp2 "${exact[@]}" "${one_step[@]}" "${bf16[@]}" --set parallel.tensor_parallel=2 \
+    --set rollout.tensor_parallel=2
 
 /usr/bin/python3 - "$out" <<'PY'
 import sys
@@ -65,7 +78,8 @@ def steps(name):
     f = h5py.File(f"{out}/{name}/metrics.h5")
     s = f["steps"]
     return s, s["step"][:] < 3  # the last row is the final evaluation's
-for name in ["exact", "colocated", "moe", "tp2", "tp4", "pd", "kv_fp8", "kv_bf16", "two_steps_recomputed"]:
+for name in ["exact", "colocated", "moe", "tp2", "tp4", "pd", "kv_fp8", "kv_bf16", "two_steps_recomputed", "bf16",
+             "bf16_moe", "bf16_tp2"]:
     s, rows = steps(name)
     gap = s["train/train_rollout_logprob_abs_diff"][rows]
     assert len(gap) == 3 and np.all(gap == 0.0), (name, gap)
@@ -94,7 +108,8 @@ assert np.all(s["train_step/1/ppo_kl"][rows] != 0.0), "the policy did not move"
 print("two_steps: old log-probs from the rollout; the first step's forward equals them: gap and ppo_kl exactly 0")
 PY
 
-refused bf16 'train.on_policy = "exact"' 2 "${exact[@]}" --set train.precision=bf16
+refused precisions "compute in one precision" 2 "${exact[@]}" --set train.precision=bf16
+refused fp8 "quantises them in blocks" 2 "${exact[@]}" "${bf16[@]}" --set rollout.precision=fp8
 refused tp "needs engines of the trainers' tensor size" 4 "${exact[@]}" --set parallel.tensor_parallel=2
 refused tp_colocated "needs engines of the trainers' tensor size" 2 "${exact[@]}" --set parallel.tensor_parallel=2 \
     --set parallel.placement=colocate

@@ -106,6 +106,35 @@ TEST(BatchInvariantKernels, ProductIsTheSameBitsOnX86_64V3AndV4) {
     }
 }
 
+// bf16 weights are widened in registers: the bits of the fp32 kernel over the widened
+// weights at 16 lanes (the wide kernel, K >= kBatchInvariantWideK), for any K (a tail of
+// 0..15), any rows, on every x86-64 level this CPU has; a row's bits do not depend on the
+// batch; exact_dense's bf16 product is autocast's linear to bf16 round-off.
+TEST(BatchInvariantKernels, Bf16WeightsAreTheWidenedWeightsProduct) {
+  __builtin_cpu_init();
+  at::manual_seed(6);
+  const int level = exact_kernel_level();
+  for (int64_t K : {520, 531, 1024})
+    for (int64_t M : {1, 5, 8, 70}) {
+      const at::Tensor x = at::randn({M, K}), w = at::randn({29, K}).to(at::kBFloat16);
+      const at::Tensor y = batch_invariant_linear(x, w);
+      EXPECT_TRUE(same_bits(y, batch_invariant_linear(x, w.to(at::kFloat)))) << M << " rows of " << K;
+      if (level >= 3)
+        EXPECT_TRUE(same_bits(y, batch_invariant_linear(x, w, {}, SmallBatchLinearCode::X86_64_V3)))
+            << M << " rows of " << K << " on -v3";
+    }
+  // Short weights: the bf16 kernel keeps 16 lanes where fp32 ones take 8.
+  const at::Tensor narrow = at::randn({40, 80}).to(at::kBFloat16);
+  expect_rows_invariant([&](const at::Tensor& x) { return batch_invariant_linear(x, narrow); }, at::randn({80}),
+                        "linear (bf16 weights)");
+  const at::Tensor x = at::randn({33, 80}), bias = at::randn({40});
+  const at::Tensor mine = exact_dense(x, narrow.to(at::kFloat), bias, /*bf16=*/true);
+  EXPECT_EQ(mine.scalar_type(), at::kBFloat16);
+  const at::Tensor theirs = at::linear(x.to(at::kBFloat16), narrow, bias.to(at::kBFloat16));
+  // Both round an fp32 sum of bf16 products to bf16: one bf16 ulp (2^-8 relative) apart at most.
+  EXPECT_TRUE(at::allclose(mine.to(at::kFloat), theirs.to(at::kFloat), 1.0 / 128, 1e-2));
+}
+
 TEST(BatchInvariantKernels, AgreeWithAtenToRoundOff) {
   at::manual_seed(4);
   const at::Tensor x = at::randn({37, 80}) * 3, w = at::randn({80});
@@ -199,13 +228,13 @@ struct Agreement {
   double max_gap = 0;
 };
 Agreement trainer_vs_engine(const Transformer& m, const std::vector<Sample>& samples, double temperature,
-                            size_t per_batch) {
+                            size_t per_batch, Precision precision = Precision::FP32) {
   Agreement a;
   for (size_t first = 0; first < samples.size(); first += per_batch) {
     std::vector<int64_t> which;
     for (size_t i = first; i < std::min(samples.size(), first + per_batch); ++i) which.push_back(int64_t(i));
     const PackedBatch b = pack(samples, which, at::kCPU);
-    const at::Tensor logp = packed_log_probs(m, b, Precision::FP32, temperature, /*with_entropy=*/true).logp;
+    const at::Tensor logp = packed_log_probs(m, b, precision, temperature, /*with_entropy=*/true).logp;
     EXPECT_TRUE(logp.requires_grad());
     std::vector<float> engine;
     for (int64_t i : which)
@@ -222,18 +251,25 @@ Agreement trainer_vs_engine(const Transformer& m, const std::vector<Sample>& sam
   return a;
 }
 
-void expect_bit_for_bit(const Transformer& m, const EngineConfig& cfg, const std::vector<GenerationRequest>& reqs,
-                        double temperature, bool expect_preemption) {
+// The engine samples with `engine_model`; the trainer scores with `m` in `precision` (a
+// bf16 engine's weights are the trainer's fp32 masters rounded, as a weight sync sends them).
+void expect_bit_for_bit(const Transformer& m, const Transformer& engine_model, Precision precision,
+                        const EngineConfig& cfg, const std::vector<GenerationRequest>& reqs, double temperature,
+                        bool expect_preemption) {
   EngineStats stats;
-  const std::vector<Sample> out = generate(m, cfg, reqs, &stats);
+  const std::vector<Sample> out = generate(engine_model, cfg, reqs, &stats);
   if (expect_preemption) EXPECT_GT(stats.preemptions, 0);
   EXPECT_GT(stats.prefix_hit_tokens, 0);
   for (size_t per_batch : {size_t(1), size_t(5), out.size()}) {
-    const Agreement a = trainer_vs_engine(m, out, temperature, per_batch);
+    const Agreement a = trainer_vs_engine(m, out, temperature, per_batch, precision);
     EXPECT_GT(a.tokens, 200);
     EXPECT_EQ(a.differ, 0) << a.differ << " of " << a.tokens << " tokens differ (largest gap " << a.max_gap
                            << ") with micro-batches of " << per_batch << " samples";
   }
+}
+void expect_bit_for_bit(const Transformer& m, const EngineConfig& cfg, const std::vector<GenerationRequest>& reqs,
+                        double temperature, bool expect_preemption) {
+  expect_bit_for_bit(m, m, Precision::FP32, cfg, reqs, temperature, expect_preemption);
 }
 
 // Preemption (96 cache tokens for 32 running sequences), prefix hits (the shared header),
@@ -304,6 +340,34 @@ TEST(ExactOnPolicy, Bf16AndE4m3KvCaches) {
   set_exact_kv_storage(at::kFloat);
 }
 
+// bf16 forwards (train.precision = rollout.precision = "bf16"): the engine holds bf16
+// weights (the masters' roundings) and a bf16 KV cache; the trainer runs its fp32 masters
+// through the bf16 forward. Dense and DeepSeekMoE, top-k / top-p, the verify pass.
+TEST(ExactOnPolicy, Bf16ForwardsToo) {
+  const ExactNumerics exact;
+  set_exact_kv_storage(at::kBFloat16);
+  EngineConfig cfg = tight_engine();
+  cfg.kv_cache_dtype = at::kBFloat16;
+  for (const ModelConfig& c : {dense_model(), moe_model(/*deepseek=*/true)}) {
+    const Transformer masters(c, 15, at::kCPU), engine_weights(c, 15, at::kCPU, at::kBFloat16);
+    expect_bit_for_bit(masters, engine_weights, Precision::BF16, cfg, requests(6, 3, 0.9, 0, 1.0), 0.9, true);
+    expect_bit_for_bit(masters, engine_weights, Precision::BF16, cfg, requests(6, 3, 1.0, 20, 0.9), 1.0, true);
+  }
+  ModelConfig c = dense_model();
+  c.mtp_num_layers = 1;
+  const Transformer masters(c, 16, at::kCPU), engine_weights(c, 16, at::kCPU, at::kBFloat16);
+  EngineConfig spec{4, 8192, 16, 512, true};
+  spec.spec_steps = 2;
+  spec.kv_cache_dtype = at::kBFloat16;
+  EngineStats stats;
+  const std::vector<Sample> out = generate(engine_weights, spec, requests(6, 3, 1.0, 0, 1.0), &stats);
+  EXPECT_GT(stats.spec_accepted, 0);
+  const Agreement a = trainer_vs_engine(masters, out, 1.0, 4, Precision::BF16);
+  EXPECT_GT(a.tokens, 200);
+  EXPECT_EQ(a.differ, 0) << a.differ << " of " << a.tokens << " tokens differ (largest gap " << a.max_gap << ")";
+  set_exact_kv_storage(at::kFloat);
+}
+
 // Without the mode the same engine and trainer differ in the last bits: what the mode fixes.
 TEST(ExactOnPolicy, WithoutTheModeTheBitsDiffer) {
   const Transformer m(dense_model(), 7, at::kCPU);
@@ -342,9 +406,17 @@ TEST(ExactOnPolicy, LogitsRowsDoNotDependOnTheBatch) {
 }
 
 // Training under the mode: the kernels give the values, ATen's formulas the gradients,
-// which are the default mode's to fp32 round-off.
+// which are the default mode's to round-off. fp32: a few fp32 ulps of the largest entry
+// (1e-4 relative bounds them with room). A bf16 forward (dense model): the two modes'
+// activations are bf16 roundings of sums taken in other orders, an ulp (2^-8) apart
+// here and there, and the gradients move by a few of those ulps (0.032 of the largest
+// entry at most on a Xeon); 0.1 bounds that and still fails a wrong formula (a missing or
+// doubled term is O(1)). An MoE model is left out in bf16: an ulp in the router's input
+// can flip a token's expert, which changes gradients by O(1), as it should.
 TEST(ExactOnPolicy, GradientsAreTheDefaultModesToRoundOff) {
+  for (const Precision precision : {Precision::FP32, Precision::BF16})
   for (bool moe : {false, true}) {
+    if (moe && precision == Precision::BF16) continue;
     const ModelConfig c = moe ? moe_model(true) : dense_model();
     std::vector<at::Tensor> grads[2];
     for (int exact_mode = 0; exact_mode < 2; ++exact_mode) {
@@ -358,17 +430,19 @@ TEST(ExactOnPolicy, GradientsAreTheDefaultModesToRoundOff) {
       Sample s2 = s;
       s2.tokens.resize(25);
       const PackedBatch b = pack({s, s2}, {0, 1}, at::kCPU);
-      const at::Tensor logp = packed_log_probs(m, b, Precision::FP32, 0.9, false).logp;
+      const at::Tensor logp = packed_log_probs(m, b, precision, 0.9, false).logp;
       logp.sum().backward();
       for (const auto& p : m.parameters())  // (undefined: a parameter the forward did not use)
         grads[exact_mode].push_back(p.tensor.grad().defined() ? p.tensor.grad().clone() : at::zeros_like(p.tensor));
     }
     set_exact_numerics(false);
     ASSERT_EQ(grads[0].size(), grads[1].size());
+    const double tolerance = precision == Precision::BF16 ? 0.1 : 1e-4;
     for (size_t i = 0; i < grads[0].size(); ++i) {
       const double scale = grads[0][i].abs().max().item<double>();
-      EXPECT_LE((grads[0][i] - grads[1][i]).abs().max().item<double>(), 1e-4 * scale + 1e-7)
-          << (moe ? "moe" : "dense") << " parameter " << i;
+      const double gap = (grads[0][i] - grads[1][i]).abs().max().item<double>();
+      EXPECT_LE(gap, tolerance * scale + 1e-7)
+          << (moe ? "moe" : "dense") << " parameter " << i << " in " << precision_name(precision);
     }
   }
 }
