@@ -12,6 +12,9 @@
 //   BM_ExactTrain/<shape>       the trainer's forward and backward of a packed micro-batch
 //                          (4 x 128 tokens; the log-probs of its last 96 tokens each,
 //                          summed, back-propagated): training tokens a second.
+// The last argument: the forwards' precision, 0 fp32, 1 bf16 (train.precision =
+// rollout.precision = "bf16": the engines hold bf16 weights and a bf16 cache, the trainer
+// runs its fp32 masters through the bf16 forward), exact and default alike.
 // Threads: $SLIMPI_THREADS (default 1). Run: build/perf/bench_exact
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
@@ -41,14 +44,20 @@ ModelConfig shape(int64_t which) {
   return c;
 }
 
-// fn with exact numerics `on`, then the switch back off.
+// fn with exact numerics `on` (reading a KV cache of `kv`), then the switch back off.
 template <class Fn>
-auto in_mode(bool on, Fn fn) {
-  return [on, fn] {
+auto in_mode(bool on, Fn fn, at::ScalarType kv = at::kFloat) {
+  return [on, fn, kv] {
     set_exact_numerics(on);
+    set_exact_kv_storage(kv);
     fn();
     set_exact_numerics(false);
+    set_exact_kv_storage(at::kFloat);
   };
+}
+
+Precision precision_arg(const benchmark::State& state, int index) {
+  return state.range(index) == 1 ? Precision::BF16 : Precision::FP32;
 }
 
 void report(benchmark::State& state, const AbSeconds& t, double tokens_per_iteration) {
@@ -59,7 +68,8 @@ void report(benchmark::State& state, const AbSeconds& t, double tokens_per_itera
 }
 
 void BM_ExactDecode(benchmark::State& state) {
-  const Transformer m(shape(state.range(0)), 1, at::kCPU);
+  const at::ScalarType weights = weight_dtype(precision_arg(state, 2));
+  const Transformer m(shape(state.range(0)), 1, at::kCPU, weights);
   const int64_t B = state.range(1);
   std::vector<GenerationRequest> reqs;
   for (int64_t g = 0; g < B; ++g) {
@@ -78,24 +88,29 @@ void BM_ExactDecode(benchmark::State& state) {
     exact.add_request(r);
     plain.add_request(r);
   }
-  in_mode(true, [&] { exact.step(); exact.step(); })();  // prefill and a first decode step
+  in_mode(true, [&] { exact.step(); exact.step(); }, weights)();  // prefill and a first decode step
   in_mode(false, [&] { plain.step(); plain.step(); })();
-  report(state, alternate(state, wall_seconds, in_mode(true, [&] { exact.step(); }), in_mode(false, [&] { plain.step(); })),
+  report(state,
+         alternate(state, wall_seconds, in_mode(true, [&] { exact.step(); }, weights),
+                   in_mode(false, [&] { plain.step(); })),
          double(B));
 }
 
 void BM_ExactPrefill(benchmark::State& state) {
-  const Transformer m(shape(state.range(0)), 1, at::kCPU);
+  const Precision precision = precision_arg(state, 1);
+  const Transformer m(shape(state.range(0)), 1, at::kCPU, weight_dtype(precision));
   const at::Tensor tokens = at::arange(512, at::kLong) * 7 % 256;
   auto prefill = [&] {
     at::NoGradGuard no_grad;
+    ForwardPrecision scope(precision, at::kCPU);
     benchmark::DoNotOptimize(m.forward_packed(tokens, {512}));
   };
   report(state, alternate(state, wall_seconds, in_mode(true, prefill), in_mode(false, prefill)), 512.0);
 }
 
 void BM_ExactTrain(benchmark::State& state) {
-  const Transformer m(shape(state.range(0)), 1, at::kCPU);
+  const Precision precision = precision_arg(state, 1);
+  const Transformer m(shape(state.range(0)), 1, at::kCPU);  // fp32 masters
   std::vector<Sample> samples(4);
   for (size_t i = 0; i < samples.size(); ++i) {
     for (int64_t t = 0; t < 128; ++t) samples[i].tokens.push_back((int64_t(i) * 13 + t * 5) % 256);
@@ -103,19 +118,19 @@ void BM_ExactTrain(benchmark::State& state) {
   }
   const PackedBatch b = pack(samples, {0, 1, 2, 3}, at::kCPU);
   auto step = [&] {
-    packed_log_probs(m, b, Precision::FP32, 1.0, false).logp.sum().backward();
+    packed_log_probs(m, b, precision, 1.0, false).logp.sum().backward();
     for (const auto& p : m.parameters()) p.tensor.mutable_grad() = at::Tensor();
   };
   report(state, alternate(state, wall_seconds, in_mode(true, step), in_mode(false, step)), 512.0);
 }
 
 BENCHMARK(BM_ExactDecode)
-    ->ArgsProduct({{0, 1}, {1, 8, 64}})
+    ->ArgsProduct({{0, 1}, {1, 8, 64}, {0, 1}})
     ->Iterations(10)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_ExactPrefill)->Arg(0)->Arg(1)->Iterations(4)->UseManualTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_ExactTrain)->Arg(0)->Arg(1)->Iterations(4)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ExactPrefill)->ArgsProduct({{0, 1}, {0, 1}})->Iterations(4)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ExactTrain)->ArgsProduct({{0, 1}, {0, 1}})->Iterations(4)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace slimpi::perf
