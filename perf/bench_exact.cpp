@@ -2,7 +2,11 @@
 // kernels/batch_invariant.h in every forward) against the default kernels, each pair
 // timed in the same run, alternating (perf/alternate.h). Shape arg 0: the quickstart
 // model (d 128, 4 layers, 0.86M); 1: Qwen3-0.6B's (d 1024, 28 layers, 16 heads over 8 kv
-// heads of 128, MLP 3072, vocabulary 151936, tied).
+// heads of 128, MLP 3072, vocabulary 151936, tied); 2: the quickstart's with Qwen3.5's
+// layers (3 of 4 Gated DeltaNet: 2 key heads of 32 read by 4 value heads of 32, a 4-tap
+// convolution; gated full attention every 4th); 3: the quickstart's with DeepSeek-V3's
+// latent attention (query latent 64, key/value latent 64, per head 32 no-rope + 16
+// rotary and 32 value dimensions).
 //   BM_ExactDecode/<shape>/<B>  one engine decode step of B running sequences (16-token
 //                          prompts, sampled), an exact engine against a default one on the
 //                          same weights. Counters exact_tokens_per_s, default_tokens_per_s,
@@ -36,6 +40,18 @@ ModelConfig shape(int64_t which) {
   if (which == 0) {
     c.vocab_size = 260, c.hidden_size = 128, c.n_layers = 4, c.n_heads = 4, c.n_kv_heads = 4;
     c.intermediate_size = 344, c.max_seq_len = 1024;
+    return c;
+  }
+  if (which == 2 || which == 3) {
+    c = shape(0);
+    if (which == 2) {
+      c.full_attention_interval = 4, c.linear_num_key_heads = 2, c.linear_num_value_heads = 4;
+      c.linear_key_head_dim = 32, c.linear_value_head_dim = 32, c.linear_conv_kernel_dim = 4;
+      c.attn_output_gate = true, c.zero_centered_norm = true, c.qk_norm = true, c.partial_rotary_factor = 0.25;
+    } else {
+      c.kv_lora_rank = 64, c.q_lora_rank = 64, c.qk_nope_head_dim = 32, c.qk_rope_head_dim = 16;
+      c.v_head_dim = 32, c.rope_interleave = true;
+    }
     return c;
   }
   c.vocab_size = 151936, c.hidden_size = 1024, c.n_layers = 28, c.n_heads = 16, c.n_kv_heads = 8;
@@ -125,12 +141,16 @@ void BM_ExactTrain(benchmark::State& state) {
 }
 
 BENCHMARK(BM_ExactDecode)
-    ->ArgsProduct({{0, 1}, {1, 8, 64}, {0, 1}})
+    ->ArgsProduct({{0, 1, 2, 3}, {1, 8, 64}, {0, 1}})
     ->Iterations(10)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_ExactPrefill)->ArgsProduct({{0, 1}, {0, 1}})->Iterations(4)->UseManualTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_ExactTrain)->ArgsProduct({{0, 1}, {0, 1}})->Iterations(4)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ExactPrefill)
+    ->ArgsProduct({{0, 1, 2, 3}, {0, 1}})
+    ->Iterations(4)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ExactTrain)->ArgsProduct({{0, 1, 2, 3}, {0, 1}})->Iterations(4)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace slimpi::perf

@@ -246,7 +246,7 @@ void check_engine_tensor_parallel(const Deck& deck, const ModelConfig& model, bo
 
 }  // namespace
 
-void check_exact_on_policy(const Deck& deck, const ModelConfig& model, bool trainer_scores_engines) {
+void check_exact_on_policy(const Deck& deck, bool trainer_scores_engines) {
   if (deck.get_string("train.on_policy") != "exact") return;
   const std::string why = fmt::format("train.on_policy = \"exact\" ({})", deck.source("train.on_policy"));
   // The trainer's forward and the engine's compute alike in one precision: fp32, or bf16
@@ -270,12 +270,6 @@ void check_exact_on_policy(const Deck& deck, const ModelConfig& model, bool trai
                     "rollout.tensor_parallel = {} ({})", why, deck.get_int("parallel.tensor_parallel"),
                     deck.source("parallel.tensor_parallel"), deck.get_int("rollout.tensor_parallel"),
                     deck.source("rollout.tensor_parallel"));
-  if (model.is_mla())
-    SLIMPI_FAIL_ALL("{} has no batch-invariant latent attention yet; the model ({}) is multi-head latent attention",
-                    why, deck.source("model.kv_lora_rank"));
-  if (model.is_hybrid())
-    SLIMPI_FAIL_ALL("{} has no batch-invariant linear attention yet; the model has Gated DeltaNet layers ({})", why,
-                    deck.source("model.full_attention_interval"));
   if (deck.get_string("run.device") == "cuda")
     SLIMPI_FAIL_ALL("{} runs on the CPU in this version; run.device = \"cuda\" ({})", why, deck.source("run.device"));
 }
@@ -300,7 +294,7 @@ RunConfigs check_run_deck(const Deck& deck, const WorldLayout& layout) {
   check_debug_modes(deck);
   RunConfigs c;
   c.model = ModelConfig::from_deck(deck);
-  check_exact_on_policy(deck, c.model, rl);
+  check_exact_on_policy(deck, rl);
   c.trainer = TrainerConfig::from_deck(deck);
   check_tensor_parallel(deck, c.model, layout);
   check_engine_tensor_parallel(deck, c.model, rl);

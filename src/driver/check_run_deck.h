@@ -37,11 +37,11 @@ std::string run_dir_of(const Deck& deck);
 
 RunConfigs check_run_deck(const Deck& deck, const WorldLayout& layout);
 
-// train.on_policy = "exact": what this version's batch-invariant kernels cover (fp32,
-// the CPU, attention that is neither latent nor linear; trainer_scores_engines, an RL run:
-// engines of the trainers' tensor size). A collective error naming the key otherwise.
-// (Also checked by `slimpi generate`, whose engines no trainer scores.) The GPU and the
-// ranks' CPU levels are checked when the job knows its devices (driver/run_context.cpp).
-void check_exact_on_policy(const Deck& deck, const ModelConfig& model, bool trainer_scores_engines);
+// train.on_policy = "exact": what this version's batch-invariant kernels cover (the CPU;
+// trainer_scores_engines, an RL run: trainer and engines in one precision, fp32 or bf16,
+// and of one tensor size). A collective error naming the key otherwise. (Also checked by
+// `slimpi generate`, whose engines no trainer scores.) The GPU and the ranks' CPU levels
+// are checked when the job knows its devices (driver/run_context.cpp).
+void check_exact_on_policy(const Deck& deck, bool trainer_scores_engines);
 
 }  // namespace slimpi

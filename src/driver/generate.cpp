@@ -109,7 +109,7 @@ int run_generate(RunContext& ctx) {
   if (deck.get_string("data.path").empty())
     SLIMPI_FAIL_ALL("slimpi generate needs prompts: set data.path (JSONL, prompt text under data.input_key)");
   ModelConfig mc = ModelConfig::from_deck(deck);
-  check_exact_on_policy(deck, mc, /*trainer_scores_engines=*/false);
+  check_exact_on_policy(deck, /*trainer_scores_engines=*/false);
   RolloutConfig rc = RolloutConfig::from_deck(deck, mc);
   const Tokenizer& tok = *rc.tokenizer;
   log::info("tokenizer: {}", tok.describe());

@@ -42,7 +42,9 @@ template <class Acc, class Term>
 // two parts, Cody-Waite), e^r = 1 + r + r²·P(r) (Cephes' expf polynomial), times 2^n
 // built in the exponent bits. Relative error ~1e-7 on [−87, 88]; 0 below −87 (and for
 // −inf), NaN for NaN (a diverged model's NaN reaches the loss, as ATen's exp would pass
-// it on), no overflow handling above 88 (every caller subtracts a row's max first).
+// it on), e^88 above 88 (softmax and log-prob callers subtract a row's max first; silu and
+// sigmoid take exp(−x), where the clamp only moves results for x < −88 that are ~0 or
+// below 1e-38 anyway).
 [[gnu::always_inline]] inline float exp_fixed(float x) {
   const bool zero = x < -87.0f;
   const float xc = std::min(std::max(x, -87.0f), 88.0f);
@@ -104,6 +106,61 @@ SLIMPI_BI_CLONES void silu_mul_span(const float* g, const float* u, float* y, in
 SLIMPI_BI_CLONES void sigmoid_span(const float* x, float* y, int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) y[i] = 1.0f / (1.0f + exp_fixed(-x[i]));
+}
+
+SLIMPI_BI_CLONES void silu_span(const float* x, float* y, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] / (1.0f + exp_fixed(-x[i]));
+}
+
+SLIMPI_BI_CLONES void l2_normalize_row(const float* x, float* y, int64_t n, double eps) {
+  const double ss = lane_sum<double>(n, [&](int64_t i) { return double(x[i]) * double(x[i]); });
+  const float rho = static_cast<float>(1.0 / std::sqrt(ss + eps));
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * rho;
+}
+
+// (Scalar: libm's log1p and exp in fp64, one call an element, the same in every clone.)
+void softplus_span(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    y[i] = x[i] > 20.0f ? x[i] : static_cast<float>(std::log1p(std::exp(double(x[i]))));
+}
+
+// One sequence's and value head's gated delta rule, token by token (see
+// gated_delta_rule_rows): S [Dk, Dv] in place; q, k advance by k_step floats a token, v
+// and o by v_step, g and beta by gb_step.
+SLIMPI_BI_CLONES void delta_rule_head(const float* q, const float* k, const float* v, const float* g,
+                                      const float* beta, float* o, float* S, int64_t L, int64_t Dk, int64_t Dv,
+                                      int64_t k_step, int64_t v_step, int64_t gb_step, float* kS) {
+  for (int64_t t = 0; t < L; ++t) {
+    const float* qt = q + t * k_step;
+    const float* kt = k + t * k_step;
+    const float* vt = v + t * v_step;
+    const float decay = exp_fixed(g[t * gb_step]), b = beta[t * gb_step];
+    for (int64_t i = 0; i < Dk; ++i) {
+#pragma omp simd
+      for (int64_t j = 0; j < Dv; ++j) S[i * Dv + j] = S[i * Dv + j] * decay;
+    }
+#pragma omp simd
+    for (int64_t j = 0; j < Dv; ++j) kS[j] = 0.0f;
+    for (int64_t i = 0; i < Dk; ++i) {
+#pragma omp simd
+      for (int64_t j = 0; j < Dv; ++j) kS[j] = kS[j] + kt[i] * S[i * Dv + j];
+    }
+#pragma omp simd
+    for (int64_t j = 0; j < Dv; ++j) kS[j] = (vt[j] - kS[j]) * b;  // u
+    for (int64_t i = 0; i < Dk; ++i) {
+#pragma omp simd
+      for (int64_t j = 0; j < Dv; ++j) S[i * Dv + j] = S[i * Dv + j] + kt[i] * kS[j];
+    }
+    float* ot = o + t * v_step;
+#pragma omp simd
+    for (int64_t j = 0; j < Dv; ++j) ot[j] = 0.0f;
+    for (int64_t i = 0; i < Dk; ++i) {
+#pragma omp simd
+      for (int64_t j = 0; j < Dv; ++j) ot[j] = ot[j] + qt[i] * S[i * Dv + j];
+    }
+  }
 }
 
 SLIMPI_BI_CLONES void softmax_row(const float* x, float* y, int64_t n) {
@@ -375,6 +432,66 @@ at::Tensor attention_rows(const at::Tensor& q, const at::Tensor& k, const at::Te
     }
   });
   return out;
+}
+
+at::Tensor silu_elementwise(const at::Tensor& x) {
+  const at::Tensor xc = host_fp32(x, "silu");
+  at::Tensor y = at::empty_like(xc);
+  const float* xp = xc.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  at::parallel_for(0, xc.numel(), 1 << 14, [&](int64_t i0, int64_t i1) { silu_span(xp + i0, yp + i0, i1 - i0); });
+  return y;
+}
+
+at::Tensor softplus_elementwise(const at::Tensor& x) {
+  const at::Tensor xc = host_fp32(x, "softplus");
+  at::Tensor y = at::empty_like(xc);
+  const float* xp = xc.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  at::parallel_for(0, xc.numel(), 1 << 12, [&](int64_t i0, int64_t i1) { softplus_span(xp + i0, yp + i0, i1 - i0); });
+  return y;
+}
+
+at::Tensor l2_normalize_rows(const at::Tensor& x, double eps) {
+  const at::Tensor xc = host_fp32(x, "l2_normalize_rows");
+  const int64_t n = xc.size(-1), R = n == 0 ? 0 : xc.numel() / n;
+  at::Tensor y = at::empty_like(xc);
+  const float* xp = xc.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  at::parallel_for(0, R, 16, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) l2_normalize_row(xp + r * n, yp + r * n, n, eps);
+  });
+  return y;
+}
+
+at::Tensor gated_delta_rule_rows(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& g,
+                                 const at::Tensor& beta, const at::Tensor& initial_state, at::Tensor* final_state) {
+  const at::Tensor qc = host_fp32(q, "gated_delta_rule_rows"), kc = host_fp32(k, "gated_delta_rule_rows");
+  const at::Tensor vc = host_fp32(v, "gated_delta_rule_rows"), gc = host_fp32(g, "gated_delta_rule_rows");
+  const at::Tensor bc = host_fp32(beta, "gated_delta_rule_rows");
+  SLIMPI_CHECK(qc.dim() == 4 && kc.sizes() == qc.sizes() && vc.dim() == 4 &&
+                   vc.sizes().slice(0, 3) == qc.sizes().slice(0, 3) && gc.sizes() == qc.sizes().slice(0, 3) &&
+                   bc.sizes() == gc.sizes(),
+               "gated_delta_rule_rows: q/k [B, L, H, Dk], v [B, L, H, Dv], g/beta [B, L, H] expected");
+  const int64_t B = qc.size(0), L = qc.size(1), H = qc.size(2), Dk = qc.size(3), Dv = vc.size(3);
+  at::Tensor S = initial_state.defined() ? host_fp32(initial_state, "gated_delta_rule_rows").clone()
+                                         : at::zeros({B, H, Dk, Dv}, qc.options());  // [B, H, Dk, Dv]
+  SLIMPI_CHECK(S.sizes() == at::IntArrayRef({B, H, Dk, Dv}), "gated_delta_rule_rows: initial state [B, H, Dk, Dv]");
+  at::Tensor o = at::empty({B, L, H, Dv}, qc.options());
+  const float *qp = qc.data_ptr<float>(), *kp = kc.data_ptr<float>(), *vp = vc.data_ptr<float>();
+  const float *gp = gc.data_ptr<float>(), *bp = bc.data_ptr<float>();
+  float *op = o.data_ptr<float>(), *sp = S.data_ptr<float>();
+  at::parallel_for(0, B * H, 1, [&](int64_t p0, int64_t p1) {
+    std::vector<float>& kS = scratch(0, Dv);
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t b = p / H, h = p % H;
+      const int64_t qk0 = (b * L * H + h) * Dk, v0 = (b * L * H + h) * Dv, gb0 = b * L * H + h;
+      delta_rule_head(qp + qk0, kp + qk0, vp + v0, gp + gb0, bp + gb0, op + v0, sp + p * Dk * Dv, L, Dk, Dv, H * Dk,
+                      H * Dv, H, kS.data());
+    }
+  });
+  if (final_state) *final_state = S;
+  return o;
 }
 
 void set_exact_numerics(bool on) { exact_on.store(on); }

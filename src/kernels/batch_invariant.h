@@ -36,6 +36,27 @@ at::Tensor rms_norm_rows(const at::Tensor& x, const at::Tensor& w, double eps);
 at::Tensor silu_mul_elementwise(const at::Tensor& g, const at::Tensor& u);
 at::Tensor sigmoid_elementwise(const at::Tensor& x);
 
+// silu(x) = x / (1 + exp(−x)), element-wise; softplus(x) = log(1 + exp(x)) (x for x > 20,
+// torch's threshold; libm's log1p and exp in fp64, rounded once).
+at::Tensor silu_elementwise(const at::Tensor& x);
+at::Tensor softplus_elementwise(const at::Tensor& x);
+
+// x [R, n] -> y[r, i] = x[r, i] · ρ_r, ρ_r = 1 / sqrt(Σ_i x[r, i]² + eps) (the sum in fp64
+// lanes, ρ_r rounded to fp32 once): the l2 normalisation of Gated DeltaNet's q and k.
+at::Tensor l2_normalize_rows(const at::Tensor& x, double eps);
+
+// The gated delta rule (model/gated_delta_rule.h) token by token, per sequence b and
+// head h on its own (threads split the (b, h) pairs), from S = initial_state[b, h]:
+//   S ← S · exp_fixed(g_t);  u = (v_t − Σ_i k_t[i] S[i, :]) · β_t;  S ← S + k_t uᵀ;
+//   o_t = Σ_i q_t[i] S[i, :]
+// each sum over i in order. A token's output and the state after it depend on the
+// sequence's tokens up to it only, so prefill in any chunks followed by decode steps
+// gives the bits of one pass. q, k [B, L, H, Dk], v [B, L, H, Dv], g, beta [B, L, H]
+// fp32, initial_state [B, H, Dk, Dv] (undefined: zeros) -> o [B, L, H, Dv];
+// *final_state the state after position L − 1.
+at::Tensor gated_delta_rule_rows(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& g,
+                                 const at::Tensor& beta, const at::Tensor& initial_state, at::Tensor* final_state);
+
 // x [R, n] -> softmax over each row: exp(x − max) / Σ exp(x − max) (the sum in fp64 lanes).
 at::Tensor softmax_rows(const at::Tensor& x);
 

@@ -82,7 +82,9 @@ class SmallBatchLinearScope {
 // rows share the call. Host tensors, x [..., K] fp32 or bf16 (widened: exact), w [N, K]
 // fp32 or bf16, bias [N] fp32 or undefined -> [..., N] fp32; no autograd (dense() adds
 // it). bf16 weights run 16 lanes at every K, each weight widened to fp32 in a register as
-// it is loaded: the same bits as the fp32 kernel on w.to(kFloat), from half the bytes.
+// it is loaded: from half the bytes, the bits of the 16-lane fp32 kernel on w.to(kFloat),
+// which fp32 weights take only from K = kBatchInvariantWideK on (below it they take 8
+// lanes, and the bits differ): both sides of a comparison must hold the weight in one dtype.
 inline constexpr int64_t kBatchInvariantWideK = 512;
 at::Tensor batch_invariant_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias = {},
                                   SmallBatchLinearCode code = SmallBatchLinearCode::Best);

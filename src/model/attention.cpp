@@ -198,10 +198,10 @@ at::Tensor attend_exact(const at::Tensor& q, const at::Tensor& k, const at::Tens
   const int64_t T = q.size(0), H = q.size(1), D = q.size(2);
   const at::Tensor seq_of_row = a.b_of_t.cpu(), n_keys = a.positions.cpu() + 1;  // [T] each
   if (cache) {
-    SLIMPI_CHECK(!cache->values_are_keys && cache->k[layer].scalar_type() == exact_kv_storage(),
-                 "exact numerics: a key/value cache of {} (exact_kv_storage) expected, not {}{}",
-                 c10::toString(exact_kv_storage()), c10::toString(cache->k[layer].scalar_type()),
-                 cache->values_are_keys ? " (a latent cache)" : "");
+    SLIMPI_CHECK(cache->k[layer].scalar_type() == exact_kv_storage(),
+                 "exact numerics: a key/value cache of {} (exact_kv_storage) expected, not {}",
+                 c10::toString(exact_kv_storage()), c10::toString(cache->k[layer].scalar_type()));
+    // (A latent cache's values are its keys: v and v_scale alias k and k_scale, KvCache.)
     return attention_rows(q.to(at::kFloat), cache->k[layer], cache->v[layer],
                           a.key_slots.cpu().view({a.n_seqs, a.max_keys}), seq_of_row, n_keys,
                           cache->quantized() ? cache->k_scale[layer] : at::Tensor(),

@@ -4,6 +4,7 @@
 #include <slimpi/error.h>
 
 #include "kernels/batch_invariant.h"
+#include "model/gated_delta_rule.h"
 #include "model/log_probs.h"
 #include "model/recompute.h"
 
@@ -61,6 +62,54 @@ at::Tensor sigmoid_of(const at::Tensor& x) {
   if (!exact_numerics()) return at::sigmoid(x);
   return exact_value([](const Tensors& in) { return sigmoid_elementwise(in[0]); },
                      [](const Tensors& in) { return at::sigmoid(in[0]); }, {x}, x.scalar_type());
+}
+
+at::Tensor silu_of(const at::Tensor& x) {
+  if (!exact_numerics()) return at::silu(x);
+  return exact_value([](const Tensors& in) { return silu_elementwise(in[0]); },
+                     [](const Tensors& in) { return at::silu(in[0]); }, {x}, x.scalar_type());
+}
+
+at::Tensor softplus_of(const at::Tensor& x) {
+  if (!exact_numerics()) return at::softplus(x);
+  return exact_value([](const Tensors& in) { return softplus_elementwise(in[0]); },
+                     [](const Tensors& in) { return at::softplus(in[0]); }, {x}, x.scalar_type());
+}
+
+at::Tensor l2_normalize_last(const at::Tensor& x, double eps) {
+  auto reference = [eps](const at::Tensor& t) { return t * at::rsqrt(t.pow(2).sum(-1, true) + eps); };
+  if (!exact_numerics()) return reference(x);
+  return exact_value([eps](const Tensors& in) { return l2_normalize_rows(in[0], eps); },
+                     [reference](const Tensors& in) { return reference(in[0]); }, {x}, x.scalar_type());
+}
+
+at::Tensor gated_delta_rule(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& g,
+                            const at::Tensor& beta, const at::Tensor& initial_state, at::Tensor* final_state,
+                            bool one_token_steps) {
+  if (!exact_numerics())
+    return one_token_steps ? gated_delta_rule_recurrent(q, k, v, g, beta, initial_state, final_state)
+                           : gated_delta_rule_chunked(q, k, v, g, beta, initial_state, final_state);
+  Tensors inputs{q, k, v, g, beta};
+  if (initial_state.defined()) inputs.push_back(initial_state);
+  const bool with_state = final_state != nullptr;  // (a training pass needs the outputs only)
+  const Tensors out = value_with_gradient_of(
+      [with_state](const Tensors& in) {
+        at::Tensor last;
+        Tensors wide;
+        for (const at::Tensor& t : in) wide.push_back(fp32(t));
+        const at::Tensor o = gated_delta_rule_rows(wide[0], wide[1], wide[2], wide[3], wide[4],
+                                                   wide.size() > 5 ? wide[5] : at::Tensor(), &last);
+        return with_state ? Tensors{o.to(in[2].scalar_type()), last} : Tensors{o.to(in[2].scalar_type())};
+      },
+      [with_state](const Tensors& in) {
+        at::Tensor last;
+        const at::Tensor o = gated_delta_rule_chunked(in[0], in[1], in[2], in[3], in[4],
+                                                      in.size() > 5 ? in[5] : at::Tensor(), with_state ? &last : nullptr);
+        return with_state ? Tensors{o, last.to(at::kFloat)} : Tensors{o};
+      },
+      inputs);
+  if (final_state) *final_state = out[1];
+  return out[0];
 }
 
 at::Tensor softmax_last(const at::Tensor& x) {

@@ -21,6 +21,25 @@ at::Tensor swiglu(const at::Tensor& g, const at::Tensor& u);
 // sigmoid(x), element-wise (gated attention's gate, a shared expert's gate, a sigmoid router).
 at::Tensor sigmoid_of(const at::Tensor& x);
 
+// silu(x) and softplus(x) (torch's: x past 20), element-wise (Gated DeltaNet's
+// convolution and gate, its log decay).
+at::Tensor silu_of(const at::Tensor& x);
+at::Tensor softplus_of(const at::Tensor& x);
+
+// x / sqrt(Σ_last x² + eps): Gated DeltaNet's q and k normalisation (the FLA library's
+// l2norm, eps 1e-6 in transformers). x [..., n].
+at::Tensor l2_normalize_last(const at::Tensor& x, double eps);
+
+// The gated delta rule over padded sequences (model/gated_delta_rule.h's shapes and
+// definition): by default the chunked form, or the recurrent one for a decode step
+// (`one_token_steps`: an incremental forward of one token a sequence); under exact
+// numerics always token by token (kernels/batch_invariant.h gated_delta_rule_rows), so
+// that the trainer's pass over a whole sequence, prefill in any chunks and decode steps
+// give a token the same bits; training's gradient is the chunked form's.
+at::Tensor gated_delta_rule(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& g,
+                            const at::Tensor& beta, const at::Tensor& initial_state, at::Tensor* final_state,
+                            bool one_token_steps);
+
 // Softmax over the last dimension (a softmax router's probabilities). x [R, E] fp32.
 at::Tensor softmax_last(const at::Tensor& x);
 

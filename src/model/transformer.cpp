@@ -12,6 +12,7 @@
 #include <memory>
 #include <tuple>
 
+#include "kernels/batch_invariant.h"
 #include "kernels/small_batch_linear.h"
 #include "parallel/comm.h"
 #include "model/forward_context.h"
@@ -327,7 +328,10 @@ at::Tensor Transformer::attend_heads(const at::Tensor& q, const at::Tensor& k, c
 at::Tensor Transformer::output_projection(const LayerParams& p, const at::Tensor& attn, const ForwardContext& f) const {
   if (!f.tp) return dense(attn, p.o, p.o_bias);          // [T, d]
   const at::Tensor out = f.from_rows(dense(attn, p.o));  // [T_local, d]
-  return p.o_bias.defined() ? out + f.shared(p.o_bias) : out;
+  if (!p.o_bias.defined()) return out;
+  // Exact numerics: the bias as used (a bf16 forward's rounding, what a bf16 engine holds),
+  // so that trainer and engine add the same bits.
+  return out + (exact_numerics() ? f.as_used(f.shared(p.o_bias)) : f.shared(p.o_bias));
 }
 
 at::Tensor Transformer::dense_mlp_residual(const LayerParams& p, const at::Tensor& x, const ForwardContext& f) const {

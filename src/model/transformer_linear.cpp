@@ -24,6 +24,7 @@
 #include <cmath>
 #include <optional>
 
+#include "kernels/batch_invariant.h"
 #include "kernels/small_batch_linear.h"
 #include "model/forward_context.h"
 #include "model/gated_delta_rule.h"
@@ -53,7 +54,22 @@ Projections project(const at::Tensor& h, const Transformer::LayerParams& p, cons
 }
 
 // x [..., D] -> x / sqrt(sum x^2 + 1e-6) (the FLA library's l2norm, as transformers uses it).
-at::Tensor l2_normalized(const at::Tensor& x) { return x * at::rsqrt(x.pow(2).sum(-1, true) + 1e-6); }
+at::Tensor l2_normalized(const at::Tensor& x) { return l2_normalize_last(x, 1e-6); }
+
+// The depthwise causal convolution, silu'd: joined [B, C, K - 1 + L] (each sequence's
+// K - 1 inputs before the new ones first), taps [C, K] -> [B, C, L]. Under exact numerics
+// each output is Σ_k taps[c, k] · joined[b, c, l + k] added in k order, one exactly
+// rounded multiply and add at a time (ATen's element-wise ops), which no batch shape
+// changes; conv1d's algorithm is chosen by the shape.
+at::Tensor causal_conv_silu(const at::Tensor& joined, const at::Tensor& taps, int64_t L) {
+  const int64_t C = taps.size(0), K = taps.size(1);
+  if (!exact_numerics())
+    return at::silu(at::conv1d(joined, taps.unsqueeze(1), at::Tensor(), at::IntArrayRef{1}, at::IntArrayRef{0},
+                               at::IntArrayRef{1}, C));
+  at::Tensor sum = joined.narrow(2, 0, L) * taps.narrow(1, 0, 1);  // [B, C, L]
+  for (int64_t k = 1; k < K; ++k) sum = sum + joined.narrow(2, k, L) * taps.narrow(1, k, 1);
+  return silu_of(sum);
+}
 
 // rows [T, X] -> [B, L, X], token t at (b_of_t[t], j_of_t[t]), zeros elsewhere.
 at::Tensor padded(const at::Tensor& rows, const AttentionLayout& a) {
@@ -132,9 +148,7 @@ at::Tensor Transformer::linear_attention(const LayerParams& p, const at::Tensor&
   at::Tensor past = at::zeros({B, C, past_len}, fresh_in.options());    // [B, C, K - 1]
   if (cache) past = cache->conv_state[size_t(li)].index_select(0, slots).masked_fill(no_past.view({B, 1, 1}), 0.0);
   const at::Tensor joined = at::cat({past, fresh_in}, 2);              // [B, C, K - 1 + L]
-  const at::Tensor taps = as_used(p.lin_conv).unsqueeze(1);            // [C, 1, K]: depthwise, one group a channel
-  const at::Tensor conv = at::silu(at::conv1d(joined, taps, at::Tensor(), at::IntArrayRef{1}, at::IntArrayRef{0},
-                                              at::IntArrayRef{1}, C));  // [B, C, L]
+  const at::Tensor conv = causal_conv_silu(joined, as_used(p.lin_conv), L);  // [B, C, L] (depthwise: [C, K] taps)
   if (cache) {  // the new conv state: the last K - 1 inputs of each sequence, n_new[b] .. n_new[b] + K - 2 of `joined`
     std::vector<int64_t> last;
     for (int64_t n : a.n_new_host)
@@ -151,20 +165,20 @@ at::Tensor Transformer::linear_attention(const LayerParams& p, const at::Tensor&
     k = k.repeat_interleave(r, 2);
   }
   // Write strength and log decay, zero past each sequence's end (the state passes them unchanged).
-  const at::Tensor beta = padded(at::sigmoid(proj.b), a);                                     // [B, L, Hv]
+  const at::Tensor beta = padded(sigmoid_of(proj.b), a);                                      // [B, L, Hv]
   const at::Tensor decay_rate = as_used(p.lin_a_log).exp();                                   // [Hv]
-  const at::Tensor g = padded(-decay_rate * at::softplus(proj.a + as_used(p.lin_dt_bias)), a);  // [B, L, Hv]
+  const at::Tensor g = padded(-decay_rate * softplus_of(proj.a + as_used(p.lin_dt_bias)), a);  // [B, L, Hv]
   at::Tensor state;  // [B, Hv, Dk, Dv]
   if (cache) state = cache->delta_state[size_t(li)].index_select(0, slots).masked_fill(no_past.view({B, 1, 1, 1}), 0.0);
   at::Tensor final_state;
-  const at::Tensor o = cache && L == 1 ? gated_delta_rule_recurrent(q, k, v, g, beta, state, &final_state)
-                                       : gated_delta_rule_chunked(q, k, v, g, beta, state, cache ? &final_state : nullptr);
+  // (decode steps recurrent, the rest chunked; token by token under exact numerics)
+  const at::Tensor o = gated_delta_rule(q, k, v, g, beta, state, cache ? &final_state : nullptr, cache && L == 1);
   if (cache) cache->delta_state[size_t(li)].index_copy_(0, slots, final_state);
   // The gated RMSNorm over each value head.
   const at::Tensor rows = o.index({a.b_of_t, a.j_of_t});                                     // [T, Hv, Dv]
   const at::Tensor z = proj.z.view({T, Hv, Dv});                                            // [T, Hv, Dv]
-  const at::Tensor normed = rows * at::rsqrt(rows.pow(2).mean(-1, true) + cfg_.rms_norm_eps) * as_used(norm);
-  return (normed * at::silu(z)).view({T, Hv * Dv});                                         // [T, Hv * Dv] fp32
+  const at::Tensor normed = rms_norm(rows, as_used(norm), cfg_.rms_norm_eps);                // [T, Hv, Dv]
+  return (normed * silu_of(z)).view({T, Hv * Dv});                                          // [T, Hv * Dv] fp32
 }
 
 }  // namespace slimpi

@@ -18,7 +18,10 @@
 // first r columns of the output, the weighted latents, are kept), so the cache holds one
 // row of r + R a token and layer (KvCache::values_are_keys) and every cache path takes it
 // (paged decode, gathered prefill, prefix cache, preemption, the e4m3 cache and PD
-// transfer tested with it). Tensor parallelism: this shard's
+// transfer tested with it). In exact on-policy mode (docs/exact_on_policy.md) the trainer
+// attends in the absorbed form too, the engine's, with the per-head products
+// batch-invariant (dense), so the two compute a token's scores in one order. Tensor
+// parallelism: this shard's
 // H / t heads (the rows of q_b / q_proj and kv_b, the columns of o_proj); the latent
 // projections and their norms are whole on every shard, their gradients summed over the
 // group (copy_to_tp).
@@ -26,6 +29,7 @@
 
 #include <cmath>
 
+#include "kernels/batch_invariant.h"
 #include "kernels/small_batch_linear.h"
 #include "model/forward_context.h"
 
@@ -41,6 +45,14 @@ at::Tensor deinterleave(const at::Tensor& x) {
   pairs.back() = R / 2;
   pairs.push_back(2);
   return x.reshape(pairs).transpose(-1, -2).reshape(x.sizes());
+}
+
+// x [T, H, K] · w[h]ᵀ for each head h, w [H, N, K] -> [T, H, N]: one batch-invariant
+// product a head under exact numerics (dense), so a row's value does not depend on T.
+at::Tensor per_head_product(const at::Tensor& x, const at::Tensor& w) {
+  std::vector<at::Tensor> heads;  // [T, N] each
+  for (int64_t h = 0; h < w.size(0); ++h) heads.push_back(dense(x.select(1, h), w[h]));
+  return at::stack(heads, 1);
 }
 
 }  // namespace
@@ -67,7 +79,9 @@ at::Tensor Transformer::latent_attention_block(const LayerParams& p, int64_t cac
   }
   q_rot = apply_rope(q_rot, f.cos, f.sin);
   k_rot = apply_rope(k_rot, f.cos, f.sin);
-  if (f.cache && latent_cache_)  // (kv_b applies after attention there: no per-head keys and values here)
+  // (kv_b applies after attention there: no per-head keys and values here.) Exact numerics:
+  // the trainer's forward too, as the engine computes.
+  if (latent_cache_ && (f.cache || exact_numerics()))
     return absorbed_attention(p, cache_layer, q.narrow(-1, 0, nope), q_rot, latent, k_rot, f);
   const at::Tensor kv = dense(latent, p.kv_b).view({T, H, nope + Dv});                      // [T, H, nope + Dv]
   at::Tensor qh = at::cat({q_rot, q.narrow(-1, 0, nope)}, -1);                         // [T, H, D]
@@ -85,7 +99,9 @@ at::Tensor Transformer::absorbed_attention(const LayerParams& p, int64_t cache_l
                 nope = cfg_.qk_nope_head_dim, Dv = cfg_.v_head_dim, r = cfg_.kv_lora_rank;
   const at::Tensor w = p.kv_b.view({H, nope + Dv, r});
   const at::Tensor w_uk = w.narrow(1, 0, nope), w_uv = w.narrow(1, nope, Dv);       // [H, nope, r], [H, Dv, r]
-  const at::Tensor q_latent = at::einsum("thn,hnr->thr", {q_nope, w_uk});           // [T, H, r]
+  const bool exact = exact_numerics();
+  const at::Tensor q_latent = exact ? per_head_product(q_nope, w_uk.transpose(1, 2))  // [T, H, r]
+                                    : at::einsum("thn,hnr->thr", {q_nope, w_uk});
   // attend() divides by √(r + R); the scores are divided by √(nope + R) (times YaRN's m).
   const double scale = std::sqrt(double(r + R) / double(cfg_.head_dim())) * cfg_.softmax_scale_factor();
   const at::Tensor qa = at::cat({q_latent, q_rot.to(q_latent.scalar_type())}, -1) * scale;  // [T, H, r + R]
@@ -94,7 +110,8 @@ at::Tensor Transformer::absorbed_attention(const LayerParams& p, int64_t cache_l
   // weighted sum's first r columns are the weighted latents; its last R (over the rotary
   // keys) are dropped.
   const at::Tensor o_latent = attend_heads(qa, ka, ka, cache_layer, f).view({T, H, r + R}).narrow(-1, 0, r);
-  const at::Tensor attn = at::einsum("thr,hvr->thv", {o_latent, w_uv});                 // [T, H, Dv]
+  const at::Tensor attn = exact ? per_head_product(o_latent, w_uv)  // [T, H, Dv]
+                                : at::einsum("thr,hvr->thv", {o_latent, w_uv});
   return output_projection(p, attn.reshape({T, H * Dv}), f);
 }
 

@@ -75,8 +75,8 @@ std::vector<KeySpec> train_keys() {
                  "exact: the trainer computes every sampled token's log-prob with the engine's bits (batch-"
                  "invariant kernels in both forwards, docs/exact_on_policy.md); with train.async = \"off\" the old "
                  "log-probs are then the rollout's, without their forward pass. On the CPU, in fp32 or bf16 "
-                 "(train.precision = rollout.precision); dense or MoE attention models; engines of the trainers' "
-                 "tensor size"),
+                 "(train.precision = rollout.precision); dense and MoE models with grouped-query, latent or Gated "
+                 "DeltaNet attention; engines of the trainers' tensor size"),
       bool_key("debug.recompute_old_log_probs", false,
                "train.on_policy = \"exact\": compute the old log-probs by their forward pass anyway, to measure "
                "what skipping it saves and to see it give the rollout's bits"),

@@ -17,8 +17,11 @@
 #    disaggregation at np 3, KV caches of e4m3 (split) and bf16 (colocated): exactly 0 too;
 #  * bf16 forwards (train.precision = rollout.precision = "bf16": the trainer's fp32
 #    masters as their bf16 roundings, the engines' bf16 weights and cache) at np 4 split,
-#    with MoE and expert parallelism 2, and with tensor parallelism 2: exactly 0, and a
-#    rerun repeats bit for bit;
+#    with MoE and expert parallelism 2, and with tensor parallelism 2 (sequence-parallel,
+#    with biases): exactly 0, and a rerun repeats bit for bit;
+#  * multi-head latent attention (the trainer in the engines' absorbed form) and Gated
+#    DeltaNet (the rule token by token on both sides), fp32 at np 4 and bf16 with tensor
+#    parallelism 2: exactly 0;
 #  * what the mode does not cover yet is refused with its key.
 # Usage: exact_runs.sh SLIMPI ROOT "MPIRUN FLAGS"
 set -euo pipefail
@@ -59,6 +62,18 @@ run 3 pd "${exact[@]}" "${one_step[@]}" --set parallel.trainer_ranks=1 --set rol
 # KV caches of e4m3 and bf16 under fp32 engines: the trainer's attention reads them rounded alike.
 run 4 kv_fp8 "${exact[@]}" "${one_step[@]}" --set rollout.kv_cache_dtype=fp8_e4m3
 run 2 kv_bf16 "${exact[@]}" "${one_step[@]}" --set rollout.kv_cache_dtype=bf16 --set parallel.placement=colocate
+# Multi-head latent attention (the trainer attends in the engines' absorbed form), fp32 at
+# np 4 and bf16 with tensor parallelism 2.
+mla=(--set model.kv_lora_rank=16 --set model.q_lora_rank=12 --set model.qk_nope_head_dim=8
+     --set model.qk_rope_head_dim=4 --set model.v_head_dim=6 --set model.n_kv_heads=4)
+run 4 mla "${exact[@]}" "${one_step[@]}" "${mla[@]}"
+# Gated DeltaNet (Qwen3.5's hybrid layers; the rule token by token on both sides), fp32 at
+# np 4 and bf16 with tensor parallelism 2.
+hybrid=(--set model.n_layers=4 --set model.full_attention_interval=4 --set model.linear_num_key_heads=2
+        --set model.linear_num_value_heads=4 --set model.linear_key_head_dim=8 --set model.linear_value_head_dim=8
+        --set model.attn_output_gate=true --set model.zero_centered_norm=true --set model.qk_norm=true
+        --set model.head_dim=8 --set model.partial_rotary_factor=0.25)
+run 4 hybrid "${exact[@]}" "${one_step[@]}" "${hybrid[@]}"
 # bf16 forwards.
 bf16=(--set train.precision=bf16 --set rollout.precision=bf16)
 run 4 bf16 "${exact[@]}" "${one_step[@]}" "${bf16[@]}"
@@ -66,7 +81,14 @@ run 4 bf16_again "${exact[@]}" "${one_step[@]}" "${bf16[@]}"
 /usr/bin/python3 tests/regression/compare_runs.py "$out/bf16" "$out/bf16_again" --with-rng
 run 4 bf16_moe "${exact[@]}" "${one_step[@]}" "${bf16[@]}" --set model.n_experts=4 --set model.n_experts_per_tok=2 \
     --set model.moe_intermediate_size=32 --set parallel.expert_parallel=2
+# (with sequence parallelism, and q/k/v and o biases: the row-parallel o_proj's bias is
+# added after the sum over the group)
 run 4 bf16_tp2 "${exact[@]}" "${one_step[@]}" "${bf16[@]}" --set parallel.tensor_parallel=2 \
+    --set rollout.tensor_parallel=2 --set parallel.sequence_parallel=true --set model.qkv_bias=true \
+    --set model.o_bias=true
+run 4 bf16_mla_tp2 "${exact[@]}" "${one_step[@]}" "${bf16[@]}" "${mla[@]}" --set parallel.tensor_parallel=2 \
+    --set rollout.tensor_parallel=2
+run 4 bf16_hybrid_tp2 "${exact[@]}" "${one_step[@]}" "${bf16[@]}" "${hybrid[@]}" --set parallel.tensor_parallel=2 \
     --set rollout.tensor_parallel=2
 
 /usr/bin/python3 - "$out" <<'PY'
@@ -78,8 +100,8 @@ def steps(name):
     f = h5py.File(f"{out}/{name}/metrics.h5")
     s = f["steps"]
     return s, s["step"][:] < 3  # the last row is the final evaluation's
-for name in ["exact", "colocated", "moe", "tp2", "tp4", "pd", "kv_fp8", "kv_bf16", "two_steps_recomputed", "bf16",
-             "bf16_moe", "bf16_tp2"]:
+for name in ["exact", "colocated", "moe", "tp2", "tp4", "pd", "kv_fp8", "kv_bf16", "two_steps_recomputed", "mla",
+             "hybrid", "bf16", "bf16_moe", "bf16_tp2", "bf16_mla_tp2", "bf16_hybrid_tp2"]:
     s, rows = steps(name)
     gap = s["train/train_rollout_logprob_abs_diff"][rows]
     assert len(gap) == 3 and np.all(gap == 0.0), (name, gap)
@@ -113,6 +135,4 @@ refused fp8 "quantises them in blocks" 2 "${exact[@]}" "${bf16[@]}" --set rollou
 refused tp "needs engines of the trainers' tensor size" 4 "${exact[@]}" --set parallel.tensor_parallel=2
 refused tp_colocated "needs engines of the trainers' tensor size" 2 "${exact[@]}" --set parallel.tensor_parallel=2 \
     --set parallel.placement=colocate
-refused mla 'latent attention' 2 "${exact[@]}" --set model.kv_lora_rank=16 --set model.q_lora_rank=12 \
-    --set model.qk_nope_head_dim=8 --set model.qk_rope_head_dim=4 --set model.v_head_dim=6 --set model.n_kv_heads=4
 echo "$tag: OK"

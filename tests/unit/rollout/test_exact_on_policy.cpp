@@ -1,9 +1,10 @@
 // Exact on-policy mode (train.on_policy = "exact", docs/exact_on_policy.md): the
 // batch-invariant kernels give a row the same bits whatever shares its call, and so the
 // trainer's log-prob of every sampled token (its loss's forward, autograd on) equals the
-// engine's bit for bit: dense and MoE models, the prefix cache, chunked prefill,
-// preemption, top-k / top-p, speculative decoding's verify pass. The kernels agree with
-// ATen to fp32 round-off, and training's gradients are ATen's.
+// engine's bit for bit: dense and MoE models, latent attention, Gated DeltaNet, fp32 and
+// bf16 forwards, the prefix cache, chunked prefill, preemption, top-k / top-p,
+// speculative decoding's verify pass. The kernels agree with ATen to fp32 round-off, and
+// training's gradients are ATen's.
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 #include <gtest/gtest.h>
@@ -18,6 +19,7 @@
 #include "kernels/small_batch_linear.h"
 #include "model/attention.h"
 #include "model/exact_ops.h"
+#include "model/gated_delta_rule.h"
 #include "model/precision.h"
 #include "rollout/engine.h"
 #include "tokenizer/byte_tokenizer.h"
@@ -71,6 +73,9 @@ TEST(BatchInvariantKernels, ARowIsTheSameBitsAloneAndAmongOthers) {
   expect_rows_invariant([&](const at::Tensor& x) { return silu_mul_elementwise(x, x.flip(-1)); }, at::randn({80}) * 4,
                         "silu_mul");
   expect_rows_invariant([&](const at::Tensor& x) { return sigmoid_elementwise(x); }, at::randn({33}) * 6, "sigmoid");
+  expect_rows_invariant([&](const at::Tensor& x) { return silu_elementwise(x); }, at::randn({33}) * 6, "silu");
+  expect_rows_invariant([&](const at::Tensor& x) { return softplus_elementwise(x); }, at::randn({33}) * 12, "softplus");
+  expect_rows_invariant([&](const at::Tensor& x) { return l2_normalize_rows(x, 1e-6); }, at::randn({80}), "l2norm");
   // Log-probs: each row's temperature, target and support are its own.
   expect_rows_invariant(
       [&](const at::Tensor& z) {
@@ -144,6 +149,9 @@ TEST(BatchInvariantKernels, AgreeWithAtenToRoundOff) {
   EXPECT_TRUE(at::allclose(softmax_rows(x), at::softmax(x, -1), 1e-5, 1e-7));
   EXPECT_TRUE(at::allclose(silu_mul_elementwise(x, x.cos()), at::silu(x) * x.cos(), 1e-5, 1e-6));
   EXPECT_TRUE(at::allclose(sigmoid_elementwise(x * 10), at::sigmoid(x * 10), 1e-5, 1e-7));
+  EXPECT_TRUE(at::allclose(silu_elementwise(x * 10), at::silu(x * 10), 1e-5, 1e-6));
+  EXPECT_TRUE(at::allclose(softplus_elementwise(x * 10), at::softplus(x * 10), 1e-6, 1e-7));
+  EXPECT_TRUE(at::allclose(l2_normalize_rows(x, 1e-6), x * at::rsqrt(x.pow(2).sum(-1, true) + 1e-6), 1e-6, 1e-7));
   const at::Tensor W = at::randn({50, 80});
   EXPECT_TRUE(at::allclose(batch_invariant_linear(x, W), at::linear(x, W), 1e-5, 1e-4));
   const at::Tensor z = at::randn({6, 1000}) * 4, targets = at::tensor({0, 5, 999, 17, 3, 500}, at::kLong);
@@ -160,6 +168,40 @@ TEST(BatchInvariantKernels, AgreeWithAtenToRoundOff) {
   const at::Tensor reference = attend(q, k, v, layout, nullptr, 0, plan);
   const ExactNumerics exact;
   EXPECT_TRUE(at::allclose(attend(q, k, v, layout, nullptr, 0, plan), reference, 1e-5, 1e-6));
+}
+
+// The gated delta rule token by token: the recurrent form's numbers to fp32 round-off
+// (an fp64 reference), and a sequence's outputs and final state the same bits whether it
+// runs in one pass, in pieces (prefill chunks, then decode steps, the state carried), or
+// beside other sequences.
+TEST(BatchInvariantKernels, GatedDeltaRuleTokenByToken) {
+  at::manual_seed(7);
+  const int64_t B = 3, L = 21, H = 2, Dk = 8, Dv = 6;
+  const at::Tensor k_raw = at::randn({B, L, H, Dk});
+  const at::Tensor q = at::randn({B, L, H, Dk}) * 0.3, k = k_raw * at::rsqrt(k_raw.pow(2).sum(-1, true));  // unit keys
+  const at::Tensor v = at::randn({B, L, H, Dv}), g = -at::rand({B, L, H}), beta = at::rand({B, L, H});
+  at::Tensor last, ref_last;
+  const at::Tensor o = gated_delta_rule_rows(q, k, v, g, beta, {}, &last);
+  const at::Tensor ref = gated_delta_rule_recurrent(q.to(at::kDouble), k.to(at::kDouble), v.to(at::kDouble),
+                                                    g.to(at::kDouble), beta.to(at::kDouble), {}, &ref_last);
+  // Each output sums Dk = 8 products of O(1) terms over a state of 21 O(1) updates: a few
+  // fp32 ulps (1e-7 relative) of O(1) values, with room.
+  EXPECT_TRUE(at::allclose(o.to(at::kDouble), ref, 1e-5, 1e-5));
+  EXPECT_TRUE(at::allclose(last.to(at::kDouble), ref_last, 1e-5, 1e-5));
+  // Sequence 1 alone, in pieces of 5, 1 and 15 tokens.
+  auto seq = [&](const at::Tensor& x, int64_t from, int64_t n) { return x.narrow(0, 1, 1).narrow(1, from, n); };
+  at::Tensor state;
+  std::vector<at::Tensor> pieces;
+  int64_t from = 0;
+  for (int64_t n : {5, 1, 15}) {
+    at::Tensor next;
+    pieces.push_back(gated_delta_rule_rows(seq(q, from, n), seq(k, from, n), seq(v, from, n), seq(g, from, n),
+                                           seq(beta, from, n), state, &next));
+    state = next;
+    from += n;
+  }
+  EXPECT_TRUE(same_bits(at::cat(pieces, 1), o.narrow(0, 1, 1)));
+  EXPECT_TRUE(same_bits(state, last.narrow(0, 1, 1)));
 }
 
 // A diverged model's NaN reaches the log-prob (and so the loss's non-finite check), and
@@ -368,6 +410,49 @@ TEST(ExactOnPolicy, Bf16ForwardsToo) {
   set_exact_kv_storage(at::kFloat);
 }
 
+// Multi-head latent attention (DeepSeek-V3): the engine caches the latent and attends in
+// the absorbed form; under the mode the trainer does too. fp32 and bf16, the e4m3 cache.
+TEST(ExactOnPolicy, LatentAttentionToo) {
+  const ExactNumerics exact;
+  ModelConfig c = moe_model(/*deepseek=*/true);
+  testing::use_latent_attention(c);
+  const Transformer masters(c, 17, at::kCPU), engine_weights(c, 17, at::kCPU, at::kBFloat16);
+  expect_bit_for_bit(masters, tight_engine(), requests(6, 3, 0.9, 20, 0.95), 0.9, true);
+  for (at::ScalarType storage : {at::kBFloat16, at::kFloat8_e4m3fn}) {
+    set_exact_kv_storage(storage);
+    EngineConfig cfg = tight_engine();
+    cfg.kv_cache_dtype = storage;
+    expect_bit_for_bit(masters, engine_weights, Precision::BF16, cfg, requests(6, 3, 0.9, 0, 1.0), 0.9, true);
+  }
+  set_exact_kv_storage(at::kFloat);
+}
+
+// Gated DeltaNet (Qwen3.5's hybrid layers): the engine prefills in chunks (3-token
+// prefill chunks here) and decodes a token at a time, the trainer passes over whole
+// sequences; under the mode both run the rule token by token. Preemption recomputes from
+// the tokens (a hybrid engine has no prefix cache). fp32 and bf16.
+TEST(ExactOnPolicy, GatedDeltaNetToo) {
+  const ExactNumerics exact;
+  ModelConfig c = dense_model();
+  testing::use_gated_delta_net(c);
+  EngineConfig cfg{4, 4 * 32, 8, 256, /*prefix_cache=*/false};
+  cfg.chunked_prefill_tokens = 3;
+  for (const Precision precision : {Precision::FP32, Precision::BF16}) {
+    set_exact_kv_storage(weight_dtype(precision));
+    const Transformer masters(c, 18, at::kCPU), engine_weights(c, 18, at::kCPU, weight_dtype(precision));
+    EngineStats stats;
+    const std::vector<Sample> out = generate(engine_weights, cfg, requests(6, 3, 0.9, 0, 1.0), &stats);
+    EXPECT_GT(stats.preemptions, 0);
+    for (size_t per_batch : {size_t(1), size_t(5), out.size()}) {
+      const Agreement a = trainer_vs_engine(masters, out, 0.9, per_batch, precision);
+      EXPECT_GT(a.tokens, 200);
+      EXPECT_EQ(a.differ, 0) << a.differ << " of " << a.tokens << " tokens differ (largest gap " << a.max_gap << ") in "
+                             << precision_name(precision) << " with micro-batches of " << per_batch;
+    }
+  }
+  set_exact_kv_storage(at::kFloat);
+}
+
 // Without the mode the same engine and trainer differ in the last bits: what the mode fixes.
 TEST(ExactOnPolicy, WithoutTheModeTheBitsDiffer) {
   const Transformer m(dense_model(), 7, at::kCPU);
@@ -406,45 +491,55 @@ TEST(ExactOnPolicy, LogitsRowsDoNotDependOnTheBatch) {
 }
 
 // Training under the mode: the kernels give the values, ATen's formulas the gradients,
-// which are the default mode's to round-off. fp32: a few fp32 ulps of the largest entry
-// (1e-4 relative bounds them with room). A bf16 forward (dense model): the two modes'
-// activations are bf16 roundings of sums taken in other orders, an ulp (2^-8) apart
-// here and there, and the gradients move by a few of those ulps (0.032 of the largest
-// entry at most on a Xeon); 0.1 bounds that and still fails a wrong formula (a missing or
-// doubled term is O(1)). An MoE model is left out in bf16: an ulp in the router's input
-// can flip a token's expert, which changes gradients by O(1), as it should.
+// and both are the default mode's to round-off (so the mode computes the same function:
+// a wrong exact forward, such as a tap order or a head's weight slice, fails here).
+// fp32: log-probs of O(5) to 1e-5 and gradients to 1e-4 of their largest entry, a few
+// fp32 ulps each with room. Latent attention takes the absorbed form in the mode and the
+// expanded one by default; Gated DeltaNet the rule token by token against the chunked
+// form. A bf16 forward (dense model): the two modes' activations are bf16 roundings of
+// sums taken in other orders, an ulp (2^-8) apart here and there, and the gradients
+// move by a few of those ulps (0.032 of the largest entry at most on a Xeon); 0.1 bounds
+// that and still fails a missing or doubled term (O(1)). MoE models are left out in bf16:
+// an ulp in the router's input can flip a token's expert, which changes gradients by
+// O(1), as it should.
 TEST(ExactOnPolicy, GradientsAreTheDefaultModesToRoundOff) {
+  ModelConfig mla = moe_model(true), hybrid = dense_model();
+  testing::use_latent_attention(mla);
+  testing::use_gated_delta_net(hybrid);
+  const std::vector<std::pair<const char*, ModelConfig>> models{
+      {"dense", dense_model()}, {"moe", moe_model(true)}, {"mla", mla}, {"gated deltanet", hybrid}};
   for (const Precision precision : {Precision::FP32, Precision::BF16})
-  for (bool moe : {false, true}) {
-    if (moe && precision == Precision::BF16) continue;
-    const ModelConfig c = moe ? moe_model(true) : dense_model();
-    std::vector<at::Tensor> grads[2];
-    for (int exact_mode = 0; exact_mode < 2; ++exact_mode) {
-      set_exact_numerics(exact_mode == 1);
-      const Transformer m(c, 12, at::kCPU);
-      const at::Tensor tokens = at::randint(0, 256, {40}, at::TensorOptions().dtype(at::kLong)).fill_(0) +
-                                at::arange(40, at::kLong) * 7 % 256;
-      Sample s;
-      s.tokens.assign(tokens.data_ptr<int64_t>(), tokens.data_ptr<int64_t>() + 40);
-      s.prompt_length = 10;
-      Sample s2 = s;
-      s2.tokens.resize(25);
-      const PackedBatch b = pack({s, s2}, {0, 1}, at::kCPU);
-      const at::Tensor logp = packed_log_probs(m, b, precision, 0.9, false).logp;
-      logp.sum().backward();
-      for (const auto& p : m.parameters())  // (undefined: a parameter the forward did not use)
-        grads[exact_mode].push_back(p.tensor.grad().defined() ? p.tensor.grad().clone() : at::zeros_like(p.tensor));
+    for (const auto& [name, c] : models) {
+      if (precision == Precision::BF16 && std::string(name) != "dense") continue;
+      std::vector<at::Tensor> grads[2];
+      at::Tensor logps[2];
+      for (int exact_mode = 0; exact_mode < 2; ++exact_mode) {
+        set_exact_numerics(exact_mode == 1);
+        const Transformer m(c, 12, at::kCPU);
+        const at::Tensor tokens = at::arange(40, at::kLong) * 7 % 256;
+        Sample s;
+        s.tokens.assign(tokens.data_ptr<int64_t>(), tokens.data_ptr<int64_t>() + 40);
+        s.prompt_length = 10;
+        Sample s2 = s;
+        s2.tokens.resize(25);
+        const PackedBatch b = pack({s, s2}, {0, 1}, at::kCPU);
+        const at::Tensor logp = packed_log_probs(m, b, precision, 0.9, false).logp;
+        logp.sum().backward();
+        logps[exact_mode] = logp.detach();
+        for (const auto& p : m.parameters())  // (undefined: a parameter the forward did not use)
+          grads[exact_mode].push_back(p.tensor.grad().defined() ? p.tensor.grad().clone() : at::zeros_like(p.tensor));
+      }
+      set_exact_numerics(false);
+      if (precision == Precision::FP32)
+        EXPECT_LE((logps[0] - logps[1]).abs().max().item<double>(), 1e-5) << name;
+      ASSERT_EQ(grads[0].size(), grads[1].size());
+      const double tolerance = precision == Precision::BF16 ? 0.1 : 1e-4;
+      for (size_t i = 0; i < grads[0].size(); ++i) {
+        const double scale = grads[0][i].abs().max().item<double>();
+        const double gap = (grads[0][i] - grads[1][i]).abs().max().item<double>();
+        EXPECT_LE(gap, tolerance * scale + 1e-7) << name << " parameter " << i << " in " << precision_name(precision);
+      }
     }
-    set_exact_numerics(false);
-    ASSERT_EQ(grads[0].size(), grads[1].size());
-    const double tolerance = precision == Precision::BF16 ? 0.1 : 1e-4;
-    for (size_t i = 0; i < grads[0].size(); ++i) {
-      const double scale = grads[0][i].abs().max().item<double>();
-      const double gap = (grads[0][i] - grads[1][i]).abs().max().item<double>();
-      EXPECT_LE(gap, tolerance * scale + 1e-7)
-          << (moe ? "moe" : "dense") << " parameter " << i << " in " << precision_name(precision);
-    }
-  }
 }
 
 }  // namespace
