@@ -44,7 +44,8 @@ void refuse_objective_combinations(const TrainerConfig& c, const Deck& deck) {
                     c.kl_coef, deck.source("train.kl_coef"), c.kl_loss_coef, deck.source("train.kl_loss_coef"));
   const std::string& estimator = c.estimator->name;
   if (c.mode == "rl" && c.estimator->needs_normalized_advantages && !c.normalize_advantages)
-    SLIMPI_FAIL_ALL("train.advantage_estimator = \"{}\" ({}) needs train.normalize_advantages = true ({}), as in slime",
+    SLIMPI_FAIL_ALL("train.advantage_estimator = \"{}\" ({}) needs train.normalize_advantages = true, as in slime; "
+                    "it is false ({}): set it",
                     estimator, deck.source("train.advantage_estimator"), deck.source("train.normalize_advantages"));
   const bool critic = c.estimator->needs_critic;
   if (c.kl_coef != 0.0 && !c.estimator->reward_kl)

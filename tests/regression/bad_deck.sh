@@ -42,7 +42,7 @@ rl="inputs/smoke_rl.toml --set run.dir=$out/rules"
 expect_clean_failure 4 "$out/k1.log" "train.kl_coef = 0.05 (--set) and train.kl_loss_coef = 0.1 (--set) are both non-zero" \
   run $rl --set train.advantage_estimator=reinforce_plus_plus --set train.normalize_advantages=true \
   --set train.kl_coef=0.05 --set train.use_kl_loss=true --set train.kl_loss_coef=0.1
-expect_clean_failure 4 "$out/k2.log" "needs train.normalize_advantages = true (default), as in slime" \
+expect_clean_failure 4 "$out/k2.log" "needs train.normalize_advantages = true, as in slime; it is false (default)" \
   run $rl --set train.advantage_estimator=reinforce_plus_plus_baseline
 expect_clean_failure 4 "$out/k3.log" "train.kl_coef = 0.05 (--set) acts only on the reinforce_plus_plus and ppo estimators" \
   run $rl --set train.kl_coef=0.05

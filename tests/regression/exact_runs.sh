@@ -22,6 +22,7 @@
 #  * multi-head latent attention (the trainer in the engines' absorbed form) and Gated
 #    DeltaNet (the rule token by token on both sides), fp32 at np 4 and bf16 with tensor
 #    parallelism 2: exactly 0;
+#  * an SFT run with bf16 settings evaluates (its evaluation engine's cache is fp32);
 #  * what the mode does not cover yet is refused with its key.
 # Usage: exact_runs.sh SLIMPI ROOT "MPIRUN FLAGS"
 set -euo pipefail
@@ -90,6 +91,10 @@ run 4 bf16_mla_tp2 "${exact[@]}" "${one_step[@]}" "${bf16[@]}" "${mla[@]}" --set
     --set rollout.tensor_parallel=2
 run 4 bf16_hybrid_tp2 "${exact[@]}" "${one_step[@]}" "${bf16[@]}" "${hybrid[@]}" --set parallel.tensor_parallel=2 \
     --set rollout.tensor_parallel=2
+# An SFT run's evaluation engine runs the fp32 policy: its cache is fp32 whatever
+# rollout.precision says (the trainer's exact attention must not round to bf16 there).
+run 2 sft_bf16 "${exact[@]}" "${bf16[@]}" --set train.mode=sft --set run.n_steps=2
+grep -q "final eval (after 2 steps)" "$out/sft_bf16.log"
 
 /usr/bin/python3 - "$out" <<'PY'
 import sys
