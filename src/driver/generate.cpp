@@ -110,7 +110,7 @@ int run_generate(RunContext& ctx) {
     SLIMPI_FAIL_ALL("slimpi generate needs prompts: set data.path (JSONL, prompt text under data.input_key)");
   ModelConfig mc = ModelConfig::from_deck(deck);
   check_exact_on_policy(deck, /*trainer_scores_engines=*/false);
-  RolloutConfig rc = RolloutConfig::from_deck(deck, mc);
+  RolloutConfig rc = RolloutConfig::from_deck(deck, mc, /*rollout_weights=*/true);
   const Tokenizer& tok = *rc.tokenizer;
   log::info("tokenizer: {}", tok.describe());
   if (const std::string note = describe_chat_template_choice(ctx.deck, tok); !note.empty()) log::info("{}", note);

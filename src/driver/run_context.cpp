@@ -123,10 +123,8 @@ RunContext set_up_run(MPI_Comm world, const std::string& deck_path, const std::v
   }
   set_exact_numerics(exact);
   // The engines' cache storage, which the trainer's exact attention rounds its keys and
-  // values to: rollout.kv_cache_dtype, whose "auto" is the engines' weight dtype (an RL
-  // run's rollout.precision; an SFT run's evaluation engine runs the fp32 policy).
-  const bool sft_auto = ctx.deck.get_string("train.mode") != "rl" && ctx.deck.get_string("rollout.kv_cache_dtype") == "auto";
-  set_exact_kv_storage(sft_auto ? at::kFloat : kv_cache_dtype(ctx.deck));
+  // values to (an SFT run's evaluation engine runs the fp32 policy).
+  set_exact_kv_storage(kv_cache_dtype(ctx.deck, ctx.deck.get_string("train.mode") == "rl" || every_rank_rolls_out));
   // torch's default CPU generator, which libtorch seeds from the OS at load: nothing of
   // slimpi draws from it (every draw has its own generator or counter), but checkpoints
   // record its state, so it is seeded from run.seed and the rank, and a run's files repeat.

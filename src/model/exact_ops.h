@@ -4,8 +4,10 @@
 // forward over packed sequences and the engine's over any batch, prefix hit, prefill
 // chunk or verify pass give a row the same bits (docs/exact_on_policy.md). Under
 // autograd the kernels give the value and ATen's formula the gradient (the backward may
-// use any arithmetic: only the forward's values must agree). Matrix products go through
-// dense() (kernels/small_batch_linear.h), attention through attend() (model/attention.h).
+// use any arithmetic: only the forward's values must agree). In a bf16 forward the
+// kernels take their inputs widened to fp32 (exact) and each value is rounded once to the
+// dtype ATen's op gives. Matrix products go through dense() (kernels/small_batch_linear.h),
+// attention through attend() (model/attention.h).
 #pragma once
 
 #include <ATen/core/Tensor.h>

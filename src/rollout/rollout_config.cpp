@@ -14,9 +14,9 @@
 
 namespace slimpi {
 
-at::ScalarType kv_cache_dtype(const Deck& deck) {
+at::ScalarType kv_cache_dtype(const Deck& deck, bool rollout_weights) {
   const std::string& cache = deck.get_string("rollout.kv_cache_dtype");
-  if (cache == "auto") return rollout_weight_dtype(deck.get_string("rollout.precision"));
+  if (cache == "auto") return rollout_weights ? rollout_weight_dtype(deck.get_string("rollout.precision")) : at::kFloat;
   return cache == "bf16" ? at::kBFloat16 : at::kFloat8_e4m3fn;
 }
 
@@ -24,9 +24,9 @@ namespace {
 
 // rollout.kv_cache_memory_gb as whole blocks of tokens: keys and values of every layer in
 // the cache's dtype, plus an MoE model's routing trace (int16 per expert choice).
-int64_t kv_tokens_in_memory(const Deck& deck, const ModelConfig& m, int64_t block_size) {
+int64_t kv_tokens_in_memory(const Deck& deck, const ModelConfig& m, int64_t block_size, bool rollout_weights) {
   const double gb = deck.get_float("rollout.kv_cache_memory_gb");
-  const at::ScalarType dtype = kv_cache_dtype(deck);
+  const at::ScalarType dtype = kv_cache_dtype(deck, rollout_weights);
   const int64_t element = int64_t(c10::elementSize(dtype));
   const int e = int(deck.get_int("rollout.tensor_parallel"));  // each rank of an engine caches its key/value heads
   // A speculating engine caches its draft (the first MTP depth) beside the trunk's layers
@@ -161,11 +161,11 @@ void check_engine_limits(const RolloutConfig& c, const Deck& deck) {
 
 }  // namespace
 
-RolloutConfig RolloutConfig::from_deck(const Deck& deck, const ModelConfig& model) {
+RolloutConfig RolloutConfig::from_deck(const Deck& deck, const ModelConfig& model, bool rollout_weights) {
   RolloutConfig c;
   c.engine.block_size = deck.get_int("rollout.block_size");
   c.engine.kv_cache_tokens = deck.get_float("rollout.kv_cache_memory_gb") > 0
-                                 ? kv_tokens_in_memory(deck, model, c.engine.block_size)
+                                 ? kv_tokens_in_memory(deck, model, c.engine.block_size, rollout_weights)
                                  : deck.get_int("rollout.kv_cache_tokens");
   c.offload_between_phases = deck.get_bool("rollout.offload_between_phases");
   c.engine.max_running = deck.get_int("rollout.max_running");
@@ -186,7 +186,7 @@ RolloutConfig RolloutConfig::from_deck(const Deck& deck, const ModelConfig& mode
   c.engine.chunked_prefill_tokens = deck.get_int("rollout.chunked_prefill_tokens");
   c.engine.cache_responses = deck.get_bool("rollout.cache_responses");
   // "auto" stays the engine model's dtype (an SFT evaluation engine runs the fp32 policy).
-  if (deck.get_string("rollout.kv_cache_dtype") != "auto") c.engine.kv_cache_dtype = kv_cache_dtype(deck);
+  if (deck.get_string("rollout.kv_cache_dtype") != "auto") c.engine.kv_cache_dtype = kv_cache_dtype(deck, rollout_weights);
   if (model.is_hybrid() && c.engine.cache_responses)
     SLIMPI_FAIL_ALL("rollout.cache_responses = true ({}) stores responses in the prefix cache, which a hybrid "
                     "linear-attention model (model.full_attention_interval = {}) runs without: drop the key",

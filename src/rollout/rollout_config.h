@@ -27,11 +27,14 @@ struct RolloutConfig {
   // Reads [rollout]; cross-key errors (a group larger than max_running, a batch token
   // budget below max_running) name the keys.
   // model: the policy's shape (the KV cache's bytes a token, rollout.kv_cache_memory_gb).
-  static RolloutConfig from_deck(const Deck& deck, const ModelConfig& model);
+  // rollout_weights: kv_cache_dtype's.
+  static RolloutConfig from_deck(const Deck& deck, const ModelConfig& model, bool rollout_weights);
 };
 
-// rollout.kv_cache_dtype as the engines' cache storage dtype ("auto": the engines' weight
-// dtype, rollout.precision's).
-at::ScalarType kv_cache_dtype(const Deck& deck);
+// rollout.kv_cache_dtype as the engines' cache storage dtype. "auto": the engines' weight
+// dtype, which is rollout.precision's where the engines hold rollout weights
+// (`rollout_weights`: an RL run, `slimpi generate`) and fp32 where they run the fp32
+// policy (an SFT run's evaluation engine).
+at::ScalarType kv_cache_dtype(const Deck& deck, bool rollout_weights);
 
 }  // namespace slimpi

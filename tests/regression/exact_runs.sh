@@ -22,7 +22,8 @@
 #  * multi-head latent attention (the trainer in the engines' absorbed form) and Gated
 #    DeltaNet (the rule token by token on both sides), fp32 at np 4 and bf16 with tensor
 #    parallelism 2: exactly 0;
-#  * an SFT run with bf16 settings evaluates (its evaluation engine's cache is fp32);
+#  * an SFT run with bf16 settings evaluates (its evaluation engine's cache is fp32), and
+#    `slimpi generate` (bf16 engines whatever the deck's mode) repeats across np;
 #  * what the mode does not cover yet is refused with its key.
 # Usage: exact_runs.sh SLIMPI ROOT "MPIRUN FLAGS"
 set -euo pipefail
@@ -95,6 +96,24 @@ run 4 bf16_hybrid_tp2 "${exact[@]}" "${one_step[@]}" "${bf16[@]}" "${hybrid[@]}"
 # rollout.precision says (the trainer's exact attention must not round to bf16 there).
 run 2 sft_bf16 "${exact[@]}" "${bf16[@]}" --set train.mode=sft --set run.n_steps=2
 grep -q "final eval (after 2 steps)" "$out/sft_bf16.log"
+# `slimpi generate` holds bf16 engine weights and caches whatever the deck's train.mode,
+# and two runs (np 1, np 2) write the same log-probs.
+head -24 inputs/data/addition_eval.jsonl >"$out/prompts.jsonl"
+for np in 1 2; do
+  $mpirun -np $np "$slimpi" generate inputs/generate_addition.toml --set model.init_from= --set train.mode=sft \
+    --set data.path="$out/prompts.jsonl" --set run.dir="$out/generate$np" "${exact[@]}" "${bf16[@]}" \
+    >"$out/generate$np.log" 2>&1 || { cat "$out/generate$np.log"; echo "FAIL: generate at np $np"; exit 1; }
+done
+/usr/bin/python3 - "$out" <<'PY'
+import sys
+import h5py
+import numpy as np
+out = sys.argv[1]
+a, b = (h5py.File(f"{out}/generate{np_}/rollouts.h5") for np_ in (1, 2))
+key = "samples/rollout_log_probs/values"
+assert len(a[key]) > 0 and np.array_equal(a[key][:], b[key][:]), "generate: np 1 and np 2 log-probs differ"
+print(f"generate: {len(a[key])} log-probs identical at np 1 and 2 (exact, bf16)")
+PY
 
 /usr/bin/python3 - "$out" <<'PY'
 import sys
