@@ -66,7 +66,9 @@ template <class Acc, class Term>
 
 at::Tensor host_fp32(const at::Tensor& x, const char* what) {
   SLIMPI_CHECK(x.defined() && x.is_cpu() && x.scalar_type() == at::kFloat,
-               "{}: fp32 host tensors only (exact on-policy mode runs on the CPU; model/exact_ops.h widens a bf16 forward's tensors first)", what);
+               "{}: fp32 host tensors only (exact on-policy mode runs on the CPU; model/exact_ops.h widens a bf16 "
+               "forward's tensors first)",
+               what);
   return x.contiguous();
 }
 
