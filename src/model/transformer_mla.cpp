@@ -21,10 +21,9 @@
 // transfer tested with it). In exact on-policy mode (docs/exact_on_policy.md) the trainer
 // attends in the absorbed form too, the engine's, with the per-head products
 // batch-invariant (dense), so the two compute a token's scores in one order. Tensor
-// parallelism: this shard's
-// H / t heads (the rows of q_b / q_proj and kv_b, the columns of o_proj); the latent
-// projections and their norms are whole on every shard, their gradients summed over the
-// group (copy_to_tp).
+// parallelism: this shard's H / t heads (the rows of q_b / q_proj and kv_b, the columns
+// of o_proj); the latent projections and their norms are whole on every shard, their
+// gradients summed over the group (copy_to_tp).
 #include <ATen/ATen.h>
 
 #include <cmath>
