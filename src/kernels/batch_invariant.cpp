@@ -281,19 +281,40 @@ SLIMPI_BI_CLONES void attention_group_e4m3(const float* q, const c10::Float8_e4m
 
 std::atomic<bool> exact_on{false};
 
+// y = span(x) over x's elements, the threads splitting them in runs of at least `grain`
+// (a span's elements are independent: where a run ends does not matter).
+at::Tensor map_elements(const at::Tensor& x, const char* what, int64_t grain,
+                        void (*span)(const float*, float*, int64_t)) {
+  const at::Tensor xc = host_fp32(x, what);
+  at::Tensor y = at::empty_like(xc);
+  const float* xp = xc.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  at::parallel_for(0, xc.numel(), grain, [&](int64_t i0, int64_t i1) { span(xp + i0, yp + i0, i1 - i0); });
+  return y;
+}
+
+// y[r, :] = row(x[r, :], y[r, :], n) for every row of x's last dimension (n), the threads
+// splitting rows only.
+template <class Row>
+at::Tensor map_rows(const at::Tensor& x, const char* what, Row row) {
+  const at::Tensor xc = host_fp32(x, what);
+  const int64_t n = xc.size(-1), R = n == 0 ? 0 : xc.numel() / n;
+  at::Tensor y = at::empty_like(xc);
+  const float* xp = xc.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  at::parallel_for(0, R, 16, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) row(xp + r * n, yp + r * n, n);
+  });
+  return y;
+}
+
 }  // namespace
 
 at::Tensor rms_norm_rows(const at::Tensor& x, const at::Tensor& w, double eps) {
   const at::Tensor xc = host_fp32(x, "rms_norm_rows"), wc = host_fp32(w, "rms_norm_rows");
-  const int64_t n = xc.size(-1), R = n == 0 ? 0 : xc.numel() / n;
-  SLIMPI_CHECK(wc.numel() == n, "rms_norm_rows: a weight of {} for rows of {}", wc.numel(), n);
-  at::Tensor y = at::empty_like(xc);
-  const float *xp = xc.data_ptr<float>(), *wp = wc.data_ptr<float>();
-  float* yp = y.data_ptr<float>();
-  at::parallel_for(0, R, 16, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) rms_norm_row(xp + r * n, wp, yp + r * n, n, eps);
-  });
-  return y;
+  SLIMPI_CHECK(wc.numel() == xc.size(-1), "rms_norm_rows: a weight of {} for rows of {}", wc.numel(), xc.size(-1));
+  const float* wp = wc.data_ptr<float>();
+  return map_rows(xc, "rms_norm_rows", [&](const float* xr, float* yr, int64_t n) { rms_norm_row(xr, wp, yr, n, eps); });
 }
 
 at::Tensor silu_mul_elementwise(const at::Tensor& g, const at::Tensor& u) {
@@ -307,26 +328,9 @@ at::Tensor silu_mul_elementwise(const at::Tensor& g, const at::Tensor& u) {
   return y;
 }
 
-at::Tensor sigmoid_elementwise(const at::Tensor& x) {
-  const at::Tensor xc = host_fp32(x, "sigmoid");
-  at::Tensor y = at::empty_like(xc);
-  const float* xp = xc.data_ptr<float>();
-  float* yp = y.data_ptr<float>();
-  at::parallel_for(0, xc.numel(), 1 << 14, [&](int64_t i0, int64_t i1) { sigmoid_span(xp + i0, yp + i0, i1 - i0); });
-  return y;
-}
+at::Tensor sigmoid_elementwise(const at::Tensor& x) { return map_elements(x, "sigmoid", 1 << 14, sigmoid_span); }
 
-at::Tensor softmax_rows(const at::Tensor& x) {
-  const at::Tensor xc = host_fp32(x, "softmax_rows");
-  const int64_t n = xc.size(-1), R = n == 0 ? 0 : xc.numel() / n;
-  at::Tensor y = at::empty_like(xc);
-  const float* xp = xc.data_ptr<float>();
-  float* yp = y.data_ptr<float>();
-  at::parallel_for(0, R, 16, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) softmax_row(xp + r * n, yp + r * n, n);
-  });
-  return y;
-}
+at::Tensor softmax_rows(const at::Tensor& x) { return map_rows(x, "softmax_rows", softmax_row); }
 
 at::Tensor normalize_rows(const at::Tensor& x, double eps) {
   const at::Tensor xc = host_fp32(x, "normalize_rows");
@@ -436,34 +440,14 @@ at::Tensor attention_rows(const at::Tensor& q, const at::Tensor& k, const at::Te
   return out;
 }
 
-at::Tensor silu_elementwise(const at::Tensor& x) {
-  const at::Tensor xc = host_fp32(x, "silu");
-  at::Tensor y = at::empty_like(xc);
-  const float* xp = xc.data_ptr<float>();
-  float* yp = y.data_ptr<float>();
-  at::parallel_for(0, xc.numel(), 1 << 14, [&](int64_t i0, int64_t i1) { silu_span(xp + i0, yp + i0, i1 - i0); });
-  return y;
-}
+at::Tensor silu_elementwise(const at::Tensor& x) { return map_elements(x, "silu", 1 << 14, silu_span); }
 
-at::Tensor softplus_elementwise(const at::Tensor& x) {
-  const at::Tensor xc = host_fp32(x, "softplus");
-  at::Tensor y = at::empty_like(xc);
-  const float* xp = xc.data_ptr<float>();
-  float* yp = y.data_ptr<float>();
-  at::parallel_for(0, xc.numel(), 1 << 12, [&](int64_t i0, int64_t i1) { softplus_span(xp + i0, yp + i0, i1 - i0); });
-  return y;
-}
+// (a smaller grain: each element is two libm calls)
+at::Tensor softplus_elementwise(const at::Tensor& x) { return map_elements(x, "softplus", 1 << 12, softplus_span); }
 
 at::Tensor l2_normalize_rows(const at::Tensor& x, double eps) {
-  const at::Tensor xc = host_fp32(x, "l2_normalize_rows");
-  const int64_t n = xc.size(-1), R = n == 0 ? 0 : xc.numel() / n;
-  at::Tensor y = at::empty_like(xc);
-  const float* xp = xc.data_ptr<float>();
-  float* yp = y.data_ptr<float>();
-  at::parallel_for(0, R, 16, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) l2_normalize_row(xp + r * n, yp + r * n, n, eps);
-  });
-  return y;
+  return map_rows(x, "l2_normalize_rows",
+                  [eps](const float* xr, float* yr, int64_t n) { l2_normalize_row(xr, yr, n, eps); });
 }
 
 at::Tensor gated_delta_rule_rows(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& g,
