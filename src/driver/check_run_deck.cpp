@@ -232,6 +232,24 @@ void check_tensor_parallel(const Deck& deck, const ModelConfig& model, const Wor
   check_splits_over(deck, model, what, tp, "parallel.tensor_parallel");
 }
 
+// Context parallelism (model/context_split.h): tensor × context blocks of trainer ranks,
+// each training one data-parallel share; forward numerics of their own.
+void check_context_parallel(const Deck& deck, const WorldLayout& layout) {
+  const int64_t cp = deck.get_int("parallel.context_parallel");
+  if (cp <= 1) return;
+  const int64_t tp = deck.get_int("parallel.tensor_parallel");
+  const std::string what = fmt::format("parallel.context_parallel = {} ({}) splits every sequence over groups of {} "
+                                       "trainer ranks", cp, deck.source("parallel.context_parallel"), cp);
+  if (layout.n_trainer % (tp * cp) != 0)
+    SLIMPI_FAIL_ALL("{}: parallel.tensor_parallel × parallel.context_parallel = {} × {} = {} must divide the number "
+                    "of trainer ranks, {} (parallel.trainer_ranks, {}; parallel.placement, {})", what, tp, cp, tp * cp,
+                    layout.n_trainer, deck.source("parallel.trainer_ranks"), deck.source("parallel.placement"));
+  if (deck.get_string("train.on_policy") == "exact")
+    SLIMPI_FAIL_ALL("{}: train.on_policy = \"exact\" ({}) is not built for context-parallel forwards yet (their "
+                    "attention reads gathered keys); set parallel.context_parallel = 1", what,
+                    deck.source("train.on_policy"));
+}
+
 // Tensor-parallel engines: each engine's model splits as a tensor-parallel trainer's does.
 void check_engine_tensor_parallel(const Deck& deck, const ModelConfig& model, bool rl) {
   const int64_t e = deck.get_int("rollout.tensor_parallel");
@@ -297,6 +315,7 @@ RunConfigs check_run_deck(const Deck& deck, const WorldLayout& layout) {
   check_exact_on_policy(deck, rl);
   c.trainer = TrainerConfig::from_deck(deck);
   check_tensor_parallel(deck, c.model, layout);
+  check_context_parallel(deck, layout);
   check_engine_tensor_parallel(deck, c.model, rl);
   check_expert_parallel(deck, c.model, layout);
   c.rollout = RolloutConfig::from_deck(deck, c.model, /*rollout_weights=*/rl);

@@ -112,7 +112,8 @@ std::unique_ptr<Transformer> make_trainer_model(const RunContext& ctx, const Run
   const ModelConfig& cfg = c.configs.model;
   const ExpertShard experts = mp.expert_shard();
   const TensorShard tensor = mp.tensor_shard();
-  auto m = std::make_unique<Transformer>(cfg, run_seed(ctx.deck), run_device(ctx), at::kFloat, experts, tensor);
+  auto m = std::make_unique<Transformer>(cfg, run_seed(ctx.deck), run_device(ctx), at::kFloat, experts, tensor,
+                                         mp.context_shard());
   const std::string& init_from = ctx.deck.get_string("model.init_from");
   if (load && !init_from.empty())
     load_model_weights(m->parameters(), init_from, "model", experts.size > 1, StoredWhole{&cfg, tensor});
@@ -165,7 +166,8 @@ void build_trainer_models(const RunContext& ctx, const std::string& resume_from,
   c.model_parallel = std::make_unique<ModelParallel>(ctx.world->trainer(), tp,
                                                      int(deck.get_int("parallel.expert_parallel")), ctx.device,
                                                      deck.get_bool("parallel.sequence_parallel"),
-                                                     kv_head_replicas(model_cfg, tp));
+                                                     kv_head_replicas(model_cfg, tp),
+                                                     int(deck.get_int("parallel.context_parallel")));
   const ModelParallel& mp = *c.model_parallel;
   c.policy = make_trainer_model(ctx, c, mp, resume_from.empty());
   if (Trainer::needs_reference(c.configs.trainer)) {
@@ -181,7 +183,7 @@ void build_trainer_models(const RunContext& ctx, const std::string& resume_from,
     critic_from.clear();
   }
   c.trainer = std::make_unique<Trainer>(c.configs.trainer, *c.policy, &mp.data(), c.reference.get(),
-                                        mp.expert_replicas());
+                                        mp.expert_replicas(), &mp.replicas());
   if (c.configs.trainer.opd_kl_coef > 0 && c.configs.trainer.teacher_placement == "trainer") {
     c.teacher = load_teacher(*c.configs.teacher, run_device(ctx));
     c.trainer->set_teacher(c.teacher.get());
@@ -314,7 +316,7 @@ RunComponents load_run_inputs(const RunContext& ctx, RunConfigs configs) {
   RunComponents c;
   c.configs = std::move(configs);
   c.rl = deck.get_string("train.mode") == "rl";
-  c.tensor_parallel = static_cast<int>(deck.get_int("parallel.tensor_parallel"));
+  c.sample_block = static_cast<int>(deck.get_int("parallel.tensor_parallel") * deck.get_int("parallel.context_parallel"));
   const WorldLayout& layout = ctx.world->layout();
   for (int r = 0; r < layout.world_size; ++r)
     if (layout.is_trainer(r)) c.trainer_world_ranks.push_back(r);

@@ -12,6 +12,7 @@
 
 #include "kernels/batch_invariant.h"
 #include "kernels/paged_attention.h"
+#include "model/context_split.h"
 #include "model/recompute.h"
 #include "model/kv_cache.h"
 
@@ -136,6 +137,21 @@ AttentionLayout packed_layout(const std::vector<int64_t>& seq_lens, const at::De
   return layout;
 }
 
+AttentionLayout context_layout(std::shared_ptr<const ContextSplit> split, const at::Device& device) {
+  std::vector<int64_t> first, n_new, key_rows;
+  int64_t max_keys = 0;
+  for (const auto& ch : split->chunks()) max_keys = std::max(max_keys, ch.end);
+  for (const auto& ch : split->chunks()) {
+    first.push_back(ch.begin);
+    n_new.push_back(ch.end - ch.begin);
+    for (int64_t j = 0; j < max_keys; ++j) key_rows.push_back(j < ch.end ? ch.seq_start + j : 0);
+  }
+  AttentionLayout layout = make_layout(first, n_new, {}, device);
+  layout.key_rows = at::tensor(key_rows, at::kLong).to(device);
+  layout.context = std::move(split);
+  return layout;
+}
+
 AttentionLayout incremental_layout(const std::vector<CachedSequence>& seqs, bool split_decode_and_prefill,
                                    const at::Device& device) {
   std::vector<int64_t> n_past, n_new, state_slots;
@@ -188,6 +204,30 @@ at::Tensor attend_packed(const at::Tensor& q, const at::Tensor& k, const at::Ten
       .reshape({T, H * D});
 }
 
+// Context parallelism: this rank's queries q [T_i, H, D] against every key of their
+// sequences, gathered from the group (k/v [T_i, Hkv, D] -> [T, Hkv, D]) -> [T_i, H * D].
+// Each chunk attends as a prefill chunk does to its cached past: padded below the
+// budget, each chunk alone through SDPA above it.
+at::Tensor attend_context(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionLayout& a,
+                          const AttentionPlan& plan) {
+  const ContextSplit& split = *a.context;
+  const int64_t T = q.size(0), H = q.size(1), D = q.size(2), Hkv = k.size(1);
+  const at::Tensor k_all = split.gather_rows(k), v_all = split.gather_rows(v);  // [T_all, Hkv, D]
+  if (a.n_seqs > 0 && a.n_seqs * H * a.max_new * a.max_keys > plan.padded_budget) {
+    std::vector<at::Tensor> out;
+    for (const auto& ch : split.chunks())
+      out.push_back(attend_one_sequence(q.narrow(0, ch.local_start, ch.end - ch.begin),
+                                        k_all.narrow(0, ch.seq_start, ch.end), v_all.narrow(0, ch.seq_start, ch.end),
+                                        ch.begin));
+    return at::cat(out).reshape({T, H * D});
+  }
+  // (A rank holding no token still takes this path: its empty products keep the gathers
+  // in its backward, which the other ranks' reduce-scatters meet.)
+  const at::Tensor kp = k_all.index_select(0, a.key_rows).view({a.n_seqs, a.max_keys, Hkv, D});
+  const at::Tensor vp = v_all.index_select(0, a.key_rows).view({a.n_seqs, a.max_keys, Hkv, D});
+  return attend_padded(pad(q, a), kp, vp, a.q_pos, a.n_keys).index({a.b_of_t, a.j_of_t}).reshape({T, H * D});
+}
+
 // Exact numerics (model/exact_ops.h): every query row through the batch-invariant kernel,
 // the packed batch's keys read in place (sequence b's at rows start_b ..), a cached
 // batch's where they lie in the cache. Token t sees positions[t] + 1 keys. The value is
@@ -236,6 +276,11 @@ at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                   KvCache* cache, int64_t layer, const AttentionPlan& plan) {
   const int64_t T = q.size(0), H = q.size(1), D = q.size(2);
   if (cache) cache->store(layer, a.new_slots, k, v);
+  if (a.context) {
+    SLIMPI_CHECK(!cache && !exact_numerics(), "context-parallel attention runs training forwards only, and not under "
+                 "exact numerics");
+    return attend_context(q, k, v, a, plan);
+  }
   if (exact_numerics()) return attend_exact(q, k, v, a, cache, layer, plan);
   if (!cache) return attend_packed(q, k, v, a, plan);
   if (a.parts.empty()) return attend_cached(a, q, *cache, layer, k.scalar_type(), plan).reshape({T, H * D});

@@ -20,11 +20,13 @@
 #include <c10/core/Device.h>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace slimpi {
 
 struct KvCache;
+class ContextSplit;
 
 // How the decode rows of an incremental batch read the cache:
 //   Paged        the host paged-attention kernel reads each K/V row where it lies
@@ -55,6 +57,12 @@ struct AttentionLayout {
   // the packed batch its tokens are.
   struct Part;
   std::vector<Part> parts;
+  // Context parallelism (model/context_split.h): the queries are this rank's chunks, each
+  // a "sequence" of the layout (n_past its first position, n_keys its end), and every key
+  // of their sequences comes from the group (ContextSplit::gather_rows). key_rows
+  // [B · max_keys]: the packed row of each chunk's keys (0 past n_keys).
+  std::shared_ptr<const ContextSplit> context;
+  at::Tensor key_rows;
 };
 
 struct AttentionLayout::Part {
@@ -69,6 +77,9 @@ AttentionLayout packed_layout(const std::vector<int64_t>& seq_lens, const at::De
 struct CachedSequence;
 AttentionLayout incremental_layout(const std::vector<CachedSequence>& seqs, bool split_decode_and_prefill,
                                    const at::Device& device);
+
+// This rank's chunks of a context-parallel split, positions within their sequences.
+AttentionLayout context_layout(std::shared_ptr<const ContextSplit> split, const at::Device& device);
 
 // What picks the way attention is computed for one forward.
 struct AttentionPlan {

@@ -201,9 +201,12 @@ std::pair<at::Tensor, at::Tensor> rope_tables(const ModelConfig& cfg, const at::
 }  // namespace
 
 Transformer::Transformer(const ModelConfig& cfg, uint64_t seed, const at::Device& device, at::ScalarType weights,
-                         const ExpertShard& experts, const TensorShard& tensor)
-    : cfg_(cfg), device_(device), weights_(weights), experts_(experts), tensor_(tensor) {
+                         const ExpertShard& experts, const TensorShard& tensor, const ContextShard& context)
+    : cfg_(cfg), device_(device), weights_(weights), experts_(experts), tensor_(tensor), context_(context) {
   check_shards(cfg, weights, experts, tensor);
+  SLIMPI_CHECK(context.size == 1 || (context.comm && context.comm->size() == context.size && context.rank >= 0 &&
+                                     context.rank < context.size),
+               "context shard {} of {} without its group", context.rank, context.size);
   const int64_t columns = padded_vocab_size(cfg.vocab_size, tensor.size) / tensor.size;
   vocab_begin_ = columns * tensor.rank;
   n_real_vocab_ = std::clamp<int64_t>(cfg.vocab_size - vocab_begin_, 0, columns);
@@ -484,6 +487,8 @@ at::Tensor Transformer::mtp_depth(int64_t depth, const at::Tensor& in, const at:
 at::Tensor Transformer::forward_mtp_packed(int64_t depth, const at::Tensor& in, const at::Tensor& next,
                                            const std::vector<int64_t>& seq_lens) const {
   check_packed(next, seq_lens);
+  if (const auto split = context_split(seq_lens))
+    return mtp_depth(depth, in, next.index_select(0, split->local_rows()), context_layout(split, device_), nullptr);
   return mtp_depth(depth, in, next, packed_layout(seq_lens, device_), nullptr);
 }
 
@@ -509,15 +514,46 @@ void Transformer::check_packed(const at::Tensor& tokens, const std::vector<int64
   SLIMPI_CHECK(total == tokens.size(0), "forward_packed: {} tokens but lengths sum to {}", tokens.size(0), total);
 }
 
+std::shared_ptr<const ContextSplit> Transformer::context_split(const std::vector<int64_t>& seq_lens) const {
+  if (context_.size == 1) return nullptr;
+  return std::make_shared<const ContextSplit>(context_, seq_lens, device_);
+}
+
+at::Tensor Transformer::forward_split(const at::Tensor& tokens, const std::vector<int64_t>& seq_lens, MoeTrace* moe,
+                                      bool to_logits) const {
+  const auto split = context_split(seq_lens);
+  const at::Tensor& mine = split->local_rows();  // [T_i]
+  at::Tensor replay;                             // [T, n_moe_layers, k] the caller's, restored after
+  if (moe && moe->replay.defined()) {
+    SLIMPI_CHECK(moe->replay.dim() == 3 && moe->replay.size(0) == tokens.size(0),
+                 "routing replay: expert ids for {} tokens expected", tokens.size(0));
+    replay = moe->replay;
+    moe->replay = replay.index_select(0, mine);
+  }
+  const at::Tensor out = forward(tokens.index_select(0, mine), context_layout(split, device_), nullptr, moe, to_logits);
+  if (moe) {
+    moe->replay = replay;
+    const ContextSplit::Items& every = split->all_rows();
+    if (moe->chosen.defined()) {
+      moe->chosen = split->gather_items(every, moe->chosen);  // [T, n_moe_layers, k]
+      moe->routed = split->gather_items(every, moe->routed);
+    }
+    for (auto& logits : moe->router_logits) logits = split->gather_items(every, logits);  // [T, E]
+  }
+  return out;  // [T_i, .]
+}
+
 at::Tensor Transformer::forward_packed(const at::Tensor& tokens, const std::vector<int64_t>& seq_lens,
                                       MoeTrace* moe) const {
   check_packed(tokens, seq_lens);
+  if (context_.size > 1) return forward_split(tokens, seq_lens, moe, /*to_logits=*/true);
   return forward(tokens, packed_layout(seq_lens, device_), nullptr, moe);
 }
 
 at::Tensor Transformer::forward_packed_hidden(const at::Tensor& tokens, const std::vector<int64_t>& seq_lens,
                                              MoeTrace* moe) const {
   check_packed(tokens, seq_lens);
+  if (context_.size > 1) return forward_split(tokens, seq_lens, moe, /*to_logits=*/false);
   return forward(tokens, packed_layout(seq_lens, device_), nullptr, moe, /*to_logits=*/false);
 }
 

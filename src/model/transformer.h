@@ -28,6 +28,9 @@
 // columns of the logits; an MoE layer's router and routed experts run whole on every
 // shard (expert parallelism splits the experts), its shared experts split as the dense
 // MLP. Every forward is then collective over the tensor-parallel group.
+// Context parallelism (model/context_split.h): a packed forward runs this rank's chunks of
+// every sequence, attention reading the group's keys; its outputs are this rank's rows
+// (context_split(seq_lens)->local_rows()), its MoE trace the whole batch's.
 // Invariant: parameters are created in name order from one generator seeded by the
 // run seed, so the same config and seed give bit-identical weights on any device (and,
 // sharded, the same numbers in each shard's slice).
@@ -40,6 +43,7 @@
 
 #include "core/named_tensor.h"
 #include "model/attention.h"
+#include "model/context_split.h"
 #include "model/kv_cache.h"
 #include "model/model_config.h"
 #include "model/moe.h"
@@ -82,12 +86,19 @@ class Transformer {
   // only its block's "mlp.experts.<e>." parameters, the same values the whole model has
   // for them; every forward is then collective over the shard's group). tensor: its
   // place in a tensor-parallel group (model/tensor_shard.h).
+  // context: its place in a context-parallel group (forward_packed* and forward_mtp_packed
+  // are then collective over it).
   Transformer(const ModelConfig& cfg, uint64_t seed, const at::Device& device,
-              at::ScalarType weights = at::kFloat, const ExpertShard& experts = {}, const TensorShard& tensor = {});
+              at::ScalarType weights = at::kFloat, const ExpertShard& experts = {}, const TensorShard& tensor = {},
+              const ContextShard& context = {});
 
   const ModelConfig& config() const { return cfg_; }
   const ExpertShard& expert_shard() const { return experts_; }
   const TensorShard& tensor_shard() const { return tensor_; }
+  const ContextShard& context_shard() const { return context_; }
+  // The split of a packed batch of these sequence lengths over the context-parallel
+  // group (null without context parallelism): which rows a packed forward returns.
+  std::shared_ptr<const ContextSplit> context_split(const std::vector<int64_t>& seq_lens) const;
   // Whether any parameter is a shard of the whole model's (tensor or expert parallelism).
   bool sharded() const { return tensor_.size > 1 || experts_.size > 1; }
   // The vocabulary columns of this shard's logits: [vocab_begin, vocab_begin + logit
@@ -135,12 +146,16 @@ class Transformer {
   void copy_shard_from(const Transformer& whole);
 
   // tokens [T] int64 (B sequences back to back, lengths seq_lens) -> logits [T, V] fp32
-  // ([T, Vp / t], this shard's vocabulary columns, under tensor parallelism).
-  // moe (MoE models): replays and/or records the routing of every token.
+  // ([T, Vp / t], this shard's vocabulary columns, under tensor parallelism; [T_i, .],
+  // this rank's rows, under context parallelism).
+  // moe (MoE models): replays and/or records the routing of every token (all T rows,
+  // gathered over a context-parallel group; the router logits' gradient reaches each
+  // rank's own rows).
   at::Tensor forward_packed(const at::Tensor& tokens, const std::vector<int64_t>& seq_lens,
                             MoeTrace* moe = nullptr) const;
   // The same forward up to the LM head: the final norm's output [T, d] fp32, the LM
-  // head's input (every token's, also under sequence parallelism), for a loss that
+  // head's input (every token's, also under sequence parallelism; this rank's rows
+  // [T_i, d] under context parallelism), for a loss that
   // takes the head's product itself (model/head_log_probs.h).
   at::Tensor forward_packed_hidden(const at::Tensor& tokens, const std::vector<int64_t>& seq_lens,
                                    MoeTrace* moe = nullptr) const;
@@ -165,6 +180,8 @@ class Transformer {
   // norm: the LM head's input, whose logits predict the token i + 2 places after j, and
   // the next depth's `in`). The embedding is read detached; `in` is as the caller gives
   // it (detached: the MTP loss trains the MTP layers alone). Positions as the trunk's.
+  // Under context parallelism `in` and the output are this rank's rows [T_i, d] (`next`
+  // is every row's [T]).
   int64_t n_mtp_layers() const { return int64_t(mtp_.size()); }
   at::Tensor forward_mtp_packed(int64_t depth, const at::Tensor& in, const at::Tensor& next,
                                 const std::vector<int64_t>& seq_lens) const;
@@ -187,6 +204,9 @@ class Transformer {
   at::Tensor mtp_depth(int64_t depth, const at::Tensor& in, const at::Tensor& next, const AttentionLayout& layout,
                        KvCache* cache) const;
   void check_packed(const at::Tensor& tokens, const std::vector<int64_t>& seq_lens) const;
+  // A packed forward under context parallelism: this rank's rows, the trace gathered.
+  at::Tensor forward_split(const at::Tensor& tokens, const std::vector<int64_t>& seq_lens, MoeTrace* moe,
+                           bool to_logits) const;
   // Per layer: x [T, d] -> the attention block's output [T, d] (added to x by the caller).
   // tokens [T] -> their embedding rows [T, d] fp32 (vocab-parallel under tensor parallelism).
   at::Tensor embed(const at::Tensor& tokens, const ForwardContext& f, const at::Tensor& weight) const;
@@ -235,6 +255,7 @@ class Transformer {
   at::ScalarType weights_;
   ExpertShard experts_;
   TensorShard tensor_;
+  ContextShard context_;
   int64_t vocab_begin_ = 0, n_real_vocab_ = 0;
   int64_t padded_attention_budget_ = kPaddedAttentionBudget;
   bool split_decode_and_prefill_ = true;

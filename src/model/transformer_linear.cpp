@@ -83,29 +83,37 @@ at::Tensor Transformer::linear_attention_block(const LayerParams& p, const at::T
   const at::Tensor h = f.to_columns(rms_norm(x, f.norm_weight(f.shared(p.input_norm)), cfg_.rms_norm_eps));  // [T, d]
   // The gated norm's weight is shared by every rank's value heads: copy_to_tp sums its gradient.
   const at::Tensor norm = copy_to_tp(f.tp, p.lin_norm);
-  const AttentionLayout& a = f.layout;
   const LinearHeads local = local_linear_heads(cfg_, tensor_.size);  // this rank's heads and channels
   const int64_t width = local.value_heads * cfg_.linear_value_head_dim;
-  at::Tensor gated;  // [T, Hv·Dv] (this rank's value heads), fp32
-  // Packed sequences are padded to the longest; past the padded budget (in elements of the
-  // q/k/v channels, as attention's is in scores) each sequence runs alone instead.
-  if (!f.cache && a.n_seqs > 1 &&
-      a.n_seqs * a.max_new * local.conv_dim > padded_attention_budget_) {
-    std::vector<at::Tensor> outs;
-    int64_t start = 0;
-    for (int64_t n : a.seq_lens) {
-      outs.push_back(linear_attention(p, norm, h.narrow(0, start, n), packed_layout({n}, h.device()), nullptr));
-      start += n;
+  // h [T_l, d] over layout a -> the gated norm's output [T_l, Hv·Dv] (this rank's value heads), fp32.
+  auto mix = [&](const at::Tensor& h, const AttentionLayout& a) {
+    // Packed sequences are padded to the longest; past the padded budget (in elements of
+    // the q/k/v channels, as attention's is in scores) each sequence runs alone instead.
+    if (!f.cache && a.n_seqs > 1 && a.n_seqs * a.max_new * local.conv_dim > padded_attention_budget_) {
+      std::vector<at::Tensor> outs;
+      int64_t start = 0;
+      for (int64_t n : a.seq_lens) {
+        outs.push_back(linear_attention(p, norm, h.narrow(0, start, n), packed_layout({n}, h.device()), nullptr));
+        start += n;
+      }
+      return at::cat(outs);
     }
-    gated = at::cat(outs);
-  } else if (a.parts.empty()) {
-    gated = linear_attention(p, norm, h, a, f.cache);
-  } else {
+    if (a.parts.empty()) return linear_attention(p, norm, h, a, f.cache);
     // Decode rows and prefill chunks apart: the decode rows take the recurrent step, unpadded.
-    gated = at::empty({h.size(0), width}, h.options().dtype(at::kFloat));
+    at::Tensor gated = at::empty({h.size(0), width}, h.options().dtype(at::kFloat));
     for (const auto& part : a.parts)
       gated.index_copy_(0, part.token_index,
                         linear_attention(p, norm, h.index_select(0, part.token_index), part.layout, f.cache));
+    return gated;
+  };
+  at::Tensor gated;  // [T, Hv·Dv] (this rank's value heads), fp32
+  if (const ContextSplit* split = f.layout.context.get()) {
+    // Context parallelism: the recurrence runs through every chunk of a sequence in order,
+    // so each rank runs the block over the group's whole batch (its input gathered) and
+    // keeps its own rows; the gather's backward sums every rank's gradient of its rows.
+    gated = mix(split->gather_rows(h), packed_layout(split->seq_lens(), h.device())).index_select(0, split->local_rows());
+  } else {
+    gated = mix(h, f.layout);
   }
   // out_proj in the forward's precision: row-parallel under tensor parallelism.
   if (f.tp) return f.from_rows(dense(gated, p.lin_out));  // [T_local, d]

@@ -17,7 +17,10 @@ std::vector<KeySpec> parallel_keys() {
                  "collective backend; auto = NCCL when every rank has a GPU, else MPI"),
       int_key("parallel.tensor_parallel", 1, 1, 1e6, "ranks",
               "split the trainer's dense layers over groups of this many trainer ranks (Megatron's tensor "
-              "parallelism: heads, MLP columns and vocabulary rows; tensor fastest, then expert, then data)"),
+              "parallelism: heads, MLP columns and vocabulary rows; tensor fastest, then context, expert, data)"),
+      int_key("parallel.context_parallel", 1, 1, 1e6, "ranks",
+              "split every packed sequence over groups of this many trainer ranks (Megatron's context "
+              "parallelism: 2c chunks, rank i holding chunks i and 2c-1-i; attention gathers keys and values)"),
       bool_key("parallel.sequence_parallel", false,
                "with tensor parallelism: norms and residuals hold 1/tensor_parallel of the tokens per rank "
                "(Megatron's sequence parallelism)"),

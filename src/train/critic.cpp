@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <optional>
 #include <tuple>
 
 #include "core/log.h"
@@ -47,12 +48,13 @@ bool file_holds_critic(const std::string& path) {
   return h5::exists(f.id(), "critic");
 }
 
-Critic::Critic(const TrainerConfig& trainer, const Transformer& policy, Comm* dp, uint64_t seed)
-    : cfg_(trainer), dp_(dp) {
+Critic::Critic(const TrainerConfig& trainer, const Transformer& policy, Comm* dp, uint64_t seed, Comm* replicas)
+    : cfg_(trainer), dp_(dp), replicas_(replicas ? replicas : dp) {
   SLIMPI_CHECK(policy.expert_shard().size <= 1, "the critic is not expert-parallel: the policy is an expert shard");
   const ModelConfig mc = trunk_config(policy.config());
   const TensorShard& tp = policy.tensor_shard();
-  trunk_ = std::make_unique<Transformer>(mc, seed, policy.device(), at::kFloat, ExpertShard{}, tp);
+  trunk_ = std::make_unique<Transformer>(mc, seed, policy.device(), at::kFloat, ExpertShard{}, tp,
+                                         policy.context_shard());
   const StoredWhole stored{&trunk_->config(), tp};
   trunk_->set_recompute(cfg_.recompute);
   const at::TensorOptions f32 = at::TensorOptions().dtype(at::kFloat).device(policy.device());
@@ -126,7 +128,11 @@ at::Tensor Critic::forward(const PackedBatch& b) const {
     hidden = trunk_->forward_packed_hidden(b.tokens, b.seq_lens);
   }
   const ScoredPositions at = response_positions(b.tokens, b.seq_lens, b.prompt_lens);
-  at::Tensor h = hidden.index_select(0, at.logit_rows);  // [N, d]: the positions that score each token
+  // Context parallelism: hidden is this rank's rows; it values the tokens they predict,
+  // and the group gathers every token's (train/packed_batch.h's log-probs likewise).
+  const auto split = trunk_->context_split(b.seq_lens);
+  const std::optional<ContextSplit::Items> it = split ? std::optional(split->items(at.logit_rows)) : std::nullopt;
+  at::Tensor h = hidden.index_select(0, it ? it->local_rows : at.logit_rows);  // [N, d]: the positions scoring each token
   if (const int t = trunk_->tensor_shard().size; t > 1 && h.requires_grad()) {
     // Every rank of the tensor group holds the whole head and the same loss: the trunk's
     // backward sums the ranks' gradients of h, so each passes 1/t of it (the forward
@@ -134,7 +140,8 @@ at::Tensor Critic::forward(const PackedBatch& b) const {
     const at::Tensor held = h.detach();
     h = held + (h - held) * (1.0 / double(t));
   }
-  return at::linear(h, head_weight_, head_bias_).squeeze(-1);   // [N]
+  const at::Tensor v = at::linear(h, head_weight_, head_bias_).squeeze(-1);  // [N]
+  return it ? split->gather_items(*it, v) : v;
 }
 
 std::vector<std::vector<float>> Critic::values(const std::vector<Sample>& samples) const {
@@ -183,7 +190,7 @@ std::map<std::string, double> Critic::train_step(const std::vector<Sample>& loca
   }
   for (auto& g : grads_) {
     SLIMPI_CHECK(g.buffer->grads_alias_buffer(), "autograd replaced a critic gradient outside its flat buffer");
-    g.buffer->all_reduce(dp_);
+    g.buffer->all_reduce(replicas_);
   }
   std::map<std::string, double> metrics = sums.reduce(dp_);
   const double lr = cfg_.critic.lr.at(optimizer_->n_steps());

@@ -51,7 +51,11 @@ class Critic {
   // its `critic` member holds the critic's own keys. The trunk starts as a copy of
   // `policy`'s trunk (its weights now), or from critic.init_from when set; a source
   // without a value head gets a fresh one (said in the log).
-  Critic(const TrainerConfig& trainer, const Transformer& policy, Comm* dp, uint64_t seed);
+  // dp: the data-parallel group (distinct samples: counts, metrics); replicas: the ranks
+  // holding the same parameters, over which gradients are summed (dp × the
+  // context-parallel group; null: dp). The trunk is split over the policy's tensor and
+  // context groups as the policy is.
+  Critic(const TrainerConfig& trainer, const Transformer& policy, Comm* dp, uint64_t seed, Comm* replicas = nullptr);
 
   // Each sample's [R] values (R = its response length), no grad. Collective over dp only
   // in that every rank calls it.
@@ -87,6 +91,7 @@ class Critic {
 
   TrainerConfig cfg_;
   Comm* dp_;
+  Comm* replicas_;  // gradients are summed over it (dp_ without context parallelism)
   std::unique_ptr<Transformer> trunk_;
   at::Tensor head_weight_, head_bias_;  // [1, d], [1]
   std::vector<NamedTensor> trained_;    // the trunk's parameters the head reads through, then the head's

@@ -1,18 +1,26 @@
 // ModelParallel — the trainer's model-parallel layout over its N ranks
-// (parallel.tensor_parallel = t, parallel.expert_parallel = G), in Megatron's order:
-// tensor fastest, then expert, then data.
-//   trainer rank r        tensor rank r % t, data-parallel index r / t (of D = N / t)
-//   tensor group          the t consecutive ranks of one data-parallel index: the same
-//                         samples, each holding one shard of the dense layers
+// (parallel.tensor_parallel = t, parallel.context_parallel = c, parallel.expert_parallel
+// = G), in Megatron's order: tensor fastest, then context, then expert and data.
+//   trainer rank r        tensor rank r % t, context rank (r / t) % c, data-parallel
+//                         index r / (t·c) (of D = N / (t·c))
+//   tensor group          the t consecutive ranks of one (context rank, data index): the
+//                         same tokens, each holding one shard of the dense layers
 //                         (model/tensor_shard.h); every forward is collective over it
-//   data-parallel group   the D ranks of one tensor rank: they hold the same shard and
-//                         sum its gradients, whiten advantages, count samples and
-//                         reduce metrics among themselves
-//   expert groups         ExpertGroups (train/expert_parallel.h) over the data-parallel
-//                         group: G consecutive data-parallel indices hold every expert
+//   context group         the c ranks of one (tensor rank, data index), t apart: the same
+//                         samples, each running its chunks of every sequence
+//                         (model/context_split.h); packed forwards are collective over it
+//   data-parallel group   the D ranks of one (tensor rank, context rank): distinct
+//                         samples; they count samples, whiten advantages and reduce
+//                         metrics among themselves
+//   replicas              the D·c ranks of one tensor rank (data × context): they hold the
+//                         same shard and sum its gradients; the distributed optimizer
+//                         shards over them (equal to the data-parallel group at c = 1)
+//   expert groups         ExpertGroups (train/expert_parallel.h) over the replicas: G
+//                         consecutive replica indices hold every expert
 //   key/value replicas    t > Hkv: the t / Hkv consecutive ranks of a tensor group that
 //                         hold the same key/value heads (they sum those heads' gradients)
-// Pipeline and context parallelism would be further factors between tensor and data.
+// A tensor × context block of t·c consecutive ranks trains one data-parallel share of
+// the samples (buffer/sample_transport.h).
 // Owned by the driver on trainer ranks; lives as long as the models that point at it.
 #pragma once
 
@@ -20,6 +28,7 @@
 
 #include <memory>
 
+#include "model/context_split.h"
 #include "model/moe.h"
 #include "model/tensor_shard.h"
 #include "parallel/comm.h"
@@ -31,11 +40,11 @@ class ExpertGroups;
 
 class ModelParallel {
  public:
-  // Collective over `trainer`. t and G must divide its size and each other's quotient.
+  // Collective over `trainer`. t·c must divide its size, and G the quotient N / t.
   // sequence_parallel: the shards' TensorShard::sequence_parallel (needs t > 1).
   // kv_head_replicas: the model's kv_head_replicas(cfg, t) (model/tensor_shard.h).
   ModelParallel(MPI_Comm trainer, int tensor_parallel, int expert_parallel, const DeviceChoice& device,
-                bool sequence_parallel = false, int kv_head_replicas = 1);
+                bool sequence_parallel = false, int kv_head_replicas = 1, int context_parallel = 1);
   ~ModelParallel();
   ModelParallel(const ModelParallel&) = delete;
   ModelParallel& operator=(const ModelParallel&) = delete;
@@ -45,27 +54,40 @@ class ModelParallel {
   int data_size() const { return data_->size(); }
   int data_index() const { return data_->rank(); }
   int expert_size() const { return expert_size_; }
+  int context_size() const { return context_size_; }
+  int context_rank() const { return context_rank_; }
+  // Whether this rank is the first of its tensor × context block (it records the block's
+  // samples).
+  bool first_of_block() const { return tensor_rank_ == 0 && context_rank_ == 0; }
+  // How many consecutive trainer ranks train the same samples (t·c).
+  int block_size() const { return tensor_size_ * context_size_; }
 
   TensorShard tensor_shard() const {
     return {tensor_rank_, tensor_size_, tensor_size_ > 1 ? tensor_.get() : nullptr, sequence_parallel_,
             kv_replicas_.get()};
   }
   ExpertShard expert_shard() const;
+  ContextShard context_shard() const {
+    return {context_rank_, context_size_, context_size_ > 1 ? context_.get() : nullptr};
+  }
   Comm& data() const { return *data_; }
+  Comm& replicas() const { return *replicas_; }
   // The ranks holding this rank's experts (null without expert parallelism).
   Comm* expert_replicas() const;
   const ExpertGroups* experts() const { return experts_.get(); }
 
   // Whether this rank takes part in gathering the whole model onto trainer rank 0
   // (gather_whole_model with to_all = false: a checkpoint, a split weight sync): the
-  // tensor groups of the first G data-parallel indices.
-  bool joins_gather_to_first() const { return data_index() < expert_size_; }
+  // tensor groups of the first G replica indices.
+  bool joins_gather_to_first() const { return replicas_->rank() < expert_size_; }
 
  private:
-  int tensor_size_ = 1, tensor_rank_ = 0, expert_size_ = 1;
+  int tensor_size_ = 1, tensor_rank_ = 0, expert_size_ = 1, context_size_ = 1, context_rank_ = 0;
   bool sequence_parallel_ = false;
   MPI_Comm tensor_mpi_ = MPI_COMM_NULL, data_mpi_ = MPI_COMM_NULL, kv_replicas_mpi_ = MPI_COMM_NULL;
+  MPI_Comm context_mpi_ = MPI_COMM_NULL, replicas_mpi_ = MPI_COMM_NULL;
   std::unique_ptr<Comm> tensor_, data_, kv_replicas_;  // kv_replicas_: null unless t > Hkv
+  std::unique_ptr<Comm> context_, replicas_;
   std::unique_ptr<ExpertGroups> experts_;
 };
 

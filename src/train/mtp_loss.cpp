@@ -6,6 +6,9 @@
 
 #include <fmt/format.h>
 
+#include <optional>
+#include <tuple>
+
 #include "model/head_log_probs.h"
 #include "model/head_top_k.h"
 #include "model/transformer.h"
@@ -53,6 +56,7 @@ at::Tensor mtp_loss(const Transformer& model, const PackedBatch& b, const at::Te
   const TensorShard& tp = model.tensor_shard();
   const VocabShard shard = tp.size > 1 ? VocabShard{tp.comm, model.vocab_begin(), model.n_real_vocab()} : VocabShard{};
   const at::Tensor head = model.lm_head().detach();
+  const auto split = model.context_split(b.seq_lens);  // null without context parallelism
   const at::Tensor trunk = hidden.detach();
   at::Tensor in = trunk;
   at::Tensor total = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device));
@@ -89,18 +93,34 @@ at::Tensor mtp_loss(const Transformer& model, const PackedBatch& b, const at::Te
     const at::Tensor head_in = tp.size > 1 ? copy_to_tp(tp.comm, h) : h;
     const at::Tensor r = at::tensor(rows, at::kLong).to(device), t = at::tensor(targets, at::kLong).to(device);
     const int64_t N = r.size(0);
+    // Context parallelism: h and the trunk are this rank's rows; each rank scores the rows
+    // it holds and the group gathers them (train/packed_batch.h's log-probs likewise).
+    const std::optional<ContextSplit::Items> it = split ? std::optional(split->items(r)) : std::nullopt;
+    const at::Tensor r_mine = it ? it->local_rows : r;
+    const at::Tensor t_mine = it ? t.index_select(0, it->local_items) : t;
+    const int64_t n_mine = r_mine.size(0);
     at::Tensor per_row;  // [N]
     if (spec.kind == "distill") {
       // The policy's distribution over its top-k at the target, from the trunk at the row
       // that predicts it (row + i + 1), against the depth's log-probs of those tokens.
-      auto [ids, q] = head_top_k(model, trunk, r + (i + 1), spec.distill_top_k, 1.0);  // [N, kk] each
+      at::Tensor ids, q;  // [n_mine, kk] each
+      if (!split) {
+        std::tie(ids, q) = head_top_k(model, trunk, r + (i + 1), spec.distill_top_k, 1.0);
+      } else {  // the trunk row's holder takes its top-k; gathered, then this rank's rows
+        const ContextSplit::Items at_trunk = split->items(r + (i + 1));
+        auto [ids_there, q_there] = head_top_k(model, trunk, at_trunk.local_rows, spec.distill_top_k, 1.0);
+        ids = split->gather_items(at_trunk, ids_there).index_select(0, it->local_items);
+        q = split->gather_items(at_trunk, q_there.detach()).index_select(0, it->local_items);
+      }
       const int64_t kk = ids.size(1);
-      const TokenLogProbs lp = head_log_probs(head_in, head, {r.repeat_interleave(kk), ids.reshape({-1})}, 1.0, false, {},
-                                              shard, spec.precision == Precision::BF16);
-      per_row = -(lp.logp.view({N, kk}) * q).sum(1);
+      const TokenLogProbs lp = head_log_probs(head_in, head, {r_mine.repeat_interleave(kk), ids.reshape({-1})}, 1.0,
+                                              false, {}, shard, spec.precision == Precision::BF16);
+      per_row = -(lp.logp.view({n_mine, kk}) * q).sum(1);
     } else {
-      per_row = -head_log_probs(head_in, head, {r, t}, 1.0, false, {}, shard, spec.precision == Precision::BF16).logp;
+      per_row = -head_log_probs(head_in, head, {r_mine, t_mine}, 1.0, false, {}, shard,
+                                spec.precision == Precision::BF16).logp;
     }
+    if (it) per_row = split->gather_items(*it, per_row);  // [N]
     const double n_i = std::max(spec.n_counted[size_t(i)], 1.0);
     const at::Tensor w = at::full({N}, 1.0 / n_i, per_row.options());
     total = total + (per_row * w).sum() / double(k);

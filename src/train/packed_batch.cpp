@@ -113,8 +113,21 @@ TokenLogProbs packed_log_probs(const Transformer& model, const PackedBatch& b, P
   }
   if (hidden_out) *hidden_out = hidden;
   const ScoredPositions positions = response_positions(b.tokens, b.seq_lens, b.prompt_lens);
-  return head_log_probs(hidden, model.lm_head(), positions, temperature, with_entropy, b.support,
-                        vocab_shard_of(model), precision == Precision::BF16);
+  const bool bf16 = precision == Precision::BF16;
+  const auto split = model.context_split(b.seq_lens);
+  if (!split)
+    return head_log_probs(hidden, model.lm_head(), positions, temperature, with_entropy, b.support,
+                          vocab_shard_of(model), bf16);
+  // Context parallelism: this rank scores the tokens its rows predict, and every rank of
+  // the group gets every token's (train/packed_batch.h).
+  const ContextSplit::Items it = split->items(positions.logit_rows);
+  const ScoredPositions mine{it.local_rows, positions.targets.index_select(0, it.local_items)};
+  TokenLogProbs lp = head_log_probs(hidden, model.lm_head(), mine, temperature, with_entropy,
+                                    b.support.defined() ? b.support.index_select(0, it.local_items) : b.support,
+                                    vocab_shard_of(model), bf16);
+  lp.logp = split->gather_items(it, lp.logp);  // [N]
+  if (lp.entropy.defined()) lp.entropy = split->gather_items(it, lp.entropy);
+  return lp;
 }
 
 VocabShard vocab_shard_of(const Transformer& model) {

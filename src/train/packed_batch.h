@@ -61,6 +61,10 @@ at::Tensor packed_routing(const std::vector<Sample>& samples, const std::vector<
 // (model/head_log_probs.h; vocab-parallel when the model is a tensor shard). No [T, V]
 // logits are formed. hidden_out: the trunk's final-norm output [T, d] (the MTP layers'
 // input, train/mtp_loss.h).
+// Under context parallelism (model/context_split.h) each rank of the group runs its rows
+// (hidden_out: [T_i, d], model.context_split(b.seq_lens)->local_rows()) and scores the
+// tokens they predict; the log-probs and entropies are gathered, so every rank returns
+// all N, and each rank's backward reaches its own rows only.
 TokenLogProbs packed_log_probs(const Transformer& model, const PackedBatch& b, Precision precision,
                                double temperature, bool with_entropy, MoeTrace* moe = nullptr,
                                at::Tensor* hidden_out = nullptr);

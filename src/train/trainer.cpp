@@ -82,10 +82,11 @@ at::Tensor idle_forward(const Transformer& model, Precision precision, bool with
 }  // namespace
 
 Trainer::Trainer(const TrainerConfig& cfg, Transformer& policy, Comm* dp, const Transformer* reference,
-                 Comm* expert_replicas)
+                 Comm* expert_replicas, Comm* replicas)
     : cfg_(cfg),
       policy_(policy),
       dp_(dp),
+      replicas_(replicas ? replicas : dp),
       reference_(reference),
       expert_group_(policy.expert_shard().size > 1 ? policy.expert_shard().comm : nullptr),
       expert_replicas_(expert_replicas),
@@ -100,6 +101,8 @@ Trainer::Trainer(const TrainerConfig& cfg, Transformer& policy, Comm* dp, const 
                "the reference model must be sharded over the policy's expert group");
   SLIMPI_CHECK(!tensor_group_ || !reference_ || reference_->tensor_shard().comm == tensor_group_,
                "the reference model must be split over the policy's tensor group");
+  SLIMPI_CHECK(!reference_ || reference_->context_shard().comm == policy.context_shard().comm,
+               "the reference model must be split over the policy's context group");
   policy_.set_recompute(cfg_.recompute);
   // The gradient buffers, one per kind of parameter (train/gradient_groups.h), in one
   // order on every rank (their non-blocking reductions are started in it): the trunk's,
@@ -108,9 +111,9 @@ Trainer::Trainer(const TrainerConfig& cfg, Transformer& policy, Comm* dp, const 
   for (const bool mtp : {false, true}) {
     if (mtp && !train_mtp_) continue;  // a frozen draft: no gradient, no update
     for (const auto& [kind, reduce_over, norm_over, replicas] :
-         {std::tuple{GradientGroup::Replicated, dp_, (Comm*)nullptr, 1.0},
-          std::tuple{GradientGroup::TensorSplit, dp_, tensor_group_, 1.0},
-          std::tuple{GradientGroup::KvReplicas, dp_, tensor_group_, kv_replicas},
+         {std::tuple{GradientGroup::Replicated, replicas_, (Comm*)nullptr, 1.0},
+          std::tuple{GradientGroup::TensorSplit, replicas_, tensor_group_, 1.0},
+          std::tuple{GradientGroup::KvReplicas, replicas_, tensor_group_, kv_replicas},
           std::tuple{GradientGroup::Experts, expert_replicas_, expert_group_, 1.0}}) {
       std::vector<NamedTensor> params = gradient_group(policy, kind, mtp);
       if (params.empty()) continue;
@@ -128,7 +131,7 @@ Trainer::Trainer(const TrainerConfig& cfg, Transformer& policy, Comm* dp, const 
   SLIMPI_CHECK(!groups_.empty() && !groups_.front().mtp && !groups_.front().experts,
                "the policy has no replicated parameter (its norms, at least)");
   if (cfg_.mode == "rl" && cfg_.estimator->needs_critic)
-    critic_ = std::make_unique<Critic>(cfg_, policy_, dp_, cfg_.critic.seed);
+    critic_ = std::make_unique<Critic>(cfg_, policy_, dp_, cfg_.critic.seed, replicas_);
 }
 
 const GradBuffer* Trainer::expert_grads() const {
@@ -254,7 +257,8 @@ bool Trainer::overlaps_grad_reduce() const {
   // on a replica that waits on this rank: there the reductions follow backward (not
   // yet run on a GPU; on the CPU, MPI's non-blocking reductions never block backward).
   const bool cpu = policy_.device().is_cpu();
-  return cfg_.overlap_grad_reduce && dp_ && (cpu || dp_->device_memory()) && !(expert_group_ && dp_->device_memory());
+  return cfg_.overlap_grad_reduce && replicas_ && (cpu || replicas_->device_memory()) &&
+         !(expert_group_ && replicas_->device_memory());
 }
 
 void Trainer::arm_overlapped_reduction() {

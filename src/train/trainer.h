@@ -25,6 +25,10 @@
 // a third buffer, reduced over dp, their norm added up over the tensor group (key/value
 // heads replicated over the group, t > Hkv, in a fourth: their replicas' sums are equal,
 // so their norm is counted once per head).
+// Context parallelism (the policy split over a context group, model/context_split.h): the
+// ranks of a context group get the same samples, each runs its chunks of every sequence
+// and computes the same loss (the per-token log-probs gathered); their gradients are
+// parts, summed with the data-parallel ones over `replicas` (dp × context).
 // Distributed optimizer (train.distributed_optimizer, train/distributed_optimizer.h):
 // each buffer's AdamW state is sharded over the group that reduces it; its gradients
 // are reduce-scattered bucket by bucket from inside the last backward (or after it,
@@ -62,8 +66,12 @@ class Trainer {
   // dp: the data-parallel communicator (null = single rank). reference: frozen
   // reference policy (required when needs_reference(cfg)). expert_replicas: with an
   // expert-sharded policy, the ranks holding the same experts (ExpertGroups::replicas).
+  // replicas: the ranks holding this rank's shard, over which its gradients are summed
+  // and the distributed optimizer shards (ModelParallel::replicas: dp × the
+  // context-parallel group, whose ranks train the same samples on their own tokens;
+  // null: dp).
   Trainer(const TrainerConfig& cfg, Transformer& policy, Comm* dp, const Transformer* reference = nullptr,
-          Comm* expert_replicas = nullptr);
+          Comm* expert_replicas = nullptr, Comm* replicas = nullptr);
   Trainer(const Trainer&) = delete;  // its loss terms refer to its config
   Trainer& operator=(const Trainer&) = delete;
   // A reference model is needed for the KL loss and for the reward-side KL.
@@ -149,6 +157,7 @@ class Trainer {
   TrainerConfig cfg_;
   Transformer& policy_;
   Comm* dp_;
+  Comm* replicas_;  // gradients are summed over it (dp_ without context parallelism)
   const Transformer* reference_;
   // Forwards the ranks of this rank's expert group run together for `n` of its own
   // micro-batches (n without expert parallelism).

@@ -52,18 +52,19 @@ bool Trainer::first_in_tensor_group(const std::string& param) const {
 bool Trainer::stores_part(const std::string& name) const {
   // Of the ranks holding the same part of a tensor, the first writes it: a tensor
   // replicated over the tensor group by its rank 0 (a replicated key/value head by the
-  // first of its replicas), a data-parallel replica's by data-parallel index 0, an
-  // expert's by the first of its replicas.
+  // first of its replicas), a data-parallel (and context-parallel) replica's by the first
+  // of `replicas`, an expert's by the first of its replicas.
   const std::string param = parameter_of(name);
   if (!first_in_tensor_group(param)) return false;
   if (expert_replicas_ && Transformer::is_expert_parameter(param)) return expert_replicas_->rank() == 0;
-  return !dp_ || dp_->rank() == 0;
+  return !replicas_ || replicas_->rank() == 0;
 }
 
 void Trainer::save(const std::string& path, MPI_Comm trainer) const {
   if (trainer != MPI_COMM_NULL && comm_size(trainer) == 1) trainer = MPI_COMM_NULL;  // a serial file
-  const bool holds_everything = !tensor_group_ && !expert_group_ && (optimizer_ || !dp_ || dp_->size() == 1) &&
-                                (!dp_ || dp_->rank() == 0);
+  const bool holds_everything = !tensor_group_ && !expert_group_ &&
+                                (optimizer_ || !replicas_ || replicas_->size() == 1) &&
+                                (!replicas_ || replicas_->rank() == 0);
   SLIMPI_CHECK(trainer != MPI_COMM_NULL || holds_everything, "writing {}: this trainer rank holds only part of the "
                "state; every trainer rank must call Trainer::save with the trainer communicator", path);
   const TensorShard& tp = policy_.tensor_shard();
@@ -122,7 +123,7 @@ void Trainer::save(const std::string& path, MPI_Comm trainer) const {
     }
     // The critic (ppo): a replica on every data-parallel rank (the first writes it), split
     // over the tensor group as the policy is.
-    if (critic_) critic_->save(f, /*dp_first=*/!dp_ || dp_->rank() == 0, error);
+    if (critic_) critic_->save(f, /*dp_first=*/!replicas_ || replicas_->rank() == 0, error);
     keep_going([&] { f.close(); });  // throws when the data did not all reach the file
   }
   if (any_rank(error != nullptr, trainer, "writing " + path) && root) {

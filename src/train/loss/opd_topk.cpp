@@ -6,6 +6,8 @@
 #include <ATen/ATen.h>
 #include <slimpi/error.h>
 
+#include <optional>
+
 #include "model/head_log_probs.h"
 #include "model/log_probs.h"
 #include "model/transformer.h"
@@ -39,11 +41,18 @@ class OpdTopkTerm final : public LossTerm {
     const PackedBatch& b = mb.batch;
     const int64_t k = cfg_.opd_top_k, N = weight.size(0);
     const at::Tensor rows = response_positions(b.tokens, b.seq_lens, b.prompt_lens).logit_rows;  // [N]
-    const at::Tensor logp = head_log_probs(mb.hidden, policy_.lm_head(),
-                                           {rows.repeat_interleave(k), at::tensor(ids, at::kLong).to(device)},
-                                           cfg_.temperature, false, {}, vocab_shard_of(policy_),
-                                           cfg_.precision == Precision::BF16)
-                                .logp.view({N, k});  // [N, k]
+    at::Tensor listed = at::tensor(ids, at::kLong).to(device).view({N, k});                        // [N, k]
+    // Context parallelism: mb.hidden is this rank's rows; it scores the tokens they
+    // predict, and the group gathers every row's (train/packed_batch.h).
+    const auto split = policy_.context_split(b.seq_lens);
+    const std::optional<ContextSplit::Items> it = split ? std::optional(split->items(rows)) : std::nullopt;
+    const at::Tensor mine = it ? it->local_rows : rows;
+    if (it) listed = listed.index_select(0, it->local_items);
+    at::Tensor logp = head_log_probs(mb.hidden, policy_.lm_head(), {mine.repeat_interleave(k), listed.reshape({-1})},
+                                     cfg_.temperature, false, {}, vocab_shard_of(policy_),
+                                     cfg_.precision == Precision::BF16)
+                          .logp.view({mine.size(0), k});
+    if (it) logp = split->gather_items(*it, logp);  // [N, k]
     const at::Tensor qt = at::tensor(q, at::kFloat).to(device).view({N, k});
     const at::Tensor kl = (qt * (qt.clamp_min(1e-30).log() - logp)).sum(1);  // [N]
     sums.add("train/opd_topk_kl", kl, weight);
