@@ -143,14 +143,21 @@ void describe_model_parallel(const Deck& deck, const ModelConfig& cfg, const Mod
               "{} value heads that read them (their projections, convolution channels and recurrent state), out_proj "
               "row-parallel", cfg.linear_num_key_heads / tp, cfg.linear_num_key_heads, cfg.linear_num_value_heads / tp,
               cfg.linear_num_value_heads);
+  if (const int cp = mp.context_size(); cp > 1)
+    log::info("context parallelism: {} group{} of {} trainer ranks (data-parallel size {}); this rank is context rank "
+              "{}: chunks {} and {} of the {} of every packed sequence; attention gathers keys and values over the "
+              "group, gradients are summed over its {} data x context replicas", mp.replicas().size() / cp * tp,
+              mp.replicas().size() / cp * tp > 1 ? "s" : "", cp, mp.data_size(), mp.context_rank(), mp.context_rank(),
+              2 * cp - 1 - mp.context_rank(), 2 * cp, mp.replicas().size());
   if (distributed_optimizer)
-    log::info("distributed optimizer: the AdamW moments sharded over the {} data-parallel rank{} of each tensor "
-              "rank{}", mp.data_size(), mp.data_size() > 1 ? "s" : "",
-              ep > 1 ? fmt::format(" (the experts' over their {} replicas)", mp.data_size() / ep) : "");
+    log::info("distributed optimizer: the AdamW moments sharded over the {} data{}-parallel rank{} of each tensor "
+              "rank{}", mp.replicas().size(), mp.context_size() > 1 ? " and context" : "",
+              mp.replicas().size() > 1 ? "s" : "",
+              ep > 1 ? fmt::format(" (the experts' over their {} replicas)", mp.replicas().size() / ep) : "");
   if (ep > 1) {
     const ExpertShard shard = mp.expert_shard();
     log::info("expert parallelism: {} group{} of {} data-parallel ranks; this rank holds experts {}..{} of {} ({} "
-              "parameters here)", mp.data_size() / ep, mp.data_size() / ep > 1 ? "s" : "", ep,
+              "parameters here)", mp.replicas().size() / ep, mp.replicas().size() / ep > 1 ? "s" : "", ep,
               shard.first(cfg.n_experts), shard.first(cfg.n_experts) + shard.count(cfg.n_experts) - 1,
               cfg.n_experts, policy.n_params());
   }
