@@ -1,11 +1,13 @@
 // train_memory — what one trainer rank holds under a model-parallel layout, measured.
-//   mpirun -np N perf/train_memory TP DO RECOMPUTE TOKENS [HIDDEN LAYERS VOCAB [PRECISION]]
-// TP: parallel.tensor_parallel (the rest of the N ranks are data-parallel); DO: 1 =
+//   mpirun -np N perf/train_memory TP DO RECOMPUTE TOKENS [HIDDEN LAYERS VOCAB [PRECISION [CP [STEPS [KV_HEADS]]]]]
+// TP: parallel.tensor_parallel, CP: parallel.context_parallel (default 1; the rest of the
+// N ranks are data-parallel); STEPS: optimizer steps (default 2); KV_HEADS: key/value
+// heads (default: one per query head); DO: 1 =
 // the distributed optimizer; RECOMPUTE: none | selective | full; TOKENS: tokens per
 // rank in the one micro-batch of each step (one sequence); PRECISION: fp32 (default) or
 // bf16 (train.precision: bf16 products over fp32 masters). Builds a dense policy of the
 // given shape (heads of 64), runs two RL optimizer steps and prints one JSON line per
-// rank: the bytes of parameters, gradient buffers and AdamW moments it holds
+// rank: the seconds of the last step (its log-prob pass and its optimizer step), the bytes of parameters, gradient buffers and AdamW moments it holds
 // (Trainer::state_bytes), the peak of the bytes torch's CPU allocator had handed out
 // (every tensor's storage; what torch.cuda.max_memory_allocated counts on a GPU: not
 // the scratch space oneDNN or MKL take with their own allocations), counted by an
@@ -22,6 +24,7 @@
 #include <c10/core/impl/alloc_cpu.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -83,7 +86,7 @@ int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   if (argc < 5) {
     std::fprintf(stderr, "usage: train_memory TP DO(0|1) RECOMPUTE(none|selective|full) TOKENS [HIDDEN LAYERS VOCAB "
-                 "[fp32|bf16]]\n");
+                 "[fp32|bf16 [CP [STEPS [KV_HEADS]]]]]\n");
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
   const std::string precision = argc > 8 ? argv[8] : "fp32";
@@ -91,17 +94,19 @@ int main(int argc, char** argv) {
   const bool distributed = std::atoi(argv[2]) != 0;
   const std::string recompute = argv[3];
   const int64_t tokens = std::atoll(argv[4]);
+  const int cp = argc > 9 ? std::atoi(argv[9]) : 1;
+  const int n_steps = argc > 10 ? std::atoi(argv[10]) : 2;
   ModelConfig cfg;
   cfg.hidden_size = argc > 5 ? std::atoll(argv[5]) : 512;
   cfg.n_layers = argc > 6 ? std::atoll(argv[6]) : 8;
   cfg.vocab_size = argc > 7 ? std::atoll(argv[7]) : 4096;
   cfg.n_heads = cfg.hidden_size / 64;
-  cfg.n_kv_heads = cfg.n_heads;
+  cfg.n_kv_heads = argc > 11 ? std::atoll(argv[11]) : cfg.n_heads;
   cfg.intermediate_size = cfg.hidden_size * 3;
   cfg.max_seq_len = tokens;
   {
-    ModelParallel mp(MPI_COMM_WORLD, tp, 1, DeviceChoice{});
-    Transformer policy(cfg, 1, at::kCPU, at::kFloat, {}, mp.tensor_shard());
+    ModelParallel mp(MPI_COMM_WORLD, tp, 1, DeviceChoice{}, false, 1, cp);
+    Transformer policy(cfg, 1, at::kCPU, at::kFloat, {}, mp.tensor_shard(), mp.context_shard());
     TrainerConfig tc;
     tc.mode = "rl";
     tc.distributed_optimizer = distributed;
@@ -110,9 +115,12 @@ int main(int argc, char** argv) {
                                               : Transformer::Recompute::None;
     tc.n_micro_batches = 1;
     tc.precision = parse_precision(precision);
-    Trainer trainer(tc, policy, &mp.data());
+    Trainer trainer(tc, policy, &mp.data(), nullptr, nullptr, &mp.replicas());
     const int64_t before = peak_rss_bytes(), allocated_before = counting.current();
-    for (int step = 0; step < 2; ++step) {
+    double step_s = 0;
+    for (int step = 0; step < n_steps; ++step) {
+      MPI_Barrier(MPI_COMM_WORLD);
+      const auto start = std::chrono::steady_clock::now();
       at::Generator g = at::detail::createCPUGenerator(uint64_t(10 + mp.data_index()));
       Sample s;
       at::Tensor t = at::randint(cfg.vocab_size, {tokens}, g, at::kLong);
@@ -122,15 +130,17 @@ int main(int argc, char** argv) {
       std::vector<Sample> local{s};
       trainer.prepare_rollout(local, false);
       trainer.train_step(local);
+      MPI_Barrier(MPI_COMM_WORLD);
+      step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     }
     const Trainer::StateBytes b = trainer.state_bytes();
     int rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    std::printf("{\"rank\": %d, \"tp\": %d, \"dp\": %d, \"distributed_optimizer\": %d, \"recompute\": \"%s\", "
+    std::printf("{\"rank\": %d, \"tp\": %d, \"cp\": %d, \"step_s\": %.3f, \"dp\": %d, \"distributed_optimizer\": %d, \"recompute\": \"%s\", "
                 "\"precision\": \"%s\", \"tokens\": %lld, \"model_params\": %lld, \"param_bytes\": %lld, "
                 "\"grad_bytes\": %lld, \"optimizer_bytes\": %lld, \"allocated_before_steps\": %lld, "
                 "\"peak_allocated\": %lld, \"peak_rss_before\": %lld, \"peak_rss_after\": %lld}\n",
-                rank, tp, mp.data_size(), int(distributed), recompute.c_str(), precision.c_str(), (long long)tokens,
+                rank, tp, cp, step_s, mp.data_size(), int(distributed), recompute.c_str(), precision.c_str(), (long long)tokens,
                 (long long)cfg.n_params(), (long long)b.params, (long long)b.grads, (long long)b.optimizer,
                 (long long)allocated_before, (long long)counting.peak(), (long long)before,
                 (long long)peak_rss_bytes());

@@ -233,7 +233,7 @@ void check_tensor_parallel(const Deck& deck, const ModelConfig& model, const Wor
 }
 
 // Context parallelism (model/context_split.h): tensor × context blocks of trainer ranks,
-// each training one data-parallel share; forward numerics of their own.
+// each training one data-parallel share.
 void check_context_parallel(const Deck& deck, const WorldLayout& layout) {
   const int64_t cp = deck.get_int("parallel.context_parallel");
   if (cp <= 1) return;
@@ -244,10 +244,6 @@ void check_context_parallel(const Deck& deck, const WorldLayout& layout) {
     SLIMPI_FAIL_ALL("{}: parallel.tensor_parallel × parallel.context_parallel = {} × {} = {} must divide the number "
                     "of trainer ranks, {} (parallel.trainer_ranks, {}; parallel.placement, {})", what, tp, cp, tp * cp,
                     layout.n_trainer, deck.source("parallel.trainer_ranks"), deck.source("parallel.placement"));
-  if (deck.get_string("train.on_policy") == "exact")
-    SLIMPI_FAIL_ALL("{}: train.on_policy = \"exact\" ({}) is not built for context-parallel forwards yet (their "
-                    "attention reads gathered keys); set parallel.context_parallel = 1", what,
-                    deck.source("train.on_policy"));
 }
 
 // Tensor-parallel engines: each engine's model splits as a tensor-parallel trainer's does.

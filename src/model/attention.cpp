@@ -3,7 +3,10 @@
 #include <ATen/ATen.h>
 #include <slimpi/error.h>
 
+#include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu.h>
+#include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu_backward.h>
 #include <ATen/ops/scaled_dot_product_attention.h>
+#include <torch/csrc/autograd/custom_function.h>
 
 #include <cmath>
 #include <limits>
@@ -204,21 +207,73 @@ at::Tensor attend_packed(const at::Tensor& q, const at::Tensor& k, const at::Ten
       .reshape({T, H * D});
 }
 
+// One chunk's causal attention to its sequence's keys without a mask (CPU): queries q
+// [1, H, Lq, D] at positions n_past.. against keys/values [1, Hkv, n_past + Lq, D] as two
+// flash attentions, the past keys whole and the chunk's own keys causal, merged by their
+// log-sum-exps: o = (o_p·e^{l_p} + o_c·e^{l_c}) / (e^{l_p} + e^{l_c}), l = log(e^{l_p} + e^{l_c}).
+// Backward: each part's flash backward with the merged o and l, which is the gradient of
+// the attention over all the keys (its probabilities are exp(s − l) on each part; the
+// row sums Σ dO·O are of the merged o), summed for q. No [Lq, n_past + Lq] mask or
+// score matrix exists (SDPA with a mask holds one as floats).
+struct ChunkAttention : public torch::autograd::Function<ChunkAttention> {
+  using Ctx = torch::autograd::AutogradContext;
+  static at::Tensor forward(Ctx* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t n_past) {
+    at::Tensor o, lse;  // [1, H, Lq, D] in q's dtype, [1, H, Lq] fp32
+    if (n_past == 0) {
+      std::tie(o, lse) = at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, /*is_causal=*/true);
+    } else {
+      const int64_t Lq = q.size(2);
+      auto [o_p, l_p] = at::_scaled_dot_product_flash_attention_for_cpu(q, k.narrow(2, 0, n_past),
+                                                                        v.narrow(2, 0, n_past), 0.0, false);
+      auto [o_c, l_c] = at::_scaled_dot_product_flash_attention_for_cpu(q, k.narrow(2, n_past, Lq),
+                                                                        v.narrow(2, n_past, Lq), 0.0, true);
+      const at::Tensor m = at::maximum(l_p, l_c), w_p = (l_p - m).exp(), w_c = (l_c - m).exp();  // [1, H, Lq]
+      lse = m + (w_p + w_c).log();
+      o = ((o_p.to(at::kFloat) * w_p.unsqueeze(-1) + o_c.to(at::kFloat) * w_c.unsqueeze(-1)) /
+           (w_p + w_c).unsqueeze(-1)).to(q.scalar_type());
+    }
+    ctx->save_for_backward({q, k, v, o, lse});
+    ctx->saved_data["n_past"] = n_past;
+    return o;
+  }
+  static torch::autograd::variable_list backward(Ctx* ctx, torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &o = saved[3], &lse = saved[4];
+    const int64_t n_past = ctx->saved_data["n_past"].toInt(), Lq = q.size(2);
+    const at::Tensor g = grads[0].contiguous();
+    if (n_past == 0) {
+      auto [dq, dk, dv] = at::_scaled_dot_product_flash_attention_for_cpu_backward(g, q, k, v, o, lse, 0.0, true);
+      return {dq, dk, dv, at::Tensor()};
+    }
+    auto [dq_p, dk_p, dv_p] = at::_scaled_dot_product_flash_attention_for_cpu_backward(
+        g, q, k.narrow(2, 0, n_past), v.narrow(2, 0, n_past), o, lse, 0.0, false);
+    auto [dq_c, dk_c, dv_c] = at::_scaled_dot_product_flash_attention_for_cpu_backward(
+        g, q, k.narrow(2, n_past, Lq), v.narrow(2, n_past, Lq), o, lse, 0.0, true);
+    return {dq_p + dq_c, at::cat({dk_p, dk_c}, 2), at::cat({dv_p, dv_c}, 2), at::Tensor()};
+  }
+};
+
+// q [Lq, H, D] at positions n_past.., k/v [n_past + Lq, Hkv, D] -> [Lq, H, D]: ChunkAttention
+// on the CPU, attend_one_sequence elsewhere.
+at::Tensor attend_chunk(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t n_past) {
+  if (!q.device().is_cpu()) return attend_one_sequence(q, k, v, n_past);
+  auto heads_first = [](const at::Tensor& x) { return x.transpose(0, 1).unsqueeze(0); };  // [1, heads, L, D]
+  return ChunkAttention::apply(heads_first(q), heads_first(k), heads_first(v), n_past).squeeze(0).transpose(0, 1);
+}
+
 // Context parallelism: this rank's queries q [T_i, H, D] against every key of their
-// sequences, gathered from the group (k/v [T_i, Hkv, D] -> [T, Hkv, D]) -> [T_i, H * D].
-// Each chunk attends as a prefill chunk does to its cached past: padded below the
-// budget, each chunk alone through SDPA above it.
-at::Tensor attend_context(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionLayout& a,
-                          const AttentionPlan& plan) {
+// sequences, k_all/v_all [T, Hkv, D] (gathered from the group) -> [T_i, H * D]. Each
+// chunk attends as a prefill chunk does to its cached past: padded below the budget,
+// each chunk alone above it (attend_chunk: no mask, no scores).
+at::Tensor attend_gathered(const at::Tensor& q, const at::Tensor& k_all, const at::Tensor& v_all,
+                           const AttentionLayout& a, const AttentionPlan& plan) {
   const ContextSplit& split = *a.context;
-  const int64_t T = q.size(0), H = q.size(1), D = q.size(2), Hkv = k.size(1);
-  const at::Tensor k_all = split.gather_rows(k), v_all = split.gather_rows(v);  // [T_all, Hkv, D]
+  const int64_t T = q.size(0), H = q.size(1), D = q.size(2), Hkv = k_all.size(1);
   if (a.n_seqs > 0 && a.n_seqs * H * a.max_new * a.max_keys > plan.padded_budget) {
     std::vector<at::Tensor> out;
     for (const auto& ch : split.chunks())
-      out.push_back(attend_one_sequence(q.narrow(0, ch.local_start, ch.end - ch.begin),
-                                        k_all.narrow(0, ch.seq_start, ch.end), v_all.narrow(0, ch.seq_start, ch.end),
-                                        ch.begin));
+      out.push_back(attend_chunk(q.narrow(0, ch.local_start, ch.end - ch.begin), k_all.narrow(0, ch.seq_start, ch.end),
+                                 v_all.narrow(0, ch.seq_start, ch.end), ch.begin));
     return at::cat(out).reshape({T, H * D});
   }
   // (A rank holding no token still takes this path: its empty products keep the gathers
@@ -226,6 +281,30 @@ at::Tensor attend_context(const at::Tensor& q, const at::Tensor& k, const at::Te
   const at::Tensor kp = k_all.index_select(0, a.key_rows).view({a.n_seqs, a.max_keys, Hkv, D});
   const at::Tensor vp = v_all.index_select(0, a.key_rows).view({a.n_seqs, a.max_keys, Hkv, D});
   return attend_padded(pad(q, a), kp, vp, a.q_pos, a.n_keys).index({a.b_of_t, a.j_of_t}).reshape({T, H * D});
+}
+
+// Exact numerics under context parallelism: every query row through the batch-invariant
+// kernel over the gathered keys of its sequence (the rows a.key_rows names), in order,
+// as attend_exact reads a whole sequence's: a row's bits do not depend on the split.
+// Under autograd the gradient is attend_gathered's.
+at::Tensor attend_gathered_exact(const at::Tensor& q, const at::Tensor& k_all, const at::Tensor& v_all,
+                                 const AttentionLayout& a, const AttentionPlan& plan) {
+  const int64_t T = q.size(0), H = q.size(1), D = q.size(2);
+  const at::Tensor chunk_of_row = a.b_of_t.cpu(), n_keys = a.positions.cpu() + 1;  // [T_i] each
+  const at::Tensor key_rows = a.key_rows.cpu().view({a.n_seqs, a.max_keys});       // [chunks, max_keys]
+  const at::ScalarType storage = exact_kv_storage();
+  RecomputedBlock exact = [key_rows, chunk_of_row, n_keys, T, H, D, storage](const std::vector<at::Tensor>& in) {
+    const at::Tensor k = kv_storage_values(in[1], storage), v = kv_storage_values(in[2], storage);  // fp32
+    return std::vector{attention_rows(in[0].to(at::kFloat), k, v, key_rows, chunk_of_row, n_keys)
+                           .reshape({T, H * D})
+                           .to(in[2].scalar_type())};
+  };
+  return value_with_gradient_of(
+      exact,
+      [layout = a, plan](const std::vector<at::Tensor>& in) {
+        return std::vector{attend_gathered(in[0], in[1], in[2], layout, plan)};
+      },
+      {q, k_all, v_all})[0];
 }
 
 // Exact numerics (model/exact_ops.h): every query row through the batch-invariant kernel,
@@ -276,10 +355,10 @@ at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                   KvCache* cache, int64_t layer, const AttentionPlan& plan) {
   const int64_t T = q.size(0), H = q.size(1), D = q.size(2);
   if (cache) cache->store(layer, a.new_slots, k, v);
-  if (a.context) {
-    SLIMPI_CHECK(!cache && !exact_numerics(), "context-parallel attention runs training forwards only, and not under "
-                 "exact numerics");
-    return attend_context(q, k, v, a, plan);
+  if (a.context) {  // context parallelism: every key of the rank's sequences from the group
+    SLIMPI_CHECK(!cache, "context-parallel attention runs packed forwards only");
+    const at::Tensor k_all = a.context->gather_rows(k), v_all = a.context->gather_rows(v);  // [T, Hkv, D]
+    return exact_numerics() ? attend_gathered_exact(q, k_all, v_all, a, plan) : attend_gathered(q, k_all, v_all, a, plan);
   }
   if (exact_numerics()) return attend_exact(q, k, v, a, cache, layer, plan);
   if (!cache) return attend_packed(q, k, v, a, plan);

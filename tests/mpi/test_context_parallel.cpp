@@ -10,8 +10,11 @@
 //   and updated weight, to fp32 round-off (attention runs per chunk, the products over
 //   fewer rows), for grouped-query attention with q/k norms and biases, MoE with routing
 //   replay and the auxiliary loss, latent attention, Gated DeltaNet layers, MTP depths,
-//   PPO's critic, the distributed optimizer, activation recomputation, micro-batches of
-//   one sample (a rank with no token of a micro-batch);
+//   PPO's critic, on-policy distillation's top-k term, bf16 forwards, the distributed
+//   optimizer, activation recomputation, micro-batches of one sample (a rank with no token
+//   of a micro-batch), chunks attending one at a time (two flash attentions merged);
+//   under exact numerics (train.on_policy = "exact") the log-probs are the whole model's
+//   bits;
 // - the split trainer's checkpoint loads into the whole model (layout-free).
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -23,6 +26,7 @@
 #include <map>
 
 #include "shared_tmp.h"
+#include "kernels/batch_invariant.h"
 #include "model/context_split.h"
 #include "parallel/device.h"
 #include "parallel/mpi_comm.h"
@@ -127,6 +131,8 @@ struct Case {
   bool ppo = false, distributed_optimizer = false, one_sample_micro_batches = false;
   bool opd_topk = false;  // on-policy distillation's top-k term (the samples carry a teacher's top-k)
   bool bf16 = false;
+  bool unpadded = false;  // the split model's chunks attend one at a time (the long-sequence path)
+  bool exact = false;     // exact numerics (train.on_policy = "exact"): log-probs bit for bit
   Transformer::Recompute recompute = Transformer::Recompute::None;
   std::string name;
 };
@@ -229,6 +235,11 @@ TEST_P(ContextParallelStep, EqualsTheWholeModel) {
   if (cp < 1 || n % (tp * cp) != 0 || (n / tp) % c.expert_parallel != 0 || (cp == 1 && n > 1))
     GTEST_SKIP() << c.name << " at np " << n;
   const ModelConfig cfg = config_of(c);
+  struct ExactNumerics {  // the process-wide switch, for this case alone
+    bool on;
+    explicit ExactNumerics(bool on) : on(on) { set_exact_numerics(on); }
+    ~ExactNumerics() { set_exact_numerics(false); }
+  } exact_numerics_scope(c.exact);
   ModelParallel mp(MPI_COMM_WORLD, tp, c.expert_parallel, DeviceChoice{}, false, kv_head_replicas(cfg, tp), cp);
   ASSERT_EQ(mp.context_size(), cp);
   // bf16 forwards: the products over a rank's rows round to bf16 where the whole batch's
@@ -252,12 +263,18 @@ TEST_P(ContextParallelStep, EqualsTheWholeModel) {
 
   Transformer shard(cfg, 1, at::kCPU, at::kFloat, mp.expert_shard(), mp.tensor_shard(), mp.context_shard());
   Transformer shard_ref(cfg, 2, at::kCPU, at::kFloat, mp.expert_shard(), mp.tensor_shard(), mp.context_shard());
+  if (c.unpadded)
+    for (Transformer* m : {&shard, &shard_ref}) m->set_padded_attention_budget(0);
   Trainer split(tc, shard, &mp.data(), c.ppo ? nullptr : &shard_ref, mp.expert_replicas(), &mp.replicas());
   std::vector<Sample> got = samples_of(d, cfg);
   const auto got_rollout = split.prepare_rollout(got, /*recompute_old=*/true);
   for (size_t j = 0; j < got.size(); ++j)
     for (size_t i = 0; i < got[j].old_log_probs.size(); ++i) {
       EXPECT_NEAR(got[j].old_log_probs[i], want[j].old_log_probs[i], logp_tol) << c.name << " sample " << j;
+      if (c.exact) {  // batch-invariant rows: the split gives the whole model's bits
+        EXPECT_EQ(got[j].old_log_probs[i], want[j].old_log_probs[i]) << c.name << " sample " << j << " token " << i;
+        EXPECT_EQ(got[j].ref_log_probs[i], want[j].ref_log_probs[i]) << c.name << " sample " << j << " token " << i;
+      }
       if (!c.ppo) EXPECT_NEAR(got[j].ref_log_probs[i], want[j].ref_log_probs[i], logp_tol) << c.name;
       if (c.ppo) EXPECT_NEAR(got[j].values[i], want[j].values[i], 2e-5) << c.name << " value, sample " << j;
     }
@@ -313,7 +330,12 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{.moe = true, .name = "deepseek_moe_replay"}, Case{.mla = true, .name = "latent_attention"},
                       Case{.hybrid = true, .name = "gated_delta_net"}, Case{.mtp = 2, .name = "mtp"},
                       Case{.ppo = true, .name = "ppo_critic"}, Case{.opd_topk = true, .name = "opd_topk"},
-                      Case{.bf16 = true, .name = "bf16"},
+                      Case{.bf16 = true, .name = "bf16"}, Case{.unpadded = true, .name = "unpadded_chunks"},
+                      Case{.mla = true, .unpadded = true, .name = "latent_attention_unpadded_chunks"},
+                      Case{.exact = true, .name = "exact"}, Case{.moe = true, .exact = true, .name = "moe_exact"},
+                      Case{.mla = true, .exact = true, .name = "latent_attention_exact"},
+                      Case{.hybrid = true, .exact = true, .name = "gated_delta_net_exact"},
+                      Case{.bf16 = true, .exact = true, .name = "bf16_exact"},
                       Case{.context_parallel = 2, .distributed_optimizer = true, .name = "cp2_dp2_zero1"},
                       Case{.tensor_parallel = 2, .context_parallel = 2, .name = "tp2_cp2"},
                       Case{.context_parallel = 2, .expert_parallel = 2, .moe = true, .name = "cp2_ep2"}),

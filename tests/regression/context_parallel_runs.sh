@@ -11,7 +11,8 @@
 #  * a checkpoint is layout-free: a run saved at TP 2 x CP 2 resumes at CP 1 (DP 4) and at
 #    CP 4, and continues as the straight run does;
 #  * SFT matches;
-#  * impossible layouts and exact on-policy are refused with their numbers.
+#  * exact on-policy at CP 2 trains on the engine's bits (train/rollout abs_diff 0);
+#  * impossible layouts are refused with their numbers.
 # Usage: context_parallel_runs.sh SLIMPI ROOT "MPIRUN FLAGS"
 set -euo pipefail
 source "$(dirname "$0")/run_helpers.sh"
@@ -94,6 +95,16 @@ PY
 echo "== refusals"
 refused cp3 "parallel.tensor_parallel × parallel.context_parallel = 1 × 3 = 3 must divide the number of trainer ranks, 4" \
   4 "${co[@]}" --set parallel.context_parallel=3
-refused cp_exact "train.on_policy = \"exact\"" 2 "${co[@]}" --set parallel.context_parallel=2 --set train.on_policy=exact \
-  --set train.normalize_advantages=true
+
+echo "== exact on-policy: CP 2 trains on the engine's bits (abs_diff 0), as CP 1 does"
+exact=(--set train.on_policy=exact --set train.normalize_advantages=true)
+run 2 exact_cp2 "${co[@]}" "${exact[@]}" --set parallel.context_parallel=2
+/usr/bin/python3 - "$out/exact_cp2" <<'PY'
+import sys
+import h5py
+with h5py.File(sys.argv[1] + "/metrics.h5") as f:
+    d = f["steps/train/train_rollout_logprob_abs_diff"][:]
+    assert (d == 0).all(), d
+print("context_parallel_runs: exact on-policy at CP 2: train/rollout abs_diff", d)
+PY
 echo "context_parallel_runs: OK"
