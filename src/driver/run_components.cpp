@@ -84,7 +84,7 @@ at::Device run_device(const RunContext& ctx) {
 // On GPUs a sharded model's collectives run inside backward, on autograd's threads.
 void check_sharding_backend(const RunContext& ctx) {
   const Deck& deck = ctx.deck;
-  for (const char* key : {"parallel.expert_parallel", "parallel.tensor_parallel"})
+  for (const char* key : {"parallel.expert_parallel", "parallel.tensor_parallel", "parallel.context_parallel"})
     if (const int64_t n = deck.get_int(key); n > 1 && ctx.device.use_cuda && !ctx.device.use_nccl)
       SLIMPI_FAIL_ALL("{} = {} ({}) shards the model over groups of {} trainer ranks: on GPUs its collectives run "
                       "inside backward, on autograd's own threads, where MPI may not be called; use "
@@ -124,10 +124,11 @@ std::unique_ptr<Transformer> make_trainer_model(const RunContext& ctx, const Run
 void describe_model_parallel(const Deck& deck, const ModelConfig& cfg, const ModelParallel& mp,
                              const Transformer& policy, bool distributed_optimizer) {
   const int tp = mp.tensor_size(), ep = int(deck.get_int("parallel.expert_parallel"));
+  const int n_tensor_groups = mp.data_size() * mp.context_size() * mp.pipeline_size();
   if (tp > 1)
     log::info("tensor parallelism: {} group{} of {} trainer ranks (data-parallel size {}); this rank is tensor rank "
               "{}: {} of {} query heads, {} of {} MLP columns, vocabulary rows {}..{} of {} padded ({} parameters "
-              "here){}", mp.data_size(), mp.data_size() > 1 ? "s" : "", tp, mp.data_size(), mp.tensor_rank(),
+              "here){}", n_tensor_groups, n_tensor_groups > 1 ? "s" : "", tp, mp.data_size(), mp.tensor_rank(),
               cfg.n_heads / tp, cfg.n_heads, cfg.intermediate_size / tp, cfg.intermediate_size, policy.vocab_begin(),
               policy.vocab_begin() + padded_vocab_size(cfg.vocab_size, tp) / tp - 1,
               padded_vocab_size(cfg.vocab_size, tp), policy.n_params(),
@@ -156,8 +157,9 @@ void describe_model_parallel(const Deck& deck, const ModelConfig& cfg, const Mod
               ep > 1 ? fmt::format(" (the experts' over their {} replicas)", mp.replicas().size() / ep) : "");
   if (ep > 1) {
     const ExpertShard shard = mp.expert_shard();
-    log::info("expert parallelism: {} group{} of {} data-parallel ranks; this rank holds experts {}..{} of {} ({} "
+    log::info("expert parallelism: {} group{} of {} data-{}parallel ranks; this rank holds experts {}..{} of {} ({} "
               "parameters here)", mp.replicas().size() / ep, mp.replicas().size() / ep > 1 ? "s" : "", ep,
+              mp.context_size() > 1 ? "and context-" : "",
               shard.first(cfg.n_experts), shard.first(cfg.n_experts) + shard.count(cfg.n_experts) - 1,
               cfg.n_experts, policy.n_params());
   }

@@ -38,6 +38,11 @@ std::pair<at::Tensor, at::Tensor> head_top_k(const Transformer& model, const at:
     ids.push_back(top_i);
     probs.push_back(at::softmax(top_z / temperature, 1));
   }
+  if (ids.empty()) {  // no row (a context-parallel rank holding none of them): [0, k'] each
+    const int64_t kk = std::min(k, columns), width = tp.size > 1 ? std::min(k, kk * tp.size) : kk;
+    const auto opts = hidden.options();
+    return {at::empty({0, width}, opts.dtype(at::kLong)), at::empty({0, width}, opts.dtype(at::kFloat))};
+  }
   return {at::cat(ids), at::cat(probs)};
 }
 

@@ -57,8 +57,8 @@ class Critic {
   // context groups as the policy is.
   Critic(const TrainerConfig& trainer, const Transformer& policy, Comm* dp, uint64_t seed, Comm* replicas = nullptr);
 
-  // Each sample's [R] values (R = its response length), no grad. Collective over dp only
-  // in that every rank calls it.
+  // Each sample's [R] values (R = its response length), no grad. Collective over the
+  // tensor and context groups (its forwards), over dp only in that every rank calls it.
   std::vector<std::vector<float>> values(const std::vector<Sample>& samples) const;
 
   // One optimizer step of the value loss over this rank's share of the samples, which

@@ -143,7 +143,10 @@ const GradBuffer* Trainer::expert_grads() const {
 int64_t Trainer::aligned_micro_batches(int64_t n) const {
   if (!expert_group_) return n;
   at::Tensor t = at::full({1}, n, at::kLong);
-  allreduce(*expert_group_, t, ReduceOp::Max);
+  // Under context parallelism an expert group may hold part of a context group, whose
+  // ranks must run as many forwards (their attention gathers over it): the most over every
+  // replica, a group that contains both.
+  allreduce(policy_.context_shard().size > 1 ? *replicas_ : *expert_group_, t, ReduceOp::Max);
   return t.item<int64_t>();
 }
 

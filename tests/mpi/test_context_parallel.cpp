@@ -133,6 +133,8 @@ struct Case {
   bool bf16 = false;
   bool unpadded = false;  // the split model's chunks attend one at a time (the long-sequence path)
   bool exact = false;     // exact numerics (train.on_policy = "exact"): log-probs bit for bit
+  bool mtp_distill = false;  // the MTP loss as distillation of the trunk's top-k
+  bool late_responses = false;  // every response in its sequence's last chunk (long prompts)
   Transformer::Recompute recompute = Transformer::Recompute::None;
   std::string name;
 };
@@ -174,6 +176,10 @@ TrainerConfig trainer_config(const Case& c) {
   t.moe_aux_loss_coef = 0.01;
   t.routing_replay = c.moe;
   t.mtp_loss_coef = c.mtp > 0 ? 0.3 : 0.0;
+  if (c.mtp_distill) {
+    t.mtp_loss = "distill";
+    t.mtp_distill_top_k = 4;
+  }
   t.n_micro_batches = c.one_sample_micro_batches ? 5 : 2;
   t.clip_grad = 0.5;  // acts: the norm must count every parameter once
   t.lr.lr = 1e-2;
@@ -196,7 +202,7 @@ TrainerConfig trainer_config(const Case& c) {
 
 // The samples of data-parallel index `d`: lengths from 2 tokens (shorter than 2c) to 40,
 // with routing traces (drawn expert ids) for MoE models.
-std::vector<Sample> samples_of(int d, const ModelConfig& cfg) {
+std::vector<Sample> samples_of(int d, const ModelConfig& cfg, bool late_responses) {
   at::Generator g = at::detail::createCPUGenerator(400 + d);
   std::vector<Sample> out;
   const int64_t lengths[] = {2, 40, 9, 3, 23};
@@ -205,7 +211,8 @@ std::vector<Sample> samples_of(int d, const ModelConfig& cfg) {
     const int64_t len = lengths[i];
     at::Tensor tok = at::randint(259, {len}, g, at::kLong);
     s.tokens.assign(tok.data_ptr<int64_t>(), tok.data_ptr<int64_t>() + len);
-    s.prompt_length = std::min<int64_t>(1 + i, len - 1);
+    // (late responses: 3 tokens or fewer at the end, after the last rank's first chunk)
+    s.prompt_length = late_responses ? std::max<int64_t>(len - 3, len * 7 / 8) : std::min<int64_t>(1 + i, len - 1);
     s.reward = at::randn({1}, g).item<float>();
     s.group_index = i;
     for (int64_t t = s.prompt_length; t < len; ++t)  // a teacher's top-3 at every response token
@@ -255,7 +262,7 @@ TEST_P(ContextParallelStep, EqualsTheWholeModel) {
   whole_tc.distributed_optimizer = false;
   whole_tc.recompute = Transformer::Recompute::None;
   Trainer base(whole_tc, whole, &mp.data(), c.ppo ? nullptr : &whole_ref);
-  std::vector<Sample> want = samples_of(d, cfg);
+  std::vector<Sample> want = samples_of(d, cfg, c.late_responses);
   const auto want_rollout = base.prepare_rollout(want, /*recompute_old=*/true);
   const auto want_step = base.train_step(want);
   const auto want_grads = by_name(whole.parameters(), true);
@@ -266,7 +273,7 @@ TEST_P(ContextParallelStep, EqualsTheWholeModel) {
   if (c.unpadded)
     for (Transformer* m : {&shard, &shard_ref}) m->set_padded_attention_budget(0);
   Trainer split(tc, shard, &mp.data(), c.ppo ? nullptr : &shard_ref, mp.expert_replicas(), &mp.replicas());
-  std::vector<Sample> got = samples_of(d, cfg);
+  std::vector<Sample> got = samples_of(d, cfg, c.late_responses);
   const auto got_rollout = split.prepare_rollout(got, /*recompute_old=*/true);
   for (size_t j = 0; j < got.size(); ++j)
     for (size_t i = 0; i < got[j].old_log_probs.size(); ++i) {
@@ -329,6 +336,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{.recompute = Transformer::Recompute::Full, .name = "full_recompute"},
                       Case{.moe = true, .name = "deepseek_moe_replay"}, Case{.mla = true, .name = "latent_attention"},
                       Case{.hybrid = true, .name = "gated_delta_net"}, Case{.mtp = 2, .name = "mtp"},
+                      Case{.mtp = 2, .mtp_distill = true, .late_responses = true, .name = "mtp_distill_late_responses"},
                       Case{.ppo = true, .name = "ppo_critic"}, Case{.opd_topk = true, .name = "opd_topk"},
                       Case{.bf16 = true, .name = "bf16"}, Case{.unpadded = true, .name = "unpadded_chunks"},
                       Case{.mla = true, .unpadded = true, .name = "latent_attention_unpadded_chunks"},
