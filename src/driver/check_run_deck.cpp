@@ -182,10 +182,10 @@ void check_expert_parallel(const Deck& deck, const ModelConfig& model, const Wor
                     "parallel.placement, {})",
                     what, layout.n_trainer, deck.source("parallel.trainer_ranks"), deck.source("parallel.placement"));
   if (tp > 1 && layout.n_trainer % tp == 0 && (layout.n_trainer / tp) % ep != 0)
-    SLIMPI_FAIL_ALL("{}: it must divide the number of data-parallel trainer ranks, {} ({} trainer ranks / "
-                    "parallel.tensor_parallel = {}; parallel.trainer_ranks, {}; parallel.placement, {})",
-                    what, layout.n_trainer / tp, layout.n_trainer, tp, deck.source("parallel.trainer_ranks"),
-                    deck.source("parallel.placement"));
+    SLIMPI_FAIL_ALL("{}: it must divide the number of data-{}parallel trainer ranks of a tensor rank, {} ({} trainer "
+                    "ranks / parallel.tensor_parallel = {}; parallel.trainer_ranks, {}; parallel.placement, {})",
+                    what, deck.get_int("parallel.context_parallel") > 1 ? "and context-" : "", layout.n_trainer / tp,
+                    layout.n_trainer, tp, deck.source("parallel.trainer_ranks"), deck.source("parallel.placement"));
 }
 
 // A model that splits over groups of n ranks (model/tensor_shard.h): heads, key/value

@@ -97,7 +97,9 @@ RunContext set_up_run(MPI_Comm world, const std::string& deck_path, const std::v
   WorldLayout layout = every_rank_rolls_out ? WorldLayout{Placement::Colocate, size, size, size}
                                             : resolve_layout(ctx.deck, size);
   if (every_rank_rolls_out)
-    log::info("every rank is a rollout engine for this command (parallel.placement and the rank counts are ignored)");
+    log::info("every rank is a rollout engine for this command (parallel.placement, the rank counts and the "
+              "trainer's layout keys parallel.tensor_parallel, context_parallel, pipeline_parallel, expert_parallel "
+              "are ignored; rollout.tensor_parallel sets the engines')");
 
   ctx.run_dir = run_dir_of(ctx.deck);
   make_run_dir(world, ctx.run_dir);

@@ -233,7 +233,7 @@ refused sp_without_tp "parallel.sequence_parallel = true (--set) splits the toke
   4 --set parallel.sequence_parallel=true
 refused tp_three "it must divide the number of trainer ranks, 4" 4 --set parallel.placement=colocate \
   --set parallel.tensor_parallel=3
-refused ep_over_dp "it must divide the number of data-parallel trainer ranks, 2 (4 trainer ranks / parallel.tensor_parallel = 2" \
+refused ep_over_dp "it must divide the number of data-parallel trainer ranks of a tensor rank, 2 (4 trainer ranks / parallel.tensor_parallel = 2" \
   4 --set parallel.placement=colocate --set parallel.tensor_parallel=2 --set model.n_experts=4 \
   --set model.moe_intermediate_size=16 --set parallel.expert_parallel=4
 refused kv_heads "model.n_kv_heads = 6 (--set) neither is divisible by 4 nor divides it" 4 \
