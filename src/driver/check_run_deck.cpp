@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <sstream>
 
+#include "model/pipeline_shard.h"
 #include "parallel/world.h"
 #include "train/advantages.h"
 
@@ -246,6 +248,53 @@ void check_context_parallel(const Deck& deck, const WorldLayout& layout) {
                     layout.n_trainer, deck.source("parallel.trainer_ranks"), deck.source("parallel.placement"));
 }
 
+// Pipeline parallelism (model/pipeline_shard.h): tensor × context × pipeline blocks of
+// trainer ranks; a dense model without MTP layers or a critic; engines that take a whole
+// model (split placement: the broadcast route; colocated: one-rank engines).
+void check_pipeline_parallel(const Deck& deck, const ModelConfig& model, const WorldLayout& layout) {
+  const int64_t pp = deck.get_int("parallel.pipeline_parallel");
+  if (pp <= 1) {
+    if (!deck.get_string("parallel.pipeline_layers").empty())
+      SLIMPI_FAIL_ALL("parallel.pipeline_layers = \"{}\" ({}) sets the layers of pipeline stages, but "
+                      "parallel.pipeline_parallel = {} ({}): drop it or set pipeline_parallel above 1",
+                      deck.get_string("parallel.pipeline_layers"), deck.source("parallel.pipeline_layers"), pp,
+                      deck.source("parallel.pipeline_parallel"));
+    return;
+  }
+  const int64_t tp = deck.get_int("parallel.tensor_parallel"), cp = deck.get_int("parallel.context_parallel");
+  const std::string what = fmt::format("parallel.pipeline_parallel = {} ({}) splits the trainer's layers into {} "
+                                       "stages", pp, deck.source("parallel.pipeline_parallel"), pp);
+  if (layout.n_trainer % (tp * cp * pp) != 0)
+    SLIMPI_FAIL_ALL("{}: parallel.tensor_parallel × parallel.context_parallel × parallel.pipeline_parallel = {} × {} "
+                    "× {} = {} must divide the number of trainer ranks, {} (parallel.trainer_ranks, {}; "
+                    "parallel.placement, {})", what, tp, cp, pp, tp * cp * pp, layout.n_trainer,
+                    deck.source("parallel.trainer_ranks"), deck.source("parallel.placement"));
+  pipeline_layer_counts(deck, model);
+  auto refuse = [&](const std::string& why) { SLIMPI_FAIL_ALL("{}: {}", what, why); };
+  if (model.n_experts > 0)
+    refuse(fmt::format("MoE models are not pipelined in this version (model.n_experts = {}, {})", model.n_experts,
+                       deck.source("model.n_experts")));
+  if (model.mtp_num_layers > 0)
+    refuse(fmt::format("MTP layers are not pipelined in this version (model.mtp_num_layers = {}, {})",
+                       model.mtp_num_layers, deck.source("model.mtp_num_layers")));
+  if (deck.get_string("train.mode") == "rl" && deck.get_string("train.advantage_estimator") == "ppo")
+    refuse(fmt::format("PPO's critic is not pipelined in this version (train.advantage_estimator = \"ppo\", {})",
+                       deck.source("train.advantage_estimator")));
+  if (deck.get_string("train.on_policy") == "exact")
+    refuse(fmt::format("exact on-policy numerics are not built for pipelined trainers yet (train.on_policy, {})",
+                       deck.source("train.on_policy")));
+  if (deck.get_string("train.mode") == "rl" && layout.placement == Placement::Colocate &&
+      deck.get_int("rollout.tensor_parallel") > 1)
+    refuse(fmt::format("colocated tensor-parallel engines run the policy's own shards, which a stage holds only some "
+                       "layers of; set rollout.tensor_parallel = 1 ({}) or parallel.placement = \"split\"",
+                       deck.source("rollout.tensor_parallel")));
+  if (deck.get_string("train.mode") == "rl" && layout.placement == Placement::Split &&
+      deck.get_string("rollout.weight_sync_route") == "sliced")
+    refuse(fmt::format("the sliced weight sync sends each engine rank its shard from the trainer ranks holding it, "
+                       "which is not built for stages; rollout.weight_sync_route = \"sliced\" ({}): use "
+                       "\"broadcast\" or \"auto\"", deck.source("rollout.weight_sync_route")));
+}
+
 // Tensor-parallel engines: each engine's model splits as a tensor-parallel trainer's does.
 void check_engine_tensor_parallel(const Deck& deck, const ModelConfig& model, bool rl) {
   const int64_t e = deck.get_int("rollout.tensor_parallel");
@@ -259,6 +308,36 @@ void check_engine_tensor_parallel(const Deck& deck, const ModelConfig& model, bo
 }
 
 }  // namespace
+
+std::vector<int64_t> pipeline_layer_counts(const Deck& deck, const ModelConfig& model) {
+  const int64_t pp = deck.get_int("parallel.pipeline_parallel");
+  const std::string& text = deck.get_string("parallel.pipeline_layers");
+  std::vector<int64_t> counts;
+  if (!text.empty()) {
+    std::stringstream in(text);
+    for (std::string item; std::getline(in, item, ',');) {
+      size_t used = 0;
+      int64_t n = -1;
+      try {
+        n = std::stoll(item, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      while (used < item.size() && item[used] == ' ') ++used;
+      if (used == 0 || used != item.size())
+        SLIMPI_FAIL_ALL("parallel.pipeline_layers = \"{}\" ({}): \"{}\" is not a layer count (comma-separated "
+                        "integers, one a stage)", text, deck.source("parallel.pipeline_layers"), item);
+      counts.push_back(n);
+    }
+  }
+  try {
+    return stage_layer_counts(model.n_layers, int(pp), counts);
+  } catch (const Error& e) {
+    SLIMPI_FAIL_ALL("parallel.pipeline_parallel = {} ({}), parallel.pipeline_layers = \"{}\" ({}), model.n_layers = "
+                    "{} ({}): {}", pp, deck.source("parallel.pipeline_parallel"), text,
+                    deck.source("parallel.pipeline_layers"), model.n_layers, deck.source("model.n_layers"), e.what());
+  }
+}
 
 void check_exact_on_policy(const Deck& deck, bool trainer_scores_engines) {
   if (deck.get_string("train.on_policy") != "exact") return;
@@ -312,6 +391,7 @@ RunConfigs check_run_deck(const Deck& deck, const WorldLayout& layout) {
   c.trainer = TrainerConfig::from_deck(deck);
   check_tensor_parallel(deck, c.model, layout);
   check_context_parallel(deck, layout);
+  check_pipeline_parallel(deck, c.model, layout);
   check_engine_tensor_parallel(deck, c.model, rl);
   check_expert_parallel(deck, c.model, layout);
   c.rollout = RolloutConfig::from_deck(deck, c.model, /*rollout_weights=*/rl);

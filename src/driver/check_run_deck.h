@@ -11,6 +11,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "driver/teacher_model.h"
 #include "model/model_config.h"
@@ -43,5 +44,10 @@ RunConfigs check_run_deck(const Deck& deck, const WorldLayout& layout);
 // `slimpi generate`, whose engines no trainer scores.) The GPU and the ranks' CPU levels
 // are checked when the job knows its devices (driver/run_context.cpp).
 void check_exact_on_policy(const Deck& deck, bool trainer_scores_engines);
+
+// The layers of each pipeline stage (parallel.pipeline_parallel, parallel.pipeline_layers:
+// model/pipeline_shard.h's stage_layer_counts); a collective error naming the keys when
+// they do not fit the model.
+std::vector<int64_t> pipeline_layer_counts(const Deck& deck, const ModelConfig& model);
 
 }  // namespace slimpi

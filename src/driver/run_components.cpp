@@ -113,7 +113,7 @@ std::unique_ptr<Transformer> make_trainer_model(const RunContext& ctx, const Run
   const ExpertShard experts = mp.expert_shard();
   const TensorShard tensor = mp.tensor_shard();
   auto m = std::make_unique<Transformer>(cfg, run_seed(ctx.deck), run_device(ctx), at::kFloat, experts, tensor,
-                                         mp.context_shard());
+                                         mp.context_shard(), mp.pipeline_shard(pipeline_layer_counts(ctx.deck, cfg)));
   const std::string& init_from = ctx.deck.get_string("model.init_from");
   if (load && !init_from.empty())
     load_model_weights(m->parameters(), init_from, "model", experts.size > 1, StoredWhole{&cfg, tensor});
@@ -150,6 +150,17 @@ void describe_model_parallel(const Deck& deck, const ModelConfig& cfg, const Mod
               "group, gradients are summed over its {} data x context replicas", mp.replicas().size() / cp * tp,
               mp.replicas().size() / cp * tp > 1 ? "s" : "", cp, mp.data_size(), mp.context_rank(), mp.context_rank(),
               2 * cp - 1 - mp.context_rank(), 2 * cp, mp.replicas().size());
+  if (const int pp = mp.pipeline_size(); pp > 1) {
+    const PipelineShard& stage = policy.pipeline_shard();
+    log::info("pipeline parallelism: {} pipeline{} of {} stages (1F1B over the micro-batches); this rank is stage {}: "
+              "layers {}..{}{}{} ({} parameters here)", n_tensor_groups / pp * tp, n_tensor_groups / pp * tp > 1 ? "s" : "",
+              pp, stage.stage, stage.first_layer, stage.end_layer - 1, stage.first() ? ", the embedding" : "",
+              stage.last() ? (cfg.tie_word_embeddings && !stage.first() ? ", the final norm and a copy of the tied "
+                                                                          "embedding as the head"
+                                                                        : ", the final norm and the head")
+                           : "",
+              policy.n_params());
+  }
   if (distributed_optimizer)
     log::info("distributed optimizer: the AdamW moments sharded over the {} data{}-parallel rank{} of each tensor "
               "rank{}", mp.replicas().size(), mp.context_size() > 1 ? " and context" : "",
@@ -176,7 +187,8 @@ void build_trainer_models(const RunContext& ctx, const std::string& resume_from,
                                                      int(deck.get_int("parallel.expert_parallel")), ctx.device,
                                                      deck.get_bool("parallel.sequence_parallel"),
                                                      kv_head_replicas(model_cfg, tp),
-                                                     int(deck.get_int("parallel.context_parallel")));
+                                                     int(deck.get_int("parallel.context_parallel")),
+                                                     int(deck.get_int("parallel.pipeline_parallel")));
   const ModelParallel& mp = *c.model_parallel;
   c.policy = make_trainer_model(ctx, c, mp, resume_from.empty());
   if (Trainer::needs_reference(c.configs.trainer)) {
@@ -261,7 +273,8 @@ void build_engine_model(const RunContext& ctx, RunComponents& c, at::ScalarType 
   const Deck& deck = ctx.deck;
   const WorldLayout& layout = ctx.world->layout();
   const int engine_tp = layout.engine_size;
-  const bool sharded = deck.get_int("parallel.expert_parallel") > 1 || deck.get_int("parallel.tensor_parallel") > 1;
+  const bool sharded = deck.get_int("parallel.expert_parallel") > 1 || deck.get_int("parallel.tensor_parallel") > 1 ||
+                       deck.get_int("parallel.pipeline_parallel") > 1;
   auto make = [&](at::ScalarType weights, const TensorShard& shard = {}) {
     return std::make_unique<Transformer>(c.configs.model, run_seed(deck), run_device(ctx), weights, ExpertShard{},
                                          shard);
@@ -325,7 +338,8 @@ RunComponents load_run_inputs(const RunContext& ctx, RunConfigs configs) {
   RunComponents c;
   c.configs = std::move(configs);
   c.rl = deck.get_string("train.mode") == "rl";
-  c.sample_block = static_cast<int>(deck.get_int("parallel.tensor_parallel") * deck.get_int("parallel.context_parallel"));
+  c.sample_block = static_cast<int>(deck.get_int("parallel.tensor_parallel") * deck.get_int("parallel.context_parallel") *
+                                    deck.get_int("parallel.pipeline_parallel"));
   const WorldLayout& layout = ctx.world->layout();
   for (int r = 0; r < layout.world_size; ++r)
     if (layout.is_trainer(r)) c.trainer_world_ranks.push_back(r);

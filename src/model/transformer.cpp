@@ -5,6 +5,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/autocast_mode.h>
 #include <slimpi/error.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -22,6 +23,7 @@
 namespace slimpi {
 
 void Transformer::add(const std::string& name, at::Tensor t, at::Tensor* binds_to) {
+  if (!pipeline_.holds(name, cfg_.n_layers, cfg_.tie_word_embeddings)) return;  // another stage's
   if (tensor_.size > 1) t = shard_of_whole(t, parameter_split(name, cfg_, tensor_.size), tensor_);
   params_.push_back({name, t.to(device_, weights_).set_requires_grad(true)});
   bindings_.push_back(binds_to);
@@ -201,9 +203,25 @@ std::pair<at::Tensor, at::Tensor> rope_tables(const ModelConfig& cfg, const at::
 }  // namespace
 
 Transformer::Transformer(const ModelConfig& cfg, uint64_t seed, const at::Device& device, at::ScalarType weights,
-                         const ExpertShard& experts, const TensorShard& tensor, const ContextShard& context)
-    : cfg_(cfg), device_(device), weights_(weights), experts_(experts), tensor_(tensor), context_(context) {
+                         const ExpertShard& experts, const TensorShard& tensor, const ContextShard& context,
+                         const PipelineShard& pipeline)
+    : cfg_(cfg),
+      device_(device),
+      weights_(weights),
+      experts_(experts),
+      tensor_(tensor),
+      context_(context),
+      pipeline_(pipeline) {
   check_shards(cfg, weights, experts, tensor);
+  // (tied embeddings: the first and last stages sum their two copies' gradients over `tied`)
+  const bool holds_tied_copy = cfg.tie_word_embeddings && (pipeline.first() || pipeline.last());
+  SLIMPI_CHECK(pipeline.size == 1 || (pipeline.comm && pipeline.comm->size() == pipeline.size &&
+                                      (!holds_tied_copy || pipeline.tied) && pipeline.first_layer < pipeline.end_layer),
+               "pipeline stage {} of {} (layers {}..{}) without its groups", pipeline.stage, pipeline.size,
+               pipeline.first_layer, pipeline.end_layer - 1);
+  SLIMPI_CHECK(pipeline.size == 1 || (cfg.n_experts == 0 && cfg.mtp_num_layers == 0),
+               "pipeline parallelism covers dense models without MTP layers in this version ({} experts, {} MTP "
+               "layers)", cfg.n_experts, cfg.mtp_num_layers);
   SLIMPI_CHECK(context.size == 1 || (context.comm && context.comm->size() == context.size && context.rank >= 0 &&
                                      context.rank < context.size),
                "context shard {} of {} without its group", context.rank, context.size);
@@ -393,7 +411,7 @@ Transformer::ForwardContext Transformer::context(const AttentionLayout& a, KvCac
 
 at::Tensor Transformer::forward(const at::Tensor& tokens, const AttentionLayout& a, KvCache* cache, MoeTrace* moe,
                                 bool to_logits, at::Tensor* hidden, const at::Tensor& logit_rows) const {
-  const int64_t T = tokens.size(0);
+  const int64_t T = a.positions.size(0);
   if (moe) {
     moe->router_logits.clear();
     moe->chosen = at::Tensor();
@@ -411,10 +429,13 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const AttentionLayout&
   f.kept_layout = kept_layout;
   std::vector<at::Tensor> chosen, own;  // per MoE layer [T, k]: experts run, the router's own top-k
   int64_t moe_layer = 0;
-  at::Tensor x = embed(tokens, f, embed_);  // [T, d] ([T_local, d] sequence-parallel): the residual stream is fp32
+  // [T, d] ([T_local, d] sequence-parallel): the residual stream is fp32 (a later pipeline stage's input)
+  at::Tensor x = pipeline_.first() ? embed(tokens, f, embed_) : tokens;
   // Full recomputation's blocks run from a copy of the context (which holds kept_layout).
   const auto kept = f.recompute == Recompute::Full ? std::make_shared<const ForwardContext>(f) : nullptr;
-  for (size_t l = 0; l < layers_.size(); ++l) {
+  const size_t first_layer = size_t(pipeline_.first_layer);
+  const size_t end_layer = pipeline_.end_layer < 0 ? layers_.size() : size_t(pipeline_.end_layer);
+  for (size_t l = first_layer; l < end_layer; ++l) {
     const LayerParams& p = layers_[l];
     const bool dense = !cfg_.is_moe_layer(int64_t(l));
     if (kept) {  // full recomputation: the attention block, and a dense layer's MLP with it
@@ -446,6 +467,7 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const AttentionLayout&
     moe->chosen = at::stack(chosen, 1);  // [T, n_moe_layers, k]
     moe->routed = at::stack(own, 1);
   }
+  if (!pipeline_.last()) return x;  // [T_local, d] the residual stream, to the next stage
   x = f.to_columns(rms_norm(x, f.norm_weight(f.shared(final_norm_)), cfg_.rms_norm_eps));
   if (hidden) *hidden = x.to(at::kFloat);         // [T, d]
   if (!to_logits) return x.to(at::kFloat);        // [T, d]
@@ -543,8 +565,29 @@ at::Tensor Transformer::forward_split(const at::Tensor& tokens, const std::vecto
   return out;  // [T_i, .]
 }
 
+at::Tensor Transformer::forward_packed_stage(const at::Tensor& input, const std::vector<int64_t>& seq_lens) const {
+  if (pipeline_.first()) check_packed(input, seq_lens);
+  const auto split = context_split(seq_lens);
+  const at::Tensor in = split && pipeline_.first() ? input.index_select(0, split->local_rows()) : input;
+  SLIMPI_CHECK(pipeline_.first() || (in.dim() == 2 && in.size(0) == stage_rows(seq_lens)),
+               "pipeline stage {}: an input of [{}] for {} rows of the residual stream", pipeline_.stage,
+               fmt::join(in.sizes(), ", "), stage_rows(seq_lens));
+  return forward(in, split ? context_layout(split, device_) : packed_layout(seq_lens, device_), nullptr, nullptr,
+                 /*to_logits=*/false);
+}
+
+int64_t Transformer::stage_rows(const std::vector<int64_t>& seq_lens) const {
+  int64_t T = 0;
+  for (int64_t n : seq_lens) T += n;
+  if (const auto split = context_split(seq_lens)) T = split->n_local();
+  if (tensor_.size > 1 && tensor_.sequence_parallel) T = (T + tensor_.size - 1) / tensor_.size;
+  return T;
+}
+
 at::Tensor Transformer::forward_packed(const at::Tensor& tokens, const std::vector<int64_t>& seq_lens,
                                       MoeTrace* moe) const {
+  SLIMPI_CHECK(pipeline_.size == 1, "pipeline stage {} of {}: a packed forward runs stage by stage "
+               "(forward_packed_stage)", pipeline_.stage, pipeline_.size);
   check_packed(tokens, seq_lens);
   if (context_.size > 1) return forward_split(tokens, seq_lens, moe, /*to_logits=*/true);
   return forward(tokens, packed_layout(seq_lens, device_), nullptr, moe);
@@ -552,6 +595,8 @@ at::Tensor Transformer::forward_packed(const at::Tensor& tokens, const std::vect
 
 at::Tensor Transformer::forward_packed_hidden(const at::Tensor& tokens, const std::vector<int64_t>& seq_lens,
                                              MoeTrace* moe) const {
+  SLIMPI_CHECK(pipeline_.size == 1, "pipeline stage {} of {}: a packed forward runs stage by stage "
+               "(forward_packed_stage)", pipeline_.stage, pipeline_.size);
   check_packed(tokens, seq_lens);
   if (context_.size > 1) return forward_split(tokens, seq_lens, moe, /*to_logits=*/false);
   return forward(tokens, packed_layout(seq_lens, device_), nullptr, moe, /*to_logits=*/false);

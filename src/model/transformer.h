@@ -31,6 +31,8 @@
 // Context parallelism (model/context_split.h): a packed forward runs this rank's chunks of
 // every sequence, attention reading the group's keys; its outputs are this rank's rows
 // (context_split(seq_lens)->local_rows()), its MoE trace the whole batch's.
+// Pipeline parallelism (model/pipeline_shard.h): a stage holds its layers (the first the
+// embedding, the last the final norm and head) and runs them in forward_packed_stage.
 // Invariant: parameters are created in name order from one generator seeded by the
 // run seed, so the same config and seed give bit-identical weights on any device (and,
 // sharded, the same numbers in each shard's slice).
@@ -47,6 +49,7 @@
 #include "model/kv_cache.h"
 #include "model/model_config.h"
 #include "model/moe.h"
+#include "model/pipeline_shard.h"
 #include "model/tensor_shard.h"
 
 namespace slimpi {
@@ -87,20 +90,22 @@ class Transformer {
   // for them; every forward is then collective over the shard's group). tensor: its
   // place in a tensor-parallel group (model/tensor_shard.h).
   // context: its place in a context-parallel group (forward_packed* and forward_mtp_packed
-  // are then collective over it).
+  // are then collective over it). pipeline: its stage (a dense model without MTP layers).
   Transformer(const ModelConfig& cfg, uint64_t seed, const at::Device& device,
               at::ScalarType weights = at::kFloat, const ExpertShard& experts = {}, const TensorShard& tensor = {},
-              const ContextShard& context = {});
+              const ContextShard& context = {}, const PipelineShard& pipeline = {});
 
   const ModelConfig& config() const { return cfg_; }
   const ExpertShard& expert_shard() const { return experts_; }
   const TensorShard& tensor_shard() const { return tensor_; }
   const ContextShard& context_shard() const { return context_; }
+  const PipelineShard& pipeline_shard() const { return pipeline_; }
   // The split of a packed batch of these sequence lengths over the context-parallel
   // group (null without context parallelism): which rows a packed forward returns.
   std::shared_ptr<const ContextSplit> context_split(const std::vector<int64_t>& seq_lens) const;
-  // Whether any parameter is a shard of the whole model's (tensor or expert parallelism).
-  bool sharded() const { return tensor_.size > 1 || experts_.size > 1; }
+  // Whether any parameter is a shard of the whole model's, or missing (tensor, expert or
+  // pipeline parallelism).
+  bool sharded() const { return tensor_.size > 1 || experts_.size > 1 || pipeline_.size > 1; }
   // The vocabulary columns of this shard's logits: [vocab_begin, vocab_begin + logit
   // columns) of the padded vocabulary; the first n_real_vocab of them are real tokens.
   int64_t vocab_begin() const { return vocab_begin_; }
@@ -162,6 +167,17 @@ class Transformer {
   // The LM head's weight [V, d] (this shard's rows [Vp / t, d]; the embedding when tied).
   const at::Tensor& lm_head() const { return lm_head_; }
 
+  // Pipeline parallelism: this stage's part of forward_packed_hidden. input: the tokens [T]
+  // (int64) on the first stage, the previous stage's output elsewhere; returns the residual
+  // stream after this stage's layers [stage_rows(seq_lens), d] fp32, or on the last stage
+  // the final norm's output (forward_packed_hidden's). No MoE trace (MoE models are not
+  // pipelined). Also the whole forward at one stage.
+  at::Tensor forward_packed_stage(const at::Tensor& input, const std::vector<int64_t>& seq_lens) const;
+  // The rows of the residual stream between stages for a batch of these sequences: the
+  // tokens (this rank's under context parallelism; padded and split under sequence
+  // parallelism).
+  int64_t stage_rows(const std::vector<int64_t>& seq_lens) const;
+
   // tokens [T_new] int64, the new tokens of each sequence back to back -> logits
   // [T_new, V] fp32. Writes the new tokens' keys/values into `cache` at their slots.
   // hidden: when given, set to the final norm's output [T_new, d] fp32 (the LM head's
@@ -194,7 +210,9 @@ class Transformer {
 
  private:
   // The layer loop of both forwards: embedding, per layer an attention block and an MLP
-  // (dense or MoE) block on the fp32 residual stream, final norm, logits.
+  // (dense or MoE) block on the fp32 residual stream, final norm, logits. Under pipeline
+  // parallelism the stage's part: `tokens` is the residual stream [rows, d] unless this
+  // is the first stage, and a stage before the last returns its residual stream.
   at::Tensor forward(const at::Tensor& tokens, const AttentionLayout& layout, KvCache* cache, MoeTrace* moe,
                      bool to_logits = true, at::Tensor* hidden = nullptr, const at::Tensor& logit_rows = {}) const;
   struct ForwardContext;
@@ -256,6 +274,7 @@ class Transformer {
   ExpertShard experts_;
   TensorShard tensor_;
   ContextShard context_;
+  PipelineShard pipeline_;
   int64_t vocab_begin_ = 0, n_real_vocab_ = 0;
   int64_t padded_attention_budget_ = kPaddedAttentionBudget;
   bool split_decode_and_prefill_ = true;

@@ -21,6 +21,12 @@ std::vector<KeySpec> parallel_keys() {
       int_key("parallel.context_parallel", 1, 1, 1e6, "ranks",
               "split every packed sequence over groups of this many trainer ranks (Megatron's context "
               "parallelism: 2c chunks, rank i holding chunks i and 2c-1-i; attention gathers keys and values)"),
+      int_key("parallel.pipeline_parallel", 1, 1, 1e6, "ranks",
+              "split the trainer's layers into this many pipeline stages, one a rank (1F1B over the micro-batches; "
+              "tensor, then context, then pipeline, then data)"),
+      string_key("parallel.pipeline_layers", "",
+                 "with pipeline_parallel: the layers of each stage, comma-separated (e.g. \"5,3\"); empty: as "
+                 "even as they go, the earlier stages one more"),
       bool_key("parallel.sequence_parallel", false,
                "with tensor parallelism: norms and residuals hold 1/tensor_parallel of the tokens per rank "
                "(Megatron's sequence parallelism)"),

@@ -10,6 +10,7 @@ bool sliced_weight_sync(const Deck& deck, const WorldLayout& layout) {
   const std::string& route = deck.get_string("rollout.weight_sync_route");
   if (route != "auto") return route == "sliced";
   if (deck.get_string("rollout.precision") == "fp8") return false;  // fp8 quantises whole tensors (sync/fp8_weights.h)
+  if (deck.get_int("parallel.pipeline_parallel") > 1) return false;  // the plan is not built for stages
   // One-rank engines take the whole model either way; the broadcast's tree beats the
   // plan's one send per engine there (perf/bench_weight_sync.cpp).
   return layout.engine_size > 1;

@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include <map>
+#include <sstream>
 #include <string>
 
 #include "model/transformer.h"
@@ -48,6 +49,64 @@ std::vector<NamedTensor> join_tensor_splits(const TensorShard& tp, const ModelCo
   return out;
 }
 
+// Pipeline parallelism: every stage's tensors (the last stage's copy of a tied embedding
+// dropped), stage by stage: its names and shapes, then its values in one broadcast over the
+// pipeline group. to_all false: on stage 0; the others get an empty list.
+std::vector<NamedTensor> join_stages(const PipelineShard& pp, bool tied_embeddings, const std::vector<NamedTensor>& local,
+                                     bool to_all) {
+  std::vector<NamedTensor> mine;
+  for (const auto& t : local)
+    if (!pp.is_tied_copy(t.name, tied_embeddings)) mine.push_back(t);
+  const at::Device device = mine.empty() ? at::Device(at::kCPU) : mine.front().tensor.device();
+  std::vector<NamedTensor> out;
+  for (int s = 0; s < pp.size; ++s) {
+    std::string meta;  // the dtype, then per tensor its name and its shape, a line each
+    std::vector<at::Tensor> flat;
+    if (pp.stage == s) {
+      const at::ScalarType dtype = mine.empty() ? at::kFloat : mine.front().tensor.scalar_type();
+      meta = std::to_string(int(dtype)) + '\n';
+      for (const auto& t : mine) {
+        SLIMPI_CHECK(t.tensor.scalar_type() == dtype, "joining pipeline stages: {} is not of the first tensor's dtype",
+                     t.name);
+        meta += t.name + '\n' + fmt::format("{}", fmt::join(t.tensor.sizes(), " ")) + '\n';
+        flat.push_back(t.tensor.detach().reshape({-1}));
+      }
+    }
+    broadcast_bytes(*pp.comm, meta, s);
+    std::istringstream in(meta);
+    std::string line;
+    std::getline(in, line);
+    const auto dtype = at::ScalarType(std::stoi(line));
+    std::vector<std::pair<std::string, std::vector<int64_t>>> shapes;
+    int64_t total = 0;
+    for (std::string name; std::getline(in, name);) {
+      std::getline(in, line);
+      std::istringstream dims(line);
+      std::vector<int64_t> shape;
+      int64_t n = 1;
+      for (int64_t x; dims >> x;) {
+        shape.push_back(x);
+        n *= x;
+      }
+      total += n;
+      shapes.emplace_back(name, shape);
+    }
+    const auto opts = at::TensorOptions().dtype(dtype).device(device);
+    at::Tensor values = pp.stage != s ? at::empty({total}, opts)
+                        : flat.empty() ? at::empty({0}, opts)
+                                       : at::cat(flat).contiguous();
+    broadcast(*pp.comm, values, s);
+    if (!to_all && pp.stage != 0) continue;
+    int64_t offset = 0;
+    for (const auto& [name, shape] : shapes) {
+      const int64_t n = at::empty(shape, at::kByte).numel();
+      out.push_back({name, values.narrow(0, offset, n).view(shape)});
+      offset += n;
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 std::vector<NamedTensor> whole_tensors(const Transformer& shard_model, const std::vector<NamedTensor>& local,
@@ -63,7 +122,13 @@ std::vector<NamedTensor> whole_tensors(const Transformer& shard_model, const std
     // The same decision on every rank of a tensor group (they share the data-parallel index).
     if (!to_all && ep.rank != 0) return {};
   }
-  return join_tensor_splits(shard_model.tensor_shard(), shard_model.config(), joined, to_all);
+  const TensorShard& tp = shard_model.tensor_shard();
+  std::vector<NamedTensor> whole = join_tensor_splits(tp, shard_model.config(), joined, to_all);
+  const PipelineShard& pp = shard_model.pipeline_shard();
+  // (to_all false: the tensor groups' first ranks hold their stage's whole tensors; the
+  // pipeline groups of the others hold no such rank, and they are done)
+  if (pp.size == 1 || (!to_all && tp.rank != 0)) return whole;
+  return join_stages(pp, shard_model.config().tie_word_embeddings, whole, to_all);
 }
 
 namespace {

@@ -4,7 +4,8 @@
 // broadcast weight sync pushes, what a colocated engine runs, what HF export writes
 // (checkpoints are written by each rank in place: io/tensor_pieces.h).
 // Experts are gathered over the expert group (train/expert_parallel.h), then the
-// tensor-parallel splits over the tensor group (model/tensor_shard.h: padding dropped).
+// tensor-parallel splits over the tensor group (model/tensor_shard.h: padding dropped),
+// then the pipeline stages' layers over the pipeline group (model/pipeline_shard.h).
 #pragma once
 
 #include <cstdint>
@@ -16,8 +17,8 @@ namespace slimpi {
 
 class Transformer;
 
-// `local`: tensors of `shard_model`'s shard. Collective over its tensor and expert
-// groups. to_all: every rank gets the whole tensors. Otherwise they end on the first
+// `local`: tensors of `shard_model`'s shard. Collective over its tensor, expert and
+// pipeline groups. to_all: every rank gets the whole tensors. Otherwise they end on the first
 // rank of the groups (trainer rank 0 when the ranks of ModelParallel::
 // joins_gather_to_first() call); every other rank gets an empty list.
 std::vector<NamedTensor> whole_tensors(const Transformer& shard_model, const std::vector<NamedTensor>& local,

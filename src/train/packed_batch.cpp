@@ -112,6 +112,11 @@ TokenLogProbs packed_log_probs(const Transformer& model, const PackedBatch& b, P
     hidden = model.forward_packed_hidden(b.tokens, b.seq_lens, moe);
   }
   if (hidden_out) *hidden_out = hidden;
+  return head_token_log_probs(model, b, hidden, precision, temperature, with_entropy);
+}
+
+TokenLogProbs head_token_log_probs(const Transformer& model, const PackedBatch& b, const at::Tensor& hidden,
+                                   Precision precision, double temperature, bool with_entropy) {
   const ScoredPositions positions = response_positions(b.tokens, b.seq_lens, b.prompt_lens);
   const bool bf16 = precision == Precision::BF16;
   const auto split = model.context_split(b.seq_lens);

@@ -76,6 +76,12 @@ TokenLogProbs packed_log_probs(const Transformer& model, const PackedBatch& b, P
 at::Tensor reducer_weights(const std::vector<Sample>& samples, const std::vector<int64_t>& which, const PackedBatch& b,
                            const at::Tensor& mask, double n_samples, double n_masked, bool per_token);
 
+// The second half of packed_log_probs: the response tokens' log-probs (and entropies) from
+// the trunk's final-norm output `hidden` [T, d] (this rank's rows under context
+// parallelism), through the LM head (a pipeline's last stage runs it on its stage's output).
+TokenLogProbs head_token_log_probs(const Transformer& model, const PackedBatch& b, const at::Tensor& hidden,
+                                   Precision precision, double temperature, bool with_entropy);
+
 // A model's vocabulary shard for the head's log-probs (none without tensor parallelism).
 VocabShard vocab_shard_of(const Transformer& model);
 

@@ -39,10 +39,16 @@ std::vector<NamedTensor> trainable(const Transformer& policy, bool with_mtp) {
   return out;
 }
 
-std::vector<NamedTensor> gradient_group(const Transformer& policy, GradientGroup group, bool mtp) {
+// tied_copy: the last pipeline stage's copy of the tied embedding alone (its own buffer,
+// outside the norm); otherwise the group's parameters without it.
+std::vector<NamedTensor> gradient_group(const Transformer& policy, GradientGroup group, bool mtp,
+                                        bool tied_copy = false) {
   std::vector<NamedTensor> out;
+  const bool tied = policy.config().tie_word_embeddings;
   for (const auto& p : policy.parameters())
-    if (group_of(policy, p.name) == group && is_mtp_parameter(p.name) == mtp) out.push_back(p);
+    if (group_of(policy, p.name) == group && is_mtp_parameter(p.name) == mtp &&
+        policy.pipeline_shard().is_tied_copy(p.name, tied) == tied_copy)
+      out.push_back(p);
   return out;
 }
 
@@ -91,6 +97,7 @@ Trainer::Trainer(const TrainerConfig& cfg, Transformer& policy, Comm* dp, const 
       expert_group_(policy.expert_shard().size > 1 ? policy.expert_shard().comm : nullptr),
       expert_replicas_(expert_replicas),
       tensor_group_(policy.tensor_shard().size > 1 ? policy.tensor_shard().comm : nullptr),
+      pipeline_(policy.pipeline_shard()),
       train_mtp_(policy.n_mtp_layers() > 0 && cfg.mtp_loss_coef > 0),
       optimizer_(cfg.distributed_optimizer ? nullptr : std::make_unique<AdamW>(trainable(policy, train_mtp_), cfg.adam)),
       moe_(policy.config().n_experts > 0),
@@ -128,8 +135,22 @@ Trainer::Trainer(const TrainerConfig& cfg, Transformer& policy, Comm* dp, const 
       groups_.push_back(std::move(g));
     }
   }
+  // Pipeline parallelism: the last stage's copy of the tied embedding in a buffer of its
+  // own, reduced as the replicated ones and clipped by the same norm, counted on the first stage.
+  if (std::vector<NamedTensor> copy = gradient_group(policy, GradientGroup::Replicated, false, true); !copy.empty()) {
+    GradGroup g;
+    g.grads = std::make_unique<GradBuffer>(copy, cfg.grad_bucket_bytes, padding(cfg, replicas_));
+    g.reduce_over = replicas_;
+    g.in_norm = false;
+    if (cfg.distributed_optimizer) g.sharded = std::make_unique<DistributedAdamW>(*g.grads, replicas_, cfg.adam);
+    groups_.push_back(std::move(g));
+  }
   SLIMPI_CHECK(!groups_.empty() && !groups_.front().mtp && !groups_.front().experts,
                "the policy has no replicated parameter (its norms, at least)");
+  SLIMPI_CHECK(pipeline_.size == 1 || !(cfg_.mode == "rl" && cfg_.estimator->needs_critic),
+               "pipeline parallelism does not split PPO's critic (a value model of its own)");
+  SLIMPI_CHECK(!reference_ || reference_->pipeline_shard().stage == pipeline_.stage,
+               "the reference model must be split over the policy's pipeline stages");
   if (cfg_.mode == "rl" && cfg_.estimator->needs_critic)
     critic_ = std::make_unique<Critic>(cfg_, policy_, dp_, cfg_.critic.seed, replicas_);
 }
@@ -157,12 +178,15 @@ double Trainer::grad_norm(bool mtp) const {
   // replicated key/value heads added up over the tensor group and divided by their
   // number of replicas (each replica holds the same sums).
   // The distributed optimizer holds each sum in chunks over the buffer's group.
+  // Pipeline parallelism: every stage's parameters, added up over the stages (the tied
+  // embedding's copy on the last stage not counted).
   double sq = 0;
   for (const auto& g : groups_) {
-    if (g.mtp != mtp) continue;
+    if (g.mtp != mtp || !g.in_norm) continue;
     const double mine = g.sharded ? summed(g.sharded->local_norm_sq(), g.reduce_over) : std::pow(g.grads->global_norm(), 2);
     sq += summed(mine, g.norm_over) / g.norm_replicas;
   }
+  if (pipeline_.size > 1) sq = summed(sq, pipeline_.comm);
   return std::sqrt(sq);
 }
 
@@ -180,11 +204,16 @@ std::vector<std::vector<float>> Trainer::response_log_probs(const std::vector<Sa
     idle_forward(model, cfg_.precision);  // expert parallelism: meet the group's exchanges
   std::vector<std::vector<float>> out(samples.size());
   for (const auto& which : plan) {
-    PackedBatch b = pack(samples, which, model.device());
-    MoeTrace trace;  // train.routing_replay: the rollout's experts in every trainer forward
-    if (replay) trace.replay = packed_routing(samples, which, model.config(), model.device(), true);
-    at::Tensor logp = packed_log_probs(model, b, cfg_.precision, cfg_.temperature, false, replay ? &trace : nullptr)
-                          .logp.cpu().contiguous();
+    at::Tensor logp;  // [N]
+    if (pipeline_.size > 1) {
+      logp = pipelined_log_probs(samples, which, model);
+    } else {
+      PackedBatch b = pack(samples, which, model.device());
+      MoeTrace trace;  // train.routing_replay: the rollout's experts in every trainer forward
+      if (replay) trace.replay = packed_routing(samples, which, model.config(), model.device(), true);
+      logp = packed_log_probs(model, b, cfg_.precision, cfg_.temperature, false, replay ? &trace : nullptr).logp;
+    }
+    logp = logp.cpu().contiguous();
     int64_t start = 0;
     for (int64_t i : which) {
       const int64_t n = samples[i].response_length();
@@ -207,8 +236,10 @@ std::map<std::string, double> Trainer::train_step(std::vector<Sample>& local) {
   for (auto& g : groups_) g.grads->zero();
   MetricSums sums = declare_step_metrics();
   forwards_and_backwards(local, in, sums);
+  if (pipeline_.size > 1) sum_tied_embedding_grads();
   reduce_gradients();
   std::map<std::string, double> metrics = sums.reduce(dp_);
+  if (pipeline_.size > 1) share_last_stage_metrics(metrics);
   if (moe_) finish_routing_metrics(moe_layers_, metrics);
   apply_update(metrics);
   const double seconds = clock.seconds();
@@ -260,7 +291,8 @@ bool Trainer::overlaps_grad_reduce() const {
   // on a replica that waits on this rank: there the reductions follow backward (not
   // yet run on a GPU; on the CPU, MPI's non-blocking reductions never block backward).
   const bool cpu = policy_.device().is_cpu();
-  return cfg_.overlap_grad_reduce && replicas_ && (cpu || replicas_->device_memory()) &&
+  // (Pipeline parallelism: the tied embedding's copies are summed before the reduction.)
+  return cfg_.overlap_grad_reduce && pipeline_.size == 1 && replicas_ && (cpu || replicas_->device_memory()) &&
          !(expert_group_ && replicas_->device_memory());
 }
 
@@ -280,6 +312,7 @@ void Trainer::forwards_and_backwards(std::vector<Sample>& local, const StepInput
   std::vector<int64_t> lengths;
   for (const auto& s : local) lengths.push_back(s.packed_length());
   const auto plan = plan_micro_batches(lengths, cfg_.n_micro_batches, cfg_.max_tokens_per_micro_batch);
+  if (pipeline_.size > 1) return pipelined_forwards_and_backwards(local, plan, in, sums);
   // The last backward of the step reduces gradient buckets as it produces them. With
   // MPI that needs the hooks on this thread (CPU autograd runs here; CUDA autograd
   // runs in its own threads, where only NCCL may be called).
@@ -301,17 +334,20 @@ void Trainer::forwards_and_backwards(std::vector<Sample>& local, const StepInput
 }
 
 at::Tensor Trainer::micro_batch_loss(std::vector<Sample>& local, const std::vector<int64_t>& which,
-                                     const StepInputs& in, MetricSums& sums) {
+                                     const StepInputs& in, MetricSums& sums, const StageOutput* stage) {
   const at::Device device = policy_.device();
-  PackedBatch b = pack(local, which, device);
+  const PackedBatch b = stage ? stage->batch : pack(local, which, device);
   MoeTrace trace;
   at::Tensor rollout_routing;  // [T, L, k] the engine's experts, -1 where none
   if (moe_) rollout_routing = packed_routing(local, which, policy_.config(), device, cfg_.routing_replay);
   if (cfg_.routing_replay) trace.replay = rollout_routing;
   at::Tensor hidden;  // [T, d] the trunk's output: the MTP layers' and the top-k distillation's input
   const bool topk_distill = cfg_.mode == "rl" && cfg_.opd_topk_loss_coef > 0;
-  const TokenLogProbs lp = packed_log_probs(policy_, b, cfg_.precision, cfg_.temperature, /*with_entropy=*/true,
-                                            moe_ ? &trace : nullptr, train_mtp_ || topk_distill ? &hidden : nullptr);
+  if (stage) hidden = stage->hidden;
+  const TokenLogProbs lp =
+      stage ? head_token_log_probs(policy_, b, hidden, cfg_.precision, cfg_.temperature, /*with_entropy=*/true)
+            : packed_log_probs(policy_, b, cfg_.precision, cfg_.temperature, /*with_entropy=*/true,
+                               moe_ ? &trace : nullptr, train_mtp_ || topk_distill ? &hidden : nullptr);
   if (moe_) add_routing_agreement(trace, rollout_routing, moe_layers_, sums);
   const ScoredMicroBatch scored = score_micro_batch(local, which, b, lp, in);
   MicroBatchView mb{local, which, b, scored, hidden, moe_ ? &trace : nullptr, {}, in.n_tokens, in.n_mtp};

@@ -29,6 +29,12 @@
 // ranks of a context group get the same samples, each runs its chunks of every sequence
 // and computes the same loss (the per-token log-probs gathered); their gradients are
 // parts, summed with the data-parallel ones over `replicas` (dp × context).
+// Pipeline parallelism (the policy one stage, model/pipeline_shard.h): the micro-batches
+// run a 1F1B schedule (train/trainer_pipeline.cpp): each stage runs its layers, the last
+// the head and the loss; the log-prob passes run through the stages and the last stage's
+// log-probs and metrics are broadcast to every stage; the gradient norm adds the stages'
+// (the tied embedding's copy on the last stage counted once), and the two copies' gradients
+// are summed before the update.
 // Distributed optimizer (train.distributed_optimizer, train/distributed_optimizer.h):
 // each buffer's AdamW state is sharded over the group that reduces it; its gradients
 // are reduce-scattered bucket by bucket from inside the last backward (or after it,
@@ -190,8 +196,24 @@ class Trainer {
   // Every micro-batch's forward, objective and backward (idle ones too, with expert
   // parallelism); the last backward starts the gradient reduction when it overlaps.
   void forwards_and_backwards(std::vector<Sample>& local, const StepInputs& in, MetricSums& sums);
+  // stage: a pipeline's last stage passes its batch and its stage's output (the trunk's
+  // final-norm output); otherwise the whole forward runs here.
+  struct StageOutput {
+    const PackedBatch& batch;
+    at::Tensor hidden;
+  };
   at::Tensor micro_batch_loss(std::vector<Sample>& local, const std::vector<int64_t>& which, const StepInputs& in,
-                              MetricSums& sums);
+                              MetricSums& sums, const StageOutput* stage = nullptr);
+  // Pipeline parallelism (train/trainer_pipeline.cpp): the step's micro-batches through
+  // the stages, 1F1B; the log-prob pass of `model` through them, every stage returning the
+  // last stage's [N] log-probs of each micro-batch; the tied embedding's two copies'
+  // gradients summed; the last stage's metrics on every stage.
+  void pipelined_forwards_and_backwards(std::vector<Sample>& local, const std::vector<std::vector<int64_t>>& plan,
+                                        const StepInputs& in, MetricSums& sums);
+  at::Tensor pipelined_log_probs(const std::vector<Sample>& samples, const std::vector<int64_t>& which,
+                                 const Transformer& model) const;
+  void sum_tied_embedding_grads();
+  void share_last_stage_metrics(std::map<std::string, double>& metrics) const;
   // The micro-batch's tokens as the loss terms read them: log-probs, entropy, mask and
   // reducer weights; RL: advantages, old, rollout and reference log-probs.
   ScoredMicroBatch score_micro_batch(std::vector<Sample>& local, const std::vector<int64_t>& which,
@@ -220,6 +242,7 @@ class Trainer {
   Comm* expert_group_ = nullptr;     // the policy's expert-parallel group (null: no expert parallelism)
   Comm* expert_replicas_ = nullptr;  // ranks holding this rank's experts
   Comm* tensor_group_ = nullptr;     // the policy's tensor-parallel group (null: no tensor parallelism)
+  PipelineShard pipeline_;           // the policy's stage (size 1: no pipeline)
   bool train_mtp_ = false;           // the policy has MTP layers and train.mtp_loss_coef > 0
   // AdamW on every parameter, or (train.distributed_optimizer) one DistributedAdamW per
   // gradient buffer, sharded over the group that reduces it.
@@ -235,6 +258,7 @@ class Trainer {
     Comm* norm_over = nullptr;
     double norm_replicas = 1;
     bool mtp = false, experts = false;
+    bool in_norm = true;  // false: the last pipeline stage's copy of the tied embedding (counted on the first)
     std::unique_ptr<DistributedAdamW> sharded;  // train.distributed_optimizer
   };
   std::vector<GradGroup> groups_;  // the trunk's replicated parameters first; one order on every rank

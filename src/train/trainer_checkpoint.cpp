@@ -56,13 +56,14 @@ bool Trainer::stores_part(const std::string& name) const {
   // of `replicas`, an expert's by the first of its replicas.
   const std::string param = parameter_of(name);
   if (!first_in_tensor_group(param)) return false;
+  if (pipeline_.is_tied_copy(param, policy_.config().tie_word_embeddings)) return false;  // the first stage's
   if (expert_replicas_ && Transformer::is_expert_parameter(param)) return expert_replicas_->rank() == 0;
   return !replicas_ || replicas_->rank() == 0;
 }
 
 void Trainer::save(const std::string& path, MPI_Comm trainer) const {
   if (trainer != MPI_COMM_NULL && comm_size(trainer) == 1) trainer = MPI_COMM_NULL;  // a serial file
-  const bool holds_everything = !tensor_group_ && !expert_group_ &&
+  const bool holds_everything = !tensor_group_ && !expert_group_ && pipeline_.size == 1 &&
                                 (optimizer_ || !replicas_ || replicas_->size() == 1) &&
                                 (!replicas_ || replicas_->rank() == 0);
   SLIMPI_CHECK(trainer != MPI_COMM_NULL || holds_everything, "writing {}: this trainer rank holds only part of the "
@@ -85,7 +86,8 @@ void Trainer::save(const std::string& path, MPI_Comm trainer) const {
     for (const auto& g : groups_) {
       for (auto& t : g.sharded->state_like()) moments.push_back(std::move(t));
       for (auto& piece : g.sharded->moment_pieces())
-        if (first_in_tensor_group(parameter_of(piece.name))) {
+        if (first_in_tensor_group(parameter_of(piece.name)) &&
+            !pipeline_.is_tied_copy(parameter_of(piece.name), policy_.config().tie_word_embeddings)) {
           piece.values = piece.values.cpu().contiguous();
           moment_pieces.push_back(std::move(piece));
         }

@@ -1,0 +1,68 @@
+#include "train/pipeline_links.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <slimpi/error.h>
+
+#include <cstring>
+
+#include "parallel/mpi_bytes.h"
+#include "parallel/mpi_comm.h"
+#include "parallel/watchdog.h"
+
+namespace slimpi {
+namespace {
+
+constexpr int kForwardTag = 711, kBackwardTag = 712;
+
+}  // namespace
+
+namespace {
+
+MPI_Comm raw_comm(const PipelineShard& stage) {
+  const auto* mpi = dynamic_cast<const MpiComm*>(stage.comm);
+  SLIMPI_CHECK(mpi && mpi->size() == stage.size, "pipeline stage {} of {}: its group must be an MPI communicator of "
+               "the stages", stage.stage, stage.size);
+  return mpi->mpi_comm();
+}
+
+}  // namespace
+
+PipelineLinks::PipelineLinks(const PipelineShard& stage)
+    : stage_(stage), comm_(raw_comm(stage)), sends_(comm_, fmt::format("[pipeline] stage {}'s sends", stage.stage)) {}
+
+PipelineLinks::~PipelineLinks() = default;
+
+void PipelineLinks::send(const at::Tensor& t, int peer, int tag) {
+  const at::Tensor host = t.detach().to(at::kCPU, at::kFloat).contiguous();
+  std::string bytes(size_t(host.numel()) * sizeof(float), '\0');
+  if (!bytes.empty()) std::memcpy(bytes.data(), host.data_ptr<float>(), bytes.size());
+  sends_.post(std::move(bytes), peer, tag);
+}
+
+at::Tensor PipelineLinks::recv(int64_t rows, int64_t d, const at::TensorOptions& options, int peer, int tag) {
+  const std::string context = fmt::format("[pipeline] stage {} receiving {} from stage {}", stage_.stage,
+                                          tag == kForwardTag ? "activations" : "gradients", peer);
+  sends_.reap();
+  await_message(comm_, peer, tag, context);
+  at::Tensor host = at::empty({rows, d}, at::kFloat);
+  MPI_Status status;
+  WaitGuard guard({&context, "MPI_Recv", size_t(host.numel()), "f32", peer});
+  check_mpi(MPI_Recv(host.data_ptr(), int(host.numel()), MPI_FLOAT, peer, tag, comm_, &status), "MPI_Recv");
+  int count = 0;
+  MPI_Get_count(&status, MPI_FLOAT, &count);
+  SLIMPI_CHECK(count == host.numel(), "{}: {} values arrived for [{}, {}]", context, count, rows, d);
+  return host.to(options.device());
+}
+
+void PipelineLinks::send_forward(const at::Tensor& y) { send(y, stage_.stage + 1, kForwardTag); }
+void PipelineLinks::send_backward(const at::Tensor& dx) { send(dx, stage_.stage - 1, kBackwardTag); }
+at::Tensor PipelineLinks::recv_forward(int64_t rows, int64_t d, const at::TensorOptions& options) {
+  return recv(rows, d, options, stage_.stage - 1, kForwardTag);
+}
+at::Tensor PipelineLinks::recv_backward(int64_t rows, int64_t d, const at::TensorOptions& options) {
+  return recv(rows, d, options, stage_.stage + 1, kBackwardTag);
+}
+void PipelineLinks::finish() { sends_.flush(); }
+
+}  // namespace slimpi

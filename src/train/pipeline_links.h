@@ -1,0 +1,46 @@
+// PipelineLinks — what a pipeline stage (model/pipeline_shard.h) passes to its neighbours:
+// the residual stream [rows, d] fp32 forward to stage + 1, its gradient back to stage − 1,
+// point to point over the pipeline group (an MPI communicator: tensors on a GPU travel
+// through host copies). Sends are posted without blocking (parallel/posted_sends.h) and
+// completed by finish(), so two neighbours sending to each other at once (1F1B's steady
+// state) never wait on each other; receives wait asleep under the watchdog. Messages of
+// one direction between two stages arrive in the order they were sent, so a schedule
+// receives in the order its neighbour sends. Owned by one schedule run; single-threaded.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <mpi.h>
+
+#include <cstdint>
+#include <string>
+
+#include "model/pipeline_shard.h"
+#include "parallel/posted_sends.h"
+
+namespace slimpi {
+
+class PipelineLinks {
+ public:
+  // stage.comm: the stage group, an MpiComm (rank = stage; ModelParallel makes it one).
+  explicit PipelineLinks(const PipelineShard& stage);
+  ~PipelineLinks();
+  PipelineLinks(const PipelineLinks&) = delete;
+  PipelineLinks& operator=(const PipelineLinks&) = delete;
+
+  void send_forward(const at::Tensor& y);                                                 // to stage + 1
+  at::Tensor recv_forward(int64_t rows, int64_t d, const at::TensorOptions& options);     // from stage − 1
+  void send_backward(const at::Tensor& dx);                                               // to stage − 1
+  at::Tensor recv_backward(int64_t rows, int64_t d, const at::TensorOptions& options);    // from stage + 1
+  // Waits until every posted send has completed (call before the sent tensors' step ends).
+  void finish();
+
+ private:
+  void send(const at::Tensor& t, int peer, int tag);
+  at::Tensor recv(int64_t rows, int64_t d, const at::TensorOptions& options, int peer, int tag);
+
+  PipelineShard stage_;
+  MPI_Comm comm_;
+  PostedSends sends_;
+};
+
+}  // namespace slimpi

@@ -1,0 +1,121 @@
+// Trainer under pipeline parallelism (train/trainer.h; model/pipeline_shard.h): the 1F1B
+// schedule of a step's micro-batches, the log-prob passes through the stages, the tied
+// embedding's copies and the metrics every stage reports.
+//
+// 1F1B (Megatron's non-interleaved schedule) over M micro-batches at stage s of p: w =
+// min(p − 1 − s, M) warm-up forwards, then M − w times a forward followed by the backward
+// of the oldest micro-batch in flight, then w backwards. A stage holds at most w + 1
+// micro-batches' activations (p at the first stage, however large M is). A forward takes
+// the previous stage's output (the first stage the tokens), runs the stage's layers and
+// sends its output on; the last stage runs the head and the loss instead. A backward
+// takes the next stage's gradient of that output (the last stage its loss), runs
+// autograd through the stage and sends the gradient of its input back.
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+#include <slimpi/error.h>
+
+#include <deque>
+
+#include "parallel/comm_tensor.h"
+#include "train/micro_batches.h"
+#include "train/packed_batch.h"
+#include "train/pipeline_links.h"
+#include "train/trainer.h"
+
+namespace slimpi {
+
+void Trainer::pipelined_forwards_and_backwards(std::vector<Sample>& local,
+                                               const std::vector<std::vector<int64_t>>& plan, const StepInputs& in,
+                                               MetricSums& sums) {
+  // Every stage of a pipeline holds the same samples, so the same plan.
+  const int64_t M = int64_t(plan.size()), d = policy_.config().hidden_size;
+  const at::Device device = policy_.device();
+  const auto f32 = at::TensorOptions().dtype(at::kFloat).device(device);
+  PipelineLinks links(pipeline_);
+  struct InFlight {
+    PackedBatch batch;
+    at::Tensor input;   // [rows, d] the received activations (requires grad), undefined on the first stage
+    at::Tensor output;  // the stage's output [rows, d], or the last stage's loss
+  };
+  std::deque<InFlight> in_flight;
+  auto forward = [&](int64_t m) {
+    InFlight f{pack(local, plan[size_t(m)], device), {}, {}};
+    if (!pipeline_.first())
+      f.input = links.recv_forward(policy_.stage_rows(f.batch.seq_lens), d, f32).set_requires_grad(true);
+    at::Tensor y;
+    {
+      ForwardPrecision scope(cfg_.precision, device);
+      y = policy_.forward_packed_stage(pipeline_.first() ? f.batch.tokens : f.input, f.batch.seq_lens);
+    }
+    if (pipeline_.last()) {
+      const StageOutput stage{f.batch, y};
+      f.output = micro_batch_loss(local, plan[size_t(m)], in, sums, &stage);
+    } else {
+      links.send_forward(y);
+      f.output = y;
+    }
+    in_flight.push_back(std::move(f));
+  };
+  auto backward = [&] {
+    InFlight f = std::move(in_flight.front());
+    in_flight.pop_front();
+    if (pipeline_.last()) f.output.backward();
+    else f.output.backward(links.recv_backward(f.output.size(0), d, f32));
+    if (!pipeline_.first()) links.send_backward(f.input.grad());
+  };
+  const int64_t warm_up = std::min<int64_t>(pipeline_.size - 1 - pipeline_.stage, M);
+  for (int64_t m = 0; m < warm_up; ++m) forward(m);
+  for (int64_t m = warm_up; m < M; ++m) {
+    forward(m);
+    backward();
+  }
+  while (!in_flight.empty()) backward();
+  links.finish();
+  for (const auto& g : groups_)
+    SLIMPI_CHECK(g.grads->grads_alias_buffer(), "autograd replaced a gradient outside the flat gradient buffer");
+}
+
+at::Tensor Trainer::pipelined_log_probs(const std::vector<Sample>& samples, const std::vector<int64_t>& which,
+                                        const Transformer& model) const {
+  const PipelineShard& stage = model.pipeline_shard();
+  const at::Device device = model.device();
+  const PackedBatch b = pack(samples, which, device);
+  PipelineLinks links(stage);
+  at::Tensor x = stage.first() ? b.tokens
+                               : links.recv_forward(model.stage_rows(b.seq_lens), model.config().hidden_size,
+                                                    at::TensorOptions().dtype(at::kFloat).device(device));
+  at::Tensor y;
+  {
+    ForwardPrecision scope(cfg_.precision, device);
+    y = model.forward_packed_stage(x, b.seq_lens);
+  }
+  int64_t n = 0;
+  for (int64_t i : which) n += samples[size_t(i)].response_length();
+  at::Tensor logp = at::empty({n}, at::kFloat);  // [N] on the host: the last stage's, broadcast
+  if (stage.last()) logp = head_token_log_probs(model, b, y, cfg_.precision, cfg_.temperature, false).logp.cpu();
+  else links.send_forward(y);
+  links.finish();
+  broadcast(*stage.comm, logp, stage.size - 1);
+  return logp;
+}
+
+void Trainer::sum_tied_embedding_grads() {
+  // The first stage's embedding and the last stage's copy: each holds the part of the
+  // gradient its own stage's use gave (lookup, head), summed here before the data-parallel
+  // reduction, so both take the same step.
+  if (!policy_.config().tie_word_embeddings || !pipeline_.tied) return;
+  for (const auto& p : policy_.parameters())
+    if (p.name == "model.embed_tokens.weight") allreduce(*pipeline_.tied, p.tensor.grad());
+}
+
+void Trainer::share_last_stage_metrics(std::map<std::string, double>& metrics) const {
+  // Only the last stage computed the loss terms; every stage declared the same names.
+  std::vector<double> values;
+  for (const auto& [name, v] : metrics) values.push_back(v);
+  at::Tensor t = at::tensor(values, at::kDouble);
+  broadcast(*pipeline_.comm, t, pipeline_.size - 1);
+  size_t i = 0;
+  for (auto& [name, v] : metrics) v = t[int64_t(i++)].item<double>();
+}
+
+}  // namespace slimpi

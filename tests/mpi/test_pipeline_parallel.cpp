@@ -1,0 +1,213 @@
+// Pipeline parallelism at np 1, 2 and 4 (model/pipeline_shard.h, train/trainer_pipeline.cpp),
+// against one rank:
+// - the stages' layer counts (even and explicit splits) and what each stage holds;
+// - a whole trainer step of a model split into stages (PP = np; PP 2 x DP 2, TP 2 x PP 2
+//   and CP 2 x PP 2 at np 4) against the same step of the whole model, data-parallel over
+//   the same data-parallel group: old and reference log-probs, rollout and step metrics,
+//   every gradient and updated weight, to fp32 round-off, with one micro-batch and with
+//   more micro-batches than stages (the 1F1B schedule's warm-up, steady state and
+//   cool-down), uneven layer splits, tied embeddings (the last stage's copy of the
+//   embedding: its gradient summed with the first stage's, the two stay equal), the
+//   distributed optimizer, activation recomputation, bf16 forwards, SFT;
+// - the split trainer's checkpoint loads into the whole model, and the stages gathered
+//   are the whole model.
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "shared_tmp.h"
+#include "model/pipeline_shard.h"
+#include "parallel/device.h"
+#include "parallel/mpi_comm.h"
+#include "sync/whole_model.h"
+#include "train/model_parallel.h"
+#include "train/trainer.h"
+#include "../support/tensor_checks.h"
+#include "../support/tiny_model.h"
+
+namespace slimpi {
+namespace {
+
+using testing::by_name;
+using testing::expect_close;
+
+TEST(PipelineStages, SplitLayersAndHoldTheirParameters) {
+  EXPECT_EQ(stage_layer_counts(7, 3, {}), (std::vector<int64_t>{3, 2, 2}));
+  EXPECT_EQ(stage_layer_counts(4, 4, {}), (std::vector<int64_t>{1, 1, 1, 1}));
+  EXPECT_EQ(stage_layer_counts(4, 2, {3, 1}), (std::vector<int64_t>{3, 1}));
+  EXPECT_THROW(stage_layer_counts(3, 4, {}), Error);        // a stage without a layer
+  EXPECT_THROW(stage_layer_counts(4, 2, {2, 1}), Error);    // 3 of 4 layers
+  EXPECT_THROW(stage_layer_counts(4, 2, {4, 0}), Error);    // an empty stage
+  EXPECT_THROW(stage_layer_counts(4, 2, {1, 1, 2}), Error); // 3 counts for 2 stages
+  PipelineShard last{1, 2, nullptr, nullptr, 3, 4};
+  EXPECT_TRUE(last.holds("model.layers.3.mlp.up_proj.weight", 4, true));
+  EXPECT_FALSE(last.holds("model.layers.2.mlp.up_proj.weight", 4, true));
+  EXPECT_TRUE(last.holds("lm_head.weight", 4, false));
+  EXPECT_TRUE(last.holds("model.embed_tokens.weight", 4, true));  // the tied head's copy
+  EXPECT_FALSE(last.holds("model.embed_tokens.weight", 4, false));
+  EXPECT_TRUE(last.is_tied_copy("model.embed_tokens.weight", true));
+  PipelineShard first{0, 2, nullptr, nullptr, 0, 3};
+  EXPECT_FALSE(first.holds("model.norm.weight", 4, true));
+  EXPECT_FALSE(first.is_tied_copy("model.embed_tokens.weight", true));
+}
+
+struct Case {
+  int tensor_parallel = 1, context_parallel = 1, pipeline_parallel = 0;  // 0: every rank
+  std::vector<int64_t> layers;  // per stage (empty: even)
+  bool tied = false;
+  int64_t micro_batches = 2;
+  bool distributed_optimizer = false, bf16 = false, sft = false;
+  Transformer::Recompute recompute = Transformer::Recompute::None;
+  std::string name;
+};
+
+ModelConfig config_of(const Case& c) {
+  ModelConfig m = testing::tiny_model_config(/*max_seq_len=*/48, /*init_std=*/0.1);
+  m.n_layers = 4;
+  m.n_heads = 8;
+  m.n_kv_heads = 2;
+  m.explicit_head_dim = 8;
+  m.qk_norm = true;
+  m.qkv_bias = true;
+  m.tie_word_embeddings = c.tied;
+  return m;
+}
+
+TrainerConfig trainer_config(const Case& c) {
+  TrainerConfig t;
+  t.mode = c.sft ? "sft" : "rl";
+  t.use_kl_loss = !c.sft;
+  t.kl_loss_coef = 0.1;
+  t.kl_loss_type = "low_var_kl";
+  t.entropy_coef = c.sft ? 0.0 : 0.01;
+  t.normalize_advantages = !c.sft;
+  t.n_micro_batches = c.micro_batches;
+  t.clip_grad = 0.5;  // acts: the norm must count every parameter once
+  t.lr.lr = 1e-2;
+  t.adam.eps = 1e-3;
+  t.grad_bucket_bytes = 1 << 12;
+  t.distributed_optimizer = c.distributed_optimizer;
+  t.recompute = c.recompute;
+  t.precision = c.bf16 ? Precision::BF16 : Precision::FP32;
+  return t;
+}
+
+std::vector<Sample> samples_of(int d) {
+  at::Generator g = at::detail::createCPUGenerator(500 + d);
+  std::vector<Sample> out;
+  const int64_t lengths[] = {2, 30, 9, 3, 17};
+  for (int i = 0; i < 5; ++i) {
+    Sample s;
+    at::Tensor tok = at::randint(259, {lengths[i]}, g, at::kLong);
+    s.tokens.assign(tok.data_ptr<int64_t>(), tok.data_ptr<int64_t>() + lengths[i]);
+    s.prompt_length = std::min<int64_t>(1 + i, lengths[i] - 1);
+    s.reward = at::randn({1}, g).item<float>();
+    s.group_index = i;
+    out.push_back(s);
+  }
+  return out;
+}
+
+class PipelineParallelStep : public ::testing::TestWithParam<Case> {};
+
+TEST_P(PipelineParallelStep, EqualsTheWholeModel) {
+  MpiComm world(MPI_COMM_WORLD, "trainer");
+  const int n = world.size();
+  const Case c = GetParam();
+  const int tp = c.tensor_parallel, cp = c.context_parallel;
+  const int pp = c.pipeline_parallel == 0 ? n / (tp * cp) : c.pipeline_parallel;
+  if (pp < 2 || n % (tp * cp * pp) != 0 || (!c.layers.empty() && int(c.layers.size()) != pp))
+    GTEST_SKIP() << c.name << " at np " << n;
+  const ModelConfig cfg = config_of(c);
+  ModelParallel mp(MPI_COMM_WORLD, tp, 1, DeviceChoice{}, false, kv_head_replicas(cfg, tp), cp, pp);
+  const PipelineShard stage = mp.pipeline_shard(stage_layer_counts(cfg.n_layers, pp, c.layers));
+  ASSERT_EQ(stage.size, pp);
+  const int d = mp.data_index();
+  const TrainerConfig tc = trainer_config(c);
+  // bf16 forwards: a stage's products over its batch round where one rank's might not
+  // (another kernel): log-probs within a few bf16 ulps of their magnitude, gradients and
+  // weights within a tenth of their largest entry.
+  const double logp_tol = c.bf16 ? 0.1 : 2e-5, metric_tol = c.bf16 ? 2e-2 : 2e-5;
+
+  Transformer whole(cfg, 1, at::kCPU), whole_ref(cfg, 2, at::kCPU);
+  TrainerConfig whole_tc = tc;
+  whole_tc.distributed_optimizer = false;
+  whole_tc.recompute = Transformer::Recompute::None;
+  Trainer base(whole_tc, whole, &mp.data(), c.sft ? nullptr : &whole_ref);
+  std::vector<Sample> want = samples_of(d);
+  std::map<std::string, double> want_rollout;
+  if (!c.sft) want_rollout = base.prepare_rollout(want, /*recompute_old=*/true);
+  const auto want_step = base.train_step(want);
+  const auto want_grads = by_name(whole.parameters(), true);
+  const auto want_weights = by_name(whole.parameters(), false);
+
+  Transformer shard(cfg, 1, at::kCPU, at::kFloat, {}, mp.tensor_shard(), mp.context_shard(), stage);
+  Transformer shard_ref(cfg, 2, at::kCPU, at::kFloat, {}, mp.tensor_shard(), mp.context_shard(), stage);
+  ASSERT_LT(shard.n_params(), whole.n_params());
+  Trainer split(tc, shard, &mp.data(), c.sft ? nullptr : &shard_ref, nullptr, &mp.replicas());
+  std::vector<Sample> got = samples_of(d);
+  if (!c.sft) {
+    const auto got_rollout = split.prepare_rollout(got, /*recompute_old=*/true);
+    for (size_t j = 0; j < got.size(); ++j)
+      for (size_t i = 0; i < got[j].old_log_probs.size(); ++i) {  // every stage holds the last stage's
+        EXPECT_NEAR(got[j].old_log_probs[i], want[j].old_log_probs[i], logp_tol) << c.name << " sample " << j;
+        EXPECT_NEAR(got[j].ref_log_probs[i], want[j].ref_log_probs[i], logp_tol) << c.name << " sample " << j;
+      }
+    for (const auto& [k, x] : want_rollout)
+      EXPECT_NEAR(got_rollout.at(k), x, metric_tol * std::max(1.0, std::abs(x))) << c.name << ": " << k;
+  }
+  const auto got_step = split.train_step(got);
+  for (const auto& [k, x] : want_step) {  // every stage reports the last stage's metrics
+    if (k.rfind("perf/", 0) == 0) continue;
+    EXPECT_NEAR(got_step.at(k), x, metric_tol * std::max(1.0, std::abs(x))) << c.name << ": " << k;
+  }
+  EXPECT_GT(want_step.at("train/grad_norm"), 0.5);  // the clip acted
+  const StoredWhole stored{&cfg, mp.tensor_shard()};
+  for (const auto& p : shard.parameters()) {
+    const at::Tensor grad = stored.part_of(p.name, want_grads.at(p.name));
+    const at::Tensor weight = stored.part_of(p.name, want_weights.at(p.name));
+    const double grad_atol = c.bf16 ? 0.1 * grad.abs().max().item<double>() + 1e-6 : 1e-6;
+    const double weight_atol = c.bf16 ? 0.1 * weight.abs().max().item<double>() + 1e-6 : 1e-6;
+    if (!c.distributed_optimizer)
+      expect_close(p.tensor.grad(), grad, c.name + ": gradient of " + p.name, c.bf16 ? 0.0 : 1e-4, grad_atol);
+    expect_close(p.tensor.detach(), weight, c.name + ": updated " + p.name, c.bf16 ? 0.0 : 1e-4, weight_atol);
+  }
+
+  // The stages gathered are the whole model; the checkpoint loads into one rank.
+  Transformer gathered(cfg, 9, at::kCPU);
+  gather_whole_model(shard, &gathered, /*to_all=*/true);
+  for (const auto& p : shard.parameters())
+    EXPECT_TRUE(at::equal(p.tensor.detach(), stored.part_of(p.name, gathered.parameter(p.name).detach())))
+        << c.name << ": gathered " << p.name;
+  const testing::SharedTmpDir scratch;
+  const std::string path = scratch.file("split.h5");
+  split.save(path, MPI_COMM_WORLD);
+  world.barrier();
+  TrainerConfig plain = whole_tc;
+  plain.use_kl_loss = false;
+  Transformer reread(cfg, 9, at::kCPU);
+  Trainer again(plain, reread, nullptr);
+  again.load(path);
+  for (const auto& p : shard.parameters())
+    EXPECT_TRUE(at::equal(p.tensor.detach(), stored.part_of(p.name, reread.parameter(p.name).detach())))
+        << c.name << ": loaded " << p.name;
+  world.barrier();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, PipelineParallelStep,
+    ::testing::Values(Case{.name = "even"}, Case{.micro_batches = 1, .name = "one_micro_batch"},
+                      Case{.micro_batches = 5, .name = "more_micro_batches_than_stages"},
+                      Case{.tied = true, .micro_batches = 5, .name = "tied_embeddings"},
+                      Case{.pipeline_parallel = 2, .layers = {3, 1}, .tied = true, .name = "uneven_pp2_dp2"},
+                      Case{.pipeline_parallel = 2, .distributed_optimizer = true, .name = "pp2_dp2_zero1"},
+                      Case{.recompute = Transformer::Recompute::Full, .name = "full_recompute"},
+                      Case{.bf16 = true, .name = "bf16"}, Case{.sft = true, .name = "sft"},
+                      Case{.tensor_parallel = 2, .pipeline_parallel = 2, .name = "tp2_pp2"},
+                      Case{.context_parallel = 2, .pipeline_parallel = 2, .tied = true, .name = "cp2_pp2"}),
+    [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace slimpi
