@@ -1,13 +1,17 @@
 // train_memory — what one trainer rank holds under a model-parallel layout, measured.
-//   mpirun -np N perf/train_memory TP DO RECOMPUTE TOKENS [HIDDEN LAYERS VOCAB [PRECISION [CP [STEPS [KV_HEADS]]]]]
+//   mpirun -np N perf/train_memory TP DO RECOMPUTE TOKENS [HIDDEN LAYERS VOCAB [PRECISION [CP [STEPS [KV_HEADS
+//                                  [PP [MICRO]]]]]]]
 // TP: parallel.tensor_parallel, CP: parallel.context_parallel (default 1; the rest of the
 // N ranks are data-parallel); STEPS: optimizer steps (default 2); KV_HEADS: key/value
-// heads (default: one per query head); DO: 1 =
+// heads (default: one per query head); PP: parallel.pipeline_parallel (default 1); MICRO:
+// samples of TOKENS tokens a step, one micro-batch each (default 1); DO: 1 =
 // the distributed optimizer; RECOMPUTE: none | selective | full; TOKENS: tokens per
 // rank in the one micro-batch of each step (one sequence); PRECISION: fp32 (default) or
 // bf16 (train.precision: bf16 products over fp32 masters). Builds a dense policy of the
 // given shape (heads of 64), runs two RL optimizer steps and prints one JSON line per
-// rank: the seconds of the last step (its log-prob pass and its optimizer step), the bytes of parameters, gradient buffers and AdamW moments it holds
+// rank: the seconds of the last step (its log-prob pass and its optimizer step) and of its
+// optimizer step alone, the seconds that step waited for neighbouring pipeline stages,
+// the bytes of parameters, gradient buffers and AdamW moments it holds
 // (Trainer::state_bytes), the peak of the bytes torch's CPU allocator had handed out
 // (every tensor's storage; what torch.cuda.max_memory_allocated counts on a GPU: not
 // the scratch space oneDNN or MKL take with their own allocations), counted by an
@@ -30,6 +34,7 @@
 #include <cstring>
 #include <string>
 
+#include "model/pipeline_shard.h"
 #include "model/precision.h"
 #include "parallel/device.h"
 #include "parallel/mpi_comm.h"
@@ -86,7 +91,7 @@ int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   if (argc < 5) {
     std::fprintf(stderr, "usage: train_memory TP DO(0|1) RECOMPUTE(none|selective|full) TOKENS [HIDDEN LAYERS VOCAB "
-                 "[fp32|bf16 [CP [STEPS [KV_HEADS]]]]]\n");
+                 "[fp32|bf16 [CP [STEPS [KV_HEADS [PP [MICRO]]]]]]]\n");
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
   const std::string precision = argc > 8 ? argv[8] : "fp32";
@@ -96,6 +101,8 @@ int main(int argc, char** argv) {
   const int64_t tokens = std::atoll(argv[4]);
   const int cp = argc > 9 ? std::atoi(argv[9]) : 1;
   const int n_steps = argc > 10 ? std::atoi(argv[10]) : 2;
+  const int pp = argc > 12 ? std::atoi(argv[12]) : 1;
+  const int n_micro = argc > 13 ? std::atoi(argv[13]) : 1;
   ModelConfig cfg;
   cfg.hidden_size = argc > 5 ? std::atoll(argv[5]) : 512;
   cfg.n_layers = argc > 6 ? std::atoll(argv[6]) : 8;
@@ -105,42 +112,49 @@ int main(int argc, char** argv) {
   cfg.intermediate_size = cfg.hidden_size * 3;
   cfg.max_seq_len = tokens;
   {
-    ModelParallel mp(MPI_COMM_WORLD, tp, 1, DeviceChoice{}, false, 1, cp);
-    Transformer policy(cfg, 1, at::kCPU, at::kFloat, {}, mp.tensor_shard(), mp.context_shard());
+    ModelParallel mp(MPI_COMM_WORLD, tp, 1, DeviceChoice{}, false, 1, cp, pp);
+    Transformer policy(cfg, 1, at::kCPU, at::kFloat, {}, mp.tensor_shard(), mp.context_shard(),
+                       mp.pipeline_shard(stage_layer_counts(cfg.n_layers, pp, {})));
     TrainerConfig tc;
     tc.mode = "rl";
     tc.distributed_optimizer = distributed;
     tc.recompute = recompute == "full"        ? Transformer::Recompute::Full
                    : recompute == "selective" ? Transformer::Recompute::Selective
                                               : Transformer::Recompute::None;
-    tc.n_micro_batches = 1;
+    tc.n_micro_batches = n_micro;
     tc.precision = parse_precision(precision);
     Trainer trainer(tc, policy, &mp.data(), nullptr, nullptr, &mp.replicas());
     const int64_t before = peak_rss_bytes(), allocated_before = counting.current();
-    double step_s = 0;
+    double step_s = 0, train_s = 0;
     for (int step = 0; step < n_steps; ++step) {
       MPI_Barrier(MPI_COMM_WORLD);
       const auto start = std::chrono::steady_clock::now();
       at::Generator g = at::detail::createCPUGenerator(uint64_t(10 + mp.data_index()));
-      Sample s;
-      at::Tensor t = at::randint(cfg.vocab_size, {tokens}, g, at::kLong);
-      s.tokens.assign(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + tokens);
-      s.prompt_length = 1;
-      s.reward = 1.0f;
-      std::vector<Sample> local{s};
+      std::vector<Sample> local;
+      for (int i = 0; i < n_micro; ++i) {
+        Sample s;
+        at::Tensor t = at::randint(cfg.vocab_size, {tokens}, g, at::kLong);
+        s.tokens.assign(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + tokens);
+        s.prompt_length = 1;
+        s.reward = float(i % 2);
+        local.push_back(s);
+      }
       trainer.prepare_rollout(local, false);
+      const auto train_start = std::chrono::steady_clock::now();
       trainer.train_step(local);
+      train_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - train_start).count();
       MPI_Barrier(MPI_COMM_WORLD);
       step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     }
     const Trainer::StateBytes b = trainer.state_bytes();
     int rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    std::printf("{\"rank\": %d, \"tp\": %d, \"cp\": %d, \"step_s\": %.3f, \"dp\": %d, \"distributed_optimizer\": %d, \"recompute\": \"%s\", "
+    std::printf("{\"rank\": %d, \"tp\": %d, \"cp\": %d, \"pp\": %d, \"stage\": %d, \"micro_batches\": %d, "
+                "\"step_s\": %.3f, \"train_s\": %.4f, \"pipeline_wait_s\": %.4f, \"dp\": %d, \"distributed_optimizer\": %d, \"recompute\": \"%s\", "
                 "\"precision\": \"%s\", \"tokens\": %lld, \"model_params\": %lld, \"param_bytes\": %lld, "
                 "\"grad_bytes\": %lld, \"optimizer_bytes\": %lld, \"allocated_before_steps\": %lld, "
                 "\"peak_allocated\": %lld, \"peak_rss_before\": %lld, \"peak_rss_after\": %lld}\n",
-                rank, tp, cp, step_s, mp.data_size(), int(distributed), recompute.c_str(), precision.c_str(), (long long)tokens,
+                rank, tp, cp, pp, mp.stage(), n_micro, step_s, train_s, trainer.pipeline_wait_seconds(), mp.data_size(), int(distributed), recompute.c_str(), precision.c_str(), (long long)tokens,
                 (long long)cfg.n_params(), (long long)b.params, (long long)b.grads, (long long)b.optimizer,
                 (long long)allocated_before, (long long)counting.peak(), (long long)before,
                 (long long)peak_rss_bytes());

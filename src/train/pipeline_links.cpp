@@ -6,6 +6,7 @@
 
 #include <cstring>
 
+#include "core/timer.h"
 #include "parallel/mpi_bytes.h"
 #include "parallel/mpi_comm.h"
 #include "parallel/watchdog.h"
@@ -44,7 +45,9 @@ at::Tensor PipelineLinks::recv(int64_t rows, int64_t d, const at::TensorOptions&
   const std::string context = fmt::format("[pipeline] stage {} receiving {} from stage {}", stage_.stage,
                                           tag == kForwardTag ? "activations" : "gradients", peer);
   sends_.reap();
+  const Stopwatch clock;
   await_message(comm_, peer, tag, context);
+  waited_s_ += clock.seconds();
   at::Tensor host = at::empty({rows, d}, at::kFloat);
   MPI_Status status;
   WaitGuard guard({&context, "MPI_Recv", size_t(host.numel()), "f32", peer});
@@ -63,6 +66,10 @@ at::Tensor PipelineLinks::recv_forward(int64_t rows, int64_t d, const at::Tensor
 at::Tensor PipelineLinks::recv_backward(int64_t rows, int64_t d, const at::TensorOptions& options) {
   return recv(rows, d, options, stage_.stage + 1, kBackwardTag);
 }
-void PipelineLinks::finish() { sends_.flush(); }
+void PipelineLinks::finish() {
+  const Stopwatch clock;
+  sends_.flush();
+  waited_s_ += clock.seconds();
+}
 
 }  // namespace slimpi

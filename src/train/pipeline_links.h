@@ -33,6 +33,9 @@ class PipelineLinks {
   at::Tensor recv_backward(int64_t rows, int64_t d, const at::TensorOptions& options);    // from stage + 1
   // Waits until every posted send has completed (call before the sent tensors' step ends).
   void finish();
+  // Seconds this stage has spent waiting for its neighbours' messages (the pipeline's
+  // bubble, as this stage sees it) and for its sends to complete.
+  double waited_s() const { return waited_s_; }
 
  private:
   void send(const at::Tensor& t, int peer, int tag);
@@ -41,6 +44,7 @@ class PipelineLinks {
   PipelineShard stage_;
   MPI_Comm comm_;
   PostedSends sends_;
+  double waited_s_ = 0;
 };
 
 }  // namespace slimpi

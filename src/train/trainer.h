@@ -117,6 +117,9 @@ class Trainer {
   // train/optimizer_steps. Collective over dp.
   std::map<std::string, double> train_rollout(std::vector<Sample>& local, int64_t n_steps, int64_t step);
 
+  // Pipeline parallelism: the seconds the last optimizer step's schedule waited for the
+  // neighbouring stages on this rank (its share of the pipeline's bubble; perf/).
+  double pipeline_wait_seconds() const { return pipeline_wait_s_; }
   // One optimizer step on this rank's share of the step. Collective over dp. In RL,
   // samples whose old_log_probs are empty get them from this step's forward (ρ = 1:
   // the policy before this step is the one that scored them).
@@ -214,6 +217,7 @@ class Trainer {
                                  const Transformer& model) const;
   void sum_tied_embedding_grads();
   void share_last_stage_metrics(std::map<std::string, double>& metrics) const;
+  double pipeline_wait_s_ = 0;  // the last step's waits for the neighbouring stages
   // The micro-batch's tokens as the loss terms read them: log-probs, entropy, mask and
   // reducer weights; RL: advantages, old, rollout and reference log-probs.
   ScoredMicroBatch score_micro_batch(std::vector<Sample>& local, const std::vector<int64_t>& which,

@@ -71,6 +71,7 @@ void Trainer::pipelined_forwards_and_backwards(std::vector<Sample>& local,
   }
   while (!in_flight.empty()) backward();
   links.finish();
+  pipeline_wait_s_ = links.waited_s();
   for (const auto& g : groups_)
     SLIMPI_CHECK(g.grads->grads_alias_buffer(), "autograd replaced a gradient outside the flat gradient buffer");
 }
