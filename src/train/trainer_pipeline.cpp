@@ -14,6 +14,7 @@
 #include <ATen/core/grad_mode.h>
 #include <slimpi/error.h>
 
+#include <algorithm>
 #include <deque>
 
 #include "parallel/comm_tensor.h"
@@ -29,6 +30,12 @@ void Trainer::pipelined_forwards_and_backwards(std::vector<Sample>& local,
                                                MetricSums& sums) {
   // Every stage of a pipeline holds the same samples, so the same plan.
   const int64_t M = int64_t(plan.size()), d = policy_.config().hidden_size;
+  // The samples whose old log-probs this step's forward gives (Trainer::old_log_probs, on
+  // the last stage): every stage keeps them (the first records rollouts.h5).
+  std::vector<size_t> filled;
+  if (cfg_.mode == "rl")
+    for (size_t i = 0; i < local.size(); ++i)
+      if (local[i].old_log_probs.empty()) filled.push_back(i);
   const at::Device device = policy_.device();
   const auto f32 = at::TensorOptions().dtype(at::kFloat).device(device);
   PipelineLinks links(pipeline_);
@@ -72,6 +79,21 @@ void Trainer::pipelined_forwards_and_backwards(std::vector<Sample>& local,
   while (!in_flight.empty()) backward();
   links.finish();
   pipeline_wait_s_ = links.waited_s();
+  if (!filled.empty()) {
+    int64_t n = 0;
+    for (size_t i : filled) n += local[i].response_length();
+    at::Tensor old = at::empty({n}, at::kFloat);  // [Σ R] the filled samples' old log-probs, back to back
+    for (int64_t at = 0; size_t i : filled) {
+      if (pipeline_.last()) std::copy(local[i].old_log_probs.begin(), local[i].old_log_probs.end(), old.data_ptr<float>() + at);
+      at += local[i].response_length();
+    }
+    broadcast(*pipeline_.comm, old, pipeline_.size - 1);
+    if (!pipeline_.last())
+      for (int64_t at = 0; size_t i : filled) {
+        local[i].old_log_probs.assign(old.data_ptr<float>() + at, old.data_ptr<float>() + at + local[i].response_length());
+        at += local[i].response_length();
+      }
+  }
   for (const auto& g : groups_)
     SLIMPI_CHECK(g.grads->grads_alias_buffer(), "autograd replaced a gradient outside the flat gradient buffer");
 }

@@ -59,6 +59,7 @@ struct Case {
   bool tied = false;
   int64_t micro_batches = 2;
   bool distributed_optimizer = false, bf16 = false, sft = false;
+  bool old_from_step = false;  // the old log-probs from the step's own forward (one step a rollout)
   Transformer::Recompute recompute = Transformer::Recompute::None;
   std::string name;
 };
@@ -138,7 +139,7 @@ TEST_P(PipelineParallelStep, EqualsTheWholeModel) {
   Trainer base(whole_tc, whole, &mp.data(), c.sft ? nullptr : &whole_ref);
   std::vector<Sample> want = samples_of(d);
   std::map<std::string, double> want_rollout;
-  if (!c.sft) want_rollout = base.prepare_rollout(want, /*recompute_old=*/true);
+  if (!c.sft) want_rollout = base.prepare_rollout(want, /*recompute_old=*/!c.old_from_step);
   const auto want_step = base.train_step(want);
   const auto want_grads = by_name(whole.parameters(), true);
   const auto want_weights = by_name(whole.parameters(), false);
@@ -149,7 +150,7 @@ TEST_P(PipelineParallelStep, EqualsTheWholeModel) {
   Trainer split(tc, shard, &mp.data(), c.sft ? nullptr : &shard_ref, nullptr, &mp.replicas());
   std::vector<Sample> got = samples_of(d);
   if (!c.sft) {
-    const auto got_rollout = split.prepare_rollout(got, /*recompute_old=*/true);
+    const auto got_rollout = split.prepare_rollout(got, /*recompute_old=*/!c.old_from_step);
     for (size_t j = 0; j < got.size(); ++j)
       for (size_t i = 0; i < got[j].old_log_probs.size(); ++i) {  // every stage holds the last stage's
         EXPECT_NEAR(got[j].old_log_probs[i], want[j].old_log_probs[i], logp_tol) << c.name << " sample " << j;
@@ -164,6 +165,12 @@ TEST_P(PipelineParallelStep, EqualsTheWholeModel) {
     EXPECT_NEAR(got_step.at(k), x, metric_tol * std::max(1.0, std::abs(x))) << c.name << ": " << k;
   }
   EXPECT_GT(want_step.at("train/grad_norm"), 0.5);  // the clip acted
+  if (c.old_from_step)  // taken by the last stage's forward, kept by every stage
+    for (size_t j = 0; j < got.size(); ++j) {
+      ASSERT_EQ(got[j].old_log_probs.size(), want[j].old_log_probs.size()) << c.name << " sample " << j;
+      for (size_t i = 0; i < got[j].old_log_probs.size(); ++i)
+        EXPECT_NEAR(got[j].old_log_probs[i], want[j].old_log_probs[i], logp_tol) << c.name << " sample " << j;
+    }
   const StoredWhole stored{&cfg, mp.tensor_shard()};
   for (const auto& p : shard.parameters()) {
     const at::Tensor grad = stored.part_of(p.name, want_grads.at(p.name));
@@ -205,6 +212,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{.pipeline_parallel = 2, .distributed_optimizer = true, .name = "pp2_dp2_zero1"},
                       Case{.recompute = Transformer::Recompute::Full, .name = "full_recompute"},
                       Case{.bf16 = true, .name = "bf16"}, Case{.sft = true, .name = "sft"},
+                      Case{.micro_batches = 3, .old_from_step = true, .name = "old_log_probs_from_the_step"},
                       Case{.tensor_parallel = 2, .pipeline_parallel = 2, .name = "tp2_pp2"},
                       Case{.context_parallel = 2, .pipeline_parallel = 2, .tied = true, .name = "cp2_pp2"}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });

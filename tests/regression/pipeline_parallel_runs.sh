@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Pipeline parallelism (parallel.pipeline_parallel) end to end, on the smoke policy with 4
+# layers and a reward that varies from the first step:
+#  * np 4 split (2 trainer ranks: one pipeline of 2 stages; the engines get the stages
+#    gathered every step), np 2 colocated (a KL loss: the reference model in stages too)
+#    and np 4 colocated (PP 2 x DP 2, uneven stages 3 + 1 with tied embeddings, PP 4,
+#    TP 2 x PP 2, CP 2 x PP 2, PP 2 x DP 2 with the distributed optimizer) generate the
+#    tokens of the same run with whole models on every trainer rank and log the same
+#    metrics to fp32 round-off; also with one_step_off;
+#  * job steps of a pipelined run (2 + 2) equal its straight run bit for bit;
+#  * a checkpoint is layout-free: a run saved at PP 2 x DP 2 resumes at PP 1 (DP 4) and at
+#    PP 4, and continues as the straight run does;
+#  * SFT with evaluation (the stages gathered into the evaluation's engine) matches;
+#  * impossible layouts and what is not pipelined yet are refused with their numbers.
+# Usage: pipeline_parallel_runs.sh SLIMPI ROOT "MPIRUN FLAGS"
+set -euo pipefail
+source "$(dirname "$0")/run_helpers.sh"
+regression_setup "$@"
+cat >"$out/ascii_reward.py" <<'PY'
+import json, sys
+for line in sys.stdin:  # the share of ASCII characters: varies within every group from the start
+    r = json.loads(line)["response"]
+    print(sum(c.isascii() for c in r) / max(len(r), 1), flush=True)
+PY
+# One optimizer step per rollout (see tensor_parallel_runs.sh); 4 layers split over 2 or 4
+# stages; n_kv_heads 4 splits over TP 2.
+base=(--set run.n_steps=4 --set model.qk_norm=true --set model.init_std=0.2 --set train.global_batch_size=32
+      --set model.n_layers=4 --set model.n_kv_heads=4 --set train.n_micro_batches=4 --set reward.style=command
+      --set "reward.command=/usr/bin/python3 $out/ascii_reward.py" --set eval.path=)
+args=(run inputs/smoke_rl.toml "${base[@]}")  # run NP NAME [--set ...] (run_helpers.sh)
+close() {  # RUN_A RUN_B: same tokens, rewards, advantages and old log-probs; same metrics
+  /usr/bin/python3 tests/regression/same_tokens.py "$tag" "$out/$1" "$out/$2" tokens/values tokens/offsets reward step \
+    advantages/values old_log_probs/values
+}
+
+echo "== np 4 split, 2 trainer ranks: pipeline_parallel 2 vs 1"
+run 4 split_pp1
+run 4 split_pp2 --set parallel.pipeline_parallel=2
+grep -q "pipeline parallelism: 1 pipeline of 2 stages (1F1B over the micro-batches); this rank is stage 0: layers 0..1, the embedding" \
+  "$out/split_pp2.log"
+grep -q "weight sync: broadcast" "$out/split_pp2.log"
+close split_pp1 split_pp2
+run 4 async_pp1 --set train.async=one_step_off
+run 4 async_pp2 --set train.async=one_step_off --set parallel.pipeline_parallel=2
+close async_pp1 async_pp2
+
+echo "== colocated: np 2 (a split reference model) and np 4"
+kl=(--set train.use_kl_loss=true --set train.kl_loss_coef=0.01)
+co=(--set parallel.placement=colocate)
+run 2 co2_pp1 "${co[@]}" "${kl[@]}"
+run 2 co2_pp2 "${co[@]}" "${kl[@]}" --set parallel.pipeline_parallel=2
+close co2_pp1 co2_pp2
+run 4 co4_pp1 "${co[@]}"
+run 4 co4_pp2 "${co[@]}" --set parallel.pipeline_parallel=2
+close co4_pp1 co4_pp2
+run 4 co4_pp4 "${co[@]}" --set parallel.pipeline_parallel=4
+close co4_pp1 co4_pp4
+run 4 co4_tp2_pp2 "${co[@]}" --set parallel.tensor_parallel=2 --set parallel.pipeline_parallel=2
+close co4_pp1 co4_tp2_pp2
+run 4 co4_cp2_pp2 "${co[@]}" --set parallel.context_parallel=2 --set parallel.pipeline_parallel=2
+close co4_pp1 co4_cp2_pp2
+run 4 co4_pp2_do "${co[@]}" --set parallel.pipeline_parallel=2 --set train.distributed_optimizer=true
+close co4_pp1 co4_pp2_do
+tied=(--set model.tie_word_embeddings=true)
+run 4 co4_tied_pp1 "${co[@]}" "${tied[@]}"
+run 4 co4_tied_pp2_uneven "${co[@]}" "${tied[@]}" --set parallel.pipeline_parallel=2 --set parallel.pipeline_layers=3,1
+grep -q "this rank is stage 0: layers 0..2, the embedding" "$out/co4_tied_pp2_uneven.log"
+close co4_tied_pp1 co4_tied_pp2_uneven
+
+echo "== job steps 2 + 2 = 4 straight, bit for bit"
+run 4 co4_pp2_chunked "${co[@]}" --set parallel.pipeline_parallel=2 --set run.job_steps=2
+run 4 co4_pp2_chunked "${co[@]}" --set parallel.pipeline_parallel=2
+/usr/bin/python3 tests/regression/compare_runs.py "$out/co4_pp2" "$out/co4_pp2_chunked"
+
+echo "== layout-free checkpoints: saved at PP 2 x DP 2, resumed at PP 1 (DP 4) and PP 4"
+for pp in 1 4; do
+  run 4 "layout_to_pp$pp" "${co[@]}" --set parallel.pipeline_parallel=2 --set run.job_steps=2
+  run 4 "layout_to_pp$pp" "${co[@]}" --set parallel.pipeline_parallel=$pp
+  close co4_pp2 "layout_to_pp$pp"
+done
+
+echo "== SFT with evaluation at np 2"
+sft=(--set run.n_steps=4 --set model.hidden_size=32 --set model.n_heads=4 --set model.n_kv_heads=2
+     --set "eval.path=inputs/data/addition_eval.jsonl@[0:16]" --set eval.interval=2 --set train.global_batch_size=16
+     --set rollout.max_new_tokens=8)
+for pp in 1 2; do
+  $mpirun -np 2 "$slimpi" run inputs/sft_addition.toml "${sft[@]}" --set parallel.pipeline_parallel=$pp \
+    --set run.dir="$out/sft_pp$pp" >"$out/sft_pp$pp.log" 2>&1 || { cat "$out/sft_pp$pp.log"; exit 1; }
+done
+/usr/bin/python3 - "$out" <<'PY'
+import sys
+import h5py
+import numpy as np
+out = sys.argv[1]
+with h5py.File(f"{out}/sft_pp1/metrics.h5") as a, h5py.File(f"{out}/sft_pp2/metrics.h5") as b:
+    for k in ["train/loss", "train/grad_norm", "eval/pass@1"]:
+        x, y = a["steps/" + k][:], b["steps/" + k][:]
+        assert np.allclose(x, y, rtol=1e-5, atol=1e-6, equal_nan=True), (k, x, y)
+print("pipeline_parallel_runs: SFT at PP 2 logs PP 1's losses, norms and evaluation")
+PY
+
+echo "== refusals"
+refused pp3 "parallel.tensor_parallel × parallel.context_parallel × parallel.pipeline_parallel = 1 × 1 × 3 = 3 must divide the number of trainer ranks, 4" \
+  4 "${co[@]}" --set parallel.pipeline_parallel=3
+refused pp8 "pipeline parallelism of 8 stages for a model of 4 layers" 8 "${co[@]}" --set parallel.pipeline_parallel=8
+refused layers_sum "pipeline layers [2, 1]: 2 stages of 3 layers in all, for 2 stages of the model's 4 layers" \
+  2 "${co[@]}" --set parallel.pipeline_parallel=2 --set parallel.pipeline_layers=2,1
+refused layers_text "parallel.pipeline_layers = \"3,x\"" 2 "${co[@]}" --set parallel.pipeline_parallel=2 \
+  --set parallel.pipeline_layers=3,x
+refused layers_alone "drop it or set pipeline_parallel above 1" 2 "${co[@]}" --set parallel.pipeline_layers=3,1
+refused pp_moe "MoE models are not pipelined in this version" 2 "${co[@]}" --set parallel.pipeline_parallel=2 \
+  --set model.n_experts=4 --set model.n_experts_per_tok=2 --set model.moe_intermediate_size=16
+refused pp_sliced "rollout.weight_sync_route = \"sliced\"" 4 --set parallel.pipeline_parallel=2 \
+  --set rollout.weight_sync_route=sliced
+echo "pipeline_parallel_runs: OK"
