@@ -105,7 +105,7 @@ void check_reference_present(const RunContext& ctx, const std::string& resume_fr
                     init_from, ctx.deck.source("model.init_from"));
 }
 
-// A trainer rank's model (this rank's tensor and expert shard), its weights from
+// A trainer rank's model (its tensor and expert shard, context split and pipeline stage), its weights from
 // model.init_from when `load`.
 std::unique_ptr<Transformer> make_trainer_model(const RunContext& ctx, const RunComponents& c,
                                                 const ModelParallel& mp, bool load) {

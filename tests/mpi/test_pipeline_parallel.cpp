@@ -209,7 +209,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{.micro_batches = 5, .name = "more_micro_batches_than_stages"},
                       Case{.tied = true, .micro_batches = 5, .name = "tied_embeddings"},
                       Case{.pipeline_parallel = 2, .layers = {3, 1}, .tied = true, .name = "uneven_pp2_dp2"},
-                      Case{.pipeline_parallel = 2, .distributed_optimizer = true, .name = "pp2_dp2_zero1"},
+                      Case{.pipeline_parallel = 2, .tied = true, .distributed_optimizer = true, .name = "tied_pp2_dp2_zero1"},
                       Case{.recompute = Transformer::Recompute::Full, .name = "full_recompute"},
                       Case{.bf16 = true, .name = "bf16"}, Case{.sft = true, .name = "sft"},
                       Case{.micro_batches = 3, .old_from_step = true, .name = "old_log_probs_from_the_step"},
