@@ -55,11 +55,13 @@ void check_fp8_rollout(const Deck& deck, const WorldLayout& layout) {
     SLIMPI_FAIL_ALL("{}: rollout.weight_sync_route = \"sliced\" ({}) moves slices; use \"broadcast\" or \"auto\" "
                     "(auto takes broadcast for fp8)", why, deck.source("rollout.weight_sync_route"));
   const int64_t tp = deck.get_int("parallel.tensor_parallel"), ep = deck.get_int("parallel.expert_parallel");
-  if (layout.placement == Placement::Colocate && (tp > 1 || ep > 1))
+  const int64_t pp = deck.get_int("parallel.pipeline_parallel");
+  if (layout.placement == Placement::Colocate && (tp > 1 || ep > 1 || pp > 1))
     SLIMPI_FAIL_ALL("{}: colocated engines under model parallelism (parallel.tensor_parallel = {}, {}; "
-                    "parallel.expert_parallel = {}, {}) refresh from shards, which is not built for fp8; use "
-                    "parallel.placement = \"split\"", why, tp, deck.source("parallel.tensor_parallel"), ep,
-                    deck.source("parallel.expert_parallel"));
+                    "parallel.expert_parallel = {}, {}; parallel.pipeline_parallel = {}, {}) refresh from shards, "
+                    "which is not built for fp8; use parallel.placement = \"split\"", why, tp,
+                    deck.source("parallel.tensor_parallel"), ep, deck.source("parallel.expert_parallel"), pp,
+                    deck.source("parallel.pipeline_parallel"));
 }
 
 // rollout.prefill_ranks (rollout/disaggregated_router.h): both pools on rollout ranks of
@@ -281,8 +283,8 @@ void check_pipeline_parallel(const Deck& deck, const ModelConfig& model, const W
     refuse(fmt::format("PPO's critic is not pipelined in this version (train.advantage_estimator = \"ppo\", {})",
                        deck.source("train.advantage_estimator")));
   if (deck.get_string("train.on_policy") == "exact")
-    refuse(fmt::format("exact on-policy numerics are not built for pipelined trainers yet (train.on_policy, {})",
-                       deck.source("train.on_policy")));
+    refuse(fmt::format("exact on-policy numerics are not built for pipelined trainers yet (train.on_policy = "
+                       "\"exact\", {})", deck.source("train.on_policy")));
   if (deck.get_string("train.mode") == "rl" && layout.placement == Placement::Colocate &&
       deck.get_int("rollout.tensor_parallel") > 1)
     refuse(fmt::format("colocated tensor-parallel engines run the policy's own shards, which a stage holds only some "
@@ -314,17 +316,21 @@ std::vector<int64_t> pipeline_layer_counts(const Deck& deck, const ModelConfig& 
   const std::string& text = deck.get_string("parallel.pipeline_layers");
   std::vector<int64_t> counts;
   if (!text.empty()) {
+    if (text.back() == ',')
+      SLIMPI_FAIL_ALL("parallel.pipeline_layers = \"{}\" ({}) ends with a comma: one layer count a stage", text,
+                      deck.source("parallel.pipeline_layers"));
     std::stringstream in(text);
     for (std::string item; std::getline(in, item, ',');) {
       size_t used = 0;
       int64_t n = -1;
+      bool parsed = true;
       try {
         n = std::stoll(item, &used);
       } catch (const std::exception&) {
-        used = 0;
+        parsed = false;
       }
-      while (used < item.size() && item[used] == ' ') ++used;
-      if (used == 0 || used != item.size())
+      while (parsed && used < item.size() && item[used] == ' ') ++used;
+      if (!parsed || used != item.size())
         SLIMPI_FAIL_ALL("parallel.pipeline_layers = \"{}\" ({}): \"{}\" is not a layer count (comma-separated "
                         "integers, one a stage)", text, deck.source("parallel.pipeline_layers"), item);
       counts.push_back(n);

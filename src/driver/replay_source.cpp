@@ -22,7 +22,7 @@ std::vector<Sample> ReplaySource::trainer_share(int64_t step) {
     if (!recorded_) recorded_ = std::make_unique<RolloutLog>(RolloutLog::open(path_, MPI_COMM_NULL, false));
     const std::vector<Sample> rows = recorded_->read_trained(step);
     SLIMPI_CHECK(!rows.empty(), "{} has no samples of step {}", path_, step);
-    // Tensor and context parallelism: the ranks of a tensor × context block take the same share.
+    // Tensor, context and pipeline parallelism: the ranks of a block take the same share.
     const size_t tp = size_t(parts_.sample_block);
     const size_t T = parts_.trainer_world_ranks.size() / tp, N = rows.size();
     const size_t me = static_cast<size_t>(rank_in(ctx_.world->trainer())) / tp;

@@ -116,7 +116,8 @@ std::unique_ptr<Transformer> make_trainer_model(const RunContext& ctx, const Run
                                          mp.context_shard(), mp.pipeline_shard(pipeline_layer_counts(ctx.deck, cfg)));
   const std::string& init_from = ctx.deck.get_string("model.init_from");
   if (load && !init_from.empty())
-    load_model_weights(m->parameters(), init_from, "model", experts.size > 1, StoredWhole{&cfg, tensor});
+    load_model_weights(m->parameters(), init_from, "model", experts.size > 1, StoredWhole{&cfg, tensor},
+                       m->pipeline_shard());
   return m;
 }
 
@@ -147,8 +148,8 @@ void describe_model_parallel(const Deck& deck, const ModelConfig& cfg, const Mod
   if (const int cp = mp.context_size(); cp > 1)
     log::info("context parallelism: {} group{} of {} trainer ranks (data-parallel size {}); this rank is context rank "
               "{}: chunks {} and {} of the {} of every packed sequence; attention gathers keys and values over the "
-              "group, gradients are summed over its {} data x context replicas", mp.replicas().size() / cp * tp,
-              mp.replicas().size() / cp * tp > 1 ? "s" : "", cp, mp.data_size(), mp.context_rank(), mp.context_rank(),
+              "group, gradients are summed over its {} data x context replicas", n_tensor_groups / cp * tp,
+              n_tensor_groups / cp * tp > 1 ? "s" : "", cp, mp.data_size(), mp.context_rank(), mp.context_rank(),
               2 * cp - 1 - mp.context_rank(), 2 * cp, mp.replicas().size());
   if (const int pp = mp.pipeline_size(); pp > 1) {
     const PipelineShard& stage = policy.pipeline_shard();
@@ -163,8 +164,8 @@ void describe_model_parallel(const Deck& deck, const ModelConfig& cfg, const Mod
   }
   if (distributed_optimizer)
     log::info("distributed optimizer: the AdamW moments sharded over the {} data{}-parallel rank{} of each tensor "
-              "rank{}", mp.replicas().size(), mp.context_size() > 1 ? " and context" : "",
-              mp.replicas().size() > 1 ? "s" : "",
+              "rank{}{}", mp.replicas().size(), mp.context_size() > 1 ? " and context" : "",
+              mp.replicas().size() > 1 ? "s" : "", mp.pipeline_size() > 1 ? " and stage" : "",
               ep > 1 ? fmt::format(" (the experts' over their {} replicas)", mp.replicas().size() / ep) : "");
   if (ep > 1) {
     const ExpertShard shard = mp.expert_shard();

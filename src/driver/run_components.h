@@ -32,7 +32,7 @@ struct RunComponents {
   bool rl = false;                       // train.mode = "rl"
   int router_world_rank = 0;             // rollout rank 0 (RL) or trainer rank 0 (SFT eval)
   std::vector<int> trainer_world_ranks;  // every rank knows them
-  int sample_block = 1;  // consecutive trainers that train the same samples: tensor_parallel × context_parallel
+  int sample_block = 1;  // consecutive trainers that train the same samples: tensor × context × pipeline parallel
 
   std::shared_ptr<const Tokenizer> tokenizer;  // every rank: the run's vocabulary
   std::vector<Prompt> eval_prompts;            // every rank, when eval.path is set

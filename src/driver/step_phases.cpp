@@ -303,7 +303,7 @@ void StepPhases::train(int64_t step) {
     WaitGuard guard({&context, "MPI_Allreduce", 1, "i64"});
     MPI_Allreduce(MPI_IN_PLACE, &n_global, 1, MPI_INT64_T, MPI_SUM, ctx_.world->trainer());
   }
-  n_global /= parts_.sample_block;  // every rank of a tensor × context block holds the same samples
+  n_global /= parts_.sample_block;  // every rank of a tensor × context × pipeline block holds the same samples
   if (n_global == 0) {
     log::warn("step {}: no samples to train on (every group was filtered out, or had an episode its environment failed)",
               step + 1);
@@ -329,8 +329,8 @@ void StepPhases::append_rollouts(const std::vector<Sample>& untrained) {
   // order); then the router's filtered and surplus groups. One collective append; a
   // write that fails on one rank (a full disk) stops every rank here, cleanly.
   run_on_all_and_agree(ctx_.world->world(), "[record] writing " + rollouts_->path(), [&] {
-    // Tensor and context parallelism: a tensor × context block's ranks hold the same samples;
-    // its first records them.
+    // Tensor, context and pipeline parallelism: a block's ranks hold the same samples; its
+    // first records them.
     const bool records = !parts_.model_parallel || parts_.model_parallel->first_of_block();
     rollouts_->append(records ? step_.batch : std::vector<Sample>{}, untrained);
     rollouts_->flush();

@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <functional>
+#include <regex>
 #include <set>
 
 #include "arch/architecture.h"
@@ -211,8 +213,21 @@ at::Tensor read_hf_tensor(const SafetensorsReader& reader, const std::string& na
 // error listing them all (never dropped or left at its init); the expected extras
 // (expected_extra) pass. A model given MTP depths that the files do not hold keeps their
 // fresh initialisation.
+// Under pipeline parallelism the files' tensors of another stage's layers, embedding,
+// final norm or head (`in_files`: the model's name -> the files').
+bool held_by_another_stage(const std::string& file_name, const PipelineShard& stage, const ModelConfig* cfg,
+                           const std::function<std::string(const std::string&)>& in_files) {
+  if (stage.size == 1 || !cfg) return false;
+  static const std::regex layer(R"((^|\.)layers\.(\d+)\.)");
+  if (std::smatch m; std::regex_search(file_name, m, layer))
+    return !stage.holds_layer(std::stoll(m[2].str()), cfg->n_layers);
+  for (const char* name : {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"})
+    if (file_name == in_files(name)) return !stage.holds(name, cfg->n_layers, cfg->tie_word_embeddings);
+  return false;
+}
+
 void load_hf_tensors_into(const std::string& path, const std::vector<NamedTensor>& like, bool experts_sharded,
-                          const StoredWhole& stored) {
+                          const StoredWhole& stored, const PipelineShard& stage) {
   SafetensorsReader reader(path);
   const std::string& where = reader.description();
   const HfNames names(reader, like);
@@ -246,7 +261,9 @@ void load_hf_tensors_into(const std::string& path, const std::vector<NamedTensor
     if ((names.naming && names.naming->not_loaded && names.naming->not_loaded(name)) ||
         (!model_has_mtp && names.is_mtp_file_tensor(name)) || names.is_extra_qwen_mtp_depth(name))
       ++n_not_loaded;
-    else if (!expected_extra(reader, name, wanted, names, experts_sharded, tied))
+    else if (!expected_extra(reader, name, wanted, names, experts_sharded, tied) &&
+             !held_by_another_stage(name, stage, stored.cfg,
+                                    [&](const std::string& model_name) { return names.in_files(model_name); }))
       unused.push_back(name);
   }
   if (n_not_loaded > 0)
@@ -309,14 +326,14 @@ void check_linear_channel_order(hid_t group, const std::vector<NamedTensor>& par
 }
 
 void load_model_weights(const std::vector<NamedTensor>& params, const std::string& path, const std::string& group,
-                        bool experts_sharded, const StoredWhole& stored) {
+                        bool experts_sharded, const StoredWhole& stored, const PipelineShard& stage) {
   auto ends_with = [&](const std::string& tail) {
     return path.size() > tail.size() && path.compare(path.size() - tail.size(), tail.size(), tail) == 0;
   };
   const bool hf = std::filesystem::is_directory(path) || ends_with(".safetensors") || ends_with(".json");
   SLIMPI_CHECK(hf || std::filesystem::exists(path), "model weights {} do not exist", path);
   if (hf) {
-    load_hf_tensors_into(path, params, experts_sharded, stored);
+    load_hf_tensors_into(path, params, experts_sharded, stored, stage);
   } else {
     h5::File f = h5::File::open(path, false, MPI_COMM_NULL);
     h5::Handle g = h5::open_group(f.id(), group);

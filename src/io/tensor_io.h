@@ -12,6 +12,7 @@
 
 #include "io/h5.h"
 #include "core/named_tensor.h"
+#include "model/pipeline_shard.h"
 #include "model/tensor_shard.h"
 
 namespace slimpi {
@@ -70,8 +71,10 @@ void mark_linear_channel_order(hid_t group, const ModelConfig& cfg);
 void check_linear_channel_order(hid_t group, const std::vector<NamedTensor>& params, const StoredWhole& stored,
                                 const std::string& path);
 
+// stage: a pipeline stage's parameters (model/pipeline_shard.h): the files' tensors of the
+// other stages are not unused (stored.cfg required then).
 void load_model_weights(const std::vector<NamedTensor>& params, const std::string& path,
                         const std::string& group = "model", bool experts_sharded = false,
-                        const StoredWhole& stored = {});
+                        const StoredWhole& stored = {}, const PipelineShard& stage = {});
 
 }  // namespace slimpi

@@ -5,9 +5,10 @@
 // layers split as evenly as they go, the earlier stages taking one more); the first stage
 // also the embedding, the last the final norm and the LM head. With tied embeddings and
 // p > 1 the last stage holds a copy of the embedding as its head (the same name): the two
-// copies' gradients are summed over `tied` before each update, so both take the same
-// step and stay equal, and only the first stage's counts in the gradient norm and is
-// written to checkpoints. Parameters keep the whole model's names; a stage's values are
+// copies' gradients are summed over `tied` before each update, both take the same step,
+// and the copy then takes the first stage's values (their buffers' reductions may add in
+// another order); only the first stage's counts in the gradient norm and is written to
+// checkpoints. Parameters keep the whole model's names; a stage's values are
 // the whole model's (every tensor is drawn, the stage keeps its own).
 #pragma once
 

@@ -13,7 +13,7 @@
 //                         (model/context_split.h); packed forwards are collective over it
 //   pipeline group        the p ranks of one (tensor, context, data), tc apart: one stage
 //                         each (model/pipeline_shard.h); activations and their gradients
-//                         pass between neighbours (train/pipeline_schedule.h)
+//                         pass between neighbours (train/trainer_pipeline.cpp)
 //   data-parallel group   the D ranks of one (tensor, context, stage): distinct samples;
 //                         they count samples, whiten advantages and reduce metrics
 //   replicas              the D·c ranks of one (tensor rank, stage) (data × context): they
@@ -88,8 +88,8 @@ class ModelParallel {
   const ExpertGroups* experts() const { return experts_.get(); }
 
   // Whether this rank takes part in gathering the whole model onto trainer rank 0
-  // (gather_whole_model with to_all = false: a checkpoint, a split weight sync): the
-  // tensor groups of the first G replica indices.
+  // (gather_whole_model with to_all = false: a split weight sync): the tensor groups of
+  // the first G replica indices of every stage.
   bool joins_gather_to_first() const { return replicas_->rank() < expert_size_; }
 
  private:

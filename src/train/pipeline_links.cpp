@@ -2,9 +2,11 @@
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <slimpi/error.h>
 
 #include <cstring>
+#include <limits>
 
 #include "core/timer.h"
 #include "parallel/mpi_bytes.h"
@@ -36,6 +38,9 @@ PipelineLinks::~PipelineLinks() = default;
 
 void PipelineLinks::send(const at::Tensor& t, int peer, int tag) {
   const at::Tensor host = t.detach().to(at::kCPU, at::kFloat).contiguous();
+  SLIMPI_CHECK(host.numel() <= std::numeric_limits<int>::max() / int64_t(sizeof(float)),
+               "pipeline stage {}: an activation of [{}] is 2 GiB or more, past one MPI message (split the batch "
+               "into more micro-batches)", stage_.stage, fmt::join(host.sizes(), ", "));
   std::string bytes(size_t(host.numel()) * sizeof(float), '\0');
   if (!bytes.empty()) std::memcpy(bytes.data(), host.data_ptr<float>(), bytes.size());
   sends_.post(std::move(bytes), peer, tag);
@@ -50,11 +55,12 @@ at::Tensor PipelineLinks::recv(int64_t rows, int64_t d, const at::TensorOptions&
   waited_s_ += clock.seconds();
   at::Tensor host = at::empty({rows, d}, at::kFloat);
   MPI_Status status;
-  WaitGuard guard({&context, "MPI_Recv", size_t(host.numel()), "f32", peer});
-  check_mpi(MPI_Recv(host.data_ptr(), int(host.numel()), MPI_FLOAT, peer, tag, comm_, &status), "MPI_Recv");
+  const int64_t n_bytes = host.numel() * int64_t(sizeof(float));  // (sent as bytes: PostedSends)
+  WaitGuard guard({&context, "MPI_Recv", size_t(n_bytes), "u8", peer});
+  check_mpi(MPI_Recv(host.data_ptr(), int(n_bytes), MPI_BYTE, peer, tag, comm_, &status), "MPI_Recv");
   int count = 0;
-  MPI_Get_count(&status, MPI_FLOAT, &count);
-  SLIMPI_CHECK(count == host.numel(), "{}: {} values arrived for [{}, {}]", context, count, rows, d);
+  MPI_Get_count(&status, MPI_BYTE, &count);
+  SLIMPI_CHECK(count == n_bytes, "{}: {} bytes arrived for [{}, {}] fp32", context, count, rows, d);
   return host.to(options.device());
 }
 

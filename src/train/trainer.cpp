@@ -39,15 +39,14 @@ std::vector<NamedTensor> trainable(const Transformer& policy, bool with_mtp) {
   return out;
 }
 
-// tied_copy: the last pipeline stage's copy of the tied embedding alone (its own buffer,
-// outside the norm); otherwise the group's parameters without it.
-std::vector<NamedTensor> gradient_group(const Transformer& policy, GradientGroup group, bool mtp,
-                                        bool tied_copy = false) {
+// The parameters of one kind, without the last pipeline stage's copy of a tied embedding
+// (a buffer of its own, outside the norm).
+std::vector<NamedTensor> gradient_group(const Transformer& policy, GradientGroup group, bool mtp) {
   std::vector<NamedTensor> out;
   const bool tied = policy.config().tie_word_embeddings;
   for (const auto& p : policy.parameters())
     if (group_of(policy, p.name) == group && is_mtp_parameter(p.name) == mtp &&
-        policy.pipeline_shard().is_tied_copy(p.name, tied) == tied_copy)
+        !policy.pipeline_shard().is_tied_copy(p.name, tied))
       out.push_back(p);
   return out;
 }
@@ -137,7 +136,10 @@ Trainer::Trainer(const TrainerConfig& cfg, Transformer& policy, Comm* dp, const 
   }
   // Pipeline parallelism: the last stage's copy of the tied embedding in a buffer of its
   // own, reduced as the replicated ones and clipped by the same norm, counted on the first stage.
-  if (std::vector<NamedTensor> copy = gradient_group(policy, GradientGroup::Replicated, false, true); !copy.empty()) {
+  std::vector<NamedTensor> copy;  // (replicated, or vocabulary-split under tensor parallelism)
+  for (const auto& p : policy.parameters())
+    if (pipeline_.is_tied_copy(p.name, policy.config().tie_word_embeddings)) copy.push_back(p);
+  if (!copy.empty()) {
     GradGroup g;
     g.grads = std::make_unique<GradBuffer>(copy, cfg.grad_bucket_bytes, padding(cfg, replicas_));
     g.reduce_over = replicas_;
@@ -203,10 +205,13 @@ std::vector<std::vector<float>> Trainer::response_log_probs(const std::vector<Sa
   for (int64_t i = int64_t(plan.size()), n = aligned_micro_batches(i); i < n; ++i)
     idle_forward(model, cfg_.precision);  // expert parallelism: meet the group's exchanges
   std::vector<std::vector<float>> out(samples.size());
-  for (const auto& which : plan) {
+  const std::vector<at::Tensor> staged = pipeline_.size > 1 ? pipelined_log_probs(samples, plan, model)
+                                                            : std::vector<at::Tensor>{};
+  for (size_t micro = 0; micro < plan.size(); ++micro) {
+    const std::vector<int64_t>& which = plan[micro];
     at::Tensor logp;  // [N]
     if (pipeline_.size > 1) {
-      logp = pipelined_log_probs(samples, which, model);
+      logp = staged[micro];
     } else {
       PackedBatch b = pack(samples, which, model.device());
       MoeTrace trace;  // train.routing_replay: the rollout's experts in every trainer forward
@@ -437,6 +442,12 @@ void Trainer::apply_update(std::map<std::string, double>& metrics) {
                     "weights (train.skip_nonfinite_steps = true skips such steps instead)",
                     n_steps(), loss, grad_norm, mtp ? fmt::format(" (the MTP layers' {})", mtp_norm) : "");
   }
+  // Pipeline parallelism: the last stage's copy of a tied embedding takes the first
+  // stage's values (the two took the same step, but their buffers' reductions may add in
+  // another order).
+  if (pipeline_.size > 1 && pipeline_.tied && policy_.config().tie_word_embeddings)
+    for (const auto& p : policy_.parameters())
+      if (p.name == "model.embed_tokens.weight") broadcast(*pipeline_.tied, p.tensor.detach(), 0);
   metrics["train/skipped_nonfinite_step"] = finite ? 0.0 : 1.0;
   metrics["train/grad_norm"] = grad_norm;
   if (mtp) metrics["train/mtp_grad_norm"] = mtp_norm;

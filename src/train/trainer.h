@@ -208,13 +208,15 @@ class Trainer {
   at::Tensor micro_batch_loss(std::vector<Sample>& local, const std::vector<int64_t>& which, const StepInputs& in,
                               MetricSums& sums, const StageOutput* stage = nullptr);
   // Pipeline parallelism (train/trainer_pipeline.cpp): the step's micro-batches through
-  // the stages, 1F1B; the log-prob pass of `model` through them, every stage returning the
-  // last stage's [N] log-probs of each micro-batch; the tied embedding's two copies'
-  // gradients summed; the last stage's metrics on every stage.
+  // the stages, 1F1B; the log-prob pass of `model` through them (each stage forwards every
+  // micro-batch in turn), every stage returning the last stage's [N] log-probs of each
+  // micro-batch; the tied embedding's two copies' gradients summed; the last stage's
+  // metrics on every stage.
   void pipelined_forwards_and_backwards(std::vector<Sample>& local, const std::vector<std::vector<int64_t>>& plan,
                                         const StepInputs& in, MetricSums& sums);
-  at::Tensor pipelined_log_probs(const std::vector<Sample>& samples, const std::vector<int64_t>& which,
-                                 const Transformer& model) const;
+  std::vector<at::Tensor> pipelined_log_probs(const std::vector<Sample>& samples,
+                                              const std::vector<std::vector<int64_t>>& plan,
+                                              const Transformer& model) const;
   void sum_tied_embedding_grads();
   void share_last_stage_metrics(std::map<std::string, double>& metrics) const;
   double pipeline_wait_s_ = 0;  // the last step's waits for the neighbouring stages

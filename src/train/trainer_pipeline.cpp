@@ -98,28 +98,43 @@ void Trainer::pipelined_forwards_and_backwards(std::vector<Sample>& local,
     SLIMPI_CHECK(g.grads->grads_alias_buffer(), "autograd replaced a gradient outside the flat gradient buffer");
 }
 
-at::Tensor Trainer::pipelined_log_probs(const std::vector<Sample>& samples, const std::vector<int64_t>& which,
-                                        const Transformer& model) const {
+std::vector<at::Tensor> Trainer::pipelined_log_probs(const std::vector<Sample>& samples,
+                                                     const std::vector<std::vector<int64_t>>& plan,
+                                                     const Transformer& model) const {
+  // Every micro-batch's forward in turn on each stage (a stage starts the next as soon as
+  // it has sent this one on), the last stage's log-probs broadcast once at the end.
   const PipelineShard& stage = model.pipeline_shard();
   const at::Device device = model.device();
-  const PackedBatch b = pack(samples, which, device);
   PipelineLinks links(stage);
-  at::Tensor x = stage.first() ? b.tokens
-                               : links.recv_forward(model.stage_rows(b.seq_lens), model.config().hidden_size,
-                                                    at::TensorOptions().dtype(at::kFloat).device(device));
-  at::Tensor y;
-  {
-    ForwardPrecision scope(cfg_.precision, device);
-    y = model.forward_packed_stage(x, b.seq_lens);
+  std::vector<at::Tensor> mine;  // the last stage's [N] per micro-batch
+  std::vector<int64_t> sizes;
+  for (const auto& which : plan) {
+    const PackedBatch b = pack(samples, which, device);
+    const at::Tensor x = stage.first() ? b.tokens
+                                       : links.recv_forward(model.stage_rows(b.seq_lens), model.config().hidden_size,
+                                                            at::TensorOptions().dtype(at::kFloat).device(device));
+    at::Tensor y;
+    {
+      ForwardPrecision scope(cfg_.precision, device);
+      y = model.forward_packed_stage(x, b.seq_lens);
+    }
+    int64_t n = 0;
+    for (int64_t i : which) n += samples[size_t(i)].response_length();
+    sizes.push_back(n);
+    if (stage.last()) mine.push_back(head_token_log_probs(model, b, y, cfg_.precision, cfg_.temperature, false).logp.cpu());
+    else links.send_forward(y);
   }
-  int64_t n = 0;
-  for (int64_t i : which) n += samples[size_t(i)].response_length();
-  at::Tensor logp = at::empty({n}, at::kFloat);  // [N] on the host: the last stage's, broadcast
-  if (stage.last()) logp = head_token_log_probs(model, b, y, cfg_.precision, cfg_.temperature, false).logp.cpu();
-  else links.send_forward(y);
   links.finish();
-  broadcast(*stage.comm, logp, stage.size - 1);
-  return logp;
+  int64_t total = 0;
+  for (int64_t n : sizes) total += n;
+  at::Tensor all = stage.last() && !mine.empty() ? at::cat(mine) : at::empty({total}, at::kFloat);  // [Σ N]
+  broadcast(*stage.comm, all, stage.size - 1);
+  std::vector<at::Tensor> out;
+  for (int64_t at = 0; int64_t n : sizes) {
+    out.push_back(all.narrow(0, at, n));
+    at += n;
+  }
+  return out;
 }
 
 void Trainer::sum_tied_embedding_grads() {

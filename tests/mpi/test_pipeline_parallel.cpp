@@ -214,6 +214,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{.bf16 = true, .name = "bf16"}, Case{.sft = true, .name = "sft"},
                       Case{.micro_batches = 3, .old_from_step = true, .name = "old_log_probs_from_the_step"},
                       Case{.tensor_parallel = 2, .pipeline_parallel = 2, .name = "tp2_pp2"},
+                      Case{.tensor_parallel = 2, .pipeline_parallel = 2, .tied = true, .micro_batches = 3,
+                           .name = "tied_tp2_pp2"},
                       Case{.context_parallel = 2, .pipeline_parallel = 2, .tied = true, .name = "cp2_pp2"}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 
