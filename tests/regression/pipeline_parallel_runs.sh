@@ -10,6 +10,7 @@
 #  * job steps of a pipelined run (2 + 2) equal its straight run bit for bit;
 #  * a checkpoint is layout-free: a run saved at PP 2 x DP 2 resumes at PP 1 (DP 4) and at
 #    PP 4, and continues as the straight run does;
+#  * a pipelined run (and its KL reference) starts from a Hugging Face export;
 #  * SFT with evaluation (the stages gathered into the evaluation's engine) matches;
 #  * impossible layouts and what is not pipelined yet are refused with their numbers.
 # Usage: pipeline_parallel_runs.sh SLIMPI ROOT "MPIRUN FLAGS"
@@ -78,6 +79,12 @@ for pp in 1 4; do
   run 4 "layout_to_pp$pp" "${co[@]}" --set parallel.pipeline_parallel=$pp
   close co4_pp2 "layout_to_pp$pp"
 done
+
+echo "== a pipelined run starts from a Hugging Face export (each stage loads its layers; the KL reference too)"
+"$slimpi" export "$out/co4_pp1/ckpt/step_00000004" "$out/hf" >"$out/export.log"
+run 2 from_hf_pp2 "${co[@]}" "${kl[@]}" --set parallel.pipeline_parallel=2 --set model.init_from="$out/hf" --set run.n_steps=1
+grep -q "this rank is stage 0" "$out/from_hf_pp2.log"
+steps_done "$out/from_hf_pp2" 1
 
 echo "== SFT with evaluation at np 2"
 sft=(--set run.n_steps=4 --set model.hidden_size=32 --set model.n_heads=4 --set model.n_kv_heads=2
