@@ -1,10 +1,11 @@
 // train_memory — what one trainer rank holds under a model-parallel layout, measured.
 //   mpirun -np N perf/train_memory TP DO RECOMPUTE TOKENS [HIDDEN LAYERS VOCAB [PRECISION [CP [STEPS [KV_HEADS
-//                                  [PP [MICRO]]]]]]]
+//                                  [PP [MICRO [STAGE_LAYERS]]]]]]]]
 // TP: parallel.tensor_parallel, CP: parallel.context_parallel (default 1; the rest of the
 // N ranks are data-parallel); STEPS: optimizer steps (default 2); KV_HEADS: key/value
 // heads (default: one per query head); PP: parallel.pipeline_parallel (default 1); MICRO:
-// samples of TOKENS tokens a step, one micro-batch each (default 1); DO: 1 =
+// samples of TOKENS tokens a step, one micro-batch each (default 1); STAGE_LAYERS: the
+// layers of each stage, comma-separated (default: even); DO: 1 =
 // the distributed optimizer; RECOMPUTE: none | selective | full; TOKENS: tokens per
 // rank in the one micro-batch of each step (one sequence); PRECISION: fp32 (default) or
 // bf16 (train.precision: bf16 products over fp32 masters). Builds a dense policy of the
@@ -91,7 +92,7 @@ int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   if (argc < 5) {
     std::fprintf(stderr, "usage: train_memory TP DO(0|1) RECOMPUTE(none|selective|full) TOKENS [HIDDEN LAYERS VOCAB "
-                 "[fp32|bf16 [CP [STEPS [KV_HEADS [PP [MICRO]]]]]]]\n");
+                 "[fp32|bf16 [CP [STEPS [KV_HEADS [PP [MICRO [STAGE_LAYERS]]]]]]]]\n");
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
   const std::string precision = argc > 8 ? argv[8] : "fp32";
@@ -103,6 +104,13 @@ int main(int argc, char** argv) {
   const int n_steps = argc > 10 ? std::atoi(argv[10]) : 2;
   const int pp = argc > 12 ? std::atoi(argv[12]) : 1;
   const int n_micro = argc > 13 ? std::atoi(argv[13]) : 1;
+  std::vector<int64_t> stage_layers;
+  if (argc > 14)
+    for (const char* p = argv[14]; *p;) {
+      char* end = nullptr;
+      stage_layers.push_back(std::strtoll(p, &end, 10));
+      p = *end == ',' ? end + 1 : end;
+    }
   ModelConfig cfg;
   cfg.hidden_size = argc > 5 ? std::atoll(argv[5]) : 512;
   cfg.n_layers = argc > 6 ? std::atoll(argv[6]) : 8;
@@ -114,7 +122,7 @@ int main(int argc, char** argv) {
   {
     ModelParallel mp(MPI_COMM_WORLD, tp, 1, DeviceChoice{}, false, 1, cp, pp);
     Transformer policy(cfg, 1, at::kCPU, at::kFloat, {}, mp.tensor_shard(), mp.context_shard(),
-                       mp.pipeline_shard(stage_layer_counts(cfg.n_layers, pp, {})));
+                       mp.pipeline_shard(stage_layer_counts(cfg.n_layers, pp, stage_layers)));
     TrainerConfig tc;
     tc.mode = "rl";
     tc.distributed_optimizer = distributed;
