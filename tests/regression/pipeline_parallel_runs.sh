@@ -9,7 +9,8 @@
 #    metrics to fp32 round-off; also with one_step_off;
 #  * job steps of a pipelined run (2 + 2) equal its straight run bit for bit;
 #  * a checkpoint is layout-free: a run saved at PP 2 x DP 2 resumes at PP 1 (DP 4) and at
-#    PP 4, and continues as the straight run does;
+#    PP 4, and one saved at TP 2 x CP 2 resumes at PP 2 x DP 2, each continuing as the
+#    straight run does;
 #  * a pipelined run (and its KL reference) starts from a Hugging Face export;
 #  * SFT with evaluation (the stages gathered into the evaluation's engine) matches;
 #  * impossible layouts and what is not pipelined yet are refused with their numbers.
@@ -79,6 +80,12 @@ for pp in 1 4; do
   run 4 "layout_to_pp$pp" "${co[@]}" --set parallel.pipeline_parallel=$pp
   close co4_pp2 "layout_to_pp$pp"
 done
+
+echo "== across axes: saved at TP 2 x CP 2, resumed at PP 2 x DP 2"
+run 4 layout_tp2cp2_to_pp2 "${co[@]}" --set parallel.tensor_parallel=2 --set parallel.context_parallel=2 \
+  --set run.job_steps=2
+run 4 layout_tp2cp2_to_pp2 "${co[@]}" --set parallel.pipeline_parallel=2
+close co4_pp2 layout_tp2cp2_to_pp2
 
 echo "== a pipelined run starts from a Hugging Face export (each stage loads its layers; the KL reference too)"
 "$slimpi" export "$out/co4_pp1/ckpt/step_00000004" "$out/hf" >"$out/export.log"
