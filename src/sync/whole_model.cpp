@@ -99,7 +99,8 @@ std::vector<NamedTensor> join_stages(const PipelineShard& pp, bool tied_embeddin
     if (!to_all && pp.stage != 0) continue;
     int64_t offset = 0;
     for (const auto& [name, shape] : shapes) {
-      const int64_t n = at::empty(shape, at::kByte).numel();
+      int64_t n = 1;
+      for (int64_t x : shape) n *= x;
       out.push_back({name, values.narrow(0, offset, n).view(shape)});
       offset += n;
     }
