@@ -2,14 +2,15 @@
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
+#include <c10/util/accumulate.h>
 #include <slimpi/error.h>
 
 #include <fmt/ranges.h>
 
 #include <map>
-#include <sstream>
 #include <string>
 
+#include "core/byte_codec.h"
 #include "model/transformer.h"
 #include "parallel/comm_tensor.h"
 #include "train/expert_parallel.h"
@@ -60,36 +61,31 @@ std::vector<NamedTensor> join_stages(const PipelineShard& pp, bool tied_embeddin
   const at::Device device = mine.empty() ? at::Device(at::kCPU) : mine.front().tensor.device();
   std::vector<NamedTensor> out;
   for (int s = 0; s < pp.size; ++s) {
-    std::string meta;  // the dtype, then per tensor its name and its shape, a line each
+    std::string meta;  // the dtype, then per tensor its name and its shape
     std::vector<at::Tensor> flat;
     if (pp.stage == s) {
       const at::ScalarType dtype = mine.empty() ? at::kFloat : mine.front().tensor.scalar_type();
-      meta = std::to_string(int(dtype)) + '\n';
+      ByteWriter w;
+      w.put<int32_t>(int32_t(dtype));
+      w.put<uint64_t>(mine.size());
       for (const auto& t : mine) {
         SLIMPI_CHECK(t.tensor.scalar_type() == dtype, "joining pipeline stages: {} is not of the first tensor's dtype",
                      t.name);
-        meta += t.name + '\n' + fmt::format("{}", fmt::join(t.tensor.sizes(), " ")) + '\n';
+        w.put_string(t.name);
+        w.put_vector(t.tensor.sizes().vec());
         flat.push_back(t.tensor.detach().reshape({-1}));
       }
+      meta = w.take();
     }
     broadcast_bytes(*pp.comm, meta, s);
-    std::istringstream in(meta);
-    std::string line;
-    std::getline(in, line);
-    const auto dtype = at::ScalarType(std::stoi(line));
-    std::vector<std::pair<std::string, std::vector<int64_t>>> shapes;
+    ByteReader in(meta);
+    const auto dtype = at::ScalarType(in.get<int32_t>());
+    std::vector<std::pair<std::string, std::vector<int64_t>>> shapes(in.get<uint64_t>());
     int64_t total = 0;
-    for (std::string name; std::getline(in, name);) {
-      std::getline(in, line);
-      std::istringstream dims(line);
-      std::vector<int64_t> shape;
-      int64_t n = 1;
-      for (int64_t x; dims >> x;) {
-        shape.push_back(x);
-        n *= x;
-      }
-      total += n;
-      shapes.emplace_back(name, shape);
+    for (auto& [name, shape] : shapes) {
+      name = in.get_string();
+      shape = in.get_vector<int64_t>();
+      total += c10::multiply_integers(shape);
     }
     const auto opts = at::TensorOptions().dtype(dtype).device(device);
     at::Tensor values = pp.stage != s ? at::empty({total}, opts)
@@ -99,8 +95,7 @@ std::vector<NamedTensor> join_stages(const PipelineShard& pp, bool tied_embeddin
     if (!to_all && pp.stage != 0) continue;
     int64_t offset = 0;
     for (const auto& [name, shape] : shapes) {
-      int64_t n = 1;
-      for (int64_t x : shape) n *= x;
+      const int64_t n = c10::multiply_integers(shape);
       out.push_back({name, values.narrow(0, offset, n).view(shape)});
       offset += n;
     }

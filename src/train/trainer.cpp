@@ -446,8 +446,7 @@ void Trainer::apply_update(std::map<std::string, double>& metrics) {
   // stage's values (the two took the same step, but their buffers' reductions may add in
   // another order).
   if (pipeline_.size > 1 && pipeline_.tied && policy_.config().tie_word_embeddings)
-    for (const auto& p : policy_.parameters())
-      if (p.name == "model.embed_tokens.weight") broadcast(*pipeline_.tied, p.tensor.detach(), 0);
+    broadcast(*pipeline_.tied, policy_.parameter("model.embed_tokens.weight").detach(), 0);
   metrics["train/skipped_nonfinite_step"] = finite ? 0.0 : 1.0;
   metrics["train/grad_norm"] = grad_norm;
   if (mtp) metrics["train/mtp_grad_norm"] = mtp_norm;

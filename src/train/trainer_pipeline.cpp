@@ -24,6 +24,25 @@
 #include "train/trainer.h"
 
 namespace slimpi {
+namespace {
+
+// One micro-batch through this stage, in the forward's precision: its input (the tokens
+// on the first stage; otherwise the previous stage's output, received into `received`,
+// tracking gradients when `track_input`) -> the stage's output.
+at::Tensor stage_forward(const Transformer& model, PipelineLinks& links, const PackedBatch& b, Precision precision,
+                         bool track_input, at::Tensor* received = nullptr) {
+  at::Tensor x = b.tokens;
+  if (!model.pipeline_shard().first()) {
+    x = links.recv_forward(model.stage_rows(b.seq_lens), model.config().hidden_size,
+                           at::TensorOptions().dtype(at::kFloat).device(model.device()));
+    if (track_input) x.set_requires_grad(true);
+    if (received) *received = x;
+  }
+  ForwardPrecision scope(precision, model.device());
+  return model.forward_packed_stage(x, b.seq_lens);
+}
+
+}  // namespace
 
 void Trainer::pipelined_forwards_and_backwards(std::vector<Sample>& local,
                                                const std::vector<std::vector<int64_t>>& plan, const StepInputs& in,
@@ -47,13 +66,7 @@ void Trainer::pipelined_forwards_and_backwards(std::vector<Sample>& local,
   std::deque<InFlight> in_flight;
   auto forward = [&](int64_t m) {
     InFlight f{pack(local, plan[size_t(m)], device), {}, {}};
-    if (!pipeline_.first())
-      f.input = links.recv_forward(policy_.stage_rows(f.batch.seq_lens), d, f32).set_requires_grad(true);
-    at::Tensor y;
-    {
-      ForwardPrecision scope(cfg_.precision, device);
-      y = policy_.forward_packed_stage(pipeline_.first() ? f.batch.tokens : f.input, f.batch.seq_lens);
-    }
+    const at::Tensor y = stage_forward(policy_, links, f.batch, cfg_.precision, /*track_input=*/true, &f.input);
     if (pipeline_.last()) {
       const StageOutput stage{f.batch, y};
       f.output = micro_batch_loss(local, plan[size_t(m)], in, sums, &stage);
@@ -110,14 +123,7 @@ std::vector<at::Tensor> Trainer::pipelined_log_probs(const std::vector<Sample>& 
   std::vector<int64_t> sizes;
   for (const auto& which : plan) {
     const PackedBatch b = pack(samples, which, device);
-    const at::Tensor x = stage.first() ? b.tokens
-                                       : links.recv_forward(model.stage_rows(b.seq_lens), model.config().hidden_size,
-                                                            at::TensorOptions().dtype(at::kFloat).device(device));
-    at::Tensor y;
-    {
-      ForwardPrecision scope(cfg_.precision, device);
-      y = model.forward_packed_stage(x, b.seq_lens);
-    }
+    const at::Tensor y = stage_forward(model, links, b, cfg_.precision, /*track_input=*/false);
     int64_t n = 0;
     for (int64_t i : which) n += samples[size_t(i)].response_length();
     sizes.push_back(n);
@@ -142,8 +148,7 @@ void Trainer::sum_tied_embedding_grads() {
   // gradient its own stage's use gave (lookup, head), summed here before the data-parallel
   // reduction, so both take the same step.
   if (!policy_.config().tie_word_embeddings || !pipeline_.tied) return;
-  for (const auto& p : policy_.parameters())
-    if (p.name == "model.embed_tokens.weight") allreduce(*pipeline_.tied, p.tensor.grad());
+  allreduce(*pipeline_.tied, policy_.parameter("model.embed_tokens.weight").grad());
 }
 
 void Trainer::share_last_stage_metrics(std::map<std::string, double>& metrics) const {
