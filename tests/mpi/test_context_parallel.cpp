@@ -25,7 +25,7 @@
 #include <functional>
 #include <map>
 
-#include "shared_tmp.h"
+#include "split_step_checks.h"
 #include "kernels/batch_invariant.h"
 #include "model/context_split.h"
 #include "parallel/device.h"
@@ -288,10 +288,7 @@ TEST_P(ContextParallelStep, EqualsTheWholeModel) {
   for (const auto& [k, x] : want_rollout)
     EXPECT_NEAR(got_rollout.at(k), x, metric_tol * std::max(1.0, std::abs(x))) << c.name << ": " << k;
   const auto got_step = split.train_step(got);
-  for (const auto& [k, x] : want_step) {
-    if (k.rfind("perf/", 0) == 0) continue;
-    EXPECT_NEAR(got_step.at(k), x, metric_tol * std::max(1.0, std::abs(x))) << c.name << ": " << k;
-  }
+  testing::expect_metrics_near(got_step, want_step, metric_tol, c.name);
   if (cp > 1) {  // the ranks share the tokens (a check that the split is on)
     const auto split_of = shard.context_split({40});
     ASSERT_NE(split_of, nullptr);
@@ -299,35 +296,15 @@ TEST_P(ContextParallelStep, EqualsTheWholeModel) {
   }
   EXPECT_GT(want_step.at("train/grad_norm"), 0.5);  // the clip acted
   const StoredWhole stored{&cfg, mp.tensor_shard()};
-  for (const auto& p : shard.parameters()) {
-    const at::Tensor grad = stored.part_of(p.name, want_grads.at(p.name));
-    const at::Tensor weight = stored.part_of(p.name, want_weights.at(p.name));
-    const double grad_atol = c.bf16 ? 0.1 * grad.abs().max().item<double>() + 1e-6 : 1e-6;
-    const double weight_atol = c.bf16 ? 0.1 * weight.abs().max().item<double>() + 1e-6 : 1e-6;
-    if (!c.distributed_optimizer)  // (its chunks hold the sums; .grad() keeps this rank's part)
-      expect_close(p.tensor.grad(), grad, c.name + ": gradient of " + p.name, c.bf16 ? 0.0 : 1e-4, grad_atol);
-    expect_close(p.tensor.detach(), weight, c.name + ": updated " + p.name, c.bf16 ? 0.0 : 1e-4, weight_atol);
-  }
+  testing::expect_shard_matches_whole(shard, stored, want_grads, want_weights, c.bf16, !c.distributed_optimizer,
+                                      c.name);
   if (c.ppo) {  // the critic's step too
     const auto want_critic = base.critic()->train_step(want), got_critic = split.critic()->train_step(got);
     for (const auto& [k, x] : want_critic)
       EXPECT_NEAR(got_critic.at(k), x, 1e-4 * std::max(1.0, std::abs(x))) << c.name << ": " << k;
   }
 
-  // Layout-free checkpoint: the split trainer's file loads into the whole model.
-  const testing::SharedTmpDir scratch;
-  const std::string path = scratch.file("split.h5");
-  split.save(path, MPI_COMM_WORLD);
-  world.barrier();
-  TrainerConfig no_kl = whole_tc;
-  no_kl.use_kl_loss = false;
-  Transformer reread(cfg, 9, at::kCPU);
-  Trainer again(no_kl, reread, nullptr);
-  again.load(path);
-  for (const auto& p : shard.parameters())  // each rank's part of the file is its own weights, bit for bit
-    EXPECT_TRUE(at::equal(p.tensor.detach(), stored.part_of(p.name, reread.parameter(p.name).detach())))
-        << c.name << ": loaded " << p.name;
-  world.barrier();
+  testing::expect_checkpoint_loads_whole(split, shard, cfg, stored, whole_tc, c.name);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -17,7 +17,7 @@
 
 #include <string>
 
-#include "shared_tmp.h"
+#include "split_step_checks.h"
 #include "model/pipeline_shard.h"
 #include "parallel/device.h"
 #include "parallel/mpi_comm.h"
@@ -160,10 +160,7 @@ TEST_P(PipelineParallelStep, EqualsTheWholeModel) {
       EXPECT_NEAR(got_rollout.at(k), x, metric_tol * std::max(1.0, std::abs(x))) << c.name << ": " << k;
   }
   const auto got_step = split.train_step(got);
-  for (const auto& [k, x] : want_step) {  // every stage reports the last stage's metrics
-    if (k.rfind("perf/", 0) == 0) continue;
-    EXPECT_NEAR(got_step.at(k), x, metric_tol * std::max(1.0, std::abs(x))) << c.name << ": " << k;
-  }
+  testing::expect_metrics_near(got_step, want_step, metric_tol, c.name);  // every stage: the last stage's
   EXPECT_GT(want_step.at("train/grad_norm"), 0.5);  // the clip acted
   if (c.old_from_step)  // taken by the last stage's forward, kept by every stage
     for (size_t j = 0; j < got.size(); ++j) {
@@ -172,15 +169,8 @@ TEST_P(PipelineParallelStep, EqualsTheWholeModel) {
         EXPECT_NEAR(got[j].old_log_probs[i], want[j].old_log_probs[i], logp_tol) << c.name << " sample " << j;
     }
   const StoredWhole stored{&cfg, mp.tensor_shard()};
-  for (const auto& p : shard.parameters()) {
-    const at::Tensor grad = stored.part_of(p.name, want_grads.at(p.name));
-    const at::Tensor weight = stored.part_of(p.name, want_weights.at(p.name));
-    const double grad_atol = c.bf16 ? 0.1 * grad.abs().max().item<double>() + 1e-6 : 1e-6;
-    const double weight_atol = c.bf16 ? 0.1 * weight.abs().max().item<double>() + 1e-6 : 1e-6;
-    if (!c.distributed_optimizer)
-      expect_close(p.tensor.grad(), grad, c.name + ": gradient of " + p.name, c.bf16 ? 0.0 : 1e-4, grad_atol);
-    expect_close(p.tensor.detach(), weight, c.name + ": updated " + p.name, c.bf16 ? 0.0 : 1e-4, weight_atol);
-  }
+  testing::expect_shard_matches_whole(shard, stored, want_grads, want_weights, c.bf16, !c.distributed_optimizer,
+                                      c.name);
 
   // The stages gathered are the whole model; the checkpoint loads into one rank.
   Transformer gathered(cfg, 9, at::kCPU);
@@ -188,19 +178,7 @@ TEST_P(PipelineParallelStep, EqualsTheWholeModel) {
   for (const auto& p : shard.parameters())
     EXPECT_TRUE(at::equal(p.tensor.detach(), stored.part_of(p.name, gathered.parameter(p.name).detach())))
         << c.name << ": gathered " << p.name;
-  const testing::SharedTmpDir scratch;
-  const std::string path = scratch.file("split.h5");
-  split.save(path, MPI_COMM_WORLD);
-  world.barrier();
-  TrainerConfig plain = whole_tc;
-  plain.use_kl_loss = false;
-  Transformer reread(cfg, 9, at::kCPU);
-  Trainer again(plain, reread, nullptr);
-  again.load(path);
-  for (const auto& p : shard.parameters())
-    EXPECT_TRUE(at::equal(p.tensor.detach(), stored.part_of(p.name, reread.parameter(p.name).detach())))
-        << c.name << ": loaded " << p.name;
-  world.barrier();
+  testing::expect_checkpoint_loads_whole(split, shard, cfg, stored, whole_tc, c.name);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -18,15 +18,9 @@
 set -euo pipefail
 source "$(dirname "$0")/run_helpers.sh"
 regression_setup "$@"
-cat >"$out/ascii_reward.py" <<'PY'
-import json, sys
-for line in sys.stdin:  # the share of ASCII characters: varies within every group from the start
-    r = json.loads(line)["response"]
-    print(sum(c.isascii() for c in r) / max(len(r), 1), flush=True)
-PY
 moe=(--set run.n_steps=4 --set model.n_experts=8 --set model.n_experts_per_tok=2 --set model.moe_intermediate_size=32
      --set model.qk_norm=true --set model.init_std=0.2 --set train.moe_aux_loss_coef=0.01 --set train.moe_z_loss_coef=0.001
-     --set reward.style=command --set "reward.command=/usr/bin/python3 $out/ascii_reward.py" --set eval.path=)
+     --set reward.style=command --set "reward.command=/usr/bin/python3 $root/tests/regression/ascii_reward.py" --set eval.path=)
 
 args=(run inputs/smoke_rl.toml "${moe[@]}")  # run NP NAME [--set ...] (run_helpers.sh)
 

@@ -56,14 +56,8 @@ for name in ("pd_np3", "pd_np4"):
 PY
 
 echo "== RL runs, 1 trainer rank: prefill engines vs plain engines"
-cat >"$out/ascii_reward.py" <<'PY'
-import json, sys
-for line in sys.stdin:  # the share of ASCII characters: varies within every group from the start
-    r = json.loads(line)["response"]
-    print(sum(c.isascii() for c in r) / max(len(r), 1), flush=True)
-PY
 args=(run inputs/smoke_rl.toml --set run.n_steps=3 --set parallel.trainer_ranks=1 --set model.init_std=0.2
-      --set reward.style=command --set "reward.command=/usr/bin/python3 $out/ascii_reward.py")
+      --set reward.style=command --set "reward.command=/usr/bin/python3 $root/tests/regression/ascii_reward.py")
 run 3 plain3
 run 3 pd3 --set rollout.prefill_ranks=1
 run 4 plain4

@@ -16,6 +16,11 @@ regression_setup() {
   cd "$root"
 }
 
+close() {  # close RUN_A RUN_B: same tokens, rewards, advantages and old log-probs; same metrics to round-off
+  /usr/bin/python3 tests/regression/same_tokens.py "$tag" "$out/$1" "$out/$2" tokens/values tokens/offsets reward step \
+    advantages/values old_log_probs/values
+}
+
 job_fails() {  # job_fails NAME PATTERN NP ARGS...: slimpi ARGS must end non-zero within 120 s with PATTERN
   local name=$1 pattern=$2 np=$3; shift 3
   timeout 120 $mpirun -np "$np" "$slimpi" "$@" >"$out/$name.log" 2>&1

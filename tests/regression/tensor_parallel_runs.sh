@@ -33,23 +33,13 @@
 set -euo pipefail
 source "$(dirname "$0")/run_helpers.sh"
 regression_setup "$@"
-cat >"$out/ascii_reward.py" <<'PY'
-import json, sys
-for line in sys.stdin:  # the share of ASCII characters: varies within every group from the start
-    r = json.loads(line)["response"]
-    print(sum(c.isascii() for c in r) / max(len(r), 1), flush=True)
-PY
 # One optimizer step per rollout (global_batch_size = the rollout's 32 samples): with
 # more, each step takes a slice of every data-parallel rank's share, so which samples
 # meet in a step depends on the data-parallel size, which these layouts change.
 base=(--set run.n_steps=4 --set model.qk_norm=true --set model.init_std=0.2 --set train.global_batch_size=32
-      --set reward.style=command --set "reward.command=/usr/bin/python3 $out/ascii_reward.py" --set eval.path=)
+      --set reward.style=command --set "reward.command=/usr/bin/python3 $root/tests/regression/ascii_reward.py" --set eval.path=)
 
 args=(run inputs/smoke_rl.toml "${base[@]}")  # run NP NAME [--set ...] (run_helpers.sh)
-close() {  # RUN_A RUN_B: same tokens, rewards, advantages and old log-probs; same metrics
-  /usr/bin/python3 tests/regression/same_tokens.py "$tag" "$out/$1" "$out/$2" tokens/values tokens/offsets reward step \
-    advantages/values old_log_probs/values
-}
 
 echo "== np 4 split, 2 trainer ranks: tensor_parallel 2 vs 1"
 run 4 split_tp1

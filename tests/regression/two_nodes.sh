@@ -50,15 +50,9 @@ esac
 exec ip netns exec "\$ns" unshare --uts /bin/sh -c "hostname \$name; \$*"
 EOF
 chmod +x "$out/agent.sh"
-cat >"$out/ascii_reward.py" <<'PY'
-import json, sys
-for line in sys.stdin:  # the share of ASCII characters: varies within every group from the start
-    r = json.loads(line)["response"]
-    print(sum(c.isascii() for c in r) / max(len(r), 1), flush=True)
-PY
 base=(run inputs/smoke_rl.toml --set run.n_steps=3 --set eval.path= --set model.qk_norm=true --set model.init_std=0.2
       --set train.global_batch_size=32 --set reward.style=command
-      --set "reward.command=/usr/bin/python3 $out/ascii_reward.py")
+      --set "reward.command=/usr/bin/python3 $root/tests/regression/ascii_reward.py")
 # Two ranks a node; mpirun itself on node a (it launches its own node's ranks directly).
 two_nodes() {  # two_nodes NAME [--set ...]: one job step over the two nodes
   local name=$1; shift
@@ -74,11 +68,6 @@ one_host() {  # one_host NAME [--set ...]
   $mpirun -np 4 "$slimpi" "${base[@]}" --set run.dir="$out/$name" "$@" >"$out/$name.log" 2>&1 \
     || { cat "$out/$name.log"; echo "FAIL: $name"; exit 1; }
 }
-close() {
-  /usr/bin/python3 tests/regression/same_tokens.py "$tag" "$out/$1" "$out/$2" tokens/values tokens/offsets reward step \
-    advantages/values old_log_probs/values
-}
-
 echo "== colocated TP 2 x DP 2: tensor groups inside a node, data parallel across; job steps 2 + 1"
 co=(--set parallel.placement=colocate --set parallel.tensor_parallel=2)
 two_nodes co_2nodes "${co[@]}" --set run.job_steps=2
