@@ -185,11 +185,14 @@ void check_expert_parallel(const Deck& deck, const ModelConfig& model, const Wor
     SLIMPI_FAIL_ALL("{}: it must divide the number of trainer ranks, {} (parallel.trainer_ranks, {}; "
                     "parallel.placement, {})",
                     what, layout.n_trainer, deck.source("parallel.trainer_ranks"), deck.source("parallel.placement"));
-  if (tp > 1 && layout.n_trainer % tp == 0 && (layout.n_trainer / tp) % ep != 0)
-    SLIMPI_FAIL_ALL("{}: it must divide the number of data-{}parallel trainer ranks of a tensor rank, {} ({} trainer "
-                    "ranks / parallel.tensor_parallel = {}; parallel.trainer_ranks, {}; parallel.placement, {})",
-                    what, deck.get_int("parallel.context_parallel") > 1 ? "and context-" : "", layout.n_trainer / tp,
-                    layout.n_trainer, tp, deck.source("parallel.trainer_ranks"), deck.source("parallel.placement"));
+  const int64_t pp = deck.get_int("parallel.pipeline_parallel"), block = tp * std::max<int64_t>(pp, 1);
+  if (block > 1 && layout.n_trainer % block == 0 && (layout.n_trainer / block) % ep != 0)
+    SLIMPI_FAIL_ALL("{}: it must divide the number of data-{}parallel trainer ranks of a tensor rank{}, {} ({} trainer "
+                    "ranks / {}{} = {}; parallel.trainer_ranks, {}; parallel.placement, {})",
+                    what, deck.get_int("parallel.context_parallel") > 1 ? "and context-" : "",
+                    pp > 1 ? " and pipeline stage" : "", layout.n_trainer / block, layout.n_trainer,
+                    tp > 1 ? "parallel.tensor_parallel" : "", pp > 1 ? (tp > 1 ? " × parallel.pipeline_parallel" : "parallel.pipeline_parallel") : "",
+                    block, deck.source("parallel.trainer_ranks"), deck.source("parallel.placement"));
 }
 
 // A model that splits over groups of n ranks (model/tensor_shard.h): heads, key/value
@@ -251,7 +254,7 @@ void check_context_parallel(const Deck& deck, const WorldLayout& layout) {
 }
 
 // Pipeline parallelism (model/pipeline_shard.h): tensor × context × pipeline blocks of
-// trainer ranks; a dense model without MTP layers or a critic; engines that take a whole
+// trainer ranks; a model without MTP layers, no critic; engines that take a whole
 // model (split placement: the broadcast route; colocated: one-rank engines).
 void check_pipeline_parallel(const Deck& deck, const ModelConfig& model, const WorldLayout& layout) {
   const int64_t pp = deck.get_int("parallel.pipeline_parallel");
@@ -273,18 +276,12 @@ void check_pipeline_parallel(const Deck& deck, const ModelConfig& model, const W
                     deck.source("parallel.trainer_ranks"), deck.source("parallel.placement"));
   pipeline_layer_counts(deck, model);
   auto refuse = [&](const std::string& why) { SLIMPI_FAIL_ALL("{}: {}", what, why); };
-  if (model.n_experts > 0)
-    refuse(fmt::format("MoE models are not pipelined in this version (model.n_experts = {}, {})", model.n_experts,
-                       deck.source("model.n_experts")));
   if (model.mtp_num_layers > 0)
     refuse(fmt::format("MTP layers are not pipelined in this version (model.mtp_num_layers = {}, {})",
                        model.mtp_num_layers, deck.source("model.mtp_num_layers")));
   if (deck.get_string("train.mode") == "rl" && deck.get_string("train.advantage_estimator") == "ppo")
     refuse(fmt::format("PPO's critic is not pipelined in this version (train.advantage_estimator = \"ppo\", {})",
                        deck.source("train.advantage_estimator")));
-  if (deck.get_string("train.on_policy") == "exact")
-    refuse(fmt::format("exact on-policy numerics are not built for pipelined trainers yet (train.on_policy = "
-                       "\"exact\", {})", deck.source("train.on_policy")));
   if (deck.get_string("train.mode") == "rl" && layout.placement == Placement::Colocate &&
       deck.get_int("rollout.tensor_parallel") > 1)
     refuse(fmt::format("colocated tensor-parallel engines run the policy's own shards, which a stage holds only some "

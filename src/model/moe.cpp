@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
+#include <ATen/core/grad_mode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <slimpi/error.h>
 
@@ -152,11 +153,22 @@ at::Tensor shared_experts_mlp(const at::Tensor& h, const MoeWeights& w) {
   return dense(swiglu(dense(h, w.shared_gate_proj), dense(h, w.shared_up)), w.shared_down);
 }
 
+namespace {
+
+// P: the routers' probabilities of every row, [rows, E] (sigmoid scores normalised over
+// the experts, as Megatron's aux loss takes them).
+at::Tensor balance_probs(const at::Tensor& z, bool sigmoid) {
+  if (!sigmoid) return at::softmax(z, -1);
+  const at::Tensor p = at::sigmoid(z);
+  return p / (p.sum(-1, true) + 1e-20);
+}
+
+}  // namespace
+
 at::Tensor moe_load_balancing_loss(const std::vector<at::Tensor>& router_logits, int64_t k, bool sigmoid) {
   const at::Tensor z = at::cat(router_logits);  // [L·T, E]
   const int64_t E = z.size(1);
-  at::Tensor p = sigmoid ? at::sigmoid(z) : at::softmax(z, -1);
-  if (sigmoid) p = p / (p.sum(-1, true) + 1e-20);
+  const at::Tensor p = balance_probs(z, sigmoid);
   const at::Tensor chosen = std::get<1>(at::topk(p, k, -1));                    // [L·T, k]
   const at::Tensor share = at::one_hot(chosen, E).to(at::kFloat).mean(0);     // [k, E]
   return (share * p.mean(0).unsqueeze(0)).sum() * double(E);
@@ -164,6 +176,27 @@ at::Tensor moe_load_balancing_loss(const std::vector<at::Tensor>& router_logits,
 
 at::Tensor moe_router_z_loss(const std::vector<at::Tensor>& router_logits) {
   return at::logsumexp(at::cat(router_logits), -1).square().mean();
+}
+
+at::Tensor moe_choice_counts(const std::vector<at::Tensor>& router_logits, int64_t k, int64_t n_experts,
+                             bool sigmoid) {
+  if (router_logits.empty()) return at::zeros({k, n_experts}, at::kDouble);
+  at::NoGradGuard no_grad;
+  const at::Tensor p = balance_probs(at::cat(router_logits), sigmoid);               // [L_s·T, E]
+  const at::Tensor chosen = std::get<1>(at::topk(p, k, -1));                        // [L_s·T, k]
+  return at::one_hot(chosen, n_experts).to(at::kDouble).sum(0).cpu();               // [k, E]
+}
+
+at::Tensor moe_load_balancing_loss_part(const std::vector<at::Tensor>& router_logits, const at::Tensor& counts,
+                                        int64_t n_rows, bool sigmoid) {
+  const at::Tensor p = balance_probs(at::cat(router_logits), sigmoid);  // [L_s·T, E]
+  const double N = double(n_rows);
+  const at::Tensor share = (counts / N).to(p.device(), at::kFloat);     // [k, E]
+  return (share * (p.sum(0) / N).unsqueeze(0)).sum() * double(p.size(1));
+}
+
+at::Tensor moe_router_z_loss_part(const std::vector<at::Tensor>& router_logits, int64_t n_rows) {
+  return at::logsumexp(at::cat(router_logits), -1).square().sum() / double(n_rows);
 }
 
 }  // namespace slimpi

@@ -30,6 +30,12 @@
 //     probability of e (sigmoid router: σ(z) normalised over the experts, as Megatron's
 //     aux loss takes sigmoid scores)
 //   z-loss (ST-MoE): mean over layers' tokens of logsumexp(z)²
+// Under pipeline parallelism a stage holds some of the layers. With N = L·T rows of every
+// layer together, C_je the rows whose j-th choice is e (every layer's: not differentiable)
+// and S_e = Σ over a stage's rows of P, the load-balancing loss is E/N² · Σ_je C_je · Σ_s S_e,
+// a sum of one part per stage, E/N² · Σ_je C_je · S_e (its gradient reaches the stage's
+// own routers), once the stages have added up C; the z-loss is Σ_s Σ over s's rows of
+// logsumexp(z)² / N.
 // Expert parallelism (parallel.expert_parallel = G): the E experts are sharded in blocks
 // over the G ranks of an expert-parallel group, rank g holding [g·E/G, (g+1)·E/G); the
 // router and everything else are replicated. Each rank routes its own tokens, sends each
@@ -100,5 +106,12 @@ at::Tensor shared_experts_mlp(const at::Tensor& h, const MoeWeights& w);
 // router_logits: one [T, E] fp32 tensor per MoE layer (the same T). Scalars with autograd.
 at::Tensor moe_load_balancing_loss(const std::vector<at::Tensor>& router_logits, int64_t k, bool sigmoid = false);
 at::Tensor moe_router_z_loss(const std::vector<at::Tensor>& router_logits);
+// Pipeline parallelism (above): these layers' C, [k, E] f64 (no autograd; zeros for no
+// layer), and a stage's parts of the two losses, given every layer's C (`counts`) and the
+// rows of every layer, n_rows = N.
+at::Tensor moe_choice_counts(const std::vector<at::Tensor>& router_logits, int64_t k, int64_t n_experts, bool sigmoid);
+at::Tensor moe_load_balancing_loss_part(const std::vector<at::Tensor>& router_logits, const at::Tensor& counts,
+                                        int64_t n_rows, bool sigmoid);
+at::Tensor moe_router_z_loss_part(const std::vector<at::Tensor>& router_logits, int64_t n_rows);
 
 }  // namespace slimpi

@@ -219,9 +219,9 @@ Transformer::Transformer(const ModelConfig& cfg, uint64_t seed, const at::Device
                                       (!holds_tied_copy || pipeline.tied) && pipeline.first_layer < pipeline.end_layer),
                "pipeline stage {} of {} (layers {}..{}) without its groups", pipeline.stage, pipeline.size,
                pipeline.first_layer, pipeline.end_layer - 1);
-  SLIMPI_CHECK(pipeline.size == 1 || (cfg.n_experts == 0 && cfg.mtp_num_layers == 0),
-               "pipeline parallelism covers dense models without MTP layers in this version ({} experts, {} MTP "
-               "layers)", cfg.n_experts, cfg.mtp_num_layers);
+  SLIMPI_CHECK(pipeline.size == 1 || cfg.mtp_num_layers == 0,
+               "pipeline parallelism covers models without MTP layers in this version ({} MTP layers)",
+               cfg.mtp_num_layers);
   SLIMPI_CHECK(context.size == 1 || (context.comm && context.comm->size() == context.size && context.rank >= 0 &&
                                      context.rank < context.size),
                "context shard {} of {} without its group", context.rank, context.size);
@@ -428,13 +428,14 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const AttentionLayout&
   f.recompute = recompute ? recompute_ : Recompute::None;
   f.kept_layout = kept_layout;
   std::vector<at::Tensor> chosen, own;  // per MoE layer [T, k]: experts run, the router's own top-k
-  int64_t moe_layer = 0;
+  const size_t first_layer = size_t(pipeline_.first_layer);
+  const size_t end_layer = pipeline_.end_layer < 0 ? layers_.size() : size_t(pipeline_.end_layer);
+  int64_t moe_layer = 0;  // the model's index of the next MoE layer (a later stage's first is past the earlier ones)
+  for (size_t l = 0; l < first_layer; ++l) moe_layer += cfg_.is_moe_layer(int64_t(l));
   // [T, d] ([T_local, d] sequence-parallel): the residual stream is fp32 (a later pipeline stage's input)
   at::Tensor x = pipeline_.first() ? embed(tokens, f, embed_) : tokens;
   // Full recomputation's blocks run from a copy of the context (which holds kept_layout).
   const auto kept = f.recompute == Recompute::Full ? std::make_shared<const ForwardContext>(f) : nullptr;
-  const size_t first_layer = size_t(pipeline_.first_layer);
-  const size_t end_layer = pipeline_.end_layer < 0 ? layers_.size() : size_t(pipeline_.end_layer);
   for (size_t l = first_layer; l < end_layer; ++l) {
     const LayerParams& p = layers_[l];
     const bool dense = !cfg_.is_moe_layer(int64_t(l));
@@ -541,18 +542,17 @@ std::shared_ptr<const ContextSplit> Transformer::context_split(const std::vector
   return std::make_shared<const ContextSplit>(context_, seq_lens, device_);
 }
 
-at::Tensor Transformer::forward_split(const at::Tensor& tokens, const std::vector<int64_t>& seq_lens, MoeTrace* moe,
-                                      bool to_logits) const {
-  const auto split = context_split(seq_lens);
+at::Tensor Transformer::forward_split(const at::Tensor& local_input, const std::shared_ptr<const ContextSplit>& split,
+                                      MoeTrace* moe, bool to_logits) const {
   const at::Tensor& mine = split->local_rows();  // [T_i]
   at::Tensor replay;                             // [T, n_moe_layers, k] the caller's, restored after
   if (moe && moe->replay.defined()) {
-    SLIMPI_CHECK(moe->replay.dim() == 3 && moe->replay.size(0) == tokens.size(0),
-                 "routing replay: expert ids for {} tokens expected", tokens.size(0));
+    SLIMPI_CHECK(moe->replay.dim() == 3 && moe->replay.size(0) == split->n_tokens(),
+                 "routing replay: expert ids for {} tokens expected", split->n_tokens());
     replay = moe->replay;
     moe->replay = replay.index_select(0, mine);
   }
-  const at::Tensor out = forward(tokens.index_select(0, mine), context_layout(split, device_), nullptr, moe, to_logits);
+  const at::Tensor out = forward(local_input, context_layout(split, device_), nullptr, moe, to_logits);
   if (moe) {
     moe->replay = replay;
     const ContextSplit::Items& every = split->all_rows();
@@ -565,15 +565,16 @@ at::Tensor Transformer::forward_split(const at::Tensor& tokens, const std::vecto
   return out;  // [T_i, .]
 }
 
-at::Tensor Transformer::forward_packed_stage(const at::Tensor& input, const std::vector<int64_t>& seq_lens) const {
+at::Tensor Transformer::forward_packed_stage(const at::Tensor& input, const std::vector<int64_t>& seq_lens,
+                                            MoeTrace* moe) const {
   if (pipeline_.first()) check_packed(input, seq_lens);
-  const auto split = context_split(seq_lens);
-  const at::Tensor in = split && pipeline_.first() ? input.index_select(0, split->local_rows()) : input;
-  SLIMPI_CHECK(pipeline_.first() || (in.dim() == 2 && in.size(0) == stage_rows(seq_lens)),
+  SLIMPI_CHECK(pipeline_.first() || (input.dim() == 2 && input.size(0) == stage_rows(seq_lens)),
                "pipeline stage {}: an input of [{}] for {} rows of the residual stream", pipeline_.stage,
-               fmt::join(in.sizes(), ", "), stage_rows(seq_lens));
-  return forward(in, split ? context_layout(split, device_) : packed_layout(seq_lens, device_), nullptr, nullptr,
-                 /*to_logits=*/false);
+               fmt::join(input.sizes(), ", "), stage_rows(seq_lens));
+  if (const auto split = context_split(seq_lens))
+    return forward_split(pipeline_.first() ? input.index_select(0, split->local_rows()) : input, split, moe,
+                         /*to_logits=*/false);
+  return forward(input, packed_layout(seq_lens, device_), nullptr, moe, /*to_logits=*/false);
 }
 
 int64_t Transformer::stage_rows(const std::vector<int64_t>& seq_lens) const {
@@ -589,7 +590,8 @@ at::Tensor Transformer::forward_packed(const at::Tensor& tokens, const std::vect
   SLIMPI_CHECK(pipeline_.size == 1, "pipeline stage {} of {}: a packed forward runs stage by stage "
                "(forward_packed_stage)", pipeline_.stage, pipeline_.size);
   check_packed(tokens, seq_lens);
-  if (context_.size > 1) return forward_split(tokens, seq_lens, moe, /*to_logits=*/true);
+  if (const auto split = context_split(seq_lens))
+    return forward_split(tokens.index_select(0, split->local_rows()), split, moe, /*to_logits=*/true);
   return forward(tokens, packed_layout(seq_lens, device_), nullptr, moe);
 }
 
@@ -598,7 +600,8 @@ at::Tensor Transformer::forward_packed_hidden(const at::Tensor& tokens, const st
   SLIMPI_CHECK(pipeline_.size == 1, "pipeline stage {} of {}: a packed forward runs stage by stage "
                "(forward_packed_stage)", pipeline_.stage, pipeline_.size);
   check_packed(tokens, seq_lens);
-  if (context_.size > 1) return forward_split(tokens, seq_lens, moe, /*to_logits=*/false);
+  if (const auto split = context_split(seq_lens))
+    return forward_split(tokens.index_select(0, split->local_rows()), split, moe, /*to_logits=*/false);
   return forward(tokens, packed_layout(seq_lens, device_), nullptr, moe, /*to_logits=*/false);
 }
 

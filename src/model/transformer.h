@@ -57,6 +57,8 @@ namespace slimpi {
 // The expert choices of the MoE layers in one forward (model.n_experts > 0): what the
 // engine records as routing traces, what a trainer replays (Rollout Routing Replay), and
 // the router logits the auxiliary losses need.
+// A pipeline stage's forward records its own MoE layers only (L_s of them, in order; none
+// on a stage of dense layers): `replay` stays the whole model's.
 struct MoeTrace {
   at::Tensor replay;                      // in, optional: [T, n_moe_layers, k] int64 experts to run (-1: route)
   at::Tensor chosen;                      // out: [T, n_moe_layers, k] int64 experts each token ran
@@ -170,9 +172,11 @@ class Transformer {
   // Pipeline parallelism: this stage's part of forward_packed_hidden. input: the tokens [T]
   // (int64) on the first stage, the previous stage's output elsewhere; returns the residual
   // stream after this stage's layers [stage_rows(seq_lens), d] fp32, or on the last stage
-  // the final norm's output (forward_packed_hidden's). No MoE trace (MoE models are not
-  // pipelined). Also the whole forward at one stage.
-  at::Tensor forward_packed_stage(const at::Tensor& input, const std::vector<int64_t>& seq_lens) const;
+  // the final norm's output (forward_packed_hidden's). moe: the trace of this stage's MoE
+  // layers (MoeTrace; all T rows under context parallelism, as forward_packed's). Also the
+  // whole forward at one stage.
+  at::Tensor forward_packed_stage(const at::Tensor& input, const std::vector<int64_t>& seq_lens,
+                                  MoeTrace* moe = nullptr) const;
   // The rows of the residual stream between stages for a batch of these sequences: the
   // tokens (this rank's under context parallelism; padded and split under sequence
   // parallelism).
@@ -222,9 +226,10 @@ class Transformer {
   at::Tensor mtp_depth(int64_t depth, const at::Tensor& in, const at::Tensor& next, const AttentionLayout& layout,
                        KvCache* cache) const;
   void check_packed(const at::Tensor& tokens, const std::vector<int64_t>& seq_lens) const;
-  // A packed forward under context parallelism: this rank's rows, the trace gathered.
-  at::Tensor forward_split(const at::Tensor& tokens, const std::vector<int64_t>& seq_lens, MoeTrace* moe,
-                           bool to_logits) const;
+  // A packed forward under context parallelism from this rank's rows of its input (the
+  // tokens, or a later stage's residual stream): this rank's rows, the trace gathered.
+  at::Tensor forward_split(const at::Tensor& local_input, const std::shared_ptr<const ContextSplit>& split,
+                           MoeTrace* moe, bool to_logits) const;
   // Per layer: x [T, d] -> the attention block's output [T, d] (added to x by the caller).
   // tokens [T] -> their embedding rows [T, d] fp32 (vocab-parallel under tensor parallelism).
   at::Tensor embed(const at::Tensor& tokens, const ForwardContext& f, const at::Tensor& weight) const;

@@ -44,11 +44,16 @@ void add_routing_agreement(const MoeTrace& trace, const at::Tensor& rollout_rout
 }
 
 at::Tensor add_router_losses(at::Tensor loss, const MoeTrace& trace, int64_t k, bool sigmoid, double share,
-                             const TrainerConfig& cfg, MetricSums& sums) {
-  const at::Tensor aux = moe_load_balancing_loss(trace.router_logits, k, sigmoid);
-  const at::Tensor z = moe_router_z_loss(trace.router_logits);
-  if (cfg.moe_aux_loss_coef > 0) loss = loss + share * cfg.moe_aux_loss_coef * aux;
-  if (cfg.moe_z_loss_coef > 0) loss = loss + share * cfg.moe_z_loss_coef * z;
+                             const TrainerConfig& cfg, MetricSums& sums, const StagedRouting* staged) {
+  if (staged && trace.router_logits.empty()) return loss;  // a stage of dense layers
+  const int64_t n_rows = staged ? staged->n_layers * trace.router_logits.front().size(0) : 0;
+  const at::Tensor aux = staged ? moe_load_balancing_loss_part(trace.router_logits, staged->counts, n_rows, sigmoid)
+                                : moe_load_balancing_loss(trace.router_logits, k, sigmoid);
+  const at::Tensor z = staged ? moe_router_z_loss_part(trace.router_logits, n_rows)
+                              : moe_router_z_loss(trace.router_logits);
+  auto plus = [&](const at::Tensor& term) { loss = loss.defined() ? loss + term : term; };
+  if (cfg.moe_aux_loss_coef > 0) plus(share * cfg.moe_aux_loss_coef * aux);
+  if (cfg.moe_z_loss_coef > 0) plus(share * cfg.moe_z_loss_coef * z);
   sums.add_tensor("train/moe_aux_loss", aux * share);
   sums.add_tensor("train/moe_z_loss", z * share);
   return loss;

@@ -16,7 +16,20 @@
 namespace slimpi {
 namespace {
 
-constexpr int kForwardTag = 711, kBackwardTag = 712;
+constexpr int kForwardTag = 711, kBackwardTag = 712, kForwardCountsTag = 713, kBackwardCountsTag = 714;
+
+const char* what_travels(int tag) {
+  switch (tag) {
+    case kForwardTag: return "activations";
+    case kBackwardTag: return "gradients";
+    default: return "router choice counts";
+  }
+}
+
+// [k, E] f64 counts as the fp32 words of their bits (links carry fp32), and back.
+at::Tensor counts_as_words(const at::Tensor& counts) {
+  return counts.to(at::kCPU, at::kDouble).contiguous().view(at::kFloat);  // [k, 2E]
+}
 
 }  // namespace
 
@@ -47,8 +60,8 @@ void PipelineLinks::send(const at::Tensor& t, int peer, int tag) {
 }
 
 at::Tensor PipelineLinks::recv(int64_t rows, int64_t d, const at::TensorOptions& options, int peer, int tag) {
-  const std::string context = fmt::format("[pipeline] stage {} receiving {} from stage {}", stage_.stage,
-                                          tag == kForwardTag ? "activations" : "gradients", peer);
+  const std::string context =
+      fmt::format("[pipeline] stage {} receiving {} from stage {}", stage_.stage, what_travels(tag), peer);
   sends_.reap();
   const Stopwatch clock;
   await_message(comm_, peer, tag, context);
@@ -71,6 +84,18 @@ at::Tensor PipelineLinks::recv_forward(int64_t rows, int64_t d, const at::Tensor
 }
 at::Tensor PipelineLinks::recv_backward(int64_t rows, int64_t d, const at::TensorOptions& options) {
   return recv(rows, d, options, stage_.stage + 1, kBackwardTag);
+}
+void PipelineLinks::send_forward_counts(const at::Tensor& counts) {
+  send(counts_as_words(counts), stage_.stage + 1, kForwardCountsTag);
+}
+void PipelineLinks::send_backward_counts(const at::Tensor& counts) {
+  send(counts_as_words(counts), stage_.stage - 1, kBackwardCountsTag);
+}
+at::Tensor PipelineLinks::recv_forward_counts(int64_t k, int64_t n_experts) {
+  return recv(k, 2 * n_experts, at::kFloat, stage_.stage - 1, kForwardCountsTag).view(at::kDouble);
+}
+at::Tensor PipelineLinks::recv_backward_counts(int64_t k, int64_t n_experts) {
+  return recv(k, 2 * n_experts, at::kFloat, stage_.stage + 1, kBackwardCountsTag).view(at::kDouble);
 }
 void PipelineLinks::finish() {
   const Stopwatch clock;

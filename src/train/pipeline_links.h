@@ -5,7 +5,10 @@
 // completed by finish(), so two neighbours sending to each other at once (1F1B's steady
 // state) never wait on each other; receives wait asleep under the watchdog. Messages of
 // one direction between two stages arrive in the order they were sent, so a schedule
-// receives in the order its neighbour sends. Owned by one schedule run; single-threaded.
+// receives in the order its neighbour sends. An MoE model's router choice counts [k, E]
+// f64 travel beside a micro-batch's activations (the sum over the stages so far) and its
+// gradient (every stage's), as messages of their own.
+// Owned by one schedule run; single-threaded.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -31,6 +34,10 @@ class PipelineLinks {
   at::Tensor recv_forward(int64_t rows, int64_t d, const at::TensorOptions& options);     // from stage − 1
   void send_backward(const at::Tensor& dx);                                               // to stage − 1
   at::Tensor recv_backward(int64_t rows, int64_t d, const at::TensorOptions& options);    // from stage + 1
+  void send_forward_counts(const at::Tensor& counts);                                     // to stage + 1
+  at::Tensor recv_forward_counts(int64_t k, int64_t n_experts);                           // from stage − 1
+  void send_backward_counts(const at::Tensor& counts);                                    // to stage − 1
+  at::Tensor recv_backward_counts(int64_t k, int64_t n_experts);                          // from stage + 1
   // Waits until every posted send has completed (call before the sent tensors' step ends).
   void finish();
   // Seconds this stage has spent waiting for its neighbours' messages (the pipeline's

@@ -101,6 +101,10 @@ Trainer::Trainer(const TrainerConfig& cfg, Transformer& policy, Comm* dp, const 
       optimizer_(cfg.distributed_optimizer ? nullptr : std::make_unique<AdamW>(trainable(policy, train_mtp_), cfg.adam)),
       moe_(policy.config().n_experts > 0),
       moe_layers_(moe_layer_indices(policy.config())) {
+  for (int64_t l : moe_layers_) {
+    if (l < pipeline_.first_layer) ++stage_first_moe_;
+    else if (pipeline_.holds_layer(l, policy.config().n_layers)) stage_moe_layers_.push_back(l);
+  }
   loss_terms_ = build_loss_terms(cfg_, policy_);  // over this Trainer's own config (the terms keep a reference)
   SLIMPI_CHECK(!(needs_reference(cfg_) && !reference_), "the KL loss and the reward-side KL need a reference model");
   SLIMPI_CHECK(!expert_group_ || !reference_ || reference_->expert_shard().comm == expert_group_,
@@ -202,10 +206,12 @@ std::vector<std::vector<float>> Trainer::response_log_probs(const std::vector<Sa
   std::vector<int64_t> lengths;
   for (const auto& s : samples) lengths.push_back(s.packed_length());
   const auto plan = plan_micro_batches(lengths, cfg_.n_micro_batches, cfg_.max_tokens_per_micro_batch);
-  for (int64_t i = int64_t(plan.size()), n = aligned_micro_batches(i); i < n; ++i)
-    idle_forward(model, cfg_.precision);  // expert parallelism: meet the group's exchanges
+  const int64_t n_runs = aligned_micro_batches(int64_t(plan.size()));  // expert parallelism: the group's
+  if (pipeline_.size == 1)
+    for (int64_t i = int64_t(plan.size()); i < n_runs; ++i)
+      idle_forward(model, cfg_.precision);  // expert parallelism: meet the group's exchanges
   std::vector<std::vector<float>> out(samples.size());
-  const std::vector<at::Tensor> staged = pipeline_.size > 1 ? pipelined_log_probs(samples, plan, model)
+  const std::vector<at::Tensor> staged = pipeline_.size > 1 ? pipelined_log_probs(samples, plan, model, replay, n_runs)
                                                             : std::vector<at::Tensor>{};
   for (size_t micro = 0; micro < plan.size(); ++micro) {
     const std::vector<int64_t>& which = plan[micro];
@@ -244,7 +250,7 @@ std::map<std::string, double> Trainer::train_step(std::vector<Sample>& local) {
   if (pipeline_.size > 1) sum_tied_embedding_grads();
   reduce_gradients();
   std::map<std::string, double> metrics = sums.reduce(dp_);
-  if (pipeline_.size > 1) share_last_stage_metrics(metrics);
+  if (pipeline_.size > 1) sum_stage_metrics(metrics);
   if (moe_) finish_routing_metrics(moe_layers_, metrics);
   apply_update(metrics);
   const double seconds = clock.seconds();
@@ -342,20 +348,24 @@ at::Tensor Trainer::micro_batch_loss(std::vector<Sample>& local, const std::vect
                                      const StepInputs& in, MetricSums& sums, const StageOutput* stage) {
   const at::Device device = policy_.device();
   const PackedBatch b = stage ? stage->batch : pack(local, which, device);
-  MoeTrace trace;
+  // A pipeline's last stage: the stage's forward ran and traced its layers (the routing
+  // agreement added there).
+  MoeTrace own_trace;
+  const MoeTrace* trace = stage ? stage->trace : moe_ ? &own_trace : nullptr;
   at::Tensor rollout_routing;  // [T, L, k] the engine's experts, -1 where none
-  if (moe_) rollout_routing = packed_routing(local, which, policy_.config(), device, cfg_.routing_replay);
-  if (cfg_.routing_replay) trace.replay = rollout_routing;
+  if (moe_ && !stage) rollout_routing = packed_routing(local, which, policy_.config(), device, cfg_.routing_replay);
+  if (cfg_.routing_replay && !stage) own_trace.replay = rollout_routing;
   at::Tensor hidden;  // [T, d] the trunk's output: the MTP layers' and the top-k distillation's input
   const bool topk_distill = cfg_.mode == "rl" && cfg_.opd_topk_loss_coef > 0;
   if (stage) hidden = stage->hidden;
   const TokenLogProbs lp =
       stage ? head_token_log_probs(policy_, b, hidden, cfg_.precision, cfg_.temperature, /*with_entropy=*/true)
             : packed_log_probs(policy_, b, cfg_.precision, cfg_.temperature, /*with_entropy=*/true,
-                               moe_ ? &trace : nullptr, train_mtp_ || topk_distill ? &hidden : nullptr);
-  if (moe_) add_routing_agreement(trace, rollout_routing, moe_layers_, sums);
+                               moe_ ? &own_trace : nullptr, train_mtp_ || topk_distill ? &hidden : nullptr);
+  if (moe_ && !stage) add_routing_agreement(own_trace, rollout_routing, moe_layers_, sums);
   const ScoredMicroBatch scored = score_micro_batch(local, which, b, lp, in);
-  MicroBatchView mb{local, which, b, scored, hidden, moe_ ? &trace : nullptr, {}, in.n_tokens, in.n_mtp};
+  MicroBatchView mb{local, which, b, scored, hidden, trace, stage ? stage->routing : nullptr, {}, in.n_tokens,
+                    in.n_mtp};
   for (int64_t i : which) mb.masks.push_back(in.masks[i]);
   at::Tensor loss;  // the terms in order (train/loss/loss_term.h), each added to the sum so far
   for (const auto& term : loss_terms_) loss = term->add_to(loss, mb, sums);

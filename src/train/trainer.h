@@ -32,9 +32,11 @@
 // Pipeline parallelism (the policy one stage, model/pipeline_shard.h): the micro-batches
 // run a 1F1B schedule (train/trainer_pipeline.cpp): each stage runs its layers, the last
 // the head and the loss; the log-prob passes run through the stages and the last stage's
-// log-probs and metrics are broadcast to every stage; the gradient norm adds the stages'
-// (the tied embedding's copy on the last stage counted once), and the two copies' gradients
-// are summed before the update.
+// log-probs are broadcast to every stage and its metrics added up over them (an MoE
+// model's routing metrics and router losses are each stage's own); the gradient norm adds
+// the stages' (the tied embedding's copy on the last stage counted once), and the two
+// copies' gradients are summed before the update. With expert parallelism every pipeline
+// of an expert group runs as many micro-batches (one-token idle ones past its own).
 // Distributed optimizer (train.distributed_optimizer, train/distributed_optimizer.h):
 // each buffer's AdamW state is sharded over the group that reduces it; its gradients
 // are reduce-scattered bucket by bucket from inside the last backward (or after it,
@@ -65,6 +67,7 @@
 namespace slimpi {
 
 struct PackedBatch;
+struct StagedRouting;
 struct TokenLogProbs;
 
 class Trainer {
@@ -204,21 +207,25 @@ class Trainer {
   struct StageOutput {
     const PackedBatch& batch;
     at::Tensor hidden;
+    const MoeTrace* trace = nullptr;          // MoE: the last stage's layers' routing
+    const StagedRouting* routing = nullptr;   // MoE: every stage's choice counts
   };
   at::Tensor micro_batch_loss(std::vector<Sample>& local, const std::vector<int64_t>& which, const StepInputs& in,
                               MetricSums& sums, const StageOutput* stage = nullptr);
   // Pipeline parallelism (train/trainer_pipeline.cpp): the step's micro-batches through
   // the stages, 1F1B; the log-prob pass of `model` through them (each stage forwards every
-  // micro-batch in turn), every stage returning the last stage's [N] log-probs of each
-  // micro-batch; the tied embedding's two copies' gradients summed; the last stage's
-  // metrics on every stage.
+  // micro-batch in turn; `replay`: the samples' routing traces; n_runs: the expert group's
+  // count of micro-batches, idle ones past the plan's), every stage returning the last
+  // stage's [N] log-probs of each planned micro-batch; the tied embedding's two copies'
+  // gradients summed; the step's metrics added up over the stages (each stage's own
+  // routing metrics and router losses; the other terms the last stage's).
   void pipelined_forwards_and_backwards(std::vector<Sample>& local, const std::vector<std::vector<int64_t>>& plan,
                                         const StepInputs& in, MetricSums& sums);
   std::vector<at::Tensor> pipelined_log_probs(const std::vector<Sample>& samples,
-                                              const std::vector<std::vector<int64_t>>& plan,
-                                              const Transformer& model) const;
+                                              const std::vector<std::vector<int64_t>>& plan, const Transformer& model,
+                                              bool replay, int64_t n_runs) const;
   void sum_tied_embedding_grads();
-  void share_last_stage_metrics(std::map<std::string, double>& metrics) const;
+  void sum_stage_metrics(std::map<std::string, double>& metrics) const;
   double pipeline_wait_s_ = 0;  // the last step's waits for the neighbouring stages
   // The micro-batch's tokens as the loss terms read them: log-probs, entropy, mask and
   // reducer weights; RL: advantages, old, rollout and reference log-probs.
@@ -280,6 +287,10 @@ class Trainer {
   const Transformer* teacher_ = nullptr;  // on-policy distillation's
   bool moe_ = false;                // model.n_experts > 0
   std::vector<int64_t> moe_layers_;  // the model layer of each MoE layer
+  // Pipeline parallelism: the model's index of this stage's first MoE layer, and the model
+  // layers of its MoE layers (every MoE layer at one stage).
+  int64_t stage_first_moe_ = 0;
+  std::vector<int64_t> stage_moe_layers_;
 };
 
 }  // namespace slimpi

@@ -10,15 +10,25 @@
 // sends its output on; the last stage runs the head and the loss instead. A backward
 // takes the next stage's gradient of that output (the last stage its loss), runs
 // autograd through the stage and sends the gradient of its input back.
+// MoE models: each stage traces its own MoE layers (routing agreement, replay). The
+// load-balancing loss couples the layers through their choice counts (model/moe.h): a
+// forward adds its stage's counts to the sum it received and sends it on, so the last
+// stage holds every layer's; that total travels back with the gradient, and each earlier
+// stage adds its part of the router losses to its backward. With expert parallelism the
+// pipelines of an expert group run as many micro-batches: past its own, a pipeline runs
+// one-token idle ones (loss times zero) through every stage, so that each stage's token
+// exchanges meet the group's.
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 #include <slimpi/error.h>
+#include <torch/csrc/autograd/autograd.h>
 
 #include <algorithm>
 #include <deque>
 
 #include "parallel/comm_tensor.h"
 #include "train/micro_batches.h"
+#include "train/moe_terms.h"
 #include "train/packed_batch.h"
 #include "train/pipeline_links.h"
 #include "train/trainer.h"
@@ -28,9 +38,9 @@ namespace {
 
 // One micro-batch through this stage, in the forward's precision: its input (the tokens
 // on the first stage; otherwise the previous stage's output, received into `received`,
-// tracking gradients when `track_input`) -> the stage's output.
+// tracking gradients when `track_input`) -> the stage's output. moe: the stage's trace.
 at::Tensor stage_forward(const Transformer& model, PipelineLinks& links, const PackedBatch& b, Precision precision,
-                         bool track_input, at::Tensor* received = nullptr) {
+                         bool track_input, at::Tensor* received = nullptr, MoeTrace* moe = nullptr) {
   at::Tensor x = b.tokens;
   if (!model.pipeline_shard().first()) {
     x = links.recv_forward(model.stage_rows(b.seq_lens), model.config().hidden_size,
@@ -39,7 +49,16 @@ at::Tensor stage_forward(const Transformer& model, PipelineLinks& links, const P
     if (received) *received = x;
   }
   ForwardPrecision scope(precision, model.device());
-  return model.forward_packed_stage(x, b.seq_lens);
+  return model.forward_packed_stage(x, b.seq_lens, moe);
+}
+
+// An idle micro-batch (expert parallelism, past a pipeline's own): one token, 0.
+PackedBatch idle_batch(const at::Device& device) {
+  PackedBatch b;
+  b.tokens = at::zeros({1}, at::TensorOptions().dtype(at::kLong).device(device));
+  b.seq_lens = {1};
+  b.prompt_lens = {1};
+  return b;
 }
 
 }  // namespace
@@ -47,29 +66,59 @@ at::Tensor stage_forward(const Transformer& model, PipelineLinks& links, const P
 void Trainer::pipelined_forwards_and_backwards(std::vector<Sample>& local,
                                                const std::vector<std::vector<int64_t>>& plan, const StepInputs& in,
                                                MetricSums& sums) {
-  // Every stage of a pipeline holds the same samples, so the same plan.
-  const int64_t M = int64_t(plan.size()), d = policy_.config().hidden_size;
+  // Every stage of a pipeline holds the same samples, so the same plan; with expert
+  // parallelism every pipeline of the group runs n_runs micro-batches.
+  const int64_t n_planned = int64_t(plan.size()), M = aligned_micro_batches(n_planned);
+  const int64_t d = policy_.config().hidden_size;
+  const int64_t k = policy_.config().n_experts_per_tok, E = policy_.config().n_experts;
+  const bool sigmoid = policy_.config().moe_router == "sigmoid";
   // The samples whose old log-probs this step's forward gives (Trainer::old_log_probs, on
-  // the last stage): every stage keeps them (the first records rollouts.h5).
+  // the last stage: those without, or every one when they came from the rollout): every
+  // stage keeps them (the first records rollouts.h5).
   std::vector<size_t> filled;
   if (cfg_.mode == "rl")
     for (size_t i = 0; i < local.size(); ++i)
-      if (local[i].old_log_probs.empty()) filled.push_back(i);
+      if (local[i].old_log_probs.empty() || old_from_first_step_) filled.push_back(i);
   const at::Device device = policy_.device();
   const auto f32 = at::TensorOptions().dtype(at::kFloat).device(device);
   PipelineLinks links(pipeline_);
   struct InFlight {
     PackedBatch batch;
+    bool idle = false;
     at::Tensor input;   // [rows, d] the received activations (requires grad), undefined on the first stage
     at::Tensor output;  // the stage's output [rows, d], or the last stage's loss
+    MoeTrace trace;         // MoE: this stage's layers' routing
+    StagedRouting routing;  // MoE: the choice counts of every stage (the last stage's from its forward)
   };
   std::deque<InFlight> in_flight;
   auto forward = [&](int64_t m) {
-    InFlight f{pack(local, plan[size_t(m)], device), {}, {}};
-    const at::Tensor y = stage_forward(policy_, links, f.batch, cfg_.precision, /*track_input=*/true, &f.input);
+    InFlight f;
+    f.idle = m >= n_planned;
+    f.batch = f.idle ? idle_batch(device) : pack(local, plan[size_t(m)], device);
+    const bool traced = moe_ && !f.idle;
+    at::Tensor rollout_routing;  // [T, L, k] the engine's experts, -1 where none
+    if (traced) {
+      rollout_routing = packed_routing(local, plan[size_t(m)], policy_.config(), device, cfg_.routing_replay);
+      if (cfg_.routing_replay) f.trace.replay = rollout_routing;
+    }
+    const at::Tensor y = stage_forward(policy_, links, f.batch, cfg_.precision, /*track_input=*/true, &f.input,
+                                       traced ? &f.trace : nullptr);
+    if (traced) {
+      const int64_t n_moe = int64_t(stage_moe_layers_.size());
+      if (n_moe > 0)
+        add_routing_agreement(f.trace, rollout_routing.narrow(1, stage_first_moe_, n_moe), stage_moe_layers_, sums);
+      at::Tensor counts = moe_choice_counts(f.trace.router_logits, k, E, sigmoid);  // [k, E] f64
+      if (!pipeline_.first()) counts = counts + links.recv_forward_counts(k, E);
+      if (pipeline_.last()) f.routing = {counts, int64_t(moe_layers_.size())};
+      else links.send_forward_counts(counts);
+    }
     if (pipeline_.last()) {
-      const StageOutput stage{f.batch, y};
-      f.output = micro_batch_loss(local, plan[size_t(m)], in, sums, &stage);
+      if (f.idle) {
+        f.output = y.sum() * 0.0;
+      } else {
+        const StageOutput stage{f.batch, y, traced ? &f.trace : nullptr, traced ? &f.routing : nullptr};
+        f.output = micro_batch_loss(local, plan[size_t(m)], in, sums, &stage);
+      }
     } else {
       links.send_forward(y);
       f.output = y;
@@ -79,9 +128,24 @@ void Trainer::pipelined_forwards_and_backwards(std::vector<Sample>& local,
   auto backward = [&] {
     InFlight f = std::move(in_flight.front());
     in_flight.pop_front();
-    if (pipeline_.last()) f.output.backward();
-    else f.output.backward(links.recv_backward(f.output.size(0), d, f32));
-    if (!pipeline_.first()) links.send_backward(f.input.grad());
+    const bool traced = moe_ && !f.idle;
+    if (pipeline_.last()) {
+      f.output.backward();
+    } else {
+      const at::Tensor grad = links.recv_backward(f.output.size(0), d, f32);
+      at::Tensor router_loss;  // this stage's parts of the router losses (undefined: none)
+      if (traced) {
+        f.routing = {links.recv_backward_counts(k, E), int64_t(moe_layers_.size())};
+        const double share = double(f.batch.tokens.size(0)) / in.n_tokens;
+        router_loss = add_router_losses({}, f.trace, k, sigmoid, share, cfg_, sums, &f.routing);
+      }
+      if (router_loss.defined()) torch::autograd::backward({f.output, router_loss}, {grad, at::ones_like(router_loss)});
+      else f.output.backward(grad);
+    }
+    if (!pipeline_.first()) {
+      links.send_backward(f.input.grad());
+      if (traced) links.send_backward_counts(f.routing.counts);
+    }
   };
   const int64_t warm_up = std::min<int64_t>(pipeline_.size - 1 - pipeline_.stage, M);
   for (int64_t m = 0; m < warm_up; ++m) forward(m);
@@ -113,22 +177,28 @@ void Trainer::pipelined_forwards_and_backwards(std::vector<Sample>& local,
 
 std::vector<at::Tensor> Trainer::pipelined_log_probs(const std::vector<Sample>& samples,
                                                      const std::vector<std::vector<int64_t>>& plan,
-                                                     const Transformer& model) const {
+                                                     const Transformer& model, bool replay, int64_t n_runs) const {
   // Every micro-batch's forward in turn on each stage (a stage starts the next as soon as
-  // it has sent this one on), the last stage's log-probs broadcast once at the end.
+  // it has sent this one on; idle ones past the plan), the last stage's log-probs
+  // broadcast once at the end.
   const PipelineShard& stage = model.pipeline_shard();
   const at::Device device = model.device();
   PipelineLinks links(stage);
-  std::vector<at::Tensor> mine;  // the last stage's [N] per micro-batch
+  std::vector<at::Tensor> mine;  // the last stage's [N] per planned micro-batch
   std::vector<int64_t> sizes;
-  for (const auto& which : plan) {
-    const PackedBatch b = pack(samples, which, device);
-    const at::Tensor y = stage_forward(model, links, b, cfg_.precision, /*track_input=*/false);
+  for (int64_t m = 0; m < n_runs; ++m) {
+    const bool idle = m >= int64_t(plan.size());
+    const PackedBatch b = idle ? idle_batch(device) : pack(samples, plan[size_t(m)], device);
+    MoeTrace trace;  // train.routing_replay: the rollout's experts in every trainer forward
+    if (replay && !idle) trace.replay = packed_routing(samples, plan[size_t(m)], model.config(), device, true);
+    const at::Tensor y = stage_forward(model, links, b, cfg_.precision, /*track_input=*/false, nullptr,
+                                       trace.replay.defined() ? &trace : nullptr);
+    if (!stage.last()) links.send_forward(y);
+    if (idle) continue;
     int64_t n = 0;
-    for (int64_t i : which) n += samples[size_t(i)].response_length();
+    for (int64_t i : plan[size_t(m)]) n += samples[size_t(i)].response_length();
     sizes.push_back(n);
     if (stage.last()) mine.push_back(head_token_log_probs(model, b, y, cfg_.precision, cfg_.temperature, false).logp.cpu());
-    else links.send_forward(y);
   }
   links.finish();
   int64_t total = 0;
@@ -151,12 +221,14 @@ void Trainer::sum_tied_embedding_grads() {
   allreduce(*pipeline_.tied, policy_.parameter("model.embed_tokens.weight").grad());
 }
 
-void Trainer::share_last_stage_metrics(std::map<std::string, double>& metrics) const {
-  // Only the last stage computed the loss terms; every stage declared the same names.
+void Trainer::sum_stage_metrics(std::map<std::string, double>& metrics) const {
+  // Every stage declared the same names. The loss terms ran on the last stage alone (the
+  // others' sums are 0); an MoE model's routing metrics and router losses are each
+  // stage's own layers' (model/moe.h: the stages' parts add up to the whole).
   std::vector<double> values;
   for (const auto& [name, v] : metrics) values.push_back(v);
   at::Tensor t = at::tensor(values, at::kDouble);
-  broadcast(*pipeline_.comm, t, pipeline_.size - 1);
+  allreduce(*pipeline_.comm, t);
   size_t i = 0;
   for (auto& [name, v] : metrics) v = t[int64_t(i++)].item<double>();
 }

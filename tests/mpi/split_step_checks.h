@@ -19,6 +19,18 @@
 
 namespace slimpi::testing {
 
+// A drawn routing trace for sample `i` of an MoE model: (tokens − 1) rows of k = 2
+// distinct experts per MoE layer.
+inline void add_routing_trace(Sample& s, const ModelConfig& cfg, int64_t i) {
+  const int64_t len = int64_t(s.tokens.size());
+  for (int64_t t = 0; t + 1 < len; ++t)
+    for (int64_t l = 0; l < cfg.n_moe_layers(); ++l) {
+      const int16_t first = int16_t((t + l + i) % cfg.n_experts);
+      s.routing.push_back(first);
+      s.routing.push_back(int16_t((first + 1 + t % (cfg.n_experts - 1)) % cfg.n_experts));
+    }
+}
+
 // Every metric of `want` but the perf/ timings, within tol of its magnitude (at least 1).
 inline void expect_metrics_near(const std::map<std::string, double>& got, const std::map<std::string, double>& want,
                                 double tol, const std::string& what) {

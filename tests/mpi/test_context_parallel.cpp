@@ -220,13 +220,7 @@ std::vector<Sample> samples_of(int d, const ModelConfig& cfg, bool late_response
         s.teacher_topk_ids.push_back((s.tokens[size_t(t)] + 37 * j) % 259);
         s.teacher_topk_probs.push_back(j == 0 ? 0.6f : 0.2f);
       }
-    if (cfg.n_experts > 0)  // (tokens − 1) x layers x k distinct experts
-      for (int64_t t = 0; t + 1 < len; ++t)
-        for (int64_t l = 0; l < cfg.n_moe_layers(); ++l) {
-          const int16_t first = int16_t((t + l + i) % cfg.n_experts);
-          s.routing.push_back(first);
-          s.routing.push_back(int16_t((first + 1 + t % (cfg.n_experts - 1)) % cfg.n_experts));
-        }
+    if (cfg.n_experts > 0) testing::add_routing_trace(s, cfg, i);
     out.push_back(s);
   }
   return out;

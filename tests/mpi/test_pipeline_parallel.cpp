@@ -8,7 +8,11 @@
 //   more micro-batches than stages (the 1F1B schedule's warm-up, steady state and
 //   cool-down), uneven layer splits, tied embeddings (the last stage's copy of the
 //   embedding: its gradient summed with the first stage's, the two stay equal), the
-//   distributed optimizer, activation recomputation, bf16 forwards, SFT;
+//   distributed optimizer, activation recomputation, bf16 forwards, SFT; DeepSeekMoE
+//   models (a first dense layer, so that PP 4's first stage has no MoE layer) with and
+//   without routing replay, their load-balancing and z-losses added up over the stages,
+//   and expert parallelism over the pipelines (PP 2 x EP 2, one pipeline with fewer
+//   micro-batches: idle ones through its stages);
 // - the split trainer's checkpoint loads into the whole model, and the stages gathered
 //   are the whole model.
 #include <ATen/ATen.h>
@@ -18,6 +22,7 @@
 #include <string>
 
 #include "split_step_checks.h"
+#include "kernels/batch_invariant.h"
 #include "model/pipeline_shard.h"
 #include "parallel/device.h"
 #include "parallel/mpi_comm.h"
@@ -55,6 +60,10 @@ TEST(PipelineStages, SplitLayersAndHoldTheirParameters) {
 
 struct Case {
   int tensor_parallel = 1, context_parallel = 1, pipeline_parallel = 0;  // 0: every rank
+  int expert_parallel = 1;
+  bool moe = false, replay = true;
+  bool exact = false;  // exact numerics (train.on_policy = "exact"): log-probs bit for bit
+  bool fewer_samples_on_d1 = false;  // data-parallel index 1 gets 2 samples (fewer micro-batches)
   std::vector<int64_t> layers;  // per stage (empty: even)
   bool tied = false;
   int64_t micro_batches = 2;
@@ -73,6 +82,13 @@ ModelConfig config_of(const Case& c) {
   m.qk_norm = true;
   m.qkv_bias = true;
   m.tie_word_embeddings = c.tied;
+  if (c.moe) {
+    m.n_experts = 4;
+    m.n_experts_per_tok = 2;
+    m.moe_intermediate_size = 16;
+    m.moe_layer_freq = 1;
+    testing::use_deepseek_moe(m, /*n_group=*/2, /*topk_group=*/1, /*first_k_dense=*/1);
+  }
   return m;
 }
 
@@ -92,20 +108,24 @@ TrainerConfig trainer_config(const Case& c) {
   t.distributed_optimizer = c.distributed_optimizer;
   t.recompute = c.recompute;
   t.precision = c.bf16 ? Precision::BF16 : Precision::FP32;
+  t.moe_aux_loss_coef = 0.01;
+  t.moe_z_loss_coef = 0.001;
+  t.routing_replay = c.moe && c.replay;
   return t;
 }
 
-std::vector<Sample> samples_of(int d) {
+std::vector<Sample> samples_of(int d, const ModelConfig& cfg, int n = 5) {
   at::Generator g = at::detail::createCPUGenerator(500 + d);
   std::vector<Sample> out;
   const int64_t lengths[] = {2, 30, 9, 3, 17};
-  for (int i = 0; i < 5; ++i) {
+  for (int i = 0; i < n; ++i) {
     Sample s;
     at::Tensor tok = at::randint(259, {lengths[i]}, g, at::kLong);
     s.tokens.assign(tok.data_ptr<int64_t>(), tok.data_ptr<int64_t>() + lengths[i]);
     s.prompt_length = std::min<int64_t>(1 + i, lengths[i] - 1);
     s.reward = at::randn({1}, g).item<float>();
     s.group_index = i;
+    if (cfg.n_experts > 0) testing::add_routing_trace(s, cfg, i);
     out.push_back(s);
   }
   return out;
@@ -119,13 +139,19 @@ TEST_P(PipelineParallelStep, EqualsTheWholeModel) {
   const Case c = GetParam();
   const int tp = c.tensor_parallel, cp = c.context_parallel;
   const int pp = c.pipeline_parallel == 0 ? n / (tp * cp) : c.pipeline_parallel;
-  if (pp < 2 || n % (tp * cp * pp) != 0 || (!c.layers.empty() && int(c.layers.size()) != pp))
+  if (pp < 2 || n % (tp * cp * pp) != 0 || (!c.layers.empty() && int(c.layers.size()) != pp) ||
+      (n / (tp * pp)) % c.expert_parallel != 0 || (c.fewer_samples_on_d1 && n / (tp * cp * pp) < 2))
     GTEST_SKIP() << c.name << " at np " << n;
   const ModelConfig cfg = config_of(c);
-  ModelParallel mp(MPI_COMM_WORLD, tp, 1, DeviceChoice{}, false, kv_head_replicas(cfg, tp), cp, pp);
+  struct ExactNumerics {  // the process-wide switch, for this case alone
+    explicit ExactNumerics(bool on) { set_exact_numerics(on); }
+    ~ExactNumerics() { set_exact_numerics(false); }
+  } exact_numerics_scope(c.exact);
+  ModelParallel mp(MPI_COMM_WORLD, tp, c.expert_parallel, DeviceChoice{}, false, kv_head_replicas(cfg, tp), cp, pp);
   const PipelineShard stage = mp.pipeline_shard(stage_layer_counts(cfg.n_layers, pp, c.layers));
   ASSERT_EQ(stage.size, pp);
   const int d = mp.data_index();
+  const int n_samples = c.fewer_samples_on_d1 && d == 1 ? 2 : 5;
   const TrainerConfig tc = trainer_config(c);
   // bf16 forwards: a stage's products over its batch round where one rank's might not
   // (another kernel): log-probs within a few bf16 ulps of their magnitude, gradients and
@@ -137,24 +163,29 @@ TEST_P(PipelineParallelStep, EqualsTheWholeModel) {
   whole_tc.distributed_optimizer = false;
   whole_tc.recompute = Transformer::Recompute::None;
   Trainer base(whole_tc, whole, &mp.data(), c.sft ? nullptr : &whole_ref);
-  std::vector<Sample> want = samples_of(d);
+  std::vector<Sample> want = samples_of(d, cfg, n_samples);
   std::map<std::string, double> want_rollout;
   if (!c.sft) want_rollout = base.prepare_rollout(want, /*recompute_old=*/!c.old_from_step);
   const auto want_step = base.train_step(want);
   const auto want_grads = by_name(whole.parameters(), true);
   const auto want_weights = by_name(whole.parameters(), false);
 
-  Transformer shard(cfg, 1, at::kCPU, at::kFloat, {}, mp.tensor_shard(), mp.context_shard(), stage);
-  Transformer shard_ref(cfg, 2, at::kCPU, at::kFloat, {}, mp.tensor_shard(), mp.context_shard(), stage);
+  const ExpertShard experts = mp.expert_shard();
+  Transformer shard(cfg, 1, at::kCPU, at::kFloat, experts, mp.tensor_shard(), mp.context_shard(), stage);
+  Transformer shard_ref(cfg, 2, at::kCPU, at::kFloat, experts, mp.tensor_shard(), mp.context_shard(), stage);
   ASSERT_LT(shard.n_params(), whole.n_params());
-  Trainer split(tc, shard, &mp.data(), c.sft ? nullptr : &shard_ref, nullptr, &mp.replicas());
-  std::vector<Sample> got = samples_of(d);
+  Trainer split(tc, shard, &mp.data(), c.sft ? nullptr : &shard_ref, mp.expert_replicas(), &mp.replicas());
+  std::vector<Sample> got = samples_of(d, cfg, n_samples);
   if (!c.sft) {
     const auto got_rollout = split.prepare_rollout(got, /*recompute_old=*/!c.old_from_step);
     for (size_t j = 0; j < got.size(); ++j)
       for (size_t i = 0; i < got[j].old_log_probs.size(); ++i) {  // every stage holds the last stage's
         EXPECT_NEAR(got[j].old_log_probs[i], want[j].old_log_probs[i], logp_tol) << c.name << " sample " << j;
         EXPECT_NEAR(got[j].ref_log_probs[i], want[j].ref_log_probs[i], logp_tol) << c.name << " sample " << j;
+        if (c.exact) {  // batch-invariant rows: the stages give the whole model's bits
+          EXPECT_EQ(got[j].old_log_probs[i], want[j].old_log_probs[i]) << c.name << " sample " << j << " token " << i;
+          EXPECT_EQ(got[j].ref_log_probs[i], want[j].ref_log_probs[i]) << c.name << " sample " << j << " token " << i;
+        }
       }
     for (const auto& [k, x] : want_rollout)
       EXPECT_NEAR(got_rollout.at(k), x, metric_tol * std::max(1.0, std::abs(x))) << c.name << ": " << k;
@@ -162,6 +193,11 @@ TEST_P(PipelineParallelStep, EqualsTheWholeModel) {
   const auto got_step = split.train_step(got);
   testing::expect_metrics_near(got_step, want_step, metric_tol, c.name);  // every stage: the last stage's
   EXPECT_GT(want_step.at("train/grad_norm"), 0.5);  // the clip acted
+  if (c.moe) {  // the router losses and the routing metrics of every stage's layers, added up
+    EXPECT_GT(want_step.at("train/moe_aux_loss"), 0.1) << c.name;
+    EXPECT_GT(want_step.at("train/moe_z_loss"), 0.01) << c.name;
+    EXPECT_TRUE(want_step.count("train/routing_agreement_by_layer/3")) << c.name;
+  }
   if (c.old_from_step)  // taken by the last stage's forward, kept by every stage
     for (size_t j = 0; j < got.size(); ++j) {
       ASSERT_EQ(got[j].old_log_probs.size(), want[j].old_log_probs.size()) << c.name << " sample " << j;
@@ -194,7 +230,12 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{.tensor_parallel = 2, .pipeline_parallel = 2, .name = "tp2_pp2"},
                       Case{.tensor_parallel = 2, .pipeline_parallel = 2, .tied = true, .micro_batches = 3,
                            .name = "tied_tp2_pp2"},
-                      Case{.context_parallel = 2, .pipeline_parallel = 2, .tied = true, .name = "cp2_pp2"}),
+                      Case{.context_parallel = 2, .pipeline_parallel = 2, .tied = true, .name = "cp2_pp2"},
+                      Case{.moe = true, .micro_batches = 3, .name = "moe_replay"},
+                      Case{.exact = true, .name = "exact"}, Case{.moe = true, .exact = true, .name = "moe_exact"},
+                      Case{.moe = true, .replay = false, .name = "moe_routed"},
+                      Case{.pipeline_parallel = 2, .expert_parallel = 2, .moe = true, .fewer_samples_on_d1 = true,
+                           .micro_batches = 3, .name = "moe_pp2_ep2"}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 
 }  // namespace

@@ -13,6 +13,10 @@
 #    straight run does;
 #  * a pipelined run (and its KL reference) starts from a Hugging Face export;
 #  * SFT with evaluation (the stages gathered into the evaluation's engine) matches;
+#  * a DeepSeekMoE model (dense first layer, routing replay, load-balancing and z-losses)
+#    at PP 2 x DP 2 with expert parallelism 2 generates the tokens and routing of its
+#    PP 1 run; exact on-policy at PP 2 trains on the engine's bits (train/rollout
+#    abs_diff 0);
 #  * impossible layouts and what is not pipelined yet are refused with their numbers.
 # Usage: pipeline_parallel_runs.sh SLIMPI ROOT "MPIRUN FLAGS"
 set -euo pipefail
@@ -103,6 +107,31 @@ with h5py.File(f"{out}/sft_pp1/metrics.h5") as a, h5py.File(f"{out}/sft_pp2/metr
 print("pipeline_parallel_runs: SFT at PP 2 logs PP 1's losses, norms and evaluation")
 PY
 
+echo "== DeepSeekMoE at PP 2 x DP 2 with EP 2 (np 4 colocated) against PP 1"
+moe=(--set model.n_experts=4 --set model.n_experts_per_tok=2 --set model.moe_intermediate_size=16
+     --set model.moe_router=sigmoid --set model.moe_router_bias=true --set model.moe_n_group=2
+     --set model.moe_topk_group=1 --set model.n_shared_experts=1 --set model.first_k_dense_replace=1
+     --set train.moe_aux_loss_coef=0.01 --set train.moe_z_loss_coef=0.001 --set train.routing_replay=true)
+# One sample a micro-batch at DP 4 and at DP 2: the load-balancing loss is a micro-batch's
+# (its choice shares times its mean probabilities), so the runs split the samples alike.
+moe+=(--set train.n_micro_batches=16)
+run 4 co4_moe_pp1 "${co[@]}" "${moe[@]}"
+run 4 co4_moe_pp2_ep2 "${co[@]}" "${moe[@]}" --set parallel.pipeline_parallel=2 --set parallel.expert_parallel=2
+/usr/bin/python3 tests/regression/same_tokens.py "$tag" "$out/co4_moe_pp1" "$out/co4_moe_pp2_ep2" tokens/values \
+  tokens/offsets routing/values reward step advantages/values old_log_probs/values
+
+echo "== exact on-policy: PP 2 trains on the engine's bits (abs_diff 0)"
+run 2 exact_pp2 "${co[@]}" --set train.on_policy=exact --set train.normalize_advantages=true \
+  --set parallel.pipeline_parallel=2
+/usr/bin/python3 - "$out/exact_pp2" <<'PY'
+import sys
+import h5py
+with h5py.File(sys.argv[1] + "/metrics.h5") as f:
+    d = f["steps/train/train_rollout_logprob_abs_diff"][:]
+    assert (d == 0).all(), d
+print("pipeline_parallel_runs: exact on-policy at PP 2: train/rollout abs_diff", d)
+PY
+
 echo "== refusals"
 refused pp3 "parallel.tensor_parallel × parallel.context_parallel × parallel.pipeline_parallel = 1 × 1 × 3 = 3 must divide the number of trainer ranks, 4" \
   4 "${co[@]}" --set parallel.pipeline_parallel=3
@@ -112,8 +141,8 @@ refused layers_sum "pipeline layers [2, 1]: 2 stages of 3 layers in all, for 2 s
 refused layers_text "parallel.pipeline_layers = \"3,x\"" 2 "${co[@]}" --set parallel.pipeline_parallel=2 \
   --set parallel.pipeline_layers=3,x
 refused layers_alone "drop it or set pipeline_parallel above 1" 2 "${co[@]}" --set parallel.pipeline_layers=3,1
-refused pp_moe "MoE models are not pipelined in this version" 2 "${co[@]}" --set parallel.pipeline_parallel=2 \
-  --set model.n_experts=4 --set model.n_experts_per_tok=2 --set model.moe_intermediate_size=16
+refused pp_ep3 "it must divide the number of data-parallel trainer ranks of a tensor rank and pipeline stage, 2" \
+  4 "${co[@]}" "${moe[@]}" --set parallel.pipeline_parallel=2 --set parallel.expert_parallel=4
 refused pp_sliced "rollout.weight_sync_route = \"sliced\"" 4 --set parallel.pipeline_parallel=2 \
   --set rollout.weight_sync_route=sliced
 echo "pipeline_parallel_runs: OK"

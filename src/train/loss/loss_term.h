@@ -27,6 +27,7 @@ class Transformer;
 struct MoeTrace;
 struct PackedBatch;
 struct ScoredMicroBatch;
+struct StagedRouting;
 struct TrainerConfig;
 
 // One micro-batch as the trainer's forward left it.
@@ -37,6 +38,7 @@ struct MicroBatchView {
   const ScoredMicroBatch& scored;          // [N] log-probs, entropy, mask, reducer weights (RL: old, advantages, ...)
   const at::Tensor& hidden;                // [T, d] the trunk's output (defined when a term needs it)
   const MoeTrace* trace = nullptr;         // MoE: the routers' picks and logits
+  const StagedRouting* staged_routing = nullptr;  // a pipeline's last stage: the trace its layers', counts every stage's
   std::vector<at::Tensor> masks;           // [R_i] per sample of the micro-batch
   double step_tokens = 0;                  // tokens of the step over every dp rank
   std::vector<double> step_mtp_positions;  // per MTP depth: counted positions of the step over every dp rank

@@ -21,7 +21,7 @@ class RouterLossesTerm final : public LossTerm {
   void declare_metrics(MetricSums& sums) const override { declare_moe_metrics(moe_layers_, sums); }
   at::Tensor add_to(at::Tensor loss, const MicroBatchView& mb, MetricSums& sums) const override {
     const double share = double(mb.batch.tokens.size(0)) / mb.step_tokens;
-    return add_router_losses(loss, *mb.trace, k_, sigmoid_, share, cfg_, sums);
+    return add_router_losses(loss, *mb.trace, k_, sigmoid_, share, cfg_, sums, mb.staged_routing);
   }
 
  private:
