@@ -254,7 +254,7 @@ void check_context_parallel(const Deck& deck, const WorldLayout& layout) {
 }
 
 // Pipeline parallelism (model/pipeline_shard.h): tensor × context × pipeline blocks of
-// trainer ranks; a model without MTP layers, no critic; engines that take a whole
+// trainer ranks; no critic; engines that take a whole
 // model (split placement: the broadcast route; colocated: one-rank engines).
 void check_pipeline_parallel(const Deck& deck, const ModelConfig& model, const WorldLayout& layout) {
   const int64_t pp = deck.get_int("parallel.pipeline_parallel");
@@ -276,9 +276,6 @@ void check_pipeline_parallel(const Deck& deck, const ModelConfig& model, const W
                     deck.source("parallel.trainer_ranks"), deck.source("parallel.placement"));
   pipeline_layer_counts(deck, model);
   auto refuse = [&](const std::string& why) { SLIMPI_FAIL_ALL("{}: {}", what, why); };
-  if (model.mtp_num_layers > 0)
-    refuse(fmt::format("MTP layers are not pipelined in this version (model.mtp_num_layers = {}, {})",
-                       model.mtp_num_layers, deck.source("model.mtp_num_layers")));
   if (deck.get_string("train.mode") == "rl" && deck.get_string("train.advantage_estimator") == "ppo")
     refuse(fmt::format("PPO's critic is not pipelined in this version (train.advantage_estimator = \"ppo\", {})",
                        deck.source("train.advantage_estimator")));

@@ -122,7 +122,8 @@ struct HfNames {
   bool deepseek_mtp = false, qwen_mtp = false;
   int64_t n_layers = 0, n_mtp = 0;  // the trunk's layers, the model's MTP depths
 
-  HfNames(const SafetensorsReader& reader, const std::vector<NamedTensor>& like) {
+  // cfg (when given): the model's layer counts (a pipeline stage's `like` holds some).
+  HfNames(const SafetensorsReader& reader, const std::vector<NamedTensor>& like, const ModelConfig* cfg = nullptr) {
     std::vector<std::string> names;
     for (const auto& [name, e] : reader.entries()) names.push_back(name);
     naming = architecture_naming(names);
@@ -133,6 +134,10 @@ struct HfNames {
       if (l.name.rfind(layers, 0) == 0)
         n_layers = std::max<int64_t>(n_layers, std::stoll(l.name.substr(layers.size())) + 1);
       if (is_mtp_parameter(l.name)) n_mtp = std::max<int64_t>(n_mtp, std::stoll(l.name.substr(depths.size())) + 1);
+    }
+    if (cfg) {
+      n_layers = cfg->n_layers;
+      n_mtp = cfg->mtp_num_layers;
     }
   }
   // Whether a file tensor belongs to an MTP depth in any layout (Qwen3.5's "mtp.*",
@@ -214,15 +219,16 @@ at::Tensor read_hf_tensor(const SafetensorsReader& reader, const std::string& na
 // (expected_extra) pass. A model given MTP depths that the files do not hold keeps their
 // fresh initialisation.
 // Under pipeline parallelism the files' tensors of another stage's layers, embedding,
-// final norm or head (`in_files`: the model's name -> the files').
-bool held_by_another_stage(const std::string& file_name, const PipelineShard& stage, const ModelConfig* cfg,
-                           const std::function<std::string(const std::string&)>& in_files) {
+// final norm, head or MTP layers (`in_files`: the model's name -> the files').
+bool held_by_another_stage(const std::string& file_name, bool mtp_file_tensor, const PipelineShard& stage,
+                           const ModelConfig* cfg, const std::function<std::string(const std::string&)>& in_files) {
   if (stage.size == 1 || !cfg) return false;
+  if (mtp_file_tensor) return cfg->mtp_num_layers > 0 && !stage.last();  // the MTP layers: the last stage's
   static const std::regex layer(R"((^|\.)layers\.(\d+)\.)");
   if (std::smatch m; std::regex_search(file_name, m, layer))
     return !stage.holds_layer(std::stoll(m[2].str()), cfg->n_layers);
   for (const char* name : {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"})
-    if (file_name == in_files(name)) return !stage.holds(name, cfg->n_layers, cfg->tie_word_embeddings);
+    if (file_name == in_files(name)) return !stage.holds(name, cfg->n_layers, last_stage_copies_embedding(*cfg));
   return false;
 }
 
@@ -230,7 +236,8 @@ void load_hf_tensors_into(const std::string& path, const std::vector<NamedTensor
                           const StoredWhole& stored, const PipelineShard& stage) {
   SafetensorsReader reader(path);
   const std::string& where = reader.description();
-  const HfNames names(reader, like);
+  const ModelConfig* staged = stage.size > 1 ? stored.cfg : nullptr;  // a stage's `like` holds some layers
+  const HfNames names(reader, like, staged);
   bool files_have_mtp = false;
   for (const auto& l : like)
     files_have_mtp = files_have_mtp || (is_mtp_parameter(l.name) && reader.contains(names.in_files(l.name)));
@@ -250,7 +257,7 @@ void load_hf_tensors_into(const std::string& path, const std::vector<NamedTensor
     log::info("{} holds no multi-token-prediction layers: the model's {} MTP tensors keep their fresh initialisation",
               where, n_fresh);
   const bool tied = wanted.count("lm_head.weight") == 0;
-  bool model_has_mtp = false;
+  bool model_has_mtp = staged && staged->mtp_num_layers > 0;  // (on any stage)
   for (const auto& l : like) model_has_mtp = model_has_mtp || is_mtp_parameter(l.name);
   // The family's tensors outside the text model (a vision tower), and the files' MTP
   // layers when the model has none (model.mtp_num_layers = 0: a critic, a teacher, a deck
@@ -262,7 +269,7 @@ void load_hf_tensors_into(const std::string& path, const std::vector<NamedTensor
         (!model_has_mtp && names.is_mtp_file_tensor(name)) || names.is_extra_qwen_mtp_depth(name))
       ++n_not_loaded;
     else if (!expected_extra(reader, name, wanted, names, experts_sharded, tied) &&
-             !held_by_another_stage(name, stage, stored.cfg,
+             !held_by_another_stage(name, names.is_mtp_file_tensor(name), stage, stored.cfg,
                                     [&](const std::string& model_name) { return names.in_files(model_name); }))
       unused.push_back(name);
   }

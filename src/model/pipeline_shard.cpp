@@ -3,15 +3,21 @@
 #include <fmt/ranges.h>
 #include <slimpi/error.h>
 
+#include "model/model_config.h"
+
 namespace slimpi {
 
-bool PipelineShard::holds(const std::string& name, int64_t n_layers, bool tied_embeddings) const {
+bool PipelineShard::holds(const std::string& name, int64_t n_layers, bool embedding_copy) const {
   if (size == 1) return true;
-  static const std::string layer_prefix = "model.layers.";
+  static const std::string layer_prefix = "model.layers.", mtp_prefix = "model.mtp_layers.";
   if (name.rfind(layer_prefix, 0) == 0) return holds_layer(std::stoll(name.substr(layer_prefix.size())), n_layers);
-  if (name == "model.embed_tokens.weight") return first() || (tied_embeddings && last());
-  if (name == "model.norm.weight" || name == "lm_head.weight") return last();
+  if (name == "model.embed_tokens.weight") return first() || (embedding_copy && last());
+  if (name == "model.norm.weight" || name == "lm_head.weight" || name.rfind(mtp_prefix, 0) == 0) return last();
   SLIMPI_FAIL("pipeline parallelism: no stage holds parameter {}", name);
+}
+
+bool last_stage_copies_embedding(const ModelConfig& cfg) {
+  return cfg.tie_word_embeddings || cfg.mtp_num_layers > 0;
 }
 
 std::vector<int64_t> stage_layer_counts(int64_t n_layers, int stages, const std::vector<int64_t>& explicit_layers) {

@@ -23,7 +23,7 @@
 namespace slimpi {
 
 void Transformer::add(const std::string& name, at::Tensor t, at::Tensor* binds_to) {
-  if (!pipeline_.holds(name, cfg_.n_layers, cfg_.tie_word_embeddings)) return;  // another stage's
+  if (!pipeline_.holds(name, cfg_.n_layers, last_stage_copies_embedding(cfg_))) return;  // another stage's
   if (tensor_.size > 1) t = shard_of_whole(t, parameter_split(name, cfg_, tensor_.size), tensor_);
   params_.push_back({name, t.to(device_, weights_).set_requires_grad(true)});
   bindings_.push_back(binds_to);
@@ -213,15 +213,12 @@ Transformer::Transformer(const ModelConfig& cfg, uint64_t seed, const at::Device
       context_(context),
       pipeline_(pipeline) {
   check_shards(cfg, weights, experts, tensor);
-  // (tied embeddings: the first and last stages sum their two copies' gradients over `tied`)
-  const bool holds_tied_copy = cfg.tie_word_embeddings && (pipeline.first() || pipeline.last());
+  // (the embedding's copies: the first and last stages sum their gradients over `tied`)
+  const bool holds_tied_copy = last_stage_copies_embedding(cfg) && (pipeline.first() || pipeline.last());
   SLIMPI_CHECK(pipeline.size == 1 || (pipeline.comm && pipeline.comm->size() == pipeline.size &&
                                       (!holds_tied_copy || pipeline.tied) && pipeline.first_layer < pipeline.end_layer),
                "pipeline stage {} of {} (layers {}..{}) without its groups", pipeline.stage, pipeline.size,
                pipeline.first_layer, pipeline.end_layer - 1);
-  SLIMPI_CHECK(pipeline.size == 1 || cfg.mtp_num_layers == 0,
-               "pipeline parallelism covers models without MTP layers in this version ({} MTP layers)",
-               cfg.mtp_num_layers);
   SLIMPI_CHECK(context.size == 1 || (context.comm && context.comm->size() == context.size && context.rank >= 0 &&
                                      context.rank < context.size),
                "context shard {} of {} without its group", context.rank, context.size);

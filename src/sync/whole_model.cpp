@@ -50,14 +50,14 @@ std::vector<NamedTensor> join_tensor_splits(const TensorShard& tp, const ModelCo
   return out;
 }
 
-// Pipeline parallelism: every stage's tensors (the last stage's copy of a tied embedding
+// Pipeline parallelism: every stage's tensors (the last stage's copy of the embedding
 // dropped), stage by stage: its names and shapes, then its values in one broadcast over the
 // pipeline group. to_all false: on stage 0; the others get an empty list.
-std::vector<NamedTensor> join_stages(const PipelineShard& pp, bool tied_embeddings, const std::vector<NamedTensor>& local,
+std::vector<NamedTensor> join_stages(const PipelineShard& pp, bool embedding_copy, const std::vector<NamedTensor>& local,
                                      bool to_all) {
   std::vector<NamedTensor> mine;
   for (const auto& t : local)
-    if (!pp.is_tied_copy(t.name, tied_embeddings)) mine.push_back(t);
+    if (!pp.is_embedding_copy(t.name, embedding_copy)) mine.push_back(t);
   const at::Device device = mine.empty() ? at::Device(at::kCPU) : mine.front().tensor.device();
   std::vector<NamedTensor> out;
   for (int s = 0; s < pp.size; ++s) {
@@ -124,7 +124,7 @@ std::vector<NamedTensor> whole_tensors(const Transformer& shard_model, const std
   // (to_all false: the tensor groups' first ranks hold their stage's whole tensors; the
   // pipeline groups of the others hold no such rank, and they are done)
   if (pp.size == 1 || (!to_all && tp.rank != 0)) return whole;
-  return join_stages(pp, shard_model.config().tie_word_embeddings, whole, to_all);
+  return join_stages(pp, last_stage_copies_embedding(shard_model.config()), whole, to_all);
 }
 
 namespace {

@@ -39,14 +39,14 @@ std::vector<NamedTensor> trainable(const Transformer& policy, bool with_mtp) {
   return out;
 }
 
-// The parameters of one kind, without the last pipeline stage's copy of a tied embedding
-// (a buffer of its own, outside the norm).
+// The parameters of one kind, without the last pipeline stage's copy of the embedding (a
+// buffer of its own, outside the norm).
 std::vector<NamedTensor> gradient_group(const Transformer& policy, GradientGroup group, bool mtp) {
   std::vector<NamedTensor> out;
-  const bool tied = policy.config().tie_word_embeddings;
+  const bool copy = last_stage_copies_embedding(policy.config());
   for (const auto& p : policy.parameters())
     if (group_of(policy, p.name) == group && is_mtp_parameter(p.name) == mtp &&
-        !policy.pipeline_shard().is_tied_copy(p.name, tied))
+        !policy.pipeline_shard().is_embedding_copy(p.name, copy))
       out.push_back(p);
   return out;
 }
@@ -74,7 +74,13 @@ at::Tensor idle_forward(const Transformer& model, Precision precision, bool with
   ForwardPrecision scope(precision, model.device());
   const at::Tensor token = at::zeros({1}, at::TensorOptions().dtype(at::kLong).device(model.device()));
   if (!with_mtp) return model.forward_packed(token, {1}).sum() * 0.0;
-  const at::Tensor hidden = model.forward_packed_hidden(token, {1});  // [1, d]
+  return idle_trunk_and_mtp(model, model.forward_packed_hidden(token, {1}));
+}
+
+}  // namespace
+
+at::Tensor idle_trunk_and_mtp(const Transformer& model, const at::Tensor& hidden) {
+  const at::Tensor token = at::zeros({1}, at::TensorOptions().dtype(at::kLong).device(model.device()));
   at::Tensor zero = hidden.sum() * 0.0;
   at::Tensor in = hidden.detach();
   for (int64_t i = 0; i < model.n_mtp_layers(); ++i) {
@@ -83,8 +89,6 @@ at::Tensor idle_forward(const Transformer& model, Precision precision, bool with
   }
   return zero;
 }
-
-}  // namespace
 
 Trainer::Trainer(const TrainerConfig& cfg, Transformer& policy, Comm* dp, const Transformer* reference,
                  Comm* expert_replicas, Comm* replicas)
@@ -138,11 +142,11 @@ Trainer::Trainer(const TrainerConfig& cfg, Transformer& policy, Comm* dp, const 
       groups_.push_back(std::move(g));
     }
   }
-  // Pipeline parallelism: the last stage's copy of the tied embedding in a buffer of its
-  // own, reduced as the replicated ones and clipped by the same norm, counted on the first stage.
+  // Pipeline parallelism: the last stage's copy of the embedding in a buffer of its own,
+  // reduced as the replicated ones and clipped by the same norm, counted on the first stage.
   std::vector<NamedTensor> copy;  // (replicated, or vocabulary-split under tensor parallelism)
   for (const auto& p : policy.parameters())
-    if (pipeline_.is_tied_copy(p.name, policy.config().tie_word_embeddings)) copy.push_back(p);
+    if (pipeline_.is_embedding_copy(p.name, last_stage_copies_embedding(policy.config()))) copy.push_back(p);
   if (!copy.empty()) {
     GradGroup g;
     g.grads = std::make_unique<GradBuffer>(copy, cfg.grad_bucket_bytes, padding(cfg, replicas_));
@@ -452,10 +456,10 @@ void Trainer::apply_update(std::map<std::string, double>& metrics) {
                     "weights (train.skip_nonfinite_steps = true skips such steps instead)",
                     n_steps(), loss, grad_norm, mtp ? fmt::format(" (the MTP layers' {})", mtp_norm) : "");
   }
-  // Pipeline parallelism: the last stage's copy of a tied embedding takes the first
-  // stage's values (the two took the same step, but their buffers' reductions may add in
-  // another order).
-  if (pipeline_.size > 1 && pipeline_.tied && policy_.config().tie_word_embeddings)
+  // Pipeline parallelism: the last stage's copy of the embedding takes the first stage's
+  // values (the two took the same step, but their buffers' reductions may add in another
+  // order).
+  if (pipeline_.size > 1 && pipeline_.tied && last_stage_copies_embedding(policy_.config()))
     broadcast(*pipeline_.tied, policy_.parameter("model.embed_tokens.weight").detach(), 0);
   metrics["train/skipped_nonfinite_step"] = finite ? 0.0 : 1.0;
   metrics["train/grad_norm"] = grad_norm;

@@ -293,4 +293,9 @@ class Trainer {
   std::vector<int64_t> stage_moe_layers_;
 };
 
+// An idle forward's loss (expert parallelism, train/trainer.cpp): zero times the trunk's
+// output `hidden` [1, d] of the one token 0 and of the MTP depths run on it detached, as
+// the MTP loss runs them, so that its backward meets the MoE depths' token exchanges.
+at::Tensor idle_trunk_and_mtp(const Transformer& model, const at::Tensor& hidden);
+
 }  // namespace slimpi

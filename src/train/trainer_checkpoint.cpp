@@ -56,7 +56,7 @@ bool Trainer::stores_part(const std::string& name) const {
   // of `replicas`, an expert's by the first of its replicas.
   const std::string param = parameter_of(name);
   if (!first_in_tensor_group(param)) return false;
-  if (pipeline_.is_tied_copy(param, policy_.config().tie_word_embeddings)) return false;  // the first stage's
+  if (pipeline_.is_embedding_copy(param, last_stage_copies_embedding(policy_.config()))) return false;  // the first stage's
   if (expert_replicas_ && Transformer::is_expert_parameter(param)) return expert_replicas_->rank() == 0;
   return !replicas_ || replicas_->rank() == 0;
 }
@@ -87,7 +87,7 @@ void Trainer::save(const std::string& path, MPI_Comm trainer) const {
       for (auto& t : g.sharded->state_like()) moments.push_back(std::move(t));
       for (auto& piece : g.sharded->moment_pieces())
         if (first_in_tensor_group(parameter_of(piece.name)) &&
-            !pipeline_.is_tied_copy(parameter_of(piece.name), policy_.config().tie_word_embeddings)) {
+            !pipeline_.is_embedding_copy(parameter_of(piece.name), last_stage_copies_embedding(policy_.config()))) {
           piece.values = piece.values.cpu().contiguous();
           moment_pieces.push_back(std::move(piece));
         }

@@ -113,8 +113,8 @@ void Trainer::pipelined_forwards_and_backwards(std::vector<Sample>& local,
       else links.send_forward_counts(counts);
     }
     if (pipeline_.last()) {
-      if (f.idle) {
-        f.output = y.sum() * 0.0;
+      if (f.idle) {  // (an MoE MTP depth exchanges tokens too: train/trainer.cpp's idle forward)
+        f.output = train_mtp_ && policy_.config().mtp_is_moe() ? idle_trunk_and_mtp(policy_, y) : y.sum() * 0.0;
       } else {
         const StageOutput stage{f.batch, y, traced ? &f.trace : nullptr, traced ? &f.routing : nullptr};
         f.output = micro_batch_loss(local, plan[size_t(m)], in, sums, &stage);
@@ -215,9 +215,9 @@ std::vector<at::Tensor> Trainer::pipelined_log_probs(const std::vector<Sample>& 
 
 void Trainer::sum_tied_embedding_grads() {
   // The first stage's embedding and the last stage's copy: each holds the part of the
-  // gradient its own stage's use gave (lookup, head), summed here before the data-parallel
-  // reduction, so both take the same step.
-  if (!policy_.config().tie_word_embeddings || !pipeline_.tied) return;
+  // gradient its own stage's use gave (lookup; a tied head, or 0 from the MTP layers'
+  // detached read), summed here before the data-parallel reduction, so both take the same step.
+  if (!last_stage_copies_embedding(policy_.config()) || !pipeline_.tied) return;
   allreduce(*pipeline_.tied, policy_.parameter("model.embed_tokens.weight").grad());
 }
 

@@ -12,7 +12,8 @@
 //   models (a first dense layer, so that PP 4's first stage has no MoE layer) with and
 //   without routing replay, their load-balancing and z-losses added up over the stages,
 //   and expert parallelism over the pipelines (PP 2 x EP 2, one pipeline with fewer
-//   micro-batches: idle ones through its stages);
+//   micro-batches: idle ones through its stages); MTP layers on the last stage (untied:
+//   its copy of the embedding their token input; tied; MoE depths with expert parallelism);
 // - the split trainer's checkpoint loads into the whole model, and the stages gathered
 //   are the whole model.
 #include <ATen/ATen.h>
@@ -50,12 +51,18 @@ TEST(PipelineStages, SplitLayersAndHoldTheirParameters) {
   EXPECT_TRUE(last.holds("model.layers.3.mlp.up_proj.weight", 4, true));
   EXPECT_FALSE(last.holds("model.layers.2.mlp.up_proj.weight", 4, true));
   EXPECT_TRUE(last.holds("lm_head.weight", 4, false));
-  EXPECT_TRUE(last.holds("model.embed_tokens.weight", 4, true));  // the tied head's copy
+  EXPECT_TRUE(last.holds("model.embed_tokens.weight", 4, true));  // the tied head's (or the MTP layers') copy
   EXPECT_FALSE(last.holds("model.embed_tokens.weight", 4, false));
-  EXPECT_TRUE(last.is_tied_copy("model.embed_tokens.weight", true));
+  EXPECT_TRUE(last.is_embedding_copy("model.embed_tokens.weight", true));
+  EXPECT_TRUE(last.holds("model.mtp_layers.0.input_proj.weight", 4, true));
   PipelineShard first{0, 2, nullptr, nullptr, 0, 3};
   EXPECT_FALSE(first.holds("model.norm.weight", 4, true));
-  EXPECT_FALSE(first.is_tied_copy("model.embed_tokens.weight", true));
+  EXPECT_FALSE(first.holds("model.mtp_layers.0.input_proj.weight", 4, true));
+  EXPECT_FALSE(first.is_embedding_copy("model.embed_tokens.weight", true));
+  ModelConfig mtp = testing::tiny_model_config(/*max_seq_len=*/8, /*init_std=*/0.1);
+  EXPECT_FALSE(last_stage_copies_embedding(mtp));
+  mtp.mtp_num_layers = 1;
+  EXPECT_TRUE(last_stage_copies_embedding(mtp));
 }
 
 struct Case {
@@ -63,6 +70,7 @@ struct Case {
   int expert_parallel = 1;
   bool moe = false, replay = true;
   bool exact = false;  // exact numerics (train.on_policy = "exact"): log-probs bit for bit
+  int mtp = 0;         // MTP depths (on the last stage, with its copy of the embedding)
   bool fewer_samples_on_d1 = false;  // data-parallel index 1 gets 2 samples (fewer micro-batches)
   std::vector<int64_t> layers;  // per stage (empty: even)
   bool tied = false;
@@ -82,6 +90,7 @@ ModelConfig config_of(const Case& c) {
   m.qk_norm = true;
   m.qkv_bias = true;
   m.tie_word_embeddings = c.tied;
+  m.mtp_num_layers = c.mtp;
   if (c.moe) {
     m.n_experts = 4;
     m.n_experts_per_tok = 2;
@@ -111,6 +120,7 @@ TrainerConfig trainer_config(const Case& c) {
   t.moe_aux_loss_coef = 0.01;
   t.moe_z_loss_coef = 0.001;
   t.routing_replay = c.moe && c.replay;
+  t.mtp_loss_coef = c.mtp > 0 ? 0.3 : 0.0;
   return t;
 }
 
@@ -235,7 +245,10 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{.exact = true, .name = "exact"}, Case{.moe = true, .exact = true, .name = "moe_exact"},
                       Case{.moe = true, .replay = false, .name = "moe_routed"},
                       Case{.pipeline_parallel = 2, .expert_parallel = 2, .moe = true, .fewer_samples_on_d1 = true,
-                           .micro_batches = 3, .name = "moe_pp2_ep2"}),
+                           .micro_batches = 3, .name = "moe_pp2_ep2"},
+                      Case{.mtp = 2, .name = "mtp"}, Case{.mtp = 1, .tied = true, .name = "tied_mtp"},
+                      Case{.pipeline_parallel = 2, .expert_parallel = 2, .moe = true, .mtp = 1,
+                           .fewer_samples_on_d1 = true, .micro_batches = 3, .name = "moe_mtp_pp2_ep2"}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 
 }  // namespace

@@ -13,10 +13,10 @@
 #    straight run does;
 #  * a pipelined run (and its KL reference) starts from a Hugging Face export;
 #  * SFT with evaluation (the stages gathered into the evaluation's engine) matches;
-#  * a DeepSeekMoE model (dense first layer, routing replay, load-balancing and z-losses)
-#    at PP 2 x DP 2 with expert parallelism 2 generates the tokens and routing of its
-#    PP 1 run; exact on-policy at PP 2 trains on the engine's bits (train/rollout
-#    abs_diff 0);
+#  * a DeepSeek-V3-shaped model (latent attention, DeepSeekMoE with a dense first layer,
+#    routing replay, load-balancing and z-losses, an MoE MTP depth trained) at PP 2 x DP 2
+#    with expert parallelism 2 generates the tokens and routing of its PP 1 run; exact
+#    on-policy at PP 2 trains on the engine's bits (train/rollout abs_diff 0);
 #  * impossible layouts and what is not pipelined yet are refused with their numbers.
 # Usage: pipeline_parallel_runs.sh SLIMPI ROOT "MPIRUN FLAGS"
 set -euo pipefail
@@ -107,18 +107,29 @@ with h5py.File(f"{out}/sft_pp1/metrics.h5") as a, h5py.File(f"{out}/sft_pp2/metr
 print("pipeline_parallel_runs: SFT at PP 2 logs PP 1's losses, norms and evaluation")
 PY
 
-echo "== DeepSeekMoE at PP 2 x DP 2 with EP 2 (np 4 colocated) against PP 1"
+echo "== DeepSeek-V3's shape (MLA, DeepSeekMoE, MTP) at PP 2 x DP 2 with EP 2 (np 4 colocated) against PP 1"
 moe=(--set model.n_experts=4 --set model.n_experts_per_tok=2 --set model.moe_intermediate_size=16
      --set model.moe_router=sigmoid --set model.moe_router_bias=true --set model.moe_n_group=2
      --set model.moe_topk_group=1 --set model.n_shared_experts=1 --set model.first_k_dense_replace=1
      --set train.moe_aux_loss_coef=0.01 --set train.moe_z_loss_coef=0.001 --set train.routing_replay=true)
+v3=(--set model.kv_lora_rank=16 --set model.q_lora_rank=24 --set model.qk_nope_head_dim=8 --set model.qk_rope_head_dim=4
+    --set model.v_head_dim=6 --set model.rope_interleave=true --set model.partial_rotary_factor=1 --set model.qk_norm=false
+    --set model.mtp_num_layers=1 --set train.mtp_loss_coef=0.3)
 # One sample a micro-batch at DP 4 and at DP 2: the load-balancing loss is a micro-batch's
 # (its choice shares times its mean probabilities), so the runs split the samples alike.
 moe+=(--set train.n_micro_batches=16)
-run 4 co4_moe_pp1 "${co[@]}" "${moe[@]}"
-run 4 co4_moe_pp2_ep2 "${co[@]}" "${moe[@]}" --set parallel.pipeline_parallel=2 --set parallel.expert_parallel=2
+run 4 co4_moe_pp1 "${co[@]}" "${moe[@]}" "${v3[@]}"
+run 4 co4_moe_pp2_ep2 "${co[@]}" "${moe[@]}" "${v3[@]}" --set parallel.pipeline_parallel=2 --set parallel.expert_parallel=2
 /usr/bin/python3 tests/regression/same_tokens.py "$tag" "$out/co4_moe_pp1" "$out/co4_moe_pp2_ep2" tokens/values \
   tokens/offsets routing/values reward step advantages/values old_log_probs/values
+
+echo "== ... and from its Hugging Face export (DeepSeek-V3's layout: the MTP depth is layer 4, the last stage's)"
+"$slimpi" export "$out/co4_moe_pp1/ckpt/step_00000004" "$out/hf_v3" >"$out/export_v3.log"
+from_v3=("${co[@]}" "${moe[@]}" "${v3[@]}" --set model.init_from="$out/hf_v3" --set run.n_steps=1)
+run 4 from_hf_v3_pp1 "${from_v3[@]}"
+run 4 from_hf_v3_pp2_ep2 "${from_v3[@]}" --set parallel.pipeline_parallel=2 --set parallel.expert_parallel=2
+/usr/bin/python3 tests/regression/same_tokens.py "$tag" "$out/from_hf_v3_pp1" "$out/from_hf_v3_pp2_ep2" tokens/values \
+  tokens/offsets routing/values reward step
 
 echo "== exact on-policy: PP 2 trains on the engine's bits (abs_diff 0)"
 run 2 exact_pp2 "${co[@]}" --set train.on_policy=exact --set train.normalize_advantages=true \
