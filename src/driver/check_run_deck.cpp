@@ -254,8 +254,8 @@ void check_context_parallel(const Deck& deck, const WorldLayout& layout) {
 }
 
 // Pipeline parallelism (model/pipeline_shard.h): tensor × context × pipeline blocks of
-// trainer ranks; no critic; engines that take a whole
-// model (split placement: the broadcast route; colocated: one-rank engines).
+// trainer ranks; engines that take a whole model (split placement: the broadcast route;
+// colocated: one-rank engines).
 void check_pipeline_parallel(const Deck& deck, const ModelConfig& model, const WorldLayout& layout) {
   const int64_t pp = deck.get_int("parallel.pipeline_parallel");
   if (pp <= 1) {
@@ -276,9 +276,6 @@ void check_pipeline_parallel(const Deck& deck, const ModelConfig& model, const W
                     deck.source("parallel.trainer_ranks"), deck.source("parallel.placement"));
   pipeline_layer_counts(deck, model);
   auto refuse = [&](const std::string& why) { SLIMPI_FAIL_ALL("{}: {}", what, why); };
-  if (deck.get_string("train.mode") == "rl" && deck.get_string("train.advantage_estimator") == "ppo")
-    refuse(fmt::format("PPO's critic is not pipelined in this version (train.advantage_estimator = \"ppo\", {})",
-                       deck.source("train.advantage_estimator")));
   if (deck.get_string("train.mode") == "rl" && layout.placement == Placement::Colocate &&
       deck.get_int("rollout.tensor_parallel") > 1)
     refuse(fmt::format("colocated tensor-parallel engines run the policy's own shards, which a stage holds only some "

@@ -6,6 +6,7 @@
 #include <slimpi/error.h>
 
 #include <cmath>
+#include <deque>
 #include <filesystem>
 #include <optional>
 #include <tuple>
@@ -20,6 +21,8 @@
 #include "train/metric_sums.h"
 #include "train/micro_batches.h"
 #include "train/packed_batch.h"
+#include "train/pipeline_links.h"
+#include "train/pipeline_schedule.h"
 #include "train/gradient_groups.h"
 #include "train/value_loss.h"
 
@@ -49,12 +52,12 @@ bool file_holds_critic(const std::string& path) {
 }
 
 Critic::Critic(const TrainerConfig& trainer, const Transformer& policy, Comm* dp, uint64_t seed, Comm* replicas)
-    : cfg_(trainer), dp_(dp), replicas_(replicas ? replicas : dp) {
+    : cfg_(trainer), dp_(dp), replicas_(replicas ? replicas : dp), pipeline_(policy.pipeline_shard()) {
   SLIMPI_CHECK(policy.expert_shard().size <= 1, "the critic is not expert-parallel: the policy is an expert shard");
   const ModelConfig mc = trunk_config(policy.config());
   const TensorShard& tp = policy.tensor_shard();
   trunk_ = std::make_unique<Transformer>(mc, seed, policy.device(), at::kFloat, ExpertShard{}, tp,
-                                         policy.context_shard());
+                                         policy.context_shard(), pipeline_);
   const StoredWhole stored{&trunk_->config(), tp};
   trunk_->set_recompute(cfg_.recompute);
   const at::TensorOptions f32 = at::TensorOptions().dtype(at::kFloat).device(policy.device());
@@ -63,10 +66,13 @@ Critic::Critic(const TrainerConfig& trainer, const Transformer& policy, Comm* dp
   head_weight_ = at::normal(0.0, mc.init_std, {1, mc.hidden_size}, gen, at::kFloat).to(policy.device());
   head_bias_ = at::zeros({1}, f32);
   for (auto& p : trunk_->parameters())
-    if (p.name != "lm_head.weight") trained_.push_back(p);
+    if (p.name != "lm_head.weight" && !pipeline_.is_embedding_copy(p.name, last_stage_copies_embedding(mc)))
+      trained_.push_back(p);
   for (at::Tensor* t : {&head_weight_, &head_bias_}) t->set_requires_grad(true);
-  trained_.push_back({kHeadWeight, head_weight_});
-  trained_.push_back({kHeadBias, head_bias_});
+  if (pipeline_.last()) {  // (a pipeline's last stage holds the head)
+    trained_.push_back({kHeadWeight, head_weight_});
+    trained_.push_back({kHeadBias, head_bias_});
+  }
 
   const std::string& from = cfg_.critic.init_from;
   if (from.empty()) {
@@ -85,7 +91,7 @@ Critic::Critic(const TrainerConfig& trainer, const Transformer& policy, Comm* dp
         read_tensors_into(model.id(), trained_, false, stored);
         log::info("critic: trunk and value head from {} (a PPO run's critic)", from);
       } else {
-        load_model_weights(trunk_->parameters(), from, "model", false, stored);
+        load_model_weights(trunk_->parameters(), from, "model", false, stored, pipeline_);
         log::info("critic: trunk from {}, which has no value head: a fresh value head", from);
       }
     } catch (const std::exception& e) {  // HDF5's and the loader's text, under the key that named the file
@@ -121,12 +127,7 @@ int64_t Critic::n_trained() const {
   return n;
 }
 
-at::Tensor Critic::forward(const PackedBatch& b) const {
-  at::Tensor hidden;  // [T, d] fp32, the final norm's output
-  {
-    ForwardPrecision scope(cfg_.precision, trunk_->device());
-    hidden = trunk_->forward_packed_hidden(b.tokens, b.seq_lens);
-  }
+at::Tensor Critic::head_values(const PackedBatch& b, const at::Tensor& hidden) const {
   const ScoredPositions at = response_positions(b.tokens, b.seq_lens, b.prompt_lens);
   // Context parallelism: hidden is this rank's rows; it values the tokens they predict,
   // and the group gathers every token's (train/packed_batch.h's log-probs likewise).
@@ -148,9 +149,24 @@ std::vector<std::vector<float>> Critic::values(const std::vector<Sample>& sample
   at::NoGradGuard no_grad;
   std::vector<int64_t> lengths;
   for (const auto& s : samples) lengths.push_back(s.packed_length());
+  const auto plan = plan_micro_batches(lengths, cfg_.n_micro_batches, cfg_.max_tokens_per_micro_batch);
+  const std::vector<at::Tensor> staged = pipeline_.size > 1 ? pipelined_values(samples, plan) : std::vector<at::Tensor>{};
   std::vector<std::vector<float>> out(samples.size());
-  for (const auto& which : plan_micro_batches(lengths, cfg_.n_micro_batches, cfg_.max_tokens_per_micro_batch)) {
-    const at::Tensor v = forward(pack(samples, which, trunk_->device())).cpu().contiguous();  // [N]
+  for (size_t micro = 0; micro < plan.size(); ++micro) {
+    const std::vector<int64_t>& which = plan[micro];
+    at::Tensor v;  // [N]
+    if (pipeline_.size > 1) {
+      v = staged[micro];
+    } else {
+      const PackedBatch b = pack(samples, which, trunk_->device());
+      at::Tensor hidden;  // [T, d] fp32, the final norm's output
+      {
+        ForwardPrecision scope(cfg_.precision, trunk_->device());
+        hidden = trunk_->forward_packed_hidden(b.tokens, b.seq_lens);
+      }
+      v = head_values(b, hidden);
+    }
+    v = v.cpu().contiguous();
     int64_t start = 0;
     for (int64_t i : which) {
       const int64_t n = samples[size_t(i)].response_length();
@@ -159,6 +175,74 @@ std::vector<std::vector<float>> Critic::values(const std::vector<Sample>& sample
     }
   }
   return out;
+}
+
+std::vector<at::Tensor> Critic::pipelined_values(const std::vector<Sample>& samples,
+                                                 const std::vector<std::vector<int64_t>>& plan) const {
+  PipelineLinks links(pipeline_);
+  std::vector<at::Tensor> mine;  // the last stage's [N] per micro-batch
+  std::vector<int64_t> sizes;
+  for (const auto& which : plan) {
+    const PackedBatch b = pack(samples, which, trunk_->device());
+    const at::Tensor y = stage_forward(*trunk_, links, b, cfg_.precision, /*track_input=*/false);
+    int64_t n = 0;
+    for (int64_t i : which) n += samples[size_t(i)].response_length();
+    sizes.push_back(n);
+    if (pipeline_.last()) mine.push_back(head_values(b, y));
+    else links.send_forward(y);
+  }
+  links.finish();
+  return from_last_stage(pipeline_, mine, sizes);
+}
+
+at::Tensor Critic::value_loss(const std::vector<Sample>& local, const std::vector<int64_t>& which,
+                              const PackedBatch& batch, const at::Tensor& v, double n_samples, double n_masked,
+                              MetricSums& sums) const {
+  const at::Device device = trunk_->device();
+  const at::Tensor old_v = gather_field(local, which, &Sample::values, 0.0f, device);
+  const at::Tensor returns = gather_field(local, which, &Sample::returns, 0.0f, device);
+  const at::Tensor mask = gather_field(local, which, &Sample::loss_mask, 1.0f, device);
+  const at::Tensor weight =
+      reducer_weights(local, which, batch, mask, n_samples, n_masked, cfg_.calculate_per_token_loss);  // [N]
+  const ValueLossTerms terms = value_loss_terms(v, old_v, returns, cfg_.critic.value_clip);
+  sums.add("train/value_loss", terms.loss, weight);
+  sums.add("train/value_clipfrac", terms.clipped, weight);
+  return (terms.loss * weight).sum();
+}
+
+void Critic::pipelined_forwards_and_backwards(const std::vector<Sample>& local,
+                                              const std::vector<std::vector<int64_t>>& plan, double n_samples,
+                                              double n_masked, MetricSums& sums) {
+  const at::Device device = trunk_->device();
+  const int64_t d = trunk_->config().hidden_size;
+  PipelineLinks links(pipeline_);
+  struct InFlight {
+    at::Tensor input;   // [rows, d] the received activations (requires grad), undefined on the first stage
+    at::Tensor output;  // the stage's output [rows, d], or the last stage's loss
+  };
+  std::deque<InFlight> in_flight;
+  auto forward = [&](int64_t m) {
+    const std::vector<int64_t>& which = plan[size_t(m)];
+    const PackedBatch batch = pack(local, which, device);
+    InFlight f;
+    const at::Tensor y = stage_forward(*trunk_, links, batch, cfg_.precision, /*track_input=*/true, &f.input);
+    if (pipeline_.last()) {
+      f.output = value_loss(local, which, batch, head_values(batch, y), n_samples, n_masked, sums);
+    } else {
+      links.send_forward(y);
+      f.output = y;
+    }
+    in_flight.push_back(std::move(f));
+  };
+  auto backward = [&] {
+    InFlight f = std::move(in_flight.front());
+    in_flight.pop_front();
+    if (pipeline_.last()) f.output.backward();
+    else f.output.backward(links.recv_backward(f.output.size(0), d, at::TensorOptions().dtype(at::kFloat).device(device)));
+    if (!pipeline_.first()) links.send_backward(f.input.grad());
+  };
+  run_one_f_one_b(pipeline_, int64_t(plan.size()), forward, backward);
+  links.finish();
 }
 
 std::map<std::string, double> Critic::train_step(const std::vector<Sample>& local) {
@@ -175,24 +259,26 @@ std::map<std::string, double> Critic::train_step(const std::vector<Sample>& loca
   for (const char* k : {"train/value_loss", "train/value_clipfrac"}) sums.add_value(k, 0.0);
   std::vector<int64_t> lengths;
   for (const auto& s : local) lengths.push_back(s.packed_length());
-  for (const auto& which : plan_micro_batches(lengths, cfg_.n_micro_batches, cfg_.max_tokens_per_micro_batch)) {
-    const PackedBatch batch = pack(local, which, device);
-    const at::Tensor v = forward(batch);  // [N]
-    const at::Tensor old_v = gather_field(local, which, &Sample::values, 0.0f, device);
-    const at::Tensor returns = gather_field(local, which, &Sample::returns, 0.0f, device);
-    const at::Tensor mask = gather_field(local, which, &Sample::loss_mask, 1.0f, device);
-    const at::Tensor weight =
-        reducer_weights(local, which, batch, mask, n_samples, n_masked, cfg_.calculate_per_token_loss);  // [N]
-    const ValueLossTerms terms = value_loss_terms(v, old_v, returns, cfg_.critic.value_clip);
-    sums.add("train/value_loss", terms.loss, weight);
-    sums.add("train/value_clipfrac", terms.clipped, weight);
-    (terms.loss * weight).sum().backward();
+  const auto plan = plan_micro_batches(lengths, cfg_.n_micro_batches, cfg_.max_tokens_per_micro_batch);
+  if (pipeline_.size > 1) {
+    pipelined_forwards_and_backwards(local, plan, n_samples, n_masked, sums);
+  } else {
+    for (const auto& which : plan) {
+      const PackedBatch batch = pack(local, which, device);
+      at::Tensor hidden;  // [T, d] fp32, the final norm's output
+      {
+        ForwardPrecision scope(cfg_.precision, device);
+        hidden = trunk_->forward_packed_hidden(batch.tokens, batch.seq_lens);
+      }
+      value_loss(local, which, batch, head_values(batch, hidden), n_samples, n_masked, sums).backward();
+    }
   }
   for (auto& g : grads_) {
     SLIMPI_CHECK(g.buffer->grads_alias_buffer(), "autograd replaced a critic gradient outside its flat buffer");
     g.buffer->all_reduce(replicas_);
   }
   std::map<std::string, double> metrics = sums.reduce(dp_);
+  if (pipeline_.size > 1) sum_over_stages(pipeline_, metrics);  // (the last stage's loss terms)
   const double lr = cfg_.critic.lr.at(optimizer_->n_steps());
   const double norm = grad_norm();
   const bool finite = std::isfinite(norm) && std::isfinite(metrics["train/value_loss"]);
@@ -218,6 +304,11 @@ double Critic::grad_norm() const {
     at::Tensor mine = at::full({1}, std::pow(g.buffer->global_norm(), 2), at::kDouble);
     if (g.norm_over) allreduce(*g.norm_over, mine);
     sq += mine.item<double>() / g.replicas;
+  }
+  if (pipeline_.size > 1) {  // every stage's parameters
+    at::Tensor all = at::full({1}, sq, at::kDouble);
+    allreduce(*pipeline_.comm, all);
+    sq = all.item<double>();
   }
   return std::sqrt(sq);
 }

@@ -16,6 +16,10 @@
 // rank holds the same critic weights and moments (same start, same summed gradients).
 // The trunk's LM head (untied models) is never read: it is left out of the optimizer
 // and of checkpoints.
+// Under pipeline parallelism the trunk is split into the policy's stages and the value
+// head lives on the last (the tied embedding's copy there is never read: left out too);
+// its steps run the 1F1B schedule (train/pipeline_schedule.h), the value loss on the last
+// stage, whose values and metrics every stage gets; the gradient norm adds the stages'.
 #pragma once
 
 #include <mpi.h>
@@ -39,6 +43,7 @@ namespace slimpi {
 namespace h5 {
 class File;
 }
+class MetricSums;
 struct PackedBatch;
 
 // Whether the HDF5 file at `path` (a trainer_state.h5) holds a critic group: written by a
@@ -86,13 +91,27 @@ class Critic {
   bool load(const std::string& path);
 
  private:
-  // [N] values of a packed micro-batch's response tokens (with autograd when enabled).
-  at::Tensor forward(const PackedBatch& b) const;
+  // [N] values of a packed micro-batch's response tokens (with autograd when enabled),
+  // from the trunk's output `hidden` (the final norm's: its rows, under context parallelism).
+  at::Tensor head_values(const PackedBatch& b, const at::Tensor& hidden) const;
+  // Pipeline parallelism: each micro-batch of `plan` through the stages, every stage
+  // returning the last stage's [N] values of each.
+  std::vector<at::Tensor> pipelined_values(const std::vector<Sample>& samples,
+                                           const std::vector<std::vector<int64_t>>& plan) const;
+  // The value loss's forwards and backwards of one step's micro-batches (1F1B through the
+  // stages); adds the loss terms to `sums` on the last stage.
+  void pipelined_forwards_and_backwards(const std::vector<Sample>& local, const std::vector<std::vector<int64_t>>& plan,
+                                        double n_samples, double n_masked, MetricSums& sums);
+  // One micro-batch's value loss (Σ over its tokens of the per-token loss times the
+  // reducer's weights) from its values; adds the terms to `sums`.
+  at::Tensor value_loss(const std::vector<Sample>& local, const std::vector<int64_t>& which, const PackedBatch& batch,
+                        const at::Tensor& v, double n_samples, double n_masked, MetricSums& sums) const;
 
   TrainerConfig cfg_;
   Comm* dp_;
   Comm* replicas_;  // gradients are summed over it (dp_ without context parallelism)
   std::unique_ptr<Transformer> trunk_;
+  PipelineShard pipeline_;  // the policy's stage (size 1: no pipeline)
   at::Tensor head_weight_, head_bias_;  // [1, d], [1]
   std::vector<NamedTensor> trained_;    // the trunk's parameters the head reads through, then the head's
   // One gradient buffer per kind of parameter, with the group its norm adds up over and

@@ -22,6 +22,7 @@
 #include "train/moe_terms.h"
 #include "train/mtp_loss.h"
 #include "train/packed_batch.h"
+#include "train/pipeline_schedule.h"
 #include "train/policy_loss.h"
 #include "train/rl_objective.h"
 #include "train/whitening.h"
@@ -157,8 +158,6 @@ Trainer::Trainer(const TrainerConfig& cfg, Transformer& policy, Comm* dp, const 
   }
   SLIMPI_CHECK(!groups_.empty() && !groups_.front().mtp && !groups_.front().experts,
                "the policy has no replicated parameter (its norms, at least)");
-  SLIMPI_CHECK(pipeline_.size == 1 || !(cfg_.mode == "rl" && cfg_.estimator->needs_critic),
-               "pipeline parallelism does not split PPO's critic (a value model of its own)");
   SLIMPI_CHECK(!reference_ || reference_->pipeline_shard().stage == pipeline_.stage,
                "the reference model must be split over the policy's pipeline stages");
   if (cfg_.mode == "rl" && cfg_.estimator->needs_critic)
@@ -254,7 +253,9 @@ std::map<std::string, double> Trainer::train_step(std::vector<Sample>& local) {
   if (pipeline_.size > 1) sum_tied_embedding_grads();
   reduce_gradients();
   std::map<std::string, double> metrics = sums.reduce(dp_);
-  if (pipeline_.size > 1) sum_stage_metrics(metrics);
+  // Pipeline parallelism: the loss terms ran on the last stage alone (the others' sums are
+  // 0); an MoE model's routing metrics and router losses are each stage's own layers'.
+  if (pipeline_.size > 1) sum_over_stages(pipeline_, metrics);
   if (moe_) finish_routing_metrics(moe_layers_, metrics);
   apply_update(metrics);
   const double seconds = clock.seconds();

@@ -217,15 +217,13 @@ class Trainer {
   // micro-batch in turn; `replay`: the samples' routing traces; n_runs: the expert group's
   // count of micro-batches, idle ones past the plan's), every stage returning the last
   // stage's [N] log-probs of each planned micro-batch; the tied embedding's two copies'
-  // gradients summed; the step's metrics added up over the stages (each stage's own
-  // routing metrics and router losses; the other terms the last stage's).
+  // gradients summed.
   void pipelined_forwards_and_backwards(std::vector<Sample>& local, const std::vector<std::vector<int64_t>>& plan,
                                         const StepInputs& in, MetricSums& sums);
   std::vector<at::Tensor> pipelined_log_probs(const std::vector<Sample>& samples,
                                               const std::vector<std::vector<int64_t>>& plan, const Transformer& model,
                                               bool replay, int64_t n_runs) const;
   void sum_tied_embedding_grads();
-  void sum_stage_metrics(std::map<std::string, double>& metrics) const;
   double pipeline_wait_s_ = 0;  // the last step's waits for the neighbouring stages
   // The micro-batch's tokens as the loss terms read them: log-probs, entropy, mask and
   // reducer weights; RL: advantages, old, rollout and reference log-probs.

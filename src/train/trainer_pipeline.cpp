@@ -1,15 +1,10 @@
 // Trainer under pipeline parallelism (train/trainer.h; model/pipeline_shard.h): the 1F1B
-// schedule of a step's micro-batches, the log-prob passes through the stages, the tied
-// embedding's copies and the metrics every stage reports.
-//
-// 1F1B (Megatron's non-interleaved schedule) over M micro-batches at stage s of p: w =
-// min(p − 1 − s, M) warm-up forwards, then M − w times a forward followed by the backward
-// of the oldest micro-batch in flight, then w backwards. A stage holds at most w + 1
-// micro-batches' activations (p at the first stage, however large M is). A forward takes
-// the previous stage's output (the first stage the tokens), runs the stage's layers and
-// sends its output on; the last stage runs the head and the loss instead. A backward
-// takes the next stage's gradient of that output (the last stage its loss), runs
-// autograd through the stage and sends the gradient of its input back.
+// schedule of a step's micro-batches (train/pipeline_schedule.h), the log-prob passes
+// through the stages, the tied embedding's copies and the metrics every stage reports.
+// A forward takes the previous stage's output (the first stage the tokens), runs the
+// stage's layers and sends its output on; the last stage runs the head and the loss
+// instead. A backward takes the next stage's gradient of that output (the last stage its
+// loss), runs autograd through the stage and sends the gradient of its input back.
 // MoE models: each stage traces its own MoE layers (routing agreement, replay). The
 // load-balancing loss couples the layers through their choice counts (model/moe.h): a
 // forward adds its stage's counts to the sum it received and sends it on, so the last
@@ -31,37 +26,10 @@
 #include "train/moe_terms.h"
 #include "train/packed_batch.h"
 #include "train/pipeline_links.h"
+#include "train/pipeline_schedule.h"
 #include "train/trainer.h"
 
 namespace slimpi {
-namespace {
-
-// One micro-batch through this stage, in the forward's precision: its input (the tokens
-// on the first stage; otherwise the previous stage's output, received into `received`,
-// tracking gradients when `track_input`) -> the stage's output. moe: the stage's trace.
-at::Tensor stage_forward(const Transformer& model, PipelineLinks& links, const PackedBatch& b, Precision precision,
-                         bool track_input, at::Tensor* received = nullptr, MoeTrace* moe = nullptr) {
-  at::Tensor x = b.tokens;
-  if (!model.pipeline_shard().first()) {
-    x = links.recv_forward(model.stage_rows(b.seq_lens), model.config().hidden_size,
-                           at::TensorOptions().dtype(at::kFloat).device(model.device()));
-    if (track_input) x.set_requires_grad(true);
-    if (received) *received = x;
-  }
-  ForwardPrecision scope(precision, model.device());
-  return model.forward_packed_stage(x, b.seq_lens, moe);
-}
-
-// An idle micro-batch (expert parallelism, past a pipeline's own): one token, 0.
-PackedBatch idle_batch(const at::Device& device) {
-  PackedBatch b;
-  b.tokens = at::zeros({1}, at::TensorOptions().dtype(at::kLong).device(device));
-  b.seq_lens = {1};
-  b.prompt_lens = {1};
-  return b;
-}
-
-}  // namespace
 
 void Trainer::pipelined_forwards_and_backwards(std::vector<Sample>& local,
                                                const std::vector<std::vector<int64_t>>& plan, const StepInputs& in,
@@ -147,13 +115,7 @@ void Trainer::pipelined_forwards_and_backwards(std::vector<Sample>& local,
       if (traced) links.send_backward_counts(f.routing.counts);
     }
   };
-  const int64_t warm_up = std::min<int64_t>(pipeline_.size - 1 - pipeline_.stage, M);
-  for (int64_t m = 0; m < warm_up; ++m) forward(m);
-  for (int64_t m = warm_up; m < M; ++m) {
-    forward(m);
-    backward();
-  }
-  while (!in_flight.empty()) backward();
+  run_one_f_one_b(pipeline_, M, forward, backward);
   links.finish();
   pipeline_wait_s_ = links.waited_s();
   if (!filled.empty()) {
@@ -201,16 +163,7 @@ std::vector<at::Tensor> Trainer::pipelined_log_probs(const std::vector<Sample>& 
     if (stage.last()) mine.push_back(head_token_log_probs(model, b, y, cfg_.precision, cfg_.temperature, false).logp.cpu());
   }
   links.finish();
-  int64_t total = 0;
-  for (int64_t n : sizes) total += n;
-  at::Tensor all = stage.last() && !mine.empty() ? at::cat(mine) : at::empty({total}, at::kFloat);  // [Σ N]
-  broadcast(*stage.comm, all, stage.size - 1);
-  std::vector<at::Tensor> out;
-  for (int64_t at = 0; int64_t n : sizes) {
-    out.push_back(all.narrow(0, at, n));
-    at += n;
-  }
-  return out;
+  return from_last_stage(stage, mine, sizes);
 }
 
 void Trainer::sum_tied_embedding_grads() {
@@ -219,18 +172,6 @@ void Trainer::sum_tied_embedding_grads() {
   // detached read), summed here before the data-parallel reduction, so both take the same step.
   if (!last_stage_copies_embedding(policy_.config()) || !pipeline_.tied) return;
   allreduce(*pipeline_.tied, policy_.parameter("model.embed_tokens.weight").grad());
-}
-
-void Trainer::sum_stage_metrics(std::map<std::string, double>& metrics) const {
-  // Every stage declared the same names. The loss terms ran on the last stage alone (the
-  // others' sums are 0); an MoE model's routing metrics and router losses are each
-  // stage's own layers' (model/moe.h: the stages' parts add up to the whole).
-  std::vector<double> values;
-  for (const auto& [name, v] : metrics) values.push_back(v);
-  at::Tensor t = at::tensor(values, at::kDouble);
-  allreduce(*pipeline_.comm, t);
-  size_t i = 0;
-  for (auto& [name, v] : metrics) v = t[int64_t(i++)].item<double>();
 }
 
 }  // namespace slimpi

@@ -14,6 +14,8 @@
 //   and expert parallelism over the pipelines (PP 2 x EP 2, one pipeline with fewer
 //   micro-batches: idle ones through its stages); MTP layers on the last stage (untied:
 //   its copy of the embedding their token input; tied; MoE depths with expert parallelism);
+//   PPO's critic in stages (its values, its step's metrics and parameters; with TP 2 and
+//   a tied embedding, whose copy the critic leaves alone);
 // - the split trainer's checkpoint loads into the whole model, and the stages gathered
 //   are the whole model.
 #include <ATen/ATen.h>
@@ -71,6 +73,7 @@ struct Case {
   bool moe = false, replay = true;
   bool exact = false;  // exact numerics (train.on_policy = "exact"): log-probs bit for bit
   int mtp = 0;         // MTP depths (on the last stage, with its copy of the embedding)
+  bool ppo = false;    // PPO: the critic in stages too (its values, its step)
   bool fewer_samples_on_d1 = false;  // data-parallel index 1 gets 2 samples (fewer micro-batches)
   std::vector<int64_t> layers;  // per stage (empty: even)
   bool tied = false;
@@ -104,11 +107,11 @@ ModelConfig config_of(const Case& c) {
 TrainerConfig trainer_config(const Case& c) {
   TrainerConfig t;
   t.mode = c.sft ? "sft" : "rl";
-  t.use_kl_loss = !c.sft;
+  t.use_kl_loss = !c.sft && !c.ppo;
   t.kl_loss_coef = 0.1;
   t.kl_loss_type = "low_var_kl";
   t.entropy_coef = c.sft ? 0.0 : 0.01;
-  t.normalize_advantages = !c.sft;
+  t.normalize_advantages = !c.sft && !c.ppo;
   t.n_micro_batches = c.micro_batches;
   t.clip_grad = 0.5;  // acts: the norm must count every parameter once
   t.lr.lr = 1e-2;
@@ -121,6 +124,13 @@ TrainerConfig trainer_config(const Case& c) {
   t.moe_z_loss_coef = 0.001;
   t.routing_replay = c.moe && c.replay;
   t.mtp_loss_coef = c.mtp > 0 ? 0.3 : 0.0;
+  if (c.ppo) {
+    t.estimator = &advantage_estimators().get("ppo");
+    t.gamma = 0.9;
+    t.lambd = 0.8;
+    t.critic.lr.lr = 1e-2;
+    t.critic.seed = 5;
+  }
   return t;
 }
 
@@ -172,7 +182,8 @@ TEST_P(PipelineParallelStep, EqualsTheWholeModel) {
   TrainerConfig whole_tc = tc;
   whole_tc.distributed_optimizer = false;
   whole_tc.recompute = Transformer::Recompute::None;
-  Trainer base(whole_tc, whole, &mp.data(), c.sft ? nullptr : &whole_ref);
+  const bool reference = !c.sft && !c.ppo;
+  Trainer base(whole_tc, whole, &mp.data(), reference ? &whole_ref : nullptr);
   std::vector<Sample> want = samples_of(d, cfg, n_samples);
   std::map<std::string, double> want_rollout;
   if (!c.sft) want_rollout = base.prepare_rollout(want, /*recompute_old=*/!c.old_from_step);
@@ -184,14 +195,16 @@ TEST_P(PipelineParallelStep, EqualsTheWholeModel) {
   Transformer shard(cfg, 1, at::kCPU, at::kFloat, experts, mp.tensor_shard(), mp.context_shard(), stage);
   Transformer shard_ref(cfg, 2, at::kCPU, at::kFloat, experts, mp.tensor_shard(), mp.context_shard(), stage);
   ASSERT_LT(shard.n_params(), whole.n_params());
-  Trainer split(tc, shard, &mp.data(), c.sft ? nullptr : &shard_ref, mp.expert_replicas(), &mp.replicas());
+  Trainer split(tc, shard, &mp.data(), reference ? &shard_ref : nullptr, mp.expert_replicas(), &mp.replicas());
   std::vector<Sample> got = samples_of(d, cfg, n_samples);
   if (!c.sft) {
     const auto got_rollout = split.prepare_rollout(got, /*recompute_old=*/!c.old_from_step);
     for (size_t j = 0; j < got.size(); ++j)
       for (size_t i = 0; i < got[j].old_log_probs.size(); ++i) {  // every stage holds the last stage's
         EXPECT_NEAR(got[j].old_log_probs[i], want[j].old_log_probs[i], logp_tol) << c.name << " sample " << j;
-        EXPECT_NEAR(got[j].ref_log_probs[i], want[j].ref_log_probs[i], logp_tol) << c.name << " sample " << j;
+        if (reference)
+          EXPECT_NEAR(got[j].ref_log_probs[i], want[j].ref_log_probs[i], logp_tol) << c.name << " sample " << j;
+        if (c.ppo) EXPECT_NEAR(got[j].values[i], want[j].values[i], 2e-5) << c.name << " value, sample " << j;
         if (c.exact) {  // batch-invariant rows: the stages give the whole model's bits
           EXPECT_EQ(got[j].old_log_probs[i], want[j].old_log_probs[i]) << c.name << " sample " << j << " token " << i;
           EXPECT_EQ(got[j].ref_log_probs[i], want[j].ref_log_probs[i]) << c.name << " sample " << j << " token " << i;
@@ -215,6 +228,18 @@ TEST_P(PipelineParallelStep, EqualsTheWholeModel) {
         EXPECT_NEAR(got[j].old_log_probs[i], want[j].old_log_probs[i], logp_tol) << c.name << " sample " << j;
     }
   const StoredWhole stored{&cfg, mp.tensor_shard()};
+  if (c.ppo) {  // the critic's step: its metrics, and each stage's parameters (the value head on the last)
+    const auto want_critic = base.critic()->train_step(want), got_critic = split.critic()->train_step(got);
+    for (const auto& [k, x] : want_critic)
+      EXPECT_NEAR(got_critic.at(k), x, 1e-4 * std::max(1.0, std::abs(x))) << c.name << ": " << k;
+    const auto whole_critic = by_name(base.critic()->parameters(), false);
+    for (const auto& p : split.critic()->parameters())
+      expect_close(p.tensor.detach(), stored.part_of(p.name, whole_critic.at(p.name)),
+                   c.name + ": updated critic " + p.name, 1e-4, 1e-6);
+    bool head = false;
+    for (const auto& p : split.critic()->parameters()) head = head || p.name == "value_head.weight";
+    EXPECT_EQ(head, stage.last()) << c.name;
+  }
   testing::expect_shard_matches_whole(shard, stored, want_grads, want_weights, c.bf16, !c.distributed_optimizer,
                                       c.name);
 
@@ -246,7 +271,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{.moe = true, .replay = false, .name = "moe_routed"},
                       Case{.pipeline_parallel = 2, .expert_parallel = 2, .moe = true, .fewer_samples_on_d1 = true,
                            .micro_batches = 3, .name = "moe_pp2_ep2"},
-                      Case{.mtp = 2, .name = "mtp"}, Case{.mtp = 1, .tied = true, .name = "tied_mtp"},
+                      Case{.mtp = 2, .name = "mtp"}, Case{.ppo = true, .micro_batches = 3, .name = "ppo_critic"},
+                      Case{.tensor_parallel = 2, .pipeline_parallel = 2, .ppo = true, .tied = true, .name = "ppo_tied_tp2_pp2"}, Case{.mtp = 1, .tied = true, .name = "tied_mtp"},
                       Case{.pipeline_parallel = 2, .expert_parallel = 2, .moe = true, .mtp = 1,
                            .fewer_samples_on_d1 = true, .micro_batches = 3, .name = "moe_mtp_pp2_ep2"}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });

@@ -17,6 +17,7 @@
 #    routing replay, load-balancing and z-losses, an MoE MTP depth trained) at PP 2 x DP 2
 #    with expert parallelism 2 generates the tokens and routing of its PP 1 run; exact
 #    on-policy at PP 2 trains on the engine's bits (train/rollout abs_diff 0);
+#  * PPO with its critic in stages matches PP 1, and resumes bit for bit;
 #  * impossible layouts and what is not pipelined yet are refused with their numbers.
 # Usage: pipeline_parallel_runs.sh SLIMPI ROOT "MPIRUN FLAGS"
 set -euo pipefail
@@ -130,6 +131,16 @@ run 4 from_hf_v3_pp1 "${from_v3[@]}"
 run 4 from_hf_v3_pp2_ep2 "${from_v3[@]}" --set parallel.pipeline_parallel=2 --set parallel.expert_parallel=2
 /usr/bin/python3 tests/regression/same_tokens.py "$tag" "$out/from_hf_v3_pp1" "$out/from_hf_v3_pp2_ep2" tokens/values \
   tokens/offsets routing/values reward step
+
+echo "== PPO: the critic in stages too (PP 2 x DP 2 against PP 1; job steps 2 + 2, the critic resumed, bit for bit)"
+ppo=(--set train.advantage_estimator=ppo --set critic.lr=1e-3 --set train.normalize_advantages=true)
+run 4 co4_ppo_pp1 "${co[@]}" "${ppo[@]}"
+run 4 co4_ppo_pp2 "${co[@]}" "${ppo[@]}" --set parallel.pipeline_parallel=2
+/usr/bin/python3 tests/regression/same_tokens.py "$tag" "$out/co4_ppo_pp1" "$out/co4_ppo_pp2" tokens/values \
+  tokens/offsets reward step advantages/values values/values returns/values
+run 4 co4_ppo_pp2_chunked "${co[@]}" "${ppo[@]}" --set parallel.pipeline_parallel=2 --set run.job_steps=2
+run 4 co4_ppo_pp2_chunked "${co[@]}" "${ppo[@]}" --set parallel.pipeline_parallel=2
+/usr/bin/python3 tests/regression/compare_runs.py "$out/co4_ppo_pp2" "$out/co4_ppo_pp2_chunked"
 
 echo "== exact on-policy: PP 2 trains on the engine's bits (abs_diff 0)"
 run 2 exact_pp2 "${co[@]}" --set train.on_policy=exact --set train.normalize_advantages=true \

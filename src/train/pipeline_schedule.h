@@ -1,0 +1,53 @@
+// The pieces of a pipeline stage's schedule that the policy's trainer and PPO's critic
+// share (train/trainer_pipeline.cpp, train/critic.cpp; model/pipeline_shard.h):
+//  * 1F1B (Megatron's non-interleaved schedule) over M micro-batches at stage s of p:
+//    w = min(p − 1 − s, M) warm-up forwards, then M − w times a forward followed by the
+//    backward of the oldest micro-batch in flight, then w backwards. A stage holds at
+//    most w + 1 micro-batches' activations (p at the first stage, however large M is);
+//  * one micro-batch's forward through a stage (its input received from the previous
+//    stage);
+//  * the last stage's per-micro-batch results given to every stage, and a step's metrics
+//    added up over the stages.
+// Stateless functions; the caller owns the links and what is in flight.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "model/precision.h"
+#include "model/transformer.h"
+#include "train/packed_batch.h"
+#include "train/pipeline_links.h"
+
+namespace slimpi {
+
+// Calls forward(m) for m = 0 .. M − 1 and backward() M times (each the oldest forward's)
+// in 1F1B order for `stage`.
+void run_one_f_one_b(const PipelineShard& stage, int64_t M, const std::function<void(int64_t)>& forward,
+                     const std::function<void()>& backward);
+
+// One micro-batch through this stage of `model`, in the forward's precision: its input
+// (the tokens on the first stage; otherwise the previous stage's output, received into
+// `received`, tracking gradients when `track_input`) -> the stage's output
+// (Transformer::forward_packed_stage). moe: the stage's trace.
+at::Tensor stage_forward(const Transformer& model, PipelineLinks& links, const PackedBatch& b, Precision precision,
+                         bool track_input, at::Tensor* received = nullptr, MoeTrace* moe = nullptr);
+
+// An idle micro-batch (expert parallelism, past a pipeline's own): the one token 0.
+PackedBatch idle_batch(const at::Device& device);
+
+// The last stage's [sizes[i]] results of each micro-batch (`mine`, there; ignored
+// elsewhere) on every stage, in one broadcast over the pipeline group: CPU fp32.
+std::vector<at::Tensor> from_last_stage(const PipelineShard& stage, const std::vector<at::Tensor>& mine,
+                                        const std::vector<int64_t>& sizes);
+
+// Each metric summed over the pipeline group (every stage holds the same names; a loss
+// term's sums are 0 on the stages that do not compute it).
+void sum_over_stages(const PipelineShard& stage, std::map<std::string, double>& metrics);
+
+}  // namespace slimpi
