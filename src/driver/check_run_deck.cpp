@@ -393,7 +393,16 @@ RunConfigs check_run_deck(const Deck& deck, const WorldLayout& layout) {
   check_expert_parallel(deck, c.model, layout);
   c.rollout = RolloutConfig::from_deck(deck, c.model, /*rollout_weights=*/rl);
   c.reward = RewardConfig::from_deck(deck);
-  if (rl && c.trainer.opd_kl_coef > 0) c.teacher = resolve_teacher(deck, c.model, *c.rollout.tokenizer);
+  if (rl && c.trainer.opd_kl_coef > 0) {
+    c.teacher = resolve_teacher(deck, c.model, *c.rollout.tokenizer);
+    // A trainer-side teacher runs in the pipeline's stages, its layers split evenly.
+    const int64_t pp = deck.get_int("parallel.pipeline_parallel");
+    if (pp > 1 && c.trainer.teacher_placement == "trainer" && c.teacher->config.n_layers < pp)
+      SLIMPI_FAIL_ALL("parallel.pipeline_parallel = {} ({}) splits the teacher's layers into {} stages too, but it has "
+                      "{} (teacher.path = \"{}\", {}): use teacher.placement = \"rollout\" or fewer stages", pp,
+                      deck.source("parallel.pipeline_parallel"), pp, c.teacher->config.n_layers,
+                      deck.get_string("teacher.path"), deck.source("teacher.path"));
+  }
   return c;
 }
 

@@ -207,7 +207,7 @@ void build_trainer_models(const RunContext& ctx, const std::string& resume_from,
   c.trainer = std::make_unique<Trainer>(c.configs.trainer, *c.policy, &mp.data(), c.reference.get(),
                                         mp.expert_replicas(), &mp.replicas());
   if (c.configs.trainer.opd_kl_coef > 0 && c.configs.trainer.teacher_placement == "trainer") {
-    c.teacher = load_teacher(*c.configs.teacher, run_device(ctx));
+    c.teacher = load_teacher(*c.configs.teacher, run_device(ctx), c.policy->pipeline_shard());
     c.trainer->set_teacher(c.teacher.get());
   }
   const std::string& init_from = deck.get_string("model.init_from");

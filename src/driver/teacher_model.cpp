@@ -83,16 +83,23 @@ TeacherSource resolve_teacher(const Deck& deck, const ModelConfig& student, cons
   return {cfg, weights, shape};
 }
 
-std::unique_ptr<Transformer> load_teacher(const TeacherSource& source, const at::Device& device) {
-  auto teacher = std::make_unique<Transformer>(source.config, 0, device, at::kFloat);
+std::unique_ptr<Transformer> load_teacher(const TeacherSource& source, const at::Device& device,
+                                          const PipelineShard& policy_stage) {
+  // The teacher's own layers in the policy's stages.
+  const PipelineShard stage = policy_stage.for_layers(stage_layer_counts(source.config.n_layers, policy_stage.size, {}));
+  auto teacher = std::make_unique<Transformer>(source.config, 0, device, at::kFloat, ExpertShard{}, TensorShard{},
+                                               ContextShard{}, stage);
   try {
-    load_model_weights(teacher->parameters(), source.weights, "model", false, StoredWhole{&source.config, {}});
+    load_model_weights(teacher->parameters(), source.weights, "model", false, StoredWhole{&source.config, {}}, stage);
   } catch (const Error& e) {  // on the trainer ranks alone: one rank's error, naming the key
     SLIMPI_FAIL("teacher.path: the teacher's weights {} do not fit {}: {}", source.weights, source.shape, e.what());
   }
   for (auto& p : teacher->parameters()) p.tensor.set_requires_grad(false);
-  log::info("teacher: {} ({}; {} parameters), frozen, on every trainer rank", source.weights, source.shape,
-            source.config.n_params());
+  log::info("teacher: {} ({}; {} parameters), frozen, on every trainer rank{}", source.weights, source.shape,
+            source.config.n_params(),
+            stage.size > 1 ? fmt::format(" in {} pipeline stages (this rank's: layers {}..{})", stage.size,
+                                         stage.first_layer, stage.end_layer - 1)
+                           : "");
   return teacher;
 }
 

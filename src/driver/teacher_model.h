@@ -9,7 +9,8 @@
 // same text and the stop ids must agree, else the run is refused), or a slimpi
 // trainer_state.h5 / checkpoint directory (the student's shape, its vocabulary).
 // Built once on every trainer rank (teacher.placement = "trainer"), whole (no tensor or
-// expert sharding), fp32 weights, never trained.
+// expert sharding) or, under pipeline parallelism, in the policy's stages (its own layers
+// split as evenly as they go), fp32 weights, never trained.
 #pragma once
 
 #include <c10/core/Device.h>
@@ -34,7 +35,9 @@ struct TeacherSource {
 };
 TeacherSource resolve_teacher(const Deck& deck, const ModelConfig& student, const Tokenizer& tokenizer);
 
-// The frozen teacher: its weights read, no gradient.
-std::unique_ptr<Transformer> load_teacher(const TeacherSource& source, const at::Device& device);
+// The frozen teacher: its weights read, no gradient. policy_stage: the policy's pipeline
+// stage (size 1: the whole teacher here).
+std::unique_ptr<Transformer> load_teacher(const TeacherSource& source, const at::Device& device,
+                                          const PipelineShard& policy_stage = {});
 
 }  // namespace slimpi

@@ -16,6 +16,16 @@ bool PipelineShard::holds(const std::string& name, int64_t n_layers, bool embedd
   SLIMPI_FAIL("pipeline parallelism: no stage holds parameter {}", name);
 }
 
+PipelineShard PipelineShard::for_layers(const std::vector<int64_t>& layers_per_stage) const {
+  SLIMPI_CHECK(int(layers_per_stage.size()) == size, "{} stage sizes for a pipeline of {} stages",
+               layers_per_stage.size(), size);
+  PipelineShard s = *this;
+  s.first_layer = 0;
+  for (int i = 0; i < stage; ++i) s.first_layer += layers_per_stage[size_t(i)];
+  s.end_layer = s.first_layer + layers_per_stage[size_t(stage)];
+  return s;
+}
+
 bool last_stage_copies_embedding(const ModelConfig& cfg) {
   return cfg.tie_word_embeddings || cfg.mtp_num_layers > 0;
 }

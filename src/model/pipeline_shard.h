@@ -38,6 +38,9 @@ struct PipelineShard {
   // last stage's copy of the embedding included when `embedding_copy`:
   // last_stage_copies_embedding).
   bool holds(const std::string& name, int64_t n_layers, bool embedding_copy) const;
+  // The same place in the pipeline for a model whose stages hold `layers_per_stage`
+  // layers each (another model run in the same stages: a teacher).
+  PipelineShard for_layers(const std::vector<int64_t>& layers_per_stage) const;
   // Whether `name` here is the last stage's copy of the embedding (p > 1).
   bool is_embedding_copy(const std::string& name, bool embedding_copy) const {
     return size > 1 && embedding_copy && last() && !first() && name == "model.embed_tokens.weight";

@@ -78,12 +78,8 @@ ModelParallel::~ModelParallel() {
 }
 
 PipelineShard ModelParallel::pipeline_shard(const std::vector<int64_t>& layers_per_stage) const {
-  SLIMPI_CHECK(int(layers_per_stage.size()) == pipeline_size_, "{} stage sizes for a pipeline of {} stages",
-               layers_per_stage.size(), pipeline_size_);
-  PipelineShard s{stage_, pipeline_size_, pipeline_size_ > 1 ? pipeline_.get() : nullptr, tied_.get(), 0, 0};
-  for (int i = 0; i < stage_; ++i) s.first_layer += layers_per_stage[size_t(i)];
-  s.end_layer = s.first_layer + layers_per_stage[size_t(stage_)];
-  return s;
+  const PipelineShard place{stage_, pipeline_size_, pipeline_size_ > 1 ? pipeline_.get() : nullptr, tied_.get(), 0, 0};
+  return place.for_layers(layers_per_stage);
 }
 
 ExpertShard ModelParallel::expert_shard() const { return experts_ ? experts_->shard() : ExpertShard{}; }

@@ -41,13 +41,16 @@ PackedBatch idle_batch(const at::Device& device) {
 }
 
 std::vector<at::Tensor> from_last_stage(const PipelineShard& stage, const std::vector<at::Tensor>& mine,
-                                        const std::vector<int64_t>& sizes) {
+                                        const std::vector<int64_t>& sizes, at::ScalarType dtype,
+                                        const std::vector<int64_t>& row) {
   int64_t total = 0;
   for (int64_t n : sizes) total += n;
+  std::vector<int64_t> shape{total};
+  shape.insert(shape.end(), row.begin(), row.end());
   std::vector<at::Tensor> parts;
   if (stage.last())
-    for (const auto& t : mine) parts.push_back(t.to(at::kCPU, at::kFloat));
-  at::Tensor all = stage.last() && !parts.empty() ? at::cat(parts) : at::empty({total}, at::kFloat);  // [Σ n]
+    for (const auto& t : mine) parts.push_back(t.to(at::kCPU, dtype));
+  at::Tensor all = stage.last() && !parts.empty() ? at::cat(parts) : at::empty(shape, dtype);  // [Σ n, row...]
   broadcast(*stage.comm, all, stage.size - 1);
   std::vector<at::Tensor> out;
   for (int64_t at = 0; int64_t n : sizes) {

@@ -41,10 +41,12 @@ at::Tensor stage_forward(const Transformer& model, PipelineLinks& links, const P
 // An idle micro-batch (expert parallelism, past a pipeline's own): the one token 0.
 PackedBatch idle_batch(const at::Device& device);
 
-// The last stage's [sizes[i]] results of each micro-batch (`mine`, there; ignored
-// elsewhere) on every stage, in one broadcast over the pipeline group: CPU fp32.
+// The last stage's results of each micro-batch (`mine`, there: [sizes[i], row...] of
+// `dtype`; ignored elsewhere) on every stage, in one broadcast over the pipeline group,
+// on the CPU. row: the shape of one result (empty: scalars).
 std::vector<at::Tensor> from_last_stage(const PipelineShard& stage, const std::vector<at::Tensor>& mine,
-                                        const std::vector<int64_t>& sizes);
+                                        const std::vector<int64_t>& sizes, at::ScalarType dtype = at::kFloat,
+                                        const std::vector<int64_t>& row = {});
 
 // Each metric summed over the pipeline group (every stage holds the same names; a loss
 // term's sums are 0 on the stages that do not compute it).

@@ -15,7 +15,8 @@
 //   micro-batches: idle ones through its stages); MTP layers on the last stage (untied:
 //   its copy of the embedding their token input; tied; MoE depths with expert parallelism);
 //   PPO's critic in stages (its values, its step's metrics and parameters; with TP 2 and
-//   a tied embedding, whose copy the critic leaves alone);
+//   a tied embedding, whose copy the critic leaves alone); a trainer-side teacher of
+//   another depth in the same stages (its log-probs and top-k on every stage);
 // - the split trainer's checkpoint loads into the whole model, and the stages gathered
 //   are the whole model.
 #include <ATen/ATen.h>
@@ -74,6 +75,7 @@ struct Case {
   bool exact = false;  // exact numerics (train.on_policy = "exact"): log-probs bit for bit
   int mtp = 0;         // MTP depths (on the last stage, with its copy of the embedding)
   bool ppo = false;    // PPO: the critic in stages too (its values, its step)
+  bool teacher = false;  // on-policy distillation, a trainer-side teacher of 5 layers in the same stages
   bool fewer_samples_on_d1 = false;  // data-parallel index 1 gets 2 samples (fewer micro-batches)
   std::vector<int64_t> layers;  // per stage (empty: even)
   bool tied = false;
@@ -124,6 +126,11 @@ TrainerConfig trainer_config(const Case& c) {
   t.moe_z_loss_coef = 0.001;
   t.routing_replay = c.moe && c.replay;
   t.mtp_loss_coef = c.mtp > 0 ? 0.3 : 0.0;
+  if (c.teacher) {
+    t.opd_kl_coef = 0.5;
+    t.opd_topk_loss_coef = 0.5;
+    t.opd_top_k = 3;
+  }
   if (c.ppo) {
     t.estimator = &advantage_estimators().get("ppo");
     t.gamma = 0.9;
@@ -183,7 +190,15 @@ TEST_P(PipelineParallelStep, EqualsTheWholeModel) {
   whole_tc.distributed_optimizer = false;
   whole_tc.recompute = Transformer::Recompute::None;
   const bool reference = !c.sft && !c.ppo;
+  // A teacher of its own depth (5 layers: 3 + 2 at PP 2), whole and in the stages.
+  ModelConfig teacher_cfg = cfg;
+  teacher_cfg.n_layers = 5;
+  teacher_cfg.mtp_num_layers = 0;
+  Transformer teacher_whole(teacher_cfg, 7, at::kCPU);
+  Transformer teacher_staged(teacher_cfg, 7, at::kCPU, at::kFloat, {}, {}, {},
+                             stage.for_layers(stage_layer_counts(teacher_cfg.n_layers, pp, {})));
   Trainer base(whole_tc, whole, &mp.data(), reference ? &whole_ref : nullptr);
+  if (c.teacher) base.set_teacher(&teacher_whole);
   std::vector<Sample> want = samples_of(d, cfg, n_samples);
   std::map<std::string, double> want_rollout;
   if (!c.sft) want_rollout = base.prepare_rollout(want, /*recompute_old=*/!c.old_from_step);
@@ -196,6 +211,7 @@ TEST_P(PipelineParallelStep, EqualsTheWholeModel) {
   Transformer shard_ref(cfg, 2, at::kCPU, at::kFloat, experts, mp.tensor_shard(), mp.context_shard(), stage);
   ASSERT_LT(shard.n_params(), whole.n_params());
   Trainer split(tc, shard, &mp.data(), reference ? &shard_ref : nullptr, mp.expert_replicas(), &mp.replicas());
+  if (c.teacher) split.set_teacher(&teacher_staged);
   std::vector<Sample> got = samples_of(d, cfg, n_samples);
   if (!c.sft) {
     const auto got_rollout = split.prepare_rollout(got, /*recompute_old=*/!c.old_from_step);
@@ -205,6 +221,14 @@ TEST_P(PipelineParallelStep, EqualsTheWholeModel) {
         if (reference)
           EXPECT_NEAR(got[j].ref_log_probs[i], want[j].ref_log_probs[i], logp_tol) << c.name << " sample " << j;
         if (c.ppo) EXPECT_NEAR(got[j].values[i], want[j].values[i], 2e-5) << c.name << " value, sample " << j;
+        if (c.teacher) {  // the teacher's stages give every stage its log-probs and top-k
+          EXPECT_NEAR(got[j].teacher_log_probs[i], want[j].teacher_log_probs[i], logp_tol) << c.name << " sample " << j;
+          for (int64_t r = 0; r < tc.opd_top_k; ++r) {
+            const size_t at = i * size_t(tc.opd_top_k) + size_t(r);
+            EXPECT_EQ(got[j].teacher_topk_ids[at], want[j].teacher_topk_ids[at]) << c.name << " sample " << j;
+            EXPECT_NEAR(got[j].teacher_topk_probs[at], want[j].teacher_topk_probs[at], 1e-6) << c.name;
+          }
+        }
         if (c.exact) {  // batch-invariant rows: the stages give the whole model's bits
           EXPECT_EQ(got[j].old_log_probs[i], want[j].old_log_probs[i]) << c.name << " sample " << j << " token " << i;
           EXPECT_EQ(got[j].ref_log_probs[i], want[j].ref_log_probs[i]) << c.name << " sample " << j << " token " << i;
@@ -271,7 +295,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{.moe = true, .replay = false, .name = "moe_routed"},
                       Case{.pipeline_parallel = 2, .expert_parallel = 2, .moe = true, .fewer_samples_on_d1 = true,
                            .micro_batches = 3, .name = "moe_pp2_ep2"},
-                      Case{.mtp = 2, .name = "mtp"}, Case{.ppo = true, .micro_batches = 3, .name = "ppo_critic"},
+                      Case{.mtp = 2, .name = "mtp"}, Case{.teacher = true, .name = "teacher"}, Case{.ppo = true, .micro_batches = 3, .name = "ppo_critic"},
                       Case{.tensor_parallel = 2, .pipeline_parallel = 2, .ppo = true, .tied = true, .name = "ppo_tied_tp2_pp2"}, Case{.mtp = 1, .tied = true, .name = "tied_mtp"},
                       Case{.pipeline_parallel = 2, .expert_parallel = 2, .moe = true, .mtp = 1,
                            .fewer_samples_on_d1 = true, .micro_batches = 3, .name = "moe_mtp_pp2_ep2"}),

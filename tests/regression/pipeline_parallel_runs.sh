@@ -17,7 +17,8 @@
 #    routing replay, load-balancing and z-losses, an MoE MTP depth trained) at PP 2 x DP 2
 #    with expert parallelism 2 generates the tokens and routing of its PP 1 run; exact
 #    on-policy at PP 2 trains on the engine's bits (train/rollout abs_diff 0);
-#  * PPO with its critic in stages matches PP 1, and resumes bit for bit;
+#  * PPO with its critic in stages matches PP 1, and resumes bit for bit; so does
+#    on-policy distillation with a trainer-side teacher in the stages;
 #  * impossible layouts and what is not pipelined yet are refused with their numbers.
 # Usage: pipeline_parallel_runs.sh SLIMPI ROOT "MPIRUN FLAGS"
 set -euo pipefail
@@ -141,6 +142,15 @@ run 4 co4_ppo_pp2 "${co[@]}" "${ppo[@]}" --set parallel.pipeline_parallel=2
 run 4 co4_ppo_pp2_chunked "${co[@]}" "${ppo[@]}" --set parallel.pipeline_parallel=2 --set run.job_steps=2
 run 4 co4_ppo_pp2_chunked "${co[@]}" "${ppo[@]}" --set parallel.pipeline_parallel=2
 /usr/bin/python3 tests/regression/compare_runs.py "$out/co4_ppo_pp2" "$out/co4_ppo_pp2_chunked"
+
+echo "== on-policy distillation: a trainer-side teacher (the PP 1 run's last checkpoint) in the stages, np 2"
+opd=(--set train.opd_kl_coef=0.5 --set train.opd_topk_loss_coef=0.5 --set teacher.top_k=4
+     --set "teacher.path=$out/co4_pp1/ckpt/step_00000004")
+run 2 co2_opd_pp1 "${co[@]}" "${opd[@]}"
+run 2 co2_opd_pp2 "${co[@]}" "${opd[@]}" --set parallel.pipeline_parallel=2
+grep -q "in 2 pipeline stages (this rank's: layers 0..1)" "$out/co2_opd_pp2.log"
+/usr/bin/python3 tests/regression/same_tokens.py "$tag" "$out/co2_opd_pp1" "$out/co2_opd_pp2" tokens/values \
+  tokens/offsets reward step advantages/values teacher_log_probs/values
 
 echo "== exact on-policy: PP 2 trains on the engine's bits (abs_diff 0)"
 run 2 exact_pp2 "${co[@]}" --set train.on_policy=exact --set train.normalize_advantages=true \
