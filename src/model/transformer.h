@@ -92,7 +92,7 @@ class Transformer {
   // for them; every forward is then collective over the shard's group). tensor: its
   // place in a tensor-parallel group (model/tensor_shard.h).
   // context: its place in a context-parallel group (forward_packed* and forward_mtp_packed
-  // are then collective over it). pipeline: its stage (a dense model without MTP layers).
+  // are then collective over it). pipeline: its stage (model/pipeline_shard.h).
   Transformer(const ModelConfig& cfg, uint64_t seed, const at::Device& device,
               at::ScalarType weights = at::kFloat, const ExpertShard& experts = {}, const TensorShard& tensor = {},
               const ContextShard& context = {}, const PipelineShard& pipeline = {});

@@ -187,7 +187,7 @@ double Trainer::grad_norm(bool mtp) const {
   // replicated key/value heads added up over the tensor group and divided by their
   // number of replicas (each replica holds the same sums).
   // The distributed optimizer holds each sum in chunks over the buffer's group.
-  // Pipeline parallelism: every stage's parameters, added up over the stages (the tied
+  // Pipeline parallelism: every stage's parameters, added up over the stages (the
   // embedding's copy on the last stage not counted).
   double sq = 0;
   for (const auto& g : groups_) {

@@ -34,7 +34,7 @@
 // the head and the loss; the log-prob passes run through the stages and the last stage's
 // log-probs are broadcast to every stage and its metrics added up over them (an MoE
 // model's routing metrics and router losses are each stage's own); the gradient norm adds
-// the stages' (the tied embedding's copy on the last stage counted once), and the two
+// the stages' (the embedding's copy on the last stage, tied or the MTP layers', counted once), and the two
 // copies' gradients are summed before the update. With expert parallelism every pipeline
 // of an expert group runs as many micro-batches (one-token idle ones past its own).
 // Distributed optimizer (train.distributed_optimizer, train/distributed_optimizer.h):
@@ -216,7 +216,7 @@ class Trainer {
   // the stages, 1F1B; the log-prob pass of `model` through them (each stage forwards every
   // micro-batch in turn; `replay`: the samples' routing traces; n_runs: the expert group's
   // count of micro-batches, idle ones past the plan's), every stage returning the last
-  // stage's [N] log-probs of each planned micro-batch; the tied embedding's two copies'
+  // stage's [N] log-probs of each planned micro-batch; the embedding's two copies'
   // gradients summed.
   void pipelined_forwards_and_backwards(std::vector<Sample>& local, const std::vector<std::vector<int64_t>>& plan,
                                         const StepInputs& in, MetricSums& sums);
@@ -269,7 +269,7 @@ class Trainer {
     Comm* norm_over = nullptr;
     double norm_replicas = 1;
     bool mtp = false, experts = false;
-    bool in_norm = true;  // false: the last pipeline stage's copy of the tied embedding (counted on the first)
+    bool in_norm = true;  // false: the last pipeline stage's copy of the embedding (counted on the first)
     std::unique_ptr<DistributedAdamW> sharded;  // train.distributed_optimizer
   };
   std::vector<GradGroup> groups_;  // the trunk's replicated parameters first; one order on every rank
@@ -294,6 +294,8 @@ class Trainer {
 // An idle forward's loss (expert parallelism, train/trainer.cpp): zero times the trunk's
 // output `hidden` [1, d] of the one token 0 and of the MTP depths run on it detached, as
 // the MTP loss runs them, so that its backward meets the MoE depths' token exchanges.
+// Call it in the forward's precision scope (the exchanged rows' dtype must be a real
+// micro-batch's).
 at::Tensor idle_trunk_and_mtp(const Transformer& model, const at::Tensor& hidden);
 
 }  // namespace slimpi

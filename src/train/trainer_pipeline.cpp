@@ -35,7 +35,7 @@ void Trainer::pipelined_forwards_and_backwards(std::vector<Sample>& local,
                                                const std::vector<std::vector<int64_t>>& plan, const StepInputs& in,
                                                MetricSums& sums) {
   // Every stage of a pipeline holds the same samples, so the same plan; with expert
-  // parallelism every pipeline of the group runs n_runs micro-batches.
+  // parallelism every pipeline of the group runs M micro-batches (idle ones past its own).
   const int64_t n_planned = int64_t(plan.size()), M = aligned_micro_batches(n_planned);
   const int64_t d = policy_.config().hidden_size;
   const int64_t k = policy_.config().n_experts_per_tok, E = policy_.config().n_experts;
@@ -81,7 +81,8 @@ void Trainer::pipelined_forwards_and_backwards(std::vector<Sample>& local,
       else links.send_forward_counts(counts);
     }
     if (pipeline_.last()) {
-      if (f.idle) {  // (an MoE MTP depth exchanges tokens too: train/trainer.cpp's idle forward)
+      if (f.idle) {  // (an MoE MTP depth exchanges tokens too, in the forward's precision: as a real one's)
+        ForwardPrecision scope(cfg_.precision, device);
         f.output = train_mtp_ && policy_.config().mtp_is_moe() ? idle_trunk_and_mtp(policy_, y) : y.sum() * 0.0;
       } else {
         const StageOutput stage{f.batch, y, traced ? &f.trace : nullptr, traced ? &f.routing : nullptr};

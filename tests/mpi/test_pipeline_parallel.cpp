@@ -8,13 +8,15 @@
 //   more micro-batches than stages (the 1F1B schedule's warm-up, steady state and
 //   cool-down), uneven layer splits, tied embeddings (the last stage's copy of the
 //   embedding: its gradient summed with the first stage's, the two stay equal), the
-//   distributed optimizer, activation recomputation, bf16 forwards, SFT; DeepSeekMoE
-//   models (a first dense layer, so that PP 4's first stage has no MoE layer) with and
-//   without routing replay, their load-balancing and z-losses added up over the stages,
-//   and expert parallelism over the pipelines (PP 2 x EP 2, one pipeline with fewer
-//   micro-batches: idle ones through its stages); MTP layers on the last stage (untied:
-//   its copy of the embedding their token input; tied; MoE depths with expert parallelism);
-//   PPO's critic in stages (its values, its step's metrics and parameters; with TP 2 and
+//   distributed optimizer, activation recomputation, bf16 forwards, SFT;
+// - DeepSeekMoE models (a first dense layer, so that PP 4's first stage has no MoE layer)
+//   with and without routing replay, their load-balancing and z-losses added up over the
+//   stages; expert parallelism over the pipelines (PP 2 x EP 2, one pipeline with fewer
+//   micro-batches: idle ones through its stages; also in bf16); CP 2 x PP 2; exact
+//   numerics (log-probs bit for bit, dense and MoE);
+// - MTP layers on the last stage (untied: its copy of the embedding their token input;
+//   tied; MoE depths with expert parallelism);
+// - PPO's critic in stages (its values, its step's metrics and parameters; with TP 2 and
 //   a tied embedding, whose copy the critic leaves alone); a trainer-side teacher of
 //   another depth in the same stages (its log-probs and top-k on every stage);
 // - the split trainer's checkpoint loads into the whole model, and the stages gathered
@@ -298,7 +300,11 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{.mtp = 2, .name = "mtp"}, Case{.teacher = true, .name = "teacher"}, Case{.ppo = true, .micro_batches = 3, .name = "ppo_critic"},
                       Case{.tensor_parallel = 2, .pipeline_parallel = 2, .ppo = true, .tied = true, .name = "ppo_tied_tp2_pp2"}, Case{.mtp = 1, .tied = true, .name = "tied_mtp"},
                       Case{.pipeline_parallel = 2, .expert_parallel = 2, .moe = true, .mtp = 1,
-                           .fewer_samples_on_d1 = true, .micro_batches = 3, .name = "moe_mtp_pp2_ep2"}),
+                           .fewer_samples_on_d1 = true, .micro_batches = 3, .name = "moe_mtp_pp2_ep2"},
+                      Case{.pipeline_parallel = 2, .expert_parallel = 2, .moe = true, .mtp = 1,
+                           .fewer_samples_on_d1 = true, .micro_batches = 3, .bf16 = true,
+                           .name = "moe_mtp_pp2_ep2_bf16"},
+                      Case{.context_parallel = 2, .pipeline_parallel = 2, .moe = true, .name = "moe_cp2_pp2"}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 
 }  // namespace

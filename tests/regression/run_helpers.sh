@@ -65,6 +65,15 @@ refused() {  # refused NAME EXPECTED NP [--set ...]: every rank stops with EXPEC
   echo "$tag: $name refused as expected"
 }
 
+check_refuses() {  # check_refuses NAME EXPECTED NP [--set ...]: `slimpi check` (one process, the layout of NP ranks) refuses with EXPECTED
+  local name=$1 expected=$2 np=$3; shift 3
+  if "$slimpi" check "${args[1]}" --np "$np" "${args[@]:2}" --set run.dir="$out/$name" "$@" >"$out/$name.log" 2>&1; then
+    cat "$out/$name.log"; echo "FAIL: $name passed the check; expected: $expected"; exit 1
+  fi
+  grep -qF -- "$expected" "$out/$name.log" || { cat "$out/$name.log"; echo "FAIL: no '$expected'"; exit 1; }
+  echo "$tag: $name refused by the check as expected"
+}
+
 kill9_in_checkpoint() {  # kill9_in_checkpoint NP NAME STEP: kill -9 every rank inside checkpoint STEP's write
   local np=$1 name=$2 step=$3 job
   SLIMPI_FAULT_CHECKPOINT_PAUSE_AT=$step $mpirun -np "$np" "$slimpi" "${args[@]}" --set run.dir="$out/$name" \

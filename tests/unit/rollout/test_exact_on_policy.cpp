@@ -493,8 +493,8 @@ TEST(ExactOnPolicy, LogitsRowsDoNotDependOnTheBatch) {
 // Training under the mode: the kernels give the values, ATen's formulas the gradients,
 // and both are the default mode's to round-off (so the mode computes the same function:
 // a wrong exact forward, such as a tap order or a head's weight slice, fails here).
-// fp32: log-probs of O(5) to 1e-5 and gradients to 1e-4 of their largest entry, a few
-// fp32 ulps each with room. Latent attention takes the absorbed form in the mode and the
+// fp32: log-probs of O(5) to 1e-5 (Gated DeltaNet: 1.5e-4, below) and gradients to 1e-4
+// of their largest entry, a few fp32 ulps each with room. Latent attention takes the absorbed form in the mode and the
 // expanded one by default; Gated DeltaNet the rule token by token against the chunked
 // form. A bf16 forward (dense model): the two modes' activations are bf16 roundings of
 // sums taken in other orders, an ulp (2^-8) apart here and there, and the gradients
@@ -530,8 +530,14 @@ TEST(ExactOnPolicy, GradientsAreTheDefaultModesToRoundOff) {
           grads[exact_mode].push_back(p.tensor.grad().defined() ? p.tensor.grad().clone() : at::zeros_like(p.tensor));
       }
       set_exact_numerics(false);
+      // fp32 log-probs of O(5): 1e-5 is some 20 ulps. Gated DeltaNet's chunked rule (the
+      // default) and its token-by-token rule (the mode) add each token's update to the state
+      // in other orders, an error that grows with the tokens the state has absorbed: up to
+      // 40 here, a few ulps each, so 40 x 4 ulps of 8 (1.5e-4) bounds it (1.1e-5 measured
+      // on an AMD EPYC); a wrong tap or a missing term (0.1 and more) still fails.
+      const double logp_tolerance = std::string(name) == "gated deltanet" ? 40 * 4 * 9.5367e-7 : 1e-5;
       if (precision == Precision::FP32)
-        EXPECT_LE((logps[0] - logps[1]).abs().max().item<double>(), 1e-5) << name;
+        EXPECT_LE((logps[0] - logps[1]).abs().max().item<double>(), logp_tolerance) << name;
       ASSERT_EQ(grads[0].size(), grads[1].size());
       const double tolerance = precision == Precision::BF16 ? 0.1 : 1e-4;
       for (size_t i = 0; i < grads[0].size(); ++i) {
