@@ -381,21 +381,22 @@ grep -aq "^turn 2: " "$out/transcript.txt"
 
 echo "== refused"
 args=(run inputs/smoke_rl.toml)
+# (one refusal as a job: every rank stops; the deck's through `slimpi check`, one process)
 refused no_style 'set reward.style = "environment"' 2 --set rollout.environment=calculator
-refused no_env 'reward.style = "environment" (--set) is the reward of a multi-turn episode' 2 --set reward.style=environment
-refused full_async_requeue 'episodes in flight at a weight update continue there; use rollout.partial = "continue"' 3 \
+check_refuses no_env 'reward.style = "environment" (--set) is the reward of a multi-turn episode' 2 --set reward.style=environment
+check_refuses full_async_requeue 'episodes in flight at a weight update continue there; use rollout.partial = "continue"' 3 \
   --set rollout.environment=calculator --set reward.style=environment --set train.async=full --set rollout.partial=requeue
-refused stray_key 'rollout.env_processes (--set) applies to rollout.environment = "command" only' 2 \
+check_refuses stray_key 'rollout.env_processes (--set) applies to rollout.environment = "command" only' 2 \
   --set rollout.environment=calculator --set reward.style=environment --set rollout.env_processes=2
-refused remax "ReMax's greedy baseline episodes are not implemented" 2 --set rollout.environment=calculator \
+check_refuses remax "ReMax's greedy baseline episodes are not implemented" 2 --set rollout.environment=calculator \
   --set reward.style=environment --set train.advantage_estimator=remax
-refused no_command 'needs rollout.env_command' 2 --set rollout.environment=command --set reward.style=environment
+check_refuses no_command 'needs rollout.env_command' 2 --set rollout.environment=command --set reward.style=environment
 refused no_hello 'did not start: it exited before its hello (exit status 5)' 2 --set rollout.environment=command \
   --set reward.style=environment --set 'rollout.env_command=exit 5'
-refused slow_env 'rollout.env_timeout_s = 60 (default) must be below parallel.timeout_s = 30 (--set)' 2 \
+check_refuses slow_env 'rollout.env_timeout_s = 60 (default) must be below parallel.timeout_s = 30 (--set)' 2 \
   --set rollout.environment=command --set reward.style=environment --set "rollout.env_command=$probe" \
   --set parallel.timeout_s=30
-refused slow_episode 'rollout.env_episode_wall_s = 50 (--set) must be below parallel.timeout_s = 40 (--set)' 2 \
+check_refuses slow_episode 'rollout.env_episode_wall_s = 50 (--set) must be below parallel.timeout_s = 40 (--set)' 2 \
   --set rollout.environment=command --set reward.style=environment --set "rollout.env_command=$probe" \
   --set parallel.timeout_s=40 --set rollout.env_timeout_s=20 --set rollout.env_episode_wall_s=50
 # slimpi check says it too, without a job.

@@ -120,14 +120,15 @@ run 4 chunked_router --set run.n_steps=4 --set run.job_steps=2
 $compare "$out/straight_router" "$out/chunked_router"
 
 args=(run inputs/smoke_rl.toml --set eval.interval=0 --set run.n_steps=1)
+# (one refusal as a job: every rank stops; the deck's through `slimpi check`, one process)
 refused no_teacher "train.opd_kl_coef = 1 (--set) needs a teacher: set teacher.path" 2 --set train.opd_kl_coef=1
-refused missing_teacher "teacher.path = \"$out/nowhere\" (--set) does not exist" 2 --set train.opd_kl_coef=1 \
+check_refuses missing_teacher "teacher.path = \"$out/nowhere\" (--set) does not exist" 2 --set train.opd_kl_coef=1 \
   --set "teacher.path=$out/nowhere"
-refused other_vocabulary "its tokenizer" 2 --set train.opd_kl_coef=1 \
+check_refuses other_vocabulary "its tokenizer" 2 --set train.opd_kl_coef=1 \
   --set teacher.path=tests/fixtures/hf/qwen2_with_tokenizer
 grep -q "is not the student's" "$out/other_vocabulary.log"
 mkdir -p "$out/bad_config" && echo '{"model_type": ' >"$out/bad_config/config.json"
-refused bad_teacher_config "(teacher.path, --set): not valid JSON" 2 --set train.opd_kl_coef=1 \
+check_refuses bad_teacher_config "(teacher.path, --set): not valid JSON" 2 --set train.opd_kl_coef=1 \
   --set "teacher.path=$out/bad_config"
 if grep -q "model.init_from" "$out/bad_teacher_config.log"; then
   cat "$out/bad_teacher_config.log"; echo "FAIL: a teacher's config.json reported under model.init_from"; exit 1
@@ -136,7 +137,7 @@ run 2 wide --set train.mode=sft --set run.n_steps=1 --set parallel.placement=col
   --set data.path=inputs/data/addition_sft.jsonl --set model.hidden_size=64
 refused wrong_shape "the teacher's weights $out/wide/trainer_state.h5 do not fit the student's shape" 2 \
   --set train.opd_kl_coef=1 --set "teacher.path=$out/wide/trainer_state.h5"
-refused top_k_too_large "teacher.top_k = 300 (--set) exceeds the 260 ids both the teacher and the student" 2 \
+check_refuses top_k_too_large "teacher.top_k = 300 (--set) exceeds the 260 ids both the teacher and the student" 2 \
   --set train.opd_kl_coef=1 --set "teacher.path=$teacher" --set train.opd_topk_loss_coef=1 --set teacher.top_k=300
 # A NaN teacher makes the trainers' loss NaN: in split placement the rollout ranks wait for
 # them at the record barrier, and the job must still end in seconds with the message (it
@@ -156,9 +157,9 @@ for placement in split colocate; do
   n=$(grep -c "stopping before they reach the weights" "$out/nan_teacher_$placement.log")
   [ "$n" = 1 ] || { cat "$out/nan_teacher_$placement.log"; echo "FAIL: the message was printed $n times"; exit 1; }
 done
-refused teacher_without_opd "teacher.path (--set) configures on-policy distillation" 2 --set "teacher.path=$teacher"
-refused router_colocated "parallel.placement = \"colocate\" (--set) has none" 2 --set train.opd_kl_coef=1 \
+check_refuses teacher_without_opd "teacher.path (--set) configures on-policy distillation" 2 --set "teacher.path=$teacher"
+check_refuses router_colocated "parallel.placement = \"colocate\" (--set) has none" 2 --set train.opd_kl_coef=1 \
   --set "teacher.path=$teacher" --set teacher.placement=rollout --set parallel.placement=colocate
-refused router_topk "the teacher's top-k ids do not travel with the samples" 2 --set train.opd_kl_coef=1 \
+check_refuses router_topk "the teacher's top-k ids do not travel with the samples" 2 --set train.opd_kl_coef=1 \
   --set "teacher.path=$teacher" --set teacher.placement=rollout --set train.opd_topk_loss_coef=1
 echo "opd_runs: passed"

@@ -218,28 +218,29 @@ print("tensor_parallel_runs: SFT with evaluation, tensor_parallel 2 == 1")
 PY
 
 echo "== refusals"
+# (one refusal as a job: every rank stops; the rest through `slimpi check`, one process)
 refused tp_not_dividing "it must divide the number of trainer ranks, 2" 4 --set parallel.tensor_parallel=4
-refused sp_without_tp "parallel.sequence_parallel = true (--set) splits the tokens over the tensor-parallel group, but parallel.tensor_parallel = 1" \
+check_refuses sp_without_tp "parallel.sequence_parallel = true (--set) splits the tokens over the tensor-parallel group, but parallel.tensor_parallel = 1" \
   4 --set parallel.sequence_parallel=true
-refused tp_three "it must divide the number of trainer ranks, 4" 4 --set parallel.placement=colocate \
+check_refuses tp_three "it must divide the number of trainer ranks, 4" 4 --set parallel.placement=colocate \
   --set parallel.tensor_parallel=3
-refused ep_over_dp "it must divide the number of data-parallel trainer ranks of a tensor rank, 2 (4 trainer ranks / parallel.tensor_parallel = 2" \
+check_refuses ep_over_dp "it must divide the number of data-parallel trainer ranks of a tensor rank, 2 (4 trainer ranks / parallel.tensor_parallel = 2" \
   4 --set parallel.placement=colocate --set parallel.tensor_parallel=2 --set model.n_experts=4 \
   --set model.moe_intermediate_size=16 --set parallel.expert_parallel=4
-refused kv_heads "model.n_kv_heads = 6 (--set) neither is divisible by 4 nor divides it" 4 \
+check_refuses kv_heads "model.n_kv_heads = 6 (--set) neither is divisible by 4 nor divides it" 4 \
   --set parallel.placement=colocate --set parallel.tensor_parallel=4 --set model.n_heads=12 --set model.n_kv_heads=6 \
   --set model.hidden_size=48
-refused mlp_width "model.intermediate_size = 66 (--set) is not divisible by 4" 4 --set parallel.placement=colocate \
+check_refuses mlp_width "model.intermediate_size = 66 (--set) is not divisible by 4" 4 --set parallel.placement=colocate \
   --set parallel.tensor_parallel=4 --set model.n_kv_heads=4 --set model.intermediate_size=66
-refused etp_not_dividing "rollout.tensor_parallel = 3 (--set) makes engines of 3 rollout ranks: it must divide the 2 rollout ranks" \
+check_refuses etp_not_dividing "rollout.tensor_parallel = 3 (--set) makes engines of 3 rollout ranks: it must divide the 2 rollout ranks" \
   4 --set rollout.tensor_parallel=3
-refused etp_colocated "so it must equal parallel.tensor_parallel = 2 (--set), or be 1" \
+check_refuses etp_colocated "so it must equal parallel.tensor_parallel = 2 (--set), or be 1" \
   4 --set parallel.placement=colocate --set parallel.tensor_parallel=2 --set rollout.tensor_parallel=4
-refused fp8_sliced 'rollout.precision = "fp8" (--set) quantises each whole weight matrix in 128 x 128 blocks at every sync: rollout.weight_sync_route = "sliced" (--set) moves slices' \
+check_refuses fp8_sliced 'rollout.precision = "fp8" (--set) quantises each whole weight matrix in 128 x 128 blocks at every sync: rollout.weight_sync_route = "sliced" (--set) moves slices' \
   4 --set rollout.precision=fp8 --set rollout.tensor_parallel=2 --set rollout.weight_sync_route=sliced
-refused fp8_colocated_tp 'colocated engines under model parallelism (parallel.tensor_parallel = 2, --set' \
+check_refuses fp8_colocated_tp 'colocated engines under model parallelism (parallel.tensor_parallel = 2, --set' \
   2 --set rollout.precision=fp8 --set parallel.placement=colocate --set parallel.tensor_parallel=2
-refused etp_kv_heads "rollout.tensor_parallel = 4 (--set) splits each engine's layers over 4 rollout ranks: model.n_kv_heads = 6 (--set) neither" \
+check_refuses etp_kv_heads "rollout.tensor_parallel = 4 (--set) splits each engine's layers over 4 rollout ranks: model.n_kv_heads = 6 (--set) neither" \
   6 --set parallel.rollout_ranks=4 --set rollout.tensor_parallel=4 --set model.n_heads=12 --set model.n_kv_heads=6 \
   --set model.hidden_size=48
 echo "tensor_parallel_runs: OK"
