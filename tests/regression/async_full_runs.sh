@@ -101,12 +101,13 @@ echo "== a rollout rank killed mid-run ends the job, with the rank named, within
 killed_rank_ends_job 3 crash 400
 
 echo "== refused"
+# (one refusal as a job: every rank stops; the deck's through `slimpi check`, one process)
 refused partial_without_full 'rollout.partial (--set) applies to train.async = "full" only' 3 \
   --set train.async=one_step_off --set rollout.partial=discard
-refused regenerate_unbounded 'rollout.stale_policy = "regenerate" (--set) needs a staleness bound' 3 \
+check_refuses regenerate_unbounded 'rollout.stale_policy = "regenerate" (--set) needs a staleness bound' 3 \
   --set rollout.stale_policy=regenerate
-refused mask_with_discard 'rollout.mask_offpolicy_in_partial (--set) has nothing to mask with rollout.partial = "discard"' 3 \
+check_refuses mask_with_discard 'rollout.mask_offpolicy_in_partial (--set) has nothing to mask with rollout.partial = "discard"' 3 \
   --set rollout.mask_offpolicy_in_partial=true --set rollout.partial=discard
-refused colocate_full 'train.async = "full" (--set) overlaps generation' 2 --set parallel.placement=colocate \
+check_refuses colocate_full 'train.async = "full" (--set) overlaps generation' 2 --set parallel.placement=colocate \
   --set parallel.trainer_ranks=0
 echo "async_full_runs: OK"

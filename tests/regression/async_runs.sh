@@ -94,10 +94,11 @@ echo "== a rollout rank killed mid-run ends the job, with the rank named, within
 killed_rank_ends_job 4 crash 200
 
 echo "== refused"
+# (one refusal as a job: every rank stops; the deck's through `slimpi check`, one process)
 refused colocate 'with parallel.placement = "colocate" (--set) the same ranks do both' 2 \
   --set parallel.placement=colocate
-refused sft 'it needs train.mode = "rl"' 2 --set train.mode=sft
-refused rollout_only 'debug.rollout_only (--set) runs one side only' 4 --set debug.rollout_only=true
+check_refuses sft 'it needs train.mode = "rl"' 2 --set train.mode=sft
+check_refuses rollout_only 'debug.rollout_only (--set) runs one side only' 4 --set debug.rollout_only=true
 if $mpirun -np 4 "$slimpi" "${args[@]}" --set run.dir="$out/chunked" --set run.n_steps=8 --set train.async=off \
   >"$out/switch.log" 2>&1; then cat "$out/switch.log"; echo "FAIL: a resume switched train.async"; exit 1; fi
 grep -qF 'train.async: "one_step_off" in the checkpoint, "off" now (--set)' "$out/switch.log" \

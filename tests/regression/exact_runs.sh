@@ -154,9 +154,10 @@ assert np.all(s["train_step/1/ppo_kl"][rows] != 0.0), "the policy did not move"
 print("two_steps: old log-probs from the rollout; the first step's forward equals them: gap and ppo_kl exactly 0")
 PY
 
+# (one refusal as a job: every rank stops; the deck's through `slimpi check`, one process)
 refused precisions "compute in one precision" 2 "${exact[@]}" --set train.precision=bf16
-refused fp8 "quantises them in blocks" 2 "${exact[@]}" "${bf16[@]}" --set rollout.precision=fp8
-refused tp "needs engines of the trainers' tensor size" 4 "${exact[@]}" --set parallel.tensor_parallel=2
-refused tp_colocated "needs engines of the trainers' tensor size" 2 "${exact[@]}" --set parallel.tensor_parallel=2 \
+check_refuses fp8 "quantises them in blocks" 2 "${exact[@]}" "${bf16[@]}" --set rollout.precision=fp8
+check_refuses tp "needs engines of the trainers' tensor size" 4 "${exact[@]}" --set parallel.tensor_parallel=2
+check_refuses tp_colocated "needs engines of the trainers' tensor size" 2 "${exact[@]}" --set parallel.tensor_parallel=2 \
     --set parallel.placement=colocate
 echo "$tag: OK"

@@ -143,12 +143,13 @@ run 3 pd3 --set parallel.trainer_ranks=1 --set rollout.prefill_ranks=1 "${tp[@]}
   --except=rollout/prefill_tokens_computed,rollout/prefix_cache_hit_rate "$tag" "$out/plain3" "$out/pd3"
 
 echo "== refused"
+# (one refusal as a job: every rank stops; the deck's through `slimpi check`, one process)
 refused tp4 "model.linear_num_key_heads = 2 (--set) is not divisible by 4" 4 --set parallel.placement=colocate \
   --set parallel.tensor_parallel=4
-refused prefix "rollout.prefix_cache = true" 2 --set rollout.prefix_cache=true
-refused cache_responses "rollout.cache_responses = true (--set) stores responses in the prefix cache, which a hybrid" 2 \
+check_refuses prefix "rollout.prefix_cache = true" 2 --set rollout.prefix_cache=true
+check_refuses cache_responses "rollout.cache_responses = true (--set) stores responses in the prefix cache, which a hybrid" 2 \
   --set rollout.cache_responses=true
-refused all_linear "leaves none of the 4 layers full attention" 2 --set model.full_attention_interval=5
+check_refuses all_linear "leaves none of the 4 layers full attention" 2 --set model.full_attention_interval=5
 
 echo "== export: the learnt policy as Qwen3_5ForCausalLM; a hybrid no family fits is refused, saying why"
 "$slimpi" export "$out/learns" "$out/learns_hf" >"$out/export.log" 2>&1 || { cat "$out/export.log"; exit 1; }

@@ -87,11 +87,12 @@ with h5py.File(f"{sys.argv[1]}/pd4/metrics.h5") as f:
 PY
 
 echo "== refused"
+# (one refusal as a job: every rank stops; the deck's through `slimpi check`, one process)
 refused two_prefill_of_two "leaves no decode engine" 3 --set rollout.prefill_ranks=2
-refused colocated 'parallel.placement = "colocate"' 2 --set rollout.prefill_ranks=1 --set parallel.placement=colocate \
+check_refuses colocated 'parallel.placement = "colocate"' 2 --set rollout.prefill_ranks=1 --set parallel.placement=colocate \
   --set parallel.trainer_ranks=0
-refused full_async 'train.async = "full"' 4 --set rollout.prefill_ranks=1 --set train.async=full
-refused tp_engines "with rollout.tensor_parallel = 2" 5 --set rollout.prefill_ranks=1 --set rollout.tensor_parallel=2
+check_refuses full_async 'train.async = "full"' 4 --set rollout.prefill_ranks=1 --set train.async=full
+check_refuses tp_engines "with rollout.tensor_parallel = 2" 5 --set rollout.prefill_ranks=1 --set rollout.tensor_parallel=2
 if $mpirun -np 1 "$slimpi" generate inputs/generate_addition.toml --set model.init_from= \
   --set data.path="$out/prompts.jsonl" --set run.dir="$out/gen1" --set rollout.prefill_ranks=1 >"$out/gen1.log" 2>&1; then
   echo "FAIL: generate with every rank prefilling ran"; exit 1

@@ -134,6 +134,7 @@ rm "$out/critic_init.h5"  # gone: the resumed job takes the critic from its chec
 run 2 init_critic --set parallel.placement=colocate --set run.n_steps=2 --set run.job_steps=1 \
   --set "critic.init_from=$out/critic_init.h5"
 grep -q "is not read: the critic resumes from" "$out/init_critic.log"
+# (one refusal as a job: every rank stops; the deck's through `slimpi check`, one process)
 refused critic_init_missing "critic.init_from = \"$out/nowhere.h5\": no such file or directory" 2 \
   --set "critic.init_from=$out/nowhere.h5" --set run.n_steps=1
 echo 'not hdf5' >"$out/garbage.h5"
@@ -144,11 +145,11 @@ refused critic_init_garbage "critic.init_from = \"$out/garbage.h5\" cannot be lo
   || { cat "$out/check_init.log"; echo "FAIL: check refused the deck"; exit 1; }
 grep -qF "note: critic.init_from = \"$out/nowhere.h5\" (--set) does not exist (yet)" "$out/check_init.log" \
   || { cat "$out/check_init.log"; echo "FAIL: check did not name critic.init_from"; exit 1; }
-refused lambd_value "train.lambd_value = -0.5 (--set) is GAE's lambda of the value targets: a value in [0, 1], or -1" 2 \
+check_refuses lambd_value "train.lambd_value = -0.5 (--set) is GAE's lambda of the value targets: a value in [0, 1], or -1" 2 \
   --set train.lambd_value=-0.5 --set run.n_steps=1
 
-refused critic_without_ppo "critic.lr (--set) configures the critic of train.advantage_estimator = \"ppo\"" 2 \
+check_refuses critic_without_ppo "critic.lr (--set) configures the critic of train.advantage_estimator = \"ppo\"" 2 \
   --set train.advantage_estimator=grpo --set run.n_steps=1
-refused ppo_ep "the critic is not expert-parallel yet" 4 --set model.n_experts=4 --set parallel.expert_parallel=2 \
+check_refuses ppo_ep "the critic is not expert-parallel yet" 4 --set model.n_experts=4 --set parallel.expert_parallel=2 \
   --set run.n_steps=1
 echo "ppo_runs: passed"

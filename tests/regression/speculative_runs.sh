@@ -73,14 +73,15 @@ with h5py.File(sys.argv[1]) as f:
 PY
 
 echo "== refusals"
+# (one refusal as a job: every rank stops; the deck's through `slimpi check`, one process)
 refused no_mtp "rollout.speculative = \"mtp\" (--set) drafts with the policy's multi-token-prediction layers, but model.mtp_num_layers = 0" \
   2 --set rollout.speculative=mtp --set model.mtp_num_layers=0
-refused mtp_coef_without_layers "train.mtp_loss_coef (--set) trains multi-token-prediction layers, but model.mtp_num_layers = 0" \
+check_refuses mtp_coef_without_layers "train.mtp_loss_coef (--set) trains multi-token-prediction layers, but model.mtp_num_layers = 0" \
   2 --set train.mtp_loss_coef=0.5 --set model.mtp_num_layers=0
-refused top_k_without_distill "train.mtp_distill_top_k (--set) applies to train.mtp_loss = \"distill\" only" \
+check_refuses top_k_without_distill "train.mtp_distill_top_k (--set) applies to train.mtp_loss = \"distill\" only" \
   2 --set train.mtp_distill_top_k=4
-refused draft_tokens "rollout.spec_num_draft_tokens = 5 (--set) must be rollout.spec_num_steps + 1 = 4" \
+check_refuses draft_tokens "rollout.spec_num_draft_tokens = 5 (--set) must be rollout.spec_num_steps + 1 = 4" \
   2 "${spec[@]}" --set rollout.spec_num_draft_tokens=5
-refused tp_engine "speculative decoding in tensor-parallel engines is not implemented" \
+check_refuses tp_engine "speculative decoding in tensor-parallel engines is not implemented" \
   4 "${spec[@]}" --set rollout.tensor_parallel=2 --set parallel.trainer_ranks=2
 echo "speculative_runs: OK"
