@@ -153,6 +153,14 @@ struct HfNames {
     if (!deepseek_mtp || name.rfind(layers, 0) != 0) return false;
     return std::stoll(name.substr(layers.size())) >= n_layers;
   }
+  // The MTP depth of a file tensor (is_mtp_file_tensor): DeepSeek-V3's layer past the
+  // trunk's, slimpi's index, Qwen3.5's one depth (its extra ones: is_extra_qwen_mtp_depth).
+  int64_t mtp_depth_of(const std::string& name) const {
+    for (const std::string prefix : {"model.mtp_layers.", "model.layers."})
+      if (name.rfind(prefix, 0) == 0)
+        return std::stoll(name.substr(prefix.size())) - (prefix == "model.layers." ? n_layers : 0);
+    return 0;
+  }
   std::string in_files(const std::string& name) const {
     if (deepseek_mtp && is_mtp_parameter(name)) return deepseek_mtp_name(name, n_layers);
     if (qwen_mtp && is_mtp_parameter(name)) return qwen_mtp_name(name);
@@ -220,10 +228,12 @@ at::Tensor read_hf_tensor(const SafetensorsReader& reader, const std::string& na
 // fresh initialisation.
 // Under pipeline parallelism the files' tensors of another stage's layers, embedding,
 // final norm, head or MTP layers (`in_files`: the model's name -> the files').
-bool held_by_another_stage(const std::string& file_name, bool mtp_file_tensor, const PipelineShard& stage,
+// mtp_depth: the file tensor's MTP depth (HfNames::mtp_depth_of), -1 for a trunk tensor.
+bool held_by_another_stage(const std::string& file_name, int64_t mtp_depth, const PipelineShard& stage,
                            const ModelConfig* cfg, const std::function<std::string(const std::string&)>& in_files) {
   if (stage.size == 1 || !cfg) return false;
-  if (mtp_file_tensor) return cfg->mtp_num_layers > 0 && !stage.last();  // the MTP layers: the last stage's
+  // The model's MTP depths: the last stage's (a depth past the model's is every stage's error).
+  if (mtp_depth >= 0) return mtp_depth < cfg->mtp_num_layers && !stage.last();
   static const std::regex layer(R"((^|\.)layers\.(\d+)\.)");
   if (std::smatch m; std::regex_search(file_name, m, layer))
     return !stage.holds_layer(std::stoll(m[2].str()), cfg->n_layers);
@@ -269,7 +279,8 @@ void load_hf_tensors_into(const std::string& path, const std::vector<NamedTensor
         (!model_has_mtp && names.is_mtp_file_tensor(name)) || names.is_extra_qwen_mtp_depth(name))
       ++n_not_loaded;
     else if (!expected_extra(reader, name, wanted, names, experts_sharded, tied) &&
-             !held_by_another_stage(name, names.is_mtp_file_tensor(name), stage, stored.cfg,
+             !held_by_another_stage(name, names.is_mtp_file_tensor(name) ? names.mtp_depth_of(name) : -1, stage,
+                                    stored.cfg,
                                     [&](const std::string& model_name) { return names.in_files(model_name); }))
       unused.push_back(name);
   }

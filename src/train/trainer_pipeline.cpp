@@ -1,6 +1,6 @@
 // Trainer under pipeline parallelism (train/trainer.h; model/pipeline_shard.h): the 1F1B
 // schedule of a step's micro-batches (train/pipeline_schedule.h), the log-prob passes
-// through the stages, the tied embedding's copies and the metrics every stage reports.
+// through the stages, the embedding's copies and the metrics every stage reports.
 // A forward takes the previous stage's output (the first stage the tokens), runs the
 // stage's layers and sends its output on; the last stage runs the head and the loss
 // instead. A backward takes the next stage's gradient of that output (the last stage its
