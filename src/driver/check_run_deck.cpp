@@ -399,9 +399,12 @@ RunConfigs check_run_deck(const Deck& deck, const WorldLayout& layout) {
     const int64_t pp = deck.get_int("parallel.pipeline_parallel");
     if (pp > 1 && c.trainer.teacher_placement == "trainer" && c.teacher->config.n_layers < pp)
       SLIMPI_FAIL_ALL("parallel.pipeline_parallel = {} ({}) splits the teacher's layers into {} stages too, but it has "
-                      "{} (teacher.path = \"{}\", {}): use teacher.placement = \"rollout\" or fewer stages", pp,
+                      "{} (teacher.path = \"{}\", {}): use fewer stages{}", pp,
                       deck.source("parallel.pipeline_parallel"), pp, c.teacher->config.n_layers,
-                      deck.get_string("teacher.path"), deck.source("teacher.path"));
+                      deck.get_string("teacher.path"), deck.source("teacher.path"),
+                      layout.placement == Placement::Split ? ", or teacher.placement = \"rollout\" (the router scores)"
+                                                           : ", or parallel.placement = \"split\" with teacher.placement = "
+                                                             "\"rollout\" (the router scores)");
   }
   return c;
 }

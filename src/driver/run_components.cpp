@@ -153,13 +153,17 @@ void describe_model_parallel(const Deck& deck, const ModelConfig& cfg, const Mod
               2 * cp - 1 - mp.context_rank(), 2 * cp, mp.replicas().size());
   if (const int pp = mp.pipeline_size(); pp > 1) {
     const PipelineShard& stage = policy.pipeline_shard();
+    std::string last;  // what the last stage holds beside its layers
+    if (stage.last()) {
+      last = cfg.tie_word_embeddings ? ", the final norm and a copy of the tied embedding as the head"
+                                     : ", the final norm and the head";
+      if (cfg.mtp_num_layers > 0)
+        last += fmt::format(", the {} MTP layer{}{}", cfg.mtp_num_layers, cfg.mtp_num_layers > 1 ? "s" : "",
+                            cfg.tie_word_embeddings ? "" : " and a copy of the embedding (their token input)");
+    }
     log::info("pipeline parallelism: {} pipeline{} of {} stages (1F1B over the micro-batches); this rank is stage {}: "
               "layers {}..{}{}{} ({} parameters here)", n_tensor_groups / pp * tp, n_tensor_groups / pp * tp > 1 ? "s" : "",
-              pp, stage.stage, stage.first_layer, stage.end_layer - 1, stage.first() ? ", the embedding" : "",
-              stage.last() ? (cfg.tie_word_embeddings && !stage.first() ? ", the final norm and a copy of the tied "
-                                                                          "embedding as the head"
-                                                                        : ", the final norm and the head")
-                           : "",
+              pp, stage.stage, stage.first_layer, stage.end_layer - 1, stage.first() ? ", the embedding" : "", last,
               policy.n_params());
   }
   if (distributed_optimizer)
@@ -169,11 +173,19 @@ void describe_model_parallel(const Deck& deck, const ModelConfig& cfg, const Mod
               ep > 1 ? fmt::format(" (the experts' over their {} replicas)", mp.replicas().size() / ep) : "");
   if (ep > 1) {
     const ExpertShard shard = mp.expert_shard();
-    log::info("expert parallelism: {} group{} of {} data-{}parallel ranks; this rank holds experts {}..{} of {} ({} "
+    std::string where;  // under pipeline parallelism: of which layers
+    if (mp.pipeline_size() > 1) {
+      const PipelineShard& stage = policy.pipeline_shard();
+      int64_t n_moe = 0;
+      for (int64_t l = stage.first_layer; l < stage.end_layer; ++l) n_moe += cfg.is_moe_layer(l) ? 1 : 0;
+      where = n_moe > 0 ? fmt::format(" in each of its stage's {} MoE layers", n_moe)
+                        : " in MoE layers, of which its stage has none";
+    }
+    log::info("expert parallelism: {} group{} of {} data-{}parallel ranks{}; this rank holds experts {}..{} of {}{} ({} "
               "parameters here)", mp.replicas().size() / ep, mp.replicas().size() / ep > 1 ? "s" : "", ep,
-              mp.context_size() > 1 ? "and context-" : "",
+              mp.context_size() > 1 ? " and context-" : "", mp.pipeline_size() > 1 ? " of a stage" : "",
               shard.first(cfg.n_experts), shard.first(cfg.n_experts) + shard.count(cfg.n_experts) - 1,
-              cfg.n_experts, policy.n_params());
+              cfg.n_experts, where, policy.n_params());
   }
 }
 

@@ -14,6 +14,7 @@
 #include "config/hf_config.h"
 #include "deck/schema.h"
 #include "core/log.h"
+#include "io/h5.h"
 #include "io/tensor_io.h"
 #include "tokenizer/tokenizer.h"
 
@@ -44,6 +45,22 @@ Deck hf_teacher_deck(const std::string& dir, const std::string& source) {
   return Deck(std::move(entries));
 }
 
+// A slimpi checkpoint's trunk layers and how many are sparse, from its tensor names
+// (every layer has an input norm, a sparse one a router).
+struct StoredLayers {
+  int64_t n = 0, moe = 0;
+};
+StoredLayers stored_layers(const std::string& h5_path) {
+  h5::File f = h5::File::open(h5_path, false, MPI_COMM_NULL);
+  h5::Handle model = h5::open_group(f.id(), "model");
+  StoredLayers s;
+  while (h5::exists(model.id(), fmt::format("model.layers.{}.input_layernorm.weight", s.n))) {
+    s.moe += h5::exists(model.id(), fmt::format("model.layers.{}.mlp.gate.weight", s.n)) ? 1 : 0;
+    ++s.n;
+  }
+  return s;
+}
+
 }  // namespace
 
 TeacherSource resolve_teacher(const Deck& deck, const ModelConfig& student, const Tokenizer& tokenizer) {
@@ -72,6 +89,19 @@ TeacherSource resolve_teacher(const Deck& deck, const ModelConfig& student, cons
     if (!fs::exists(weights))
       SLIMPI_FAIL_ALL("teacher.path = \"{}\" ({}) is a directory with neither config.json (a Hugging Face model) nor "
                       "trainer_state.h5 (a slimpi checkpoint)", path, source);
+  }
+  if (shape == "the student's shape") {  // a slimpi checkpoint: its layers must be the student's
+    StoredLayers stored;
+    try {
+      stored = stored_layers(weights);
+    } catch (const std::exception& e) {
+      SLIMPI_FAIL_ALL("teacher.path = \"{}\" ({}) cannot be read as a slimpi checkpoint: {}", path, source, e.what());
+    }
+    if (stored.n != cfg.n_layers || stored.moe != cfg.n_moe_layers())
+      SLIMPI_FAIL_ALL("teacher.path = \"{}\" ({}) is a slimpi checkpoint of {} layer(s), {} of them MoE; a checkpoint "
+                      "teacher takes the student's shape, {} layer(s), {} MoE (model.n_layers, {}): give a checkpoint of "
+                      "that shape, or the teacher's Hugging Face export (slimpi export), whose config.json gives its own",
+                      path, source, stored.n, stored.moe, cfg.n_layers, cfg.n_moe_layers(), deck.source("model.n_layers"));
   }
   if (cfg.vocab_size < tokenizer.vocab_size())
     SLIMPI_FAIL_ALL("teacher.path = \"{}\" ({}): the teacher has {} vocabulary rows, fewer than the {} ids of the "

@@ -137,6 +137,8 @@ run 2 wide --set train.mode=sft --set run.n_steps=1 --set parallel.placement=col
   --set data.path=inputs/data/addition_sft.jsonl --set model.hidden_size=64
 refused wrong_shape "the teacher's weights $out/wide/trainer_state.h5 do not fit the student's shape" 2 \
   --set train.opd_kl_coef=1 --set "teacher.path=$out/wide/trainer_state.h5"
+check_refuses deeper_teacher "is a slimpi checkpoint of 2 layer(s), 0 of them MoE; a checkpoint teacher takes the student's shape, 1 layer(s)" \
+  2 --set train.opd_kl_coef=1 --set "teacher.path=$teacher" --set model.n_layers=1
 check_refuses top_k_too_large "teacher.top_k = 300 (--set) exceeds the 260 ids both the teacher and the student" 2 \
   --set train.opd_kl_coef=1 --set "teacher.path=$teacher" --set train.opd_topk_loss_coef=1 --set teacher.top_k=300
 # A NaN teacher makes the trainers' loss NaN: in split placement the rollout ranks wait for
