@@ -1,5 +1,6 @@
-// The pieces of a pipeline stage's schedule that the policy's trainer and PPO's critic
-// share (train/trainer_pipeline.cpp, train/critic.cpp; model/pipeline_shard.h):
+// The pieces of a pipeline stage's schedule that the policy's trainer, PPO's critic and a
+// trainer-side teacher share (train/trainer_pipeline.cpp, train/critic.cpp,
+// train/teacher_scores.cpp; model/pipeline_shard.h):
 //  * 1F1B (Megatron's non-interleaved schedule) over M micro-batches at stage s of p:
 //    w = min(p − 1 − s, M) warm-up forwards, then M − w times a forward followed by the
 //    backward of the oldest micro-batch in flight, then w backwards. A stage holds at
