@@ -6,7 +6,6 @@
 #include <slimpi/error.h>
 
 #include <cmath>
-#include <deque>
 #include <filesystem>
 #include <optional>
 #include <tuple>
@@ -220,7 +219,6 @@ void Critic::pipelined_forwards_and_backwards(const std::vector<Sample>& local,
     at::Tensor input;   // [rows, d] the received activations (requires grad), undefined on the first stage
     at::Tensor output;  // the stage's output [rows, d], or the last stage's loss
   };
-  std::deque<InFlight> in_flight;
   auto forward = [&](int64_t m) {
     const std::vector<int64_t>& which = plan[size_t(m)];
     const PackedBatch batch = pack(local, which, device);
@@ -232,11 +230,9 @@ void Critic::pipelined_forwards_and_backwards(const std::vector<Sample>& local,
       links.send_forward(y);
       f.output = y;
     }
-    in_flight.push_back(std::move(f));
+    return f;
   };
-  auto backward = [&] {
-    InFlight f = std::move(in_flight.front());
-    in_flight.pop_front();
+  auto backward = [&](InFlight& f) {
     if (pipeline_.last()) f.output.backward();
     else f.output.backward(links.recv_backward(f.output.size(0), d, at::TensorOptions().dtype(at::kFloat).device(device)));
     if (!pipeline_.first()) links.send_backward(f.input.grad());

@@ -2,22 +2,9 @@
 
 #include <ATen/ATen.h>
 
-#include <algorithm>
-
 #include "parallel/comm_tensor.h"
 
 namespace slimpi {
-
-void run_one_f_one_b(const PipelineShard& stage, int64_t M, const std::function<void(int64_t)>& forward,
-                     const std::function<void()>& backward) {
-  const int64_t warm_up = std::min<int64_t>(stage.size - 1 - stage.stage, M);
-  for (int64_t m = 0; m < warm_up; ++m) forward(m);
-  for (int64_t m = warm_up; m < M; ++m) {
-    forward(m);
-    backward();
-  }
-  for (int64_t m = 0; m < warm_up; ++m) backward();
-}
 
 at::Tensor stage_forward(const Transformer& model, PipelineLinks& links, const PackedBatch& b, Precision precision,
                          bool track_input, at::Tensor* received, MoeTrace* moe) {

@@ -9,15 +9,17 @@
 //    stage);
 //  * the last stage's per-micro-batch results given to every stage, and a step's metrics
 //    added up over the stages.
-// Stateless functions; the caller owns the links and what is in flight.
+// Stateless functions; the caller owns the links, the schedule what is in flight.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
+#include <algorithm>
 #include <cstdint>
-#include <functional>
+#include <deque>
 #include <map>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "model/precision.h"
@@ -27,10 +29,26 @@
 
 namespace slimpi {
 
-// Calls forward(m) for m = 0 .. M − 1 and backward() M times (each the oldest forward's)
-// in 1F1B order for `stage`.
-void run_one_f_one_b(const PipelineShard& stage, int64_t M, const std::function<void(int64_t)>& forward,
-                     const std::function<void()>& backward);
+// Calls forward(m) for m = 0 .. M − 1, each returning what its backward needs (the
+// micro-batch in flight), and backward(in_flight&) on each of those, oldest first, in 1F1B
+// order for `stage`.
+template <class Forward, class Backward>
+void run_one_f_one_b(const PipelineShard& stage, int64_t M, Forward&& forward, Backward&& backward) {
+  using InFlight = std::invoke_result_t<Forward&, int64_t>;
+  std::deque<InFlight> in_flight;
+  auto backward_oldest = [&] {
+    InFlight f = std::move(in_flight.front());
+    in_flight.pop_front();
+    backward(f);
+  };
+  const int64_t warm_up = std::min<int64_t>(stage.size - 1 - stage.stage, M);
+  for (int64_t m = 0; m < warm_up; ++m) in_flight.push_back(forward(m));
+  for (int64_t m = warm_up; m < M; ++m) {
+    in_flight.push_back(forward(m));
+    backward_oldest();
+  }
+  while (!in_flight.empty()) backward_oldest();
+}
 
 // One micro-batch through this stage of `model`, in the forward's precision: its input
 // (the tokens on the first stage; otherwise the previous stage's output, received into

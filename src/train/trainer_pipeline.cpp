@@ -19,7 +19,6 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include <algorithm>
-#include <deque>
 
 #include "parallel/comm_tensor.h"
 #include "train/micro_batches.h"
@@ -58,7 +57,6 @@ void Trainer::pipelined_forwards_and_backwards(std::vector<Sample>& local,
     MoeTrace trace;         // MoE: this stage's layers' routing
     StagedRouting routing;  // MoE: the choice counts of every stage (the last stage's from its forward)
   };
-  std::deque<InFlight> in_flight;
   auto forward = [&](int64_t m) {
     InFlight f;
     f.idle = m >= n_planned;
@@ -92,11 +90,9 @@ void Trainer::pipelined_forwards_and_backwards(std::vector<Sample>& local,
       links.send_forward(y);
       f.output = y;
     }
-    in_flight.push_back(std::move(f));
+    return f;
   };
-  auto backward = [&] {
-    InFlight f = std::move(in_flight.front());
-    in_flight.pop_front();
+  auto backward = [&](InFlight& f) {
     const bool traced = moe_ && !f.idle;
     if (pipeline_.last()) {
       f.output.backward();

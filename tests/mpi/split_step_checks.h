@@ -16,8 +16,19 @@
 #include "model/transformer.h"
 #include "train/trainer.h"
 #include "../support/tensor_checks.h"
+#include "../support/tiny_model.h"
 
 namespace slimpi::testing {
+
+// The split-trainer tests' MoE model: 4 experts, top-2, 16 wide, DeepSeekMoE routing (2
+// groups, 1 kept) after a first dense layer (a pipeline stage of dense layers only).
+inline void use_split_test_moe(ModelConfig& m) {
+  m.n_experts = 4;
+  m.n_experts_per_tok = 2;
+  m.moe_intermediate_size = 16;
+  m.moe_layer_freq = 1;
+  use_deepseek_moe(m, /*n_group=*/2, /*topk_group=*/1, /*first_k_dense=*/1);
+}
 
 // A drawn routing trace for sample `i` of an MoE model: (tokens − 1) rows of k = 2
 // distinct experts per MoE layer.

@@ -98,13 +98,7 @@ ModelConfig config_of(const Case& c) {
   m.qkv_bias = true;
   m.tie_word_embeddings = c.tied;
   m.mtp_num_layers = c.mtp;
-  if (c.moe) {
-    m.n_experts = 4;
-    m.n_experts_per_tok = 2;
-    m.moe_intermediate_size = 16;
-    m.moe_layer_freq = 1;
-    testing::use_deepseek_moe(m, /*n_group=*/2, /*topk_group=*/1, /*first_k_dense=*/1);
-  }
+  if (c.moe) testing::use_split_test_moe(m);
   return m;
 }
 
