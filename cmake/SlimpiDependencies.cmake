@@ -70,6 +70,19 @@ slimpi_require(SLIMPI_ZSTD_LIBRARY "zstd" "libzstd-dev")
 find_path(SLIMPI_PCRE2_INCLUDE pcre2.h)
 find_library(SLIMPI_PCRE2_LIBRARY pcre2-8)
 slimpi_require(SLIMPI_PCRE2_LIBRARY "PCRE2" "libpcre2-dev")
+# cpp-httplib: the agent endpoint's HTTP server (agent/http_server.h). Debian builds it as a
+# library with OpenSSL, zlib and Brotli support; its pkg-config file carries the definitions
+# the header must be compiled with.
+find_package(PkgConfig QUIET)
+if(PkgConfig_FOUND)
+  pkg_check_modules(SLIMPI_HTTPLIB QUIET cpp-httplib)
+endif()
+if(NOT SLIMPI_HTTPLIB_FOUND)  # no pkg-config file: Debian 12's build definitions
+  set(SLIMPI_HTTPLIB_CFLAGS -DCPPHTTPLIB_OPENSSL_SUPPORT -DCPPHTTPLIB_ZLIB_SUPPORT -DCPPHTTPLIB_BROTLI_SUPPORT)
+endif()
+find_path(SLIMPI_HTTPLIB_INCLUDE httplib.h)
+find_library(SLIMPI_HTTPLIB_LIBRARY cpp-httplib)
+slimpi_require(SLIMPI_HTTPLIB_LIBRARY "cpp-httplib" "libcpp-httplib-dev")
 find_path(SLIMPI_UTF8PROC_INCLUDE utf8proc.h)
 find_library(SLIMPI_UTF8PROC_LIBRARY utf8proc)
 slimpi_require(SLIMPI_UTF8PROC_LIBRARY "utf8proc" "libutf8proc-dev")

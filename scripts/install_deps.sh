@@ -18,7 +18,7 @@ packages=(
   libhdf5-openmpi-dev hdf5-tools
   libtomlplusplus-dev nlohmann-json3-dev libfmt-dev libspdlog-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libxxhash-dev libzstd-dev libpcre2-dev libutf8proc-dev
+  libxxhash-dev libzstd-dev libpcre2-dev libutf8proc-dev libcpp-httplib-dev
   munge slurm-wlm
   python3-h5py python3-numpy python3-matplotlib python3-venv
 )
@@ -77,4 +77,25 @@ else
   $SUDO "$py" -m venv "$venv"
   $SUDO "$venv/bin/pip" install --quiet --no-cache-dir --disable-pip-version-check "torch==$torch_version"
   $SUDO touch "$venv/.slimpi-complete"
+fi
+
+# The agent tests' clients (tests/regression/agent_runs.sh, test_agent_endpoint): the real
+# `openai` and `anthropic` Python packages, pinned, in a venv of their own beside torch's
+# (developer-only: nothing of slimpi's runtime imports them; an agent brings its own).
+clients=${SLIMPI_AGENT_CLIENTS_VENV:-/opt/slimpi/agent-clients}
+clients_pins="openai==3.63.0 anthropic==2.17.0"
+if [ -f "$clients/.slimpi-complete" ] && [ "$(cat "$clients/.slimpi-complete")" = "$clients_pins" ]; then
+  echo "install_deps: agent clients ($clients_pins) present in $clients"
+elif [ -w "$(dirname "$clients")" ] || can_sudo; then
+  echo "install_deps: installing the agent tests' clients ($clients_pins) into $clients"
+  SUDO=""; [ -w "$(dirname "$clients")" ] || SUDO="sudo"
+  $SUDO rm -rf "$clients"
+  py=/usr/bin/python3; [ -x "$py" ] || py=$(command -v python3)
+  $SUDO "$py" -m venv "$clients"
+  # shellcheck disable=SC2086
+  $SUDO "$clients/bin/pip" install --quiet --no-cache-dir --disable-pip-version-check $clients_pins
+  echo "$clients_pins" | $SUDO tee "$clients/.slimpi-complete" >/dev/null
+else
+  echo "install_deps: cannot write $(dirname "$clients"): the agent tests' clients are not installed" \
+       "(set SLIMPI_AGENT_CLIENTS_VENV to a directory you can write)"
 fi

@@ -9,7 +9,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <set>
+
+#include <fmt/format.h>
 
 extern char** environ;
 
@@ -37,7 +42,7 @@ void close_from_3() {
 
 // The command: leads group G, stdin/stdout on the rank's pipes, dies with the rank's
 // thread too (PR_SET_PDEATHSIG). Async-signal-safe calls only.
-[[noreturn]] void exec_command(pid_t rank, int in, int out, int err, char* const argv[]) {
+[[noreturn]] void exec_command(pid_t rank, int in, int out, int err, char* const argv[], char* const envp[]) {
   setpgid(0, 0);
   reset_signals();
   prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -45,7 +50,7 @@ void close_from_3() {
   if (dup2(in, STDIN_FILENO) < 0 || dup2(out, STDOUT_FILENO) < 0) _exit(127);
   if (err >= 0 && dup2(err, STDERR_FILENO) < 0) _exit(127);
   close_from_3();
-  execve("/bin/sh", argv, environ);
+  execve("/bin/sh", argv, envp);
   _exit(127);
 }
 
@@ -61,6 +66,34 @@ void close_from_3() {
   _exit(127);
 }
 
+// Whether `command` is one program and its arguments, so that `exec` can run it in place
+// of sh: no shell operator, redirection, substitution or assignment, a first word that is
+// no shell builtin and names an executable file (a path, or found on PATH).
+// Conservative: anything else stays under sh.
+bool is_simple_command(const std::string& command) {
+  if (command.find_first_of(";&|()<>`$\n\\") != std::string::npos) return false;
+  const size_t begin = command.find_first_not_of(" \t");
+  if (begin == std::string::npos) return false;
+  const std::string first = command.substr(begin, command.find_first_of(" \t", begin) - begin);
+  static const std::set<std::string> builtins = {"cd",    "export", "set",    "unset",    "ulimit", "umask",
+                                                 "alias", "eval",   "exec",   "exit",     "read",   "shift",
+                                                 "trap",  "wait",   "source", "command",  "local",  "readonly",
+                                                 "return", "break", "continue", ".",      ":",      "time"};
+  if (builtins.count(first) ||
+      first.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_./+-") !=
+          std::string::npos)
+    return false;
+  if (first.find('/') != std::string::npos) return ::access(first.c_str(), X_OK) == 0;
+  const char* path = std::getenv("PATH");
+  for (std::string dirs = path ? path : ""; !dirs.empty();) {
+    const size_t colon = dirs.find(':');
+    const std::string dir = dirs.substr(0, colon);
+    dirs = colon == std::string::npos ? "" : dirs.substr(colon + 1);
+    if (!dir.empty() && ::access((dir + "/" + first).c_str(), X_OK) == 0) return true;
+  }
+  return false;
+}
+
 void close_all(std::initializer_list<int> fds) {
   for (int fd : fds)
     if (fd >= 0) close(fd);
@@ -68,7 +101,14 @@ void close_all(std::initializer_list<int> fds) {
 
 }  // namespace
 
-ChildProcess::ChildProcess(const std::string& command, bool capture_stderr) {
+std::string command_under_limits(const std::string& command, double cpu_limit_s, int64_t memory_limit_mb) {
+  std::string prefix;
+  if (cpu_limit_s > 0) prefix += fmt::format("ulimit -t {}; ", int64_t(std::ceil(cpu_limit_s)));
+  if (memory_limit_mb > 0) prefix += fmt::format("ulimit -v {}; ", memory_limit_mb * 1024);
+  return prefix + (is_simple_command(command) ? "exec " : "") + command;
+}
+
+ChildProcess::ChildProcess(const std::string& command, bool capture_stderr, const std::vector<std::string>& extra_env) {
   int to_child[2] = {-1, -1}, from_child[2] = {-1, -1}, lifeline[2] = {-1, -1}, err_pipe[2] = {-1, -1};
   if (pipe2(to_child, O_CLOEXEC) != 0 || pipe2(from_child, O_CLOEXEC) != 0 || pipe2(lifeline, O_CLOEXEC) != 0 ||
       (capture_stderr && pipe2(err_pipe, O_CLOEXEC) != 0)) {
@@ -82,9 +122,22 @@ ChildProcess::ChildProcess(const std::string& command, bool capture_stderr) {
   std::string text = command;
   char* const command_argv[] = {sh, dash_c, text.data(), nullptr};
   char* const watcher_argv[] = {sh, dash_c, watch, nullptr};
+  // The command's environment: the rank's, with extra_env's names replaced.
+  std::vector<std::string> env_text;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry(*e);
+    const std::string name = entry.substr(0, entry.find('=') + 1);
+    bool replaced = false;
+    for (const std::string& x : extra_env) replaced = replaced || x.compare(0, name.size(), name) == 0;
+    if (!replaced) env_text.push_back(entry);
+  }
+  env_text.insert(env_text.end(), extra_env.begin(), extra_env.end());
+  std::vector<char*> envp;
+  for (std::string& e : env_text) envp.push_back(e.data());
+  envp.push_back(nullptr);
   const pid_t rank = getpid();
   const pid_t pid = fork();
-  if (pid == 0) exec_command(rank, to_child[0], from_child[1], err_pipe[1], command_argv);
+  if (pid == 0) exec_command(rank, to_child[0], from_child[1], err_pipe[1], command_argv, envp.data());
   const int fork_errno = errno;
   if (pid > 0) {
     setpgid(pid, pid);  // also here: the group exists before the watcher joins it

@@ -21,7 +21,9 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 namespace slimpi {
 
@@ -29,7 +31,10 @@ class ChildProcess {
  public:
   // Starts `command`; throws slimpi::Error when pipes or fork fail. capture_stderr: the
   // command's stderr goes to a pipe the caller reads (stderr_fd) instead of the rank's.
-  explicit ChildProcess(const std::string& command, bool capture_stderr = false);
+  // extra_env: "NAME=value" entries the command gets on top of the rank's environment
+  // (replacing the rank's value of the same NAME).
+  explicit ChildProcess(const std::string& command, bool capture_stderr = false,
+                        const std::vector<std::string>& extra_env = {});
   ~ChildProcess();  // closes the pipes, kills group G, reaps the command and the watcher
   ChildProcess(const ChildProcess&) = delete;
   ChildProcess& operator=(const ChildProcess&) = delete;
@@ -56,5 +61,12 @@ class ChildProcess {
   int lifeline_ = -1;  // write end; the watcher kills group G when it closes
   bool reaped_ = false;
 };
+
+// `command` under sh's rlimits (ulimit -t CPU seconds, -v KiB of address space; 0 = none).
+// A simple command (one program and its arguments: no shell operator, redirection,
+// substitution or assignment, its first word an executable on PATH or a path) is exec'ed,
+// so that the program itself holds the pipes: sh (dash) would otherwise stay as its
+// parent holding stdout open, and a program that closes its stdout would be noticed late.
+std::string command_under_limits(const std::string& command, double cpu_limit_s, int64_t memory_limit_mb);
 
 }  // namespace slimpi

@@ -1,5 +1,7 @@
 #include "driver/run_context.h"
 
+#include "agent/agent_token.h"
+
 #include <ATen/CPUGeneratorImpl.h>
 #include <slimpi/error.h>
 
@@ -103,6 +105,13 @@ RunContext set_up_run(MPI_Comm world, const std::string& deck_path, const std::v
 
   ctx.run_dir = run_dir_of(ctx.deck);
   make_run_dir(world, ctx.run_dir);
+  if (ctx.deck.get_string("rollout.environment") == "agent") {  // the agent endpoint's token, new per job
+    int rank = 0;
+    MPI_Comm_rank(world, &rank);
+    std::string problem = rank == 0 ? write_agent_token(ctx.run_dir) : std::string();
+    broadcast_string(world, problem, 0);
+    if (!problem.empty()) SLIMPI_FAIL_ALL("the agent endpoint's token (rollout.environment = \"agent\"): {}", problem);
+  }
 
   ctx.world = std::make_unique<World>(world, layout);
   RuntimeSettings rt = apply_runtime_settings(world, ctx.deck.get_int("run.threads"));

@@ -24,45 +24,6 @@ std::chrono::steady_clock::duration seconds(double s) {
   return std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(s));
 }
 
-// Whether `command` is one program and its arguments, so that `exec` can run it in place
-// of sh: no shell operator, redirection, substitution or assignment, a first word that is
-// no shell builtin and names an executable file (a path, or found on PATH).
-// Conservative: anything else stays under sh.
-bool is_simple_command(const std::string& command) {
-  if (command.find_first_of(";&|()<>`$\n\\") != std::string::npos) return false;
-  const size_t begin = command.find_first_not_of(" \t");
-  if (begin == std::string::npos) return false;
-  const std::string first = command.substr(begin, command.find_first_of(" \t", begin) - begin);
-  static const std::set<std::string> builtins = {"cd",    "export", "set",    "unset",    "ulimit", "umask",
-                                                 "alias", "eval",   "exec",   "exit",     "read",   "shift",
-                                                 "trap",  "wait",   "source", "command",  "local",  "readonly",
-                                                 "return", "break", "continue", ".",      ":",      "time"};
-  if (builtins.count(first) ||
-      first.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_./+-") !=
-          std::string::npos)
-    return false;
-  if (first.find('/') != std::string::npos) return ::access(first.c_str(), X_OK) == 0;
-  const char* path = std::getenv("PATH");
-  for (std::string dirs = path ? path : ""; !dirs.empty();) {
-    const size_t colon = dirs.find(':');
-    const std::string dir = dirs.substr(0, colon);
-    dirs = colon == std::string::npos ? "" : dirs.substr(colon + 1);
-    if (!dir.empty() && ::access((dir + "/" + first).c_str(), X_OK) == 0) return true;
-  }
-  return false;
-}
-
-// rollout.env_command under its rlimits (sh's ulimit: -t CPU seconds, -v KiB of address
-// space). A simple command is exec'ed, so that the environment's own process holds the
-// pipes: sh (dash) would otherwise stay as its parent holding stdout open, and an
-// environment that closes its stdout would be noticed only at rollout.env_timeout_s.
-std::string limited_command(const EnvConfig& cfg) {
-  std::string prefix;
-  if (cfg.cpu_limit_s > 0) prefix += fmt::format("ulimit -t {}; ", int64_t(std::ceil(cfg.cpu_limit_s)));
-  if (cfg.memory_limit_mb > 0) prefix += fmt::format("ulimit -v {}; ", cfg.memory_limit_mb * 1024);
-  return prefix + (is_simple_command(cfg.command) ? "exec " : "") + cfg.command;
-}
-
 }  // namespace
 
 CommandEnvironment::CommandEnvironment(const EnvConfig& cfg, int64_t vocab_size) : cfg_(cfg), vocab_size_(vocab_size) {
@@ -85,7 +46,7 @@ std::string CommandEnvironment::describe(const Process& p) const {
 }
 
 void CommandEnvironment::start(Process& p) {
-  p.child = std::make_unique<ChildProcess>(limited_command(cfg_), /*capture_stderr=*/true);
+  p.child = std::make_unique<ChildProcess>(command_under_limits(cfg_.command, cfg_.cpu_limit_s, cfg_.memory_limit_mb), /*capture_stderr=*/true);
   p.in_buf.clear();
   if (!p.err)
     p.err = std::make_unique<StderrLog>(fmt::format("environment process {}", p.index), cfg_.max_stderr_bytes,

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "tokenizer/chat_template.h"
+
 namespace slimpi {
 
 class Deck;
@@ -26,6 +28,17 @@ struct EnvConfig {
   int64_t max_observation_tokens = 1024;
   std::string reward = "last";  // "last" | "sum"
   double episode_wall_s = 0;    // wall time per episode (0: none)
+
+  // rollout.environment = "agent" (agent/agent_environment.h): one agent program per episode,
+  // served over HTTP. rollout.env_timeout_s bounds the wait for each request.
+  std::string agent_command;         // rollout.agent_command: run through /bin/sh -c per episode
+  std::string agent_host = "127.0.0.1";  // rollout.agent_host: the interface the endpoint binds
+  int64_t agent_port = 0;            // rollout.agent_port: 0 = one the system picks (per rollout rank)
+  int64_t agent_max_sessions = 64;   // rollout.agent_max_sessions: episodes at once per rollout rank
+  std::string agent_model = "slimpi-policy";  // rollout.agent_model: the model name the endpoint answers to
+  int64_t agent_max_request_bytes = 8 << 20;  // rollout.agent_max_request_bytes: a longer body gets 413
+  std::string run_dir;               // run.dir: where the job's bearer token is (agent_token)
+  ChatFormat chat;                   // data.chat_template and its options as resolved (set by RolloutConfig)
 
   bool enabled() const { return name != "none"; }
   static EnvConfig from_deck(const Deck& deck);

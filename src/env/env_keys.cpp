@@ -43,7 +43,24 @@ std::vector<KeySpec> env_keys() {
       choice_key("rollout.env_reward", "last", {"last", "sum"},
                  "environment: an episode's reward is its last step's reward, or the sum over its steps"),
       float_key("rollout.env_episode_wall_s", 0.0, 0.0, 1e9, "s",
-                "environment: an episode is truncated at its first turn boundary past this wall time (0 = none)")
+                "environment: an episode is truncated at its first turn boundary past this wall time (0 = none)"),
+      string_key("rollout.agent_command", "",
+                 "environment = agent (docs/agents.md): the agent program, started per episode through /bin/sh -c with "
+                 "OPENAI_BASE_URL, OPENAI_API_KEY, ANTHROPIC_BASE_URL, ANTHROPIC_API_KEY and SLIMPI_PROMPT set; "
+                 "rollout.env_cpu_limit_s and env_memory_limit_mb limit it"),
+      string_key("rollout.agent_host", "127.0.0.1",
+                 "environment = agent: the interface the HTTP endpoint binds on each rollout rank (0.0.0.0: every "
+                 "interface, for agents on other nodes)"),
+      int_key("rollout.agent_port", 0, 0, 65535, "port",
+              "environment = agent: the endpoint's TCP port on each rollout rank (0: one the system picks; a fixed "
+              "port serves one rollout rank per node)"),
+      int_key("rollout.agent_max_sessions", 64, 1, 4096, "sessions",
+              "environment = agent: episodes (agent programs) at once per rollout rank; more wait for a slot"),
+      string_key("rollout.agent_model", "slimpi-policy",
+                 "environment = agent: the model name the endpoint serves (GET /v1/models); a request naming another "
+                 "model gets 404"),
+      int_key("rollout.agent_max_request_bytes", 8 << 20, 1024, 1e10, "bytes",
+              "environment = agent: a longer request body gets 413")
   };
 }
 

@@ -69,6 +69,7 @@ struct EpisodeAction {
   std::vector<int64_t> token_ids;
   std::vector<ToolCall> tool_calls;
   std::string finish_reason;  // "stop" (a stop token or string), "length" (the turn's token limit)
+  int64_t context_tokens = 0;  // tokens of the sequence the turn continued (its latest context's)
 };
 
 struct EnvReply {
@@ -82,6 +83,10 @@ struct EnvReply {
   // The observation opens a new context: the model sees it alone from here on (the
   // environment managing the context: a summary, a sub-agent's task), not appended.
   bool new_context = false;
+  // The whole conversation the observation ends, when the environment has it (an agent's
+  // request): should the chat template not continue the stream with `messages` (it
+  // rewrites the history), the episode opens a new context with it instead of ending the job.
+  std::vector<ChatMessage> conversation;
   EnvError error = EnvError::None;
   std::string message;  // the error's text
   std::map<std::string, double> metrics;
@@ -96,6 +101,9 @@ class Environment {
   virtual void reset(const EpisodeStart& start) = 0;
   virtual void step(const EpisodeAction& action) = 0;
   virtual void close(const std::string& episode) = 0;  // no reply
+  // Why the runner ended an open episode, just before close() (the reply's own done or
+  // truncated included): an environment that owes its client an answer says so.
+  virtual void ended(const std::string& /*episode*/, EnvError /*error*/, const std::string& /*why*/) {}
   // Opens `start.episode` again from `snapshot` (an observation's, after `turns` model
   // turns) in place of a reset; the reply has `restored` set. Only where info().snapshots.
   virtual void restore(const EpisodeStart& start, int64_t turns, const std::string& snapshot);

@@ -1,6 +1,7 @@
 #include <slimpi/deck.h>
 #include <slimpi/error.h>
 
+#include "env/agent_environment.h"
 #include "env/calculator_environment.h"
 #include "env/command_environment.h"
 #include "env/environment.h"
@@ -19,6 +20,9 @@ const Registry<EnvFactory>& environments() {
       return std::make_unique<CommandEnvironment>(cfg, vocab_size);
     });
     reg.add("calculator", [](const EnvConfig&, int64_t) { return make_calculator_environment(); });
+    reg.add("agent", [](const EnvConfig& cfg, int64_t) -> std::unique_ptr<Environment> {
+      return std::make_unique<AgentEnvironment>(cfg);
+    });
     return reg;
   }();
   return r;
@@ -42,6 +46,20 @@ EnvConfig EnvConfig::from_deck(const Deck& deck) {
   c.max_observation_tokens = deck.get_int("rollout.env_max_observation_tokens");
   c.reward = deck.get_string("rollout.env_reward");
   c.episode_wall_s = deck.get_float("rollout.env_episode_wall_s");
+  c.agent_command = deck.get_string("rollout.agent_command");
+  c.agent_host = deck.get_string("rollout.agent_host");
+  c.agent_port = deck.get_int("rollout.agent_port");
+  c.agent_max_sessions = deck.get_int("rollout.agent_max_sessions");
+  c.agent_model = deck.get_string("rollout.agent_model");
+  c.agent_max_request_bytes = deck.get_int("rollout.agent_max_request_bytes");
+  c.run_dir = deck.get_string("run.dir");  // (as driver's run_dir_of: the default is runs/<run.name>)
+  if (c.run_dir.empty()) c.run_dir = "runs/" + deck.get_string("run.name");
+  if (c.name == "agent" && c.agent_command.empty())
+    SLIMPI_FAIL_ALL("rollout.environment = \"agent\" ({}) needs rollout.agent_command: the agent program started per "
+                    "episode (docs/agents.md)", deck.source("rollout.environment"));
+  if (c.name == "agent" && c.agent_model.empty())
+    SLIMPI_FAIL_ALL("rollout.agent_model ({}) is empty: the endpoint needs a model name to serve",
+                    deck.source("rollout.agent_model"));
   if (c.name == "command" && c.command.empty())
     SLIMPI_FAIL_ALL("rollout.environment = \"command\" ({}) needs rollout.env_command: the program that speaks the "
                     "environment protocol (docs/environments.md)", deck.source("rollout.environment"));
@@ -51,7 +69,7 @@ EnvConfig EnvConfig::from_deck(const Deck& deck) {
   const double watchdog_s = deck.get_float("parallel.timeout_s");
   for (const char* key : {"rollout.env_timeout_s", "rollout.env_episode_wall_s"}) {
     const double limit = deck.get_float(key);
-    if (c.name == "command" && limit >= watchdog_s)
+    if ((c.name == "command" || c.name == "agent") && limit >= watchdog_s)
       SLIMPI_FAIL_ALL("{} = {} ({}) must be below parallel.timeout_s = {} ({}): the ranks that wait for the batch's "
                       "episodes would be stopped by the watchdog first (the wait also holds the batch's generation, so "
                       "leave room for it)", key, limit, deck.source(key), watchdog_s, deck.source("parallel.timeout_s"));

@@ -239,7 +239,8 @@ void EpisodeRunner::on_observation(Episode& e, const EnvReply& reply) {
   if (settings_.env.episode_wall_s > 0 && e.clock.seconds() > settings_.env.episode_wall_s)
     return finish(e, SampleStatus::Truncated, EnvError::None, "");
   std::vector<int64_t> observation;
-  if (!observation_tokens(e, reply, &observation)) return;
+  bool new_context = reply.new_context;
+  if (!observation_tokens(e, reply, &observation, &new_context)) return;
   const int64_t n = int64_t(observation.size()), r = s.response_length();
   if (n > settings_.env.max_observation_tokens)
     return finish(e, SampleStatus::Truncated, EnvError::Overlong,
@@ -249,12 +250,14 @@ void EpisodeRunner::on_observation(Episode& e, const EnvReply& reply) {
     return finish(e, SampleStatus::Truncated, EnvError::Overlong,
                   fmt::format("the episode would reach {} response tokens with its next observation (budget {}: "
                               "rollout.env_max_total_tokens, model.max_seq_len, the KV cache)", r + n + 1, e.budget));
-  if (e.replay && !matches_record(e, observation, reply.new_context, recorded)) return;
-  append_observation(e, observation, reply.new_context);
+  if (e.replay && !matches_record(e, observation, new_context, recorded)) return;
+  append_observation(e, observation, new_context);
   begin_turn(e);
 }
 
-bool EpisodeRunner::observation_tokens(Episode& e, const EnvReply& reply, std::vector<int64_t>* out) {
+bool EpisodeRunner::observation_tokens(Episode& e, const EnvReply& reply, std::vector<int64_t>* out,
+                                       bool* new_context) {
+  *new_context = reply.new_context;
   if (reply.new_context) {  // the model sees this alone from here on: rendered as a conversation of its own
     *out = context_tokens(reply);
     if (!out->empty()) return true;
@@ -264,6 +267,13 @@ bool EpisodeRunner::observation_tokens(Episode& e, const EnvReply& reply, std::v
   }
   std::string why;
   const std::string delta = e.transcript->add_observation(reply.messages, &why);
+  if (!why.empty() && !reply.conversation.empty()) {  // the whole conversation, as a context of its own
+    EnvReply whole;
+    whole.messages = reply.conversation;
+    *out = context_tokens(whole);
+    *new_context = true;
+    return true;
+  }
   if (!why.empty()) SLIMPI_FAIL("episode {}: {}", e.id, why);
   if (!delta.empty()) *out = tokenizer_.encode_text(delta);
   out->insert(out->end(), reply.token_ids.begin(), reply.token_ids.end());
@@ -311,6 +321,8 @@ EpisodeAction EpisodeRunner::make_action(const Episode& e, const std::vector<int
   a.token_ids = new_tokens;
   a.tool_calls = parse_tool_calls(a.text, settings_.chat.chat_template);
   a.finish_reason = stopped ? "stop" : "length";
+  const auto& contexts = e.sample.context_starts;  // (response offsets where a new context began)
+  a.context_tokens = contexts.empty() ? e.sample.prompt_length + e.turn_start : e.turn_start - contexts.back();
   return a;
 }
 
@@ -345,6 +357,7 @@ void EpisodeRunner::finish(Episode& e, SampleStatus status, EnvError error, cons
               "counts them", e.id, s.group_index, s.index, s.env_turns, why);
   }
   const std::string id = e.id;
+  env_.ended(id, error, why);
   env_.close(id);
   --open_in_env_;
   finished_.push_back(std::move(s));

@@ -105,8 +105,9 @@ class EpisodeRunner : public GroupWorker {
   void on_reset(Episode& e, const EnvReply& reply);
   void on_observation(Episode& e, const EnvReply& reply);
   // The observation's tokens: a new context rendered alone, or the transcript's delta and
-  // the reply's token ids; false when it ended the episode.
-  bool observation_tokens(Episode& e, const EnvReply& reply, std::vector<int64_t>* out);
+  // the reply's token ids; false when it ended the episode. *new_context: they open a new
+  // context (asked for, or the reply's whole conversation where the template rewrites history).
+  bool observation_tokens(Episode& e, const EnvReply& reply, std::vector<int64_t>* out, bool* new_context);
   void on_turn(Episode& e, Sample&& turn);
   void begin_turn(Episode& e);
   // The engine takes the turn that began at response offset `start` (its tokens after

@@ -208,6 +208,7 @@ RolloutConfig RolloutConfig::from_deck(const Deck& deck, const ModelConfig& mode
   const ChatFormat chat = ChatFormat::from_deck(deck, *c.tokenizer);
   c.chat = chat;
   c.env = EnvConfig::from_deck(deck);
+  c.env.chat = chat;
   // Episodes continue their sequences turn after turn: a finished turn's blocks enter the
   // prefix cache, so the next turn re-uses its KV instead of recomputing it.
   if (c.env.enabled() && c.engine.prefix_cache) c.engine.cache_responses = true;

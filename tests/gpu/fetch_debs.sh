@@ -15,6 +15,7 @@ packages=(
   libhdf5-openmpi-dev libhdf5-openmpi-103-1 libhdf5-openmpi-hl-100 libaec0 libsz2 libcurl3-gnutls
   libtomlplusplus-dev libtomlplusplus3 nlohmann-json3-dev libfmt-dev libfmt9 libspdlog-dev libspdlog1.10 libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev libbenchmark1debian libxxhash-dev libxxhash0
+  libcpp-httplib-dev libcpp-httplib0.11 libssl-dev libbrotli-dev zlib1g-dev
 )
 mkdir -p "$dest"
 cd "$dest"

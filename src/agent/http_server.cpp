@@ -1,0 +1,108 @@
+#include "agent/http_server.h"
+
+#include <httplib.h>
+#include <slimpi/error.h>
+
+#include <sys/socket.h>
+
+#include <thread>
+
+#include "agent/openai_chat.h"
+
+namespace slimpi {
+namespace {
+
+// Compares in time independent of where the texts differ (a token guessed byte by byte).
+bool same_secret(const std::string& a, const std::string& b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i % (b.empty() ? 1 : b.size())]);
+  return diff == 0 && !b.empty();
+}
+
+void set_error(httplib::Response& res, int status, const std::string& type, const std::string& code,
+               const std::string& message) {
+  ApiError e;
+  e.status = status;
+  e.type = type;
+  e.code = code;
+  e.message = message;
+  res.status = status;
+  res.set_content(openai_error_body(e), "application/json");
+}
+
+}  // namespace
+
+struct HttpServer::Impl {
+  httplib::Server server;
+  std::thread listener;
+  int port = -1;
+};
+
+HttpServer::HttpServer(const std::string& host, int port, std::string token, int64_t max_body_bytes, int threads,
+                       Handler handler)
+    : impl_(std::make_unique<Impl>()) {
+  httplib::Server& s = impl_->server;
+  s.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
+  s.set_payload_max_length(size_t(max_body_bytes));
+  s.set_keep_alive_timeout(2);  // an idle connection holds one of the threads
+  s.set_tcp_nodelay(true);
+  // httplib's listen backlog is 5, built into Debian's library: agents that connect at once
+  // beyond it were reset. The socket is captured here and listened on again with a deep
+  // backlog once bound (Linux takes a second listen() as the new backlog).
+  int listen_fd = -1;
+  s.set_socket_options([&listen_fd](socket_t sock) {
+    httplib::default_socket_options(sock);
+    listen_fd = int(sock);
+  });
+  auto serve = [token, handler](const httplib::Request& req, httplib::Response& res) {
+    std::string given = req.get_header_value("x-api-key");
+    const std::string auth = req.get_header_value("Authorization");
+    if (auth.rfind("Bearer ", 0) == 0) given = auth.substr(7);
+    if (!same_secret(given, token)) {
+      set_error(res, 401, "invalid_request_error", "invalid_api_key",
+                "no valid API key: send the job's token (OPENAI_API_KEY or ANTHROPIC_API_KEY as the agent was "
+                "started with; the run directory's agent_token) as 'Authorization: Bearer <token>' or 'x-api-key'");
+      return;
+    }
+    HttpRequest r;
+    r.method = req.method;
+    r.session = req.matches.size() == 3 ? std::string(req.matches[1]) : std::string();
+    r.route = std::string(req.matches[req.matches.size() - 1]);
+    r.body = req.body;
+    HttpReply reply = handler(r);
+    res.status = reply.status;
+    res.set_content(reply.body, reply.content_type.c_str());
+  };
+  for (const char* pattern : {R"(/s/([A-Za-z0-9_-]+)/v1/(.+))", R"(/v1/(.+))"}) {
+    s.Get(pattern, serve);
+    s.Post(pattern, serve);
+  }
+  // Statuses httplib sets itself (404 for another path, 413, 400 for a malformed request)
+  // get the API's error object; a handler's own errors have their body already.
+  s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    const std::string why = res.status == 404   ? "no such route: " + req.method + " " + req.path +
+                                                      " (the endpoint serves /v1/chat/completions and /v1/models under "
+                                                      "the base URL the agent was given)"
+                            : res.status == 413 ? std::string("the request body is larger than "
+                                                              "rollout.agent_max_request_bytes")
+                                                : std::string("the request could not be read");
+    set_error(res, res.status, res.status == 404 ? "not_found_error" : "invalid_request_error",
+              res.status == 413 ? "request_too_large" : "", why);
+  });
+  impl_->port = port == 0 ? s.bind_to_any_port(host) : (s.bind_to_port(host, port) ? port : -1);
+  if (impl_->port < 0)
+    SLIMPI_FAIL("the agent endpoint cannot listen on {}:{} (rollout.agent_host, rollout.agent_port): the address is "
+                "in use or not this node's", host, port);
+  if (listen_fd >= 0) ::listen(listen_fd, SOMAXCONN);
+  impl_->listener = std::thread([this] { impl_->server.listen_after_bind(); });
+}
+
+HttpServer::~HttpServer() {
+  impl_->server.stop();
+  if (impl_->listener.joinable()) impl_->listener.join();
+}
+
+int HttpServer::port() const { return impl_->port; }
+
+}  // namespace slimpi

@@ -1,0 +1,428 @@
+#include "env/agent_environment.h"
+
+#include <signal.h>
+#include <slimpi/error.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <ctime>
+#include <optional>
+#include <random>
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "agent/agent_token.h"
+#include "agent/http_server.h"
+#include "agent/openai_chat.h"
+#include "core/child_process.h"
+#include "core/log.h"
+#include "core/stderr_log.h"
+
+namespace slimpi {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr size_t kStdoutKept = 1 << 16;         // an agent's last stdout bytes (its reward line)
+constexpr size_t kTaskBytes = 120 * 1024;       // below Linux's 128 KiB limit of one environment string
+constexpr size_t kEndedRemembered = 1 << 14;    // ended sessions named in 404s
+
+Clock::duration seconds(double s) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+}
+
+HttpReply error_reply(const ApiError& e) { return {e.status, "application/json", openai_error_body(e)}; }
+
+HttpReply error_reply(int status, const std::string& type, const std::string& code, const std::string& message,
+                      const std::string& param = "") {
+  ApiError e;
+  e.status = status;
+  e.type = type;
+  e.code = code;
+  e.message = message;
+  e.param = param;
+  return error_reply(e);
+}
+
+std::string random_hex(int bytes) {
+  std::random_device rd;
+  std::string s;
+  for (int i = 0; i < bytes; ++i) s += fmt::format("{:02x}", rd() & 0xff);
+  return s;
+}
+
+// The reward in the last stdout line that is a JSON object with a numeric "reward".
+std::optional<double> reward_line(const std::string& out) {
+  size_t end = out.size();
+  while (end > 0) {
+    const size_t begin = out.rfind('\n', end - 1);
+    const size_t from = begin == std::string::npos ? 0 : begin + 1;
+    const nlohmann::json j = nlohmann::json::parse(out.substr(from, end - from), nullptr, false);
+    if (j.is_object() && j.contains("reward") && j["reward"].is_number()) return j["reward"].get<double>();
+    if (begin == std::string::npos) break;
+    end = begin;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+struct AgentEnvironment::Session {
+  std::string id, episode;
+  std::unique_ptr<ChildProcess> agent;
+  std::unique_ptr<StderrLog> err;
+  std::string out_tail;  // its stdout's last kStdoutKept bytes
+  bool exited = false;
+  int exit_status = 0;
+  // Below: guarded by mu_.
+  bool runner_waits = false;          // reset() or step() sent: the runner waits for a reply
+  Clock::time_point deadline;         // for the agent's next request, while the runner waits
+  int64_t turns = 0;                  // model turns answered
+  std::vector<AgentMessage> history;  // the last request's messages and the turn that answered it
+  std::vector<std::string> tools;     // the last request's tools
+  std::optional<ChatCompletionRequest> incoming;  // arrived, not yet given to the runner
+  bool in_flight = false;                         // a server thread waits for this session's answer
+  std::optional<AssistantTurn> answer;            // the model's turn, for the thread in flight
+  std::optional<ApiError> refusal;                // or the error it returns
+  std::optional<double> posted_reward;
+  bool closed = false;
+  std::condition_variable answered;  // answer, refusal or closed set
+};
+
+AgentEnvironment::AgentEnvironment(const EnvConfig& cfg) : cfg_(cfg) {
+  SLIMPI_CHECK(!cfg_.agent_command.empty(), "rollout.environment = \"agent\" needs rollout.agent_command");
+  signal(SIGPIPE, SIG_IGN);  // a client that hangs up must not kill the rank
+  token_ = read_agent_token(cfg_.run_dir);
+  info_.protocol_version = 1;
+  info_.name = "agent";
+  info_.max_concurrent_episodes = cfg_.agent_max_sessions;
+  server_ = std::make_unique<HttpServer>(cfg_.agent_host, int(cfg_.agent_port), token_, cfg_.agent_max_request_bytes,
+                                         int(cfg_.agent_max_sessions) + 8,
+                                         [this](const HttpRequest& r) { return serve(r); });
+  log::all("agent endpoint: {}/v1 (sessions under {}/s/<session>/v1; token in {})", base_url(), base_url(),
+           agent_token_path(cfg_.run_dir));
+}
+
+AgentEnvironment::~AgentEnvironment() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+    for (auto& [id, s] : sessions_) s->answered.notify_all();
+  }
+  server_.reset();  // waits for the requests in flight, which stopping_ has let go
+  for (auto& [id, s] : sessions_)
+    if (s->agent) s->err->drain(*s->agent, /*final=*/true);
+}
+
+std::string AgentEnvironment::base_url() const {
+  const std::string host = cfg_.agent_host == "0.0.0.0" ? "127.0.0.1" : cfg_.agent_host;
+  return fmt::format("http://{}:{}", host, server_->port());
+}
+
+void AgentEnvironment::reset(const EpisodeStart& start) {
+  auto s = std::make_shared<Session>();
+  s->id = random_hex(12);
+  s->episode = start.episode;
+  const std::string session_url = base_url() + "/s/" + s->id;
+  std::optional<EnvReply> refused;
+  if (start.prompt.size() + start.label.size() + start.metadata_json.size() > kTaskBytes) {
+    refused.emplace();
+    refused->episode = start.episode;
+    refused->failed = true;
+    refused->message = fmt::format("its prompt record ({} bytes) is too long to pass to the agent in SLIMPI_PROMPT, "
+                                   "SLIMPI_LABEL and SLIMPI_METADATA (at most {} bytes)",
+                                   start.prompt.size() + start.label.size() + start.metadata_json.size(), kTaskBytes);
+  } else {
+    const std::vector<std::string> env = {
+        "OPENAI_BASE_URL=" + session_url + "/v1",
+        "OPENAI_API_KEY=" + token_,
+        "ANTHROPIC_BASE_URL=" + session_url,
+        "ANTHROPIC_API_KEY=" + token_,
+        "SLIMPI_MODEL=" + cfg_.agent_model,
+        "SLIMPI_SESSION=" + s->id,
+        "SLIMPI_REWARD_URL=" + session_url + "/v1/slimpi/reward",
+        "SLIMPI_EPISODE=" + start.episode,
+        "SLIMPI_SEED=" + std::to_string(start.seed),
+        "SLIMPI_PROMPT=" + start.prompt,
+        "SLIMPI_LABEL=" + start.label,
+        "SLIMPI_METADATA=" + (start.metadata_json.empty() ? std::string("null") : start.metadata_json),
+    };
+    s->agent = std::make_unique<ChildProcess>(
+        command_under_limits(cfg_.agent_command, cfg_.cpu_limit_s, cfg_.memory_limit_mb), /*capture_stderr=*/true, env);
+    s->agent->close_stdin();
+    s->err = std::make_unique<StderrLog>("agent " + start.episode, cfg_.max_stderr_bytes, "rollout.env_max_stderr_bytes");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  sessions_[s->id] = s;
+  session_of_[start.episode] = s->id;
+  if (refused) {
+    ready_.push_back(std::move(*refused));
+    return;
+  }
+  s->runner_waits = true;
+  s->deadline = Clock::now() + seconds(cfg_.timeout_s);
+}
+
+void AgentEnvironment::step(const EpisodeAction& action) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = session_of_.find(action.episode);
+  SLIMPI_CHECK(it != session_of_.end(), "agent: episode {} has no session", action.episode);
+  Session& s = *sessions_.at(it->second);
+  AssistantTurn turn = assistant_turn({action.text, action.tool_calls, action.finish_reason, action.turn,
+                                       action.context_tokens, int64_t(action.token_ids.size())},
+                                      cfg_.chat.chat_template);
+  s.history.push_back(as_message(turn));
+  ++s.turns;
+  s.answer = std::move(turn);
+  s.runner_waits = true;
+  s.deadline = Clock::now() + seconds(cfg_.timeout_s);
+  s.answered.notify_all();
+}
+
+void AgentEnvironment::ended(const std::string& episode, EnvError error, const std::string& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = session_of_.find(episode);
+  if (it == session_of_.end()) return;
+  Session& s = *sessions_.at(it->second);
+  if (!s.in_flight || s.answer) return;
+  ApiError e;
+  if (error == EnvError::Overlong) {
+    e.status = 413;
+    e.code = "context_length_exceeded";
+    e.message = "the conversation is over this episode's context: " + why;
+  } else {
+    e.status = 404;
+    e.type = "not_found_error";
+    e.code = "session_ended";
+    e.message = "the episode ended" + (why.empty() ? std::string(" at its turn or time limit") : ": " + why);
+  }
+  s.refusal = e;
+  s.answered.notify_all();
+}
+
+void AgentEnvironment::close(const std::string& episode) {
+  std::shared_ptr<Session> s;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = session_of_.find(episode);
+    if (it == session_of_.end()) return;
+    s = sessions_.at(it->second);
+    sessions_.erase(it->second);
+    session_of_.erase(it);
+    if (ended_.size() >= kEndedRemembered) ended_.clear();
+    ended_[s->id] = episode;
+    s->closed = true;
+    s->answered.notify_all();
+  }
+  if (s->agent) {
+    s->err->drain(*s->agent, /*final=*/!s->exited);  // an agent cut short: its last words
+    s->agent.reset();  // kills what is left of its process group
+  }
+}
+
+void AgentEnvironment::exclude_pause(double secs) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [id, s] : sessions_) s->deadline += seconds(secs);
+}
+
+void AgentEnvironment::read_output(Session& s) {
+  if (!s.agent) return;
+  char buf[8192];
+  for (int chunk = 0; chunk < 64 && s.agent->stdout_fd() >= 0; ++chunk) {  // bounded: a flooding agent cannot hold us
+    const ssize_t n = ::read(s.agent->stdout_fd(), buf, sizeof(buf));
+    if (n == 0) s.agent->close_stdout();
+    if (n <= 0) break;
+    s.out_tail.append(buf, size_t(n));
+    if (s.out_tail.size() > 2 * kStdoutKept) s.out_tail.erase(0, s.out_tail.size() - kStdoutKept);
+  }
+  s.err->drain(*s.agent);
+}
+
+std::vector<EnvReply> AgentEnvironment::poll(double wait_s) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto request_waiting = [&] {
+    for (auto& [id, s] : sessions_)
+      if (s->runner_waits && s->incoming) return true;
+    return !ready_.empty();
+  };
+  if (wait_s > 0 && !request_waiting()) arrived_.wait_for(lock, std::chrono::duration<double>(wait_s));
+  const Clock::time_point now = Clock::now();
+  for (auto& [id, s] : sessions_) collect(*s, now);
+  std::vector<EnvReply> out;
+  out.swap(ready_);
+  return out;
+}
+
+void AgentEnvironment::collect(Session& s, Clock::time_point now) {
+  if (!s.agent) return;
+  read_output(s);
+  if (!s.exited && s.agent->wait_until(now, &s.exit_status)) {
+    s.exited = true;
+    read_output(s);
+  }
+  if (!s.runner_waits) return;
+  if (s.incoming) {
+    if (std::optional<EnvReply> r = observation(s)) {
+      ready_.push_back(std::move(*r));
+      s.runner_waits = false;
+    }
+    return;
+  }
+  if (s.exited && !s.in_flight) {
+    ready_.push_back(exit_reply(s));
+    s.runner_waits = false;
+  } else if (now > s.deadline) {
+    EnvReply r;
+    r.episode = s.episode;
+    r.failed = true;
+    r.message = fmt::format("its agent neither sent its next request nor exited within rollout.env_timeout_s = {} s",
+                            cfg_.timeout_s);
+    ready_.push_back(std::move(r));
+    s.runner_waits = false;
+  }
+}
+
+std::optional<EnvReply> AgentEnvironment::observation(Session& s) {
+  ChatCompletionRequest req = std::move(*s.incoming);
+  s.incoming.reset();
+  std::vector<ChatMessage> whole;
+  const std::string why = conversation_messages(req.messages, req.tools, cfg_.chat, &whole);
+  EnvReply r;
+  r.episode = s.episode;
+  if (!why.empty()) {  // the agent's mistake: its request fails, the episode waits for another
+    ApiError e;
+    e.message = why;
+    e.param = "messages";
+    s.refusal = e;
+    s.answered.notify_all();
+    s.deadline = Clock::now() + seconds(cfg_.timeout_s);
+    return std::nullopt;
+  }
+  const size_t h = s.history.size();
+  bool extends = s.turns > 0 && req.messages.size() > h && req.tools == s.tools;
+  for (size_t i = 0; extends && i < h; ++i) extends = req.messages[i].same_as(s.history[i]);
+  for (size_t i = h; extends && i < req.messages.size(); ++i) extends = req.messages[i].role != "assistant";
+  if (s.turns == 0) {
+    r.messages = std::move(whole);  // the reset's context
+  } else if (extends) {
+    const size_t n = req.messages.size() - h;  // the new messages: the last n of the rendered conversation
+    r.messages.assign(whole.end() - std::ptrdiff_t(n), whole.end());
+    r.conversation = std::move(whole);
+  } else {  // an edited history: the whole conversation as a new context
+    r.new_context = true;
+    r.messages = std::move(whole);
+  }
+  s.history = std::move(req.messages);
+  s.tools = std::move(req.tools);
+  return r;
+}
+
+EnvReply AgentEnvironment::exit_reply(Session& s) {
+  EnvReply r;
+  r.episode = s.episode;
+  const int st = s.exit_status;
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+    r.failed = true;
+    r.message = fmt::format("its agent ended with {} (its stderr is in the log, \"[agent {} stderr]\")",
+                            ChildProcess::describe_status(st), s.episode);
+    return r;
+  }
+  std::optional<double> reward = reward_line(s.out_tail);
+  if (!reward) reward = s.posted_reward;
+  if (!reward) {
+    r.failed = true;
+    r.message = "its agent exited (status 0) without a reward: print {\"reward\": x} as a line on its stdout, or "
+                "POST {\"reward\": x} to $SLIMPI_REWARD_URL, before it exits";
+    return r;
+  }
+  r.done = true;
+  r.reward = *reward;
+  return r;
+}
+
+HttpReply AgentEnvironment::serve(const HttpRequest& request) {
+  if (request.route == "chat/completions") {
+    if (request.method != "POST")
+      return error_reply(405, "invalid_request_error", "method_not_allowed", "use POST /v1/chat/completions");
+    if (request.session.empty())
+      return error_reply(404, "not_found_error", "session_required",
+                         "chat completions are served under a session's base URL (OPENAI_BASE_URL as the agent was "
+                         "started with: .../s/<session>/v1)");
+    return chat_completions(request);
+  }
+  if (request.route == "slimpi/reward" && request.method == "POST") return post_reward(request);
+  if (request.route == "models" || request.route == "models/" + cfg_.agent_model) {
+    const nlohmann::json model = {{"id", cfg_.agent_model}, {"object", "model"}, {"created", 0}, {"owned_by", "slimpi"}};
+    const nlohmann::json body = request.route == "models" ? nlohmann::json{{"object", "list"}, {"data", {model}}} : model;
+    return {200, "application/json", body.dump()};
+  }
+  if (request.route.rfind("models/", 0) == 0)
+    return error_reply(404, "invalid_request_error", "model_not_found",
+                       fmt::format("the model '{}' does not exist; this endpoint serves '{}' (rollout.agent_model)",
+                                   request.route.substr(7), cfg_.agent_model));
+  return error_reply(404, "not_found_error", "", fmt::format("no route {} /v1/{} (served: POST /v1/chat/completions, GET "
+                                                             "/v1/models, POST /v1/slimpi/reward)", request.method,
+                                                             request.route));
+}
+
+HttpReply AgentEnvironment::chat_completions(const HttpRequest& request) {
+  ChatCompletionRequest req;
+  if (std::optional<ApiError> e = parse_chat_completion(request.body, &req)) return error_reply(*e);
+  std::unique_lock<std::mutex> lock(mu_);
+  auto it = sessions_.find(request.session);
+  if (it == sessions_.end() || stopping_) {
+    auto gone = ended_.find(request.session);
+    return error_reply(404, "not_found_error", "session_not_found",
+                       gone != ended_.end() ? fmt::format("session {} (episode {}) has ended", request.session, gone->second)
+                                            : fmt::format("no session {} on this endpoint", request.session));
+  }
+  if (req.model != cfg_.agent_model)
+    return error_reply(404, "invalid_request_error", "model_not_found",
+                       fmt::format("the model '{}' does not exist; this endpoint serves '{}' (rollout.agent_model)",
+                                   req.model, cfg_.agent_model),
+                       "model");
+  std::shared_ptr<Session> s = it->second;
+  if (s->in_flight)
+    return error_reply(429, "rate_limit_error", "session_busy",
+                       "this session has a request being answered: an episode takes one request at a time");
+  const bool stream = req.stream, include_usage = req.include_usage;
+  s->in_flight = true;
+  s->answer.reset();
+  s->refusal.reset();
+  s->incoming = std::move(req);
+  arrived_.notify_all();
+  s->answered.wait(lock, [&] { return s->answer || s->refusal || s->closed || stopping_; });
+  s->in_flight = false;
+  if (s->answer) {
+    const AssistantTurn turn = std::move(*s->answer);
+    s->answer.reset();
+    const std::string id = fmt::format("chatcmpl-{}-{}", s->id, s->turns);
+    const int64_t created = int64_t(std::time(nullptr));
+    if (stream)
+      return {200, "text/event-stream", chat_completion_events(turn, id, cfg_.agent_model, created, include_usage)};
+    return {200, "application/json", chat_completion_json(turn, id, cfg_.agent_model, created)};
+  }
+  if (s->refusal) {
+    const ApiError e = *s->refusal;
+    s->refusal.reset();
+    return error_reply(e);
+  }
+  s->incoming.reset();
+  return error_reply(404, "not_found_error", "session_ended",
+                     stopping_ ? "the job is ending" : fmt::format("episode {} has ended", s->episode));
+}
+
+HttpReply AgentEnvironment::post_reward(const HttpRequest& request) {
+  const nlohmann::json j = nlohmann::json::parse(request.body, nullptr, false);
+  if (!j.is_object() || !j.contains("reward") || !j["reward"].is_number())
+    return error_reply(400, "invalid_request_error", "", "the body must be {\"reward\": <number>}", "reward");
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = sessions_.find(request.session);
+  if (it == sessions_.end())
+    return error_reply(404, "not_found_error", "session_not_found", fmt::format("no open session {}", request.session));
+  it->second->posted_reward = j["reward"].get<double>();
+  return {200, "application/json", R"({"ok": true})"};
+}
+
+}  // namespace slimpi
