@@ -1,0 +1,265 @@
+// The agent endpoint (docs/agents.md): OpenAI chat completions parsed and checked, model
+// turns written back (reasoning, tool calls), conversations rendered with their tools; and
+// the endpoint itself served to the real `openai` Python client
+// (tests/fixtures/agents/endpoint_probe.py, a real process over real HTTP), with this test
+// playing the episode runner: every error status, one request at a time per session (429),
+// a tool call's round trip, the episode's turns as observations, the reward, and a
+// conversation over the context (413).
+#include <gtest/gtest.h>
+#include <slimpi/error.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "agent/agent_token.h"
+#include "agent/openai_chat.h"
+#include "env/agent_environment.h"
+#include "tokenizer/tool_calls.h"
+
+namespace slimpi {
+namespace {
+
+using nlohmann::json;
+
+int status_of(const std::string& body) {
+  ChatCompletionRequest r;
+  const std::optional<ApiError> e = parse_chat_completion(body, &r);
+  return e ? e->status : 200;
+}
+
+std::string param_of(const std::string& body) {
+  ChatCompletionRequest r;
+  const std::optional<ApiError> e = parse_chat_completion(body, &r);
+  return e ? e->param : "";
+}
+
+TEST(OpenAiChat, RequestsCheckedField_by_field) {
+  const std::string user = R"("messages": [{"role": "user", "content": "hi"}])";
+  EXPECT_EQ(status_of(R"({"model": "m", )" + user + "}"), 200);
+  EXPECT_EQ(status_of("{not json"), 400);
+  EXPECT_EQ(status_of("[1]"), 400);
+  EXPECT_EQ(param_of("{" + user + "}"), "model");
+  EXPECT_EQ(param_of(R"({"model": "m", "messages": []})"), "messages");
+  EXPECT_EQ(param_of(R"({"model": "m", "messages": [{"role": "function", "content": "x"}]})"), "messages[0].role");
+  EXPECT_EQ(param_of(R"({"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]})"),
+            "messages[0].content[0]");
+  EXPECT_EQ(param_of(R"({"model": "m", "n": 2, )" + user + "}"), "n");
+  EXPECT_EQ(param_of(R"({"model": "m", "temperature": 2.5, )" + user + "}"), "temperature");
+  EXPECT_EQ(param_of(R"({"model": "m", "temperature": "hot", )" + user + "}"), "temperature");
+  EXPECT_EQ(param_of(R"({"model": "m", "stop": ["a", 1], )" + user + "}"), "stop");
+  EXPECT_EQ(param_of(R"({"model": "m", "stream": "yes", )" + user + "}"), "stream");
+  EXPECT_EQ(param_of(R"({"model": "m", "tools": [{"type": "function"}], )" + user + "}"), "tools[0]");
+  EXPECT_EQ(param_of(R"({"model": "m", "messages": [{"role": "user", "content": "x", "tool_calls": []}]})"),
+            "messages[0].tool_calls");
+
+  ChatCompletionRequest r;  // text parts joined, developer read as system, the echoed tool call kept
+  ASSERT_FALSE(parse_chat_completion(R"({"model": "m", "stream": true, "stream_options": {"include_usage": true},
+      "messages": [{"role": "developer", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+                   {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+                    "function": {"name": "f", "arguments": "{\"y\":1,\"x\":[2]}"}}]}]})", &r));
+  EXPECT_TRUE(r.stream && r.include_usage);
+  EXPECT_EQ(r.messages[0].role, "system");
+  EXPECT_EQ(r.messages[0].content, "ab");
+  EXPECT_EQ(r.messages[1].content, "");
+  EXPECT_EQ(r.messages[1].tool_calls[0].arguments_json, R"({"y": 1, "x": [2]})");
+}
+
+// Python: json.dumps({"b": 1, "a": [1, 2.5, "x\u00e9\n"], "c": {}, "d": None, "e": True}, ensure_ascii=False)
+TEST(OpenAiChat, PythonJsonDumpsAsTransformersTojson) {
+  const auto v = nlohmann::ordered_json::parse(R"({"b": 1, "a": [1, 2.5, "xé\n"], "c": {}, "d": null, "e": true})");
+  EXPECT_EQ(python_json_dumps(v), "{\"b\": 1, \"a\": [1, 2.5, \"xé\\n\"], \"c\": {}, \"d\": null, \"e\": true}");
+}
+
+TEST(OpenAiChat, TurnsSplitIntoReasoningContentAndToolCalls) {
+  const std::string text =
+      "<think>\nadd them\n</think>\n\nLet me compute. <tool_call>\n{\"name\": \"calc\", \"arguments\": {\"expr\": "
+      "\"1+1\"}}\n</tool_call>";
+  const std::vector<ToolCall> calls = parse_tool_calls(text, ChatTemplate::Qwen3);
+  const std::string stop = "stop";
+  const AssistantTurn t = assistant_turn({text, calls, stop, 2, 40, 31}, ChatTemplate::Qwen3);
+  EXPECT_EQ(t.reasoning, "add them");
+  EXPECT_EQ(t.content, "Let me compute.");
+  ASSERT_EQ(t.tool_calls.size(), 1u);
+  EXPECT_EQ(t.tool_calls[0].id, "call_2_0");
+  EXPECT_EQ(t.tool_calls[0].name, "calc");
+  EXPECT_EQ(t.tool_calls[0].arguments_json, R"({"expr": "1+1"})");
+  EXPECT_EQ(t.finish_reason, "tool_calls");
+  const json j = json::parse(chat_completion_json(t, "id1", "m", 7));
+  EXPECT_EQ(j["choices"][0]["message"]["reasoning_content"], "add them");
+  EXPECT_EQ(j["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"], R"({"expr": "1+1"})");
+  EXPECT_EQ(j["usage"]["total_tokens"], 71);
+  const std::string events = chat_completion_events(t, "id1", "m", 7, true);
+  EXPECT_EQ(events.substr(events.size() - 14), "data: [DONE]\n\n");
+  EXPECT_NE(events.find("\"usage\""), std::string::npos);
+  // chatml reads no reasoning; invalid UTF-8 reaches the client as U+FFFD, untrimmed text as sampled
+  const std::string raw = " caf\xc3 <think>";
+  const std::string length = "length";
+  const AssistantTurn u = assistant_turn({raw, {}, length, 1, 1, 1}, ChatTemplate::ChatML);
+  EXPECT_EQ(u.content, " caf\xef\xbf\xbd <think>");
+  EXPECT_EQ(u.finish_reason, "length");
+  EXPECT_TRUE(as_message(t).same_as(AgentMessage{"assistant", "Let me compute.", {{"other_id", "calc", R"({"expr":"1+1"})"}}}));
+  EXPECT_FALSE(as_message(t).same_as(AgentMessage{"assistant", "Let me compute.", {{"x", "calc", R"({"expr":"2"})"}}}));
+}
+
+TEST(OpenAiChat, ToolsWrittenIntoTheSystemMessageAsQwenDoes) {
+  std::vector<AgentMessage> m = {{"user", "hi", {}}, {"assistant", "", {{"c", "f", R"({"a": 1})"}}}, {"tool", "2", {}}};
+  const std::vector<std::string> tools = {R"({"type": "function", "function": {"name": "f"}})"};
+  ChatFormat qwen3;
+  qwen3.chat_template = ChatTemplate::Qwen3;
+  std::vector<ChatMessage> out;
+  ASSERT_EQ(conversation_messages(m, tools, qwen3, &out), "");
+  ASSERT_EQ(out.size(), 4u);
+  EXPECT_EQ(out[0].role, "system");
+  EXPECT_EQ(out[0].content.substr(0, 8), "# Tools\n");
+  EXPECT_NE(out[0].content.find("<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"f\"}}\n</tools>"),
+            std::string::npos);
+  EXPECT_EQ(out[2].content, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n</tool_call>");
+  m.insert(m.begin(), AgentMessage{"system", "Be brief.", {}});
+  ASSERT_EQ(conversation_messages(m, tools, qwen3, &out), "");
+  EXPECT_EQ(out[0].content.substr(0, 18), "Be brief.\n\n# Tools");
+  ChatFormat llama3;
+  llama3.chat_template = ChatTemplate::Llama3;
+  EXPECT_NE(conversation_messages(m, tools, llama3, &out), "");
+}
+
+// ---- the endpoint, with the real openai client ----
+
+std::string clients_python() {
+  const char* v = std::getenv("SLIMPI_AGENT_CLIENTS_VENV");
+  return std::string(v ? v : "/opt/slimpi/agent-clients") + "/bin/python";
+}
+
+struct EndpointFixture : ::testing::Test {
+  std::filesystem::path dir, log;
+  void SetUp() override {
+    ASSERT_TRUE(std::filesystem::exists(clients_python())) << clients_python() << ": run scripts/install_deps.sh";
+    dir = std::filesystem::temp_directory_path() /
+          ("slimpi_agent_" + std::to_string(::getpid()) + "_" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    log = dir / "probe.log";
+    ASSERT_EQ(write_agent_token(dir.string()), "");
+  }
+  void TearDown() override { std::filesystem::remove_all(dir); }
+  EnvConfig config(const std::string& args) const {
+    EnvConfig c;
+    c.name = "agent";
+    c.agent_command = clients_python() + " " + SLIMPI_SOURCE_DIR + "/tests/fixtures/agents/endpoint_probe.py --log " +
+                      log.string() + " " + args;
+    c.run_dir = dir.string();
+    c.timeout_s = 120;
+    c.agent_max_request_bytes = 65536;
+    c.chat.chat_template = ChatTemplate::ChatML;
+    return c;
+  }
+  // The runner's wait for one reply.
+  static EnvReply next_reply(AgentEnvironment& env) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (std::chrono::steady_clock::now() < deadline) {
+      std::vector<EnvReply> r = env.poll(0.05);
+      if (!r.empty()) {
+        EXPECT_EQ(r.size(), 1u);
+        return r[0];
+      }
+    }
+    ADD_FAILURE() << "no reply within 120 s";
+    return {};
+  }
+  // The probe's log line for `check`, once written.
+  json logged(const std::string& check) const {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (std::chrono::steady_clock::now() < deadline) {
+      std::ifstream in(log);
+      for (std::string line; std::getline(in, line);) {
+        const json j = json::parse(line, nullptr, false);
+        if (j.is_object() && j.value("check", "") == check) return j;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ADD_FAILURE() << "the probe logged no '" << check << "' within 120 s";
+    return json::object();
+  }
+  static EpisodeAction turn(int64_t n, const std::string& text) {
+    EpisodeAction a;
+    a.episode = "0/0/0";
+    a.turn = n;
+    a.text = text;
+    a.token_ids = std::vector<int64_t>(size_t(3 * n), 1);
+    a.tool_calls = parse_tool_calls(text, ChatTemplate::ChatML);
+    a.finish_reason = "stop";
+    a.context_tokens = 10 * n;
+    return a;
+  }
+};
+
+TEST_F(EndpointFixture, ServesTheOpenAIClient) {
+  AgentEnvironment env(config(""));
+  EpisodeStart start;
+  start.episode = "0/0/0";
+  start.prompt = "what is 2*3?";
+  env.reset(start);
+  EnvReply r = next_reply(env);  // the first request to get through: the reset's context
+  ASSERT_FALSE(r.failed) << r.message;
+  ASSERT_EQ(r.messages.size(), 2u);  // the tools' system message, then the task
+  EXPECT_EQ(r.messages[0].role, "system");
+  EXPECT_NE(r.messages[0].content.find("{\"type\": \"function\", \"function\": {\"name\": \"calc\"}}"), std::string::npos);
+  EXPECT_EQ(r.messages[1].content, "what is 2*3?");
+
+  const json e = logged("errors");
+  EXPECT_EQ(e["bad_key"], json::parse("[401, \"invalid_api_key\"]"));
+  EXPECT_EQ(e["no_auth"], 401);
+  EXPECT_EQ(e["other_model"], json::parse("[404, \"model_not_found\"]"));
+  EXPECT_EQ(e["unknown_session"], json::parse("[404, \"session_not_found\"]"));
+  EXPECT_EQ(e["x_api_key_route"], 404);  // the key accepted as x-api-key; the route unknown
+  for (const char* k : {"no_messages", "image", "n2", "hot"}) EXPECT_EQ(e[k][0], 400) << k;
+  EXPECT_EQ(e["malformed"], 400);
+  EXPECT_EQ(e["big"], json::parse("[413, \"request_too_large\"]"));
+  EXPECT_EQ(e["models"], json::parse("[\"slimpi-policy\"]"));
+  EXPECT_EQ(logged("busy")["statuses"], json::parse("[0, 429]"));  // one waits for the runner, one refused
+
+  env.step(turn(1, "Let me compute.<tool_call>\n{\"name\": \"calc\", \"arguments\": {\"expr\": \"2*3\"}}\n</tool_call>"));
+  r = next_reply(env);  // the tool's result, after the call sent back as the client returned it
+  ASSERT_FALSE(r.failed) << r.message;
+  EXPECT_FALSE(r.new_context);
+  ASSERT_EQ(r.messages.size(), 1u);
+  EXPECT_EQ(r.messages[0].role, "tool");
+  EXPECT_EQ(r.messages[0].content, "2");
+  EXPECT_EQ(r.conversation.size(), 4u);
+  const json call = logged("tool_call");
+  EXPECT_EQ(call["content"], "Let me compute.");
+  EXPECT_EQ(call["calls"], json::parse(R"([{"id": "call_1_0", "name": "calc", "arguments": {"expr": "2*3"}}])"));
+  EXPECT_EQ(call["finish"], "tool_calls");
+  EXPECT_EQ(call["usage"], json::parse("[10, 3]"));
+
+  env.step(turn(2, " It is 6."));
+  r = next_reply(env);  // the agent's exit: its reward
+  EXPECT_TRUE(r.done);
+  EXPECT_FALSE(r.failed) << r.message;
+  EXPECT_EQ(r.reward, 0.75);
+  const json streamed = logged("streamed");
+  EXPECT_EQ(streamed["content"], " It is 6.");
+  EXPECT_EQ(streamed["finish"], "stop");
+  env.close("0/0/0");
+}
+
+TEST_F(EndpointFixture, AnEpisodeEndedOverItsContextAnswers413) {
+  AgentEnvironment env(config("--only-one"));
+  EpisodeStart start;
+  start.episode = "0/0/0";
+  start.prompt = "hi";
+  env.reset(start);
+  EnvReply r = next_reply(env);
+  ASSERT_FALSE(r.failed) << r.message;
+  env.ended("0/0/0", EnvError::Overlong, "an observation of 2000 tokens");
+  const json one = logged("only_one");
+  EXPECT_EQ(one["status"], 413);
+  EXPECT_EQ(one["code"], "context_length_exceeded");
+  env.close("0/0/0");
+}
+
+}  // namespace
+}  // namespace slimpi
