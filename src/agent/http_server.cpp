@@ -7,6 +7,7 @@
 
 #include <thread>
 
+#include "agent/anthropic_messages.h"
 #include "agent/openai_chat.h"
 
 namespace slimpi {
@@ -19,15 +20,17 @@ bool same_secret(const std::string& a, const std::string& b) {
   return diff == 0 && !b.empty();
 }
 
-void set_error(httplib::Response& res, int status, const std::string& type, const std::string& code,
-               const std::string& message) {
+// An error object in the API the path belongs to (Anthropic's for /v1/messages).
+void set_error(httplib::Response& res, const std::string& path, int status, const std::string& type,
+               const std::string& code, const std::string& message) {
   ApiError e;
   e.status = status;
   e.type = type;
   e.code = code;
   e.message = message;
   res.status = status;
-  res.set_content(openai_error_body(e), "application/json");
+  const bool anthropic = path.size() >= 12 && path.compare(path.size() - 12, 12, "/v1/messages") == 0;
+  res.set_content(anthropic ? anthropic_error_body(e) : openai_error_body(e), "application/json");
 }
 
 }  // namespace
@@ -59,7 +62,7 @@ HttpServer::HttpServer(const std::string& host, int port, std::string token, int
     const std::string auth = req.get_header_value("Authorization");
     if (auth.rfind("Bearer ", 0) == 0) given = auth.substr(7);
     if (!same_secret(given, token)) {
-      set_error(res, 401, "invalid_request_error", "invalid_api_key",
+      set_error(res, req.path, 401, "invalid_request_error", "invalid_api_key",
                 "no valid API key: send the job's token (OPENAI_API_KEY or ANTHROPIC_API_KEY as the agent was "
                 "started with; the run directory's agent_token) as 'Authorization: Bearer <token>' or 'x-api-key'");
       return;
@@ -82,12 +85,12 @@ HttpServer::HttpServer(const std::string& host, int port, std::string token, int
   s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
     const std::string why = res.status == 404   ? "no such route: " + req.method + " " + req.path +
-                                                      " (the endpoint serves /v1/chat/completions and /v1/models under "
-                                                      "the base URL the agent was given)"
+                                                      " (the endpoint serves /v1/chat/completions, /v1/messages and "
+                                                      "/v1/models under the base URL the agent was given)"
                             : res.status == 413 ? std::string("the request body is larger than "
                                                               "rollout.agent_max_request_bytes")
                                                 : std::string("the request could not be read");
-    set_error(res, res.status, res.status == 404 ? "not_found_error" : "invalid_request_error",
+    set_error(res, req.path, res.status, res.status == 404 ? "not_found_error" : "invalid_request_error",
               res.status == 413 ? "request_too_large" : "", why);
   });
   impl_->port = port == 0 ? s.bind_to_any_port(host) : (s.bind_to_port(host, port) ? port : -1);

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/agent_token.h"
+#include "agent/anthropic_messages.h"
 #include "agent/http_server.h"
 #include "agent/openai_chat.h"
 #include "core/child_process.h"
@@ -32,17 +33,22 @@ Clock::duration seconds(double s) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
 }
 
-HttpReply error_reply(const ApiError& e) { return {e.status, "application/json", openai_error_body(e)}; }
+// The two APIs a session is served in: the request's form, its answer's and its errors'.
+enum class Api { OpenAiChat, AnthropicMessages };
+
+HttpReply error_reply(const ApiError& e, Api api = Api::OpenAiChat) {
+  return {e.status, "application/json", api == Api::AnthropicMessages ? anthropic_error_body(e) : openai_error_body(e)};
+}
 
 HttpReply error_reply(int status, const std::string& type, const std::string& code, const std::string& message,
-                      const std::string& param = "") {
+                      const std::string& param = "", Api api = Api::OpenAiChat) {
   ApiError e;
   e.status = status;
   e.type = type;
   e.code = code;
   e.message = message;
   e.param = param;
-  return error_reply(e);
+  return error_reply(e, api);
 }
 
 std::string random_hex(int bytes) {
@@ -349,7 +355,16 @@ HttpReply AgentEnvironment::serve(const HttpRequest& request) {
       return error_reply(404, "not_found_error", "session_required",
                          "chat completions are served under a session's base URL (OPENAI_BASE_URL as the agent was "
                          "started with: .../s/<session>/v1)");
-    return chat_completions(request);
+    return converse(request, int(Api::OpenAiChat));
+  }
+  if (request.route == "messages") {
+    if (request.method != "POST")
+      return error_reply(405, "invalid_request_error", "", "use POST /v1/messages", "", Api::AnthropicMessages);
+    if (request.session.empty())
+      return error_reply(404, "not_found_error", "",
+                         "messages are served under a session's base URL (ANTHROPIC_BASE_URL as the agent was started "
+                         "with: .../s/<session>)", "", Api::AnthropicMessages);
+    return converse(request, int(Api::AnthropicMessages));
   }
   if (request.route == "slimpi/reward" && request.method == "POST") return post_reward(request);
   if (request.route == "models" || request.route == "models/" + cfg_.agent_model) {
@@ -361,30 +376,35 @@ HttpReply AgentEnvironment::serve(const HttpRequest& request) {
     return error_reply(404, "invalid_request_error", "model_not_found",
                        fmt::format("the model '{}' does not exist; this endpoint serves '{}' (rollout.agent_model)",
                                    request.route.substr(7), cfg_.agent_model));
-  return error_reply(404, "not_found_error", "", fmt::format("no route {} /v1/{} (served: POST /v1/chat/completions, GET "
+  return error_reply(404, "not_found_error", "", fmt::format("no route {} /v1/{} (served: POST /v1/chat/completions, POST /v1/messages, GET "
                                                              "/v1/models, POST /v1/slimpi/reward)", request.method,
                                                              request.route));
 }
 
-HttpReply AgentEnvironment::chat_completions(const HttpRequest& request) {
+HttpReply AgentEnvironment::converse(const HttpRequest& request, int api_index) {
+  const Api api = Api(api_index);
+  auto error = [api](int status, const std::string& type, const std::string& code, const std::string& message,
+                     const std::string& param = "") { return error_reply(status, type, code, message, param, api); };
   ChatCompletionRequest req;
-  if (std::optional<ApiError> e = parse_chat_completion(request.body, &req)) return error_reply(*e);
+  if (std::optional<ApiError> e = api == Api::AnthropicMessages ? parse_anthropic_messages(request.body, &req)
+                                                                : parse_chat_completion(request.body, &req))
+    return error_reply(*e, api);
   std::unique_lock<std::mutex> lock(mu_);
   auto it = sessions_.find(request.session);
   if (it == sessions_.end() || stopping_) {
     auto gone = ended_.find(request.session);
-    return error_reply(404, "not_found_error", "session_not_found",
+    return error(404, "not_found_error", "session_not_found",
                        gone != ended_.end() ? fmt::format("session {} (episode {}) has ended", request.session, gone->second)
                                             : fmt::format("no session {} on this endpoint", request.session));
   }
   if (req.model != cfg_.agent_model)
-    return error_reply(404, "invalid_request_error", "model_not_found",
+    return error(404, "invalid_request_error", "model_not_found",
                        fmt::format("the model '{}' does not exist; this endpoint serves '{}' (rollout.agent_model)",
                                    req.model, cfg_.agent_model),
                        "model");
   std::shared_ptr<Session> s = it->second;
   if (s->in_flight)
-    return error_reply(429, "rate_limit_error", "session_busy",
+    return error(429, "rate_limit_error", "session_busy",
                        "this session has a request being answered: an episode takes one request at a time");
   const bool stream = req.stream, include_usage = req.include_usage;
   s->in_flight = true;
@@ -397,6 +417,11 @@ HttpReply AgentEnvironment::chat_completions(const HttpRequest& request) {
   if (s->answer) {
     const AssistantTurn turn = std::move(*s->answer);
     s->answer.reset();
+    if (api == Api::AnthropicMessages) {
+      const std::string id = fmt::format("msg_{}_{}", s->id, s->turns);
+      if (stream) return {200, "text/event-stream", anthropic_message_events(turn, id, cfg_.agent_model)};
+      return {200, "application/json", anthropic_message_json(turn, id, cfg_.agent_model)};
+    }
     const std::string id = fmt::format("chatcmpl-{}-{}", s->id, s->turns);
     const int64_t created = int64_t(std::time(nullptr));
     if (stream)
@@ -406,10 +431,10 @@ HttpReply AgentEnvironment::chat_completions(const HttpRequest& request) {
   if (s->refusal) {
     const ApiError e = *s->refusal;
     s->refusal.reset();
-    return error_reply(e);
+    return error_reply(e, api);
   }
   s->incoming.reset();
-  return error_reply(404, "not_found_error", "session_ended",
+  return error(404, "not_found_error", "session_ended",
                      stopping_ ? "the job is ending" : fmt::format("episode {} has ended", s->episode));
 }
 

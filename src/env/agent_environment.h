@@ -1,9 +1,11 @@
 // AgentEnvironment — rollout.environment = "agent": unmodified agent programs written
-// against the OpenAI Chat Completions API drive the episodes (docs/agents.md). Each
+// against the OpenAI Chat Completions or the Anthropic Messages API drive the episodes (docs/agents.md). Each
 // rollout rank serves an HTTP endpoint (agent/http_server.h) and starts
-// rollout.agent_command once per episode, with OPENAI_BASE_URL (and ANTHROPIC_BASE_URL)
-// naming the episode's session, the job's token as OPENAI_API_KEY, and the task as
-// SLIMPI_PROMPT, SLIMPI_LABEL, SLIMPI_METADATA.
+// rollout.agent_command once per episode, with OPENAI_BASE_URL and ANTHROPIC_BASE_URL
+// naming the episode's session, the job's token as OPENAI_API_KEY and ANTHROPIC_API_KEY,
+// and the task as SLIMPI_PROMPT, SLIMPI_LABEL, SLIMPI_METADATA. An agent may speak OpenAI
+// Chat Completions (agent/openai_chat.h) or Anthropic Messages (agent/anthropic_messages.h),
+// or both: a session's history is the same conversation either way.
 //
 // The episode runner (rollout/episode_runner.h) sees an environment like any other, with
 // the roles turned around: the agent's first request is the reset's observation (its
@@ -68,7 +70,8 @@ class AgentEnvironment : public Environment {
   using Clock = std::chrono::steady_clock;
   // The server's threads.
   HttpReply serve(const HttpRequest& request);
-  HttpReply chat_completions(const HttpRequest& request);
+  // A model turn asked for in either API (api: the Api enum of the .cpp, OpenAI or Anthropic).
+  HttpReply converse(const HttpRequest& request, int api);
   HttpReply post_reward(const HttpRequest& request);
   // The runner's thread, under mu_: what a session has for the runner, if anything.
   void collect(Session& s, Clock::time_point now);

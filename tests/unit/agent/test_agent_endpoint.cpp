@@ -37,7 +37,7 @@ std::string param_of(const std::string& body) {
   return e ? e->param : "";
 }
 
-TEST(OpenAiChat, RequestsCheckedField_by_field) {
+TEST(OpenAiChat, RequestsCheckedFieldByField) {
   const std::string user = R"("messages": [{"role": "user", "content": "hi"}])";
   EXPECT_EQ(status_of(R"({"model": "m", )" + user + "}"), 200);
   EXPECT_EQ(status_of("{not json"), 400);
@@ -145,10 +145,10 @@ struct EndpointFixture : ::testing::Test {
     ASSERT_EQ(write_agent_token(dir.string()), "");
   }
   void TearDown() override { std::filesystem::remove_all(dir); }
-  EnvConfig config(const std::string& args) const {
+  EnvConfig config(const std::string& args, const std::string& probe = "endpoint_probe.py") const {
     EnvConfig c;
     c.name = "agent";
-    c.agent_command = clients_python() + " " + SLIMPI_SOURCE_DIR + "/tests/fixtures/agents/endpoint_probe.py --log " +
+    c.agent_command = clients_python() + " " + SLIMPI_SOURCE_DIR + "/tests/fixtures/agents/" + probe + " --log " +
                       log.string() + " " + args;
     c.run_dir = dir.string();
     c.timeout_s = 120;
@@ -243,6 +243,48 @@ TEST_F(EndpointFixture, ServesTheOpenAIClient) {
   const json streamed = logged("streamed");
   EXPECT_EQ(streamed["content"], " It is 6.");
   EXPECT_EQ(streamed["finish"], "stop");
+  env.close("0/0/0");
+}
+
+TEST_F(EndpointFixture, ServesTheAnthropicClient) {
+  AgentEnvironment env(config("", "anthropic_probe.py"));
+  EpisodeStart start;
+  start.episode = "0/0/0";
+  start.prompt = "what is 2*3?";
+  env.reset(start);
+  EnvReply r = next_reply(env);
+  ASSERT_FALSE(r.failed) << r.message;
+  ASSERT_EQ(r.messages.size(), 2u);  // system: its text, then the tools as OpenAI function tools
+  EXPECT_EQ(r.messages[0].content.substr(0, 18), "Be brief.\n\n# Tools");
+  EXPECT_NE(r.messages[0].content.find("{\"type\": \"function\", \"function\": {\"name\": \"calc\", \"description\": "
+                                       "\"Evaluates an expression.\", \"parameters\": {\"type\": \"object\""),
+            std::string::npos);
+  const json e = logged("errors");
+  EXPECT_EQ(e["bad_key"], json::parse(R"([401, "authentication_error"])"));
+  EXPECT_EQ(e["other_model"], json::parse(R"([404, "not_found_error"])"));
+  EXPECT_EQ(e["no_max_tokens"], json::parse(R"([400, "invalid_request_error"])"));
+  EXPECT_EQ(e["image"], json::parse(R"([400, "invalid_request_error"])"));
+
+  env.step(turn(1, "Sure.<tool_call>\n{\"name\": \"calc\", \"arguments\": {\"expr\": \"2*3\"}}\n</tool_call>"));
+  r = next_reply(env);  // the tool_result block, after the answer's blocks sent back
+  ASSERT_FALSE(r.failed) << r.message;
+  EXPECT_FALSE(r.new_context);
+  ASSERT_EQ(r.messages.size(), 1u);
+  EXPECT_EQ(r.messages[0].role, "tool");
+  EXPECT_EQ(r.messages[0].content, "6");
+  const json first = logged("first");
+  EXPECT_EQ(first["blocks"], json::parse(R"([{"type": "text", "text": "Sure."},
+      {"type": "tool_use", "id": "toolu_1_0", "name": "calc", "input": {"expr": "2*3"}}])"));
+  EXPECT_EQ(first["stop"], "tool_use");
+  EXPECT_EQ(first["usage"], json::parse("[10, 3]"));
+
+  env.step(turn(2, "6"));
+  r = next_reply(env);
+  EXPECT_TRUE(r.done);
+  EXPECT_EQ(r.reward, 0.5);
+  const json streamed = logged("streamed");
+  EXPECT_EQ(streamed["text"], "6");
+  EXPECT_EQ(streamed["stop"], "end_turn");
   env.close("0/0/0");
 }
 
