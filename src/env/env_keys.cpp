@@ -12,7 +12,8 @@ std::vector<KeySpec> env_keys() {
       choice_key("rollout.environment", "none", environments().names(),
                  "multi-turn episodes (docs/environments.md): every sample talks to an environment turn after turn "
                  "(command = rollout.env_command's processes speaking the JSON-lines protocol; calculator = the "
-                 "built-in calculator tool); none = one response per prompt"),
+                 "built-in calculator tool; agent = rollout.agent_command, an agent program per episode calling the "
+                 "OpenAI or Anthropic API that slimpi serves, docs/agents.md); none = one response per prompt"),
       string_key("rollout.env_command", "",
                  "environment = command: the program (run through /bin/sh -c), rollout.env_processes of them per "
                  "rollout rank"),

@@ -13,7 +13,7 @@
 #    the job goes on;
 #  * 64 agents at once on one rollout rank (rollout.agent_max_sessions), the 65th and later
 #    waiting for a slot: every agent counts the agents alive, and none saw more than 64;
-#  * full async in two job steps: episodes across weight updates and a restart;
+#  * full async and one step off, each in two job steps: episodes across weight updates and a restart;
 #  * refused with the reason: an agent environment without rollout.agent_command.
 # Usage: agent_runs.sh SLIMPI ROOT "MPIRUN FLAGS"
 set -euo pipefail
@@ -147,12 +147,15 @@ with h5py.File(f"{out}/many/rollouts.h5") as f:
 print("agent_runs: 68 episodes, at most 64 agents alive at once (all 64 at the peak), every episode completed")
 PY
 
-echo "== full async in two job steps"
-args=("${base[@]}" --set parallel.placement=split --set train.async=full --set run.n_steps=4 --set run.job_steps=2
-      --set checkpoint.interval=2 --set "rollout.agent_command=$tiny")
-run 2 full
-run 2 full
-steps_done "$out/full" 4
+echo "== full async and one step off, each in two job steps"
+for mode in full one_step_off; do
+  args=("${base[@]}" --set parallel.placement=split --set train.async=$mode --set run.n_steps=2 --set run.job_steps=1
+        --set checkpoint.interval=1 --set "rollout.agent_command=$tiny")
+  run 2 $mode
+  run 2 $mode
+  steps_done "$out/$mode" 2
+  echo "agent_runs: train.async = $mode: 2 steps in two jobs"
+done
 
 echo "== refusals"
 args=("${base[@]}")
