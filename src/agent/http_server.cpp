@@ -3,6 +3,7 @@
 #include <httplib.h>
 #include <slimpi/error.h>
 
+#include <strings.h>
 #include <sys/socket.h>
 
 #include <thread>
@@ -47,21 +48,27 @@ HttpServer::HttpServer(const std::string& host, int port, std::string token, int
   httplib::Server& s = impl_->server;
   s.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
   s.set_payload_max_length(size_t(max_body_bytes));
-  s.set_keep_alive_timeout(2);  // an idle connection holds one of the threads
+  // An idle connection holds one of the threads this long. Longer than the 5 s after which
+  // httpx (the openai and anthropic clients) drops an idle connection itself, so that those
+  // clients never send a request on a connection the server is closing.
+  s.set_keep_alive_timeout(10);
   s.set_tcp_nodelay(true);
   // httplib's listen backlog is 5, built into Debian's library: agents that connect at once
   // beyond it were reset. The socket is captured here and listened on again with a deep
-  // backlog once bound (Linux takes a second listen() as the new backlog).
+  // backlog once bound (Linux takes a second listen() as the new backlog). SO_REUSEADDR
+  // only: httplib's default SO_REUSEPORT would let a second listener (another rank given the
+  // same rollout.agent_port) bind the port and take half of the connections.
   int listen_fd = -1;
   s.set_socket_options([&listen_fd](socket_t sock) {
-    httplib::default_socket_options(sock);
+    const int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
     listen_fd = int(sock);
   });
   auto serve = [token, handler](const httplib::Request& req, httplib::Response& res) {
-    std::string given = req.get_header_value("x-api-key");
+    // Either header may carry it; the scheme is case-insensitive (RFC 7235).
     const std::string auth = req.get_header_value("Authorization");
-    if (auth.rfind("Bearer ", 0) == 0) given = auth.substr(7);
-    if (!same_secret(given, token)) {
+    const bool bearer = auth.size() > 7 && strncasecmp(auth.c_str(), "bearer ", 7) == 0;
+    if (!same_secret(req.get_header_value("x-api-key"), token) && !(bearer && same_secret(auth.substr(7), token))) {
       set_error(res, req.path, 401, "invalid_request_error", "invalid_api_key",
                 "no valid API key: send the job's token (OPENAI_API_KEY or ANTHROPIC_API_KEY as the agent was "
                 "started with; the run directory's agent_token) as 'Authorization: Bearer <token>' or 'x-api-key'");

@@ -128,10 +128,13 @@ ChildProcess::ChildProcess(const std::string& command, bool capture_stderr, cons
     const std::string entry(*e);
     const std::string name = entry.substr(0, entry.find('=') + 1);
     bool replaced = false;
-    for (const std::string& x : extra_env) replaced = replaced || x.compare(0, name.size(), name) == 0;
+    for (const std::string& x : extra_env)
+      replaced = replaced || (x.back() == '*' ? entry.compare(0, x.size() - 1, x, 0, x.size() - 1) == 0
+                                              : x.compare(0, name.size(), name) == 0);
     if (!replaced) env_text.push_back(entry);
   }
-  env_text.insert(env_text.end(), extra_env.begin(), extra_env.end());
+  for (const std::string& x : extra_env)
+    if (x.back() != '*') env_text.push_back(x);
   std::vector<char*> envp;
   for (std::string& e : env_text) envp.push_back(e.data());
   envp.push_back(nullptr);

@@ -32,7 +32,8 @@ class ChildProcess {
   // Starts `command`; throws slimpi::Error when pipes or fork fail. capture_stderr: the
   // command's stderr goes to a pipe the caller reads (stderr_fd) instead of the rank's.
   // extra_env: "NAME=value" entries the command gets on top of the rank's environment
-  // (replacing the rank's value of the same NAME).
+  // (replacing the rank's value of the same NAME); "PREFIX*" drops the rank's variables
+  // whose names start with PREFIX.
   explicit ChildProcess(const std::string& command, bool capture_stderr = false,
                         const std::vector<std::string>& extra_env = {});
   ~ChildProcess();  // closes the pipes, kills group G, reaps the command and the watcher

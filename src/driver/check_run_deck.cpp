@@ -126,10 +126,21 @@ void check_environment(const Deck& deck) {
                     deck.get_string("rollout.partial"), deck.source("rollout.partial"));
   if (env != "command")
     for (const char* key : {"rollout.env_command", "rollout.env_processes", "rollout.env_max_reply_bytes",
-                            "rollout.env_max_stderr_bytes",
-                            "rollout.env_cpu_limit_s", "rollout.env_memory_limit_mb", "rollout.env_max_restarts"})
+                            "rollout.env_max_restarts"})
       if (!deck.has_default_value(key))
         SLIMPI_FAIL_ALL("{} ({}) applies to rollout.environment = \"command\" only; rollout.environment is \"{}\" ({})",
+                        key, deck.source(key), env, deck.source("rollout.environment"));
+  // The keys of processes slimpi starts: an environment's or an agent's.
+  if (env != "command" && env != "agent")
+    for (const char* key : {"rollout.env_max_stderr_bytes", "rollout.env_cpu_limit_s", "rollout.env_memory_limit_mb"})
+      if (!deck.has_default_value(key))
+        SLIMPI_FAIL_ALL("{} ({}) applies to rollout.environment = \"command\" or \"agent\"; rollout.environment is "
+                        "\"{}\" ({})", key, deck.source(key), env, deck.source("rollout.environment"));
+  if (env != "agent")
+    for (const char* key : {"rollout.agent_command", "rollout.agent_host", "rollout.agent_port",
+                            "rollout.agent_max_sessions", "rollout.agent_model", "rollout.agent_max_request_bytes"})
+      if (!deck.has_default_value(key))
+        SLIMPI_FAIL_ALL("{} ({}) applies to rollout.environment = \"agent\" only; rollout.environment is \"{}\" ({})",
                         key, deck.source(key), env, deck.source("rollout.environment"));
 }
 

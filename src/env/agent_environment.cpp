@@ -5,7 +5,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <ctime>
+#include <limits>
 #include <optional>
 #include <random>
 
@@ -58,14 +60,29 @@ std::string random_hex(int bytes) {
   return s;
 }
 
-// The reward in the last stdout line that is a JSON object with a numeric "reward".
-std::optional<double> reward_line(const std::string& out) {
+// What is wrong with a reward value ("" = nothing): it must be a number a float holds.
+std::string bad_reward(const nlohmann::json& v) {
+  if (!v.is_number()) return fmt::format("a {}, not a number", v.type_name());
+  const double x = v.get<double>();
+  if (!std::isfinite(x) || std::fabs(x) > double(std::numeric_limits<float>::max()))
+    return fmt::format("{}, outside the range of a float", v.dump());
+  return "";
+}
+
+// The reward in the last stdout line that is a JSON object with a "reward"; nullopt and
+// *why set when that line's reward is not a usable number (or there is no such line).
+std::optional<double> reward_line(const std::string& out, std::string* why) {
   size_t end = out.size();
   while (end > 0) {
     const size_t begin = out.rfind('\n', end - 1);
     const size_t from = begin == std::string::npos ? 0 : begin + 1;
     const nlohmann::json j = nlohmann::json::parse(out.substr(from, end - from), nullptr, false);
-    if (j.is_object() && j.contains("reward") && j["reward"].is_number()) return j["reward"].get<double>();
+    if (j.is_object() && j.contains("reward")) {
+      *why = bad_reward(j["reward"]);
+      if (why->empty()) return j["reward"].get<double>();
+      *why = "its last reward line gives " + *why;
+      return std::nullopt;
+    }
     if (begin == std::string::npos) break;
     end = begin;
   }
@@ -88,10 +105,12 @@ struct AgentEnvironment::Session {
   std::vector<AgentMessage> history;  // the last request's messages and the turn that answered it
   std::vector<std::string> tools;     // the last request's tools
   std::optional<ChatCompletionRequest> incoming;  // arrived, not yet given to the runner
+  bool requested = false;                         // a request has come
   bool in_flight = false;                         // a server thread waits for this session's answer
   std::optional<AssistantTurn> answer;            // the model's turn, for the thread in flight
   std::optional<ApiError> refusal;                // or the error it returns
   std::optional<double> posted_reward;
+  std::optional<ApiError> ending;  // stopped at a limit (end()): every request gets this; its exit awaited
   bool closed = false;
   std::condition_variable answered;  // answer, refusal or closed set
 };
@@ -122,7 +141,10 @@ AgentEnvironment::~AgentEnvironment() {
 }
 
 std::string AgentEnvironment::base_url() const {
-  const std::string host = cfg_.agent_host == "0.0.0.0" ? "127.0.0.1" : cfg_.agent_host;
+  // The agents run on this node: an endpoint on every interface is reached on the loopback's.
+  const std::string& h = cfg_.agent_host;
+  const std::string host = h == "0.0.0.0" ? "127.0.0.1" : h == "::" ? "[::1]"
+                           : h.find(':') != std::string::npos ? "[" + h + "]" : h;
   return fmt::format("http://{}:{}", host, server_->port());
 }
 
@@ -153,6 +175,8 @@ void AgentEnvironment::reset(const EpisodeStart& start) {
         "SLIMPI_PROMPT=" + start.prompt,
         "SLIMPI_LABEL=" + start.label,
         "SLIMPI_METADATA=" + (start.metadata_json.empty() ? std::string("null") : start.metadata_json),
+        // Not the rank's MPI: a tool the agent runs under MPI must not join the job.
+        "OMPI_*", "PMIX_*", "PRTE_*", "PMI_*", "HYDRA_*",
     };
     s->agent = std::make_unique<ChildProcess>(
         command_under_limits(cfg_.agent_command, cfg_.cpu_limit_s, cfg_.memory_limit_mb), /*capture_stderr=*/true, env);
@@ -186,12 +210,11 @@ void AgentEnvironment::step(const EpisodeAction& action) {
   s.answered.notify_all();
 }
 
-void AgentEnvironment::ended(const std::string& episode, EnvError error, const std::string& why) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = session_of_.find(episode);
-  if (it == session_of_.end()) return;
-  Session& s = *sessions_.at(it->second);
-  if (!s.in_flight || s.answer) return;
+namespace {
+
+// What a request of an episode stopped by the runner gets: 413 for a conversation over
+// the episode's tokens, else 404 (the session is over).
+ApiError episode_over(EnvError error, const std::string& why) {
   ApiError e;
   if (error == EnvError::Overlong) {
     e.status = 413;
@@ -201,10 +224,33 @@ void AgentEnvironment::ended(const std::string& episode, EnvError error, const s
     e.status = 404;
     e.type = "not_found_error";
     e.code = "session_ended";
-    e.message = "the episode ended" + (why.empty() ? std::string(" at its turn or time limit") : ": " + why);
+    e.message = "the episode has ended" + (why.empty() ? std::string() : ": " + why);
   }
-  s.refusal = e;
+  return e;
+}
+
+}  // namespace
+
+void AgentEnvironment::ended(const std::string& episode, EnvError error, const std::string& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = session_of_.find(episode);
+  if (it == session_of_.end()) return;
+  Session& s = *sessions_.at(it->second);
+  if (!s.in_flight || s.answer || s.refusal) return;
+  s.refusal = episode_over(error, why);
   s.answered.notify_all();
+}
+
+void AgentEnvironment::end(const std::string& episode, EnvError error, const std::string& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = session_of_.find(episode);
+  SLIMPI_CHECK(it != session_of_.end(), "agent: episode {} has no session", episode);
+  Session& s = *sessions_.at(it->second);
+  s.ending = episode_over(error, why + "; exit with your reward");
+  if (s.in_flight && !s.answer && !s.refusal) s.refusal = s.ending;
+  s.answered.notify_all();
+  s.runner_waits = true;  // for the agent's exit
+  s.deadline = Clock::now() + seconds(cfg_.timeout_s);
 }
 
 void AgentEnvironment::close(const std::string& episode) {
@@ -327,21 +373,31 @@ std::optional<EnvReply> AgentEnvironment::observation(Session& s) {
 EnvReply AgentEnvironment::exit_reply(Session& s) {
   EnvReply r;
   r.episode = s.episode;
+  r.failed = true;
   const int st = s.exit_status;
-  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-    r.failed = true;
+  const bool exited = WIFEXITED(st);
+  if (exited && (WEXITSTATUS(st) == 126 || WEXITSTATUS(st) == 127) && !s.requested)  // sh: cannot run it
+    SLIMPI_FAIL("rollout.agent_command '{}' cannot be run ({}: sh's status for a command not found or not "
+                "executable; its stderr is in the log)", cfg_.agent_command, ChildProcess::describe_status(st));
+  if (!exited || WEXITSTATUS(st) != 0) {
     r.message = fmt::format("its agent ended with {} (its stderr is in the log, \"[agent {} stderr]\")",
                             ChildProcess::describe_status(st), s.episode);
     return r;
   }
-  std::optional<double> reward = reward_line(s.out_tail);
-  if (!reward) reward = s.posted_reward;
-  if (!reward) {
-    r.failed = true;
-    r.message = "its agent exited (status 0) without a reward: print {\"reward\": x} as a line on its stdout, or "
-                "POST {\"reward\": x} to $SLIMPI_REWARD_URL, before it exits";
+  if (!s.requested) {
+    r.message = "its agent exited (status 0) before its first request: an episode needs at least one model turn";
     return r;
   }
+  std::string why;
+  std::optional<double> reward = reward_line(s.out_tail, &why);
+  if (!reward && why.empty()) reward = s.posted_reward;
+  if (!reward) {
+    r.message = why.empty() ? "its agent exited (status 0) without a reward: print {\"reward\": x} as a line on its "
+                              "stdout, or POST {\"reward\": x} to $SLIMPI_REWARD_URL, before it exits"
+                            : why;
+    return r;
+  }
+  r.failed = false;
   r.done = true;
   r.reward = *reward;
   return r;
@@ -403,11 +459,13 @@ HttpReply AgentEnvironment::converse(const HttpRequest& request, int api_index) 
                                    req.model, cfg_.agent_model),
                        "model");
   std::shared_ptr<Session> s = it->second;
+  if (s->ending) return error_reply(*s->ending, api);
   if (s->in_flight)
     return error(429, "rate_limit_error", "session_busy",
                        "this session has a request being answered: an episode takes one request at a time");
   const bool stream = req.stream, include_usage = req.include_usage;
   s->in_flight = true;
+  s->requested = true;
   s->answer.reset();
   s->refusal.reset();
   s->incoming = std::move(req);
@@ -439,9 +497,14 @@ HttpReply AgentEnvironment::converse(const HttpRequest& request, int api_index) 
 }
 
 HttpReply AgentEnvironment::post_reward(const HttpRequest& request) {
+  if (request.session.empty())
+    return error_reply(404, "not_found_error", "session_required",
+                       "a reward is POSTed to its session's URL ($SLIMPI_REWARD_URL as the agent was started with)");
   const nlohmann::json j = nlohmann::json::parse(request.body, nullptr, false);
-  if (!j.is_object() || !j.contains("reward") || !j["reward"].is_number())
+  if (!j.is_object() || !j.contains("reward"))
     return error_reply(400, "invalid_request_error", "", "the body must be {\"reward\": <number>}", "reward");
+  if (const std::string why = bad_reward(j["reward"]); !why.empty())
+    return error_reply(400, "invalid_request_error", "", "the reward is " + why, "reward");
   std::lock_guard<std::mutex> lock(mu_);
   auto it = sessions_.find(request.session);
   if (it == sessions_.end())

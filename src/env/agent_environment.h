@@ -22,8 +22,10 @@
 // Requests that fail get the API's error object: 400 (malformed JSON or fields, a
 // conversation the template cannot render), 401 (no valid token), 404 (an unknown or
 // ended session, another model name), 413 (a body over rollout.agent_max_request_bytes,
-// or a conversation over the episode's token budget: the episode ends there), 429 (a
-// second request of a session while one is being answered).
+// or a conversation over the episode's token budget), 429 (a second request of a session
+// while one is being answered). An episode the runner stops at a limit (its turns, wall
+// time or tokens: end()) answers the request in flight, and any later one, with 404 or
+// 413, and waits for the agent's exit and reward as usual.
 //
 // Threads: the runner's calls (reset, step, close, poll) come from the rollout rank's
 // thread; requests arrive on the server's threads and wait there for their turn. Both
@@ -57,6 +59,8 @@ class AgentEnvironment : public Environment {
   void reset(const EpisodeStart& start) override;
   void step(const EpisodeAction& action) override;
   void ended(const std::string& episode, EnvError error, const std::string& why) override;
+  bool rewards_at_end() const override { return true; }
+  void end(const std::string& episode, EnvError error, const std::string& why) override;
   void close(const std::string& episode) override;
   std::vector<EnvReply> poll(double wait_s) override;
   int64_t capacity() const override { return cfg_.agent_max_sessions; }

@@ -24,12 +24,12 @@ std::vector<KeySpec> env_keys() {
       int_key("rollout.env_max_reply_bytes", 1 << 20, 64, 1e10, "bytes",
               "environment = command: longest reply line; a longer one restarts the process"),
       int_key("rollout.env_max_stderr_bytes", 1 << 16, 0, 1e10, "bytes",
-              "environment = command: stderr lines of a process logged (prefixed with the process) per process "
+              "environment = command or agent: stderr lines of a process logged (prefixed with the process) per process "
               "start; the rest is read and dropped"),
       float_key("rollout.env_cpu_limit_s", 0.0, 0.0, 1e9, "s",
-                "environment = command: CPU seconds per process (RLIMIT_CPU over its life; 0 = none)"),
+                "environment = command or agent: CPU seconds per process (RLIMIT_CPU over its life; 0 = none)"),
       int_key("rollout.env_memory_limit_mb", 0, 0, 1e9, "MiB",
-              "environment = command: address space per process (RLIMIT_AS; 0 = none)"),
+              "environment = command or agent: address space per process (RLIMIT_AS; 0 = none)"),
       int_key("rollout.env_max_restarts", 10, 0, 1e9, "restarts",
               "environment = command: restarts of one process after failures before the job ends"),
       bool_key("rollout.env_fail_job", false,

@@ -104,6 +104,12 @@ class Environment {
   // Why the runner ended an open episode, just before close() (the reply's own done or
   // truncated included): an environment that owes its client an answer says so.
   virtual void ended(const std::string& /*episode*/, EnvError /*error*/, const std::string& /*why*/) {}
+  // An environment whose episodes get their reward with their last reply (an agent's
+  // exit): the runner stops such an episode at its limits (turns, wall time, tokens) with
+  // end() and waits for that last reply (done with the reward, or failed), instead of
+  // closing it with no reward. end() tells the client why (the request in flight fails).
+  virtual bool rewards_at_end() const { return false; }
+  virtual void end(const std::string& /*episode*/, EnvError /*error*/, const std::string& /*why*/) {}
   // Opens `start.episode` again from `snapshot` (an observation's, after `turns` model
   // turns) in place of a reset; the reply has `restored` set. Only where info().snapshots.
   virtual void restore(const EpisodeStart& start, int64_t turns, const std::string& snapshot);

@@ -26,8 +26,11 @@ struct EpisodeRunner::Episode {
   Sample sample;  // the trajectory so far; every per-response-token field complete
   WorkItem::EpisodeTurns turns;  // the model turns sent to the environment so far (open_turn unused)
   std::unique_ptr<ChatTranscript> transcript;
-  // NotStarted -> Reset (or Restore) -> Turn -> Step -> Turn -> ... -> finished (erased)
-  enum class Phase { NotStarted, Reset, Restore, Turn, Step } phase = Phase::NotStarted;
+  // NotStarted -> Reset (or Restore) -> Turn -> Step -> Turn -> ... -> finished (erased);
+  // Step -> Ending -> finished: stopped at a limit, waiting for its reward (Environment::end)
+  enum class Phase { NotStarted, Reset, Restore, Turn, Step, Ending } phase = Phase::NotStarted;
+  EnvError end_error = EnvError::None;  // Ending: the limit that stopped it, and why
+  std::string end_why;
   int64_t turn_start = 0;  // response length where the current model turn began
   int64_t budget = 0;      // response tokens the episode may reach
   double reward_sum = 0, last_reward = 0;

@@ -154,9 +154,10 @@ void EpisodeRunner::continue_turn(Episode& e, int64_t start) {
 
 void EpisodeRunner::on_reply(Episode& e, const EnvReply& reply) {
   SLIMPI_CHECK(e.phase == Episode::Phase::Reset || e.phase == Episode::Phase::Restore ||
-                   e.phase == Episode::Phase::Step,
+                   e.phase == Episode::Phase::Step || e.phase == Episode::Phase::Ending,
                "episodes: {} got a reply it was not waiting for", e.id);
   e.sample.env_s += float(e.wait.seconds());
+  if (e.phase == Episode::Phase::Ending) return on_ending(e, reply);
   if (!accept_reply(e, reply)) return;
   if (e.phase == Episode::Phase::Reset) return on_reset(e, reply);
   on_observation(e, reply);
@@ -235,24 +236,47 @@ void EpisodeRunner::on_observation(Episode& e, const EnvReply& reply) {
   if (reply.done || reply.truncated)
     return finish(e, reply.done && !reply.truncated ? SampleStatus::Completed : SampleStatus::Truncated, reply.error,
                   reply.message);
-  if (s.env_turns >= settings_.env.max_turns) return finish(e, SampleStatus::Truncated, EnvError::None, "");
+  if (s.env_turns >= settings_.env.max_turns)
+    return stop_at_limit(e, EnvError::None,
+                         fmt::format("it reached rollout.env_max_turns = {} model turns", settings_.env.max_turns));
   if (settings_.env.episode_wall_s > 0 && e.clock.seconds() > settings_.env.episode_wall_s)
-    return finish(e, SampleStatus::Truncated, EnvError::None, "");
+    return stop_at_limit(e, EnvError::None, fmt::format("it ran past rollout.env_episode_wall_s = {} s",
+                                                        settings_.env.episode_wall_s));
   std::vector<int64_t> observation;
   bool new_context = reply.new_context;
   if (!observation_tokens(e, reply, &observation, &new_context)) return;
   const int64_t n = int64_t(observation.size()), r = s.response_length();
   if (n > settings_.env.max_observation_tokens)
-    return finish(e, SampleStatus::Truncated, EnvError::Overlong,
-                  fmt::format("an observation of {} tokens (rollout.env_max_observation_tokens = {})", n,
-                              settings_.env.max_observation_tokens));
+    return stop_at_limit(e, EnvError::Overlong,
+                         fmt::format("an observation of {} tokens (rollout.env_max_observation_tokens = {})", n,
+                                     settings_.env.max_observation_tokens));
   if (r + n + 1 > e.budget)
-    return finish(e, SampleStatus::Truncated, EnvError::Overlong,
-                  fmt::format("the episode would reach {} response tokens with its next observation (budget {}: "
-                              "rollout.env_max_total_tokens, model.max_seq_len, the KV cache)", r + n + 1, e.budget));
+    return stop_at_limit(e, EnvError::Overlong,
+                         fmt::format("the episode would reach {} response tokens with its next observation (budget {}: "
+                                     "rollout.env_max_total_tokens, model.max_seq_len, the KV cache)", r + n + 1,
+                                     e.budget));
   if (e.replay && !matches_record(e, observation, new_context, recorded)) return;
   append_observation(e, observation, new_context);
   begin_turn(e);
+}
+
+void EpisodeRunner::stop_at_limit(Episode& e, EnvError error, const std::string& why) {
+  if (!env_.rewards_at_end() || e.replay) return finish(e, SampleStatus::Truncated, error, why);
+  e.phase = Episode::Phase::Ending;
+  e.end_error = error;
+  e.end_why = why;
+  e.wait = Stopwatch();
+  env_.end(e.id, error, why);
+}
+
+void EpisodeRunner::on_ending(Episode& e, const EnvReply& reply) {
+  if (reply.failed)
+    return finish(e, SampleStatus::EnvFailed, EnvError::Infra,
+                  fmt::format("stopped at its limit ({}), then: {}", e.end_why, reply.message));
+  e.last_reward = reply.reward;
+  e.reward_sum += reply.reward;
+  for (const auto& [name, value] : reply.metrics) e.sample.env_metrics[name] += value;
+  finish(e, SampleStatus::Truncated, e.end_error, e.end_why);
 }
 
 bool EpisodeRunner::observation_tokens(Episode& e, const EnvReply& reply, std::vector<int64_t>* out,

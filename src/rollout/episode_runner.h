@@ -104,6 +104,11 @@ class EpisodeRunner : public GroupWorker {
   bool accept_reply(Episode& e, const EnvReply& reply);
   void on_reset(Episode& e, const EnvReply& reply);
   void on_observation(Episode& e, const EnvReply& reply);
+  // The episode reached one of its limits after a reply: truncated here, or, with an
+  // environment that gives its reward at the end, ended there and its last reply awaited.
+  void stop_at_limit(Episode& e, EnvError error, const std::string& why);
+  // That last reply: the episode is truncated with the reward it gives.
+  void on_ending(Episode& e, const EnvReply& reply);
   // The observation's tokens: a new context rendered alone, or the transcript's delta and
   // the reply's token ids; false when it ended the episode. *new_context: they open a new
   // context (asked for, or the reply's whole conversation where the template rewrites history).

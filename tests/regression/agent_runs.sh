@@ -10,11 +10,13 @@
 #  * an agent that compacts its history (a request that does not extend the session's) opens a
 #    new context with the whole conversation, recorded in context_starts;
 #  * agents that crash, hang or exit without a reward fail their own episode (env_failed, infra),
-#    the job goes on;
+#    the job goes on; an episode stopped at its turn limit (404) or token budget (413) is
+#    truncated with the reward its agent gives after that answer;
 #  * 64 agents at once on one rollout rank (rollout.agent_max_sessions), the 65th and later
 #    waiting for a slot: every agent counts the agents alive, and none saw more than 64;
 #  * full async and one step off, each in two job steps: episodes across weight updates and a restart;
-#  * refused with the reason: an agent environment without rollout.agent_command.
+#  * refused with the reason: an agent environment without rollout.agent_command, agent keys
+#    without it; an agent command that cannot be run ends the job naming it.
 # Usage: agent_runs.sh SLIMPI ROOT "MPIRUN FLAGS"
 set -euo pipefail
 source "$(dirname "$0")/run_helpers.sh"
@@ -131,6 +133,21 @@ for why in "its agent ended with exit status 3" "neither sent its next request n
   grep -qF "$why" "$out/failing.log" || { cat "$out/failing.log"; echo "FAIL: no '$why'"; exit 1; }
 done
 
+echo "== an episode stopped at its limits gets its agent's reward"
+args=("${base[@]}" --set run.n_steps=1 --set "rollout.agent_command=$tiny --modes loop")
+run 2 turn_limit --set rollout.env_max_turns=2
+run 2 token_limit --set rollout.env_max_total_tokens=20
+/usr/bin/python3 - "$out" <<'PY'
+import sys
+import h5py
+for name, error, reward in [("turn_limit", 0, 4.04), ("token_limit", 4, 4.13)]:
+    with h5py.File(f"{sys.argv[1]}/{name}/rollouts.h5") as f:
+        g = f["samples"]
+        got = {(int(s), int(e), round(float(r), 2)) for s, e, r in zip(g["status"][:], g["env_error"][:], g["raw_reward"][:])}
+    assert got == {(2, error, reward)}, (name, got)  # truncated, with the reward the agent gave after its 404 / 413
+print("agent_runs: stopped at the turn limit (404) and at the token budget (413), agents gave their rewards")
+PY
+
 echo "== 64 agents at once"
 mkdir -p "$out/live"
 args=("${base[@]}" --set run.n_steps=1 --set model.max_seq_len=96 --set rollout.env_max_total_tokens=64
@@ -159,6 +176,9 @@ done
 
 echo "== refusals"
 args=("${base[@]}")
+job_fails typo "rollout.agent_command 'pyhton3 agent.py' cannot be run" 2 "${args[@]}" --set run.n_steps=1 \
+  --set run.dir="$out/typo" --set "rollout.agent_command=pyhton3 agent.py"
+check_refuses port_without_agent 'rollout.agent_port' 2 --set rollout.environment=calculator --set rollout.agent_port=9999
 check_refuses no_command 'rollout.environment = "agent"' 2 --set rollout.agent_command=
 check_refuses no_style 'set reward.style = "environment"' 2 --set reward.style=exact_match --set rollout.agent_command=x
 echo "agent_runs: all passed"
