@@ -1,6 +1,7 @@
 #include "core/child_process.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <slimpi/error.h>
 #include <sys/prctl.h>
@@ -139,15 +140,25 @@ ChildProcess::ChildProcess(const std::string& command, bool capture_stderr, cons
   for (std::string& e : env_text) envp.push_back(e.data());
   envp.push_back(nullptr);
   const pid_t rank = getpid();
-  const pid_t pid = fork();
+  // vfork: the child shares the rank's memory until it execs, so no page tables of a
+  // large rank (LibTorch, the model, the KV cache) are copied for each command; the rank
+  // waits for the exec. The child code only makes system calls on its own stack (what
+  // Python's subprocess does after vfork too).
+  // Every signal is blocked around the vforks, so that none of the rank's handlers runs in a
+  // child (on the rank's memory) before reset_signals() restores the defaults and unblocks.
+  sigset_t all, before;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &before);
+  const pid_t pid = vfork();
   if (pid == 0) exec_command(rank, to_child[0], from_child[1], err_pipe[1], command_argv, envp.data());
   const int fork_errno = errno;
   if (pid > 0) {
     setpgid(pid, pid);  // also here: the group exists before the watcher joins it
-    watcher_ = fork();
+    watcher_ = vfork();
     if (watcher_ == 0) exec_watcher(pid, lifeline[0], watcher_argv);
     if (watcher_ > 0) setpgid(watcher_, pid);
   }
+  pthread_sigmask(SIG_SETMASK, &before, nullptr);
   close_all({to_child[0], from_child[1], lifeline[0], err_pipe[1]});
   if (pid < 0 || watcher_ < 0) {
     const int e = pid < 0 ? fork_errno : errno;

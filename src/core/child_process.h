@@ -13,8 +13,9 @@
 // command, its children, itself). The rank waits for the command itself, so it sees the
 // command's own exit status. The command also has PR_SET_PDEATHSIG. A descendant that
 // leaves group G on purpose (setsid, setpgid) escapes; nothing else does. Both children
-// are `sh` at once (exec right after fork): no copy of the rank lingers under its name.
-// Between fork and exec the children call only async-signal-safe functions: the rank
+// are `sh` at once (exec right after vfork): no copy of the rank lingers under its name,
+// and none of its page tables is copied. Between vfork and exec the children make only
+// system calls (async-signal-safe, writing nothing of the rank's memory): the rank
 // has threads (OpenMP, MPI progress), so nothing else is safe there.
 #pragma once
 
