@@ -16,7 +16,20 @@ namespace slimpi {
 
 std::string agent_token_path(const std::string& run_dir) { return run_dir + "/agent_token"; }
 
-std::string write_agent_token(const std::string& run_dir) {
+namespace {
+std::string& job_token() {
+  static std::string token;
+  return token;
+}
+}  // namespace
+
+void set_job_agent_token(const std::string& token) { job_token() = token; }
+
+std::string job_agent_token(const std::string& run_dir) {
+  return job_token().empty() ? read_agent_token(run_dir) : job_token();
+}
+
+std::string write_agent_token(const std::string& run_dir, std::string* written) {
   unsigned char bytes[32];
   std::ifstream random("/dev/urandom", std::ios::binary);
   if (!random.read(reinterpret_cast<char*>(bytes), sizeof(bytes))) return "cannot read /dev/urandom";
@@ -34,6 +47,7 @@ std::string write_agent_token(const std::string& run_dir) {
     unlink(path.c_str());
     return fmt::format("cannot write {}: {}", path, std::strerror(e));
   }
+  if (written) *written = token;
   return "";
 }
 

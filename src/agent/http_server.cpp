@@ -6,6 +6,8 @@
 #include <strings.h>
 #include <sys/socket.h>
 
+#include <atomic>
+#include <chrono>
 #include <thread>
 
 #include "agent/anthropic_messages.h"
@@ -40,6 +42,8 @@ struct HttpServer::Impl {
   httplib::Server server;
   std::thread listener;
   int port = -1;
+  int listen_fd = -1;
+  std::atomic<bool> listened{false};  // listen_after_bind() has returned
 };
 
 HttpServer::HttpServer(const std::string& host, int port, std::string token, int64_t max_body_bytes, int threads,
@@ -58,11 +62,10 @@ HttpServer::HttpServer(const std::string& host, int port, std::string token, int
   // backlog once bound (Linux takes a second listen() as the new backlog). SO_REUSEADDR
   // only: httplib's default SO_REUSEPORT would let a second listener (another rank given the
   // same rollout.agent_port) bind the port and take half of the connections.
-  int listen_fd = -1;
-  s.set_socket_options([&listen_fd](socket_t sock) {
+  s.set_socket_options([impl = impl_.get()](socket_t sock) {
     const int yes = 1;
     ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-    listen_fd = int(sock);
+    impl->listen_fd = int(sock);
   });
   auto serve = [token, handler](const httplib::Request& req, httplib::Response& res) {
     // Either header may carry it; the scheme is case-insensitive (RFC 7235).
@@ -104,8 +107,14 @@ HttpServer::HttpServer(const std::string& host, int port, std::string token, int
   if (impl_->port < 0)
     SLIMPI_FAIL("the agent endpoint cannot listen on {}:{} (rollout.agent_host, rollout.agent_port): the address is "
                 "in use or not this node's", host, port);
-  if (listen_fd >= 0) ::listen(listen_fd, SOMAXCONN);
-  impl_->listener = std::thread([this] { impl_->server.listen_after_bind(); });
+  if (impl_->listen_fd >= 0) ::listen(impl_->listen_fd, SOMAXCONN);
+  impl_->listener = std::thread([impl = impl_.get()] {
+    impl->server.listen_after_bind();
+    impl->listened = true;
+  });
+  // httplib's stop() does nothing before the server runs: a server destroyed at once would
+  // wait forever for its listener. It runs before the constructor returns.
+  while (!s.is_running() && !impl_->listened) std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 
 HttpServer::~HttpServer() {

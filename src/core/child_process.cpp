@@ -22,13 +22,18 @@ extern char** environ;
 namespace slimpi {
 namespace {
 
-// Default dispositions for the child: the rank ignores SIGPIPE and handles the stop
-// signals, and execve keeps ignored signals ignored. Async-signal-safe.
+// Default dispositions for the child, then no signal blocked: every signal the rank
+// catches (its stop signals, MPI's and UCX's fault handlers, a profiler's) is reset before
+// anything is unblocked, since after vfork a handler would run on the rank's memory; the
+// rank ignores SIGPIPE, and execve keeps ignored signals ignored, so it is reset too.
+// Async-signal-safe.
 void reset_signals() {
-  struct sigaction sa;
-  std::memset(&sa, 0, sizeof(sa));
-  sa.sa_handler = SIG_DFL;
-  for (int sig : {SIGPIPE, SIGTERM, SIGINT, SIGUSR1, SIGHUP, SIGQUIT}) sigaction(sig, &sa, nullptr);
+  struct sigaction dfl, old;
+  std::memset(&dfl, 0, sizeof(dfl));
+  dfl.sa_handler = SIG_DFL;
+  for (int sig = 1; sig < NSIG; ++sig)
+    if (sigaction(sig, nullptr, &old) == 0 && (old.sa_handler != SIG_IGN || sig == SIGPIPE))
+      sigaction(sig, &dfl, nullptr);  // (SIGKILL and SIGSTOP refuse; nothing to reset there)
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -42,8 +47,9 @@ void close_from_3() {
 }
 
 // The command: leads group G, stdin/stdout on the rank's pipes, dies with the rank's
-// thread too (PR_SET_PDEATHSIG). Async-signal-safe calls only.
-[[noreturn]] void exec_command(pid_t rank, int in, int out, int err, char* const argv[], char* const envp[]) {
+// thread too (PR_SET_PDEATHSIG). Async-signal-safe calls only. Not inlined: after vfork
+// the child runs in frames of its own below the caller's (the caller's are the rank's).
+[[noreturn]] __attribute__((noinline)) void exec_command(pid_t rank, int in, int out, int err, char* const argv[], char* const envp[]) {
   setpgid(0, 0);
   reset_signals();
   prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -56,15 +62,32 @@ void close_from_3() {
 }
 
 // The watcher: joins group G and kills it when the lifeline (its stdin) reaches EOF.
-[[noreturn]] void exec_watcher(pid_t group, int lifeline, char* const argv[]) {
+[[noreturn]] __attribute__((noinline)) void exec_watcher(pid_t group, int lifeline, char* const argv[],
+                                                         char* const envp[]) {
   if (setpgid(0, group) != 0) _exit(127);  // outside G, `kill 0` would hit the rank's own group
   reset_signals();
   if (dup2(lifeline, STDIN_FILENO) < 0) _exit(127);
   const int null_fd = open("/dev/null", O_WRONLY);
   if (null_fd >= 0) dup2(null_fd, STDOUT_FILENO);  // not the rank's stdout
   close_from_3();
-  execve("/bin/sh", argv, environ);
+  execve("/bin/sh", argv, envp);
   _exit(127);
+}
+
+// vfork and the child's exec, in a frame of their own that only returns the pid (as
+// CPython's subprocess isolates its vfork): nothing of the caller's frame is shared
+// with the child.
+__attribute__((noinline)) pid_t vfork_command(pid_t rank, int in, int out, int err, char* const argv[],
+                                              char* const envp[]) {
+  const pid_t pid = vfork();
+  if (pid == 0) exec_command(rank, in, out, err, argv, envp);
+  return pid;
+}
+
+__attribute__((noinline)) pid_t vfork_watcher(pid_t group, int lifeline, char* const argv[], char* const envp[]) {
+  const pid_t pid = vfork();
+  if (pid == 0) exec_watcher(group, lifeline, argv, envp);
+  return pid;
 }
 
 // Whether `command` is one program and its arguments, so that `exec` can run it in place
@@ -130,34 +153,28 @@ ChildProcess::ChildProcess(const std::string& command, bool capture_stderr, cons
     const std::string name = entry.substr(0, entry.find('=') + 1);
     bool replaced = false;
     for (const std::string& x : extra_env)
-      replaced = replaced || (x.back() == '*' ? entry.compare(0, x.size() - 1, x, 0, x.size() - 1) == 0
+      replaced = replaced || (!x.empty() && x.back() == '*' ? entry.compare(0, x.size() - 1, x, 0, x.size() - 1) == 0
                                               : x.compare(0, name.size(), name) == 0);
     if (!replaced) env_text.push_back(entry);
   }
   for (const std::string& x : extra_env)
-    if (x.back() != '*') env_text.push_back(x);
+    if (!x.empty() && x.back() != '*') env_text.push_back(x);
   std::vector<char*> envp;
   for (std::string& e : env_text) envp.push_back(e.data());
   envp.push_back(nullptr);
   const pid_t rank = getpid();
   // vfork: the child shares the rank's memory until it execs, so no page tables of a
-  // large rank (LibTorch, the model, the KV cache) are copied for each command; the rank
-  // waits for the exec. The child code only makes system calls on its own stack (what
-  // Python's subprocess does after vfork too).
+  // large rank (LibTorch, the model, the KV cache) are copied for each command; the rank's
+  // thread waits for the exec. The child makes only system calls, in frames of its own
+  // (it may set this thread's errno; the rank reads errno only when vfork itself failed).
   // Every signal is blocked around the vforks, so that none of the rank's handlers runs in a
-  // child (on the rank's memory) before reset_signals() restores the defaults and unblocks.
+  // child before reset_signals() restores the defaults and unblocks.
   sigset_t all, before;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &before);
-  const pid_t pid = vfork();
-  if (pid == 0) exec_command(rank, to_child[0], from_child[1], err_pipe[1], command_argv, envp.data());
+  const pid_t pid = vfork_command(rank, to_child[0], from_child[1], err_pipe[1], command_argv, envp.data());
   const int fork_errno = errno;
-  if (pid > 0) {
-    setpgid(pid, pid);  // also here: the group exists before the watcher joins it
-    watcher_ = vfork();
-    if (watcher_ == 0) exec_watcher(pid, lifeline[0], watcher_argv);
-    if (watcher_ > 0) setpgid(watcher_, pid);
-  }
+  if (pid > 0) watcher_ = vfork_watcher(pid, lifeline[0], watcher_argv, envp.data());  // group G exists: pid exec'd
   pthread_sigmask(SIG_SETMASK, &before, nullptr);
   close_all({to_child[0], from_child[1], lifeline[0], err_pipe[1]});
   if (pid < 0 || watcher_ < 0) {

@@ -136,6 +136,15 @@ void check_environment(const Deck& deck) {
       if (!deck.has_default_value(key))
         SLIMPI_FAIL_ALL("{} ({}) applies to rollout.environment = \"command\" or \"agent\"; rollout.environment is "
                         "\"{}\" ({})", key, deck.source(key), env, deck.source("rollout.environment"));
+  // Under full async the stream's episodes and an evaluation's each have an endpoint on the
+  // rank: two servers cannot share one fixed port.
+  if (env == "agent" && deck.get_int("rollout.agent_port") != 0 && deck.get_string("train.async") == "full" &&
+      !deck.get_string("eval.path").empty())
+    SLIMPI_FAIL_ALL("rollout.agent_port = {} ({}) with train.async = \"full\" ({}) and an evaluation (eval.path, {}): "
+                    "the stream's agents and the evaluation's are served by two endpoints on each rollout rank, which "
+                    "cannot share one port; leave rollout.agent_port at 0 (a port the system picks)",
+                    deck.get_int("rollout.agent_port"), deck.source("rollout.agent_port"), deck.source("train.async"),
+                    deck.source("eval.path"));
   if (env != "agent")
     for (const char* key : {"rollout.agent_command", "rollout.agent_host", "rollout.agent_port",
                             "rollout.agent_max_sessions", "rollout.agent_model", "rollout.agent_max_request_bytes"})

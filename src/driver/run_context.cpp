@@ -108,9 +108,12 @@ RunContext set_up_run(MPI_Comm world, const std::string& deck_path, const std::v
   if (ctx.deck.get_string("rollout.environment") == "agent") {  // the agent endpoint's token, new per job
     int rank = 0;
     MPI_Comm_rank(world, &rank);
-    std::string problem = rank == 0 ? write_agent_token(ctx.run_dir) : std::string();
+    std::string token;
+    std::string problem = rank == 0 ? write_agent_token(ctx.run_dir, &token) : std::string();
     broadcast_string(world, problem, 0);
     if (!problem.empty()) SLIMPI_FAIL_ALL("the agent endpoint's token (rollout.environment = \"agent\"): {}", problem);
+    broadcast_string(world, token, 0);
+    set_job_agent_token(token);
   }
 
   ctx.world = std::make_unique<World>(world, layout);

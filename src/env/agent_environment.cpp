@@ -10,6 +10,7 @@
 #include <limits>
 #include <optional>
 #include <random>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -118,7 +119,7 @@ struct AgentEnvironment::Session {
 AgentEnvironment::AgentEnvironment(const EnvConfig& cfg) : cfg_(cfg) {
   SLIMPI_CHECK(!cfg_.agent_command.empty(), "rollout.environment = \"agent\" needs rollout.agent_command");
   signal(SIGPIPE, SIG_IGN);  // a client that hangs up must not kill the rank
-  token_ = read_agent_token(cfg_.run_dir);
+  token_ = job_agent_token(cfg_.run_dir);
   info_.protocol_version = 1;
   info_.name = "agent";
   info_.max_concurrent_episodes = cfg_.agent_max_sessions;
@@ -135,9 +136,14 @@ AgentEnvironment::~AgentEnvironment() {
     stopping_ = true;
     for (auto& [id, s] : sessions_) s->answered.notify_all();
   }
-  server_.reset();  // waits for the requests in flight, which stopping_ has let go
+  // The agents first: their connections close with them, so the server's threads do not sit
+  // out their keep-alive time.
   for (auto& [id, s] : sessions_)
-    if (s->agent) s->err->drain(*s->agent, /*final=*/true);
+    if (s->agent) {
+      s->err->drain(*s->agent, /*final=*/true);
+      s->agent.reset();
+    }
+  server_.reset();  // waits for the requests in flight, which stopping_ has let go
 }
 
 std::string AgentEnvironment::base_url() const {
@@ -153,16 +159,10 @@ void AgentEnvironment::reset(const EpisodeStart& start) {
   s->id = random_hex(12);
   s->episode = start.episode;
   const std::string session_url = base_url() + "/s/" + s->id;
-  std::optional<EnvReply> refused;
-  if (start.prompt.size() + start.label.size() + start.metadata_json.size() > kTaskBytes) {
-    refused.emplace();
-    refused->episode = start.episode;
-    refused->failed = true;
-    refused->message = fmt::format("its prompt record ({} bytes) is too long to pass to the agent in SLIMPI_PROMPT, "
-                                   "SLIMPI_LABEL and SLIMPI_METADATA (at most {} bytes)",
-                                   start.prompt.size() + start.label.size() + start.metadata_json.size(), kTaskBytes);
-  } else {
-    const std::vector<std::string> env = {
+  const size_t task_bytes = start.prompt.size() + start.label.size() + start.metadata_json.size();
+  std::vector<std::string> env;
+  if (task_bytes <= kTaskBytes)
+    env = {
         "OPENAI_BASE_URL=" + session_url + "/v1",
         "OPENAI_API_KEY=" + token_,
         "ANTHROPIC_BASE_URL=" + session_url,
@@ -178,20 +178,28 @@ void AgentEnvironment::reset(const EpisodeStart& start) {
         // Not the rank's MPI: a tool the agent runs under MPI must not join the job.
         "OMPI_*", "PMIX_*", "PRTE_*", "PMI_*", "HYDRA_*",
     };
-    s->agent = std::make_unique<ChildProcess>(
-        command_under_limits(cfg_.agent_command, cfg_.cpu_limit_s, cfg_.memory_limit_mb), /*capture_stderr=*/true, env);
-    s->agent->close_stdin();
-    s->err = std::make_unique<StderrLog>("agent " + start.episode, cfg_.max_stderr_bytes, "rollout.env_max_stderr_bytes");
+  {  // the session exists before its agent can call in
+    std::lock_guard<std::mutex> lock(mu_);
+    sessions_[s->id] = s;
+    session_of_[start.episode] = s->id;
+    if (task_bytes > kTaskBytes) {
+      EnvReply r;
+      r.episode = start.episode;
+      r.failed = true;
+      r.message = fmt::format("its prompt record ({} bytes) is too long to pass to the agent in SLIMPI_PROMPT, "
+                              "SLIMPI_LABEL and SLIMPI_METADATA (at most {} bytes)", task_bytes, kTaskBytes);
+      ready_.push_back(std::move(r));
+      return;
+    }
+    s->runner_waits = true;
+    s->deadline = Clock::now() + seconds(cfg_.timeout_s);
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  sessions_[s->id] = s;
-  session_of_[start.episode] = s->id;
-  if (refused) {
-    ready_.push_back(std::move(*refused));
-    return;
-  }
-  s->runner_waits = true;
-  s->deadline = Clock::now() + seconds(cfg_.timeout_s);
+  // collect() (this thread) skips a session until its agent is set; the server's threads never touch it.
+  auto agent = std::make_unique<ChildProcess>(
+      command_under_limits(cfg_.agent_command, cfg_.cpu_limit_s, cfg_.memory_limit_mb), /*capture_stderr=*/true, env);
+  agent->close_stdin();
+  s->err = std::make_unique<StderrLog>("agent " + start.episode, cfg_.max_stderr_bytes, "rollout.env_max_stderr_bytes");
+  s->agent = std::move(agent);
 }
 
 void AgentEnvironment::step(const EpisodeAction& action) {
@@ -347,8 +355,7 @@ std::optional<EnvReply> AgentEnvironment::observation(Session& s) {
     e.message = why;
     e.param = "messages";
     s.refusal = e;
-    s.answered.notify_all();
-    s.deadline = Clock::now() + seconds(cfg_.timeout_s);
+    s.answered.notify_all();  // (the deadline stands: an agent that keeps sending bad requests times out)
     return std::nullopt;
   }
   const size_t h = s.history.size();
@@ -376,6 +383,18 @@ EnvReply AgentEnvironment::exit_reply(Session& s) {
   r.failed = true;
   const int st = s.exit_status;
   const bool exited = WIFEXITED(st);
+  if (s.ending) {  // stopped at a limit: an unmodified client raises on its 404 / 413, and the episode still trains
+    std::string why;
+    std::optional<double> reward = reward_line(s.out_tail, &why);
+    if (!reward && why.empty()) reward = s.posted_reward;
+    r.failed = false;
+    r.done = true;
+    r.reward = reward.value_or(0.0);
+    if (!reward && !std::exchange(said_no_reward_at_limit_, true))
+      log::warn("episode {}: its agent, stopped at a limit, ended ({}) without a reward{}: its reward is 0. Said once",
+                s.episode, ChildProcess::describe_status(st), why.empty() ? "" : " (" + why + ")");
+    return r;
+  }
   if (exited && (WEXITSTATUS(st) == 126 || WEXITSTATUS(st) == 127) && !s.requested)  // sh: cannot run it
     SLIMPI_FAIL("rollout.agent_command '{}' cannot be run ({}: sh's status for a command not found or not "
                 "executable; its stderr is in the log)", cfg_.agent_command, ChildProcess::describe_status(st));

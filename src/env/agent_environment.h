@@ -25,10 +25,11 @@
 // or a conversation over the episode's token budget), 429 (a second request of a session
 // while one is being answered). An episode the runner stops at a limit (its turns, wall
 // time or tokens: end()) answers the request in flight, and any later one, with 404 or
-// 413, and waits for the agent's exit and reward as usual.
+// 413, and waits for the agent's exit: its reward if it gives one, else 0 (said once), the
+// episode truncated whatever its exit status.
 //
-// Threads: the runner's calls (reset, step, close, poll) come from the rollout rank's
-// thread; requests arrive on the server's threads and wait there for their turn. Both
+// Threads: the runner's calls (reset, step, ended, end, close, poll, exclude_pause) come
+// from the rollout rank's thread; requests arrive on the server's threads and wait there for their turn. Both
 // meet in the session table under one mutex. Owned by the rollout rank (RolloutSide); its
 // agents' process groups die with it (core/child_process.h).
 #pragma once
@@ -96,6 +97,7 @@ class AgentEnvironment : public Environment {
   std::map<std::string, std::string> ended_;                  // recently ended session id -> why (for 404s)
   std::vector<EnvReply> ready_;
   bool stopping_ = false;
+  bool said_no_reward_at_limit_ = false;
   std::unique_ptr<HttpServer> server_;
 };
 

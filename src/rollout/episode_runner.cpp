@@ -292,6 +292,11 @@ bool EpisodeRunner::observation_tokens(Episode& e, const EnvReply& reply, std::v
   std::string why;
   const std::string delta = e.transcript->add_observation(reply.messages, &why);
   if (!why.empty() && !reply.conversation.empty()) {  // the whole conversation, as a context of its own
+    // (the transcript, which took the messages before it refused, is replaced by append_observation)
+    static bool said = false;
+    if (!std::exchange(said, true))
+      log::warn("episode {}: {}; its conversation opens a new context instead (the whole conversation rendered "
+                "again: every such turn does). Said once", e.id, why);
     EnvReply whole;
     whole.messages = reply.conversation;
     *out = context_tokens(whole);

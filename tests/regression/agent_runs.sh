@@ -111,7 +111,7 @@ PY
 
 echo "== agents that crash, hang or give no reward fail their own episode"
 args=("${base[@]}" --set run.n_steps=1 --set rollout.rollout_batch_size=1 --set rollout.n_samples_per_prompt=5 --set train.global_batch_size=5
-      --set rollout.env_timeout_s=5)
+      --set rollout.env_timeout_s=8)
 run 2 failing --set "rollout.agent_command=$tiny --modes normal,crash,hang,noreward,post"
 /usr/bin/python3 - "$out/failing" <<'PY'
 import sys
@@ -176,8 +176,8 @@ done
 
 echo "== refusals"
 args=("${base[@]}")
-job_fails typo "rollout.agent_command 'pyhton3 agent.py' cannot be run" 2 "${args[@]}" --set run.n_steps=1 \
-  --set run.dir="$out/typo" --set "rollout.agent_command=pyhton3 agent.py"
+refused typo "rollout.agent_command 'pyhton3 agent.py' cannot be run" 2 --set run.n_steps=1 \
+  --set "rollout.agent_command=pyhton3 agent.py"
 check_refuses port_without_agent 'rollout.agent_port' 2 --set rollout.environment=calculator --set rollout.agent_port=9999
 check_refuses no_command 'rollout.environment = "agent"' 2 --set rollout.agent_command=
 check_refuses no_style 'set reward.style = "environment"' 2 --set reward.style=exact_match --set rollout.agent_command=x

@@ -303,5 +303,29 @@ TEST_F(EndpointFixture, AnEpisodeEndedOverItsContextAnswers413) {
   env.close("0/0/0");
 }
 
+// The runner stops an episode at a limit (Environment::end): the request in flight gets 404,
+// and the agent's exit, with no reward and whatever its status, still ends the episode with
+// reward 0 (an unmodified client raises on the 404).
+TEST_F(EndpointFixture, AnEpisodeStoppedAtItsLimitEndsAtItsAgentsExit) {
+  AgentEnvironment env(config("--only-one"));
+  EXPECT_TRUE(env.rewards_at_end());
+  EpisodeStart start;
+  start.episode = "0/0/0";
+  start.prompt = "hi";
+  env.reset(start);
+  EnvReply r = next_reply(env);
+  ASSERT_FALSE(r.failed) << r.message;
+  env.end("0/0/0", EnvError::None, "it reached rollout.env_max_turns = 1 model turns");
+  const json one = logged("only_one");
+  EXPECT_EQ(one["status"], 404);
+  EXPECT_EQ(one["code"], "session_ended");
+  EXPECT_NE(one["message"].get<std::string>().find("env_max_turns"), std::string::npos);
+  r = next_reply(env);
+  EXPECT_FALSE(r.failed) << r.message;
+  EXPECT_TRUE(r.done);
+  EXPECT_EQ(r.reward, 0.0);
+  env.close("0/0/0");
+}
+
 }  // namespace
 }  // namespace slimpi
