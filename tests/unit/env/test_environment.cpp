@@ -9,6 +9,13 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "core/child_process.h"
 #include "env/calculator_environment.h"
 #include "env/command_environment.h"
 #include "env/env_protocol.h"
@@ -635,6 +642,53 @@ TEST(CommandEnvironment, StderrIsLoggedWithinItsCapAndNeverBlocksTheProcess) {
     ++tail_lines;
   EXPECT_GE(tail_lines, 2u);
   EXPECT_LE(tail_lines, 2048u / 36 + 1) << "more than the last 2 KB were logged as its last lines";
+}
+
+// A command's whole stdout and its wait status.
+std::pair<std::string, int> run_to_end(ChildProcess& child) {
+  int status = 0;
+  EXPECT_TRUE(child.wait_until(std::chrono::steady_clock::now() + std::chrono::seconds(30), &status));
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(child.stdout_fd(), buf, sizeof(buf))) > 0;) out.append(buf, size_t(n));
+  return {out, status};
+}
+
+// The environment a command gets: the rank's, NAME=value entries added or replacing, and
+// PREFIX* entries dropping the rank's variables (an agent gets none of the rank's MPI's).
+TEST(ChildProcess, ExtraEnvironmentAddsReplacesAndDrops) {
+  ::setenv("SLIMPI_TEST_DROP_A", "a", 1);
+  ::setenv("SLIMPI_TEST_DROP_B", "b", 1);
+  ::setenv("SLIMPI_TEST_KEEP", "k", 1);
+  ::setenv("SLIMPI_TEST_OLD", "o", 1);
+  ChildProcess child("echo \"$SLIMPI_TEST_DROP_A|$SLIMPI_TEST_DROP_B|$SLIMPI_TEST_KEEP|$SLIMPI_TEST_OLD|$SLIMPI_TEST_NEW\"",
+                     false, {"SLIMPI_TEST_NEW=n", "SLIMPI_TEST_DROP*", "SLIMPI_TEST_OLD=replaced", ""});
+  const auto [out, status] = run_to_end(child);
+  EXPECT_EQ(out, "||k|replaced|n\n");
+  EXPECT_EQ(ChildProcess::describe_status(status), "exit status 0");
+}
+
+// A command starts with no signal blocked and the default dispositions, whatever the
+// rank's thread blocks or ignores (after vfork the rank's mask and dispositions are the
+// child's until it resets them).
+TEST(ChildProcess, StartsWithDefaultSignalsUnblocked) {
+  struct sigaction ignore {}, old_pipe {};
+  ignore.sa_handler = SIG_IGN;
+  ::sigaction(SIGPIPE, &ignore, &old_pipe);
+  sigset_t usr2, old_mask;
+  sigemptyset(&usr2);
+  sigaddset(&usr2, SIGUSR2);
+  pthread_sigmask(SIG_BLOCK, &usr2, &old_mask);
+  ChildProcess pipe_child("kill -PIPE $$; echo survived");
+  ChildProcess usr2_child("kill -USR2 $$; echo survived");
+  const auto [pipe_out, pipe_status] = run_to_end(pipe_child);
+  const auto [usr2_out, usr2_status] = run_to_end(usr2_child);
+  pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
+  ::sigaction(SIGPIPE, &old_pipe, nullptr);
+  EXPECT_EQ(pipe_out, "");
+  EXPECT_TRUE(WIFSIGNALED(pipe_status) && WTERMSIG(pipe_status) == SIGPIPE) << ChildProcess::describe_status(pipe_status);
+  EXPECT_EQ(usr2_out, "");
+  EXPECT_TRUE(WIFSIGNALED(usr2_status) && WTERMSIG(usr2_status) == SIGUSR2) << ChildProcess::describe_status(usr2_status);
 }
 
 }  // namespace
