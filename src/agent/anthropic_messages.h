@@ -23,6 +23,8 @@ namespace slimpi {
 // (400 invalid_request_error, 401 authentication_error, 404 not_found_error,
 // 413 request_too_large, 429 rate_limit_error).
 std::string anthropic_error_body(const ApiError& e);
+// The error in the API a request came in: Anthropic's form, or OpenAI's.
+std::string api_error_body(const ApiError& e, bool anthropic);
 
 // Parses and checks a body (max_tokens required, as the API requires it; temperature,
 // top_p, top_k, stop_sequences checked for their types and ranges, then, as for chat

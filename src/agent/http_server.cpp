@@ -11,7 +11,6 @@
 #include <thread>
 
 #include "agent/anthropic_messages.h"
-#include "agent/openai_chat.h"
 
 namespace slimpi {
 namespace {
@@ -26,14 +25,9 @@ bool same_secret(const std::string& a, const std::string& b) {
 // An error object in the API the path belongs to (Anthropic's for /v1/messages).
 void set_error(httplib::Response& res, const std::string& path, int status, const std::string& type,
                const std::string& code, const std::string& message) {
-  ApiError e;
-  e.status = status;
-  e.type = type;
-  e.code = code;
-  e.message = message;
   res.status = status;
   const bool anthropic = path.size() >= 12 && path.compare(path.size() - 12, 12, "/v1/messages") == 0;
-  res.set_content(anthropic ? anthropic_error_body(e) : openai_error_body(e), "application/json");
+  res.set_content(api_error_body(api_error(status, type, code, message), anthropic), "application/json");
 }
 
 }  // namespace

@@ -11,13 +11,6 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 
-ApiError bad(const std::string& param, const std::string& message) {
-  ApiError e;
-  e.param = param;
-  e.message = message;
-  return e;
-}
-
 const char* json_type(const ojson& v) { return v.type_name(); }
 
 // A message's content: a string, null, or a list of {"type": "text", "text": ...} parts.
@@ -29,14 +22,14 @@ std::optional<ApiError> read_content(const ojson& m, const std::string& where, s
     *out = c.get<std::string>();
     return std::nullopt;
   }
-  if (!c.is_array()) return bad(where + ".content", fmt::format("content must be a string or a list of text parts, not {}", json_type(c)));
+  if (!c.is_array()) return invalid_request(where + ".content", fmt::format("content must be a string or a list of text parts, not {}", json_type(c)));
   for (size_t k = 0; k < c.size(); ++k) {
     const ojson& part = c[k];
     const std::string at = fmt::format("{}.content[{}]", where, k);
     if (!part.is_object() || !part.contains("type") || !part["type"].is_string())
-      return bad(at, "a content part must be an object with a string \"type\"");
+      return invalid_request(at, "a content part must be an object with a string \"type\"");
     if (part["type"] != "text" || !part.contains("text") || !part["text"].is_string())
-      return bad(at, fmt::format("content parts of type \"{}\" are not served (text only: this is a text model)",
+      return invalid_request(at, fmt::format("content parts of type \"{}\" are not served (text only: this is a text model)",
                                  part["type"].get<std::string>()));
     *out += part["text"].get<std::string>();
   }
@@ -52,14 +45,14 @@ std::string canonical_arguments(const std::string& text) {
 std::optional<ApiError> read_tool_calls(const ojson& m, const std::string& where, std::vector<AgentToolCall>* out) {
   if (!m.contains("tool_calls") || m["tool_calls"].is_null()) return std::nullopt;
   const ojson& calls = m["tool_calls"];
-  if (!calls.is_array()) return bad(where + ".tool_calls", "tool_calls must be a list");
+  if (!calls.is_array()) return invalid_request(where + ".tool_calls", "tool_calls must be a list");
   for (size_t k = 0; k < calls.size(); ++k) {
     const ojson& c = calls[k];
     const std::string at = fmt::format("{}.tool_calls[{}]", where, k);
     if (!c.is_object() || !c.contains("function") || !c["function"].is_object())
-      return bad(at, "a tool call must be an object with a \"function\" object");
+      return invalid_request(at, "a tool call must be an object with a \"function\" object");
     const ojson& f = c["function"];
-    if (!f.contains("name") || !f["name"].is_string()) return bad(at + ".function.name", "a tool call needs a string name");
+    if (!f.contains("name") || !f["name"].is_string()) return invalid_request(at + ".function.name", "a tool call needs a string name");
     AgentToolCall call;
     call.name = f["name"].get<std::string>();
     if (c.contains("id") && c["id"].is_string()) call.id = c["id"].get<std::string>();
@@ -70,25 +63,16 @@ std::optional<ApiError> read_tool_calls(const ojson& m, const std::string& where
     else if (!f.contains("arguments") || f["arguments"].is_null())
       call.arguments_json = "{}";
     else
-      return bad(at + ".function.arguments", "arguments must be a JSON object's text");
+      return invalid_request(at + ".function.arguments", "arguments must be a JSON object's text");
     out->push_back(std::move(call));
   }
-  return std::nullopt;
-}
-
-// A number field within [lo, hi], when present.
-std::optional<ApiError> check_number(const ojson& j, const char* key, double lo, double hi) {
-  if (!j.contains(key) || j[key].is_null()) return std::nullopt;
-  if (!j[key].is_number()) return bad(key, fmt::format("{} must be a number, not {}", key, json_type(j[key])));
-  const double v = j[key].get<double>();
-  if (v < lo || v > hi) return bad(key, fmt::format("{} = {} is outside [{}, {}]", key, v, lo, hi));
   return std::nullopt;
 }
 
 std::optional<ApiError> check_type(const ojson& j, const char* key, bool (ojson::*is)() const noexcept,
                                    const char* what) {
   if (!j.contains(key) || j[key].is_null() || (j[key].*is)()) return std::nullopt;
-  return bad(key, fmt::format("{} must be {}, not {}", key, what, json_type(j[key])));
+  return invalid_request(key, fmt::format("{} must be {}, not {}", key, what, json_type(j[key])));
 }
 
 std::string trim(const std::string& s) {
@@ -115,11 +99,9 @@ ojson usage_json(const AssistantTurn& t) {
           {"total_tokens", t.prompt_tokens + t.completion_tokens}};
 }
 
-std::string dump(const ojson& j) { return j.dump(-1, ' ', false, ojson::error_handler_t::replace); }
-
 // Text as a client receives it: invalid UTF-8 (a turn may end inside a character, a small
 // model writes any bytes) replaced by U+FFFD, as the JSON it is sent in has it.
-std::string as_received(const std::string& text) { return ojson::parse(dump(ojson(text))).get<std::string>(); }
+std::string as_received(const std::string& text) { return ojson::parse(json_text(ojson(text))).get<std::string>(); }
 
 // The "# Tools" block of Qwen2.5's and Qwen3's chat templates.
 std::string qwen_tools_block(const std::vector<std::string>& tools) {
@@ -138,12 +120,36 @@ bool writes_qwen_tools(ChatTemplate t) {
 
 }  // namespace
 
+ApiError api_error(int status, std::string type, std::string code, std::string message, std::string param) {
+  ApiError e;
+  e.status = status;
+  e.type = std::move(type);
+  e.code = std::move(code);
+  e.message = std::move(message);
+  e.param = std::move(param);
+  return e;
+}
+
+ApiError invalid_request(std::string param, std::string message) {
+  return api_error(400, "invalid_request_error", "", std::move(message), std::move(param));
+}
+
+std::string json_text(const ojson& j) { return j.dump(-1, ' ', false, ojson::error_handler_t::replace); }
+
+std::optional<ApiError> check_number_field(const ojson& j, const char* key, double lo, double hi) {
+  if (!j.contains(key) || j[key].is_null()) return std::nullopt;
+  if (!j[key].is_number()) return invalid_request(key, fmt::format("{} must be a number, not {}", key, json_type(j[key])));
+  const double v = j[key].get<double>();
+  if (v < lo || v > hi) return invalid_request(key, fmt::format("{} = {} is outside [{}, {}]", key, v, lo, hi));
+  return std::nullopt;
+}
+
 std::string python_json_dumps(const ojson& v) {
   if (v.is_object()) {
     std::string s = "{";
     bool first = true;
     for (auto it = v.begin(); it != v.end(); ++it) {
-      s += (first ? "" : ", ") + dump(ojson(it.key())) + ": " + python_json_dumps(it.value());
+      s += (first ? "" : ", ") + json_text(ojson(it.key())) + ": " + python_json_dumps(it.value());
       first = false;
     }
     return s + "}";
@@ -153,7 +159,7 @@ std::string python_json_dumps(const ojson& v) {
     for (size_t k = 0; k < v.size(); ++k) s += (k ? ", " : "") + python_json_dumps(v[k]);
     return s + "]";
   }
-  return dump(v);
+  return json_text(v);
 }
 
 std::string openai_error_body(const ApiError& e) {
@@ -161,7 +167,7 @@ std::string openai_error_body(const ApiError& e) {
                {"type", e.type},
                {"param", e.param.empty() ? ojson() : ojson(e.param)},
                {"code", e.code.empty() ? ojson() : ojson(e.code)}};
-  return dump(ojson{{"error", err}});
+  return json_text(ojson{{"error", err}});
 }
 
 bool AgentMessage::same_as(const AgentMessage& o) const {
@@ -179,39 +185,39 @@ bool AgentMessage::same_as(const AgentMessage& o) const {
 std::optional<ApiError> parse_chat_completion(const std::string& body, ChatCompletionRequest* out) {
   *out = ChatCompletionRequest();
   ojson j = ojson::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return bad("", "the request body is not valid JSON");
-  if (!j.is_object()) return bad("", fmt::format("the request body must be a JSON object, not {}", json_type(j)));
-  if (!j.contains("model") || !j["model"].is_string()) return bad("model", "model (a string) is required");
+  if (j.is_discarded()) return invalid_request("", "the request body is not valid JSON");
+  if (!j.is_object()) return invalid_request("", fmt::format("the request body must be a JSON object, not {}", json_type(j)));
+  if (!j.contains("model") || !j["model"].is_string()) return invalid_request("model", "model (a string) is required");
   out->model = j["model"].get<std::string>();
   if (!j.contains("messages") || !j["messages"].is_array() || j["messages"].empty())
-    return bad("messages", "messages must be a non-empty list");
+    return invalid_request("messages", "messages must be a non-empty list");
   const ojson& ms = j["messages"];
   for (size_t i = 0; i < ms.size(); ++i) {
     const std::string where = fmt::format("messages[{}]", i);
     const ojson& m = ms[i];
     if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
-      return bad(where, "a message must be an object with a string \"role\"");
+      return invalid_request(where, "a message must be an object with a string \"role\"");
     AgentMessage msg;
     msg.role = m["role"].get<std::string>();
     if (msg.role == "developer") msg.role = "system";
     if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" && msg.role != "tool")
-      return bad(where + ".role", fmt::format("role \"{}\" is not served (system, developer, user, assistant, tool)",
+      return invalid_request(where + ".role", fmt::format("role \"{}\" is not served (system, developer, user, assistant, tool)",
                                               msg.role));
     if (auto e = read_content(m, where, &msg.content)) return e;
     if (msg.role == "assistant") {
       if (auto e = read_tool_calls(m, where, &msg.tool_calls)) return e;
     } else if (m.contains("tool_calls") && !m["tool_calls"].is_null()) {
-      return bad(where + ".tool_calls", "only assistant messages carry tool_calls");
+      return invalid_request(where + ".tool_calls", "only assistant messages carry tool_calls");
     }
     out->messages.push_back(std::move(msg));
   }
   if (j.contains("tools") && !j["tools"].is_null()) {
-    if (!j["tools"].is_array()) return bad("tools", "tools must be a list");
+    if (!j["tools"].is_array()) return invalid_request("tools", "tools must be a list");
     for (size_t k = 0; k < j["tools"].size(); ++k) {
       const ojson& t = j["tools"][k];
       if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") ||
           !t["function"].is_object() || !t["function"].contains("name") || !t["function"]["name"].is_string())
-        return bad(fmt::format("tools[{}]", k), "a tool must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
+        return invalid_request(fmt::format("tools[{}]", k), "a tool must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
       out->tools.push_back(python_json_dumps(t));
     }
   }
@@ -219,20 +225,20 @@ std::optional<ApiError> parse_chat_completion(const std::string& body, ChatCompl
   out->stream = j.value("stream", false);
   if (j.contains("stream_options") && j["stream_options"].is_object())
     out->include_usage = j["stream_options"].value("include_usage", false);
-  if (auto e = check_number(j, "temperature", 0, 2)) return e;
-  if (auto e = check_number(j, "top_p", 0, 1)) return e;
-  if (auto e = check_number(j, "max_tokens", 1, 1e12)) return e;
-  if (auto e = check_number(j, "max_completion_tokens", 1, 1e12)) return e;
+  if (auto e = check_number_field(j, "temperature", 0, 2)) return e;
+  if (auto e = check_number_field(j, "top_p", 0, 1)) return e;
+  if (auto e = check_number_field(j, "max_tokens", 1, 1e12)) return e;
+  if (auto e = check_number_field(j, "max_completion_tokens", 1, 1e12)) return e;
   if (auto e = check_type(j, "seed", &ojson::is_number_integer, "an integer")) return e;
   if (auto e = check_type(j, "logprobs", &ojson::is_boolean, "a boolean")) return e;
   if (j.contains("n") && !j["n"].is_null() && j["n"] != 1)
-    return bad("n", "n must be 1: an episode's turn is one sample (fan-out is the group's n_samples_per_prompt)");
+    return invalid_request("n", "n must be 1: an episode's turn is one sample (fan-out is the group's n_samples_per_prompt)");
   if (j.contains("stop") && !j["stop"].is_null()) {
     const ojson& s = j["stop"];
     bool ok = s.is_string() || s.is_array();
     if (s.is_array())
       for (const ojson& x : s) ok = ok && x.is_string();
-    if (!ok) return bad("stop", "stop must be a string or a list of strings");
+    if (!ok) return invalid_request("stop", "stop must be a string or a list of strings");
   }
   return std::nullopt;
 }
@@ -281,7 +287,7 @@ std::string chat_completion_json(const AssistantTurn& turn, const std::string& i
   if (!turn.reasoning.empty()) message["reasoning_content"] = turn.reasoning;
   if (!turn.tool_calls.empty()) message["tool_calls"] = tool_calls_json(turn.tool_calls, false);
   ojson choice = {{"index", 0}, {"message", message}, {"logprobs", nullptr}, {"finish_reason", turn.finish_reason}};
-  return dump(ojson{{"id", id},
+  return json_text(ojson{{"id", id},
                     {"object", "chat.completion"},
                     {"created", created},
                     {"model", model},
@@ -296,7 +302,7 @@ std::string chat_completion_events(const AssistantTurn& turn, const std::string&
     ojson choice = {{"index", 0}, {"delta", std::move(delta)}, {"logprobs", nullptr}, {"finish_reason", finish}};
     ojson c = {{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", model},
                {"choices", ojson::array({choice})}};
-    out += "data: " + dump(c) + "\n\n";
+    out += "data: " + json_text(c) + "\n\n";
   };
   chunk({{"role", "assistant"}, {"content", ""}}, nullptr);
   if (!turn.reasoning.empty()) chunk({{"reasoning_content", turn.reasoning}}, nullptr);
@@ -306,7 +312,7 @@ std::string chat_completion_events(const AssistantTurn& turn, const std::string&
   if (include_usage) {
     ojson c = {{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", model},
                {"choices", ojson::array()}, {"usage", usage_json(turn)}};
-    out += "data: " + dump(c) + "\n\n";
+    out += "data: " + json_text(c) + "\n\n";
   }
   return out + "data: [DONE]\n\n";
 }

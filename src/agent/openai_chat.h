@@ -50,7 +50,15 @@ struct ApiError {
   std::string message;
   std::string param;    // the request field at fault ("" = null)
 };
+ApiError api_error(int status, std::string type, std::string code, std::string message, std::string param = "");
+// A 400 invalid_request_error naming the field at fault.
+ApiError invalid_request(std::string param, std::string message);
 std::string openai_error_body(const ApiError& e);
+
+// Shared by both APIs' parsers: a number field within [lo, hi] when present (a 400 else),
+// and a JSON value as the text a client receives (invalid UTF-8 as U+FFFD).
+std::optional<ApiError> check_number_field(const nlohmann::ordered_json& body, const char* key, double lo, double hi);
+std::string json_text(const nlohmann::ordered_json& value);
 
 struct AgentToolCall {
   std::string id;              // "call_<turn>_<k>"

@@ -412,6 +412,7 @@ RunConfigs check_run_deck(const Deck& deck, const WorldLayout& layout) {
   check_engine_tensor_parallel(deck, c.model, rl);
   check_expert_parallel(deck, c.model, layout);
   c.rollout = RolloutConfig::from_deck(deck, c.model, /*rollout_weights=*/rl);
+  c.rollout.env.run_dir = run_dir_of(deck);
   c.reward = RewardConfig::from_deck(deck);
   if (rl && c.trainer.opd_kl_coef > 0) {
     c.teacher = resolve_teacher(deck, c.model, *c.rollout.tokenizer);

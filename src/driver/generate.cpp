@@ -111,6 +111,7 @@ int run_generate(RunContext& ctx) {
   ModelConfig mc = ModelConfig::from_deck(deck);
   check_exact_on_policy(deck, /*trainer_scores_engines=*/false);
   RolloutConfig rc = RolloutConfig::from_deck(deck, mc, /*rollout_weights=*/true);
+  rc.env.run_dir = ctx.run_dir;
   const Tokenizer& tok = *rc.tokenizer;
   log::info("tokenizer: {}", tok.describe());
   if (const std::string note = describe_chat_template_choice(ctx.deck, tok); !note.empty()) log::info("{}", note);

@@ -40,18 +40,12 @@ Clock::duration seconds(double s) {
 enum class Api { OpenAiChat, AnthropicMessages };
 
 HttpReply error_reply(const ApiError& e, Api api = Api::OpenAiChat) {
-  return {e.status, "application/json", api == Api::AnthropicMessages ? anthropic_error_body(e) : openai_error_body(e)};
+  return {e.status, "application/json", api_error_body(e, api == Api::AnthropicMessages)};
 }
 
 HttpReply error_reply(int status, const std::string& type, const std::string& code, const std::string& message,
                       const std::string& param = "", Api api = Api::OpenAiChat) {
-  ApiError e;
-  e.status = status;
-  e.type = type;
-  e.code = code;
-  e.message = message;
-  e.param = param;
-  return error_reply(e, api);
+  return error_reply(api_error(status, type, code, message, param), api);
 }
 
 std::string random_hex(int bytes) {
@@ -223,18 +217,11 @@ namespace {
 // What a request of an episode stopped by the runner gets: 413 for a conversation over
 // the episode's tokens, else 404 (the session is over).
 ApiError episode_over(EnvError error, const std::string& why) {
-  ApiError e;
-  if (error == EnvError::Overlong) {
-    e.status = 413;
-    e.code = "context_length_exceeded";
-    e.message = "the conversation is over this episode's context: " + why;
-  } else {
-    e.status = 404;
-    e.type = "not_found_error";
-    e.code = "session_ended";
-    e.message = "the episode has ended" + (why.empty() ? std::string() : ": " + why);
-  }
-  return e;
+  if (error == EnvError::Overlong)
+    return api_error(413, "invalid_request_error", "context_length_exceeded",
+                     "the conversation is over this episode's context: " + why);
+  return api_error(404, "not_found_error", "session_ended",
+                   "the episode has ended" + (why.empty() ? std::string() : ": " + why));
 }
 
 }  // namespace
@@ -351,10 +338,7 @@ std::optional<EnvReply> AgentEnvironment::observation(Session& s) {
   EnvReply r;
   r.episode = s.episode;
   if (!why.empty()) {  // the agent's mistake: its request fails, the episode waits for another
-    ApiError e;
-    e.message = why;
-    e.param = "messages";
-    s.refusal = e;
+    s.refusal = invalid_request("messages", why);
     s.answered.notify_all();  // (the deadline stands: an agent that keeps sending bad requests times out)
     return std::nullopt;
   }

@@ -37,7 +37,7 @@ struct EnvConfig {
   int64_t agent_max_sessions = 64;   // rollout.agent_max_sessions: episodes at once per rollout rank
   std::string agent_model = "slimpi-policy";  // rollout.agent_model: the model name the endpoint answers to
   int64_t agent_max_request_bytes = 8 << 20;  // rollout.agent_max_request_bytes: a longer body gets 413
-  std::string run_dir;               // run.dir: where the job's bearer token is (agent_token)
+  std::string run_dir;               // the job's run directory (set by the driver): where agent_token is
   ChatFormat chat;                   // data.chat_template and its options as resolved (set by RolloutConfig)
 
   bool enabled() const { return name != "none"; }

@@ -52,8 +52,6 @@ EnvConfig EnvConfig::from_deck(const Deck& deck) {
   c.agent_max_sessions = deck.get_int("rollout.agent_max_sessions");
   c.agent_model = deck.get_string("rollout.agent_model");
   c.agent_max_request_bytes = deck.get_int("rollout.agent_max_request_bytes");
-  c.run_dir = deck.get_string("run.dir");  // (as driver's run_dir_of: the default is runs/<run.name>)
-  if (c.run_dir.empty()) c.run_dir = "runs/" + deck.get_string("run.name");
   if (c.name == "agent" && c.agent_command.empty())
     SLIMPI_FAIL_ALL("rollout.environment = \"agent\" ({}) needs rollout.agent_command: the agent program started per "
                     "episode (docs/agents.md)", deck.source("rollout.environment"));

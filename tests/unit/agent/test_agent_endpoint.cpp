@@ -156,6 +156,14 @@ struct EndpointFixture : ::testing::Test {
     c.chat.chat_template = ChatTemplate::ChatML;
     return c;
   }
+  // Episode 0/0/0 reset with `prompt`: the agent's first request, as the reset's reply.
+  static EnvReply start_episode(AgentEnvironment& env, const std::string& prompt) {
+    EpisodeStart start;
+    start.episode = "0/0/0";
+    start.prompt = prompt;
+    env.reset(start);
+    return next_reply(env);
+  }
   // The runner's wait for one reply.
   static EnvReply next_reply(AgentEnvironment& env) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
@@ -198,11 +206,7 @@ struct EndpointFixture : ::testing::Test {
 
 TEST_F(EndpointFixture, ServesTheOpenAIClient) {
   AgentEnvironment env(config(""));
-  EpisodeStart start;
-  start.episode = "0/0/0";
-  start.prompt = "what is 2*3?";
-  env.reset(start);
-  EnvReply r = next_reply(env);  // the first request to get through: the reset's context
+  EnvReply r = start_episode(env, "what is 2*3?");  // the first request to get through: the reset's context
   ASSERT_FALSE(r.failed) << r.message;
   ASSERT_EQ(r.messages.size(), 2u);  // the tools' system message, then the task
   EXPECT_EQ(r.messages[0].role, "system");
@@ -248,11 +252,7 @@ TEST_F(EndpointFixture, ServesTheOpenAIClient) {
 
 TEST_F(EndpointFixture, ServesTheAnthropicClient) {
   AgentEnvironment env(config("", "anthropic_probe.py"));
-  EpisodeStart start;
-  start.episode = "0/0/0";
-  start.prompt = "what is 2*3?";
-  env.reset(start);
-  EnvReply r = next_reply(env);
+  EnvReply r = start_episode(env, "what is 2*3?");
   ASSERT_FALSE(r.failed) << r.message;
   ASSERT_EQ(r.messages.size(), 2u);  // system: its text, then the tools as OpenAI function tools
   EXPECT_EQ(r.messages[0].content.substr(0, 18), "Be brief.\n\n# Tools");
@@ -290,11 +290,7 @@ TEST_F(EndpointFixture, ServesTheAnthropicClient) {
 
 TEST_F(EndpointFixture, AnEpisodeEndedOverItsContextAnswers413) {
   AgentEnvironment env(config("--only-one"));
-  EpisodeStart start;
-  start.episode = "0/0/0";
-  start.prompt = "hi";
-  env.reset(start);
-  EnvReply r = next_reply(env);
+  EnvReply r = start_episode(env, "hi");
   ASSERT_FALSE(r.failed) << r.message;
   env.ended("0/0/0", EnvError::Overlong, "an observation of 2000 tokens");
   const json one = logged("only_one");
@@ -309,11 +305,7 @@ TEST_F(EndpointFixture, AnEpisodeEndedOverItsContextAnswers413) {
 TEST_F(EndpointFixture, AnEpisodeStoppedAtItsLimitEndsAtItsAgentsExit) {
   AgentEnvironment env(config("--only-one"));
   EXPECT_TRUE(env.rewards_at_end());
-  EpisodeStart start;
-  start.episode = "0/0/0";
-  start.prompt = "hi";
-  env.reset(start);
-  EnvReply r = next_reply(env);
+  EnvReply r = start_episode(env, "hi");
   ASSERT_FALSE(r.failed) << r.message;
   env.end("0/0/0", EnvError::None, "it reached rollout.env_max_turns = 1 model turns");
   const json one = logged("only_one");
