@@ -1,5 +1,7 @@
 #include "agent/openai_chat.h"
 
+#include <slimpi/error.h>
+
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
@@ -34,12 +36,6 @@ std::optional<ApiError> read_content(const ojson& m, const std::string& where, s
     *out += part["text"].get<std::string>();
   }
   return std::nullopt;
-}
-
-// An arguments text (a JSON object) in json.dumps's form; not JSON: kept as written.
-std::string canonical_arguments(const std::string& text) {
-  const ojson v = ojson::parse(text, nullptr, /*allow_exceptions=*/false);
-  return v.is_discarded() ? text : python_json_dumps(v);
 }
 
 std::optional<ApiError> read_tool_calls(const ojson& m, const std::string& where, std::vector<AgentToolCall>* out) {
@@ -103,6 +99,9 @@ ojson usage_json(const AssistantTurn& t) {
 // model writes any bytes) replaced by U+FFFD, as the JSON it is sent in has it.
 std::string as_received(const std::string& text) { return ojson::parse(json_text(ojson(text))).get<std::string>(); }
 
+// choices[0].logprobs: {"content": [...], "refusal": null}, or null when not asked for.
+ojson logprobs_json(const AssistantTurn& t, bool with_logprobs);
+
 // The "# Tools" block of Qwen2.5's and Qwen3's chat templates.
 std::string qwen_tools_block(const std::vector<std::string>& tools) {
   std::string s =
@@ -135,6 +134,27 @@ ApiError invalid_request(std::string param, std::string message) {
 }
 
 std::string json_text(const ojson& j) { return j.dump(-1, ' ', false, ojson::error_handler_t::replace); }
+
+std::string canonical_arguments(const std::string& text) {
+  const ojson v = ojson::parse(text, nullptr, /*allow_exceptions=*/false);
+  return v.is_discarded() ? text : python_json_dumps(v);
+}
+
+std::optional<ApiError> check_top_logprobs(const ojson& j) {
+  if (!j.contains("top_logprobs") || j["top_logprobs"].is_null()) return std::nullopt;
+  if (!j["top_logprobs"].is_number_integer() || j["top_logprobs"].get<int64_t>() < 0 || j["top_logprobs"].get<int64_t>() > 20)
+    return invalid_request("top_logprobs", "top_logprobs must be an integer in [0, 20]");
+  if (j["top_logprobs"].get<int64_t>() > 0)
+    return invalid_request("top_logprobs", "top_logprobs > 0 is not served: the rollout engine records the log-probability "
+                                           "of the sampled token alone (logprobs gives it)");
+  return std::nullopt;
+}
+
+ojson token_logprob_json(const TokenLogprob& t) {
+  ojson bytes = ojson::array();
+  for (unsigned char c : t.bytes) bytes.push_back(int(c));
+  return {{"token", as_received(t.bytes)}, {"logprob", t.logprob}, {"bytes", bytes}, {"top_logprobs", ojson::array()}};
+}
 
 std::optional<ApiError> check_number_field(const ojson& j, const char* key, double lo, double hi) {
   if (!j.contains(key) || j[key].is_null()) return std::nullopt;
@@ -231,6 +251,8 @@ std::optional<ApiError> parse_chat_completion(const std::string& body, ChatCompl
   if (auto e = check_number_field(j, "max_completion_tokens", 1, 1e12)) return e;
   if (auto e = check_type(j, "seed", &ojson::is_number_integer, "an integer")) return e;
   if (auto e = check_type(j, "logprobs", &ojson::is_boolean, "a boolean")) return e;
+  out->logprobs = j.value("logprobs", false);
+  if (auto e = check_top_logprobs(j)) return e;
   if (j.contains("n") && !j["n"].is_null() && j["n"] != 1)
     return invalid_request("n", "n must be 1: an episode's turn is one sample (fan-out is the group's n_samples_per_prompt)");
   if (j.contains("stop") && !j["stop"].is_null()) {
@@ -269,8 +291,25 @@ AssistantTurn assistant_turn(const ModelTurn& action, ChatTemplate t) {
   turn.finish_reason = turn.tool_calls.empty() ? action.finish_reason : "tool_calls";
   turn.prompt_tokens = action.context_tokens;
   turn.completion_tokens = action.new_tokens;
+  if (action.token_texts != nullptr && action.log_probs != nullptr) {
+    SLIMPI_CHECK(action.token_texts->size() == action.log_probs->size(), "agent: a turn of {} tokens with {} log-probs",
+                 action.token_texts->size(), action.log_probs->size());
+    for (size_t k = 0; k < action.token_texts->size(); ++k)
+      turn.logprobs.push_back({(*action.token_texts)[k], (*action.log_probs)[k]});
+  }
   return turn;
 }
+
+namespace {
+
+ojson logprobs_json(const AssistantTurn& t, bool with_logprobs) {
+  if (!with_logprobs) return nullptr;
+  ojson content = ojson::array();
+  for (const TokenLogprob& x : t.logprobs) content.push_back(token_logprob_json(x));
+  return {{"content", content}, {"refusal", nullptr}};
+}
+
+}  // namespace
 
 AgentMessage as_message(const AssistantTurn& turn) {
   AgentMessage m;
@@ -281,12 +320,13 @@ AgentMessage as_message(const AssistantTurn& turn) {
 }
 
 std::string chat_completion_json(const AssistantTurn& turn, const std::string& id, const std::string& model,
-                                 int64_t created) {
+                                 int64_t created, bool with_logprobs) {
   ojson message = {{"role", "assistant"},
                    {"content", turn.content.empty() && !turn.tool_calls.empty() ? ojson() : ojson(turn.content)}};
   if (!turn.reasoning.empty()) message["reasoning_content"] = turn.reasoning;
   if (!turn.tool_calls.empty()) message["tool_calls"] = tool_calls_json(turn.tool_calls, false);
-  ojson choice = {{"index", 0}, {"message", message}, {"logprobs", nullptr}, {"finish_reason", turn.finish_reason}};
+  ojson choice = {{"index", 0}, {"message", message}, {"logprobs", logprobs_json(turn, with_logprobs)},
+                 {"finish_reason", turn.finish_reason}};
   return json_text(ojson{{"id", id},
                     {"object", "chat.completion"},
                     {"created", created},
@@ -296,10 +336,10 @@ std::string chat_completion_json(const AssistantTurn& turn, const std::string& i
 }
 
 std::string chat_completion_events(const AssistantTurn& turn, const std::string& id, const std::string& model,
-                                   int64_t created, bool include_usage) {
+                                   int64_t created, bool include_usage, bool with_logprobs) {
   std::string out;
-  auto chunk = [&](ojson delta, const ojson& finish) {
-    ojson choice = {{"index", 0}, {"delta", std::move(delta)}, {"logprobs", nullptr}, {"finish_reason", finish}};
+  auto chunk = [&](ojson delta, const ojson& finish, const ojson& logprobs = nullptr) {
+    ojson choice = {{"index", 0}, {"delta", std::move(delta)}, {"logprobs", logprobs}, {"finish_reason", finish}};
     ojson c = {{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", model},
                {"choices", ojson::array({choice})}};
     out += "data: " + json_text(c) + "\n\n";
@@ -308,7 +348,7 @@ std::string chat_completion_events(const AssistantTurn& turn, const std::string&
   if (!turn.reasoning.empty()) chunk({{"reasoning_content", turn.reasoning}}, nullptr);
   if (!turn.content.empty()) chunk({{"content", turn.content}}, nullptr);
   if (!turn.tool_calls.empty()) chunk({{"tool_calls", tool_calls_json(turn.tool_calls, true)}}, nullptr);
-  chunk(ojson::object(), turn.finish_reason);
+  chunk(ojson::object(), turn.finish_reason, logprobs_json(turn, with_logprobs));  // every token's, in one chunk
   if (include_usage) {
     ojson c = {{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", model},
                {"choices", ojson::array()}, {"usage", usage_json(turn)}};

@@ -39,6 +39,10 @@ struct ModelTurn {
   const std::string& finish_reason;  // "stop" or "length"
   int64_t turn = 0;                  // the episode's model turn, 1 for the first
   int64_t context_tokens = 0, new_tokens = 0;
+  // Each sampled token's bytes alone and its log-probability under the rollout's sampling
+  // (the turn's rollout_log_probs), the stop token excluded; nullptr = not given.
+  const std::vector<std::string>* token_texts = nullptr;
+  const std::vector<float>* log_probs = nullptr;
 };
 
 // An error as the OpenAI API returns it: the HTTP status and
@@ -59,6 +63,10 @@ std::string openai_error_body(const ApiError& e);
 // and a JSON value as the text a client receives (invalid UTF-8 as U+FFFD).
 std::optional<ApiError> check_number_field(const nlohmann::ordered_json& body, const char* key, double lo, double hi);
 std::string json_text(const nlohmann::ordered_json& value);
+// top_logprobs: only 0 is served (the engine records the sampled token's log-probability alone).
+std::optional<ApiError> check_top_logprobs(const nlohmann::ordered_json& body);
+// A tool call's arguments text (a JSON object) in json.dumps's form; not JSON: kept as written.
+std::string canonical_arguments(const std::string& text);
 
 struct AgentToolCall {
   std::string id;              // "call_<turn>_<k>"
@@ -83,12 +91,21 @@ struct ChatCompletionRequest {
   std::vector<std::string> tools;  // each tool object as Python's json.dumps writes it (key order kept)
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  bool logprobs = false;       // the answer gives each sampled token's log-probability
 };
 // Parses and checks a body; nullopt when it is a request slimpi serves. Sampling fields
-// (temperature, top_p, seed, stop, max_tokens, max_completion_tokens, logprobs,
+// (temperature, top_p, seed, stop, max_tokens, max_completion_tokens, top_logprobs,
 // tool_choice) are checked for their types and ranges; the episode samples with the deck's
 // rollout settings (docs/agents.md says why), so they change nothing.
 std::optional<ApiError> parse_chat_completion(const std::string& body, ChatCompletionRequest* out);
+
+// One sampled token of a turn as the APIs' logprobs give it: {"token": its text as received,
+// "logprob", "bytes": its bytes, "top_logprobs": []}.
+struct TokenLogprob {
+  std::string bytes;
+  float logprob = 0;
+};
+nlohmann::ordered_json token_logprob_json(const TokenLogprob& t);
 
 // The model's turn as the API returns it.
 struct AssistantTurn {
@@ -97,6 +114,7 @@ struct AssistantTurn {
   std::vector<AgentToolCall> tool_calls;
   std::string finish_reason;  // "tool_calls", "stop" or "length"
   int64_t prompt_tokens = 0, completion_tokens = 0;
+  std::vector<TokenLogprob> logprobs;  // every token sampled (reasoning and tool calls included), the stop token not
 };
 // The tool calls' ids carry the turn's number.
 AssistantTurn assistant_turn(const ModelTurn& action, ChatTemplate t);
@@ -105,10 +123,11 @@ AgentMessage as_message(const AssistantTurn& turn);
 
 // A chat.completion object, and the same turn as chat.completion.chunk events ending
 // with "data: [DONE]" (a usage chunk before it when include_usage).
+// with_logprobs: choices[0].logprobs.content has the turn's tokens (null else).
 std::string chat_completion_json(const AssistantTurn& turn, const std::string& id, const std::string& model,
-                                 int64_t created);
+                                 int64_t created, bool with_logprobs = false);
 std::string chat_completion_events(const AssistantTurn& turn, const std::string& id, const std::string& model,
-                                   int64_t created, bool include_usage);
+                                   int64_t created, bool include_usage, bool with_logprobs = false);
 
 // The conversation as the chat template renders it (see above): one message per agent
 // message, after a system message put first for `tools` when the conversation has none.

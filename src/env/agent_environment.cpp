@@ -20,6 +20,7 @@
 #include "agent/anthropic_messages.h"
 #include "agent/http_server.h"
 #include "agent/openai_chat.h"
+#include "agent/openai_responses.h"
 #include "core/child_process.h"
 #include "core/log.h"
 #include "core/stderr_log.h"
@@ -36,8 +37,8 @@ Clock::duration seconds(double s) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
 }
 
-// The two APIs a session is served in: the request's form, its answer's and its errors'.
-enum class Api { OpenAiChat, AnthropicMessages };
+// The APIs a session is served in: the request's form, its answer's and its errors'.
+enum class Api { OpenAiChat, OpenAiResponses, AnthropicMessages };
 
 HttpReply error_reply(const ApiError& e, Api api = Api::OpenAiChat) {
   return {e.status, "application/json", api_error_body(e, api == Api::AnthropicMessages)};
@@ -99,7 +100,10 @@ struct AgentEnvironment::Session {
   int64_t turns = 0;                  // model turns answered
   std::vector<AgentMessage> history;  // the last request's messages and the turn that answered it
   std::vector<std::string> tools;     // the last request's tools
+  bool history_instructions = false;  // history[0] is a Responses request's `instructions`
+  std::string last_response_id;       // the latest answer's, when it was a Responses request
   std::optional<ChatCompletionRequest> incoming;  // arrived, not yet given to the runner
+  bool incoming_instructions = false;             // its first message is a Responses request's instructions
   bool requested = false;                         // a request has come
   bool in_flight = false;                         // a server thread waits for this session's answer
   std::optional<AssistantTurn> answer;            // the model's turn, for the thread in flight
@@ -202,7 +206,8 @@ void AgentEnvironment::step(const EpisodeAction& action) {
   SLIMPI_CHECK(it != session_of_.end(), "agent: episode {} has no session", action.episode);
   Session& s = *sessions_.at(it->second);
   AssistantTurn turn = assistant_turn({action.text, action.tool_calls, action.finish_reason, action.turn,
-                                       action.context_tokens, int64_t(action.token_ids.size())},
+                                       action.context_tokens, int64_t(action.token_ids.size()), &action.token_texts,
+                                       &action.log_probs},
                                       cfg_.chat.chat_template);
   s.history.push_back(as_message(turn));
   ++s.turns;
@@ -357,6 +362,7 @@ std::optional<EnvReply> AgentEnvironment::observation(Session& s) {
     r.messages = std::move(whole);
   }
   s.history = std::move(req.messages);
+  s.history_instructions = s.incoming_instructions;
   s.tools = std::move(req.tools);
   return r;
 }
@@ -416,6 +422,15 @@ HttpReply AgentEnvironment::serve(const HttpRequest& request) {
                          "started with: .../s/<session>/v1)");
     return converse(request, int(Api::OpenAiChat));
   }
+  if (request.route == "responses") {
+    if (request.method != "POST")
+      return error_reply(405, "invalid_request_error", "method_not_allowed", "use POST /v1/responses");
+    if (request.session.empty())
+      return error_reply(404, "not_found_error", "session_required",
+                         "responses are served under a session's base URL (OPENAI_BASE_URL as the agent was "
+                         "started with: .../s/<session>/v1)");
+    return converse(request, int(Api::OpenAiResponses));
+  }
   if (request.route == "messages") {
     if (request.method != "POST")
       return error_reply(405, "invalid_request_error", "", "use POST /v1/messages", "", Api::AnthropicMessages);
@@ -435,8 +450,8 @@ HttpReply AgentEnvironment::serve(const HttpRequest& request) {
     return error_reply(404, "invalid_request_error", "model_not_found",
                        fmt::format("the model '{}' does not exist; this endpoint serves '{}' (rollout.agent_model)",
                                    request.route.substr(7), cfg_.agent_model));
-  return error_reply(404, "not_found_error", "", fmt::format("no route {} /v1/{} (served: POST /v1/chat/completions, POST /v1/messages, GET "
-                                                             "/v1/models, POST /v1/slimpi/reward)", request.method,
+  return error_reply(404, "not_found_error", "", fmt::format("no route {} /v1/{} (served: POST /v1/chat/completions, POST /v1/responses, POST "
+                                                             "/v1/messages, GET /v1/models, POST /v1/slimpi/reward)", request.method,
                                                              request.route));
 }
 
@@ -444,8 +459,10 @@ HttpReply AgentEnvironment::converse(const HttpRequest& request, int api_index) 
   const Api api = Api(api_index);
   auto error = [api](int status, const std::string& type, const std::string& code, const std::string& message,
                      const std::string& param = "") { return error_reply(status, type, code, message, param, api); };
-  ChatCompletionRequest req;
+  ResponsesRequest responses;  // (Responses only)
+  ChatCompletionRequest& req = responses.chat;
   if (std::optional<ApiError> e = api == Api::AnthropicMessages ? parse_anthropic_messages(request.body, &req)
+                                  : api == Api::OpenAiResponses ? parse_responses_request(request.body, &responses)
                                                                 : parse_chat_completion(request.body, &req))
     return error_reply(*e, api);
   std::unique_lock<std::mutex> lock(mu_);
@@ -466,12 +483,28 @@ HttpReply AgentEnvironment::converse(const HttpRequest& request, int api_index) 
   if (s->in_flight)
     return error(429, "rate_limit_error", "session_busy",
                        "this session has a request being answered: an episode takes one request at a time");
-  const bool stream = req.stream, include_usage = req.include_usage;
+  if (!responses.previous_response_id.empty()) {  // the stored conversation, then the input
+    if (responses.previous_response_id != s->last_response_id)
+      return error(400, "invalid_request_error", "previous_response_not_found",
+                   fmt::format("previous_response_id '{}' is not this session's latest response{}: only the latest is "
+                               "stored", responses.previous_response_id,
+                               s->last_response_id.empty() ? "" : " ('" + s->last_response_id + "')"),
+                   "previous_response_id");
+    // OpenAI does not carry the earlier request's instructions over; this request's come first.
+    const ptrdiff_t own = responses.has_instructions ? 1 : 0, stored = s->history_instructions ? 1 : 0;
+    std::vector<AgentMessage> whole(req.messages.begin(), req.messages.begin() + own);
+    whole.insert(whole.end(), s->history.begin() + stored, s->history.end());
+    whole.insert(whole.end(), req.messages.begin() + own, req.messages.end());
+    req.messages = std::move(whole);
+  }
+  const bool stream = req.stream, include_usage = req.include_usage, logprobs = req.logprobs;
+  const bool instructions = responses.has_instructions;
   s->in_flight = true;
   s->requested = true;
   s->answer.reset();
   s->refusal.reset();
   s->incoming = std::move(req);
+  s->incoming_instructions = instructions;
   arrived_.notify_all();
   s->answered.wait(lock, [&] { return s->answer || s->refusal || s->closed || stopping_; });
   s->in_flight = false;
@@ -483,11 +516,18 @@ HttpReply AgentEnvironment::converse(const HttpRequest& request, int api_index) 
       if (stream) return {200, "text/event-stream", anthropic_message_events(turn, id, cfg_.agent_model)};
       return {200, "application/json", anthropic_message_json(turn, id, cfg_.agent_model)};
     }
-    const std::string id = fmt::format("chatcmpl-{}-{}", s->id, s->turns);
     const int64_t created = int64_t(std::time(nullptr));
+    if (api == Api::OpenAiResponses) {
+      const std::string id = fmt::format("resp_{}_{}", s->id, s->turns);
+      s->last_response_id = id;
+      if (stream) return {200, "text/event-stream", response_events(turn, id, cfg_.agent_model, created, logprobs)};
+      return {200, "application/json", response_json(turn, id, cfg_.agent_model, created, logprobs)};
+    }
+    const std::string id = fmt::format("chatcmpl-{}-{}", s->id, s->turns);
     if (stream)
-      return {200, "text/event-stream", chat_completion_events(turn, id, cfg_.agent_model, created, include_usage)};
-    return {200, "application/json", chat_completion_json(turn, id, cfg_.agent_model, created)};
+      return {200, "text/event-stream",
+              chat_completion_events(turn, id, cfg_.agent_model, created, include_usage, logprobs)};
+    return {200, "application/json", chat_completion_json(turn, id, cfg_.agent_model, created, logprobs)};
   }
   if (s->refusal) {
     const ApiError e = *s->refusal;

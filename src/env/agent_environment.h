@@ -1,11 +1,14 @@
 // AgentEnvironment — rollout.environment = "agent": unmodified agent programs written
-// against the OpenAI Chat Completions or the Anthropic Messages API drive the episodes (docs/agents.md). Each
+// against the OpenAI Chat Completions or Responses API or the Anthropic Messages API drive
+// the episodes (docs/agents.md). Each
 // rollout rank serves an HTTP endpoint (agent/http_server.h) and starts
 // rollout.agent_command once per episode, with OPENAI_BASE_URL and ANTHROPIC_BASE_URL
 // naming the episode's session, the job's token as OPENAI_API_KEY and ANTHROPIC_API_KEY,
 // and the task as SLIMPI_PROMPT, SLIMPI_LABEL, SLIMPI_METADATA. An agent may speak OpenAI
-// Chat Completions (agent/openai_chat.h) or Anthropic Messages (agent/anthropic_messages.h),
-// or both: a session's history is the same conversation either way.
+// Chat Completions (agent/openai_chat.h), OpenAI Responses (agent/openai_responses.h: a
+// previous_response_id names the session's latest answer, whose conversation the session
+// holds) or Anthropic Messages (agent/anthropic_messages.h), or all of them: a session's
+// history is the same conversation either way.
 //
 // The episode runner (rollout/episode_runner.h) sees an environment like any other, with
 // the roles turned around: the agent's first request is the reset's observation (its

@@ -70,6 +70,10 @@ struct EpisodeAction {
   std::vector<ToolCall> tool_calls;
   std::string finish_reason;  // "stop" (a stop token or string), "length" (the turn's token limit)
   int64_t context_tokens = 0;  // tokens of the sequence the turn continued (its latest context's)
+  // The tokens behind `text` (token_ids without the stop token), each alone: its bytes and
+  // its log-probability under the rollout's sampling (the sample's rollout_log_probs).
+  std::vector<std::string> token_texts;
+  std::vector<float> log_probs;
 };
 
 struct EnvReply {

@@ -348,6 +348,15 @@ EpisodeAction EpisodeRunner::make_action(const Episode& e, const std::vector<int
   a.turn = e.sample.env_turns;
   a.text = tokenizer_.decode(on_stop_token ? std::vector<int64_t>(new_tokens.begin(), new_tokens.end() - 1) : new_tokens);
   a.token_ids = new_tokens;
+  const size_t n_text = new_tokens.size() - (on_stop_token ? 1 : 0);
+  const auto& log_probs = e.sample.rollout_log_probs;  // (the response's; this turn's are its last)
+  SLIMPI_CHECK(log_probs.size() >= new_tokens.size(), "episodes: {}: a turn of {} tokens with {} log-probs", e.id,
+               new_tokens.size(), log_probs.size());
+  const size_t first = log_probs.size() - new_tokens.size();
+  for (size_t k = 0; k < n_text; ++k) {
+    a.token_texts.push_back(tokenizer_.decode({new_tokens[k]}));
+    a.log_probs.push_back(log_probs[first + k]);
+  }
   a.tool_calls = parse_tool_calls(a.text, settings_.chat.chat_template);
   a.finish_reason = stopped ? "stop" : "length";
   const auto& contexts = e.sample.context_starts;  // (response offsets where a new context began)

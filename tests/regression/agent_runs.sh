@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Unmodified agent programs over the OpenAI API (rollout.environment = "agent", docs/agents.md):
 #  * conformance with the real `openai` Python client (tests/fixtures/agents/probe_agent.py:
-#    three turns, every other one streamed, a tool declared) at np 2 (split), np 4 (split, two
+#    three turns, every other one streamed, a tool declared; at np 2 the first two through the
+#    Responses API, whose logprobs are the engine's rollout_log_probs of the tokens the client
+#    received, bit for bit) at np 2 (split), np 3 (an engine of 2 tensor-parallel ranks, one
+#    endpoint), np 4 (split, two
 #    engines) and np 1 (colocated): every trajectory, token by token, is what the agent sent and
 #    received: the prompt is the first request's messages with the tools written in as Qwen's
 #    templates write them, each model turn's tokens decode to the content the client received,
@@ -9,14 +12,19 @@
 #    log-probs equal the engine's; the reward is the agent's (its stdout line, or POSTed);
 #  * an agent that compacts its history (a request that does not extend the session's) opens a
 #    new context with the whole conversation, recorded in context_starts;
-#  * agents that crash, hang or exit without a reward fail their own episode (env_failed, infra),
+#  * agents that crash, hang, are killed (-9) or exit without a reward fail their own episode (env_failed, infra),
 #    the job goes on; an episode stopped at its turn limit (404) or token budget (413) is
 #    truncated with the reward its agent gives after that answer;
 #  * 64 agents at once on one rollout rank (rollout.agent_max_sessions), the 65th and later
 #    waiting for a slot: every agent counts the agents alive, and none saw more than 64;
 #  * full async and one step off, each in two job steps: episodes across weight updates and a restart;
+#  * the coding agent (inputs/agents/coding_agent.py) in GRPO runs at np 2 synchronous and np 4
+#    full async over two job steps (a random policy: the plumbing; its tools and sandbox are
+#    test_coding_agent's, its learning jobs/coding_agent.sh's);
+#  * a rollout rank killed (-9) while its agents are mid-session: the job ends, the agents die
+#    with the rank, and the run resumes from its last checkpoint to the end;
 #  * refused with the reason: an agent environment without rollout.agent_command, agent keys
-#    without it; an agent command that cannot be run ends the job naming it.
+#    without it, prefill/decode disaggregation; an agent command that cannot be run ends the job naming it.
 # Usage: agent_runs.sh SLIMPI ROOT "MPIRUN FLAGS"
 set -euo pipefail
 source "$(dirname "$0")/run_helpers.sh"
@@ -29,12 +37,15 @@ base=(run inputs/smoke_rl.toml --set model.max_seq_len=768 --set rollout.environ
       --set rollout.max_new_tokens=8 --set rollout.env_max_total_tokens=200 --set rollout.rollout_batch_size=2
       --set train.global_batch_size=8 --set eval.path=)
 
-echo "== conformance with the openai client: np 2, np 4 (history edited), np 1 colocated (reward POSTed)"
+echo "== conformance with the openai client: np 2 (Responses API too), np 4 (history edited), np 1 colocated (reward POSTed), np 3 (an engine of 2 tensor-parallel ranks)"
 args=("${base[@]}")
-run 2 np2 --set run.n_steps=2 --set "rollout.agent_command=$probe --log $out/np2.agentlog"
+run 2 np2 --set run.n_steps=2 --set "rollout.agent_command=$probe --api mixed --log $out/np2.agentlog"
 run 4 np4 --set run.n_steps=1 --set model.max_seq_len=1600 --set rollout.kv_cache_tokens=16384 --set rollout.env_max_total_tokens=1000 --set "rollout.agent_command=$probe --edit-history --log $out/np4.agentlog"
 run 1 np1 --set run.n_steps=1 --set parallel.placement=colocate \
   --set "rollout.agent_command=$probe --post-reward --log $out/np1.agentlog"
+run 3 tp2 --set run.n_steps=1 --set parallel.trainer_ranks=1 --set rollout.tensor_parallel=2 \
+  --set "rollout.agent_command=$probe --log $out/tp2.agentlog"
+[ "$(grep -c "agent endpoint: " "$out/tp2.log")" = 1 ] || { cat "$out/tp2.log"; echo "FAIL: a tensor-parallel engine serves one endpoint"; exit 1; }
 grep -qF "agent endpoint: http://127.0.0.1:" "$out/np2.log" || { cat "$out/np2.log"; echo "FAIL: no endpoint line"; exit 1; }
 [ "$(stat -c %a "$out/np2/agent_token")" = 600 ] || { echo "FAIL: agent_token is not mode 0600"; exit 1; }
 
@@ -62,7 +73,8 @@ def runs(mask):  # [(start, end, mask value)] of equal loss-mask values
             out.append((s, i, mask[s])); s = i
     return out
 
-for name, edited in [("np2", False), ("np4", True), ("np1", False)]:
+logprob_turns = 0
+for name, edited in [("np2", False), ("np4", True), ("np1", False), ("tp2", False)]:
     log = {}
     for line in open(f"{out}/{name}.agentlog"):
         r = json.loads(line)
@@ -83,9 +95,15 @@ for name, edited in [("np2", False), ("np4", True), ("np1", False)]:
             segments = runs(mask)
             model = [s for s in segments if s[2] == 1]
             assert len(model) == 3, (name, ep, segments)
+            logp = col("rollout_log_probs", i)
             for k, (a, b, _) in enumerate(model):  # what the client received, decoded from the sampled tokens
                 assert text(resp[a:b]).decode("utf-8", "replace") == turns[k]["content"], \
                     (name, ep, k, text(resp[a:b]), turns[k]["content"])
+                if turns[k]["logprobs"] is not None:  # the Responses API's logprobs: the sampled tokens' own
+                    lp = turns[k]["logprobs"]
+                    assert len(lp) in (b - a, b - a - 1) and b"".join(bytes(t[1]) for t in lp) == text(resp[a:b]), (name, ep, k)
+                    assert np.array_equal(np.float32([t[0] for t in lp]), logp[a:a + len(lp)]), (name, ep, k)
+                    logprob_turns += 1
             env = [s for s in segments if s[2] == 0]
             starts = list(col("context_starts", i))
             if edited:  # turn 3's request dropped the first exchange: a new context, the whole conversation rendered
@@ -97,7 +115,6 @@ for name, edited in [("np2", False), ("np4", True), ("np1", False)]:
             else:
                 assert starts == [], (name, ep, starts)
                 assert [text(resp[a:b]) for a, b, _ in env] == [b"turn 1\n", b"turn 2\n"], (name, ep)
-            logp = col("rollout_log_probs", i)
             assert len(logp) == len(mask) and np.all(logp[mask == 0] == 0) and np.all(logp[mask == 1] < 0), (name, ep)
             want_reward = float(sum(len(t["content"].encode()) for t in turns) % 2)
             assert g["raw_reward"][i] == want_reward, (name, ep, g["raw_reward"][i], want_reward)
@@ -105,14 +122,15 @@ for name, edited in [("np2", False), ("np4", True), ("np1", False)]:
     with h5py.File(f"{out}/{name}/metrics.h5") as f:
         diff = f["steps/train/train_rollout_logprob_abs_diff"][:]
     assert n > 0 and np.all(diff < 1e-5), (name, n, diff)
+    assert name != "np2" or logprob_turns == n, (logprob_turns, n)
     print(f"agent_runs: {name}: {n} trajectories are the agents' requests and answers token by token"
           f"{' (a compacted history opens a new context)' if edited else ''}; train/rollout log-prob diff {diff.max():.1e}")
 PY
 
-echo "== agents that crash, hang or give no reward fail their own episode"
-args=("${base[@]}" --set run.n_steps=1 --set rollout.rollout_batch_size=1 --set rollout.n_samples_per_prompt=5 --set train.global_batch_size=5
+echo "== agents that crash, hang, are killed (-9) or give no reward fail their own episode"
+args=("${base[@]}" --set run.n_steps=1 --set rollout.rollout_batch_size=1 --set rollout.n_samples_per_prompt=6 --set train.global_batch_size=6
       --set rollout.env_timeout_s=8)
-run 2 failing --set "rollout.agent_command=$tiny --modes normal,crash,hang,noreward,post"
+run 2 failing --set "rollout.agent_command=$tiny --modes normal,crash,hang,noreward,post,kill9"
 /usr/bin/python3 - "$out/failing" <<'PY'
 import sys
 import h5py
@@ -120,15 +138,15 @@ with h5py.File(sys.argv[1] + "/rollouts.h5") as f:
     g = f["samples"]
     by_mode = {}
     for i in range(g["step"].shape[0]):
-        mode = ["normal", "crash", "hang", "noreward", "post"][int(g["index"][i]) % 5]
+        mode = ["normal", "crash", "hang", "noreward", "post", "kill9"][int(g["index"][i]) % 6]
         by_mode.setdefault(mode, set()).add((int(g["status"][i]), int(g["env_error"][i])))
 # every group has a failed episode, so its completed ones are recorded as not trained (status 5, filtered)
 assert by_mode["normal"] == {(5, 0)} and by_mode["post"] == {(5, 0)}, by_mode
-for mode in ["crash", "hang", "noreward"]:
+for mode in ["crash", "hang", "noreward", "kill9"]:
     assert by_mode[mode] == {(8, 3)}, (mode, by_mode)  # env_failed, infra
-print("agent_runs: crashed, hung and reward-less agents failed their own episodes (env_failed, infra); the rest completed")
+print("agent_runs: crashed, hung, killed and reward-less agents failed their own episodes (env_failed, infra); the rest completed")
 PY
-for why in "its agent ended with exit status 3" "neither sent its next request nor exited within rollout.env_timeout_s" \
+for why in "its agent ended with exit status 3" "its agent ended with killed by signal 9" "neither sent its next request nor exited within rollout.env_timeout_s" \
            "exited (status 0) without a reward"; do
   grep -qF "$why" "$out/failing.log" || { cat "$out/failing.log"; echo "FAIL: no '$why'"; exit 1; }
 done
@@ -174,6 +192,60 @@ for mode in full one_step_off; do
   echo "agent_runs: train.async = $mode: 2 steps in two jobs"
 done
 
+echo "== the coding agent (inputs/agents/coding_agent.py, a random policy): np 2 synchronous, np 4 full async in two job steps"
+args=(run inputs/coding_grpo.toml --set model.init_from= --set run.n_steps=2 --set rollout.rollout_batch_size=2
+      --set train.global_batch_size=8 --set rollout.dynamic_filter=none --set rollout.max_new_tokens=24 --set eval.path=
+      --set "rollout.agent_command=$py $root/inputs/agents/coding_agent.py --log $out/coding_log")
+run 2 coding_np2 --set parallel.placement=split
+run 4 coding_np4 --set train.async=full --set parallel.trainer_ranks=2 --set run.job_steps=1 --set checkpoint.interval=1
+run 4 coding_np4 --set train.async=full --set parallel.trainer_ranks=2
+steps_done "$out/coding_np4" 2
+/usr/bin/python3 - "$out" <<'PY'
+import glob, json, sys
+import h5py
+out = sys.argv[1]
+logs = {}
+for p in glob.glob(f"{out}/coding_log/*.json"):
+    logs[p.rsplit("/", 1)[1][:-5]] = json.load(open(p))
+n = 0
+for name in ["coding_np2", "coding_np4"]:
+    with h5py.File(f"{out}/{name}/rollouts.h5") as f:
+        g = f["samples"]
+        for i in range(g["step"].shape[0]):
+            assert g["status"][i] in (1, 2), (name, i, g["status"][i])  # completed or truncated: the agent ran
+            r = float(g["raw_reward"][i])
+            assert 0 <= r <= 1 and r * 5 == round(r * 5), (name, i, r)  # a fraction of the 5 hidden cases
+            n += 1
+assert n >= 16 + 16 and logs and all(l["messages"][0] == {"role": "user", "content": "Make test.py pass."} for l in logs.values())
+print(f"agent_runs: the coding agent: {n} episodes at np 2 and np 4 (full async, two jobs), each rewarded by its hidden tests")
+PY
+
+echo "== a rollout rank killed mid-session: the job ends, its agents die with it, the run resumes"
+mkdir -p "$out/live_kill"
+args=("${base[@]}" --set run.n_steps=4 --set checkpoint.interval=1
+      --set "rollout.agent_command=$tiny --modes slow --live $out/live_kill")
+$mpirun -np 2 "$slimpi" "${args[@]}" --set run.dir="$out/rank_kill" >"$out/rank_kill.log" 2>&1 &
+job=$!
+for _ in $(seq 600); do  # step 2 done, and an agent of step 3 between its requests
+  grep -qF "step 2/4" "$out/rank_kill.log" 2>/dev/null && ls "$out/live_kill"/live_* >/dev/null 2>&1 && break
+  sleep 0.1
+done
+victim=$(pgrep -f "^[^ ]*slimpi run .*run.dir=$out/rank_kill( |$)" | sort -n | tail -1)  # rank 1: the rollout rank
+[ -n "$victim" ] && ls "$out/live_kill"/live_* >/dev/null 2>&1 || { cat "$out/rank_kill.log"; echo "FAIL: no session to interrupt"; exit 1; }
+kill -9 "$victim"
+ended=0
+for _ in $(seq 600); do kill -0 "$job" 2>/dev/null || { ended=1; break; }; sleep 0.1; done
+[ $ended = 1 ] || { kill -9 "$job"; cat "$out/rank_kill.log"; echo "FAIL: the job outlived its killed rollout rank by 60 s"; exit 1; }
+if wait "$job"; then cat "$out/rank_kill.log"; echo "FAIL: exit 0 after a rank was killed"; exit 1; fi
+for _ in $(seq 100); do pgrep -f "live_kill" >/dev/null || break; sleep 0.1; done
+if pgrep -f "live_kill" >/dev/null; then pgrep -af live_kill; echo "FAIL: agents outlived their killed rank by 10 s"; exit 1; fi
+rm -f "$out/live_kill"/live_*  # (the killed agents' markers)
+run 2 rank_kill
+grep -qE "resuming at step [12] from $out/rank_kill/ckpt/step_0000000[12]" "$out/rank_kill.log" \
+  || { cat "$out/rank_kill.log"; echo "FAIL: no resume"; exit 1; }
+steps_done "$out/rank_kill" 4
+echo "agent_runs: a rollout rank killed mid-session ended the job, its agents with it; $(grep -oE 'resuming at step [12]' "$out/rank_kill.log"), all 4 steps done"
+
 echo "== refusals"
 args=("${base[@]}")
 refused typo "rollout.agent_command 'pyhton3 agent.py' cannot be run" 2 --set run.n_steps=1 \
@@ -181,4 +253,6 @@ refused typo "rollout.agent_command 'pyhton3 agent.py' cannot be run" 2 --set ru
 check_refuses port_without_agent 'rollout.agent_port' 2 --set rollout.environment=calculator --set rollout.agent_port=9999
 check_refuses no_command 'rollout.environment = "agent"' 2 --set rollout.agent_command=
 check_refuses no_style 'set reward.style = "environment"' 2 --set reward.style=exact_match --set rollout.agent_command=x
+check_refuses pd 'every turn of an episode extends its sequence on one engine: not implemented' 4 \
+  --set parallel.trainer_ranks=1 --set rollout.prefill_ranks=1 --set rollout.agent_command=x
 echo "agent_runs: all passed"

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <slimpi/error.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -17,6 +18,7 @@
 
 #include "agent/agent_token.h"
 #include "agent/openai_chat.h"
+#include "agent/openai_responses.h"
 #include "env/agent_environment.h"
 #include "tokenizer/tool_calls.h"
 
@@ -124,6 +126,108 @@ TEST(OpenAiChat, ToolsWrittenIntoTheSystemMessageAsQwenDoes) {
   ChatFormat llama3;
   llama3.chat_template = ChatTemplate::Llama3;
   EXPECT_NE(conversation_messages(m, tools, llama3, &out), "");
+}
+
+TEST(OpenAiChat, LogprobsGiveEachSampledTokenAsReceived) {
+  const std::string text = "ab\xc3";
+  const std::vector<std::string> pieces = {"a", "b", "\xc3"};
+  const std::vector<float> lps = {-0.5f, -0.25f, -2.0f};
+  const std::string stop = "stop";
+  const AssistantTurn t = assistant_turn({text, {}, stop, 1, 4, 4, &pieces, &lps}, ChatTemplate::ChatML);
+  const json j = json::parse(chat_completion_json(t, "id", "m", 0, /*with_logprobs=*/true));
+  const json& c = j["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(c.size(), 3u);
+  EXPECT_EQ(c[0], json::parse(R"({"token": "a", "logprob": -0.5, "bytes": [97], "top_logprobs": []})"));
+  EXPECT_EQ(c[2]["token"], "\xef\xbf\xbd");  // a token ending inside a character: its bytes say which
+  EXPECT_EQ(c[2]["bytes"], json::parse("[195]"));
+  EXPECT_TRUE(json::parse(chat_completion_json(t, "id", "m", 0))["choices"][0]["logprobs"].is_null());
+  ChatCompletionRequest r;
+  EXPECT_EQ(parse_chat_completion(R"({"model": "m", "logprobs": true, "messages": [{"role": "user", "content": "x"}]})", &r),
+            std::nullopt);
+  EXPECT_TRUE(r.logprobs);
+  EXPECT_EQ(param_of(R"({"model": "m", "top_logprobs": 3, "messages": [{"role": "user", "content": "x"}]})"),
+            "top_logprobs");
+}
+
+std::string responses_param(const std::string& body) {
+  ResponsesRequest r;
+  const std::optional<ApiError> e = parse_responses_request(body, &r);
+  return e ? e->param : "ok";
+}
+
+TEST(OpenAiResponses, InputItemsReadAsTheConversation) {
+  ResponsesRequest r;
+  ASSERT_EQ(parse_responses_request(R"({"model": "m", "instructions": "Be brief.", "include": ["message.output_text.logprobs"],
+      "tools": [{"type": "function", "name": "calc", "parameters": {"type": "object"}, "strict": true}],
+      "input": [{"role": "user", "content": "2*3?"},
+                {"type": "reasoning", "id": "rs_1", "summary": []},
+                {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Sure.", "annotations": []}]},
+                {"type": "function_call", "call_id": "call_1_0", "name": "calc", "arguments": "{\"expr\":\"2*3\"}"},
+                {"type": "function_call_output", "call_id": "call_1_0", "output": "6"},
+                {"type": "function_call", "call_id": "c2", "name": "calc", "arguments": "{}"}]})", &r),
+            std::nullopt);
+  EXPECT_TRUE(r.has_instructions);
+  EXPECT_TRUE(r.chat.logprobs);
+  ASSERT_EQ(r.chat.messages.size(), 5u);
+  EXPECT_EQ(r.chat.messages[0].role, "system");
+  EXPECT_EQ(r.chat.messages[0].content, "Be brief.");
+  EXPECT_TRUE(r.chat.messages[2].same_as(AgentMessage{"assistant", "Sure.", {{"x", "calc", R"({"expr": "2*3"})"}}}));
+  EXPECT_EQ(r.chat.messages[3].role, "tool");
+  EXPECT_EQ(r.chat.messages[4].role, "assistant");  // a call after a tool's output: an assistant message of its own
+  ASSERT_EQ(r.chat.tools.size(), 1u);  // written as chat completions' function tool
+  EXPECT_EQ(r.chat.tools[0], R"({"type": "function", "function": {"name": "calc", "parameters": {"type": "object"}}})");
+  ASSERT_EQ(parse_responses_request(R"({"model": "m", "input": "hi", "previous_response_id": "resp_a_1"})", &r),
+            std::nullopt);
+  EXPECT_EQ(r.previous_response_id, "resp_a_1");
+  EXPECT_EQ(r.chat.messages.size(), 1u);
+
+  EXPECT_EQ(responses_param(R"({"input": "hi"})"), "model");
+  EXPECT_EQ(responses_param(R"({"model": "m"})"), "input");
+  EXPECT_EQ(responses_param(R"({"model": "m", "input": []})"), "input");
+  EXPECT_EQ(responses_param(R"({"model": "m", "input": [{"role": "tool", "content": "x"}]})"), "input[0].role");
+  EXPECT_EQ(responses_param(R"({"model": "m", "input": [{"role": "user", "content": [{"type": "input_image"}]}]})"),
+            "input[0].content[0]");
+  EXPECT_EQ(responses_param(R"({"model": "m", "input": [{"type": "function_call", "name": "f"}]})"), "input[0].call_id");
+  EXPECT_EQ(responses_param(R"({"model": "m", "input": [{"type": "item_reference", "id": "x"}]})"), "input[0].type");
+  EXPECT_EQ(responses_param(R"({"model": "m", "input": "x", "tools": [{"type": "web_search"}]})"), "tools[0]");
+  EXPECT_EQ(responses_param(R"({"model": "m", "input": "x", "background": true})"), "background");
+  EXPECT_EQ(responses_param(R"({"model": "m", "input": "x", "temperature": 3})"), "temperature");
+  EXPECT_EQ(responses_param(R"({"model": "m", "input": "x", "top_logprobs": 2})"), "top_logprobs");
+}
+
+TEST(OpenAiResponses, TurnsWrittenAsOutputItemsAndEvents) {
+  const std::string text = "<think>\nadd\n</think>\n\nSure.<tool_call>\n{\"name\": \"calc\", \"arguments\": {}}\n</tool_call>";
+  const std::vector<ToolCall> calls = parse_tool_calls(text, ChatTemplate::Qwen3);
+  const std::string stop = "stop";
+  const AssistantTurn t = assistant_turn({text, calls, stop, 3, 40, 20}, ChatTemplate::Qwen3);
+  const json j = json::parse(response_json(t, "resp_s_3", "m", 9, false));
+  EXPECT_EQ(j["object"], "response");
+  EXPECT_EQ(j["status"], "completed");
+  ASSERT_EQ(j["output"].size(), 3u);
+  EXPECT_EQ(j["output"][0]["type"], "reasoning");
+  EXPECT_EQ(j["output"][0]["content"][0]["text"], "add");
+  EXPECT_EQ(j["output"][1]["content"][0], json::parse(R"({"type": "output_text", "text": "Sure.", "annotations": []})"));
+  EXPECT_EQ(j["output"][2]["call_id"], "call_3_0");
+  EXPECT_EQ(j["output"][2]["arguments"], "{}");
+  EXPECT_EQ(j["usage"]["total_tokens"], 60);
+  // The events: created, in_progress, each item added ... done, completed; sequence numbers in order.
+  const std::string events = response_events(t, "resp_s_3", "m", 9, false);
+  std::vector<std::string> types;
+  int64_t seq = 0;
+  for (size_t at = events.find("data: "); at != std::string::npos; at = events.find("data: ", at + 1)) {
+    const json e = json::parse(events.substr(at + 6, events.find('\n', at) - at - 6));
+    EXPECT_EQ(e["sequence_number"], seq++);
+    types.push_back(e["type"]);
+  }
+  EXPECT_EQ(types.front(), "response.created");
+  EXPECT_EQ(types.back(), "response.completed");
+  EXPECT_EQ(std::count(types.begin(), types.end(), "response.output_item.done"), 3);
+  // A turn cut at its token limit: incomplete.
+  const std::string length = "length";
+  const AssistantTurn cut = assistant_turn({"abc", {}, length, 1, 1, 3}, ChatTemplate::ChatML);
+  const json k = json::parse(response_json(cut, "resp_s_1", "m", 9, false));
+  EXPECT_EQ(k["status"], "incomplete");
+  EXPECT_EQ(k["incomplete_details"]["reason"], "max_output_tokens");
 }
 
 // ---- the endpoint, with the real openai client ----
@@ -285,6 +389,59 @@ TEST_F(EndpointFixture, ServesTheAnthropicClient) {
   const json streamed = logged("streamed");
   EXPECT_EQ(streamed["text"], "6");
   EXPECT_EQ(streamed["stop"], "end_turn");
+  env.close("0/0/0");
+}
+
+// The Responses API: output items, previous_response_id (the tool's output appended to the
+// stored conversation: the history extends), a streamed answer with its logprobs, the whole
+// conversation sent back as input items (extends again).
+TEST_F(EndpointFixture, ServesTheOpenAIResponsesClient) {
+  AgentEnvironment env(config("", "responses_probe.py"));
+  EnvReply r = start_episode(env, "what is 2*3?");
+  ASSERT_FALSE(r.failed) << r.message;
+  ASSERT_EQ(r.messages.size(), 2u);
+  EXPECT_EQ(r.messages[0].content.substr(0, 18), "Be brief.\n\n# Tools");
+  EXPECT_EQ(r.messages[1].content, "what is 2*3?");
+  const json e = logged("errors");
+  EXPECT_EQ(e["web_search"], json::parse(R"([400, "tools[0]"])"));
+  EXPECT_EQ(e["image"], json::parse(R"([400, "input[0].content[0]"])"));
+  EXPECT_EQ(e["background"], json::parse(R"([400, "background"])"));
+  EXPECT_EQ(e["unknown_previous"], json::parse(R"([400, "previous_response_id"])"));
+
+  env.step(turn(1, "Sure.<tool_call>\n{\"name\": \"calc\", \"arguments\": {\"expr\": \"2*3\"}}\n</tool_call>"));
+  r = next_reply(env);
+  ASSERT_FALSE(r.failed) << r.message;
+  EXPECT_FALSE(r.new_context);
+  ASSERT_EQ(r.messages.size(), 1u);
+  EXPECT_EQ(r.messages[0].role, "tool");
+  EXPECT_EQ(r.messages[0].content, "6");
+  const json first = logged("first");
+  EXPECT_EQ(first["types"], json::parse(R"(["message", "function_call"])"));
+  EXPECT_EQ(first["text"], "Sure.");
+  EXPECT_EQ(first["calls"], json::parse(R"([{"call_id": "call_1_0", "name": "calc", "arguments": {"expr": "2*3"}}])"));
+  EXPECT_EQ(first["usage"], json::parse("[10, 3]"));
+
+  EpisodeAction second = turn(2, " It is 6.");
+  second.token_texts = {" It", " is", " 6", "."};
+  second.log_probs = {-0.125f, -0.5f, -1.0f, -0.0625f};
+  env.step(second);
+  r = next_reply(env);  // the whole conversation again, the outputs as returned: it extends
+  ASSERT_FALSE(r.failed) << r.message;
+  EXPECT_FALSE(r.new_context);
+  ASSERT_EQ(r.messages.size(), 1u);
+  EXPECT_EQ(r.messages[0].content, "thanks");
+  const json streamed = logged("streamed");
+  EXPECT_EQ(streamed["deltas"], " It is 6.");
+  EXPECT_EQ(streamed["text"], " It is 6.");
+  EXPECT_EQ(streamed["status"], "completed");
+  EXPECT_EQ(streamed["logprobs"], json::parse(R"([[" It", -0.125, [32, 73, 116]], [" is", -0.5, [32, 105, 115]],
+                                                  [" 6", -1.0, [32, 54]], [".", -0.0625, [46]]])"));
+
+  env.step(turn(3, "ok"));
+  r = next_reply(env);
+  EXPECT_TRUE(r.done);
+  EXPECT_EQ(r.reward, 0.25);
+  EXPECT_EQ(logged("third")["text"], "ok");
   env.close("0/0/0");
 }
 

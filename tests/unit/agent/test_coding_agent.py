@@ -1,0 +1,109 @@
+"""The coding agent's sandbox and tools (inputs/agents/coding_agent.py, sandbox.py;
+docs/agents.md): sol.py tested case by case in a child process under limits (a wrong value,
+an exception, a syntax error, a missing file, a busy loop killed at its CPU limit with nothing
+left running, no network where unshare allows a namespace), file names kept inside the
+sandbox, and the tools' outputs byte for byte as `slimpi make-data coding` writes them into
+its supervised traces (each record's tool calls replayed through the agent's tools).
+Usage: test_coding_agent.py SLIMPI (run with the openai venv's python)"""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import unittest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+sys.path.insert(0, os.path.join(ROOT, "inputs", "agents"))
+import coding_agent  # noqa: E402
+from sandbox import Sandbox  # noqa: E402
+
+SLIMPI = sys.argv.pop(1) if len(sys.argv) > 1 else os.path.join(ROOT, "build", "slimpi")
+
+
+class SandboxTest(unittest.TestCase):
+    def test_cases_pass_and_fail_one_by_one(self):
+        with Sandbox() as sb:
+            sb.write("sol.py", "def f(x):\n  return 3*x+4\n")
+            self.assertEqual(sb.run_cases([[0, 4], [1, 7], [2, 10]]),
+                             {"passed": 3, "total": 3, "first_failure": "", "error": ""})
+            r = sb.run_cases([[0, 4], [1, 8], [2, 11]])
+            self.assertEqual((r["passed"], r["first_failure"]), (1, "f(1) == 8 (got 7)"))
+            sb.write("sol.py", "def f(x):\n  return 10//x\n")
+            r = sb.run_cases([[0, 1], [5, 2]])
+            self.assertEqual((r["passed"], r["first_failure"]), (1, "f(0) == 1 (ZeroDivisionError: integer division or modulo by zero)"))
+
+    def test_broken_or_missing_solutions_are_errors(self):
+        with Sandbox() as sb:
+            self.assertEqual(sb.run_cases([[0, 1]])["error"], "no sol.py")
+            sb.write("sol.py", "def f(x)\n  return x\n")
+            r = sb.run_cases([[0, 0]])
+            self.assertTrue(r["error"].startswith("SyntaxError: ") and r["error"].endswith("(line 1)"), r)
+            self.assertEqual(r["passed"], 0)
+
+    def test_a_busy_loop_is_killed_at_its_cpu_limit_with_its_children(self):
+        with Sandbox() as sb:  # a child left sleeping, the solution spinning
+            sb.write("sol.py", "import os, time\nif os.fork() == 0:\n  open('child', 'w').write(str(os.getpid()))\n"
+                               "  time.sleep(60)\nwhile True:\n  pass\n")
+            r = sb.run_cases([[0, 0]])
+            self.assertIn(r["error"], ("killed: CPU limit", "timed out after 5 s"))
+            child = int(sb.read("child"))
+            self.assertFalse(os.path.exists(f"/proc/{child}") and open(f"/proc/{child}/stat").read().split()[2] != "Z",
+                             "the solution's child outlived its run")
+
+    def test_no_network_where_a_namespace_is_allowed(self):
+        with Sandbox() as sb:
+            if sb.isolation.startswith("none"):
+                self.skipTest(sb.isolation)
+            sb.write("sol.py", "import socket\ndef f(x):\n  try:\n    socket.create_connection(('127.0.0.1', 9), 1)\n"
+                               "    return 'connected'\n  except OSError as e:\n    return 'refused' if e.errno == 111 else 'none'\n")
+            # In a fresh namespace even the loopback is down: no route, not a refusal.
+            self.assertEqual(sb.run_cases([[0, "none"]])["passed"], 1, sb.run_cases([[0, "none"]]))
+
+    def test_file_names_stay_inside(self):
+        with Sandbox() as sb:
+            for bad in ["../x", "/etc/passwd", "..", ".hidden", ""]:
+                with self.assertRaises(ValueError, msg=bad):
+                    sb.write(bad, "x")
+            with self.assertRaises(ValueError):
+                sb.write("big.py", "x" * (64 * 1024 + 1))
+
+
+class ToolsTest(unittest.TestCase):
+    def test_tool_errors_are_outputs(self):
+        with Sandbox() as sb:
+            run = lambda name, args: coding_agent.run_tool(sb, [[0, 1]], name, args)
+            self.assertEqual(run("shell", "{}"), "error: unknown tool shell")
+            self.assertEqual(run("write_file", "{"), "error: bad arguments for write_file: not JSON")
+            self.assertEqual(run("write_file", '{"path": "a.py"}'), "error: bad arguments for write_file: missing content")
+            self.assertEqual(run("read_file", '{"path": "nope.py"}'), "error: no file nope.py")
+            self.assertEqual(run("run_tests", ""), "error: no sol.py")
+
+    def test_make_data_traces_are_the_tools_outputs(self):
+        """Every tool call of `slimpi make-data coding` records, replayed through the agent's
+        tools in a sandbox set up as the agent sets it up, answers with the trace's text."""
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "coding.jsonl")
+            subprocess.run([SLIMPI, "make-data", "coding", "--out", path, "--n", "5", "--seed", "7"], check=True,
+                           capture_output=True)
+            with open(path) as fh:
+                records = [json.loads(line) for line in fh]
+        self.assertEqual(len(records), 5)
+        for rec in records:
+            label = json.loads(rec["label"])
+            steps = re.findall(r"<tool_call>(.*?)</tool_call><tool_response>\n(.*?)\n</tool_response>\n", rec["response"],
+                               re.S)
+            self.assertEqual([json.loads(c)["name"] for c, _ in steps], ["read_file", "write_file", "run_tests"])
+            self.assertTrue(rec["response"].startswith("\n") and rec["response"].endswith("</tool_response>\ndone"))
+            with Sandbox() as sb:
+                sb.write("test.py", coding_agent.test_file(label["visible"]))
+                for call, output in steps:
+                    c = json.loads(call)
+                    self.assertEqual(coding_agent.run_tool(sb, label["visible"], c["name"], json.dumps(c["arguments"])),
+                                     output, (rec["prompt"], call))
+                hidden = sb.run_cases(label["hidden"])
+                self.assertEqual((hidden["passed"], hidden["total"]), (5, 5))
+
+
+if __name__ == "__main__":
+    unittest.main()
