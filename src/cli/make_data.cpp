@@ -92,14 +92,14 @@ std::string tool_multiplication_line(uint64_t seed, int64_t i) {
 }
 
 // The coding agent's task (inputs/agents/coding_agent.py, docs/agents.md): make test.py
-// pass by writing f(x) = A*x + B in sol.py, A in 1..9, B in 0..99. test.py shows f(0) and
+// pass by writing f(x) = A*x + B in sol.py, A in 1..9, B in 0..9. test.py shows f(0) and
 // f(1) (so B is copied and A = f(1) - f(0) worked out); the reward is the fraction of
 // hidden cases (x = 0, 1, 2, 3, 10) that the final sol.py passes. The response is the
 // whole episode as the engine's token stream holds it under chat template none: the
 // prompt's newline, then read_file, write_file and run_tests (each call, the agent's
 // tool output), then "done"; the tool outputs are coding_agent.py's, byte for byte.
 std::string coding_line(uint64_t seed, int64_t i) {
-  const int64_t a = draw(seed, i, 0, 1, 9), b = draw(seed, i, 1, 0, 99);
+  const int64_t a = draw(seed, i, 0, 1, 9), b = draw(seed, i, 1, 0, 9);
   auto f = [&](int64_t x) { return a * x + b; };
   nlohmann::json visible = nlohmann::json::array(), hidden = nlohmann::json::array();
   std::string tests;
@@ -115,7 +115,7 @@ std::string coding_line(uint64_t seed, int64_t i) {
   auto output = [](const std::string& text) { return "<tool_response>\n" + text + "\n</tool_response>\n"; };
   const std::string response =
       "\n" + call("read_file", ojson{{"path", "test.py"}}) + output(tests) +
-      call("write_file", ojson{{"path", "sol.py"}, {"content", fmt::format("def f(x):\n  return {}*x+{}\n", a, b)}}) +
+      call("write_file", ojson{{"content", fmt::format("def f(x):return {}*x+{}", a, b)}, {"path", "sol.py"}}) +
       output("wrote sol.py") + call("run_tests", ojson::object()) + output("2/2 passed") + "done";
   return nlohmann::json{{"prompt", "Make test.py pass."},
                         {"response", response},

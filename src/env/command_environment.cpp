@@ -98,16 +98,23 @@ void CommandEnvironment::start(Process& p) {
               describe(p), why, kEnvProtocolVersion, kEnvProtocolVersion);
 }
 
-void CommandEnvironment::restart(Process& p, const std::string& why) {
+void CommandEnvironment::restart(Process& p, const std::string& why, bool suspects) {
   drain_stderr(p, /*final=*/true);  // its last words (a traceback) before the verdict
   ++p.restarts;
   ++restarts_;
   if (p.restarts <= cfg_.max_restarts)  // (past the bound, the error below says it: no restart is announced)
     log::warn("{} {}; it is killed and restarted (restart {} of at most {}, rollout.env_max_restarts)", describe(p),
               why, p.restarts, cfg_.max_restarts);
-  for (const auto& [episode, deadline] : p.waiting) fail(episode, fmt::format("{} {}", describe(p), why));
-  for (const std::string& episode : p.episodes)
-    if (!p.waiting.count(episode)) lost_.insert(episode);
+  std::vector<std::string> back;
+  for (const std::string& episode : p.episodes) {
+    const bool waiting = p.waiting.count(episode) > 0;
+    if (can_bring_back(episode, waiting, suspects && waiting))
+      back.push_back(episode);
+    else if (waiting)
+      fail(episode, fmt::format("{} {}", describe(p), why));
+    else
+      lost_.insert(episode);
+  }
   for (const std::string& episode : p.episodes) owner_.erase(episode);
   p.waiting.clear();
   p.episodes.clear();
@@ -116,6 +123,45 @@ void CommandEnvironment::restart(Process& p, const std::string& why) {
   SLIMPI_CHECK(p.restarts <= cfg_.max_restarts, "{} failed {} time(s) (rollout.env_max_restarts = {}); the last: {}",
                who, p.restarts, cfg_.max_restarts, why);
   start(p);
+  for (const std::string& episode : back) bring_back(episode);
+  if (!back.empty())
+    log::warn("{} episode(s) of the restarted process brought back: restored from their snapshots (or, before their "
+              "first observation, reset again), their requests in flight sent again", back.size());
+}
+
+bool CommandEnvironment::can_bring_back(const std::string& episode, bool waiting, bool suspect) {
+  auto it = recovery_.find(episode);
+  if (it == recovery_.end() || suspect) return false;
+  Recovery& r = it->second;
+  if (waiting && ++r.deaths_waiting > 1) return false;  // waiting at two deaths: perhaps their cause
+  // A snapshot to restore, or no observation yet (its reset, or the runner's restore, in flight).
+  return !r.snapshot.empty() || (r.steps == 0 && !r.in_flight.empty());
+}
+
+void CommandEnvironment::bring_back(const std::string& episode) {
+  Recovery& r = recovery_.at(episode);
+  if (r.snapshot.empty()) {  // the reset in flight, sent again: nothing of it was observed
+    open(episode, r.in_flight);
+    return;
+  }
+  r.own_restore = true;  // its restored reply then sends the request in flight, if any
+  open(episode, encode_restore(r.start, r.snapshot_turns, r.snapshot));
+}
+
+bool CommandEnvironment::track_reply(Process& p, const EnvReply& reply) {
+  auto it = recovery_.find(reply.episode);
+  if (it == recovery_.end()) return true;
+  Recovery& r = it->second;
+  if (reply.restored) {
+    if (std::exchange(r.own_restore, false) && !r.in_flight.empty()) send(p, reply.episode, r.in_flight, true);
+    return std::exchange(r.runner_awaits_restored, false);
+  }
+  r.in_flight.clear();
+  if (!reply.snapshot.empty()) {
+    r.snapshot = reply.snapshot;
+    r.snapshot_turns = r.steps;
+  }
+  return true;
 }
 
 void CommandEnvironment::fail(const std::string& episode, const std::string& why) {
@@ -168,11 +214,18 @@ void CommandEnvironment::drain_stderr(Process& p, bool final) {
   if (p.child) p.err->drain(*p.child, final);
 }
 
-void CommandEnvironment::reset(const EpisodeStart& start) { open(start.episode, encode_reset(start)); }
+void CommandEnvironment::reset(const EpisodeStart& start) {
+  const std::string line = encode_reset(start);
+  if (info_.snapshots) recovery_[start.episode] = Recovery{start, "", 0, 0, line};
+  open(start.episode, line);
+}
 
 void CommandEnvironment::restore(const EpisodeStart& start, int64_t turns, const std::string& snapshot) {
   SLIMPI_CHECK(info_.snapshots, "environment: restore of episode {}, but {} takes no snapshots", start.episode,
                info_.name);
+  Recovery r{start, snapshot, turns, turns, ""};
+  r.runner_awaits_restored = true;
+  recovery_[start.episode] = std::move(r);
   open(start.episode, encode_restore(start, turns, snapshot));
 }
 
@@ -204,11 +257,18 @@ void CommandEnvironment::step(const EpisodeAction& action) {
   }
   auto it = owner_.find(action.episode);
   SLIMPI_CHECK(it != owner_.end(), "environment: step for episode {}, which is not open", action.episode);
-  send(procs_[size_t(it->second)], action.episode, encode_step(action), true);
+  const std::string line = encode_step(action);
+  if (auto rec = recovery_.find(action.episode); rec != recovery_.end()) {
+    rec->second.in_flight = line;
+    ++rec->second.steps;
+    if (rec->second.own_restore) return;  // sent when the episode is back (its restored reply)
+  }
+  send(procs_[size_t(it->second)], action.episode, line, true);
 }
 
 void CommandEnvironment::close(const std::string& episode) {
   lost_.erase(episode);
+  recovery_.erase(episode);
   auto it = owner_.find(episode);
   if (it == owner_.end()) return;
   Process& p = procs_[size_t(it->second)];
@@ -231,6 +291,7 @@ std::vector<EnvReply> CommandEnvironment::poll(double wait_s) {
     read_lines(p);
     drain_stderr(p);
     std::string restart_why;
+    bool suspects = false;
     for (size_t nl; restart_why.empty() && (nl = p.in_buf.find('\n')) != std::string::npos;) {
       const std::string line = p.in_buf.substr(0, nl);
       p.in_buf.erase(0, nl + 1);
@@ -259,7 +320,7 @@ std::vector<EnvReply> CommandEnvironment::poll(double wait_s) {
         fail(reply.episode, fmt::format("{} answered \"{}\": {}", describe(p), printable_excerpt(line, 120), why));
         continue;
       }
-      ready_.push_back(std::move(reply));
+      if (track_reply(p, reply)) ready_.push_back(std::move(reply));
     }
     if (restart_why.empty() && p.in_buf.size() > size_t(cfg_.max_reply_bytes))
       restart_why = fmt::format("wrote more than rollout.env_max_reply_bytes = {} bytes without a newline",
@@ -278,6 +339,7 @@ std::vector<EnvReply> CommandEnvironment::poll(double wait_s) {
       if (!late.empty() && now - p.last_output > seconds(cfg_.timeout_s)) {
         restart_why = fmt::format("has written nothing for rollout.env_timeout_s = {} s with {} episodes waiting",
                                   cfg_.timeout_s, p.waiting.size());
+        suspects = true;  // a hang: the waiting episodes may have caused it
       } else {
         for (const std::string& episode : late) {
           p.waiting.erase(episode);
@@ -285,7 +347,7 @@ std::vector<EnvReply> CommandEnvironment::poll(double wait_s) {
         }
       }
     }
-    if (!restart_why.empty()) restart(p, restart_why);
+    if (!restart_why.empty()) restart(p, restart_why, suspects);
   }
   std::vector<EnvReply> out;
   out.swap(ready_);

@@ -7,7 +7,11 @@
 // Failures end episodes, not the job: a process that exits, writes a line that names no
 // episode, or writes a line longer than rollout.env_max_reply_bytes is killed and
 // restarted (its own episodes end: those waiting for a reply get a failed reply at
-// once, the others at their next step, since their state died with it); a reply that
+// once, the others at their next step, since their state died with it; with an
+// environment that takes snapshots they are brought back instead: each restored from its
+// latest snapshot into a process of the new set, its request in flight sent again, or,
+// before its first observation, reset again; an episode that was waiting for a reply at
+// two of its processes' deaths may be their cause and fails); a reply that
 // names its episode but is unusable fails that episode alone; an episode without a
 // reply within rollout.env_timeout_s fails alone, and its process is restarted too
 // when it has written nothing for that long. A process that fails more than
@@ -70,8 +74,29 @@ class CommandEnvironment : public Environment {
   // Opens an episode on the process with the most room with its first request (reset or restore).
   void open(const std::string& episode, const std::string& line);
   void start(Process& p);  // spawns and handshakes (throws: the command is broken)
-  // Kills and restarts p; its waiting episodes get failed replies, the others are lost.
-  void restart(Process& p, const std::string& why);
+  // Kills and restarts p; its episodes are brought back (bring_back) where they can be, else
+  // the waiting ones get failed replies and the others are lost. suspects: the waiting
+  // episodes caused it (no reply in time): they are not brought back.
+  void restart(Process& p, const std::string& why, bool suspects = false);
+  // An open episode's way back after its process died (environments with snapshots): its
+  // reset's fields, its latest snapshot and the model turns that snapshot follows, the
+  // request in flight.
+  struct Recovery {
+    EpisodeStart start;
+    std::string snapshot;  // "" = none yet
+    int64_t snapshot_turns = 0;
+    int64_t steps = 0;            // steps sent (the model turns it has been told of)
+    std::string in_flight;        // the line of the request awaiting its reply ("" = none)
+    int deaths_waiting = 0;       // its process died while it waited for a reply
+    bool own_restore = false;     // a restore slimpi sent to bring it back: its reply is slimpi's
+    bool runner_awaits_restored = false;  // restore() was called: the runner waits for the restored reply
+  };
+  // Whether `episode` comes back after its process died (waiting: it waited for a reply).
+  bool can_bring_back(const std::string& episode, bool waiting, bool suspect);
+  void bring_back(const std::string& episode);
+  // A reply of an episode with a Recovery: kept up to date; false when the reply is
+  // slimpi's own (the restored answer to a restore it sent), not the runner's.
+  bool track_reply(Process& p, const EnvReply& reply);
   void send(Process& p, const std::string& episode, const std::string& line, bool expects_reply);
   void flush(Process& p);
   void read_lines(Process& p);
@@ -86,6 +111,7 @@ class CommandEnvironment : public Environment {
   std::vector<Process> procs_;
   std::map<std::string, int> owner_;    // open episode -> process index
   std::set<std::string> lost_;          // open episodes whose process restarted under them
+  std::map<std::string, Recovery> recovery_;  // open episodes, when info_.snapshots
   std::vector<EnvReply> ready_;
   int64_t restarts_ = 0;
 };

@@ -15,6 +15,9 @@
 #    answer an over-long observation, give up (an error reply) or close their stdout end only their episode, with
 #    its status and error class in rollouts.h5, and the job goes on; with rollout.env_fail_job
 #    the job ends naming the episode;
+#  * a process that crashes under an environment that takes snapshots: its episodes are
+#    brought back (restored from their snapshots, their nonces kept, or reset again), every
+#    one completes, the culprit too (it crashes once);
 #  * a chat template that rewrites history (qwen3 without thinking) ends the job, said so;
 #  * one step off, kill -9 inside a checkpoint's write and resumed from the one before: the same run as straight
 #    through, every episode trained once, and no environment process outlives its rank;
@@ -204,6 +207,35 @@ grep -q "closed its stdout (it is still running, but can no longer reply); it is
 refused fail_job 'rollout.env_fail_job = true ends the job' 2 --set rollout.env_fail_job=true \
   --set "rollout.env_command=$probe --fault crash --max-concurrent 1"
 grep -q "episode 0/1/0 (group 1, sample 0)" "$out/fail_job.log"
+
+echo "== a crashed process's episodes, with snapshots: brought back, not failed"
+# Four episodes a process: one crashes it at its first step (once in the job); the others
+# on it are mid-episode or waiting. Each is restored from its latest snapshot (its reset's
+# nonce kept) or reset again before its first observation, its request in flight sent again.
+run 2 crash_snap --set model.max_seq_len=160 --set rollout.env_max_total_tokens=128 \
+  --set "rollout.env_command=$probe --snapshots --fault crash-once --max-concurrent 4 --log $out/crash_snap.envlog"
+grep -q "exited (exit status 3); it is killed and restarted" "$out/crash_snap.log" \
+  || { cat "$out/crash_snap.log"; echo "FAIL: no crash"; exit 1; }
+grep -q "episode(s) of the restarted process brought back" "$out/crash_snap.log" \
+  || { cat "$out/crash_snap.log"; echo "FAIL: nothing brought back"; exit 1; }
+/usr/bin/python3 - "$out/crash_snap" "$out/crash_snap.envlog" <<'PY'
+import json, re, sys
+import h5py, numpy as np
+run, envlog = sys.argv[1], sys.argv[2]
+received = [json.loads(json.loads(l)["line"]) for l in open(envlog) if json.loads(l)["dir"] == "in"]
+restores = sum(1 for m in received if m["type"] == "restore")
+with h5py.File(run + "/rollouts.h5") as f:
+    g = f["samples"]
+    status, turns = g["status"][:], g["env_turns"][:]
+    toks, offs = g["tokens/values"][:], g["tokens/offsets"][:]
+assert np.all(status == 1) and np.all(turns == 3), (status, turns)  # every episode completed, the culprit too
+for i in range(len(status)):
+    text = bytes(int(t) for t in toks[offs[i]:offs[i + 1]] if t < 256).decode("utf-8", "replace")
+    nonces = set(re.findall(r"nonce ([0-9a-f]{4})", text))
+    assert len(nonces) == 1, (i, nonces)  # one state through the crash: restored, not drawn again
+print(f"env_runs: crash with snapshots: {len(status)} episodes completed, {restores} restored into the new process")
+assert restores >= 1
+PY
 
 echo "== a chat template that rewrites history"
 refused rewrite "the qwen3 chat template rewrites the conversation's history" 2 \
