@@ -4,10 +4,11 @@
 # writes sol.py and runs the tests through tools in a per-episode sandbox
 # (inputs/agents/sandbox.py); slimpi starts it once per episode and serves it the policy.
 # The reward is the fraction of hidden tests the final sol.py passes.
-#   1. inputs/coding_sft.toml: SFT from scratch on whole agent episodes (make-data coding)
-#      until greedy pass@1 of real agent episodes reaches 10%.
+#   1. inputs/coding_sft.toml: SFT from scratch on whole agent episodes (make-data coding),
+#      585 steps.
 #   2. inputs/coding_grpo.toml: GRPO from that policy, every sample an agent episode.
-# Prints held-out greedy pass@1 and mean reward before and after GRPO.
+# Prints greedy pass@1 and mean reward on the evaluation tasks before and after GRPO (not
+# held out: the task space has 90 tasks, all in the SFT traces).
 # Usage: bash jobs/coding_agent.sh [SEED]   (default 1; after the README's build and
 # scripts/install_deps.sh, which makes the openai venv /opt/slimpi/agent-clients)
 set -euo pipefail
@@ -29,7 +30,7 @@ with h5py.File(f"{run}/metrics.h5") as f:
     reward = f["steps/rollout/raw_reward"][:]
 evals = [(int(s), float(v), float(m)) for s, v, m in zip(steps, p1, mr) if v == v]
 reward = reward[reward == reward]
-print(f"coding agent seed {seed}: held-out greedy pass@1 {100 * evals[0][1]:.1f}% -> {100 * evals[-1][1]:.1f}%, "
+print(f"coding agent seed {seed}: eval greedy pass@1 {100 * evals[0][1]:.1f}% -> {100 * evals[-1][1]:.1f}%, "
       f"mean reward {evals[0][2]:.3f} -> {evals[-1][2]:.3f} after {evals[-1][0]} GRPO steps; sampled reward "
       f"{reward[0]:.3f} -> {reward[-1]:.3f}; {seconds} s in all")
 print("  eval/pass@1, eval/mean_reward by step: " + ", ".join(f"{s}: {100 * v:.1f}, {m:.3f}" for s, v, m in evals))

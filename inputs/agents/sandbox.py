@@ -6,15 +6,18 @@ most; symbolic links and non-regular files are refused). run_cases() imports sol
 `/usr/bin/python3 -I -S -B` with cwd = the directory, an environment of PATH and LANG only,
 stdin closed, its own process group, and rlimits: 2 s CPU, 512 MiB address space, 1 MiB
 per written file, 64 open files, no core dumps; the group is killed after 5 s of wall time
-or when the run ends. When `unshare` may make a network namespace (as root, or through an
-unprivileged user namespace) the child runs in one, with no interface but a down loopback.
+or when the run ends. The child is given the inputs alone and prints f's results; this
+process compares them with the expected values, so the hidden cases never reach it. Where
+`unshare` may (as root, or through an unprivileged user namespace) the child runs in new
+network and pid namespaces with its own /proc: no network (a down loopback), and no sight of
+other processes (the agent's environment, which holds the hidden cases, included); failing
+that, a network namespace alone; failing that, neither (Sandbox.isolation says which).
 
-What it does not guarantee: there is no seccomp filter and no mount or pid namespace, so the
-model's code can read (and, as root, write) whatever host files its user can, and a
-process that leaves its group (setsid) outlives the run. The result line is read from the
-child's stdout after the solution's prints are moved to stderr; code that writes to file
-descriptor 1 itself could forge it. Run the agent as an unprivileged user in a container for
-untrusted models.
+What it does not guarantee: there is no seccomp filter and no mount namespace for files, so
+the model's code can read and write whatever host files its user can (other episodes'
+sandboxes, the run directory), and without a pid namespace it can read the agent's
+environment from /proc. Run the agent as an unprivileged user in a container for untrusted
+models.
 """
 import errno
 import json
@@ -33,7 +36,10 @@ WALL_S = 5
 CPU_S = 2
 PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 
-# Run in the child with argv = [cases file, module, function]; prints one JSON line.
+# Run in the child with argv = [inputs as JSON, module, function]; prints one JSON line: f's
+# result for each input, as [true, the result as JSON, its repr] or [false, the error]. The
+# child never sees the expected values: the parent compares (so code that forges the line
+# gains nothing it could not get by computing f).
 HARNESS = r"""
 import json, os, sys
 
@@ -45,11 +51,8 @@ def describe(e):
     text = str(e).strip().split("\n")[0]
     return (f"{type(e).__name__}: {text}" if text else type(e).__name__)[:200]
 
-path, module, func = sys.argv[1:4]
-with open(path) as fh:
-    cases = json.load(fh)
-os.unlink(path)  # gone before the solution's code runs
-result = {"passed": 0, "total": len(cases), "first_failure": "", "error": ""}
+inputs, module, func = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
+result = {"values": [], "error": ""}
 out, sys.stdout = sys.stdout, sys.stderr  # the solution's prints go to stderr
 sys.path.insert(0, os.getcwd())
 try:
@@ -57,18 +60,12 @@ try:
 except BaseException as e:
     result["error"] = describe(e)
 else:
-    for x, y in cases:
+    for x in inputs:
         try:
             got = f(x)
-            # compared in JSON form: an object whose __eq__ always says yes does not pass
-            ok = json.loads(json.dumps(got)) == y
-            why = "got " + repr(got)[:100]
-        except BaseException as e:
-            ok, why = False, describe(e)
-        if ok:
-            result["passed"] += 1
-        elif not result["first_failure"]:
-            result["first_failure"] = f"{func}({x!r}) == {y!r} ({why})"
+            result["values"].append([True, json.loads(json.dumps(got)), repr(got)[:100]])
+        except BaseException as e:  # (an object that is not JSON, an exception of f)
+            result["values"].append([False, describe(e)])
 out.write(json.dumps(result) + "\n")
 """
 
@@ -80,10 +77,15 @@ def _net_isolation():
     if _net is None:
         unshare = shutil.which("unshare")
         _net = ([], "none: unshare not permitted here")
-        for flags in (["--net"], ["--user", "--map-root-user", "--net"]):
+        # As root: a network namespace, entered as nobody (another user than the agent's: the
+        # child can neither read the agent's environment in /proc nor write root's files).
+        # Otherwise an unprivileged user namespace gives the network namespace alone.
+        nobody = ["--setuid", "65534", "--setgid", "65534"]
+        for flags in (["--net", *nobody], ["--user", "--map-root-user", "--net"]):
             if unshare and subprocess.run([unshare, *flags, "--", "/bin/true"], stdin=subprocess.DEVNULL,
                                           capture_output=True, timeout=10).returncode == 0:
-                _net = ([unshare, *flags, "--"], f"net namespace (unshare {' '.join(flags)})")
+                what = "net namespace, as nobody" if "--setuid" in flags else "net namespace"
+                _net = ([unshare, *flags, "--"], f"{what} (unshare {' '.join(flags)})")
                 break
     return _net
 
@@ -114,6 +116,7 @@ def _read_capped(pipe, chunks):
 class Sandbox:
     def __init__(self):
         self.dir = tempfile.mkdtemp(prefix="slimpi-sandbox-")
+        os.chmod(self.dir, 0o755)  # readable by the child when it runs as nobody; written by the agent alone
         self.isolation = _net_isolation()[1]
 
     def __enter__(self):
@@ -151,50 +154,53 @@ class Sandbox:
         return data.decode(errors="replace")
 
     def run_cases(self, cases, module="sol", func="f"):
-        """Checks func(x) == y for each [x, y] in cases against module.py."""
+        """Checks func(x) == y for each [x, y] in cases against module.py: the child computes
+        func(x) for the inputs alone, this process compares."""
         result = {"passed": 0, "total": len(cases), "first_failure": "", "error": ""}
         if not os.path.isfile(os.path.join(self.dir, module + ".py")):
             return {**result, "error": f"no {module}.py"}
-        fd, cases_path = tempfile.mkstemp(prefix="slimpi-cases-", suffix=".json")  # outside self.dir
+        # -B: no __pycache__ left in the directory
+        cmd = _net_isolation()[0] + [PYTHON, "-I", "-S", "-B", "-c", HARNESS, json.dumps([x for x, _ in cases]),
+                                     module, func]
+        proc = subprocess.Popen(cmd, cwd=self.dir, env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True, preexec_fn=_limit)
+        out, err = [], []
+        readers = [threading.Thread(target=_read_capped, args=a, daemon=True)
+                   for a in ((proc.stdout, out), (proc.stderr, err))]
+        for t in readers:
+            t.start()
         try:
-            with os.fdopen(fd, "w") as fh:
-                json.dump(cases, fh)
-            # -B: no __pycache__ left in the directory
-            cmd = _net_isolation()[0] + [PYTHON, "-I", "-S", "-B", "-c", HARNESS, cases_path, module, func]
-            proc = subprocess.Popen(cmd, cwd=self.dir, env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
-                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    start_new_session=True, preexec_fn=_limit)
-            out, err = [], []
-            readers = [threading.Thread(target=_read_capped, args=a, daemon=True)
-                       for a in ((proc.stdout, out), (proc.stderr, err))]
-            for t in readers:
-                t.start()
-            try:
-                proc.wait(timeout=WALL_S)
-                timed_out = False
-            except subprocess.TimeoutExpired:
-                timed_out = True
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)  # the child and anything it left in its group
-            except ProcessLookupError:
-                pass
-            proc.wait()
-            for t in readers:
-                t.join(timeout=0.5)  # a process that left the group (setsid) may hold a pipe open
-        finally:
-            try:
-                os.unlink(cases_path)
-            except FileNotFoundError:
-                pass
+            proc.wait(timeout=WALL_S)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # the child and anything it left in its group
+        except ProcessLookupError:
+            pass
+        proc.wait()
+        for t in readers:
+            t.join(timeout=0.5)  # a process that left the group (setsid) may hold a pipe open
         if timed_out:
             return {**result, "error": f"timed out after {WALL_S} s"}
         lines = b"".join(out).decode(errors="replace").strip().split("\n")
         try:
             parsed = json.loads(lines[-1])
-            if isinstance(parsed, dict) and set(parsed) == set(result):
-                return parsed
         except ValueError:
-            pass
+            parsed = None
+        if isinstance(parsed, dict) and parsed.get("error"):
+            return {**result, "error": str(parsed["error"])[:200]}
+        if isinstance(parsed, dict) and isinstance(parsed.get("values"), list) and len(parsed["values"]) == len(cases):
+            for (x, y), v in zip(cases, parsed["values"]):
+                ok = isinstance(v, list) and len(v) == 3 and v[0] is True and v[1] == y
+                if ok:
+                    result["passed"] += 1
+                elif not result["first_failure"]:
+                    why = f"got {v[2]}" if isinstance(v, list) and len(v) == 3 and v[0] is True else \
+                        str(v[1] if isinstance(v, list) and len(v) > 1 else v)[:200]
+                    result["first_failure"] = f"{func}({x!r}) == {y!r} ({why})"
+            return result
         # No result line: the child died. (Python raises MemoryError at the memory limit and
         # ignores SIGXFSZ, so those come as the harness's own errors above.)
         code = proc.returncode

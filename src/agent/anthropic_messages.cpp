@@ -18,7 +18,7 @@ std::optional<ApiError> text_of(const ojson& v, const std::string& where, std::s
   }
   if (!v.is_array()) return invalid_request(where, fmt::format("must be a string or a list of text blocks, not {}", v.type_name()));
   for (size_t k = 0; k < v.size(); ++k) {
-    if (!v[k].is_object() || v[k].value("type", "") != "text" || !v[k].contains("text") || !v[k]["text"].is_string())
+    if (string_field(v[k], "type") != "text" || !v[k].contains("text") || !v[k]["text"].is_string())
       return invalid_request(fmt::format("{}[{}]", where, k), "only text blocks are served here (this is a text model)");
     *out += v[k]["text"].get<std::string>();
   }
@@ -42,7 +42,7 @@ std::optional<ApiError> read_message(const ojson& m, const std::string& where, s
   for (size_t k = 0; k < c.size(); ++k) {
     const ojson& b = c[k];
     const std::string at = fmt::format("{}.content[{}]", where, k);
-    const std::string type = b.is_object() ? b.value("type", "") : "";
+    const std::string type = string_field(b, "type");
     if (type == "text" && b.contains("text") && b["text"].is_string()) {
       msg.content += b["text"].get<std::string>();
     } else if (role == "user" && type == "tool_result") {
@@ -54,7 +54,7 @@ std::optional<ApiError> read_message(const ojson& m, const std::string& where, s
       if (!b.contains("name") || !b["name"].is_string()) return invalid_request(at + ".name", "a tool_use block needs a string name");
       const ojson input = b.contains("input") ? b["input"] : ojson::object();
       if (!input.is_object()) return invalid_request(at + ".input", "a tool_use block's input must be an object");
-      msg.tool_calls.push_back({b.value("id", ""), b["name"].get<std::string>(), python_json_dumps(input)});
+      msg.tool_calls.push_back({string_field(b, "id"), b["name"].get<std::string>(), python_json_dumps(input)});
     } else if (role == "assistant" && (type == "thinking" || type == "redacted_thinking")) {
       continue;  // the model's reasoning sent back: the stream has it already
     } else {
@@ -128,7 +128,7 @@ std::optional<ApiError> parse_anthropic_messages(const std::string& body, ChatCo
   }
   if (j.contains("stream") && !j["stream"].is_null() && !j["stream"].is_boolean())
     return invalid_request("stream", "stream must be a boolean");
-  out->stream = j.value("stream", false);
+  out->stream = bool_field(j, "stream");
   if (auto e = check_number_field(j, "temperature", 0, 1)) return e;
   if (auto e = check_number_field(j, "top_p", 0, 1)) return e;
   if (auto e = check_number_field(j, "top_k", 0, 1e9)) return e;

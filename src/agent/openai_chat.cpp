@@ -135,6 +135,14 @@ ApiError invalid_request(std::string param, std::string message) {
 
 std::string json_text(const ojson& j) { return j.dump(-1, ' ', false, ojson::error_handler_t::replace); }
 
+std::string string_field(const ojson& o, const char* key) {
+  return o.is_object() && o.contains(key) && o[key].is_string() ? o[key].get<std::string>() : std::string();
+}
+
+bool bool_field(const ojson& o, const char* key) {
+  return o.is_object() && o.contains(key) && o[key].is_boolean() && o[key].get<bool>();
+}
+
 std::string canonical_arguments(const std::string& text) {
   const ojson v = ojson::parse(text, nullptr, /*allow_exceptions=*/false);
   return v.is_discarded() ? text : python_json_dumps(v);
@@ -235,23 +243,22 @@ std::optional<ApiError> parse_chat_completion(const std::string& body, ChatCompl
     if (!j["tools"].is_array()) return invalid_request("tools", "tools must be a list");
     for (size_t k = 0; k < j["tools"].size(); ++k) {
       const ojson& t = j["tools"][k];
-      if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") ||
+      if (!t.is_object() || string_field(t, "type") != "function" || !t.contains("function") ||
           !t["function"].is_object() || !t["function"].contains("name") || !t["function"]["name"].is_string())
         return invalid_request(fmt::format("tools[{}]", k), "a tool must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
       out->tools.push_back(python_json_dumps(t));
     }
   }
   if (auto e = check_type(j, "stream", &ojson::is_boolean, "a boolean")) return e;
-  out->stream = j.value("stream", false);
-  if (j.contains("stream_options") && j["stream_options"].is_object())
-    out->include_usage = j["stream_options"].value("include_usage", false);
+  out->stream = bool_field(j, "stream");
+  if (j.contains("stream_options")) out->include_usage = bool_field(j["stream_options"], "include_usage");
   if (auto e = check_number_field(j, "temperature", 0, 2)) return e;
   if (auto e = check_number_field(j, "top_p", 0, 1)) return e;
   if (auto e = check_number_field(j, "max_tokens", 1, 1e12)) return e;
   if (auto e = check_number_field(j, "max_completion_tokens", 1, 1e12)) return e;
   if (auto e = check_type(j, "seed", &ojson::is_number_integer, "an integer")) return e;
   if (auto e = check_type(j, "logprobs", &ojson::is_boolean, "a boolean")) return e;
-  out->logprobs = j.value("logprobs", false);
+  out->logprobs = bool_field(j, "logprobs");
   if (auto e = check_top_logprobs(j)) return e;
   if (j.contains("n") && !j["n"].is_null() && j["n"] != 1)
     return invalid_request("n", "n must be 1: an episode's turn is one sample (fan-out is the group's n_samples_per_prompt)");

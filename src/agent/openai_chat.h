@@ -63,6 +63,10 @@ std::string openai_error_body(const ApiError& e);
 // and a JSON value as the text a client receives (invalid UTF-8 as U+FFFD).
 std::optional<ApiError> check_number_field(const nlohmann::ordered_json& body, const char* key, double lo, double hi);
 std::string json_text(const nlohmann::ordered_json& value);
+// A request's field read without throwing: the string (else ""), the boolean (else false:
+// missing, null or another type; the type checks that answer 400 come first).
+std::string string_field(const nlohmann::ordered_json& object, const char* key);
+bool bool_field(const nlohmann::ordered_json& object, const char* key);
 // top_logprobs: only 0 is served (the engine records the sampled token's log-probability alone).
 std::optional<ApiError> check_top_logprobs(const nlohmann::ordered_json& body);
 // A tool call's arguments text (a JSON object) in json.dumps's form; not JSON: kept as written.

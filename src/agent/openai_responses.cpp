@@ -20,7 +20,7 @@ std::optional<ApiError> item_text(const ojson& c, const std::string& where, std:
   if (!c.is_array()) return invalid_request(where, fmt::format("content must be a string or a list of parts, not {}", c.type_name()));
   for (size_t k = 0; k < c.size(); ++k) {
     const ojson& p = c[k];
-    const std::string type = p.is_object() ? p.value("type", "") : "";
+    const std::string type = string_field(p, "type");
     if ((type == "input_text" || type == "output_text" || type == "text") && p.contains("text") && p["text"].is_string()) {
       *out += p["text"].get<std::string>();
       continue;
@@ -36,7 +36,7 @@ std::optional<ApiError> item_text(const ojson& c, const std::string& where, std:
 // they follow (the items of one answer: its message, then its calls).
 std::optional<ApiError> read_item(const ojson& it, const std::string& where, std::vector<AgentMessage>* out) {
   if (!it.is_object()) return invalid_request(where, "an input item must be an object");
-  const std::string type = it.value("type", it.contains("role") ? "message" : "");
+  const std::string type = it.contains("type") ? string_field(it, "type") : it.contains("role") ? "message" : "";
   if (type == "message") {
     if (!it.contains("role") || !it["role"].is_string())
       return invalid_request(where + ".role", "a message item needs a string role");
@@ -183,7 +183,7 @@ std::optional<ApiError> parse_responses_request(const std::string& body, Respons
     if (!j["tools"].is_array()) return invalid_request("tools", "tools must be a list");
     for (size_t k = 0; k < j["tools"].size(); ++k) {
       const ojson& t = j["tools"][k];
-      if (!t.is_object() || t.value("type", "") != "function" || !t.contains("name") || !t["name"].is_string())
+      if (string_field(t, "type") != "function" || !t.contains("name") || !t["name"].is_string())
         return invalid_request(fmt::format("tools[{}]", k), "a tool must be {\"type\": \"function\", \"name\": ...} "
                                                             "(function tools only: built-in tools are not served)");
       ojson function = {{"name", t["name"]}};
@@ -193,7 +193,7 @@ std::optional<ApiError> parse_responses_request(const std::string& body, Respons
     }
   }
   if (auto e = check_boolean(j, "stream")) return e;
-  chat.stream = j.value("stream", false);
+  chat.stream = bool_field(j, "stream");
   if (auto e = check_number_field(j, "temperature", 0, 2)) return e;
   if (auto e = check_number_field(j, "top_p", 0, 1)) return e;
   if (auto e = check_number_field(j, "max_output_tokens", 1, 1e12)) return e;

@@ -511,6 +511,7 @@ HttpReply AgentEnvironment::converse(const HttpRequest& request, int api_index) 
   if (s->answer) {
     const AssistantTurn turn = std::move(*s->answer);
     s->answer.reset();
+    s->last_response_id.clear();  // (a previous_response_id names the latest answer only, in any API)
     if (api == Api::AnthropicMessages) {
       const std::string id = fmt::format("msg_{}_{}", s->id, s->turns);
       if (stream) return {200, "text/event-stream", anthropic_message_events(turn, id, cfg_.agent_model)};

@@ -107,13 +107,14 @@ void CommandEnvironment::restart(Process& p, const std::string& why, bool suspec
               why, p.restarts, cfg_.max_restarts);
   std::vector<std::string> back;
   for (const std::string& episode : p.episodes) {
-    const bool waiting = p.waiting.count(episode) > 0;
-    if (can_bring_back(episode, waiting, suspects && waiting))
+    const bool outstanding = p.waiting.count(episode) > 0;  // (a request of the runner's, or slimpi's restore)
+    if (can_bring_back(episode, outstanding, suspects && outstanding))
       back.push_back(episode);
-    else if (waiting)
+    else if (outstanding && runner_waits(episode))
       fail(episode, fmt::format("{} {}", describe(p), why));
     else
-      lost_.insert(episode);
+      lost_[episode] = fmt::format("its environment process was restarted while the model took its turn ({} {}): the "
+                                   "episode's state died with it", describe(p), why);
   }
   for (const std::string& episode : p.episodes) owner_.erase(episode);
   p.waiting.clear();
@@ -129,12 +130,28 @@ void CommandEnvironment::restart(Process& p, const std::string& why, bool suspec
               "first observation, reset again), their requests in flight sent again", back.size());
 }
 
+bool CommandEnvironment::runner_waits(const std::string& episode) const {
+  auto it = recovery_.find(episode);
+  if (it == recovery_.end()) return true;
+  const Recovery& r = it->second;
+  return !r.own_restore || !r.in_flight.empty() || r.runner_awaits_restored;
+}
+
+void CommandEnvironment::episode_failed(const std::string& episode, const std::string& why) {
+  const bool waits = runner_waits(episode);
+  if (auto it = recovery_.find(episode); it != recovery_.end()) it->second.own_restore = false;  // nothing outstanding now
+  if (waits)
+    fail(episode, why);
+  else
+    lost_[episode] = why;
+}
+
 bool CommandEnvironment::can_bring_back(const std::string& episode, bool waiting, bool suspect) {
   auto it = recovery_.find(episode);
   if (it == recovery_.end() || suspect) return false;
   Recovery& r = it->second;
   if (waiting && ++r.deaths_waiting > 1) return false;  // waiting at two deaths: perhaps their cause
-  // A snapshot to restore, or no observation yet (its reset, or the runner's restore, in flight).
+  // A snapshot to restore (the runner's restore has one), or its reset in flight (no observation yet).
   return !r.snapshot.empty() || (r.steps == 0 && !r.in_flight.empty());
 }
 
@@ -152,9 +169,28 @@ bool CommandEnvironment::track_reply(Process& p, const EnvReply& reply) {
   auto it = recovery_.find(reply.episode);
   if (it == recovery_.end()) return true;
   Recovery& r = it->second;
-  if (reply.restored) {
-    if (std::exchange(r.own_restore, false) && !r.in_flight.empty()) send(p, reply.episode, r.in_flight, true);
-    return std::exchange(r.runner_awaits_restored, false);
+  if (r.own_restore) {  // the answer to slimpi's restore
+    const bool runner_waits_too = r.runner_awaits_restored;
+    r.own_restore = r.runner_awaits_restored = false;
+    if (reply.restored) {
+      if (!r.in_flight.empty()) send(p, reply.episode, r.in_flight, true);
+      return runner_waits_too;  // the runner's own restore was answered too
+    }
+    const std::string why = fmt::format("{} answered the restore that was to bring the episode back after its "
+                                        "process died with {}", describe(p),
+                                        reply.error != EnvError::None ? "an error: " + reply.message
+                                                                      : std::string("an observation"));
+    const bool runner_waiting = !r.in_flight.empty() || runner_waits_too;
+    r.in_flight.clear();
+    if (runner_waiting)
+      fail(reply.episode, why);
+    else
+      lost_[reply.episode] = why;
+    return false;
+  }
+  if (reply.restored) {  // the runner's restore answered, or a restored reply it did not ask for (it fails it)
+    r.runner_awaits_restored = false;
+    return true;
   }
   r.in_flight.clear();
   if (!reply.snapshot.empty()) {
@@ -249,10 +285,9 @@ int64_t CommandEnvironment::capacity() const {
 }
 
 void CommandEnvironment::step(const EpisodeAction& action) {
-  if (lost_.count(action.episode)) {
-    lost_.erase(action.episode);
-    fail(action.episode, "its environment process was restarted while the model took its turn (the episode's state "
-                         "died with it)");
+  if (auto lost = lost_.find(action.episode); lost != lost_.end()) {
+    fail(action.episode, lost->second);
+    lost_.erase(lost);
     return;
   }
   auto it = owner_.find(action.episode);
@@ -317,7 +352,7 @@ std::vector<EnvReply> CommandEnvironment::poll(double wait_s) {
         continue;
       }
       if (parsed == ReplyParse::BadReply) {
-        fail(reply.episode, fmt::format("{} answered \"{}\": {}", describe(p), printable_excerpt(line, 120), why));
+        episode_failed(reply.episode, fmt::format("{} answered \"{}\": {}", describe(p), printable_excerpt(line, 120), why));
         continue;
       }
       if (track_reply(p, reply)) ready_.push_back(std::move(reply));
@@ -343,7 +378,8 @@ std::vector<EnvReply> CommandEnvironment::poll(double wait_s) {
       } else {
         for (const std::string& episode : late) {
           p.waiting.erase(episode);
-          fail(episode, fmt::format("{} gave no reply within rollout.env_timeout_s = {} s", describe(p), cfg_.timeout_s));
+          episode_failed(episode, fmt::format("{} gave no reply within rollout.env_timeout_s = {} s", describe(p),
+                                              cfg_.timeout_s));
         }
       }
     }

@@ -91,7 +91,13 @@ class CommandEnvironment : public Environment {
     bool own_restore = false;     // a restore slimpi sent to bring it back: its reply is slimpi's
     bool runner_awaits_restored = false;  // restore() was called: the runner waits for the restored reply
   };
-  // Whether `episode` comes back after its process died (waiting: it waited for a reply).
+  // Whether the runner waits for a reply of `episode`: not while slimpi's own restore of an
+  // episode whose model is taking its turn is outstanding (that reply is slimpi's).
+  bool runner_waits(const std::string& episode) const;
+  // A request of `episode` failed or its process died under it: the runner hears now when
+  // it waits for a reply, else at the episode's next step (lost_).
+  void episode_failed(const std::string& episode, const std::string& why);
+  // Whether `episode` comes back after its process died (waiting: a reply was outstanding).
   bool can_bring_back(const std::string& episode, bool waiting, bool suspect);
   void bring_back(const std::string& episode);
   // A reply of an episode with a Recovery: kept up to date; false when the reply is
@@ -110,7 +116,9 @@ class CommandEnvironment : public Environment {
   EnvInfo info_;
   std::vector<Process> procs_;
   std::map<std::string, int> owner_;    // open episode -> process index
-  std::set<std::string> lost_;          // open episodes whose process restarted under them
+  // Open episodes whose state died while their model took its turn (their process
+  // restarted, or slimpi's restore of them failed) -> why: their next step fails.
+  std::map<std::string, std::string> lost_;
   std::map<std::string, Recovery> recovery_;  // open episodes, when info_.snapshots
   std::vector<EnvReply> ready_;
   int64_t restarts_ = 0;

@@ -57,6 +57,9 @@ TEST(OpenAiChat, RequestsCheckedFieldByField) {
   EXPECT_EQ(param_of(R"({"model": "m", "tools": [{"type": "function"}], )" + user + "}"), "tools[0]");
   EXPECT_EQ(param_of(R"({"model": "m", "messages": [{"role": "user", "content": "x", "tool_calls": []}]})"),
             "messages[0].tool_calls");
+  // null where a boolean or an object goes: as if absent (not a 500)
+  EXPECT_EQ(status_of(R"({"model": "m", "stream": null, "logprobs": null, "stream_options": null, )" + user + "}"), 200);
+  EXPECT_EQ(param_of(R"({"model": "m", "tools": [{"type": 5}], )" + user + "}"), "tools[0]");
 
   ChatCompletionRequest r;  // text parts joined, developer read as system, the echoed tool call kept
   ASSERT_FALSE(parse_chat_completion(R"({"model": "m", "stream": true, "stream_options": {"include_usage": true},
@@ -193,6 +196,8 @@ TEST(OpenAiResponses, InputItemsReadAsTheConversation) {
   EXPECT_EQ(responses_param(R"({"model": "m", "input": "x", "background": true})"), "background");
   EXPECT_EQ(responses_param(R"({"model": "m", "input": "x", "temperature": 3})"), "temperature");
   EXPECT_EQ(responses_param(R"({"model": "m", "input": "x", "top_logprobs": 2})"), "top_logprobs");
+  EXPECT_EQ(responses_param(R"({"model": "m", "input": [{"type": 5}]})"), "input[0].type");
+  EXPECT_EQ(responses_param(R"({"model": "m", "input": "x", "stream": null, "tools": [{"type": null}]})"), "tools[0]");
 }
 
 TEST(OpenAiResponses, TurnsWrittenAsOutputItemsAndEvents) {

@@ -2,7 +2,8 @@
 docs/agents.md): sol.py tested case by case in a child process under limits (a wrong value,
 an exception, a syntax error, a missing file, a busy loop killed at its CPU limit with nothing
 left running, no network where unshare allows a namespace), file names kept inside the
-sandbox, and the tools' outputs byte for byte as `slimpi make-data coding` writes them into
+sandbox, the expected values never in the child (a forged result line gains nothing; as
+nobody, it cannot read the agent's environment), and the tools' outputs byte for byte as `slimpi make-data coding` writes them into
 its supervised traces (each record's tool calls replayed through the agent's tools).
 Usage: test_coding_agent.py SLIMPI (run with the openai venv's python)"""
 import json
@@ -11,7 +12,9 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
+from pathlib import Path
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 sys.path.insert(0, os.path.join(ROOT, "inputs", "agents"))
@@ -42,14 +45,33 @@ class SandboxTest(unittest.TestCase):
             self.assertEqual(r["passed"], 0)
 
     def test_a_busy_loop_is_killed_at_its_cpu_limit_with_its_children(self):
-        with Sandbox() as sb:  # a child left sleeping, the solution spinning
-            sb.write("sol.py", "import os, time\nif os.fork() == 0:\n  open('child', 'w').write(str(os.getpid()))\n"
+        with Sandbox() as sb, tempfile.TemporaryDirectory() as d:  # a child left sleeping, the solution spinning
+            os.chmod(d, 0o777)  # (the child may run as nobody)
+            marker = os.path.join(d, "child")
+            sb.write("sol.py", f"import os, time\nif os.fork() == 0:\n  open({marker!r}, 'w').write(str(os.getpid()))\n"
                                "  time.sleep(60)\nwhile True:\n  pass\n")
             r = sb.run_cases([[0, 0]])
             self.assertIn(r["error"], ("killed: CPU limit", "timed out after 5 s"))
-            child = int(sb.read("child"))
-            self.assertFalse(os.path.exists(f"/proc/{child}") and open(f"/proc/{child}/stat").read().split()[2] != "Z",
-                             "the solution's child outlived its run")
+            with open(marker) as fh:
+                child = int(fh.read())
+            for _ in range(50):  # reaped by now, or a zombie: not running
+                alive = os.path.exists(f"/proc/{child}") and Path(f"/proc/{child}/stat").read_text().split()[2] != "Z"
+                if not alive:
+                    break
+                time.sleep(0.05)
+            self.assertFalse(alive, "the solution's child outlived its run")
+
+    def test_the_child_never_sees_the_expected_values(self):
+        """A solution that forges the harness's result line gains nothing; as nobody (as root) it
+        cannot read the agent's environment (which holds the hidden cases) either."""
+        with Sandbox() as sb:
+            sb.write("sol.py", "import sys, json\nsys.__stdout__.write(json.dumps({'values': [[True, 0, '0']], "
+                               "'error': ''}) + '\\n')\nsys.__stdout__.flush()\nimport os\nos._exit(0)\n")
+            self.assertEqual(sb.run_cases([[0, 7]])["passed"], 0)
+            if "nobody" in sb.isolation:
+                sb.write("sol.py", f"def f(x):\n  return open('/proc/{os.getpid()}/environ').read()[:5]\n")
+                r = sb.run_cases([[0, "x"]])
+                self.assertIn("PermissionError", r["first_failure"])
 
     def test_no_network_where_a_namespace_is_allowed(self):
         with Sandbox() as sb:
