@@ -349,10 +349,10 @@ EpisodeAction EpisodeRunner::make_action(const Episode& e, const std::vector<int
   a.text = tokenizer_.decode(on_stop_token ? std::vector<int64_t>(new_tokens.begin(), new_tokens.end() - 1) : new_tokens);
   a.token_ids = new_tokens;
   const size_t n_text = new_tokens.size() - (on_stop_token ? 1 : 0);
-  const auto& log_probs = e.sample.rollout_log_probs;  // (the response's; this turn's are its last)
-  SLIMPI_CHECK(log_probs.size() >= new_tokens.size(), "episodes: {}: a turn of {} tokens with {} log-probs", e.id,
-               new_tokens.size(), log_probs.size());
-  const size_t first = log_probs.size() - new_tokens.size();
+  const auto& log_probs = e.sample.rollout_log_probs;  // (the response's; this turn's from its start, e.turn_start)
+  const size_t first = size_t(e.turn_start);
+  SLIMPI_CHECK(first + new_tokens.size() <= log_probs.size(), "episodes: {}: a turn of {} tokens at response token {} "
+               "of {} log-probs", e.id, new_tokens.size(), first, log_probs.size());
   for (size_t k = 0; k < n_text; ++k) {
     a.token_texts.push_back(tokenizer_.decode({new_tokens[k]}));
     a.log_probs.push_back(log_probs[first + k]);
