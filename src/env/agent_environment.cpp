@@ -40,6 +40,22 @@ Clock::duration seconds(double s) {
 // The APIs a session is served in: the request's form, its answer's and its errors'.
 enum class Api { OpenAiChat, OpenAiResponses, AnthropicMessages };
 
+// The routes of a model turn, one per API: its path under /v1, what its requests are
+// called, and where its client takes the session's base URL from.
+struct TurnRoute {
+  const char* route;
+  Api api;
+  const char* what;
+  const char* base_url;
+};
+constexpr TurnRoute kTurnRoutes[] = {
+    {"chat/completions", Api::OpenAiChat, "chat completions",
+     "OPENAI_BASE_URL as the agent was started with: .../s/<session>/v1"},
+    {"responses", Api::OpenAiResponses, "responses", "OPENAI_BASE_URL as the agent was started with: .../s/<session>/v1"},
+    {"messages", Api::AnthropicMessages, "messages",
+     "ANTHROPIC_BASE_URL as the agent was started with: .../s/<session>"},
+};
+
 HttpReply error_reply(const ApiError& e, Api api = Api::OpenAiChat) {
   return {e.status, "application/json", api_error_body(e, api == Api::AnthropicMessages)};
 }
@@ -413,32 +429,15 @@ EnvReply AgentEnvironment::exit_reply(Session& s) {
 }
 
 HttpReply AgentEnvironment::serve(const HttpRequest& request) {
-  if (request.route == "chat/completions") {
+  for (const TurnRoute& t : kTurnRoutes) {
+    if (request.route != t.route) continue;
     if (request.method != "POST")
-      return error_reply(405, "invalid_request_error", "method_not_allowed", "use POST /v1/chat/completions");
+      return error_reply(405, "invalid_request_error", "method_not_allowed", fmt::format("use POST /v1/{}", t.route), "",
+                         t.api);
     if (request.session.empty())
       return error_reply(404, "not_found_error", "session_required",
-                         "chat completions are served under a session's base URL (OPENAI_BASE_URL as the agent was "
-                         "started with: .../s/<session>/v1)");
-    return converse(request, int(Api::OpenAiChat));
-  }
-  if (request.route == "responses") {
-    if (request.method != "POST")
-      return error_reply(405, "invalid_request_error", "method_not_allowed", "use POST /v1/responses");
-    if (request.session.empty())
-      return error_reply(404, "not_found_error", "session_required",
-                         "responses are served under a session's base URL (OPENAI_BASE_URL as the agent was "
-                         "started with: .../s/<session>/v1)");
-    return converse(request, int(Api::OpenAiResponses));
-  }
-  if (request.route == "messages") {
-    if (request.method != "POST")
-      return error_reply(405, "invalid_request_error", "", "use POST /v1/messages", "", Api::AnthropicMessages);
-    if (request.session.empty())
-      return error_reply(404, "not_found_error", "",
-                         "messages are served under a session's base URL (ANTHROPIC_BASE_URL as the agent was started "
-                         "with: .../s/<session>)", "", Api::AnthropicMessages);
-    return converse(request, int(Api::AnthropicMessages));
+                         fmt::format("{} are served under a session's base URL ({})", t.what, t.base_url), "", t.api);
+    return converse(request, int(t.api));
   }
   if (request.route == "slimpi/reward" && request.method == "POST") return post_reward(request);
   if (request.route == "models" || request.route == "models/" + cfg_.agent_model) {

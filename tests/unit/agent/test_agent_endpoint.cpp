@@ -300,6 +300,21 @@ struct EndpointFixture : ::testing::Test {
     ADD_FAILURE() << "the probe logged no '" << check << "' within 120 s";
     return json::object();
   }
+  // The model's first turn, a calc tool call; the reply: the agent's next request, whose one
+  // new message is the tool's result `content`, extending the history.
+  static EnvReply answered_with_a_tool_call(AgentEnvironment& env, const std::string& preface,
+                                            const std::string& content) {
+    env.step(turn(1, preface + "<tool_call>\n{\"name\": \"calc\", \"arguments\": {\"expr\": \"2*3\"}}\n</tool_call>"));
+    EnvReply r = next_reply(env);
+    EXPECT_FALSE(r.failed) << r.message;
+    EXPECT_FALSE(r.new_context);
+    EXPECT_EQ(r.messages.size(), 1u);
+    if (!r.messages.empty()) {
+      EXPECT_EQ(r.messages[0].role, "tool");
+      EXPECT_EQ(r.messages[0].content, content);
+    }
+    return r;
+  }
   static EpisodeAction turn(int64_t n, const std::string& text) {
     EpisodeAction a;
     a.episode = "0/0/0";
@@ -334,13 +349,7 @@ TEST_F(EndpointFixture, ServesTheOpenAIClient) {
   EXPECT_EQ(e["models"], json::parse("[\"slimpi-policy\"]"));
   EXPECT_EQ(logged("busy")["statuses"], json::parse("[0, 429]"));  // one waits for the runner, one refused
 
-  env.step(turn(1, "Let me compute.<tool_call>\n{\"name\": \"calc\", \"arguments\": {\"expr\": \"2*3\"}}\n</tool_call>"));
-  r = next_reply(env);  // the tool's result, after the call sent back as the client returned it
-  ASSERT_FALSE(r.failed) << r.message;
-  EXPECT_FALSE(r.new_context);
-  ASSERT_EQ(r.messages.size(), 1u);
-  EXPECT_EQ(r.messages[0].role, "tool");
-  EXPECT_EQ(r.messages[0].content, "2");
+  r = answered_with_a_tool_call(env, "Let me compute.", "2");  // after the call sent back as the client returned it
   EXPECT_EQ(r.conversation.size(), 4u);
   const json call = logged("tool_call");
   EXPECT_EQ(call["content"], "Let me compute.");
@@ -374,13 +383,7 @@ TEST_F(EndpointFixture, ServesTheAnthropicClient) {
   EXPECT_EQ(e["no_max_tokens"], json::parse(R"([400, "invalid_request_error"])"));
   EXPECT_EQ(e["image"], json::parse(R"([400, "invalid_request_error"])"));
 
-  env.step(turn(1, "Sure.<tool_call>\n{\"name\": \"calc\", \"arguments\": {\"expr\": \"2*3\"}}\n</tool_call>"));
-  r = next_reply(env);  // the tool_result block, after the answer's blocks sent back
-  ASSERT_FALSE(r.failed) << r.message;
-  EXPECT_FALSE(r.new_context);
-  ASSERT_EQ(r.messages.size(), 1u);
-  EXPECT_EQ(r.messages[0].role, "tool");
-  EXPECT_EQ(r.messages[0].content, "6");
+  answered_with_a_tool_call(env, "Sure.", "6");  // the tool_result block, after the answer's blocks sent back
   const json first = logged("first");
   EXPECT_EQ(first["blocks"], json::parse(R"([{"type": "text", "text": "Sure."},
       {"type": "tool_use", "id": "toolu_1_0", "name": "calc", "input": {"expr": "2*3"}}])"));
@@ -413,13 +416,7 @@ TEST_F(EndpointFixture, ServesTheOpenAIResponsesClient) {
   EXPECT_EQ(e["background"], json::parse(R"([400, "background"])"));
   EXPECT_EQ(e["unknown_previous"], json::parse(R"([400, "previous_response_id"])"));
 
-  env.step(turn(1, "Sure.<tool_call>\n{\"name\": \"calc\", \"arguments\": {\"expr\": \"2*3\"}}\n</tool_call>"));
-  r = next_reply(env);
-  ASSERT_FALSE(r.failed) << r.message;
-  EXPECT_FALSE(r.new_context);
-  ASSERT_EQ(r.messages.size(), 1u);
-  EXPECT_EQ(r.messages[0].role, "tool");
-  EXPECT_EQ(r.messages[0].content, "6");
+  answered_with_a_tool_call(env, "Sure.", "6");  // the function_call_output after previous_response_id
   const json first = logged("first");
   EXPECT_EQ(first["types"], json::parse(R"(["message", "function_call"])"));
   EXPECT_EQ(first["text"], "Sure.");
