@@ -114,9 +114,16 @@ struct AgentEnvironment::Session {
   bool runner_waits = false;          // reset() or step() sent: the runner waits for a reply
   Clock::time_point deadline;         // for the agent's next request, while the runner waits
   int64_t turns = 0;                  // model turns answered
-  std::vector<AgentMessage> history;  // the last request's messages and the turn that answered it
-  std::vector<std::string> tools;     // the last request's tools
-  bool history_instructions = false;  // history[0] is a Responses request's `instructions`
+  // A conversation of the session (docs/agents.md, "Threads"): a request that extends one
+  // continues it; one that extends none begins another (an edited history, a sub-agent).
+  struct Thread {
+    std::vector<AgentMessage> history;  // its last request's messages and the turn that answered it
+    std::vector<std::string> tools;     // its last request's tools
+    bool instructions = false;          // history[0] is a Responses request's `instructions`
+    int64_t context = 0;                // the episode's context its last turn was taken in (EpisodeAction::context)
+  };
+  std::vector<Thread> threads;  // in the order they began
+  size_t current = 0;           // the thread of the latest request
   std::string last_response_id;       // the latest answer's, when it was a Responses request
   std::optional<ChatCompletionRequest> incoming;  // arrived, not yet given to the runner
   bool incoming_instructions = false;             // its first message is a Responses request's instructions
@@ -137,6 +144,7 @@ AgentEnvironment::AgentEnvironment(const EnvConfig& cfg) : cfg_(cfg) {
   info_.protocol_version = 1;
   info_.name = "agent";
   info_.max_concurrent_episodes = cfg_.agent_max_sessions;
+  info_.token_details = true;  // (an agent's logprobs)
   server_ = std::make_unique<HttpServer>(cfg_.agent_host, int(cfg_.agent_port), token_, cfg_.agent_max_request_bytes,
                                          int(cfg_.agent_max_sessions) + 8,
                                          [this](const HttpRequest& r) { return serve(r); });
@@ -225,7 +233,9 @@ void AgentEnvironment::step(const EpisodeAction& action) {
                                        action.context_tokens, int64_t(action.token_ids.size()), &action.token_texts,
                                        &action.log_probs},
                                       cfg_.chat.chat_template);
-  s.history.push_back(as_message(turn));
+  Session::Thread& thread = s.threads.at(s.current);
+  thread.history.push_back(as_message(turn));
+  thread.context = action.context;
   ++s.turns;
   s.answer = std::move(turn);
   s.runner_waits = true;
@@ -363,23 +373,43 @@ std::optional<EnvReply> AgentEnvironment::observation(Session& s) {
     s.answered.notify_all();  // (the deadline stands: an agent that keeps sending bad requests times out)
     return std::nullopt;
   }
-  const size_t h = s.history.size();
-  bool extends = s.turns > 0 && req.messages.size() > h && req.tools == s.tools;
-  for (size_t i = 0; extends && i < h; ++i) extends = req.messages[i].same_as(s.history[i]);
-  for (size_t i = h; extends && i < req.messages.size(); ++i) extends = req.messages[i].role != "assistant";
+  // The thread the request continues: of those whose history it extends with messages
+  // that are not the assistant's, the longest (the latest request's thread on a tie).
+  auto extends = [&](const Session::Thread& t) {
+    const size_t h = t.history.size();
+    bool yes = h > 0 && req.messages.size() > h && req.tools == t.tools;
+    for (size_t i = 0; yes && i < h; ++i) yes = req.messages[i].same_as(t.history[i]);
+    for (size_t i = h; yes && i < req.messages.size(); ++i) yes = req.messages[i].role != "assistant";
+    return yes;
+  };
+  std::optional<size_t> thread;
+  if (s.turns > 0 && extends(s.threads[s.current])) thread = s.current;
+  for (size_t k = 0; s.turns > 0 && k < s.threads.size(); ++k)
+    if (extends(s.threads[k]) && (!thread || s.threads[k].history.size() > s.threads[*thread].history.size()))
+      thread = k;
   if (s.turns == 0) {
     r.messages = std::move(whole);  // the reset's context
-  } else if (extends) {
-    const size_t n = req.messages.size() - h;  // the new messages: the last n of the rendered conversation
+    s.threads.assign(1, {});
+    s.current = 0;
+  } else if (thread) {
+    const size_t n = req.messages.size() - s.threads[*thread].history.size();  // the new messages: the last n rendered
     r.messages.assign(whole.end() - std::ptrdiff_t(n), whole.end());
     r.conversation = std::move(whole);
-  } else {  // an edited history: the whole conversation as a new context
+    if (*thread != s.current) {  // back to a thread left for another: its context continued in a new one
+      r.new_context = true;
+      r.resume_context = s.threads[*thread].context;
+      s.current = *thread;
+    }
+  } else {  // an edited history, or another agent's: the whole conversation as a new context
     r.new_context = true;
     r.messages = std::move(whole);
+    s.threads.emplace_back();
+    s.current = s.threads.size() - 1;
   }
-  s.history = std::move(req.messages);
-  s.history_instructions = s.incoming_instructions;
-  s.tools = std::move(req.tools);
+  Session::Thread& t = s.threads[s.current];
+  t.history = std::move(req.messages);
+  t.instructions = s.incoming_instructions;
+  t.tools = std::move(req.tools);
   return r;
 }
 
@@ -490,9 +520,10 @@ HttpReply AgentEnvironment::converse(const HttpRequest& request, int api_index) 
                                s->last_response_id.empty() ? "" : " ('" + s->last_response_id + "')"),
                    "previous_response_id");
     // OpenAI does not carry the earlier request's instructions over; this request's come first.
-    const ptrdiff_t own = responses.has_instructions ? 1 : 0, stored = s->history_instructions ? 1 : 0;
+    const Session::Thread& latest = s->threads.at(s->current);
+    const ptrdiff_t own = responses.has_instructions ? 1 : 0, stored = latest.instructions ? 1 : 0;
     std::vector<AgentMessage> whole(req.messages.begin(), req.messages.begin() + own);
-    whole.insert(whole.end(), s->history.begin() + stored, s->history.end());
+    whole.insert(whole.end(), latest.history.begin() + stored, latest.history.end());
     whole.insert(whole.end(), req.messages.begin() + own, req.messages.end());
     req.messages = std::move(whole);
   }

@@ -15,9 +15,12 @@
 // messages rendered with the chat template), the runner's model turn is the answer to
 // that request, and the agent's next request is the step's observation: the messages
 // after the history it repeats (token-in/token-out: the turn's tokens are the ones
-// sampled; only the new messages are rendered, as the template's delta). A request whose
-// messages do not start with the session's history (the agent edited or compacted it)
-// opens a new context with its whole conversation. The agent's exit ends the episode:
+// sampled; only the new messages are rendered, as the template's delta). A session keeps
+// each conversation it has had as a thread: a request continues the thread whose history
+// it extends (the longest), resuming that thread's context in a new one when another
+// thread came between (a parent after its sub-agent: EnvReply::resume_context); a request
+// that extends none (an edited or compacted history, a sub-agent's first) opens a new
+// context with its whole conversation. The agent's exit ends the episode:
 // its reward is the last stdout line {"reward": x} or, failing that, the last POST to
 // /v1/slimpi/reward; an exit without a reward, a non-zero exit, or no request within
 // rollout.env_timeout_s fails that episode alone (status env_failed, infra).

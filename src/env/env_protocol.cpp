@@ -67,6 +67,10 @@ std::string read_observation(const json& j, int64_t vocab_size, EnvReply* r) {
     } else if (key == "done" || key == "truncated" || key == "new_context") {
       if (!v.is_boolean()) return fmt::format("\"{}\" is not true or false", key);
       (key == "done" ? r->done : key == "truncated" ? r->truncated : r->new_context) = v.get<bool>();
+    } else if (key == "resume_context") {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0)
+        return fmt::format("\"resume_context\" is {}, not a context's number (0, 1, ...)", dump(v));
+      r->resume_context = v.get<int64_t>();
     } else if (key == "error") {
       if (v.is_null()) continue;
       if (!v.is_object() || !v.contains("class") || !v["class"].is_string())
@@ -89,6 +93,7 @@ std::string read_observation(const json& j, int64_t vocab_size, EnvReply* r) {
       return fmt::format("unknown key \"{}\"", key);
     }
   }
+  if (r->resume_context >= 0 && !r->new_context) return "\"resume_context\" without \"new_context\": true";
   return "";
 }
 
@@ -163,6 +168,7 @@ std::string encode_step(const EpisodeAction& a) {
   return dump({{"type", "step"},
                {"episode", a.episode},
                {"turn", a.turn},
+               {"context", a.context},
                {"action", {{"text", a.text}, {"token_ids", a.token_ids}, {"tool_calls", calls}, {"finish_reason", a.finish_reason}}}});
 }
 

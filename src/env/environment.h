@@ -48,6 +48,9 @@ struct EnvInfo {
   // Every observation carries the episode's state ("snapshot"), and restore() brings an
   // episode back from one: episodes in flight at a checkpoint resume without a replay.
   bool snapshots = false;
+  // The actions carry each sampled token's text and log-prob (token_texts, log_probs: an
+  // agent's logprobs); without it the runner leaves them empty.
+  bool token_details = false;
 };
 // "'calc' (protocol 1, 4 concurrent episodes a process, deterministic, no snapshots)":
 // what the job log says of an environment once it has said hello.
@@ -70,6 +73,7 @@ struct EpisodeAction {
   std::vector<ToolCall> tool_calls;
   std::string finish_reason;  // "stop" (a stop token or string), "length" (the turn's token limit)
   int64_t context_tokens = 0;  // tokens of the sequence the turn continued (its latest context's)
+  int64_t context = 0;         // the context it was taken in: 0 the reset's, k the k-th opened since
   // The tokens behind `text` (token_ids without the stop token), each alone: its bytes and
   // its log-probability under the rollout's sampling (the sample's rollout_log_probs).
   std::vector<std::string> token_texts;
@@ -87,6 +91,11 @@ struct EnvReply {
   // The observation opens a new context: the model sees it alone from here on (the
   // environment managing the context: a summary, a sub-agent's task), not appended.
   bool new_context = false;
+  // With new_context: the new context continues an earlier one (a thread the episode left
+  // for another, such as a parent agent after its sub-agent): it opens with that context's
+  // tokens as they are, then `messages` as the chat template's delta after its last turn.
+  // The finished sample keeps the two as one context (rollout/context_threads.h). -1: none.
+  int64_t resume_context = -1;
   // The whole conversation the observation ends, when the environment has it (an agent's
   // request): should the chat template not continue the stream with `messages` (it
   // rewrites the history), the episode opens a new context with it instead of ending the job.

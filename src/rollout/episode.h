@@ -47,6 +47,14 @@ struct EpisodeRunner::Episode {
   std::string env_snapshot;  // the environment's state after the last reply (info().snapshots)
   // A resumed episode restored from its snapshot: the checkpointed item, until restored.
   std::optional<WorkItem> restoring;
+  // Threads (EnvReply::resume_context), per context as EpisodeAction::context numbers them:
+  // the chat transcript where the episode left it for a later context ("" while it is the
+  // latest), and the context it continues (-1: none). An observation that resumes context
+  // `resuming` carries its transcript to append_observation in `resumed_transcript`.
+  std::vector<std::string> left_transcripts;
+  std::vector<int64_t> continued_from;
+  int64_t resuming = -1;
+  std::unique_ptr<ChatTranscript> resumed_transcript;
 };
 
 // "<stream>/<group>/<sample>": unique for the run.

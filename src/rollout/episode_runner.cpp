@@ -10,6 +10,7 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "kernels/counter_rng.h"
+#include "rollout/context_threads.h"
 #include "tokenizer/chat_transcript.h"
 
 namespace slimpi {
@@ -282,6 +283,7 @@ void EpisodeRunner::on_ending(Episode& e, const EnvReply& reply) {
 bool EpisodeRunner::observation_tokens(Episode& e, const EnvReply& reply, std::vector<int64_t>* out,
                                        bool* new_context) {
   *new_context = reply.new_context;
+  if (reply.new_context && reply.resume_context >= 0) return resumed_context_tokens(e, reply, out);
   if (reply.new_context) {  // the model sees this alone from here on: rendered as a conversation of its own
     *out = context_tokens(reply);
     if (!out->empty()) return true;
@@ -293,19 +295,62 @@ bool EpisodeRunner::observation_tokens(Episode& e, const EnvReply& reply, std::v
   const std::string delta = e.transcript->add_observation(reply.messages, &why);
   if (!why.empty() && !reply.conversation.empty()) {  // the whole conversation, as a context of its own
     // (the transcript, which took the messages before it refused, is replaced by append_observation)
-    static bool said = false;
-    if (!std::exchange(said, true))
-      log::warn("episode {}: {}; its conversation opens a new context instead (the whole conversation rendered "
-                "again: every such turn does). Said once", e.id, why);
-    EnvReply whole;
-    whole.messages = reply.conversation;
-    *out = context_tokens(whole);
+    *out = whole_conversation(e, reply, why);
     *new_context = true;
     return true;
   }
   if (!why.empty()) SLIMPI_FAIL("episode {}: {}", e.id, why);
   if (!delta.empty()) *out = tokenizer_.encode_text(delta);
   out->insert(out->end(), reply.token_ids.begin(), reply.token_ids.end());
+  return true;
+}
+
+std::vector<int64_t> EpisodeRunner::whole_conversation(const Episode& e, const EnvReply& reply,
+                                                      const std::string& why) const {
+  static bool said = false;
+  if (!std::exchange(said, true))
+    log::warn("episode {}: {}; its conversation opens a new context instead (the whole conversation rendered "
+              "again: every such turn does). Said once", e.id, why);
+  EnvReply whole;
+  whole.messages = reply.conversation;
+  return context_tokens(whole);
+}
+
+bool EpisodeRunner::resumed_context_tokens(Episode& e, const EnvReply& reply, std::vector<int64_t>* out) {
+  const int64_t k = reply.resume_context, latest = int64_t(e.sample.context_starts.size());
+  const bool held = k < latest && k < int64_t(e.left_transcripts.size()) && !e.left_transcripts[size_t(k)].empty();
+  if (!held) {
+    finish(e, SampleStatus::EnvFailed, EnvError::Infra,
+           k >= latest ? fmt::format("its environment resumed context {} after turn {}, but the episode has left {} "
+                                     "(context {}, the latest, continues without a new context)", k, e.sample.env_turns,
+                                     latest == 0 ? std::string("no context") : fmt::format("contexts 0 to {} only", latest - 1),
+                                     latest)
+                       : fmt::format("its environment resumed context {} after turn {}, whose chat transcript this "
+                                     "runner does not hold (an episode restored from a snapshot keeps only its latest "
+                                     "context's)", k, e.sample.env_turns));
+    return false;
+  }
+  auto transcript = std::make_unique<ChatTranscript>(ChatTranscript::load(settings_.chat, e.left_transcripts[size_t(k)]));
+  std::string why;
+  const std::string delta = transcript->add_observation(reply.messages, &why);
+  if (!why.empty() && !reply.conversation.empty()) {  // as an edited history: a context of its own
+    *out = whole_conversation(e, reply, why);
+    return true;
+  }
+  if (!why.empty()) {
+    finish(e, SampleStatus::EnvFailed, EnvError::Infra,
+           fmt::format("its environment resumed context {} after turn {} with messages the chat template does not "
+                       "continue that context with: {}", k, e.sample.env_turns, why));
+    return false;
+  }
+  *out = context_of(e.sample, k);
+  if (!delta.empty()) {
+    const std::vector<int64_t> ids = tokenizer_.encode_text(delta);
+    out->insert(out->end(), ids.begin(), ids.end());
+  }
+  out->insert(out->end(), reply.token_ids.begin(), reply.token_ids.end());
+  e.resuming = k;
+  e.resumed_transcript = std::move(transcript);
   return true;
 }
 
@@ -353,7 +398,7 @@ EpisodeAction EpisodeRunner::make_action(const Episode& e, const std::vector<int
   const size_t first = size_t(e.turn_start);
   SLIMPI_CHECK(first + new_tokens.size() <= log_probs.size(), "episodes: {}: a turn of {} tokens at response token {} "
                "of {} log-probs", e.id, new_tokens.size(), first, log_probs.size());
-  for (size_t k = 0; k < n_text; ++k) {
+  for (size_t k = 0; env_.info().token_details && k < n_text; ++k) {
     a.token_texts.push_back(tokenizer_.decode({new_tokens[k]}));
     a.log_probs.push_back(log_probs[first + k]);
   }
@@ -361,6 +406,7 @@ EpisodeAction EpisodeRunner::make_action(const Episode& e, const std::vector<int
   a.finish_reason = stopped ? "stop" : "length";
   const auto& contexts = e.sample.context_starts;  // (response offsets where a new context began)
   a.context_tokens = contexts.empty() ? e.sample.prompt_length + e.turn_start : e.turn_start - contexts.back();
+  a.context = int64_t(contexts.size());
   return a;
 }
 
@@ -394,6 +440,7 @@ void EpisodeRunner::finish(Episode& e, SampleStatus status, EnvError error, cons
     log::warn("episode {} (group {}, sample {}) truncated after {} turns: {}. Said once: rollout/env_error/overlong "
               "counts them", e.id, s.group_index, s.index, s.env_turns, why);
   }
+  join_resumed_contexts(s, e.continued_from);  // each thread once
   const std::string id = e.id;
   env_.ended(id, error, why);
   env_.close(id);

@@ -113,6 +113,15 @@ class EpisodeRunner : public GroupWorker {
   // the reply's token ids; false when it ended the episode. *new_context: they open a new
   // context (asked for, or the reply's whole conversation where the template rewrites history).
   bool observation_tokens(Episode& e, const EnvReply& reply, std::vector<int64_t>* out, bool* new_context);
+  // A new context that resumes an earlier one (reply.resume_context): that context's tokens,
+  // then the delta after its last turn, rendered through the transcript it was left with
+  // (set aside in e.resumed_transcript); false when it ended the episode.
+  bool resumed_context_tokens(Episode& e, const EnvReply& reply, std::vector<int64_t>* out);
+  // The reply's whole conversation (an agent's request) rendered as a context of its own,
+  // where the chat template does not continue the episode with its messages (`why`).
+  std::vector<int64_t> whole_conversation(const Episode& e, const EnvReply& reply, const std::string& why) const;
+  // Context k's tokens as the model saw them (the first context's begin with the prompt).
+  static std::vector<int64_t> context_of(const Sample& s, int64_t k);
   void on_turn(Episode& e, Sample&& turn);
   void begin_turn(Episode& e);
   // The engine takes the turn that began at response offset `start` (its tokens after

@@ -6,6 +6,7 @@
 #include <slimpi/error.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "kernels/counter_rng.h"
 #include "rollout/episode.h"
@@ -119,10 +120,23 @@ void EpisodeRunner::append_observation(Episode& e, const std::vector<int64_t>& o
               s.weight_versions.begin() + r);
   s.loss_mask.resize(size_t(r + n), 0.0f);
   if (new_context) {
+    // The context left behind keeps its transcript, for a reply that resumes it.
+    const size_t left = s.context_starts.size();
+    e.left_transcripts.resize(left + 2);
+    e.left_transcripts[left] = e.transcript->save();
+    e.continued_from.resize(left + 2, -1);
+    e.continued_from[left + 1] = std::exchange(e.resuming, -1);
     s.context_starts.push_back(r);
     s.routing.clear();  // a split trajectory carries no routing trace (train/packed_batch.h)
-    e.transcript = std::make_unique<ChatTranscript>(settings_.chat);
+    e.transcript = e.resumed_transcript ? std::move(e.resumed_transcript) : std::make_unique<ChatTranscript>(settings_.chat);
   }
+}
+
+std::vector<int64_t> EpisodeRunner::context_of(const Sample& s, int64_t k) {
+  const auto& starts = s.context_starts;
+  const int64_t begin = k == 0 ? 0 : s.prompt_length + starts[size_t(k - 1)];
+  const int64_t end = k == int64_t(starts.size()) ? int64_t(s.tokens.size()) : s.prompt_length + starts[size_t(k)];
+  return {s.tokens.begin() + begin, s.tokens.begin() + end};
 }
 
 }  // namespace slimpi

@@ -12,7 +12,7 @@ constexpr const char* kClose = "</tool_call>";
 ToolCall from_json_text(const std::string& body, const std::string& raw, std::initializer_list<const char*> args_keys) {
   ToolCall call;
   call.raw = raw;
-  const nlohmann::json j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+  const nlohmann::ordered_json j = nlohmann::ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) {
     call.error = "not valid JSON";
     return call;
@@ -25,9 +25,9 @@ ToolCall from_json_text(const std::string& body, const std::string& raw, std::in
   call.arguments_json = "{}";
   for (const char* key : args_keys) {
     if (!j.contains(key)) continue;
-    nlohmann::json args = j[key];
+    nlohmann::ordered_json args = j[key];
     if (args.is_string()) {  // some models write the arguments as a JSON string
-      args = nlohmann::json::parse(args.get<std::string>(), nullptr, false);
+      args = nlohmann::ordered_json::parse(args.get<std::string>(), nullptr, false);
       if (args.is_discarded()) {
         call.error = std::string("\"") + key + "\" is a string that is not JSON";
         return call;
@@ -37,7 +37,7 @@ ToolCall from_json_text(const std::string& body, const std::string& raw, std::in
       call.error = std::string("\"") + key + "\" is not an object";
       return call;
     }
-    call.arguments_json = args.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    call.arguments_json = args.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
     break;
   }
   return call;
@@ -45,9 +45,9 @@ ToolCall from_json_text(const std::string& body, const std::string& raw, std::in
 
 // An argument value written as text: the JSON value it parses as, else the string as written
 // (GLM's and Qwen3.5's templates write strings raw and other values as JSON).
-nlohmann::json json_or_string(const std::string& value) {
-  const nlohmann::json parsed = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
-  return parsed.is_discarded() ? nlohmann::json(value) : parsed;
+nlohmann::ordered_json json_or_string(const std::string& value) {
+  const nlohmann::ordered_json parsed = nlohmann::ordered_json::parse(value, nullptr, /*allow_exceptions=*/false);
+  return parsed.is_discarded() ? nlohmann::ordered_json(value) : parsed;
 }
 
 // One GLM-4.5 call's body (between <tool_call> and </tool_call>):
@@ -67,7 +67,7 @@ ToolCall from_glm_body(const std::string& body, const std::string& raw) {
     call.error = "no function name before the arguments";
     return call;
   }
-  nlohmann::json args = nlohmann::json::object();
+  nlohmann::ordered_json args = nlohmann::ordered_json::object();
   for (size_t at = first_key; at != std::string::npos; at = body.find("<arg_key>", at)) {
     const size_t key_end = body.find("</arg_key>", at);
     const size_t value_at = key_end == std::string::npos ? key_end : body.find("<arg_value>", key_end);
@@ -89,7 +89,7 @@ ToolCall from_glm_body(const std::string& body, const std::string& raw) {
     at = value_end + 12;
   }
   call.name = name;
-  call.arguments_json = args.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  call.arguments_json = args.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
   return call;
 }
 
@@ -113,7 +113,7 @@ ToolCall from_qwen_xml_body(const std::string& body, const std::string& raw) {
     call.error = "no function name in <function=...>";
     return call;
   }
-  nlohmann::json args = nlohmann::json::object();
+  nlohmann::ordered_json args = nlohmann::ordered_json::object();
   const std::string params = body.substr(name_end + 1, fn_end - name_end - 1);
   for (size_t at = params.find("<parameter="); at != std::string::npos; at = params.find("<parameter=", at)) {
     const size_t key_end = params.find('>', at);
@@ -134,7 +134,7 @@ ToolCall from_qwen_xml_body(const std::string& body, const std::string& raw) {
     at = value_end + 12;
   }
   call.name = name;
-  call.arguments_json = args.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  call.arguments_json = args.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
   return call;
 }
 
@@ -185,13 +185,13 @@ std::vector<ToolCall> parse_deepseek_calls(const std::string& text) {
       continue;
     }
     const std::string name = body.substr(s + sep.size(), name_end - s - sep.size());
-    const nlohmann::json args = nlohmann::json::parse(body.substr(open + 7, close - open - 7), nullptr, false);
+    const nlohmann::ordered_json args = nlohmann::ordered_json::parse(body.substr(open + 7, close - open - 7), nullptr, false);
     if (name.empty()) call.error = "no function name";
     else if (args.is_discarded()) call.error = "arguments are not valid JSON";
     else if (!args.is_object()) call.error = "arguments are not a JSON object";
     if (call.error.empty()) {
       call.name = name;
-      call.arguments_json = args.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+      call.arguments_json = args.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
     }
     calls.push_back(call);
   }

@@ -3,8 +3,8 @@
 // the endpoint itself served to the real `openai` Python client
 // (tests/fixtures/agents/endpoint_probe.py, a real process over real HTTP), with this test
 // playing the episode runner: every error status, one request at a time per session (429),
-// a tool call's round trip, the episode's turns as observations, the reward, and a
-// conversation over the context (413).
+// a tool call's round trip, the episode's turns as observations, the reward, a
+// conversation over the context (413), and a parent and its sub-agent as two threads.
 #include <gtest/gtest.h>
 #include <slimpi/error.h>
 
@@ -444,6 +444,53 @@ TEST_F(EndpointFixture, ServesTheOpenAIResponsesClient) {
   EXPECT_TRUE(r.done);
   EXPECT_EQ(r.reward, 0.25);
   EXPECT_EQ(logged("third")["text"], "ok");
+  env.close("0/0/0");
+}
+
+// A parent agent and its sub-agent in one session (tests/fixtures/agents/threads_probe.py):
+// each request continues the conversation it extends. The sub-agent's first opens a new
+// context; its second extends it; the parent's return resumes the parent's context (the
+// runner numbers contexts in EpisodeAction::context), its one new message the delta; so
+// does the sub-agent's return.
+TEST_F(EndpointFixture, ARequestContinuesTheThreadItExtends) {
+  AgentEnvironment env(config("", "threads_probe.py"));
+  EnvReply r = start_episode(env, "find x");
+  ASSERT_FALSE(r.failed) << r.message;
+  ASSERT_EQ(r.messages.size(), 2u);
+  EXPECT_EQ(r.messages[0].content, "parent");
+  auto answer = [&](int64_t n, int64_t context, const std::string& text) {
+    EpisodeAction a = turn(n, text);
+    a.context = context;
+    env.step(a);
+    return next_reply(env);
+  };
+  r = answer(1, 0, "ask the sub-agent");  // the sub-agent's first request: a new thread
+  ASSERT_FALSE(r.failed) << r.message;
+  EXPECT_TRUE(r.new_context);
+  EXPECT_EQ(r.resume_context, -1);
+  ASSERT_EQ(r.messages.size(), 2u);
+  EXPECT_EQ(r.messages[0].content, "sub");
+  r = answer(2, 1, "x is");  // its second: extends its own thread
+  EXPECT_FALSE(r.new_context);
+  ASSERT_EQ(r.messages.size(), 1u);
+  EXPECT_EQ(r.messages[0].content, "go on");
+  r = answer(3, 1, "42");  // the parent's return: its context 0 resumed with the one new message
+  EXPECT_TRUE(r.new_context);
+  EXPECT_EQ(r.resume_context, 0);
+  ASSERT_EQ(r.messages.size(), 1u);
+  EXPECT_EQ(r.messages[0].content, "the sub-agent says: 42");
+  EXPECT_EQ(r.conversation.size(), 4u);
+  r = answer(4, 2, "x = 42");  // the sub-agent's return: context 1, which it was last answered in
+  EXPECT_TRUE(r.new_context);
+  EXPECT_EQ(r.resume_context, 1);
+  ASSERT_EQ(r.messages.size(), 1u);
+  EXPECT_EQ(r.messages[0].content, "once more");
+  r = answer(5, 3, "done");
+  EXPECT_TRUE(r.done);
+  EXPECT_EQ(r.reward, 1.0);
+  const json t = logged("threads");
+  EXPECT_EQ(t["parent"][4]["content"], "x = 42");
+  EXPECT_EQ(t["sub"][6]["content"], "done");
   env.close("0/0/0");
 }
 

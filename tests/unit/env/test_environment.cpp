@@ -42,6 +42,12 @@ TEST(ToolCalls, QwenBlocksParsedWithTheirRawText) {
   EXPECT_EQ(calls[3].error, "no closing </tool_call>");
   EXPECT_TRUE(parse_tool_calls("no calls here", ChatTemplate::Qwen3).empty());
   EXPECT_EQ(tool_call_stop(ChatTemplate::ChatML), "</tool_call>");
+  // The arguments keep the order the model wrote them in (a client sees the model's call).
+  const std::vector<ToolCall> ordered = parse_tool_calls(
+      R"(<tool_call>{"name": "write_file", "arguments": {"path": "a.py", "content": "x", "mode": {"z": 1, "a": 2}}})"
+      "</tool_call>", ChatTemplate::Qwen3);
+  ASSERT_EQ(ordered.size(), 1u);
+  EXPECT_EQ(ordered[0].arguments_json, R"({"path":"a.py","content":"x","mode":{"z":1,"a":2}})");
 }
 
 TEST(ToolCalls, Llama3TurnIsOneJsonCall) {
@@ -98,7 +104,7 @@ TEST(ToolCalls, Qwen3_5XmlFunctionBlocks) {
   const std::vector<ToolCall> calls = parse_tool_calls(text, ChatTemplate::Qwen3_5);
   ASSERT_EQ(calls.size(), 6u);
   EXPECT_EQ(calls[0].name, "get_weather");
-  EXPECT_EQ(calls[0].arguments_json, R"({"city":"New York","days":3,"note":"two\nlines","opts":{"unit":"C"}})");
+  EXPECT_EQ(calls[0].arguments_json, R"({"city":"New York","days":3,"opts":{"unit":"C"},"note":"two\nlines"})");
   EXPECT_EQ(calls[0].error, "");
   EXPECT_EQ(calls[1].name, "now");
   EXPECT_EQ(calls[1].arguments_json, "{}");
@@ -390,6 +396,16 @@ TEST(EnvProtocol, SnapshotsAndRestores) {
   EXPECT_TRUE(r.new_context);
   EXPECT_EQ(decode_reply(R"({"type":"observation","episode":"e","new_context":1})", 100, &r, &why), ReplyParse::BadReply);
   EXPECT_NE(why.find("\"new_context\" is not true or false"), std::string::npos) << why;
+  r = {};
+  ASSERT_EQ(decode_reply(R"({"type":"observation","episode":"e","new_context":true,"resume_context":0})", 100, &r, &why),
+            ReplyParse::Ok) << why;
+  EXPECT_EQ(r.resume_context, 0);
+  r = {};
+  EXPECT_EQ(decode_reply(R"({"type":"observation","episode":"e","resume_context":0})", 100, &r, &why), ReplyParse::BadReply);
+  EXPECT_NE(why.find("without \"new_context\": true"), std::string::npos) << why;
+  EXPECT_EQ(decode_reply(R"({"type":"observation","episode":"e","new_context":true,"resume_context":-1})", 100, &r,
+                         &why), ReplyParse::BadReply);
+  EXPECT_NE(why.find("not a context's number"), std::string::npos) << why;
 }
 
 TEST(EnvProtocol, RepliesAreValidatedFieldByField) {

@@ -1,7 +1,7 @@
 // The episode runner alone (rollout/episode_runner.h), on one engine and an in-process
 // scripted environment that answers at once: the trajectory an episode makes (reset,
 // turns, observations, done), the limits that end it (an over-long observation), a new
-// context splitting it, and resume: a snapshot taken mid-run continued by a fresh
+// context splitting it, threads resumed in new contexts and kept once each, and resume: a snapshot taken mid-run continued by a fresh
 // runner, engine and environment (replayed into a deterministic one, restored into one
 // that takes snapshots) gives the uninterrupted episodes; a replay that meets another
 // observation fails its episode.
@@ -277,6 +277,75 @@ TEST_F(EpisodeRunnerTest, ANewContextSplitsTheTrajectory) {
     const auto& actions = env.actions.at("3/1/" + std::to_string(key.second));
     for (size_t k = 0; k < 3; ++k)
       EXPECT_EQ(response_tokens(s, runs[2 * k].begin, runs[2 * k].end), actions[k].token_ids) << "turn " << k + 1;
+  }
+}
+
+// Three threads: A (the reset's), B and C, the episode going A B A C A. A's returns are new
+// contexts that resume A's latest (EnvReply::resume_context): they open with its tokens as
+// the engine sampled them, then the delta. The finished sample keeps each thread once, in
+// the order they began (rollout/context_threads.h): A's turns 1, 3, 5 with the observations
+// between, B's turn 2 and C's turn 4, each turn the tokens its action carried.
+TEST_F(EpisodeRunnerTest, AResumedContextContinuesItsThreadAndEachThreadIsKeptOnce) {
+  ScriptedEnvironment env([](const EpisodeAction& a) {
+    EnvReply r = three_turns(a);
+    r.done = a.turn >= 5;
+    const char* text[] = {"", "thread B", "back to A", "thread C", "A again"};
+    if (a.turn < 5) r.messages = {{"user", text[a.turn], false, ""}};
+    r.new_context = a.turn < 5;
+    if (a.turn == 2) r.resume_context = 0;
+    if (a.turn == 4) r.resume_context = 2;
+    return r;
+  });
+  Rollout r(model, &env);
+  r.runner.add_request(request(2));
+  const auto got = r.run();
+  ASSERT_EQ(got.size(), 2u);
+  for (const auto& [key, s] : got) {
+    SCOPED_TRACE("sample " + std::to_string(key.second));
+    EXPECT_EQ(s.status, SampleStatus::Completed);
+    EXPECT_EQ(s.env_turns, 5);
+    const auto& actions = env.actions.at("3/2/" + std::to_string(key.second));
+    ASSERT_EQ(actions.size(), 5u);
+    for (int64_t k = 0; k < 5; ++k) EXPECT_EQ(actions[size_t(k)].context, k) << "turn " << k + 1;  // each in a new context
+    const std::vector<MaskRun> runs = mask_runs(s);
+    ASSERT_EQ(runs.size(), 9u);  // A: turn, obs, turn, obs, turn; B: opening, turn; C: opening, turn
+    for (size_t k = 0; k < runs.size(); ++k) EXPECT_EQ(runs[k].mask, k % 2 == 0 ? 1.0f : 0.0f) << "run " << k;
+    EXPECT_EQ(s.context_starts, (std::vector<int64_t>{runs[5].begin, runs[7].begin}));
+    const size_t turn_run[] = {0, 6, 2, 8, 4};  // turn k+1's run
+    for (size_t k = 0; k < 5; ++k)
+      EXPECT_EQ(response_tokens(s, runs[turn_run[k]].begin, runs[turn_run[k]].end), actions[k].token_ids)
+          << "turn " << k + 1;
+    auto text_of = [&](size_t run) { return r.tokenizer.decode(response_tokens(s, runs[run].begin, runs[run].end)); };
+    EXPECT_NE(text_of(1).find("back to A"), std::string::npos);
+    EXPECT_NE(text_of(3).find("A again"), std::string::npos);
+    EXPECT_NE(text_of(5).find("thread B"), std::string::npos);
+    EXPECT_NE(text_of(7).find("thread C"), std::string::npos);
+    // The engine continued A from its own tokens: turns 3 and 5 saw the prompt and A's trajectory before them.
+    EXPECT_EQ(actions[2].context_tokens, s.prompt_length + runs[2].begin);
+    EXPECT_EQ(actions[4].context_tokens, s.prompt_length + runs[4].begin);
+    // Every model token keeps the log-prob it was sampled with (none left as a copy's zero).
+    ASSERT_EQ(s.rollout_log_probs.size(), s.loss_mask.size());
+    ASSERT_EQ(s.weight_versions.size(), s.loss_mask.size());
+    for (size_t t = 0; t < s.loss_mask.size(); ++t) {
+      if (s.loss_mask[t] == 1.0f) EXPECT_LT(s.rollout_log_probs[t], 0.0f) << "token " << t;
+      else EXPECT_EQ(s.rollout_log_probs[t], 0.0f) << "token " << t;
+    }
+  }
+}
+
+TEST_F(EpisodeRunnerTest, ResumingAContextTheEpisodeHasNotLeftFailsIt) {
+  ScriptedEnvironment env([](const EpisodeAction& a) {
+    EnvReply r = three_turns(a);
+    r.new_context = true;
+    r.resume_context = a.turn;  // context 1 after turn 1: the latest, not one it left
+    return r;
+  });
+  Rollout r(model, &env);
+  r.runner.add_request(request(0));
+  for (const auto& [key, s] : r.run()) {
+    EXPECT_EQ(s.status, SampleStatus::EnvFailed);
+    EXPECT_EQ(s.env_error, int8_t(EnvError::Infra));
+    EXPECT_EQ(s.env_turns, 1);
   }
 }
 
