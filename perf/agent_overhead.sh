@@ -5,8 +5,10 @@
 # rollout rank serving every episode). `slimpi generate` of the smoke model at np 2, P
 # prompts x 4 samples, 3 turns of T tokens: the two runs give the same tokens (checked), so
 # the ratio of their wall times is the endpoint's overhead, process starts included.
-# Timed by farm-bench (paired, alternating); tokens/s from each run's metrics.
-# Usage: perf/agent_overhead.sh [T [P]]   (defaults: 32 tokens per turn, 64 prompts)
+# Timed by farm-bench (paired, alternating); tokens/s from each run's metrics. With WIDTH and
+# LAYERS the model is that wide and deep instead (random weights, 4 heads, an MLP 8/3 as
+# wide, a KV cache of 65536 tokens that holds every episode): a policy whose episodes take longer to generate, against the same agent costs.
+# Usage: perf/agent_overhead.sh [T [P [WIDTH LAYERS]]]   (defaults: 32 tokens per turn, 64 prompts, the smoke model)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -20,6 +22,10 @@ common="--set model.max_seq_len=256 --set rollout.n_samples_per_prompt=4 --set r
 common="$common --set data.path=inputs/data/addition_eval.jsonl@[0:$p] --set reward.style=environment"
 common="$common --set rollout.max_new_tokens=$t --set rollout.stop_strings=[] --set rollout.env_max_turns=3"
 common="$common --set rollout.env_max_total_tokens=200"
+if [ $# -ge 4 ]; then
+  common="$common --set model.hidden_size=$3 --set model.n_layers=$4 --set model.n_heads=4 --set model.n_kv_heads=4"
+  common="$common --set model.intermediate_size=$(( $3 * 8 / 3 )) --set rollout.kv_cache_tokens=65536"
+fi
 gen() {  # gen DIR ARGS...: the command line of one `slimpi generate`
   echo "mpirun $flags -np 2 -x OMP_NUM_THREADS=1 -x OMP_WAIT_POLICY=PASSIVE build/slimpi generate inputs/smoke_rl.toml $common --set run.dir=$1 ${*:2}"
 }

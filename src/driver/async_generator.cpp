@@ -242,11 +242,18 @@ int64_t AsyncGenerator::save(const std::string& dir, StreamState state) {
     } else {
       nlohmann::json t = {{"starts", w.episode.turn_starts}, {"ends", w.episode.turn_ends},
                           {"stopped", w.episode.turn_stopped}, {"open_turn", w.episode.open_turn}};
-      if (!w.episode.env_snapshot.empty())  // the environment's state, the transcript, the rewards so far
+      if (!w.episode.env_snapshot.empty()) {  // the environment's state, the transcript, the rewards so far
         t.update({{"env_snapshot", nlohmann::json::parse(w.episode.env_snapshot)},
                   {"transcript", nlohmann::json::parse(w.episode.transcript)},
                   {"reward_sum", w.episode.reward_sum},
                   {"last_reward", w.episode.last_reward}});
+        if (!w.episode.continued_from.empty()) {  // its threads (null: a context it cannot resume)
+          nlohmann::json left = nlohmann::json::array();
+          for (const std::string& s : w.episode.left_transcripts)
+            left.push_back(s.empty() ? nlohmann::json() : nlohmann::json::parse(s));
+          t.update({{"left_transcripts", left}, {"continued_from", w.episode.continued_from}});
+        }
+      }
       episode_turns.push_back(std::move(t));
     }
     Sample s = w.partial;
@@ -301,6 +308,10 @@ WorkItem::EpisodeTurns episode_turns_from(const nlohmann::json& t) {
     e.transcript = t.at("transcript").dump();
     e.reward_sum = t.at("reward_sum");
     e.last_reward = t.at("last_reward");
+    if (t.contains("continued_from")) {
+      e.continued_from = t.at("continued_from").get<std::vector<int64_t>>();
+      for (const nlohmann::json& s : t.at("left_transcripts")) e.left_transcripts.push_back(s.is_null() ? "" : s.dump());
+    }
   }
   return e;
 }

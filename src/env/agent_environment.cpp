@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <ctime>
 #include <limits>
@@ -121,10 +122,10 @@ struct AgentEnvironment::Session {
     std::vector<std::string> tools;     // its last request's tools
     bool instructions = false;          // history[0] is a Responses request's `instructions`
     int64_t context = 0;                // the episode's context its last turn was taken in (EpisodeAction::context)
+    std::string last_response_id;       // its latest answer's, when that was a Responses request's
   };
   std::vector<Thread> threads;  // in the order they began
   size_t current = 0;           // the thread of the latest request
-  std::string last_response_id;       // the latest answer's, when it was a Responses request
   std::optional<ChatCompletionRequest> incoming;  // arrived, not yet given to the runner
   bool incoming_instructions = false;             // its first message is a Responses request's instructions
   bool requested = false;                         // a request has come
@@ -513,14 +514,16 @@ HttpReply AgentEnvironment::converse(const HttpRequest& request, int api_index) 
     return error(429, "rate_limit_error", "session_busy",
                        "this session has a request being answered: an episode takes one request at a time");
   if (!responses.previous_response_id.empty()) {  // the stored conversation, then the input
-    if (responses.previous_response_id != s->last_response_id)
+    const auto named = std::find_if(s->threads.begin(), s->threads.end(), [&](const Session::Thread& t) {
+      return t.last_response_id == responses.previous_response_id;
+    });
+    if (named == s->threads.end())
       return error(400, "invalid_request_error", "previous_response_not_found",
-                   fmt::format("previous_response_id '{}' is not this session's latest response{}: only the latest is "
-                               "stored", responses.previous_response_id,
-                               s->last_response_id.empty() ? "" : " ('" + s->last_response_id + "')"),
+                   fmt::format("previous_response_id '{}' is not the latest response of any of this session's "
+                               "conversations: only each one's latest is stored", responses.previous_response_id),
                    "previous_response_id");
     // OpenAI does not carry the earlier request's instructions over; this request's come first.
-    const Session::Thread& latest = s->threads.at(s->current);
+    const Session::Thread& latest = *named;
     const ptrdiff_t own = responses.has_instructions ? 1 : 0, stored = latest.instructions ? 1 : 0;
     std::vector<AgentMessage> whole(req.messages.begin(), req.messages.begin() + own);
     whole.insert(whole.end(), latest.history.begin() + stored, latest.history.end());
@@ -541,7 +544,8 @@ HttpReply AgentEnvironment::converse(const HttpRequest& request, int api_index) 
   if (s->answer) {
     const AssistantTurn turn = std::move(*s->answer);
     s->answer.reset();
-    s->last_response_id.clear();  // (a previous_response_id names the latest answer only, in any API)
+    std::string& response_id = s->threads.at(s->current).last_response_id;  // (the thread just answered)
+    response_id.clear();  // (a previous_response_id names a thread's latest answer only, in any API)
     if (api == Api::AnthropicMessages) {
       const std::string id = fmt::format("msg_{}_{}", s->id, s->turns);
       if (stream) return {200, "text/event-stream", anthropic_message_events(turn, id, cfg_.agent_model)};
@@ -550,7 +554,7 @@ HttpReply AgentEnvironment::converse(const HttpRequest& request, int api_index) 
     const int64_t created = int64_t(std::time(nullptr));
     if (api == Api::OpenAiResponses) {
       const std::string id = fmt::format("resp_{}_{}", s->id, s->turns);
-      s->last_response_id = id;
+      response_id = id;
       if (stream) return {200, "text/event-stream", response_events(turn, id, cfg_.agent_model, created, logprobs)};
       return {200, "application/json", response_json(turn, id, cfg_.agent_model, created, logprobs)};
     }

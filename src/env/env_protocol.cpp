@@ -154,22 +154,22 @@ std::string encode_restore(const EpisodeStart& s, int64_t turns, const std::stri
 }
 
 std::string encode_step(const EpisodeAction& a) {
-  json calls = json::array();
+  using ojson = nlohmann::ordered_json;  // (a call's arguments in the order the model wrote them)
+  ojson calls = ojson::array();
   for (const ToolCall& c : a.tool_calls) {
-    json call = {{"raw", c.raw}};
+    ojson call = ojson::object();
     if (c.error.empty()) {
       call["name"] = c.name;
-      call["arguments"] = json::parse(c.arguments_json, nullptr, false);
+      call["arguments"] = ojson::parse(c.arguments_json, nullptr, false);
     } else {
       call["error"] = c.error;
     }
+    call["raw"] = c.raw;
     calls.push_back(call);
   }
-  return dump({{"type", "step"},
-               {"episode", a.episode},
-               {"turn", a.turn},
-               {"context", a.context},
-               {"action", {{"text", a.text}, {"token_ids", a.token_ids}, {"tool_calls", calls}, {"finish_reason", a.finish_reason}}}});
+  const ojson action = {{"text", a.text}, {"token_ids", a.token_ids}, {"tool_calls", calls}, {"finish_reason", a.finish_reason}};
+  const ojson step = {{"type", "step"}, {"episode", a.episode}, {"turn", a.turn}, {"context", a.context}, {"action", action}};
+  return step.dump(-1, ' ', false, ojson::error_handler_t::replace);
 }
 
 std::string encode_close(const std::string& episode) { return dump({{"type", "close"}, {"episode", episode}}); }

@@ -152,6 +152,8 @@ std::vector<WorkItem> EpisodeRunner::snapshot(const std::vector<WorkItem>& turns
         w.partial.episode_s = float(e.sample.episode_s + e.clock.seconds());  // its clock so far, as env_s
         w.episode.env_snapshot = e.env_snapshot;
         w.episode.transcript = e.transcript->save();
+        w.episode.left_transcripts = e.left_transcripts;
+        w.episode.continued_from = e.continued_from;
         w.episode.reward_sum = e.reward_sum;
         w.episode.last_reward = e.last_reward;
       }
@@ -170,7 +172,7 @@ bool EpisodeRunner::replay_turn(Episode& e, int64_t r) {
                               r));
       return true;
     }
-    if (end > e.budget) {  // this job's limits (the KV cache, max_seq_len) are smaller than the recording job's
+    if (end > e.budget + e.copied) {  // this job's limits (the KV cache, max_seq_len) are smaller than the recording job's
       finish(e, SampleStatus::Truncated, EnvError::Overlong,
              fmt::format("resumed, its turn {} ends at response token {}, past this job's budget of {}", rp.next + 1,
                          end, e.budget));
@@ -252,10 +254,13 @@ void EpisodeRunner::on_restored(Episode& e) {
   e.reward_sum = t.reward_sum;
   e.last_reward = t.last_reward;
   e.env_snapshot = t.env_snapshot;
+  e.left_transcripts = t.left_transcripts;  // (the threads it may resume)
+  e.continued_from = t.continued_from;
+  e.copied = copied_tokens(s, e.continued_from);
   e.budget = response_budget(s.prompt_length);
   if (t.open_turn >= 0) return continue_turn(e, t.open_turn);  // the turn under way, from its tokens so far
   // The last turn was waiting for its reply, which the checkpoint did not hold: sent again.
-  if (t.turn_ends.back() > e.budget)  // this job's limits (the KV cache, max_seq_len) are smaller than the recording job's
+  if (t.turn_ends.back() > e.budget + e.copied)  // this job's limits (the KV cache, max_seq_len) are smaller than the recording job's
     return finish(e, SampleStatus::Truncated, EnvError::Overlong,
                   fmt::format("resumed, its turn {} ends at response token {}, past this job's budget of {}",
                               t.turn_ends.size(), t.turn_ends.back(), e.budget));

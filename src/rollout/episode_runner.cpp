@@ -143,7 +143,8 @@ void EpisodeRunner::begin_turn(Episode& e) {
 }
 
 void EpisodeRunner::continue_turn(Episode& e, int64_t start) {
-  const int64_t limit = std::min(start + settings_.max_turn_tokens, e.budget), r = e.sample.response_length();
+  // (in the trajectory's response offsets, resumed contexts' copies included)
+  const int64_t limit = std::min(start + settings_.max_turn_tokens, e.budget + e.copied), r = e.sample.response_length();
   if (r >= limit)  // a resumed turn under way, with this job's smaller limits
     return finish(e, SampleStatus::Truncated, EnvError::Overlong,
                   fmt::format("resumed, its open turn has reached response token {}, at this job's limit of {} "
@@ -246,7 +247,9 @@ void EpisodeRunner::on_observation(Episode& e, const EnvReply& reply) {
   std::vector<int64_t> observation;
   bool new_context = reply.new_context;
   if (!observation_tokens(e, reply, &observation, &new_context)) return;
-  const int64_t n = int64_t(observation.size()), r = s.response_length();
+  // A resumed context's copy of its tokens counts once, where the finished sample keeps it.
+  const int64_t copy = e.resuming >= 0 ? context_length(s, e.resuming) : 0;
+  const int64_t n = int64_t(observation.size()) - copy, r = s.response_length() - e.copied;
   if (n > settings_.env.max_observation_tokens)
     return stop_at_limit(e, EnvError::Overlong,
                          fmt::format("an observation of {} tokens (rollout.env_max_observation_tokens = {})", n,
@@ -258,6 +261,7 @@ void EpisodeRunner::on_observation(Episode& e, const EnvReply& reply) {
                                      e.budget));
   if (e.replay && !matches_record(e, observation, new_context, recorded)) return;
   append_observation(e, observation, new_context);
+  e.copied += copy;
   begin_turn(e);
 }
 
@@ -297,6 +301,7 @@ bool EpisodeRunner::observation_tokens(Episode& e, const EnvReply& reply, std::v
     // (the transcript, which took the messages before it refused, is replaced by append_observation)
     *out = whole_conversation(e, reply, why);
     *new_context = true;
+    e.rewrote = true;
     return true;
   }
   if (!why.empty()) SLIMPI_FAIL("episode {}: {}", e.id, why);
@@ -318,16 +323,20 @@ std::vector<int64_t> EpisodeRunner::whole_conversation(const Episode& e, const E
 
 bool EpisodeRunner::resumed_context_tokens(Episode& e, const EnvReply& reply, std::vector<int64_t>* out) {
   const int64_t k = reply.resume_context, latest = int64_t(e.sample.context_starts.size());
+  const auto by = std::find(e.continued_from.begin(), e.continued_from.end(), k);
   const bool held = k < latest && k < int64_t(e.left_transcripts.size()) && !e.left_transcripts[size_t(k)].empty();
   if (!held) {
+    const int64_t turn = e.sample.env_turns;
     finish(e, SampleStatus::EnvFailed, EnvError::Infra,
            k >= latest ? fmt::format("its environment resumed context {} after turn {}, but the episode has left {} "
-                                     "(context {}, the latest, continues without a new context)", k, e.sample.env_turns,
+                                     "(context {}, the latest, continues without a new context)", k, turn,
                                      latest == 0 ? std::string("no context") : fmt::format("contexts 0 to {} only", latest - 1),
                                      latest)
-                       : fmt::format("its environment resumed context {} after turn {}, whose chat transcript this "
-                                     "runner does not hold (an episode restored from a snapshot keeps only its latest "
-                                     "context's)", k, e.sample.env_turns));
+           : by != e.continued_from.end()
+               ? fmt::format("its environment resumed context {} after turn {}, which context {} continues already "
+                             "(a thread goes on from its latest context)", k, turn, by - e.continued_from.begin())
+               : fmt::format("its environment resumed context {} after turn {}, which was left because the chat "
+                             "template rewrote its history: its transcript was not kept", k, turn));
     return false;
   }
   auto transcript = std::make_unique<ChatTranscript>(ChatTranscript::load(settings_.chat, e.left_transcripts[size_t(k)]));
@@ -335,6 +344,7 @@ bool EpisodeRunner::resumed_context_tokens(Episode& e, const EnvReply& reply, st
   const std::string delta = transcript->add_observation(reply.messages, &why);
   if (!why.empty() && !reply.conversation.empty()) {  // as an edited history: a context of its own
     *out = whole_conversation(e, reply, why);
+    e.rewrote = true;
     return true;
   }
   if (!why.empty()) {

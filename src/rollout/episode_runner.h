@@ -120,8 +120,12 @@ class EpisodeRunner : public GroupWorker {
   // The reply's whole conversation (an agent's request) rendered as a context of its own,
   // where the chat template does not continue the episode with its messages (`why`).
   std::vector<int64_t> whole_conversation(const Episode& e, const EnvReply& reply, const std::string& why) const;
-  // Context k's tokens as the model saw them (the first context's begin with the prompt).
+  // Context k's tokens as the model saw them (the first context's begin with the prompt),
+  // and how many.
   static std::vector<int64_t> context_of(const Sample& s, int64_t k);
+  static int64_t context_length(const Sample& s, int64_t k);
+  // The response tokens that copy resumed contexts (Episode::copied), from the links.
+  static int64_t copied_tokens(const Sample& s, const std::vector<int64_t>& continued_from);
   void on_turn(Episode& e, Sample&& turn);
   void begin_turn(Episode& e);
   // The engine takes the turn that began at response offset `start` (its tokens after

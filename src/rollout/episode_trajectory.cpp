@@ -120,12 +120,15 @@ void EpisodeRunner::append_observation(Episode& e, const std::vector<int64_t>& o
               s.weight_versions.begin() + r);
   s.loss_mask.resize(size_t(r + n), 0.0f);
   if (new_context) {
-    // The context left behind keeps its transcript, for a reply that resumes it.
+    // The context left behind keeps its transcript, for a reply that resumes it (not one
+    // whose history the template rewrote: that transcript took the refused messages).
     const size_t left = s.context_starts.size();
     e.left_transcripts.resize(left + 2);
-    e.left_transcripts[left] = e.transcript->save();
+    e.left_transcripts[left] = std::exchange(e.rewrote, false) ? std::string() : e.transcript->save();
     e.continued_from.resize(left + 2, -1);
-    e.continued_from[left + 1] = std::exchange(e.resuming, -1);
+    const int64_t resumed = std::exchange(e.resuming, -1);
+    e.continued_from[left + 1] = resumed;
+    if (resumed >= 0) e.left_transcripts[size_t(resumed)].clear();  // continued: never resumed again
     s.context_starts.push_back(r);
     s.routing.clear();  // a split trajectory carries no routing trace (train/packed_batch.h)
     e.transcript = e.resumed_transcript ? std::move(e.resumed_transcript) : std::make_unique<ChatTranscript>(settings_.chat);
@@ -133,10 +136,22 @@ void EpisodeRunner::append_observation(Episode& e, const std::vector<int64_t>& o
 }
 
 std::vector<int64_t> EpisodeRunner::context_of(const Sample& s, int64_t k) {
+  const int64_t begin = k == 0 ? 0 : s.prompt_length + s.context_starts[size_t(k - 1)];
+  return {s.tokens.begin() + begin, s.tokens.begin() + begin + context_length(s, k)};
+}
+
+int64_t EpisodeRunner::context_length(const Sample& s, int64_t k) {
   const auto& starts = s.context_starts;
-  const int64_t begin = k == 0 ? 0 : s.prompt_length + starts[size_t(k - 1)];
-  const int64_t end = k == int64_t(starts.size()) ? int64_t(s.tokens.size()) : s.prompt_length + starts[size_t(k)];
-  return {s.tokens.begin() + begin, s.tokens.begin() + end};
+  const int64_t begin = k == 0 ? -s.prompt_length : starts[size_t(k - 1)];  // response offsets
+  const int64_t end = k == int64_t(starts.size()) ? s.response_length() : starts[size_t(k)];
+  return end - begin;
+}
+
+int64_t EpisodeRunner::copied_tokens(const Sample& s, const std::vector<int64_t>& continued_from) {
+  int64_t n = 0;
+  for (int64_t p : continued_from)
+    if (p >= 0) n += context_length(s, p);
+  return n;
 }
 
 }  // namespace slimpi

@@ -59,6 +59,10 @@ struct WorkItem {
     std::vector<int8_t> turn_stopped;
     int64_t open_turn = -1;
     std::string env_snapshot, transcript;
+    // With a snapshot: the transcripts of the contexts it left and the context each continues
+    // (rollout/episode.h), so that it may resume its threads after the restore.
+    std::vector<std::string> left_transcripts;
+    std::vector<int64_t> continued_from;
     double reward_sum = 0, last_reward = 0;
     bool empty() const { return turn_ends.empty() && open_turn < 0; }
   } episode;

@@ -59,6 +59,9 @@ std::string encode_items(char kind, const std::vector<WorkItem>& items) {
     w.put(it.episode.open_turn);
     w.put_string(it.episode.env_snapshot);
     w.put_string(it.episode.transcript);
+    w.put<uint64_t>(it.episode.left_transcripts.size());
+    for (const std::string& t : it.episode.left_transcripts) w.put_string(t);
+    w.put_vector(it.episode.continued_from);
     w.put(it.episode.reward_sum);
     w.put(it.episode.last_reward);
     partials.push_back(it.partial);
@@ -92,6 +95,9 @@ std::vector<WorkItem> decode_items(const std::string& bytes, const SamplingParam
     it.episode.open_turn = r.get<int64_t>();
     it.episode.env_snapshot = r.get_string();
     it.episode.transcript = r.get_string();
+    it.episode.left_transcripts.resize(r.get<uint64_t>());
+    for (std::string& t : it.episode.left_transcripts) t = r.get_string();
+    it.episode.continued_from = r.get_vector<int64_t>();
     it.episode.reward_sum = r.get<double>();
     it.episode.last_reward = r.get<double>();
   }

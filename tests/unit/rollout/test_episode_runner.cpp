@@ -280,22 +280,32 @@ TEST_F(EpisodeRunnerTest, ANewContextSplitsTheTrajectory) {
   }
 }
 
+// An episode whose turns go through threads in the order `pattern` names them ("ABACA":
+// turn 1 in thread A, turn 2 in B, ...): each reply but the last opens a new context, a
+// thread's first as "thread X", a return to it as "back to X", which resumes the context
+// of the thread's latest turn (turn j's context is j - 1).
+StepScript threads(const std::string& pattern) {
+  return [pattern](const EpisodeAction& a) {
+    EnvReply r = three_turns(a);
+    const size_t t = size_t(a.turn);
+    r.done = t >= pattern.size();
+    if (r.done) return r;
+    const char next = pattern[t];
+    const size_t last = pattern.rfind(next, t - 1);
+    r.messages = {{"user", std::string(last == std::string::npos ? "thread " : "back to ") + next, false, ""}};
+    r.new_context = true;
+    if (last != std::string::npos) r.resume_context = int64_t(last);
+    return r;
+  };
+}
+
 // Three threads: A (the reset's), B and C, the episode going A B A C A. A's returns are new
 // contexts that resume A's latest (EnvReply::resume_context): they open with its tokens as
 // the engine sampled them, then the delta. The finished sample keeps each thread once, in
 // the order they began (rollout/context_threads.h): A's turns 1, 3, 5 with the observations
 // between, B's turn 2 and C's turn 4, each turn the tokens its action carried.
 TEST_F(EpisodeRunnerTest, AResumedContextContinuesItsThreadAndEachThreadIsKeptOnce) {
-  ScriptedEnvironment env([](const EpisodeAction& a) {
-    EnvReply r = three_turns(a);
-    r.done = a.turn >= 5;
-    const char* text[] = {"", "thread B", "back to A", "thread C", "A again"};
-    if (a.turn < 5) r.messages = {{"user", text[a.turn], false, ""}};
-    r.new_context = a.turn < 5;
-    if (a.turn == 2) r.resume_context = 0;
-    if (a.turn == 4) r.resume_context = 2;
-    return r;
-  });
+  ScriptedEnvironment env(threads("ABACA"));
   Rollout r(model, &env);
   r.runner.add_request(request(2));
   const auto got = r.run();
@@ -317,7 +327,7 @@ TEST_F(EpisodeRunnerTest, AResumedContextContinuesItsThreadAndEachThreadIsKeptOn
           << "turn " << k + 1;
     auto text_of = [&](size_t run) { return r.tokenizer.decode(response_tokens(s, runs[run].begin, runs[run].end)); };
     EXPECT_NE(text_of(1).find("back to A"), std::string::npos);
-    EXPECT_NE(text_of(3).find("A again"), std::string::npos);
+    EXPECT_NE(text_of(3).find("back to A"), std::string::npos);
     EXPECT_NE(text_of(5).find("thread B"), std::string::npos);
     EXPECT_NE(text_of(7).find("thread C"), std::string::npos);
     // The engine continued A from its own tokens: turns 3 and 5 saw the prompt and A's trajectory before them.
@@ -333,19 +343,53 @@ TEST_F(EpisodeRunnerTest, AResumedContextContinuesItsThreadAndEachThreadIsKeptOn
   }
 }
 
-TEST_F(EpisodeRunnerTest, ResumingAContextTheEpisodeHasNotLeftFailsIt) {
-  ScriptedEnvironment env([](const EpisodeAction& a) {
+// A B C B: the reset's thread is never resumed; B's return joins B's two contexts, and the
+// threads keep the order they began in (A, B, C).
+TEST_F(EpisodeRunnerTest, ThreadsKeepTheOrderTheyBeganIn) {
+  ScriptedEnvironment env(threads("ABCB"));
+  Rollout r(model, &env);
+  r.runner.add_request(request(1));
+  for (const auto& [key, s] : r.run()) {
+    EXPECT_EQ(s.status, SampleStatus::Completed);
+    const auto& actions = env.actions.at("3/1/" + std::to_string(key.second));
+    ASSERT_EQ(actions.size(), 4u);
+    const std::vector<MaskRun> runs = mask_runs(s);
+    ASSERT_EQ(runs.size(), 7u);  // A: turn; B: opening, turn, obs, turn; C: opening, turn
+    EXPECT_EQ(s.context_starts, (std::vector<int64_t>{runs[1].begin, runs[5].begin}));
+    const size_t turn_run[] = {0, 2, 6, 4};
+    for (size_t k = 0; k < 4; ++k)
+      EXPECT_EQ(response_tokens(s, runs[turn_run[k]].begin, runs[turn_run[k]].end), actions[k].token_ids)
+          << "turn " << k + 1;
+    EXPECT_NE(r.tokenizer.decode(response_tokens(s, runs[3].begin, runs[3].end)).find("back to B"), std::string::npos);
+    EXPECT_EQ(actions[3].context_tokens, runs[3].end - runs[1].begin);  // B's thread alone, its copy included
+  }
+}
+
+// An environment that resumes a context the episode has not left, or one a later context
+// continues already, fails that episode (infra), not the job.
+TEST_F(EpisodeRunnerTest, ResumingAContextThatCannotBeResumedFailsTheEpisode) {
+  auto not_left = [](const EpisodeAction& a) {
     EnvReply r = three_turns(a);
     r.new_context = true;
-    r.resume_context = a.turn;  // context 1 after turn 1: the latest, not one it left
+    r.resume_context = a.turn;  // after turn 1: context 1, which does not exist yet
     return r;
-  });
-  Rollout r(model, &env);
-  r.runner.add_request(request(0));
-  for (const auto& [key, s] : r.run()) {
-    EXPECT_EQ(s.status, SampleStatus::EnvFailed);
-    EXPECT_EQ(s.env_error, int8_t(EnvError::Infra));
-    EXPECT_EQ(s.env_turns, 1);
+  };
+  auto twice = [](const EpisodeAction& a) {  // A B A, then context 0 again instead of 2
+    EnvReply r = threads("ABAB")(a);
+    if (a.turn == 3) r.resume_context = 0;
+    return r;
+  };
+  for (const auto& [script, turns] : std::vector<std::pair<StepScript, int32_t>>{{not_left, 1}, {twice, 3}}) {
+    ScriptedEnvironment env(script);
+    Rollout r(model, &env);
+    r.runner.add_request(request(0));
+    const auto got = r.run();
+    ASSERT_EQ(got.size(), 2u);
+    for (const auto& [key, s] : got) {
+      EXPECT_EQ(s.status, SampleStatus::EnvFailed);
+      EXPECT_EQ(s.env_error, int8_t(EnvError::Infra));
+      EXPECT_EQ(s.env_turns, turns);
+    }
   }
 }
 
@@ -387,6 +431,7 @@ void expect_same_episodes(const std::map<std::pair<int64_t, int64_t>, Sample>& g
     SCOPED_TRACE("group " + std::to_string(key.first) + " sample " + std::to_string(key.second));
     EXPECT_EQ(a.status, b.status);
     EXPECT_EQ(a.tokens, b.tokens);
+    EXPECT_EQ(a.context_starts, b.context_starts);
     EXPECT_EQ(a.loss_mask, b.loss_mask);
     EXPECT_EQ(a.env_turns, b.env_turns);
     EXPECT_EQ(a.raw_reward, b.raw_reward);
@@ -432,6 +477,28 @@ TEST_F(EpisodeRunnerTest, AnEnvironmentWithSnapshotsRestoresInsteadOfReplaying) 
   for (const auto& [id, actions] : second.actions)
     for (const EpisodeAction& a : actions) EXPECT_GE(a.turn, 1) << id;
   expect_same_episodes(got.samples, want);
+}
+
+// Threads across a checkpoint: episodes going A B A C A stopped at several points and
+// resumed into fresh parts, replayed (a deterministic environment) or restored from their
+// snapshots (which carry the left contexts' transcripts and links), are the uninterrupted
+// episodes, each thread kept once.
+TEST_F(EpisodeRunnerTest, ThreadsSurviveAReplayAndARestore) {
+  for (const bool snapshots : {false, true}) {
+    ScriptedEnvironment straight_env(threads("ABACA"), snapshots);
+    Rollout straight(model, &straight_env);
+    for (int g = 0; g < kGroups; ++g) straight.runner.add_request(request(g));
+    const auto want = straight.run();
+    for (const auto& [key, s] : want) ASSERT_EQ(s.context_starts.size(), 2u);
+    for (const int64_t steps : {15, 30, 45}) {
+      SCOPED_TRACE(std::string(snapshots ? "restored" : "replayed") + " after " + std::to_string(steps) + " steps");
+      ScriptedEnvironment first(threads("ABACA"), snapshots), second(threads("ABACA"), snapshots);
+      const Resumed got = resume_after(model, steps, &first, &second);
+      EXPECT_GT(got.recorded_turns, 0);
+      EXPECT_EQ(second.restores > 0, snapshots);
+      expect_same_episodes(got.samples, want);
+    }
+  }
 }
 
 TEST_F(EpisodeRunnerTest, AReplayThatMeetsAnotherObservationFailsItsEpisode) {
