@@ -21,6 +21,9 @@
 #  * a chat template that rewrites history (qwen3 without thinking) ends the job, said so;
 #  * one step off, kill -9 inside a checkpoint's write and resumed from the one before: the same run as straight
 #    through, every episode trained once, and no environment process outlives its rank;
+#  * threads (probe_env.py --threads: a new context, then the first resumed) under full async
+#    over two job steps with snapshots: episodes restored past their first turn resume and
+#    join their left context; every three-turn episode holds its two threads once;
 #  * full async (np 3: 1 trainer + 2 engines): episodes in flight across weight updates and
 #    checkpoints; kill -9 inside checkpoint 4's write and resumed from checkpoint 2: every
 #    episode drawn is trained or held exactly once (check_full_async.py), and every episode
@@ -367,6 +370,39 @@ for name in ["full_kill9", "snap_kill9"]:
     print(f"env_runs: full async kill -9 with snapshots: {len(restores)} episodes restored (none replayed), "
           f"{len(under_way)} under way in checkpoint 2 continue bit for bit, {again} waiting turns sent again, "
           f"{nonces} show their checkpointed nonce after it, {three} ran to their third turn")
+PY
+
+echo "== full async, two job steps: threads (a new context, then the first resumed) restored from snapshots"
+args=("${base[@]}" --set model.max_seq_len=192 --set rollout.env_max_total_tokens=160 --set run.n_steps=4
+      --set train.async=full --set parallel.trainer_ranks=1 --set run.job_steps=2 --set checkpoint.interval=2
+      --set "rollout.env_command=$probe --snapshots --threads --delay-ms 20 --log $out/threads.envlog")
+run 3 threads
+run 3 threads
+steps_done "$out/threads" 4
+/usr/bin/python3 - "$out" <<'PY'
+import json, sys
+import h5py, numpy as np
+out = sys.argv[1]
+restored = [json.loads(r["line"]) for r in map(json.loads, open(f"{out}/threads.envlog"))
+            if r["dir"] == "in" and json.loads(r["line"])["type"] == "restore"]
+left = [m for m in restored if m["turns"] >= 1]  # restored with a context left behind, to resume or joined
+assert restored, "no episode was restored"
+# (how many were past their first turn at the checkpoint depends on the machine's timing:
+# the unit test ThreadsSurviveAReplayAndARestore stops episodes at fixed points)
+with h5py.File(f"{out}/threads/rollouts.h5") as f:
+    g = f["samples"]
+    status = g["status"][:]
+    assert not np.any(status == 8), "an episode failed"
+    n = 0
+    for i in range(len(status)):
+        if g["env_turns"][i] != 3:
+            continue
+        starts = g["context_starts/values"][g["context_starts/offsets"][i]:g["context_starts/offsets"][i + 1]]
+        assert len(starts) == 1, (i, starts)  # thread A (turns 1 and 3), thread B (turn 2): joined
+        n += 1
+assert n > 0
+print(f"env_runs: threads under full async: {n} three-turn episodes hold their two threads once, none failed; "
+      f"{len(left)} of {len(restored)} restored episodes were past their first turn (a context left behind)")
 PY
 
 echo "== full async: a group with an episode its environment failed is not trained"
