@@ -3,6 +3,8 @@
 #include <malloc.h>
 #include <slimpi/error.h>
 
+#include <algorithm>
+
 #include "core/log.h"
 #include "core/timer.h"
 #include "kernels/counter_rng.h"
@@ -150,6 +152,13 @@ std::map<std::string, double> RolloutSide::evaluate(const std::vector<Prompt>& p
     metrics["eval/pass@1"] = correct / double(r.size());
     metrics["eval/mean_reward"] = total / double(r.size());
     metrics["eval/n_prompts"] = double(r.size());
+    if (cfg_.env.enabled()) {  // a failed episode scores 0: how many did, so that a 0 is read right
+      const auto failed = std::count_if(g.begin(), g.end(), [](const Sample& s) { return s.status == SampleStatus::EnvFailed; });
+      metrics["eval/env_failed"] = double(failed);
+      if (failed > 0 && failed == std::ptrdiff_t(g.size()))
+        log::warn("evaluation: all {} episodes failed in their environment (their reasons are in the log above): "
+                  "eval/pass@1 and eval/mean_reward are 0 whatever the policy", failed);
+    }
   }
   if (n_samples > 1) {
     std::vector<Sample> s = generate(prompts, 0, stream + 1, n_samples, cfg_.sampling, nullptr);

@@ -16,6 +16,7 @@ packages=(
   libtomlplusplus-dev libtomlplusplus3 nlohmann-json3-dev libfmt-dev libfmt9 libspdlog-dev libspdlog1.10 libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev libbenchmark1debian libxxhash-dev libxxhash0
   libcpp-httplib-dev libcpp-httplib0.11 libssl-dev libbrotli-dev zlib1g-dev
+  libzstd-dev libzstd1 libpcre2-dev libpcre2-8-0 libpcre2-16-0 libpcre2-32-0 libpcre2-posix3 libutf8proc-dev libutf8proc2
 )
 mkdir -p "$dest"
 cd "$dest"

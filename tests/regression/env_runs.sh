@@ -426,10 +426,21 @@ print(f"env_runs: full async: {len(failed)} groups with a failed episode, none t
 PY
 
 echo "== full async: an environment that fails every episode does not stall the run"
-run 3 full_all_fail --set run.n_steps=2 --set "rollout.env_command=$probe --fault error-all"
+run 3 full_all_fail --set run.n_steps=2 --set "rollout.env_command=$probe --fault error-all" \
+  --set "eval.path=inputs/data/addition_eval.jsonl@[0:4]"
 grep -q "0 of 8 groups to train: .*(0 dropped by the dynamic filter, [0-9]* with an episode the environment failed)" \
   "$out/full_all_fail.log" || { cat "$out/full_all_fail.log"; echo "FAIL: no short-batch warning"; exit 1; }
-echo "env_runs: full async: every episode failed, the run went on with short batches"
+grep -q "evaluation: all 4 episodes failed in their environment" "$out/full_all_fail.log" \
+  || { cat "$out/full_all_fail.log"; echo "FAIL: no warning that every evaluation episode failed"; exit 1; }
+/usr/bin/python3 - "$out/full_all_fail" <<'PY'
+import sys
+import h5py, numpy as np
+with h5py.File(sys.argv[1] + "/metrics.h5") as f:
+    failed, p1 = f["steps/eval/env_failed"][:], f["steps/eval/pass@1"][:]
+evals = ~np.isnan(p1)
+assert evals.sum() >= 2 and np.all(failed[evals] == 4) and np.all(p1[evals] == 0), (failed, p1)
+PY
+echo "env_runs: full async: every episode failed, the run went on with short batches; eval/env_failed counts the failed evaluation episodes"
 
 echo "== slimpi generate runs episodes; transcript.py shows one"
 $mpirun -np 2 "$slimpi" generate inputs/smoke_rl.toml --set model.max_seq_len=96 --set rollout.environment=command \
