@@ -26,11 +26,22 @@ namespace {
 // catches (its stop signals, MPI's and UCX's fault handlers, a profiler's) is reset before
 // anything is unblocked, since after vfork a handler would run on the rank's memory; the
 // rank ignores SIGPIPE, and execve keeps ignored signals ignored, so it is reset too.
+// A signal already pending was sent to the rank's process group before setpgid() took the
+// child out of it (mpirun forwards SIGUSR1, SIGUSR2 and SIGTERM to the ranks' groups): the
+// rank's, not the command's, so it is discarded (setting SIG_IGN discards a pending
+// signal) rather than delivered under the default action, which would kill the command.
 // Async-signal-safe.
 void reset_signals() {
-  struct sigaction dfl, old;
+  struct sigaction dfl, ign, old;
   std::memset(&dfl, 0, sizeof(dfl));
   dfl.sa_handler = SIG_DFL;
+  std::memset(&ign, 0, sizeof(ign));
+  ign.sa_handler = SIG_IGN;
+  sigset_t pending;
+  sigemptyset(&pending);
+  sigpending(&pending);
+  for (int sig = 1; sig < NSIG; ++sig)
+    if (sigismember(&pending, sig) == 1 && sigaction(sig, &ign, &old) == 0) sigaction(sig, &old, nullptr);
   for (int sig = 1; sig < NSIG; ++sig)
     if (sigaction(sig, nullptr, &old) == 0 && (old.sa_handler != SIG_IGN || sig == SIGPIPE))
       sigaction(sig, &dfl, nullptr);  // (SIGKILL and SIGSTOP refuse; nothing to reset there)
