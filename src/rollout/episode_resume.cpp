@@ -175,7 +175,7 @@ bool EpisodeRunner::replay_turn(Episode& e, int64_t r) {
     if (end > e.budget + e.copied) {  // this job's limits (the KV cache, max_seq_len) are smaller than the recording job's
       finish(e, SampleStatus::Truncated, EnvError::Overlong,
              fmt::format("resumed, its turn {} ends at response token {}, past this job's budget of {}", rp.next + 1,
-                         end, e.budget));
+                         end - e.copied, e.budget));
       return true;
     }
     Sample turn = recorded_turn(rp.recorded, end);
@@ -254,7 +254,18 @@ void EpisodeRunner::on_restored(Episode& e) {
   e.reward_sum = t.reward_sum;
   e.last_reward = t.last_reward;
   e.env_snapshot = t.env_snapshot;
-  e.left_transcripts = t.left_transcripts;  // (the threads it may resume)
+  // The threads it may resume: links within its contexts, each continuing an earlier one once.
+  const size_t n_contexts = s.context_starts.size() + 1;
+  bool links_ok = t.continued_from.size() <= n_contexts && t.left_transcripts.size() <= n_contexts;
+  for (size_t c = 0; links_ok && c < t.continued_from.size(); ++c)
+    links_ok = t.continued_from[c] < int64_t(c) &&
+               (t.continued_from[c] < 0 ||
+                std::count(t.continued_from.begin(), t.continued_from.end(), t.continued_from[c]) == 1);
+  if (!links_ok)
+    return finish(e, SampleStatus::EnvFailed, EnvError::Infra,
+                  fmt::format("restored from its snapshot, but its checkpointed thread links ({} for {} contexts) are "
+                              "not links between its contexts", t.continued_from.size(), n_contexts));
+  e.left_transcripts = t.left_transcripts;
   e.continued_from = t.continued_from;
   e.copied = copied_tokens(s, e.continued_from);
   e.budget = response_budget(s.prompt_length);
@@ -263,7 +274,7 @@ void EpisodeRunner::on_restored(Episode& e) {
   if (t.turn_ends.back() > e.budget + e.copied)  // this job's limits (the KV cache, max_seq_len) are smaller than the recording job's
     return finish(e, SampleStatus::Truncated, EnvError::Overlong,
                   fmt::format("resumed, its turn {} ends at response token {}, past this job's budget of {}",
-                              t.turn_ends.size(), t.turn_ends.back(), e.budget));
+                              t.turn_ends.size(), t.turn_ends.back() - e.copied, e.budget));
   const auto at = s.tokens.begin() + s.prompt_length;
   std::string sampled_end;  // (the transcript holds it already)
   e.turn_start = t.turn_starts.back();

@@ -148,7 +148,8 @@ void EpisodeRunner::continue_turn(Episode& e, int64_t start) {
   if (r >= limit)  // a resumed turn under way, with this job's smaller limits
     return finish(e, SampleStatus::Truncated, EnvError::Overlong,
                   fmt::format("resumed, its open turn has reached response token {}, at this job's limit of {} "
-                              "(rollout.max_new_tokens per turn, the KV cache, model.max_seq_len)", r, limit));
+                              "(rollout.max_new_tokens per turn, the KV cache, model.max_seq_len)", r - e.copied,
+                              limit - e.copied));
   e.turn_start = start;
   e.phase = Episode::Phase::Turn;
   engine_.add_work(turn_work(e, start, limit));
@@ -335,16 +336,25 @@ bool EpisodeRunner::resumed_context_tokens(Episode& e, const EnvReply& reply, st
            : by != e.continued_from.end()
                ? fmt::format("its environment resumed context {} after turn {}, which context {} continues already "
                              "(a thread goes on from its latest context)", k, turn, by - e.continued_from.begin())
-               : fmt::format("its environment resumed context {} after turn {}, which was left because the chat "
-                             "template rewrote its history: its transcript was not kept", k, turn));
+               : fmt::format("its environment resumed context {} after turn {}, whose chat transcript was not kept "
+                             "(the template rewrote that context's history when it was left, or the episode was "
+                             "restored from a checkpoint that does not hold it)", k, turn));
     return false;
   }
-  auto transcript = std::make_unique<ChatTranscript>(ChatTranscript::load(settings_.chat, e.left_transcripts[size_t(k)]));
+  std::unique_ptr<ChatTranscript> transcript;
+  try {
+    transcript = std::make_unique<ChatTranscript>(ChatTranscript::load(settings_.chat, e.left_transcripts[size_t(k)]));
+  } catch (const Error& err) {
+    finish(e, SampleStatus::EnvFailed, EnvError::Infra,
+           fmt::format("its environment resumed context {}, whose kept chat transcript does not load: {}", k, err.what()));
+    return false;
+  }
   std::string why;
   const std::string delta = transcript->add_observation(reply.messages, &why);
   if (!why.empty() && !reply.conversation.empty()) {  // as an edited history: a context of its own
+    // (only the left context's transcript, loaded here, took the refused messages: the
+    // latest context's stays good to resume, and no flag is set)
     *out = whole_conversation(e, reply, why);
-    e.rewrote = true;
     return true;
   }
   if (!why.empty()) {

@@ -3,7 +3,8 @@
 // estimator at the rollout temperature for k = 1, 2, 4, ... <= n:
 //   pass@k = mean over prompts of 1 − C(n − c, k) / C(n, k),  c = correct samples
 // (a sample is correct when its reward is >= 1). Metric names: eval/pass@1 (greedy),
-// eval/mean_reward (greedy), eval/sampled_pass@k (n samples), eval/n_prompts.
+// eval/mean_reward (greedy), eval/sampled_pass@k (n samples), eval/n_prompts, and with an
+// environment eval/env_failed (greedy episodes that failed: they score 0).
 #pragma once
 
 #include <cstdint>

@@ -365,6 +365,24 @@ TEST_F(EpisodeRunnerTest, ThreadsKeepTheOrderTheyBeganIn) {
   }
 }
 
+// A return's copy of its thread counts once, where the finished sample keeps it: under an
+// observation limit of 12 tokens, a return whose new message is 10 ("back to A\n") goes on,
+// though with the copy of context 0 (the prompt and turn 1) the new context opens with more.
+TEST_F(EpisodeRunnerTest, AResumedContextsCopyIsNotAnObservation) {
+  ScriptedEnvironment env(threads("ABA"));
+  EpisodeSettings limited = settings();
+  limited.env.max_observation_tokens = 12;
+  Rollout r(model, &env, limited);
+  r.runner.add_request(request(2));
+  for (const auto& [key, s] : r.run()) {
+    EXPECT_EQ(s.status, SampleStatus::Completed);
+    EXPECT_EQ(s.env_turns, 3);
+    const auto& actions = env.actions.at("3/2/" + std::to_string(key.second));
+    ASSERT_EQ(actions.size(), 3u);
+    EXPECT_GT(actions[2].context_tokens - int64_t(actions[0].token_ids.size()), 12);  // the new context's opening
+  }
+}
+
 // An environment that resumes a context the episode has not left, or one a later context
 // continues already, fails that episode (infra), not the job.
 TEST_F(EpisodeRunnerTest, ResumingAContextThatCannotBeResumedFailsTheEpisode) {
