@@ -80,6 +80,7 @@ PromptSource::PromptSource(const PromptSourceSpec& spec, uint64_t seed) : order_
     Prompt p;
     p.line = all[i].line;
     p.text = all[i].fields[0];
+    p.raw = p.text;
     if (spec.chat.enabled()) {
       const nlohmann::json value = all[i].raw_json[0] ? nlohmann::json::parse(p.text) : nlohmann::json(p.text);
       const std::string problem = parse_chat_messages(value, spec.chat.chat_template, &messages);

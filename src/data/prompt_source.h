@@ -29,6 +29,10 @@ struct Prompt {
   int64_t line = 0;   // line number in the file (1-based), for error messages
   std::string text;    // the prompt as the model sees it (rendered when chat)
   bool chat = false;   // text is a rendered conversation (encoded by Tokenizer::encode_chat)
+  // The record's prompt as the file holds it: the string, or a list of messages as its JSON
+  // text ("" in a checkpoint older than this field: then text). An agent gets this, since it
+  // renders its own conversation.
+  std::string raw;
   std::string label;
   std::string metadata;  // JSON text, "" when absent
 };

@@ -26,8 +26,8 @@ namespace slimpi {
 namespace {
 
 nlohmann::json prompt_json(const Prompt& p) {
-  return {{"index", p.index}, {"line", p.line},   {"text", p.text},
-          {"chat", p.chat},   {"label", p.label}, {"metadata", p.metadata}};
+  return {{"index", p.index}, {"line", p.line},   {"text", p.text},         {"chat", p.chat},
+          {"label", p.label}, {"metadata", p.metadata}, {"raw", p.raw}};
 }
 
 Prompt prompt_from(const nlohmann::json& j) {
@@ -38,6 +38,7 @@ Prompt prompt_from(const nlohmann::json& j) {
   p.chat = j.at("chat");
   p.label = j.at("label");
   p.metadata = j.at("metadata");
+  p.raw = j.value("raw", std::string());  // (absent from older checkpoints)
   return p;
 }
 

@@ -182,7 +182,9 @@ void AgentEnvironment::reset(const EpisodeStart& start) {
   s->id = random_hex(12);
   s->episode = start.episode;
   const std::string session_url = base_url() + "/s/" + s->id;
-  const size_t task_bytes = start.prompt.size() + start.label.size() + start.metadata_json.size();
+  // The task as the data file gives it, not rendered: the agent renders its own conversation.
+  const std::string& task = start.prompt_raw.empty() ? start.prompt : start.prompt_raw;
+  const size_t task_bytes = task.size() + start.label.size() + start.metadata_json.size();
   std::vector<std::string> env;
   if (task_bytes <= kTaskBytes)
     env = {
@@ -195,7 +197,7 @@ void AgentEnvironment::reset(const EpisodeStart& start) {
         "SLIMPI_REWARD_URL=" + session_url + "/v1/slimpi/reward",
         "SLIMPI_EPISODE=" + start.episode,
         "SLIMPI_SEED=" + std::to_string(start.seed),
-        "SLIMPI_PROMPT=" + start.prompt,
+        "SLIMPI_PROMPT=" + task,
         "SLIMPI_LABEL=" + start.label,
         "SLIMPI_METADATA=" + (start.metadata_json.empty() ? std::string("null") : start.metadata_json),
         // Not the rank's MPI: a tool the agent runs under MPI must not join the job.

@@ -4,7 +4,8 @@
 // rollout rank serves an HTTP endpoint (agent/http_server.h) and starts
 // rollout.agent_command once per episode, with OPENAI_BASE_URL and ANTHROPIC_BASE_URL
 // naming the episode's session, the job's token as OPENAI_API_KEY and ANTHROPIC_API_KEY,
-// and the task as SLIMPI_PROMPT, SLIMPI_LABEL, SLIMPI_METADATA. An agent may speak OpenAI
+// and the task as SLIMPI_PROMPT (the record's prompt as the file holds it, not rendered),
+// SLIMPI_LABEL, SLIMPI_METADATA. An agent may speak OpenAI
 // Chat Completions (agent/openai_chat.h), OpenAI Responses (agent/openai_responses.h: a
 // previous_response_id names the session's latest answer, whose conversation the session
 // holds) or Anthropic Messages (agent/anthropic_messages.h), or all of them: a session's

@@ -61,6 +61,7 @@ struct EpisodeStart {
   int64_t step = 0, group = 0, sample = 0;
   uint64_t seed = 0;
   std::string prompt, label, metadata_json;  // metadata_json "" = none
+  std::string prompt_raw;  // the record's prompt as the file holds it (Prompt::raw): what an agent gets
   int64_t max_turns = 0, max_total_tokens = 0;
   double wall_time_s = 0;
 };

@@ -97,6 +97,7 @@ void EpisodeRunner::start_waiting_episodes() {
     s.max_total_tokens = settings_.env.max_total_tokens;
     s.wall_time_s = settings_.env.episode_wall_s;
     s.prompt = e.prompt.text;
+    s.prompt_raw = e.prompt.raw.empty() ? e.prompt.text : e.prompt.raw;
     s.label = e.prompt.label;
     s.metadata_json = e.prompt.metadata;
     e.phase = e.restoring ? Episode::Phase::Restore : Episode::Phase::Reset;

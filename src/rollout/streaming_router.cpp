@@ -52,6 +52,7 @@ std::string encode_items(char kind, const std::vector<WorkItem>& items) {
       w.put_string(it.record->text);
       w.put_string(it.record->label);
       w.put_string(it.record->metadata);
+      w.put_string(it.record->raw);
     }
     w.put_vector(it.episode.turn_starts);
     w.put_vector(it.episode.turn_ends);
@@ -88,6 +89,7 @@ std::vector<WorkItem> decode_items(const std::string& bytes, const SamplingParam
       p.text = r.get_string();
       p.label = r.get_string();
       p.metadata = r.get_string();
+      p.raw = r.get_string();
     }
     it.episode.turn_starts = r.get_vector<int64_t>();
     it.episode.turn_ends = r.get_vector<int64_t>();

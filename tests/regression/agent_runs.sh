@@ -12,6 +12,7 @@
 #    log-probs equal the engine's; the reward is the agent's (its stdout line, or POSTed);
 #  * an agent that compacts its history (a request that does not extend the session's) opens a
 #    new context with the whole conversation, recorded in context_starts;
+#  * under data.chat_template = chatml, SLIMPI_PROMPT is the record's prompt as the file holds it;
 #  * a parent agent and its sub-agent in one session (tests/fixtures/agents/threads_probe.py):
 #    each request continues the thread it extends, the parent's return resumes its context;
 #    each sample holds the two threads once, every turn the tokens the agent received, and
@@ -129,6 +130,18 @@ for name, edited in [("np2", False), ("np4", True), ("np1", False), ("tp2", Fals
     assert name != "np2" or logprob_turns == n, (logprob_turns, n)
     print(f"agent_runs: {name}: {n} trajectories are the agents' requests and answers token by token"
           f"{' (a compacted history opens a new context)' if edited else ''}; train/rollout log-prob diff {diff.max():.1e}")
+PY
+
+echo "== under a chat template, an agent's SLIMPI_PROMPT is the record's prompt, not its rendering"
+args=("${base[@]}")
+run 2 chatml --set run.n_steps=1 --set data.chat_template=chatml --set "rollout.agent_command=$probe --log $out/chatml.agentlog"
+/usr/bin/python3 - "$out" "$root" <<'PY'
+import json, sys
+out, root = sys.argv[1], sys.argv[2]
+prompts = {json.loads(l)["prompt"] for l in open(f"{root}/inputs/data/addition_sft.jsonl")}
+firsts = [r["sent"][1]["content"] for r in map(json.loads, open(f"{out}/chatml.agentlog")) if r["turn"] == 0]
+assert firsts and all(p in prompts for p in firsts), [p for p in firsts if p not in prompts][:3]
+print(f"agent_runs: chatml: {len(firsts)} agents got their record's prompt as the data file holds it")
 PY
 
 echo "== a parent agent and its sub-agent in one session: two threads, each kept once"
