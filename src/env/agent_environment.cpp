@@ -386,10 +386,11 @@ std::optional<EnvReply> AgentEnvironment::observation(Session& s) {
     return yes;
   };
   std::optional<size_t> thread;
-  if (s.turns > 0 && extends(s.threads[s.current])) thread = s.current;
-  for (size_t k = 0; s.turns > 0 && k < s.threads.size(); ++k)
-    if (extends(s.threads[k]) && (!thread || s.threads[k].history.size() > s.threads[*thread].history.size()))
-      thread = k;
+  for (size_t k = 0; s.turns > 0 && k < s.threads.size(); ++k) {
+    if (!extends(s.threads[k])) continue;
+    const size_t h = s.threads[k].history.size(), best = thread ? s.threads[*thread].history.size() : 0;
+    if (!thread || h > best || (h == best && k == s.current)) thread = k;
+  }
   if (s.turns == 0) {
     r.messages = std::move(whole);  // the reset's context
     s.threads.assign(1, {});

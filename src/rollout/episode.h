@@ -53,15 +53,12 @@ struct EpisodeRunner::Episode {
   // history: then it cannot be resumed), and the context it continues (-1: none). An
   // observation that resumes context `resuming` carries its transcript to
   // append_observation in `resumed_transcript`; `rewrote` marks an observation that opens a
-  // context because the template would rewrite the history. `copied`: the response tokens
-  // that are resumed contexts' copies (the finished sample keeps them once: the limits
-  // count the trajectory without them).
+  // context because the template would rewrite the history.
   std::vector<std::string> left_transcripts;
   std::vector<int64_t> continued_from;
   int64_t resuming = -1;
   std::unique_ptr<ChatTranscript> resumed_transcript;
   bool rewrote = false;
-  int64_t copied = 0;
 };
 
 // "<stream>/<group>/<sample>": unique for the run.

@@ -172,10 +172,11 @@ bool EpisodeRunner::replay_turn(Episode& e, int64_t r) {
                               r));
       return true;
     }
-    if (end > e.budget + e.copied) {  // this job's limits (the KV cache, max_seq_len) are smaller than the recording job's
+    const int64_t copied = copied_tokens(e);
+    if (end > e.budget + copied) {  // this job's limits (the KV cache, max_seq_len) are smaller than the recording job's
       finish(e, SampleStatus::Truncated, EnvError::Overlong,
              fmt::format("resumed, its turn {} ends at response token {}, past this job's budget of {}", rp.next + 1,
-                         end - e.copied, e.budget));
+                         end - copied, e.budget));
       return true;
     }
     Sample turn = recorded_turn(rp.recorded, end);
@@ -267,14 +268,14 @@ void EpisodeRunner::on_restored(Episode& e) {
                               "not links between its contexts", t.continued_from.size(), n_contexts));
   e.left_transcripts = t.left_transcripts;
   e.continued_from = t.continued_from;
-  e.copied = copied_tokens(s, e.continued_from);
+  const int64_t copied = copied_tokens(e);
   e.budget = response_budget(s.prompt_length);
   if (t.open_turn >= 0) return continue_turn(e, t.open_turn);  // the turn under way, from its tokens so far
   // The last turn was waiting for its reply, which the checkpoint did not hold: sent again.
-  if (t.turn_ends.back() > e.budget + e.copied)  // this job's limits (the KV cache, max_seq_len) are smaller than the recording job's
+  if (t.turn_ends.back() > e.budget + copied)  // this job's limits (the KV cache, max_seq_len) are smaller than the recording job's
     return finish(e, SampleStatus::Truncated, EnvError::Overlong,
                   fmt::format("resumed, its turn {} ends at response token {}, past this job's budget of {}",
-                              t.turn_ends.size(), t.turn_ends.back() - e.copied, e.budget));
+                              t.turn_ends.size(), t.turn_ends.back() - copied, e.budget));
   const auto at = s.tokens.begin() + s.prompt_length;
   std::string sampled_end;  // (the transcript holds it already)
   e.turn_start = t.turn_starts.back();

@@ -145,12 +145,13 @@ void EpisodeRunner::begin_turn(Episode& e) {
 
 void EpisodeRunner::continue_turn(Episode& e, int64_t start) {
   // (in the trajectory's response offsets, resumed contexts' copies included)
-  const int64_t limit = std::min(start + settings_.max_turn_tokens, e.budget + e.copied), r = e.sample.response_length();
+  const int64_t copied = copied_tokens(e);
+  const int64_t limit = std::min(start + settings_.max_turn_tokens, e.budget + copied), r = e.sample.response_length();
   if (r >= limit)  // a resumed turn under way, with this job's smaller limits
     return finish(e, SampleStatus::Truncated, EnvError::Overlong,
                   fmt::format("resumed, its open turn has reached response token {}, at this job's limit of {} "
-                              "(rollout.max_new_tokens per turn, the KV cache, model.max_seq_len)", r - e.copied,
-                              limit - e.copied));
+                              "(rollout.max_new_tokens per turn, the KV cache, model.max_seq_len)", r - copied,
+                              limit - copied));
   e.turn_start = start;
   e.phase = Episode::Phase::Turn;
   engine_.add_work(turn_work(e, start, limit));
@@ -251,7 +252,7 @@ void EpisodeRunner::on_observation(Episode& e, const EnvReply& reply) {
   if (!observation_tokens(e, reply, &observation, &new_context)) return;
   // A resumed context's copy of its tokens counts once, where the finished sample keeps it.
   const int64_t copy = e.resuming >= 0 ? context_length(s, e.resuming) : 0;
-  const int64_t n = int64_t(observation.size()) - copy, r = s.response_length() - e.copied;
+  const int64_t n = int64_t(observation.size()) - copy, r = s.response_length() - copied_tokens(e);
   if (n > settings_.env.max_observation_tokens)
     return stop_at_limit(e, EnvError::Overlong,
                          fmt::format("an observation of {} tokens (rollout.env_max_observation_tokens = {})", n,
@@ -263,7 +264,6 @@ void EpisodeRunner::on_observation(Episode& e, const EnvReply& reply) {
                                      e.budget));
   if (e.replay && !matches_record(e, observation, new_context, recorded)) return;
   append_observation(e, observation, new_context);
-  e.copied += copy;
   begin_turn(e);
 }
 

@@ -124,8 +124,9 @@ class EpisodeRunner : public GroupWorker {
   // and how many.
   static std::vector<int64_t> context_of(const Sample& s, int64_t k);
   static int64_t context_length(const Sample& s, int64_t k);
-  // The response tokens that copy resumed contexts (Episode::copied), from the links.
-  static int64_t copied_tokens(const Sample& s, const std::vector<int64_t>& continued_from);
+  // The response tokens that copy resumed contexts, from e.continued_from: the finished
+  // sample keeps them once, so the episode's limits count its trajectory without them.
+  static int64_t copied_tokens(const Episode& e);
   void on_turn(Episode& e, Sample&& turn);
   void begin_turn(Episode& e);
   // The engine takes the turn that began at response offset `start` (its tokens after

@@ -147,10 +147,10 @@ int64_t EpisodeRunner::context_length(const Sample& s, int64_t k) {
   return end - begin;
 }
 
-int64_t EpisodeRunner::copied_tokens(const Sample& s, const std::vector<int64_t>& continued_from) {
+int64_t EpisodeRunner::copied_tokens(const Episode& e) {
   int64_t n = 0;
-  for (int64_t p : continued_from)
-    if (p >= 0) n += context_length(s, p);
+  for (int64_t p : e.continued_from)
+    if (p >= 0) n += context_length(e.sample, p);
   return n;
 }
 

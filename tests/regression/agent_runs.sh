@@ -54,9 +54,10 @@ run 3 tp2 --set run.n_steps=1 --set parallel.trainer_ranks=1 --set rollout.tenso
 grep -qF "agent endpoint: http://127.0.0.1:" "$out/np2.log" || { cat "$out/np2.log"; echo "FAIL: no endpoint line"; exit 1; }
 [ "$(stat -c %a "$out/np2/agent_token")" = 600 ] || { echo "FAIL: agent_token is not mode 0600"; exit 1; }
 
-/usr/bin/python3 - "$out" <<'PY'
+PYTHONPATH="$root/tests/regression" /usr/bin/python3 - "$out" <<'PY'
 import json, sys
 import h5py, numpy as np
+from trajectory_views import runs, text
 out = sys.argv[1]
 TOOLS = [{"type": "function", "function": {"name": "calc", "description": "Evaluates an expression.",
           "parameters": {"type": "object", "properties": {"expr": {"type": "string"}}, "required": ["expr"]}}}]
@@ -67,16 +68,6 @@ tools_block = ("# Tools\n\nYou may call one or more functions to assist with the
                "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
                "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
                "<args-json-object>}\n</tool_call>")
-
-def text(ids):  # data.chat_template = none over the byte tokenizer: ids < 256 are bytes
-    return bytes(int(t) for t in ids if t < 256)
-
-def runs(mask):  # [(start, end, mask value)] of equal loss-mask values
-    out, s = [], 0
-    for i in range(1, len(mask) + 1):
-        if i == len(mask) or mask[i] != mask[s]:
-            out.append((s, i, mask[s])); s = i
-    return out
 
 logprob_turns = 0
 for name, edited in [("np2", False), ("np4", True), ("np1", False), ("tp2", False)]:
@@ -148,19 +139,12 @@ echo "== a parent agent and its sub-agent in one session: two threads, each kept
 args=("${base[@]}")
 run 2 threads --set run.n_steps=1 --set rollout.env_max_total_tokens=400 \
   --set "rollout.agent_command=$py $root/tests/fixtures/agents/threads_probe.py --log $out/threads.agentlog"
-/usr/bin/python3 - "$out" <<'PY'
+PYTHONPATH="$root/tests/regression" /usr/bin/python3 - "$out" <<'PY'
 import json, sys
 import h5py, numpy as np
+from trajectory_views import runs, text
 out = sys.argv[1]
 log = {r["episode"]: r for r in map(json.loads, open(f"{out}/threads.agentlog"))}
-def text(ids):
-    return bytes(int(t) for t in ids if t < 256)
-def runs(mask):
-    out, s = [], 0
-    for i in range(1, len(mask) + 1):
-        if i == len(mask) or mask[i] != mask[s]:
-            out.append((s, i, mask[s])); s = i
-    return out
 n = 0
 with h5py.File(f"{out}/threads/rollouts.h5") as f:
     g = f["samples"]
