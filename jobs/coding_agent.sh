@@ -4,11 +4,11 @@
 # writes sol.py and runs the tests through tools in a per-episode sandbox
 # (inputs/agents/sandbox.py); slimpi starts it once per episode and serves it the policy.
 # The reward is the fraction of hidden tests the final sol.py passes.
-#   1. inputs/coding_sft.toml: SFT from scratch on whole agent episodes (make-data coding),
-#      585 steps.
+#   1. inputs/coding_sft.toml: SFT from scratch on whole agent episodes (make-data coding)
+#      until greedy pass@1 on 32 dev tasks reaches 50%.
 #   2. inputs/coding_grpo.toml: GRPO from that policy, every sample an agent episode.
-# Prints greedy pass@1 and mean reward on the evaluation tasks before and after GRPO (not
-# held out: the task space has 90 tasks, all in the SFT traces).
+# Prints greedy pass@1 and mean reward on the evaluation tasks before and after GRPO (held
+# out: functions that no SFT trace or GRPO prompt has, make-data coding_heldout).
 # Usage: bash jobs/coding_agent.sh [SEED]   (default 1; after the README's build and
 # scripts/install_deps.sh, which makes the openai venv /opt/slimpi/agent-clients)
 set -euo pipefail

@@ -1,11 +1,12 @@
 """A coding agent written against the OpenAI Python client, as slimpi runs agents
 (rollout.environment = "agent", docs/agents.md): slimpi starts it once per episode with the
 endpoint in OPENAI_BASE_URL/OPENAI_API_KEY, the task in SLIMPI_PROMPT and the test cases in
-SLIMPI_LABEL, {"visible": [[x, y], ...], "hidden": [[x, y], ...]}, each case meaning f(x) == y.
+SLIMPI_LABEL, {"visible": [[x, y] or [x, y, "expected as test.py writes it"], ...], "hidden":
+[[x, y], ...]}, each case meaning f(x) == y.
 
 The episode has a sandbox directory (sandbox.py) holding test.py, one `assert f(x)==y` line
-per visible case; the model writes sol.py there. The conversation starts with the task as the
-only message (no system message). Each model turn's tool calls are run and answered with one
+per visible case (y as the label writes it); the model writes sol.py there. The conversation
+starts with the task as the only message (no system message). Each model turn's tool calls are run and answered with one
 tool message each; a turn without tool calls ends the episode, as does --max-turns. Tools
 (passed to the API only with --declare-tools: a small model learns them from supervised traces
 made to match these outputs exactly):
@@ -62,8 +63,14 @@ def parse_arguments(name, text):
 
 
 def test_file(visible):
-    """test.py: one assert line per visible case."""
-    return "".join(f"assert f({x!r})=={y!r}\n" for x, y in visible)
+    """test.py: one assert line per visible case [x, y] or [x, y, expected]: the expected
+    value as written in the line (an expression such as `2*3+5`), else y's repr."""
+    return "".join(f"assert f({c[0]!r})=={c[2] if len(c) > 2 else repr(c[1])}\n" for c in visible)
+
+
+def cases(visible):
+    """The [x, y] pairs of the visible cases (what run_tests checks)."""
+    return [c[:2] for c in visible]
 
 
 def test_report(r):
@@ -81,7 +88,7 @@ def run_tool(sandbox, visible, name, arguments):
     if args is None:
         return f"error: bad arguments for {name}: {why}"
     if name == "run_tests":
-        return test_report(sandbox.run_cases(visible))
+        return test_report(sandbox.run_cases(cases(visible)))
     try:
         if name == "read_file":
             return sandbox.read(args["path"])

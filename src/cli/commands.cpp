@@ -41,7 +41,7 @@ Commands::Commands(CLI::App& app) {
       ->type_name("KEY=VALUE")
       ->allow_extra_args(false);
 
-  make_data_ = app.add_subcommand("make-data", "write JSONL for a built-in task (addition, multiplication, countdown, tool_multiplication, coding)");
+  make_data_ = app.add_subcommand("make-data", "write JSONL for a built-in task (addition, multiplication, countdown, tool_multiplication, coding, coding_heldout)");
   make_data_->add_option("task", task_, "the task")->required();
   make_data_->add_option("--out", data_out_, "the JSONL file to write")->required();
   make_data_->add_option("--n", data_n_, "number of records")->capture_default_str();

@@ -92,20 +92,30 @@ std::string tool_multiplication_line(uint64_t seed, int64_t i) {
 }
 
 // The coding agent's task (inputs/agents/coding_agent.py, docs/agents.md): make test.py
-// pass by writing f(x) = A*x + B in sol.py, A in 1..9, B in 0..9. test.py shows f(0) and
-// f(1) (so B is copied and A = f(1) - f(0) worked out); the reward is the fraction of
-// hidden cases (x = 0, 1, 2, 3, 10) that the final sol.py passes. The response is the
-// whole episode as the engine's token stream holds it under chat template none: the
-// prompt's newline, then read_file, write_file and run_tests (each call, the agent's
-// tool output), then "done"; the tool outputs are coding_agent.py's, byte for byte.
-std::string coding_line(uint64_t seed, int64_t i) {
-  const int64_t a = draw(seed, i, 0, 1, 9), b = draw(seed, i, 1, 0, 9);
+// pass by writing f(x) = x*A + B in sol.py, A in 1..9, B in 0..9. test.py checks f(1) and f(2)
+// against expected values written as expressions (`assert f(2)==2*A+B`), so both constants
+// are there to copy, each after the operator it follows in the solution: a skill that
+// carries over to pairs never seen. The reward is the fraction of hidden cases
+// (x = 0, 1, 2, 3, 10) that the final sol.py passes. The 18 pairs with (A + B) % 5 == 0
+// are held out: `coding` draws from the other 72, `coding_heldout` from those 18 only. The
+// response is the whole episode as the engine's token stream holds it under chat template
+// none: the prompt's newline, then read_file, write_file and run_tests (each call, the
+// agent's tool output), then "done"; the tool outputs are coding_agent.py's, byte for byte.
+bool coding_pair_held_out(int64_t a, int64_t b) { return (a + b) % 5 == 0; }
+
+std::string coding_task(uint64_t seed, int64_t i, bool held_out) {
+  std::vector<std::pair<int64_t, int64_t>> pairs;  // (A, B) of the split, in a fixed order
+  for (int64_t a = 1; a <= 9; ++a)
+    for (int64_t b = 0; b <= 9; ++b)
+      if (coding_pair_held_out(a, b) == held_out) pairs.emplace_back(a, b);
+  const auto [a, b] = pairs[size_t(draw(seed, i, 0, 0, int64_t(pairs.size()) - 1))];
   auto f = [&](int64_t x) { return a * x + b; };
   nlohmann::json visible = nlohmann::json::array(), hidden = nlohmann::json::array();
   std::string tests;
-  for (int64_t x : {0, 1}) {
-    visible.push_back({x, f(x)});
-    tests += fmt::format("assert f({})=={}\n", x, f(x));
+  for (int64_t x : {1, 2}) {
+    const std::string expected = fmt::format("{}*{}+{}", x, a, b);
+    visible.push_back({x, f(x), expected});
+    tests += fmt::format("assert f({})=={}\n", x, expected);
   }
   for (int64_t x : {0, 1, 2, 3, 10}) hidden.push_back({x, f(x)});
   using ojson = nlohmann::ordered_json;
@@ -115,7 +125,7 @@ std::string coding_line(uint64_t seed, int64_t i) {
   auto output = [](const std::string& text) { return "<tool_response>\n" + text + "\n</tool_response>\n"; };
   const std::string response =
       "\n" + call("read_file", ojson{{"path", "test.py"}}) + output(tests) +
-      call("write_file", ojson{{"content", fmt::format("def f(x):return {}*x+{}", a, b)}, {"path", "sol.py"}}) +
+      call("write_file", ojson{{"content", fmt::format("def f(x):return x*{}+{}", a, b)}, {"path", "sol.py"}}) +
       output("wrote sol.py") + call("run_tests", ojson::object()) + output("2/2 passed") + "done";
   return nlohmann::json{{"prompt", "Make test.py pass."},
                         {"response", response},
@@ -123,11 +133,15 @@ std::string coding_line(uint64_t seed, int64_t i) {
       .dump();
 }
 
+std::string coding_line(uint64_t seed, int64_t i) { return coding_task(seed, i, false); }
+std::string coding_heldout_line(uint64_t seed, int64_t i) { return coding_task(seed, i, true); }
+
 const Registry<TaskLine>& task_lines() {
   static const Registry<TaskLine> r(
       "make-data task",
       {{"addition", addition_line}, {"multiplication", multiplication_line}, {"countdown", countdown_line},
-       {"tool_multiplication", tool_multiplication_line}, {"coding", coding_line}});
+       {"tool_multiplication", tool_multiplication_line}, {"coding", coding_line},
+       {"coding_heldout", coding_heldout_line}});
   return r;
 }
 

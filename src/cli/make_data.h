@@ -9,9 +9,11 @@
 //                   make 23. Answer with the expression.", "label":
 //                   "{\"target\": 23, \"numbers\": [3, 7, 9, 2]}"} (reward.style countdown);
 //                   the target is the value of a random expression over the numbers
-//   coding          {"prompt": "Make test.py pass.", "label": "{\"visible\": [[0, 4], [1, 13]],
-//                   \"hidden\": [[0, 4], ...]}"}: the coding agent's task (f(x) = A*x + B in
-//                   sol.py; inputs/agents/coding_agent.py), the response a whole episode
+//   coding          {"prompt": "Make test.py pass.", "label": "{\"visible\": [[1, 8, \"1*3+5\"],
+//                   [2, 11, \"2*3+5\"]], \"hidden\": [[0, 5], ...]}"}: the coding agent's task
+//                   (f(x) = x*A + B in sol.py; inputs/agents/coding_agent.py), the response a
+//                   whole episode; 72 of the 90 (A, B) pairs
+//   coding_heldout  the same task on the other 18 pairs ((A + B) % 5 == 0), for evaluation
 // "response" is an SFT target; "label" is what the reward compares with.
 #pragma once
 

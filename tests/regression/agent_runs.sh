@@ -249,6 +249,7 @@ done
 
 echo "== the coding agent (inputs/agents/coding_agent.py, a random policy): np 2 synchronous, np 4 full async in two job steps"
 args=(run inputs/coding_grpo.toml --set model.init_from= --set run.n_steps=2 --set rollout.rollout_batch_size=2
+      --set rollout.n_samples_per_prompt=4
       --set train.global_batch_size=8 --set rollout.dynamic_filter=none --set rollout.over_sampling_batch_size=2
       --set rollout.max_new_tokens=24 --set eval.path=
       --set "rollout.agent_command=$py $root/inputs/agents/coding_agent.py --log $out/coding_log")

@@ -101,6 +101,19 @@ class ToolsTest(unittest.TestCase):
             self.assertEqual(run("read_file", '{"path": "nope.py"}'), "error: no file nope.py")
             self.assertEqual(run("run_tests", ""), "error: no sol.py")
 
+    def test_visible_cases_written_as_given(self):
+        """A visible case [x, y, text] is written into test.py as text and checked as f(x) == y; a
+        case [x, y] is written as y's repr."""
+        visible = [[1, 8, "1*3+5"], [2, 11]]
+        self.assertEqual(coding_agent.test_file(visible), "assert f(1)==1*3+5\nassert f(2)==11\n")
+        self.assertEqual(coding_agent.cases(visible), [[1, 8], [2, 11]])
+        with Sandbox() as sb:
+            sb.write("sol.py", "def f(x):return x*3+5")
+            self.assertEqual(coding_agent.run_tool(sb, visible, "run_tests", "{}"), "2/2 passed")
+            sb.write("sol.py", "def f(x):return x*3+4")
+            self.assertEqual(coding_agent.run_tool(sb, visible, "run_tests", "{}"),
+                             "0/2 passed; first failure: f(1) == 8 (got 7)")
+
     def test_make_data_traces_are_the_tools_outputs(self):
         """Every tool call of `slimpi make-data coding` records, replayed through the agent's
         tools in a sandbox set up as the agent sets it up, answers with the trace's text."""

@@ -3,10 +3,13 @@
 #include <gtest/gtest.h>
 #include <slimpi/error.h>
 
+#include <fmt/format.h>
+
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <string>
 
 #include "data/prompt_source.h"
 #include "core/sample_codec.h"
@@ -48,6 +51,33 @@ TEST(MakeData, DeterministicAndSelfConsistent) {
     EXPECT_EQ(countdown_reward(j["response"], j["label"]), 1.0f) << line;
   }
   EXPECT_THROW(make_task_data("sorting", 5, 1), Error);
+}
+
+// The coding task's split: `coding` and `coding_heldout` draw from disjoint (A, B) pairs
+// (72 and 18 of the 90), every pair of each split turns up, and each record's visible and
+// hidden cases are values of its own f(x) = x*A + B, the visible ones written as test.py's
+// expressions, the solution in the response.
+TEST(MakeData, CodingSplitsArePartsOfOnePairSpace) {
+  std::set<std::pair<int64_t, int64_t>> seen[2];
+  for (int held_out = 0; held_out < 2; ++held_out)
+    for (const auto& line : make_task_data(held_out ? "coding_heldout" : "coding", 1000, 5)) {
+      auto j = nlohmann::json::parse(line);
+      auto label = nlohmann::json::parse(std::string(j["label"]));
+      const int64_t b = label["hidden"][0][1], a = int64_t(label["hidden"][1][1]) - b;  // f(0), f(1) - f(0)
+      ASSERT_EQ(label["hidden"][0][0], 0);
+      ASSERT_EQ(label["hidden"][1][0], 1);
+      EXPECT_TRUE(a >= 1 && a <= 9 && b >= 0 && b <= 9) << line;
+      EXPECT_EQ((a + b) % 5 == 0, held_out == 1) << line;
+      seen[held_out].insert({a, b});
+      for (const auto& c : label["hidden"]) EXPECT_EQ(int64_t(c[1]), int64_t(c[0]) * a + b) << line;
+      for (const auto& c : label["visible"]) {
+        EXPECT_EQ(int64_t(c[1]), int64_t(c[0]) * a + b) << line;
+        EXPECT_EQ(std::string(c[2]), fmt::format("{}*{}+{}", int64_t(c[0]), a, b));
+      }
+      EXPECT_NE(std::string(j["response"]).find(fmt::format("return x*{}+{}", a, b)), std::string::npos) << line;
+    }
+  EXPECT_EQ(seen[0].size(), 72u);
+  EXPECT_EQ(seen[1].size(), 18u);
 }
 
 TEST(PromptSource, SlicesShufflesPerEpochAndKeepsACursor) {
