@@ -96,6 +96,10 @@ void describe_generation(size_t n_samples, double seconds, const EngineStats& st
             n_samples, seconds, row["perf/rollout_tokens_per_s"], st.prefill_tokens_computed,
             st.prompt_tokens_served, double(st.prompt_tokens_served) / std::max<double>(1.0, st.prefill_tokens_computed),
             st.preemptions, run_dir);
+  log::info("generate: {} engine iterations ({:.1f} tokens a forward on average), {:.2f} s in forwards, {:.2f} s "
+            "sampling (summed over engines)",
+            st.iterations, double(st.forward_tokens) / std::max<double>(1.0, double(st.iterations)), st.forward_s,
+            st.sample_s);
   if (prefill_ranks > 0)
     log::info("generate: {} prefill engine(s) sent {} prompt positions ({:.1f} MB of KV) to the decode engines; busy "
               "{:.0f}% (prefill) and {:.0f}% (decode) of the call", prefill_ranks, st.kv_sent_tokens,
