@@ -6,10 +6,10 @@ SLIMPI_LABEL, {"visible": [[x, y] or [x, y, "expected as test.py writes it"], ..
 
 The episode has a sandbox directory (sandbox.py) holding test.py, one `assert f(x)==y` line
 per visible case (y as the label writes it); the model writes sol.py there. The conversation
-starts with the task as the only message (no system message). Each model turn's tool calls are run and answered with one
-tool message each; a turn without tool calls ends the episode, as does --max-turns. Tools
-(passed to the API only with --declare-tools: a small model learns them from supervised traces
-made to match these outputs exactly):
+starts with the task as the only message (no system message). Each model turn's tool calls
+are run and answered with one tool message each; a turn without tool calls ends the episode,
+as does --max-turns. Tools (passed to the API only with --declare-tools: a small model learns
+them from supervised traces made to match these outputs exactly):
 
   read_file {"path"}             the file's text; `error: no file {path}` / `error: {why}`
   write_file {"path", "content"} `wrote {path}`; `error: {why}`
