@@ -8,7 +8,7 @@
 # Timed by farm-bench (paired, alternating); tokens/s from each run's metrics. With WIDTH and
 # LAYERS the model is that wide and deep instead (random weights, 4 heads, an MLP 8/3 as
 # wide, a KV cache of 65536 tokens that holds every episode): a policy whose episodes take longer to generate, against the same agent costs.
-# Usage: perf/agent_overhead.sh [T [P [WIDTH LAYERS]]]   (defaults: 32 tokens per turn, 64 prompts, the smoke model)
+# Usage: [PAIRS=5] perf/agent_overhead.sh [T [P [WIDTH LAYERS]]]   (defaults: 32 tokens per turn, 64 prompts, the smoke model; 5 timed pairs)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -51,4 +51,4 @@ for name in ("agent", "env"):
 assert rows["agent"] == rows["env"], "the agent's episodes differ from the environment's"
 print(f"same episodes: {len(rows['agent'])} trajectories, {rows['agent_model']} model tokens")
 PY
-farm-bench -n 5 --timeout 1800 --vs "sh -c '$env >/dev/null 2>&1'" -- sh -c "$agent >/dev/null 2>&1" 2>&1 | tail -14
+farm-bench -n "${PAIRS:-5}" --timeout 1800 --vs "sh -c '$env >/dev/null 2>&1'" -- sh -c "$agent >/dev/null 2>&1" 2>&1 | tail -14

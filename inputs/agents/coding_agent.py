@@ -19,8 +19,13 @@ them from supervised traces made to match these outputs exactly):
   any other name / arguments     `error: unknown tool {name}` / `error: bad arguments for {name}: {why}`
 
 Reward: the fraction of the hidden cases sol.py passes at the end (0 when it is missing or
-does not import), printed as the last stdout line, {"reward": r}. When slimpi stops the episode
-at a limit (404 or 413 on a request) the reward is still given and the exit status is 0.
+does not import) if the model submitted, printed as the last stdout line, {"reward": r}. The
+model submits by ending the episode with a turn of no tool calls whose text is `done` (as the
+supervised traces end; an explicit submit, as mini-swe-agent's). An episode that ends otherwise
+scores 0: at --max-turns, stopped by slimpi at a limit (404 or 413 on a request; the exit status
+is still 0), or with a last turn of anything else, such as a tool call the endpoint could not
+parse. Without that rule GRPO rewards episodes whose sol.py is right and whose later turns are
+broken, and learns to break them (perf/results/2026-12-07.md, session 14).
 
 Usage: coding_agent.py [--max-turns 6] [--declare-tools] [--log DIR] [--verbose]
 """
@@ -100,6 +105,22 @@ def run_tool(sandbox, visible, name, arguments):
         return f"error: {e.strerror if isinstance(e, OSError) else e}"
 
 
+SUBMIT = "done"
+
+
+def submitted(final_text):
+    """Whether the model's last turn (one without tool calls) is the submit."""
+    return (final_text or "").strip() == SUBMIT
+
+
+def episode_reward(hidden, has_submitted):
+    """The fraction of the hidden cases passed ({passed, total, error} of run_cases), or 0 when
+    the model did not submit or sol.py does not run."""
+    if not has_submitted or hidden["error"] or not hidden["total"]:
+        return 0.0
+    return hidden["passed"] / hidden["total"]
+
+
 def assistant_message(msg):
     """The model's turn as the API returned it, to send back in the history: slimpi checks that
     the next request starts with it (text, tool calls' names and arguments)."""
@@ -125,6 +146,7 @@ def main():
         if a.verbose:
             print(f"sandbox isolation: {sandbox.isolation}", file=sys.stderr)
         sandbox.write("test.py", test_file(label["visible"]))
+        has_submitted = False
         for _ in range(a.max_turns):
             try:
                 r = client.chat.completions.create(model=os.environ["SLIMPI_MODEL"], messages=messages,
@@ -138,18 +160,22 @@ def main():
             msg = r.choices[0].message
             messages.append(assistant_message(msg))
             if not msg.tool_calls:
+                has_submitted = submitted(msg.content)
                 break
             for call in msg.tool_calls:
                 messages.append({"role": "tool", "tool_call_id": call.id,
                                  "content": run_tool(sandbox, label["visible"], call.function.name,
                                                      call.function.arguments)})
         hidden = sandbox.run_cases(label["hidden"])
-        reward = 0.0 if hidden["error"] or not hidden["total"] else hidden["passed"] / hidden["total"]
+        reward = episode_reward(hidden, has_submitted)
         isolation = sandbox.isolation
-    if a.log:
+    if a.log:  # written whole or not at all: slimpi may kill an agent at any point (a job's end)
         os.makedirs(a.log, exist_ok=True)
-        with open(os.path.join(a.log, os.environ["SLIMPI_EPISODE"].replace("/", "_") + ".json"), "w") as f:
-            json.dump({"messages": messages, "reward": reward, "isolation": isolation}, f, indent=1)
+        path = os.path.join(a.log, os.environ["SLIMPI_EPISODE"].replace("/", "_") + ".json")
+        with open(path + ".part", "w") as f:
+            json.dump({"messages": messages, "reward": reward, "submitted": has_submitted, "isolation": isolation}, f,
+                      indent=1)
+        os.replace(path + ".part", path)
     print(json.dumps({"reward": reward}))
 
 

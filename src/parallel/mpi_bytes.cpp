@@ -12,6 +12,20 @@
 #include "parallel/watchdog.h"
 
 namespace slimpi {
+namespace {
+
+// Calls `ready` until it returns true, asleep between calls (50 us, doubling to 1 ms):
+// a rank that waits leaves its core to the ranks that work, and hears within 1 ms.
+template <class Ready>
+void nap_until(Ready&& ready) {
+  auto nap = std::chrono::microseconds(50);
+  while (!ready()) {
+    std::this_thread::sleep_for(nap);
+    nap = std::min(nap * 2, std::chrono::microseconds(1000));
+  }
+}
+
+}  // namespace
 
 void check_mpi(int code, const char* what) {
   if (code == MPI_SUCCESS) return;
@@ -42,9 +56,14 @@ void send_message(MPI_Comm comm, const std::string& bytes, int dest, int tag) {
 
 std::string recv_message(MPI_Comm comm, int source, int tag, const std::string& context) {
   MPI_Status status;
-  {
-    WaitGuard guard({&context, "MPI_Probe"});
-    check_mpi(MPI_Probe(source, tag, comm, &status), "MPI_Probe");
+  int flag = 0;
+  check_mpi(MPI_Iprobe(source, tag, comm, &flag, &status), "MPI_Iprobe");
+  if (!flag) {
+    // Not MPI_Probe: Open MPI's blocking probe polls its shared-memory transport on a
+    // full core for as long as it waits, the core an engine or an agent next to it needs
+    // (on 2 cores, 9.9% of all CPU samples of an agent run: perf/results/2026-12-07.md).
+    WaitGuard guard({&context, "MPI_Iprobe (asleep between probes)", 0, "", source});
+    nap_until([&] { return check_mpi(MPI_Iprobe(source, tag, comm, &flag, &status), "MPI_Iprobe"), flag != 0; });
   }
   int n = 0;
   MPI_Get_count(&status, MPI_BYTE, &n);
@@ -82,11 +101,7 @@ int await_any_message(MPI_Comm comm, int source, const std::vector<int>& tags, c
   int tag = waiting();
   if (tag >= 0) return tag;
   WaitGuard guard({&context, "MPI_Iprobe (asleep between probes)", 0, "", source});
-  auto nap = std::chrono::microseconds(50);
-  while ((tag = waiting()) < 0) {
-    std::this_thread::sleep_for(nap);
-    nap = std::min(nap * 2, std::chrono::microseconds(1000));
-  }
+  nap_until([&] { return (tag = waiting()) >= 0; });
   return tag;
 }
 
@@ -96,12 +111,7 @@ void idle_barrier(MPI_Comm comm, const std::string& what) {
   check_mpi(MPI_Ibarrier(comm, &request), "MPI_Ibarrier");
   int done = 0;
   for (int spin = 0; spin < 200 && !done; ++spin) MPI_Test(&request, &done, MPI_STATUS_IGNORE);
-  auto nap = std::chrono::microseconds(50);
-  while (!done) {
-    std::this_thread::sleep_for(nap);
-    nap = std::min(nap * 2, std::chrono::microseconds(1000));
-    check_mpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
-  }
+  if (!done) nap_until([&] { return check_mpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test"), done != 0; });
 }
 
 

@@ -17,8 +17,9 @@ void check_mpi(int code, const char* what);
 void broadcast_string(MPI_Comm comm, std::string& text, int root);
 
 // Point-to-point messages of any size (< 2 GiB) as byte strings. recv_message probes
-// for the size first, under the watchdog with `context` naming the wait; `source` may
-// be MPI_ANY_SOURCE.
+// for the size first, asleep between probes as await_message is (a waiting rank leaves
+// its core to the ranks that work), under the watchdog with `context` naming the wait;
+// `source` may be MPI_ANY_SOURCE.
 void send_message(MPI_Comm comm, const std::string& bytes, int dest, int tag);
 std::string recv_message(MPI_Comm comm, int source, int tag, const std::string& context);
 

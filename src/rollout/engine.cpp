@@ -213,9 +213,12 @@ bool Engine::admit(Sequence& seq) {
   std::vector<int32_t> matched;
   if (cfg_.prefix_cache) {
     matched = prefix_.match_prefix(seq.tokens, n - 1);  // the last token is always computed: its logits are needed
-    // (a prefilled prompt's hits save no computation here, only memory: counted where it was prefilled)
-    if (seq.is_group() && !seq.arrived_kv) {
-      stats_.prefix_query_tokens += seq.prompt_length;
+    // Every admission counts, as a request does in SGLang's hit rate: a group's prompt, an
+    // episode turn's whole context (a continued sample), a preempted sequence again. (A
+    // prefilled prompt's hits save no computation here, only memory: counted where it was
+    // prefilled.)
+    if (!seq.arrived_kv) {
+      stats_.prefix_query_tokens += n;
       stats_.prefix_hit_tokens += static_cast<int64_t>(matched.size()) * bs;
     }
   }

@@ -98,8 +98,8 @@ struct EngineStats {
   int64_t generated_tokens = 0;
   int64_t prompt_tokens_served = 0;     // prompt tokens of every sample returned
   int64_t prefill_tokens_computed = 0;  // prompt (and recompute) tokens actually run
-  int64_t prefix_hit_tokens = 0;        // prompt tokens found in the prefix cache
-  int64_t prefix_query_tokens = 0;
+  int64_t prefix_hit_tokens = 0;        // tokens of admitted sequences found in the prefix cache
+  int64_t prefix_query_tokens = 0;      // tokens of admitted sequences (prompts, episode turns' contexts)
   int64_t preemptions = 0;
   int64_t forward_tokens = 0;
   double forward_s = 0;

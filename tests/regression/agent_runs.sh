@@ -283,13 +283,15 @@ args=("${base[@]}" --set run.n_steps=4 --set checkpoint.interval=1
       --set "rollout.agent_command=$tiny --modes slow --live $out/live_kill")
 $mpirun -np 2 "$slimpi" "${args[@]}" --set run.dir="$out/rank_kill" >"$out/rank_kill.log" 2>&1 &
 job=$!
-for _ in $(seq 1200); do  # step 2 done, and an agent of step 3 between its requests
-  grep -qF "step 2/4" "$out/rank_kill.log" 2>/dev/null && ls "$out/live_kill"/live_* >/dev/null 2>&1 && break
+victim=""  # rank 1: the rollout rank (by its MPI rank, not its pid), once step 2 is done
+for _ in $(seq 1200); do  # (and an agent of step 3 between its requests: each sleeps 1 s there)
+  if grep -qF "step 2/4" "$out/rank_kill.log" 2>/dev/null && ls "$out/live_kill"/live_* >/dev/null 2>&1; then
+    for pid in $(pgrep -f "^[^ ]*slimpi run .*run.dir=$out/rank_kill( |$)"); do
+      tr '\0' '\n' < /proc/$pid/environ 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1" && victim=$pid
+    done
+    [ -n "$victim" ] && break
+  fi
   sleep 0.1
-done
-victim=""  # rank 1: the rollout rank (by its MPI rank, not its pid)
-for pid in $(pgrep -f "^[^ ]*slimpi run .*run.dir=$out/rank_kill( |$)"); do
-  tr '\0' '\n' < /proc/$pid/environ 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1" && victim=$pid
 done
 [ -n "$victim" ] && ls "$out/live_kill"/live_* >/dev/null 2>&1 || { cat "$out/rank_kill.log"; echo "FAIL: no session to interrupt"; exit 1; }
 kill -9 "$victim"

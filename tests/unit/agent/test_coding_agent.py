@@ -6,12 +6,15 @@ sandbox, the expected values never in the child (a forged result line gains noth
 nobody, it cannot read the agent's environment), and the tools' outputs byte for byte as `slimpi make-data coding` writes them into
 its supervised traces (each record's tool calls replayed through the agent's tools).
 Usage: test_coding_agent.py SLIMPI (run with the openai venv's python)"""
+import contextlib
+import http.server
 import json
 import os
 import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 from pathlib import Path
@@ -22,6 +25,47 @@ import coding_agent  # noqa: E402
 from sandbox import Sandbox  # noqa: E402
 
 SLIMPI = sys.argv.pop(1) if len(sys.argv) > 1 else os.path.join(ROOT, "build", "slimpi")
+
+
+def call(name, arguments):
+    """A scripted model turn: one tool call."""
+    return {"name": name, "arguments": json.dumps(arguments)}
+
+
+@contextlib.contextmanager
+def scripted_endpoint(turns):
+    """A chat-completions endpoint on 127.0.0.1 that answers its requests with `turns` in
+    order (a dict: a tool call; a string: the text of a turn without tool calls); yields its
+    base URL."""
+    script = iter(turns)
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            turn = next(script)
+            message = {"role": "assistant", "content": turn if isinstance(turn, str) else None}
+            if isinstance(turn, dict):
+                message["tool_calls"] = [{"id": "c", "type": "function", "function": turn}]
+            body = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": "m",
+                               "choices": [{"index": 0, "message": message,
+                                            "finish_reason": "stop" if isinstance(turn, str) else "tool_calls"}]})
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 class SandboxTest(unittest.TestCase):
@@ -113,6 +157,33 @@ class ToolsTest(unittest.TestCase):
             sb.write("sol.py", "def f(x):return x*3+4")
             self.assertEqual(coding_agent.run_tool(sb, visible, "run_tests", "{}"),
                              "0/2 passed; first failure: f(1) == 8 (got 7)")
+
+    def test_reward_needs_the_submit(self):
+        """The real agent (the openai client) against a scripted endpoint: the hidden cases'
+        fraction when the last turn is `done`, 0 when the episode ends any other way."""
+        label = {"visible": [[1, 8, "1*3+5"], [2, 11, "2*3+5"]], "hidden": [[0, 5], [1, 8], [2, 11], [3, 14], [10, 35]]}
+        read = call("read_file", {"path": "test.py"})
+        good, wrong_a = call("write_file", {"path": "sol.py", "content": "def f(x):return x*3+5"}), \
+            call("write_file", {"path": "sol.py", "content": "def f(x):return x*4+5"})
+        tests = call("run_tests", {})
+        cases = {
+            "submitted": ([read, good, tests, "done"], 1.0, True),
+            "submitted, one hidden case of five right": ([wrong_a, "\ndone\n"], 0.2, True),
+            "a broken tool call after a right sol.py": ([read, good, '<tool_call>{"name":"run_tests","argun'], 0.0, False),
+            "other text as the last turn": ([good, "all tests pass"], 0.0, False),
+            "the turn limit (--max-turns 4)": ([read, good, tests, tests, "done"], 0.0, False),
+        }
+        for name, (turns, reward, has_submitted) in cases.items():
+            with self.subTest(name), scripted_endpoint(turns) as url, tempfile.TemporaryDirectory() as log:
+                env = dict(os.environ, OPENAI_BASE_URL=url, OPENAI_API_KEY="k", SLIMPI_MODEL="m",
+                           SLIMPI_PROMPT="Make test.py pass.", SLIMPI_LABEL=json.dumps(label), SLIMPI_EPISODE="e")
+                out = subprocess.run([sys.executable, os.path.join(ROOT, "inputs", "agents", "coding_agent.py"),
+                                      "--max-turns", "4", "--log", log], env=env, capture_output=True, text=True,
+                                     timeout=60)
+                self.assertEqual(out.returncode, 0, out.stderr)
+                self.assertEqual(json.loads(out.stdout.splitlines()[-1]), {"reward": reward})
+                with open(os.path.join(log, "e.json")) as fh:
+                    self.assertEqual(json.load(fh)["submitted"], has_submitted)
 
     def test_make_data_traces_are_the_tools_outputs(self):
         """Every tool call of `slimpi make-data coding` records, replayed through the agent's

@@ -354,6 +354,40 @@ TEST(Engine, CachedResponsesServeTheNextTurnOfAConversation) {
   }
 }
 
+// The prefix-cache counters take every admission: an episode's next turn (its sample so far
+// and an observation, continued as the same sample) queries its whole context and finds the
+// first turn's full blocks, as a new request with that prompt would.
+TEST(Engine, PrefixCacheCountersTakeAnEpisodesNextTurn) {
+  Transformer m(model_config(), 8, at::kCPU);
+  const int64_t bs = 4;
+  std::vector<GenerationRequest> turn1 = requests(1, 1, 1.0, 30);
+  turn1[0].params.stop_token_ids.clear();  // a response of 30 tokens
+  EngineConfig cfg{bs, 8192, 4, 512, true};
+  cfg.cache_responses = true;
+  Engine e(cfg, m);
+  e.add_request(turn1[0]);
+  const std::vector<Sample> first = e.run_to_completion();
+  ASSERT_EQ(first.size(), 1u);
+  WorkItem next;
+  next.request = turn1[0];
+  next.request.params.max_new_tokens = 60;
+  next.partial = first[0];
+  Sample& part = next.partial;
+  for (int64_t t : prompt_of(7, 9)) {  // the observation: out of the loss, no log-prob of its own
+    part.tokens.push_back(t);
+    part.rollout_log_probs.push_back(0.0f);
+    part.weight_versions.push_back(part.weight_versions.back());
+  }
+  part.loss_mask.assign(size_t(part.response_length()), 1.0f);
+  part.sampling_support.clear();
+  const EngineStats before = e.stats();
+  e.add_work(next);
+  e.run_to_completion();
+  const EngineStats d = e.stats() - before;
+  EXPECT_EQ(d.prefix_query_tokens, int64_t(part.tokens.size()));
+  EXPECT_EQ(d.prefix_hit_tokens, (int64_t(first[0].tokens.size()) - 1) / bs * bs);
+}
+
 TEST(Engine, PreemptionUnderATinyKvBudgetKeepsEveryToken) {
   Transformer m(model_config(), 5, at::kCPU);
   auto reqs = requests(6, 3, 1.0, 40);
