@@ -3,7 +3,8 @@
 # program written with the openai package (inputs/agents/coding_agent.py) reads test.py,
 # writes sol.py and runs the tests through tools in a per-episode sandbox
 # (inputs/agents/sandbox.py); slimpi starts it once per episode and serves it the policy.
-# The reward is the fraction of hidden tests the final sol.py passes.
+# The reward is the fraction of hidden tests the final sol.py passes, when the model submitted
+# (ended its episode with "done"; else 0).
 #   1. inputs/coding_sft.toml: SFT from scratch on whole agent episodes (make-data coding)
 #      until greedy pass@1 on 32 dev tasks reaches 50%.
 #   2. inputs/coding_grpo.toml: GRPO from that policy, every sample an agent episode.
