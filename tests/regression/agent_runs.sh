@@ -285,9 +285,11 @@ $mpirun -np 2 "$slimpi" "${args[@]}" --set run.dir="$out/rank_kill" >"$out/rank_
 job=$!
 victim=""  # rank 1: the rollout rank (by its MPI rank, not its pid), once step 2 is done
 for _ in $(seq 1200); do  # (and an agent of step 3 between its requests: each sleeps 1 s there)
+  kill -0 "$job" 2>/dev/null || break
   if grep -qF "step 2/4" "$out/rank_kill.log" 2>/dev/null && ls "$out/live_kill"/live_* >/dev/null 2>&1; then
     for pid in $(pgrep -f "^[^ ]*slimpi run .*run.dir=$out/rank_kill( |$)"); do
-      tr '\0' '\n' < /proc/$pid/environ 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1" && victim=$pid
+      # (no pipe: under pipefail, grep -q leaving early would fail the producer with SIGPIPE)
+      grep -qzx "OMPI_COMM_WORLD_RANK=1" /proc/$pid/environ 2>/dev/null && victim=$pid
     done
     [ -n "$victim" ] && break
   fi

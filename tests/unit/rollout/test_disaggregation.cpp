@@ -123,10 +123,12 @@ TEST(Disaggregation, PrefillThenDecodeGivesOnePlainEnginesSamples) {
   EXPECT_EQ(pd.decode.prefill_tokens_computed, int64_t(reqs.size()));  // each prompt's last token
   EXPECT_GT(pd.prefill.prefix_hit_tokens, 0) << "the prefill engine's prefix cache found no shared header";
   // Prompt queries and hits count where prompts are computed, once: not again on the
-  // decode side (whose hits only save memory there).
+  // decode side (whose hits only save memory there), except for a sample the decode engine
+  // preempted and admits again (none here: it has room for every sample).
   int64_t prompt_tokens = 0;
   for (const auto& r : reqs) prompt_tokens += int64_t(r.prompt.size());
   EXPECT_EQ(pd.prefill.prefix_query_tokens, prompt_tokens);
+  ASSERT_EQ(pd.decode.preemptions, 0);
   EXPECT_EQ(pd.decode.prefix_query_tokens, 0);
   EXPECT_EQ(pd.decode.prefix_hit_tokens, 0);
 }
