@@ -57,7 +57,6 @@ void serve_prefill(Engine& engine, MPI_Comm comm, const CallRequests& calls, Eng
   bool done = false;
   while (!done || engine.has_work()) {
     while (!done && (message_waiting(comm, 0, kTagPrefill) || !engine.has_work())) {
-      await_message(comm, 0, kTagPrefill, kPrefillWait);
       const std::vector<int64_t> pairs = int64_values(recv_message(comm, 0, kTagPrefill, kPrefillWait));
       if (pairs.empty()) done = true;
       for (size_t i = 0; i + 1 < pairs.size(); i += 2) {

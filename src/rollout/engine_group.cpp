@@ -70,7 +70,6 @@ void announce(MPI_Comm group, const EngineForward& f) {
 }
 
 EngineForward receive_announcement(MPI_Comm group) {
-  await_message(group, 0, kTagAnnounce, kFollowerWait);
   const std::string bytes = recv_message(group, 0, kTagAnnounce, kFollowerWait);
   std::vector<int64_t> v(bytes.size() / sizeof(int64_t));
   std::memcpy(v.data(), bytes.data(), v.size() * sizeof(int64_t));

@@ -51,7 +51,7 @@ struct EngineForward {
 
 // Announcements are control messages over MPI (`group`: the engine group's MPI
 // communicator, the ranks of the model's tensor-parallel Comm in the same order), so a
-// follower waits asleep between forwards (parallel/mpi_bytes.h, await_message); the
+// follower waits asleep between forwards (parallel/mpi_bytes.h, recv_message); the
 // forward's collectives run over the model's Comm (MPI or NCCL).
 // Leader: sends `f` to the group's other ranks.
 void announce(MPI_Comm group, const EngineForward& f);

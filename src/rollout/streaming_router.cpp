@@ -165,7 +165,6 @@ double StreamingRouter::run(const Hooks& hooks) {
     // An engine: take work, run, send finished samples back; stop on a pause.
     for (;;) {
       while (!worker().has_work() || message_waiting(comm_, 0, kTagWork)) {
-        await_message(comm_, 0, kTagWork, kEngineIdle);
         const std::string msg = recv_message(comm_, 0, kTagWork, kEngineIdle);
         if (msg.at(0) == 'P') {  // every sample posted before goes ahead of the answer
           sends_.post("A", 0, kTagSamples);
@@ -271,7 +270,6 @@ void StreamingRouter::pause_engines(const Hooks& hooks) {
   // (messages between two ranks with one tag do not overtake each other).
   for (int e = 1; e < size_; ++e)
     for (;;) {
-      await_message(comm_, e, kTagSamples, kRouterPausing);
       const std::string msg = recv_message(comm_, e, kTagSamples, kRouterPausing);
       if (msg.at(0) == 'A') break;
       receive_samples(decode_samples(msg.substr(1)), e, hooks);

@@ -373,12 +373,11 @@ TEST(Engine, PrefixCacheCountersTakeAnEpisodesNextTurn) {
   next.request.params.max_new_tokens = 60;
   next.partial = first[0];
   Sample& part = next.partial;
-  for (int64_t t : prompt_of(7, 9)) {  // the observation: out of the loss, no log-prob of its own
+  for (int64_t t : prompt_of(7, 9)) {  // the observation, as an episode appends it (log-prob 0)
     part.tokens.push_back(t);
     part.rollout_log_probs.push_back(0.0f);
     part.weight_versions.push_back(part.weight_versions.back());
   }
-  part.loss_mask.assign(size_t(part.response_length()), 1.0f);
   part.sampling_support.clear();
   const EngineStats before = e.stats();
   e.add_work(next);
