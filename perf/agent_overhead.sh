@@ -8,7 +8,10 @@
 # Timed by farm-bench (paired, alternating); tokens/s from each run's metrics. With WIDTH and
 # LAYERS the model is that wide and deep instead (random weights, 4 heads, an MLP 8/3 as
 # wide, a KV cache of 65536 tokens that holds every episode): a policy whose episodes take longer to generate, against the same agent costs.
-# Usage: [PAIRS=5] perf/agent_overhead.sh [T [P [WIDTH LAYERS]]]   (defaults: 32 tokens per turn, 64 prompts, the smoke model; 5 timed pairs)
+# With SPAWN=1 the environment also starts one `turns_agent.py --start-only` per episode (the
+# agent's interpreter and imports, then exit), so both sides pay an agent process start per
+# episode and the ratio is the protocol's: HTTP, the client's and the endpoint's JSON.
+# Usage: [PAIRS=5] [SPAWN=1] perf/agent_overhead.sh [T [P [WIDTH LAYERS]]]   (defaults: 32 tokens per turn, 64 prompts, the smoke model; 5 timed pairs)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -31,7 +34,9 @@ gen() {  # gen DIR ARGS...: the command line of one `slimpi generate`
 }
 agent=$(gen "$out/agent" --set rollout.environment=agent \
   "--set rollout.agent_command=/usr/bin/python3\\ $root/perf/agents/turns_agent.py")
-env=$(gen "$out/env" --set rollout.environment=command "--set rollout.env_command=/usr/bin/python3\\ $root/perf/agents/turns_env.py")
+spawn=""
+[ "${SPAWN:-0}" = 1 ] && spawn="\\ --spawn-per-episode"
+env=$(gen "$out/env" --set rollout.environment=command "--set rollout.env_command=/usr/bin/python3\\ $root/perf/agents/turns_env.py$spawn")
 # one run of each to check that they give the same episodes
 sh -c "$agent" >"$out/agent.log" 2>&1 || { cat "$out/agent.log"; exit 1; }
 sh -c "$env" >"$out/env.log" 2>&1 || { cat "$out/env.log"; exit 1; }

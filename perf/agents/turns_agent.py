@@ -3,7 +3,10 @@ that gives exactly the episodes of perf/agents/turns_env.py: the prompt as its f
 message, "turn K" after the model's K-th answer, reward 0 after --turns answers. With
 --sub-agent, a sub-agent's conversation (its own first message, two answers) comes between
 the parent's first and second requests: the parent's return resumes its thread.
-Usage: turns_agent.py [--turns 3] [--sub-agent]"""
+With --start-only it exits at once, having paid its start (the interpreter, these imports):
+what perf/agents/turns_env.py --spawn-per-episode starts per episode, to time the endpoint with
+the agents' process starts on both sides.
+Usage: turns_agent.py [--turns 3] [--sub-agent] [--start-only]"""
 import argparse
 import json
 import os
@@ -14,7 +17,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--turns", type=int, default=3)
     ap.add_argument("--sub-agent", action="store_true")
+    ap.add_argument("--start-only", action="store_true")
     a = ap.parse_args()
+    if a.start_only:
+        return
     url = os.environ["OPENAI_BASE_URL"] + "/chat/completions"
     headers = {"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"], "Content-Type": "application/json"}
 

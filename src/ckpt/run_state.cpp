@@ -53,6 +53,7 @@ void write_run_state(MPI_Comm world, const std::string& path, RunState state) {
   h5::write_attr(f.id(), "world_size", int64_t(size));
   h5::write_attr(f.id(), "layout", state.layout);
   h5::write_attr(f.id(), "reached_target", int64_t(state.reached_target));
+  h5::write_attr(f.id(), "reached_pass1", state.reached_pass1);
   h5::Handle rng = h5::create_group(f.id(), "rng");
   for (int r = 0; r < size; ++r) {
     const auto& s = state.rng_per_rank[r];
@@ -73,6 +74,7 @@ RunState read_run_state(const std::string& path) {
   const int64_t size = h5::read_attr_int(f.id(), "world_size");
   s.layout = h5::read_attr_string(f.id(), "layout");
   s.reached_target = h5::read_attr_int(f.id(), "reached_target") != 0;
+  s.reached_pass1 = h5::has_attr(f.id(), "reached_pass1") ? h5::read_attr_double(f.id(), "reached_pass1") : -1;
   h5::Handle rng = h5::open_group(f.id(), "rng");
   for (int64_t r = 0; r < size; ++r) {
     at::Tensor t = read_tensor(rng.id(), fmt::format("rank_{}", r)).contiguous();

@@ -9,7 +9,7 @@
 // the step is trained by the next one: pending_groups counts its groups, and the
 // checkpoint holds it (pending_rollout.h5 / .json, written by the router).
 // Layout: attributes step, prompt_cursor, prompt_epoch, pending_groups, world_size, layout,
-// reached_target;
+// reached_target, reached_pass1 (absent from older checkpoints);
 // datasets rng/rank_<r> (uint8: the rank's torch CPU generator state).
 #pragma once
 
@@ -28,6 +28,7 @@ struct RunState {
   int64_t pending_groups = 0;  // sampled but untrained groups (one_step_off; see above)
   std::string layout;          // ckpt::describe_layout() of the world that wrote it
   bool reached_target = false; // the run ended at eval.stop_at_pass1: nothing left to do
+  double reached_pass1 = -1;   // the eval/pass@1 that reached it (-1: none, or a checkpoint older than this field)
   std::vector<std::vector<uint8_t>> rng_per_rank;  // [world size] torch CPU generator states
 };
 

@@ -147,7 +147,8 @@ void check_environment(const Deck& deck) {
                     deck.source("eval.path"));
   if (env != "agent")
     for (const char* key : {"rollout.agent_command", "rollout.agent_host", "rollout.agent_port",
-                            "rollout.agent_max_sessions", "rollout.agent_model", "rollout.agent_max_request_bytes"})
+                            "rollout.agent_max_sessions", "rollout.agent_max_session_requests", "rollout.agent_model",
+                            "rollout.agent_max_request_bytes"})
       if (!deck.has_default_value(key))
         SLIMPI_FAIL_ALL("{} ({}) applies to rollout.environment = \"agent\" only; rollout.environment is \"{}\" ({})",
                         key, deck.source(key), env, deck.source("rollout.environment"));

@@ -111,7 +111,14 @@ void Driver::load_checkpoint(const std::string& chosen) {
   run_on_all_and_agree(ctx_.world->world(), fmt::format("cannot load checkpoint {}", chosen), [&] {
     const ckpt::RunState rs = ckpt::read_run_state(chosen + "/run_state.h5");
     start_step_ = rs.step;
-    phases_->set_reached_target(rs.reached_target);
+    // A run that ended at its target goes on when this deck asks for more (a higher
+    // eval.stop_at_pass1, or 0: none); a checkpoint that did not keep what it reached, never.
+    const double target = ctx_.deck.get_float("eval.stop_at_pass1");
+    const bool still = rs.reached_target && (rs.reached_pass1 < 0 || (target > 0 && rs.reached_pass1 >= target));
+    phases_->set_reached_target(still, still ? rs.reached_pass1 : -1);
+    if (rs.reached_target && !still)
+      log::info("that run ended at eval/pass@1 = {:.3f}, which reached its eval.stop_at_pass1; now {} ({}): it goes on",
+                rs.reached_pass1, target, ctx_.deck.source("eval.stop_at_pass1"));
     if (parts_.trainer) parts_.trainer->load(chosen + "/trainer_state.h5");
     if (parts_.engine_model)  // the policy as a sync sends it (sync/engine_weights.h)
       load_engine_weights(*parts_.engine_model, parts_.engine_fp8, uint64_t(ctx_.deck.get_int("run.seed")),
@@ -250,6 +257,7 @@ void Driver::write_checkpoint(int64_t next_step) {
   rs.prompt_epoch = parts_.prompt_source ? parts_.prompt_source->epoch() : 0;
   rs.layout = ckpt::describe_layout(ctx_.world->layout());
   rs.reached_target = phases_->reached_target();
+  rs.reached_pass1 = phases_->reached_pass1();
   run_on_all_and_agree(world, context, [&] { ckpt::write_run_state(world, dir + "/run_state.h5", rs); });
   if (root && fault_pause_at(next_step)) {
     log::info("fault injection: pausing 60 s inside {} before its manifest", dir);

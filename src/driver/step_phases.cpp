@@ -157,6 +157,7 @@ void StepPhases::run_eval(int64_t row) {
   const double target = ctx_.deck.get_float("eval.stop_at_pass1");
   if (target > 0 && step_.metrics.count("eval/pass@1") && step_.metrics.at("eval/pass@1") >= target) {
     reached_target_ = true;
+    reached_pass1_ = step_.metrics.at("eval/pass@1");
     log::info("eval/pass@1 = {:.3f} reached eval.stop_at_pass1 = {}: the run ends after this step",
               step_.metrics.at("eval/pass@1"), target);
   }

@@ -57,9 +57,14 @@ class StepPhases {
   void begin_step();
   // The run's rollouts.h5 (opened once the resume point is known).
   void set_rollout_log(RolloutLog* log) { rollouts_ = log; }
-  // eval.stop_at_pass1 was reached (by an evaluation, or by the run a checkpoint continues).
+  // eval.stop_at_pass1 was reached (by an evaluation, or by the run a checkpoint continues),
+  // with eval/pass@1 = reached_pass1() (-1: not known, a checkpoint written before it was kept).
   bool reached_target() const { return reached_target_; }
-  void set_reached_target(bool v) { reached_target_ = v; }
+  double reached_pass1() const { return reached_pass1_; }
+  void set_reached_target(bool v, double pass1) {
+    reached_target_ = v;
+    reached_pass1_ = pass1;
+  }
   int64_t n_short_batches() const { return n_short_batches_; }
   bool is_router() const;
 
@@ -92,6 +97,7 @@ class StepPhases {
   RolloutLog* rollouts_ = nullptr;
   std::unique_ptr<ReplaySource> replay_;  // debug.train_only
   bool reached_target_ = false;
+  double reached_pass1_ = -1;
   bool said_short_batch_ = false;  // router: the short-batch warning is given once a job
   int64_t n_short_batches_ = 0;    // steps of this job that trained a short batch
 };

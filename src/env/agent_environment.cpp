@@ -130,12 +130,16 @@ struct AgentEnvironment::Session {
   bool incoming_instructions = false;             // its first message is a Responses request's instructions
   bool requested = false;                         // a request has come
   bool in_flight = false;                         // a server thread waits for this session's answer
+  // Requests of the session at once (sub-agents calling in parallel) are answered one after
+  // another in the order they arrived: each takes a ticket and waits for serving to reach it.
+  uint64_t next_ticket = 0, serving = 0;
+  int64_t queued = 0;  // requests holding a ticket, the one in flight included
   std::optional<AssistantTurn> answer;            // the model's turn, for the thread in flight
   std::optional<ApiError> refusal;                // or the error it returns
   std::optional<double> posted_reward;
   std::optional<ApiError> ending;  // stopped at a limit (end()): every request gets this; its exit awaited
   bool closed = false;
-  std::condition_variable answered;  // answer, refusal or closed set
+  std::condition_variable answered;  // answer, refusal, closed or ending set; or serving moved on
 };
 
 AgentEnvironment::AgentEnvironment(const EnvConfig& cfg) : cfg_(cfg) {
@@ -147,7 +151,7 @@ AgentEnvironment::AgentEnvironment(const EnvConfig& cfg) : cfg_(cfg) {
   info_.max_concurrent_episodes = cfg_.agent_max_sessions;
   info_.token_details = true;  // (an agent's logprobs)
   server_ = std::make_unique<HttpServer>(cfg_.agent_host, int(cfg_.agent_port), token_, cfg_.agent_max_request_bytes,
-                                         int(cfg_.agent_max_sessions) + 8,
+                                         int(cfg_.agent_max_sessions * cfg_.agent_max_session_requests) + 8,
                                          [this](const HttpRequest& r) { return serve(r); });
   log::all("agent endpoint: {}/v1 (sessions under {}/s/<session>/v1; token in {})", base_url(), base_url(),
            agent_token_path(cfg_.run_dir));
@@ -513,9 +517,31 @@ HttpReply AgentEnvironment::converse(const HttpRequest& request, int api_index) 
                        "model");
   std::shared_ptr<Session> s = it->second;
   if (s->ending) return error_reply(*s->ending, api);
-  if (s->in_flight)
+  if (s->queued >= cfg_.agent_max_session_requests)
     return error(429, "rate_limit_error", "session_busy",
-                       "this session has a request being answered: an episode takes one request at a time");
+                 fmt::format("this session has {} requests being answered or waiting for their turn: at most "
+                             "rollout.agent_max_session_requests = {} at once (an episode's model turns are taken one "
+                             "after another)",
+                             s->queued, cfg_.agent_max_session_requests));
+  // Wait for this request's turn. Whatever way it leaves from here, the next in line goes on
+  // (the guard, destroyed while mu_ is still held). ending, closed and stopping_ are never
+  // undone, so a request that leaves before its turn is followed by every later one.
+  const uint64_t ticket = s->next_ticket++;
+  ++s->queued;
+  struct NextInLine {
+    Session& s;
+    uint64_t ticket;
+    ~NextInLine() {
+      --s.queued;
+      if (s.serving == ticket) ++s.serving;
+      s.answered.notify_all();
+    }
+  } next_in_line{*s, ticket};
+  s->answered.wait(lock, [&] { return s->serving == ticket || s->ending || s->closed || stopping_; });
+  if (s->ending) return error_reply(*s->ending, api);
+  if (s->serving != ticket)  // the session closed, or the job ends, before its turn
+    return error(404, "not_found_error", "session_ended",
+                 stopping_ ? "the job is ending" : fmt::format("episode {} has ended", s->episode));
   if (!responses.previous_response_id.empty()) {  // the stored conversation, then the input
     const auto named = std::find_if(s->threads.begin(), s->threads.end(), [&](const Session::Thread& t) {
       return t.last_response_id == responses.previous_response_id;

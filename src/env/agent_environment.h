@@ -29,8 +29,10 @@
 // Requests that fail get the API's error object: 400 (malformed JSON or fields, a
 // conversation the template cannot render), 401 (no valid token), 404 (an unknown or
 // ended session, another model name), 413 (a body over rollout.agent_max_request_bytes,
-// or a conversation over the episode's token budget), 429 (a second request of a session
-// while one is being answered). An episode the runner stops at a limit (its turns, wall
+// or a conversation over the episode's token budget), 429 (more than
+// rollout.agent_max_session_requests requests of a session at once). A session's requests
+// at once (sub-agents calling in parallel) are answered one after another, in the order
+// they arrived: an episode is one sequence of model turns. An episode the runner stops at a limit (its turns, wall
 // time or tokens: end()) answers the request in flight, and any later one, with 404 or
 // 413, and waits for the agent's exit: its reward if it gives one, else 0 (said once), the
 // episode truncated whatever its exit status.

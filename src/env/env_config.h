@@ -35,6 +35,7 @@ struct EnvConfig {
   std::string agent_host = "127.0.0.1";  // rollout.agent_host: the interface the endpoint binds
   int64_t agent_port = 0;            // rollout.agent_port: 0 = one the system picks (per rollout rank)
   int64_t agent_max_sessions = 64;   // rollout.agent_max_sessions: episodes at once per rollout rank
+  int64_t agent_max_session_requests = 4;  // rollout.agent_max_session_requests: a session's requests at once (in turn)
   std::string agent_model = "slimpi-policy";  // rollout.agent_model: the model name the endpoint answers to
   int64_t agent_max_request_bytes = 8 << 20;  // rollout.agent_max_request_bytes: a longer body gets 413
   std::string run_dir;               // the job's run directory (set by the driver): where agent_token is

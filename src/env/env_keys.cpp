@@ -57,6 +57,9 @@ std::vector<KeySpec> env_keys() {
               "port serves one rollout rank per node)"),
       int_key("rollout.agent_max_sessions", 64, 1, 4096, "sessions",
               "environment = agent: episodes (agent programs) at once per rollout rank; more wait for a slot"),
+      int_key("rollout.agent_max_session_requests", 4, 1, 64, "requests",
+              "environment = agent: requests of one session at once (sub-agents calling in parallel), answered one "
+              "after another in the order they arrive; more get 429"),
       string_key("rollout.agent_model", "slimpi-policy",
                  "environment = agent: the model name the endpoint serves (GET /v1/models); a request naming another "
                  "model gets 404"),

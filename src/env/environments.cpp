@@ -50,6 +50,7 @@ EnvConfig EnvConfig::from_deck(const Deck& deck) {
   c.agent_host = deck.get_string("rollout.agent_host");
   c.agent_port = deck.get_int("rollout.agent_port");
   c.agent_max_sessions = deck.get_int("rollout.agent_max_sessions");
+  c.agent_max_session_requests = deck.get_int("rollout.agent_max_session_requests");
   c.agent_model = deck.get_string("rollout.agent_model");
   c.agent_max_request_bytes = deck.get_int("rollout.agent_max_request_bytes");
   if (c.name == "agent" && c.agent_command.empty())

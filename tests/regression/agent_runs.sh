@@ -16,7 +16,8 @@
 #  * a parent agent and its sub-agent in one session (tests/fixtures/agents/threads_probe.py):
 #    each request continues the thread it extends, the parent's return resumes its context;
 #    each sample holds the two threads once, every turn the tokens the agent received, and
-#    the trainer's log-probs of the joined threads equal the engine's;
+#    the trainer's log-probs of the joined threads equal the engine's; the same with two
+#    sub-agents calling at once (their requests answered in turn, none refused);
 #  * agents that crash, hang, are killed (-9) or exit without a reward fail their own episode (env_failed, infra),
 #    the job goes on; an episode stopped at its turn limit (404) or token budget (413) is
 #    truncated with the reward its agent gives after that answer;
@@ -135,51 +136,59 @@ assert firsts and all(p in prompts for p in firsts), [p for p in firsts if p not
 print(f"agent_runs: chatml: {len(firsts)} agents got their record's prompt as the data file holds it")
 PY
 
-echo "== a parent agent and its sub-agent in one session: two threads, each kept once"
+echo "== a parent agent and its sub-agent in one session: two threads, each kept once; two sub-agents calling at once"
 args=("${base[@]}")
 run 2 threads --set run.n_steps=1 --set rollout.env_max_total_tokens=400 \
   --set "rollout.agent_command=$py $root/tests/fixtures/agents/threads_probe.py --log $out/threads.agentlog"
+run 2 threads_par --set run.n_steps=1 --set rollout.env_max_total_tokens=600 \
+  --set "rollout.agent_command=$py $root/tests/fixtures/agents/threads_probe.py --parallel --log $out/threads_par.agentlog"
 PYTHONPATH="$root/tests/regression" /usr/bin/python3 - "$out" <<'PY'
 import json, sys
 import h5py, numpy as np
 from trajectory_views import runs, text
 out = sys.argv[1]
-log = {r["episode"]: r for r in map(json.loads, open(f"{out}/threads.agentlog"))}
-n = 0
-with h5py.File(f"{out}/threads/rollouts.h5") as f:
-    g = f["samples"]
-    col = lambda k, i: g[k + "/values"][g[k + "/offsets"][i]:g[k + "/offsets"][i + 1]]
-    for i in range(g["step"].shape[0]):
-        ep = f"{g['step'][i]}/{g['group_index'][i]}/{g['index'][i]}"
-        parent, sub = log[ep]["parent"], log[ep]["sub"]
-        assert g["status"][i] == 1 and g["env_turns"][i] == 5, (ep, g["status"][i], g["env_turns"][i])
-        toks, p, mask = col("tokens", i), int(g["prompt_length"][i]), col("loss_mask", i)
-        assert text(toks[:p]).decode() == f"parent\n{parent[1]['content']}\n", (ep, text(toks[:p]))
-        starts = list(col("context_starts", i))
-        assert len(starts) == 1, (ep, starts)  # two threads: the parent's (with the prompt), the sub-agent's
-        resp, logp = toks[p:], col("rollout_log_probs", i)
-        def thread(a, b, opening, turns, observations):
-            segs = runs(mask[a:b])
-            if opening is not None:
-                assert segs[0][2] == 0 and text(resp[a:a + segs[0][1]]) == opening.encode(), (ep, text(resp[a:a + segs[0][1]]))
-                segs = segs[1:]
-            model = [s for s in segs if s[2] == 1]
-            env = [s for s in segs if s[2] == 0]
-            assert [text(resp[a + x:a + y]).decode("utf-8", "replace") for x, y, _ in model] == turns, (ep, segs)
-            assert [text(resp[a + x:a + y]) for x, y, _ in env] == [o.encode() for o in observations], (ep, segs)
-        says = parent[3]["content"]
-        thread(0, starts[0], None, [parent[2]["content"], parent[4]["content"]], [says + "\n"])
-        thread(starts[0], len(resp), "sub\nlook it up\n", [m["content"] for m in sub if m["role"] == "assistant"],
-               ["go on\n", "once more\n"])
-        assert np.all(logp[mask == 0] == 0) and np.all(logp[mask == 1] < 0), ep  # every turn's own log-probs
-        answers = [m["content"] for m in parent + sub if m["role"] == "assistant"]
-        assert g["raw_reward"][i] == float(sum(len(t.encode()) for t in answers) % 2), ep
-        n += 1
-with h5py.File(f"{out}/threads/metrics.h5") as f:
-    diff = f["steps/train/train_rollout_logprob_abs_diff"][:]
-assert n > 0 and np.all(diff < 1e-5), (n, diff)
-print(f"agent_runs: threads: {n} episodes of a parent and its sub-agent, each thread one context, every turn "
-      f"the tokens its agent received; train/rollout log-prob diff {diff.max():.1e}")
+for name in ("threads", "threads_par"):
+    log = {r["episode"]: r for r in map(json.loads, open(f"{out}/{name}.agentlog"))}
+    n = 0
+    with h5py.File(f"{out}/{name}/rollouts.h5") as f:
+        g = f["samples"]
+        col = lambda k, i: g[k + "/values"][g[k + "/offsets"][i]:g[k + "/offsets"][i + 1]]
+        for i in range(g["step"].shape[0]):
+            ep = f"{g['step'][i]}/{g['group_index'][i]}/{g['index'][i]}"
+            parent, subs = log[ep]["parent"], log[ep]["subs"]
+            turns = sum(m["role"] == "assistant" for m in parent + [m for sub in subs for m in sub])
+            assert g["status"][i] == 1 and g["env_turns"][i] == turns, (ep, g["status"][i], g["env_turns"][i], turns)
+            toks, p, mask = col("tokens", i), int(g["prompt_length"][i]), col("loss_mask", i)
+            assert text(toks[:p]).decode() == f"parent\n{parent[1]['content']}\n", (ep, text(toks[:p]))
+            # One context per thread: the parent's (with the prompt), then each sub-agent's in the
+            # order their first requests were answered (which of two at once came first varies).
+            bounds = [0] + [int(c) for c in col("context_starts", i)] + [len(toks) - p]
+            assert len(bounds) == len(subs) + 2, (ep, bounds)
+            resp, logp = toks[p:], col("rollout_log_probs", i)
+            def thread(a, b, opening, turns, observations):
+                segs = runs(mask[a:b])
+                if opening is not None:
+                    assert segs[0][2] == 0 and text(resp[a:a + segs[0][1]]) == opening.encode(), (ep, text(resp[a:a + segs[0][1]]))
+                    segs = segs[1:]
+                model = [s for s in segs if s[2] == 1]
+                env = [s for s in segs if s[2] == 0]
+                assert [text(resp[a + x:a + y]).decode("utf-8", "replace") for x, y, _ in model] == turns, (ep, segs)
+                assert [text(resp[a + x:a + y]) for x, y, _ in env] == [o.encode() for o in observations], (ep, segs)
+            thread(0, bounds[1], None, [parent[2]["content"], parent[4]["content"]], [parent[3]["content"] + "\n"])
+            openings = {text(resp[a:a + runs(mask[a:b])[0][1]]).decode(): (a, b) for a, b in zip(bounds[1:-1], bounds[2:])}
+            for sub in subs:
+                a, b = openings.pop(f"sub\n{sub[1]['content']}\n")
+                thread(a, b, f"sub\n{sub[1]['content']}\n", [m["content"] for m in sub if m["role"] == "assistant"],
+                       [m["content"] + "\n" for m in sub[3:] if m["role"] == "user"])
+            assert np.all(logp[mask == 0] == 0) and np.all(logp[mask == 1] < 0), ep  # every turn's own log-probs
+            answers = [m["content"] for m in parent + [m for sub in subs for m in sub] if m["role"] == "assistant"]
+            assert g["raw_reward"][i] == float(sum(len(t.encode()) for t in answers) % 2), ep
+            n += 1
+    with h5py.File(f"{out}/{name}/metrics.h5") as f:
+        diff = f["steps/train/train_rollout_logprob_abs_diff"][:]
+    assert n > 0 and np.all(diff < 1e-5), (n, diff)
+    print(f"agent_runs: {name}: {n} episodes of a parent and {len(subs)} sub-agent(s), each thread one context, "
+          f"every turn the tokens its agent received; train/rollout log-prob diff {diff.max():.1e}")
 PY
 
 echo "== agents that crash, hang, are killed (-9) or give no reward fail their own episode"

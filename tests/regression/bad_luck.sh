@@ -11,7 +11,8 @@
 #    rollout says what the optimizer steps will be;
 #  * `slimpi export` takes a run directory, a checkpoint root, a checkpoint, and a
 #    trainer_state.h5 (the same weights each time); export into the checkpoint is
-#    refused; an SFT run stopped by eval.stop_at_pass1 leaves a checkpoint to export;
+#    refused; an SFT run stopped by eval.stop_at_pass1 leaves a checkpoint to export,
+#    stays stopped when resumed under the same target and goes on without one;
 #  * messages: a reward command that answers too many numbers says so; a collective
 #    error is one line of its own; the short-batch warning is given once; a damaged
 #    rollouts.h5 at resume says what to do (and doing it works).
@@ -144,6 +145,18 @@ if "$slimpi" export "$out" "$out/hf_none" >"$out/export_none.log" 2>&1; then ech
 grep -qF "is not a checkpoint (no deck.json or DONE), a checkpoint root (no step_XXXXXXXX directories) or a run directory" \
   "$out/export_none.log" || { cat "$out/export_none.log"; exit 1; }
 echo "bad_luck: export takes a run directory, a checkpoint root, a checkpoint and a trainer_state.h5; refuses the rest"
+# Resumed with the same target, the stopped run has nothing left to do; with none (0), it goes on.
+next=$((10#${ckpt##*step_}))
+stopped=(run inputs/quickstart_sft.toml --set eval.interval=5 --set eval.path="inputs/data/addition_dev.jsonl@[0:50]"
+         --set run.dir="$out/sft_stop" --set run.n_steps=$((next + 2)))
+runs sft_same 2 "${stopped[@]}" --set eval.stop_at_pass1=0.02
+said sft_same "that run had reached eval.stop_at_pass1: no step is left to run"
+[ ! -d "$out/sft_stop/ckpt/step_$(printf %08d $((next + 2)))" ] || { echo "FAIL: a run past its target went on"; exit 1; }
+runs sft_go_on 2 "${stopped[@]}" --set eval.stop_at_pass1=0
+said sft_go_on "which reached its eval.stop_at_pass1; now 0 (--set): it goes on"
+[ -f "$out/sft_stop/ckpt/step_$(printf %08d $((next + 2)))/DONE" ] \
+  || { ls -R "$out/sft_stop/ckpt"; echo "FAIL: resumed without a target, the stopped run did not go on to its last step"; exit 1; }
+echo "bad_luck: a run stopped at eval.stop_at_pass1 stays stopped under the same target and goes on without one"
 
 echo "== 8. messages"
 fails too_many "reward.command gave 64 numbers for 32 samples: 32 more than samples" 2 run $deck --set eval.path= \

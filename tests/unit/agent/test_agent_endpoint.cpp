@@ -2,7 +2,8 @@
 // turns written back (reasoning, tool calls), conversations rendered with their tools; and
 // the endpoint itself served to the real `openai` Python client
 // (tests/fixtures/agents/endpoint_probe.py, a real process over real HTTP), with this test
-// playing the episode runner: every error status, one request at a time per session (429),
+// playing the episode runner: every error status, a session's requests at once answered in
+// turn (429 past rollout.agent_max_session_requests),
 // a tool call's round trip, the episode's turns as observations, the reward, a
 // conversation over the context (413), and a parent and its sub-agent as two threads.
 #include <gtest/gtest.h>
@@ -12,7 +13,10 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fmt/format.h>
+
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -329,7 +333,9 @@ struct EndpointFixture : ::testing::Test {
 };
 
 TEST_F(EndpointFixture, ServesTheOpenAIClient) {
-  AgentEnvironment env(config(""));
+  EnvConfig c = config("");
+  c.agent_max_session_requests = 1;  // a second request at once is refused (RequestsAtOnceAreAnsweredInTurn: more)
+  AgentEnvironment env(c);
   EnvReply r = start_episode(env, "what is 2*3?");  // the first request to get through: the reset's context
   ASSERT_FALSE(r.failed) << r.message;
   ASSERT_EQ(r.messages.size(), 2u);  // the tools' system message, then the task
@@ -491,6 +497,53 @@ TEST_F(EndpointFixture, ARequestContinuesTheThreadItExtends) {
   const json t = logged("threads");
   EXPECT_EQ(t["parent"][4]["content"], "x = 42");
   EXPECT_EQ(t["sub"][6]["content"], "done");
+  env.close("0/0/0");
+}
+
+// Sub-agents calling in parallel: a session's requests at once are answered one after
+// another in the order they arrived, each with its own turn (the second a conversation of
+// its own: a new context); past rollout.agent_max_session_requests (2 here) one gets 429.
+TEST_F(EndpointFixture, RequestsAtOnceAreAnsweredInTurn) {
+  EnvConfig c = config("--at-once 3");
+  c.agent_max_session_requests = 2;
+  AgentEnvironment env(c);
+  EnvReply r = start_episode(env, "hi");  // the first request to arrive
+  ASSERT_FALSE(r.failed) << r.message;
+  ASSERT_EQ(r.messages.size(), 1u);
+  const std::string first = r.messages[0].content;
+  // Nothing is answered yet, so the one line logged so far is the third request's refusal.
+  const json refused = logged("at_once");
+  EXPECT_EQ(refused["status"], 429);
+  EXPECT_EQ(refused["code"], "session_busy");
+  env.step(turn(1, "answer to " + first));
+  r = next_reply(env);  // the request that waited for its turn
+  ASSERT_FALSE(r.failed) << r.message;
+  EXPECT_TRUE(r.new_context);
+  ASSERT_EQ(r.messages.size(), 1u);
+  const std::string second = r.messages[0].content;
+  EXPECT_NE(second, first);
+  EpisodeAction a = turn(2, "answer to " + second);
+  a.context = 1;
+  env.step(a);
+  r = next_reply(env);  // the agent's exit
+  EXPECT_TRUE(r.done);
+  EXPECT_FALSE(r.failed) << r.message;
+  EXPECT_EQ(r.reward, 0.5);
+  std::map<int, json> by_task;
+  std::ifstream in(log);
+  for (std::string line; std::getline(in, line);) {
+    const json j = json::parse(line);
+    by_task[j["task"].get<int>()] = j;
+  }
+  ASSERT_EQ(by_task.size(), 3u);
+  int answered = 0;
+  for (const auto& [k, j] : by_task) {
+    if (j["status"] == 429) continue;
+    EXPECT_EQ(j["status"], 200);
+    EXPECT_EQ(j["content"], fmt::format("answer to task {}", k));  // each request its own answer
+    ++answered;
+  }
+  EXPECT_EQ(answered, 2);
   env.close("0/0/0");
 }
 
