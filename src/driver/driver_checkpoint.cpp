@@ -111,14 +111,15 @@ void Driver::load_checkpoint(const std::string& chosen) {
   run_on_all_and_agree(ctx_.world->world(), fmt::format("cannot load checkpoint {}", chosen), [&] {
     const ckpt::RunState rs = ckpt::read_run_state(chosen + "/run_state.h5");
     start_step_ = rs.step;
-    // A run that ended at its target goes on when this deck asks for more (a higher
-    // eval.stop_at_pass1, or 0: none); a checkpoint that did not keep what it reached, never.
+    // A run that ended at its target goes on when this deck sets none (0) or one above the
+    // pass@1 it reached (a checkpoint older than reached_pass1: only without a target).
     const double target = ctx_.deck.get_float("eval.stop_at_pass1");
-    const bool still = rs.reached_target && (rs.reached_pass1 < 0 || (target > 0 && rs.reached_pass1 >= target));
+    const bool still = rs.reached_target && target > 0 && (rs.reached_pass1 < 0 || rs.reached_pass1 >= target);
     phases_->set_reached_target(still, still ? rs.reached_pass1 : -1);
     if (rs.reached_target && !still)
-      log::info("that run ended at eval/pass@1 = {:.3f}, which reached its eval.stop_at_pass1; now {} ({}): it goes on",
-                rs.reached_pass1, target, ctx_.deck.source("eval.stop_at_pass1"));
+      log::info("that run ended at eval/pass@1 = {}, which reached its eval.stop_at_pass1; now {} ({}): it goes on",
+                rs.reached_pass1 < 0 ? std::string("(not recorded)") : fmt::format("{:.3f}", rs.reached_pass1),
+                target, ctx_.deck.source("eval.stop_at_pass1"));
     if (parts_.trainer) parts_.trainer->load(chosen + "/trainer_state.h5");
     if (parts_.engine_model)  // the policy as a sync sends it (sync/engine_weights.h)
       load_engine_weights(*parts_.engine_model, parts_.engine_fp8, uint64_t(ctx_.deck.get_int("run.seed")),

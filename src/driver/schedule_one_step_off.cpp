@@ -72,7 +72,8 @@ class OneStepOffSchedule : public StepSchedule {
  private:
   // The last step too: its checkpoint then holds the next batch, so a run extended by
   // raising run.n_steps continues exactly as a longer straight run (one batch of extra
-  // generation per run). Not once eval.stop_at_pass1 ended the run: nothing continues it.
+  // generation per run). Not once eval.stop_at_pass1 ended the run: a job resumed from it
+  // under a target it has not reached generates that batch first (not a straight run's).
   bool generates_next_batch() const { return !p_.reached_target(); }
 
   void weight_sync(int64_t step) {

@@ -109,9 +109,9 @@ struct AgentEnvironment::Session {
   std::unique_ptr<ChildProcess> agent;
   std::unique_ptr<StderrLog> err;
   std::string out_tail;  // its stdout's last kStdoutKept bytes
-  bool exited = false;
   int exit_status = 0;
   // Below: guarded by mu_.
+  bool exited = false;                // (set by collect(), on the runner's thread, under mu_)
   bool runner_waits = false;          // reset() or step() sent: the runner waits for a reply
   Clock::time_point deadline;         // for the agent's next request, while the runner waits
   int64_t turns = 0;                  // model turns answered
@@ -150,8 +150,13 @@ AgentEnvironment::AgentEnvironment(const EnvConfig& cfg) : cfg_(cfg) {
   info_.name = "agent";
   info_.max_concurrent_episodes = cfg_.agent_max_sessions;
   info_.token_details = true;  // (an agent's logprobs)
+  // A thread for every request that may wait at once, up to max(sessions, 1024) (the pool's
+  // threads all start now): past that, connections wait in the server's queue, and are
+  // served as the runner answers the requests that hold threads (none needs another).
+  const int64_t threads = std::min(cfg_.agent_max_sessions * cfg_.agent_max_session_requests,
+                                   std::max<int64_t>(cfg_.agent_max_sessions, 1024)) + 8;
   server_ = std::make_unique<HttpServer>(cfg_.agent_host, int(cfg_.agent_port), token_, cfg_.agent_max_request_bytes,
-                                         int(cfg_.agent_max_sessions * cfg_.agent_max_session_requests) + 8,
+                                         int(threads),
                                          [this](const HttpRequest& r) { return serve(r); });
   log::all("agent endpoint: {}/v1 (sessions under {}/s/<session>/v1; token in {})", base_url(), base_url(),
            agent_token_path(cfg_.run_dir));
@@ -345,8 +350,15 @@ void AgentEnvironment::collect(Session& s, Clock::time_point now) {
   if (!s.exited && s.agent->wait_until(now, &s.exit_status)) {
     s.exited = true;
     read_output(s);
+    s.answered.notify_all();  // its requests still waiting for their turn leave with a 404
   }
   if (!s.runner_waits) return;
+  if (s.incoming && s.exited) {  // a request of an agent that has exited since: nobody reads its answer
+    s.incoming.reset();
+    s.refusal = api_error(404, "not_found_error", "session_ended", "the agent has exited");
+    s.answered.notify_all();
+    return;
+  }
   if (s.incoming) {
     if (std::optional<EnvReply> r = observation(s)) {
       ready_.push_back(std::move(*r));
@@ -517,6 +529,25 @@ HttpReply AgentEnvironment::converse(const HttpRequest& request, int api_index) 
                        "model");
   std::shared_ptr<Session> s = it->second;
   if (s->ending) return error_reply(*s->ending, api);
+  // The stored conversation, then the input: looked up as the request arrives (a response's
+  // conversation never changes; a later answer of its thread makes it no thread's latest).
+  if (!responses.previous_response_id.empty()) {
+    const auto named = std::find_if(s->threads.begin(), s->threads.end(), [&](const Session::Thread& t) {
+      return t.last_response_id == responses.previous_response_id;
+    });
+    if (named == s->threads.end())
+      return error(400, "invalid_request_error", "previous_response_not_found",
+                   fmt::format("previous_response_id '{}' is not the latest response of any of this session's "
+                               "conversations: only each one's latest is stored", responses.previous_response_id),
+                   "previous_response_id");
+    // OpenAI does not carry the earlier request's instructions over; this request's come first.
+    const Session::Thread& latest = *named;
+    const ptrdiff_t own = responses.has_instructions ? 1 : 0, stored = latest.instructions ? 1 : 0;
+    std::vector<AgentMessage> whole(req.messages.begin(), req.messages.begin() + own);
+    whole.insert(whole.end(), latest.history.begin() + stored, latest.history.end());
+    whole.insert(whole.end(), req.messages.begin() + own, req.messages.end());
+    req.messages = std::move(whole);
+  }
   if (s->queued >= cfg_.agent_max_session_requests)
     return error(429, "rate_limit_error", "session_busy",
                  fmt::format("this session has {} requests being answered or waiting for their turn: at most "
@@ -537,28 +568,13 @@ HttpReply AgentEnvironment::converse(const HttpRequest& request, int api_index) 
       s.answered.notify_all();
     }
   } next_in_line{*s, ticket};
-  s->answered.wait(lock, [&] { return s->serving == ticket || s->ending || s->closed || stopping_; });
+  s->answered.wait(lock, [&] { return s->serving == ticket || s->ending || s->closed || s->exited || stopping_; });
   if (s->ending) return error_reply(*s->ending, api);
-  if (s->serving != ticket)  // the session closed, or the job ends, before its turn
+  if (s->serving != ticket || s->exited)  // the session closed, its agent exited, or the job ends, before its turn
     return error(404, "not_found_error", "session_ended",
-                 stopping_ ? "the job is ending" : fmt::format("episode {} has ended", s->episode));
-  if (!responses.previous_response_id.empty()) {  // the stored conversation, then the input
-    const auto named = std::find_if(s->threads.begin(), s->threads.end(), [&](const Session::Thread& t) {
-      return t.last_response_id == responses.previous_response_id;
-    });
-    if (named == s->threads.end())
-      return error(400, "invalid_request_error", "previous_response_not_found",
-                   fmt::format("previous_response_id '{}' is not the latest response of any of this session's "
-                               "conversations: only each one's latest is stored", responses.previous_response_id),
-                   "previous_response_id");
-    // OpenAI does not carry the earlier request's instructions over; this request's come first.
-    const Session::Thread& latest = *named;
-    const ptrdiff_t own = responses.has_instructions ? 1 : 0, stored = latest.instructions ? 1 : 0;
-    std::vector<AgentMessage> whole(req.messages.begin(), req.messages.begin() + own);
-    whole.insert(whole.end(), latest.history.begin() + stored, latest.history.end());
-    whole.insert(whole.end(), req.messages.begin() + own, req.messages.end());
-    req.messages = std::move(whole);
-  }
+                 stopping_   ? std::string("the job is ending")
+                 : s->exited ? fmt::format("episode {} has ended: its agent has exited", s->episode)
+                             : fmt::format("episode {} has ended", s->episode));
   const bool stream = req.stream, include_usage = req.include_usage, logprobs = req.logprobs;
   const bool instructions = responses.has_instructions;
   s->in_flight = true;

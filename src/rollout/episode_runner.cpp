@@ -238,9 +238,14 @@ void EpisodeRunner::on_observation(Episode& e, const EnvReply& reply) {
   e.reward_sum += reply.reward;
   if (e.replay && (reply.done || reply.truncated))
     return diverged(e, fmt::format("its environment ended it at turn {}, where the record continues", s.env_turns));
-  if (reply.done || reply.truncated)
-    return finish(e, reply.done && !reply.truncated ? SampleStatus::Completed : SampleStatus::Truncated, reply.error,
-                  reply.message);
+  if (reply.done || reply.truncated) {
+    // A last turn cut at the episode's token budget, not at a stop, is truncated whatever the
+    // environment says of it (one cut at rollout.max_new_tokens is the environment's to judge).
+    const bool cut_at_budget = !e.turns.turn_stopped.empty() && !e.turns.turn_stopped.back() &&
+                               s.response_length() - copied_tokens(e) >= e.budget;
+    return finish(e, reply.done && !reply.truncated && !cut_at_budget ? SampleStatus::Completed : SampleStatus::Truncated,
+                  reply.error, reply.message);
+  }
   if (s.env_turns >= settings_.env.max_turns)
     return stop_at_limit(e, EnvError::None,
                          fmt::format("it reached rollout.env_max_turns = {} model turns", settings_.env.max_turns));

@@ -36,6 +36,7 @@ TEST(RunState, EveryRankGetsItsOwnRngBack) {
   s.prompt_epoch = 2;
   s.layout = "split: 4 ranks, 2 trainer + 2 rollout";
   s.reached_target = true;
+  s.reached_pass1 = 0.625;
   ckpt::write_run_state(MPI_COMM_WORLD, path, s);
   const float next = at::rand({1}).item<float>();  // what this rank draws after the checkpoint
   MPI_Barrier(MPI_COMM_WORLD);
@@ -50,6 +51,7 @@ TEST(RunState, EveryRankGetsItsOwnRngBack) {
   EXPECT_EQ(back.pending_groups, 0);
   EXPECT_EQ(back.layout, s.layout);
   EXPECT_TRUE(back.reached_target);
+  EXPECT_EQ(back.reached_pass1, 0.625);
   EXPECT_EQ(back.rng_per_rank[world_rank()], mine);
   if (size > 1) EXPECT_NE(back.rng_per_rank[0], back.rng_per_rank[1]);
   at::manual_seed(999);

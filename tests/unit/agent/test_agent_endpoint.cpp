@@ -304,6 +304,20 @@ struct EndpointFixture : ::testing::Test {
     ADD_FAILURE() << "the probe logged no '" << check << "' within 120 s";
     return json::object();
   }
+  // Every line the probe logged (once the agent has exited: all of them).
+  std::vector<json> log_lines() const {
+    std::vector<json> out;
+    std::ifstream in(log);
+    for (std::string line; std::getline(in, line);) out.push_back(json::parse(line));
+    return out;
+  }
+  // The runner's next reply is the agent's exit, with `reward`.
+  static void expect_exit(AgentEnvironment& env, double reward) {
+    const EnvReply r = next_reply(env);
+    EXPECT_TRUE(r.done) << "not the agent's exit";
+    EXPECT_FALSE(r.failed) << r.message;
+    EXPECT_EQ(r.reward, reward);
+  }
   // The model's first turn, a calc tool call; the reply: the agent's next request, whose one
   // new message is the tool's result `content`, extending the history.
   static EnvReply answered_with_a_tool_call(AgentEnvironment& env, const std::string& preface,
@@ -525,16 +539,9 @@ TEST_F(EndpointFixture, RequestsAtOnceAreAnsweredInTurn) {
   EpisodeAction a = turn(2, "answer to " + second);
   a.context = 1;
   env.step(a);
-  r = next_reply(env);  // the agent's exit
-  EXPECT_TRUE(r.done);
-  EXPECT_FALSE(r.failed) << r.message;
-  EXPECT_EQ(r.reward, 0.5);
+  expect_exit(env, 0.5);
   std::map<int, json> by_task;
-  std::ifstream in(log);
-  for (std::string line; std::getline(in, line);) {
-    const json j = json::parse(line);
-    by_task[j["task"].get<int>()] = j;
-  }
+  for (const json& j : log_lines()) by_task[j["task"].get<int>()] = j;
   ASSERT_EQ(by_task.size(), 3u);
   int answered = 0;
   for (const auto& [k, j] : by_task) {
@@ -544,6 +551,51 @@ TEST_F(EndpointFixture, RequestsAtOnceAreAnsweredInTurn) {
     ++answered;
   }
   EXPECT_EQ(answered, 2);
+  env.close("0/0/0");
+}
+
+// Requests waiting for their turn leave when the runner stops the episode (end()): the one
+// in flight and the one waiting (or arriving after the stop) each get the episode's 404,
+// and the agent's exit ends the episode with its reward.
+TEST_F(EndpointFixture, RequestsWaitingForTheirTurnLeaveWhenTheEpisodeStops) {
+  AgentEnvironment env(config("--at-once 2"));
+  EnvReply r = start_episode(env, "hi");
+  ASSERT_FALSE(r.failed) << r.message;
+  env.end("0/0/0", EnvError::None, "it reached rollout.env_max_turns = 1 model turns");
+  expect_exit(env, 0.5);  // once both requests had their answers
+  const std::vector<json> lines = log_lines();
+  EXPECT_EQ(lines.size(), 2u);
+  for (const json& j : lines) {
+    EXPECT_EQ(j["status"], 404) << j.dump();
+    EXPECT_EQ(j["code"], "session_ended") << j.dump();
+  }
+  env.close("0/0/0");
+}
+
+// An agent that exits while a request of its session waits for its turn: that request is
+// dropped (nobody reads its answer), so after the runner answers the one in flight, the
+// agent's exit ends the episode; no turn is taken for the dropped one.
+TEST_F(EndpointFixture, ARequestWaitingForItsTurnIsDroppedWhenItsAgentExits) {
+  AgentEnvironment env(config("--at-once 2 --exit-early"));
+  EnvReply r = start_episode(env, "hi");
+  ASSERT_FALSE(r.failed) << r.message;
+  // Wait until the agent has exited (a zombie: this process has not reaped it), then let
+  // the environment notice it.
+  const int pid = logged("exiting")["pid"].get<int>();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  auto zombie = [pid] {
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string line;
+    std::getline(stat, line);
+    const size_t close = line.rfind(')');
+    return close == std::string::npos || line.substr(close + 2, 1) == "Z";
+  };
+  while (!zombie() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_TRUE(zombie());
+  EXPECT_TRUE(env.poll(0).empty());  // noticed; the runner does not wait for a reply yet
+  env.step(turn(1, "an answer nobody reads"));
+  expect_exit(env, 0.5);  // not an observation: the waiting request was dropped
   env.close("0/0/0");
 }
 

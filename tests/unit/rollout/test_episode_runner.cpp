@@ -237,6 +237,37 @@ TEST_F(EpisodeRunnerTest, AnOverlongObservationEndsTheEpisodeTruncated) {
   }
 }
 
+// An environment that ends the episode after a turn the episode's token budget cut (5 tokens
+// here, under rollout.max_new_tokens = 12): the sample is truncated, with the environment's
+// reward; a turn that stopped on its own before the budget stays completed.
+TEST_F(EpisodeRunnerTest, ALastTurnCutAtTheBudgetIsTruncated) {
+  ScriptedEnvironment env([](const EpisodeAction&) {
+    EnvReply r;
+    r.done = true;
+    r.reward = 1.0;
+    return r;
+  });
+  EpisodeSettings s = settings();
+  s.env.max_total_tokens = 5;
+  Rollout r(model, &env, s);
+  for (int g = 0; g < kGroups; ++g) r.runner.add_request(request(g));
+  int cut = 0;
+  const auto got = r.run();
+  ASSERT_EQ(got.size(), size_t(kGroups * 2));
+  for (const auto& [key, sample] : got) {
+    const EpisodeAction& a = env.actions.at("3/" + std::to_string(key.first) + "/" + std::to_string(key.second)).at(0);
+    EXPECT_EQ(sample.raw_reward, 1.0f);
+    if (a.finish_reason == "length") {
+      EXPECT_EQ(sample.response_length(), 5);
+      EXPECT_EQ(sample.status, SampleStatus::Truncated);
+      ++cut;
+    } else {
+      EXPECT_EQ(sample.status, SampleStatus::Completed);
+    }
+  }
+  EXPECT_GT(cut, 0);  // (a random policy: each turn stops early on EOS with probability ~2%)
+}
+
 TEST_F(EpisodeRunnerTest, AnOverlongFirstObservationFailsTheEpisode) {
   ScriptedEnvironment env([](const EpisodeAction& a) { return three_turns(a); }, false,
                           {{"user", std::string(40, 'y'), false, ""}});
