@@ -32,10 +32,11 @@
 // or a conversation over the episode's token budget), 429 (more than
 // rollout.agent_max_session_requests requests of a session at once). A session's requests
 // at once (sub-agents calling in parallel) are answered one after another, in the order
-// they arrived: an episode is one sequence of model turns. An episode the runner stops at a limit (its turns, wall
-// time or tokens: end()) answers the request in flight, and any later one, with 404 or
-// 413, and waits for the agent's exit: its reward if it gives one, else 0 (said once), the
-// episode truncated whatever its exit status.
+// they arrived: an episode is one sequence of model turns. Those still waiting when the
+// agent exits get 404 and take no turn. An episode the runner stops at a limit (its turns,
+// wall time or tokens: end()) answers the request in flight, and any later or waiting one,
+// with 404 or 413, and waits for the agent's exit: its reward if it gives one, else 0 (said
+// once), the episode truncated whatever its exit status.
 //
 // Threads: the runner's calls (reset, step, ended, end, close, poll, exclude_pause) come
 // from the rollout rank's thread; requests arrive on the server's threads and wait there for their turn. Both
