@@ -57,8 +57,8 @@ grep -qF "agent endpoint: http://127.0.0.1:" "$out/np2.log" || { cat "$out/np2.l
 
 PYTHONPATH="$root/tests/regression" /usr/bin/python3 - "$out" <<'PY'
 import json, sys
-import h5py, numpy as np
-from trajectory_views import runs, text
+import numpy as np
+from trajectory_views import logprob_diffs, rows, runs, text
 out = sys.argv[1]
 TOOLS = [{"type": "function", "function": {"name": "calc", "description": "Evaluates an expression.",
           "parameters": {"type": "object", "properties": {"expr": {"type": "string"}}, "required": ["expr"]}}}]
@@ -77,47 +77,43 @@ for name, edited in [("np2", False), ("np4", True), ("np1", False), ("tp2", Fals
         r = json.loads(line)
         log.setdefault(r["episode"], []).append(r)
     n = 0
-    with h5py.File(f"{out}/{name}/rollouts.h5") as f:
-        g = f["samples"]
-        col = lambda k, i: g[k + "/values"][g[k + "/offsets"][i]:g[k + "/offsets"][i + 1]]
-        for i in range(g["step"].shape[0]):
-            ep = f"{g['step'][i]}/{g['group_index'][i]}/{g['index'][i]}"
-            turns = sorted(log[ep], key=lambda r: r["turn"])
-            assert [t["turn"] for t in turns] == [0, 1, 2] and any(t["stream"] for t in turns), (name, ep)
-            assert g["status"][i] == 1 and g["env_turns"][i] == 3, (name, ep, g["status"][i], g["env_turns"][i])
-            toks, p, mask = col("tokens", i), int(g["prompt_length"][i]), col("loss_mask", i)
-            first = turns[0]["sent"]
-            assert text(toks[:p]).decode() == f"probe agent\n\n{tools_block}\n{first[1]['content']}\n", (name, ep)
-            resp = toks[p:]
-            segments = runs(mask)
-            model = [s for s in segments if s[2] == 1]
-            assert len(model) == 3, (name, ep, segments)
-            logp = col("rollout_log_probs", i)
-            for k, (a, b, _) in enumerate(model):  # what the client received, decoded from the sampled tokens
-                assert text(resp[a:b]).decode("utf-8", "replace") == turns[k]["content"], \
-                    (name, ep, k, text(resp[a:b]), turns[k]["content"])
-                if turns[k]["logprobs"] is not None:  # the Responses API's logprobs: the sampled tokens' own
-                    lp = turns[k]["logprobs"]
-                    assert len(lp) in (b - a, b - a - 1) and b"".join(bytes(t[1]) for t in lp) == text(resp[a:b]), (name, ep, k)
-                    assert np.array_equal(np.float32([t[0] for t in lp]), logp[a:a + len(lp)]), (name, ep, k)
-                    logprob_turns += 1
-            env = [s for s in segments if s[2] == 0]
-            starts = list(col("context_starts", i))
-            if edited:  # turn 3's request dropped the first exchange: a new context, the whole conversation rendered
-                assert starts == [env[1][0]], (name, ep, starts, segments)
-                c = turns[1]["content"]
-                want = f"probe agent\n\n{tools_block}\n{first[1]['content']}\n{c}\nturn 2\n"
-                assert text(resp[env[1][0]:env[1][1]]).decode() == want, (name, ep, text(resp[env[1][0]:env[1][1]]))
-                assert text(resp[env[0][0]:env[0][1]]) == b"turn 1\n"
-            else:
-                assert starts == [], (name, ep, starts)
-                assert [text(resp[a:b]) for a, b, _ in env] == [b"turn 1\n", b"turn 2\n"], (name, ep)
-            assert len(logp) == len(mask) and np.all(logp[mask == 0] == 0) and np.all(logp[mask == 1] < 0), (name, ep)
-            want_reward = float(sum(len(t["content"].encode()) for t in turns) % 2)
-            assert g["raw_reward"][i] == want_reward, (name, ep, g["raw_reward"][i], want_reward)
-            n += 1
-    with h5py.File(f"{out}/{name}/metrics.h5") as f:
-        diff = f["steps/train/train_rollout_logprob_abs_diff"][:]
+    for row in rows(f"{out}/{name}"):
+        ep = row.episode
+        turns = sorted(log[ep], key=lambda r: r["turn"])
+        assert [t["turn"] for t in turns] == [0, 1, 2] and any(t["stream"] for t in turns), (name, ep)
+        assert row["status"] == 1 and row["env_turns"] == 3, (name, ep, row["status"], row["env_turns"])
+        toks, p, mask = row.col("tokens"), int(row["prompt_length"]), row.col("loss_mask")
+        first = turns[0]["sent"]
+        assert text(toks[:p]).decode() == f"probe agent\n\n{tools_block}\n{first[1]['content']}\n", (name, ep)
+        resp = toks[p:]
+        segments = runs(mask)
+        model = [s for s in segments if s[2] == 1]
+        assert len(model) == 3, (name, ep, segments)
+        logp = row.col("rollout_log_probs")
+        for k, (a, b, _) in enumerate(model):  # what the client received, decoded from the sampled tokens
+            assert text(resp[a:b]).decode("utf-8", "replace") == turns[k]["content"], \
+                (name, ep, k, text(resp[a:b]), turns[k]["content"])
+            if turns[k]["logprobs"] is not None:  # the Responses API's logprobs: the sampled tokens' own
+                lp = turns[k]["logprobs"]
+                assert len(lp) in (b - a, b - a - 1) and b"".join(bytes(t[1]) for t in lp) == text(resp[a:b]), (name, ep, k)
+                assert np.array_equal(np.float32([t[0] for t in lp]), logp[a:a + len(lp)]), (name, ep, k)
+                logprob_turns += 1
+        env = [s for s in segments if s[2] == 0]
+        starts = list(row.col("context_starts"))
+        if edited:  # turn 3's request dropped the first exchange: a new context, the whole conversation rendered
+            assert starts == [env[1][0]], (name, ep, starts, segments)
+            c = turns[1]["content"]
+            want = f"probe agent\n\n{tools_block}\n{first[1]['content']}\n{c}\nturn 2\n"
+            assert text(resp[env[1][0]:env[1][1]]).decode() == want, (name, ep, text(resp[env[1][0]:env[1][1]]))
+            assert text(resp[env[0][0]:env[0][1]]) == b"turn 1\n"
+        else:
+            assert starts == [], (name, ep, starts)
+            assert [text(resp[a:b]) for a, b, _ in env] == [b"turn 1\n", b"turn 2\n"], (name, ep)
+        assert len(logp) == len(mask) and np.all(logp[mask == 0] == 0) and np.all(logp[mask == 1] < 0), (name, ep)
+        want_reward = float(sum(len(t["content"].encode()) for t in turns) % 2)
+        assert row["raw_reward"] == want_reward, (name, ep, row["raw_reward"], want_reward)
+        n += 1
+    diff = logprob_diffs(f"{out}/{name}")
     assert n > 0 and np.all(diff < 1e-5), (name, n, diff)
     assert name != "np2" or logprob_turns == n, (logprob_turns, n)
     print(f"agent_runs: {name}: {n} trajectories are the agents' requests and answers token by token"
@@ -144,48 +140,44 @@ run 2 threads_par --set run.n_steps=1 --set rollout.env_max_total_tokens=600 \
   --set "rollout.agent_command=$py $root/tests/fixtures/agents/threads_probe.py --parallel --log $out/threads_par.agentlog"
 PYTHONPATH="$root/tests/regression" /usr/bin/python3 - "$out" <<'PY'
 import json, sys
-import h5py, numpy as np
-from trajectory_views import runs, text
+import numpy as np
+from trajectory_views import logprob_diffs, rows, runs, text
 out = sys.argv[1]
 for name in ("threads", "threads_par"):
     log = {r["episode"]: r for r in map(json.loads, open(f"{out}/{name}.agentlog"))}
     n = 0
-    with h5py.File(f"{out}/{name}/rollouts.h5") as f:
-        g = f["samples"]
-        col = lambda k, i: g[k + "/values"][g[k + "/offsets"][i]:g[k + "/offsets"][i + 1]]
-        for i in range(g["step"].shape[0]):
-            ep = f"{g['step'][i]}/{g['group_index'][i]}/{g['index'][i]}"
-            parent, subs = log[ep]["parent"], log[ep]["subs"]
-            turns = sum(m["role"] == "assistant" for m in parent + [m for sub in subs for m in sub])
-            assert g["status"][i] == 1 and g["env_turns"][i] == turns, (ep, g["status"][i], g["env_turns"][i], turns)
-            toks, p, mask = col("tokens", i), int(g["prompt_length"][i]), col("loss_mask", i)
-            assert text(toks[:p]).decode() == f"parent\n{parent[1]['content']}\n", (ep, text(toks[:p]))
-            # One context per thread: the parent's (with the prompt), then each sub-agent's in the
-            # order their first requests were answered (which of two at once came first varies).
-            bounds = [0] + [int(c) for c in col("context_starts", i)] + [len(toks) - p]
-            assert len(bounds) == len(subs) + 2, (ep, bounds)
-            resp, logp = toks[p:], col("rollout_log_probs", i)
-            def thread(a, b, opening, turns, observations):
-                segs = runs(mask[a:b])
-                if opening is not None:
-                    assert segs[0][2] == 0 and text(resp[a:a + segs[0][1]]) == opening.encode(), (ep, text(resp[a:a + segs[0][1]]))
-                    segs = segs[1:]
-                model = [s for s in segs if s[2] == 1]
-                env = [s for s in segs if s[2] == 0]
-                assert [text(resp[a + x:a + y]).decode("utf-8", "replace") for x, y, _ in model] == turns, (ep, segs)
-                assert [text(resp[a + x:a + y]) for x, y, _ in env] == [o.encode() for o in observations], (ep, segs)
-            thread(0, bounds[1], None, [parent[2]["content"], parent[4]["content"]], [parent[3]["content"] + "\n"])
-            openings = {text(resp[a:a + runs(mask[a:b])[0][1]]).decode(): (a, b) for a, b in zip(bounds[1:-1], bounds[2:])}
-            for sub in subs:
-                a, b = openings.pop(f"sub\n{sub[1]['content']}\n")
-                thread(a, b, f"sub\n{sub[1]['content']}\n", [m["content"] for m in sub if m["role"] == "assistant"],
-                       [m["content"] + "\n" for m in sub[3:] if m["role"] == "user"])
-            assert np.all(logp[mask == 0] == 0) and np.all(logp[mask == 1] < 0), ep  # every turn's own log-probs
-            answers = [m["content"] for m in parent + [m for sub in subs for m in sub] if m["role"] == "assistant"]
-            assert g["raw_reward"][i] == float(sum(len(t.encode()) for t in answers) % 2), ep
-            n += 1
-    with h5py.File(f"{out}/{name}/metrics.h5") as f:
-        diff = f["steps/train/train_rollout_logprob_abs_diff"][:]
+    for row in rows(f"{out}/{name}"):
+        ep = row.episode
+        parent, subs = log[ep]["parent"], log[ep]["subs"]
+        turns = sum(m["role"] == "assistant" for m in parent + [m for sub in subs for m in sub])
+        assert row["status"] == 1 and row["env_turns"] == turns, (ep, row["status"], row["env_turns"], turns)
+        toks, p, mask = row.col("tokens"), int(row["prompt_length"]), row.col("loss_mask")
+        assert text(toks[:p]).decode() == f"parent\n{parent[1]['content']}\n", (ep, text(toks[:p]))
+        # One context per thread: the parent's (with the prompt), then each sub-agent's in the
+        # order their first requests were answered (which of two at once came first varies).
+        bounds = [0] + [int(c) for c in row.col("context_starts")] + [len(toks) - p]
+        assert len(bounds) == len(subs) + 2, (ep, bounds)
+        resp, logp = toks[p:], row.col("rollout_log_probs")
+        def thread(a, b, opening, turns, observations):
+            segs = runs(mask[a:b])
+            if opening is not None:
+                assert segs[0][2] == 0 and text(resp[a:a + segs[0][1]]) == opening.encode(), (ep, text(resp[a:a + segs[0][1]]))
+                segs = segs[1:]
+            model = [s for s in segs if s[2] == 1]
+            env = [s for s in segs if s[2] == 0]
+            assert [text(resp[a + x:a + y]).decode("utf-8", "replace") for x, y, _ in model] == turns, (ep, segs)
+            assert [text(resp[a + x:a + y]) for x, y, _ in env] == [o.encode() for o in observations], (ep, segs)
+        thread(0, bounds[1], None, [parent[2]["content"], parent[4]["content"]], [parent[3]["content"] + "\n"])
+        openings = {text(resp[a:a + runs(mask[a:b])[0][1]]).decode(): (a, b) for a, b in zip(bounds[1:-1], bounds[2:])}
+        for sub in subs:
+            a, b = openings.pop(f"sub\n{sub[1]['content']}\n")
+            thread(a, b, f"sub\n{sub[1]['content']}\n", [m["content"] for m in sub if m["role"] == "assistant"],
+                   [m["content"] + "\n" for m in sub[3:] if m["role"] == "user"])
+        assert np.all(logp[mask == 0] == 0) and np.all(logp[mask == 1] < 0), ep  # every turn's own log-probs
+        answers = [m["content"] for m in parent + [m for sub in subs for m in sub] if m["role"] == "assistant"]
+        assert row["raw_reward"] == float(sum(len(t.encode()) for t in answers) % 2), ep
+        n += 1
+    diff = logprob_diffs(f"{out}/{name}")
     assert n > 0 and np.all(diff < 1e-5), (n, diff)
     print(f"agent_runs: {name}: {n} episodes of a parent and {len(subs)} sub-agent(s), each thread one context, "
           f"every turn the tokens its agent received; train/rollout log-prob diff {diff.max():.1e}")

@@ -1,5 +1,37 @@
-"""Views of a rollouts.h5 trajectory for the regression checks (agent_runs.sh): its text
-under data.chat_template = none over the byte tokenizer, and its runs of equal loss mask."""
+"""Views of a rollouts.h5 trajectory for the regression checks (agent_runs.sh): its rows,
+its text under data.chat_template = none over the byte tokenizer, its runs of equal loss
+mask, and the run's train/rollout log-prob differences."""
+import h5py
+
+
+class Row:
+    """One sample of rollouts.h5: row["status"] (a scalar field), row.col("tokens") (a ragged
+    column: its values), row.episode ("step/group/index", as the agents' SLIMPI_EPISODE)."""
+
+    def __init__(self, g, i):
+        self.g, self.i = g, i
+        self.episode = f"{g['step'][i]}/{g['group_index'][i]}/{g['index'][i]}"
+
+    def __getitem__(self, key):
+        return self.g[key][self.i]
+
+    def col(self, key):
+        o = self.g[key + "/offsets"]
+        return self.g[key + "/values"][o[self.i]:o[self.i + 1]]
+
+
+def rows(run):
+    """Every sample of RUN/rollouts.h5, in file order."""
+    with h5py.File(f"{run}/rollouts.h5") as f:
+        g = f["samples"]
+        for i in range(g["step"].shape[0]):
+            yield Row(g, i)
+
+
+def logprob_diffs(run):
+    """train/train_rollout_logprob_abs_diff of every step of RUN/metrics.h5."""
+    with h5py.File(f"{run}/metrics.h5") as f:
+        return f["steps/train/train_rollout_logprob_abs_diff"][:]
 
 
 def text(ids):
