@@ -142,17 +142,16 @@ int run_generate(RunContext& ctx) {
   // the environment's processes start before the clock.
   std::unique_ptr<Environment> env;
   std::unique_ptr<EpisodeRunner> episodes;
-  if (rc.env.enabled()) {
+  if (rc.env.enabled() && !engine.is_prefill_engine()) {  // (prefill engines run no episodes)
     env = environments().get(rc.env.name)(rc.env, mc.vocab_size);
     episodes = std::make_unique<EpisodeRunner>(engine, *env, tok, EpisodeSettings{rc.env, rc.chat, rc.sampling.max_new_tokens, 0},
                                                prompts, 0);
   }
   Stopwatch clock;
   auto progress = progress_printer(clock);
-  GroupWorker& worker = episodes ? static_cast<GroupWorker&>(*episodes) : engine;
   EngineStats pd;  // disaggregation: this rank's transfer times and its pool's busy time
-  std::vector<Sample> samples = route_groups(worker, engine, ctx.world->world(), rc.prefill_ranks,
-                                            rc.engine.max_running, requests, progress, pd);
+  std::vector<Sample> samples = route_groups(engine, episodes.get(), rc.env.enabled(), ctx.world->world(),
+                                            rc.prefill_ranks, rc.engine.max_running, requests, progress, pd);
   episodes.reset();
   const double seconds = clock.seconds();
 

@@ -9,6 +9,8 @@
 #include "core/timer.h"
 #include "parallel/mpi_bytes.h"
 #include "parallel/posted_sends.h"
+#include "rollout/disaggregated_episodes.h"
+#include "rollout/episode_runner.h"
 #include "rollout/group_assembler.h"
 #include "rollout/kv_transfer.h"
 
@@ -46,8 +48,9 @@ struct CallRequests {
 void take_transfer(Engine& engine, MPI_Comm comm, const CallRequests& calls, EngineStats& pd) {
   Stopwatch clock;
   KvTransfer kv = decode_kv_transfer(recv_message(comm, MPI_ANY_SOURCE, kTagKv, kDecodeWait));
-  const GenerationRequest& request = calls.at(kv.group_index);
-  engine.add_prefilled(request, std::move(kv));
+  WorkItem group;
+  group.request = calls.at(kv.group_index);
+  engine.add_prefilled(group, std::move(kv));
   pd.kv_receive_s += clock.seconds();
 }
 
@@ -242,10 +245,14 @@ std::vector<Sample> route_disaggregated(Engine& engine, MPI_Comm rollout, int64_
   return results;
 }
 
-std::vector<Sample> route_groups(GroupWorker& worker, Engine& engine, MPI_Comm comm, int64_t n_prefill,
-                                 int64_t max_running, const std::vector<GenerationRequest>& requests,
+std::vector<Sample> route_groups(Engine& engine, EpisodeRunner* episodes, bool episodic, MPI_Comm comm,
+                                 int64_t n_prefill, int64_t max_running, const std::vector<GenerationRequest>& requests,
                                  const std::function<void(const RouterProgress&)>& on_progress, EngineStats& pd) {
+  if (n_prefill > 0 && episodic)
+    return route_disaggregated_episodes(engine, episodes, comm, n_prefill, max_running, requests, on_progress, pd);
   if (n_prefill > 0) return route_disaggregated(engine, comm, n_prefill, max_running, requests, on_progress, pd);
+  SLIMPI_CHECK(!episodic || episodes, "router: a call of episodes on an engine rank without an episode runner");
+  GroupWorker& worker = episodes ? static_cast<GroupWorker&>(*episodes) : engine;
   return route_rollout(worker, comm, max_running, requests, on_progress);
 }
 

@@ -35,6 +35,8 @@
 
 namespace slimpi {
 
+class EpisodeRunner;
+
 // Whether rollout rank `rank` of `size` is a prefill engine when the last `n_prefill` are.
 inline bool is_prefill_rank(int rank, int size, int64_t n_prefill) { return rank >= size - n_prefill; }
 
@@ -46,11 +48,14 @@ std::vector<Sample> route_disaggregated(Engine& engine, MPI_Comm rollout, int64_
                                         const std::function<void(const RouterProgress&)>& on_progress,
                                         EngineStats& pd);
 
-// What a generation call on every engine rank runs: route_disaggregated over `engine`
-// when n_prefill > 0, route_rollout over `worker` (the engine, or its episode runner)
-// otherwise. `pd` as route_disaggregated's (untouched without disaggregation).
-std::vector<Sample> route_groups(GroupWorker& worker, Engine& engine, MPI_Comm comm, int64_t n_prefill,
-                                 int64_t max_running, const std::vector<GenerationRequest>& requests,
+// What a generation call on every engine rank runs. Without disaggregation (n_prefill =
+// 0): route_rollout over this rank's worker, its episode runner or else its engine. With
+// it: route_disaggregated_episodes when the call runs episodes (`episodic`, said on
+// every rank: the prefill ranks hold no runner), route_disaggregated otherwise.
+// `episodes`: this rank's runner over `engine` (rollout.environment), null without one.
+// `pd` as route_disaggregated's (untouched without disaggregation).
+std::vector<Sample> route_groups(Engine& engine, EpisodeRunner* episodes, bool episodic, MPI_Comm comm,
+                                 int64_t n_prefill, int64_t max_running, const std::vector<GenerationRequest>& requests,
                                  const std::function<void(const RouterProgress&)>& on_progress, EngineStats& pd);
 // `cfg` for rollout rank `rank` of `size`: a prefill engine when it is one of the last n_prefill.
 EngineConfig engine_config_of_rank(EngineConfig cfg, int rank, int size, int64_t n_prefill);

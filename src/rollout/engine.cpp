@@ -116,12 +116,14 @@ void Engine::add_request(const GenerationRequest& request) {
   waiting_.push_back(std::move(seq));
 }
 
-void Engine::add_prefilled(const GenerationRequest& request, KvTransfer kv) {
+void Engine::add_prefilled(const WorkItem& item, KvTransfer kv) {
+  const GenerationRequest& request = item.request;
+  const int64_t n = int64_t(item.is_group() ? request.prompt.size() : item.partial.tokens.size());
   SLIMPI_CHECK(!cfg_.prefill_only, "group {}: a prefill engine does not take prefilled prompts", request.group_index);
-  SLIMPI_CHECK(kv.group_index == request.group_index && kv.n_positions == int64_t(request.prompt.size()) - 1,
-               "group {}: the KV rows handed over are group {}'s {} positions, not this prompt's first {}",
-               request.group_index, kv.group_index, kv.n_positions, int64_t(request.prompt.size()) - 1);
-  add_request(request);
+  SLIMPI_CHECK(kv.group_index == request.group_index && kv.n_positions == n - 1,
+               "group {}: the KV rows handed over are group {}'s {} positions, not this sequence's first {}",
+               request.group_index, kv.group_index, kv.n_positions, n - 1);
+  add_work(item);
   waiting_.back()->arrived_kv = std::make_shared<const KvTransfer>(std::move(kv));
 }
 

@@ -191,10 +191,11 @@ class Engine : public GroupWorker {
   // One iteration; returns the samples that finished in it (rollout fields and status
   // set: Completed on a stop token/string, Truncated at max_new_tokens or max_seq_len).
   std::vector<Sample> step() override;
-  // Prefill/decode disaggregation. A decode engine: queues `request` whose prompt's first
-  // prompt_length - 1 positions are in `kv` (a prefill engine's rows), written into this
-  // engine's blocks at admission (positions the prefix cache already holds are not).
-  void add_prefilled(const GenerationRequest& request, KvTransfer kv);
+  // Prefill/decode disaggregation. A decode engine: queues `item` (a group, as add_request,
+  // or an episode's turn, as add_work) whose sequence's first n - 1 positions (all but its
+  // last token) are in `kv` (a prefill engine's rows), written into this engine's blocks at
+  // admission (positions the prefix cache already holds are not).
+  void add_prefilled(const WorkItem& item, KvTransfer kv);
   // A prefill engine: the groups whose prompts completed since the last call (their blocks
   // are released; full ones stay in the prefix cache), in completion order.
   std::vector<std::pair<GenerationRequest, KvTransfer>> take_prefilled();
@@ -218,6 +219,7 @@ class Engine : public GroupWorker {
   // pool stays allocated. Only when no request is in flight.
   void on_weights_updated(int64_t new_version);
   int64_t weight_version() const { return weight_version_; }
+  bool is_prefill_engine() const { return cfg_.prefill_only; }
   int64_t max_seq_len() const { return model_.config().max_seq_len; }
   const EngineStats& stats() const { return stats_; }
   // A tensor-parallel engine (its model a shard, rollout/engine_group.h): lets the

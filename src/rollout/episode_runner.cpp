@@ -154,7 +154,11 @@ void EpisodeRunner::continue_turn(Episode& e, int64_t start) {
                               limit - copied));
   e.turn_start = start;
   e.phase = Episode::Phase::Turn;
-  engine_.add_work(turn_work(e, start, limit));
+  WorkItem turn = turn_work(e, start, limit);
+  if (context_prefill_ && opens_context(e.sample))
+    context_prefill_->submit(turn);
+  else
+    engine_.add_work(turn);
 }
 
 void EpisodeRunner::on_reply(Episode& e, const EnvReply& reply) {

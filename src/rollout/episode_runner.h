@@ -65,6 +65,16 @@ struct EpisodeSettings {
   uint64_t stream = 0;           // names episodes ("<stream>/<group>/<sample>"); the reset's step
 };
 
+// Where an episode's turn that opens a context goes instead of the runner's engine: under
+// rollout.prefill_ranks a prefill engine computes the context's KV, and the turn reaches
+// the runner's engine with it (Engine::add_prefilled; rollout/disaggregated_episodes.h).
+class ContextPrefill {
+ public:
+  virtual ~ContextPrefill() = default;
+  // `turn`: the engine's work for a turn of which no token has been sampled in its context.
+  virtual void submit(const WorkItem& turn) = 0;
+};
+
 class EpisodeRunner : public GroupWorker {
  public:
   // prompts[g - first_group] is group g's record (add_request); the stream's runner
@@ -89,6 +99,9 @@ class EpisodeRunner : public GroupWorker {
   // that were not warned of one by one.
   void pause();
   void resume();
+  // Context-opening turns go to `prefill` (null: to the engine, which prefills them). The
+  // other turns of a context run on the engine, whose prefix cache holds the context.
+  void set_context_prefill(ContextPrefill* prefill) { context_prefill_ = prefill; }
 
  private:
   struct Episode;
@@ -162,6 +175,9 @@ class EpisodeRunner : public GroupWorker {
   // Where the latest context's opening tokens end (a response offset): the engine's
   // prompt for that context. Only for a split trajectory (s.context_starts not empty).
   static int64_t context_opened(const Sample& s);
+  // Nothing of the latest context (the whole trajectory when it is not split) was sampled:
+  // a turn now opens it.
+  static bool opens_context(const Sample& s);
   // A turn the engine returned (or holds), in the trajectory's coordinates: the engine
   // runs a split episode's latest context as a sequence of its own (continue_turn).
   Sample whole_trajectory(const Episode& e, Sample&& turn) const;
@@ -192,6 +208,7 @@ class EpisodeRunner : public GroupWorker {
   bool said_replay_ = false, said_restart_ = false, said_restore_ = false;  // resumed episodes: said once per runner
   std::optional<Stopwatch> paused_;                  // since pause(), until resume()
   std::vector<Sample> finished_;
+  ContextPrefill* context_prefill_ = nullptr;
 };
 
 }  // namespace slimpi

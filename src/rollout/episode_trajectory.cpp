@@ -22,6 +22,12 @@ int64_t EpisodeRunner::context_opened(const Sample& s) {
   return t;
 }
 
+bool EpisodeRunner::opens_context(const Sample& s) {
+  const int64_t from = s.context_starts.empty() ? 0 : s.context_starts.back();
+  return std::none_of(s.loss_mask.begin() + std::min<int64_t>(from, int64_t(s.loss_mask.size())), s.loss_mask.end(),
+                      [](float m) { return m != 0.0f; });
+}
+
 std::vector<int64_t> EpisodeRunner::context_tokens(const EnvReply& reply) const {
   std::vector<int64_t> context;
   if (!reply.messages.empty()) {

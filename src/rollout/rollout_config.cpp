@@ -107,9 +107,6 @@ void read_disaggregation(const Deck& deck, RolloutConfig& c) {
   if (deck.get_string("rollout.speculative") != "none")
     refuse("rollout.speculative", "\"" + deck.get_string("rollout.speculative") + "\"",
            "a decode engine drafts with an MTP cache layer that the prefill engine does not compute");
-  if (c.env.enabled())
-    refuse("rollout.environment", "\"" + c.env.name + "\"",
-           "every turn of an episode extends its sequence on one engine");
 }
 
 }  // namespace

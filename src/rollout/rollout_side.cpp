@@ -56,7 +56,8 @@ std::vector<Sample> RolloutSide::generate(const std::vector<Prompt>& prompts, in
     while (int64_t(done_at.size()) < p.groups_done) done_at.push_back(clock.seconds());
   };
   std::unique_ptr<EpisodeRunner> episodes;
-  if (cfg_.env.enabled()) {
+  // (Prefill engines, rollout.prefill_ranks, run no episodes: they prefill the decode engines' contexts.)
+  if (cfg_.env.enabled() && !engine.is_prefill_engine()) {
     if (!env_) {
       env_ = environments().get(cfg_.env.name)(cfg_.env, model_.config().vocab_size);
       // Said by the router, which is world rank 0 only when colocated: log::all, not info.
@@ -68,10 +69,9 @@ std::vector<Sample> RolloutSide::generate(const std::vector<Prompt>& prompts, in
     const EpisodeSettings settings{cfg_.env, cfg_.chat, params.max_new_tokens, stream};
     episodes = std::make_unique<EpisodeRunner>(engine, *env_, tok, settings, prompts, first_group);
   }
-  GroupWorker& worker = episodes ? static_cast<GroupWorker&>(*episodes) : engine;
   EngineStats pd;  // prefill/decode disaggregation: this rank's transfer times and its pool's busy time
-  std::vector<Sample> out =
-      route_groups(worker, engine, engines_, cfg_.prefill_ranks, cfg_.engine.max_running, requests, on_progress, pd);
+  std::vector<Sample> out = route_groups(engine, episodes.get(), cfg_.env.enabled(), engines_, cfg_.prefill_ranks,
+                                         cfg_.engine.max_running, requests, on_progress, pd);
   if (tail_s && !done_at.empty()) {  // the last 10% of the groups: t_n - t_ceil(0.9 n)
     const size_t k90 = (9 * done_at.size() + 9) / 10;
     *tail_s = done_at.back() - done_at[k90 - 1];

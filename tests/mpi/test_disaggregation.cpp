@@ -4,6 +4,10 @@
 // prefilled or decoded it; prefill ranks sample nothing and hand over every prompt
 // position but the last; decode dispatch holds to 2·max_running outstanding sequences
 // (more groups than that), so the router hands out work as groups come back.
+// Episodes (rollout.environment) under disaggregation (rollout/disaggregated_episodes.h):
+// every episode comes back as one plain engine and runner give it, with one context or
+// split in two; the prefill engines prefilled exactly the turns that open a context (every
+// position of them but the last) and the decode engines took exactly those rows in.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -11,7 +15,9 @@
 
 #include "kernels/counter_rng.h"
 #include "rollout/disaggregated_router.h"
+#include "rollout/episode_runner.h"
 #include "tokenizer/byte_tokenizer.h"
+#include "../support/three_turn_environment.h"
 #include "../support/tiny_model.h"
 #include "../support/mpi_world.h"
 
@@ -95,6 +101,118 @@ TEST(Disaggregation, EveryGroupOnceWithOnePlainEnginesSamples) {
       for (size_t t = 0; t < routed[i].rollout_log_probs.size(); ++t)
         EXPECT_NEAR(routed[i].rollout_log_probs[t], single[i].rollout_log_probs[t],
                     1e-5 * std::max(1.0f, std::abs(single[i].rollout_log_probs[t])));  // fp32 round-off
+    }
+  }
+}
+
+EpisodeSettings episode_settings() {
+  EpisodeSettings s;
+  s.env.name = "three_turns";
+  s.env.max_total_tokens = 120;  // 3 turns of up to 20 tokens and 2 observations of ~16
+  s.max_turn_tokens = 20;
+  return s;
+}
+
+std::vector<GenerationRequest> episode_requests() {
+  std::vector<GenerationRequest> out;
+  for (int g = 0; g < 10; ++g) {
+    GenerationRequest r;
+    r.group_index = g;
+    r.prompt = {ByteTokenizer::kBos};
+    for (int i = 0; i < 3 + (g * 5) % 11; ++i) r.prompt.push_back((g * 31 + i * 7) % 256);
+    r.n_samples = 3;
+    r.params.temperature = 1.0;
+    r.params.max_new_tokens = 20;
+    r.params.stop_token_ids = {ByteTokenizer::kEos};
+    r.seed = mix_seed(77, 0, uint64_t(g));
+    out.push_back(r);
+  }
+  return out;
+}
+
+// The positions a prefill engine hands over for a finished episode: for each context,
+// its opening tokens (the first context's begin with the prompt) up to its first model
+// token, but the last of them.
+int64_t opening_positions(const Sample& s) {
+  auto first_model_token = [&](int64_t from) {
+    int64_t t = from;
+    while (t < int64_t(s.loss_mask.size()) && s.loss_mask[size_t(t)] == 0.0f) ++t;
+    return t;
+  };
+  int64_t n = s.prompt_length + first_model_token(0) - 1;
+  for (int64_t c : s.context_starts) n += first_model_token(c) - c - 1;
+  return n;
+}
+
+TEST(DisaggregatedEpisodes, EveryEpisodeAsOnePlainEngineRunsIt) {
+  const int n = world_size();
+  Transformer model(testing::tiny_model_config(1024, 0.2), 13, at::kCPU);
+  EngineConfig cfg{4, 8192, 6, 256, true};  // 2·6 outstanding sequences an engine: 4 groups
+  cfg.cache_responses = true;               // (as rollout.environment sets it)
+  ByteTokenizer tokenizer;
+  std::vector<Prompt> records;
+  for (int g = 0; g < 10; ++g) records.push_back({g, g + 1, "prompt " + std::to_string(g)});
+  for (int64_t new_context_at : {0, 1}) {
+    SCOPED_TRACE(::testing::Message() << (new_context_at ? "a new context after turn 1" : "one context"));
+    Engine alone(cfg, model);
+    testing::ThreeTurnEnvironment alone_env(true, "", false, new_context_at);
+    EpisodeRunner alone_runner(alone, alone_env, tokenizer, episode_settings(), records, 0);
+    for (const auto& r : episode_requests()) alone_runner.add_request(r);
+    std::vector<Sample> single;
+    while (alone_runner.has_work())
+      for (Sample& s : alone_runner.step()) single.push_back(std::move(s));
+    sort_by_group_and_sample(single);
+    ASSERT_EQ(single.size(), 30u);
+    int64_t handed = 0;
+    for (const Sample& s : single) handed += opening_positions(s);
+
+    for (int64_t n_prefill = 1; n_prefill <= n - 2; ++n_prefill) {
+      SCOPED_TRACE(::testing::Message() << n_prefill << " prefill engine(s) of " << n);
+      Engine engine(engine_config_of_rank(cfg, world_rank(), n, n_prefill), model);
+      std::unique_ptr<testing::ThreeTurnEnvironment> env;
+      std::unique_ptr<EpisodeRunner> runner;
+      if (!engine.is_prefill_engine()) {
+        env = std::make_unique<testing::ThreeTurnEnvironment>(true, "", false, new_context_at);
+        runner = std::make_unique<EpisodeRunner>(engine, *env, tokenizer, episode_settings(), records, 0);
+      }
+      EngineStats pd;
+      const std::vector<Sample> routed = route_groups(engine, runner.get(), /*episodic=*/true, MPI_COMM_WORLD,
+                                                      n_prefill, cfg.max_running, episode_requests(), {}, pd);
+      EngineStats st = engine.stats();
+      st += pd;
+      if (engine.is_prefill_engine()) {
+        EXPECT_EQ(st.generated_tokens, 0);
+        EXPECT_GT(st.kv_sent_tokens, 0) << "a prefill engine got no context";
+      } else {
+        EXPECT_EQ(st.kv_sent_tokens, 0);
+        EXPECT_GT(st.decode_wall_s, 0.0);
+      }
+      const EngineStats sum = sum_engine_stats(st, MPI_COMM_WORLD);
+      EXPECT_EQ(sum.kv_sent_tokens, handed);
+      EXPECT_EQ(sum.kv_received_tokens, handed);
+      EXPECT_EQ(sum.kv_sent_bytes, sum.kv_received_bytes);
+      if (world_rank() != 0) {
+        EXPECT_TRUE(routed.empty());
+        continue;
+      }
+      ASSERT_EQ(routed.size(), single.size());
+      for (size_t i = 0; i < routed.size(); ++i) {
+        SCOPED_TRACE(::testing::Message() << "group " << i / 3 << " sample " << i % 3);
+        EXPECT_EQ(routed[i].group_index, single[i].group_index);
+        EXPECT_EQ(routed[i].index, single[i].index);
+        EXPECT_EQ(routed[i].status, single[i].status);
+        EXPECT_EQ(routed[i].env_turns, 3);
+        EXPECT_EQ(routed[i].env_turns, single[i].env_turns);
+        EXPECT_EQ(routed[i].raw_reward, single[i].raw_reward);
+        EXPECT_EQ(routed[i].tokens, single[i].tokens);
+        EXPECT_EQ(routed[i].loss_mask, single[i].loss_mask);
+        EXPECT_EQ(routed[i].context_starts, single[i].context_starts);
+        EXPECT_EQ(routed[i].context_starts.size(), size_t(new_context_at));
+        ASSERT_EQ(routed[i].rollout_log_probs.size(), single[i].rollout_log_probs.size());
+        for (size_t t = 0; t < routed[i].rollout_log_probs.size(); ++t)
+          EXPECT_NEAR(routed[i].rollout_log_probs[t], single[i].rollout_log_probs[t],
+                      1e-5 * std::max(1.0f, std::abs(single[i].rollout_log_probs[t])));  // fp32 round-off
+      }
     }
   }
 }

@@ -6,7 +6,9 @@
 #    received, bit for bit) at np 2 (split), np 3 (an engine of 2 tensor-parallel ranks, one
 #    endpoint), np 4 (split, two
 #    engines) and np 1 (colocated): every trajectory, token by token, is what the agent sent and
-#    received: the prompt is the first request's messages with the tools written in as Qwen's
+#    received (also np 4 with 1 prefill and 2 decode engines, rollout.prefill_ranks: np 4's
+#    episodes token for token, every context opening's KV moved): the prompt is the first
+#    request's messages with the tools written in as Qwen's
 #    templates write them, each model turn's tokens decode to the content the client received,
 #    each observation is the template's render of the messages the agent added; the trainer's
 #    log-probs equal the engine's; the reward is the agent's (its stdout line, or POSTed);
@@ -30,7 +32,7 @@
 #  * a rollout rank killed (-9) while its agents are mid-session: the job ends, the agents die
 #    with the rank, and the run resumes from its last checkpoint to the end;
 #  * refused with the reason: an agent environment without rollout.agent_command, agent keys
-#    without it, prefill/decode disaggregation; an agent command that cannot be run ends the job naming it.
+#    without it; an agent command that cannot be run ends the job naming it.
 # Usage: agent_runs.sh SLIMPI ROOT "MPIRUN FLAGS"
 set -euo pipefail
 source "$(dirname "$0")/run_helpers.sh"
@@ -51,6 +53,10 @@ run 1 np1 --set run.n_steps=1 --set parallel.placement=colocate \
   --set "rollout.agent_command=$probe --post-reward --log $out/np1.agentlog"
 run 3 tp2 --set run.n_steps=1 --set parallel.trainer_ranks=1 --set rollout.tensor_parallel=2 \
   --set "rollout.agent_command=$probe --log $out/tp2.agentlog"
+run 4 pd4 --set run.n_steps=1 --set parallel.trainer_ranks=1 --set rollout.prefill_ranks=1 --set model.max_seq_len=1600 \
+  --set rollout.kv_cache_tokens=16384 --set rollout.env_max_total_tokens=1000 \
+  --set "rollout.agent_command=$probe --edit-history --log $out/pd4.agentlog"
+[ "$(grep -c "agent endpoint: " "$out/pd4.log")" = 2 ] || { cat "$out/pd4.log"; echo "FAIL: two decode engines serve two endpoints, the prefill engine none"; exit 1; }
 [ "$(grep -c "agent endpoint: " "$out/tp2.log")" = 1 ] || { cat "$out/tp2.log"; echo "FAIL: a tensor-parallel engine serves one endpoint"; exit 1; }
 grep -qF "agent endpoint: http://127.0.0.1:" "$out/np2.log" || { cat "$out/np2.log"; echo "FAIL: no endpoint line"; exit 1; }
 [ "$(stat -c %a "$out/np2/agent_token")" = 600 ] || { echo "FAIL: agent_token is not mode 0600"; exit 1; }
@@ -58,7 +64,7 @@ grep -qF "agent endpoint: http://127.0.0.1:" "$out/np2.log" || { cat "$out/np2.l
 PYTHONPATH="$root/tests/regression" /usr/bin/python3 - "$out" <<'PY'
 import json, sys
 import numpy as np
-from trajectory_views import logprob_diffs, rows, runs, text
+from trajectory_views import logprob_diffs, prefilled_positions, rows, runs, text
 out = sys.argv[1]
 TOOLS = [{"type": "function", "function": {"name": "calc", "description": "Evaluates an expression.",
           "parameters": {"type": "object", "properties": {"expr": {"type": "string"}}, "required": ["expr"]}}}]
@@ -71,7 +77,7 @@ tools_block = ("# Tools\n\nYou may call one or more functions to assist with the
                "<args-json-object>}\n</tool_call>")
 
 logprob_turns = 0
-for name, edited in [("np2", False), ("np4", True), ("np1", False), ("tp2", False)]:
+for name, edited in [("np2", False), ("np4", True), ("np1", False), ("tp2", False), ("pd4", True)]:
     log = {}
     for line in open(f"{out}/{name}.agentlog"):
         r = json.loads(line)
@@ -118,6 +124,21 @@ for name, edited in [("np2", False), ("np4", True), ("np1", False), ("tp2", Fals
     assert name != "np2" or logprob_turns == n, (logprob_turns, n)
     print(f"agent_runs: {name}: {n} trajectories are the agents' requests and answers token by token"
           f"{' (a compacted history opens a new context)' if edited else ''}; train/rollout log-prob diff {diff.max():.1e}")
+# Under prefill/decode disaggregation: the episodes of plain engines, each request that opens a
+# context (a session's first, the compacted history) prefilled by the prefill engine.
+import h5py
+def episodes(name):
+    return [(r.episode, r.col("tokens")[:], r.col("loss_mask")[:], prefilled_positions(r)) for r in rows(f"{out}/{name}")]
+plain, pd = episodes("np4"), episodes("pd4")
+assert [e[0] for e in plain] == [e[0] for e in pd], "pd4 ran other episodes than np4"
+for a, b in zip(plain, pd):
+    assert np.array_equal(a[1], b[1]) and np.array_equal(a[2], b[2]), a[0]
+with h5py.File(f"{out}/pd4/metrics.h5") as f:
+    moved = int(f["steps/perf/kv_transfer_tokens"][0])
+want = sum(e[3] for e in pd)
+assert moved == want, (moved, want)
+print(f"agent_runs: pd4: {len(pd)} episodes (1 prefill, 2 decode engines) token for token as np4's; the {want} "
+      f"positions of their context openings prefilled")
 PY
 
 echo "== under a chat template, an agent's SLIMPI_PROMPT is the record's prompt, not its rendering"
@@ -318,6 +339,4 @@ refused typo "rollout.agent_command 'pyhton3 agent.py' cannot be run" 2 --set ru
 check_refuses port_without_agent 'rollout.agent_port' 2 --set rollout.environment=calculator --set rollout.agent_port=9999
 check_refuses no_command 'rollout.environment = "agent"' 2 --set rollout.agent_command=
 check_refuses no_style 'set reward.style = "environment"' 2 --set reward.style=exact_match --set rollout.agent_command=x
-check_refuses pd 'every turn of an episode extends its sequence on one engine: not implemented' 4 \
-  --set parallel.trainer_ranks=1 --set rollout.prefill_ranks=1 --set rollout.agent_command=x
 echo "agent_runs: all passed"

@@ -8,6 +8,10 @@
 #    (1 prefill + 2 decode, also with one_step_off) generate the tokens of the plain runs
 #    with the same trainer and log the same metrics (but the prefix-cache counters: other
 #    engines compute the prompts);
+#  * episodes (tests/fixtures/envs/probe_env.py: three turns each), np 4 with 1 trainer, 1
+#    prefill and 2 decode engines, synchronous (each episode split in two contexts) and
+#    one_step_off: the tokens and metrics of the plain runs; the KV moved is exactly every
+#    context opening's positions but its last;
 #  * layouts and combinations it cannot run are refused with their keys.
 # Usage: pd_runs.sh SLIMPI ROOT "MPIRUN FLAGS"
 set -euo pipefail
@@ -98,4 +102,33 @@ if $mpirun -np 1 "$slimpi" generate inputs/generate_addition.toml --set model.in
   echo "FAIL: generate with every rank prefilling ran"; exit 1
 fi
 grep -q "leaves no decode engine among the job's 1 ranks" "$out/gen1.log" || { cat "$out/gen1.log"; exit 1; }
+echo "== episodes (tests/fixtures/envs/probe_env.py: three turns), 1 trainer rank: prefill engines vs plain engines"
+probe="python3 $root/tests/fixtures/envs/probe_env.py"
+args=(run inputs/smoke_rl.toml --set run.n_steps=2 --set parallel.trainer_ranks=1 --set model.max_seq_len=96
+      --set rollout.environment=command --set reward.style=environment --set rollout.env_max_turns=3
+      --set rollout.env_max_total_tokens=64 --set eval.path=)
+# synchronous: a new context after turn 1 (two context openings an episode); one step off: one context
+run 4 env_plain4 --set "rollout.env_command=$probe --new-context-at 1"
+run 4 env_pd4 --set "rollout.env_command=$probe --new-context-at 1" --set rollout.prefill_ranks=1
+run 4 env_plain4_off --set "rollout.env_command=$probe" --set train.async=one_step_off
+run 4 env_pd4_off --set "rollout.env_command=$probe" --set rollout.prefill_ranks=1 --set train.async=one_step_off
+same env_plain4 env_pd4
+same env_plain4_off env_pd4_off
+PYTHONPATH="$root/tests/regression" /usr/bin/python3 - "$out" <<'PY'
+import sys
+import h5py
+import numpy as np
+from trajectory_views import prefilled_positions, rows
+for name in ("env_pd4", "env_pd4_off"):
+    with h5py.File(f"{sys.argv[1]}/{name}/metrics.h5") as f:
+        moved = f["steps/perf/kv_transfer_tokens"][:]
+    episodes = [(prefilled_positions(r), r["env_turns"]) for r in rows(f"{sys.argv[1]}/{name}")]
+    want = sum(n for n, _ in episodes)
+    turns = np.mean([t for _, t in episodes])
+    # every context opening of every episode drawn (rollouts.h5 holds them all), nothing else
+    assert len(moved) == 2 and int(moved.sum()) == want, (name, moved, want)
+    print(f"pd_runs: {name}: {len(episodes)} episodes ({turns:.2f} turns each) as the plain engines ran them; "
+          f"{want} positions of their context openings prefilled by the prefill engine")
+PY
+
 echo "pd_runs: ok"

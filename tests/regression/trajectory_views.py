@@ -1,6 +1,7 @@
-"""Views of a rollouts.h5 trajectory for the regression checks (agent_runs.sh): its rows,
-its text under data.chat_template = none over the byte tokenizer, its runs of equal loss
-mask, and the run's train/rollout log-prob differences."""
+"""Views of a rollouts.h5 trajectory for the regression checks (agent_runs.sh, pd_runs.sh):
+its rows, its text under data.chat_template = none over the byte tokenizer, its runs of
+equal loss mask, the positions prefill engines hand over for it, and the run's
+train/rollout log-prob differences."""
 import h5py
 
 
@@ -47,3 +48,20 @@ def runs(mask):
             out.append((s, i, mask[s]))
             s = i
     return out
+
+
+def prefilled_positions(row):
+    """The positions prefill engines hand over for an episode (rollout.prefill_ranks): per
+    context, its opening tokens up to its first model token (the first context's with the
+    prompt), all but the last of them."""
+    p, mask = int(row["prompt_length"]), row.col("loss_mask")
+
+    def first_model_token(t):
+        while t < len(mask) and mask[t] == 0:
+            t += 1
+        return t
+
+    n = p + first_model_token(0) - 1
+    for c in row.col("context_starts"):
+        n += first_model_token(int(c)) - int(c) - 1
+    return n

@@ -39,6 +39,13 @@ std::vector<GenerationRequest> requests(int n_groups, int64_t n_samples, double 
   return out;
 }
 
+// A group as work that moves between engines (Engine::add_prefilled takes work items).
+WorkItem group_of(const GenerationRequest& r) {
+  WorkItem w;
+  w.request = r;
+  return w;
+}
+
 std::vector<Sample> sorted(std::vector<Sample> v) {
   std::sort(v.begin(), v.end(),
             [](const auto& a, const auto& b) { return std::tie(a.group_index, a.index) < std::tie(b.group_index, b.index); });
@@ -69,7 +76,7 @@ Disaggregated disaggregated(const Transformer& m, EngineConfig prefill_cfg, cons
       EXPECT_TRUE(p.step().empty()) << "a prefill engine sampled";
       for (auto& [request, kv] : p.take_prefilled()) {
         EXPECT_EQ(kv.n_positions, int64_t(request.prompt.size()) - 1) << "group " << request.group_index;
-        d.add_prefilled(request, decode_kv_transfer(encode_kv_transfer(kv)));
+        d.add_prefilled(group_of(request), decode_kv_transfer(encode_kv_transfer(kv)));
       }
     }
     if (d.has_work())
@@ -241,12 +248,78 @@ TEST(Disaggregation, HybridModelsHandOverTheLinearLayersState) {
   while (p.has_work()) p.step();
   auto handed_over = p.take_prefilled();
   ASSERT_EQ(handed_over.size(), 1u);
-  d.add_prefilled(handed_over[0].first, decode_kv_transfer(encode_kv_transfer(handed_over[0].second)));
+  d.add_prefilled(group_of(handed_over[0].first), decode_kv_transfer(encode_kv_transfer(handed_over[0].second)));
   try {
     d.step();
     FAIL() << "a state of another shape was taken";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("group 1: linear-layer state tensor"), std::string::npos) << e.what();
+  }
+}
+
+// An episode's turn (rollout/disaggregated_episodes.h): a partial sample whose sequence
+// goes on after tokens it did not sample, prefilled by a prefill engine as a context of
+// its own, continues on the decode engine exactly as on a plain engine that recomputes
+// it, and the decode engine computes none of its positions but the last.
+TEST(Disaggregation, ATurnPrefilledElsewhereContinuesAsOnAPlainEngine) {
+  Transformer m(testing::tiny_model_config(128, 0.2), 3, at::kCPU);
+  const EngineConfig cfg{4, 1024, 4, 64, true};
+  const auto reqs = requests(3, 1, 1.0, 6);
+  std::vector<WorkItem> turns;  // each group's sample after 8 tokens, then 5 tokens of an observation
+  Engine first(cfg, m);
+  for (GenerationRequest r : reqs) {
+    r.params.max_new_tokens = 8;
+    first.add_request(r);
+  }
+  for (Sample& s : first.run_to_completion()) {
+    WorkItem w;
+    w.request = reqs[size_t(s.group_index)];
+    w.request.params.max_new_tokens = 30;
+    w.partial = std::move(s);
+    w.partial.status = SampleStatus::Pending;
+    const size_t r = size_t(w.partial.response_length()) + 5;
+    for (int i = 0; i < 5; ++i) w.partial.tokens.push_back(100 + i);
+    w.partial.rollout_log_probs.resize(r, 0.0f);
+    w.partial.weight_versions.resize(r, 0);
+    if (!w.partial.sampling_support.empty()) w.partial.sampling_support.resize(r, 0);
+    turns.push_back(std::move(w));
+  }
+  ASSERT_EQ(turns.size(), 3u);
+  Engine plain(cfg, m);
+  for (const WorkItem& w : turns) plain.add_work(w);
+  const std::vector<Sample> expected = plain.run_to_completion();
+
+  EngineConfig prefill_cfg = cfg;
+  prefill_cfg.prefill_only = true;
+  Engine p(prefill_cfg, m), d(cfg, m);
+  for (size_t i = 0; i < turns.size(); ++i) {
+    GenerationRequest context;  // as a decode engine sends it: a ticket and the sequence's tokens
+    context.group_index = 100 + int64_t(i);
+    context.prompt = turns[i].partial.tokens;
+    context.params.max_new_tokens = 1;
+    p.add_request(context);
+  }
+  while (p.has_work()) EXPECT_TRUE(p.step().empty());
+  for (auto& [context, kv] : p.take_prefilled()) {
+    const WorkItem& w = turns[size_t(context.group_index - 100)];
+    EXPECT_EQ(kv.n_positions, int64_t(w.partial.tokens.size()) - 1);
+    kv.group_index = w.request.group_index;
+    d.add_prefilled(w, decode_kv_transfer(encode_kv_transfer(kv)));
+  }
+  const std::vector<Sample> got = d.run_to_completion();
+  // (the plain engine computed every position again; the decode engine ran each sequence's
+  // last token alone, as a decode row)
+  EXPECT_GT(plain.stats().prefill_tokens_computed, 0);
+  EXPECT_EQ(d.stats().prefill_tokens_computed, 0) << "the decode engine recomputed a context";
+  ASSERT_EQ(got.size(), expected.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    SCOPED_TRACE(::testing::Message() << "group " << got[i].group_index);
+    EXPECT_GT(got[i].response_length(), turns[i].partial.response_length());
+    EXPECT_EQ(got[i].tokens, expected[i].tokens);
+    ASSERT_EQ(got[i].rollout_log_probs.size(), expected[i].rollout_log_probs.size());
+    for (size_t t = 0; t < got[i].rollout_log_probs.size(); ++t)
+      EXPECT_NEAR(got[i].rollout_log_probs[t], expected[i].rollout_log_probs[t],
+                  1e-5 * std::max(1.0f, std::abs(expected[i].rollout_log_probs[t])));  // fp32 round-off
   }
 }
 
@@ -265,7 +338,7 @@ TEST(Disaggregation, RefusesRowsThatDoNotFitAndCutMessages) {
   EngineConfig bf16_cache{4, 1024, 4, 64, true};
   bf16_cache.kv_cache_dtype = at::kBFloat16;  // fp32 rows into a bf16 cache
   Engine d(bf16_cache, m);
-  d.add_prefilled(reqs[1], decode_kv_transfer(bytes));
+  d.add_prefilled(group_of(reqs[1]), decode_kv_transfer(bytes));
   try {
     d.step();
     FAIL() << "rows of another cache layout were written";
@@ -275,7 +348,7 @@ TEST(Disaggregation, RefusesRowsThatDoNotFitAndCutMessages) {
   }
   EXPECT_THROW(decode_kv_transfer(bytes.substr(0, bytes.size() - 3)), Error);
   Engine other(EngineConfig{4, 1024, 4, 64, true}, m);
-  EXPECT_THROW(other.add_prefilled(reqs[0], decode_kv_transfer(bytes)), Error);  // another group's rows
+  EXPECT_THROW(other.add_prefilled(group_of(reqs[0]), decode_kv_transfer(bytes)), Error);  // another group's rows
 }
 
 }  // namespace
