@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <thread>
 
 #include "core/file_write.h"
@@ -50,8 +51,14 @@ void broadcast_string(MPI_Comm comm, std::string& text, int root) {
 }
 
 
+int message_count(size_t n, int dest, int tag) {
+  SLIMPI_CHECK(n <= size_t(std::numeric_limits<int>::max()), "a message of {} bytes to rank {} (tag {}) is over the "
+               "2 GiB that one MPI message of bytes holds", n, dest, tag);
+  return static_cast<int>(n);
+}
+
 void send_message(MPI_Comm comm, const std::string& bytes, int dest, int tag) {
-  check_mpi(MPI_Send(bytes.data(), static_cast<int>(bytes.size()), MPI_BYTE, dest, tag, comm), "MPI_Send");
+  check_mpi(MPI_Send(bytes.data(), message_count(bytes.size(), dest, tag), MPI_BYTE, dest, tag, comm), "MPI_Send");
 }
 
 std::string recv_message(MPI_Comm comm, int source, int tag, const std::string& context) {

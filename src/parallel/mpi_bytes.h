@@ -21,6 +21,8 @@ void broadcast_string(MPI_Comm comm, std::string& text, int root);
 // its core to the ranks that work), under the watchdog with `context` naming the wait;
 // `source` may be MPI_ANY_SOURCE.
 void send_message(MPI_Comm comm, const std::string& bytes, int dest, int tag);
+// The count of a byte message of `n` bytes to `dest` (throws, naming them, past 2 GiB - 1).
+int message_count(size_t n, int dest, int tag);
 std::string recv_message(MPI_Comm comm, int source, int tag, const std::string& context);
 
 // int64 values as a message's bytes (same binary on both ends), and back.

@@ -16,7 +16,7 @@ PostedSends::~PostedSends() {
 
 void PostedSends::post(std::string bytes, int dest, int tag) {
   auto out = std::make_unique<Outgoing>(Outgoing{std::move(bytes), MPI_REQUEST_NULL});
-  check_mpi(MPI_Isend(out->bytes.data(), static_cast<int>(out->bytes.size()), MPI_BYTE, dest, tag, comm_,
+  check_mpi(MPI_Isend(out->bytes.data(), message_count(out->bytes.size(), dest, tag), MPI_BYTE, dest, tag, comm_,
                       &out->request),
             "MPI_Isend");
   sends_.push_back(std::move(out));

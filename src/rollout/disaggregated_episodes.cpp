@@ -2,14 +2,17 @@
 
 #include <slimpi/error.h>
 
+#include <chrono>
 #include <map>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "core/timer.h"
 #include "parallel/mpi_bytes.h"
 #include "parallel/posted_sends.h"
+#include "parallel/watchdog.h"
 #include "rollout/disaggregated_router.h"
 #include "rollout/episode_runner.h"
 #include "rollout/kv_transfer.h"
@@ -87,7 +90,7 @@ class RemoteContexts : public ContextPrefill {
     message.insert(message.end(), turn.partial.tokens.begin(), turn.partial.tokens.end());
     sends_.post(int64_bytes(message), p, kTagContext);
     outstanding_[size_t(p)] += int64_t(turn.partial.tokens.size());
-    waiting_.emplace(ticket, std::make_pair(turn, p));
+    waiting_.emplace(ticket, Away{turn, p, Stopwatch()});
     sends_.reap();
   }
 
@@ -97,6 +100,22 @@ class RemoteContexts : public ContextPrefill {
   void take_arrived() {
     while (message_waiting(comm_, MPI_ANY_SOURCE, kTagContextKv)) take_one();
     sends_.reap();
+  }
+
+  // Nothing else to run: sleeps up to 1 ms while no rows arrive (the runner's step that
+  // follows sleeps only in a process environment's poll; an in-process one's returns at
+  // once). A context that has waited past parallel.timeout_s ends the job, naming the
+  // prefill rank that holds it (no blocking wait is under the watchdog here).
+  void nap() {
+    for (int i = 0; i < 5 && !message_waiting(comm_, MPI_ANY_SOURCE, kTagContextKv); ++i)
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    const double limit = Watchdog::instance().timeout_s();
+    const auto& [ticket, oldest] = *waiting_.begin();  // (tickets grow with time)
+    if (limit > 0 && oldest.since.seconds() > limit)
+      SLIMPI_FAIL("{}: the context of group {} sample {} ({} tokens, ticket {}) has waited {:.0f} s for its KV rows "
+                  "from prefill rank {} (parallel.timeout_s = {}): that rank is stuck or dead",
+                  kDecodeWait, oldest.turn.request.group_index, oldest.turn.partial.index,
+                  oldest.turn.partial.tokens.size(), ticket, oldest.since.seconds(), oldest.prefill, limit);
   }
 
   // Once the engine's episodes are over: every prefill engine is told this one is done.
@@ -115,10 +134,10 @@ class RemoteContexts : public ContextPrefill {
     auto it = waiting_.find(kv.group_index);
     SLIMPI_CHECK(it != waiting_.end(), "pd episodes: KV rows for ticket {}, which this engine did not send",
                  kv.group_index);
-    auto& [turn, p] = it->second;
-    outstanding_[size_t(p)] -= int64_t(turn.partial.tokens.size());
-    kv.group_index = turn.request.group_index;
-    engine_.add_prefilled(turn, std::move(kv));
+    const Away& away = it->second;
+    outstanding_[size_t(away.prefill)] -= int64_t(away.turn.partial.tokens.size());
+    kv.group_index = away.turn.request.group_index;
+    engine_.add_prefilled(away.turn, std::move(kv));
     waiting_.erase(it);
     pd_.kv_receive_s += clock.seconds();
   }
@@ -129,8 +148,13 @@ class RemoteContexts : public ContextPrefill {
   EngineStats& pd_;
   PostedSends sends_;
   int64_t next_ = 0;
-  std::vector<int64_t> outstanding_;                        // per rank (the prefill ranks' entries): tokens sent
-  std::map<int64_t, std::pair<WorkItem, int>> waiting_;     // ticket -> (turn, its prefill rank)
+  struct Away {  // a turn at a prefill engine
+    WorkItem turn;
+    int prefill = -1;
+    Stopwatch since;
+  };
+  std::vector<int64_t> outstanding_;   // per rank (the prefill ranks' entries): tokens sent
+  std::map<int64_t, Away> waiting_;    // ticket -> its turn
 };
 
 // What route_rollout runs on a decode rank: the episode runner, fed the turns whose rows
@@ -143,6 +167,10 @@ class DecodeEpisodes : public GroupWorker {
   bool has_work() const override { return runner_.has_work() || remote_.waiting(); }
   std::vector<Sample> step() override {
     remote_.take_arrived();
+    if (!engine_.has_work() && remote_.waiting()) {
+      remote_.nap();
+      remote_.take_arrived();
+    }
     const bool busy = engine_.has_work();  // (without work the runner's step waits for the environment)
     Stopwatch clock;
     std::vector<Sample> out = runner_.step();

@@ -220,6 +220,7 @@ class Engine : public GroupWorker {
   void on_weights_updated(int64_t new_version);
   int64_t weight_version() const { return weight_version_; }
   bool is_prefill_engine() const { return cfg_.prefill_only; }
+  bool caches_prefixes() const { return cfg_.prefix_cache; }
   int64_t max_seq_len() const { return model_.config().max_seq_len; }
   const EngineStats& stats() const { return stats_; }
   // A tensor-parallel engine (its model a shard, rollout/engine_group.h): lets the

@@ -155,7 +155,7 @@ void EpisodeRunner::continue_turn(Episode& e, int64_t start) {
   e.turn_start = start;
   e.phase = Episode::Phase::Turn;
   WorkItem turn = turn_work(e, start, limit);
-  if (context_prefill_ && opens_context(e.sample))
+  if (context_prefill_ && prefilled_elsewhere(e))
     context_prefill_->submit(turn);
   else
     engine_.add_work(turn);

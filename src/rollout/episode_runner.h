@@ -65,13 +65,14 @@ struct EpisodeSettings {
   uint64_t stream = 0;           // names episodes ("<stream>/<group>/<sample>"); the reset's step
 };
 
-// Where an episode's turn that opens a context goes instead of the runner's engine: under
-// rollout.prefill_ranks a prefill engine computes the context's KV, and the turn reaches
-// the runner's engine with it (Engine::add_prefilled; rollout/disaggregated_episodes.h).
+// Where an episode's turn whose context the runner's engine would compute from its start
+// goes instead (EpisodeRunner::set_context_prefill): under rollout.prefill_ranks a prefill
+// engine computes the context's KV, and the turn reaches the runner's engine with it
+// (Engine::add_prefilled; rollout/disaggregated_episodes.h).
 class ContextPrefill {
  public:
   virtual ~ContextPrefill() = default;
-  // `turn`: the engine's work for a turn of which no token has been sampled in its context.
+  // `turn`: the engine's work for the turn (never a group).
   virtual void submit(const WorkItem& turn) = 0;
 };
 
@@ -99,8 +100,11 @@ class EpisodeRunner : public GroupWorker {
   // that were not warned of one by one.
   void pause();
   void resume();
-  // Context-opening turns go to `prefill` (null: to the engine, which prefills them). The
-  // other turns of a context run on the engine, whose prefix cache holds the context.
+  // The turns whose context the engine would compute from its start go to `prefill` (null:
+  // to the engine): a turn that opens a context (but one that resumes an earlier thread,
+  // whose tokens the engine's prefix cache holds), and every turn of an engine that keeps
+  // no prefix cache (a hybrid model's). The other turns run on the engine, whose prefix
+  // cache holds their context.
   void set_context_prefill(ContextPrefill* prefill) { context_prefill_ = prefill; }
 
  private:
@@ -178,6 +182,8 @@ class EpisodeRunner : public GroupWorker {
   // Nothing of the latest context (the whole trajectory when it is not split) was sampled:
   // a turn now opens it.
   static bool opens_context(const Sample& s);
+  // Whether e's next turn goes to context_prefill_ (set_context_prefill's rule).
+  bool prefilled_elsewhere(const Episode& e) const;
   // A turn the engine returned (or holds), in the trajectory's coordinates: the engine
   // runs a split episode's latest context as a sequence of its own (continue_turn).
   Sample whole_trajectory(const Episode& e, Sample&& turn) const;

@@ -28,6 +28,13 @@ bool EpisodeRunner::opens_context(const Sample& s) {
                       [](float m) { return m != 0.0f; });
 }
 
+bool EpisodeRunner::prefilled_elsewhere(const Episode& e) const {
+  if (!engine_.caches_prefixes()) return true;
+  const size_t latest = e.sample.context_starts.size();  // (context k >= 1 begins at context_starts[k - 1])
+  const bool resumed = latest < e.continued_from.size() && e.continued_from[latest] >= 0;
+  return opens_context(e.sample) && !resumed;
+}
+
 std::vector<int64_t> EpisodeRunner::context_tokens(const EnvReply& reply) const {
   std::vector<int64_t> context;
   if (!reply.messages.empty()) {

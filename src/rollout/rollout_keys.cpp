@@ -26,8 +26,10 @@ std::vector<KeySpec> rollout_keys() {
               "speculative decoding: no drafts while more sequences than this run (0: no limit)"),
       int_key("rollout.prefill_ranks", 0, 0, 1e6, "engines",
               "prefill/decode disaggregation: the last this many rollout ranks only prefill prompts (up to their "
-              "last token) and send the KV rows over MPI to the decode engines (the other rollout ranks), which "
-              "decode; 0 = every engine does both. Split placement, one-rank engines, no speculative decoding"),
+              "last token; with rollout.environment, the turns that open an episode's context) and send the KV "
+              "rows over MPI to the decode engines (the other rollout ranks), which decode and run the episodes; "
+              "0 = every engine does both. Split placement, one-rank engines, no speculative decoding, not with "
+              "train.async = \"full\""),
       int_key("rollout.tensor_parallel", 1, 1, 1e6, "ranks",
               "each engine is a group of this many rollout ranks that generate together (heads, MLP columns and "
               "vocabulary rows split as the trainer's; the first rank routes and samples); colocated: 1 or "

@@ -15,10 +15,12 @@
 // calls follow()), run their leader's forwards until it releases them
 // (rollout/engine_group.h).
 // With rollout.prefill_ranks = n the last n engines are prefill engines and generate()
-// routes through both pools (rollout/disaggregated_router.h).
+// routes through both pools (rollout/disaggregated_router.h, and with an environment
+// rollout/disaggregated_episodes.h).
 // With rollout.environment every sample is a multi-turn episode (rollout/episode_runner.h):
-// the engine rank (the group's leader) holds the environment for the whole run and runs
-// the episodes of the groups routed to it; the reward is the episode's. Under
+// the engine rank (the group's leader; a decode engine, never a prefill engine) holds the
+// environment for the whole run and runs the episodes of the groups routed to it; the
+// reward is the episode's. Under
 // train.async = "full" the stream has its own episode runner and environment processes.
 // Owned by the driver on rollout ranks; collective over the engines' communicator and
 // the engine groups.

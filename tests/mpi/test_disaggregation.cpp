@@ -4,14 +4,17 @@
 // prefilled or decoded it; prefill ranks sample nothing and hand over every prompt
 // position but the last; decode dispatch holds to 2·max_running outstanding sequences
 // (more groups than that), so the router hands out work as groups come back.
-// Episodes (rollout.environment) under disaggregation (rollout/disaggregated_episodes.h):
-// every episode comes back as one plain engine and runner give it, with one context or
-// split in two; the prefill engines prefilled exactly the turns that open a context (every
-// position of them but the last) and the decode engines took exactly those rows in.
+// Episodes (rollout.environment) under disaggregation (rollout/disaggregated_episodes.h),
+// with 1 to n - 1 prefill engines: every episode comes back as one plain engine and runner
+// give it, with one context or split in two; the prefill engines prefilled exactly the
+// turns that open a context (every turn without a prefix cache), every position of them
+// but the last, and the decode engines took exactly those rows in.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "kernels/counter_rng.h"
 #include "rollout/disaggregated_router.h"
@@ -130,30 +133,37 @@ std::vector<GenerationRequest> episode_requests() {
   return out;
 }
 
-// The positions a prefill engine hands over for a finished episode: for each context,
-// its opening tokens (the first context's begin with the prompt) up to its first model
-// token, but the last of them.
-int64_t opening_positions(const Sample& s) {
-  auto first_model_token = [&](int64_t from) {
-    int64_t t = from;
-    while (t < int64_t(s.loss_mask.size()) && s.loss_mask[size_t(t)] == 0.0f) ++t;
-    return t;
-  };
-  int64_t n = s.prompt_length + first_model_token(0) - 1;
-  for (int64_t c : s.context_starts) n += first_model_token(c) - c - 1;
+// The positions prefill engines hand over for a finished episode: per turn sent to them
+// (every turn, or a context's first), its sequence's positions but the last (the first
+// context's sequence begins with the prompt, a later one at its own start).
+int64_t prefilled_positions(const Sample& s, bool every_turn) {
+  const auto& mask = s.loss_mask;
+  int64_t n = 0;
+  for (int64_t t = 0; t < int64_t(mask.size()); ++t) {
+    if (mask[size_t(t)] == 0.0f || (t > 0 && mask[size_t(t - 1)] != 0.0f)) continue;  // t: a turn's first token
+    int64_t c = -1;  // its context's start (-1: the first context)
+    for (int64_t start : s.context_starts)
+      if (start <= t) c = start;
+    const bool opens = std::all_of(mask.begin() + std::max<int64_t>(c, 0), mask.begin() + t,
+                                   [](float m) { return m == 0.0f; });
+    if (every_turn || opens) n += (c < 0 ? s.prompt_length + t : t - c) - 1;
+  }
   return n;
 }
 
+// Without a prefix cache (as a hybrid model's engines run) every turn is prefilled by the
+// prefill engines, not only a context's first.
 TEST(DisaggregatedEpisodes, EveryEpisodeAsOnePlainEngineRunsIt) {
   const int n = world_size();
   Transformer model(testing::tiny_model_config(1024, 0.2), 13, at::kCPU);
-  EngineConfig cfg{4, 8192, 6, 256, true};  // 2·6 outstanding sequences an engine: 4 groups
-  cfg.cache_responses = true;               // (as rollout.environment sets it)
   ByteTokenizer tokenizer;
   std::vector<Prompt> records;
   for (int g = 0; g < 10; ++g) records.push_back({g, g + 1, "prompt " + std::to_string(g)});
-  for (int64_t new_context_at : {0, 1}) {
-    SCOPED_TRACE(::testing::Message() << (new_context_at ? "a new context after turn 1" : "one context"));
+  for (auto [new_context_at, prefix_cache] : {std::pair{0, true}, {1, true}, {1, false}}) {
+    SCOPED_TRACE(::testing::Message() << (new_context_at ? "a new context after turn 1" : "one context")
+                                      << (prefix_cache ? "" : ", no prefix cache"));
+    EngineConfig cfg{4, 8192, 6, 256, prefix_cache};  // 2·6 outstanding sequences an engine: 4 groups
+    cfg.cache_responses = prefix_cache;                // (as rollout.environment sets it)
     Engine alone(cfg, model);
     testing::ThreeTurnEnvironment alone_env(true, "", false, new_context_at);
     EpisodeRunner alone_runner(alone, alone_env, tokenizer, episode_settings(), records, 0);
@@ -164,9 +174,9 @@ TEST(DisaggregatedEpisodes, EveryEpisodeAsOnePlainEngineRunsIt) {
     sort_by_group_and_sample(single);
     ASSERT_EQ(single.size(), 30u);
     int64_t handed = 0;
-    for (const Sample& s : single) handed += opening_positions(s);
+    for (const Sample& s : single) handed += prefilled_positions(s, /*every_turn=*/!prefix_cache);
 
-    for (int64_t n_prefill = 1; n_prefill <= n - 2; ++n_prefill) {
+    for (int64_t n_prefill = 1; n_prefill <= n - 1; ++n_prefill) {  // (n - 1: rank 0 decodes alone)
       SCOPED_TRACE(::testing::Message() << n_prefill << " prefill engine(s) of " << n);
       Engine engine(engine_config_of_rank(cfg, world_rank(), n, n_prefill), model);
       std::unique_ptr<testing::ThreeTurnEnvironment> env;

@@ -10,8 +10,8 @@
 #    engines compute the prompts);
 #  * episodes (tests/fixtures/envs/probe_env.py: three turns each), np 4 with 1 trainer, 1
 #    prefill and 2 decode engines, synchronous (each episode split in two contexts) and
-#    one_step_off: the tokens and metrics of the plain runs; the KV moved is exactly every
-#    context opening's positions but its last;
+#    one_step_off (two threads, the first resumed): the tokens and metrics of the plain
+#    runs; the KV moved is exactly every context opening's positions but its last;
 #  * layouts and combinations it cannot run are refused with their keys.
 # Usage: pd_runs.sh SLIMPI ROOT "MPIRUN FLAGS"
 set -euo pipefail
@@ -107,11 +107,13 @@ probe="python3 $root/tests/fixtures/envs/probe_env.py"
 args=(run inputs/smoke_rl.toml --set run.n_steps=2 --set parallel.trainer_ranks=1 --set model.max_seq_len=96
       --set rollout.environment=command --set reward.style=environment --set rollout.env_max_turns=3
       --set rollout.env_max_total_tokens=64 --set eval.path=)
-# synchronous: a new context after turn 1 (two context openings an episode); one step off: one context
+# synchronous: a new context after turn 1 (two context openings an episode); one step off:
+# two threads (turn 2 in a second context, turn 3 back in the first: a resumed thread's turn
+# runs on its decode engine, whose prefix cache holds it)
 run 4 env_plain4 --set "rollout.env_command=$probe --new-context-at 1"
 run 4 env_pd4 --set "rollout.env_command=$probe --new-context-at 1" --set rollout.prefill_ranks=1
-run 4 env_plain4_off --set "rollout.env_command=$probe" --set train.async=one_step_off
-run 4 env_pd4_off --set "rollout.env_command=$probe" --set rollout.prefill_ranks=1 --set train.async=one_step_off
+run 4 env_plain4_off --set "rollout.env_command=$probe --threads" --set train.async=one_step_off
+run 4 env_pd4_off --set "rollout.env_command=$probe --threads" --set rollout.prefill_ranks=1 --set train.async=one_step_off
 same env_plain4 env_pd4
 same env_plain4_off env_pd4_off
 PYTHONPATH="$root/tests/regression" /usr/bin/python3 - "$out" <<'PY'

@@ -53,7 +53,8 @@ def runs(mask):
 def prefilled_positions(row):
     """The positions prefill engines hand over for an episode (rollout.prefill_ranks): per
     context, its opening tokens up to its first model token (the first context's with the
-    prompt), all but the last of them."""
+    prompt), all but the last of them. A resumed thread's turns are joined into the context
+    they continue (after its first model token), and are not prefilled."""
     p, mask = int(row["prompt_length"]), row.col("loss_mask")
 
     def first_model_token(t):
@@ -61,7 +62,9 @@ def prefilled_positions(row):
             t += 1
         return t
 
-    n = p + first_model_token(0) - 1
-    for c in row.col("context_starts"):
-        n += first_model_token(int(c)) - int(c) - 1
+    n = 0
+    for c in [-p] + [int(c) for c in row.col("context_starts")]:  # (the first context begins with the prompt)
+        t = first_model_token(max(c, 0))
+        if t < len(mask):  # (a context that ended before its first turn was never prefilled)
+            n += t - c - 1
     return n

@@ -258,9 +258,10 @@ TEST(Disaggregation, HybridModelsHandOverTheLinearLayersState) {
 }
 
 // An episode's turn (rollout/disaggregated_episodes.h): a partial sample whose sequence
-// goes on after tokens it did not sample, prefilled by a prefill engine as a context of
-// its own, continues on the decode engine exactly as on a plain engine that recomputes
-// it, and the decode engine computes none of its positions but the last.
+// goes on after tokens it did not sample (and a later context's opening, nothing sampled
+// yet), prefilled by a prefill engine as a context of its own, continues on the decode
+// engine exactly as on a plain engine that recomputes it, and the decode engine computes
+// none of its positions but the last.
 TEST(Disaggregation, ATurnPrefilledElsewhereContinuesAsOnAPlainEngine) {
   Transformer m(testing::tiny_model_config(128, 0.2), 3, at::kCPU);
   const EngineConfig cfg{4, 1024, 4, 64, true};
@@ -284,7 +285,16 @@ TEST(Disaggregation, ATurnPrefilledElsewhereContinuesAsOnAPlainEngine) {
     if (!w.partial.sampling_support.empty()) w.partial.sampling_support.resize(r, 0);
     turns.push_back(std::move(w));
   }
-  ASSERT_EQ(turns.size(), 3u);
+  WorkItem opening;  // a later context's first turn: its opening tokens as the prompt, nothing sampled yet
+  opening.request = reqs[2];
+  opening.request.group_index = 3;
+  opening.request.prompt.insert(opening.request.prompt.end(), {110, 111, 112});
+  opening.request.seed = mix_seed(4321, 1, 3);
+  opening.partial.group_index = 3;
+  opening.partial.tokens = opening.request.prompt;
+  opening.partial.prompt_length = int64_t(opening.request.prompt.size());
+  turns.push_back(opening);
+  ASSERT_EQ(turns.size(), 4u);
   Engine plain(cfg, m);
   for (const WorkItem& w : turns) plain.add_work(w);
   const std::vector<Sample> expected = plain.run_to_completion();
@@ -307,13 +317,14 @@ TEST(Disaggregation, ATurnPrefilledElsewhereContinuesAsOnAPlainEngine) {
     d.add_prefilled(w, decode_kv_transfer(encode_kv_transfer(kv)));
   }
   const std::vector<Sample> got = d.run_to_completion();
-  // (the plain engine computed every position again; the decode engine ran each sequence's
-  // last token alone, as a decode row)
+  // The plain engine computed every position again; the decode engine each sequence's last
+  // token alone: a decode row after a response, a prompt token of the opening (counted).
   EXPECT_GT(plain.stats().prefill_tokens_computed, 0);
-  EXPECT_EQ(d.stats().prefill_tokens_computed, 0) << "the decode engine recomputed a context";
+  EXPECT_EQ(d.stats().prefill_tokens_computed, 1) << "the decode engine recomputed a context";
   ASSERT_EQ(got.size(), expected.size());
   for (size_t i = 0; i < got.size(); ++i) {
     SCOPED_TRACE(::testing::Message() << "group " << got[i].group_index);
+    EXPECT_EQ(got[i].group_index, turns[i].request.group_index);
     EXPECT_GT(got[i].response_length(), turns[i].partial.response_length());
     EXPECT_EQ(got[i].tokens, expected[i].tokens);
     ASSERT_EQ(got[i].rollout_log_probs.size(), expected[i].rollout_log_probs.size());
