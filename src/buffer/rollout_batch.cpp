@@ -52,6 +52,7 @@ void add_engine_metrics(const EngineStats& es, std::map<std::string, double>& m)
     m["rollout/pd_decode_busy"] = es.decode_busy_s / es.decode_wall_s;
     m["perf/kv_transfer_bytes"] = double(es.kv_sent_bytes);
     m["perf/kv_transfer_tokens"] = double(es.kv_sent_tokens);
+    m["perf/kv_taken_tokens"] = double(es.kv_received_tokens);  // (a shared transfer once per turn that took it)
     m["perf/kv_transfer_send_s"] = es.kv_send_s;
     m["perf/kv_transfer_receive_s"] = es.kv_receive_s;
   }

@@ -69,7 +69,9 @@ void serve_contexts(Engine& engine, MPI_Comm comm, int n_decode, EngineStats& pd
 
 // A decode engine's contexts at the prefill engines: each turn that opens one leaves as
 // its tokens under a ticket unique in the call (a counter times the ranks, plus this
-// rank), and enters the engine when its KV rows come back.
+// rank), and enters the engine when its KV rows come back. A turn whose sequence is one
+// already away (a group's samples opening the same context at once) sends nothing: it
+// shares that ticket's rows.
 class RemoteContexts : public ContextPrefill {
  public:
   RemoteContexts(Engine& engine, MPI_Comm comm, int n_decode, EngineStats& pd)
@@ -82,6 +84,10 @@ class RemoteContexts : public ContextPrefill {
   void submit(const WorkItem& turn) override {
     SLIMPI_CHECK(!turn.is_group(), "pd episodes: group {} came as a context, not as an episode's turn",
                  turn.request.group_index);
+    if (auto same = ticket_of_.find(turn.partial.tokens); same != ticket_of_.end()) {
+      waiting_.at(same->second).sharers.push_back(turn);
+      return;
+    }
     const int64_t ticket = next_++ * size_ + rank_;
     int p = n_decode_;  // the prefill engine with the fewest of this engine's tokens outstanding
     for (int e = n_decode_; e < size_; ++e)
@@ -90,7 +96,8 @@ class RemoteContexts : public ContextPrefill {
     message.insert(message.end(), turn.partial.tokens.begin(), turn.partial.tokens.end());
     sends_.post(int64_bytes(message), p, kTagContext);
     outstanding_[size_t(p)] += int64_t(turn.partial.tokens.size());
-    waiting_.emplace(ticket, Away{turn, p, Stopwatch()});
+    waiting_.emplace(ticket, Away{turn, p, Stopwatch(), {}});
+    ticket_of_.emplace(turn.partial.tokens, ticket);
     sends_.reap();
   }
 
@@ -107,8 +114,10 @@ class RemoteContexts : public ContextPrefill {
   // once). A context that has waited past parallel.timeout_s ends the job, naming the
   // prefill rank that holds it (no blocking wait is under the watchdog here).
   void nap() {
-    for (int i = 0; i < 5 && !message_waiting(comm_, MPI_ANY_SOURCE, kTagContextKv); ++i)
+    for (int i = 0; i < 5; ++i) {
+      if (message_waiting(comm_, MPI_ANY_SOURCE, kTagContextKv)) return;  // (rows here: nothing waits too long)
       std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
     const double limit = Watchdog::instance().timeout_s();
     const auto& [ticket, oldest] = *waiting_.begin();  // (tickets grow with time)
     if (limit > 0 && oldest.since.seconds() > limit)
@@ -134,11 +143,17 @@ class RemoteContexts : public ContextPrefill {
     auto it = waiting_.find(kv.group_index);
     SLIMPI_CHECK(it != waiting_.end(), "pd episodes: KV rows for ticket {}, which this engine did not send",
                  kv.group_index);
-    const Away& away = it->second;
+    Away away = std::move(it->second);
+    waiting_.erase(it);
+    ticket_of_.erase(away.turn.partial.tokens);
     outstanding_[size_t(away.prefill)] -= int64_t(away.turn.partial.tokens.size());
+    for (const WorkItem& sharer : away.sharers) {
+      KvTransfer copy = kv;
+      copy.group_index = sharer.request.group_index;
+      engine_.add_prefilled(sharer, std::move(copy));
+    }
     kv.group_index = away.turn.request.group_index;
     engine_.add_prefilled(away.turn, std::move(kv));
-    waiting_.erase(it);
     pd_.kv_receive_s += clock.seconds();
   }
 
@@ -152,9 +167,11 @@ class RemoteContexts : public ContextPrefill {
     WorkItem turn;
     int prefill = -1;
     Stopwatch since;
+    std::vector<WorkItem> sharers;  // turns of the same sequence, waiting for these rows too
   };
-  std::vector<int64_t> outstanding_;   // per rank (the prefill ranks' entries): tokens sent
-  std::map<int64_t, Away> waiting_;    // ticket -> its turn
+  std::vector<int64_t> outstanding_;                    // per rank (the prefill ranks' entries): tokens sent
+  std::map<int64_t, Away> waiting_;                     // ticket -> its turn
+  std::map<std::vector<int64_t>, int64_t> ticket_of_;   // an away turn's sequence -> its ticket
 };
 
 // What route_rollout runs on a decode rank: the episode runner, fed the turns whose rows

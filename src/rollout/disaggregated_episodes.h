@@ -3,9 +3,11 @@
 // whose context a decode engine would compute from its start are prefilled by the prefill
 // engines, as SGLang's PD disaggregation serves each new request: a turn that opens a
 // context (an episode's first turn after its reset, the first turn of a new context; not
-// a resumed earlier thread, whose tokens the decode engine's prefix cache holds), and,
-// on engines without a prefix cache (a hybrid model's), every turn. The other turns of a
-// context run on their decode engine alone, which computes only each observation's tokens.
+// a resumed earlier thread, whose tokens the decode engine's prefix cache normally holds),
+// and, on engines without a prefix cache (a hybrid model's), every turn. The other turns of
+// a context run on their decode engine alone, which computes only each observation's tokens
+// while its prefix cache holds the context (what it evicted, or a weight update cleared, it
+// computes again itself: the same tokens, more work).
 //
 // Ranks: the last n of the rollout communicator prefill, the others decode; rollout rank
 // 0 routes (and decodes). Groups go to the decode engines as route_rollout hands them out
@@ -15,9 +17,11 @@
 // tokens to the prefill engine with the fewest of this decode engine's tokens outstanding;
 // that engine computes every position but the last and sends the KV rows back
 // (rollout/kv_transfer.h); the turn then enters the decode engine with them
-// (Engine::add_prefilled), which runs the last token and samples the turn. The n samples
-// of a group each send their opening (the prefill engine's prefix cache computes it once;
-// the rows travel n times).
+// (Engine::add_prefilled), which runs the last token and samples the turn. A turn whose
+// sequence is one already away on its decode engine (a group's samples opening the same
+// context at once: their resets, a sub-agent's first request) sends nothing and shares
+// those rows; one that comes later sends its own, which the prefill engine's prefix cache
+// serves once the first has been handed out.
 // Messages (tags of their own, over the rollout communicator): decode -> prefill: int64
 // (ticket, decode rank, tokens...), and () once that decode engine has every ticket back
 // and no episode left; prefill -> decode: one KvTransfer whose group_index is the ticket.

@@ -102,9 +102,9 @@ class EpisodeRunner : public GroupWorker {
   void resume();
   // The turns whose context the engine would compute from its start go to `prefill` (null:
   // to the engine): a turn that opens a context (but one that resumes an earlier thread,
-  // whose tokens the engine's prefix cache holds), and every turn of an engine that keeps
-  // no prefix cache (a hybrid model's). The other turns run on the engine, whose prefix
-  // cache holds their context.
+  // whose tokens the engine's prefix cache normally holds), and every turn of an engine
+  // that keeps no prefix cache (a hybrid model's). The other turns run on the engine, whose
+  // prefix cache normally holds their context.
   void set_context_prefill(ContextPrefill* prefill) { context_prefill_ = prefill; }
 
  private:

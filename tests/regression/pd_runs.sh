@@ -11,7 +11,9 @@
 #  * episodes (tests/fixtures/envs/probe_env.py: three turns each), np 4 with 1 trainer, 1
 #    prefill and 2 decode engines, synchronous (each episode split in two contexts) and
 #    one_step_off (two threads, the first resumed): the tokens and metrics of the plain
-#    runs; the KV moved is exactly every context opening's positions but its last;
+#    runs; the decode engines took in exactly the context openings' positions but their
+#    last, and the KV moved covers them (each sequence of a step at least once, each opening
+#    at most once);
 #  * layouts and combinations it cannot run are refused with their keys.
 # Usage: pd_runs.sh SLIMPI ROOT "MPIRUN FLAGS"
 set -euo pipefail
@@ -120,17 +122,19 @@ PYTHONPATH="$root/tests/regression" /usr/bin/python3 - "$out" <<'PY'
 import sys
 import h5py
 import numpy as np
-from trajectory_views import prefilled_positions, rows
+from trajectory_views import prefill_bounds, rows
 for name in ("env_pd4", "env_pd4_off"):
     with h5py.File(f"{sys.argv[1]}/{name}/metrics.h5") as f:
-        moved = f["steps/perf/kv_transfer_tokens"][:]
-    episodes = [(prefilled_positions(r), r["env_turns"]) for r in rows(f"{sys.argv[1]}/{name}")]
-    want = sum(n for n, _ in episodes)
-    turns = np.mean([t for _, t in episodes])
-    # every context opening of every episode drawn (rollouts.h5 holds them all), nothing else
-    assert len(moved) == 2 and int(moved.sum()) == want, (name, moved, want)
-    print(f"pd_runs: {name}: {len(episodes)} episodes ({turns:.2f} turns each) as the plain engines ran them; "
-          f"{want} positions of their context openings prefilled by the prefill engine")
+        moved, taken = f["steps/perf/kv_transfer_tokens"][:], f["steps/perf/kv_taken_tokens"][:]
+    fewest, most = prefill_bounds(f"{sys.argv[1]}/{name}")
+    turns = np.mean([r["env_turns"] for r in rows(f"{sys.argv[1]}/{name}")])
+    # the decode engines took in every context opening of every episode drawn (rollouts.h5
+    # holds them all), nothing else; a sequence already away on its decode engine (a group's
+    # resets) was not sent again
+    assert len(moved) == 2 and int(taken.sum()) == most, (name, taken, most)
+    assert fewest <= int(moved.sum()) <= most, (name, moved, fewest, most)
+    print(f"pd_runs: {name}: {int(moved.sum())} positions of context openings prefilled ({fewest} distinct, "
+          f"{most} without sharing); the episodes ({turns:.2f} turns each) as the plain engines ran them")
 PY
 
 echo "pd_runs: ok"

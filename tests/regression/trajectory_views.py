@@ -1,6 +1,6 @@
 """Views of a rollouts.h5 trajectory for the regression checks (agent_runs.sh, pd_runs.sh):
 its rows, its text under data.chat_template = none over the byte tokenizer, its runs of
-equal loss mask, the positions prefill engines hand over for it, and the run's
+equal loss mask, the sequences its turns sent to prefill engines, and the run's
 train/rollout log-prob differences."""
 import h5py
 
@@ -50,21 +50,34 @@ def runs(mask):
     return out
 
 
-def prefilled_positions(row):
-    """The positions prefill engines hand over for an episode (rollout.prefill_ranks): per
-    context, its opening tokens up to its first model token (the first context's with the
-    prompt), all but the last of them. A resumed thread's turns are joined into the context
-    they continue (after its first model token), and are not prefilled."""
-    p, mask = int(row["prompt_length"]), row.col("loss_mask")
+def prefilled_sequences(row):
+    """The token sequences an episode's turns sent to prefill engines (rollout.prefill_ranks):
+    per context, its opening tokens up to its first model token (the first context's with
+    the prompt). A resumed thread's turns are joined into the context they continue (after
+    its first model token), and are not prefilled. For engines with a prefix cache (without
+    one every turn is prefilled) and episodes not resumed from a checkpoint. A turn whose
+    sequence was away already on its decode engine shares those rows instead of sending."""
+    p, mask, toks = int(row["prompt_length"]), row.col("loss_mask"), row.col("tokens")
 
     def first_model_token(t):
         while t < len(mask) and mask[t] == 0:
             t += 1
         return t
 
-    n = 0
+    out = []
     for c in [-p] + [int(c) for c in row.col("context_starts")]:  # (the first context begins with the prompt)
         t = first_model_token(max(c, 0))
         if t < len(mask):  # (a context that ended before its first turn was never prefilled)
-            n += t - c - 1
-    return n
+            out.append(tuple(int(x) for x in toks[p + c:p + t]))
+    return out
+
+
+def prefill_bounds(run):
+    """(fewest, most) positions prefill engines can have sent for RUN's episodes: each
+    distinct sequence of a step once, or every prefilled turn's (positions but the last)."""
+    per_step, most = {}, 0
+    for row in rows(run):
+        for s in prefilled_sequences(row):
+            most += len(s) - 1
+            per_step.setdefault(int(row["step"]), set()).add(s)
+    return sum(len(s) - 1 for seqs in per_step.values() for s in seqs), most
