@@ -34,8 +34,9 @@
 // state, max_running of them), filled by its prefill, advanced by each forward, copied at
 // the fork and released with its blocks; a preempted sequence recomputes it from position
 // 0. A state is a whole prefix's, not a block's, so the prefix cache is off for such
-// models (EngineConfig::prefix_cache must be false); speculative decoding and
-// prefill/decode disaggregation are not implemented for them.
+// models (EngineConfig::prefix_cache must be false). A speculating engine snapshots a
+// drafted sequence's state before its chain is verified; a prefill engine hands the state
+// over with the rows (rollout/kv_transfer.h).
 // Owned by the rollout driver; single-threaded; the model is shared, not owned.
 #pragma once
 
