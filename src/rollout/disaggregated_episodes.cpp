@@ -209,13 +209,7 @@ std::vector<Sample> route_disaggregated_episodes(Engine& engine, EpisodeRunner* 
                                                  const std::vector<GenerationRequest>& requests,
                                                  const std::function<void(const RouterProgress&)>& on_progress,
                                                  EngineStats& pd) {
-  int rank = 0, size = 1;
-  MPI_Comm_rank(rollout, &rank);
-  MPI_Comm_size(rollout, &size);
-  const int n_decode = size - int(n_prefill);
-  SLIMPI_CHECK(n_prefill >= 1 && n_decode >= 1, "pd episodes: {} prefill engines among {} rollout ranks (needs at "
-               "least one of each)", n_prefill, size);
-  const bool prefill = is_prefill_rank(rank, size, n_prefill);
+  const auto [rank, size, n_decode, prefill] = pd_ranks(rollout, n_prefill);
   SLIMPI_CHECK(prefill == (episodes == nullptr), "pd episodes: rollout rank {} is a {} engine {} an episode runner",
                rank, prefill ? "prefill" : "decode", prefill ? "with" : "without");
   MPI_Comm decode = MPI_COMM_NULL;  // the decode ranks, rollout rank 0 (the router) first

@@ -216,15 +216,10 @@ std::vector<Sample> route_disaggregated(Engine& engine, MPI_Comm rollout, int64_
                                         const std::vector<GenerationRequest>& requests,
                                         const std::function<void(const RouterProgress&)>& on_progress,
                                         EngineStats& pd) {
-  int rank = 0, size = 1;
-  MPI_Comm_rank(rollout, &rank);
-  MPI_Comm_size(rollout, &size);
-  const int n_decode = size - int(n_prefill);
-  SLIMPI_CHECK(n_prefill >= 1 && n_decode >= 1, "pd router: {} prefill engines among {} rollout ranks (needs at "
-               "least one of each)", n_prefill, size);
+  const auto [rank, size, n_decode, prefill] = pd_ranks(rollout, n_prefill);
   const CallRequests calls(requests);
   Stopwatch wall;
-  if (is_prefill_rank(rank, size, n_prefill)) {
+  if (prefill) {
     serve_prefill(engine, rollout, calls, pd);
     pd.prefill_wall_s += wall.seconds();
     idle_barrier(rollout, kCallEnd);
@@ -254,6 +249,17 @@ std::vector<Sample> route_groups(Engine& engine, EpisodeRunner* episodes, bool e
   SLIMPI_CHECK(!episodic || episodes, "router: a call of episodes on an engine rank without an episode runner");
   GroupWorker& worker = episodes ? static_cast<GroupWorker&>(*episodes) : engine;
   return route_rollout(worker, comm, max_running, requests, on_progress);
+}
+
+PdRanks pd_ranks(MPI_Comm rollout, int64_t n_prefill) {
+  PdRanks r;
+  MPI_Comm_rank(rollout, &r.rank);
+  MPI_Comm_size(rollout, &r.size);
+  r.n_decode = r.size - int(n_prefill);
+  SLIMPI_CHECK(n_prefill >= 1 && r.n_decode >= 1, "prefill/decode disaggregation: {} prefill engines among {} "
+               "rollout ranks (needs at least one of each)", n_prefill, r.size);
+  r.prefill = is_prefill_rank(r.rank, r.size, n_prefill);
+  return r;
 }
 
 EngineConfig engine_config_of_rank(EngineConfig cfg, int rank, int size, int64_t n_prefill) {

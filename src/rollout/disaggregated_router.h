@@ -40,6 +40,14 @@ class EpisodeRunner;
 // Whether rollout rank `rank` of `size` is a prefill engine when the last `n_prefill` are.
 inline bool is_prefill_rank(int rank, int size, int64_t n_prefill) { return rank >= size - n_prefill; }
 
+// This rank's place in a disaggregated call over `rollout` (both routers): throws unless
+// there is at least one engine of each pool.
+struct PdRanks {
+  int rank = 0, size = 1, n_decode = 1;
+  bool prefill = false;  // this rank is a prefill engine
+};
+PdRanks pd_ranks(MPI_Comm rollout, int64_t n_prefill);
+
 // `engine`: this rank's engine (prefill_only on the prefill ranks). `pd` gets this rank's
 // transfer times (kv_send_s, kv_receive_s: MPI included) and its pool's busy and wall
 // seconds; the engine keeps the rest of its counters.
